@@ -1,0 +1,421 @@
+"""The data model: plain frozen dataclasses and their JSON form.
+
+Everything a collector reports, everything the analysis derives and everything the UI shows is one of these.
+Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
+the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``) and the output of
+``gputui snapshot --json``. This module imports nothing outside the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+PROTOCOL_VERSION = 1
+"""Version of the agent's JSON-lines protocol; the client refuses an agent that speaks another one."""
+
+# Process state letters as /proc/<pid>/stat reports them.
+STATE_ZOMBIE = "Z"
+STATE_UNINTERRUPTIBLE = "D"
+
+
+def _opt_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One process as NVML (or nvidia-smi) lists it on one GPU.
+
+    Attributes:
+        pid: Process id as the driver reports it (may be from another PID namespace).
+        used_mib: GPU memory the driver attributes to it, or None when the driver will not say.
+        type: "compute" or "graphics".
+        visible: Whether this pid exists in the collector's PID namespace (False: a container's view).
+    """
+
+    pid: int
+    used_mib: int | None = None
+    type: str = "compute"
+    visible: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuProcess:
+        return cls(
+            pid=int(data["pid"]),
+            used_mib=_opt_int(data.get("used_mib")),
+            type=str(data.get("type") or "compute"),
+            visible=bool(data.get("visible", True)),
+        )
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU's figures in one sample.
+
+    ``memory_used_mib`` is what ``nvidia-smi --query-gpu=memory.used`` prints: with NVML's v2 memory info the
+    driver's reserved memory is reported apart in ``memory_reserved_mib`` and is not included in used.
+    """
+
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    memory_reserved_mib: int | None = None
+    utilization_pct: int | None = None
+    memory_utilization_pct: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    error: str | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """A stable identity for baselines: the UUID when known, else the index."""
+        return self.uuid or f"index:{self.index}"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Gpu:
+        return cls(
+            index=int(data["index"]),
+            name=_opt_str(data.get("name")),
+            uuid=_opt_str(data.get("uuid")),
+            pci_bus_id=_opt_str(data.get("pci_bus_id")),
+            memory_used_mib=_opt_int(data.get("memory_used_mib")),
+            memory_total_mib=_opt_int(data.get("memory_total_mib")),
+            memory_reserved_mib=_opt_int(data.get("memory_reserved_mib")),
+            utilization_pct=_opt_int(data.get("utilization_pct")),
+            memory_utilization_pct=_opt_int(data.get("memory_utilization_pct")),
+            temperature_c=_opt_int(data.get("temperature_c")),
+            power_w=_opt_float(data.get("power_w")),
+            power_limit_w=_opt_float(data.get("power_limit_w")),
+            error=_opt_str(data.get("error")),
+            processes=tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Proc:
+    """One host process: a GPU process, one of their ancestors or descendants, or a zombie/D-state process.
+
+    Attributes:
+        start_ticks: Start time in clock ticks since boot (field 22 of /proc/<pid>/stat). With the host's
+            boot id and the pid it identifies the process across pid reuse and wall-clock changes.
+        state: The state letter from /proc (R, S, D, Z, T, ...).
+        state_since: Wall-clock time (epoch seconds) at which the collector first saw the current state.
+        gpu_memory_mib: GPU index -> MiB this process holds there (empty when it holds none).
+        cmdline: The argv list; may be empty (kernel threads, zombies).
+    """
+
+    pid: int
+    ppid: int | None = None
+    user: str | None = None
+    uid: int | None = None
+    state: str | None = None
+    name: str | None = None
+    cmdline: tuple[str, ...] = ()
+    start_ticks: int | None = None
+    create_time: float | None = None
+    state_since: float | None = None
+    rss_kib: int | None = None
+    gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def is_zombie(self) -> bool:
+        return self.state == STATE_ZOMBIE
+
+    @property
+    def is_uninterruptible(self) -> bool:
+        return self.state == STATE_UNINTERRUPTIBLE
+
+    @property
+    def gpu_total_mib(self) -> int:
+        return sum(self.gpu_memory_mib.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cmdline"] = list(self.cmdline)
+        data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Proc:
+        return cls(
+            pid=int(data["pid"]),
+            ppid=_opt_int(data.get("ppid")),
+            user=_opt_str(data.get("user")),
+            uid=_opt_int(data.get("uid")),
+            state=_opt_str(data.get("state")),
+            name=_opt_str(data.get("name")),
+            cmdline=tuple(str(a) for a in data.get("cmdline") or ()),
+            start_ticks=_opt_int(data.get("start_ticks")),
+            create_time=_opt_float(data.get("create_time")),
+            state_since=_opt_float(data.get("state_since")),
+            rss_kib=_opt_int(data.get("rss_kib")),
+            gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class DeviceHolder:
+    """A process that has a /dev/nvidia* node open (a ghost-memory suspect)."""
+
+    pid: int
+    name: str | None = None
+    device: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceHolder:
+        return cls(pid=int(data["pid"]), name=_opt_str(data.get("name")), device=_opt_str(data.get("device")))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something stuck, dead or unaccounted for.
+
+    Attributes:
+        kind: One of zombie, orphan, uninterruptible, ghost_memory, invisible_pid.
+        target: The host target the finding belongs to.
+        detail: One human line.
+        action: The suggested action, one human line.
+        action_pid: The pid the suggested action applies to (a zombie's parent), if any.
+    """
+
+    kind: str
+    target: str
+    detail: str
+    action: str = ""
+    pid: int | None = None
+    gpu_index: int | None = None
+    action_pid: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            kind=str(data["kind"]),
+            target=str(data.get("target") or ""),
+            detail=str(data.get("detail") or ""),
+            action=str(data.get("action") or ""),
+            pid=_opt_int(data.get("pid")),
+            gpu_index=_opt_int(data.get("gpu_index")),
+            action_pid=_opt_int(data.get("action_pid")),
+        )
+
+
+@dataclass(frozen=True)
+class HealthSample:
+    """The state of one health endpoint as the agent last probed it.
+
+    Attributes:
+        state: UP, UNHEALTHY, DOWN, TIMEOUT or ERROR (None: not probed yet).
+        since: Epoch seconds at which the current state began.
+        last_ok: Epoch seconds of the last UP, or None.
+        detail: Short sanitised excerpt of an error or body.
+    """
+
+    url: str
+    state: str | None = None
+    code: int | None = None
+    latency_ms: float | None = None
+    since: float | None = None
+    last_ok: float | None = None
+    consecutive_failures: int = 0
+    detail: str | None = None
+    discovered: bool = False
+    checked_at: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HealthSample:
+        return cls(
+            url=str(data["url"]),
+            state=_opt_str(data.get("state")),
+            code=_opt_int(data.get("code")),
+            latency_ms=_opt_float(data.get("latency_ms")),
+            since=_opt_float(data.get("since")),
+            last_ok=_opt_float(data.get("last_ok")),
+            consecutive_failures=_opt_int(data.get("consecutive_failures")) or 0,
+            detail=_opt_str(data.get("detail")),
+            discovered=bool(data.get("discovered", False)),
+            checked_at=_opt_float(data.get("checked_at")),
+        )
+
+
+@dataclass(frozen=True)
+class GpuVerdict:
+    """One GPU's part of the clean-slate verdict."""
+
+    index: int
+    used_mib: int | None
+    baseline_mib: int
+    clean: bool
+    reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuVerdict:
+        return cls(
+            index=int(data["index"]),
+            used_mib=_opt_int(data.get("used_mib")),
+            baseline_mib=int(data.get("baseline_mib") or 0),
+            clean=bool(data.get("clean")),
+            reasons=tuple(str(r) for r in data.get("reasons") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Is every GPU back at its idle baseline?
+
+    Attributes:
+        clean: True only when every GPU is at or below its baseline (plus tolerance), no GPU process is listed
+            and no zombie/D-state process remains from a GPU process tree.
+        reasons: Human lines saying why not, most important first.
+        baseline_mib: GPU key (UUID, else "index:N") -> the baseline used for it.
+        gpus: Per-GPU detail.
+        known: False when it could not be told (no driver, no data); then ``clean`` is False too.
+    """
+
+    clean: bool
+    reasons: tuple[str, ...] = ()
+    baseline_mib: dict[str, int] = field(default_factory=dict)
+    tolerance_mib: int = 0
+    gpus: tuple[GpuVerdict, ...] = ()
+    known: bool = True
+
+    @property
+    def gpus_at_baseline(self) -> int:
+        return sum(1 for g in self.gpus if g.clean)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["reasons"] = list(self.reasons)
+        data["gpus"] = [dict(asdict(g), reasons=list(g.reasons)) for g in self.gpus]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        return cls(
+            clean=bool(data.get("clean")),
+            reasons=tuple(str(r) for r in data.get("reasons") or ()),
+            baseline_mib={str(k): int(v) for k, v in (data.get("baseline_mib") or {}).items()},
+            tolerance_mib=_opt_int(data.get("tolerance_mib")) or 0,
+            gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
+            known=bool(data.get("known", True)),
+        )
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """Everything one collector saw on one host at one moment.
+
+    Attributes:
+        target: The name the user gave for the host ("local", an ssh alias, user@host:port).
+        time: Epoch seconds of the sample (the collector's clock).
+        processes_time: Epoch seconds at which the process list was last sampled (it is sampled less often
+            than memory); None when no process list was taken.
+        mode: How the data was collected: "nvml", "smi" (nvidia-smi + /proc), "ps" (reduced), "sim".
+        error: Host-level error (no driver, unreachable, ...); GPUs may then be empty.
+    """
+
+    target: str
+    hostname: str | None = None
+    boot_id: str | None = None
+    time: float | None = None
+    error: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    mode: str | None = None
+    agent_version: str | None = None
+    agent_pid: int | None = None
+    processes_time: float | None = None
+    gpus: tuple[Gpu, ...] = ()
+    processes: tuple[Proc, ...] = ()
+    device_holders: tuple[DeviceHolder, ...] | None = None
+    findings: tuple[Finding, ...] = ()
+    health: tuple[HealthSample, ...] = ()
+    verdict: Verdict | None = None
+
+    def process(self, pid: int) -> Proc | None:
+        """The process with this pid in this snapshot, if listed."""
+        for proc in self.processes:
+            if proc.pid == pid:
+                return proc
+        return None
+
+    def with_analysis(
+        self, findings: tuple[Finding, ...] | list[Finding], verdict: Verdict | None
+    ) -> HostSnapshot:
+        return replace(self, findings=tuple(findings), verdict=verdict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for f in fields(self):
+            data[f.name] = getattr(self, f.name)
+        data["gpus"] = [
+            dict(asdict(g), processes=[asdict(p) for p in g.processes]) for g in self.gpus
+        ]
+        data["processes"] = [p.to_dict() for p in self.processes]
+        data["device_holders"] = (
+            None if self.device_holders is None else [asdict(h) for h in self.device_holders]
+        )
+        data["findings"] = [asdict(f) for f in self.findings]
+        data["health"] = [asdict(h) for h in self.health]
+        data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HostSnapshot:
+        holders = data.get("device_holders")
+        verdict = data.get("verdict")
+        return cls(
+            target=str(data.get("target") or ""),
+            hostname=_opt_str(data.get("hostname")),
+            boot_id=_opt_str(data.get("boot_id")),
+            time=_opt_float(data.get("time")),
+            error=_opt_str(data.get("error")),
+            driver_version=_opt_str(data.get("driver_version")),
+            cuda_driver_version=_opt_str(data.get("cuda_driver_version")),
+            mode=_opt_str(data.get("mode")),
+            agent_version=_opt_str(data.get("agent_version")),
+            agent_pid=_opt_int(data.get("agent_pid")),
+            processes_time=_opt_float(data.get("processes_time")),
+            gpus=tuple(Gpu.from_dict(g) for g in data.get("gpus") or ()),
+            processes=tuple(Proc.from_dict(p) for p in data.get("processes") or ()),
+            device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
+            health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
+            verdict=None if verdict is None else Verdict.from_dict(verdict),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> HostSnapshot:
+        return cls.from_dict(json.loads(text))
+
+
+def snapshots_document(snapshots: list[HostSnapshot] | tuple[HostSnapshot, ...]) -> dict[str, Any]:
+    """The top-level JSON document of ``gputui snapshot --json``: ``{"hosts": [...]}``."""
+    return {"hosts": [s.to_dict() for s in snapshots]}

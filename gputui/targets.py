@@ -1,0 +1,46 @@
+"""From a target word on the command line to a live link: local, simulated, or SSH."""
+
+from __future__ import annotations
+
+import argparse
+
+from gputui.transports.base import HostLink, LinkOptions
+
+LOCAL_TARGET = "local"
+DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
+"""Simulated hosts of ``--demo``: the first replays the wedged sglang story, the second stays healthy."""
+
+
+def options_from_args(args: argparse.Namespace) -> LinkOptions:
+    """LinkOptions from the common command-line flags."""
+    return LinkOptions(
+        memory_interval_s=args.interval,
+        process_interval_s=args.process_interval,
+        read_only=args.read_only,
+        accept_new=args.accept_new,
+        health_urls=tuple(args.health),
+        discover_health=not args.no_discover,
+        connect_timeout_s=args.connect_timeout,
+    )
+
+
+def default_targets(targets: list[str], demo: bool) -> list[str]:
+    """The targets to use when the user named none."""
+    if targets:
+        return list(targets)
+    return list(DEMO_TARGETS[:1]) if demo else [LOCAL_TARGET]
+
+
+def open_link(target: str, options: LinkOptions, demo: bool = False) -> HostLink:
+    """A (not yet opened) link for one target."""
+    if demo:
+        from gputui.sim import SimLink
+
+        return SimLink(target, options)
+    if target == LOCAL_TARGET:
+        from gputui.transports.local import LocalLink
+
+        return LocalLink(options)
+    from gputui.transports.ssh import SshLink
+
+    return SshLink(target, options)

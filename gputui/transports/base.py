@@ -1,0 +1,69 @@
+"""The interface every host transport speaks: a stream of snapshots in, commands out.
+
+A link talks to one host's collector (``gputui/agent.py``) in-process (local), over SSH, or to a simulated
+host. All methods may block and are called from worker threads, never from the UI's event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputui.model import HostSnapshot
+
+
+class LinkError(Exception):
+    """A host could not be reached or answered badly. ``str()`` is one readable line naming the cause."""
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """Settings a link passes to its agent.
+
+    Attributes:
+        memory_interval_s: Seconds between snapshots (memory figures are sampled every time).
+        process_interval_s: Seconds between process-list samples (the expensive NVML query).
+        read_only: The agent refuses every kill.
+        accept_new: Accept and record an unknown SSH host key (OpenSSH's ``accept-new``).
+        health_urls: Health endpoints probed by the agent on that host.
+        discover_health: Probe health URLs discovered from inference-server launchers.
+        connect_timeout_s: Deadline for connecting and the handshake.
+    """
+
+    memory_interval_s: float = 1.0
+    process_interval_s: float = 3.0
+    read_only: bool = False
+    accept_new: bool = False
+    health_urls: tuple[str, ...] = ()
+    discover_health: bool = True
+    connect_timeout_s: float = 10.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class HostLink(abc.ABC):
+    """A connection to one host's collector."""
+
+    target: str
+
+    @abc.abstractmethod
+    def open(self) -> None:
+        """Connect and handshake. Raises LinkError with a one-line reason."""
+
+    @abc.abstractmethod
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        """Block until the next snapshot is due and return it; None when ``timeout_s`` passed first.
+
+        Raises LinkError when the link is broken.
+        """
+
+    @abc.abstractmethod
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one agent command (see ``gputui/agent.py``) and return its reply's ``result``.
+
+        Raises LinkError when the host cannot be asked or the agent answered with an error.
+        """
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release everything; must return promptly even when the host hangs."""

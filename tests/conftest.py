@@ -1,0 +1,3 @@
+"""Shared fixtures: the fake NVML library (built from C by the session) and friends."""
+
+pytest_plugins = ["tests.fakenvml.plugin"]
