@@ -1,3 +1,29 @@
-"""Shared fixtures: the fake NVML library (built from C by the session) and friends."""
+"""Shared fixtures and suite-wide rules.
+
+A skipped test is a failed run: every dependency the suite needs is installed by `.ci/run`, so a skip can only
+mean something is missing that should not be.
+"""
+
+import pytest
 
 pytest_plugins = ["tests.fakenvml.plugin"]
+
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
+    if _skipped:
+        terminalreporter.write_line(
+            f"FAILED: {len(_skipped)} test(s) skipped; the suite does not allow skips: " + ", ".join(_skipped),
+            red=True,
+        )
