@@ -1,0 +1,217 @@
+"""A fake ``libnvidia-ml.so.1`` for tests on machines without an NVIDIA GPU.
+
+The C library in ``fakenvml.c`` implements part of the NVML C API with the
+real ABI, so any NVML client (pynvml, gpustat, nvitop) can load it through
+``LD_LIBRARY_PATH``. Its only input is the state file named by the
+``FAKE_NVML_STATE`` environment variable, which it re-reads whenever the file
+changes. This module builds the library and renders state files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "LIB_NAME",
+    "SOURCE",
+    "FakeGpu",
+    "FakeHolder",
+    "FakeNvmlState",
+    "build",
+    "env_for",
+]
+
+LIB_NAME = "libnvidia-ml.so.1"
+SOURCE = Path(__file__).with_name("fakenvml.c")
+CFLAGS = [
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-Wl,-soname," + LIB_NAME,
+]
+
+HOLDER_KINDS = ("compute", "graphics", "invisible", "ghost")
+
+
+def build(out_dir: Path) -> Path:
+    """Compile the fake library into ``out_dir/libnvidia-ml.so.1``.
+
+    Raises RuntimeError when no C compiler is available or compilation fails;
+    callers should let that fail the run rather than skip tests.
+    """
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise RuntimeError(
+            "fakenvml: no C compiler found (need gcc or cc on PATH, or $CC) "
+            "to build the fake libnvidia-ml.so.1 the GPU tests run against"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / LIB_NAME
+    cmd = [cc, *CFLAGS, "-o", str(target), str(SOURCE), "-lpthread"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"fakenvml: running {cmd[0]} failed: {exc}") from exc
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"fakenvml: compiling {SOURCE.name} failed (exit {proc.returncode}):\n"
+            f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        )
+    return target
+
+
+def _check_value(value: str) -> str:
+    if any(c in value for c in '"\n\r#') or value == "":
+        raise ValueError(f"fakenvml: value {value!r} cannot be written to a state file")
+    return value
+
+
+def _quote(value: str) -> str:
+    _check_value(value)
+    if any(c.isspace() for c in value):
+        return f'"{value}"'
+    return value
+
+
+@dataclass
+class FakeGpu:
+    """One GPU line. ``None`` leaves a key to the library's default."""
+
+    name: str = "NVIDIA RTX PRO 6000 Blackwell"
+    total_mib: int = 49152
+    baseline_mib: int = 3
+    reserved_mib: int = 0
+    uuid: str | None = None
+    pci: str | None = None
+    serial: str | None = None
+    util_pct: int = 0
+    mem_util_pct: int = 0
+    temp_c: int = 40
+    power_mw: int = 60000
+    power_limit_mw: int = 600000
+    fan_pct: int | None = None
+    error: str | None = None  # e.g. "GPU_IS_LOST", "NOT_SUPPORTED", "UNKNOWN"
+    hang_ms: int = 0
+
+    def render(self, index: int) -> str:
+        parts = [f"gpu {index}"]
+        for key in (
+            "name",
+            "total_mib",
+            "baseline_mib",
+            "reserved_mib",
+            "uuid",
+            "pci",
+            "serial",
+            "util_pct",
+            "mem_util_pct",
+            "temp_c",
+            "power_mw",
+            "power_limit_mw",
+            "fan_pct",
+            "error",
+            "hang_ms",
+        ):
+            value = getattr(self, key)
+            if value is None or (key == "hang_ms" and not value):
+                continue
+            parts.append(f"{key}={_quote(str(value))}")
+        return " ".join(parts)
+
+
+@dataclass
+class FakeHolder:
+    """Memory held on a GPU by a pid.
+
+    kind: "compute" (default) or "graphics" count only while the pid is alive
+    and not a zombie; "invisible" counts and is listed even without
+    /proc/<pid>; "ghost" counts in used memory but is never listed.
+    """
+
+    gpu: int
+    pid: int
+    mib: int
+    kind: str = "compute"
+
+    def render(self) -> str:
+        if self.kind not in HOLDER_KINDS:
+            raise ValueError(f"fakenvml: unknown holder kind {self.kind!r}")
+        line = f"holder {int(self.gpu)} {int(self.pid)} {int(self.mib)}"
+        return line if self.kind == "compute" else f"{line} {self.kind}"
+
+
+_mtime_lock = threading.Lock()
+_last_mtime_ns: dict[str, int] = {}
+
+
+@dataclass
+class FakeNvmlState:
+    driver: str = "570.124.06"
+    cuda: int = 12080
+    init_error: str | None = None
+    gpus: list[FakeGpu] = field(default_factory=list)
+    holders: list[FakeHolder] = field(default_factory=list)
+
+    @classmethod
+    def with_gpus(cls, count: int = 8, **gpu_kwargs: object) -> FakeNvmlState:
+        return cls(gpus=[FakeGpu(**gpu_kwargs) for _ in range(count)])  # type: ignore[arg-type]
+
+    def add_holder(self, gpu: int, pid: int, mib: int, kind: str = "compute") -> FakeHolder:
+        holder = FakeHolder(gpu, pid, mib, kind)
+        self.holders.append(holder)
+        return holder
+
+    def render(self) -> str:
+        lines = [f"driver {_check_value(self.driver)}", f"cuda {int(self.cuda)}"]
+        if self.init_error:
+            lines.append(f"init_error {_check_value(self.init_error)}")
+        lines.extend(gpu.render(i) for i, gpu in enumerate(self.gpus))
+        lines.extend(h.render() for h in self.holders)
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        """Atomically replace ``path`` with the rendered state.
+
+        Each write gets a strictly later mtime than the previous one for the
+        same path, so the library notices it even when two writes land within
+        one filesystem timestamp tick with the same size.
+        """
+        path = Path(path)
+        text = self.render()
+        fd, tmp = tempfile.mkstemp(prefix=".fakenvml-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            key = str(path.resolve())
+            with _mtime_lock:
+                floor = _last_mtime_ns.get(key, 0)
+                try:
+                    floor = max(floor, path.stat().st_mtime_ns)
+                except FileNotFoundError:
+                    pass
+                mtime = max(os.stat(tmp).st_mtime_ns, floor + 1000)
+                os.utime(tmp, ns=(mtime, mtime))
+                os.replace(tmp, path)
+                _last_mtime_ns[key] = mtime
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def env_for(lib_dir: Path, state_path: Path) -> dict[str, str]:
+    """A copy of os.environ that makes a subprocess load the fake library."""
+    env = dict(os.environ)
+    old = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = str(lib_dir) + (os.pathsep + old if old else "")
+    env["FAKE_NVML_STATE"] = str(state_path)
+    return env

@@ -1,0 +1,1440 @@
+/*
+ * fakenvml: a stand-in libnvidia-ml.so.1 for machines without an NVIDIA GPU.
+ *
+ * Implements a subset of the NVML C API with the ABI of NVIDIA's nvml.h
+ * (struct layouts, versioned structs, return codes), driven by a plain-text
+ * state file named by the FAKE_NVML_STATE environment variable. The file is
+ * re-read whenever its inode, size or mtime (nanoseconds) changes; every API
+ * call does one stat() to check.
+ *
+ * State file (one directive per line, '#' starts a comment, tokens separated
+ * by blanks, values containing blanks in double quotes):
+ *
+ *   driver 570.124.06
+ *   cuda 12080
+ *   init_error DRIVER_NOT_LOADED|LIB_RM_VERSION_MISMATCH|NO_PERMISSION|UNKNOWN
+ *   gpu <index> key=value ...
+ *   holder <gpu> <pid> <MiB> [graphics] [invisible] [ghost]
+ *
+ * gpu keys: name uuid serial pci total_mib baseline_mib reserved_mib util_pct
+ * mem_util_pct temp_c power_mw power_limit_mw fan_pct (-1 = no fan) error
+ * (GPU_IS_LOST|NOT_SUPPORTED|UNKNOWN|...) hang_ms.
+ *
+ * Driver semantics: a plain holder counts (in used memory and in the process
+ * list) only while /proc/<pid>/stat exists and its state is not 'Z'.
+ * "invisible" holders count regardless of /proc; "ghost" holders count in
+ * used memory but are never listed.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- nvml.h ABI ------------------------------------------------------- */
+
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_ALREADY_INITIALIZED = 5,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_INSUFFICIENT_POWER = 8,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_IRQ_ISSUE = 11,
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_CORRUPTED_INFOROM = 14,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_RESET_REQUIRED = 16,
+    NVML_ERROR_OPERATING_SYSTEM = 17,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_MEMORY = 20,
+    NVML_ERROR_NO_DATA = 21,
+    NVML_ERROR_VGPU_ECC_NOT_SUPPORTED = 22,
+    NVML_ERROR_INSUFFICIENT_RESOURCES = 23,
+    NVML_ERROR_FREQ_NOT_SUPPORTED = 24,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_DEPRECATED = 26,
+    NVML_ERROR_NOT_READY = 27,
+    NVML_ERROR_GPU_NOT_FOUND = 28,
+    NVML_ERROR_INVALID_STATE = 29,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+#define NVML_STRUCT_VERSION(data, ver) \
+    (unsigned int)(sizeof(data##_v##ver##_t) | ((ver) << 24U))
+
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
+#define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+#define NVML_VALUE_NOT_AVAILABLE_UINT 0xFFFFFFFFu
+
+typedef struct nvmlDevice_st *nvmlDevice_t;
+
+typedef struct {
+    char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+    unsigned int domain, bus, device, pciDeviceId;
+} nvmlPciInfo_v1_t;
+
+typedef struct {
+    char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    unsigned int reserved0, reserved1, reserved2, reserved3;
+} nvmlPciInfo_v2_t;
+
+typedef struct {
+    char busIdLegacy[NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+} nvmlPciInfo_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define nvmlMemory_v2 NVML_STRUCT_VERSION(nvmlMemory, 2)
+
+typedef struct {
+    unsigned long long bar1Total, bar1Free, bar1Used;
+} nvmlBAR1Memory_t;
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+#define nvmlTemperature_v1 NVML_STRUCT_VERSION(nvmlTemperature, 1)
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+
+typedef nvmlProcessInfo_v2_t nvmlProcessInfo_t; /* v3 has the v2 layout */
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+/* ---- state ------------------------------------------------------------ */
+
+#define MAX_GPUS 64
+#define MAX_HOLDERS 1024
+#define STR_LEN 96
+
+#define H_GRAPHICS 1u
+#define H_INVISIBLE 2u
+#define H_GHOST 4u
+
+struct gpu {
+    int present;
+    char name[STR_LEN];
+    char uuid[STR_LEN];
+    char serial[STR_LEN];
+    char pci[STR_LEN];
+    unsigned long long total_mib, baseline_mib, reserved_mib;
+    unsigned int util_pct, mem_util_pct, temp_c, power_mw, power_limit_mw;
+    int fan_pct;
+    int error;
+    unsigned int hang_ms;
+};
+
+struct holder {
+    unsigned int gpu;
+    unsigned int pid;
+    unsigned long long mib;
+    unsigned int flags;
+};
+
+struct state {
+    char driver[STR_LEN];
+    int cuda;
+    int init_error;
+    unsigned int gpu_count;
+    struct gpu gpus[MAX_GPUS];
+    unsigned int holder_count;
+    struct holder holders[MAX_HOLDERS];
+};
+
+struct nvmlDevice_st {
+    unsigned int index;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct state g_state;
+static int g_loaded;        /* g_state holds a successfully read file */
+static struct stat g_stat;  /* identity of the file g_state came from */
+static unsigned int g_init_count;
+static struct nvmlDevice_st g_devices[MAX_GPUS];
+static struct timespec g_start;
+
+static const struct {
+    const char *name;
+    int code;
+} g_error_names[] = {
+    {"UNINITIALIZED", NVML_ERROR_UNINITIALIZED},
+    {"INVALID_ARGUMENT", NVML_ERROR_INVALID_ARGUMENT},
+    {"NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED},
+    {"NO_PERMISSION", NVML_ERROR_NO_PERMISSION},
+    {"NOT_FOUND", NVML_ERROR_NOT_FOUND},
+    {"INSUFFICIENT_POWER", NVML_ERROR_INSUFFICIENT_POWER},
+    {"DRIVER_NOT_LOADED", NVML_ERROR_DRIVER_NOT_LOADED},
+    {"TIMEOUT", NVML_ERROR_TIMEOUT},
+    {"IRQ_ISSUE", NVML_ERROR_IRQ_ISSUE},
+    {"CORRUPTED_INFOROM", NVML_ERROR_CORRUPTED_INFOROM},
+    {"GPU_IS_LOST", NVML_ERROR_GPU_IS_LOST},
+    {"RESET_REQUIRED", NVML_ERROR_RESET_REQUIRED},
+    {"OPERATING_SYSTEM", NVML_ERROR_OPERATING_SYSTEM},
+    {"LIB_RM_VERSION_MISMATCH", NVML_ERROR_LIB_RM_VERSION_MISMATCH},
+    {"IN_USE", NVML_ERROR_IN_USE},
+    {"MEMORY", NVML_ERROR_MEMORY},
+    {"NO_DATA", NVML_ERROR_NO_DATA},
+    {"INSUFFICIENT_RESOURCES", NVML_ERROR_INSUFFICIENT_RESOURCES},
+    {"NOT_READY", NVML_ERROR_NOT_READY},
+    {"GPU_NOT_FOUND", NVML_ERROR_GPU_NOT_FOUND},
+    {"INVALID_STATE", NVML_ERROR_INVALID_STATE},
+    {"UNKNOWN", NVML_ERROR_UNKNOWN},
+};
+
+static int error_code(const char *name)
+{
+    const char *n = name;
+    if (strncasecmp(n, "NVML_ERROR_", 11) == 0)
+        n += 11;
+    for (size_t i = 0; i < sizeof(g_error_names) / sizeof(g_error_names[0]); i++)
+        if (strcasecmp(n, g_error_names[i].name) == 0)
+            return g_error_names[i].code;
+    char *end;
+    long v = strtol(name, &end, 10);
+    if (*name && !*end && v > 0)
+        return (int)v;
+    return -1;
+}
+
+static void warn(const char *path, unsigned int line, const char *what, const char *tok)
+{
+    fprintf(stderr, "fakenvml: %s:%u: %s: %s\n", path, line, what, tok);
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src);
+}
+
+static void gpu_defaults(struct gpu *g, unsigned int i)
+{
+    memset(g, 0, sizeof(*g));
+    g->present = 1;
+    copy_str(g->name, sizeof(g->name), "NVIDIA RTX PRO 6000 Blackwell Server Edition");
+    snprintf(g->uuid, sizeof(g->uuid), "GPU-fa4e0000-0000-0000-0000-%012x", i);
+    snprintf(g->serial, sizeof(g->serial), "16520250%05u", i);
+    snprintf(g->pci, sizeof(g->pci), "00000000:%02X:00.0", (0x17 + i) & 0xFF);
+    g->total_mib = 49152;
+    g->baseline_mib = 3;
+    g->reserved_mib = 0;
+    g->temp_c = 40;
+    g->power_mw = 60000;
+    g->power_limit_mw = 600000;
+    g->fan_pct = -1;
+    g->error = 0;
+}
+
+/* Split a line into tokens in place. Handles "quoted values" and key="quoted
+ * values" and strips comments. Returns the token count. */
+static int tokenize(char *s, char **tok, int max)
+{
+    int n = 0;
+    char *w = s;
+    while (*s) {
+        while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n')
+            s++;
+        if (!*s || *s == '#')
+            break;
+        if (n == max)
+            break;
+        tok[n++] = w;
+        while (*s && *s != ' ' && *s != '\t' && *s != '\r' && *s != '\n') {
+            if (*s == '"') {
+                s++;
+                while (*s && *s != '"')
+                    *w++ = *s++;
+                if (*s == '"')
+                    s++;
+            } else {
+                *w++ = *s++;
+            }
+        }
+        if (*s)
+            s++;
+        *w++ = '\0';
+    }
+    return n;
+}
+
+static int parse_ull(const char *v, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || !*v || *end || *v == '-')
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static int parse_uint(const char *v, unsigned int *out)
+{
+    unsigned long long x;
+    if (parse_ull(v, &x) || x > 0xFFFFFFFFull)
+        return -1;
+    *out = (unsigned int)x;
+    return 0;
+}
+
+static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
+                          const char *path, unsigned int ln)
+{
+    int bad = 0;
+    if (!strcmp(key, "name"))
+        copy_str(g->name, sizeof(g->name), val);
+    else if (!strcmp(key, "uuid"))
+        copy_str(g->uuid, sizeof(g->uuid), val);
+    else if (!strcmp(key, "serial"))
+        copy_str(g->serial, sizeof(g->serial), val);
+    else if (!strcmp(key, "pci"))
+        copy_str(g->pci, sizeof(g->pci), val);
+    else if (!strcmp(key, "total_mib"))
+        bad = parse_ull(val, &g->total_mib);
+    else if (!strcmp(key, "baseline_mib"))
+        bad = parse_ull(val, &g->baseline_mib);
+    else if (!strcmp(key, "reserved_mib"))
+        bad = parse_ull(val, &g->reserved_mib);
+    else if (!strcmp(key, "util_pct"))
+        bad = parse_uint(val, &g->util_pct);
+    else if (!strcmp(key, "mem_util_pct"))
+        bad = parse_uint(val, &g->mem_util_pct);
+    else if (!strcmp(key, "temp_c"))
+        bad = parse_uint(val, &g->temp_c);
+    else if (!strcmp(key, "power_mw"))
+        bad = parse_uint(val, &g->power_mw);
+    else if (!strcmp(key, "power_limit_mw"))
+        bad = parse_uint(val, &g->power_limit_mw);
+    else if (!strcmp(key, "hang_ms"))
+        bad = parse_uint(val, &g->hang_ms);
+    else if (!strcmp(key, "fan_pct")) {
+        char *end;
+        long v = strtol(val, &end, 10);
+        bad = (!*val || *end || v > 100);
+        if (!bad)
+            g->fan_pct = v < 0 ? -1 : (int)v;
+    } else if (!strcmp(key, "error")) {
+        int c = error_code(val);
+        bad = c < 0;
+        if (!bad)
+            g->error = c;
+    } else {
+        warn(path, ln, "unknown gpu key", key);
+        return;
+    }
+    if (bad)
+        warn(path, ln, "bad value", val);
+}
+
+/* Parse the whole file into *st. Returns 0, or -1 if the file is unreadable. */
+static int parse_file(const char *path, struct state *st)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    memset(st, 0, sizeof(*st));
+    copy_str(st->driver, sizeof(st->driver), "570.124.06");
+    st->cuda = 12080;
+    char line[4096];
+    unsigned int ln = 0;
+    while (fgets(line, sizeof(line), f)) {
+        ln++;
+        char *tok[64];
+        int n = tokenize(line, tok, 64);
+        if (n == 0)
+            continue;
+        if (!strcmp(tok[0], "driver") && n >= 2) {
+            copy_str(st->driver, sizeof(st->driver), tok[1]);
+        } else if (!strcmp(tok[0], "cuda") && n >= 2) {
+            char *end;
+            long v = strtol(tok[1], &end, 10);
+            if (*end || v <= 0)
+                warn(path, ln, "bad cuda version", tok[1]);
+            else
+                st->cuda = (int)v;
+        } else if (!strcmp(tok[0], "init_error") && n >= 2) {
+            int c = error_code(tok[1]);
+            if (c < 0)
+                warn(path, ln, "unknown error name", tok[1]);
+            else
+                st->init_error = c;
+        } else if (!strcmp(tok[0], "gpu") && n >= 2) {
+            unsigned int idx;
+            if (parse_uint(tok[1], &idx) || idx >= MAX_GPUS) {
+                warn(path, ln, "bad gpu index", tok[1]);
+                continue;
+            }
+            struct gpu *g = &st->gpus[idx];
+            gpu_defaults(g, idx);
+            for (int i = 2; i < n; i++) {
+                char *eq = strchr(tok[i], '=');
+                if (!eq) {
+                    warn(path, ln, "expected key=value", tok[i]);
+                    continue;
+                }
+                *eq = '\0';
+                parse_gpu_key(g, tok[i], eq + 1, path, ln);
+            }
+            if (idx + 1 > st->gpu_count)
+                st->gpu_count = idx + 1;
+        } else if (!strcmp(tok[0], "holder") && n >= 4) {
+            struct holder h = {0, 0, 0, 0};
+            if (parse_uint(tok[1], &h.gpu) || parse_uint(tok[2], &h.pid) ||
+                parse_ull(tok[3], &h.mib)) {
+                warn(path, ln, "bad holder", tok[1]);
+                continue;
+            }
+            for (int i = 4; i < n; i++) {
+                if (!strcmp(tok[i], "graphics"))
+                    h.flags |= H_GRAPHICS;
+                else if (!strcmp(tok[i], "invisible"))
+                    h.flags |= H_INVISIBLE;
+                else if (!strcmp(tok[i], "ghost"))
+                    h.flags |= H_GHOST;
+                else if (!strcmp(tok[i], "compute"))
+                    ;
+                else
+                    warn(path, ln, "unknown holder flag", tok[i]);
+            }
+            if (st->holder_count < MAX_HOLDERS)
+                st->holders[st->holder_count++] = h;
+            else
+                warn(path, ln, "too many holders", tok[2]);
+        } else {
+            warn(path, ln, "unknown directive", tok[0]);
+        }
+    }
+    fclose(f);
+    /* Indices that were skipped in the file still exist, with defaults. */
+    for (unsigned int i = 0; i < st->gpu_count; i++)
+        if (!st->gpus[i].present)
+            gpu_defaults(&st->gpus[i], i);
+    return 0;
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* With g_lock held: re-read the state file if it changed. Returns 0 when
+ * g_state is usable, -1 when no state was ever read. */
+static int refresh_locked(void)
+{
+    const char *path = getenv("FAKE_NVML_STATE");
+    struct stat sb;
+    if (path && *path && stat(path, &sb) == 0) {
+        if (!g_loaded || !same_file(&sb, &g_stat)) {
+            static struct state fresh;
+            if (parse_file(path, &fresh) == 0) {
+                memcpy(&g_state, &fresh, sizeof(g_state));
+                g_stat = sb;
+                g_loaded = 1;
+            }
+        }
+    }
+    return g_loaded ? 0 : -1;
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static int pid_alive(unsigned int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p || p[1] != ' ')
+        return 0;
+    return p[2] != 'Z' && p[2] != 'X' && p[2] != 'x';
+}
+
+static int holder_counts(const struct holder *h)
+{
+    if (h->flags & (H_INVISIBLE | H_GHOST))
+        return 1;
+    return pid_alive(h->pid);
+}
+
+static void sleep_ms(unsigned int ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* A consistent copy of one GPU and its holders, taken under the lock. */
+struct dev_view {
+    unsigned int index;
+    struct gpu g;
+    unsigned int nh;
+    struct holder h[MAX_HOLDERS];
+};
+
+static nvmlReturn_t check_init_locked(void)
+{
+    if (g_init_count == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    refresh_locked();
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t system_enter(void)
+{
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t r = check_init_locked();
+    if (r != NVML_SUCCESS)
+        pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+static void system_leave(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+static int handle_index(nvmlDevice_t dev, unsigned int *idx)
+{
+    if (dev < &g_devices[0] || dev >= &g_devices[MAX_GPUS])
+        return -1;
+    *idx = (unsigned int)(dev - &g_devices[0]);
+    return 0;
+}
+
+/* Entry point for every per-device call: validates the handle, copies the
+ * device's state, then (outside the lock) applies hang_ms and error. */
+static nvmlReturn_t dev_enter(nvmlDevice_t dev, struct dev_view *v, int want_holders)
+{
+    unsigned int idx = 0;
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t r = check_init_locked();
+    if (r == NVML_SUCCESS && (handle_index(dev, &idx) != 0 || idx >= g_state.gpu_count))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS) {
+        v->index = idx;
+        v->g = g_state.gpus[idx];
+        v->nh = 0;
+        if (want_holders)
+            for (unsigned int i = 0; i < g_state.holder_count; i++)
+                if (g_state.holders[i].gpu == idx)
+                    v->h[v->nh++] = g_state.holders[i];
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (v->g.hang_ms)
+        sleep_ms(v->g.hang_ms);
+    if (v->g.error)
+        return v->g.error;
+    return NVML_SUCCESS;
+}
+
+#define DEV_ENTER(dev, v)                                 \
+    struct dev_view v##_storage;                          \
+    struct dev_view *v = &v##_storage;                    \
+    do {                                                  \
+        nvmlReturn_t _r = dev_enter((dev), v, 0);         \
+        if (_r != NVML_SUCCESS)                           \
+            return _r;                                    \
+    } while (0)
+
+#define MIB 1048576ull
+
+static unsigned long long used_bytes(const struct dev_view *v)
+{
+    unsigned long long mib = v->g.baseline_mib;
+    for (unsigned int i = 0; i < v->nh; i++)
+        if (holder_counts(&v->h[i]))
+            mib += v->h[i].mib;
+    return mib * MIB;
+}
+
+static nvmlReturn_t put_str(char *buf, unsigned int length, const char *s)
+{
+    if (!buf)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    size_t n = strlen(s);
+    if (length < n + 1)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, s, n + 1);
+    return NVML_SUCCESS;
+}
+
+static void parse_pci(const char *s, unsigned int *dom, unsigned int *bus, unsigned int *dev,
+                      unsigned int *fn)
+{
+    *dom = *bus = *dev = *fn = 0;
+    if (sscanf(s, "%x:%x:%x.%x", dom, bus, dev, fn) != 4) {
+        *dom = 0;
+        sscanf(s, "%x:%x.%x", bus, dev, fn);
+    }
+}
+
+#define PCI_DEVICE_ID 0x2BB510DEu
+#define PCI_SUBSYS_ID 0x204E10DEu
+
+/* ---- init / system ---------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t r = NVML_SUCCESS;
+    const char *path = getenv("FAKE_NVML_STATE");
+    if (!path || !*path || access(path, R_OK) != 0 || refresh_locked() != 0)
+        r = NVML_ERROR_DRIVER_NOT_LOADED;
+    else if (g_state.init_error)
+        r = g_state.init_error;
+    if (r == NVML_SUCCESS) {
+        if (g_init_count == 0 && g_start.tv_sec == 0)
+            clock_gettime(CLOCK_MONOTONIC, &g_start);
+        for (unsigned int i = 0; i < MAX_GPUS; i++)
+            g_devices[i].index = i;
+        g_init_count++;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvmlInitWithFlags(0); }
+EXPORT nvmlReturn_t nvmlInit(void) { return nvmlInitWithFlags(0); }
+
+EXPORT nvmlReturn_t nvmlShutdown(void)
+{
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t r = NVML_SUCCESS;
+    if (g_init_count == 0)
+        r = NVML_ERROR_UNINITIALIZED;
+    else
+        g_init_count--;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+EXPORT const char *nvmlErrorString(nvmlReturn_t result)
+{
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE: return "In use by another client";
+    case NVML_ERROR_MEMORY: return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA: return "No data";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "ECC is not supported on vGPU";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    case NVML_ERROR_DEPRECATED: return "Deprecated";
+    case NVML_ERROR_NOT_READY: return "Not ready";
+    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
+    case NVML_ERROR_INVALID_STATE: return "Invalid state";
+    case NVML_ERROR_UNKNOWN: return "Unknown Error";
+    default: return "Unknown Error";
+    }
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    r = put_str(version, length, g_state.driver);
+    system_leave();
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
+{
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    char buf[STR_LEN + 16];
+    snprintf(buf, sizeof(buf), "%d.%s", g_state.cuda / 1000, g_state.driver);
+    r = put_str(version, length, buf);
+    system_leave();
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
+{
+    if (!cudaDriverVersion)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    *cudaDriverVersion = g_state.cuda;
+    system_leave();
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
+{
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
+{
+    if (!name || length == 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    system_leave();
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NVML_ERROR_NOT_FOUND;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n'))
+        buf[--n] = '\0';
+    /* Like the real library: truncate to the caller's buffer. */
+    snprintf(name, length, "%s", buf);
+    return NVML_SUCCESS;
+}
+
+/* ---- enumeration ------------------------------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+{
+    if (!deviceCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    *deviceCount = g_state.gpu_count;
+    system_leave();
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+{
+    return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    if (index >= g_state.gpu_count)
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    else
+        *device = &g_devices[index];
+    system_leave();
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    if (!uuid || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    r = NVML_ERROR_NOT_FOUND;
+    for (unsigned int i = 0; i < g_state.gpu_count; i++)
+        if (strcasecmp(g_state.gpus[i].uuid, uuid) == 0) {
+            *device = &g_devices[i];
+            r = NVML_SUCCESS;
+            break;
+        }
+    system_leave();
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
+{
+    if (!serial || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    r = NVML_ERROR_NOT_FOUND;
+    for (unsigned int i = 0; i < g_state.gpu_count; i++)
+        if (strcmp(g_state.gpus[i].serial, serial) == 0) {
+            *device = &g_devices[i];
+            r = NVML_SUCCESS;
+            break;
+        }
+    system_leave();
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    if (!pciBusId || !device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int d, b, s, f;
+    parse_pci(pciBusId, &d, &b, &s, &f);
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    r = NVML_ERROR_NOT_FOUND;
+    for (unsigned int i = 0; i < g_state.gpu_count; i++) {
+        unsigned int d2, b2, s2, f2;
+        parse_pci(g_state.gpus[i].pci, &d2, &b2, &s2, &f2);
+        if (d == d2 && b == b2 && s == s2 && f == f2) {
+            *device = &g_devices[i];
+            r = NVML_SUCCESS;
+            break;
+        }
+    }
+    system_leave();
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+/* ---- identity --------------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    if (!index)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *index = v->index;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    if (!minorNumber)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *minorNumber = v->index;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    DEV_ENTER(device, v);
+    return put_str(name, length, v->g.name);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    DEV_ENTER(device, v);
+    return put_str(uuid, length, v->g.uuid);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    DEV_ENTER(device, v);
+    return put_str(serial, length, v->g.serial);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, unsigned int *type)
+{
+    if (!type)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *type = 13; /* NVML_BRAND_NVIDIA_RTX */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
+{
+    if (!arch)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *arch = 10; /* NVML_DEVICE_ARCH_BLACKWELL */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *major = 12;
+    *minor = 0;
+    return NVML_SUCCESS;
+}
+
+static void fill_pci_common(const struct gpu *g, unsigned int *dom, unsigned int *bus,
+                            unsigned int *dev)
+{
+    unsigned int fn;
+    parse_pci(g->pci, dom, bus, dev, &fn);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    memset(pci, 0, sizeof(*pci));
+    fill_pci_common(&v->g, &pci->domain, &pci->bus, &pci->device);
+    pci->pciDeviceId = PCI_DEVICE_ID;
+    pci->pciSubSystemId = PCI_SUBSYS_ID;
+    snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.0", pci->domain, pci->bus,
+             pci->device);
+    snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.0",
+             pci->domain & 0xFFFF, pci->bus & 0xFF, pci->device & 0xFF);
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_v2_t *pci)
+{
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlPciInfo_t full;
+    nvmlReturn_t r = nvmlDeviceGetPciInfo_v3(device, &full);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(pci, 0, sizeof(*pci));
+    memcpy(pci->busId, full.busIdLegacy, sizeof(pci->busId));
+    pci->domain = full.domain;
+    pci->bus = full.bus;
+    pci->device = full.device;
+    pci->pciDeviceId = full.pciDeviceId;
+    pci->pciSubSystemId = full.pciSubSystemId;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_v1_t *pci)
+{
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlPciInfo_t full;
+    nvmlReturn_t r = nvmlDeviceGetPciInfo_v3(device, &full);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(pci, 0, sizeof(*pci));
+    memcpy(pci->busId, full.busIdLegacy, sizeof(pci->busId));
+    pci->domain = full.domain;
+    pci->bus = full.bus;
+    pci->device = full.device;
+    pci->pciDeviceId = full.pciDeviceId;
+    return NVML_SUCCESS;
+}
+
+/* ---- memory ----------------------------------------------------------- */
+
+static nvmlReturn_t memory_figures(nvmlDevice_t device, unsigned long long *total,
+                                   unsigned long long *reserved, unsigned long long *free_,
+                                   unsigned long long *used)
+{
+    struct dev_view *v = malloc(sizeof(*v));
+    if (!v)
+        return NVML_ERROR_MEMORY;
+    nvmlReturn_t r = dev_enter(device, v, 1);
+    if (r == NVML_SUCCESS) {
+        *total = v->g.total_mib * MIB;
+        *reserved = v->g.reserved_mib * MIB;
+        *used = used_bytes(v);
+        unsigned long long taken = *reserved + *used;
+        *free_ = taken >= *total ? 0 : *total - taken;
+    }
+    free(v);
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long total, reserved, free_, used;
+    nvmlReturn_t r = memory_figures(device, &total, &reserved, &free_, &used);
+    if (r != NVML_SUCCESS)
+        return r;
+    /* v1: "used" is reserved plus allocated memory. */
+    memory->total = total;
+    memory->free = free_;
+    memory->used = used + reserved;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    if (!memory)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned long long total, reserved, free_, used;
+    nvmlReturn_t r = memory_figures(device, &total, &reserved, &free_, &used);
+    if (r != NVML_SUCCESS)
+        return r;
+    memory->total = total;
+    memory->reserved = reserved;
+    memory->free = free_;
+    memory->used = used;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1)
+{
+    if (!bar1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    bar1->bar1Total = v->g.total_mib * MIB;
+    bar1->bar1Used = 2 * MIB;
+    bar1->bar1Free = bar1->bar1Total > bar1->bar1Used ? bar1->bar1Total - bar1->bar1Used : 0;
+    return NVML_SUCCESS;
+}
+
+/* ---- processes -------------------------------------------------------- */
+
+enum proc_kind { PK_COMPUTE, PK_GRAPHICS, PK_MPS };
+
+static nvmlReturn_t running_processes(nvmlDevice_t device, enum proc_kind kind,
+                                      unsigned int *infoCount, void *infos, int version)
+{
+    if (!infoCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view *v = malloc(sizeof(*v));
+    if (!v)
+        return NVML_ERROR_MEMORY;
+    nvmlReturn_t r = dev_enter(device, v, 1);
+    if (r != NVML_SUCCESS) {
+        free(v);
+        return r;
+    }
+    unsigned int n = 0;
+    struct holder *list = v->h;
+    if (kind != PK_MPS) {
+        for (unsigned int i = 0; i < v->nh; i++) {
+            const struct holder *h = &v->h[i];
+            if (h->flags & H_GHOST)
+                continue;
+            if (((h->flags & H_GRAPHICS) != 0) != (kind == PK_GRAPHICS))
+                continue;
+            if (!holder_counts(h))
+                continue;
+            list[n++] = *h;
+        }
+    }
+    if (*infoCount < n) {
+        *infoCount = n;
+        r = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else if (n > 0 && !infos) {
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        for (unsigned int i = 0; i < n; i++) {
+            if (version == 1) {
+                nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)infos + i;
+                p->pid = list[i].pid;
+                p->usedGpuMemory = list[i].mib * MIB;
+            } else {
+                nvmlProcessInfo_v2_t *p = (nvmlProcessInfo_v2_t *)infos + i;
+                p->pid = list[i].pid;
+                p->usedGpuMemory = list[i].mib * MIB;
+                p->gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+                p->computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+            }
+        }
+        *infoCount = n;
+    }
+    free(v);
+    return r;
+}
+
+#define PROC_FN(name, kind, ver, type)                                                   \
+    EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *infoCount, type *infos) \
+    {                                                                                    \
+        return running_processes(device, kind, infoCount, infos, ver);                   \
+    }
+
+PROC_FN(nvmlDeviceGetComputeRunningProcesses, PK_COMPUTE, 1, nvmlProcessInfo_v1_t)
+PROC_FN(nvmlDeviceGetComputeRunningProcesses_v2, PK_COMPUTE, 2, nvmlProcessInfo_v2_t)
+PROC_FN(nvmlDeviceGetComputeRunningProcesses_v3, PK_COMPUTE, 3, nvmlProcessInfo_t)
+PROC_FN(nvmlDeviceGetGraphicsRunningProcesses, PK_GRAPHICS, 1, nvmlProcessInfo_v1_t)
+PROC_FN(nvmlDeviceGetGraphicsRunningProcesses_v2, PK_GRAPHICS, 2, nvmlProcessInfo_v2_t)
+PROC_FN(nvmlDeviceGetGraphicsRunningProcesses_v3, PK_GRAPHICS, 3, nvmlProcessInfo_t)
+PROC_FN(nvmlDeviceGetMPSComputeRunningProcesses, PK_MPS, 1, nvmlProcessInfo_v1_t)
+PROC_FN(nvmlDeviceGetMPSComputeRunningProcesses_v2, PK_MPS, 2, nvmlProcessInfo_v2_t)
+PROC_FN(nvmlDeviceGetMPSComputeRunningProcesses_v3, PK_MPS, 3, nvmlProcessInfo_t)
+
+EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                    nvmlProcessUtilizationSample_t *utilization,
+                                                    unsigned int *processSamplesCount,
+                                                    unsigned long long lastSeenTimeStamp)
+{
+    (void)lastSeenTimeStamp;
+    if (!processSamplesCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    (void)utilization;
+    /* No per-process samples are recorded by this library. */
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* ---- sensors ---------------------------------------------------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device,
+                                                  nvmlUtilization_t *utilization)
+{
+    if (!utilization)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    utilization->gpu = v->g.util_pct;
+    utilization->memory = v->g.mem_util_pct;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                                    unsigned int *samplingPeriodUs)
+{
+    if (!utilization || !samplingPeriodUs)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *utilization = 0;
+    *samplingPeriodUs = 167000;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+                                                    unsigned int *samplingPeriodUs)
+{
+    return nvmlDeviceGetEncoderUtilization(device, utilization, samplingPeriodUs);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, unsigned int sensorType,
+                                             unsigned int *temp)
+{
+    if (!temp || sensorType >= 2)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    if (sensorType != 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *temp = v->g.temp_c;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature)
+{
+    if (!temperature)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (temperature->version != nvmlTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned int t;
+    nvmlReturn_t r = nvmlDeviceGetTemperature(device, temperature->sensorType, &t);
+    if (r == NVML_SUCCESS)
+        temperature->temperature = (int)t;
+    return r;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    if (!power)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *power = v->g.power_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    if (!limit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *limit = v->g.power_limit_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return nvmlDeviceGetPowerManagementLimit(device, limit);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                             unsigned int *defaultLimit)
+{
+    return nvmlDeviceGetPowerManagementLimit(device, defaultLimit);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
+                                                                 unsigned int *minLimit,
+                                                                 unsigned int *maxLimit)
+{
+    if (!minLimit || !maxLimit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *minLimit = v->g.power_limit_mw / 4;
+    *maxLimit = v->g.power_limit_mw;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                        unsigned long long *energy)
+{
+    if (!energy)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    /* Energy in mJ as if the current power had been drawn since init. */
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    long long ms = (long long)(now.tv_sec - g_start.tv_sec) * 1000LL +
+                   (long long)(now.tv_nsec - g_start.tv_nsec) / 1000000LL;
+    if (ms < 0)
+        ms = 0;
+    *energy = (unsigned long long)v->g.power_mw * (unsigned long long)ms / 1000ull;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans)
+{
+    if (!numFans)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *numFans = v->g.fan_pct >= 0 ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan,
+                                             unsigned int *speed)
+{
+    if (!speed)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    if (v->g.fan_pct < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (fan != 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *speed = (unsigned int)v->g.fan_pct;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    return nvmlDeviceGetFanSpeed_v2(device, 0, speed);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, unsigned int *pState)
+{
+    if (!pState)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *pState = v->g.util_pct > 0 ? 0 : 8;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, unsigned int *pState)
+{
+    return nvmlDeviceGetPerformanceState(device, pState);
+}
+
+static nvmlReturn_t get_const_uint(nvmlDevice_t device, unsigned int *out, unsigned int value)
+{
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *out = value;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
+{
+    return get_const_uint(device, mode, 1); /* NVML_FEATURE_ENABLED */
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, unsigned int *isActive)
+{
+    return get_const_uint(device, isActive, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, unsigned int *display)
+{
+    return get_const_uint(device, display, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
+{
+    return get_const_uint(device, mode, 0); /* NVML_COMPUTEMODE_DEFAULT */
+}
+
+EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
+{
+    return get_const_uint(device, isMigDevice, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *g)
+{
+    return get_const_uint(device, g, 5);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkGeneration(nvmlDevice_t device, unsigned int *g)
+{
+    return get_const_uint(device, g, 5);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *w)
+{
+    return get_const_uint(device, w, 16);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *w)
+{
+    return get_const_uint(device, w, 16);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, unsigned int counter,
+                                                unsigned int *value)
+{
+    if (!value || counter >= 2)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_const_uint(device, value, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
+                                         unsigned int *pendingMode)
+{
+    if (!currentMode || !pendingMode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *currentMode = 0;
+    *pendingMode = 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, unsigned int *current,
+                                                unsigned int *pending)
+{
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    return NVML_ERROR_NOT_SUPPORTED; /* Windows only */
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t device, unsigned int *current,
+                                             unsigned int *pending)
+{
+    return nvmlDeviceGetDriverModel_v2(device, current, pending);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned int errorType,
+                                                unsigned int counterType,
+                                                unsigned long long *eccCounts)
+{
+    if (!eccCounts || errorType >= 2 || counterType >= 2)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    (void)v;
+    *eccCounts = 0;
+    return NVML_SUCCESS;
+}
+
+static const unsigned int g_clock_cur[4] = {2100, 2100, 14001, 1950};
+static const unsigned int g_clock_max[4] = {2617, 2617, 14001, 2280};
+
+EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, unsigned int type,
+                                           unsigned int *clock)
+{
+    if (!clock || type >= 4)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *clock = v->g.util_pct > 0 || type == 2 ? g_clock_cur[type] : 180;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, unsigned int type,
+                                              unsigned int *clock)
+{
+    if (!clock || type >= 4)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return get_const_uint(device, clock, g_clock_max[type]);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
+                                                           unsigned long long *reasons)
+{
+    if (!reasons)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *reasons = v->g.util_pct > 0 ? 0ull : 0x1ull; /* GPU idle */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device,
+                                                              unsigned long long *reasons)
+{
+    return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}

@@ -1,0 +1,556 @@
+"""The fake libnvidia-ml.so.1, exercised through NVIDIA's own pynvml (and raw
+ctypes) in subprocesses, the way a GPU tool would load it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.fakenvml import FakeGpu, FakeNvmlState, build
+from tests.fakenvml.plugin import FakeNvml
+
+MIB = 1024 * 1024
+
+PRELUDE = """
+import ctypes, json, sys, time
+import pynvml
+def out(obj):
+    print(json.dumps(obj), flush=True)
+def err_name(fn, *args):
+    try:
+        fn(*args)
+    except pynvml.NVMLError as exc:
+        return type(exc).__name__
+    return None
+"""
+
+
+def run_py(fake: FakeNvml, code: str, env: dict[str, str] | None = None, timeout: float = 60):
+    proc = subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        env=env if env is not None else fake.env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def memory_of(fake: FakeNvml, index: int = 0):
+    return run_py(
+        fake,
+        f"""
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex({index})
+        m1 = pynvml.nvmlDeviceGetMemoryInfo(h)
+        m2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+        gprocs = pynvml.nvmlDeviceGetGraphicsRunningProcesses(h)
+        out({{
+            "v1": [m1.total, m1.free, m1.used],
+            "v2": [m2.version, m2.total, m2.reserved, m2.free, m2.used],
+            "procs": [[p.pid, p.usedGpuMemory, p.gpuInstanceId, p.computeInstanceId]
+                      for p in procs],
+            "gprocs": [[p.pid, p.usedGpuMemory] for p in gprocs],
+        }})
+        """,
+    )
+
+
+def wait_for_state(pid: int, want: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == want:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} never reached state {want}")
+
+
+def unused_pid() -> int:
+    pid = 4_000_000
+    while Path(f"/proc/{pid}").exists():
+        pid += 1
+    return pid
+
+
+def test_enumeration_and_identity(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[3] = FakeGpu(
+        name="NVIDIA H200", uuid="GPU-12345678-aaaa-bbbb-cccc-0123456789ab", pci="00000000:9A:00.0"
+    )
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        pynvml.nvmlInit()
+        n = pynvml.nvmlDeviceGetCount()
+        hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(n)]
+        pci3 = pynvml.nvmlDeviceGetPciInfo(hs[3])
+        by_uuid = pynvml.nvmlDeviceGetHandleByUUID(b"GPU-12345678-aaaa-bbbb-cccc-0123456789ab")
+        by_pci = pynvml.nvmlDeviceGetHandleByPciBusId(b"0000:9a:00.0")
+        out({
+            "count": n,
+            "names": [pynvml.nvmlDeviceGetName(h) for h in hs],
+            "uuids": [pynvml.nvmlDeviceGetUUID(h) for h in hs],
+            "pcis": [pynvml.nvmlDeviceGetPciInfo(h).busId for h in hs],
+            "pci3": [pci3.domain, pci3.bus, pci3.device, pci3.busIdLegacy],
+            "minor": [pynvml.nvmlDeviceGetMinorNumber(h) for h in hs],
+            "idx_uuid": pynvml.nvmlDeviceGetIndex(by_uuid),
+            "idx_pci": pynvml.nvmlDeviceGetIndex(by_pci),
+            "missing_uuid": err_name(pynvml.nvmlDeviceGetHandleByUUID, b"GPU-nope"),
+            "bad_index": err_name(pynvml.nvmlDeviceGetHandleByIndex, 8),
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "nvml": pynvml.nvmlSystemGetNVMLVersion(),
+            "cuda": pynvml.nvmlSystemGetCudaDriverVersion(),
+            "cuda2": pynvml.nvmlSystemGetCudaDriverVersion_v2(),
+            "cc": list(pynvml.nvmlDeviceGetCudaComputeCapability(hs[0])),
+            "arch": pynvml.nvmlDeviceGetArchitecture(hs[0]),
+        })
+        """,
+    )
+    assert got["count"] == 8
+    assert got["names"][0] == "NVIDIA RTX PRO 6000 Blackwell"
+    assert got["names"][3] == "NVIDIA H200"
+    assert got["uuids"][0] == "GPU-fa4e0000-0000-0000-0000-000000000000"
+    assert got["uuids"][7] == "GPU-fa4e0000-0000-0000-0000-000000000007"
+    assert got["uuids"][3] == "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
+    assert got["pcis"][0] == "00000000:17:00.0"
+    assert got["pcis"][1] == "00000000:18:00.0"
+    assert got["pcis"][3] == "00000000:9A:00.0"
+    assert got["pci3"] == [0, 0x9A, 0, "0000:9A:00.0"]
+    assert got["minor"] == list(range(8))
+    assert got["idx_uuid"] == 3
+    assert got["idx_pci"] == 3
+    assert got["missing_uuid"] == "NVMLError_NotFound"
+    assert got["bad_index"] == "NVMLError_InvalidArgument"
+    assert got["driver"] == "570.124.06"
+    assert got["nvml"] == "12.570.124.06"
+    assert got["cuda"] == got["cuda2"] == 12080
+    assert got["cc"] == [12, 0]
+    assert got["arch"] == 10
+
+
+def test_memory_v1_and_v2_semantics(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[0] = FakeGpu(total_mib=49152, baseline_mib=3, reserved_mib=512)
+    fake_nvml.write()
+    got = memory_of(fake_nvml, 0)
+    total = 49152 * MIB
+    # v2: used excludes the reserved memory, reported separately.
+    assert got["v2"] == [0x02000028, total, 512 * MIB, total - 515 * MIB, 3 * MIB]
+    # v1: used is reserved + allocated; free is the same.
+    assert got["v1"] == [total, total - 515 * MIB, 515 * MIB]
+    assert got["procs"] == []
+    assert got["gprocs"] == []
+
+
+def test_live_child_holder_counts_until_killed(fake_nvml: FakeNvml) -> None:
+    child = subprocess.Popen(["sleep", "60"])  # noqa: S607
+    try:
+        fake_nvml.state.add_holder(0, child.pid, 40960)
+        fake_nvml.write()
+        got = memory_of(fake_nvml, 0)
+        assert got["v2"][4] == (3 + 40960) * MIB
+        assert got["v1"][2] == (3 + 40960) * MIB
+        assert got["procs"] == [[child.pid, 40960 * MIB, 0xFFFFFFFF, 0xFFFFFFFF]]
+        name = run_py(
+            fake_nvml,
+            f"pynvml.nvmlInit(); out(pynvml.nvmlSystemGetProcessName({child.pid}))",
+        )
+        assert name == "sleep"
+    finally:
+        child.kill()
+        child.wait()
+    got = memory_of(fake_nvml, 0)
+    assert got["v2"][4] == 3 * MIB
+    assert got["procs"] == []
+
+
+def test_zombie_holder_does_not_count(fake_nvml: FakeNvml) -> None:
+    child = subprocess.Popen(["true"])  # noqa: S607
+    try:
+        wait_for_state(child.pid, "Z")
+        fake_nvml.state.add_holder(0, child.pid, 1000)
+        fake_nvml.write()
+        got = memory_of(fake_nvml, 0)
+        assert got["v2"][4] == 3 * MIB
+        assert got["procs"] == []
+    finally:
+        child.wait()
+
+
+def test_invisible_ghost_and_graphics_holders(fake_nvml: FakeNvml) -> None:
+    gone = unused_pid()
+    fake_nvml.state.add_holder(3, gone, 2048, "invisible")
+    fake_nvml.state.add_holder(5, gone + 1, 1024, "ghost")
+    fake_nvml.state.add_holder(5, os.getpid(), 512, "graphics")
+    fake_nvml.write()
+    inv = memory_of(fake_nvml, 3)
+    assert inv["v2"][4] == (3 + 2048) * MIB
+    assert inv["procs"] == [[gone, 2048 * MIB, 0xFFFFFFFF, 0xFFFFFFFF]]
+    ghost = memory_of(fake_nvml, 5)
+    assert ghost["v2"][4] == (3 + 1024 + 512) * MIB
+    assert ghost["procs"] == []
+    assert ghost["gprocs"] == [[os.getpid(), 512 * MIB]]
+    # Holders on other GPUs do not leak onto GPU 0.
+    assert memory_of(fake_nvml, 0)["v2"][4] == 3 * MIB
+
+
+def test_gpu_is_lost_on_one_gpu_only(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[1].error = "GPU_IS_LOST"
+    fake_nvml.state.gpus[2].error = "NOT_SUPPORTED"
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        pynvml.nvmlInit()
+        h0, h1, h2 = (pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+        exc = None
+        try:
+            pynvml.nvmlDeviceGetMemoryInfo(h1)
+        except pynvml.NVMLError_GpuIsLost as e:
+            exc = [e.value, str(e)]
+        out({
+            "lost": exc,
+            "lost_name": err_name(pynvml.nvmlDeviceGetName, h1),
+            "lost_procs": err_name(pynvml.nvmlDeviceGetComputeRunningProcesses, h1),
+            "unsupported": err_name(pynvml.nvmlDeviceGetUtilizationRates, h2),
+            "ok_name": pynvml.nvmlDeviceGetName(h0),
+            "ok_used": pynvml.nvmlDeviceGetMemoryInfo(h0).used,
+            "count": pynvml.nvmlDeviceGetCount(),
+        })
+        """,
+    )
+    assert got["lost"] == [15, "GPU is lost"]
+    assert got["lost_name"] == "NVMLError_GpuIsLost"
+    assert got["lost_procs"] == "NVMLError_GpuIsLost"
+    assert got["unsupported"] == "NVMLError_NotSupported"
+    assert got["ok_name"] == "NVIDIA RTX PRO 6000 Blackwell"
+    assert got["ok_used"] == 3 * MIB
+    assert got["count"] == 8
+
+
+@pytest.mark.parametrize(
+    ("error", "exc_name"),
+    [
+        ("DRIVER_NOT_LOADED", "NVMLError_DriverNotLoaded"),
+        ("LIB_RM_VERSION_MISMATCH", "NVMLError_LibRmVersionMismatch"),
+        ("NO_PERMISSION", "NVMLError_NoPermission"),
+        ("UNKNOWN", "NVMLError_Unknown"),
+    ],
+)
+def test_init_error(fake_nvml: FakeNvml, error: str, exc_name: str) -> None:
+    fake_nvml.state.init_error = error
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        name = err_name(pynvml.nvmlInit)
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        out([name, lib.nvmlDeviceGetCount_v2(ctypes.byref(ctypes.c_uint()))])
+        """,
+    )
+    assert got == [exc_name, 1]  # and still uninitialised afterwards
+
+
+def test_unset_or_missing_state_is_driver_not_loaded(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    env = fake_nvml.env()
+    del env["FAKE_NVML_STATE"]
+    code = "out([err_name(pynvml.nvmlInit), str(pynvml.NVMLError(9))])"
+    assert run_py(fake_nvml, code, env=env) == ["NVMLError_DriverNotLoaded", "Driver Not Loaded"]
+    env["FAKE_NVML_STATE"] = str(tmp_path / "does-not-exist")
+    assert run_py(fake_nvml, code, env=env)[0] == "NVMLError_DriverNotLoaded"
+
+
+def test_hang_ms_delays_only_that_gpu(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[2].hang_ms = 1500
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        import threading
+        pynvml.nvmlInit()
+        h0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+        h2 = pynvml.nvmlDeviceGetHandleByIndex(2)  # getting the handle does not hang
+        t = time.monotonic()
+        pynvml.nvmlDeviceGetMemoryInfo(h0)
+        fast = time.monotonic() - t
+        t = time.monotonic()
+        pynvml.nvmlDeviceGetMemoryInfo(h2)
+        slow = time.monotonic() - t
+        # While one thread is stuck on GPU 2, another can still query GPU 0.
+        th = threading.Thread(target=pynvml.nvmlDeviceGetName, args=(h2,))
+        th.start()
+        time.sleep(0.2)
+        t = time.monotonic()
+        pynvml.nvmlDeviceGetName(h0)
+        concurrent = time.monotonic() - t
+        th.join()
+        out([fast, slow, concurrent])
+        """,
+    )
+    fast, slow, concurrent = got
+    assert fast < 0.5
+    assert 1.45 <= slow < 5
+    assert concurrent < 0.5
+
+
+def test_process_query_size_protocol_via_ctypes(fake_nvml: FakeNvml) -> None:
+    gone = unused_pid()
+    fake_nvml.state.add_holder(0, gone, 100, "invisible")
+    fake_nvml.state.add_holder(0, gone + 1, 200, "invisible")
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        class V1(ctypes.Structure):
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+        V3 = pynvml.c_nvmlProcessInfo_v3_t
+        n = ctypes.c_uint(0)
+        res = {"uninit": lib.nvmlDeviceGetComputeRunningProcesses_v3(None, ctypes.byref(n), None)}
+        res["init"] = lib.nvmlInit_v2()
+        h = ctypes.c_void_p()
+        lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
+        n = ctypes.c_uint(0)
+        res["probe"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), None),
+                        n.value]
+        n = ctypes.c_uint(1)
+        small = (V3 * 1)()
+        res["small"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), small),
+                        n.value]
+        n = ctypes.c_uint(5)
+        big = (V3 * 5)()
+        res["big"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), big),
+                      n.value, [[p.pid, p.usedGpuMemory, p.gpuInstanceId] for p in big[:2]]]
+        n = ctypes.c_uint(4)
+        v1 = (V1 * 4)()
+        res["v1"] = [lib.nvmlDeviceGetComputeRunningProcesses(h, ctypes.byref(n), v1),
+                     n.value, [[p.pid, p.usedGpuMemory] for p in v1]]
+        n = ctypes.c_uint(4)
+        res["null_infos"] = lib.nvmlDeviceGetComputeRunningProcesses_v2(h, ctypes.byref(n), None)
+        res["null_count"] = lib.nvmlDeviceGetComputeRunningProcesses_v3(h, None, big)
+        h1 = ctypes.c_void_p()
+        lib.nvmlDeviceGetHandleByIndex_v2(1, ctypes.byref(h1))
+        n = ctypes.c_uint(0)
+        res["empty"] = [lib.nvmlDeviceGetComputeRunningProcesses_v3(h1, ctypes.byref(n), None),
+                        n.value]
+        n = ctypes.c_uint(0)
+        res["mps"] = [lib.nvmlDeviceGetMPSComputeRunningProcesses_v3(h, ctypes.byref(n), None),
+                      n.value]
+        res["bad_handle"] = lib.nvmlDeviceGetComputeRunningProcesses_v3(
+            ctypes.c_void_p(16), ctypes.byref(n), None)
+        m = pynvml.c_nvmlMemory_v2_t()
+        m.version = 0x01000028
+        res["mem_bad_version"] = lib.nvmlDeviceGetMemoryInfo_v2(h, ctypes.byref(m))
+        out(res)
+        """,
+    )
+    assert got["uninit"] == 1  # NVML_ERROR_UNINITIALIZED
+    assert got["init"] == 0
+    assert got["probe"] == [7, 2]  # NVML_ERROR_INSUFFICIENT_SIZE, count needed
+    assert got["small"] == [7, 2]
+    assert got["big"] == [0, 2, [[gone, 100 * MIB, 0xFFFFFFFF], [gone + 1, 200 * MIB, 0xFFFFFFFF]]]
+    # v1 structs are 16 bytes: pid + usedGpuMemory, no instance ids.
+    assert got["v1"] == [0, 2, [[gone, 100 * MIB], [gone + 1, 200 * MIB], [0, 0], [0, 0]]]
+    assert got["null_infos"] == 2
+    assert got["null_count"] == 2
+    assert got["empty"] == [0, 0]
+    assert got["mps"] == [0, 0]
+    assert got["bad_handle"] == 2
+    assert got["mem_bad_version"] == 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+
+
+def test_init_is_reference_counted(fake_nvml: FakeNvml) -> None:
+    got = run_py(
+        fake_nvml,
+        """
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        n = ctypes.c_uint()
+        count = lambda: lib.nvmlDeviceGetCount_v2(ctypes.byref(n))
+        r = [count(), lib.nvmlInit(), lib.nvmlInitWithFlags(0), lib.nvmlShutdown(), count(),
+             lib.nvmlShutdown(), count(), lib.nvmlShutdown()]
+        lib.nvmlErrorString.restype = ctypes.c_char_p
+        out([r, lib.nvmlErrorString(15).decode(), lib.nvmlErrorString(9).decode()])
+        """,
+    )
+    assert got == [[1, 0, 0, 0, 0, 0, 1, 1], "GPU is lost", "Driver Not Loaded"]
+
+
+def test_state_file_is_reread_live(fake_nvml: FakeNvml) -> None:
+    script = PRELUDE + textwrap.dedent(
+        """
+        pynvml.nvmlInit()
+        for _ in sys.stdin:
+            n = pynvml.nvmlDeviceGetCount()
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            out([n, pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+                 pynvml.nvmlDeviceGetMemoryInfo(h).used])
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=fake_nvml.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+
+    def ask():
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    try:
+        assert ask() == [8, 0, 3 * MIB]
+        # Same-size rewrites in quick succession are still noticed.
+        for pct in (11, 22, 33):
+            fake_nvml.state.gpus[0].util_pct = pct
+            fake_nvml.write()
+            assert ask() == [8, pct, 3 * MIB]
+        fake_nvml.state.gpus = fake_nvml.state.gpus[:2]
+        fake_nvml.state.add_holder(0, unused_pid(), 7, "ghost")
+        fake_nvml.write()
+        assert ask() == [2, 33, 10 * MIB]
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_tool_style_sweep(fake_nvml: FakeNvml) -> None:
+    """Every query a monitor typically makes either answers or says NotSupported."""
+    fake_nvml.state.gpus[0] = FakeGpu(util_pct=35, mem_util_pct=10, temp_c=45, power_mw=120000, fan_pct=30)
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        P = pynvml
+        calls = {
+            "util": lambda: [P.nvmlDeviceGetUtilizationRates(h).gpu,
+                             P.nvmlDeviceGetUtilizationRates(h).memory],
+            "temp": lambda: P.nvmlDeviceGetTemperature(h, P.NVML_TEMPERATURE_GPU),
+            "tempv": lambda: P.nvmlDeviceGetTemperatureV(h, P.NVML_TEMPERATURE_GPU),
+            "power": lambda: P.nvmlDeviceGetPowerUsage(h),
+            "limit": lambda: P.nvmlDeviceGetPowerManagementLimit(h),
+            "enforced": lambda: P.nvmlDeviceGetEnforcedPowerLimit(h),
+            "constraints": lambda: P.nvmlDeviceGetPowerManagementLimitConstraints(h),
+            "energy": lambda: P.nvmlDeviceGetTotalEnergyConsumption(h) >= 0,
+            "fan": lambda: P.nvmlDeviceGetFanSpeed(h),
+            "fan2": lambda: P.nvmlDeviceGetFanSpeed_v2(h, 0),
+            "fans": lambda: P.nvmlDeviceGetNumFans(h),
+            "enc": lambda: P.nvmlDeviceGetEncoderUtilization(h),
+            "dec": lambda: P.nvmlDeviceGetDecoderUtilization(h),
+            "pstate": lambda: P.nvmlDeviceGetPerformanceState(h),
+            "persist": lambda: P.nvmlDeviceGetPersistenceMode(h),
+            "disp_active": lambda: P.nvmlDeviceGetDisplayActive(h),
+            "disp_mode": lambda: P.nvmlDeviceGetDisplayMode(h),
+            "ecc": lambda: P.nvmlDeviceGetTotalEccErrors(h, 0, 0),
+            "compute_mode": lambda: P.nvmlDeviceGetComputeMode(h),
+            "mig": lambda: P.nvmlDeviceGetMigMode(h),
+            "is_mig": lambda: P.nvmlDeviceIsMigDeviceHandle(h).value,
+            "clock": lambda: P.nvmlDeviceGetClockInfo(h, P.NVML_CLOCK_SM),
+            "max_clock": lambda: P.nvmlDeviceGetMaxClockInfo(h, P.NVML_CLOCK_SM),
+            "pcie": lambda: [P.nvmlDeviceGetCurrPcieLinkGeneration(h),
+                             P.nvmlDeviceGetCurrPcieLinkWidth(h),
+                             P.nvmlDeviceGetMaxPcieLinkGeneration(h),
+                             P.nvmlDeviceGetMaxPcieLinkWidth(h)],
+            "pcie_tx": lambda: P.nvmlDeviceGetPcieThroughput(h, 0),
+            "bar1": lambda: P.nvmlDeviceGetBAR1MemoryInfo(h).bar1Total,
+            "brand": lambda: P.nvmlDeviceGetBrand(h),
+            "serial": lambda: P.nvmlDeviceGetSerial(h),
+            "reasons": lambda: P.nvmlDeviceGetCurrentClocksThrottleReasons(h),
+            "events": lambda: P.nvmlDeviceGetCurrentClocksEventReasons(h),
+            "driver_model": lambda: P.nvmlDeviceGetDriverModel(h),
+            "proc_util": lambda: P.nvmlDeviceGetProcessUtilization(h, 0),
+            "mps": lambda: P.nvmlDeviceGetMPSComputeRunningProcesses(h),
+            "pci_v2": lambda: P.nvmlDeviceGetPciInfo(h).pciDeviceId != 0,
+        }
+        res = {}
+        for key, fn in calls.items():
+            try:
+                res[key] = fn()
+            except P.NVMLError as exc:
+                res[key] = type(exc).__name__
+        h1 = pynvml.nvmlDeviceGetHandleByIndex(1)
+        res["no_fan"] = err_name(P.nvmlDeviceGetFanSpeed, h1)
+        out(res)
+        """,
+    )
+    assert got["util"] == [35, 10]
+    assert got["temp"] == got["tempv"] == 45
+    assert got["power"] == 120000
+    assert got["limit"] == got["enforced"] == 600000
+    assert got["constraints"] == [150000, 600000]
+    assert got["energy"] is True
+    assert got["fan"] == got["fan2"] == 30
+    assert got["fans"] == 1
+    assert got["no_fan"] == "NVMLError_NotSupported"
+    assert got["pstate"] == 0
+    assert got["mig"] == [0, 0]
+    assert got["is_mig"] == 0
+    assert got["pcie"] == [5, 16, 5, 16]
+    assert got["bar1"] == 49152 * MIB
+    assert got["brand"] == 13
+    assert got["driver_model"] == "NVMLError_NotSupported"
+    assert got["proc_util"] == "NVMLError_NotFound"
+    assert got["mps"] == []
+    assert got["pci_v2"] is True
+    assert got["reasons"] == got["events"] == 0
+    unexpected = {k: v for k, v in got.items() if isinstance(v, str) and v.startswith("NVMLError")}
+    assert set(unexpected) <= {"driver_model", "proc_util", "no_fan"}
+
+
+def test_exported_symbols(fake_nvml_lib: Path) -> None:
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(fake_nvml_lib / "libnvidia-ml.so.1")],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    symbols = {line.split()[-1] for line in out.splitlines() if " T " in line}
+    for required in (
+        "nvmlInit",
+        "nvmlInit_v2",
+        "nvmlInitWithFlags",
+        "nvmlShutdown",
+        "nvmlErrorString",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "nvmlDeviceGetTemperatureV",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+    ):
+        assert required in symbols
+    # nvitop picks its process struct layout from the presence of these.
+    assert "nvmlDeviceGetConfComputeMemSizeInfo" not in symbols
+    assert "nvmlDeviceGetRunningProcessDetailList" not in symbols
+    assert all(s.startswith("nvml") for s in symbols), symbols - {s for s in symbols if s.startswith("nvml")}
+
+
+def test_build_fails_loudly_without_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    with pytest.raises(RuntimeError, match="fakenvml"):
+        build(tmp_path / "out")
+
+
+def test_state_rejects_unrenderable_values(tmp_path: Path) -> None:
+    state = FakeNvmlState(gpus=[FakeGpu(name='bad "name"')])
+    with pytest.raises(ValueError, match="cannot be written"):
+        state.write(tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+    assert list(tmp_path.iterdir()) == []
