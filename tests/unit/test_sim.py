@@ -1,0 +1,208 @@
+"""The simulated hosts: deterministic story, the kill protocol, the drain back to the idle baseline."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from gputui.model import HostSnapshot
+from gputui.sim import (
+    DETOKENIZER_PID,
+    DRAIN_S,
+    GPU_TOTAL_MIB,
+    HOSTILE_TEXTS,
+    IDLE_MIB,
+    LAUNCHER_PID,
+    NSYS_PID,
+    SCHEDULER_PID_BASE,
+    ManualClock,
+    SimLink,
+)
+from gputui.transports.base import LinkError, LinkOptions
+
+
+def _link(target: str = "gpu-node-07", **kwargs) -> tuple[SimLink, ManualClock]:
+    clock = ManualClock()
+    link = SimLink(target, LinkOptions(memory_interval_s=0.01), clock=clock, **kwargs)
+    link.open()
+    return link, clock
+
+
+def _snap(link: SimLink) -> HostSnapshot:
+    return HostSnapshot.from_dict(link.request({"cmd": "sample"}, timeout_s=1)["snapshot"])
+
+
+def _kill(link: SimLink, snap: HostSnapshot, pids, **kwargs) -> list[dict]:
+    targets = [{"pid": pid, "start_ticks": snap.process(pid).start_ticks} for pid in pids]
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "targets": targets, "signal": "TERM", **kwargs}
+    return link.request(command, timeout_s=10)["outcomes"]
+
+
+def test_wedged_host_matches_the_story():
+    link, _ = _link()
+    snap = link.next_snapshot(1.0)
+    assert snap is not None
+    assert len(snap.gpus) == 8
+    assert {g.name for g in snap.gpus} == {"NVIDIA RTX PRO 6000 Blackwell"}
+    assert {g.memory_total_mib for g in snap.gpus} == {GPU_TOTAL_MIB}
+    assert all(40_000 < g.memory_used_mib < 42_000 for g in snap.gpus)
+    schedulers = [snap.process(SCHEDULER_PID_BASE + i) for i in range(8)]
+    assert [p.name for p in schedulers] == [f"sglang::scheduler_TP{i}" for i in range(8)]
+    assert all(p.state == "Z" and p.ppid == LAUNCHER_PID for p in schedulers)
+    launcher = snap.process(LAUNCHER_PID)
+    assert launcher.cmdline[:3] == ("python3", "-m", "sglang.launch_server")
+    assert "--tp" in launcher.cmdline
+    assert launcher.ppid == NSYS_PID
+    assert snap.process(NSYS_PID).name == "nsys"
+    assert snap.health[0].code == 503
+
+
+def test_snapshots_are_deterministic_under_a_frozen_clock():
+    first, _ = _link()
+    second, _ = _link()
+    assert _snap(first).to_json() == _snap(second).to_json()
+
+
+def test_serves_then_wedges_on_the_scenario_clock():
+    link, clock = _link(wedged_at_s=5.0)
+    serving = _snap(link)
+    assert all(serving.process(SCHEDULER_PID_BASE + i).state != "Z" for i in range(8))
+    assert serving.health[0].state == "UP"
+    clock.advance(5.0)
+    wedged = _snap(link)
+    assert all(wedged.process(SCHEDULER_PID_BASE + i).state == "Z" for i in range(8))
+    assert wedged.health[0].state == "UNHEALTHY"
+    # Memory stays held by the defunct schedulers.
+    assert [g.memory_used_mib for g in wedged.gpus] == [g.memory_used_mib for g in serving.gpus]
+
+
+def test_zombie_kill_is_refused_and_names_the_parent():
+    link, _ = _link()
+    snap = _snap(link)
+    [outcome] = _kill(link, snap, [SCHEDULER_PID_BASE + 3])
+    assert outcome["result"] == "refused"
+    assert str(LAUNCHER_PID) in outcome["detail"]
+
+
+def test_killing_the_launcher_reaps_zombies_and_memory_drains_to_baseline():
+    link, clock = _link()
+    snap = _snap(link)
+    outcomes = _kill(link, snap, [LAUNCHER_PID])
+    assert {o["pid"]: o["result"] for o in outcomes}[LAUNCHER_PID] == "exited"
+    after = _snap(link)
+    assert after.process(LAUNCHER_PID) is None
+    assert all(after.process(SCHEDULER_PID_BASE + i) is None for i in range(8))
+    # The hung detokenizer ignored nothing here (not signalled): it is orphaned to init.
+    assert after.process(DETOKENIZER_PID).ppid == 1
+    assert all(g.memory_used_mib > 40_000 for g in after.gpus)
+    assert all(g.processes == () for g in after.gpus)
+    clock.advance(DRAIN_S / 2)
+    half = _snap(link)
+    assert all(IDLE_MIB < g.memory_used_mib < 40_000 for g in half.gpus)
+    clock.advance(DRAIN_S)
+    assert [g.memory_used_mib for g in _snap(link).gpus] == [IDLE_MIB] * 8
+
+
+def test_tree_kill_signals_children_first_and_escalates_the_term_ignorer():
+    link, _ = _link()
+    snap = _snap(link)
+    outcomes = _kill(link, snap, [LAUNCHER_PID], tree=True, escalate_s=0.05)
+    by_pid = {o["pid"]: o for o in outcomes}
+    order = [o["pid"] for o in outcomes]
+    assert by_pid[DETOKENIZER_PID]["result"] == "killed"
+    assert by_pid[DETOKENIZER_PID]["signal"] == "KILL"
+    assert by_pid[LAUNCHER_PID]["result"] == "exited"
+    assert all(by_pid[SCHEDULER_PID_BASE + i]["result"] == "exited" for i in range(8))
+    assert order.index(LAUNCHER_PID) < order.index(DETOKENIZER_PID)  # the escalation is reported last
+    after = _snap(link)
+    assert {p.pid for p in after.processes} == {NSYS_PID}
+
+
+def test_without_escalation_a_term_ignorer_is_reported_still_running():
+    link, _ = _link()
+    snap = _snap(link)
+    [outcome] = _kill(link, snap, [DETOKENIZER_PID])
+    assert outcome["result"] == "sent"
+    assert _snap(link).process(DETOKENIZER_PID) is not None
+
+
+def test_identity_checks_refuse_changed_processes():
+    link, _ = _link()
+    snap = _snap(link)
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "KILL",
+               "targets": [{"pid": LAUNCHER_PID, "start_ticks": 1}]}
+    assert link.request(command, 1)["outcomes"][0]["result"] == "changed"
+    command = {"cmd": "kill", "boot_id": "another-boot", "signal": "KILL",
+               "targets": [{"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}]}
+    assert link.request(command, 1)["outcomes"][0]["result"] == "changed"
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "KILL", "targets": [{"pid": 1}]}
+    assert link.request(command, 1)["outcomes"][0]["result"] == "refused"
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "KILL", "targets": [{"pid": 31337}]}
+    assert link.request(command, 1)["outcomes"][0]["result"] == "gone"
+    assert _snap(link).process(LAUNCHER_PID) is not None
+
+
+def test_read_only_refuses_every_kill():
+    clock = ManualClock()
+    link = SimLink("gpu-node-07", LinkOptions(read_only=True), clock=clock)
+    link.open()
+    snap = _snap(link)
+    [outcome] = _kill(link, snap, [LAUNCHER_PID], tree=True)
+    assert outcome["result"] == "refused"
+    assert _snap(link).process(LAUNCHER_PID) is not None
+
+
+def test_healthy_host_and_hostile_names():
+    link, _ = _link("gpu-node-08")
+    snap = _snap(link)
+    assert [g.memory_used_mib > 40_000 for g in snap.gpus] == [True] * 4 + [False] * 4
+    assert snap.gpus[4].memory_used_mib == IDLE_MIB
+    texts = {p.name for p in snap.processes} | {p.user for p in snap.processes}
+    texts |= {arg for p in snap.processes for arg in p.cmdline}
+    for hostile in ("[bold]x[/]", "[@click=app.quit]x[/]", "\x1b]0;t\x07\x1b[2J"):
+        assert hostile in texts
+    assert set(HOSTILE_TEXTS) <= texts
+    assert max(len(a) for a in texts) >= 100_000
+    assert snap.health[0].state == "UP"
+
+
+def test_calibrate_and_configure():
+    link, _ = _link()
+    used = link.request({"cmd": "calibrate"}, 1)["memory_used_mib"]
+    assert len(used) == 8
+    assert all(v > 40_000 for v in used.values())
+    assert link.request({"cmd": "configure", "memory_interval_s": 0.2}, 1) == {}
+    assert link.memory_interval_s == 0.2
+    with pytest.raises(LinkError):
+        link.request({"cmd": "bogus"}, 1)
+
+
+def test_next_snapshot_paces_and_close_unblocks_a_waiting_reader():
+    link = SimLink("gpu-node-07", LinkOptions(memory_interval_s=30.0), clock=ManualClock())
+    link.open()
+    assert link.next_snapshot(1.0) is not None
+    assert link.next_snapshot(0.01) is None  # the next one is not due for 30 s
+    errors: list[Exception] = []
+
+    def reader() -> None:
+        try:
+            link.next_snapshot(60.0)
+        except LinkError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    time.sleep(0.05)
+    link.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert len(errors) == 1
+
+
+def test_sim_imports_without_textual_or_rich():
+    code = "import sys, gputui.sim; assert 'textual' not in sys.modules and 'rich' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
