@@ -1,0 +1,212 @@
+"""Files gputui keeps between runs: calibrated GPU baselines and the kill audit log.
+
+Everything lives under the XDG state directory (``$XDG_STATE_HOME/gputui``, else ``~/.local/state/gputui``).
+``baselines.json`` maps a host target, then a GPU key (its UUID, else "index:N"), to the idle memory in MiB
+recorded by ``gputui check --calibrate``. It is written atomically (temporary file + rename) so a crash never
+leaves half a file; a file that cannot be read is reported in one warning line, the defaults are used, and it
+is never overwritten (calibrating again refuses until the user moves it away).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BASELINES_FILE = "baselines.json"
+AUDIT_FILE = "audit.jsonl"
+BASELINES_FORMAT = 1
+"""Version of the baselines file layout; a file with another version is reported, not guessed at."""
+
+
+class StateError(Exception):
+    """A state file cannot be read or written. ``str()`` is one line naming the file and the cause."""
+
+
+def state_dir() -> Path:
+    """The directory for gputui's state files (not created here).
+
+    ``$XDG_STATE_HOME/gputui`` when that variable holds an absolute path (the XDG spec says relative values
+    are to be ignored), else ``~/.local/state/gputui``.
+    """
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if base and os.path.isabs(base):
+        return Path(base) / "gputui"
+    return Path.home() / ".local" / "state" / "gputui"
+
+
+def ensure_state_dir(directory: Path | None = None) -> Path:
+    """Create the state directory (owner-only, it holds an audit log) and return it."""
+    path = state_dir() if directory is None else Path(directory)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StateError(f"cannot create state directory {path}: {exc.strerror or exc}") from None
+    return path
+
+
+@dataclass(frozen=True)
+class LoadedBaselines:
+    """Calibrated baselines for one host target.
+
+    Attributes:
+        per_gpu_mib: GPU key (UUID, else "index:N") -> idle memory in MiB; empty when none recorded.
+        warning: One line to show the user when the file could not be used (then ``per_gpu_mib`` is empty).
+        calibrated_at: Epoch seconds of the calibration, when recorded.
+    """
+
+    per_gpu_mib: dict[str, int] = field(default_factory=dict)
+    warning: str | None = None
+    calibrated_at: float | None = None
+
+
+def _read_document(path: Path) -> dict[str, Any] | None:
+    """The parsed baselines file, None when it does not exist. Raises StateError when it is unusable."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StateError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise StateError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("hosts"), dict):
+        raise StateError(f'{path}: not a gputui baselines file (no "hosts" object)')
+    if document.get("format", BASELINES_FORMAT) != BASELINES_FORMAT:
+        raise StateError(f"{path}: baselines format {document.get('format')!r} is not {BASELINES_FORMAT}")
+    return document
+
+
+def _valid_mib(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40
+
+
+def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
+    """The calibrated baselines of ``target``; never raises.
+
+    Args:
+        target: The host target word the calibration was recorded under ("local", an ssh alias, ...).
+        path: The baselines file; default ``state_dir()/baselines.json``.
+
+    Returns:
+        The values (empty when none were recorded), or empty values and a one-line warning when the file is
+        corrupt or holds bad values for this target.
+    """
+    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
+    try:
+        document = _read_document(file_path)
+    except StateError as exc:
+        return LoadedBaselines(warning=f"{exc}; using default baselines")
+    if document is None:
+        return LoadedBaselines()
+    entry = document["hosts"].get(target)
+    if entry is None:
+        return LoadedBaselines()
+    gpus = entry.get("gpus") if isinstance(entry, dict) else None
+    if not isinstance(gpus, dict) or not all(isinstance(k, str) and _valid_mib(v) for k, v in gpus.items()):
+        return LoadedBaselines(
+            warning=f"{file_path}: bad baselines recorded for {target!r}; using default baselines"
+        )
+    calibrated_at = entry.get("calibrated_at")
+    return LoadedBaselines(
+        per_gpu_mib=dict(gpus),
+        calibrated_at=float(calibrated_at) if isinstance(calibrated_at, int | float) else None,
+    )
+
+
+def save_baselines(
+    target: str,
+    per_gpu_mib: dict[str, int],
+    path: Path | None = None,
+    hostname: str | None = None,
+    now: float | None = None,
+) -> Path:
+    """Record ``per_gpu_mib`` as the calibrated baselines of ``target``, keeping other hosts' entries.
+
+    The file is replaced atomically. An existing file that cannot be parsed is left exactly as it is and
+    StateError is raised: replacing it would silently throw away other hosts' calibrations.
+
+    Args:
+        target: Host target word.
+        per_gpu_mib: GPU key (UUID, else "index:N") -> idle memory in MiB.
+        path: The baselines file; default ``state_dir()/baselines.json``.
+        hostname: The host's own name, stored for the reader's benefit.
+        now: Calibration time in epoch seconds (default: now).
+
+    Returns:
+        The path written.
+    """
+    for key, value in per_gpu_mib.items():
+        if not isinstance(key, str) or not _valid_mib(value):
+            raise StateError(f"bad baseline {key!r}: {value!r} (MiB must be a non-negative whole number)")
+    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
+    ensure_state_dir(file_path.parent)
+    try:
+        document = _read_document(file_path)
+    except StateError as exc:
+        raise StateError(f"{exc}; not overwriting it: move it away to calibrate again") from None
+    if document is None:
+        document = {"format": BASELINES_FORMAT, "hosts": {}}
+    document["format"] = BASELINES_FORMAT
+    document["hosts"][target] = {
+        "calibrated_at": time.time() if now is None else now,
+        "hostname": hostname,
+        "gpus": dict(sorted(per_gpu_mib.items())),
+    }
+    atomic_write_text(file_path, json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    return file_path
+
+
+def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` with ``text`` so that readers see either the old or the new file, never a mix.
+
+    Raises StateError (one line) when it cannot be written.
+    """
+    tmp_name: str | None = None
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, mode)
+        os.replace(tmp_name, path)
+        tmp_name = None
+        # Make the rename itself durable: without this a power cut can bring back the old directory entry.
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise StateError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except OSError:
+                pass
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to ``path`` (owner-only) in a single write, so concurrent writers do not interleave.
+
+    Raises StateError (one line) when it cannot be written.
+    """
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise StateError(f"{path}: cannot append ({exc.strerror or exc})") from None

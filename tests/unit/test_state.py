@@ -1,0 +1,112 @@
+"""Calibrated baselines on disk: XDG location, per-host keys, atomic writes, corrupt files never clobbered."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gputui import state
+from gputui.state import StateError, load_baselines, save_baselines, state_dir
+
+
+@pytest.fixture
+def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg"))
+    return tmp_path / "xdg" / "gputui"
+
+
+def test_state_dir_follows_xdg_state_home(xdg: Path) -> None:
+    assert state_dir() == xdg
+
+
+def test_state_dir_ignores_relative_xdg_value(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/dir")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert state_dir() == tmp_path / ".local" / "state" / "gputui"
+
+
+def test_nothing_recorded_gives_empty_baselines_without_warning(xdg: Path) -> None:
+    loaded = load_baselines("local")
+    assert loaded.per_gpu_mib == {}
+    assert loaded.warning is None
+
+
+def test_save_then_load_round_trip_keyed_by_target_and_uuid(xdg: Path) -> None:
+    path = save_baselines("local", {"GPU-aaa": 3, "GPU-bbb": 5}, hostname="node7", now=1000.0)
+    save_baselines("gpu-node-08", {"GPU-ccc": 1})
+    assert path == xdg / "baselines.json"
+    document = json.loads(path.read_text())
+    assert document["hosts"]["local"]["gpus"] == {"GPU-aaa": 3, "GPU-bbb": 5}
+    assert document["hosts"]["local"]["hostname"] == "node7"
+    loaded = load_baselines("local")
+    assert loaded.per_gpu_mib == {"GPU-aaa": 3, "GPU-bbb": 5}
+    assert loaded.calibrated_at == 1000.0
+    assert load_baselines("gpu-node-08").per_gpu_mib == {"GPU-ccc": 1}
+    assert load_baselines("elsewhere").per_gpu_mib == {}
+
+
+def test_recalibrating_replaces_only_that_host(xdg: Path) -> None:
+    save_baselines("a", {"GPU-1": 3})
+    save_baselines("b", {"GPU-2": 4})
+    save_baselines("a", {"GPU-1": 7})
+    assert load_baselines("a").per_gpu_mib == {"GPU-1": 7}
+    assert load_baselines("b").per_gpu_mib == {"GPU-2": 4}
+    # No temporary files are left next to it.
+    assert sorted(p.name for p in xdg.iterdir()) == ["baselines.json"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{not json", b"\xff\xfe garbage", b"[1, 2]", b'{"hosts": 3}', b'{"format": 99, "hosts": {}}', b""],
+)
+def test_corrupt_file_warns_once_uses_defaults_and_is_never_overwritten(xdg: Path, content: bytes) -> None:
+    xdg.mkdir(parents=True)
+    path = xdg / "baselines.json"
+    path.write_bytes(content)
+    loaded = load_baselines("local")
+    assert loaded.per_gpu_mib == {}
+    assert loaded.warning is not None
+    assert "\n" not in loaded.warning
+    assert str(path) in loaded.warning
+    with pytest.raises(StateError, match="not overwriting"):
+        save_baselines("local", {"GPU-aaa": 3})
+    assert path.read_bytes() == content
+
+
+def test_bad_values_for_one_host_warn_but_other_hosts_load(xdg: Path) -> None:
+    xdg.mkdir(parents=True)
+    (xdg / "baselines.json").write_text(
+        json.dumps({"format": 1, "hosts": {"bad": {"gpus": {"GPU-1": -4}}, "good": {"gpus": {"GPU-2": 3}}}})
+    )
+    bad = load_baselines("bad")
+    assert bad.per_gpu_mib == {}
+    assert bad.warning is not None
+    assert "'bad'" in bad.warning
+    assert load_baselines("good").per_gpu_mib == {"GPU-2": 3}
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "3", True, None])
+def test_save_refuses_bad_values(xdg: Path, value: object) -> None:
+    with pytest.raises(StateError):
+        save_baselines("local", {"GPU-1": value})  # type: ignore[dict-item]
+    assert not (xdg / "baselines.json").exists()
+
+
+def test_unwritable_directory_is_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))  # a file where a directory should be
+    with pytest.raises(StateError) as info:
+        save_baselines("local", {"GPU-1": 3})
+    assert "\n" not in str(info.value)
+
+
+def test_append_line_is_owner_only_and_appends(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    state.append_line(path, "one")
+    state.append_line(path, "two\n")
+    assert path.read_text() == "one\ntwo\n"
+    assert os.stat(path).st_mode & 0o777 == 0o600
