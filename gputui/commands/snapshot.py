@@ -1,0 +1,156 @@
+"""``gputui snapshot``: one full sample of each target, printed as a compact table or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, TextIO
+
+from gputui.model import HostSnapshot, snapshots_document
+from gputui.targets import default_targets, open_link, options_from_args
+from gputui.textsafe import visible, visible_cmdline
+from gputui.transports.base import LinkError
+
+EXIT_OK = 0
+EXIT_ERROR = 2
+DASH = "–"
+SAMPLE_TIMEOUT_S = 30.0
+COMMAND_WIDTH = 80
+
+
+def _baselines(args: argparse.Namespace) -> Any:
+    from gputui.analysis import Baselines
+
+    kwargs: dict[str, Any] = {}
+    if getattr(args, "baseline_mib", None) is not None:
+        kwargs["default_mib"] = args.baseline_mib
+    if getattr(args, "tolerance_mib", None) is not None:
+        kwargs["tolerance_mib"] = args.tolerance_mib
+    return Baselines(**kwargs)
+
+
+def _analyze(snapshot: HostSnapshot, args: argparse.Namespace) -> HostSnapshot:
+    """Findings and the clean-slate verdict, when the analysis module is present."""
+    try:
+        from gputui.analysis import analyze
+    except ImportError:
+        return snapshot
+    return analyze(snapshot, _baselines(args))
+
+
+def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
+    """Open a link to ``target``, take one full sample (processes included) and close it.
+
+    Raises:
+        LinkError: the host could not be reached or answered badly (one readable line).
+    """
+    link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
+    try:
+        link.open()
+        result = link.request({"cmd": "sample"}, SAMPLE_TIMEOUT_S)
+        data = result.get("snapshot")
+        if not isinstance(data, dict):
+            raise LinkError(f"{target}: the agent answered without a snapshot")
+        return HostSnapshot.from_dict(data)
+    finally:
+        link.close()
+
+
+def _num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, float):
+        return f"{value:.{digits}f}{unit}"
+    return f"{value}{unit}"
+
+
+def format_table(snapshot: HostSnapshot) -> list[str]:
+    """The compact text form of one snapshot: a header, one line per GPU, then the GPU processes."""
+    host = visible(snapshot.hostname or DASH, 60)
+    header = f"{visible(snapshot.target, 60)} ({host})"
+    if snapshot.driver_version:
+        header += f"  driver {visible(snapshot.driver_version, 30)}"
+    if snapshot.mode:
+        header += f"  mode {visible(snapshot.mode, 10)}"
+    lines = [header]
+    if snapshot.error:
+        lines.append(f"  error: {visible(snapshot.error, 200)}")
+    if snapshot.gpus:
+        lines.append(
+            f"{'GPU':>3}  {'NAME':<30} {'USED / TOTAL MiB':>17} {'UTIL':>5} {'TEMP':>5} {'POWER':>13}"
+        )
+    for gpu in snapshot.gpus:
+        name = visible(gpu.name or DASH, 30)
+        if gpu.error:
+            lines.append(f"{gpu.index:>3}  {name:<30} error: {visible(gpu.error, 80)}")
+            continue
+        memory = f"{_num(gpu.memory_used_mib)} / {_num(gpu.memory_total_mib)}"
+        power = f"{_num(gpu.power_w, 'W')} / {_num(gpu.power_limit_w, 'W')}"
+        lines.append(
+            f"{gpu.index:>3}  {name:<30} {memory:>17} {_num(gpu.utilization_pct, '%'):>5}"
+            f" {_num(gpu.temperature_c, 'C'):>5} {power:>13}"
+        )
+    rows: list[tuple[int, str, str, str]] = []
+    for gpu in snapshot.gpus:
+        for gpu_proc in gpu.processes:
+            proc = snapshot.process(gpu_proc.pid) if gpu_proc.visible else None
+            user = visible(proc.user, 16) if proc is not None and proc.user else DASH
+            if proc is not None:
+                command = visible_cmdline(proc.cmdline, COMMAND_WIDTH) or visible(proc.name or DASH, 40)
+            else:
+                command = "(not visible here)" if not gpu_proc.visible else DASH
+            mib = f"{gpu.index}:{_num(gpu_proc.used_mib)}"
+            rows.append((gpu_proc.pid, user, mib, command))
+    if rows:
+        lines.append(f"{'PID':>8}  {'USER':<16} {'GPU:MiB':>10}  COMMAND")
+        for pid, user, mib, command in rows:
+            lines.append(f"{pid:>8}  {user:<16} {mib:>10}  {command}")
+    verdict = snapshot.verdict
+    if verdict is not None:
+        state = "clean" if verdict.clean else ("unknown" if not verdict.known else "NOT clean")
+        lines.append(f"clean slate: {state}")
+        for reason in verdict.reasons[:10]:
+            lines.append(f"  - {visible(reason, 200)}")
+    for finding in snapshot.findings[:20]:
+        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 200)}")
+    return lines
+
+
+def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Sample every target once and print the result; returns the exit status.
+
+    Exit 2 when a host could not be reached or reports a host-level error with no GPU (no driver, no NVML);
+    the cause is one line on stderr. With ``--json`` the document is printed even then (errors are data).
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    targets = default_targets(list(getattr(args, "targets", []) or []), bool(getattr(args, "demo", False)))
+    snapshots: list[HostSnapshot] = []
+    status = EXIT_OK
+    for target in targets:
+        try:
+            snapshot = take_snapshot(target, args)
+        except LinkError as exc:
+            print(f"gputui: {visible(str(exc), 300)}", file=err)
+            status = EXIT_ERROR
+            continue
+        except ImportError as exc:
+            print(f"gputui: {visible(target, 60)}: {visible(str(exc), 200)}", file=err)
+            status = EXIT_ERROR
+            continue
+        if snapshot.error and not snapshot.gpus:
+            print(f"gputui: {visible(target, 60)}: {visible(snapshot.error, 300)}", file=err)
+            status = EXIT_ERROR
+        snapshots.append(_analyze(snapshot, args))
+    if getattr(args, "json", False):
+        out.write(json.dumps(snapshots_document(snapshots), ensure_ascii=False, indent=1) + "\n")
+    else:
+        for i, snapshot in enumerate(snapshots):
+            if snapshot.error and not snapshot.gpus:
+                continue  # already said on stderr
+            if i:
+                out.write("\n")
+            out.write("\n".join(format_table(snapshot)) + "\n")
+    out.flush()
+    return status

@@ -1,0 +1,95 @@
+"""The local host: the collector (``gputui/agent.py``) runs in this process, no subprocess, no socket."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from gputui.agent import Agent
+from gputui.model import HostSnapshot
+from gputui.transports.base import HostLink, LinkError, LinkOptions
+
+LOCAL_TARGET = "local"
+
+
+class LocalLink(HostLink):
+    """A link to an in-process Agent.
+
+    ``next_snapshot`` sleeps until the next sample is due (``memory_interval_s`` after the last one) and then
+    samples; the agent reuses its last process list until ``process_interval_s`` has passed.
+    """
+
+    def __init__(self, options: LinkOptions | None = None, **agent_kwargs: Any) -> None:
+        """Args:
+        options: Intervals, read-only mode and health settings.
+        agent_kwargs: Extra Agent arguments (``use_psutil``, ``use_pynvml``, ``nvml_deadline_s``).
+        """
+        self.target = LOCAL_TARGET
+        self._options = options or LinkOptions()
+        self._agent_kwargs = agent_kwargs
+        self._agent: Agent | None = None
+        self._closed = threading.Event()
+        self._wake = threading.Event()
+        self.hello: dict[str, Any] | None = None
+
+    @property
+    def agent(self) -> Agent:
+        if self._agent is None:
+            raise LinkError(f"{self.target}: link not open")
+        return self._agent
+
+    def open(self) -> None:
+        if self._closed.is_set():
+            raise LinkError(f"{self.target}: link closed")
+        if self._agent is not None:
+            return
+        try:
+            self._agent = Agent(
+                target=self.target,
+                read_only=self._options.read_only,
+                memory_interval_s=self._options.memory_interval_s,
+                process_interval_s=self._options.process_interval_s,
+                health_urls=self._options.health_urls,
+                discover_health=self._options.discover_health,
+                **self._agent_kwargs,
+            )
+        except Exception as exc:  # the collector failing to start is a host error, one line
+            raise LinkError(f"{self.target}: cannot start the collector: {exc}") from exc
+        self.hello = self._agent.hello()
+
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        agent = self.agent
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        while True:
+            if self._closed.is_set():
+                raise LinkError(f"{self.target}: link closed")
+            last = agent.last_sample_mono
+            now = time.monotonic()
+            due = now if last is None else last + agent.memory_interval_s
+            if now >= due:
+                return HostSnapshot.from_dict(agent.sample())
+            if now >= deadline:
+                return None
+            # configure() sets _wake so a shorter interval takes effect at once.
+            self._wake.wait(min(due, deadline) - now)
+            self._wake.clear()
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Run one agent command in this thread (a kill with escalation takes up to its escalation time)."""
+        if self._closed.is_set():
+            raise LinkError(f"{self.target}: link closed")
+        reply = self.agent.handle(command)
+        if command.get("cmd") == "configure":
+            self._wake.set()
+        if not reply.get("ok"):
+            raise LinkError(f"{self.target}: {reply.get('error') or 'command failed'}")
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            agent.close()
