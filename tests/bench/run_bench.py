@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -491,7 +490,8 @@ def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: i
                                     "--interval", str(interval), "--process-interval", str(process_interval)]
     proc = subprocess.Popen(cmd, env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    assert proc.stdin and proc.stdout
+    assert proc.stdin
+    assert proc.stdout
     proc.stdin.write(source)
     proc.stdin.flush()
     sizes: dict[str, list[int]] = {}
