@@ -17,8 +17,10 @@ NOW = 1_000_000.0
 WORKER_MIB = 40960
 
 
-def gpus(count: int = 8, used: int = 3, **overrides: dict[int, object]) -> list[Gpu]:
-    return [Gpu(index=i, uuid=f"GPU-{i:04d}", memory_used_mib=used, memory_total_mib=49152) for i in range(count)]
+def gpus(count: int = 8, used: int = 3) -> list[Gpu]:
+    return [
+        Gpu(index=i, uuid=f"GPU-{i:04d}", memory_used_mib=used, memory_total_mib=49152) for i in range(count)
+    ]
 
 
 def proc(pid: int, ppid: int, name: str, cmdline: tuple[str, ...] = (), state: str = "S",
