@@ -1283,6 +1283,8 @@ class _Killer(object):
         self.outcomes = []  # type: List[Dict[str, Any]]
         # Its own detail reader: the sampling thread mutates the agent's caches concurrently.
         self._details = _ProcDetails(agent.use_psutil)
+        # Who each target was, read before any signal: a dead process has no cmdline left to report.
+        self._info = {}  # type: Dict[int, Dict[str, Any]]
 
     def _outcome(
         self,
@@ -1294,7 +1296,10 @@ class _Killer(object):
         result: str,
         detail: str = "",
     ) -> Dict[str, Any]:
-        details = self._details.details(stat, time.time()) if stat is not None else {}
+        details = self._info.get(pid) or {}
+        if not details and stat is not None:
+            details = self._details.details(stat, time.time())
+            self._info[pid] = details
         outcome = {
             "pid": pid,
             "start_ticks": ticks,
@@ -1358,7 +1363,15 @@ class _Killer(object):
                     "process changed: pid %d now belongs to another process" % pid,
                 )
                 continue
-            members = self._tree_members(pid, table) if self.tree else []
+            refusal = self._refusal(stat, table, protected, my_session, my_group)
+            if refusal is not None:
+                # A refused root is never expanded: the tree of pid 1 or of the agent's own ancestors is the
+                # whole host.
+                if pid not in queued:
+                    queued.add(pid)
+                    self._outcome(pid, ticks, stat, "check", None, "refused", refusal)
+                continue
+            members = self._tree_members(pid, table, protected) if self.tree else []
             for member in members + [pid]:
                 if member in queued:
                     continue
@@ -1366,6 +1379,9 @@ class _Killer(object):
                 member_ticks = ticks if member == pid else table[member].start_ticks
                 ordered.append((member, member_ticks))
 
+        now = time.time()
+        for pid, _ticks in ordered:
+            self._info[pid] = self._details.details(table[pid], now)
         sent = []  # type: List[Tuple[int, int]]
         for pid, ticks in ordered:
             stat = table[pid]
@@ -1385,8 +1401,11 @@ class _Killer(object):
             self._escalate(sent, table)
         return self.outcomes
 
-    def _tree_members(self, root: int, table: Dict[int, ProcStat]) -> List[int]:
-        """Descendants of ``root`` by ppid and members of groups led by any of them, deepest first."""
+    def _tree_members(self, root: int, table: Dict[int, ProcStat], protected: Set[int]) -> List[int]:
+        """Descendants of ``root`` by ppid and members of groups led by any of them, deepest first.
+
+        Never expands through pid 1, kernel threads or a protected process (the agent and its ancestors).
+        """
         children = children_map(table)
         groups = {}  # type: Dict[int, List[int]]
         for stat in table.values():
@@ -1399,10 +1418,11 @@ class _Killer(object):
                 # Group members whose middle parent died were reparented away: the group still ties them.
                 related = list(children.get(pid, ())) + [m for m in groups.get(pid, ()) if m != pid]
                 for member in related:
-                    if member in depth or member in (0, 1):
+                    if member in depth or member in (0, 1, 2):
                         continue
                     depth[member] = depth[pid] + 1
-                    nxt.append(member)
+                    if member not in protected:
+                        nxt.append(member)
             frontier = nxt
         members = [pid for pid in depth if pid != root]
         members.sort(key=lambda pid: (-depth[pid], pid))
@@ -1414,6 +1434,8 @@ class _Killer(object):
         pid = stat.pid
         if pid == 1:
             return "pid 1 (init) is never signalled"
+        if pid == 2 or stat.ppid == 2:
+            return "kernel thread: not signalled"
         if pid == self.agent.pid or pid == os.getpid():
             return "this is the gputui agent itself"
         if pid in protected:
