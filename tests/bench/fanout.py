@@ -1,0 +1,283 @@
+"""Section 3: what the client costs with 1, 8, 32 and 64 hosts.
+
+The client process does what the TUI does with its links: open them in parallel (one thread per host, as the
+app's per-host workers do), take every snapshot as it comes, run the analysis on it and keep the latest per
+host. Measured from inside that process: time from start to the first complete frame (every host has a
+snapshot), then CPU (utime + stime of this process only, from /proc/self/stat: the agents and sshd sessions
+that share this machine are not counted) and RSS over a steady-state window.
+
+Transports, best first: the SSH link (``gputui.targets.open_link`` on Host aliases that all point at one
+loopback sshd), else a pipe link of this module that runs the very same agent source the same way SSH does
+(``python3 -u -c exec(...)``) without the crypto, so the figure is the link layer minus SSH.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_s() -> float:
+    text = Path("/proc/self/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def self_status_mib(key: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class PipeLink:
+    """The agent over a pipe, started exactly as the SSH transport starts it remotely (minus SSH)."""
+
+    def __init__(self, target: str, memory_interval_s: float, process_interval_s: float) -> None:
+        self.target = target
+        self._args = ["--target", target, "--read-only", "--no-discover", "--interval", str(memory_interval_s),
+                      "--process-interval", str(process_interval_s)]
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._proc: subprocess.Popen | None = None
+
+    def open(self) -> None:
+        source = (REPO_ROOT / "gputui" / "agent.py").read_bytes()
+        code = f'import sys;exec(compile(sys.stdin.buffer.read({len(source)}),"gputui-agent","exec"))'
+        self._proc = subprocess.Popen([sys.executable, "-u", "-c", code, *self._args], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(source)
+        self._proc.stdin.flush()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._proc is not None
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def next_snapshot(self, timeout_s: float) -> Any:
+        from gputui.model import HostSnapshot
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            if line is None:
+                raise RuntimeError(f"{self.target}: agent exited")
+            message = json.loads(line)
+            if message.get("t") == "snapshot":
+                return HostSnapshot.from_dict(message["snapshot"])
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                assert self._proc.stdin is not None
+                self._proc.stdin.write(b'{"id":1,"cmd":"quit"}\n')
+                self._proc.stdin.close()
+                self._proc.wait(timeout=5)
+            except Exception:
+                self._proc.kill()
+                self._proc.wait()
+
+
+def client_main(argv: list[str]) -> int:
+    """The client process: N links, one thread each, analysis on every snapshot; prints one JSON line."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("pipe", "ssh"), required=True)
+    parser.add_argument("--targets", required=True, help="comma-separated")
+    parser.add_argument("--duration", type=float, default=15.0)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--process-interval", type=float, default=3.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    args = parser.parse_args(argv)
+    targets = args.targets.split(",")
+    start = time.monotonic()
+    analyze = None
+    try:
+        from gputui.analysis import Baselines
+        from gputui.analysis import analyze as analyze_fn
+
+        baselines = Baselines()
+
+        def analyze(snapshot: Any) -> Any:
+            return analyze_fn(snapshot, baselines)
+    except ImportError:
+        pass
+    if args.mode == "ssh":
+        from gputui.targets import open_link
+        from gputui.transports.base import LinkOptions
+
+        options = LinkOptions(memory_interval_s=args.interval, process_interval_s=args.process_interval,
+                              read_only=True, discover_health=False, connect_timeout_s=60.0)
+        links = [open_link(t, options) for t in targets]
+    else:
+        links = [PipeLink(t, args.interval, args.process_interval) for t in targets]
+    latest: dict[str, Any] = {}
+    counts: dict[str, int] = dict.fromkeys(targets, 0)
+    errors: dict[str, str] = {}
+    lock = threading.Lock()
+    complete = threading.Event()
+    stop = threading.Event()
+
+    def host_worker(link: Any) -> None:
+        try:
+            link.open()
+            while not stop.is_set():
+                snapshot = link.next_snapshot(2.0)
+                if snapshot is None:
+                    continue
+                if analyze is not None:
+                    snapshot = analyze(snapshot)
+                with lock:
+                    latest[link.target] = snapshot
+                    counts[link.target] += 1
+                    if len(latest) == len(targets):
+                        complete.set()
+        except Exception as exc:
+            with lock:
+                errors[link.target] = f"{type(exc).__name__}: {exc}"
+                if len(latest) + len(errors) == len(targets):
+                    complete.set()
+
+    threads = [threading.Thread(target=host_worker, args=(link,), daemon=True) for link in links]
+    for thread in threads:
+        thread.start()
+    complete.wait(timeout=120)
+    first_frame_s = time.monotonic() - start if len(latest) == len(targets) else None
+    result: dict[str, Any] = {"hosts": len(targets), "first_frame_s": first_frame_s, "errors": errors,
+                              "analysis": analyze is not None}
+    if first_frame_s is not None:
+        time.sleep(args.warmup)
+        with lock:
+            counts0 = dict(counts)
+        cpu0, wall0 = self_cpu_s(), time.monotonic()
+        time.sleep(args.duration)
+        cpu1, wall1 = self_cpu_s(), time.monotonic()
+        with lock:
+            counts1 = dict(counts)
+        snapshots = sum(counts1.values()) - sum(counts0.values())
+        result.update(
+            cpu_pct=(cpu1 - cpu0) / (wall1 - wall0) * 100,
+            snapshots_per_host_s=snapshots / len(targets) / (wall1 - wall0),
+            cpu_ms_per_snapshot=(cpu1 - cpu0) * 1000 / snapshots if snapshots else None,
+            rss_mib=self_status_mib("VmRSS"),
+            hwm_mib=self_status_mib("VmHWM"),
+            threads=threading.active_count(),
+            processes_per_snapshot=len(next(iter(latest.values())).processes),
+        )
+    stop.set()
+    closers = [threading.Thread(target=link.close, daemon=True) for link in links]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join(10)
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+# --- harness side ----------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, report: Any, sec: int) -> None:
+    from tests.bench.run_bench import (
+        TARGET_CLIENT_CPU_PCT,
+        TARGET_CLIENT_RSS_MIB,
+        TARGET_FIRST_FRAME_S,
+        fake_host,
+        verdict,
+    )
+
+    host_counts = [int(n) for n in args.hosts.split(",") if n.strip()]
+    duration = 15.0 if args.quick else 60.0
+    app_note = ("gputui/app.py exists but is not driven here: link layer measured"
+                if (REPO_ROOT / "gputui" / "app.py").is_file() else "gputui/app.py absent: link layer measured")
+    with fake_host(args.processes, args.holders) as host:
+        modes = []
+        if (REPO_ROOT / "gputui" / "transports" / "ssh.py").is_file():
+            modes.append("ssh")
+        else:
+            report.na(sec, "fan-out over SSH", "gputui/transports/ssh.py not in the tree yet")
+        modes.append("pipe")
+        for mode in modes:
+            with tempfile.TemporaryDirectory(prefix="gputui-bench-fanout-") as tmp:
+                env = host.env()
+                sshd = None
+                if mode == "ssh":
+                    from tests.bench import bench_sshd
+
+                    fake_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+                    try:
+                        sshd = bench_sshd.start(Path(tmp) / "sshd", Path(sys.executable).parent, fake_env,
+                                                max(host_counts))
+                    except Exception as exc:
+                        report.na(sec, "fan-out over SSH", f"sshd: {exc}")
+                        continue
+                    env["GPUTUI_SSH_CONFIG"] = str(sshd.config_path)
+                res: dict[str, Any] = {}
+                try:
+                    for count in host_counts:
+                        targets = (sshd.aliases[:count] if sshd else [f"pipe-host-{i:02d}" for i in range(count)])
+                        cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode, "--targets",
+                               ",".join(targets), "--duration", str(duration)]
+                        try:
+                            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                                                  timeout=duration + 240, cwd=REPO_ROOT)
+                        except subprocess.TimeoutExpired:
+                            report.na(sec, f"{mode} {count} hosts", "client timed out")
+                            continue
+                        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+                        if not lines:
+                            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                            report.na(sec, f"{mode} {count} hosts", tail[:200])
+                            continue
+                        res = json.loads(lines[-1])
+                        if res["first_frame_s"] is None:
+                            err = next(iter(res["errors"].values()), "no complete frame within 120 s")
+                            report.na(sec, f"{mode} {count} hosts", f"{len(res['errors'])} host(s) failed: {err}")
+                            continue
+                        big = count == max(host_counts)
+                        report.add(sec, f"{mode} {count:>2} hosts: first complete frame", res["first_frame_s"], "s",
+                                   compare="incl. agent start on this same box",
+                                   target=f"<= {TARGET_FIRST_FRAME_S:.0f} s" if big else "",
+                                   verdict=verdict(res["first_frame_s"] <= TARGET_FIRST_FRAME_S) if big else "")
+                        report.add(sec, f"{mode} {count:>2} hosts: client CPU", res["cpu_pct"], "% of a core",
+                                   compare=f"{res['cpu_ms_per_snapshot']:.2f} ms/snapshot, "
+                                           f"{res['snapshots_per_host_s']:.2f} snap/host/s",
+                                   target=f"<= {TARGET_CLIENT_CPU_PCT:.0f} %" if big else "",
+                                   verdict=verdict(res["cpu_pct"] <= TARGET_CLIENT_CPU_PCT) if big else "")
+                        report.add(sec, f"{mode} {count:>2} hosts: client RSS", res["rss_mib"], "MiB",
+                                   compare=f"peak {res['hwm_mib']:.0f} MiB, {res['threads']} threads",
+                                   target=f"<= {TARGET_CLIENT_RSS_MIB:.0f} MB" if big else "",
+                                   verdict=verdict(res["hwm_mib"] <= TARGET_CLIENT_RSS_MIB) if big else "")
+                    report.note(sec, f"{mode}: {app_note}; analysis {'on' if res.get('analysis') else 'absent'}; "
+                                     f"1 s memory / 3 s processes; {duration:.0f} s steady window after 3 s; "
+                                     f"{res.get('processes_per_snapshot', '?')} processes per snapshot")
+                finally:
+                    if sshd is not None:
+                        sshd.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "client":
+        sys.exit(client_main(sys.argv[2:]))
+    sys.exit("usage: fanout.py client ...")
