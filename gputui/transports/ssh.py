@@ -1,0 +1,872 @@
+"""Remote hosts over SSH (paramiko): the collector is shipped as source over one exec channel.
+
+Nothing of gputui is installed on the remote host. ``open()`` resolves the target as OpenSSH would
+(``sshconfig``), connects (through ProxyJump hops as ``direct-tcpip`` channels, each hop resolved and
+host-key checked on its own), checks the host key against known_hosts (``hostkeys``), authenticates with the
+ssh-agent's keys and the resolved identity files (never a prompt), then runs::
+
+    python3 -u -c 'import sys;exec(compile(sys.stdin.buffer.read(N),"gputui-agent","exec"))' --interval S ...
+
+and writes the N bytes of ``gputui/agent.py`` to its stdin. The command line holds only fixed text, an integer
+and validated numbers; nothing from process data or user strings ever becomes part of it (health URLs travel
+as JSON in a ``configure`` command). After the source, stdin carries JSON-line commands and stdout JSON-line
+messages: a reader thread parses them into a short queue of the newest snapshots and a table of replies.
+
+Every remote read has a deadline: connect, banner, handshake, auth, channel open and the agent's ``hello`` are
+bounded by the connect timeout; after that, a link that delivers no data for ``3 × memory_interval_s`` is
+broken (``next_snapshot`` raises "no data for 3.2 s") and transport keepalives keep NAT state alive. The
+caller shows the host stale and reopens it (``open()`` again on the same link) with ``reconnect.Backoff``.
+``close()`` returns within 2 s even when the host hangs.
+
+Boot identity: ``boot_id`` is the remote ``/proc/sys/kernel/random/boot_id`` from the agent's hello (snapshots
+carry it too). When a reopened link sees another boot id, ``boot_id_changed`` is True and ``previous_boot_id``
+holds the old one: the UI must then forget every remembered pid and selection for that host (pids of the old
+boot mean nothing now; the agent also refuses kills carrying the old boot id).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from gputui.model import PROTOCOL_VERSION, HostSnapshot
+from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.hostkeys import (
+    ChangedHostKey,
+    RevokedHostKey,
+    UnknownHostKey,
+    check_host_key,
+    fingerprint_sha256,
+    known_key_types,
+    load_known_hosts,
+    lookup_name,
+    record_host_key,
+)
+from gputui.transports.sshconfig import SshSettings, resolve
+
+LINE_CAP_BYTES = 16 * 1024 * 1024
+"""Longest agent line accepted; a longer one breaks the link (a runaway remote must not eat our memory)."""
+PREAMBLE_CAP_BYTES = 64 * 1024
+"""Non-JSON output tolerated before the hello (login scripts that print banners)."""
+STDERR_TAIL_BYTES = 8 * 1024
+SNAPSHOT_QUEUE_LEN = 4
+STALE_FACTOR = 3.0
+MIN_STALE_S = 1.0
+READ_POLL_S = 0.2
+CLOSE_BUDGET_S = 1.5
+MAX_JUMP_DEPTH = 8
+RECV_CHUNK_BYTES = 256 * 1024
+PYTHON_MISSING_STATUS = 127
+
+_NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
+_RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
+
+
+class AuthFailed(LinkError):
+    """No offered key was accepted; the message names the host and every key tried or skipped."""
+
+
+def agent_source() -> bytes:
+    """The bytes of ``gputui/agent.py`` (read without importing it)."""
+    spec = importlib.util.find_spec("gputui.agent")
+    if spec is None or spec.origin is None:
+        raise LinkError("gputui/agent.py is missing from this installation")
+    return Path(spec.origin).read_bytes()
+
+
+def _number_arg(value: float, what: str) -> str:
+    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise LinkError(f"{what} must be a positive number of seconds, got {value!r}")
+    text = repr(float(value))
+    if not _NUMBER_RE.fullmatch(text):  # repr of a finite positive float is always this shape
+        raise LinkError(f"{what}: cannot format {value!r}")
+    return text
+
+
+def agent_command(source_len_bytes: int, options: LinkOptions) -> str:
+    """The remote command line: fixed text, one integer and validated numbers only."""
+    if not isinstance(source_len_bytes, int) or source_len_bytes <= 0:
+        raise LinkError("agent source is empty")
+    loader = f'import sys;exec(compile(sys.stdin.buffer.read({source_len_bytes:d}),"gputui-agent","exec"))'
+    words = [
+        "python3",
+        "-u",
+        "-c",
+        f"'{loader}'",
+        "--interval",
+        _number_arg(options.memory_interval_s, "interval"),
+        "--process-interval",
+        _number_arg(options.process_interval_s, "process interval"),
+    ]
+    if options.read_only:
+        words.append("--read-only")
+    if not options.discover_health:
+        words.append("--no-discover")
+    return " ".join(words)
+
+
+def _visible(text: str, limit: int = 160) -> str:
+    """One safe line for an error message from remote bytes (control characters escaped, length capped)."""
+    cleaned = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return cleaned if len(cleaned) <= limit else cleaned[:limit] + "…"
+
+
+def _phase_error(target: str, what: str, exc: BaseException) -> LinkError:
+    detail = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        detail = exc.strerror
+    return LinkError(f"{target}: {what}: {_visible(detail)}")
+
+
+class SshLink(HostLink):
+    """A link to the collector on one remote host over SSH.
+
+    Args:
+        target: Alias or ``[user@]host[:port]``.
+        options: Intervals, read-only mode, ``accept_new``, connect timeout.
+        config_path: An ssh config file used instead of the defaults (``ssh -F``); default
+            ``$GPUTUI_SSH_CONFIG``.
+        use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
+        source: Collector source to ship instead of ``gputui/agent.py`` (tests use a stand-in).
+
+    Attributes:
+        boot_id: The remote boot id from the last hello (None before the first open).
+        previous_boot_id: The boot id of the connection before, when ``boot_id_changed``.
+        boot_id_changed: The last ``open()`` found a different boot id than the connection before.
+        mode: The collector's mode from the hello (``nvml``, ``smi``, ``ps``).
+        hello: The whole hello message.
+        settings: The resolved SSH settings of the target.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        options: LinkOptions | None = None,
+        *,
+        config_path: str | None = None,
+        use_openssh: bool | None = None,
+        source: bytes | None = None,
+    ) -> None:
+        self.target = target
+        self.options = options or LinkOptions()
+        self.config_path = config_path
+        self.use_openssh = use_openssh
+        self._source = source
+        self.boot_id: str | None = None
+        self.previous_boot_id: str | None = None
+        self.boot_id_changed = False
+        self.mode: str | None = None
+        self.hello: dict[str, Any] | None = None
+        self.settings: SshSettings | None = None
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._snapshots: deque[HostSnapshot] = deque(maxlen=SNAPSHOT_QUEUE_LEN)
+        self._replies: dict[int, dict[str, Any]] = {}
+        self._pending: set[int] = set()
+        self._error: str | None = None
+        self._last_data_mono = 0.0
+        self._next_id = 1
+        self._channel: Any = None
+        self._transports: list[Any] = []
+        self._sockets: list[socket.socket] = []
+        self._reader: threading.Thread | None = None
+        self._write_lock = threading.Lock()
+        self._stderr_tail = bytearray()
+
+    # -- properties ----------------------------------------------------------------------------------------
+
+    @property
+    def stale_after_s(self) -> float:
+        """Seconds without any data from the agent after which the link counts as broken."""
+        return max(MIN_STALE_S, STALE_FACTOR * self.options.memory_interval_s)
+
+    @property
+    def last_data_age_s(self) -> float | None:
+        """Seconds since the agent last sent anything (None when never connected)."""
+        with self._cond:
+            if not self._last_data_mono:
+                return None
+            return time.monotonic() - self._last_data_mono
+
+    def _timeout_s(self, settings: SshSettings) -> float:
+        timeout_s = self.options.connect_timeout_s
+        if settings.connect_timeout_s:
+            timeout_s = min(timeout_s, settings.connect_timeout_s)
+        return max(0.1, timeout_s)
+
+    # -- open ----------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect, start the collector and wait for its hello. Raises LinkError (one line).
+
+        May be called again after ``close()`` or a failure to reconnect.
+        """
+        self._teardown()
+        with self._cond:
+            self._generation += 1
+            generation = self._generation
+            self._snapshots.clear()
+            self._replies.clear()
+            self._pending.clear()
+            self._error = None
+            self._last_data_mono = 0.0
+            self._stderr_tail = bytearray()
+        try:
+            self._open(generation)
+        except LinkError:
+            self._teardown()
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._teardown()
+            raise _phase_error(self.target, "connection failed", exc) from None
+
+    def _open(self, generation: int) -> None:
+        source = self._source if self._source is not None else agent_source()
+        settings = resolve(self.target, self.config_path, self.use_openssh)
+        self.settings = settings
+        timeout_s = self._timeout_s(settings)
+        transport = self._connect(settings, None, 0)
+        keepalive_s = settings.server_alive_interval_s or self.options.memory_interval_s
+        transport.set_keepalive(max(1, math.ceil(keepalive_s)))
+
+        # Past authentication, paramiko's exec request and the source write wait without deadlines of their
+        # own: a watchdog closes everything if the host stops answering.
+        watchdog = threading.Timer(timeout_s, self._abort, args=(generation,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            try:
+                channel = transport.open_session(timeout=timeout_s)
+                channel.settimeout(READ_POLL_S)
+                with self._cond:
+                    self._channel = channel
+                channel.exec_command(agent_command(len(source), self.options))
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise self._aborted_or(generation, "cannot start the collector", exc) from None
+            reader = threading.Thread(
+                target=self._read_loop,
+                args=(channel, generation),
+                name=f"gputui-ssh-{self.target}",
+                daemon=True,
+            )
+            with self._cond:
+                self._reader = reader
+                self._last_data_mono = time.monotonic()
+            reader.start()
+            try:
+                self._send_bytes(source, time.monotonic() + timeout_s, "collector source")
+            except LinkError:
+                # The remote may have exited at once (no python3): its status says more than the write error.
+                with self._cond:
+                    self._cond.wait_for(lambda: self._error is not None, timeout=min(1.0, timeout_s))
+                    if self._error is not None:
+                        raise LinkError(self._error) from None
+                raise
+            hello = self._wait_hello(generation, time.monotonic() + timeout_s, timeout_s)
+        finally:
+            watchdog.cancel()
+        self._accept_hello(hello)
+        if self.options.health_urls:
+            # URLs are user strings: they go as JSON data, never on the command line.
+            self.request(
+                {
+                    "cmd": "configure",
+                    "health_urls": list(self.options.health_urls),
+                    "discover_health": self.options.discover_health,
+                },
+                timeout_s,
+            )
+
+    def _aborted_or(self, generation: int, what: str, exc: BaseException) -> LinkError:
+        with self._cond:
+            if self._error is not None and self._generation == generation:
+                return LinkError(self._error)
+        return _phase_error(self.target, what, exc)
+
+    def _abort(self, generation: int) -> None:
+        with self._cond:
+            if generation != self._generation:
+                return
+            if self._error is None:
+                self._error = f"{self.target}: no answer within the connect deadline after login"
+            self._cond.notify_all()
+        self._force_close_transports()
+
+    def _wait_hello(self, generation: int, deadline: float, timeout_s: float) -> dict[str, Any]:
+        with self._cond:
+            while self.hello is None or self._generation != generation:
+                if self._error is not None:
+                    raise LinkError(self._error)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LinkError(f"{self.target}: no hello from the collector within {timeout_s:.1f} s")
+                self._cond.wait(left)
+            return self.hello
+
+    def _accept_hello(self, hello: dict[str, Any]) -> None:
+        protocol = hello.get("protocol")
+        if protocol != PROTOCOL_VERSION:
+            raise LinkError(
+                f"{self.target}: the collector speaks protocol {protocol!r}, this gputui speaks "
+                f"{PROTOCOL_VERSION}"
+            )
+        boot_id = hello.get("boot_id")
+        new_boot_id = None if boot_id is None else str(boot_id)
+        self.boot_id_changed = self.boot_id is not None and new_boot_id != self.boot_id
+        if self.boot_id_changed:
+            self.previous_boot_id = self.boot_id
+        self.boot_id = new_boot_id
+        mode = hello.get("mode")
+        self.mode = None if mode is None else str(mode)
+
+    # -- connecting ----------------------------------------------------------------------------------------
+
+    def _connect(self, settings: SshSettings, jump_override: tuple[str, ...] | None, depth: int) -> Any:
+        """An authenticated transport to ``settings``' host, through its jump hosts if any."""
+        if depth > MAX_JUMP_DEPTH:
+            raise LinkError(f"{self.target}: more than {MAX_JUMP_DEPTH} ProxyJump hops (a loop?)")
+        if settings.proxy_command:
+            raise LinkError(
+                f"{self.target}: ProxyCommand is not supported for {settings.target}; use ProxyJump"
+            )
+        timeout_s = self._timeout_s(settings)
+        hops = settings.proxy_jump if jump_override is None else jump_override
+        sock: Any
+        where = f"{settings.hostname} port {settings.port}"
+        if hops:
+            hop_settings = resolve(hops[-1], self.config_path, self.use_openssh)
+            # A single hop is reached as its own config says; in a list, each goes through the ones before.
+            jump = self._connect(hop_settings, hops[:-1] if len(hops) > 1 else None, depth + 1)
+            try:
+                sock = jump.open_channel(
+                    "direct-tcpip", (settings.hostname, settings.port), ("127.0.0.1", 0), timeout=timeout_s
+                )
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise _phase_error(
+                    self.target, f"jump host {hop_settings.target} cannot reach {where}", exc
+                ) from None
+        else:
+            sock = self._tcp_connect(settings, timeout_s)
+        transport = paramiko.Transport(sock)
+        with self._cond:
+            self._transports.append(transport)
+        transport.banner_timeout = timeout_s
+        transport.handshake_timeout = timeout_s
+        transport.auth_timeout = timeout_s
+        name = lookup_name(settings.hostname, settings.port, settings.host_key_alias)
+        known_lines = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+        self._prefer_known_key_types(transport, known_key_types(known_lines, name))
+        try:
+            transport.start_client(timeout=timeout_s)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise _phase_error(
+                self.target, f"no SSH handshake with {where} within {timeout_s:.1f} s", exc
+            ) from None
+        key = transport.get_remote_server_key()
+        self._verify_host_key(settings, name, known_lines, key)
+        self._authenticate(transport, settings)
+        return transport
+
+    def _tcp_connect(self, settings: SshSettings, timeout_s: float) -> socket.socket:
+        deadline = time.monotonic() + timeout_s
+        where = f"{settings.hostname} port {settings.port}"
+        addresses = _resolve_address(settings.hostname, settings.port, timeout_s)
+        if addresses is None:
+            raise LinkError(f"{self.target}: cannot resolve {settings.hostname} within {timeout_s:.1f} s")
+        if isinstance(addresses, BaseException):
+            raise _phase_error(self.target, f"cannot resolve {settings.hostname}", addresses)
+        last_error: BaseException | None = None
+        for family, socktype, proto, _canon, address in addresses:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            sock = socket.socket(family, socktype, proto)
+            with self._cond:
+                self._sockets.append(sock)
+            sock.settimeout(left)
+            try:
+                sock.connect(address)
+            except (TimeoutError, OSError) as exc:
+                last_error = exc
+                sock.close()
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        if last_error is None or isinstance(last_error, TimeoutError):
+            raise LinkError(f"{self.target}: cannot connect to {where} within {timeout_s:.1f} s")
+        raise _phase_error(self.target, f"cannot connect to {where}", last_error)
+
+    @staticmethod
+    def _prefer_known_key_types(transport: Any, known_types: list[str]) -> None:
+        """Ask first for host key types known_hosts holds (as OpenSSH does), so a server with several keys
+        presents the one we can check instead of looking "changed"."""
+        if not known_types:
+            return
+        options = transport.get_security_options()
+        offered = list(options.key_types)
+        wanted: list[str] = []
+        for key_type in known_types:
+            for algorithm in _RSA_HOSTKEY_ALGORITHMS if key_type == "ssh-rsa" else (key_type,):
+                if algorithm in offered and algorithm not in wanted:
+                    wanted.append(algorithm)
+        if wanted:
+            options.key_types = wanted + [k for k in offered if k not in wanted]
+
+    def _verify_host_key(self, settings: SshSettings, name: str, known_lines: list[Any], key: Any) -> None:
+        blob = key.asbytes()
+        key_type = key.get_name()
+        fingerprint = fingerprint_sha256(blob)
+        verdict = check_host_key(known_lines, name, blob)
+        if verdict.status == "known":
+            return
+        if verdict.status == "revoked" and verdict.line is not None:
+            raise RevokedHostKey(
+                f"{self.target}: the host key of {name} ({key_type} {fingerprint}) is marked @revoked in "
+                f"{verdict.line.where}; refusing to connect"
+            )
+        if verdict.status == "changed" and verdict.line is not None:
+            raise ChangedHostKey(
+                f"{self.target}: HOST KEY CHANGED for {name}: it presents {key_type} {fingerprint} but "
+                f"{verdict.line.where} records another key; refusing to connect (remove that line if the "
+                "change is expected)"
+            )
+        if not self.options.accept_new:
+            raise UnknownHostKey(self.target, settings.target, name, key, key_type, blob)
+        if not settings.user_known_hosts_files:
+            raise LinkError(f"{self.target}: no UserKnownHostsFile to record the key of {name} in")
+        try:
+            record_host_key(
+                settings.user_known_hosts_files[0], name, key_type, blob, settings.hash_known_hosts
+            )
+        except OSError as exc:
+            raise _phase_error(
+                self.target, f"cannot record the host key in {settings.user_known_hosts_files[0]}", exc
+            ) from None
+
+    def _authenticate(self, transport: Any, settings: SshSettings) -> None:
+        """Public-key auth with agent keys and identity files; no prompts; one connection, each key once."""
+        tried: list[str] = []
+        candidates: list[tuple[str, Any]] = []
+        seen_blobs: set[bytes] = set()
+        file_blobs: dict[bytes, str] = {}
+        for path in settings.identity_files:
+            public = _public_blob(path)
+            if public is not None:
+                file_blobs[public] = path
+        agent_keys: list[Any] = []
+        if (settings.identity_agent or "").lower() != "none":
+            try:
+                agent_keys = list(paramiko.Agent().get_keys())
+            except (paramiko.SSHException, OSError) as exc:
+                tried.append(f"ssh-agent ({_visible(str(exc), 60)})")
+        for key in agent_keys:
+            blob = key.asbytes()
+            if settings.identities_only and blob not in file_blobs:
+                continue
+            seen_blobs.add(blob)
+            label = f"agent key {file_blobs.get(blob) or key.get_name()}"
+            candidates.append((label, key))
+        for path in settings.identity_files:
+            if not Path(path).exists():
+                continue
+            try:
+                key = paramiko.PKey.from_path(path)
+            except paramiko.PasswordRequiredException:
+                if _public_blob(path) not in seen_blobs:
+                    tried.append(f"{path} (encrypted, not in ssh-agent: skipped)")
+                continue
+            except TypeError as exc:  # cryptography: "Password was not given but private key is encrypted"
+                if "encrypted" in str(exc) and _public_blob(path) not in seen_blobs:
+                    tried.append(f"{path} (encrypted, not in ssh-agent: skipped)")
+                continue
+            except (paramiko.SSHException, OSError, ValueError) as exc:
+                tried.append(f"{path} (unusable: {_visible(str(exc), 60)})")
+                continue
+            if key.asbytes() in seen_blobs:
+                continue
+            seen_blobs.add(key.asbytes())
+            candidates.append((path, key))
+        for label, key in candidates:
+            try:
+                transport.auth_publickey(settings.user, key)
+            except paramiko.BadAuthenticationType as exc:
+                tried.append(f"{label} (server allows only {', '.join(exc.allowed_types) or 'nothing'})")
+                break
+            except paramiko.AuthenticationException:
+                tried.append(f"{label} (rejected)")
+                continue
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                tried.append(f"{label} ({_visible(str(exc), 60)})")
+                break
+            if transport.is_authenticated():
+                return
+            tried.append(f"{label} (needs a further method)")
+        if not candidates and not tried:
+            tried.append("no keys: ssh-agent empty or absent and no identity file found")
+        where = f"{settings.user}@{settings.hostname} port {settings.port}"
+        raise AuthFailed(f"{self.target}: authentication failed for {where}; tried: {'; '.join(tried)}")
+
+    # -- the agent stream ----------------------------------------------------------------------------------
+
+    def _fail(self, generation: int, message: str) -> None:
+        with self._cond:
+            if generation == self._generation and self._error is None:
+                self._error = message
+            self._cond.notify_all()
+
+    def _read_loop(self, channel: Any, generation: int) -> None:
+        buffer = bytearray()
+        scanned = 0
+        preamble_bytes = 0
+        while True:
+            with self._cond:
+                if generation != self._generation or self._error is not None:
+                    return
+            try:
+                data: bytes | None = channel.recv(RECV_CHUNK_BYTES)
+            except TimeoutError:
+                data = None
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                self._fail(
+                    generation, f"{self.target}: connection lost: {_visible(str(exc) or type(exc).__name__)}"
+                )
+                return
+            self._drain_stderr(channel)
+            if data is None:
+                continue
+            if not data:
+                self._fail(generation, self._exit_message(channel))
+                return
+            with self._cond:
+                if generation == self._generation:
+                    self._last_data_mono = time.monotonic()
+            buffer += data
+            while True:
+                end = buffer.find(b"\n", scanned)
+                if end < 0:
+                    scanned = len(buffer)
+                    break
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                scanned = 0
+                problem = self._handle_line(line, generation)
+                if problem == "preamble":
+                    preamble_bytes += len(line) + 1
+                    if preamble_bytes > PREAMBLE_CAP_BYTES:
+                        problem = f"{self.target}: no hello, only {preamble_bytes} bytes of other output"
+                    else:
+                        continue
+                if problem:
+                    self._fail(generation, problem)
+                    return
+            if len(buffer) > LINE_CAP_BYTES:
+                self._fail(
+                    generation,
+                    f"{self.target}: the collector sent a line over {LINE_CAP_BYTES // (1024 * 1024)} MiB",
+                )
+                return
+
+    def _drain_stderr(self, channel: Any) -> None:
+        try:
+            while channel.recv_stderr_ready():
+                chunk = channel.recv_stderr(RECV_CHUNK_BYTES)
+                if not chunk:
+                    break
+                self._stderr_tail += chunk
+                del self._stderr_tail[:-STDERR_TAIL_BYTES]
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+    def _exit_message(self, channel: Any) -> str:
+        # The exit status follows the EOF closely; wait a moment for it, never forever.
+        channel.status_event.wait(1.0)
+        self._drain_stderr(channel)
+        status = channel.exit_status if channel.status_event.is_set() else None
+        stderr = self._stderr_tail.decode("utf-8", "replace")
+        if (
+            status == PYTHON_MISSING_STATUS
+            or "python3: not found" in stderr
+            or "python3: command not found" in stderr
+        ):
+            return f"{self.target}: python3 not found on host; reduced mode not available"
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        last = f": {_visible(lines[-1])}" if lines else ""
+        if status is None or status < 0:
+            return f"{self.target}: the collector's channel closed{last}"
+        return f"{self.target}: the collector exited with status {status}{last}"
+
+    def _handle_line(self, raw: bytes, generation: int) -> str | None:
+        """Take one line; returns an error message, "preamble" for pre-hello junk, or None."""
+        line = raw.strip()
+        if not line:
+            return None
+        with self._cond:
+            have_hello = self._hello_generation == generation
+        try:
+            message = json.loads(line.decode("utf-8", "replace"))
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            if not have_hello:
+                return "preamble"
+            excerpt = _visible(repr(line[:80]))
+            return f"{self.target}: the collector sent a line that is not a JSON object: {excerpt}"
+        kind = message.get("t")
+        if kind == "hello":
+            with self._cond:
+                if generation == self._generation:
+                    self.hello = message
+                    self._hello_generation = generation
+                self._cond.notify_all()
+            return None
+        if not have_hello:
+            return "preamble"
+        if kind == "snapshot":
+            try:
+                snapshot = HostSnapshot.from_dict(message.get("snapshot") or {})
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                return f"{self.target}: the collector sent a malformed snapshot: {_visible(str(exc))}"
+            snapshot = replace(snapshot, target=self.target)
+            with self._cond:
+                if generation == self._generation:
+                    self._snapshots.append(snapshot)
+                self._cond.notify_all()
+        elif kind == "reply":
+            reply_id = message.get("id")
+            with self._cond:
+                if generation == self._generation and isinstance(reply_id, int) and reply_id in self._pending:
+                    self._replies[reply_id] = message
+                self._cond.notify_all()
+        return None
+
+    _hello_generation = -1
+
+    def _send_bytes(self, data: bytes, deadline: float, what: str) -> None:
+        with self._cond:
+            channel = self._channel
+        if channel is None:
+            raise LinkError(f"{self.target}: link not open")
+        view = memoryview(data)
+        with self._write_lock:
+            while view:
+                if time.monotonic() > deadline:
+                    raise LinkError(f"{self.target}: cannot send the {what}: the host does not read")
+                try:
+                    sent = channel.send(view[:RECV_CHUNK_BYTES])
+                except TimeoutError:
+                    continue
+                except (OSError, EOFError, paramiko.SSHException) as exc:
+                    raise _phase_error(self.target, f"cannot send the {what}", exc) from None
+                if sent <= 0:
+                    raise LinkError(f"{self.target}: cannot send the {what}: channel closed")
+                view = view[sent:]
+
+    # -- HostLink ------------------------------------------------------------------------------------------
+
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        """The newest snapshot not yet returned (older unread ones are dropped); None on timeout.
+
+        Raises:
+            LinkError: The link broke, or no data came for ``stale_after_s`` ("no data for 3.2 s").
+        """
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            while True:
+                if self._snapshots:
+                    newest = self._snapshots.pop()
+                    self._snapshots.clear()
+                    return newest
+                if self._error is not None:
+                    raise LinkError(self._error)
+                if self._channel is None:
+                    raise LinkError(f"{self.target}: link not open")
+                now = time.monotonic()
+                age_s = now - self._last_data_mono
+                if age_s > self.stale_after_s:
+                    self._error = f"{self.target}: no data for {age_s:.1f} s"
+                    raise LinkError(self._error)
+                if now >= deadline:
+                    return None
+                self._cond.wait(min(deadline - now, self._last_data_mono + self.stale_after_s - now + 0.05))
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one command and wait for its reply's result. Raises LinkError on error, failure or timeout."""
+        name = str(command.get("cmd"))
+        with self._cond:
+            if self._error is not None:
+                raise LinkError(self._error)
+            request_id = self._next_id
+            self._next_id += 1
+            self._pending.add(request_id)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        try:
+            line = json.dumps(dict(command, id=request_id), ensure_ascii=False, separators=(",", ":")) + "\n"
+            self._send_bytes(line.encode("utf-8"), deadline, f"{name} command")
+            with self._cond:
+                while request_id not in self._replies:
+                    if self._error is not None:
+                        raise LinkError(self._error)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise LinkError(f"{self.target}: no reply to {name} within {timeout_s:.1f} s")
+                    self._cond.wait(left)
+                reply = self._replies.pop(request_id)
+        finally:
+            with self._cond:
+                self._pending.discard(request_id)
+                self._replies.pop(request_id, None)
+        if not reply.get("ok"):
+            raise LinkError(
+                f"{self.target}: {name} failed: {_visible(str(reply.get('error') or 'no reason'))}"
+            )
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def close(self) -> None:
+        """Ask the collector to quit, then close channel and transports; returns within about 2 s."""
+        with self._cond:
+            channel = self._channel
+            if self._error is None:
+                self._error = f"{self.target}: link closed"
+            self._cond.notify_all()
+        if channel is not None and self.hello is not None:
+            try:
+                self._send_bytes(b'{"cmd":"quit"}\n', time.monotonic() + 0.3, "quit command")
+            except LinkError:
+                pass
+        self._teardown()
+
+    def _teardown(self) -> None:
+        with self._cond:
+            self._generation += 1  # readers of the old connection stop touching this link's state
+            channel, self._channel = self._channel, None
+            transports, self._transports = self._transports, []
+            sockets, self._sockets = self._sockets, []
+            reader, self._reader = self._reader, None
+            self.hello = None
+            self._cond.notify_all()
+        if channel is None and not transports and not sockets:
+            return
+
+        def shut() -> None:
+            for closer in [channel] + list(reversed(transports)):
+                if closer is None:
+                    continue
+                try:
+                    closer.close()
+                except Exception:  # noqa: S110 - best effort on a dying connection
+                    pass
+
+        closer_thread = threading.Thread(target=shut, name=f"gputui-ssh-close-{self.target}", daemon=True)
+        closer_thread.start()
+        closer_thread.join(CLOSE_BUDGET_S)
+        for sock in sockets:
+            _hard_close(sock)
+        if reader is not None and reader is not threading.current_thread():
+            reader.join(0.3)
+
+    def _force_close_transports(self) -> None:
+        with self._cond:
+            sockets = list(self._sockets)
+            transports = list(self._transports)
+        for sock in sockets:
+            _hard_close(sock)
+        for transport in transports:
+            try:
+                transport.sock.close()
+            except Exception:  # noqa: S110 - best effort on a dying connection
+                pass
+
+
+def _hard_close(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def _public_blob(path: str) -> bytes | None:
+    """The key blob of ``path``.pub, when that file exists (lets encrypted keys be matched to agent keys)."""
+    import base64
+    import binascii
+
+    try:
+        words = Path(f"{path}.pub").read_text(encoding="ascii", errors="replace").split()
+        return base64.b64decode(words[1], validate=True) if len(words) >= 2 else None
+    except (OSError, binascii.Error, ValueError):
+        return None
+
+
+def _resolve_address(host: str, port: int, timeout_s: float) -> list[Any] | BaseException | None:
+    """getaddrinfo with a deadline (the resolver's own retries can take far longer): None on timeout."""
+    result: list[Any] = []
+
+    def lookup() -> None:
+        try:
+            result.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except (OSError, UnicodeError) as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=lookup, name=f"gputui-resolve-{host}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not result:
+        return None
+    return result[0]
+
+
+def accept_host_key(
+    target: str, key: Any, *, config_path: str | None = None, use_openssh: bool | None = None
+) -> str:
+    """Record an unknown host key after the user confirmed it (the TUI's "accept" button).
+
+    Pass ``error.hop`` and ``error.key`` of the ``UnknownHostKey`` that was shown. The name is written hashed
+    when the target's ``HashKnownHosts`` is yes (OpenSSH's own rule), to its first ``UserKnownHostsFile``.
+    A changed or revoked key is never recorded.
+
+    Returns:
+        The line appended, or "" when the key was already known.
+
+    Raises:
+        ChangedHostKey, RevokedHostKey: The key must not be accepted.
+        LinkError: The target cannot be resolved or the file cannot be written.
+    """
+    settings = resolve(target, config_path, use_openssh)
+    name = lookup_name(settings.hostname, settings.port, settings.host_key_alias)
+    blob = key.asbytes()
+    key_type = key.get_name()
+    lines = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+    verdict = check_host_key(lines, name, blob)
+    if verdict.status == "known":
+        return ""
+    if verdict.status == "revoked" and verdict.line is not None:
+        raise RevokedHostKey(
+            f"{target}: the key {fingerprint_sha256(blob)} is revoked in {verdict.line.where}"
+        )
+    if verdict.status == "changed" and verdict.line is not None:
+        raise ChangedHostKey(
+            f"{target}: {name} has another key recorded at {verdict.line.where}; not accepting a changed key"
+        )
+    if not settings.user_known_hosts_files:
+        raise LinkError(f"{target}: no UserKnownHostsFile to record the key in")
+    try:
+        return record_host_key(
+            settings.user_known_hosts_files[0], name, key_type, blob, settings.hash_known_hosts
+        )
+    except OSError as exc:
+        raise _phase_error(target, f"cannot write {settings.user_known_hosts_files[0]}", exc) from None
