@@ -439,6 +439,11 @@ class _NvmlBackend(object):
         self._initialized = False
         self._last_init_try = -1e18
 
+    def start(self) -> None:
+        """Initialise NVML now (bounded) instead of at the first sample."""
+        if not self._initialized:
+            self._init()
+
     def _init(self) -> None:
         nv = _pynvml
         if nv is None:
@@ -1007,6 +1012,7 @@ class Agent(object):
         self.last_sample_mono = None  # type: Optional[float]
         if use_pynvml and _pynvml is not None:
             self._backend = _NvmlBackend(nvml_deadline_s)  # type: Any
+            self._backend.start()  # so that hello already says whether there is a driver
         else:
             smi = _which("nvidia-smi")
             if smi is not None:

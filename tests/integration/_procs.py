@@ -26,36 +26,37 @@ DEADLINE_S = 30.0
 # The exact bootstrap the SSH transport uses: the source arrives on stdin, then the JSON-line commands.
 BOOTSTRAP = 'import sys;exec(compile(sys.stdin.buffer.read({n}),"gputui-agent","exec"))'
 
-SLEEPER = """
+SLEEPER = r"""
 import json, os, sys, time
-print(json.dumps({"role": "sleeper", "pid": os.getpid()}), flush=True)
+os.write(1, (json.dumps({"role": "sleeper", "pid": os.getpid()}) + "\n").encode())
 time.sleep(600)
 """
 
-TERM_IGNORER = """
+TERM_IGNORER = r"""
 import json, os, signal, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print(json.dumps({"role": "ignorer", "pid": os.getpid()}), flush=True)
+os.write(1, (json.dumps({"role": "ignorer", "pid": os.getpid()}) + "\n").encode())
 time.sleep(600)
 """
 
-ZOMBIE_MAKER = """
+ZOMBIE_MAKER = r"""
 import json, os, time
 child = os.fork()
 if child == 0:
     os._exit(0)
 # The parent never waits: the child stays a zombie until the parent dies.
-print(json.dumps({"role": "parent", "pid": os.getpid()}), flush=True)
-print(json.dumps({"role": "zombie", "pid": child}), flush=True)
+os.write(1, (json.dumps({"role": "parent", "pid": os.getpid()}) + "\n").encode())
+os.write(1, (json.dumps({"role": "zombie", "pid": child}) + "\n").encode())
 time.sleep(600)
 """
 
 # root (session and group leader) -> A (sleeps) and B; B double-forks G and exits; root reaps B, so G is
 # reparented away from the tree and only its process group (led by root) ties it to root.
-TREE = """
+TREE = r"""
 import json, os, sys, time
 def say(role):
-    print(json.dumps({"role": role, "pid": os.getpid(), "ppid": os.getppid()}), flush=True)
+    # One write(2) per line: forked writers sharing the pipe never interleave inside a line.
+    os.write(1, (json.dumps({"role": role, "pid": os.getpid(), "ppid": os.getppid()}) + "\n").encode())
 def sleep_forever():
     try:
         time.sleep(600)
@@ -79,10 +80,11 @@ time.sleep(600)
 """
 
 # A chain for the collector: root -> holder -> leaf. The holder is registered as a GPU holder.
-CHAIN = """
+CHAIN = r"""
 import json, os, sys, time
 def say(role):
-    print(json.dumps({"role": role, "pid": os.getpid(), "ppid": os.getppid()}), flush=True)
+    # One write(2) per line: forked writers sharing the pipe never interleave inside a line.
+    os.write(1, (json.dumps({"role": role, "pid": os.getpid(), "ppid": os.getppid()}) + "\n").encode())
 holder = os.fork()
 if holder == 0:
     leaf = os.fork()
@@ -146,7 +148,7 @@ class Script:
         argv_extra: Sequence[str] = (),
         new_session: bool = True,
     ) -> None:
-        self.argv = [python, "-c", code, *argv_extra]
+        self.argv = [python, "-c", code, *argv_extra] if code else [python, *argv_extra]
         self.new_session = new_session
         self.proc = subprocess.Popen(
             self.argv,
@@ -319,3 +321,38 @@ def agent_process(*args: str, **kwargs: Any) -> Iterator[AgentProcess]:
         yield agent
     finally:
         agent.close()
+
+
+VFORK_WAITER_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+/* The parent of a vfork() waits in the kernel, state D, until the child execs or exits: a real
+ * D-state process without a broken disk or NFS server. */
+int main(void)
+{
+    printf("{\"role\": \"waiter\", \"pid\": %d}\n", (int)getpid());
+    fflush(stdout);
+    if (vfork() == 0) {
+        sleep(600);
+        _exit(0);
+    }
+    return 0;
+}
+"""
+
+
+def build_vfork_waiter(out_dir: Path) -> Path:
+    """Compile the D-state helper (needs the C compiler the fake NVML build needs anyway)."""
+    source = out_dir / "vfork_waiter.c"
+    binary = out_dir / "vfork_waiter"
+    source.write_text(VFORK_WAITER_C)
+    cc = os.environ.get("CC") or "cc"
+    subprocess.run([cc, "-O0", "-o", str(binary), str(source)], check=True, timeout=120)
+    return binary
+
+
+class Binary(Script):
+    """A compiled helper that reports its pid like the scripts do."""
+
+    def __init__(self, binary: Path, roles: Sequence[str]) -> None:
+        super().__init__("", roles, python=str(binary))

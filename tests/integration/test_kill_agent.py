@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import os
 import pwd
+from pathlib import Path
 
 from tests.integration._procs import (
     SLEEPER,
     TERM_IGNORER,
     TREE,
     ZOMBIE_MAKER,
+    Binary,
     agent_process,
+    build_vfork_waiter,
     is_gone,
     script,
     start_ticks,
@@ -234,3 +237,18 @@ def check_denied_and_proceeds(agent, foreign_pid: int, own_pid: int) -> None:
     assert by_pid[own_pid]["result"] == "sent"
     wait_for(lambda: is_gone(own_pid), "the agent user's own process to die")
     assert state_of(foreign_pid) == foreign_state
+
+
+def test_d_state_target_is_signalled_and_reported_as_uninterruptible(tmp_path: Path) -> None:
+    waiter = Binary(build_vfork_waiter(tmp_path), ["waiter"])
+    try:
+        pid = waiter.pids["waiter"]
+        wait_for(lambda: state_of(pid) == "D", "the vfork parent to wait in state D")
+        with agent_process() as agent:
+            outcomes = kill(agent, [target(pid)], signal="KILL")
+        assert [(o["stage"], o["result"]) for o in outcomes] == [("signal", "sent")]
+        assert "uninterruptible" in outcomes[0]["detail"]
+        # This D state is killable (a vfork wait), so KILL does end it; a disk wait would not.
+        wait_for(lambda: is_gone(pid), "the vfork parent to die of KILL")
+    finally:
+        waiter.kill()

@@ -1,0 +1,331 @@
+"""The collector against real pynvml over the fake libnvidia-ml.so.1, and real processes.
+
+The agent runs in a subprocess started the way SSH starts it (source on stdin, then JSON-line commands), so
+pynvml loads the fake library through LD_LIBRARY_PATH.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gputui.model import HostSnapshot
+from tests.fakenvml.plugin import FakeNvml
+from tests.integration._procs import (
+    CHAIN,
+    SLEEPER,
+    ZOMBIE_MAKER,
+    Binary,
+    agent_process,
+    build_vfork_waiter,
+    is_gone,
+    script,
+    start_ticks,
+    state_of,
+    wait_for,
+)
+
+NVML_BOUND_S = 20.0
+"""Generous bound for a sample while one GPU hangs for a minute (the agent's own deadline is 2 s)."""
+
+
+def gpus_by_index(snapshot):
+    return {g["index"]: g for g in snapshot["gpus"]}
+
+
+def procs_by_pid(snapshot):
+    return {p["pid"]: p for p in snapshot["processes"]}
+
+
+def parent_chain(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as fh:
+            pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        if pid > 0:
+            chain.append(pid)
+    return chain
+
+
+def test_eight_gpus_report_every_figure(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[1].reserved_mib = 500
+    fake_nvml.state.gpus[2].util_pct = 87
+    fake_nvml.state.gpus[2].power_mw = 412500
+    fake_nvml.write()
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.hello["mode"] == "nvml"
+        assert agent.hello["error"] is None
+        assert agent.hello["protocol"] == 1
+        snapshot = agent.sample()
+    assert snapshot["error"] is None
+    assert snapshot["driver_version"] == "570.124.06"
+    assert snapshot["cuda_driver_version"] == "12.8"
+    assert snapshot["mode"] == "nvml"
+    assert snapshot["agent_pid"] == agent.hello["pid"]
+    assert snapshot["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    gpus = gpus_by_index(snapshot)
+    assert sorted(gpus) == list(range(8))
+    for gpu in gpus.values():
+        assert gpu.get("error") is None
+        assert gpu["name"] == "NVIDIA RTX PRO 6000 Blackwell"
+        assert gpu["uuid"].startswith("GPU-")
+        assert gpu["pci_bus_id"]
+        assert gpu["memory_used_mib"] == 3  # v2: the reservation is not in "used"
+        assert gpu["memory_total_mib"] == 49152
+        assert gpu["temperature_c"] == 40
+        assert gpu["power_limit_w"] == 600.0
+        assert gpu["processes"] == []
+    assert len({g["uuid"] for g in gpus.values()}) == 8
+    assert gpus[1]["memory_reserved_mib"] == 500
+    assert gpus[0]["memory_reserved_mib"] == 0
+    assert gpus[2]["utilization_pct"] == 87
+    assert gpus[2]["power_w"] == 412.5
+    assert snapshot["device_holders"] is None  # nothing unaccounted: no /dev/nvidia* scan
+    # The wire form is exactly what the model reads and writes back.
+    model = HostSnapshot.from_dict(snapshot)
+    assert HostSnapshot.from_dict(model.to_dict()) == model
+    assert model.gpus[1].memory_reserved_mib == 500
+
+
+@pytest.mark.parametrize("proc_source", ["psutil", "proc"])
+def test_holder_tree_with_ancestors_and_descendants(fake_nvml: FakeNvml, proc_source: str) -> None:
+    args = ["--no-psutil"] if proc_source == "proc" else []
+    with script(CHAIN, ["root", "holder", "leaf"]) as chain, \
+            agent_process(*args, env=fake_nvml.env()) as agent:
+        assert agent.hello["psutil"] is (proc_source == "psutil")
+        root, holder, leaf = chain.pids["root"], chain.pids["holder"], chain.pids["leaf"]
+        fake_nvml.state.add_holder(2, holder, 1000)
+        fake_nvml.write()
+        snapshot = agent.sample()
+        gpus = gpus_by_index(snapshot)
+        assert gpus[2]["memory_used_mib"] == 1003
+        assert gpus[2]["processes"] == [{"pid": holder, "used_mib": 1000, "type": "compute", "visible": True}]
+        procs = procs_by_pid(snapshot)
+        # The holder, its descendant, and every ancestor up to pid 1.
+        expected = {holder, leaf, root, *parent_chain(root)}
+        assert expected <= set(procs), sorted(expected - set(procs))
+        me = pwd.getpwuid(os.getuid()).pw_name
+        for pid in (root, holder, leaf):
+            proc = procs[pid]
+            assert proc["start_ticks"] == start_ticks(pid)
+            assert proc["user"] == me
+            assert proc["uid"] == os.getuid()
+            assert proc["cmdline"] == chain.argv  # forked children keep the argv
+            assert proc["state"] == "S"
+            assert proc["rss_kib"] > 0
+            assert proc["create_time"] == pytest.approx(time.time(), abs=120)
+            assert proc["state_since"] is not None
+        assert procs[holder]["ppid"] == root
+        assert procs[leaf]["ppid"] == holder
+        assert procs[holder]["gpu_memory_mib"] == {"2": 1000}
+        assert procs[root]["gpu_memory_mib"] == {}
+        assert snapshot["processes_time"] == snapshot["time"]
+
+
+def test_zombie_appears_with_state_z_and_its_parent(fake_nvml: FakeNvml) -> None:
+    with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, agent_process(env=fake_nvml.env()) as agent:
+        zombie, parent = maker.pids["zombie"], maker.pids["parent"]
+        wait_for(lambda: state_of(zombie) == "Z", "the child to become a zombie")
+        procs = procs_by_pid(agent.sample())
+        assert procs[zombie]["state"] == "Z"
+        assert procs[zombie]["ppid"] == parent
+        assert procs[zombie]["cmdline"] == []
+        assert procs[parent]["state"] == "S"  # listed as the zombie's ancestor
+
+
+def test_d_state_process_is_listed(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    waiter_binary = build_vfork_waiter(tmp_path)
+    waiter = Binary(waiter_binary, ["waiter"])
+    try:
+        pid = waiter.pids["waiter"]
+        wait_for(lambda: state_of(pid) == "D", "the vfork parent to wait in state D")
+        with agent_process(env=fake_nvml.env()) as agent:
+            procs = procs_by_pid(agent.sample())
+            assert procs[pid]["state"] == "D"
+            assert procs[pid]["cmdline"] == [str(waiter_binary)]
+    finally:
+        waiter.kill()
+
+
+def test_lost_gpu_is_an_error_while_the_others_report(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[3].error = "GPU_IS_LOST"
+    fake_nvml.write()
+    with agent_process(env=fake_nvml.env()) as agent:
+        snapshot = agent.sample()
+    gpus = gpus_by_index(snapshot)
+    assert sorted(gpus) == list(range(8))
+    assert gpus[3]["error"] == "GPU is lost"
+    assert gpus[3].get("memory_used_mib") is None
+    for index in (0, 1, 2, 4, 5, 6, 7):
+        assert gpus[index].get("error") is None
+        assert gpus[index]["memory_used_mib"] == 3
+    assert snapshot["error"] is None
+
+
+def test_driver_not_loaded_is_a_host_error(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.init_error = "DRIVER_NOT_LOADED"
+    fake_nvml.write()
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.hello["error"] == "NVIDIA driver not loaded"
+        snapshot = agent.sample()
+        assert snapshot["error"] == "NVIDIA driver not loaded"
+        assert snapshot["gpus"] == []
+        assert agent.proc.poll() is None  # errors are data: the agent keeps serving
+
+
+def test_library_not_found_is_a_host_error() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    with agent_process(env=env) as agent:
+        snapshot = agent.sample()
+    assert snapshot["error"] == "libnvidia-ml.so.1 not found"
+    assert snapshot["gpus"] == []
+    assert snapshot["mode"] == "nvml"
+
+
+def test_hung_gpu_does_not_block_the_snapshot(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[5].hang_ms = 60_000
+    fake_nvml.write()
+    with agent_process(env=fake_nvml.env()) as agent:
+        for _ in range(2):  # the second sample finds the call still stuck and skips the device at once
+            snapshot = agent.sample(timeout_s=NVML_BOUND_S)
+            gpus = gpus_by_index(snapshot)
+            assert gpus[5]["error"] == "NVML call timed out"
+            assert [gpus[i]["memory_used_mib"] for i in (0, 1, 2, 3, 4, 6, 7)] == [3] * 7
+        # The stream of snapshots keeps flowing meanwhile.
+        agent.result({"cmd": "configure", "memory_interval_s": 0.2})
+        agent.next_snapshot(timeout_s=NVML_BOUND_S)
+
+
+def test_memory_returns_to_baseline_after_the_holder_is_killed(fake_nvml: FakeNvml) -> None:
+    with script(SLEEPER, ["sleeper"]) as sleeper, agent_process(env=fake_nvml.env()) as agent:
+        pid = sleeper.pids["sleeper"]
+        ticks = start_ticks(pid)
+        fake_nvml.state.add_holder(0, pid, 5000)
+        fake_nvml.write()
+        before = agent.sample()
+        assert gpus_by_index(before)[0]["memory_used_mib"] == 5003
+        assert procs_by_pid(before)[pid]["gpu_memory_mib"] == {"0": 5000}
+        outcomes = agent.result({
+            "cmd": "kill", "boot_id": before["boot_id"], "signal": "TERM", "tree": False,
+            "escalate_s": 10.0, "targets": [{"pid": pid, "start_ticks": ticks}],
+        })["outcomes"]
+        assert [o["result"] for o in outcomes] == ["sent", "exited"]
+        assert outcomes[0]["gpu_mib"] == 5000
+        wait_for(lambda: is_gone(pid), "the holder to die")
+        after = agent.sample()
+        gpu0 = gpus_by_index(after)[0]
+        assert gpu0["memory_used_mib"] == 3
+        assert gpu0["processes"] == []
+
+
+def test_pid_from_another_namespace_is_not_visible(fake_nvml: FakeNvml) -> None:
+    pid = 4_194_000
+    while os.path.exists(f"/proc/{pid}"):
+        pid -= 1
+    fake_nvml.state.add_holder(4, pid, 2048, "invisible")
+    fake_nvml.write()
+    with agent_process(env=fake_nvml.env()) as agent:
+        snapshot = agent.sample()
+    gpu4 = gpus_by_index(snapshot)[4]
+    assert gpu4["processes"] == [{"pid": pid, "used_mib": 2048, "type": "compute", "visible": False}]
+    assert pid not in procs_by_pid(snapshot)
+
+
+def test_unaccounted_memory_triggers_the_device_holder_scan(fake_nvml: FakeNvml) -> None:
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.sample()["device_holders"] is None
+        fake_nvml.state.add_holder(6, 1, 900, "ghost")  # counted in used memory, listed nowhere
+        fake_nvml.write()
+        snapshot = agent.sample()
+        assert gpus_by_index(snapshot)[6]["memory_used_mib"] == 903
+        assert gpus_by_index(snapshot)[6]["processes"] == []
+        holders = snapshot["device_holders"]
+        assert isinstance(holders, list)  # scanned (this host has no /dev/nvidia* nodes to find)
+        assert all(h["device"].startswith("/dev/nvidia") for h in holders)
+
+
+def test_process_data_is_reused_between_process_samples(fake_nvml: FakeNvml) -> None:
+    with script(SLEEPER, ["sleeper"]) as sleeper, agent_process(env=fake_nvml.env()) as agent:
+        agent.result({"cmd": "configure", "memory_interval_s": 0.1, "process_interval_s": 3600})
+        forced = agent.sample()
+        pid = sleeper.pids["sleeper"]
+        fake_nvml.state.add_holder(1, pid, 700)
+        fake_nvml.write()
+
+        def fresh_memory():
+            snapshot = agent.next_snapshot()
+            return snapshot if gpus_by_index(snapshot)[1]["memory_used_mib"] == 703 else None
+
+        deadline = time.monotonic() + 30
+        snapshot = None
+        while snapshot is None and time.monotonic() < deadline:
+            snapshot = fresh_memory()
+        assert snapshot is not None, "memory figures did not follow the state file"
+        # Memory is fresh; the process list is the one taken at the forced sample.
+        assert snapshot["processes_time"] == forced["processes_time"]
+        assert gpus_by_index(snapshot)[1]["processes"] == []
+        assert snapshot["time"] > forced["time"]
+        again = agent.sample()
+        assert again["processes_time"] > forced["processes_time"]
+        assert [p["pid"] for p in gpus_by_index(again)[1]["processes"]] == [pid]
+
+
+def test_calibrate_returns_used_memory_per_gpu_key(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[7].baseline_mib = 5
+    fake_nvml.write()
+    with agent_process(env=fake_nvml.env()) as agent:
+        snapshot = agent.sample()
+        result = agent.result({"cmd": "calibrate"})
+    used = result["memory_used_mib"]
+    assert len(used) == 8
+    uuid7 = gpus_by_index(snapshot)[7]["uuid"]
+    assert used[uuid7] == 5
+    assert sorted(used.values()) == [3] * 7 + [5]
+
+
+def test_configure_rejects_bad_intervals(fake_nvml: FakeNvml) -> None:
+    with agent_process(env=fake_nvml.env()) as agent:
+        for bad in (0, -1, "x", float("inf"), True):
+            reply = agent.send({"cmd": "configure", "memory_interval_s": bad})
+            assert reply["ok"] is False
+            assert "memory_interval_s" in reply["error"]
+
+
+def test_quit_and_eof_end_the_agent(fake_nvml: FakeNvml) -> None:
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.result({"cmd": "quit"}) == {}
+        assert agent.proc.wait(timeout=10) == 0
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.proc.stdin is not None
+        agent.proc.stdin.close()
+        assert agent.proc.wait(timeout=10) == 0
+
+
+def _old_pythons() -> list[str]:
+    found = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
+    found = [p for p in found if os.access(p, os.X_OK)]
+    return found[:1] or [sys.executable]
+
+
+@pytest.mark.parametrize("python", _old_pythons())
+def test_shipped_agent_runs_on_the_oldest_python_without_pynvml_or_psutil(python: str) -> None:
+    """The remote form on Python 3.8 when one is installed (else this Python with both libraries off)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    env["PATH"] = "/nonexistent"  # no nvidia-smi either
+    with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, \
+            agent_process("--no-pynvml", "--no-psutil", python=python, env=env) as agent:
+        assert agent.hello["mode"] == "none"
+        assert "nvidia-smi" in agent.hello["error"]
+        assert agent.hello["psutil"] is False
+        wait_for(lambda: state_of(maker.pids["zombie"]) == "Z", "the zombie")
+        snapshot = agent.sample()
+        assert snapshot["mode"] == "none"
+        assert snapshot["gpus"] == []
+        assert procs_by_pid(snapshot)[maker.pids["zombie"]]["state"] == "Z"
+        HostSnapshot.from_dict(snapshot)
