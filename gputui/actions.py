@@ -358,8 +358,9 @@ def append_audit(
 ) -> Path:
     """Append one JSON line per outcome to the audit log and return its path.
 
-    Fields: time (epoch s), host (target), boot_id, local_user (who ran gputui), pid, start_ticks, command
-    (argv), signal, stage, result, detail. A plan whose request failed before any outcome came back is
+    Fields: time (epoch s), host (target), boot_id, local_user (who ran gputui), pid, start_ticks, name,
+    command (argv), signal (the one that stage sent; null for checks and waits), requested_signal, stage,
+    result, detail. A plan whose request failed before any outcome came back is
     logged with result "unknown" for each requested process: a signal may or may not have been sent.
 
     Raises:
@@ -385,7 +386,8 @@ def append_audit(
                 "start_ticks": outcome.start_ticks,
                 "name": outcome.name,
                 "command": command,
-                "signal": outcome.signal or plan.signal,
+                "signal": outcome.signal,
+                "requested_signal": plan.signal,
                 "stage": outcome.stage,
                 "result": outcome.result,
                 "detail": outcome.detail,
@@ -403,7 +405,8 @@ def append_audit(
                     "start_ticks": target.start_ticks,
                     "name": target.name,
                     "command": list(target.cmdline),
-                    "signal": plan.signal,
+                    "signal": None,
+                    "requested_signal": plan.signal,
                     "stage": "request",
                     "result": "unknown",
                     "detail": "no outcome came back from the agent",

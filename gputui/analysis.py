@@ -335,7 +335,10 @@ def find_problems(
     for proc in sorted(table.values(), key=lambda p: p.pid):
         age = _state_age(proc, now_s)
         if proc.state == STATE_ZOMBIE:
-            findings.append(_zombie_finding(target, proc, table, age))
+            # init reaps its zombies within moments: only one that lingers says something is wrong.
+            reaped_soon = proc.ppid in (None, 0, 1) and (age is None or age < d_state_threshold_s)
+            if not reaped_soon:
+                findings.append(_zombie_finding(target, proc, table, age))
         elif proc.state == STATE_UNINTERRUPTIBLE:
             if (age is not None and age >= d_state_threshold_s) or (age is None and proc.pid in tree_pids):
                 for_text = "" if age is None else f" for {_age(age)}"
@@ -394,7 +397,8 @@ def find_problems(
 
 def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
     parent = table.get(proc.ppid) if proc.ppid is not None else None
-    for_text = "" if age is None else f" for {_age(age)}"
+    # The collector only knows when *it* first saw the state: an age under a second says nothing.
+    for_text = "" if age is None or age < 1 else f" for {_age(age)}"
     if proc.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",

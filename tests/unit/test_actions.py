@@ -208,7 +208,7 @@ def test_audit_log_one_json_line_per_outcome(tmp_path: Path) -> None:
     assert first["command"] == ["python3", "w.py"]
     # An outcome without a cmdline falls back to the plan's listing.
     assert lines[3]["command"] == ["scheduler_TP1", "--x"]
-    assert lines[3]["signal"] == "TERM"
+    assert (lines[3]["signal"], lines[3]["requested_signal"]) == (None, "TERM")
     assert lines[3]["result"] == "changed"
 
 

@@ -163,8 +163,9 @@ def test_zombie_finding_names_the_parent_and_its_age_and_targets_the_parent() ->
     assert "parent 100" in zombie.action
 
 
-def test_zombie_of_init_offers_nothing_to_kill() -> None:
-    findings = find_problems(snap(gpus(1), [proc(70, 1, "x", state="Z")]), Baselines())
+def test_zombie_of_init_offers_nothing_to_kill_and_only_once_it_lingers() -> None:
+    assert find_problems(snap(gpus(1), [proc(70, 1, "x", state="Z", since=NOW - 2)]), Baselines()) == []
+    findings = find_problems(snap(gpus(1), [proc(70, 1, "x", state="Z", since=NOW - 60)]), Baselines())
     (zombie,) = findings
     assert zombie.action_pid is None
     assert "init" in zombie.detail

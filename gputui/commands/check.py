@@ -1,0 +1,306 @@
+"""``gputui check``: is every GPU back at its idle baseline? The scripted form of eight lines of "3 MiB".
+
+Exit status: 0 clean, 1 not clean, 2 could not tell (no driver, unreachable host, bad state file for
+``--calibrate``). With ``--wait`` it samples quickly until the host is clean or the deadline passes and says
+how long that took; ``--calibrate`` records the current per-GPU figures of an idle host as its baselines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, TextIO
+
+from gputui.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines, analyze, gpu_memory_by_pid
+from gputui.model import HostSnapshot, Verdict, snapshots_document
+from gputui.state import StateError, load_baselines, save_baselines
+from gputui.targets import default_targets, open_link, options_from_args
+from gputui.textsafe import visible
+from gputui.transports.base import HostLink, LinkError
+
+EXIT_CLEAN = 0
+EXIT_NOT_CLEAN = 1
+EXIT_ERROR = 2
+SAMPLE_TIMEOUT_S = 30.0
+WAIT_MEMORY_INTERVAL_S = 0.1
+"""Memory sample interval while waiting: 10 samples per second."""
+WAIT_PROCESS_INTERVAL_S = 0.5
+DASH = "–"
+MAX_FINDINGS_SHOWN = 20
+
+
+def _marks(stream: TextIO) -> tuple[str, str]:
+    """✓/✗ where the output encoding can carry them, else ASCII (a C locale, a log file in latin-1)."""
+    try:
+        "✓✗–".encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return "ok", "X"
+    return "✓", "✗"
+
+
+def safe_streams(*streams: TextIO) -> None:
+    """Never die on a character the terminal's encoding lacks: escape it instead."""
+    for stream in streams:
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            try:
+                reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
+
+
+def link_error_line(target: str, exc: Exception) -> str:
+    """ "gputui: <target>: <cause>" without repeating the target when the cause already names it."""
+    cause = visible(str(exc) or type(exc).__name__, 300)
+    if cause.startswith(f"{target}:"):
+        return f"gputui: {cause}"
+    return f"gputui: {visible(target, 100)}: {cause}"
+
+
+def resolve_baselines(
+    target: str, baseline_mib: int | None, tolerance_mib: int | None, demo: bool, err: TextIO
+) -> Baselines:
+    """The baselines for one target: ``--baseline-mib`` if given, else the calibrated values, else 3 MiB.
+
+    A calibration file that cannot be used gives one warning line on ``err`` and the defaults.
+    """
+    tolerance = DEFAULT_TOLERANCE_MIB if tolerance_mib is None else tolerance_mib
+    if baseline_mib is not None:
+        return Baselines(default_mib=baseline_mib, tolerance_mib=tolerance)
+    if demo:
+        return Baselines(tolerance_mib=tolerance)  # simulated hosts have nothing recorded about them
+    loaded = load_baselines(target)
+    if loaded.warning:
+        print(f"gputui: warning: {visible(loaded.warning, 400)}", file=err)
+    return Baselines(
+        default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
+    )
+
+
+def full_sample(link: HostLink, target: str) -> HostSnapshot:
+    """One immediate full sample (processes included). Raises LinkError."""
+    result = link.request({"cmd": "sample"}, SAMPLE_TIMEOUT_S)
+    data = result.get("snapshot")
+    if not isinstance(data, dict):
+        raise LinkError(f"{target}: the agent answered without a snapshot")
+    try:
+        return HostSnapshot.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
+
+
+def _status(verdict: Verdict | None) -> int:
+    if verdict is None or not verdict.known:
+        return EXIT_ERROR
+    return EXIT_CLEAN if verdict.clean else EXIT_NOT_CLEAN
+
+
+def _gpu_reason_text(index: int, used: int | None, reason: str) -> str:
+    """A per-GPU reason without the "GPU3 41236 MiB " its line already shows."""
+    prefix = f"GPU{index} "
+    if reason.startswith(prefix):
+        reason = reason[len(prefix):]
+    if used is not None and reason.startswith(f"{used} MiB "):
+        reason = reason[len(f"{used} MiB "):]
+    return reason
+
+
+def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[str]:
+    """The lines of one host's check: one per GPU, then the verdict, host-level reasons and findings."""
+    good, bad = _marks(stream)
+    lines: list[str] = []
+    if header:
+        lines.append(f"{visible(snapshot.target, 60)} ({visible(snapshot.hostname or DASH, 60)})")
+    verdict = snapshot.verdict
+    shown: set[str] = set()
+    if verdict is not None:
+        for gpu_verdict in verdict.gpus:
+            used = DASH if gpu_verdict.used_mib is None else str(gpu_verdict.used_mib)
+            if gpu_verdict.clean:
+                lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {good}")
+                continue
+            texts = [
+                _gpu_reason_text(gpu_verdict.index, gpu_verdict.used_mib, r) for r in gpu_verdict.reasons
+            ]
+            lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {bad} {visible('; '.join(texts), 400)}")
+            shown.update(gpu_verdict.reasons)
+    if verdict is None:
+        lines.append("cannot tell: no verdict")
+    elif not verdict.known:
+        lines.append(f"cannot tell: {visible('; '.join(verdict.reasons) or 'no data', 400)}")
+    else:
+        total = len(verdict.gpus)
+        baseline = sorted(set(verdict.baseline_mib.values()))
+        baseline_text = "/".join(str(b) for b in baseline) if baseline else str(DEFAULT_BASELINE_MIB)
+        at = (
+            f"{verdict.gpus_at_baseline}/{total} GPUs at baseline "
+            f"({baseline_text} MiB + {verdict.tolerance_mib})"
+        )
+        lines.append(f"clean: {at}" if verdict.clean else f"NOT clean: {at}")
+        for reason in verdict.reasons:
+            if reason not in shown:
+                lines.append(f"  - {visible(reason, 400)}")
+    for finding in snapshot.findings[:MAX_FINDINGS_SHOWN]:
+        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}")
+        if finding.action:
+            lines.append(f"    -> {visible(finding.action, 300)}")
+    if len(snapshot.findings) > MAX_FINDINGS_SHOWN:
+        lines.append(f"! and {len(snapshot.findings) - MAX_FINDINGS_SHOWN} more findings")
+    return lines
+
+
+def _configure(link: HostLink, memory_interval_s: float, process_interval_s: float) -> None:
+    link.request(
+        {
+            "cmd": "configure",
+            "memory_interval_s": memory_interval_s,
+            "process_interval_s": process_interval_s,
+        },
+        SAMPLE_TIMEOUT_S,
+    )
+
+
+def _looks_clean(snapshot: HostSnapshot, baselines: Baselines) -> bool:
+    verdict = analyze(snapshot, baselines).verdict
+    return verdict is not None and verdict.clean
+
+
+def wait_until_clean(
+    link: HostLink, target: str, baselines: Baselines, wait_s: float, args: argparse.Namespace
+) -> tuple[HostSnapshot, float | None]:
+    """Sample at 10 per second until the host is clean or ``wait_s`` passed.
+
+    The fast stream (memory every 0.1 s, processes every 0.5 s) spots the moment memory is back; a clean
+    looking sample is then confirmed with a full sample (fresh process list) so a stale process list can
+    neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
+
+    Returns:
+        The last analysed snapshot and the seconds it took to become clean (None: not clean in time).
+    """
+    start = time.monotonic()
+    deadline = start + wait_s
+    _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S)
+    try:
+        snapshot = analyze(full_sample(link, target), baselines)
+        while True:
+            if snapshot.verdict is not None and snapshot.verdict.clean:
+                return snapshot, time.monotonic() - start
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return snapshot, None
+            streamed = link.next_snapshot(min(remaining, 1.0))
+            if streamed is None or not _looks_clean(streamed, baselines):
+                if streamed is not None:
+                    snapshot = analyze(streamed, baselines)
+                continue
+            snapshot = analyze(full_sample(link, target), baselines)
+    finally:
+        try:
+            _configure(link, args.interval, args.process_interval)
+        except LinkError:
+            pass  # the link is closed next anyway; the agent's intervals die with it
+
+
+def _calibrate(snapshot: HostSnapshot, target: str, out: TextIO, err: TextIO, json_out: bool) -> int:
+    if snapshot.error is not None or not snapshot.gpus:
+        print(f"gputui: {visible(target, 100)}: cannot calibrate: "
+              f"{visible(snapshot.error or 'no GPUs found', 300)}", file=err)
+        return EXIT_ERROR
+    broken = [g for g in snapshot.gpus if g.error is not None or g.memory_used_mib is None]
+    if broken:
+        names = ", ".join(f"GPU{g.index}" for g in broken)
+        print(f"gputui: {visible(target, 100)}: cannot calibrate: {names} cannot be read", file=err)
+        return EXIT_ERROR
+    listed = sorted({p.pid for g in snapshot.gpus for p in g.processes} | set(gpu_memory_by_pid(snapshot)))
+    if listed:
+        pids = ", ".join(str(p) for p in listed[:8]) + (", …" if len(listed) > 8 else "")
+        print(
+            f"gputui: {visible(target, 100)}: cannot calibrate: {len(listed)} GPU process"
+            f"{'es are' if len(listed) != 1 else ' is'} listed (pid {pids}); calibrate only an idle host",
+            file=err,
+        )
+        return EXIT_ERROR
+    values = {g.key: int(g.memory_used_mib or 0) for g in snapshot.gpus}
+    try:
+        path = save_baselines(target, values, hostname=snapshot.hostname)
+    except StateError as exc:
+        print(f"gputui: {visible(str(exc), 400)}", file=err)
+        return EXIT_ERROR
+    if json_out:
+        return EXIT_CLEAN
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        print(f"GPU{gpu.index}  {gpu.memory_used_mib} MiB  baseline recorded", file=out)
+    print(f"calibrated {visible(target, 100)}: {len(values)} GPUs, saved to {path}", file=out)
+    return EXIT_CLEAN
+
+
+def _check_target(
+    target: str, args: argparse.Namespace, out: TextIO, err: TextIO, header: bool
+) -> tuple[int, HostSnapshot, float | None]:
+    demo = bool(getattr(args, "demo", False))
+    baselines = resolve_baselines(target, args.baseline_mib, args.tolerance_mib, demo, err)
+    link = open_link(target, options_from_args(args), demo=demo)
+    waited: float | None = None
+    try:
+        link.open()
+        snapshot = full_sample(link, target)
+        if args.calibrate:
+            if demo:
+                print("gputui: --calibrate records real hosts only, not --demo ones", file=err)
+                return EXIT_ERROR, analyze(snapshot, baselines), None
+            status = _calibrate(snapshot, target, out, err, bool(args.json))
+            if status == EXIT_CLEAN:
+                baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
+            return status, analyze(snapshot, baselines), None
+        analysed = analyze(snapshot, baselines)
+        if args.wait is not None and analysed.verdict is not None and not analysed.verdict.clean:
+            if not args.json:
+                print(f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…", file=err)
+            analysed, waited = wait_until_clean(link, target, baselines, args.wait, args)
+        elif args.wait is not None:
+            waited = 0.0
+    finally:
+        link.close()
+    status = _status(analysed.verdict)
+    if not args.json:
+        for line in format_check(analysed, out, header):
+            print(line, file=out)
+        if args.wait is not None:
+            if waited is not None:
+                print(f"clean after {waited:.2f} s", file=out)
+            else:
+                print(f"still not clean after {args.wait:g} s", file=out)
+    return status, analysed, waited
+
+
+def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run ``gputui check``; returns the exit status (0 clean, 1 not clean, 2 could not tell)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    safe_streams(out, err)
+    targets = default_targets(list(args.targets), bool(getattr(args, "demo", False)))
+    statuses: list[int] = []
+    snapshots: list[HostSnapshot] = []
+    waits: dict[str, float | None] = {}
+    for target in targets:
+        try:
+            status, snapshot, waited = _check_target(target, args, out, err, header=len(targets) > 1)
+        except LinkError as exc:
+            print(link_error_line(target, exc), file=err)
+            status = EXIT_ERROR
+            snapshot = HostSnapshot(target=target, error=str(exc))
+            snapshot = analyze(snapshot, Baselines())
+            waited = None
+        statuses.append(status)
+        snapshots.append(snapshot)
+        waits[target] = waited
+    if args.json:
+        document: dict[str, Any] = snapshots_document(snapshots)
+        if args.wait is not None:
+            document["clean_after_s"] = waits
+        print(json.dumps(document, indent=1), file=out)
+    if EXIT_ERROR in statuses:
+        return EXIT_ERROR
+    return EXIT_NOT_CLEAN if EXIT_NOT_CLEAN in statuses else EXIT_CLEAN
