@@ -135,8 +135,9 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
             print(f"gputui: {visible(str(exc), 300)}", file=err)
             status = EXIT_ERROR
             continue
-        except ImportError as exc:
-            print(f"gputui: {visible(target, 60)}: {visible(str(exc), 200)}", file=err)
+        except Exception as exc:  # anything else a transport raises: still one line, never a traceback
+            cause = visible(f"{type(exc).__name__}: {exc}", 300)
+            print(f"gputui: {visible(target, 60)}: {cause}", file=err)
             status = EXIT_ERROR
             continue
         if snapshot.error and not snapshot.gpus:
