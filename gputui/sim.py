@@ -49,16 +49,36 @@ BOOT_EPOCH_S = 1_780_000_000.0
 """Epoch seconds at which the simulated hosts booted (start ticks count from here)."""
 
 SGLANG_CMDLINE = (
-    "python3", "-m", "sglang.launch_server", "--model-path", "/models/GLM-5-NVFP4", "--tp", "8",
-    "--port", "30000", "--enable-layerwise-nvtx-marker",
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "/models/GLM-5-NVFP4",
+    "--tp",
+    "8",
+    "--port",
+    "30000",
+    "--enable-layerwise-nvtx-marker",
 )
 NSYS_CMDLINE = (
-    "nsys", "profile", "--trace=cuda,nvtx", "--cuda-graph-trace=node", "-o", "/tmp/glm5_decode",  # noqa: S108 (a string shown, never a path used)
+    "nsys",
+    "profile",
+    "--trace=cuda,nvtx",
+    "--cuda-graph-trace=node",
+    "-o",
+    "/tmp/glm5_decode",  # noqa: S108 (a string shown, never a path used)
     *SGLANG_CMDLINE,
 )
 VLLM_CMDLINE = (
-    "python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen3-32B",
-    "--tensor-parallel-size", "4", "--port", "8000",
+    "python3",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    "/models/Qwen3-32B",
+    "--tensor-parallel-size",
+    "4",
+    "--port",
+    "8000",
 )
 
 HOSTILE_TEXTS = (
@@ -131,21 +151,36 @@ def _wedge_processes() -> list[_SimProc]:
     procs = [
         _SimProc(NSYS_PID, 3811, "nsys", NSYS_CMDLINE, start_offset_s=80_000.0, rss_kib=412_000),
         _SimProc(
-            LAUNCHER_PID, NSYS_PID, "python3", SGLANG_CMDLINE, start_offset_s=80_001.0, rss_kib=3_200_000,
+            LAUNCHER_PID,
+            NSYS_PID,
+            "python3",
+            SGLANG_CMDLINE,
+            start_offset_s=80_001.0,
+            rss_kib=3_200_000,
         ),
     ]
     for tp in range(GPU_COUNT):
         procs.append(
             _SimProc(
-                SCHEDULER_PID_BASE + tp, LAUNCHER_PID, f"sglang::scheduler_TP{tp}", (),
-                gpu_mib={tp: SCHEDULER_HELD_MIB[tp]}, defunct_on_wedge=True,
-                start_offset_s=80_009.0 + tp / 10, rss_kib=9_800_000,
+                SCHEDULER_PID_BASE + tp,
+                LAUNCHER_PID,
+                f"sglang::scheduler_TP{tp}",
+                (),
+                gpu_mib={tp: SCHEDULER_HELD_MIB[tp]},
+                defunct_on_wedge=True,
+                start_offset_s=80_009.0 + tp / 10,
+                rss_kib=9_800_000,
             )
         )
     procs.append(
         _SimProc(
-            DETOKENIZER_PID, LAUNCHER_PID, "sglang::detokenizer", (), ignores_term=True,
-            start_offset_s=80_010.0, rss_kib=640_000,
+            DETOKENIZER_PID,
+            LAUNCHER_PID,
+            "sglang::detokenizer",
+            (),
+            ignores_term=True,
+            start_offset_s=80_010.0,
+            rss_kib=640_000,
         )
     )
     return procs
@@ -159,21 +194,41 @@ def _healthy_processes() -> list[_SimProc]:
     for tp in range(4):
         procs.append(
             _SimProc(
-                5120 + tp, 5110, f"VLLM::Worker_TP{tp}", (), user="svc-llm", uid=1001,
-                gpu_mib={tp: 44236}, start_offset_s=40_006.0 + tp / 10, rss_kib=7_400_000,
+                5120 + tp,
+                5110,
+                f"VLLM::Worker_TP{tp}",
+                (),
+                user="svc-llm",
+                uid=1001,
+                gpu_mib={tp: 44236},
+                start_offset_s=40_006.0 + tp / 10,
+                rss_kib=7_400_000,
             )
         )
     hostile_argv = ("python3", *HOSTILE_TEXTS, "A" * HOSTILE_LONG_ARG_CHARS)
     procs.append(
         _SimProc(
-            5400, 3000, "[bold]x[/]", hostile_argv, user="[@click=app.quit]x[/]", uid=1002,
-            gpu_mib={6: 1024}, start_offset_s=60_000.0, rss_kib=300_000,
+            5400,
+            3000,
+            "[bold]x[/]",
+            hostile_argv,
+            user="[@click=app.quit]x[/]",
+            uid=1002,
+            gpu_mib={6: 1024},
+            start_offset_s=60_000.0,
+            rss_kib=300_000,
         )
     )
     procs.append(
         _SimProc(
-            5401, 5400, "\x1b]0;t\x07\x1b[2J", ("\u202eexe.txt", "[$x]"), user="[Bold]", uid=1003,
-            start_offset_s=60_001.0, rss_kib=20_000,
+            5401,
+            5400,
+            "\x1b]0;t\x07\x1b[2J",
+            ("\u202eexe.txt", "[$x]"),
+            user="[Bold]",
+            uid=1003,
+            start_offset_s=60_001.0,
+            rss_kib=20_000,
         )
     )
     return procs
@@ -340,8 +395,14 @@ class SimLink(HostLink):
         if self._healthy:
             return (
                 HealthSample(
-                    url="http://127.0.0.1:8000/health", state="UP", code=200, latency_ms=3.1,
-                    since=self._start_s, last_ok=now_s, discovered=True, checked_at=now_s,
+                    url="http://127.0.0.1:8000/health",
+                    state="UP",
+                    code=200,
+                    latency_ms=3.1,
+                    since=self._start_s,
+                    last_ok=now_s,
+                    discovered=True,
+                    checked_at=now_s,
                 ),
             )
         wedge_s = self._start_s + self._wedged_at_s
@@ -349,22 +410,41 @@ class SimLink(HostLink):
         if self._launcher_dead_at is not None:
             return (
                 HealthSample(
-                    url=url, state="DOWN", since=self._launcher_dead_at, last_ok=min(wedge_s, now_s),
-                    consecutive_failures=1, detail="connection refused", discovered=True, checked_at=now_s,
+                    url=url,
+                    state="DOWN",
+                    since=self._launcher_dead_at,
+                    last_ok=min(wedge_s, now_s),
+                    consecutive_failures=1,
+                    detail="connection refused",
+                    discovered=True,
+                    checked_at=now_s,
                 ),
             )
         if now_s >= wedge_s:
             return (
                 HealthSample(
-                    url=url, state="UNHEALTHY", code=503, latency_ms=20_004.0, since=wedge_s,
-                    last_ok=wedge_s, consecutive_failures=1 + int((now_s - wedge_s) // 5),
-                    detail="503 Service Unavailable", discovered=True, checked_at=now_s,
+                    url=url,
+                    state="UNHEALTHY",
+                    code=503,
+                    latency_ms=20_004.0,
+                    since=wedge_s,
+                    last_ok=wedge_s,
+                    consecutive_failures=1 + int((now_s - wedge_s) // 5),
+                    detail="503 Service Unavailable",
+                    discovered=True,
+                    checked_at=now_s,
                 ),
             )
         return (
             HealthSample(
-                url=url, state="UP", code=200, latency_ms=4.2, since=self._start_s, last_ok=now_s,
-                discovered=True, checked_at=now_s,
+                url=url,
+                state="UP",
+                code=200,
+                latency_ms=4.2,
+                since=self._start_s,
+                last_ok=now_s,
+                discovered=True,
+                checked_at=now_s,
             ),
         )
 
@@ -408,8 +488,16 @@ class SimLink(HostLink):
 
     # -- kill --------------------------------------------------------------------------------------------
 
-    def _outcome(self, proc: _SimProc | None, pid: int, ticks: Any, stage: str, signal: str,
-                 result: str, detail: str = "") -> dict[str, Any]:
+    def _outcome(
+        self,
+        proc: _SimProc | None,
+        pid: int,
+        ticks: Any,
+        stage: str,
+        signal: str,
+        result: str,
+        detail: str = "",
+    ) -> dict[str, Any]:
         return {
             "pid": pid,
             "start_ticks": proc.start_ticks if proc else ticks,
@@ -479,14 +567,28 @@ class SimLink(HostLink):
                     continue
                 if command.get("boot_id") != self.boot_id:
                     outcomes.append(
-                        self._outcome(proc, pid, ticks, "initial", signal, "changed",
-                                      "process changed: the host rebooted")
+                        self._outcome(
+                            proc,
+                            pid,
+                            ticks,
+                            "initial",
+                            signal,
+                            "changed",
+                            "process changed: the host rebooted",
+                        )
                     )
                     continue
                 if pid == 1 or pid == self.agent_pid:
                     outcomes.append(
-                        self._outcome(proc, pid, ticks, "initial", signal, "refused",
-                                      "protected process (init or the agent)")
+                        self._outcome(
+                            proc,
+                            pid,
+                            ticks,
+                            "initial",
+                            signal,
+                            "refused",
+                            "protected process (init or the agent)",
+                        )
                     )
                     continue
                 if proc is None:
@@ -501,8 +603,15 @@ class SimLink(HostLink):
                     continue
                 if proc.state == "Z":
                     outcomes.append(
-                        self._outcome(proc, pid, ticks, "initial", signal, "refused",
-                                      f"zombie: signal its parent {proc.ppid} instead")
+                        self._outcome(
+                            proc,
+                            pid,
+                            ticks,
+                            "initial",
+                            signal,
+                            "refused",
+                            f"zombie: signal its parent {proc.ppid} instead",
+                        )
                     )
                     continue
                 members = (self._descendants(pid) if tree else []) + [proc]
@@ -525,8 +634,15 @@ class SimLink(HostLink):
                         outcomes.append(self._outcome(member, member.pid, None, "initial", signal, "exited"))
                     elif self._signal(member, "KILL", now_s):
                         outcomes.append(
-                            self._outcome(member, member.pid, None, "escalated", "KILL", "killed",
-                                          f"still alive {float(escalate_s):g} s after {signal}")
+                            self._outcome(
+                                member,
+                                member.pid,
+                                None,
+                                "escalated",
+                                "KILL",
+                                "killed",
+                                f"still alive {float(escalate_s):g} s after {signal}",
+                            )
                         )
                     else:
                         outcomes.append(self._outcome(member, member.pid, None, "escalated", "KILL", "error"))
@@ -539,12 +655,26 @@ class SimLink(HostLink):
             for zombie in pending_zombies:
                 if zombie.pid in self._procs:
                     outcomes.append(
-                        self._outcome(zombie, zombie.pid, None, "initial", signal, "refused",
-                                      f"zombie: signal its parent {zombie.ppid} instead")
+                        self._outcome(
+                            zombie,
+                            zombie.pid,
+                            None,
+                            "initial",
+                            signal,
+                            "refused",
+                            f"zombie: signal its parent {zombie.ppid} instead",
+                        )
                     )
                 else:
                     outcomes.append(
-                        self._outcome(zombie, zombie.pid, None, "initial", signal, "exited",
-                                      "zombie reaped after its parent died")
+                        self._outcome(
+                            zombie,
+                            zombie.pid,
+                            None,
+                            "initial",
+                            signal,
+                            "exited",
+                            "zombie reaped after its parent died",
+                        )
                     )
         return outcomes

@@ -133,11 +133,19 @@ def test_without_escalation_a_term_ignorer_is_reported_still_running():
 def test_identity_checks_refuse_changed_processes():
     link, _ = _link()
     snap = _snap(link)
-    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "KILL",
-               "targets": [{"pid": LAUNCHER_PID, "start_ticks": 1}]}
+    command = {
+        "cmd": "kill",
+        "boot_id": snap.boot_id,
+        "signal": "KILL",
+        "targets": [{"pid": LAUNCHER_PID, "start_ticks": 1}],
+    }
     assert link.request(command, 1)["outcomes"][0]["result"] == "changed"
-    command = {"cmd": "kill", "boot_id": "another-boot", "signal": "KILL",
-               "targets": [{"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}]}
+    command = {
+        "cmd": "kill",
+        "boot_id": "another-boot",
+        "signal": "KILL",
+        "targets": [{"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}],
+    }
     assert link.request(command, 1)["outcomes"][0]["result"] == "changed"
     command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "KILL", "targets": [{"pid": 1}]}
     assert link.request(command, 1)["outcomes"][0]["result"] == "refused"

@@ -1,0 +1,860 @@
+"""The Textual app: GPUs, the process tree that holds them, findings, kill keys and the clean-slate check.
+
+A thin UI over the model. Each host gets one polling worker (a thread) that opens its link, loops
+``next_snapshot`` → ``analysis.analyze`` → ``post_message``, and reconnects with a jittered backoff when the
+link breaks. Every blocking link call runs in a daemon thread the worker waits on in short slices, so quitting
+never waits on a hung host: the app sets a stop flag, closes the links from a daemon thread and leaves.
+Every string that came from a machine is shown as ``Text`` (never markup) with control characters visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from textual import events, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+
+from gputui.actions import (
+    KillOutcome,
+    KillPlan,
+    PlanError,
+    append_audit,
+    kill_command,
+    parse_outcomes,
+    plan_kill,
+)
+from gputui.analysis import Baselines, analyze, build_forest, flatten
+from gputui.model import HostSnapshot
+from gputui.screens.confirm_kill import ConfirmKillScreen
+from gputui.screens.help import HelpScreen
+from gputui.textsafe import visible
+from gputui.transports.base import HostLink, LinkError
+from gputui.transports.reconnect import Backoff
+from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time
+from gputui.widgets.filter_bar import FilterBar
+from gputui.widgets.findings_list import FindingsList
+from gputui.widgets.fmt import duration
+from gputui.widgets.gpu_panel import GpuPanel
+from gputui.widgets.host_bar import HostBar, HostStatus
+from gputui.widgets.hosts_overview import HostsOverview
+from gputui.widgets.process_table import SORT_MODES, ProcessTable
+
+T = TypeVar("T")
+Clock = Callable[[], float]
+
+STACKED_BELOW_CELLS = 100
+"""Narrower than this, the GPU panel and the process tree are stacked instead of side by side."""
+NARROW_MAX_CELLS = 60
+"""At or below this width (a tmux side pane) the process tree shows its compact column set."""
+HISTORY_SAMPLES = 120
+POLL_SLICE_S = 0.1
+"""How often a worker waiting on a link call looks at the stop flag: quitting takes at most about this."""
+NEXT_SNAPSHOT_WAIT_S = 1.0
+REQUEST_TIMEOUT_S = 30.0
+FAST_MEMORY_INTERVAL_S = 0.2
+FAST_PROCESS_INTERVAL_S = 0.5
+DESTRUCTIVE_ACTIONS = frozenset({"kill", "kill_tree", "kill_all"})
+HOST_ACTIONS = frozenset(
+    {
+        "kill",
+        "kill_tree",
+        "kill_all",
+        "tag",
+        "check",
+        "filter",
+        "sort",
+        "refresh",
+        "pause",
+        "help",
+        "next_host",
+        "host",
+        "focus_findings",
+    }
+)
+
+_BAD_RESULTS = frozenset({"refused", "changed", "denied", "error", "gone"})
+_WARN_RESULTS = frozenset({"still_alive", "uninterruptible"})
+
+
+class _Stopping(Exception):
+    """The app is quitting: the worker drops what it waits for."""
+
+
+@dataclass
+class HostState:
+    """Everything the app keeps about one host. Touched only on the event loop, except ``link``."""
+
+    target: str
+    baselines: Baselines
+    link: HostLink | None = None
+    snapshot: HostSnapshot | None = None
+    pending: HostSnapshot | None = None
+    last_ok_s: float | None = None
+    error: str | None = None
+    error_s: float | None = None
+    history_mib: dict[int, deque[int]] = field(default_factory=dict)
+    history_time: float | None = None
+    tagged: set[int] = field(default_factory=set)
+    check: CleanCheck | None = None
+
+
+def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[str, str]:
+    """The notification for a kill: one line per kind of result (pids grouped), and its severity."""
+    if not outcomes:
+        return f"{plan.signal} on {visible(plan.target, 40)}: the agent reported nothing", "warning"
+    groups: dict[tuple[str, str, str], list[KillOutcome]] = {}
+    for outcome in outcomes:
+        escalated = f" ({outcome.signal})" if outcome.stage and outcome.stage != "initial" else ""
+        groups.setdefault((outcome.result, escalated, outcome.detail or ""), []).append(outcome)
+    lines = []
+    for (result, escalated, detail), members in groups.items():
+        if len(members) <= 3:
+            who = ", ".join(f"{o.pid} {visible(o.name or '?', 28)}" for o in members)
+        else:
+            who = ", ".join(str(o.pid) for o in members)
+        line = f"{result}{escalated}: {who}"
+        if detail:
+            line += f" – {visible(detail, 100)}"
+        lines.append(line)
+    results = {o.result for o in outcomes}
+    severity = "error" if results & _BAD_RESULTS else "warning" if results & _WARN_RESULTS else "information"
+    return "\n".join(lines), severity
+
+
+class GpuTuiApp(App[int]):
+    """gputui: one screen for GPU memory, the processes holding it, what is stuck, and the clean slate.
+
+    Args:
+        targets: Host targets, shown in this order (number keys select them).
+        link_factory: Makes a fresh, unopened link for a target (called again on every reconnect).
+        baselines_for: The clean-slate baselines of a target.
+        read_only: Remove every destructive key and refuse kills.
+        clock: Epoch seconds source for ages, check durations and receipts (tests freeze it).
+        memory_interval_s: The normal sampling interval (restored after a clean-slate check).
+        process_interval_s: The normal process-list interval (restored after a clean-slate check).
+        escalate_s: Seconds between TERM and KILL for tree kills.
+        check_timeout_s: A clean-slate check gives up after this many seconds.
+        notify_timeout_s: Seconds a notification stays.
+        audit_dir: Where the audit log goes (None: the XDG state directory).
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gputui"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("space", "tag", "Tag"),
+        Binding("k", "kill('TERM')", "TERM"),
+        Binding("K", "kill('KILL')", "KILL"),
+        Binding("t", "kill_tree", "Tree"),
+        Binding("X", "kill_all", "Kill all"),
+        Binding("c", "check", "Clean?"),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "sort", "Sort"),
+        Binding("r", "refresh", "Refresh"),
+        Binding("p", "pause", "Pause"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit", "Quit"),
+        Binding("tab", "next_host", "Next host", show=False, priority=True),
+        Binding("f", "focus_findings", "Findings", show=False),
+        *(Binding(str(n), f"host({n - 1})", f"Host {n}", show=False) for n in range(1, 10)),
+    ]
+
+    class HostSnapshotReady(Message):
+        """A host's worker analysed a new snapshot."""
+
+        def __init__(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
+            super().__init__()
+            self.target = target
+            self.snapshot = snapshot
+            self.forced = forced
+            """Asked for by the user (refresh): shown even while paused."""
+
+    class HostFailed(Message):
+        """A host's link broke or could not be opened; the worker will retry."""
+
+        def __init__(self, target: str, error: str) -> None:
+            super().__init__()
+            self.target = target
+            self.error = error
+
+    class KillFinished(Message):
+        """The agent answered a kill (or could not be asked: ``error``)."""
+
+        def __init__(
+            self,
+            target: str,
+            plan: KillPlan,
+            outcomes: list[KillOutcome],
+            error: str | None,
+            audit_error: str | None,
+            checking: bool,
+        ) -> None:
+            super().__init__()
+            self.target = target
+            self.plan = plan
+            self.outcomes = outcomes
+            self.error = error
+            self.audit_error = audit_error
+            self.checking = checking
+            """A clean-slate check was started with this kill."""
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        link_factory: Callable[[str], HostLink],
+        baselines_for: Callable[[str], Baselines] | None = None,
+        *,
+        read_only: bool = False,
+        clock: Clock | None = None,
+        memory_interval_s: float = 1.0,
+        process_interval_s: float = 3.0,
+        escalate_s: float = 5.0,
+        check_timeout_s: float = 60.0,
+        notify_timeout_s: float = 8.0,
+        audit_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        if not targets:
+            raise ValueError("at least one target is needed")
+        self._link_factory = link_factory
+        self._clock: Clock = clock or time.time
+        self.read_only = read_only
+        self._memory_interval_s = memory_interval_s
+        self._process_interval_s = process_interval_s
+        self._escalate_s = escalate_s
+        self._check_timeout_s = check_timeout_s
+        self._notify_timeout_s = notify_timeout_s
+        self._audit_dir = audit_dir
+        make_baselines = baselines_for or (lambda _target: Baselines())
+        self.hosts: list[HostState] = [HostState(t, make_baselines(t)) for t in targets]
+        self.active_index = 0
+        self.paused = False
+        self.sort_mode = SORT_MODES[0]
+        self.filter_text = ""
+        self._stopping = threading.Event()
+        self._narrow = False
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- composition and layout ------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="body", classes="-multi" if len(self.hosts) > 1 else ""):
+            yield HostBar(id="hostbar")
+            yield HostsOverview(id="overview")
+            with Container(id="main"):
+                with Vertical(id="left"):
+                    yield GpuPanel(id="gpus")
+                    yield FindingsList(id="findings")
+                yield ProcessTable(id="procs")
+            yield CleanSlateLine(id="clean")
+            yield FilterBar(id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # Textual runs thread workers on the loop's default executor (min(32, cpus + 4) threads); a poll
+        # worker holds its thread for the app's life, so size the pool for every host plus kills and checks.
+        self._executor = ThreadPoolExecutor(max_workers=2 * len(self.hosts) + 8, thread_name_prefix="gputui")
+        asyncio.get_running_loop().set_default_executor(self._executor)
+        self._apply_layout(self.size.width)
+        self.query_one(GpuPanel).border_title = "GPUs"
+        self.query_one(FindingsList).border_title = "Findings"
+        self.query_one(ProcessTable).focus()
+        self._show_active()
+        for host in self.hosts:
+            self._poll_host(host.target)
+        self.set_interval(1.0, self._tick)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._apply_layout(event.size.width)
+
+    def _apply_layout(self, width: int) -> None:
+        body = self.query_one("#body")
+        narrow = width <= NARROW_MAX_CELLS
+        body.set_class(width < STACKED_BELOW_CELLS, "-stacked")
+        body.set_class(narrow, "-narrow")
+        if narrow != self._narrow:
+            self._narrow = narrow
+            self._show_active()
+
+    # -- host state ------------------------------------------------------------------------------------
+
+    @property
+    def active(self) -> HostState:
+        """The host the panels show."""
+        return self.hosts[self.active_index]
+
+    def _host(self, target: str) -> HostState | None:
+        for host in self.hosts:
+            if host.target == target:
+                return host
+        return None
+
+    def _stale_after_s(self) -> float:
+        return max(3.0 * self._memory_interval_s, 3.0)
+
+    def host_status(self, host: HostState) -> HostStatus:
+        """What the host bar says about ``host`` now."""
+        now_s = self._clock()
+        age_s = None if host.last_ok_s is None else max(0.0, now_s - host.last_ok_s)
+        if host.error is not None and (host.last_ok_s is None or (host.error_s or 0) >= host.last_ok_s):
+            state = "error"
+        elif host.last_ok_s is None:
+            state = "connecting"
+        elif age_s is not None and age_s > self._stale_after_s():
+            state = "stale"
+        else:
+            state = "live"
+        return HostStatus(host.target, state, age_s, host.error, host.snapshot)
+
+    def _show_hosts(self) -> None:
+        statuses = [self.host_status(h) for h in self.hosts]
+        self.query_one(HostBar).show(statuses, self.active_index, self.paused)
+        self.query_one(HostsOverview).show(statuses, self.active_index)
+
+    def _show_active(self) -> None:
+        """Redraw every panel from the shown host's latest snapshot."""
+        host = self.active
+        snapshot = host.snapshot
+        with self.batch_update():
+            self._show_hosts()
+            gpus = self.query_one(GpuPanel)
+            procs = self.query_one(ProcessTable)
+            title = visible(host.target, 40)
+            if snapshot is not None and snapshot.driver_version:
+                title += f" · driver {visible(snapshot.driver_version, 20)}"
+            gpus.border_title = f"GPUs · {title}"
+            sort = f"sort: {self.sort_mode}"
+            filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
+            tagged = f" · {len(host.tagged)} tagged" if host.tagged else ""
+            procs.border_title = f"Processes · {sort}{filt}{tagged}"
+            if snapshot is None:
+                message = host.error or "connecting…"
+                gpus.show((), {}, {}, message=visible(message, 200))
+                procs.show((), compact=self._narrow)
+                self.query_one(FindingsList).show(())
+                self.query_one(CleanSlateLine).show(None, host.check, self._clock())
+                return
+            baselines = {}
+            if snapshot.verdict is not None:
+                baselines = {
+                    g.index: g.baseline_mib + snapshot.verdict.tolerance_mib for g in snapshot.verdict.gpus
+                }
+            message = "" if snapshot.error is None else visible(snapshot.error, 200)
+            gpus.show(snapshot.gpus, host.history_mib, baselines, message=message)
+            procs.show(
+                flatten(build_forest(snapshot)),
+                tagged=host.tagged,
+                filter_text=self.filter_text,
+                sort_mode=self.sort_mode,
+                compact=self._narrow,
+            )
+            self.query_one(FindingsList).show(snapshot.findings)
+            self.query_one(CleanSlateLine).show(snapshot.verdict, host.check, self._clock())
+
+    def _tick(self) -> None:
+        """Once a second: ages in the host bar, clean-slate check deadlines."""
+        now_s = self._clock()
+        for host in self.hosts:
+            check = host.check
+            if (
+                check is not None
+                and check.finished_s is None
+                and now_s - check.started_s > self._check_timeout_s
+            ):
+                host.check = CleanCheck(check.started_s, now_s, clean=False)
+                self._configure(host.target, self._memory_interval_s, self._process_interval_s)
+                self._notify(
+                    f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
+                    severity="error",
+                    title="clean slate",
+                )
+        self._show_hosts()
+        host = self.active
+        if host.check is not None and host.check.finished_s is None or self.active.snapshot is None:
+            self.query_one(CleanSlateLine).show(
+                None if host.snapshot is None else host.snapshot.verdict, host.check, now_s
+            )
+
+    def _notify(self, message: str, *, severity: str = "information", title: str = "") -> None:
+        # Messages carry machine text: never parse them as markup.
+        self.notify(
+            message,
+            title=title,
+            severity=severity,  # type: ignore[arg-type]
+            timeout=self._notify_timeout_s,
+            markup=False,
+        )
+
+    # -- messages from workers -------------------------------------------------------------------------
+
+    def on_gpu_tui_app_host_snapshot_ready(self, message: HostSnapshotReady) -> None:
+        host = self._host(message.target)
+        if host is None:
+            return
+        if self.paused and not message.forced:
+            host.pending = message.snapshot
+            host.last_ok_s = self._clock()
+            host.error = None
+            return
+        self._apply_snapshot(host, message.snapshot)
+
+    def _apply_snapshot(self, host: HostState, snapshot: HostSnapshot) -> None:
+        previous = host.snapshot
+        if previous is not None and previous.boot_id != snapshot.boot_id and host.tagged:
+            host.tagged.clear()
+            self._notify(
+                f"{visible(host.target, 40)} rebooted: tagged processes forgotten", severity="warning"
+            )
+        if snapshot.time is not None and snapshot.time == host.history_time:
+            for gpu in snapshot.gpus:  # the same moment again (a frozen clock): replace, do not append
+                if gpu.memory_used_mib is not None and host.history_mib.get(gpu.index):
+                    host.history_mib[gpu.index][-1] = gpu.memory_used_mib
+        else:
+            for gpu in snapshot.gpus:
+                if gpu.memory_used_mib is not None:
+                    host.history_mib.setdefault(gpu.index, deque(maxlen=HISTORY_SAMPLES)).append(
+                        gpu.memory_used_mib
+                    )
+        host.history_time = snapshot.time
+        host.snapshot = snapshot
+        host.pending = None
+        host.last_ok_s = self._clock()
+        host.error = None
+        check = host.check
+        if (
+            check is not None
+            and check.finished_s is None
+            and snapshot.verdict is not None
+            and snapshot.verdict.clean
+        ):
+            now_s = self._clock()
+            host.check = CleanCheck(check.started_s, now_s, clean=True)
+            self._configure(host.target, self._memory_interval_s, self._process_interval_s)
+            self._notify(
+                f"{visible(host.target, 40)}: CLEAN ✓ {snapshot.verdict.gpus_at_baseline}/"
+                f"{len(snapshot.verdict.gpus)} GPUs at baseline at {clock_time(now_s)}"
+                f" (took {duration(now_s - check.started_s)})",
+                title="clean slate",
+            )
+        if host is self.active:
+            self._show_active()
+        else:
+            self._show_hosts()
+
+    def on_gpu_tui_app_host_failed(self, message: HostFailed) -> None:
+        host = self._host(message.target)
+        if host is None:
+            return
+        first = host.error is None
+        host.error = message.error
+        host.error_s = self._clock()
+        if first:
+            self._notify(visible(message.error, 300), severity="error", title="host error")
+        if host is self.active and host.snapshot is None:
+            self._show_active()
+        else:
+            self._show_hosts()
+
+    def on_gpu_tui_app_kill_finished(self, message: KillFinished) -> None:
+        host = self._host(message.target)
+        if message.error is not None:
+            self._notify(
+                f"{visible(message.target, 40)}: kill not sent: {visible(message.error, 300)}",
+                severity="error",
+                title="kill failed",
+            )
+        else:
+            text, severity = outcome_summary(message.plan, message.outcomes)
+            self._notify(
+                text, severity=severity, title=f"{message.plan.signal} on {visible(message.target, 40)}"
+            )
+        if message.audit_error is not None:
+            self._notify(f"audit log not written: {visible(message.audit_error, 200)}", severity="warning")
+        if host is not None:
+            host.tagged.clear()
+            if message.checking and message.error is not None and host.check is not None:
+                host.check = None
+                self._configure(host.target, self._memory_interval_s, self._process_interval_s)
+            if host is self.active:
+                self._show_active()
+
+    def on_findings_list_jump_to_process(self, message: FindingsList.JumpToProcess) -> None:
+        procs = self.query_one(ProcessTable)
+        if not procs.select_pid(message.pid) and self.filter_text:
+            self.filter_text = ""
+            self.query_one(FilterBar).value = ""
+            self._show_active()
+        if procs.select_pid(message.pid):
+            procs.focus()
+        else:
+            self._notify(f"pid {message.pid} is not listed any more", severity="warning")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.filter_text = event.value
+            self._show_active()
+
+    def on_filter_bar_closed(self, _message: FilterBar.Closed) -> None:
+        self.query_one("#body").remove_class("-filtering")
+        self.query_one(ProcessTable).focus()
+
+    # -- workers ---------------------------------------------------------------------------------------
+
+    def _bounded(self, call: Callable[[], T]) -> T:
+        """Run a blocking link call in a daemon thread and wait for it, giving up when the app quits.
+
+        A hung host then holds only an abandoned daemon thread, never the worker or the exit.
+        """
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                box["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting worker
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="gputui-link-call", daemon=True).start()
+        while not done.wait(POLL_SLICE_S):
+            if self._stopping.is_set():
+                raise _Stopping
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def _close_quietly(self, link: HostLink) -> None:
+        def close() -> None:
+            try:
+                link.close()
+            except Exception:  # noqa: BLE001, S110 - the link is being dropped either way
+                pass
+
+        threading.Thread(target=close, name="gputui-link-close", daemon=True).start()
+
+    @work(thread=True, exit_on_error=False, group="poll")
+    def _poll_host(self, target: str) -> None:
+        """Open ``target``'s link and stream its snapshots to the UI until the app quits."""
+        host = self._host(target)
+        if host is None:
+            return
+        backoff = Backoff(base_s=1.0, cap_s=30.0)
+        while not self._stopping.is_set():
+            link = self._link_factory(target)
+            host.link = link
+            try:
+                self._bounded(link.open)
+                next_snapshot = partial(link.next_snapshot, NEXT_SNAPSHOT_WAIT_S)
+                while not self._stopping.is_set():
+                    snapshot = self._bounded(next_snapshot)
+                    if snapshot is None:
+                        continue
+                    analysed = analyze(snapshot, host.baselines, now=snapshot.time)
+                    self.post_message(self.HostSnapshotReady(target, analysed))
+                    backoff.reset()
+            except _Stopping:
+                break
+            except LinkError as exc:
+                self.post_message(self.HostFailed(target, str(exc) or f"{target}: link failed"))
+            except Exception as exc:  # noqa: BLE001 - a bad snapshot must not end this host's polling
+                self.post_message(self.HostFailed(target, f"{target}: {type(exc).__name__}: {exc}"))
+            host.link = None
+            self._close_quietly(link)
+            if self._stopping.wait(backoff.next_delay_s()):
+                break
+
+    @work(thread=True, exit_on_error=False, group="requests")
+    def _sample_now(self, target: str) -> None:
+        """Ask for an immediate full sample (refresh, after a kill)."""
+        host = self._host(target)
+        link = None if host is None else host.link
+        if host is None or link is None:
+            return
+        try:
+            result = self._bounded(lambda: link.request({"cmd": "sample"}, REQUEST_TIMEOUT_S))
+            snapshot = HostSnapshot.from_dict(result["snapshot"])
+            self.post_message(
+                self.HostSnapshotReady(
+                    target, analyze(snapshot, host.baselines, now=snapshot.time), forced=True
+                )
+            )
+        except _Stopping:
+            return
+        except (LinkError, KeyError, TypeError, ValueError) as exc:
+            self.post_message(self.HostFailed(target, f"{target}: refresh failed: {exc}"))
+
+    @work(thread=True, exit_on_error=False, group="requests")
+    def _configure(self, target: str, memory_interval_s: float, process_interval_s: float) -> None:
+        """Change a host's sampling intervals (fast while a clean-slate check runs)."""
+        host = self._host(target)
+        link = None if host is None else host.link
+        if link is None:
+            return
+        command = {
+            "cmd": "configure",
+            "memory_interval_s": memory_interval_s,
+            "process_interval_s": process_interval_s,
+        }
+        try:
+            self._bounded(lambda: link.request(command, REQUEST_TIMEOUT_S))
+        except _Stopping:
+            return
+        except LinkError as exc:
+            self.post_message(self.HostFailed(target, f"{target}: could not change the interval: {exc}"))
+
+    @work(thread=True, exit_on_error=False, group="requests")
+    def _send_kill(self, target: str, plan: KillPlan, checking: bool) -> None:
+        """Send a confirmed plan, write the audit log, report the outcome."""
+        host = self._host(target)
+        link = None if host is None else host.link
+        outcomes: list[KillOutcome] = []
+        error: str | None = None
+        if host is None or link is None:
+            error = "the host is not connected"
+        else:
+            timeout_s = REQUEST_TIMEOUT_S + (plan.escalate_s or 0.0)
+            try:
+                outcomes = parse_outcomes(self._bounded(lambda: link.request(kill_command(plan), timeout_s)))
+            except _Stopping:
+                return
+            except LinkError as exc:
+                error = str(exc)
+        audit_error = None
+        if error is None:
+            try:
+                append_audit(plan, outcomes, state_dir=self._audit_dir)
+            except Exception as exc:  # noqa: BLE001 - reported to the user, the kill already happened
+                audit_error = str(exc)
+        self.post_message(self.KillFinished(target, plan, outcomes, error, audit_error, checking))
+        if error is None:
+            self._sample_now(target)
+
+    # -- quitting --------------------------------------------------------------------------------------
+
+    def _shutdown_links(self) -> None:
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        for host in self.hosts:
+            if host.link is not None:
+                self._close_quietly(host.link)
+
+    async def action_quit(self) -> None:
+        self._shutdown_links()
+        self.exit(0)
+
+    def on_unmount(self) -> None:
+        self._shutdown_links()
+
+    # -- actions ---------------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in DESTRUCTIVE_ACTIONS and self.read_only:
+            return False
+        if action in HOST_ACTIONS and self._modal_open():
+            return False
+        if action in ("next_host", "host") and len(self.hosts) < 2:
+            return False
+        return True
+
+    def _modal_open(self) -> bool:
+        return len(self.screen_stack) > 1 or not isinstance(self.screen, Screen) or self.screen.is_modal
+
+    def _selected_pids(self, host: HostState) -> list[int]:
+        if host.tagged:
+            return sorted(host.tagged)
+        pid = self.query_one(ProcessTable).selected_pid
+        return [] if pid is None else [pid]
+
+    def action_tag(self) -> None:
+        host = self.active
+        procs = self.query_one(ProcessTable)
+        pid = procs.selected_pid
+        if pid is None:
+            return
+        host.tagged.symmetric_difference_update({pid})
+        self._show_active()
+        procs.action_cursor_down()
+
+    def _confirm_kill(self, signal: str, tree: bool = False, all_gpu: bool = False) -> None:
+        if self.read_only:
+            self._notify("read-only: nothing is signalled", severity="warning", title="refused")
+            return
+        host = self.active
+        snapshot = host.snapshot
+        if snapshot is None:
+            self._notify(f"{visible(host.target, 40)}: no data yet", severity="warning")
+            return
+        pids = [] if all_gpu else self._selected_pids(host)
+        if not pids and not all_gpu:
+            self._notify("select a process first", severity="warning")
+            return
+        escalate_s = self._escalate_s if (tree or all_gpu) and signal != "KILL" else None
+        try:
+            plan = plan_kill(
+                snapshot,
+                pids,
+                signal=signal,
+                tree=tree,
+                all_gpu=all_gpu,
+                escalate_s=escalate_s,
+                read_only=self.read_only,
+            )
+        except PlanError as exc:
+            self._notify(visible(str(exc), 300), severity="error", title="refused")
+            return
+        if not plan.targets:
+            reason = "; ".join(plan.notes) or "nothing to signal"
+            self._notify(visible(reason, 300), severity="warning", title="nothing to signal")
+            return
+        target = host.target
+
+        def decided(confirmed: bool | None) -> None:
+            if confirmed:
+                target_host = self._host(target)
+                if all_gpu and target_host is not None:
+                    # The check starts now, so its receipt says how long the GPUs took to come back.
+                    self._start_check(target_host)
+                self._send_kill(target, plan, all_gpu)
+            else:
+                self._notify("cancelled: nothing was signalled")
+
+        self.push_screen(ConfirmKillScreen(plan), decided)
+
+    def action_kill(self, signal: str = "TERM") -> None:
+        """Signal the tagged processes (or the selected one)."""
+        self._confirm_kill(signal if signal in ("TERM", "KILL", "INT") else "TERM")
+
+    def action_kill_tree(self) -> None:
+        """TERM the selected trees, children first, then KILL what is left after the escalation delay."""
+        self._confirm_kill("TERM", tree=True)
+
+    def action_kill_all(self) -> None:
+        """Kill every GPU process tree on the shown host, then watch for the clean slate."""
+        self._confirm_kill("TERM", tree=True, all_gpu=True)
+
+    def _start_check(self, host: HostState) -> None:
+        host.check = CleanCheck(started_s=self._clock())
+        self._configure(host.target, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
+        if host is self.active:
+            self._show_active()
+
+    def action_check(self) -> None:
+        """Sample fast until every GPU is back at its baseline (or the deadline), then show a receipt."""
+        self._start_check(self.active)
+
+    def action_filter(self) -> None:
+        self.query_one("#body").add_class("-filtering")
+        self.query_one(FilterBar).focus()
+
+    def action_sort(self) -> None:
+        self.sort_mode = SORT_MODES[(SORT_MODES.index(self.sort_mode) + 1) % len(SORT_MODES)]
+        self._show_active()
+
+    def action_refresh(self) -> None:
+        self._sample_now(self.active.target)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        if not self.paused:
+            for host in self.hosts:
+                if host.pending is not None:
+                    self._apply_snapshot(host, host.pending)
+        self._show_active()
+
+    def action_next_host(self) -> None:
+        self.action_host((self.active_index + 1) % len(self.hosts))
+
+    def action_host(self, index: int) -> None:
+        if 0 <= index < len(self.hosts) and index != self.active_index:
+            self.active_index = index
+            self._show_active()
+
+    def action_focus_findings(self) -> None:
+        self.query_one(FindingsList).focus()
+
+    def key_descriptions(self) -> list[tuple[str, str]]:
+        """The keys this app answers to now, for the help screen."""
+        keys = [("↑/↓", "select a process"), ("Space", "tag / untag it")]
+        if not self.read_only:
+            keys += [
+                ("k", "SIGTERM the tagged (or selected) processes"),
+                ("K", "SIGKILL the tagged (or selected) processes"),
+                ("t", f"kill the tree: TERM, then KILL after {self._escalate_s:g} s"),
+                ("X", "kill every GPU process tree on this host, then check"),
+            ]
+        keys += [
+            ("c", "clean-slate check: sample fast until every GPU is at baseline"),
+            ("/", "filter by pid, user or command"),
+            ("s", "sort: tree, GPU memory, pid"),
+            ("r", "refresh now"),
+            ("p", "pause / resume the display"),
+            ("f", "go to the findings (Enter jumps to the process)"),
+        ]
+        if len(self.hosts) > 1:
+            keys.append(("Tab, 1-9", "switch host"))
+        keys += [("?", "this help"), ("q", "quit")]
+        return keys
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.key_descriptions(), self.read_only))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        commands: list[tuple[str, str, Callable[[], Any]]] = []
+        if not self.read_only:
+            commands += [
+                (
+                    "Kill: SIGTERM selected",
+                    "Send TERM to the tagged or selected processes",
+                    lambda: self.action_kill("TERM"),
+                ),
+                (
+                    "Kill: SIGKILL selected",
+                    "Send KILL to the tagged or selected processes",
+                    lambda: self.action_kill("KILL"),
+                ),
+                ("Kill: tree", "TERM the selected trees, then KILL after the delay", self.action_kill_tree),
+                (
+                    "Kill: every GPU process tree",
+                    "Kill everything holding GPU memory here, then check",
+                    self.action_kill_all,
+                ),
+            ]
+        commands += [
+            ("Tag / untag process", "Mark the selected process for a batch action", self.action_tag),
+            ("Clean-slate check", "Sample fast until every GPU is back at baseline", self.action_check),
+            ("Filter processes", "Filter by pid, user or command", self.action_filter),
+            ("Sort processes", "Cycle tree / GPU memory / pid", self.action_sort),
+            ("Refresh now", "Take a sample now", self.action_refresh),
+            ("Pause / resume", "Freeze the display", self.action_pause),
+            ("Help", "Every key", self.action_help),
+        ]
+        if len(self.hosts) > 1:
+            commands.append(("Next host", "Show the next host", self.action_next_host))
+            for index, host in enumerate(self.hosts):
+                commands.append(
+                    (
+                        f"Host {index + 1}: {visible(host.target, 40)}",
+                        "Show this host",
+                        partial(self.action_host, index),
+                    )
+                )
+        for title, help_text, callback in commands:
+            yield SystemCommand(title, help_text, callback)

@@ -1,0 +1,57 @@
+"""``gputui`` with no subcommand: the Textual app over the named targets (local by default)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gputui.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
+from gputui.transports.base import HostLink
+
+EXIT_ERROR = 2
+DEMO_WEDGE_AFTER_S = 6.0
+"""In the demo the first host serves for this long before its schedulers wedge, as in the story."""
+
+
+def run_tui(args: argparse.Namespace) -> int:
+    """Open the app; returns the exit status."""
+    from gputui.analysis import Baselines
+    from gputui.app import GpuTuiApp
+    from gputui.state import load_baselines
+
+    targets = list(args.targets) or (list(DEMO_TARGETS) if args.demo else [LOCAL_TARGET])
+    if len(set(targets)) != len(targets):
+        print("gputui: a target is named twice", file=sys.stderr)
+        return EXIT_ERROR
+    options = options_from_args(args)
+
+    def link_factory(target: str) -> HostLink:
+        if args.demo:
+            from gputui.sim import SimLink
+
+            return SimLink(target, options, wedged_at_s=DEMO_WEDGE_AFTER_S)
+        return open_link(target, options)
+
+    def baselines_for(target: str) -> Baselines:
+        kwargs: dict[str, object] = {}
+        if not args.demo:
+            loaded = load_baselines(target)
+            if loaded.warning:
+                print(f"gputui: {loaded.warning}", file=sys.stderr)
+            kwargs["per_gpu_mib"] = loaded.per_gpu_mib
+        if args.baseline_mib is not None:
+            kwargs["default_mib"] = args.baseline_mib
+        if args.tolerance_mib is not None:
+            kwargs["tolerance_mib"] = args.tolerance_mib
+        return Baselines(**kwargs)  # type: ignore[arg-type]
+
+    app = GpuTuiApp(
+        targets,
+        link_factory,
+        baselines_for,
+        read_only=args.read_only,
+        memory_interval_s=args.interval,
+        process_interval_s=args.process_interval,
+    )
+    result = app.run()
+    return 0 if result is None else int(result)

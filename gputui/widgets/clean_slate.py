@@ -1,0 +1,70 @@
+"""The clean-slate line: always visible, it says whether every GPU is back at its idle baseline."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from gputui.model import Verdict
+from gputui.widgets.fmt import duration, safe_text
+
+
+@dataclass(frozen=True)
+class CleanCheck:
+    """A clean-slate check the user started (``c``, or after killing every GPU process tree).
+
+    Attributes:
+        started_s: Epoch seconds (the app's clock) at which it started.
+        finished_s: Epoch seconds at which every GPU was first seen at baseline, or the deadline passed.
+        clean: The outcome once finished: True clean, False deadline passed first; None while running.
+    """
+
+    started_s: float
+    finished_s: float | None = None
+    clean: bool | None = None
+
+
+def clock_time(epoch_s: float) -> str:
+    """Local wall-clock time of day, HH:MM:SS."""
+    return time.strftime("%H:%M:%S", time.localtime(epoch_s))
+
+
+def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> Text:
+    """The line for a verdict, with the progress or receipt of a running or finished check."""
+    if verdict is None:
+        return Text("clean slate: waiting for data…", style="dim")
+    total = len(verdict.gpus)
+    at_baseline = verdict.gpus_at_baseline
+    if check is not None and check.finished_s is not None and check.clean and verdict.clean:
+        line = Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
+        took_s = check.finished_s - check.started_s
+        line.append(f" · verified {clock_time(check.finished_s)} · took {duration(took_s)}", style="green")
+        return line
+    if verdict.clean:
+        return Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
+    line = Text()
+    if check is not None and check.finished_s is None:
+        line.append(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
+        line.append(f" · {duration(max(0.0, now_s - check.started_s))} · ", style="yellow")
+    elif check is not None and check.clean is False and check.finished_s is not None:
+        line.append(f"NOT CLEAN after {duration(check.finished_s - check.started_s)}: ", style="bold red")
+    elif not verdict.known:
+        line.append("UNKNOWN: ", style="bold yellow")
+    else:
+        line.append("NOT CLEAN: ", style="bold red")
+    reason = verdict.reasons[0] if verdict.reasons else f"{total - at_baseline} GPUs above baseline"
+    line.append_text(safe_text(reason, 200))
+    if len(verdict.reasons) > 1:
+        line.append(f" (+{len(verdict.reasons) - 1} more)", style="dim")
+    return line
+
+
+class CleanSlateLine(Static):
+    """One line (two when narrow) with the verdict of the shown host."""
+
+    def show(self, verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> None:
+        """Show the verdict; with a check, its progress ("5/8 GPUs at baseline") or its receipt."""
+        self.update(clean_slate_text(verdict, check, now_s))

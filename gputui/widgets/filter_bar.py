@@ -1,0 +1,29 @@
+"""The filter input ("/"): narrows the process table to rows whose pid, user or command contain the text."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.message import Message
+from textual.widgets import Input
+
+
+class FilterBar(Input):
+    """Typing filters live; Enter keeps the filter and returns to the table; Esc clears it."""
+
+    BINDINGS = [Binding("escape", "clear_filter", "Clear filter", show=False)]
+
+    class Closed(Message):
+        """The user left the filter (Enter keeps the text, Esc cleared it)."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+        super().__init__(
+            placeholder="filter: pid, user or command (Enter keeps, Esc clears)", id=id, classes=classes
+        )
+
+    def action_clear_filter(self) -> None:
+        self.value = ""
+        self.post_message(self.Closed())
+
+    async def action_submit(self) -> None:
+        await super().action_submit()
+        self.post_message(self.Closed())

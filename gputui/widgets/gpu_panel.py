@@ -1,0 +1,118 @@
+"""The GPU panel: one row per GPU with a memory bar, figures and a memory history sparkline."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.text import Text
+from textual.geometry import Size
+from textual.widget import Widget
+
+from gputui.model import Gpu
+from gputui.widgets.fmt import DASH, bar, dash, mem_pct, safe_text, sparkline
+
+WIDE_MIN_CELLS = 50
+"""Below this content width a GPU gets the compact line (tmux side pane): no total, no power."""
+
+
+class GpuPanel(Widget):
+    """All GPUs of one host, one line each under a header line; eight fit in ten rows with the border.
+
+    Call ``show()`` with each new snapshot's GPUs; the panel re-renders itself (a handful of lines, so there
+    is nothing to gain from diffing).
+    """
+
+    DEFAULT_CSS = """
+    GpuPanel { height: auto; }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+        super().__init__(id=id, classes=classes)
+        self._gpus: tuple[Gpu, ...] = ()
+        self._history_mib: Mapping[int, Sequence[int]] = {}
+        self._baseline_mib: Mapping[int, int] = {}
+        self._message = "waiting for the first sample…"
+
+    def show(
+        self,
+        gpus: Sequence[Gpu],
+        history_mib: Mapping[int, Sequence[int]],
+        baseline_mib: Mapping[int, int],
+        message: str = "",
+    ) -> None:
+        """Show these GPUs.
+
+        Args:
+            gpus: The GPUs of the latest snapshot.
+            history_mib: GPU index → recent memory.used samples in MiB, oldest first.
+            baseline_mib: GPU index → idle baseline in MiB (memory at or under it is drawn as idle).
+            message: A line shown instead of the rows when there are no GPUs (host error, no data yet).
+        """
+        rows_changed = len(gpus) != len(self._gpus)
+        self._gpus = tuple(gpus)
+        self._history_mib = history_mib
+        self._baseline_mib = baseline_mib
+        self._message = message or "waiting for the first sample…"
+        self.refresh(layout=rows_changed)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return 1 + max(1, len(self._gpus))
+
+    def _style_for(self, gpu: Gpu) -> str:
+        used, baseline = gpu.memory_used_mib, self._baseline_mib.get(gpu.index)
+        if used is None:
+            return "dim"
+        if baseline is not None and used <= baseline:
+            return "green"
+        pct = mem_pct(used, gpu.memory_total_mib) or 0
+        return "red" if pct >= 90 else "yellow" if pct >= 50 else "cyan"
+
+    def render(self) -> Text:
+        width = max(24, self.size.width)
+        wide = width >= WIDE_MIN_CELLS
+        spark_cells = 8 if wide else 6
+        if wide:
+            # Fixed columns: "ii " + " used/total" + " mem%" + " util" + " temp" + " power " = 37 cells.
+            bar_cells = max(4, width - 37 - spark_cells)
+            header = (
+                f"{'#':>2} {'memory':<{bar_cells}} {'used/total':>11} {'mem':>4} {'util':>4}"
+                f" {'temp':>4} {'power':>5} history"
+            )
+        else:
+            # Fixed columns: "i " + " MiB" + " mem%" + " util" + " temp " = 25 cells.
+            bar_cells = max(4, width - 25 - spark_cells)
+            header = f"{'#':>1} {'memory':<{bar_cells}} {'MiB':>6} {'mem':>4} {'util':>4} {'°C':>4} hist"
+        lines = [Text(header, style="dim")]
+        if not self._gpus:
+            lines.append(Text(self._message or DASH, style="dim italic"))
+        for gpu in self._gpus:
+            lines.append(self._line(gpu, wide, bar_cells, spark_cells, width))
+        text = Text("\n").join(lines)
+        text.no_wrap = True
+        text.overflow = "ellipsis"
+        return text
+
+    def _line(self, gpu: Gpu, wide: bool, bar_cells: int, spark_cells: int, width: int) -> Text:
+        style = self._style_for(gpu)
+        line = Text(f"{gpu.index:>2} " if wide else f"{gpu.index} ", style="bold")
+        if gpu.error is not None:
+            line.append("error: ", style="bold red")
+            line.append_text(safe_text(gpu.error, max(8, width - 12), style="red"))
+            return line
+        pct = mem_pct(gpu.memory_used_mib, gpu.memory_total_mib)
+        line.append_text(bar(gpu.memory_used_mib, gpu.memory_total_mib, bar_cells, style))
+        if wide:
+            used_total = f"{dash(gpu.memory_used_mib)}/{dash(gpu.memory_total_mib)}"
+            line.append(f" {used_total:>11}", style=style)
+        else:
+            line.append(f" {dash(gpu.memory_used_mib):>6}", style=style)
+        line.append(f" {dash(pct, '%'):>4}", style=style)
+        line.append(f" {dash(gpu.utilization_pct, '%'):>4}")
+        line.append(f" {dash(gpu.temperature_c, '°C' if wide else '°'):>4}")
+        if wide:
+            power = DASH if gpu.power_w is None else f"{gpu.power_w:.0f}W"
+            line.append(f" {power:>5}")
+        line.append(" ")
+        history = self._history_mib.get(gpu.index, ())
+        line.append(sparkline(history, gpu.memory_total_mib or 0, spark_cells), style=style)
+        return line

@@ -1,0 +1,70 @@
+"""The host bar: every target with its state (live, stale with the age of its data, error)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.widgets import Static
+
+from gputui.model import HostSnapshot
+from gputui.widgets.fmt import duration, safe_text
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    """What the host bar and the overview show about one host.
+
+    Attributes:
+        target: The target word.
+        state: connecting, live, stale or error.
+        age_s: Seconds since its last snapshot arrived, None before the first one.
+        error: The last error line, if any.
+        snapshot: The latest analysed snapshot, if any.
+    """
+
+    target: str
+    state: str
+    age_s: float | None = None
+    error: str | None = None
+    snapshot: HostSnapshot | None = None
+
+
+_STATE_STYLES = {"live": "green", "stale": "yellow", "error": "red", "connecting": "dim"}
+
+
+def status_text(status: HostStatus) -> Text:
+    """``live``, ``stale 12 s``, ``error: …`` or ``connecting…`` with its colour."""
+    style = _STATE_STYLES.get(status.state, "")
+    if status.state == "live":
+        return Text("● live", style=style)
+    if status.state == "stale":
+        age = "" if status.age_s is None else f" {duration(status.age_s)}"
+        return Text(f"● stale{age}", style=style)
+    if status.state == "error":
+        line = Text("● ", style=style)
+        if status.age_s is not None:
+            line.append(f"stale {duration(status.age_s)} ", style="yellow")
+        line.append_text(safe_text(status.error or "error", 80, style=style))
+        return line
+    return Text("○ connecting…", style=style)
+
+
+class HostBar(Static):
+    """One line: ``1 gpu-node-07 ● live │ 2 gpu-node-08 ● stale 12 s``; the shown host is highlighted."""
+
+    def show(self, statuses: Sequence[HostStatus], active_index: int, paused: bool = False) -> None:
+        """Show every host's state; ``active_index`` is the one the panels show."""
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for index, status in enumerate(statuses):
+            if index:
+                line.append(" │ ", style="dim")
+            label = Text(f" {index + 1} ", style="bold reverse" if index == active_index else "bold")
+            label.append_text(safe_text(status.target, 40, style="bold" if index == active_index else ""))
+            label.append(" ")
+            line.append_text(label)
+            line.append_text(status_text(status))
+        if paused:
+            line.append("  ⏸ PAUSED", style="bold yellow")
+        self.update(line)

@@ -1,0 +1,65 @@
+"""The overview of every host's GPUs: one line per host, one block per GPU, the verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import Static
+
+from gputui.widgets.fmt import SPARK_CHARS, mem_pct, safe_text
+from gputui.widgets.host_bar import HostStatus, status_text
+
+
+def _gpu_block(used_mib: int | None, total_mib: int | None, baseline_mib: int) -> Text:
+    pct = mem_pct(used_mib, total_mib)
+    if pct is None or used_mib is None:
+        return Text("?", style="dim")
+    if used_mib <= baseline_mib:
+        return Text("·", style="green")
+    level = min(len(SPARK_CHARS) - 1, pct * len(SPARK_CHARS) // 100)
+    return Text(SPARK_CHARS[level], style="red" if pct >= 90 else "yellow")
+
+
+class HostsOverview(Static):
+    """``gpu-node-07  ▇▇▇▇▇▇▇▇  NOT CLEAN`` for every host (shown when several targets are open)."""
+
+    def show(self, statuses: Sequence[HostStatus], active_index: int) -> None:
+        """One line per host; the shown host is marked with ▶."""
+        lines: list[Text] = []
+        name_cells = min(20, max((len(s.target) for s in statuses), default=4))
+        for index, status in enumerate(statuses):
+            line = Text("▶ " if index == active_index else "  ", style="bold")
+            line.append_text(safe_text(status.target, name_cells))
+            line.pad_right(name_cells + 2 - len(line.plain) + 2)
+            snapshot = status.snapshot
+            if snapshot is None or not snapshot.gpus:
+                line.append_text(status_text(status))
+                lines.append(line)
+                continue
+            baselines = snapshot.verdict.baseline_mib if snapshot.verdict else {}
+            for gpu in snapshot.gpus:
+                line.append_text(
+                    _gpu_block(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3))
+                )
+            line.append("  ")
+            verdict = snapshot.verdict
+            if verdict is None:
+                line.append("–", style="dim")
+            elif verdict.clean:
+                line.append(f"CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)}", style="bold green")
+            else:
+                line.append(
+                    f"{verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at baseline", style="yellow"
+                )
+            if snapshot.findings:
+                count = len(snapshot.findings)
+                line.append(f"  ⚠ {count} finding{'s' if count != 1 else ''}", style="bold red")
+            if status.state != "live":
+                line.append("  ")
+                line.append_text(status_text(status))
+            lines.append(line)
+        text = Text("\n").join(lines)
+        text.no_wrap = True
+        text.overflow = "ellipsis"
+        self.update(text)

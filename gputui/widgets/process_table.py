@@ -1,0 +1,191 @@
+"""The process tree: every GPU process with its ancestors and descendants, one selectable row per pid."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable
+
+from gputui.textsafe import visible
+from gputui.widgets.fmt import command_text, safe_text
+
+if TYPE_CHECKING:
+    from gputui.analysis import ProcNode
+
+COMMAND_MAX_CHARS = 400
+"""A 100 KB argv is cut here: the row stays one line and the table stays fast."""
+SORT_MODES = ("tree", "gpu", "pid")
+"""tree: as the processes descend from each other; gpu: most GPU memory first; pid: ascending."""
+
+_WIDE_COLUMNS = (
+    ("pid", "pid", 7),
+    ("user", "user", 8),
+    ("state", "S", 3),
+    ("gpu", "GPU MiB", 8),
+    ("tree", "tree MiB", 8),
+    ("command", "command", None),
+)
+_COMPACT_COLUMNS = (("pid", "pid", 7), ("state", "S", 3), ("tree", "MiB", 6), ("command", "command", None))
+
+
+def _state_text(state: str | None) -> Text:
+    if state == "Z":
+        return Text(" Z ", style="bold white on red")
+    if state == "D":
+        return Text(" D ", style="bold black on yellow")
+    if state is None:
+        return Text(" – ", style="dim")
+    return Text(f" {visible(state, 1)} ")
+
+
+def _gpu_text(gpu_memory_mib: dict[int, int]) -> Text:
+    held = {gpu: mib for gpu, mib in sorted(gpu_memory_mib.items()) if mib}
+    if not held:
+        return Text("")
+    return Text(" ".join(f"{gpu}:{mib}" for gpu, mib in held.items()), style="yellow")
+
+
+class ProcessTable(DataTable[Text]):
+    """Rows keyed by pid, updated in place: a tick that changes figures only touches the cells that changed.
+
+    The rows are rebuilt only when the set or order of pids changes (a process came or went, a new sort or
+    filter); the cursor stays on the same pid across rebuilds.
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
+        self._compact = False
+        self._row_keys: list[str] = []
+        self._cells: dict[str, tuple[Text, ...]] = {}
+        self._column_keys: tuple[str, ...] = ()
+
+    def on_mount(self) -> None:
+        self._set_columns(compact=False)
+
+    def _set_columns(self, compact: bool) -> None:
+        self._compact = compact
+        self.clear(columns=True)
+        spec = _COMPACT_COLUMNS if compact else _WIDE_COLUMNS
+        for key, label, width in spec:
+            self.add_column(label, key=key, width=width)
+        self._column_keys = tuple(key for key, _, _ in spec)
+        self._row_keys = []
+        self._cells = {}
+
+    @property
+    def compact(self) -> bool:
+        """Whether the narrow column set is shown."""
+        return self._compact
+
+    @property
+    def selected_pid(self) -> int | None:
+        """The pid under the cursor, or None when the table is empty."""
+        if self.row_count == 0:
+            return None
+        row_key = self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0)).row_key
+        return None if row_key.value is None else int(row_key.value)
+
+    def select_pid(self, pid: int) -> bool:
+        """Move the cursor to ``pid``; False when it is not shown."""
+        try:
+            index = self.get_row_index(str(pid))
+        except Exception:  # noqa: BLE001 - RowDoesNotExist: the pid is filtered out or gone
+            return False
+        self.move_cursor(row=index)
+        return True
+
+    def _cells_for(self, node: ProcNode, depth: int, tagged: bool) -> tuple[Text, ...]:
+        proc = node.proc
+        pid = Text(("● " if tagged else "  ") + str(proc.pid), style="bold magenta" if tagged else "")
+        tree_total = Text(str(node.subtree_total_mib) if node.subtree_total_mib else "", style="yellow")
+        indent = "  " * depth + ("└ " if depth else "")
+        command = Text(indent, style="dim")
+        style = "red" if proc.is_zombie else "yellow" if proc.is_uninterruptible else ""
+        command.append(command_text(proc.cmdline, proc.name, COMMAND_MAX_CHARS), style=style)
+        if proc.is_zombie:
+            command.append(" <defunct>", style="bold red")
+        if self._compact:
+            return (pid, _state_text(proc.state), tree_total, command)
+        return (
+            pid,
+            safe_text(proc.user, 8),
+            _state_text(proc.state),
+            _gpu_text(proc.gpu_memory_mib),
+            tree_total,
+            command,
+        )
+
+    def show(
+        self,
+        nodes: Sequence[ProcNode],
+        *,
+        tagged: Collection[int] = (),
+        filter_text: str = "",
+        sort_mode: str = "tree",
+        compact: bool | None = None,
+    ) -> None:
+        """Show these process nodes (from ``analysis.flatten``), filtered and sorted.
+
+        Args:
+            nodes: Pre-order tree nodes.
+            tagged: Pids marked for a batch action.
+            filter_text: Case-insensitive substring of pid, user or command; empty shows all.
+            sort_mode: One of ``SORT_MODES``.
+            compact: Switch to the narrow column set (None: keep the current one).
+        """
+        if compact is not None and compact != self._compact:
+            selected = self.selected_pid
+            self._set_columns(compact)
+            self._show(nodes, tagged, filter_text, sort_mode)
+            if selected is not None:
+                self.select_pid(selected)
+            return
+        self._show(nodes, tagged, filter_text, sort_mode)
+
+    def _show(
+        self, nodes: Sequence[ProcNode], tagged: Collection[int], filter_text: str, sort_mode: str
+    ) -> None:
+        needle = filter_text.strip().lower()
+        chosen = list(nodes)
+        if needle:
+            chosen = [n for n in chosen if needle in _haystack(n)]
+        flat = sort_mode != "tree"
+        if sort_mode == "gpu":
+            chosen.sort(key=lambda n: (-n.subtree_total_mib, -n.proc.gpu_total_mib, n.proc.pid))
+        elif sort_mode == "pid":
+            chosen.sort(key=lambda n: n.proc.pid)
+        rows = [
+            (str(n.proc.pid), self._cells_for(n, 0 if flat else n.depth, n.proc.pid in tagged))
+            for n in chosen
+        ]
+        keys = [key for key, _ in rows]
+        if keys == self._row_keys:
+            for key, cells in rows:
+                old = self._cells.get(key)
+                for column, (new_cell, old_cell) in zip(
+                    self._column_keys, zip(cells, old or cells, strict=True), strict=True
+                ):
+                    if old is None or new_cell != old_cell:
+                        self.update_cell(key, column, new_cell)
+                self._cells[key] = cells
+            return
+        selected = self.selected_pid
+        old_row = self.cursor_row
+        self.clear()
+        for key, cells in rows:
+            self.add_row(*cells, key=key)
+        self._row_keys = keys
+        self._cells = dict(rows)
+        if selected is not None and str(selected) in self._cells:
+            self.select_pid(selected)
+        elif rows:
+            self.move_cursor(row=min(old_row, len(rows) - 1))
+
+
+def _haystack(node: ProcNode) -> str:
+    proc = node.proc
+    parts = [str(proc.pid), proc.user or "", proc.name or "", " ".join(proc.cmdline)[: COMMAND_MAX_CHARS * 4]]
+    return " ".join(parts).lower()
