@@ -16,6 +16,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -137,3 +138,55 @@ def start(work_dir: Path, python_dir: Path, env: dict[str, str], alias_count: in
         )
     )
     return BenchSshd(process, port, config, user_key, known_hosts, aliases)
+
+
+@dataclass
+class LoopbackHosts:
+    """``alias_count`` SSH Host aliases on one loopback sshd, and the client environment that reaches them."""
+
+    aliases: list[str]
+    client_env: dict[str, str]
+    source: str
+    close: Any
+
+
+def start_hosts(work_dir: Path, python_dir: Path, fake_env: dict[str, str], alias_count: int) -> LoopbackHosts:
+    """Start one sshd with the test suite's fixture module (``tests/integration/sshd.py``), else this module's.
+
+    Args:
+        work_dir: Empty directory for keys, configs, homes and logs.
+        python_dir: Directory holding the ``python3`` the remote sessions run.
+        fake_env: LD_LIBRARY_PATH and FAKE_NVML_STATE for the sessions.
+        alias_count: How many Host aliases the client config gets.
+    """
+    aliases = [f"gpu-bench-{i:02d}" for i in range(alias_count)]
+    try:
+        from tests.integration import sshd as fixture
+    except Exception as exc:  # absent or not importable outside pytest: use ours
+        fixture_error = f"{type(exc).__name__}: {exc}"
+    else:
+        key = work_dir / "id_client"
+        work_dir.mkdir(parents=True, exist_ok=True)
+        fixture.keygen(key)
+        bin_dir = fixture._python_wrapper(work_dir / "remote-bin", str(python_dir / "python3"))
+        remote_home = work_dir / "remote-home"
+        remote_home.mkdir()
+        server = fixture.SshdServer(
+            root=work_dir / "sshd",
+            authorized_pub=Path(f"{key}.pub"),
+            python_dir=bin_dir,
+            env={"HOME": str(remote_home), **fake_env, "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"},
+        )
+        server.start()
+        client = fixture.ClientHome(home=work_dir / "client-home", key=key)
+        for alias in aliases:
+            client.add_host(alias, server)
+        client.trust(server)
+        env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUTUI_SSH_RESOLVER")}
+        env.update(HOME=str(client.home), GPUTUI_SSH_CONFIG=str(client.config))
+        return LoopbackHosts(aliases, env, "tests/integration/sshd.py (SshdServer + ClientHome)", server.stop)
+    own = start(work_dir, python_dir, fake_env, alias_count)
+    env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUTUI_SSH_RESOLVER")}
+    env["GPUTUI_SSH_CONFIG"] = str(own.config_path)
+    return LoopbackHosts(own.aliases, env, f"tests/bench/bench_sshd.py (fixture unusable: {fixture_error})",
+                         own.close)

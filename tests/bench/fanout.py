@@ -221,22 +221,24 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
         for mode in modes:
             with tempfile.TemporaryDirectory(prefix="gputui-bench-fanout-") as tmp:
                 env = host.env()
-                sshd = None
+                hosts = None
                 if mode == "ssh":
                     from tests.bench import bench_sshd
 
                     fake_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
                     try:
-                        sshd = bench_sshd.start(Path(tmp) / "sshd", Path(sys.executable).parent, fake_env,
-                                                max(host_counts))
+                        hosts = bench_sshd.start_hosts(Path(tmp) / "ssh", Path(sys.executable).parent, fake_env,
+                                                       max(host_counts))
                     except Exception as exc:
-                        report.na(sec, "fan-out over SSH", f"sshd: {exc}")
+                        report.na(sec, "fan-out over SSH", f"sshd: {type(exc).__name__}: {exc}")
                         continue
-                    env["GPUTUI_SSH_CONFIG"] = str(sshd.config_path)
+                    env = dict(hosts.client_env, PYTHONPATH=str(REPO_ROOT))
+                    report.note(sec, f"ssh: {max(host_counts)} Host aliases -> one sshd on 127.0.0.1 from "
+                                     f"{hosts.source}")
                 res: dict[str, Any] = {}
                 try:
                     for count in host_counts:
-                        targets = (sshd.aliases[:count] if sshd else [f"pipe-host-{i:02d}" for i in range(count)])
+                        targets = (hosts.aliases[:count] if hosts else [f"pipe-host-{i:02d}" for i in range(count)])
                         cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode, "--targets",
                                ",".join(targets), "--duration", str(duration)]
                         try:
@@ -273,8 +275,8 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                                      f"1 s memory / 3 s processes; {duration:.0f} s steady window after 3 s; "
                                      f"{res.get('processes_per_snapshot', '?')} processes per snapshot")
                 finally:
-                    if sshd is not None:
-                        sshd.close()
+                    if hosts is not None:
+                        hosts.close()
 
 
 if __name__ == "__main__":
