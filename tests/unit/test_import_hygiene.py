@@ -1,0 +1,45 @@
+"""The data layer imports without the UI toolkit, and the shipped agent stays Python 3.8 source."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+from tests.integration._procs import REPO
+
+DATA_LAYER = ("gputui.model", "gputui.agent", "gputui.analysis", "gputui.actions")
+
+
+def test_data_layer_imports_without_textual_or_rich() -> None:
+    code = (
+        "import importlib, sys\n"
+        f"for name in {DATA_LAYER!r}:\n"
+        "    importlib.import_module(name)\n"
+        "ui = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
+        "print(','.join(ui))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
+
+def test_agent_is_python_38_source() -> None:
+    source = (REPO / "gputui" / "agent.py").read_text()
+    ast.parse(source, filename="gputui/agent.py", feature_version=(3, 8))
+
+
+def test_agent_imports_only_the_standard_library_and_optional_extras() -> None:
+    tree = ast.parse((REPO / "gputui" / "agent.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    third_party = imported - set(sys.stdlib_module_names)
+    # pynvml and psutil are optional (guarded); nothing else may be needed on a remote host.
+    assert third_party <= {"pynvml", "psutil"}, third_party
+    assert "gputui" not in imported  # shipped as one file: no package imports

@@ -1,0 +1,194 @@
+"""The data model's JSON form: everything survives a round trip, None stays None, hostile text stays text."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gputui.model import (
+    DeviceHolder,
+    Finding,
+    Gpu,
+    GpuProcess,
+    GpuVerdict,
+    HealthSample,
+    HostSnapshot,
+    Proc,
+    Verdict,
+    snapshots_document,
+)
+
+HOSTILE = (
+    "[/]",
+    "[@click=app.quit]x[/]",
+    "[Bold]",
+    "[$x]",
+    "\x1b]0;t\x07",
+    "\x1b[2J",
+    "\x9b",
+    "\u202e",
+    ";rm -rf ~",
+    "$(reboot)",
+    "`id`",
+    "'\"",
+    "line\nbreak",
+    "\x00nul",
+    b"\xff\xfe".decode("utf-8", "backslashreplace"),
+    "x" * 100_000,
+)
+
+text = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40))
+opt_text = st.none() | text
+opt_int = st.none() | st.integers(min_value=0, max_value=2**40)
+opt_float = st.none() | st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+gpu_processes = st.builds(
+    GpuProcess,
+    pid=st.integers(min_value=1, max_value=2**22),
+    used_mib=opt_int,
+    type=st.sampled_from(["compute", "graphics"]),
+    visible=st.booleans(),
+)
+gpus = st.builds(
+    Gpu,
+    index=st.integers(min_value=0, max_value=63),
+    name=opt_text,
+    uuid=opt_text,
+    pci_bus_id=opt_text,
+    memory_used_mib=opt_int,
+    memory_total_mib=opt_int,
+    memory_reserved_mib=opt_int,
+    utilization_pct=opt_int,
+    memory_utilization_pct=opt_int,
+    temperature_c=opt_int,
+    power_w=opt_float,
+    power_limit_w=opt_float,
+    error=opt_text,
+    processes=st.lists(gpu_processes, max_size=3).map(tuple),
+)
+procs = st.builds(
+    Proc,
+    pid=st.integers(min_value=1, max_value=2**22),
+    ppid=opt_int,
+    user=opt_text,
+    uid=opt_int,
+    state=st.none() | st.sampled_from(["R", "S", "D", "Z", "T"]),
+    name=opt_text,
+    cmdline=st.lists(text, max_size=4).map(tuple),
+    start_ticks=opt_int,
+    create_time=opt_float,
+    state_since=opt_float,
+    rss_kib=opt_int,
+    gpu_memory_mib=st.dictionaries(st.integers(0, 63), st.integers(0, 2**20), max_size=3),
+)
+findings = st.builds(
+    Finding, kind=text, target=text, detail=text, action=text,
+    pid=opt_int, gpu_index=opt_int, action_pid=opt_int,
+)
+health = st.builds(
+    HealthSample,
+    url=text,
+    state=opt_text,
+    code=opt_int,
+    latency_ms=opt_float,
+    since=opt_float,
+    last_ok=opt_float,
+    consecutive_failures=st.integers(0, 1000),
+    detail=opt_text,
+    discovered=st.booleans(),
+    checked_at=opt_float,
+)
+verdicts = st.none() | st.builds(
+    Verdict,
+    clean=st.booleans(),
+    reasons=st.lists(text, max_size=3).map(tuple),
+    baseline_mib=st.dictionaries(text, st.integers(0, 1000), max_size=3),
+    tolerance_mib=st.integers(0, 100),
+    gpus=st.lists(
+        st.builds(GpuVerdict, index=st.integers(0, 63), used_mib=opt_int, baseline_mib=st.integers(0, 100),
+                  clean=st.booleans(), reasons=st.lists(text, max_size=2).map(tuple)),
+        max_size=3,
+    ).map(tuple),
+    known=st.booleans(),
+)
+snapshots = st.builds(
+    HostSnapshot,
+    target=text,
+    hostname=opt_text,
+    boot_id=opt_text,
+    time=opt_float,
+    error=opt_text,
+    driver_version=opt_text,
+    cuda_driver_version=opt_text,
+    mode=opt_text,
+    agent_version=opt_text,
+    agent_pid=opt_int,
+    processes_time=opt_float,
+    gpus=st.lists(gpus, max_size=3).map(tuple),
+    processes=st.lists(procs, max_size=3).map(tuple),
+    device_holders=st.none() | st.lists(
+        st.builds(DeviceHolder, pid=st.integers(1, 2**22), name=opt_text, device=opt_text), max_size=2
+    ).map(tuple),
+    findings=st.lists(findings, max_size=2).map(tuple),
+    health=st.lists(health, max_size=2).map(tuple),
+    verdict=verdicts,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots)
+def test_snapshot_round_trips_through_json(snapshot: HostSnapshot) -> None:
+    assert HostSnapshot.from_json(snapshot.to_json()) == snapshot
+    assert HostSnapshot.from_dict(json.loads(json.dumps(snapshot.to_dict()))) == snapshot
+
+
+def test_all_none_gpu_stays_none() -> None:
+    gpu = Gpu(index=3)
+    data = json.loads(HostSnapshot(target="h", gpus=(gpu,)).to_json())["gpus"][0]
+    assert data["memory_used_mib"] is None
+    assert data["power_w"] is None
+    back = Gpu.from_dict(data)
+    assert back == gpu
+    assert back.memory_used_mib is None  # never a fake zero
+    assert back.key == "index:3"
+
+
+def test_hostile_strings_survive_unchanged() -> None:
+    proc = Proc(pid=7, user=HOSTILE[1], name=HOSTILE[4], cmdline=HOSTILE)
+    snapshot = HostSnapshot(target=HOSTILE[0], hostname=HOSTILE[5], processes=(proc,), error=HOSTILE[12])
+    back = HostSnapshot.from_json(snapshot.to_json())
+    assert back.processes[0].cmdline == HOSTILE
+    assert back.target == "[/]"
+    assert back.error == "line\nbreak"
+    # One JSON line on the wire even with newlines inside the values.
+    assert "\n" not in snapshot.to_json()
+
+
+def test_proc_gpu_keys_are_strings_on_the_wire_and_ints_in_the_model() -> None:
+    proc = Proc(pid=1, gpu_memory_mib={0: 10, 7: 20})
+    data = proc.to_dict()
+    assert data["gpu_memory_mib"] == {"0": 10, "7": 20}
+    assert Proc.from_dict(json.loads(json.dumps(data))).gpu_memory_mib == {0: 10, 7: 20}
+    assert Proc.from_dict(data).gpu_total_mib == 30
+
+
+def test_bad_numbers_from_the_wire_become_none() -> None:
+    gpu = Gpu.from_dict({"index": 0, "memory_used_mib": "lots", "power_w": "hot", "temperature_c": True})
+    assert gpu.memory_used_mib is None
+    assert gpu.power_w is None
+    assert gpu.temperature_c is None
+
+
+def test_unknown_fields_are_ignored_and_missing_ones_default() -> None:
+    snapshot = HostSnapshot.from_dict({"target": "x", "new_field": 1, "gpus": [{"index": 1, "extra": 2}]})
+    assert snapshot.gpus == (Gpu(index=1),)
+    assert snapshot.device_holders is None
+    assert snapshot.verdict is None
+
+
+def test_snapshots_document_lists_hosts() -> None:
+    document = snapshots_document([HostSnapshot(target="a"), HostSnapshot(target="b")])
+    assert [h["target"] for h in document["hosts"]] == ["a", "b"]
+    assert json.loads(json.dumps(document)) == document
