@@ -21,6 +21,7 @@ import math
 import os
 import pwd
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -636,8 +637,13 @@ class _NvmlBackend(object):
 # ----------------------------------------------------------------------------------------------------
 # nvidia-smi backend
 
-SMI_MISSING = ("[N/A]", "[Not Supported]", "[Unknown Error]", "ERR!", "N/A", "[Insufficient Permissions]", "")
+SMI_MISSING = ("N/A", "ERR!", "")
 SMI_GPU_FIELDS = 10
+SMI_BAD_MEMORY = ("[Unknown Error]", "ERR!", "[GPU is lost]")
+_PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_HANDLE_ERROR = re.compile(
+    r"device handle for GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*:?\s*(.*)"
+)
 
 
 def _split_csv(line: str) -> List[str]:
@@ -671,34 +677,21 @@ def _split_csv(line: str) -> List[str]:
 
 
 def _smi_value(text: str) -> Optional[str]:
+    """A field's text, or None for nvidia-smi's "no value" forms ([N/A], [Not Supported], ERR!, "")."""
     text = text.strip()
     if text in SMI_MISSING or (text.startswith("[") and text.endswith("]")):
         return None
     return text
 
 
-def _smi_int(text: str) -> Optional[int]:
+def _smi_number(text: str) -> Optional[float]:
     value = _smi_value(text)
     if value is None:
         return None
-    for suffix in (" MiB", " %", " C", " W"):
+    for suffix in ("MiB", "%", "W", "C"):  # units, should nvidia-smi print them despite nounits
         if value.endswith(suffix):
             value = value[: -len(suffix)].strip()
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    if math.isnan(number) or math.isinf(number):
-        return None
-    return int(number)
-
-
-def _smi_float(text: str) -> Optional[float]:
-    value = _smi_value(text)
-    if value is None:
-        return None
-    if value.endswith(" W"):
-        value = value[:-2].strip()
+            break
     try:
         number = float(value)
     except ValueError:
@@ -708,40 +701,50 @@ def _smi_float(text: str) -> Optional[float]:
     return number
 
 
+def _smi_int(text: str) -> Optional[int]:
+    number = _smi_number(text)
+    if number is None or abs(number) > 2**53:
+        return None
+    return int(number)
+
+
+def _smi_float(text: str) -> Optional[float]:
+    return _smi_number(text)
+
+
+def _regroup_name(fields: List[str]) -> List[str]:
+    """Undo the split of an unquoted name containing commas: find where the uuid/PCI fields start again."""
+    for start in range(3, len(fields) - 1):
+        uuid, pci = fields[start], fields[start + 1]
+        if uuid.startswith(("GPU-", "MIG-")) or _PCI_BUS_ID.match(pci):
+            if len(fields) - start + 2 >= SMI_GPU_FIELDS:
+                return [fields[0], ", ".join(fields[1:start])] + fields[start:]
+    return fields
+
+
 def parse_smi_gpu_line(line: str) -> Optional[Dict[str, Any]]:
     """One line of ``nvidia-smi --query-gpu=<SMI_QUERY_GPU> --format=csv,noheader,nounits``.
 
-    A name containing commas (unquoted) makes the line longer than expected: the first field is the index,
-    the last eight are the fixed-format fields, everything between belongs to the name. Unreadable values
-    become None; a line that carries no usable index returns None; a line whose figures all failed carries an
-    ``error``.
+    Unreadable values ([N/A], [Not Supported], ERR!, empty) become None; a name containing commas is put
+    back together; extra trailing columns are ignored; a GPU whose memory figures cannot be read carries an
+    ``error``. Never raises.
 
     Returns:
-        A Gpu dict, or None for a header line, a blank line or a line without an index.
+        A Gpu dict, or None for a header, blank or otherwise unusable line (no index).
     """
     line = line.strip("\r\n")
     if not line.strip():
         return None
     fields = _split_csv(line)
     index = _smi_int(fields[0]) if fields else None
-    if index is None or index < 0:
+    if index is None or index < 0 or index > 4095 or not fields[0].strip().isdigit():
         return None
     gpu = {"index": index}  # type: Dict[str, Any]
     if len(fields) < SMI_GPU_FIELDS:
         gpu["error"] = "nvidia-smi printed %d of %d fields" % (len(fields), SMI_GPU_FIELDS)
-        gpu["processes"] = []
         return gpu
     if len(fields) > SMI_GPU_FIELDS:
-        # Either an unquoted comma in the name (the uuid is still the third field from the name's end), or
-        # extra columns appended by a newer nvidia-smi: find the uuid to tell which.
-        uuid_at = None
-        for i in range(2, len(fields)):
-            if fields[i].startswith("GPU-") or fields[i].startswith("MIG-"):
-                uuid_at = i
-                break
-        if uuid_at is not None and uuid_at > 2:
-            fields = [fields[0], ",".join(fields[1:uuid_at])] + fields[uuid_at:]
-        fields = fields[:SMI_GPU_FIELDS]
+        fields = _regroup_name(fields)[:SMI_GPU_FIELDS]
     gpu["name"] = _smi_value(fields[1])
     gpu["uuid"] = _smi_value(fields[2])
     gpu["pci_bus_id"] = _smi_value(fields[3])
@@ -752,10 +755,33 @@ def parse_smi_gpu_line(line: str) -> Optional[Dict[str, Any]]:
     gpu["temperature_c"] = _smi_int(fields[7])
     gpu["power_w"] = _smi_float(fields[8])
     gpu["power_limit_w"] = _smi_float(fields[9])
-    bad = [f.strip() for f in fields[4:6] if f.strip() in ("[Unknown Error]", "ERR!", "[GPU is lost]")]
-    if gpu["memory_used_mib"] is None and gpu["memory_total_mib"] is None:
-        gpu["error"] = "nvidia-smi: %s" % (bad[0] if bad else "memory figures not available")
+    if gpu["memory_used_mib"] is None:
+        raw = fields[4].strip()
+        if raw in SMI_BAD_MEMORY or raw == "":
+            gpu["error"] = "nvidia-smi: memory.used is %s" % (raw or "empty")
+        else:
+            gpu["error"] = "nvidia-smi: memory.used not available (%s)" % (raw[:40],)
     return gpu
+
+
+def _pci_key(bus_id: str) -> str:
+    """A PCI bus id in one spelling: nvidia-smi writes the domain with 8 digits in CSV, 4 in messages."""
+    domain, _, rest = bus_id.partition(":")
+    try:
+        return "%08X:%s" % (int(domain, 16), rest.upper())
+    except ValueError:
+        return bus_id.upper()
+
+
+def parse_smi_handle_error(line: str) -> Optional[Tuple[str, str]]:
+    """``Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost...`` -> (bus id, reason)."""
+    match = _HANDLE_ERROR.search(line)
+    if match is None:
+        return None
+    reason = match.group(2).strip().rstrip(".") or "unreachable"
+    if "is lost" in reason:
+        reason = "GPU is lost"
+    return _pci_key(match.group(1)), reason
 
 
 def parse_smi_gpu_output(text: str) -> List[Dict[str, Any]]:
@@ -779,18 +805,18 @@ def parse_smi_apps_output(text: str) -> Dict[str, List[Dict[str, Any]]]:
             continue
         uuid = _smi_value(fields[0])
         pid = _smi_int(fields[1])
-        if uuid is None or pid is None or pid <= 0:
+        if uuid is None or pid is None or pid <= 0 or not fields[1].strip().isdigit():
             continue
         apps.setdefault(uuid, []).append({"pid": pid, "used_mib": _smi_int(fields[2]), "type": "compute"})
     return apps
 
 
 def smi_exit_error(returncode: int, output: str) -> str:
-    """One readable line for a failed nvidia-smi run."""
+    """One readable line for a failed nvidia-smi run (exit 9: the driver is not loaded)."""
     first = ""
     for line in output.splitlines():
         if line.strip():
-            first = line.strip()
+            first = line.strip()[:200]
             break
     if returncode == 9:
         return "NVIDIA driver not loaded (nvidia-smi exit 9)" + (": " + first if first else "")
@@ -806,7 +832,11 @@ def _which(name: str) -> Optional[str]:
 
 
 class _SmiBackend(object):
-    """GPU figures from one long-lived ``nvidia-smi --query-gpu ... -lms N`` process (no pynvml)."""
+    """GPU figures from one long-lived ``nvidia-smi --query-gpu ... -lms N`` process (no pynvml).
+
+    A reader thread parses its lines as they come; a repeated index starts the next block of the loop. The
+    process lists come from ``--query-compute-apps`` at the process rate. Every run is an argv list.
+    """
 
     mode = "smi"
 
@@ -817,16 +847,50 @@ class _SmiBackend(object):
         self.driver_version = None  # type: Optional[str]
         self.cuda_driver_version = None  # type: Optional[str]
         self._proc = None  # type: Optional[subprocess.Popen]
-        self._reader = None  # type: Optional[threading.Thread]
         self._lock = threading.Lock()
-        self._latest = {}  # type: Dict[int, Dict[str, Any]]
+        self._complete = {}  # type: Dict[int, Dict[str, Any]]
+        self._partial = {}  # type: Dict[int, Dict[str, Any]]
         self._latest_time = 0.0
+        self._pci_index = {}  # type: Dict[str, int]
         self._output_tail = []  # type: List[str]
         self._last_start = -1e18
         self._apps = {}  # type: Dict[str, List[Dict[str, Any]]]
         self._closed = False
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        self.driver_version = self._query_driver_version()
+        self._ensure_running()
+
+    def _run_once(self, argv: List[str]) -> Tuple[Optional[int], str]:
+        try:
+            done = subprocess.run(  # noqa: S603 - fixed argv list, no shell
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=SMI_DEADLINE_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return None, "nvidia-smi timed out"
+        except OSError as exc:
+            return None, "cannot run nvidia-smi: %s" % exc
+        return done.returncode, _text(done.stdout)
+
+    def _query_driver_version(self) -> Optional[str]:
+        code, out = self._run_once([self.smi_path, "--query-gpu=driver_version", "--format=csv,noheader"])
+        if code != 0:
+            return None
+        for line in out.splitlines():
+            value = _smi_value(line)
+            if value is not None and len(value) < 40:
+                return value
+        return None
+
+    def _ensure_running(self) -> None:
+        running = self._proc is not None and self._proc.poll() is None
+        if running or time.monotonic() - self._last_start < NVML_INIT_RETRY_S or self._closed:
+            return
         self._last_start = time.monotonic()
         period_ms = max(100, int(self.interval_s * 1000))
         argv = [
@@ -838,80 +902,68 @@ class _SmiBackend(object):
         ]
         try:
             proc = subprocess.Popen(  # noqa: S603 - fixed argv list, no shell
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
         except OSError as exc:
             self.host_error = "cannot run nvidia-smi: %s" % exc
             return
         self._proc = proc
-        self._reader = threading.Thread(target=self._read, args=(proc,), name="gputui-smi", daemon=True)
-        self._reader.start()
+        threading.Thread(target=self._read, args=(proc,), name="gputui-smi", daemon=True).start()
+        # The first block follows right away: wait for it briefly so the first sample is not empty.
+        deadline = time.monotonic() + SMI_DEADLINE_S
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._complete or self._partial or self.host_error:
+                    break
+            time.sleep(0.02)
+        # Let the rest of a block arrive (all GPUs print within a few milliseconds).
+        time.sleep(0.05)
 
     def _read(self, proc: subprocess.Popen) -> None:
         if proc.stdout is None:
             return
-        block = {}  # type: Dict[int, Dict[str, Any]]
         for raw in iter(proc.stdout.readline, b""):
             line = _text(raw)
             gpu = parse_smi_gpu_line(line)
             with self._lock:
                 if gpu is None:
-                    if line.strip():
-                        self._output_tail = (self._output_tail + [line.strip()])[-3:]
-                    continue
-                # A repeated index starts the next block of the -lms loop.
-                if gpu["index"] in block:
-                    block = {}
-                block[gpu["index"]] = gpu
-                self._latest = dict(block)
+                    handle_error = parse_smi_handle_error(line)
+                    index = None if handle_error is None else self._pci_index.get(handle_error[0])
+                    if handle_error is not None and index is not None:
+                        gpu = {"index": index, "pci_bus_id": handle_error[0], "error": handle_error[1]}
+                    else:
+                        if line.strip():
+                            self._output_tail = (self._output_tail + [line.strip()])[-3:]
+                        continue
+                if gpu["index"] in self._partial:  # a repeated index: the previous block is complete
+                    self._complete = self._partial
+                    self._partial = {}
+                self._partial[gpu["index"]] = gpu
+                if gpu.get("pci_bus_id"):
+                    self._pci_index[_pci_key(str(gpu["pci_bus_id"]))] = gpu["index"]
                 self._latest_time = time.monotonic()
                 self.host_error = None
         code = proc.wait()
         with self._lock:
             if not self._closed:
                 self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
-                self._latest = {}
+                self._complete = {}
+                self._partial = {}
 
     def _query_apps(self) -> None:
         argv = [self.smi_path, "--query-compute-apps=" + SMI_QUERY_APPS, "--format=csv,noheader,nounits"]
-        try:
-            done = subprocess.run(  # noqa: S603 - fixed argv list, no shell
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=SMI_DEADLINE_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return
-        if done.returncode == 0:
-            self._apps = parse_smi_apps_output(_text(done.stdout))
+        code, out = self._run_once(argv)
+        if code == 0:
+            self._apps = parse_smi_apps_output(out)
 
     def poll(self, want_processes: bool) -> List[Dict[str, Any]]:
-        running = self._proc is not None and self._proc.poll() is None
-        if not running and time.monotonic() - self._last_start >= NVML_INIT_RETRY_S:
-            self._start()
-            # The first block arrives right after start: wait for it briefly so a first sample is not empty.
-            deadline = time.monotonic() + SMI_DEADLINE_S
-            while time.monotonic() < deadline:
-                with self._lock:
-                    if self._latest or self.host_error:
-                        break
-                if self._proc is None or self._proc.poll() is not None:
-                    time.sleep(0.05)
-                    with self._lock:
-                        if self._latest or self.host_error:
-                            break
-                    continue
-                time.sleep(0.02)
+        self._ensure_running()
         if want_processes:
             self._query_apps()
         with self._lock:
-            gpus = [dict(self._latest[i]) for i in sorted(self._latest)]
+            view = dict(self._complete)
+            view.update(self._partial)
+            gpus = [dict(view[i]) for i in sorted(view)]
             age_s = time.monotonic() - self._latest_time
         stale = bool(gpus) and age_s > max(5.0, self.interval_s * 5)
         for gpu in gpus:
@@ -940,6 +992,9 @@ class _NoBackend(object):
 
     def __init__(self, error: str) -> None:
         self.host_error = error
+
+    def start(self) -> None:
+        pass
 
     def poll(self, want_processes: bool) -> List[Dict[str, Any]]:
         return []
@@ -1012,7 +1067,6 @@ class Agent(object):
         self.last_sample_mono = None  # type: Optional[float]
         if use_pynvml and _pynvml is not None:
             self._backend = _NvmlBackend(nvml_deadline_s)  # type: Any
-            self._backend.start()  # so that hello already says whether there is a driver
         else:
             smi = _which("nvidia-smi")
             if smi is not None:
@@ -1021,6 +1075,7 @@ class Agent(object):
                 self._backend = _NoBackend("no NVML: pynvml is not installed and nvidia-smi is not on PATH")
             else:  # pragma: no cover - unreachable
                 self._backend = _NoBackend("no NVML")
+        self._backend.start()  # so that hello already says whether there is a driver
 
     @property
     def mode(self) -> str:
