@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import re
 import socket
@@ -39,6 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+
+# paramiko logs connection failures at ERROR; with no handler configured Python would print them on stderr,
+# over the TUI. Every failure reaches the caller as a LinkError instead.
+if not logging.getLogger("paramiko").handlers:
+    logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 from gputui.model import PROTOCOL_VERSION, HostSnapshot
 from gputui.transports.base import HostLink, LinkError, LinkOptions
@@ -242,7 +248,8 @@ class SshLink(HostLink):
 
         # Past authentication, paramiko's exec request and the source write wait without deadlines of their
         # own: a watchdog closes everything if the host stops answering.
-        watchdog = threading.Timer(timeout_s, self._abort, args=(generation,))
+        # Generous: exec + source write + hello each have a deadline of timeout_s; this only catches hangs.
+        watchdog = threading.Timer(2 * timeout_s + 1.0, self._abort, args=(generation,))
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -367,12 +374,14 @@ class SshLink(HostLink):
         name = lookup_name(settings.hostname, settings.port, settings.host_key_alias)
         known_lines = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
         self._prefer_known_key_types(transport, known_key_types(known_lines, name))
+        handshake_failed = f"no SSH handshake with {where} within {timeout_s:.1f} s"
         try:
             transport.start_client(timeout=timeout_s)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise _phase_error(
-                self.target, f"no SSH handshake with {where} within {timeout_s:.1f} s", exc
-            ) from None
+            raise _phase_error(self.target, handshake_failed, exc) from None
+        # start_client returns quietly when its timeout passes: check that the key exchange really finished.
+        if not transport.is_active() or transport.host_key is None:
+            raise LinkError(f"{self.target}: {handshake_failed}")
         key = transport.get_remote_server_key()
         self._verify_host_key(settings, name, known_lines, key)
         self._authenticate(transport, settings)
@@ -486,8 +495,8 @@ class SshLink(HostLink):
                 if _public_blob(path) not in seen_blobs:
                     tried.append(f"{path} (encrypted, not in ssh-agent: skipped)")
                 continue
-            except TypeError as exc:  # cryptography: "Password was not given but private key is encrypted"
-                if "encrypted" in str(exc) and _public_blob(path) not in seen_blobs:
+            except TypeError:  # cryptography's way of saying "encrypted, and no password given"
+                if _public_blob(path) not in seen_blobs:
                     tried.append(f"{path} (encrypted, not in ssh-agent: skipped)")
                 continue
             except (paramiko.SSHException, OSError, ValueError) as exc:

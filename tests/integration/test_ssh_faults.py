@@ -1,0 +1,352 @@
+"""Faults against real peers: silent ports, unresolvable names, bad keys, dead and hung hosts, runaway output.
+
+The collector here is the stand-in from ``tests/integration/sshd.py`` (a test double that misbehaves on
+request) unless a test says otherwise; deadlines below only stop a broken build from hanging the run.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gputui.transports.base import LinkError, LinkOptions
+from gputui.transports.reconnect import Backoff
+from gputui.transports.ssh import AuthFailed, SshLink
+from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, stand_in_agent
+
+FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=3.0)
+HANG_GUARD_S = 30.0
+
+
+@pytest.fixture
+def host_a(sshd_factory: SshdFactory, ssh_client: ClientHome) -> SshdServer:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    return server
+
+
+@pytest.fixture
+def silent_listener() -> Iterator[int]:
+    """A port that accepts TCP connections and never says a word."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                accepted.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(5)
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+@pytest.fixture
+def full_backlog_listener() -> Iterator[int]:
+    """A port whose listener never accepts and whose backlog is full: new SYNs are dropped, connect hangs."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        filler = socket.socket()
+        filler.setblocking(False)
+        filler.connect_ex(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.2)
+    yield port
+    for filler in fillers:
+        filler.close()
+    server.close()
+
+
+def _open_error(link: SshLink) -> tuple[LinkError, float]:
+    started = time.monotonic()
+    with pytest.raises(LinkError) as caught:
+        link.open()
+    return caught.value, time.monotonic() - started
+
+
+def _next(link: SshLink) -> object:
+    end = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < end:
+        snapshot = link.next_snapshot(1.0)
+        if snapshot is not None:
+            return snapshot
+    raise AssertionError("no snapshot")
+
+
+def _open_and_read(link: SshLink) -> object:
+    link.open()
+    return _next(link)
+
+
+def test_port_without_banner_fails_at_the_banner_deadline(
+    ssh_client: ClientHome, silent_listener: int
+) -> None:
+    options = LinkOptions(connect_timeout_s=1.0)
+    error, elapsed = _open_error(SshLink(f"127.0.0.1:{silent_listener}", options))
+    assert "no SSH handshake" in str(error)
+    assert "within 1.0 s" in str(error)
+    assert elapsed < HANG_GUARD_S
+
+
+def test_unresolvable_name_fails_within_the_connect_deadline(ssh_client: ClientHome) -> None:
+    error, elapsed = _open_error(SshLink("gpu-node.invalid", LinkOptions(connect_timeout_s=2.0)))
+    assert "gpu-node.invalid" in str(error)
+    assert "resolve" in str(error)
+    assert elapsed < HANG_GUARD_S
+
+
+def test_listener_that_never_accepts_fails_at_the_connect_deadline(
+    ssh_client: ClientHome, full_backlog_listener: int
+) -> None:
+    error, elapsed = _open_error(
+        SshLink(f"127.0.0.1:{full_backlog_listener}", LinkOptions(connect_timeout_s=1.0))
+    )
+    assert "cannot connect" in str(error) or "no SSH handshake" in str(error)
+    assert elapsed < HANG_GUARD_S
+
+
+def test_auth_failure_is_one_clear_line_after_one_connection(
+    host_a: SshdServer, ssh_client: ClientHome, ssh_keys: dict[str, Path]
+) -> None:
+    ssh_client.add_host(
+        "wrong-key", host_a, f"IdentityFile {ssh_keys['other']}", f"IdentityFile {ssh_keys['encrypted']}"
+    )
+    # Only the unauthorized and the encrypted key are offered; IdentitiesOnly keeps any agent out.
+    ssh_client.config.write_text(
+        ssh_client.config.read_text().replace(f"  IdentityFile {ssh_client.key}\n", "")
+    )
+    error, _ = _open_error(SshLink("wrong-key", FAST))
+    message = str(error)
+    assert isinstance(error, AuthFailed)
+    assert "\n" not in message
+    assert message.startswith("wrong-key: authentication failed for")
+    assert f"{ssh_keys['other']} (rejected)" in message
+    assert f"{ssh_keys['encrypted']} (encrypted, not in ssh-agent: skipped)" in message
+    assert host_a.log().count("Connection from 127.0.0.1") == 2  # fixture's readiness probe + this one
+
+
+def test_stale_within_three_intervals_then_reconnect_when_sshd_returns(
+    host_a: SshdServer, ssh_client: ClientHome
+) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent())
+    link.open()
+    try:
+        _next(link)
+        host_a.stop()
+        with pytest.raises(LinkError) as caught:
+            _next(link)
+        assert caught.value.args[0].startswith("host-a: ")
+        host_a.start()
+        backoff = Backoff(base_s=0.2, cap_s=1.0)
+        end = time.monotonic() + HANG_GUARD_S
+        while True:
+            try:
+                link.open()
+                break
+            except LinkError:
+                if time.monotonic() > end:
+                    raise
+                time.sleep(backoff.next_delay_s())
+        assert link.boot_id_changed is False
+        assert _next(link) is not None
+    finally:
+        link.close()
+
+
+def test_hung_host_goes_stale_and_close_returns_quickly(host_a: SshdServer, ssh_client: ClientHome) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent())
+    link.open()
+    try:
+        _next(link)
+        assert host_a.signal_sessions(signal.SIGSTOP) > 0
+        with pytest.raises(LinkError, match=r"^host-a: no data for \d+\.\d s$"):
+            _next(link)
+        assert link.stale_after_s == 1.5
+        started = time.monotonic()
+        link.close()
+        # Quitting while the host hangs: the spec is 2 s; allow scheduling noise on a loaded machine.
+        assert time.monotonic() - started < 2.5
+    finally:
+        host_a.signal_sessions(signal.SIGCONT)
+        link.close()
+
+
+def test_close_while_open_hangs_after_login(host_a: SshdServer, ssh_client: ClientHome) -> None:
+    link = SshLink("host-a", LinkOptions(connect_timeout_s=20.0), source=stand_in_agent("hang_before_hello"))
+    errors: list[BaseException] = []
+
+    def opener() -> None:
+        try:
+            link.open()
+        except LinkError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=opener, daemon=True)
+    thread.start()
+    end = time.monotonic() + HANG_GUARD_S
+    while not host_a.session_processes() or "Starting session" not in host_a.log():
+        assert time.monotonic() < end
+        time.sleep(0.05)
+    started = time.monotonic()
+    link.close()
+    assert time.monotonic() - started < 2.5
+    thread.join(HANG_GUARD_S)
+    assert not thread.is_alive()
+    assert errors
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "expected"),
+    [
+        ("hang_before_hello", r"^host-a: no hello from the collector within 2\.0 s$"),
+        ("hang_after_hello", r"^host-a: no data for \d+\.\d s$"),
+        ("flood_no_newline", r"^host-a: the collector sent a line over 16 MiB$"),
+        ("not_json", r"^host-a: the collector sent a line that is not a JSON object: .*x1b"),
+    ],
+)
+def test_runaway_or_silent_collector_breaks_the_link_cleanly(
+    host_a: SshdServer, ssh_client: ClientHome, behaviour: str, expected: str
+) -> None:
+    options = LinkOptions(memory_interval_s=0.5, connect_timeout_s=2.0)
+    link = SshLink("host-a", options, source=stand_in_agent(behaviour))
+    try:
+        with pytest.raises(LinkError, match=expected):
+            _open_and_read(link)
+    finally:
+        started = time.monotonic()
+        link.close()
+        assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize("behaviour", ["flood_lines", "flood_stderr", "banner_then_hello"])
+def test_heavy_output_and_login_banners_do_not_deadlock(
+    host_a: SshdServer, ssh_client: ClientHome, behaviour: str
+) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent(behaviour))
+    link.open()
+    try:
+        first = _next(link)
+        second = _next(link)
+        assert first is not None
+        assert second is not None
+        # Requests still get through while the stream is busy.
+        assert link.request({"cmd": "echo", "payload": "é;$(x)`y`"}, 10.0) == {"echo": "é;$(x)`y`"}
+    finally:
+        link.close()
+
+
+def test_request_to_a_collector_that_ignores_commands_times_out(
+    host_a: SshdServer, ssh_client: ClientHome
+) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent("ignore_commands"))
+    link.open()
+    try:
+        with pytest.raises(LinkError, match=r"^host-a: no reply to echo within 1\.0 s$"):
+            link.request({"cmd": "echo"}, 1.0)
+        assert _next(link) is not None  # the stream itself is fine
+    finally:
+        link.close()
+
+
+def test_agent_error_reply_is_a_link_error(host_a: SshdServer, ssh_client: ClientHome) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent())
+    link.open()
+    try:
+        with pytest.raises(LinkError, match=r"^host-a: frobnicate failed: stand-in: unknown command$"):
+            link.request({"cmd": "frobnicate"}, 10.0)
+    finally:
+        link.close()
+
+
+def test_protocol_mismatch_is_refused(host_a: SshdServer, ssh_client: ClientHome) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent(protocol=99))
+    with pytest.raises(LinkError, match=r"^host-a: the collector speaks protocol 99, this gputui speaks 1$"):
+        link.open()
+    link.close()
+
+
+def test_new_boot_id_on_reconnect_is_visible(
+    host_a: SshdServer, ssh_client: ClientHome, tmp_path: Path
+) -> None:
+    boot_file = tmp_path / "boot_id"
+    boot_file.write_text("boot-one\n")
+    link = SshLink("host-a", FAST, source=stand_in_agent(boot_id_file=str(boot_file)))
+    link.open()
+    try:
+        assert link.boot_id == "boot-one"
+        assert link.boot_id_changed is False
+        snapshot = _next(link)
+        assert snapshot.boot_id == "boot-one"  # type: ignore[attr-defined]
+        link.close()
+        boot_file.write_text("boot-two\n")
+        link.open()
+        assert link.boot_id == "boot-two"
+        assert link.boot_id_changed is True
+        assert link.previous_boot_id == "boot-one"
+        assert _next(link).boot_id == "boot-two"  # type: ignore[attr-defined]
+    finally:
+        link.close()
+
+
+def test_missing_python3_is_reported(sshd_factory: SshdFactory, ssh_client: ClientHome) -> None:
+    server = sshd_factory(python="none")
+    ssh_client.add_host("no-python", server)
+    ssh_client.trust(server)
+    link = SshLink("no-python", FAST)
+    with pytest.raises(
+        LinkError, match=r"^no-python: python3 not found on host; reduced mode not available$"
+    ):
+        link.open()
+    link.close()
+
+
+def test_many_hosts_open_in_parallel(sshd_factory: SshdFactory, ssh_client: ClientHome) -> None:
+    servers = [sshd_factory(), sshd_factory()]
+    for i, server in enumerate(servers):
+        ssh_client.add_host(f"node-{i}", server)
+        ssh_client.trust(server)
+    targets = ["node-0", "node-1", "node-0", "node-1"]
+    links = [SshLink(t, FAST, source=stand_in_agent()) for t in targets]
+    errors: list[BaseException] = []
+
+    def run(link: SshLink) -> None:
+        try:
+            link.open()
+            _next(link)
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(link,), daemon=True) for link in links]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG_GUARD_S)
+    try:
+        assert errors == []
+        assert all(link.boot_id for link in links)
+    finally:
+        for link in links:
+            link.close()
