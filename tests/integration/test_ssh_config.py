@@ -1,0 +1,147 @@
+"""Targets resolved like OpenSSH (``ssh -G`` and the paramiko fallback) and ProxyJump through real sshd's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gputui.transports.base import LinkError, LinkOptions
+from gputui.transports.hostkeys import UnknownHostKey
+from gputui.transports.ssh import SshLink
+from tests.integration.sshd import ClientHome, SshdFactory, stand_in_agent
+
+FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=5.0)
+
+RESOLVERS = ["ssh -G", "paramiko"]
+
+
+@pytest.fixture(params=RESOLVERS)
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, ssh_client: ClientHome) -> str:
+    if request.param == "paramiko":
+        monkeypatch.setenv("GPUTUI_SSH_RESOLVER", "paramiko")
+    return str(request.param)
+
+
+def _snapshot(link: SshLink) -> object:
+    end = time.monotonic() + 30.0
+    while time.monotonic() < end:
+        snapshot = link.next_snapshot(1.0)
+        if snapshot is not None:
+            return snapshot
+    raise AssertionError("no snapshot")
+
+
+def test_alias_from_an_included_file(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+) -> None:
+    server = sshd_factory()
+    included = ssh_client.ssh_dir / "config.d"
+    included.mkdir()
+    (included / "gpu.conf").write_text(f"Host gpu-included\n  HostName 127.0.0.1\n  Port {server.port}\n")
+    ssh_client.add_lines(f"Include {included}/*.conf")
+    ssh_client.trust(server)
+    link = SshLink("gpu-included", FAST, source=stand_in_agent())
+    link.open()
+    try:
+        assert link.settings is not None
+        assert link.settings.resolver == resolver
+        assert link.settings.port == server.port
+        assert _snapshot(link) is not None
+    finally:
+        link.close()
+
+
+def test_user_at_host_port_target_without_config_entry(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+) -> None:
+    server = sshd_factory()
+    ssh_client.trust(server)
+    import os
+    import pwd
+
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    link = SshLink(f"{user}@127.0.0.1:{server.port}", FAST, source=stand_in_agent())
+    link.open()
+    try:
+        assert _snapshot(link) is not None
+    finally:
+        link.close()
+
+
+def test_proxy_jump_goes_through_the_jump_host(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+) -> None:
+    jump = sshd_factory()
+    node = sshd_factory()
+    ssh_client.add_host("jump", jump)
+    ssh_client.add_host("node", node, "ProxyJump jump")
+    ssh_client.trust(jump)
+    ssh_client.trust(node)
+    link = SshLink("node", FAST)
+    link.open()
+    try:
+        assert link.mode == "nvml"
+        assert _snapshot(link) is not None
+        # The jump host carries the connection while it is open: its sshd has a session for it.
+        assert jump.session_processes()
+        assert "Accepted publickey" in jump.log()
+        assert "Accepted publickey" in node.log()
+    finally:
+        link.close()
+
+
+def test_proxy_jump_chain_of_two_hops(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+) -> None:
+    first, second, node = sshd_factory(), sshd_factory(), sshd_factory()
+    ssh_client.add_host("hop-1", first)
+    ssh_client.add_host("hop-2", second)
+    ssh_client.add_host("deep-node", node, "ProxyJump hop-1,hop-2")
+    for server in (first, second, node):
+        ssh_client.trust(server)
+    link = SshLink("deep-node", FAST, source=stand_in_agent())
+    link.open()
+    try:
+        assert _snapshot(link) is not None
+        assert first.session_processes()
+        assert second.session_processes()
+    finally:
+        link.close()
+
+
+def test_every_hop_has_its_host_key_checked(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+) -> None:
+    jump = sshd_factory()
+    node = sshd_factory()
+    ssh_client.add_host("jump", jump)
+    ssh_client.add_host("node", node, "ProxyJump jump")
+    ssh_client.trust(node)  # the jump host's key is unknown
+    with pytest.raises(UnknownHostKey) as caught:
+        SshLink("node", FAST, source=stand_in_agent()).open()
+    assert caught.value.target == "node"
+    assert caught.value.hop == "jump"
+    assert "(jump host jump)" in str(caught.value)
+    assert "Accepted publickey" not in jump.log()
+
+
+def test_unreachable_target_behind_a_jump_host_is_one_line(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+) -> None:
+    jump = sshd_factory()
+    ssh_client.add_host("jump", jump)
+    ssh_client.trust(jump)
+    closed = sshd_factory()
+    closed.stop()
+    ssh_client.add_host("gone", closed, "ProxyJump jump")
+    with pytest.raises(LinkError) as caught:
+        SshLink("gone", FAST, source=stand_in_agent()).open()
+    assert str(caught.value).startswith(f"gone: jump host jump cannot reach 127.0.0.1 port {closed.port}")
+    assert "\n" not in str(caught.value)
+
+
+def test_proxy_command_is_refused_clearly(ssh_client: ClientHome, resolver: str) -> None:
+    ssh_client.add_lines("Host via-command", "  HostName 127.0.0.1", "  ProxyCommand nc %h %p")
+    with pytest.raises(LinkError, match="ProxyCommand is not supported"):
+        SshLink("via-command", FAST).open()
