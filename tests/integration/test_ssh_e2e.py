@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from gputui.model import HostSnapshot
 from gputui.transports.base import LinkOptions
@@ -40,5 +45,180 @@ def test_snapshot_over_ssh_matches_the_fake_nvml_state(
         assert {g.name for g in snapshot.gpus} == {"NVIDIA RTX PRO 6000 Blackwell"}
         assert [g.memory_used_mib for g in snapshot.gpus] == [3] * 8
         assert [g.memory_total_mib for g in snapshot.gpus] == [49152] * 8
+    finally:
+        link.close()
+
+
+def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
+
+
+def _until(link: SshLink, wanted: Callable[[HostSnapshot], bool], deadline_s: float = 30.0) -> HostSnapshot:
+    end = time.monotonic() + deadline_s
+    last = None
+    while time.monotonic() < end:
+        snapshot = link.next_snapshot(1.0)
+        if snapshot is None:
+            continue
+        last = snapshot
+        if wanted(snapshot):
+            return snapshot
+    raise AssertionError(f"condition not met; last snapshot: {last}")
+
+
+def _reap(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+TREE_PARENT = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_kill_of_a_remote_process_tree_returns_the_gpus_to_baseline(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    parent = _spawn([sys.executable, "-c", TREE_PARENT])
+    assert parent.stdout is not None
+    child_pid = int(parent.stdout.readline())
+    fake_nvml.state.add_holder(0, parent.pid, 20000)
+    fake_nvml.state.add_holder(1, child_pid, 30000)
+    fake_nvml.write()
+    link = SshLink("host-a", FAST)
+    link.open()
+    try:
+        busy = _until(link, lambda s: s.process(parent.pid) is not None and s.process(child_pid) is not None)
+        assert busy.gpus[0].memory_used_mib == 3 + 20000
+        assert busy.gpus[1].memory_used_mib == 3 + 30000
+        root = busy.process(parent.pid)
+        assert root is not None
+        result = link.request(
+            {
+                "cmd": "kill",
+                "boot_id": link.boot_id,
+                "targets": [{"pid": parent.pid, "start_ticks": root.start_ticks}],
+                "signal": "TERM",
+                "tree": True,
+                "escalate_s": 5.0,
+            },
+            30.0,
+        )
+        outcomes = {o["pid"]: o["result"] for o in result["outcomes"]}
+        assert set(outcomes) >= {parent.pid, child_pid}
+        assert set(outcomes.values()) <= {"sent", "exited", "killed"}
+        parent.wait(timeout=30)  # reap it here: the driver (and the fake) ignore zombies anyway
+        clean = _until(link, lambda s: all(g.memory_used_mib == 3 for g in s.gpus))
+        assert clean.process(parent.pid) is None
+        # The orphaned child is reaped by whatever pid 1 is; a container's pid 1 may leave it a zombie.
+        leftover = clean.process(child_pid)
+        assert leftover is None or (leftover.is_zombie and not leftover.gpu_memory_mib)
+    finally:
+        link.close()
+        _reap(parent)
+
+
+def test_hostile_process_names_are_data_never_commands(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """RELIABILITY 23: shell syntax in process argv travels as JSON and is never run, on either side."""
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    canary = tmp_path / "canary"
+    hostile = [
+        f";touch {canary}",
+        f"$(touch {canary})",
+        f"`touch {canary}`",
+        f"'\"; touch {canary}; echo \"'",
+        f"line\ntouch {canary}\n",
+        f"|| touch {canary} &",
+        "\x1b]0;title\x07[bold]x[/]",
+    ]
+    victim = _spawn([sys.executable, "-c", "import time; time.sleep(600)", *hostile])
+    fake_nvml.state.add_holder(2, victim.pid, 1000)
+    fake_nvml.write()
+    link = SshLink("host-a", FAST)
+    link.open()
+    try:
+        seen = _until(link, lambda s: s.process(victim.pid) is not None)
+        proc = seen.process(victim.pid)
+        assert proc is not None
+        assert list(proc.cmdline[-len(hostile) :]) == hostile
+        result = link.request(
+            {
+                "cmd": "kill",
+                "boot_id": link.boot_id,
+                "targets": [{"pid": victim.pid, "start_ticks": proc.start_ticks}],
+                "signal": "TERM",
+                "tree": False,
+                "escalate_s": None,
+            },
+            30.0,
+        )
+        assert [o["pid"] for o in result["outcomes"]] == [victim.pid]
+        assert result["outcomes"][0]["result"] in ("sent", "exited")
+        victim.wait(timeout=30)
+        _until(link, lambda s: s.process(victim.pid) is None and s.gpus[2].memory_used_mib == 3)
+    finally:
+        link.close()
+        _reap(victim)
+    assert not canary.exists()
+
+
+def test_read_only_link_cannot_kill(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    victim = _spawn([sys.executable, "-c", "import time; time.sleep(600)"])
+    fake_nvml.state.add_holder(0, victim.pid, 500)
+    fake_nvml.write()
+    link = SshLink("host-a", replace(FAST, read_only=True))
+    link.open()
+    try:
+        proc = _until(link, lambda s: s.process(victim.pid) is not None).process(victim.pid)
+        assert proc is not None
+        result = link.request(
+            {
+                "cmd": "kill",
+                "boot_id": link.boot_id,
+                "targets": [{"pid": victim.pid, "start_ticks": proc.start_ticks}],
+                "signal": "KILL",
+            },
+            30.0,
+        )
+        assert [o["result"] for o in result["outcomes"]] == ["refused"]
+        assert victim.poll() is None
+    finally:
+        link.close()
+        _reap(victim)
+
+
+def test_python_without_pynvml_or_psutil_reports_its_reduced_mode(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    server = sshd_factory(python="bare")
+    ssh_client.add_host("bare-host", server)
+    ssh_client.trust(server)
+    link = SshLink("bare-host", FAST)
+    link.open()
+    try:
+        assert link.hello is not None
+        assert link.mode != "nvml"
+        assert link.hello.get("psutil") is False
+        snapshot = _next(link)
+        assert snapshot.mode == link.mode
+        assert snapshot.error is not None
+        assert "pynvml" in snapshot.error
     finally:
         link.close()
