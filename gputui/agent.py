@@ -1458,7 +1458,7 @@ class _Killer(object):
             self._outcome(pid, ticks, stat, "signal", self.signal_name, result, detail)
             if result == "sent":
                 sent.append((pid, stat.start_ticks))
-        if self.escalate_s is not None and sent and self.signo != signal.SIGKILL:
+        if self.escalate_s is not None and sent:
             self._escalate(sent, table)
         return self.outcomes
 
@@ -1520,6 +1520,9 @@ class _Killer(object):
                 self._outcome(
                     pid, ticks, table.get(pid), "wait", None, "exited", "gone after %s" % self.signal_name
                 )
+        if self.signo == signal.SIGKILL:  # nothing stronger to escalate to: say what is left
+            self._confirm([p for p in sent if p in alive], alive, table)
+            return
         survivors = []  # type: List[Tuple[int, int]]
         for pid, ticks in sent:
             if (pid, ticks) not in alive:
@@ -1529,9 +1532,13 @@ class _Killer(object):
                 survivors.append((pid, ticks))
                 detail = "still alive after %.1f s: escalated" % self.escalate_s
             self._outcome(pid, ticks, table.get(pid), "escalate", "KILL", result, detail)
-        if not survivors:
-            return
-        left = _wait_gone(survivors, KILL_CONFIRM_S)
+        if survivors:
+            self._confirm(survivors, _wait_gone(survivors, KILL_CONFIRM_S), table)
+
+    def _confirm(
+        self, survivors: List[Tuple[int, int]], left: Set[Tuple[int, int]], table: Dict[int, ProcStat]
+    ) -> None:
+        """Report each KILLed process: killed (gone), uninterruptible (D state) or still_alive."""
         for pid, ticks in survivors:
             stat = read_stat(pid)
             if (pid, ticks) not in left:
@@ -1554,7 +1561,7 @@ class _Killer(object):
                     "confirm",
                     "KILL",
                     "still_alive",
-                    "still alive %.1f s after KILL" % KILL_CONFIRM_S,
+                    "still alive after KILL",
                 )
 
 

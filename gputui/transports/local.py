@@ -59,6 +59,8 @@ class LocalLink(HostLink):
         self.hello = self._agent.hello()
 
     def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        if self._closed.is_set():
+            raise LinkError(f"{self.target}: link closed")
         agent = self.agent
         deadline = time.monotonic() + max(0.0, timeout_s)
         while True:

@@ -168,6 +168,15 @@ def test_escalation_reports_exited_when_term_was_enough() -> None:
         assert [(o["stage"], o["result"]) for o in outcomes] == [("signal", "sent"), ("wait", "exited")]
 
 
+def test_kill_with_a_deadline_reports_exited() -> None:
+    with script(TERM_IGNORER, ["ignorer"]) as ignorer, agent_process() as agent:
+        pid = ignorer.pids["ignorer"]
+        outcomes = kill(agent, [target(pid)], signal="KILL", escalate_s=20.0)
+        assert [(o["stage"], o["signal"], o["result"]) for o in outcomes] == [
+            ("signal", "KILL", "sent"), ("wait", None, "exited")
+        ]
+
+
 def test_read_only_agent_refuses_every_kill() -> None:
     with script(SLEEPER, ["sleeper"]) as sleeper, agent_process("--read-only") as agent:
         pid = sleeper.pids["sleeper"]
