@@ -1,0 +1,664 @@
+"""Health probes (gputui/agent_health.py) against a real HTTP(S) server in a subprocess and real processes.
+
+RELIABILITY cases 26 (each failure a distinct state, bounded deadline, snapshot stream never blocked) and
+27 (the generating endpoint is probed only when asked for, at most every 10 s).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputui import agent_health
+from gputui.agent_health import (
+    HEALTH_GENERATE_MIN_INTERVAL_S,
+    HEALTH_NOT_PROBED_GENERATE,
+    HEALTH_SAMPLE_FIELDS,
+    HealthProber,
+    discover_health_urls,
+    health_launcher_url,
+    health_read_proc_cmdlines,
+    probe_url,
+)
+from gputui.model import HealthSample
+from tests.integration.httpserver import HOSTILE_BODY, HttpPeer, make_self_signed_cert
+
+SOURCE_PATH = Path(agent_health.__file__)
+SLACK_S = 3.0
+"""Generous allowance over a deadline for a loaded 2-core machine; only bounds hangs."""
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return make_self_signed_cert(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def peer(tls_files: tuple[Path, Path]) -> Iterator[HttpPeer]:
+    server = HttpPeer(*tls_files)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A loopback port bound but not listening: connections to it are refused, and nobody else can take it."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A loopback port that accepts TCP connections (the kernel's backlog) but never reads or answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0, step_s: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s")
+        time.sleep(step_s)
+
+
+def sample_for(prober: HealthProber, url: str) -> dict[str, Any] | None:
+    for sample in prober.samples():
+        if sample["url"] == url:
+            return sample
+    return None
+
+
+def state_of(prober: HealthProber, url: str) -> str | None:
+    sample = sample_for(prober, url)
+    return None if sample is None else sample["state"]
+
+
+def assert_visible(text: str) -> None:
+    """No control, format (bidi) or line-separator character survives."""
+    for char in text:
+        category = unicodedata.category(char)
+        assert category[0] != "C", f"{char!r} in {text!r}"
+        assert category not in ("Zl", "Zp"), f"{char!r} in {text!r}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The module can be pasted into agent.py
+
+
+def test_source_is_python38_and_stdlib_only() -> None:
+    source = SOURCE_PATH.read_text()
+    tree = ast.parse(source, feature_version=(3, 8))
+    allowed_prefixes = ("HEALTH_", "Health", "health_", "_health_", "_Health", "_HEALTH_")
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            )
+            for module in modules:
+                assert not module.startswith("gputui"), module
+                assert module.split(".")[0] in sys.stdlib_module_names | {"__future__"}, module
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        for name in names:
+            assert name.startswith(allowed_prefixes) or name in ("probe_url", "discover_health_urls"), name
+
+
+def test_pasted_source_runs_standalone(peer: HttpPeer) -> None:
+    """Exec'd like the agent ships (no package, no __file__, no future import) in an isolated interpreter."""
+    source = SOURCE_PATH.read_text().replace("from __future__ import annotations\n", "")
+    script = textwrap.dedent(
+        """
+        import sys
+        exec(compile(sys.stdin.read(), "gputui-agent", "exec"))
+        assert "gputui" not in sys.modules
+        import json
+        print(json.dumps(probe_url(sys.argv[1], 10.0)))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script, peer.url("/status/503")],
+        input=source,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    assert '"state": "UNHEALTHY"' in done.stdout
+    assert '"code": 503' in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One probe: each state distinct
+
+
+@pytest.mark.parametrize(
+    ("path", "state", "code", "detail_part"),
+    [
+        ("/status/200", "UP", 200, None),
+        ("/status/204", "UP", 204, None),
+        ("/chunked", "UP", 200, None),
+        ("/status/503", "UNHEALTHY", 503, "HTTP 503"),
+        ("/status/500", "UNHEALTHY", 500, "status 500 body"),
+        ("/status/429", "UNHEALTHY", 429, "429"),
+        ("/status/404", "ERROR", 404, "HTTP 404"),
+        ("/status/401", "ERROR", 401, "HTTP 401"),
+        ("/redirect", "ERROR", 302, "redirect not followed"),
+        ("/close", "ERROR", None, "connection closed without a response"),
+    ],
+)
+def test_probe_states(
+    peer: HttpPeer, path: str, state: str, code: int | None, detail_part: str | None
+) -> None:
+    result = probe_url(peer.url(path), deadline_s=10.0)
+    assert result["state"] == state, result
+    assert result["code"] == code
+    assert result["latency_ms"] is not None
+    assert 0 <= result["latency_ms"] < 10_000
+    if detail_part is None:
+        assert result["detail"] is None
+    else:
+        assert detail_part in result["detail"]
+
+
+def test_connection_reset_is_error(peer: HttpPeer) -> None:
+    result = probe_url(peer.url("/reset"), deadline_s=10.0)
+    assert result["state"] == "ERROR"
+    assert "reset" in result["detail"] or "closed" in result["detail"]
+
+
+def test_connection_refused_is_down(closed_port: int) -> None:
+    result = probe_url(f"http://127.0.0.1:{closed_port}/health", deadline_s=10.0)
+    assert result == {
+        "state": "DOWN",
+        "code": None,
+        "latency_ms": result["latency_ms"],
+        "detail": "connection refused",
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "detail_part", "code"),
+    [
+        ("/hang", "no response within 1.5s", None),
+        ("/drip", "body incomplete", 200),
+        ("/drip-headers", "headers incomplete", None),
+    ],
+)
+def test_deadline_covers_silence_and_drip(
+    peer: HttpPeer, path: str, detail_part: str, code: int | None
+) -> None:
+    deadline_s = 1.5
+    started = time.monotonic()
+    result = probe_url(peer.url(path), deadline_s=deadline_s)
+    elapsed_s = time.monotonic() - started
+    assert result["state"] == "TIMEOUT", result
+    assert detail_part in result["detail"]
+    assert result["code"] == code
+    assert deadline_s * 0.9 <= elapsed_s < deadline_s + SLACK_S
+
+
+def test_accepted_but_never_read_is_timeout(silent_port: int) -> None:
+    started = time.monotonic()
+    result = probe_url(f"http://127.0.0.1:{silent_port}/health", deadline_s=1.0)
+    assert result["state"] == "TIMEOUT"
+    assert time.monotonic() - started < 1.0 + SLACK_S
+
+
+def test_self_signed_tls_is_error(peer: HttpPeer) -> None:
+    result = probe_url(peer.tls_url("/health"), deadline_s=10.0)
+    assert result["state"] == "ERROR"
+    assert "certificate verify failed" in result["detail"]
+    assert "self" in result["detail"].lower()  # "self-signed certificate" / "self signed certificate"
+
+
+def test_trusted_tls_is_up(peer: HttpPeer, tls_files: tuple[Path, Path]) -> None:
+    context = ssl.create_default_context(cafile=str(tls_files[0]))
+    assert probe_url(peer.tls_url("/health"), deadline_s=10.0, ssl_context=context)["state"] == "UP"
+    assert probe_url(peer.tls_url("/status/503"), deadline_s=10.0, ssl_context=context)["code"] == 503
+
+
+def test_https_to_a_plain_port_is_error(peer: HttpPeer) -> None:
+    result = probe_url(f"https://127.0.0.1:{peer.http_port}/health", deadline_s=10.0)
+    assert result["state"] == "ERROR"
+    assert result["detail"].startswith("TLS")
+
+
+@pytest.mark.parametrize(
+    ("url", "detail_part"),
+    [
+        ("ftp://127.0.0.1/health", "unsupported URL"),
+        ("file:///etc/passwd", "unsupported URL"),
+        ("127.0.0.1:30000/health", "unsupported URL"),
+        ("", "bad URL"),
+        ("http://", "bad URL: no host"),
+        ("http://127.0.0.1:99999/health", "bad URL"),
+        ("http://127.0.0.1:0/health", "bad URL"),
+        ("http://127.0.0.1:8000/health\r\nX-Injected: 1", "bad URL"),
+        ("http://127.0.0.1:8000/he alth", "bad URL"),
+        ("http://no-such-host.invalid/health", "cannot resolve no-such-host.invalid"),
+    ],
+)
+def test_bad_urls_are_errors(url: str, detail_part: str) -> None:
+    result = probe_url(url, deadline_s=10.0)
+    assert result["state"] == "ERROR"
+    assert detail_part in result["detail"]
+    assert_visible(result["detail"])
+
+
+def test_hostile_body_excerpt_is_short_and_visible(peer: HttpPeer) -> None:
+    result = probe_url(peer.url("/escapes"), deadline_s=10.0)
+    assert result["state"] == "UNHEALTHY"
+    assert result["code"] == 503
+    detail = result["detail"]
+    assert len(detail) <= 120
+    assert_visible(detail)
+    # The escapes are shown, not dropped: an operator can see what the server said.
+    assert "\\x1b]0;pwned\\x07\\x1b[2J" in detail
+    assert "\\x9b" in detail
+    assert "\\u202e" in detail
+    assert "\\xff" in detail
+    assert "[@click=app.quit]" in detail  # literal text; the UI renders it as Text, never markup
+    assert HOSTILE_BODY  # the server really sent the hostile body (imported constant, same source)
+
+
+def test_huge_body_is_capped(peer: HttpPeer) -> None:
+    result = probe_url(peer.url("/big"), deadline_s=10.0, body_cap_bytes=4096)
+    assert result["state"] == "UNHEALTHY"
+    assert len(result["detail"]) <= 120
+    assert result["detail"].endswith("…")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The prober
+
+
+@pytest.fixture
+def make_prober() -> Iterator[Callable[..., HealthProber]]:
+    probers: list[HealthProber] = []
+
+    def make(**kwargs: Any) -> HealthProber:
+        prober = HealthProber(**kwargs)
+        probers.append(prober)
+        return prober
+
+    yield make
+    for prober in probers:
+        prober.close()
+
+
+def test_samples_have_the_model_shape(peer: HttpPeer, make_prober: Callable[..., HealthProber]) -> None:
+    url = peer.url("/status/200")
+    prober = make_prober(urls=[url], discover=False, interval_s=0.2)
+    wait_for(lambda: state_of(prober, url) == "UP")
+    sample = prober.samples()[0]
+    assert tuple(sample) == HEALTH_SAMPLE_FIELDS
+    assert HEALTH_SAMPLE_FIELDS == tuple(f.name for f in dataclasses.fields(HealthSample))
+    assert dataclasses.asdict(HealthSample.from_dict(sample)) == sample
+    assert sample["code"] == 200
+    assert sample["consecutive_failures"] == 0
+    assert sample["discovered"] is False
+    assert sample["last_ok"] == sample["checked_at"]
+    assert sample["since"] is not None
+
+
+def test_state_changes_are_tracked(peer: HttpPeer, make_prober: Callable[..., HealthProber]) -> None:
+    path = "/flip"
+    url = peer.url(path)
+    peer.set_mode(path, "200")
+    try:
+        prober = make_prober(urls=[url], discover=False, interval_s=0.1)
+        up = wait_for(lambda: (s := sample_for(prober, url)) and s["state"] == "UP" and s)
+        peer.set_mode(path, "503")
+        down = wait_for(lambda: (s := sample_for(prober, url)) and s["consecutive_failures"] >= 2 and s)
+        assert down["state"] == "UNHEALTHY"
+        assert down["code"] == 503
+        assert down["since"] > up["since"]
+        assert down["last_ok"] is not None
+        assert down["last_ok"] < down["since"]
+        assert down["checked_at"] > down["since"]  # a second failure did not move "since"
+        peer.set_mode(path, "200")
+        again = wait_for(lambda: (s := sample_for(prober, url)) and s["state"] == "UP" and s)
+        assert again["consecutive_failures"] == 0
+        assert again["since"] > down["since"]
+    finally:
+        peer.set_mode(path, None)
+
+
+def test_samples_never_wait_for_a_hanging_probe(
+    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+) -> None:
+    """A snapshot stream calling samples() every 50 ms keeps its pace while the endpoint hangs."""
+    url = peer.url("/hang")
+    deadline_s = 3.0
+    hits_before = len(peer.hits("/hang"))
+    started = time.monotonic()
+    started_wall = time.time()
+    prober = make_prober(urls=[url], discover=False, interval_s=0.1, deadline_s=deadline_s)
+    wait_for(lambda: len(peer.hits("/hang")) > hits_before)  # the probe is in flight now
+    call_durations_s = []
+    emitted_at = []
+    while time.monotonic() - started < deadline_s - 0.5:
+        before = time.monotonic()
+        samples = prober.samples()
+        call_durations_s.append(time.monotonic() - before)
+        emitted_at.append(time.monotonic())
+        assert samples[0]["state"] is None  # still in flight: no result yet
+        time.sleep(0.05)
+    assert len(emitted_at) >= 5
+    assert max(call_durations_s) < 0.5
+    assert max(b - a for a, b in zip(emitted_at, emitted_at[1:], strict=False)) < 1.0
+    # One probe in flight per URL: the 0.1 s interval did not start more.
+    assert len(peer.hits("/hang")) == hits_before + 1
+    timed_out = wait_for(
+        lambda: (s := sample_for(prober, url)) and s["state"] and s, timeout_s=deadline_s + 10
+    )
+    assert timed_out["state"] == "TIMEOUT"
+    assert timed_out["checked_at"] - started_wall < deadline_s + SLACK_S
+    assert deadline_s * 1000 * 0.9 <= timed_out["latency_ms"] < (deadline_s + SLACK_S) * 1000
+
+
+def test_close_returns_promptly_while_a_probe_hangs(
+    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+) -> None:
+    hits_before = len(peer.hits("/hang"))
+    prober = make_prober(urls=[peer.url("/hang")], discover=False, deadline_s=20.0)
+    wait_for(lambda: len(peer.hits("/hang")) > hits_before)
+    started = time.monotonic()
+    prober.close()
+    assert time.monotonic() - started < 2.0
+
+
+def test_generating_endpoint_probed_only_when_asked_and_at_most_every_10s(
+    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+) -> None:
+    health = peer.url("/health")
+    generate = peer.url("/health_generate")
+    generate_before = len(peer.hits("/health_generate"))
+    health_before = len(peer.hits("/health"))
+    prober = make_prober(urls=[health, generate], discover=False, interval_s=0.2)
+    wait_for(lambda: len(peer.hits("/health")) >= health_before + 4)
+    assert len(peer.hits("/health_generate")) == generate_before
+    assert sample_for(prober, generate)["detail"] == HEALTH_NOT_PROBED_GENERATE  # type: ignore[index]
+    assert sample_for(prober, generate)["state"] is None  # type: ignore[index]
+
+    result = prober.handle_command({"cmd": "health", "urls": [health, generate], "generate": True})
+    assert result["config"]["generate"] is True
+    asked_at = time.time()
+    wait_for(lambda: state_of(prober, generate) == "UP")
+    time.sleep(HEALTH_GENERATE_MIN_INTERVAL_S + 1.5)
+    hits = [t for t in peer.hits("/health_generate")[generate_before:] if t >= asked_at - 0.5]
+    assert 1 <= len(hits) <= 2
+    gaps = [b - a for a, b in zip(hits, hits[1:], strict=False)]
+    assert all(gap >= HEALTH_GENERATE_MIN_INTERVAL_S - 0.2 for gap in gaps), gaps
+    # The plain /health kept its own 0.2 s pace meanwhile.
+    assert len(peer.hits("/health")) >= health_before + 20
+
+
+def test_configure_adds_removes_and_validates(
+    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+) -> None:
+    first, second = peer.url("/status/200"), peer.url("/status/503")
+    prober = make_prober(urls=[first], discover=False, interval_s=0.2)
+    prober.configure(urls=[second, first, second])
+    assert [s["url"] for s in prober.samples()] == [second, first]
+    wait_for(lambda: state_of(prober, second) == "UNHEALTHY")
+    prober.configure(urls=[first])
+    assert [s["url"] for s in prober.samples()] == [first]
+    for bad in (
+        {"urls": "http://x/"},
+        {"urls": [1]},
+        {"urls": ["http://x/" + "a" * 3000]},
+        {"generate": "yes"},
+        {"interval_s": 0},
+        {"deadline_s": -1},
+        {"deadline_s": True},
+    ):
+        with pytest.raises(ValueError, match=r"^[^\n]+$"):
+            prober.handle_command({"cmd": "health", **bad})
+    assert [s["url"] for s in prober.samples()] == [first]  # nothing changed by the bad commands
+    unsupported = prober.handle_command({"cmd": "health", "urls": ["ftp://127.0.0.1/"]})
+    assert unsupported["config"]["urls"] == ["ftp://127.0.0.1/"]
+    wait_for(lambda: state_of(prober, "ftp://127.0.0.1/") == "ERROR")
+    assert sample_for(prober, "ftp://127.0.0.1/")["detail"].startswith("unsupported URL")  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Discovery
+
+
+@pytest.mark.parametrize(
+    ("argv", "url"),
+    [
+        (["python3", "-m", "sglang.launch_server", "--model-path", "m"], "http://127.0.0.1:30000/health"),
+        (
+            ["/usr/bin/python3.10", "-u", "-m", "sglang.launch_server", "--port", "31234"],
+            "http://127.0.0.1:31234/health",
+        ),
+        (
+            ["python", "-msglang.launch_server", "--port=31235", "--host", "0.0.0.0"],
+            "http://127.0.0.1:31235/health",
+        ),
+        (["python", "-m", "sglang.launch_server", "--host=::", "--port", "1"], "http://127.0.0.1:1/health"),
+        (["python", "-m", "sglang.launch_server", "--host", "::1"], "http://[::1]:30000/health"),
+        (
+            ["python", "-m", "sglang.launch_server", "--host", "10.1.230.174"],
+            "http://10.1.230.174:30000/health",
+        ),
+        (
+            ["python", "-m", "sglang.launch_server", "--host", "gpu-node.example"],
+            "http://gpu-node.example:30000/health",
+        ),
+        (["python", "-m", "sglang.launch_server", "--port", "1", "--port", "2"], "http://127.0.0.1:2/health"),
+        (
+            ["python", "/opt/sglang/python/sglang/launch_server.py", "--port", "7"],
+            "http://127.0.0.1:7/health",
+        ),
+        (
+            ["/venv/bin/sglang", "serve", "--model-path", "m", "--port", "30001"],
+            "http://127.0.0.1:30001/health",
+        ),
+        (
+            ["/venv/bin/python3", "/venv/bin/sglang", "serve", "--port", "30002"],
+            "http://127.0.0.1:30002/health",
+        ),
+        (["vllm", "serve", "meta/llama"], "http://127.0.0.1:8000/health"),
+        (
+            ["/venv/bin/python", "/venv/bin/vllm", "serve", "m", "--port=8100", "--host", "localhost"],
+            "http://127.0.0.1:8100/health",
+        ),
+        (
+            ["python", "-m", "vllm.entrypoints.openai.api_server", "--port", "8001"],
+            "http://127.0.0.1:8001/health",
+        ),
+        (["python -m sglang.launch_server --port 30003"], "http://127.0.0.1:30003/health"),
+        # Not launchers, or not a port / host one could probe:
+        (["python", "-m", "sglang.launch_server", "--port", "abc"], None),
+        (["python", "-m", "sglang.launch_server", "--port=70000"], None),
+        (["python", "-m", "sglang.launch_server", "--port", "0"], None),
+        (["python", "-m", "sglang.launch_server", "--port", "-1"], None),
+        (["python", "-m", "sglang.launch_server", "--port"], None),
+        (["python", "-m", "sglang.launch_server", "--host", "evil/x@y#"], None),
+        (["python", "-m", "sglang.launch_server", "--host", "a b"], None),
+        (["pgrep", "-f", "sglang.launch_server"], None),
+        (["python3", "-c", "import time", "-m", "sglang.launch_server"], None),
+        (["vim", "sglang/launch_server.py"], None),
+        (["vllm", "bench", "--port", "1"], None),
+        (["python", "-m", "sglang.launch_server_other"], None),
+        ([], None),
+    ],
+)
+def test_launcher_urls(argv: list[str], url: str | None) -> None:
+    assert health_launcher_url(argv) == url
+
+
+def test_discover_dedupes_and_tolerates_junk() -> None:
+    processes: list[Any] = [
+        {"pid": 1, "cmdline": ["python", "-m", "sglang.launch_server", "--port", "30000"]},
+        {"pid": 2, "cmdline": ["python", "-m", "sglang.launch_server"]},  # a forked child: same URL
+        {"pid": 3, "cmdline": []},
+        {"pid": 4},
+        {"pid": 5, "cmdline": "python -m sglang.launch_server"},  # not an argv list
+        {"pid": 6, "cmdline": ["vllm", "serve", "m"]},
+    ]
+    assert discover_health_urls(processes) == [
+        "http://127.0.0.1:30000/health",
+        "http://127.0.0.1:8000/health",
+    ]
+
+
+FAKE_LAUNCHER = """
+import argparse, http.server
+parser = argparse.ArgumentParser()
+parser.add_argument("--port", type=int, default=30000)
+parser.add_argument("--host")
+args, _ = parser.parse_known_args()
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+"""
+
+
+@pytest.fixture
+def launchers(tmp_path: Path) -> Iterator[Callable[[list[str]], subprocess.Popen[bytes]]]:
+    """Starts fake launchers: real processes with a launcher's command line that serve /health."""
+    package = tmp_path / "sglang"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "launch_server.py").write_text(FAKE_LAUNCHER)
+    (tmp_path / "vllm").write_text(FAKE_LAUNCHER)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(args: list[str]) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen([sys.executable, *args], cwd=tmp_path)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait(10)
+
+
+def read_cmdline(pid: int) -> list[str]:
+    """The argv of a just-started process, as /proc shows it once its exec is complete (empty before)."""
+
+    def read() -> list[str]:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return [part.decode() for part in raw.split(b"\0") if part]
+
+    return wait_for(lambda: len(read()) > 2 and read())
+
+
+def test_discovery_from_a_real_sglang_launcher(
+    launchers: Callable[[list[str]], subprocess.Popen[bytes]], make_prober: Callable[..., HealthProber]
+) -> None:
+    port = free_port()
+    process = launchers(["-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", str(port)])
+    url = f"http://127.0.0.1:{port}/health"
+    argv = read_cmdline(process.pid)
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    assert url in discover_health_urls(health_read_proc_cmdlines())
+    assert any(p["pid"] == process.pid and p["cmdline"] == argv for p in health_read_proc_cmdlines())
+
+    prober = make_prober(discover=True, interval_s=0.2, discovered_linger_s=60.0)
+    prober.update_discovered([{"pid": process.pid, "cmdline": argv, "name": "python3"}])
+    up = wait_for(lambda: (s := sample_for(prober, url)) and s["state"] == "UP" and s)
+    assert up["discovered"] is True
+    assert prober.config()["discovered_urls"] == [url]
+
+    # The server is killed: its endpoint lingers and shows DOWN instead of silently vanishing.
+    process.kill()
+    process.wait(10)
+    prober.update_discovered([])
+    wait_for(lambda: state_of(prober, url) == "DOWN")
+    assert sample_for(prober, url)["last_ok"] == up["last_ok"]  # type: ignore[index]
+
+
+def test_discovery_from_a_real_vllm_script_and_linger_expiry(
+    launchers: Callable[[list[str]], subprocess.Popen[bytes]], make_prober: Callable[..., HealthProber]
+) -> None:
+    port = free_port()
+    process = launchers(["vllm", "serve", "some/model", f"--port={port}"])
+    url = f"http://127.0.0.1:{port}/health"
+    processes = [{"pid": process.pid, "cmdline": read_cmdline(process.pid)}]
+    prober = make_prober(discover=True, interval_s=0.2, discovered_linger_s=0.0)
+    prober.update_discovered(processes)
+    wait_for(lambda: state_of(prober, url) == "UP")
+    time.sleep(0.05)
+    prober.update_discovered([])  # launcher gone and no linger: the endpoint is dropped
+    assert sample_for(prober, url) is None
+
+
+def test_configured_url_wins_over_discovery_and_discovery_can_be_disabled(
+    make_prober: Callable[..., HealthProber],
+) -> None:
+    launcher = [{"pid": 1, "cmdline": ["python", "-m", "sglang.launch_server", "--port", "1"]}]
+    url = "http://127.0.0.1:1/health"
+    prober = make_prober(urls=[url], discover=True, interval_s=60.0)
+    prober.update_discovered(launcher)
+    assert [(s["url"], s["discovered"]) for s in prober.samples()] == [(url, False)]
+
+    quiet = make_prober(discover=False)
+    quiet.update_discovered(launcher)
+    assert quiet.samples() == []
+    quiet.configure(discover=True)
+    quiet.update_discovered(launcher)
+    assert [s["discovered"] for s in quiet.samples()] == [True]
+    quiet.configure(discover=False)
+    assert quiet.samples() == []
+
+
+def test_no_thread_without_urls() -> None:
+    before = {t.name for t in threading.enumerate()}
+    prober = HealthProber(discover=True)
+    prober.update_discovered([{"pid": 1, "cmdline": ["bash"]}])
+    assert prober.samples() == []
+    assert "gputui-health" not in {t.name for t in threading.enumerate()} - before
+    prober.close()
+
+
+def test_proc_scan_survives_missing_proc() -> None:
+    assert health_read_proc_cmdlines("/nonexistent-proc-root") == []
+    assert os.getpid() in {p["pid"] for p in health_read_proc_cmdlines()}
