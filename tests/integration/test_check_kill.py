@@ -1,0 +1,503 @@
+"""``gputui check`` and ``gputui kill`` end to end: the real CLI in a subprocess, the agent inside it reading
+real /proc and real pynvml over the fake NVML, against real process trees (see ``procs.py``).
+
+RELIABILITY cases covered here: 13 (pid reused between listing and confirmation), 14 (TERM -> KILL
+escalation), 15 (dead middle parent, double-forked grandchild), 16 (zombie -> its parent), 17 (D state),
+19 (pid from another PID namespace), 20 (pid 1, the agent's own ancestors and session, read-only), 21 (ghost
+memory after a kill).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputui.analysis import build_forest, flatten
+from gputui.model import HostSnapshot
+from tests.integration._procs import Binary, build_vfork_waiter
+from tests.integration.procs import (
+    DEADLINE_S,
+    REPO,
+    WORKER_MIB,
+    Worker,
+    gputui_env,
+    is_gone,
+    launcher,
+    ppid_of,
+    run_gputui,
+    sglang_workers,
+    start_ticks_of,
+    state_of,
+    unused_pid,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+USED_MIB = WORKER_MIB + 3
+
+
+@pytest.fixture
+def env(fake_nvml: Any, tmp_path: Path) -> dict[str, str]:
+    return gputui_env(fake_nvml, tmp_path / "state")
+
+
+def check_json(env: dict[str, str], *extra: str) -> tuple[int, HostSnapshot, dict[str, Any]]:
+    result = run_gputui(["check", "--json", "--no-discover", *extra], env)
+    assert result.stdout, result.stderr
+    document = json.loads(result.stdout)
+    (host,) = document["hosts"]
+    return result.returncode, HostSnapshot.from_dict(host), document
+
+
+def kill_json(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
+    result = run_gputui(["kill", "--json", "--no-discover", *args], env)
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+def audit_lines(env: dict[str, str]) -> list[dict[str, Any]]:
+    path = Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+# -- check --------------------------------------------------------------------------------------------------
+
+
+def test_idle_host_is_clean_line_per_gpu(env: dict[str, str]) -> None:
+    result = run_gputui(["check", "--no-discover"], env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:8] == [f"GPU{i}  3 MiB  ✓" for i in range(8)]
+    assert lines[8] == "clean: 8/8 GPUs at baseline (3 MiB + 2)"
+
+
+def test_launcher_with_eight_workers_is_one_tree_and_not_clean(env: dict[str, str], fake_nvml: Any) -> None:
+    with launcher(sglang_workers(), fake_nvml) as server:
+        status, snapshot, _ = check_json(env)
+        assert status == 1
+        trees = [t for t in build_forest(snapshot) if t.proc.pid == server.pid]
+        assert len(trees) == 1, [t.proc.pid for t in build_forest(snapshot)]
+        tree = trees[0]
+        schedulers = [server[f"scheduler_TP{i}"] for i in range(8)]
+        # The collector lists GPU processes, their ancestors and descendants: the detokenizer (a sibling
+        # holding nothing) is not in the snapshot, so the tree is the launcher and its eight GPU workers.
+        assert [c.proc.pid for c in tree.children] == sorted(schedulers)
+        assert all(c.depth == 1 and not c.children for c in tree.children)
+        assert tree.subtree_total_mib == 8 * WORKER_MIB
+        assert tree.subtree_gpu_mib == {i: WORKER_MIB for i in range(8)}
+        assert [n.proc.name for n in flatten([tree])][1:] == [f"scheduler_TP{i}" for i in range(8)]
+        assert snapshot.verdict is not None
+        assert not snapshot.verdict.clean
+        assert snapshot.verdict.known
+        first = server["scheduler_TP0"]
+        assert snapshot.verdict.reasons[0] == f"GPU0 {USED_MIB} MiB held by pid {first} (scheduler_TP0)"
+        text = run_gputui(["check", "--no-discover"], env)
+        assert text.returncode == 1
+        third = server["scheduler_TP3"]
+        assert f"GPU3  {USED_MIB} MiB  ✗ held by pid {third} (scheduler_TP3)" in text.stdout
+        assert "NOT clean: 0/8 GPUs at baseline" in text.stdout
+
+
+def test_every_finding_from_real_processes(env: dict[str, str], fake_nvml: Any) -> None:
+    """Zombie (16), orphan of a dead middle parent (15), pid of another namespace (19), ghost memory (21)."""
+    workers = sglang_workers(
+        scheduler_TP7=Worker("scheduler_TP7", gpu=7, mode="exit"),
+        scheduler_TP6=Worker("scheduler_TP6", gpu=6, orphan=True),
+    )
+    hidden_pid, ghost_pid = unused_pid(), unused_pid() - 1
+    with launcher(workers, fake_nvml) as server:
+        fake_nvml.state.add_holder(7, hidden_pid, 1024, "invisible")  # the zombie's GPU, free otherwise
+        fake_nvml.state.add_holder(5, ghost_pid, 1024, "ghost")
+        fake_nvml.write()
+        zombie, orphan = server["scheduler_TP7"], server["scheduler_TP6"]
+        assert state_of(zombie) == "Z"
+        assert ppid_of(orphan) != server.pid
+        status, snapshot, _ = check_json(env)
+    assert status == 1
+    by_kind: dict[str, list] = {}
+    for finding in snapshot.findings:
+        by_kind.setdefault(finding.kind, []).append(finding)
+    (zombie_finding,) = [f for f in by_kind["zombie"] if f.pid == zombie]
+    assert zombie_finding.action_pid == server.pid
+    assert f"parent {server.pid} (python" in zombie_finding.detail
+    (orphan_finding,) = [f for f in by_kind["orphan"] if f.pid == orphan]
+    assert orphan_finding.gpu_index == 6
+    assert orphan_finding.action_pid == orphan
+    (invisible,) = by_kind["invisible_pid"]
+    assert (invisible.gpu_index, invisible.pid, invisible.action_pid) == (7, None, None)
+    assert f"pid {hidden_pid} holds 1024 MiB but is not visible here" in invisible.detail
+    ghosts = [f for f in by_kind["ghost_memory"] if f.gpu_index == 5]
+    assert len(ghosts) == 1
+    assert "1024 MiB more than its 3 MiB baseline" in ghosts[0].detail
+    # The invisible pid never becomes a local process; the zombie stays in the launcher's tree.
+    forest = build_forest(snapshot)
+    assert hidden_pid not in {n.proc.pid for n in flatten(forest)}
+    (tree,) = [t for t in forest if t.proc.pid == server.pid]
+    assert zombie in {n.proc.pid for n in flatten([tree])}
+    assert snapshot.verdict is not None
+    assert f"GPU7 {1024 + 3} MiB held by pid {hidden_pid} (not visible here: another PID namespace)" in (
+        snapshot.verdict.reasons
+    )
+    assert any(r.startswith(f"pid {zombie} (scheduler_TP7) is defunct") for r in snapshot.verdict.reasons)
+
+
+def test_ghost_memory_after_everything_is_killed(env: dict[str, str], fake_nvml: Any) -> None:
+    """21: memory not back and no process listed -> ghost memory, named per GPU, with the device scan."""
+    with launcher(sglang_workers(2), fake_nvml) as server:
+        fake_nvml.state.add_holder(1, unused_pid(), 2048, "ghost")
+        fake_nvml.write()
+        status, payload, _ = kill_json(env, "--yes", "--tree", str(server.pid))
+        assert status == 0, payload
+        wait_for(lambda: all(is_gone(p) for p in server.all_pids), "the tree to die")
+    status, snapshot, _ = check_json(env)
+    assert status == 1
+    assert snapshot.verdict is not None
+    assert snapshot.verdict.reasons == ("GPU1 2048 MiB over baseline with no process listed (ghost memory)",)
+    (ghost,) = [f for f in snapshot.findings if f.kind == "ghost_memory"]
+    assert ghost.gpu_index == 1
+    assert snapshot.device_holders is not None  # the agent looked for /dev/nvidia* holders
+    result = run_gputui(["check", "--no-discover"], env)
+    assert "GPU1  2051 MiB  ✗ 2048 MiB over baseline with no process listed (ghost memory)" in result.stdout
+
+
+def test_no_driver_cannot_tell(env: dict[str, str], fake_nvml: Any) -> None:
+    fake_nvml.state.init_error = "DRIVER_NOT_LOADED"
+    fake_nvml.write()
+    result = run_gputui(["check", "--no-discover"], env)
+    assert result.returncode == 2
+    assert result.stdout.startswith("cannot tell:")
+    assert "Traceback" not in result.stderr
+
+
+def test_lost_gpu_is_not_clean(env: dict[str, str], fake_nvml: Any) -> None:
+    fake_nvml.state.gpus[2].error = "GPU_IS_LOST"
+    fake_nvml.write()
+    result = run_gputui(["check", "--no-discover"], env)
+    assert result.returncode == 1
+    assert "GPU2  –" in result.stdout
+    assert "✗ error:" in result.stdout
+
+
+def test_calibrate_records_uuid_baselines_and_refuses_a_busy_host(
+    env: dict[str, str], fake_nvml: Any
+) -> None:
+    for gpu in fake_nvml.state.gpus:
+        gpu.baseline_mib = 7
+    fake_nvml.write()
+    before = run_gputui(["check", "--no-discover"], env)
+    assert before.returncode == 1  # 7 MiB is over 3 + 2
+    calibrated = run_gputui(["check", "--calibrate", "--no-discover"], env)
+    assert calibrated.returncode == 0, calibrated.stderr
+    stored = json.loads((Path(env["XDG_STATE_HOME"]) / "gputui" / "baselines.json").read_text())
+    assert set(stored["hosts"]["local"]["gpus"].values()) == {7}
+    assert all(key.startswith("GPU-") for key in stored["hosts"]["local"]["gpus"])
+    after = run_gputui(["check", "--no-discover"], env)
+    assert after.returncode == 0, after.stdout
+    assert "clean: 8/8 GPUs at baseline (7 MiB + 2)" in after.stdout
+    with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml):
+        busy = run_gputui(["check", "--calibrate", "--no-discover"], env)
+    assert busy.returncode == 2
+    assert "cannot calibrate: 1 GPU process is listed" in busy.stderr
+    assert json.loads((Path(env["XDG_STATE_HOME"]) / "gputui" / "baselines.json").read_text()) == stored
+
+
+def test_corrupt_baselines_file_warns_once_and_uses_defaults(env: dict[str, str]) -> None:
+    path = Path(env["XDG_STATE_HOME"]) / "gputui" / "baselines.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{broken")
+    result = run_gputui(["check", "--no-discover"], env)
+    assert result.returncode == 0
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1
+    assert "not valid JSON" in warnings[0]
+    assert "Traceback" not in result.stderr
+    refused = run_gputui(["check", "--calibrate", "--no-discover"], env)
+    assert refused.returncode == 2
+    assert "not overwriting" in refused.stderr
+    assert path.read_text() == "{broken"
+
+
+# -- kill ---------------------------------------------------------------------------------------------------
+
+
+def test_tree_kill_with_escalation_then_wait_reports_clean(env: dict[str, str], fake_nvml: Any) -> None:
+    """14 + 15: one worker ignores TERM and one was double-forked away; the wait sees memory come back."""
+    workers = sglang_workers(
+        scheduler_TP2=Worker("scheduler_TP2", gpu=2, mode="ignore_term"),
+        scheduler_TP5=Worker("scheduler_TP5", gpu=5, orphan=True),
+    )
+    with launcher(workers, fake_nvml) as server:
+        status, _, _ = check_json(env)
+        assert status == 1
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "gputui.cli", "check", "--wait", "20", "--no-discover"],
+            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            status, payload, stderr = kill_json(env, "--yes", "--tree", "--escalate", "1", str(server.pid))
+            out, err = waiter.communicate(timeout=60)
+        finally:
+            if waiter.poll() is None:
+                waiter.kill()
+                waiter.wait()
+        assert status == 0, (payload, stderr)
+        outcomes = payload["outcomes"]
+        signalled = [o["pid"] for o in outcomes if o["stage"] == "signal"]
+        # Every process of the tree, the double-forked orphan included, children before the root.
+        assert sorted(signalled) == sorted(server.all_pids)
+        assert signalled[-1] == server.pid
+        stubborn = server["scheduler_TP2"]
+        stages = [(o["stage"], o["signal"], o["result"]) for o in outcomes if o["pid"] == stubborn]
+        assert stages == [
+            ("signal", "TERM", "sent"), ("escalate", "KILL", "sent"), ("confirm", "KILL", "killed")
+        ]
+        assert all(is_gone(p, server.ticks[p]) for p in server.all_pids)
+        # The planned listing showed all that the agent signalled (the orphan via the launcher's group).
+        planned = {t["pid"] for t in payload["plan"]["targets"]}
+        assert planned <= set(signalled)
+        assert waiter.returncode == 0, (out, err)
+        assert out.splitlines()[-1].startswith("clean after ")
+        assert out.splitlines()[-1].endswith(" s")
+        assert "clean: 8/8 GPUs at baseline" in out
+    audit = audit_lines(env)
+    assert {line["pid"] for line in audit} == set(signalled)
+    first = audit[0]
+    assert first["host"] == "local"
+    assert first["local_user"]
+    assert first["start_ticks"] == server.ticks[first["pid"]]
+    assert first["result"] == "sent"
+    stubborn_lines = {(line["signal"], line["result"]) for line in audit if line["pid"] == stubborn}
+    assert ("KILL", "killed") in stubborn_lines
+
+
+def test_zombie_is_routed_to_its_parent(env: dict[str, str], fake_nvml: Any) -> None:
+    """16: asking to kill a zombie signals the parent that does not reap it; the zombie is then reaped."""
+    workers = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="exit")]
+    with launcher(workers, fake_nvml) as server:
+        zombie = server["scheduler_TP1"]
+        status, payload, _ = kill_json(env, "--yes", str(zombie))
+        assert status == 0, payload
+        assert [t["pid"] for t in payload["plan"]["targets"]] == [server.pid]
+        assert payload["plan"]["notes"] == [
+            f"pid {zombie} is a zombie: its parent {server.pid} will be signalled instead"
+        ]
+        assert [(o["pid"], o["result"]) for o in payload["outcomes"]] == [(server.pid, "sent")]
+        wait_for(lambda: state_of(zombie) is None, "the zombie to be reaped once its parent died")
+
+
+def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, str], fake_nvml: Any) -> None:
+    """13: the confirmation lists pid P; P exits and a new process gets P before "y" -> "process changed"."""
+    sleeper = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"],
+                               start_new_session=True)
+    victim = sleeper.pid
+    fake_nvml.state.add_holder(0, victim, WORKER_MIB)
+    fake_nvml.write()
+    try:
+        master, slave = pty.openpty()
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "gputui.cli", "kill", "--no-discover", str(victim)],
+            cwd=REPO, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+        )
+        os.close(slave)
+        impostor: subprocess.Popen[bytes] | None = None
+        try:
+            screen = _read_until(master, b"[y/N] ")
+            assert b"Send SIGTERM to 1 process?" in screen
+            assert f"{victim}".encode() in screen
+            assert b"40960" in screen
+            sleeper.kill()
+            sleeper.wait(timeout=DEADLINE_S)
+            impostor = _start_with_pid(victim)
+            os.write(master, b"y\n")
+            output = _read_until(master, b"handled", accept_eof=True)
+            assert cli.wait(timeout=DEADLINE_S) == 1
+            assert b"changed" in output
+            assert b"process changed" in output
+            assert state_of(victim) not in (None, "Z")  # the impostor was not signalled
+        finally:
+            os.close(master)
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+            if impostor is not None:
+                impostor.kill()
+                impostor.wait()
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+            sleeper.wait()
+    (line,) = audit_lines(env)
+    assert (line["pid"], line["result"], line["signal"]) == (victim, "changed", None)
+
+
+def _read_until(fd: int, marker: bytes, accept_eof: bool = False) -> bytes:
+    data = b""
+    deadline = time.monotonic() + DEADLINE_S
+    while marker not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {marker!r} in {data!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other side closed
+            chunk = b""
+        if not chunk:
+            if accept_eof:
+                return data
+            raise AssertionError(f"terminal closed before {marker!r}: {data!r}")
+        data += chunk
+    return data
+
+
+def _start_with_pid(pid: int) -> subprocess.Popen[bytes]:
+    """Start a sleeper that gets exactly ``pid`` (pid reuse made on purpose via ns_last_pid; needs root)."""
+    for _ in range(50):
+        Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        proc = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"],
+                                start_new_session=True)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    raise AssertionError(f"could not get pid {pid} reused")
+
+
+def test_pid_1_and_the_agents_own_ancestors_are_refused(env: dict[str, str], fake_nvml: Any) -> None:
+    """20: pid 1 refused before anything is sent; a tree that holds the agent itself is refused by it."""
+    refused = run_gputui(["kill", "--yes", "1"], env)
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == "gputui: local: pid 1 is init: it is never signalled"
+    # A runner in this test's session owns a GPU worker and runs `gputui kill --tree <runner>` as its child.
+    runner_code = (
+        "import subprocess, sys, time\n"
+        "worker = subprocess.Popen([sys.executable, '-S', '-c', 'import time; time.sleep(600)'])\n"
+        "print(worker.pid, flush=True)\n"
+        "sys.stdin.readline()\n"
+        "import os\n"
+        "cli = subprocess.run([sys.executable, '-m', 'gputui.cli', 'kill', '--json', '--yes', '--tree',\n"
+        "                      '--no-discover', str(os.getpid())], capture_output=True, text=True)\n"
+        "print(cli.returncode, flush=True)\n"
+        "print(cli.stdout.replace(chr(10), ' '), flush=True)\n"
+        "worker.kill(); worker.wait()\n"
+    )
+    runner = subprocess.Popen([sys.executable, "-c", runner_code], cwd=REPO, env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert runner.stdin is not None
+        assert runner.stdout is not None
+        worker = int(runner.stdout.readline())
+        fake_nvml.state.add_holder(0, worker, 1000)
+        fake_nvml.write()
+        runner.stdin.write("go\n")
+        runner.stdin.flush()
+        returncode = int(runner.stdout.readline())
+        payload = json.loads(runner.stdout.readline())
+        assert runner.wait(timeout=DEADLINE_S) == 0
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert returncode == 1
+    results = {o["pid"]: (o["result"], o["detail"]) for o in payload["outcomes"]}
+    assert results[runner.pid][0] == "refused"
+    assert "ancestor of the gputui agent" in results[runner.pid][1]
+    assert all(result != "sent" for result, _ in results.values())
+
+
+def test_all_gpu_takes_every_tree_but_never_the_agents_session(env: dict[str, str], fake_nvml: Any) -> None:
+    """20: --all-gpu kills a daemonised server tree; a GPU process in the agent's own session is refused."""
+    own = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"])
+    try:
+        with launcher(sglang_workers(2), fake_nvml) as server:
+            fake_nvml.state.add_holder(3, own.pid, 500)
+            fake_nvml.write()
+            status, payload, _ = kill_json(env, "--yes", "--all-gpu")
+            finals = {o["pid"]: o["result"] for o in payload["outcomes"]}
+            assert status == 1  # something was refused
+            for pid in server.all_pids:
+                assert finals[pid] == "sent", payload["outcomes"]
+            assert all(result == "refused" for pid, result in finals.items() if pid not in server.all_pids)
+            assert 1 not in finals
+            wait_for(lambda: all(is_gone(p) for p in server.all_pids), "the server tree to die")
+        assert own.poll() is None
+    finally:
+        own.kill()
+        own.wait()
+
+
+def test_read_only_refuses_before_anything(env: dict[str, str], fake_nvml: Any) -> None:
+    with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml) as server:
+        victim = server["scheduler_TP0"]
+        result = run_gputui(["kill", "--read-only", "--yes", str(victim)], env)
+        assert result.returncode == 2
+        assert result.stderr.strip() == "gputui: local: read-only mode: kill refused, nothing is signalled"
+        assert start_ticks_of(victim) == server.ticks[victim]
+    assert not (Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl").exists()
+
+
+def test_no_terminal_and_no_yes_refuses(env: dict[str, str], fake_nvml: Any) -> None:
+    with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml) as server:
+        victim = server["scheduler_TP0"]
+        result = run_gputui(["kill", str(victim)], env)
+        assert result.returncode == 2
+        assert "not a terminal" in result.stderr
+        assert f"{victim}" in result.stdout  # the listing was shown
+        assert start_ticks_of(victim) == server.ticks[victim]
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [(["local", "12x"], "gputui: kill: not a process id: '12x'"),
+     (["4242", "-"], "gputui: kill: not a process id: '-'"),
+     ([], "gputui: kill: name at least one process id, or use --all-gpu"),
+     (["99999999"], "gputui: kill: not a process id: '99999999'")],
+)
+def test_bad_pid_words_are_one_line(env: dict[str, str], words: list[str], message: str) -> None:
+    result = run_gputui(["kill", "--yes", *words], env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == message
+
+
+def test_unknown_pid_and_unreachable_target_are_one_line(env: dict[str, str]) -> None:
+    result = run_gputui(["kill", "--yes", str(unused_pid())], env)
+    assert result.returncode == 2
+    assert "is not a GPU process" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_d_state_process_is_reported_and_the_tool_does_not_hang(
+    env: dict[str, str], fake_nvml: Any, tmp_path: Path
+) -> None:
+    """17: a GPU process stuck in D is reported as uninterruptible and keeps the host from being clean."""
+    waiter = Binary(build_vfork_waiter(tmp_path), ["waiter"])
+    try:
+        pid = waiter.pids["waiter"]
+        wait_for(lambda: state_of(pid) == "D", "the vfork parent to wait in state D")
+        fake_nvml.state.add_holder(0, pid, 1000)
+        fake_nvml.write()
+        status, snapshot, document = check_json(env, "--wait", "8")
+        assert status == 1
+        assert document["clean_after_s"] == {"local": None}
+        assert snapshot.verdict is not None
+        assert f"pid {pid} (vfork_waiter) is in uninterruptible sleep (D) and may not die" in (
+            snapshot.verdict.reasons
+        )
+        (stuck,) = [f for f in snapshot.findings if f.kind == "uninterruptible" and f.pid == pid]
+        assert "may not die" in stuck.detail
+        listing = run_gputui(["kill", str(pid)], env)
+        assert "[D: may not die]" in listing.stdout
+    finally:
+        waiter.kill()
