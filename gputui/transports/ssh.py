@@ -740,7 +740,13 @@ class SshLink(HostLink):
                 f"{self.target}: {name} failed: {_visible(str(reply.get('error') or 'no reason'))}"
             )
         result = reply.get("result")
-        return result if isinstance(result, dict) else {}
+        if not isinstance(result, dict):
+            return {}
+        snapshot = result.get("snapshot")
+        if isinstance(snapshot, dict):
+            # The remote collector does not know the name the user gave (it is kept off its command line).
+            result["snapshot"] = dict(snapshot, target=self.target)
+        return result
 
     def close(self) -> None:
         """Ask the collector to quit, then close channel and transports; returns within about 2 s."""
