@@ -143,7 +143,12 @@ def _refuse_early(pid: int, snapshot: HostSnapshot) -> None:
 
 
 def _descendants(root: int, children: dict[int, list[int]]) -> list[tuple[int, int]]:
-    """(pid, depth) of every listed descendant of ``root``, deepest first, then by pid."""
+    """(pid, depth) of every listed descendant of ``root``, deepest first, then by pid.
+
+    ``children`` maps a pid to its children and to the members of the process group it leads: a
+    double-forked grandchild whose middle parent died is tied to the tree only by its group, and the agent
+    signals it as part of the tree, so the listing must show it too.
+    """
     found: dict[int, int] = {}
     frontier = [root]
     depth = 0
@@ -245,6 +250,10 @@ def plan_kill(
         for proc in snapshot.processes:
             if proc.ppid is not None and proc.ppid != proc.pid:
                 children.setdefault(proc.ppid, []).append(proc.pid)
+            # Process groups, where the collector reports them (an optional ``pgid`` on Proc).
+            pgid = getattr(proc, "pgid", None)
+            if isinstance(pgid, int) and pgid != proc.pid and pgid != proc.ppid:
+                children.setdefault(pgid, []).append(proc.pid)
         root_pids = {r.pid for r in roots}
         for root in roots:
             for pid, _depth in _descendants(root.pid, children):
