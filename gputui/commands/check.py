@@ -24,8 +24,9 @@ EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
 EXIT_ERROR = 2
 SAMPLE_TIMEOUT_S = 30.0
-WAIT_MEMORY_INTERVAL_S = 0.1
-"""Memory sample interval while waiting: 10 samples per second."""
+WAIT_MEMORY_INTERVAL_S = 0.09
+"""Memory sample interval while waiting. Links schedule the next sample an interval after the last one
+*finished*, so 0.1 s gives a little under 10 samples per second; 0.09 s keeps it at 10 or more."""
 WAIT_PROCESS_INTERVAL_S = 0.5
 DASH = "–"
 MAX_FINDINGS_SHOWN = 20
@@ -170,9 +171,9 @@ def _looks_clean(snapshot: HostSnapshot, baselines: Baselines) -> bool:
 def wait_until_clean(
     link: HostLink, target: str, baselines: Baselines, wait_s: float, args: argparse.Namespace
 ) -> tuple[HostSnapshot, float | None]:
-    """Sample at 10 per second until the host is clean or ``wait_s`` passed.
+    """Sample at 10+ per second until the host is clean or ``wait_s`` passed.
 
-    The fast stream (memory every 0.1 s, processes every 0.5 s) spots the moment memory is back; a clean
+    The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back; a clean
     looking sample is then confirmed with a full sample (fresh process list) so a stale process list can
     neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
 
