@@ -398,13 +398,13 @@ def find_problems(
 def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
     parent = table.get(proc.ppid) if proc.ppid is not None else None
     # The collector only knows when *it* first saw the state: an age under a second says nothing.
-    for_text = "" if age is None or age < 1 else f" for {_age(age)}"
+    been = "is defunct" if age is None or age < 1 else f"has been defunct for {_age(age)}"
     if proc.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",
             target=target,
             pid=proc.pid,
-            detail=f"pid {proc_label(proc)} has been defunct{for_text}; its parent is init (pid 1), "
+            detail=f"pid {proc_label(proc)} {been}; its parent is init (pid 1), "
             "which should reap it",
             action="nothing to kill: a zombie holds no memory and cannot be signalled",
         )
@@ -412,7 +412,7 @@ def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float 
         kind="zombie",
         target=target,
         pid=proc.pid,
-        detail=f"pid {proc_label(proc)} has been defunct{for_text}; its parent "
+        detail=f"pid {proc_label(proc)} {been}; its parent "
         f"{proc_label(parent, proc.ppid)} has not reaped it",
         action=f"signal or kill its parent {proc.ppid}: a zombie itself cannot be killed",
         action_pid=proc.ppid,

@@ -140,8 +140,11 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
             f"({baseline_text} MiB + {verdict.tolerance_mib})"
         )
         lines.append(f"clean: {at}" if verdict.clean else f"NOT clean: {at}")
+        # Host-level reasons (a zombie or D-state process left in a GPU tree) that a finding below already
+        # explains are not repeated: eight defunct workers would take sixteen lines to say eight things.
+        explained = {f"pid {f.pid} " for f in snapshot.findings if f.pid is not None}
         for reason in verdict.reasons:
-            if reason not in shown:
+            if reason not in shown and not any(reason.startswith(prefix) for prefix in explained):
                 lines.append(f"  - {visible(reason, 400)}")
     for finding in snapshot.findings[:MAX_FINDINGS_SHOWN]:
         lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}")
