@@ -198,6 +198,38 @@ def read_boot_time() -> Optional[float]:
     return None
 
 
+INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
+"""The inode of the initial PID namespace (PROC_PID_INIT_INO in the kernel)."""
+
+
+def in_child_pid_namespace() -> bool:
+    """Whether this process lives in a PID namespace other than the host's (a container without host pids).
+
+    There the driver's pids may belong to other namespaces, and a local process with the same number may be
+    an unrelated one.
+    """
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino != INIT_PID_NAMESPACE_INODE
+    except OSError:
+        return False
+
+
+def has_nvidia_device_open(pid: int) -> bool:
+    """Whether ``pid`` has a /dev/nvidia* node open (False when its fds cannot be read)."""
+    fd_dir = "/proc/%d/fd" % pid
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(fd_dir + "/" + fd).startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def ancestors_of(pid: int, table: Optional[Dict[int, ProcStat]] = None) -> List[int]:
     """The parent chain of ``pid`` up to pid 1 (excluding ``pid`` itself), from ``table`` or live /proc."""
     chain = []  # type: List[int]
@@ -1056,6 +1088,7 @@ class Agent(object):
         self.boot_id = read_boot_id()
         self.boot_time = read_boot_time()
         self.pid = os.getpid()
+        self.child_pid_namespace = in_child_pid_namespace()
         self._details = _ProcDetails(use_psutil)
         self._lock = threading.RLock()
         self._states = {}  # type: Dict[Tuple[int, int], Tuple[str, float]]
@@ -1097,6 +1130,7 @@ class Agent(object):
             "pid": self.pid,
             "boot_id": self.boot_id,
             "hostname": self.hostname,
+            "pid_namespace": "child" if self.child_pid_namespace else "host",
         }
 
     # -- sampling ------------------------------------------------------------------------------------------
@@ -1139,6 +1173,25 @@ class Agent(object):
                 "verdict": None,
             }
 
+    def error_snapshot(self, error: str) -> Dict[str, Any]:
+        """A snapshot that carries only this host's identity and an error."""
+        return {
+            "target": self.target,
+            "hostname": self.hostname,
+            "boot_id": self.boot_id,
+            "time": time.time(),
+            "error": error,
+            "mode": self.mode,
+            "agent_version": AGENT_VERSION,
+            "agent_pid": self.pid,
+            "gpus": [],
+            "processes": [],
+            "device_holders": None,
+            "findings": [],
+            "health": [],
+            "verdict": None,
+        }
+
     def _sample_processes(self, gpus: List[Dict[str, Any]], now: float) -> None:
         table = scan_proc()
         gpu_mib = {}  # type: Dict[int, Dict[int, int]]
@@ -1146,7 +1199,7 @@ class Agent(object):
         for gpu in gpus:
             listed = gpu.get("processes") or []
             for proc in listed:
-                proc["visible"] = proc["pid"] in table and proc["pid"] > 0
+                proc["visible"] = self._is_local_gpu_pid(proc["pid"], table)
                 if proc["visible"]:
                     per_gpu = gpu_mib.setdefault(proc["pid"], {})
                     # A process listed as both compute and graphics holds one allocation, not two.
@@ -1206,6 +1259,17 @@ class Agent(object):
         self._processes = processes
         self._processes_time = now
         self._device_holders = scan_device_holders(table) if self._ghost_suspected(gpus) else None
+
+    def _is_local_gpu_pid(self, pid: int, table: Dict[int, ProcStat]) -> bool:
+        """Whether the driver's ``pid`` is the local process with that number.
+
+        On the host it is whenever it exists. In a child PID namespace the driver may report pids of another
+        namespace, so a local process only counts as that GPU process if it has a /dev/nvidia* node open:
+        an unrelated process that happens to have the same number is never shown (or offered) as a holder.
+        """
+        if pid <= 0 or pid not in table:
+            return False
+        return not self.child_pid_namespace or has_nvidia_device_open(pid)
 
     @staticmethod
     def _ghost_suspected(gpus: List[Dict[str, Any]]) -> bool:
@@ -1696,7 +1760,11 @@ def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent) -> int:
     thread.start()
     while not stop.is_set():
         started = time.monotonic()
-        if not writer.write({"t": "snapshot", "snapshot": agent.sample()}):
+        try:
+            snapshot = agent.sample()
+        except Exception as exc:  # a collector bug must not end the stream: report it as the host's error
+            snapshot = agent.error_snapshot("collector error: %s: %s" % (type(exc).__name__, exc))
+        if not writer.write({"t": "snapshot", "snapshot": snapshot}):
             break
         while not stop.is_set():
             left = started + agent.memory_interval_s - time.monotonic()

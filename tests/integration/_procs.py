@@ -227,9 +227,10 @@ class AgentProcess:
         python: str = sys.executable,
         user: int | None = None,
         new_session: bool = True,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.proc = subprocess.Popen(
-            [python, "-u", "-c", BOOTSTRAP.format(n=len(AGENT_SOURCE)), *args],
+            [*prefix, python, "-u", "-c", BOOTSTRAP.format(n=len(AGENT_SOURCE)), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

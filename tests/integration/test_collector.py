@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -235,6 +236,31 @@ def test_pid_from_another_namespace_is_not_visible(fake_nvml: FakeNvml) -> None:
     gpu4 = gpus_by_index(snapshot)[4]
     assert gpu4["processes"] == [{"pid": pid, "used_mib": 2048, "type": "compute", "visible": False}]
     assert pid not in procs_by_pid(snapshot)
+
+
+def test_in_a_child_pid_namespace_an_unrelated_local_pid_is_not_the_holder(fake_nvml: FakeNvml) -> None:
+    """The driver reports pid 1 holding memory; inside a container pid 1 is some unrelated process.
+
+    The agent runs in a new PID namespace (unshare), where pid 1 is the agent's own process and has no
+    /dev/nvidia* node open: it must not be shown as the holder. On the host the same report is pid 1.
+    """
+    unshare = shutil.which("unshare")
+    assert unshare is not None, "util-linux unshare is needed to make a PID namespace"
+    fake_nvml.state.add_holder(0, 1, 4096)
+    fake_nvml.write()
+    prefix = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+    with agent_process(env=fake_nvml.env(), prefix=prefix) as agent:
+        assert agent.hello["pid_namespace"] == "child"
+        assert agent.hello["pid"] == 1
+        snapshot = agent.sample()
+    gpu0 = gpus_by_index(snapshot)[0]
+    assert gpu0["processes"] == [{"pid": 1, "used_mib": 4096, "type": "compute", "visible": False}]
+    assert all(p["gpu_memory_mib"] == {} for p in snapshot["processes"])
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.hello["pid_namespace"] == "host"
+        snapshot = agent.sample()
+    assert gpus_by_index(snapshot)[0]["processes"][0]["visible"] is True
+    assert procs_by_pid(snapshot)[1]["gpu_memory_mib"] == {"0": 4096}
 
 
 def test_unaccounted_memory_triggers_the_device_holder_scan(fake_nvml: FakeNvml) -> None:
