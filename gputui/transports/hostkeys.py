@@ -38,6 +38,9 @@ HASH_SALT_BYTES = 20
 class HostKeyError(LinkError):
     """The host's key is not trusted; the message names the host and why."""
 
+    permanent = True
+    """Retrying cannot help: the user must act (see ``reconnect.worth_retrying``)."""
+
 
 class UnknownHostKey(HostKeyError):
     """No known_hosts line names this host: nothing was written, the user must accept it first.

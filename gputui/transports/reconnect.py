@@ -49,3 +49,13 @@ class Backoff:
     def reset(self) -> None:
         """Forget past failures (the link works again)."""
         self.attempts = 0
+
+
+def worth_retrying(error: BaseException) -> bool:
+    """Whether reopening a link after ``error`` can help.
+
+    False for errors only the user can fix: a bad target, an unknown/changed/revoked host key, failed
+    authentication, a collector that cannot run there (no python3, protocol mismatch). Retrying those would
+    only hammer sshd (``PerSourcePenalties``, ``MaxStartups``) and hide the message: show it and stop.
+    """
+    return not getattr(error, "permanent", False)

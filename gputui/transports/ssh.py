@@ -74,6 +74,7 @@ CLOSE_BUDGET_S = 1.5
 MAX_JUMP_DEPTH = 8
 RECV_CHUNK_BYTES = 256 * 1024
 PYTHON_MISSING_STATUS = 127
+PYTHON_MISSING_MESSAGE = "python3 not found on host; reduced mode not available"
 
 _NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
 _RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
@@ -81,6 +82,14 @@ _RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
 class AuthFailed(LinkError):
     """No offered key was accepted; the message names the host and every key tried or skipped."""
+
+    permanent = True
+
+
+class SetupFailed(LinkError):
+    """The host cannot run the collector as configured (protocol mismatch, no python3, ProxyCommand)."""
+
+    permanent = True
 
 
 def agent_source() -> bytes:
@@ -180,7 +189,7 @@ class SshLink(HostLink):
         self._snapshots: deque[HostSnapshot] = deque(maxlen=SNAPSHOT_QUEUE_LEN)
         self._replies: dict[int, dict[str, Any]] = {}
         self._pending: set[int] = set()
-        self._error: str | None = None
+        self._error: LinkError | None = None
         self._last_data_mono = 0.0
         self._next_id = 1
         self._channel: Any = None
@@ -278,7 +287,7 @@ class SshLink(HostLink):
                 with self._cond:
                     self._cond.wait_for(lambda: self._error is not None, timeout=min(1.0, timeout_s))
                     if self._error is not None:
-                        raise LinkError(self._error) from None
+                        raise self._error_again() from None
                 raise
             hello = self._wait_hello(generation, time.monotonic() + timeout_s, timeout_s)
         finally:
@@ -298,7 +307,7 @@ class SshLink(HostLink):
     def _aborted_or(self, generation: int, what: str, exc: BaseException) -> LinkError:
         with self._cond:
             if self._error is not None and self._generation == generation:
-                return LinkError(self._error)
+                return self._error_again()
         return _phase_error(self.target, what, exc)
 
     def _abort(self, generation: int) -> None:
@@ -306,7 +315,7 @@ class SshLink(HostLink):
             if generation != self._generation:
                 return
             if self._error is None:
-                self._error = f"{self.target}: no answer within the connect deadline after login"
+                self._error = LinkError(f"{self.target}: no answer within the connect deadline after login")
             self._cond.notify_all()
         self._force_close_transports()
 
@@ -314,7 +323,7 @@ class SshLink(HostLink):
         with self._cond:
             while self.hello is None or self._generation != generation:
                 if self._error is not None:
-                    raise LinkError(self._error)
+                    raise self._error_again()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise LinkError(f"{self.target}: no hello from the collector within {timeout_s:.1f} s")
@@ -324,7 +333,7 @@ class SshLink(HostLink):
     def _accept_hello(self, hello: dict[str, Any]) -> None:
         protocol = hello.get("protocol")
         if protocol != PROTOCOL_VERSION:
-            raise LinkError(
+            raise SetupFailed(
                 f"{self.target}: the collector speaks protocol {protocol!r}, this gputui speaks "
                 f"{PROTOCOL_VERSION}"
             )
@@ -344,7 +353,7 @@ class SshLink(HostLink):
         if depth > MAX_JUMP_DEPTH:
             raise LinkError(f"{self.target}: more than {MAX_JUMP_DEPTH} ProxyJump hops (a loop?)")
         if settings.proxy_command:
-            raise LinkError(
+            raise SetupFailed(
                 f"{self.target}: ProxyCommand is not supported for {settings.target}; use ProxyJump"
             )
         timeout_s = self._timeout_s(settings)
@@ -528,11 +537,18 @@ class SshLink(HostLink):
 
     # -- the agent stream ----------------------------------------------------------------------------------
 
-    def _fail(self, generation: int, message: str) -> None:
+    def _fail(self, generation: int, message: str, permanent: bool = False) -> None:
         with self._cond:
             if generation == self._generation and self._error is None:
-                self._error = message
+                self._error = SetupFailed(message) if permanent else LinkError(message)
             self._cond.notify_all()
+
+    def _error_again(self) -> LinkError:
+        """A fresh exception like the stored one (the same instance raised twice would pile up tracebacks)."""
+        error = self._error
+        if error is None:
+            return LinkError(f"{self.target}: link not open")
+        return type(error)(str(error))
 
     def _read_loop(self, channel: Any, generation: int) -> None:
         buffer = bytearray()
@@ -555,7 +571,8 @@ class SshLink(HostLink):
             if data is None:
                 continue
             if not data:
-                self._fail(generation, self._exit_message(channel))
+                message = self._exit_message(channel)
+                self._fail(generation, message, permanent=message.endswith(PYTHON_MISSING_MESSAGE))
                 return
             with self._cond:
                 if generation == self._generation:
@@ -608,7 +625,7 @@ class SshLink(HostLink):
             or "python3: not found" in stderr
             or "python3: command not found" in stderr
         ):
-            return f"{self.target}: python3 not found on host; reduced mode not available"
+            return f"{self.target}: {PYTHON_MISSING_MESSAGE}"
         lines = [line for line in stderr.strip().splitlines() if line.strip()]
         last = f": {_visible(lines[-1])}" if lines else ""
         if status is None or status < 0:
@@ -697,14 +714,14 @@ class SshLink(HostLink):
                     self._snapshots.clear()
                     return newest
                 if self._error is not None:
-                    raise LinkError(self._error)
+                    raise self._error_again()
                 if self._channel is None:
                     raise LinkError(f"{self.target}: link not open")
                 now = time.monotonic()
                 age_s = now - self._last_data_mono
                 if age_s > self.stale_after_s:
-                    self._error = f"{self.target}: no data for {age_s:.1f} s"
-                    raise LinkError(self._error)
+                    self._error = LinkError(f"{self.target}: no data for {age_s:.1f} s")
+                    raise self._error_again()
                 if now >= deadline:
                     return None
                 self._cond.wait(min(deadline - now, self._last_data_mono + self.stale_after_s - now + 0.05))
@@ -714,7 +731,7 @@ class SshLink(HostLink):
         name = str(command.get("cmd"))
         with self._cond:
             if self._error is not None:
-                raise LinkError(self._error)
+                raise self._error_again()
             request_id = self._next_id
             self._next_id += 1
             self._pending.add(request_id)
@@ -725,7 +742,7 @@ class SshLink(HostLink):
             with self._cond:
                 while request_id not in self._replies:
                     if self._error is not None:
-                        raise LinkError(self._error)
+                        raise self._error_again()
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise LinkError(f"{self.target}: no reply to {name} within {timeout_s:.1f} s")
@@ -753,7 +770,7 @@ class SshLink(HostLink):
         with self._cond:
             channel = self._channel
             if self._error is None:
-                self._error = f"{self.target}: link closed"
+                self._error = LinkError(f"{self.target}: link closed")
             self._cond.notify_all()
         if channel is not None and self.hello is not None:
             try:

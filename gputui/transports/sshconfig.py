@@ -57,6 +57,8 @@ _PORT_RE = re.compile(r"[0-9]{1,5}")
 class BadTarget(LinkError):
     """The target word cannot name a host (it would be unsafe or meaningless to pass on)."""
 
+    permanent = True
+
 
 @dataclass(frozen=True)
 class TargetSpec:
@@ -317,8 +319,10 @@ def resolve_with_paramiko(target: str, spec: TargetSpec, config_path: str | None
     if config_path:
         text = expand_includes(Path(config_path), user_dir)
     else:
-        text = expand_includes(user_dir / "config", user_dir) + "\n" + expand_includes(
-            Path(SYSTEM_CONFIG), Path(SYSTEM_CONFIG).parent
+        text = (
+            expand_includes(user_dir / "config", user_dir)
+            + "\n"
+            + expand_includes(Path(SYSTEM_CONFIG), Path(SYSTEM_CONFIG).parent)
         )
     try:
         parsed = paramiko.SSHConfig.from_text(text)

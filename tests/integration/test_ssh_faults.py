@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.reconnect import Backoff
+from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink
 from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, stand_in_agent
 
@@ -141,6 +141,7 @@ def test_auth_failure_is_one_clear_line_after_one_connection(
     error, _ = _open_error(SshLink("wrong-key", FAST))
     message = str(error)
     assert isinstance(error, AuthFailed)
+    assert not worth_retrying(error)
     assert "\n" not in message
     assert message.startswith("wrong-key: authentication failed for")
     assert f"{ssh_keys['other']} (rejected)" in message
@@ -182,8 +183,9 @@ def test_hung_host_goes_stale_and_close_returns_quickly(host_a: SshdServer, ssh_
     try:
         _next(link)
         assert host_a.signal_sessions(signal.SIGSTOP) > 0
-        with pytest.raises(LinkError, match=r"^host-a: no data for \d+\.\d s$"):
+        with pytest.raises(LinkError, match=r"^host-a: no data for \d+\.\d s$") as stale:
             _next(link)
+        assert worth_retrying(stale.value)
         assert link.stale_after_s == 1.5
         started = time.monotonic()
         link.close()
@@ -283,8 +285,11 @@ def test_agent_error_reply_is_a_link_error(host_a: SshdServer, ssh_client: Clien
 
 def test_protocol_mismatch_is_refused(host_a: SshdServer, ssh_client: ClientHome) -> None:
     link = SshLink("host-a", FAST, source=stand_in_agent(protocol=99))
-    with pytest.raises(LinkError, match=r"^host-a: the collector speaks protocol 99, this gputui speaks 1$"):
+    with pytest.raises(
+        LinkError, match=r"^host-a: the collector speaks protocol 99, this gputui speaks 1$"
+    ) as caught:
         link.open()
+    assert not worth_retrying(caught.value)
     link.close()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.transports.reconnect import Backoff
+from gputui.transports.reconnect import Backoff, worth_retrying
 
 
 def test_ceiling_doubles_from_base_up_to_cap() -> None:
@@ -49,3 +49,21 @@ def test_many_failures_do_not_overflow() -> None:
 def test_bad_parameters_are_refused(base_s: float, cap_s: float) -> None:
     with pytest.raises(ValueError, match="backoff"):
         Backoff(base_s=base_s, cap_s=cap_s)
+
+
+def test_only_errors_a_retry_can_fix_are_worth_retrying() -> None:
+    from gputui.transports.base import LinkError
+    from gputui.transports.hostkeys import ChangedHostKey, UnknownHostKey
+    from gputui.transports.ssh import AuthFailed, SetupFailed
+    from gputui.transports.sshconfig import BadTarget
+
+    assert worth_retrying(LinkError("gpu1: no data for 3.2 s"))
+    assert worth_retrying(TimeoutError())
+    for permanent in (
+        BadTarget("x"),
+        ChangedHostKey("x"),
+        UnknownHostKey("t", "t", "t", None, "ssh-ed25519", b"blob"),
+        AuthFailed("x"),
+        SetupFailed("x"),
+    ):
+        assert not worth_retrying(permanent), permanent
