@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
+from gputui.analysis import analyze
+from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.model import HostSnapshot, snapshots_document
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible, visible_cmdline
@@ -19,24 +21,12 @@ SAMPLE_TIMEOUT_S = 30.0
 COMMAND_WIDTH = 80
 
 
-def _baselines(args: argparse.Namespace) -> Any:
-    from gputui.analysis import Baselines
-
-    kwargs: dict[str, Any] = {}
-    if getattr(args, "baseline_mib", None) is not None:
-        kwargs["default_mib"] = args.baseline_mib
-    if getattr(args, "tolerance_mib", None) is not None:
-        kwargs["tolerance_mib"] = args.tolerance_mib
-    return Baselines(**kwargs)
-
-
-def _analyze(snapshot: HostSnapshot, args: argparse.Namespace) -> HostSnapshot:
-    """Findings and the clean-slate verdict, when the analysis module is present."""
-    try:
-        from gputui.analysis import analyze
-    except ImportError:
-        return snapshot
-    return analyze(snapshot, _baselines(args))
+def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> HostSnapshot:
+    """Findings and the clean-slate verdict, against the same baselines ``gputui check`` uses."""
+    baselines = resolve_baselines(
+        snapshot.target, args.baseline_mib, args.tolerance_mib, bool(getattr(args, "demo", False)), err
+    )
+    return analyze(snapshot, baselines)
 
 
 def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
@@ -52,7 +42,10 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
         data = result.get("snapshot")
         if not isinstance(data, dict):
             raise LinkError(f"{target}: the agent answered without a snapshot")
-        return HostSnapshot.from_dict(data)
+        try:
+            return HostSnapshot.from_dict(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
     finally:
         link.close()
 
@@ -132,18 +125,17 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         try:
             snapshot = take_snapshot(target, args)
         except LinkError as exc:
-            print(f"gputui: {visible(str(exc), 300)}", file=err)
+            print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
             continue
         except Exception as exc:  # anything else a transport raises: still one line, never a traceback
-            cause = visible(f"{type(exc).__name__}: {exc}", 300)
-            print(f"gputui: {visible(target, 60)}: {cause}", file=err)
+            print(link_error_line(target, RuntimeError(f"{type(exc).__name__}: {exc}")), file=err)
             status = EXIT_ERROR
             continue
         if snapshot.error and not snapshot.gpus:
             print(f"gputui: {visible(target, 60)}: {visible(snapshot.error, 300)}", file=err)
             status = EXIT_ERROR
-        snapshots.append(_analyze(snapshot, args))
+        snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
         out.write(json.dumps(snapshots_document(snapshots), ensure_ascii=False, indent=1) + "\n")
     else:

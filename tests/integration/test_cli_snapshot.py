@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ HOSTILE_ARG = "\x1b]0;pwned\x07\x1b[2J[bold]x[/bold]\u202e;rm -rf ~"
 
 
 def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gputui.cli", "snapshot", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )
+    with tempfile.TemporaryDirectory() as state:  # no calibration recorded by whoever runs the tests
+        return subprocess.run(
+            [sys.executable, "-m", "gputui.cli", "snapshot", *args],
+            cwd=REPO, env=dict(env, XDG_STATE_HOME=state), capture_output=True, text=True, timeout=120,
+            check=False,
+        )
 
 
 def snapshot_json(fake: FakeNvml) -> dict[str, Any]:
