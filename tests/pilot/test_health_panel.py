@@ -1,0 +1,185 @@
+"""HealthPanel mounted in a small app: hostile samples shown literally, compact mode, the overview dot."""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+
+from gputui.health_view import HealthHistory
+from gputui.model import HealthSample
+from gputui.widgets.health_panel import HealthPanel, endpoint_block, endpoint_line, health_dot
+
+NOW_S = 1_800_000_000.0
+SGLANG = "http://127.0.0.1:30000/health"
+HOSTILE_URL = "http://127.0.0.1:1/[@click=app.quit]x[/][bold]B[/bold][$x]\x1b]0;t\x07"
+HOSTILE_DETAIL = "HTTP 503: \x1b[2J\x9b31m[red]boom[/red]\u202eevil\nsecond"
+
+
+def samples() -> list[HealthSample]:
+    return [
+        HealthSample(
+            url=SGLANG,
+            state="UNHEALTHY",
+            code=503,
+            latency_ms=20_004.0,
+            since=NOW_S - 125,
+            last_ok=NOW_S - 130,
+            consecutive_failures=7,
+            detail="HTTP 503 Service Unavailable",
+            discovered=True,
+            checked_at=NOW_S,
+        ),
+        HealthSample(
+            url=HOSTILE_URL,
+            state="[blink]X",  # an agent that says nonsense is shown literally, coloured like ERROR
+            code=None,
+            latency_ms=None,
+            since=NOW_S - 5,
+            detail=HOSTILE_DETAIL,
+            consecutive_failures=1,
+            checked_at=NOW_S,
+        ),
+        HealthSample(url="http://127.0.0.1:30000/health_generate", detail="not probed: generating endpoint"),
+    ]
+
+
+class PanelApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield HealthPanel(id="health")
+
+
+def screen_lines(panel: HealthPanel) -> list[str]:
+    return [strip.text for strip in panel.render_lines(Region(0, 0, panel.size.width, panel.size.height))]
+
+
+def history() -> dict[str, tuple[str | None, ...]]:
+    kept = HealthHistory(max_len=20)
+    for step, state in enumerate(["UP", "UP", "TIMEOUT", "UNHEALTHY", "UNHEALTHY"]):
+        kept.update([HealthSample(url=SGLANG, state=state, checked_at=NOW_S - 100 + step)])
+    return kept.as_dict()
+
+
+async def test_full_rendering_shows_every_field_literally() -> None:
+    app = PanelApp()
+    async with app.run_test(size=(120, 20)) as pilot:
+        panel = app.query_one(HealthPanel)
+        panel.show(samples(), history(), now_s=NOW_S)
+        await pilot.pause()
+        lines = screen_lines(panel)
+        text = "\n".join(lines)
+        since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
+        last_ok_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 130))
+        assert lines[0].startswith(f"{SGLANG} (discovered)")
+        assert "UNHEALTHY 503  20.0 s  " in lines[1]
+        assert "▁▁▆▅▅" in lines[1]  # the history strip, oldest left
+        assert f"503 since {since_clock} (2 min 05 s)" in lines[1]
+        assert f"HTTP 503 Service Unavailable · last ok {last_ok_clock} · 7 failures" in lines[2]
+        # Hostile strings: literal, escapes visible, nothing interpreted.
+        assert "[@click=app.quit]x[/][bold]B[/bold][$x]\\x1b]0;t\\x07" in text
+        assert "[blink]X" in text
+        assert "\\x1b[2J\\x9b31m[red]boom[/red]\\u202eevil\\nsecond" in text
+        assert "last ok – · 1 failure" in text
+        for bad in ("\x1b", "\x9b", "\u202e", "\x07"):
+            assert bad not in text
+        # A sample not probed yet says so.
+        assert "not probed yet" in text
+        assert "not probed: generating endpoint" in text
+        assert len(lines) == 3 + 3 + 3
+
+
+def test_state_styles_in_the_text() -> None:
+    block = endpoint_block(samples()[0], ("UP", "DOWN"), NOW_S)
+    styles = {block.plain[span.start : span.end].strip(): str(span.style) for span in block.spans}
+    assert styles["UNHEALTHY"] == "bold yellow"
+    assert styles["▁"] == "green"
+    assert styles["█"] == "red"
+    line = endpoint_line(samples()[1], (), NOW_S)
+    assert {str(span.style) for span in line.spans if "[blink]X" in line.plain[span.start : span.end]} == {
+        "bold magenta"
+    }
+
+
+async def test_states_have_distinct_colours_on_screen() -> None:
+    app = PanelApp()
+    async with app.run_test(size=(120, 20)) as pilot:
+        panel = app.query_one(HealthPanel)
+        panel.show(samples(), history(), now_s=NOW_S)
+        await pilot.pause()
+        colours: dict[str, object] = {}
+        for strip in panel.render_lines(Region(0, 0, panel.size.width, panel.size.height)):
+            for segment in strip:
+                word = segment.text.strip()
+                if word in ("UNHEALTHY", "[blink]X") and segment.style is not None:
+                    colours[word] = segment.style.color
+        assert set(colours) == {"UNHEALTHY", "[blink]X"}
+        assert colours["UNHEALTHY"] is not None
+        assert colours["UNHEALTHY"] != colours["[blink]X"]
+
+
+async def test_clicking_hostile_text_runs_nothing() -> None:
+    app = PanelApp()
+    async with app.run_test(size=(120, 20)) as pilot:
+        panel = app.query_one(HealthPanel)
+        panel.show(samples(), history(), now_s=NOW_S)
+        await pilot.pause()
+        hostile_row = next(i for i, line in enumerate(screen_lines(panel)) if "[@click=app.quit]" in line)
+        column = screen_lines(panel)[hostile_row].index("[@click")
+        for offset in (1, 20, 22):
+            await pilot.click(HealthPanel, offset=(column + offset, hostile_row))
+        await pilot.pause()
+        assert app.is_running
+        assert app.return_code is None
+
+
+async def test_compact_is_one_line_per_endpoint_and_narrow_safe() -> None:
+    app = PanelApp()
+    async with app.run_test(size=(50, 20)) as pilot:
+        panel = app.query_one(HealthPanel)
+        panel.show(samples(), history(), now_s=NOW_S)
+        panel.compact = True
+        await pilot.pause()
+        lines = screen_lines(panel)
+        assert len(lines) == 3
+        assert panel.size.height == 3
+        since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
+        assert lines[0].startswith(f"UNHEALTHY 503 20.0 s  ▁▁▆▅▅ 503 since {since_clock}")
+        assert lines[0].rstrip().endswith("…")  # the URL is cut to the 50-cell width, not wrapped
+        assert all(len(line) == 50 for line in lines)
+        panel.compact = False
+        await pilot.pause()
+        assert panel.size.height == 9
+
+
+async def test_empty_and_updated() -> None:
+    app = PanelApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        panel = app.query_one(HealthPanel)
+        await pilot.pause()
+        assert "no health endpoints" in screen_lines(panel)[0]
+        up = HealthSample(
+            url=SGLANG, state="UP", code=200, latency_ms=3.4, since=NOW_S - 10, checked_at=NOW_S
+        )
+        panel.show([up], {SGLANG: ("UP",)}, now_s=NOW_S)
+        await pilot.pause()
+        lines = screen_lines(panel)
+        assert len(lines) == 2
+        assert "UP        200  3 ms" in lines[1]
+        assert panel.samples == (up,)
+
+
+def test_health_dot() -> None:
+    def dot(*states: str | None) -> Text:
+        return health_dot(HealthSample(url=f"http://h/{i}", state=s) for i, s in enumerate(states))
+
+    assert health_dot([]).plain == "–"
+    assert dot("UP", "UP").plain == "●"
+    assert "green" in str(dot("UP").style)
+    assert dot("UP", None).plain == "○"
+    assert dot("UP", "UNHEALTHY").plain == "▲"
+    assert "yellow" in str(dot("UNHEALTHY").style)
+    assert dot("TIMEOUT", "DOWN", "UP").plain == "✖"
+    assert "red" in str(dot("DOWN").style)
+    assert dot("ERROR").plain == "▲"
