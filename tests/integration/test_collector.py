@@ -129,6 +129,25 @@ def test_holder_tree_with_ancestors_and_descendants(fake_nvml: FakeNvml, proc_so
         assert snapshot["processes_time"] == snapshot["time"]
 
 
+def test_graphics_and_compute_lists_are_both_reported(fake_nvml: FakeNvml) -> None:
+    with script(SLEEPER, ["sleeper"]) as first, script(SLEEPER, ["sleeper"]) as second, \
+            agent_process(env=fake_nvml.env()) as agent:
+        a, b = first.pids["sleeper"], second.pids["sleeper"]
+        fake_nvml.state.add_holder(7, a, 600)
+        fake_nvml.state.add_holder(7, b, 250, "graphics")
+        fake_nvml.write()
+        snapshot = agent.sample()
+        gpu7 = gpus_by_index(snapshot)[7]
+        assert gpu7["memory_used_mib"] == 853
+        assert sorted((p["pid"], p["type"], p["used_mib"]) for p in gpu7["processes"]) == sorted(
+            [(a, "compute", 600), (b, "graphics", 250)]
+        )
+        procs = procs_by_pid(snapshot)
+        assert procs[a]["gpu_memory_mib"] == {"7": 600}
+        assert procs[b]["gpu_memory_mib"] == {"7": 250}
+        assert snapshot["device_holders"] is None  # every MiB is accounted for
+
+
 def test_zombie_appears_with_state_z_and_its_parent(fake_nvml: FakeNvml) -> None:
     with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, agent_process(env=fake_nvml.env()) as agent:
         zombie, parent = maker.pids["zombie"], maker.pids["parent"]
