@@ -8,9 +8,9 @@ Nothing here signals anything; the agent does (see ``gputui/agent.py``).
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
+import pwd
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -353,9 +353,10 @@ def all_handled(outcomes: Iterable[KillOutcome]) -> bool:
 
 
 def _local_user() -> str:
+    """Who runs gputui, by real uid (not $USER/$LOGNAME, which sudo and su may leave pointing elsewhere)."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         return str(os.getuid())
 
 

@@ -3,8 +3,8 @@ real /proc and real pynvml over the fake NVML, against real process trees (see `
 
 RELIABILITY cases covered here: 13 (pid reused between listing and confirmation), 14 (TERM -> KILL
 escalation), 15 (dead middle parent, double-forked grandchild), 16 (zombie -> its parent), 17 (D state),
-19 (pid from another PID namespace), 20 (pid 1, the agent's own ancestors and session, read-only), 21 (ghost
-memory after a kill).
+18 (another user's process denied, the rest proceeds), 19 (pid from another PID namespace), 20 (pid 1, the
+agent's own ancestors and session, read-only), 21 (ghost memory after a kill).
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 from typing import Any
@@ -501,3 +503,79 @@ def test_d_state_process_is_reported_and_the_tool_does_not_hang(
         assert "[D: may not die]" in listing.stdout
     finally:
         waiter.kill()
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""A Python every user can run (the test venv's interpreter may live under root's private home)."""
+CLI_UID = 65533  # an unprivileged uid that is not nobody
+OTHER_UID = 65534  # nobody
+
+
+def _shared_copy(fake_nvml: Any) -> tuple[Path, Path]:
+    """The fake library and state file where an unprivileged uid can read them (pytest's tmp is 0700)."""
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="gputui-shared-"))
+    shared.chmod(0o755)
+    shutil.copy2(Path(fake_nvml.lib_dir) / "libnvidia-ml.so.1", shared / "libnvidia-ml.so.1")
+    (shared / "state").mkdir(mode=0o777)
+    (shared / "state").chmod(0o777)
+    return shared, shared / "fakenvml.state"
+
+
+def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake_nvml: Any) -> None:
+    """18: the CLI runs unprivileged; one target belongs to another user: denied for that one, the other dies.
+
+    Needs root to start processes as two other users (the suite runs as root in CI); it fails, not skips,
+    elsewhere.
+    """
+    import shutil
+
+    if os.geteuid() != 0:
+        raise AssertionError("this test starts processes as other users: run the suite as root (CI does)")
+    shared, state_path = _shared_copy(fake_nvml)
+    sleep_code = "import time; time.sleep(600)"
+    foreign = subprocess.Popen([SYSTEM_PYTHON, "-S", "-c", sleep_code], user=OTHER_UID, group=OTHER_UID,
+                               extra_groups=[], start_new_session=True, cwd="/")
+    own = subprocess.Popen([SYSTEM_PYTHON, "-S", "-c", sleep_code], user=CLI_UID, group=CLI_UID,
+                           extra_groups=[], start_new_session=True, cwd="/")
+    try:
+        fake_nvml.state.add_holder(0, foreign.pid, 1000)
+        fake_nvml.state.add_holder(1, own.pid, 2000)
+        fake_nvml.state.write(state_path)
+        state_path.chmod(0o644)
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(shared / "state"),
+            "LD_LIBRARY_PATH": str(shared),
+            "FAKE_NVML_STATE": str(state_path),
+            "XDG_STATE_HOME": str(shared / "state"),
+            # The venv's pure-Python pynvml and psutil (built for this same Python minor version).
+            "PYTHONPATH": f"{REPO}{os.pathsep}{sysconfig.get_paths()['purelib']}",
+            "USER": "root",  # misleading on purpose: the audit must name the real uid's user
+        }
+        cli = subprocess.run(
+            [SYSTEM_PYTHON, "-m", "gputui.cli", "kill", "--yes", "--json", "--no-discover",
+             str(foreign.pid), str(own.pid)],
+            cwd=REPO, env=env, user=CLI_UID, group=CLI_UID, extra_groups=[], capture_output=True, text=True,
+            timeout=90, check=False,
+        )
+        assert cli.stdout, cli.stderr
+        payload = json.loads(cli.stdout)
+        assert cli.returncode == 1
+        finals = {o["pid"]: o for o in payload["outcomes"]}
+        assert finals[foreign.pid]["result"] == "denied"
+        assert "permission denied" in finals[foreign.pid]["detail"]
+        assert finals[own.pid]["result"] == "sent"
+        assert own.wait(timeout=DEADLINE_S) == -signal.SIGTERM
+        assert foreign.poll() is None
+        audit_path = shared / "state" / "gputui" / "audit.jsonl"
+        audit = [json.loads(x) for x in audit_path.read_text().splitlines()]
+        assert {(a["pid"], a["result"]) for a in audit} == {(foreign.pid, "denied"), (own.pid, "sent")}
+        assert {a["local_user"] for a in audit} != {"root"}
+    finally:
+        for proc in (foreign, own):
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(shared, ignore_errors=True)
