@@ -178,6 +178,18 @@ def read_cmdline(pid: int) -> Optional[List[str]]:
     return [_text(part) for part in data.split(b"\0")]
 
 
+def read_real_uid(pid: int) -> Optional[int]:
+    """The real uid of a process (the ``Uid:`` line of /proc/<pid>/status), as psutil reports it."""
+    try:
+        with open("/proc/%d/status" % pid, "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def read_boot_id() -> Optional[str]:
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
@@ -322,10 +334,7 @@ class _ProcDetails(object):
             except _psutil.Error:
                 pass
         else:
-            try:
-                uid = os.stat("/proc/%d" % stat.pid).st_uid
-            except OSError:
-                uid = None
+            uid = read_real_uid(stat.pid)
             if cmdline is None:
                 cmdline = read_cmdline(stat.pid)
             rss_kib = stat.rss_pages * (_PAGE_SIZE // 1024)
@@ -1354,7 +1363,7 @@ class Agent(object):
         raw_targets = command.get("targets")
         if not isinstance(raw_targets, list) or not raw_targets:
             raise _CommandError("targets must be a non-empty list of {pid, start_ticks}")
-        targets = []  # type: List[Tuple[int, Optional[int]]]
+        targets = []  # type: List[Tuple[int, int]]
         for item in raw_targets:
             if not isinstance(item, dict):
                 raise _CommandError("each target must be an object with pid and start_ticks")
@@ -1362,8 +1371,9 @@ class Agent(object):
             ticks = item.get("start_ticks")
             if isinstance(pid, bool) or not isinstance(pid, int):
                 raise _CommandError("target pid must be an integer")
-            if ticks is not None and (isinstance(ticks, bool) or not isinstance(ticks, int)):
-                raise _CommandError("target start_ticks must be an integer")
+            if isinstance(ticks, bool) or not isinstance(ticks, int):
+                # Without the start time the pid could name any process by now: never signal on a pid alone.
+                raise _CommandError("target start_ticks must be an integer (the process's identity)")
             targets.append((pid, ticks))
         escalate_s = command.get("escalate_s")
         if escalate_s is not None:
@@ -1440,7 +1450,7 @@ class _Killer(object):
         self.outcomes.append(outcome)
         return outcome
 
-    def run(self, targets: List[Tuple[int, Optional[int]]], boot_id: Optional[str]) -> List[Dict[str, Any]]:
+    def run(self, targets: List[Tuple[int, int]], boot_id: Optional[str]) -> List[Dict[str, Any]]:
         table = scan_proc()
         if self.agent.read_only:
             for pid, ticks in targets:
@@ -1470,14 +1480,14 @@ class _Killer(object):
         except OSError:
             my_session = my_group = -1
 
-        ordered = []  # type: List[Tuple[int, Optional[int]]]
+        ordered = []  # type: List[Tuple[int, int]]
         queued = set()  # type: Set[int]
         for pid, ticks in targets:
             stat = table.get(pid)
             if stat is None:
                 self._outcome(pid, ticks, None, "check", None, "gone", "no such process")
                 continue
-            if ticks is not None and stat.start_ticks != ticks:
+            if stat.start_ticks != ticks:
                 self._outcome(
                     pid,
                     ticks,
@@ -1514,9 +1524,7 @@ class _Killer(object):
             if refusal is not None:
                 self._outcome(pid, ticks, stat, "check", None, "refused", refusal)
                 continue
-            result, detail = send_signal_checked(
-                pid, stat.start_ticks if ticks is None else ticks, self.signo
-            )
+            result, detail = send_signal_checked(pid, ticks, self.signo)
             if result == "sent" and stat.state == "D":
                 detail = "in uninterruptible sleep (D): it may not die until its I/O completes"
             self._outcome(pid, ticks, stat, "signal", self.signal_name, result, detail)

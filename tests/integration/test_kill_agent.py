@@ -191,6 +191,8 @@ def test_malformed_kill_commands_get_one_line_errors() -> None:
         for bad in (
             {"cmd": "kill", "targets": []},
             {"cmd": "kill", "targets": [{"pid": "1; rm -rf ~"}]},
+            {"cmd": "kill", "targets": [{"pid": 12345}]},  # no identity: never signal a bare pid
+            {"cmd": "kill", "targets": [{"pid": 12345, "start_ticks": None}]},
             {"cmd": "kill", "targets": [{"pid": 1, "start_ticks": 1}], "signal": "HUP"},
             {"cmd": "kill", "targets": [{"pid": 1, "start_ticks": 1}], "escalate_s": -1},
             {"cmd": "no-such-command"},
