@@ -1363,7 +1363,7 @@ class Agent(object):
         raw_targets = command.get("targets")
         if not isinstance(raw_targets, list) or not raw_targets:
             raise _CommandError("targets must be a non-empty list of {pid, start_ticks}")
-        targets = []  # type: List[Tuple[int, int]]
+        targets = []  # type: List[Tuple[int, Optional[int]]]
         for item in raw_targets:
             if not isinstance(item, dict):
                 raise _CommandError("each target must be an object with pid and start_ticks")
@@ -1371,9 +1371,8 @@ class Agent(object):
             ticks = item.get("start_ticks")
             if isinstance(pid, bool) or not isinstance(pid, int):
                 raise _CommandError("target pid must be an integer")
-            if isinstance(ticks, bool) or not isinstance(ticks, int):
-                # Without the start time the pid could name any process by now: never signal on a pid alone.
-                raise _CommandError("target start_ticks must be an integer (the process's identity)")
+            if ticks is not None and (isinstance(ticks, bool) or not isinstance(ticks, int)):
+                raise _CommandError("target start_ticks must be an integer")
             targets.append((pid, ticks))
         escalate_s = command.get("escalate_s")
         if escalate_s is not None:
@@ -1450,7 +1449,7 @@ class _Killer(object):
         self.outcomes.append(outcome)
         return outcome
 
-    def run(self, targets: List[Tuple[int, int]], boot_id: Optional[str]) -> List[Dict[str, Any]]:
+    def run(self, targets: List[Tuple[int, Optional[int]]], boot_id: Optional[str]) -> List[Dict[str, Any]]:
         table = scan_proc()
         if self.agent.read_only:
             for pid, ticks in targets:
@@ -1484,6 +1483,18 @@ class _Killer(object):
         queued = set()  # type: Set[int]
         for pid, ticks in targets:
             stat = table.get(pid)
+            if ticks is None:
+                # Without its start time a pid may name any process by now: never signal a bare pid.
+                self._outcome(
+                    pid,
+                    None,
+                    stat,
+                    "check",
+                    None,
+                    "refused",
+                    "no start time given: the process's identity cannot be checked",
+                )
+                continue
             if stat is None:
                 self._outcome(pid, ticks, None, "check", None, "gone", "no such process")
                 continue
@@ -1657,7 +1668,7 @@ def send_signal_checked(pid: int, start_ticks: int, signo: int) -> Tuple[str, st
     """Signal ``pid`` only if it is still the process that started at ``start_ticks``.
 
     With a pidfd the identity check happens after the pidfd is open, so the pid cannot be reused between the
-    check and the signal; without one (old kernels, Python 3.8) there is a small window, checked twice.
+    check and the signal; without one (old kernels, Python 3.8) a small window remains between them.
 
     Returns:
         (result, detail) with result one of sent, gone, changed, denied, error.

@@ -177,6 +177,18 @@ def test_kill_with_a_deadline_reports_exited() -> None:
         ]
 
 
+def test_a_bare_pid_without_start_time_is_refused_while_the_rest_proceeds() -> None:
+    with script(SLEEPER, ["sleeper"]) as bare, script(SLEEPER, ["sleeper"]) as checked, \
+            agent_process() as agent:
+        bare_pid, checked_pid = bare.pids["sleeper"], checked.pids["sleeper"]
+        outcomes = kill(agent, [{"pid": bare_pid}, target(checked_pid)])
+        by_pid = {o["pid"]: o for o in outcomes}
+        assert by_pid[bare_pid]["result"] == "refused"
+        assert "start time" in by_pid[bare_pid]["detail"]
+        assert by_pid[checked_pid]["result"] == "sent"
+        assert state_of(bare_pid) == "S"
+
+
 def test_read_only_agent_refuses_every_kill() -> None:
     with script(SLEEPER, ["sleeper"]) as sleeper, agent_process("--read-only") as agent:
         pid = sleeper.pids["sleeper"]
@@ -191,8 +203,7 @@ def test_malformed_kill_commands_get_one_line_errors() -> None:
         for bad in (
             {"cmd": "kill", "targets": []},
             {"cmd": "kill", "targets": [{"pid": "1; rm -rf ~"}]},
-            {"cmd": "kill", "targets": [{"pid": 12345}]},  # no identity: never signal a bare pid
-            {"cmd": "kill", "targets": [{"pid": 12345, "start_ticks": None}]},
+            {"cmd": "kill", "targets": [{"pid": 12345, "start_ticks": "soon"}]},
             {"cmd": "kill", "targets": [{"pid": 1, "start_ticks": 1}], "signal": "HUP"},
             {"cmd": "kill", "targets": [{"pid": 1, "start_ticks": 1}], "escalate_s": -1},
             {"cmd": "no-such-command"},
