@@ -30,6 +30,7 @@ import importlib.util
 import json
 import logging
 import math
+import os
 import re
 import socket
 import threading
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
+import paramiko.agent
 
 # paramiko logs connection failures at ERROR; with no handler configured Python would print them on stderr,
 # over the TUI. Every failure reaches the caller as a LinkError instead.
@@ -475,19 +477,36 @@ class SshLink(HostLink):
     def _authenticate(self, transport: Any, settings: SshSettings) -> None:
         """Public-key auth with agent keys and identity files; no prompts; one connection, each key once."""
         tried: list[str] = []
-        candidates: list[tuple[str, Any]] = []
-        seen_blobs: set[bytes] = set()
         file_blobs: dict[bytes, str] = {}
         for path in settings.identity_files:
             public = _public_blob(path)
             if public is not None:
                 file_blobs[public] = path
         agent_keys: list[Any] = []
-        if (settings.identity_agent or "").lower() != "none":
+        agent: _AgentAt | None = None
+        agent_path = _agent_socket_path(settings.identity_agent)
+        if agent_path is not None:
             try:
-                agent_keys = list(paramiko.Agent().get_keys())
-            except (paramiko.SSHException, OSError) as exc:
-                tried.append(f"ssh-agent ({_visible(str(exc), 60)})")
+                agent = _AgentAt(agent_path, self._timeout_s(settings))
+                agent_keys = list(agent.get_keys())
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                tried.append(f"ssh-agent at {agent_path} ({_visible(str(exc) or type(exc).__name__, 60)})")
+        try:
+            self._try_keys(transport, settings, tried, agent_keys, file_blobs)
+        finally:
+            if agent is not None:
+                agent.close()
+
+    def _try_keys(
+        self,
+        transport: Any,
+        settings: SshSettings,
+        tried: list[str],
+        agent_keys: list[Any],
+        file_blobs: dict[bytes, str],
+    ) -> None:
+        candidates: list[tuple[str, Any]] = []
+        seen_blobs: set[bytes] = set()
         for key in agent_keys:
             blob = key.asbytes()
             if settings.identities_only and blob not in file_blobs:
@@ -819,6 +838,37 @@ class SshLink(HostLink):
                 transport.sock.close()
             except Exception:  # noqa: S110 - best effort on a dying connection
                 pass
+
+
+class _AgentAt(paramiko.agent.AgentSSH):
+    """An ssh-agent client for a given socket path, with a deadline on every read (a hung agent must not
+    hang the connect)."""
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        super().__init__()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(timeout_s)
+        try:
+            conn.connect(path)
+        except OSError:
+            conn.close()
+            raise
+        self._connect(conn)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self._close()  # type: ignore[attr-defined]
+
+
+def _agent_socket_path(identity_agent: str | None) -> str | None:
+    """The agent socket OpenSSH would use for ``IdentityAgent`` (default ``$SSH_AUTH_SOCK``); None: none."""
+    value = identity_agent or "SSH_AUTH_SOCK"
+    if value.lower() == "none":
+        return None
+    if value == "SSH_AUTH_SOCK":
+        return os.environ.get("SSH_AUTH_SOCK") or None
+    if value.startswith("$"):
+        return os.environ.get(value[1:].strip("{}")) or None
+    return os.path.expanduser(value)
 
 
 def _hard_close(sock: socket.socket) -> None:

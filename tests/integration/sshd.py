@@ -220,20 +220,27 @@ class ClientHome:
         self.ssh_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.config = self.ssh_dir / "config"
         self.known_hosts = self.ssh_dir / "known_hosts"
+        self.identities_only = True
         self._entries: list[str] = []
-        self._tail = [
+        self._write()
+
+    def _write(self) -> None:
+        tail = [
             "Host *",
             f"  UserKnownHostsFile {self.known_hosts}",
             "  GlobalKnownHostsFile /dev/null",
             f"  IdentityFile {self.key}",
-            "  IdentitiesOnly yes",
+            f"  IdentitiesOnly {'yes' if self.identities_only else 'no'}",
             "  HashKnownHosts no",
             f"  User {_current_user()}",
         ]
-        self._write()
+        self.config.write_text("\n".join(self._entries + tail) + "\n")
 
-    def _write(self) -> None:
-        self.config.write_text("\n".join(self._entries + self._tail) + "\n")
+    def use_key(self, key: Path, identities_only: bool = True) -> None:
+        """Make ``key`` the identity file every host gets (and set IdentitiesOnly)."""
+        self.key = key
+        self.identities_only = identities_only
+        self._write()
 
     def add_host(self, alias: str, server: SshdServer, *extra: str) -> None:
         """A ``Host alias`` block pointing at ``server`` (extra lines go inside the block)."""

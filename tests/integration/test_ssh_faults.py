@@ -135,9 +135,7 @@ def test_auth_failure_is_one_clear_line_after_one_connection(
         "wrong-key", host_a, f"IdentityFile {ssh_keys['other']}", f"IdentityFile {ssh_keys['encrypted']}"
     )
     # Only the unauthorized and the encrypted key are offered; IdentitiesOnly keeps any agent out.
-    ssh_client.config.write_text(
-        ssh_client.config.read_text().replace(f"  IdentityFile {ssh_client.key}\n", "")
-    )
+    ssh_client.use_key(ssh_keys["other"])
     error, _ = _open_error(SshLink("wrong-key", FAST))
     message = str(error)
     assert isinstance(error, AuthFailed)
