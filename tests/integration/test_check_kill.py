@@ -18,6 +18,8 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -579,3 +581,32 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
             proc.kill()
             proc.wait()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_several_targets_one_unreachable_is_one_line_and_exit_2(env: dict[str, str]) -> None:
+    with socket_closed_port() as port:
+        target = f"127.0.0.1:{port}"
+        result = run_gputui(["check", "--no-discover", "--connect-timeout", "5", "local", target], env)
+        as_json = run_gputui(["check", "--json", "--no-discover", "--connect-timeout", "5", target], env)
+        document = json.loads(as_json.stdout)
+    assert result.returncode == 2
+    assert result.stdout.splitlines()[0].startswith("local (")  # a header per host when there are several
+    assert "clean: 8/8 GPUs at baseline" in result.stdout
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"gputui: {target}: ")
+    (host,) = document["hosts"]
+    assert host["target"] == target
+    assert host["verdict"]["known"] is False
+
+
+@contextmanager
+def socket_closed_port() -> Iterator[int]:
+    """A loopback port nothing listens on (bound, never listening, so no one else takes it meanwhile)."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
