@@ -71,13 +71,12 @@ _BOUNDARY_NAMES = frozenset(
         "supervisord",
         "runsv",
         "s6-supervise",
-        "process_api",
     }
 )
 _BOUNDARY_PREFIXES = ("sshd", "tmux", "containerd-shim")
 _SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 # Parents that adopt orphans: a GPU process under one of these lost the launcher that started it.
-_INIT_LIKE = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit", "process_api"})
+_INIT_LIKE = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit"})
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
 _BENIGN_DEVICE_HOLDERS = frozenset({"nvidia-persiste", "nvidia-persistenced"})
 
