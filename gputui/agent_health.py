@@ -35,12 +35,16 @@ import ipaddress
 import os
 import re
 import socket
-import ssl
 import threading
 import time
 import unicodedata
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
+
+try:
+    import ssl
+except ImportError:  # a python3 built without OpenSSL: https probes say so, everything else still works
+    ssl = None  # type: ignore[assignment]
 
 HEALTH_STATE_UP = "UP"
 HEALTH_STATE_UNHEALTHY = "UNHEALTHY"
@@ -83,6 +87,14 @@ HEALTH_SAMPLE_FIELDS = (
     "checked_at",
 )
 HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
+
+
+class _HealthNoSslError(Exception):
+    """Stands in for ssl.SSLError where there is no ssl module (it is then never raised)."""
+
+
+_HEALTH_SSL_ERROR = ssl.SSLError if ssl is not None else _HealthNoSslError
+_health_default_ssl_context: Any = None
 
 _HEALTH_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 _HEALTH_STATUS_RE = re.compile(rb"^HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?$")
@@ -296,9 +308,18 @@ def _health_connect(target: _HealthTarget, deadline: float, deadline_s: float) -
 
 
 def _health_wrap_tls(
-    sock: socket.socket, target: _HealthTarget, deadline: float, ssl_context: Optional[ssl.SSLContext]
+    sock: socket.socket, target: _HealthTarget, deadline: float, ssl_context: Any
 ) -> socket.socket:
-    context = ssl_context if ssl_context is not None else ssl.create_default_context()
+    global _health_default_ssl_context
+    if ssl is None:
+        sock.close()
+        raise HealthProbeFailure(HEALTH_STATE_ERROR, "TLS: this python3 has no ssl module")
+    context = ssl_context
+    if context is None:
+        # Loading the system's CA store costs milliseconds of CPU: once per agent, not once per probe.
+        if _health_default_ssl_context is None:
+            _health_default_ssl_context = ssl.create_default_context()
+        context = _health_default_ssl_context
     try:
         sock.settimeout(_health_remaining(deadline))
         return context.wrap_socket(sock, server_hostname=target.host)
@@ -440,7 +461,7 @@ def _health_exchange(
         raise HealthProbeFailure(HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s") from None
     except ConnectionResetError:
         raise HealthProbeFailure(HEALTH_STATE_ERROR, "connection reset by peer", code) from None
-    except ssl.SSLError as exc:
+    except _HEALTH_SSL_ERROR as exc:
         raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {getattr(exc, 'reason', None) or exc}") from None
     except OSError as exc:
         raise HealthProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
@@ -466,7 +487,7 @@ def probe_url(
     url: str,
     deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
     body_cap_bytes: int = HEALTH_BODY_CAP_BYTES,
-    ssl_context: Optional[ssl.SSLContext] = None,
+    ssl_context: Any = None,
 ) -> Dict[str, Any]:
     """Probe one health URL once, blocking for at most ``deadline_s`` (plus scheduling noise).
 
@@ -478,7 +499,7 @@ def probe_url(
         url: An http:// or https:// URL; anything else is an ERROR "unsupported URL".
         deadline_s: Total deadline in seconds.
         body_cap_bytes: At most this many body bytes are read.
-        ssl_context: TLS settings for https; default: the system's verifying context.
+        ssl_context: An ``ssl.SSLContext`` for https; default: the system's verifying context.
 
     Returns:
         ``{"state", "code", "latency_ms", "detail"}``: the state name, the HTTP status code (None when
@@ -752,7 +773,7 @@ class HealthProber:
         interval_s: float = HEALTH_DEFAULT_INTERVAL_S,
         deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
         body_cap_bytes: int = HEALTH_BODY_CAP_BYTES,
-        ssl_context: Optional[ssl.SSLContext] = None,
+        ssl_context: Any = None,
         discovered_linger_s: float = HEALTH_DISCOVERED_LINGER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -761,6 +782,8 @@ class HealthProber:
         self._discovered_seen: Dict[str, float] = {}
         self._endpoints: Dict[str, _HealthEndpoint] = {}
         self._in_flight: Set[str] = set()
+        # Kept across removal and re-adding of a URL, so reconfiguring cannot beat the rate limits.
+        self._last_started: Dict[str, float] = {}
         self._discover = bool(discover)
         self._generate = bool(generate)
         self._interval_s = HEALTH_DEFAULT_INTERVAL_S
@@ -892,10 +915,18 @@ class HealthProber:
             if url not in wanted:
                 del self._endpoints[url]
         now = time.monotonic()
+        forget_before = now - max(self._interval_s, HEALTH_GENERATE_MIN_INTERVAL_S)
+        for url, started in list(self._last_started.items()):
+            if url not in wanted and started < forget_before:
+                del self._last_started[url]
         for url, discovered in wanted.items():
             endpoint = self._endpoints.get(url)
             if endpoint is None:
-                self._endpoints[url] = _HealthEndpoint(url, discovered, now)
+                endpoint = _HealthEndpoint(url, discovered, now)
+                last_started = self._last_started.get(url)
+                if last_started is not None:
+                    endpoint.next_due = max(now, last_started + self._period_s(endpoint))
+                self._endpoints[url] = endpoint
             else:
                 endpoint.discovered = discovered
         if self._endpoints and self._thread is None and not self._closed:
@@ -968,6 +999,7 @@ class HealthProber:
                         continue
                     if endpoint.next_due <= now:
                         self._in_flight.add(endpoint.url)
+                        self._last_started[endpoint.url] = now
                         endpoint.next_due = now + self._period_s(endpoint)
                         threading.Thread(
                             target=self._probe_one,

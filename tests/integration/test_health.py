@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import os
 import socket
 import ssl
@@ -160,6 +161,33 @@ def test_pasted_source_runs_standalone(peer: HttpPeer) -> None:
     assert done.returncode == 0, done.stderr
     assert '"state": "UNHEALTHY"' in done.stdout
     assert '"code": 503' in done.stdout
+
+
+def test_pasted_source_without_ssl_module(peer: HttpPeer) -> None:
+    """A remote python3 built without OpenSSL: http probes work, https ones say why they cannot."""
+    source = SOURCE_PATH.read_text()
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["ssl"] = None  # makes "import ssl" raise ImportError
+        exec(compile(sys.stdin.read(), "gputui-agent", "exec"))
+        import json
+        print(json.dumps([probe_url(sys.argv[1], 10.0), probe_url(sys.argv[2], 10.0)]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script, peer.url("/health"), peer.tls_url("/health")],
+        input=source,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+    )
+    assert done.returncode == 0, done.stderr
+    plain, tls = json.loads(done.stdout)
+    assert plain["state"] == "UP"
+    assert tls["state"] == "ERROR"
+    assert tls["detail"] == "TLS: this python3 has no ssl module"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -420,6 +448,10 @@ def test_generating_endpoint_probed_only_when_asked_and_at_most_every_10s(
     assert result["config"]["generate"] is True
     asked_at = time.time()
     wait_for(lambda: state_of(prober, generate) == "UP")
+    # Removing and re-adding the URL, or switching generate off and on, does not reset its rate limit.
+    prober.configure(urls=[health])
+    prober.configure(urls=[health, generate], generate=False)
+    prober.configure(generate=True)
     time.sleep(HEALTH_GENERATE_MIN_INTERVAL_S + 1.5)
     hits = [t for t in peer.hits("/health_generate")[generate_before:] if t >= asked_at - 0.5]
     assert 1 <= len(hits) <= 2
