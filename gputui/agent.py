@@ -1226,7 +1226,8 @@ class Agent(object):
                     interesting.add(child)
                     stack.extend(children.get(child, ()))
         for stat in table.values():
-            if stat.state in ("Z", "D"):
+            # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
+            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2:
                 interesting.add(stat.pid)
         for pid in list(interesting):
             interesting.update(a for a in ancestors_of(pid, table) if a in table)
