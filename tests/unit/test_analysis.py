@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gputui.analysis import (
     Baselines,
     analyze,
@@ -383,3 +386,65 @@ def test_analyze_fills_findings_and_verdict_and_round_trips() -> None:
     again = HostSnapshot.from_json(analysed.to_json())
     assert again.verdict == analysed.verdict
     assert again.findings == analysed.findings
+
+
+# -- any snapshot at all ------------------------------------------------------------------------------------
+
+_pids = st.integers(min_value=0, max_value=40)
+_procs = st.lists(
+    st.builds(
+        Proc,
+        pid=_pids,
+        ppid=st.none() | _pids,
+        state=st.sampled_from(["S", "R", "Z", "D", None]),
+        name=st.none() | st.sampled_from(["bash", "sshd", "python3", "tmux: server", "systemd", "\x1b[2J"]),
+        cmdline=st.lists(st.sampled_from(["-bash", "bash", "x.sh", "-c", "python3"]), max_size=3).map(tuple),
+        state_since=st.none() | st.floats(min_value=NOW - 100, max_value=NOW + 100),
+        gpu_memory_mib=st.dictionaries(st.integers(0, 3), st.integers(0, 50_000), max_size=2),
+    ),
+    max_size=25,
+    unique_by=lambda p: p.pid,
+)
+_gpus = st.lists(
+    st.builds(
+        Gpu,
+        index=st.integers(0, 3),
+        uuid=st.none() | st.sampled_from(["GPU-a", "GPU-b"]),
+        memory_used_mib=st.none() | st.integers(0, 50_000),
+        error=st.none() | st.just("GPU_IS_LOST"),
+        processes=st.lists(
+            st.builds(
+                GpuProcess, pid=_pids, used_mib=st.none() | st.integers(0, 50_000), visible=st.booleans()
+            ),
+            max_size=4,
+        ).map(tuple),
+    ),
+    max_size=4,
+    unique_by=lambda g: g.index,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_gpus, _procs, st.none() | st.just("NVML: Driver Not Loaded"))
+def test_any_snapshot_analyses_without_error_and_consistently(gpu_list, procs, error) -> None:
+    snapshot = snap(gpu_list, procs, error=error)
+    analysed = analyze(snapshot, Baselines())
+    verdict = analysed.verdict
+    assert verdict is not None
+    assert verdict.known == (error is None and bool(gpu_list))
+    if verdict.clean:
+        assert verdict.reasons == ()
+        assert all(g.clean for g in verdict.gpus)
+    else:
+        assert verdict.reasons
+    nodes = flatten(build_forest(snapshot))
+    pids = [n.proc.pid for n in nodes]
+    assert len(pids) == len(set(pids))  # every process at most once, whatever the ppid data
+    assert all(n.subtree_total_mib >= n.proc.gpu_total_mib for n in nodes)
+    for finding in analysed.findings:
+        assert finding.kind in ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid")
+        assert "\x1b" not in finding.detail
+        if finding.kind == "invisible_pid":
+            assert finding.pid is None
+            assert finding.action_pid is None
+    assert all("\x1b" not in r for r in verdict.reasons)
