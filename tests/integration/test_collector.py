@@ -374,3 +374,15 @@ def test_shipped_agent_runs_on_the_oldest_python_without_pynvml_or_psutil(python
         assert snapshot["gpus"] == []
         assert procs_by_pid(snapshot)[maker.pids["zombie"]]["state"] == "Z"
         HostSnapshot.from_dict(snapshot)
+
+
+def test_garbage_command_lines_get_an_error_reply_and_the_agent_goes_on(fake_nvml: FakeNvml) -> None:
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert agent.proc.stdin is not None
+        for garbage in (b"not json\n", b"[1, 2]\n", b"\xff\xfe\n", b'{"cmd": 5}\n'):
+            agent.proc.stdin.write(garbage)
+            agent.proc.stdin.flush()
+            reply = agent._next("reply", 30.0)
+            assert reply["ok"] is False
+            assert reply["error"]
+        assert len(agent.sample()["gpus"]) == 8
