@@ -1006,6 +1006,10 @@ class _SmiBackend(object):
             view.update(self._partial)
             gpus = [dict(view[i]) for i in sorted(view)]
             age_s = time.monotonic() - self._latest_time
+            silent_s = time.monotonic() - self._last_start
+            if not gpus and self.host_error is None and silent_s > SMI_DEADLINE_S:
+                # Running but silent (a hung driver call inside nvidia-smi): say so rather than show nothing.
+                self.host_error = "nvidia-smi has printed no GPU line for %.0f s" % silent_s
         stale = bool(gpus) and age_s > max(5.0, self.interval_s * 5)
         for gpu in gpus:
             if stale and not gpu.get("error"):

@@ -311,3 +311,14 @@ def test_lost_gpu_line_in_the_loop_marks_that_gpu(tmp_path: Path) -> None:
         gpus = agent.sample()["gpus"]
         assert gpus[0]["memory_used_mib"] == 3
         assert gpus[0].get("error") is None
+
+
+def test_silent_nvidia_smi_is_a_host_error_not_an_empty_host(tmp_path: Path) -> None:
+    data, env = make_fake_smi(tmp_path)
+    (data / "gpus").write_text("")  # the loop runs but prints nothing, like a hung driver call
+    with agent_process("--no-pynvml", "--interval", "0.1", env=env) as agent:
+        wait_for(lambda: (agent.sample()["error"] or "").startswith("nvidia-smi has printed no GPU line"),
+                 "the silence to be reported")
+        (data / "gpus").write_text(gpu_lines(["3"]))
+        wait_for(lambda: agent.sample()["error"] is None, "the first line to clear the error")
+        assert [g["memory_used_mib"] for g in agent.sample()["gpus"]] == [3]
