@@ -7,9 +7,11 @@ pynvml loads the fake library through LD_LIBRARY_PATH.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import pwd
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ from gputui.model import HostSnapshot
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import (
     CHAIN,
+    REPO,
     SLEEPER,
     ZOMBIE_MAKER,
     Binary,
@@ -386,3 +389,31 @@ def test_garbage_command_lines_get_an_error_reply_and_the_agent_goes_on(fake_nvm
             assert reply["ok"] is False
             assert reply["error"]
         assert len(agent.sample()["gpus"]) == 8
+
+
+V1_FALLBACK = r"""
+import json, pynvml
+real = pynvml.nvmlDeviceGetMemoryInfo
+def old_driver(handle, version=None):
+    if version:  # a driver without nvmlDeviceGetMemoryInfo_v2
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    return real(handle)
+pynvml.nvmlDeviceGetMemoryInfo = old_driver
+from gputui.agent import Agent
+agent = Agent()
+print(json.dumps([agent.sample(), agent.sample()]))
+agent.close()
+"""
+
+
+def test_memory_info_falls_back_to_v1_on_an_old_driver(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[0].reserved_mib = 500
+    fake_nvml.write()
+    done = subprocess.run([sys.executable, "-c", V1_FALLBACK], cwd=REPO, env=fake_nvml.env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    for snapshot in json.loads(done.stdout):
+        gpu0 = gpus_by_index(snapshot)[0]
+        assert gpu0.get("error") is None
+        assert gpu0["memory_used_mib"] == 503  # v1 counts the reservation as used
+        assert gpu0["memory_reserved_mib"] is None  # unknown, not zero
