@@ -93,7 +93,9 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         )
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
-        parser.add_argument("targets", nargs="*", metavar="TARGET", help="local, an ssh alias, [user@]host[:port]")
+        parser.add_argument(
+            "targets", nargs="*", metavar="TARGET", help="local, an ssh alias, [user@]host[:port]"
+        )
         return parser
     parser = _Parser(prog=f"gputui {command}")
     _add_common(parser)
