@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -417,3 +418,23 @@ def test_memory_info_falls_back_to_v1_on_an_old_driver(fake_nvml: FakeNvml) -> N
         assert gpu0.get("error") is None
         assert gpu0["memory_used_mib"] == 503  # v1 counts the reservation as used
         assert gpu0["memory_reserved_mib"] is None  # unknown, not zero
+
+
+def test_state_since_is_when_the_agent_first_saw_the_current_state(fake_nvml: FakeNvml) -> None:
+    with script(SLEEPER, ["sleeper"]) as holder, agent_process(env=fake_nvml.env()) as agent:
+        pid = holder.pids["sleeper"]
+        fake_nvml.state.add_holder(0, pid, 100)
+        fake_nvml.write()
+        first = procs_by_pid(agent.sample())[pid]
+        again = procs_by_pid(agent.sample())[pid]
+        assert first["state"] == again["state"] == "S"
+        assert again["state_since"] == first["state_since"]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: state_of(pid) == "T", "the holder to stop")
+            stopped = procs_by_pid(agent.sample())[pid]
+            assert stopped["state"] == "T"
+            assert stopped["state_since"] > first["state_since"]
+            assert procs_by_pid(agent.sample())[pid]["state_since"] == stopped["state_since"]
+        finally:
+            os.kill(pid, signal.SIGCONT)
