@@ -193,6 +193,8 @@ class SshLink(HostLink):
         self._pending: set[int] = set()
         self._error: LinkError | None = None
         self._last_data_mono = 0.0
+        self._had_snapshot = False
+        self._first_grace_s = max(MIN_STALE_S, self.options.connect_timeout_s)
         self._next_id = 1
         self._channel: Any = None
         self._transports: list[Any] = []
@@ -238,6 +240,7 @@ class SshLink(HostLink):
             self._pending.clear()
             self._error = None
             self._last_data_mono = 0.0
+            self._had_snapshot = False
             self._stderr_tail = bytearray()
         try:
             self._open(generation)
@@ -729,6 +732,7 @@ class SshLink(HostLink):
         with self._cond:
             while True:
                 if self._snapshots:
+                    self._had_snapshot = True
                     newest = self._snapshots.pop()
                     self._snapshots.clear()
                     return newest
@@ -738,12 +742,16 @@ class SshLink(HostLink):
                     raise LinkError(f"{self.target}: link not open")
                 now = time.monotonic()
                 age_s = now - self._last_data_mono
-                if age_s > self.stale_after_s:
+                # The first sample (a full process walk, NVML start-up) may take longer than a steady one.
+                limit_s = (
+                    self.stale_after_s if self._had_snapshot else max(self.stale_after_s, self._first_grace_s)
+                )
+                if age_s > limit_s:
                     self._error = LinkError(f"{self.target}: no data for {age_s:.1f} s")
                     raise self._error_again()
                 if now >= deadline:
                     return None
-                self._cond.wait(min(deadline - now, self._last_data_mono + self.stale_after_s - now + 0.05))
+                self._cond.wait(min(deadline - now, self._last_data_mono + limit_s - now + 0.05))
 
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one command and wait for its reply's result. Raises LinkError on error, failure or timeout."""
