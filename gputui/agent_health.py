@@ -794,6 +794,7 @@ class HealthProber:
         self._clock = clock
         self._closed = False
         self._thread: Optional[threading.Thread] = None
+        self._scan_requested = False
         self.configure(urls=list(urls), interval_s=interval_s, deadline_s=deadline_s)
 
     # -- configuration -------------------------------------------------------------------------------------
@@ -869,16 +870,26 @@ class HealthProber:
         )
         return {"config": config, "samples": self.samples()}
 
-    def update_discovered(self, processes: Iterable[Any]) -> None:
-        """Feed the current process list (dicts with "cmdline"); adds and retires discovered URLs.
+    def update_discovered(self, processes: Optional[Iterable[Any]] = None) -> None:
+        """Look for launchers and add (and retire) discovered URLs; call it at the process-list rate.
 
-        Cheap (pure string work); call it at the process-list rate with every process, not only GPU ones: a
-        launcher holds no GPU memory while its model loads.
+        Args:
+            processes: The host's processes as dicts with a "cmdline" argv list: pure string work, done
+                before returning. It must hold every process, not only GPU ones: a launcher holds no GPU
+                memory while its model loads. None: read every process's cmdline from /proc on the
+                prober's own thread instead, and return at once (the snapshot stream never waits for it).
         """
         with self._lock:
             if not self._discover or self._closed:
                 return
-        found = discover_health_urls(processes)
+            if processes is None:
+                self._scan_requested = True
+                self._ensure_thread_locked()
+                self._lock.notify_all()
+                return
+        self._apply_discovered(discover_health_urls(processes))
+
+    def _apply_discovered(self, found: List[str]) -> None:
         now = time.monotonic()
         with self._lock:
             if not self._discover:
@@ -929,10 +940,14 @@ class HealthProber:
                 self._endpoints[url] = endpoint
             else:
                 endpoint.discovered = discovered
-        if self._endpoints and self._thread is None and not self._closed:
+        if self._endpoints:
+            self._ensure_thread_locked()
+        self._lock.notify_all()
+
+    def _ensure_thread_locked(self) -> None:
+        if self._thread is None and not self._closed:
             self._thread = threading.Thread(target=self._schedule, name="gputui-health", daemon=True)
             self._thread.start()
-        self._lock.notify_all()
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -988,27 +1003,50 @@ class HealthProber:
         return self._interval_s
 
     def _schedule(self) -> None:
-        with self._lock:
-            while not self._closed:
-                now = time.monotonic()
-                wake_at = now + 60.0
-                for endpoint in list(self._endpoints.values()):
-                    if endpoint.url in self._in_flight:
-                        continue
-                    if endpoint.generating and not self._generate:
-                        continue
-                    if endpoint.next_due <= now:
-                        self._in_flight.add(endpoint.url)
-                        self._last_started[endpoint.url] = now
-                        endpoint.next_due = now + self._period_s(endpoint)
-                        threading.Thread(
-                            target=self._probe_one,
-                            args=(endpoint.url, self._deadline_s),
-                            name="gputui-health-probe",
-                            daemon=True,
-                        ).start()
-                    wake_at = min(wake_at, endpoint.next_due)
-                self._lock.wait(max(0.01, wake_at - now))
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                if self._scan_requested:
+                    self._scan_requested = False
+                    scan = True
+                else:
+                    scan = self._start_due_probes_and_wait_locked()
+            if scan:
+                found: Optional[List[str]] = None
+                try:
+                    found = discover_health_urls(health_read_proc_cmdlines())
+                except Exception:  # a /proc oddity must not stop the probes; keep what was found before
+                    found = None
+                if found is not None:
+                    self._apply_discovered(found)
+
+    def _start_due_probes_and_wait_locked(self) -> bool:
+        """Start the probes that are due, then wait (lock released) for the next due time or a change.
+
+        Returns:
+            False: no /proc scan to run (the caller's loop shape).
+        """
+        now = time.monotonic()
+        wake_at = now + 60.0
+        for endpoint in list(self._endpoints.values()):
+            if endpoint.url in self._in_flight:
+                continue
+            if endpoint.generating and not self._generate:
+                continue
+            if endpoint.next_due <= now:
+                self._in_flight.add(endpoint.url)
+                self._last_started[endpoint.url] = now
+                endpoint.next_due = now + self._period_s(endpoint)
+                threading.Thread(
+                    target=self._probe_one,
+                    args=(endpoint.url, self._deadline_s),
+                    name="gputui-health-probe",
+                    daemon=True,
+                ).start()
+            wake_at = min(wake_at, endpoint.next_due)
+        self._lock.wait(max(0.01, wake_at - now))
+        return False
 
     def _probe_one(self, url: str, deadline_s: float) -> None:
         try:

@@ -138,6 +138,48 @@ def test_source_is_python38_and_stdlib_only() -> None:
             assert name.startswith(allowed_prefixes) or name in ("probe_url", "discover_health_urls"), name
 
 
+def _bound_names(source: str) -> dict[str, set[str]]:
+    """Top-level name → how it is bound ("import ssl", or the dumped definition), try blocks included."""
+    bound: dict[str, set[str]] = {}
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound.setdefault(alias.asname or alias.name.split(".")[0], set()).add(
+                        f"import {alias.name}"
+                    )
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    name = alias.asname or alias.name
+                    bound.setdefault(name, set()).add(f"from {node.module} import {alias.name}")
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                bound.setdefault(node.name, set()).add(ast.dump(node))
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        bound.setdefault(target.id, set()).add(ast.dump(node))
+
+    visit(ast.parse(source).body)
+    return bound
+
+
+def test_names_do_not_collide_with_the_agent() -> None:
+    """Pasted into agent.py, no name of either file may change meaning (the pasted copy itself is fine)."""
+    agent_names = _bound_names((SOURCE_PATH.parent / "agent.py").read_text())
+    health_names = _bound_names(SOURCE_PATH.read_text())
+    for name in sorted(set(agent_names) & set(health_names)):
+        if name == "annotations":
+            continue
+        mine, theirs = health_names[name], agent_names[name]
+        assert mine <= theirs, f"{name}: {sorted(mine)} vs {sorted(theirs)}"
+
+
 def test_pasted_source_runs_standalone(peer: HttpPeer) -> None:
     """Exec'd like the agent ships (no package, no __file__, no future import) in an isolated interpreter."""
     source = SOURCE_PATH.read_text().replace("from __future__ import annotations\n", "")
@@ -639,6 +681,13 @@ def test_discovery_from_a_real_sglang_launcher(
     up = wait_for(lambda: (s := sample_for(prober, url)) and s["state"] == "UP" and s)
     assert up["discovered"] is True
     assert prober.config()["discovered_urls"] == [url]
+
+    # The agent's usual call: no list, the prober scans /proc on its own thread; the caller does not wait.
+    background = make_prober(discover=True, interval_s=0.2)
+    before = time.monotonic()
+    background.update_discovered()
+    assert time.monotonic() - before < 0.5
+    assert wait_for(lambda: (s := sample_for(background, url)) and s["state"] == "UP" and s)["discovered"]
 
     # The server is killed: its endpoint lingers and shows DOWN instead of silently vanishing.
     process.kill()
