@@ -138,6 +138,31 @@ def test_source_is_python38_and_stdlib_only() -> None:
             assert name.startswith(allowed_prefixes) or name in ("probe_url", "discover_health_urls"), name
 
 
+def test_annotations_and_calls_work_on_python38() -> None:
+    """Without the future import (pasted below agent.py's, or not) annotations are evaluated on 3.8."""
+    tree = ast.parse(SOURCE_PATH.read_text())
+    annotations: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            annotations += [a.annotation for a in arguments if a.annotation is not None]
+            annotations += [node.returns] if node.returns is not None else []
+        elif isinstance(node, ast.AnnAssign):
+            annotations.append(node.annotation)
+    assert annotations
+    builtin_generics = {"list", "dict", "tuple", "set", "frozenset", "type"}
+    for annotation in annotations:
+        for part in ast.walk(annotation):
+            assert not isinstance(part, ast.BinOp), ast.unparse(annotation)  # X | Y needs 3.10
+            if isinstance(part, ast.Subscript) and isinstance(part.value, ast.Name):
+                assert part.value.id not in builtin_generics, ast.unparse(annotation)  # list[str] needs 3.9
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            assert node.attr not in ("removeprefix", "removesuffix", "is_relative_to"), node.attr
+        if isinstance(node, ast.Call):
+            assert not any(k.arg == "strict" for k in node.keywords), ast.unparse(node)  # zip(strict=) 3.10
+
+
 def _bound_names(source: str) -> dict[str, set[str]]:
     """Top-level name → how it is bound ("import ssl", or the dumped definition), try blocks included."""
     bound: dict[str, set[str]] = {}
@@ -500,7 +525,7 @@ def test_generating_endpoint_probed_only_when_asked_and_at_most_every_10s(
     gaps = [b - a for a, b in zip(hits, hits[1:], strict=False)]
     assert all(gap >= HEALTH_GENERATE_MIN_INTERVAL_S - 0.2 for gap in gaps), gaps
     # The plain /health kept its own 0.2 s pace meanwhile.
-    assert len(peer.hits("/health")) >= health_before + 20
+    assert len(peer.hits("/health")) >= health_before + 10
 
 
 def test_configure_adds_removes_and_validates(
