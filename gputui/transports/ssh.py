@@ -464,7 +464,7 @@ class SshLink(HostLink):
                 f"{verdict.line.where} records another key; refusing to connect (remove that line if the "
                 "change is expected)"
             )
-        if not self.options.accept_new:
+        if not (self.options.accept_new or settings.accepts_new_host_keys):
             raise UnknownHostKey(self.target, settings.target, name, key, key_type, blob)
         if not settings.user_known_hosts_files:
             raise LinkError(f"{self.target}: no UserKnownHostsFile to record the key of {name} in")

@@ -142,6 +142,8 @@ class SshSettings:
         connect_timeout_s: ``ConnectTimeout`` in seconds, or None.
         server_alive_interval_s: ``ServerAliveInterval`` in seconds, or None when off.
         identity_agent: ``IdentityAgent`` (``SSH_AUTH_SOCK``, ``none`` or a socket path), or None.
+        strict_host_key_checking: ``StrictHostKeyChecking`` lower-cased (``ask`` when unset; ``yes`` and
+            ``ask`` both refuse unknown keys here, as nothing can be asked on a worker thread).
         resolver: ``ssh -G`` or ``paramiko``.
     """
 
@@ -160,7 +162,13 @@ class SshSettings:
     connect_timeout_s: float | None = None
     server_alive_interval_s: float | None = None
     identity_agent: str | None = None
+    strict_host_key_checking: str = "ask"
     resolver: str = "ssh -G"
+
+    @property
+    def accepts_new_host_keys(self) -> bool:
+        """``StrictHostKeyChecking accept-new`` (or ``no``): record unknown host keys; changed ones never."""
+        return self.strict_host_key_checking in ("accept-new", "no", "off")
 
 
 def openssh_available() -> bool:
@@ -240,6 +248,7 @@ def _settings_from_options(
         connect_timeout_s=_seconds(first("connecttimeout")),
         server_alive_interval_s=_seconds(first("serveraliveinterval")),
         identity_agent=_opt(first("identityagent")),
+        strict_host_key_checking=(first("stricthostkeychecking") or "ask").strip().lower(),
         resolver=resolver,
     )
 

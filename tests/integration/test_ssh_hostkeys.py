@@ -168,3 +168,15 @@ def _server_key(server: object) -> object:
     import paramiko
 
     return paramiko.PKey.from_path(str(server.host_key))  # type: ignore[attr-defined]
+
+
+def test_strict_host_key_checking_accept_new_in_config_records_unknown_never_changed(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server, "StrictHostKeyChecking accept-new")
+    _opens("host-a")
+    assert ssh_client.known_hosts.read_text() == server.known_hosts_line() + "\n"
+    ssh_client.known_hosts.write_text(_other_key_line(tmp_path, server.known_hosts_name) + "\n")
+    with pytest.raises(ChangedHostKey):
+        SshLink("host-a", OPTIONS).open()

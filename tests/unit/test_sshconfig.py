@@ -89,6 +89,7 @@ def _write_config(tmp_path: Path) -> Path:
         "  HashKnownHosts yes\n"
         "  ConnectTimeout 7\n"
         "  ServerAliveInterval 5\n"
+        "  StrictHostKeyChecking accept-new\n"
     )
     (confd / "ignored.txt").write_text("Host gpu-a\n  Port 9999\n")
     config = tmp_path / "config"
@@ -136,6 +137,9 @@ def test_include_alias_proxyjump_identity_port_resolve_the_same_both_ways(tmp_pa
     assert via_ssh.server_alive_interval_s == 5
     assert via_ssh.user_known_hosts_files == (f"{tmp_path}/known_hosts", f"{tmp_path}/known_hosts_extra")
     assert via_ssh.global_known_hosts_files == ("/dev/null",)
+    assert via_ssh.strict_host_key_checking == "accept-new"
+    assert via_ssh.accepts_new_host_keys
+    assert not resolve("jumpbox", str(config), use_openssh=True).accepts_new_host_keys
 
 
 def test_jump_host_and_command_line_overrides_resolve_the_same_both_ways(tmp_path: Path) -> None:
