@@ -24,8 +24,10 @@ from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Container, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from gputui.actions import (
@@ -54,6 +56,7 @@ from gputui.widgets.hosts_overview import HostsOverview
 from gputui.widgets.process_table import SORT_MODES, ProcessTable
 
 T = TypeVar("T")
+W = TypeVar("W", bound=Widget)
 Clock = Callable[[], float]
 
 STACKED_BELOW_CELLS = 100
@@ -249,6 +252,8 @@ class GpuTuiApp(App[int]):
         self._stopping = threading.Event()
         self._narrow = False
         self._executor: ThreadPoolExecutor | None = None
+        self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
+        """The latest notifications as (severity, title, message), newest last."""
 
     # -- composition and layout ------------------------------------------------------------------------
 
@@ -271,9 +276,9 @@ class GpuTuiApp(App[int]):
         self._executor = ThreadPoolExecutor(max_workers=2 * len(self.hosts) + 8, thread_name_prefix="gputui")
         asyncio.get_running_loop().set_default_executor(self._executor)
         self._apply_layout(self.size.width)
-        self.query_one(GpuPanel).border_title = "GPUs"
-        self.query_one(FindingsList).border_title = "Findings"
-        self.query_one(ProcessTable).focus()
+        self._main(GpuPanel).border_title = "GPUs"
+        self._main(FindingsList).border_title = "Findings"
+        self._main(ProcessTable).focus()
         self._show_active()
         for host in self.hosts:
             self._poll_host(host.target)
@@ -283,13 +288,17 @@ class GpuTuiApp(App[int]):
         self._apply_layout(event.size.width)
 
     def _apply_layout(self, width: int) -> None:
-        body = self.query_one("#body")
+        body = self._main("#body")
         narrow = width <= NARROW_MAX_CELLS
         body.set_class(width < STACKED_BELOW_CELLS, "-stacked")
         body.set_class(narrow, "-narrow")
         if narrow != self._narrow:
             self._narrow = narrow
             self._show_active()
+
+    def _main(self, selector: type[W] | str) -> Any:
+        """A widget of the main screen (also while a modal is on top of it)."""
+        return self.screen_stack[0].query_one(selector)
 
     # -- host state ------------------------------------------------------------------------------------
 
@@ -322,18 +331,30 @@ class GpuTuiApp(App[int]):
         return HostStatus(host.target, state, age_s, host.error, host.snapshot)
 
     def _show_hosts(self) -> None:
+        try:
+            self._show_hosts_now()
+        except NoMatches:  # the screen is being torn down (quitting): nothing to show
+            pass
+
+    def _show_hosts_now(self) -> None:
         statuses = [self.host_status(h) for h in self.hosts]
-        self.query_one(HostBar).show(statuses, self.active_index, self.paused)
-        self.query_one(HostsOverview).show(statuses, self.active_index)
+        self._main(HostBar).show(statuses, self.active_index, self.paused)
+        self._main(HostsOverview).show(statuses, self.active_index)
 
     def _show_active(self) -> None:
         """Redraw every panel from the shown host's latest snapshot."""
+        try:
+            self._show_active_now()
+        except NoMatches:  # the screen is being torn down (quitting): nothing to show
+            pass
+
+    def _show_active_now(self) -> None:
         host = self.active
         snapshot = host.snapshot
         with self.batch_update():
             self._show_hosts()
-            gpus = self.query_one(GpuPanel)
-            procs = self.query_one(ProcessTable)
+            gpus = self._main(GpuPanel)
+            procs = self._main(ProcessTable)
             title = visible(host.target, 40)
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {visible(snapshot.driver_version, 20)}"
@@ -346,8 +367,8 @@ class GpuTuiApp(App[int]):
                 message = host.error or "connecting…"
                 gpus.show((), {}, {}, message=visible(message, 200))
                 procs.show((), compact=self._narrow)
-                self.query_one(FindingsList).show(())
-                self.query_one(CleanSlateLine).show(None, host.check, self._clock())
+                self._main(FindingsList).show(())
+                self._main(CleanSlateLine).show(None, host.check, self._clock())
                 return
             baselines = {}
             if snapshot.verdict is not None:
@@ -363,11 +384,13 @@ class GpuTuiApp(App[int]):
                 sort_mode=self.sort_mode,
                 compact=self._narrow,
             )
-            self.query_one(FindingsList).show(snapshot.findings)
-            self.query_one(CleanSlateLine).show(snapshot.verdict, host.check, self._clock())
+            self._main(FindingsList).show(snapshot.findings)
+            self._main(CleanSlateLine).show(snapshot.verdict, host.check, self._clock())
 
     def _tick(self) -> None:
         """Once a second: ages in the host bar, clean-slate check deadlines."""
+        if self._stopping.is_set() or len(self.screen_stack) == 0:
+            return
         now_s = self._clock()
         for host in self.hosts:
             check = host.check
@@ -385,12 +408,16 @@ class GpuTuiApp(App[int]):
                 )
         self._show_hosts()
         host = self.active
-        if host.check is not None and host.check.finished_s is None or self.active.snapshot is None:
-            self.query_one(CleanSlateLine).show(
-                None if host.snapshot is None else host.snapshot.verdict, host.check, now_s
-            )
+        if host.check is not None and host.check.finished_s is None:
+            # The progress line counts seconds even when no new sample came in.
+            verdict = None if host.snapshot is None else host.snapshot.verdict
+            try:
+                self._main(CleanSlateLine).show(verdict, host.check, now_s)
+            except NoMatches:
+                pass
 
     def _notify(self, message: str, *, severity: str = "information", title: str = "") -> None:
+        self.notices.append((severity, title, message))
         # Messages carry machine text: never parse them as markup.
         self.notify(
             message,
@@ -494,10 +521,10 @@ class GpuTuiApp(App[int]):
                 self._show_active()
 
     def on_findings_list_jump_to_process(self, message: FindingsList.JumpToProcess) -> None:
-        procs = self.query_one(ProcessTable)
+        procs = self._main(ProcessTable)
         if not procs.select_pid(message.pid) and self.filter_text:
             self.filter_text = ""
-            self.query_one(FilterBar).value = ""
+            self._main(FilterBar).value = ""
             self._show_active()
         if procs.select_pid(message.pid):
             procs.focus()
@@ -510,8 +537,8 @@ class GpuTuiApp(App[int]):
             self._show_active()
 
     def on_filter_bar_closed(self, _message: FilterBar.Closed) -> None:
-        self.query_one("#body").remove_class("-filtering")
-        self.query_one(ProcessTable).focus()
+        self._main("#body").remove_class("-filtering")
+        self._main(ProcessTable).focus()
 
     # -- workers ---------------------------------------------------------------------------------------
 
@@ -625,6 +652,7 @@ class GpuTuiApp(App[int]):
         link = None if host is None else host.link
         outcomes: list[KillOutcome] = []
         error: str | None = None
+        audit_error: str | None = None
         if host is None or link is None:
             error = "the host is not connected"
         else:
@@ -635,10 +663,9 @@ class GpuTuiApp(App[int]):
                 return
             except LinkError as exc:
                 error = str(exc)
-        audit_error = None
-        if error is None:
             try:
-                append_audit(plan, outcomes, state_dir=self._audit_dir)
+                # A failed request is logged too (as "unknown"): a signal may have gone out before it broke.
+                append_audit(plan, outcomes, state_dir=self._audit_dir, now=self._clock())
             except Exception as exc:  # noqa: BLE001 - reported to the user, the kill already happened
                 audit_error = str(exc)
         self.post_message(self.KillFinished(target, plan, outcomes, error, audit_error, checking))
@@ -679,12 +706,12 @@ class GpuTuiApp(App[int]):
     def _selected_pids(self, host: HostState) -> list[int]:
         if host.tagged:
             return sorted(host.tagged)
-        pid = self.query_one(ProcessTable).selected_pid
+        pid = self._main(ProcessTable).selected_pid
         return [] if pid is None else [pid]
 
     def action_tag(self) -> None:
         host = self.active
-        procs = self.query_one(ProcessTable)
+        procs = self._main(ProcessTable)
         pid = procs.selected_pid
         if pid is None:
             return
@@ -760,8 +787,8 @@ class GpuTuiApp(App[int]):
         self._start_check(self.active)
 
     def action_filter(self) -> None:
-        self.query_one("#body").add_class("-filtering")
-        self.query_one(FilterBar).focus()
+        self._main("#body").add_class("-filtering")
+        self._main(FilterBar).focus()
 
     def action_sort(self) -> None:
         self.sort_mode = SORT_MODES[(SORT_MODES.index(self.sort_mode) + 1) % len(SORT_MODES)]
@@ -787,7 +814,7 @@ class GpuTuiApp(App[int]):
             self._show_active()
 
     def action_focus_findings(self) -> None:
-        self.query_one(FindingsList).focus()
+        self._main(FindingsList).focus()
 
     def key_descriptions(self) -> list[tuple[str, str]]:
         """The keys this app answers to now, for the help screen."""

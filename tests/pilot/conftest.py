@@ -1,0 +1,132 @@
+"""Pilot fixtures: the app over simulated hosts with a frozen clock, and a helper to wait on conditions."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from gputui.app import GpuTuiApp
+from gputui.sim import ManualClock, SimLink
+from gputui.transports.base import HostLink, LinkError, LinkOptions
+
+WAIT_DEADLINE_S = 20.0
+"""Only a guard against hangs: conditions normally hold within a few polls."""
+
+
+async def wait_for(pilot: Pilot, condition: Callable[[], Any], what: str = "condition") -> None:
+    """Let the app run until ``condition()`` is true; fail after a generous deadline."""
+    waited_s = 0.0
+    while not condition():
+        if waited_s > WAIT_DEADLINE_S:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+        waited_s += 0.05
+    await pilot.pause()
+
+
+class CountingSimLink(SimLink):
+    """A SimLink that counts the commands it was sent, by name."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands: list[dict[str, Any]] = []
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        self.commands.append(dict(command))
+        return super().request(command, timeout_s)
+
+
+class HungLink(HostLink):
+    """A host that accepts the connection and then never answers (open blocks until the test ends)."""
+
+    release = threading.Event()
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def open(self) -> None:
+        HungLink.release.wait()
+
+    def next_snapshot(self, timeout_s: float):  # type: ignore[no-untyped-def]
+        HungLink.release.wait()
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        HungLink.release.wait()
+        return {}
+
+    def close(self) -> None:
+        HungLink.release.wait()  # a close that hangs too: the app must not wait on it
+
+
+class BrokenLink(HostLink):
+    """A host that cannot be reached."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def open(self) -> None:
+        raise LinkError(f"{self.target}: connection refused")
+
+    def next_snapshot(self, timeout_s: float):  # type: ignore[no-untyped-def]
+        raise LinkError(f"{self.target}: not open")
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        raise LinkError(f"{self.target}: not open")
+
+    def close(self) -> None:
+        pass
+
+
+class SimFactory:
+    """Makes the links of one test and remembers them."""
+
+    def __init__(self, clock: ManualClock, read_only: bool = False) -> None:
+        self.clock = clock
+        self.options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05, read_only=read_only)
+        self.links: dict[str, CountingSimLink] = {}
+
+    def __call__(self, target: str) -> HostLink:
+        if target.startswith("broken"):
+            return BrokenLink(target)
+        if target.startswith("hung"):
+            return HungLink(target)
+        link = CountingSimLink(target, self.options, clock=self.clock)
+        self.links[target] = link
+        return link
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_app(clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Build the app over simulated hosts; the audit log goes to the test's directory."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    made: list[GpuTuiApp] = []
+
+    def make(targets=("gpu-node-07",), read_only: bool = False, **kwargs: Any) -> GpuTuiApp:  # type: ignore[no-untyped-def]
+        factory = SimFactory(clock, read_only=read_only)
+        options: dict[str, Any] = {
+            "clock": clock,
+            "memory_interval_s": 0.05,
+            "process_interval_s": 0.05,
+            "escalate_s": 0.2,
+            "notify_timeout_s": 60.0,
+            "audit_dir": tmp_path / "audit",
+        }
+        options.update(kwargs)
+        app = GpuTuiApp(list(targets), factory, read_only=read_only, **options)
+        app.factory = factory  # type: ignore[attr-defined]
+        made.append(app)
+        return app
+
+    yield make
+    HungLink.release.set()
+    HungLink.release = threading.Event()
