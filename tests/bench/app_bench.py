@@ -1,0 +1,258 @@
+"""Sections 4 (TUI part) and 5: the Textual app itself, headless under ``App.run_test``.
+
+Both run in a worker process (``python tests/bench/app_bench.py KIND``): the drain check needs the fake NVML
+loaded through LD_LIBRARY_PATH, which the dynamic linker reads only at process start.
+
+- ``render``: 8 hosts x 8 GPUs x 200 processes of synthetic ``model.HostSnapshot`` objects (analysed, as the
+  poll workers hand them over) are delivered as the app's own ``HostSnapshotReady`` messages, one round per
+  tick for every host; timed until the app is idle again (handlers, widget updates, layout and the headless
+  paint). The active host's round is timed apart: it redraws the GPU panel and the process tree.
+- ``drain``: the app polls the local host (LocalLink, in-process agent) under the fake NVML; a holder process
+  keeps memory on every GPU; the clean-slate check is started (``action_check``, what key ``c`` does), then the
+  holder is killed and reaped at a known monotonic time; the latency is until the app marks the check clean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+HOSTS = 8
+GPUS = 8
+PROCESSES = 200
+
+
+class IdleLink:
+    """A link that connects and never delivers: the benchmark feeds snapshots itself."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def open(self) -> None:
+        return None
+
+    def next_snapshot(self, timeout_s: float) -> Any:
+        time.sleep(min(timeout_s, 0.5))
+        return None
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+def synthetic_snapshot(target: str, round_no: int) -> Any:
+    """One host: a launcher, 8 GPU workers each with children, idle helpers; 200 processes in all."""
+    from gputui.model import Gpu, GpuProcess, HostSnapshot, Proc
+
+    now = 1_800_000_000.0 + round_no
+    processes: list[Proc] = [Proc(pid=1000, ppid=1, user="svc", uid=1000, state="S", name="python3",
+                                  cmdline=("python3", "-m", "sglang.launch_server", "--tp", "8"),
+                                  start_ticks=1000, create_time=now - 3600, rss_kib=2_000_000)]
+    gpus = []
+    pid = 1001
+    for index in range(GPUS):
+        worker = pid
+        used = 40_000 + (round_no * 37 + index * 101) % 2000
+        processes.append(Proc(pid=worker, ppid=1000, user="svc", uid=1000, state="S",
+                              name=f"sglang::scheduler_TP{index}",
+                              cmdline=("python3", "-c", "from multiprocessing.spawn import spawn_main"),
+                              start_ticks=pid, create_time=now - 3500, rss_kib=8_000_000,
+                              gpu_memory_mib={index: used}))
+        pid += 1
+        gpus.append(Gpu(index=index, name="NVIDIA RTX PRO 6000 Blackwell", uuid=f"GPU-{target}-{index}",
+                        pci_bus_id=f"00000000:{index + 1:02X}:00.0", memory_used_mib=used + 3,
+                        memory_total_mib=49152, memory_reserved_mib=0, utilization_pct=(round_no + index) % 100,
+                        temperature_c=60, power_w=300.0, power_limit_w=600.0,
+                        processes=(GpuProcess(pid=worker, used_mib=used),)))
+        for _child in range(20):
+            processes.append(Proc(pid=pid, ppid=worker, user="svc", uid=1000, state="S", name="python3",
+                                  cmdline=("python3", "-c", "compile worker"), start_ticks=pid,
+                                  create_time=now - 3400, rss_kib=100_000))
+            pid += 1
+    while len(processes) < PROCESSES:
+        state = "Z" if len(processes) % 50 == 0 else "S"
+        processes.append(Proc(pid=pid, ppid=1000, user="svc", uid=1000, state=state, name="detokenizer",
+                              cmdline=("python3",), start_ticks=pid, create_time=now - 3000, rss_kib=50_000))
+        pid += 1
+    return HostSnapshot(target=target, hostname=target, boot_id="boot-" + target, time=now,
+                        driver_version="570.124.06", mode="sim", agent_pid=999, processes_time=now,
+                        gpus=tuple(gpus), processes=tuple(processes))
+
+
+async def _render(args: argparse.Namespace) -> dict:
+    from gputui.analysis import Baselines, analyze
+    from gputui.app import GpuTuiApp
+
+    targets = [f"host-{i}" for i in range(HOSTS)]
+    rounds = args.rounds
+    prepared = [[analyze(synthetic_snapshot(t, r), Baselines(), now=1_800_000_000.0 + r) for t in targets]
+                for r in range(rounds + 3)]
+    app = GpuTuiApp(targets, link_factory=IdleLink, read_only=True)
+    all_cpu, all_wall, active_cpu, active_wall, rest_cpu = [], [], [], [], []
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        for r, snapshots in enumerate(prepared):
+            # The active host alone: GPU panel + process tree redraw.
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            app.post_message(GpuTuiApp.HostSnapshotReady(targets[0], snapshots[0]))
+            await pilot.pause()
+            cpu1, wall1 = time.process_time(), time.perf_counter()
+            # The seven others: host bar and overview only.
+            for target, snapshot in zip(targets[1:], snapshots[1:], strict=True):
+                app.post_message(GpuTuiApp.HostSnapshotReady(target, snapshot))
+            await pilot.pause()
+            cpu2, wall2 = time.process_time(), time.perf_counter()
+            if r >= 3:  # the first rounds build the rows
+                active_cpu.append((cpu1 - cpu0) * 1000)
+                active_wall.append((wall1 - wall0) * 1000)
+                rest_cpu.append((cpu2 - cpu1) * 1000)
+                all_cpu.append((cpu2 - cpu0) * 1000)
+                all_wall.append((wall2 - wall0) * 1000)
+        rows = None
+        try:
+            from gputui.widgets.process_table import ProcessTable
+
+            table = app.query_one(ProcessTable)
+            rows = getattr(table, "row_count", None)
+        except Exception:
+            rows = None
+    med = statistics.median
+    return {"round_cpu_ms": med(all_cpu), "round_wall_ms": med(all_wall), "active_cpu_ms": med(active_cpu),
+            "active_wall_ms": med(active_wall), "others_cpu_ms": med(rest_cpu), "rounds": len(all_cpu),
+            "rows": rows}
+
+
+async def _drain(args: argparse.Namespace) -> dict:
+    from gputui.app import GpuTuiApp
+    from gputui.transports.base import LinkOptions
+    from gputui.transports.local import LocalLink
+    from tests.fakenvml import FakeNvmlState
+
+    state_path = Path(os.environ["FAKE_NVML_STATE"])
+    clean_at: list[float] = []
+
+    options = LinkOptions(read_only=True, discover_health=False)
+    latencies, clean_times = [], []
+    for _ in range(args.repeats):
+        holder = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
+        state = FakeNvmlState.with_gpus(GPUS)
+        for index in range(GPUS):
+            state.add_holder(index, holder.pid, 20000)
+        state.write(state_path)
+        clean_at.clear()
+        app = GpuTuiApp(["local"], link_factory=lambda _t: LocalLink(options), read_only=True)
+        apply_snapshot = app._apply_snapshot
+
+        def timed_apply(host: Any, snapshot: Any, apply_snapshot: Any = apply_snapshot) -> None:
+            # The moment the app itself marks the check clean (an instance attribute shadows the method).
+            apply_snapshot(host, snapshot)
+            if host.check is not None and host.check.clean and not clean_at:
+                clean_at.append(time.monotonic())
+
+        app._apply_snapshot = timed_apply  # type: ignore[method-assign]
+        async with app.run_test(size=(120, 40)) as pilot:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                snap = app.hosts[0].snapshot
+                if snap is not None and any(p.pid == holder.pid for p in snap.processes):
+                    break
+                await pilot.pause(0.05)
+            app.action_check()
+            # Let the configure command land and a few fast samples pass: the check is draining.
+            await pilot.pause(1.0)
+            holder.kill()
+            killed_at = time.monotonic()
+            holder.wait()
+            deadline = time.monotonic() + 20
+            while not clean_at and time.monotonic() < deadline:
+                await pilot.pause(0.01)
+            if clean_at:
+                latencies.append((clean_at[0] - killed_at) * 1000)
+                check = app.hosts[0].check
+                clean_times.append(check.finished_s - check.started_s if check and check.finished_s else None)
+            await app.action_quit()
+    return {"latencies_ms": latencies, "repeats": args.repeats}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("kind", choices=("render", "drain"))
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    try:
+        result = asyncio.run(_render(args) if args.kind == "render" else _drain(args))
+    except Exception as exc:
+        result = {"error": f"{type(exc).__name__}: {exc}"}
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    # Poll workers may still sit in a link call on non-daemon executor threads: do not wait for them.
+    os._exit(0)
+
+
+# --- harness side ----------------------------------------------------------------------------------------
+
+
+def _run_worker(kind: str, env: dict[str, str], *extra: str, timeout_s: float = 600) -> dict:
+    cmd = [sys.executable, str(Path(__file__)), kind, *extra]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"{kind} worker timed out"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"{kind} worker exit {proc.returncode}: {tail[:200]}"}
+    return json.loads(lines[-1])
+
+
+def render(args: argparse.Namespace, report: Any, sec: int) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    res = _run_worker("render", env, "--rounds", "8" if args.quick else "25")
+    metric = f"render {HOSTS} hosts x {GPUS} GPUs x {PROCESSES} procs"
+    if "error" in res:
+        report.na(sec, metric, res["error"])
+        return
+    report.add(sec, metric + ": one round", res["round_cpu_ms"], "CPU ms/round",
+               compare=f"wall {res['round_wall_ms']:.0f} ms; {res['rounds']} rounds of 8 messages")
+    report.add(sec, "  active host (GPU panel + process tree)", res["active_cpu_ms"], "CPU ms",
+               compare=f"wall {res['active_wall_ms']:.0f} ms, {res['rows']} table rows")
+    report.add(sec, "  7 other hosts (host bar, overview)", res["others_cpu_ms"], "CPU ms")
+    report.note(sec, "render: GpuTuiApp under App.run_test(size=(160, 50)), snapshots pre-analysed, delivered as "
+                     "HostSnapshotReady messages, timed until the app is idle (pilot.pause)")
+
+
+def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
+    from tests.bench.run_bench import TARGET_DRAIN_MS, fake_host, verdict
+
+    with fake_host(0, 0) as host:
+        res = _run_worker("drain", host.env(), "--repeats", "3" if args.quick else "7")
+    target = f"<= {TARGET_DRAIN_MS:.0f} ms"
+    if "error" in res or not res.get("latencies_ms"):
+        report.na(sec, "drain latency, TUI", res.get("error") or "the check never went clean", target=target)
+        return
+    values = res["latencies_ms"]
+    value = statistics.median(values)
+    report.add(sec, "drain latency, TUI", value, "ms kill->CLEAN",
+               compare=f"min {min(values):.0f} max {max(values):.0f}, n={len(values)}", target=target,
+               verdict=verdict(value <= TARGET_DRAIN_MS))
+    report.note(sec, "TUI: GpuTuiApp + LocalLink under run_test, check started with action_check (key c), "
+                     "holder of 8 GPUs killed+reaped after 1 s of draining")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
