@@ -76,7 +76,7 @@ CLOSE_BUDGET_S = 1.5
 MAX_JUMP_DEPTH = 8
 RECV_CHUNK_BYTES = 256 * 1024
 PYTHON_MISSING_STATUS = 127
-PYTHON_MISSING_MESSAGE = "python3 not found on host; reduced mode not available"
+PYTHON_MISSING_MESSAGE = "python3 not found on host"
 
 _NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
 _RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
@@ -202,6 +202,10 @@ class SshLink(HostLink):
         self._reader: threading.Thread | None = None
         self._write_lock = threading.Lock()
         self._stderr_tail = bytearray()
+        self.reduced = False
+        """True when the host has no python3 and the link streams nvidia-smi/ps output (monitoring only)."""
+        self._reduced: _ReducedStream | None = None
+        self._latest_reduced: HostSnapshot | None = None
 
     # -- properties ----------------------------------------------------------------------------------------
 
@@ -242,6 +246,9 @@ class SshLink(HostLink):
             self._last_data_mono = 0.0
             self._had_snapshot = False
             self._stderr_tail = bytearray()
+            self.reduced = False
+            self._reduced = None
+            self._latest_reduced = None
         try:
             self._open(generation)
         except LinkError:
@@ -260,43 +267,12 @@ class SshLink(HostLink):
         keepalive_s = settings.server_alive_interval_s or self.options.memory_interval_s
         transport.set_keepalive(max(1, math.ceil(keepalive_s)))
 
-        # Past authentication, paramiko's exec request and the source write wait without deadlines of their
-        # own: a watchdog closes everything if the host stops answering.
-        # Generous: exec + source write + hello each have a deadline of timeout_s; this only catches hangs.
-        watchdog = threading.Timer(2 * timeout_s + 1.0, self._abort, args=(generation,))
-        watchdog.daemon = True
-        watchdog.start()
         try:
-            try:
-                channel = transport.open_session(timeout=timeout_s)
-                channel.settimeout(READ_POLL_S)
-                with self._cond:
-                    self._channel = channel
-                channel.exec_command(agent_command(len(source), self.options))
-            except (paramiko.SSHException, OSError, EOFError) as exc:
-                raise self._aborted_or(generation, "cannot start the collector", exc) from None
-            reader = threading.Thread(
-                target=self._read_loop,
-                args=(channel, generation),
-                name=f"gputui-ssh-{self.target}",
-                daemon=True,
-            )
-            with self._cond:
-                self._reader = reader
-                self._last_data_mono = time.monotonic()
-            reader.start()
-            try:
-                self._send_bytes(source, time.monotonic() + timeout_s, "collector source")
-            except LinkError:
-                # The remote may have exited at once (no python3): its status says more than the write error.
-                with self._cond:
-                    self._cond.wait_for(lambda: self._error is not None, timeout=min(1.0, timeout_s))
-                    if self._error is not None:
-                        raise self._error_again() from None
+            hello = self._start_collector(transport, generation, timeout_s, source)
+        except SetupFailed as exc:
+            if not str(exc).endswith(PYTHON_MISSING_MESSAGE) or not transport.is_active():
                 raise
-            hello = self._wait_hello(generation, time.monotonic() + timeout_s, timeout_s)
-        finally:
-            watchdog.cancel()
+            hello = self._start_reduced(transport, generation, timeout_s)
         self._accept_hello(hello)
         if self.options.health_urls:
             # URLs are user strings: they go as JSON data, never on the command line.
@@ -308,6 +284,96 @@ class SshLink(HostLink):
                 },
                 timeout_s,
             )
+
+    def _start_channel(
+        self, transport: Any, generation: int, timeout_s: float, command: str, handler: Any, payload: bytes
+    ) -> dict[str, Any]:
+        """Exec ``command``, start the reader with ``handler``, write ``payload``, wait for the hello."""
+        # Past authentication, paramiko's exec request and the source write wait without deadlines of their
+        # own: a watchdog closes everything if the host stops answering. Generous: exec, source write and
+        # hello each have a deadline of timeout_s; this only catches hangs.
+        watchdog = threading.Timer(2 * timeout_s + 1.0, self._abort, args=(generation,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            try:
+                channel = transport.open_session(timeout=timeout_s)
+                channel.settimeout(READ_POLL_S)
+                with self._cond:
+                    self._channel = channel
+                channel.exec_command(command)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise self._aborted_or(generation, "cannot start the collector", exc) from None
+            reader = threading.Thread(
+                target=self._read_loop,
+                args=(channel, generation, handler),
+                name=f"gputui-ssh-{self.target}",
+                daemon=True,
+            )
+            with self._cond:
+                self._reader = reader
+                self._last_data_mono = time.monotonic()
+            reader.start()
+            if payload:
+                try:
+                    self._send_bytes(payload, time.monotonic() + timeout_s, "collector source")
+                except LinkError:
+                    # The remote may have exited at once (no python3): its status says more than the write.
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._error is not None, timeout=min(1.0, timeout_s))
+                        if self._error is not None:
+                            raise self._error_again() from None
+                    raise
+            return self._wait_hello(generation, time.monotonic() + timeout_s, timeout_s)
+        finally:
+            watchdog.cancel()
+
+    def _start_collector(
+        self, transport: Any, generation: int, timeout_s: float, source: bytes
+    ) -> dict[str, Any]:
+        command = agent_command(len(source), self.options)
+        return self._start_channel(transport, generation, timeout_s, command, self._handle_line, source)
+
+    def _start_reduced(self, transport: Any, generation: int, timeout_s: float) -> dict[str, Any]:
+        """No python3 there: stream ``nvidia-smi`` and ``ps`` output from a fixed POSIX sh loop instead."""
+        with self._cond:
+            old_channel, self._channel = self._channel, None
+            old_reader, self._reader = self._reader, None
+            self._error = None
+            self.hello = None
+        if old_channel is not None:
+            old_channel.close()
+        if old_reader is not None:
+            old_reader.join(1.0)
+        nonce = os.urandom(8).hex()
+        self._reduced = _ReducedStream(self.target, nonce)
+        command = reduced_command(nonce, self.options)
+        self.reduced = True
+        return self._start_channel(transport, generation, timeout_s, command, self._handle_reduced_line, b"")
+
+    def _handle_reduced_line(self, raw: bytes, generation: int) -> str | None:
+        stream = self._reduced
+        if stream is None:
+            return None
+        try:
+            event = stream.feed(raw.decode("utf-8", "replace"))
+        except LinkError as exc:
+            return str(exc)
+        if event == "hello":
+            with self._cond:
+                if generation == self._generation:
+                    self.hello = stream.hello()
+                    self._hello_generation = generation
+                self._cond.notify_all()
+        elif isinstance(event, HostSnapshot):
+            with self._cond:
+                if generation == self._generation:
+                    self._snapshots.append(event)
+                    self._latest_reduced = event
+                self._cond.notify_all()
+        elif event == "preamble":
+            return "preamble"
+        return None
 
     def _aborted_or(self, generation: int, what: str, exc: BaseException) -> LinkError:
         with self._cond:
@@ -572,7 +638,7 @@ class SshLink(HostLink):
             return LinkError(f"{self.target}: link not open")
         return type(error)(str(error))
 
-    def _read_loop(self, channel: Any, generation: int) -> None:
+    def _read_loop(self, channel: Any, generation: int, handler: Any) -> None:
         buffer = bytearray()
         scanned = 0
         preamble_bytes = 0
@@ -593,8 +659,11 @@ class SshLink(HostLink):
             if data is None:
                 continue
             if not data:
-                message = self._exit_message(channel)
-                self._fail(generation, message, permanent=message.endswith(PYTHON_MISSING_MESSAGE))
+                before_hello = self._hello_generation != generation
+                message, exited = self._exit_message(channel, before_hello)
+                # A collector that exited before it could even say hello (no python3, too old a python)
+                # will do so again: a lasting problem. A connection dropped later is worth retrying.
+                self._fail(generation, message, permanent=before_hello and exited)
                 return
             with self._cond:
                 if generation == self._generation:
@@ -608,7 +677,7 @@ class SshLink(HostLink):
                 line = bytes(buffer[:end])
                 del buffer[: end + 1]
                 scanned = 0
-                problem = self._handle_line(line, generation)
+                problem = handler(line, generation)
                 if problem == "preamble":
                     preamble_bytes += len(line) + 1
                     if preamble_bytes > PREAMBLE_CAP_BYTES:
@@ -636,23 +705,28 @@ class SshLink(HostLink):
         except (OSError, EOFError, paramiko.SSHException):
             pass
 
-    def _exit_message(self, channel: Any) -> str:
+    def _exit_message(self, channel: Any, before_hello: bool) -> tuple[str, bool]:
+        """One line for the end of the collector's channel, and whether the remote process really exited."""
         # The exit status follows the EOF closely; wait a moment for it, never forever.
         channel.status_event.wait(1.0)
         self._drain_stderr(channel)
         status = channel.exit_status if channel.status_event.is_set() else None
+        exited = status is not None and status >= 0
         stderr = self._stderr_tail.decode("utf-8", "replace")
-        if (
+        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+        if self.reduced and before_hello:
+            why = _visible(lines[-1]) if lines else f"exit status {status}"
+            return f"{self.target}: no python3 on host, and the reduced collector (sh) failed: {why}", exited
+        if before_hello and (
             status == PYTHON_MISSING_STATUS
             or "python3: not found" in stderr
             or "python3: command not found" in stderr
         ):
-            return f"{self.target}: {PYTHON_MISSING_MESSAGE}"
-        lines = [line for line in stderr.strip().splitlines() if line.strip()]
+            return f"{self.target}: {PYTHON_MISSING_MESSAGE}", True
         last = f": {_visible(lines[-1])}" if lines else ""
-        if status is None or status < 0:
-            return f"{self.target}: the collector's channel closed{last}"
-        return f"{self.target}: the collector exited with status {status}{last}"
+        if not exited:
+            return f"{self.target}: the collector's channel closed{last}", False
+        return f"{self.target}: the collector exited with status {status}{last}", True
 
     def _handle_line(self, raw: bytes, generation: int) -> str | None:
         """Take one line; returns an error message, "preamble" for pre-hello junk, or None."""
@@ -756,6 +830,8 @@ class SshLink(HostLink):
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one command and wait for its reply's result. Raises LinkError on error, failure or timeout."""
         name = str(command.get("cmd"))
+        if self.reduced:
+            return self._reduced_request(name, timeout_s)
         with self._cond:
             if self._error is not None:
                 raise self._error_again()
@@ -792,6 +868,30 @@ class SshLink(HostLink):
             result["snapshot"] = dict(snapshot, target=self.target)
         return result
 
+    def _reduced_request(self, name: str, timeout_s: float) -> dict[str, Any]:
+        """The commands a monitoring-only host can answer from its stream."""
+        if name == "configure":
+            return {}
+        if name in ("sample", "calibrate"):
+            deadline = time.monotonic() + max(0.0, timeout_s)
+            with self._cond:
+                while self._latest_reduced is None:
+                    if self._error is not None:
+                        raise self._error_again()
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise LinkError(f"{self.target}: no reply to {name} within {timeout_s:.1f} s")
+                    self._cond.wait(left)
+                snapshot = self._latest_reduced
+            if name == "sample":
+                return {"snapshot": snapshot.to_dict()}
+            return {
+                "memory_used_mib": {
+                    g.key: g.memory_used_mib for g in snapshot.gpus if g.memory_used_mib is not None
+                }
+            }
+        raise LinkError(f"{self.target}: {name} needs python3 on the host (reduced mode: monitoring only)")
+
     def close(self) -> None:
         """Ask the collector to quit, then close channel and transports; returns within about 2 s."""
         with self._cond:
@@ -799,7 +899,7 @@ class SshLink(HostLink):
             if self._error is None:
                 self._error = LinkError(f"{self.target}: link closed")
             self._cond.notify_all()
-        if channel is not None and self.hello is not None:
+        if channel is not None and self.hello is not None and not self.reduced:
             try:
                 self._send_bytes(b'{"cmd":"quit"}\n', time.monotonic() + 0.3, "quit command")
             except LinkError:
@@ -846,6 +946,184 @@ class SshLink(HostLink):
                 transport.sock.close()
             except Exception:  # noqa: S110 - best effort on a dying connection
                 pass
+
+
+REDUCED_PS_LINES_CAP = 200_000
+"""Most ``ps`` lines taken from one reduced-mode sample (a runaway host must not eat our memory)."""
+
+
+def reduced_command(nonce: str, options: LinkOptions) -> str:
+    """The reduced collector: a fixed POSIX sh loop (no python3 needed) printing marked sections.
+
+    Only fixed text, a hex nonce made here and a validated number go into it. Sections per sample:
+    ``gpus`` (nvidia-smi --query-gpu CSV, then its exit status), ``apps`` (--query-compute-apps CSV), ``ps``
+    (``pid ppid stat user args``), ``end``.
+    """
+    if not re.fullmatch(r"[0-9a-f]{8,64}", nonce):
+        raise LinkError("reduced mode: bad marker")
+    interval = _number_arg(options.memory_interval_s, "interval")
+    from gputui.agent import SMI_QUERY_APPS, SMI_QUERY_GPU
+
+    smi_format = "--format=csv,noheader,nounits"
+    script = (
+        f"M=@gputui-{nonce}; "
+        'echo "$M boot $(cat /proc/sys/kernel/random/boot_id 2>/dev/null)"; '
+        'echo "$M host $(cat /proc/sys/kernel/hostname 2>/dev/null)"; '
+        "while :; do "
+        'echo "$M gpus"; '
+        f"nvidia-smi --query-gpu={SMI_QUERY_GPU} {smi_format} 2>&1; "
+        'echo "$M rc $?"; '
+        'echo "$M apps"; '
+        f"nvidia-smi --query-compute-apps={SMI_QUERY_APPS} {smi_format} 2>/dev/null; "
+        'echo "$M ps"; '
+        "ps -eo pid=,ppid=,stat=,user=,args= 2>/dev/null; "
+        'echo "$M end"; '
+        f"sleep {interval} || exit 0; "
+        "done"
+    )
+    if "'" in script:  # the whole script travels inside one pair of single quotes
+        raise LinkError("reduced mode: script would need quoting")
+    return f"sh -c '{script}'"
+
+
+class _ReducedStream:
+    """Turns the reduced collector's marked sections into snapshots (mode "ps": monitoring only)."""
+
+    def __init__(self, target: str, nonce: str) -> None:
+        self.target = target
+        self.marker = f"@gputui-{nonce} "
+        self.boot_id: str | None = None
+        self.hostname: str | None = None
+        self.section: str | None = None
+        self.lines: dict[str, list[str]] = {"gpus": [], "apps": [], "ps": []}
+        self.smi_status: int | None = None
+        self.started = False
+
+    def hello(self) -> dict[str, Any]:
+        return {
+            "t": "hello",
+            "protocol": PROTOCOL_VERSION,
+            "mode": "ps",
+            "boot_id": self.boot_id,
+            "hostname": self.hostname,
+            "python": None,
+            "reduced": True,
+        }
+
+    def feed(self, line: str) -> str | HostSnapshot | None:
+        if not line.startswith(self.marker):
+            if not self.started:
+                return "preamble"
+            if self.section is not None:
+                bucket = self.lines[self.section]
+                if len(bucket) >= REDUCED_PS_LINES_CAP:
+                    raise LinkError(
+                        f"{self.target}: reduced collector sent over {REDUCED_PS_LINES_CAP} lines"
+                    )
+                bucket.append(line)
+            return None
+        word, _, rest = line[len(self.marker) :].partition(" ")
+        if word == "boot":
+            self.boot_id = rest.strip() or None
+            return None
+        if word == "host":
+            self.hostname = rest.strip() or None
+            self.started = True
+            return "hello"
+        if word in self.lines:
+            self.section = word
+            self.lines[word] = []
+            return None
+        if word == "rc":
+            self.section = None
+            try:
+                self.smi_status = int(rest.strip())
+            except ValueError:
+                self.smi_status = None
+            return None
+        if word == "end":
+            self.section = None
+            return self._snapshot()
+        return None
+
+    def _snapshot(self) -> HostSnapshot:
+        from gputui.agent import parse_smi_apps_output, parse_smi_gpu_output, smi_exit_error
+
+        now = time.time()
+        gpu_text = "\n".join(self.lines["gpus"])
+        error: str | None = None
+        gpus: list[dict[str, Any]] = []
+        if self.smi_status == 0:
+            gpus = parse_smi_gpu_output(gpu_text)
+        elif self.smi_status == PYTHON_MISSING_STATUS:
+            error = "reduced mode (no python3): nvidia-smi not found on host"
+        else:
+            error = "reduced mode (no python3): " + smi_exit_error(self.smi_status or 0, gpu_text)
+        apps = parse_smi_apps_output("\n".join(self.lines["apps"]))
+        held: dict[int, dict[int, int]] = {}
+        for gpu in gpus:
+            listed = apps.get(str(gpu.get("uuid"))) or []
+            gpu["processes"] = listed
+            for app in listed:
+                if app.get("used_mib") is not None:
+                    held.setdefault(int(app["pid"]), {})[int(gpu["index"])] = int(app["used_mib"])
+        processes = _reduced_processes(self.lines["ps"], held)
+        snapshot = {
+            "target": self.target,
+            "hostname": self.hostname,
+            "boot_id": self.boot_id,
+            "time": now,
+            "error": error,
+            "mode": "ps",
+            "processes_time": now,
+            "gpus": gpus,
+            "processes": processes,
+        }
+        return HostSnapshot.from_dict(snapshot)
+
+
+def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> list[dict[str, Any]]:
+    """GPU processes, their ancestors and descendants, and zombie / D-state processes from ``ps`` lines.
+
+    ``args`` is split on whitespace (ps joins argv with spaces), so cmdlines are approximate in this mode.
+    """
+    table: dict[int, dict[str, Any]] = {}
+    for line in ps_lines:
+        words = line.split(None, 4)
+        if len(words) < 4 or not words[0].isdigit() or not words[1].isdigit():
+            continue
+        args = words[4].split() if len(words) > 4 else []
+        table[int(words[0])] = {
+            "pid": int(words[0]),
+            "ppid": int(words[1]),
+            "state": words[2][:1] or None,
+            "user": words[3],
+            "name": Path(args[0]).name if args else None,
+            "cmdline": args,
+        }
+    wanted = set(held)
+    children: dict[int, list[int]] = {}
+    for pid, row in table.items():
+        children.setdefault(row["ppid"], []).append(pid)
+        if row["state"] in ("Z", "D"):
+            wanted.add(pid)
+    for pid in list(held):
+        parent = table.get(pid, {}).get("ppid")
+        while parent and parent > 1 and parent not in wanted and parent in table:
+            wanted.add(parent)
+            parent = table[parent]["ppid"]
+        stack = list(children.get(pid, []))
+        while stack:
+            child = stack.pop()
+            if child not in wanted:
+                wanted.add(child)
+                stack.extend(children.get(child, []))
+    rows = []
+    for pid in sorted(wanted):
+        row = dict(table.get(pid) or {"pid": pid})
+        row["gpu_memory_mib"] = {str(k): v for k, v in held.get(pid, {}).items()}
+        rows.append(row)
+    return rows
 
 
 class _AgentAt(paramiko.agent.AgentSSH):

@@ -7,7 +7,10 @@ through ``SetEnv`` (``LD_LIBRARY_PATH``, ``FAKE_NVML_STATE``), a ``PATH`` whose 
 
 - ``"venv"``: this test run's interpreter (has pynvml and psutil);
 - ``"bare"``: a venv made with ``--without-pip`` from the base interpreter (neither pynvml nor psutil);
-- ``"none"``: no python3 at all.
+- ``"none"``: no python3 at all, but ``sh``, ``cat``, ``sleep``, ``ps`` and a fake ``nvidia-smi`` that prints
+  the files ``gpus.csv`` / ``apps.csv`` from the server's ``smi_dir`` (exit 9 like a driverless host when
+  ``gpus.csv`` is missing);
+- ``"empty"``: nothing on PATH at all (not even ``sh``).
 
 ``ClientHome`` is a temporary ``~/.ssh`` layout (config, known_hosts, keys); the fixtures point
 ``GPUTUI_SSH_CONFIG`` and ``HOME`` at it and drop ``SSH_AUTH_SOCK``, so the user's real ~/.ssh and agent are
@@ -91,6 +94,7 @@ class SshdServer:
     extra_config: tuple[str, ...] = ()
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    smi_dir: Path | None = None
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -277,6 +281,34 @@ def _python_wrapper(directory: Path, interpreter: str | None) -> Path:
     return directory
 
 
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Test double of nvidia-smi for hosts without python3: prints what the test wrote.
+case "$*" in
+  *--query-gpu=*)
+    if [ -f "{smi_dir}/gpus.csv" ]; then cat "{smi_dir}/gpus.csv"; exit 0; fi
+    echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    exit 9 ;;
+  *--query-compute-apps=*)
+    if [ -f "{smi_dir}/apps.csv" ]; then cat "{smi_dir}/apps.csv"; fi
+    exit 0 ;;
+esac
+exit 2
+"""
+
+
+def _tools_without_python(bin_dir: Path, smi_dir: Path) -> None:
+    """A PATH folder with the shell tools the reduced collector uses, a fake nvidia-smi, and no python3."""
+    import shutil
+
+    for tool in ("sh", "cat", "sleep", "ps"):
+        found = shutil.which(tool, path="/usr/bin:/bin")
+        if found is not None:  # ps (procps) may be absent from slim images: the collector copes without it
+            (bin_dir / tool).symlink_to(found)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(FAKE_NVIDIA_SMI.replace("{smi_dir}", str(smi_dir)))
+    smi.chmod(0o755)
+
+
 @pytest.fixture(scope="session")
 def ssh_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Client keys: ``good`` (authorized on every server), ``other`` (authorized nowhere), ``encrypted``."""
@@ -327,22 +359,29 @@ def sshd_factory(
     servers: list[SshdServer] = []
     lib_dir = Path(fake_nvml.lib_dir)
     state_path = Path(fake_nvml.state_path)
-    interpreters = {"venv": sys.executable, "bare": bare_python, "none": None}
+    interpreters = {"venv": sys.executable, "bare": bare_python, "none": None, "empty": None}
 
     def start(python: str = "venv", extra_config: tuple[str, ...] = ()) -> SshdServer:
         index = len(servers)
         bin_dir = _python_wrapper(tmp_path / f"remote-bin-{index}", interpreters[python])
         remote_home = tmp_path / f"remote-home-{index}"
         remote_home.mkdir()
+        smi_dir = tmp_path / f"fake-smi-{index}"
+        smi_dir.mkdir()
+        if python == "none":
+            _tools_without_python(bin_dir, smi_dir)
+        path = (
+            f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"
+            if python in ("venv", "bare")
+            else f"{bin_dir}:/nonexistent"
+        )
         env = {
             # The login user's own rc files (say pyenv in ~/.bashrc, which bash reads under sshd) would
             # rewrite PATH: sessions get an empty HOME of their own.
             "HOME": str(remote_home),
             "LD_LIBRARY_PATH": str(lib_dir),
             "FAKE_NVML_STATE": str(state_path),
-            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"
-            if python != "none"
-            else f"{bin_dir}:/nonexistent",
+            "PATH": path,
         }
         server = SshdServer(
             root=tmp_path / f"sshd-{index}",
@@ -351,6 +390,7 @@ def sshd_factory(
             env=env,
             extra_config=tuple(extra_config),
         )
+        server.smi_dir = smi_dir
         servers.append(server)
         server.start()
         return server

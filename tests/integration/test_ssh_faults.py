@@ -6,6 +6,7 @@ request) unless a test says otherwise; deadlines below only stop a broken build 
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import threading
@@ -314,15 +315,77 @@ def test_new_boot_id_on_reconnect_is_visible(
         link.close()
 
 
-def test_missing_python3_is_reported(sshd_factory: SshdFactory, ssh_client: ClientHome) -> None:
+GPU_CSV = (
+    "0, NVIDIA H200, GPU-aaaa-0000, 00000000:17:00.0, 20483, 143771, 97, 61, 512.30, 700.00\n"
+    "1, NVIDIA H200, GPU-bbbb-1111, 00000000:2A:00.0, 3, 143771, 0, 35, 70.10, 700.00\n"
+)
+
+
+def test_no_python3_falls_back_to_the_reduced_sh_collector(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    server = sshd_factory(python="none")
+    assert server.smi_dir is not None
+    (server.smi_dir / "gpus.csv").write_text(GPU_CSV)
+    (server.smi_dir / "apps.csv").write_text(f"GPU-aaaa-0000, {os.getpid()}, 20480\n")
+    ssh_client.add_host("no-python", server)
+    ssh_client.trust(server)
+    link = SshLink("no-python", FAST)
+    link.open()
+    try:
+        assert link.reduced is True
+        assert link.mode == "ps"
+        assert link.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        snapshot = _next(link)
+        assert snapshot.mode == "ps"
+        assert snapshot.target == "no-python"
+        assert snapshot.error is None
+        assert [(g.index, g.name, g.memory_used_mib, g.memory_total_mib) for g in snapshot.gpus] == [
+            (0, "NVIDIA H200", 20483, 143771),
+            (1, "NVIDIA H200", 3, 143771),
+        ]
+        assert [p.pid for p in snapshot.gpus[0].processes] == [os.getpid()]
+        me = snapshot.process(os.getpid())
+        assert me is not None
+        assert me.gpu_memory_mib == {0: 20480}
+        sampled = link.request({"cmd": "sample"}, 10.0)["snapshot"]
+        assert sampled["target"] == "no-python"
+        with pytest.raises(LinkError, match=r"^no-python: kill needs python3 on the host \(reduced mode"):
+            link.request({"cmd": "kill", "targets": [{"pid": os.getpid(), "start_ticks": 1}]}, 10.0)
+    finally:
+        link.close()
+
+
+def test_no_python3_and_no_driver_reports_the_driver(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
     server = sshd_factory(python="none")
     ssh_client.add_host("no-python", server)
     ssh_client.trust(server)
     link = SshLink("no-python", FAST)
+    link.open()
+    try:
+        snapshot = _next(link)
+        assert snapshot.gpus == ()
+        assert snapshot.error is not None
+        assert "NVIDIA driver not loaded" in snapshot.error
+    finally:
+        link.close()
+
+
+def test_no_python3_and_no_shell_tools_is_one_lasting_error(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    server = sshd_factory(python="empty")
+    ssh_client.add_host("bare-metal", server)
+    ssh_client.trust(server)
+    link = SshLink("bare-metal", FAST)
     with pytest.raises(
-        LinkError, match=r"^no-python: python3 not found on host; reduced mode not available$"
-    ):
+        LinkError, match=r"^bare-metal: no python3 on host, and the reduced collector \(sh\) failed: "
+    ) as caught:
         link.open()
+    assert "\n" not in str(caught.value)
+    assert not worth_retrying(caught.value)
     link.close()
 
 
