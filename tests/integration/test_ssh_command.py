@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+import subprocess
 
 import pytest
 
@@ -54,3 +55,39 @@ def test_the_shipped_source_is_the_collector_file() -> None:
     source = agent_source()
     assert b'if __name__ == "__main__":' in source
     assert LOADER.fullmatch(agent_command(len(source), LinkOptions()))
+
+
+def test_reduced_command_is_valid_sh_with_only_fixed_text() -> None:
+    from gputui.transports.ssh import reduced_command
+
+    command = reduced_command("0123456789abcdef", LinkOptions(memory_interval_s=0.5))
+    words = shlex.split(command)
+    assert words[:2] == ["sh", "-c"]
+    assert len(words) == 3
+    checked = subprocess.run(["sh", "-n", "-c", words[2]], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 0, checked.stderr
+    assert "sleep 0.5 " in words[2]
+    for bad in ("", "XYZ", "abc'; touch /tmp/x", "0123456789abcdeg"):
+        with pytest.raises(LinkError):
+            reduced_command(bad, LinkOptions())
+
+
+def test_reduced_process_selection() -> None:
+    from gputui.transports.ssh import _reduced_processes
+
+    ps_lines = [
+        "    1     0 Ss   root     /sbin/init",
+        "  100     1 Ss   alice    bash",
+        "  200   100 Sl   alice    python -m sglang.launch_server --tp 8",
+        "  201   200 Sl   alice    python scheduler worker",
+        "  202   200 Z    alice    [python] <defunct>",
+        "  300     1 S    bob      unrelated editor",
+        "  400     1 D    bob      stuck in io",
+        "garbage line",
+    ]
+    rows = {row["pid"]: row for row in _reduced_processes(ps_lines, {201: {0: 1000}, 999: {1: 5}})}
+    assert sorted(rows) == [100, 200, 201, 202, 400, 999]
+    assert rows[201]["gpu_memory_mib"] == {"0": 1000}
+    assert rows[200]["cmdline"] == ["python", "-m", "sglang.launch_server", "--tp", "8"]
+    assert rows[202]["state"] == "Z"
+    assert rows[999] == {"pid": 999, "gpu_memory_mib": {"1": 5}}
