@@ -49,6 +49,39 @@ def test_snapshot_over_ssh_matches_the_fake_nvml_state(
         link.close()
 
 
+def test_gpus_over_ssh_equal_a_local_collector_run_on_the_same_state(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
+) -> None:
+    fake_nvml.state.gpus[5].error = "GPU_IS_LOST"
+    fake_nvml.state.gpus[2].util_pct = 87
+    fake_nvml.state.gpus[2].temp_c = 71
+    fake_nvml.write()
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    local = subprocess.run(
+        [sys.executable, "-m", "gputui.agent", "--once"],
+        capture_output=True,
+        env=fake_nvml.env(),
+        timeout=60,
+        check=True,
+        cwd=str(Path(__file__).resolve().parents[2]),
+    )
+    expected = HostSnapshot.from_json(local.stdout.decode())
+    link = SshLink("host-a", FAST)
+    link.open()
+    try:
+        remote = HostSnapshot.from_dict(link.request({"cmd": "sample"}, 30.0)["snapshot"])
+    finally:
+        link.close()
+    assert remote.target == "host-a"
+    assert remote.driver_version == expected.driver_version == "570.124.06"
+    assert remote.boot_id == expected.boot_id
+    assert remote.gpus == expected.gpus
+    assert remote.gpus[5].error is not None
+    assert remote.gpus[2].utilization_pct == 87
+
+
 def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True)
 
