@@ -1,0 +1,42 @@
+"""The benchmark's minimal path runs and prints real figures (no timing is asserted: the suite never times)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+RUN_BENCH = Path(__file__).with_name("run_bench.py")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_section_one_prints_a_table_of_measured_figures(tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    env = dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, str(RUN_BENCH), "--section", "1", "--quick", "--no-peers", "--processes", "40",
+         "--json", str(rows_path)],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("sec "))
+    assert header.split()[:4] == ["sec", "metric", "median", "unit"]
+    rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
+    for metric in ("pynvml floor: memory+process lists x8", "gputui agent: full sample",
+                   "gputui agent: memory-only sample"):
+        value = rows[metric]["value"]
+        assert isinstance(value, float), rows[metric]
+        assert math.isfinite(value), rows[metric]
+        assert value > 0, rows[metric]
+        # The same figure is on the printed table, as a number.
+        line = next(line for line in proc.stdout.splitlines() if metric in line)
+        assert re.search(r"\s\d+(\.\d+)?\s+CPU ms/sample", line), line
+    # Peers were switched off: said so, never a made-up number.
+    assert rows["nvitop 1.7.2 API snapshot"]["value"] is None
+    assert "n/a (--no-peers)" in proc.stdout
+    # The agent spawned nothing while sampling.
+    assert rows["gputui agent: processes spawned"]["value"] == 0
