@@ -20,15 +20,22 @@ COMMAND_MAX_CHARS = 400
 SORT_MODES = ("tree", "gpu", "pid")
 """tree: as the processes descend from each other; gpu: most GPU memory first; pid: ascending."""
 
+# The table has no cell padding (a 120-column screen needs every cell for the command): each column's text
+# carries its own one-space gap, numbers right-aligned.
 _WIDE_COLUMNS = (
-    ("pid", "pid", 7),
-    ("user", "user", 8),
-    ("state", "S", 3),
-    ("gpu", "GPU MiB", 8),
-    ("tree", "tree MiB", 8),
-    ("command", "command", None),
+    ("pid", "    pid", 8),
+    ("user", " user", 9),
+    ("state", " S ", 3),
+    ("gpu", "  GPU MiB", 9),
+    ("tree", " tree MiB", 9),
+    ("command", " command", None),
 )
-_COMPACT_COLUMNS = (("pid", "pid", 7), ("state", "S", 3), ("tree", "MiB", 6), ("command", "command", None))
+_COMPACT_COLUMNS = (
+    ("pid", "    pid", 8),
+    ("state", " S ", 3),
+    ("tree", "    MiB", 7),
+    ("command", " command", None),
+)
 
 
 def _state_text(state: str | None) -> Text:
@@ -45,7 +52,7 @@ def _gpu_text(gpu_memory_mib: dict[int, int]) -> Text:
     held = {gpu: mib for gpu, mib in sorted(gpu_memory_mib.items()) if mib}
     if not held:
         return Text("")
-    return Text(" ".join(f"{gpu}:{mib}" for gpu, mib in held.items()), style="yellow")
+    return Text(" " + " ".join(f"{gpu}:{mib}" for gpu, mib in held.items()).rjust(8), style="yellow")
 
 
 class ProcessTable(DataTable[Text]):
@@ -56,7 +63,7 @@ class ProcessTable(DataTable[Text]):
     """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
-        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False)
+        super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, cell_padding=0)
         self._compact = False
         self._row_keys: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
@@ -99,9 +106,11 @@ class ProcessTable(DataTable[Text]):
 
     def _cells_for(self, node: ProcNode, depth: int, tagged: bool) -> tuple[Text, ...]:
         proc = node.proc
-        pid = Text(("● " if tagged else "  ") + str(proc.pid), style="bold magenta" if tagged else "")
-        tree_total = Text(str(node.subtree_total_mib) if node.subtree_total_mib else "", style="yellow")
-        indent = "  " * depth + ("└ " if depth else "")
+        mark = "●" if tagged else " "
+        pid = Text(f"{mark}{proc.pid:>6} ", style="bold magenta" if tagged else "")
+        total = str(node.subtree_total_mib) if node.subtree_total_mib else ""
+        tree_total = Text(" " + total.rjust(8 if not self._compact else 6), style="yellow")
+        indent = " " + "  " * depth + ("└ " if depth else "")
         command = Text(indent, style="dim")
         style = "red" if proc.is_zombie else "yellow" if proc.is_uninterruptible else ""
         command.append(command_text(proc.cmdline, proc.name, COMMAND_MAX_CHARS), style=style)
@@ -111,7 +120,7 @@ class ProcessTable(DataTable[Text]):
             return (pid, _state_text(proc.state), tree_total, command)
         return (
             pid,
-            safe_text(proc.user, 8),
+            Text(" ").append_text(safe_text(proc.user, 8)),
             _state_text(proc.state),
             _gpu_text(proc.gpu_memory_mib),
             tree_total,

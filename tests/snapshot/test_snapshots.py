@@ -1,0 +1,103 @@
+"""Screens of the demo host, compared against stored SVGs (pytest-textual-snapshot).
+
+The simulated hosts and the app share one frozen clock (``ManualClock``), and every sample taken at the same
+moment is identical, so a screen depends only on what the test did, never on when it ran. Regenerate with
+``pytest tests/snapshot --snapshot-update`` and look at the SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gputui.app import GpuTuiApp
+from gputui.sim import DRAIN_S, LAUNCHER_PID, ManualClock, SimLink
+from gputui.transports.base import LinkOptions
+from gputui.widgets.clean_slate import CleanSlateLine
+from gputui.widgets.process_table import ProcessTable
+
+DEADLINE_S = 20.0
+
+
+@pytest.fixture(autouse=True)
+def _utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Receipts print local time of day: pin the zone. Audit lines go to the test's directory."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
+def _app(targets: tuple[str, ...], clock: ManualClock, tmp_path: Path) -> GpuTuiApp:
+    options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05)
+    return GpuTuiApp(
+        list(targets),
+        lambda target: SimLink(target, options, clock=clock),
+        clock=clock,
+        memory_interval_s=0.05,
+        process_interval_s=0.05,
+        escalate_s=0.2,
+        notify_timeout_s=600.0,
+        audit_dir=tmp_path / "audit",
+    )
+
+
+async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    waited_s = 0.0
+    while not condition():
+        if waited_s > DEADLINE_S:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+        waited_s += 0.05
+    await pilot.pause(0.2)
+
+
+async def _ready(pilot) -> None:  # type: ignore[no-untyped-def]
+    app = pilot.app
+    await _until(pilot, lambda: all(h.snapshot is not None for h in app.hosts), "first snapshots")
+    await _until(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+
+
+def test_wide_wedged_host(snap_compare, tmp_path: Path) -> None:
+    app = _app(("gpu-node-07",), ManualClock(), tmp_path)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_ready)
+
+
+def test_narrow_pane(snap_compare, tmp_path: Path) -> None:
+    app = _app(("gpu-node-07",), ManualClock(), tmp_path)
+    assert snap_compare(app, terminal_size=(50, 40), run_before=_ready)
+
+
+def test_multi_host(snap_compare, tmp_path: Path) -> None:
+    app = _app(("gpu-node-07", "gpu-node-08"), ManualClock(), tmp_path)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=_ready)
+
+
+def test_confirmation_modal(snap_compare, tmp_path: Path) -> None:
+    app = _app(("gpu-node-07",), ManualClock(), tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        pilot.app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
+        await pilot.press("t")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_clean_receipt(snap_compare, tmp_path: Path) -> None:
+    clock = ManualClock()
+    app = _app(("gpu-node-07",), clock, tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        await pilot.press("X", "enter")
+        host = pilot.app.hosts[0]
+        await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "launcher gone")
+        await _until(pilot, lambda: any(n[1].startswith("TERM") for n in pilot.app.notices), "kill outcome")
+        clock.advance(DRAIN_S + 1.0)
+        line = pilot.app.query_one(CleanSlateLine)
+        await _until(pilot, lambda: "verified" in str(line.render()), "receipt")
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
