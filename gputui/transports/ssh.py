@@ -71,6 +71,8 @@ STDERR_TAIL_BYTES = 8 * 1024
 SNAPSHOT_QUEUE_LEN = 4
 STALE_FACTOR = 3.0
 MIN_STALE_S = 1.0
+REDUCED_MIN_STALE_S = 10.0
+"""The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
 READ_POLL_S = 0.2
 CLOSE_BUDGET_S = 1.5
 MAX_JUMP_DEPTH = 8
@@ -212,7 +214,8 @@ class SshLink(HostLink):
     @property
     def stale_after_s(self) -> float:
         """Seconds without any data from the agent after which the link counts as broken."""
-        return max(MIN_STALE_S, STALE_FACTOR * self.options.memory_interval_s)
+        floor_s = REDUCED_MIN_STALE_S if self.reduced else MIN_STALE_S
+        return max(floor_s, STALE_FACTOR * self.options.memory_interval_s)
 
     @property
     def last_data_age_s(self) -> float | None:
@@ -337,6 +340,8 @@ class SshLink(HostLink):
     def _start_reduced(self, transport: Any, generation: int, timeout_s: float) -> dict[str, Any]:
         """No python3 there: stream ``nvidia-smi`` and ``ps`` output from a fixed POSIX sh loop instead."""
         with self._cond:
+            if generation != self._generation:  # closed meanwhile
+                raise LinkError(f"{self.target}: link closed")
             old_channel, self._channel = self._channel, None
             old_reader, self._reader = self._reader, None
             self._error = None
