@@ -39,7 +39,7 @@ from gputui.actions import (
     parse_outcomes,
     plan_kill,
 )
-from gputui.analysis import Baselines, analyze, build_forest, flatten
+from gputui.analysis import Baselines, ProcNode, analyze, build_forest, flatten
 from gputui.model import HostSnapshot
 from gputui.screens.confirm_kill import ConfirmKillScreen
 from gputui.screens.help import HelpScreen
@@ -136,6 +136,15 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     results = {o.result for o in outcomes}
     severity = "error" if results & _BAD_RESULTS else "warning" if results & _WARN_RESULTS else "information"
     return "\n".join(lines), severity
+
+
+def _table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
+    """The GPU process trees in pre-order, then any other listed process (a zombie or D-state process
+    outside those trees) as a root of its own, so every finding's process has a row to jump to."""
+    nodes = flatten(build_forest(snapshot))
+    shown = {node.proc.pid for node in nodes}
+    nodes.extend(ProcNode(proc) for proc in snapshot.processes if proc.pid not in shown)
+    return nodes
 
 
 class GpuTuiApp(App[int]):
@@ -378,12 +387,14 @@ class GpuTuiApp(App[int]):
             message = "" if snapshot.error is None else visible(snapshot.error, 200)
             gpus.show(snapshot.gpus, host.history_mib, baselines, message=message)
             procs.show(
-                flatten(build_forest(snapshot)),
+                _table_nodes(snapshot),
                 tagged=host.tagged,
                 filter_text=self.filter_text,
                 sort_mode=self.sort_mode,
                 compact=self._narrow,
             )
+            empty = procs.row_count == 0 and not self.filter_text
+            procs.border_subtitle = "no GPU processes" if empty else ""
             self._main(FindingsList).show(snapshot.findings)
             self._main(CleanSlateLine).show(snapshot.verdict, host.check, self._clock())
 

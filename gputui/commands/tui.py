@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gputui.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.transports.base import HostLink
+
+if TYPE_CHECKING:
+    from gputui.app import GpuTuiApp
 
 EXIT_ERROR = 2
 DEMO_WEDGE_AFTER_S = 6.0
@@ -15,21 +20,34 @@ DEMO_WEDGE_AFTER_S = 6.0
 
 def run_tui(args: argparse.Namespace) -> int:
     """Open the app; returns the exit status."""
+    targets = list(args.targets) or (list(DEMO_TARGETS) if args.demo else [LOCAL_TARGET])
+    if len(set(targets)) != len(targets):
+        print("gputui: a target is named twice", file=sys.stderr)
+        return EXIT_ERROR
+    app = build_app(args)
+    result = app.run()
+    return 0 if result is None else int(result)
+
+
+def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None) -> GpuTuiApp:
+    """The app for these command-line arguments (targets default to local, or both demo hosts with --demo).
+
+    Args:
+        args: Parsed by ``gputui.cli.build_parser(None)``.
+        clock: Epoch seconds source for the app and the demo hosts (screenshots freeze it); default: now.
+    """
     from gputui.analysis import Baselines
     from gputui.app import GpuTuiApp
     from gputui.state import load_baselines
 
     targets = list(args.targets) or (list(DEMO_TARGETS) if args.demo else [LOCAL_TARGET])
-    if len(set(targets)) != len(targets):
-        print("gputui: a target is named twice", file=sys.stderr)
-        return EXIT_ERROR
     options = options_from_args(args)
 
     def link_factory(target: str) -> HostLink:
         if args.demo:
             from gputui.sim import SimLink
 
-            return SimLink(target, options, wedged_at_s=DEMO_WEDGE_AFTER_S)
+            return SimLink(target, options, clock=clock, wedged_at_s=DEMO_WEDGE_AFTER_S)
         return open_link(target, options)
 
     def baselines_for(target: str) -> Baselines:
@@ -45,13 +63,12 @@ def run_tui(args: argparse.Namespace) -> int:
             kwargs["tolerance_mib"] = args.tolerance_mib
         return Baselines(**kwargs)  # type: ignore[arg-type]
 
-    app = GpuTuiApp(
+    return GpuTuiApp(
         targets,
         link_factory,
         baselines_for,
         read_only=args.read_only,
+        clock=clock,
         memory_interval_s=args.interval,
         process_interval_s=args.process_interval,
     )
-    result = app.run()
-    return 0 if result is None else int(result)

@@ -1,0 +1,87 @@
+"""Regenerate the README screenshots: the app itself, run from ``--demo`` and driven with Pilot.
+
+    .venv/bin/python screenshots/make_screenshots.py [OUTPUT_DIR]
+
+Writes wedged.svg (the wedged sglang host, two hosts open), confirm.svg (the confirmation ``X`` opens),
+clean.svg (after confirming: memory drained, the clean-slate receipt) and narrow.svg (a 50-column tmux pane).
+The demo's clock is frozen and moved by the script, so the pictures are the same on every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gputui.cli import build_parser  # noqa: E402
+from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
+from gputui.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
+
+DEADLINE_S = 30.0
+
+
+async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    waited_s = 0.0
+    while not condition():
+        if waited_s > DEADLINE_S:
+            raise SystemExit(f"make_screenshots: timed out waiting for {what}")
+        await pilot.pause(0.05)
+        waited_s += 0.05
+    await pilot.pause(0.3)
+
+
+async def _serve_then_wedge(pilot, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
+    """Let the demo host serve for a few (simulated) seconds, then wedge: the history shows both."""
+    app = pilot.app
+    await _until(pilot, lambda: all(h.snapshot is not None for h in app.hosts), "first snapshots")
+    for _ in range(int(DEMO_WEDGE_AFTER_S) + 3):
+        clock.advance(1.0)
+        await pilot.pause(0.15)
+    host = app.hosts[0]
+    await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID + 40).state == "Z", "the wedge")
+
+
+async def main(out_dir: Path) -> None:
+    os.environ.setdefault("TZ", "UTC")
+    time.tzset()
+    # The demo's kill is audited like any other: keep those lines out of the user's real audit log.
+    os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="gputui-screenshots-")
+    args = build_parser(None).parse_args(["--demo", "--interval", "0.1", "--process-interval", "0.1"])
+
+    clock = ManualClock()
+    app = build_app(args, clock=clock)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        await _serve_then_wedge(pilot, clock)
+        app.save_screenshot("wedged.svg", str(out_dir))
+        await pilot.press("X")
+        await pilot.pause(0.3)
+        app.save_screenshot("confirm.svg", str(out_dir))
+        await pilot.press("enter")
+        host = app.hosts[0]
+        await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "the kill")
+        await _until(pilot, lambda: any(n[1].startswith("TERM") for n in app.notices), "the kill's outcome")
+        for _ in range(int(DRAIN_S / 0.5) + 1):
+            clock.advance(0.5)
+            await pilot.pause(0.2)
+        await _until(pilot, lambda: host.check is not None and host.check.clean, "the clean slate")
+        app.save_screenshot("clean.svg", str(out_dir))
+
+    clock = ManualClock()
+    args = build_parser(None).parse_args(["--demo", "--interval", "0.1", "gpu-node-07"])
+    app = build_app(args, clock=clock)
+    async with app.run_test(size=(50, 40)) as pilot:
+        await _serve_then_wedge(pilot, clock)
+        app.save_screenshot("narrow.svg", str(out_dir))
+    for name in ("wedged.svg", "confirm.svg", "clean.svg", "narrow.svg"):
+        print(out_dir / name)
+
+
+if __name__ == "__main__":
+    target_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent
+    target_dir.mkdir(parents=True, exist_ok=True)
+    asyncio.run(main(target_dir))
