@@ -155,7 +155,7 @@ class SshLink(HostLink):
         target: Alias or ``[user@]host[:port]``.
         options: Intervals, read-only mode, ``accept_new``, connect timeout.
         config_path: An ssh config file used instead of the defaults (``ssh -F``); default
-            ``$GPUTUI_SSH_CONFIG``.
+            ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
         source: Collector source to ship instead of ``gputui/agent.py`` (tests use a stand-in).
 
@@ -179,7 +179,8 @@ class SshLink(HostLink):
     ) -> None:
         self.target = target
         self.options = options or LinkOptions()
-        self.config_path = config_path
+        extra_config = self.options.extra.get("ssh_config")
+        self.config_path = config_path or (str(extra_config) if extra_config else None)
         self.use_openssh = use_openssh
         self._source = source
         self.boot_id: str | None = None

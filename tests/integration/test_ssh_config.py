@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,23 @@ def test_proxy_command_is_refused_clearly(ssh_client: ClientHome, resolver: str)
     ssh_client.add_lines("Host via-command", "  HostName 127.0.0.1", "  ProxyCommand nc %h %p")
     with pytest.raises(LinkError, match="ProxyCommand is not supported"):
         SshLink("via-command", FAST).open()
+
+
+def test_config_path_from_link_options(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("only-in-options", server)
+    ssh_client.trust(server)
+    moved = tmp_path / "elsewhere.conf"
+    moved.write_text(ssh_client.config.read_text())
+    ssh_client.config.write_text("")
+    monkeypatch.delenv("GPUTUI_SSH_CONFIG")
+    options = LinkOptions(memory_interval_s=0.5, connect_timeout_s=5.0, extra={"ssh_config": str(moved)})
+    link = SshLink("only-in-options", options, source=stand_in_agent())
+    link.open()
+    try:
+        assert link.settings is not None
+        assert link.settings.port == server.port
+    finally:
+        link.close()
