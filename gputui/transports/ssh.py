@@ -280,14 +280,20 @@ class SshLink(HostLink):
         self._accept_hello(hello)
         if self.options.health_urls:
             # URLs are user strings: they go as JSON data, never on the command line.
-            self.request(
-                {
-                    "cmd": "configure",
-                    "health_urls": list(self.options.health_urls),
-                    "discover_health": self.options.discover_health,
-                },
-                timeout_s,
-            )
+            try:
+                self.request(
+                    {
+                        "cmd": "configure",
+                        "health_urls": list(self.options.health_urls),
+                        "discover_health": self.options.discover_health,
+                    },
+                    timeout_s,
+                )
+            except LinkError as exc:
+                if self._error is not None:
+                    raise
+                # The collector refused the URLs: the same URLs will be refused again.
+                raise SetupFailed(f"{exc} (health URLs)") from None
 
     def _start_channel(
         self, transport: Any, generation: int, timeout_s: float, command: str, handler: Any, payload: bytes

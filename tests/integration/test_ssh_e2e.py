@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -255,3 +256,25 @@ def test_python_without_pynvml_or_psutil_reports_its_reduced_mode(
         assert "pynvml" in snapshot.error
     finally:
         link.close()
+
+
+def test_health_urls_travel_as_json_and_are_probed_remotely(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    canary = tmp_path / "canary"
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/health?x=$(touch%20{canary})"
+    link = SshLink("host-a", replace(FAST, health_urls=(url,), discover_health=False))
+    link.open()
+    try:
+        probed = _until(link, lambda s: any(h.url == url and h.state is not None for h in s.health))
+        assert [h.url for h in probed.health] == [url]
+        assert probed.health[0].state not in (None, "UP")  # nothing listens there
+    finally:
+        link.close()
+    assert not canary.exists()
