@@ -5,20 +5,58 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+import time
+from typing import Any, TextIO
 
 from gputui.analysis import analyze
 from gputui.commands.check import link_error_line, resolve_baselines
-from gputui.model import HostSnapshot, snapshots_document
+from gputui.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible, visible_cmdline
-from gputui.transports.base import LinkError
+from gputui.transports.base import HostLink, LinkError
 
 EXIT_OK = 0
 EXIT_ERROR = 2
 DASH = "–"
 SAMPLE_TIMEOUT_S = 30.0
 COMMAND_WIDTH = 80
+HEALTH_WAIT_S = 35.0
+"""How long a snapshot waits for the first probe of each ``--health`` URL: the agent's probe deadline
+(30 s, longer than sglang's own 20 s check) plus slack, so a hanging endpoint shows TIMEOUT, not "–"."""
+HEALTH_POLL_S = 0.1
+HEALTH_URL_WIDTH = 60
+HEALTH_DETAIL_WIDTH = 60
+
+
+def wait_for_health(link: HostLink, urls: tuple[str, ...], timeout_s: float = HEALTH_WAIT_S) -> None:
+    """Wait until the agent has probed each of ``urls`` once, or ``timeout_s`` passed.
+
+    Probes run on the agent's own threads, so a snapshot taken right after connecting would show every
+    endpoint as not probed yet. A generating endpoint that is not enabled is never probed and is not waited
+    for. A link that cannot answer ``health`` (a simulated or monitoring-only host) is not waited for either.
+    """
+    wanted = set(urls)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            result = link.request({"cmd": "health"}, left)
+        except LinkError:
+            return
+        samples: Any = result.get("samples")
+        if not isinstance(samples, list):
+            return
+        pending = [
+            s
+            for s in samples
+            if isinstance(s, dict) and s.get("url") in wanted and s.get("state") is None
+            and not s.get("detail")  # "not probed: generating endpoint": never will be
+        ]
+        if not pending:
+            return
+        time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> HostSnapshot:
@@ -35,9 +73,12 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     Raises:
         LinkError: the host could not be reached or answered badly (one readable line).
     """
-    link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
+    options = options_from_args(args)
+    link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
+        if options.health_urls:
+            wait_for_health(link, options.health_urls)
         result = link.request({"cmd": "sample"}, SAMPLE_TIMEOUT_S)
         data = result.get("snapshot")
         if not isinstance(data, dict):
@@ -58,8 +99,30 @@ def _num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     return f"{value}{unit}"
 
 
+def _clock(epoch_s: float | None) -> str:
+    """HH:MM:SS in local time, or "–"."""
+    if epoch_s is None:
+        return DASH
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(epoch_s))
+    except (OverflowError, OSError, ValueError):
+        return DASH
+
+
+def format_health_line(sample: HealthSample) -> str:
+    """One endpoint: URL, state, HTTP code, latency and since when the state holds (detail when not UP)."""
+    url = visible(sample.url, HEALTH_URL_WIDTH)
+    state = visible(sample.state, 10) if sample.state else DASH
+    code = str(sample.code) if sample.code is not None else DASH
+    latency = f"{sample.latency_ms:.0f} ms" if sample.latency_ms is not None else DASH
+    line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {_clock(sample.since)}"
+    if sample.detail and sample.state != "UP":
+        line += f"  {visible(sample.detail, HEALTH_DETAIL_WIDTH)}"
+    return line
+
+
 def format_table(snapshot: HostSnapshot) -> list[str]:
-    """The compact text form of one snapshot: a header, one line per GPU, then the GPU processes."""
+    """The compact text form of one snapshot: a header, one line per GPU, the GPU processes, health."""
     host = visible(snapshot.hostname or DASH, 60)
     header = f"{visible(snapshot.target, 60)} ({host})"
     if snapshot.driver_version:
@@ -99,6 +162,9 @@ def format_table(snapshot: HostSnapshot) -> list[str]:
         lines.append(f"{'PID':>8}  {'USER':<16} {'GPU:MiB':>10}  COMMAND")
         for pid, user, mib, command in rows:
             lines.append(f"{pid:>8}  {user:<16} {mib:>10}  {command}")
+    if snapshot.health:
+        lines.append("HEALTH")
+        lines.extend(format_health_line(sample) for sample in snapshot.health)
     verdict = snapshot.verdict
     if verdict is not None:
         state = "clean" if verdict.clean else ("unknown" if not verdict.known else "NOT clean")

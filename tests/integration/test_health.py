@@ -1,20 +1,23 @@
-"""Health probes (gputui/agent_health.py) against a real HTTP(S) server in a subprocess and real processes.
+"""Health probes of the agent (gputui/agent.py) against a real HTTP(S) server and real processes.
 
 RELIABILITY cases 26 (each failure a distinct state, bounded deadline, snapshot stream never blocked) and
-27 (the generating endpoint is probed only when asked for, at most every 10 s).
+27 (the generating endpoint is probed only when asked for, at most every 10 s). The prober lives inside the
+one shipped collector file; the tests here run it in-process, through the agent's protocol as SSH ships it,
+through ``gputui snapshot`` and through a real sshd.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import glob
 import json
 import os
 import socket
 import ssl
 import subprocess
 import sys
-import textwrap
+import tempfile
 import threading
 import time
 import unicodedata
@@ -24,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from gputui import agent_health
-from gputui.agent_health import (
+from gputui import agent as agent_module
+from gputui.agent import (
     HEALTH_GENERATE_MIN_INTERVAL_S,
     HEALTH_NOT_PROBED_GENERATE,
     HEALTH_SAMPLE_FIELDS,
@@ -35,12 +38,34 @@ from gputui.agent_health import (
     health_read_proc_cmdlines,
     probe_url,
 )
-from gputui.model import HealthSample
+from gputui.commands.snapshot import format_health_line
+from gputui.model import HealthSample, HostSnapshot
+from gputui.transports.base import LinkOptions
+from gputui.transports.ssh import SshLink
+from tests.fakenvml.plugin import FakeNvml
+from tests.integration._procs import REPO, agent_process
 from tests.integration.httpserver import HOSTILE_BODY, HttpPeer, make_self_signed_cert
+from tests.integration.sshd import ClientHome, SshdFactory
 
-SOURCE_PATH = Path(agent_health.__file__)
+AGENT_PATH = Path(agent_module.__file__)
 SLACK_S = 3.0
 """Generous allowance over a deadline for a loaded 2-core machine; only bounds hangs."""
+PROBER_NAMES = (
+    "HealthProber",
+    "probe_url",
+    "discover_health_urls",
+    "health_launcher_url",
+    "health_read_proc_cmdlines",
+    "health_visible",
+    "health_is_generating_url",
+)
+
+
+def oldest_python() -> str:
+    """Python 3.8 when one is installed (the oldest the agent supports), else this interpreter."""
+    found = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
+    found = [p for p in found if os.access(p, os.X_OK)]
+    return found[0] if found else sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -112,21 +137,22 @@ def assert_visible(text: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The module can be pasted into agent.py
+# The prober is part of the one shipped agent file
 
 
-def test_source_is_python38_and_stdlib_only() -> None:
-    source = SOURCE_PATH.read_text()
+def test_agent_contains_the_prober_and_parses_as_python38() -> None:
+    source = AGENT_PATH.read_text()
     tree = ast.parse(source, feature_version=(3, 8))
-    allowed_prefixes = ("HEALTH_", "Health", "health_", "_health_", "_Health", "_HEALTH_")
-    for node in tree.body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            modules = (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            )
-            for module in modules:
-                assert not module.startswith("gputui"), module
-                assert module.split(".")[0] in sys.stdlib_module_names | {"__future__"}, module
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert set(PROBER_NAMES) <= defined, sorted(set(PROBER_NAMES) - defined)
+    assert not (AGENT_PATH.parent / "agent_health.py").exists()  # one file: no second copy to drift
+    assert "agent_health" not in source
+
+
+def _top_level_bindings(source: str) -> dict[str, int]:
+    """How often each top-level name is defined (def, class, assignment) outside try/except blocks."""
+    counts: dict[str, int] = {}
+    for node in ast.parse(source).body:
         names: list[str] = []
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             names = [node.name]
@@ -135,12 +161,19 @@ def test_source_is_python38_and_stdlib_only() -> None:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names = [node.target.id]
         for name in names:
-            assert name.startswith(allowed_prefixes) or name in ("probe_url", "discover_health_urls"), name
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def test_no_top_level_name_of_the_agent_is_bound_twice() -> None:
+    """A pasted section redefining one of the agent's names would silently change the agent's meaning."""
+    twice = {name: n for name, n in _top_level_bindings(AGENT_PATH.read_text()).items() if n > 1}
+    assert twice == {}
 
 
 def test_annotations_and_calls_work_on_python38() -> None:
-    """Without the future import (pasted below agent.py's, or not) annotations are evaluated on 3.8."""
-    tree = ast.parse(SOURCE_PATH.read_text())
+    """Evaluated annotations (should the future import go) and calls must exist on 3.8."""
+    tree = ast.parse(AGENT_PATH.read_text())
     annotations: list[ast.expr] = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -163,91 +196,42 @@ def test_annotations_and_calls_work_on_python38() -> None:
             assert not any(k.arg == "strict" for k in node.keywords), ast.unparse(node)  # zip(strict=) 3.10
 
 
-def _bound_names(source: str) -> dict[str, set[str]]:
-    """Top-level name → how it is bound ("import ssl", or the dumped definition), try blocks included."""
-    bound: dict[str, set[str]] = {}
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.Try):
-                visit(node.body)
-                for handler in node.handlers:
-                    visit(handler.body)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    bound.setdefault(alias.asname or alias.name.split(".")[0], set()).add(
-                        f"import {alias.name}"
-                    )
-            elif isinstance(node, ast.ImportFrom):
-                for alias in node.names:
-                    name = alias.asname or alias.name
-                    bound.setdefault(name, set()).add(f"from {node.module} import {alias.name}")
-            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                bound.setdefault(node.name, set()).add(ast.dump(node))
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        bound.setdefault(target.id, set()).add(ast.dump(node))
-
-    visit(ast.parse(source).body)
-    return bound
+# Exec'd exactly as SSH ships it (source from stdin, no package, no __file__), into a namespace of its own
+# so that the agent's ``if __name__ == "__main__"`` does not start serving.
+EXEC_AGENT = """
+import sys
+namespace = {"__name__": "gputui_agent_under_test"}
+exec(compile(sys.stdin.read(), "gputui-agent", "exec"), namespace)
+assert "gputui" not in sys.modules
+import json
+print(json.dumps([namespace["probe_url"](url, 10.0) for url in sys.argv[1:]]))
+"""
 
 
-def test_names_do_not_collide_with_the_agent() -> None:
-    """Pasted into agent.py, no name of either file may change meaning (the pasted copy itself is fine)."""
-    agent_names = _bound_names((SOURCE_PATH.parent / "agent.py").read_text())
-    health_names = _bound_names(SOURCE_PATH.read_text())
-    for name in sorted(set(agent_names) & set(health_names)):
-        if name == "annotations":
-            continue
-        mine, theirs = health_names[name], agent_names[name]
-        assert mine <= theirs, f"{name}: {sorted(mine)} vs {sorted(theirs)}"
-
-
-def test_pasted_source_runs_standalone(peer: HttpPeer) -> None:
-    """Exec'd like the agent ships (no package, no __file__, no future import) in an isolated interpreter."""
-    source = SOURCE_PATH.read_text().replace("from __future__ import annotations\n", "")
-    script = textwrap.dedent(
-        """
-        import sys
-        exec(compile(sys.stdin.read(), "gputui-agent", "exec"))
-        assert "gputui" not in sys.modules
-        import json
-        print(json.dumps(probe_url(sys.argv[1], 10.0)))
-        """
-    )
+def test_shipped_source_probes_on_the_oldest_python(peer: HttpPeer) -> None:
     done = subprocess.run(
-        [sys.executable, "-I", "-c", script, peer.url("/status/503")],
-        input=source,
+        [oldest_python(), "-I", "-c", EXEC_AGENT, peer.url("/status/503"), peer.url("/health")],
+        input=AGENT_PATH.read_text(),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=60,
         cwd="/",
     )
     assert done.returncode == 0, done.stderr
-    assert '"state": "UNHEALTHY"' in done.stdout
-    assert '"code": 503' in done.stdout
+    unhealthy, up = json.loads(done.stdout)
+    assert (unhealthy["state"], unhealthy["code"]) == ("UNHEALTHY", 503)
+    assert (up["state"], up["code"]) == ("UP", 200)
 
 
-def test_pasted_source_without_ssl_module(peer: HttpPeer) -> None:
+def test_shipped_source_without_ssl_module(peer: HttpPeer) -> None:
     """A remote python3 built without OpenSSL: http probes work, https ones say why they cannot."""
-    source = SOURCE_PATH.read_text()
-    script = textwrap.dedent(
-        """
-        import sys
-        sys.modules["ssl"] = None  # makes "import ssl" raise ImportError
-        exec(compile(sys.stdin.read(), "gputui-agent", "exec"))
-        import json
-        print(json.dumps([probe_url(sys.argv[1], 10.0), probe_url(sys.argv[2], 10.0)]))
-        """
-    )
+    script = 'import sys\nsys.modules["ssl"] = None  # makes "import ssl" raise ImportError\n' + EXEC_AGENT
     done = subprocess.run(
         [sys.executable, "-I", "-c", script, peer.url("/health"), peer.tls_url("/health")],
-        input=source,
+        input=AGENT_PATH.read_text(),
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=60,
         cwd="/",
     )
     assert done.returncode == 0, done.stderr
@@ -768,3 +752,199 @@ def test_no_thread_without_urls() -> None:
 def test_proc_scan_survives_missing_proc() -> None:
     assert health_read_proc_cmdlines("/nonexistent-proc-root") == []
     assert os.getpid() in {p["pid"] for p in health_read_proc_cmdlines()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Wired into the agent: snapshots, commands, command line
+
+
+def _health_of(snapshot: dict[str, Any], url: str) -> dict[str, Any] | None:
+    for sample in snapshot["health"]:
+        if sample["url"] == url:
+            return sample
+    return None
+
+
+def _next_with(agent: Any, predicate: Callable[[dict[str, Any]], bool], timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        snapshot = agent.next_snapshot()
+        if predicate(snapshot):
+            return snapshot
+    raise AssertionError(f"no matching snapshot within {timeout_s}s")
+
+
+def test_agent_streams_health_and_takes_it_from_configure_and_health_commands(
+    peer: HttpPeer, fake_nvml: FakeNvml
+) -> None:
+    """The remote form as SSH runs it: --health on the command line, configure as the SSH link sends it."""
+    up, unhealthy, hang = peer.url("/health"), peer.url("/status/503"), peer.url("/hang")
+    with agent_process("--health", up, "--interval", "0.2", "--no-discover", env=fake_nvml.env()) as agent:
+        first = _next_with(agent, lambda s: (_health_of(s, up) or {}).get("state") == "UP")
+        assert len(first["gpus"]) == 8
+        assert HostSnapshot.from_dict(first).health[0].code == 200
+
+        # What SshLink sends right after the hello.
+        reply = agent.send({"cmd": "configure", "health_urls": [unhealthy, hang], "discover_health": False})
+        assert reply["ok"], reply
+        # The hanging probe (30 s deadline) never holds up the stream or the other endpoint.
+        streamed = [
+            _next_with(agent, lambda s: (_health_of(s, unhealthy) or {}).get("state") == "UNHEALTHY")
+        ]
+        streamed += [agent.next_snapshot() for _ in range(4)]
+        for snapshot in streamed:
+            assert [h["url"] for h in snapshot["health"]] == [unhealthy, hang]
+            assert _health_of(snapshot, hang)["state"] is None  # type: ignore[index]
+        assert agent.sample()["health"][0]["code"] == 503  # the "sample" reply carries it too
+
+        result = agent.result({"cmd": "health", "urls": [up], "interval_s": 0.2})
+        assert result["config"]["urls"] == [up]
+        assert result["config"]["discover"] is False
+        for bad in (
+            {"cmd": "health", "urls": "http://x/"},
+            {"cmd": "health", "interval_s": 0},
+            {"cmd": "configure", "health_urls": [f"http://127.0.0.1:{i}/" for i in range(1, 40)]},
+            {"cmd": "configure", "health_urls": ["http://x/" + "a" * 3000]},
+            {"cmd": "configure", "discover_health": "yes", "memory_interval_s": 5},
+        ):
+            reply = agent.send(bad)
+            assert reply["ok"] is False, bad
+            assert reply["error"]
+            assert "\n" not in reply["error"]
+        # Nothing of the refused commands took effect (not even the valid interval of the last one).
+        assert agent.result({"cmd": "health"})["config"]["urls"] == [up]
+        streamed = _next_with(agent, lambda s: (_health_of(s, up) or {}).get("state") == "UP")
+        assert [h["url"] for h in streamed["health"]] == [up]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--health", "http://x/" + "a" * 3000], "gputui-agent: health URL longer than 2048 characters\n"),
+        ([arg for i in range(33) for arg in ("--health", f"http://127.0.0.1:{i + 1}/")],
+         "gputui-agent: at most 32 health URLs\n"),
+    ],
+)
+def test_agent_refuses_bad_health_arguments_in_one_line(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.agent", "--once", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == message
+    assert done.stdout == ""
+
+
+def test_agent_discovers_a_launcher_without_being_told(
+    launchers: Callable[[list[str]], subprocess.Popen[bytes]], fake_nvml: FakeNvml
+) -> None:
+    port = free_port()
+    process = launchers(["-m", "sglang.launch_server", "--port", str(port)])
+    read_cmdline(process.pid)
+    url = f"http://127.0.0.1:{port}/health"
+    with agent_process("--interval", "0.2", "--process-interval", "0.2", env=fake_nvml.env()) as agent:
+        found = _next_with(agent, lambda s: (_health_of(s, url) or {}).get("state") == "UP")
+        assert _health_of(found, url)["discovered"] is True  # type: ignore[index]
+    with agent_process("--interval", "0.2", "--no-discover", env=fake_nvml.env()) as agent:
+        agent.sample()
+        assert all(_health_of(agent.next_snapshot(), url) is None for _ in range(5))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gputui snapshot
+
+
+def run_snapshot_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    with tempfile.TemporaryDirectory() as state:  # no calibration recorded by whoever runs the tests
+        return subprocess.run(
+            [sys.executable, "-m", "gputui.cli", "snapshot", "--no-discover", *args],
+            cwd=REPO, env=dict(env, XDG_STATE_HOME=state), capture_output=True, text=True, timeout=120,
+            check=False,
+        )
+
+
+def test_cli_snapshot_json_shows_up_and_unhealthy_from_a_real_server(
+    peer: HttpPeer, fake_nvml: FakeNvml
+) -> None:
+    up, unhealthy = peer.url("/health"), peer.url("/status/503")
+    done = run_snapshot_cli("--json", "--health", up, "--health", unhealthy, env=fake_nvml.env())
+    assert done.returncode == 0, done.stderr
+    (host,) = json.loads(done.stdout)["hosts"]
+    assert len(host["gpus"]) == 8
+    by_url = {h["url"]: h for h in host["health"]}
+    assert list(by_url) == [up, unhealthy]
+    assert (by_url[up]["state"], by_url[up]["code"], by_url[up]["detail"]) == ("UP", 200, None)
+    assert (by_url[unhealthy]["state"], by_url[unhealthy]["code"]) == ("UNHEALTHY", 503)
+    assert by_url[unhealthy]["detail"].startswith("HTTP 503")
+    for sample in by_url.values():
+        assert sample["since"] is not None
+        assert sample["latency_ms"] is not None
+        assert sample["discovered"] is False
+
+
+def test_cli_snapshot_table_prints_one_health_line_per_endpoint(peer: HttpPeer, fake_nvml: FakeNvml) -> None:
+    up, unhealthy = peer.url("/health"), peer.url("/status/503")
+    before = time.time()
+    done = run_snapshot_cli("--health", up, "--health", unhealthy, env=fake_nvml.env())
+    after = time.time()
+    assert done.returncode == 0, done.stderr
+    during = {time.strftime("%H:%M:%S", time.localtime(t)) for t in range(int(before), int(after) + 2)}
+    lines = done.stdout.splitlines()
+    start = lines.index("HEALTH")
+    up_line, unhealthy_line = lines[start + 1 : start + 3]
+    assert up_line.split()[:3] == [up, "UP", "200"]
+    assert unhealthy_line.split()[:3] == [unhealthy, "UNHEALTHY", "503"]
+    for line in (up_line, unhealthy_line):
+        words = line.split()
+        assert words[4] == "ms"
+        assert float(words[3]) >= 0
+        assert words[5] == "since"
+        # The state began during this command: the local clock time of one of its seconds.
+        assert words[6] in during
+    assert "HTTP 503" in unhealthy_line  # the detail of a failure follows
+    assert lines[start + 3].startswith("clean slate:")  # two endpoints, two lines
+
+
+def test_health_line_is_safe_and_shows_missing_values_as_a_dash() -> None:
+    hostile = HealthSample(url="http://127.0.0.1:1/\x1b[2J\u202e[bold]x", detail="\x1b]0;t\x07 boom")
+    line = format_health_line(hostile)
+    assert_visible(line)
+    assert "\\x1b[2J\\u202e[bold]x" in line
+    assert line.split()[1:5] == ["–", "–", "–", "since"]
+    assert line.endswith("since –  \\x1b]0;t\\x07 boom")
+    stamp = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))
+    up = HealthSample(url="http://h/health", state="UP", code=200, latency_ms=12.4, since=stamp, detail="x")
+    assert format_health_line(up).split() == ["http://h/health", "UP", "200", "12", "ms", "since", "03:04:05"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Through SSH: the probe runs on the remote side
+
+
+def test_health_probed_on_the_remote_side_through_ssh(
+    peer: HttpPeer, sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
+) -> None:
+    """The sshd runs on this machine, so its sessions reach the server on 127.0.0.1."""
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    url = peer.url("/health")
+    options = LinkOptions(
+        memory_interval_s=0.3, process_interval_s=0.3, connect_timeout_s=10.0, health_urls=(url,),
+        discover_health=False,
+    )
+    link = SshLink("host-a", options)
+    link.open()
+    try:
+        assert link.mode == "nvml"
+        deadline = time.monotonic() + 30.0
+        health: tuple[HealthSample, ...] = ()
+        while time.monotonic() < deadline:
+            snapshot = link.next_snapshot(1.0)
+            if snapshot is not None and snapshot.health and snapshot.health[0].state is not None:
+                health = snapshot.health
+                break
+        assert [(h.url, h.state, h.code, h.discovered) for h in health] == [(url, "UP", 200, False)]
+        assert link.request({"cmd": "health"}, 30.0)["config"]["urls"] == [url]
+    finally:
+        link.close()
