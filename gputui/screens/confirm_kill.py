@@ -67,7 +67,9 @@ class ConfirmKillScreen(ModalScreen[bool]):
         """The plan shown; the caller sends exactly this one when confirmed."""
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-dialog"):
+        with Vertical(id="confirm-dialog") as dialog:
+            # On the border too, so the keys stay visible when a long list is cut short on a small pane.
+            dialog.border_subtitle = "Enter/y: send · Esc/n: cancel"
             yield Static(plan_title(self.plan), id="confirm-title")
             yield Static(plan_table(self.plan), id="confirm-table")
             if self.plan.notes:
