@@ -26,6 +26,8 @@ boot mean nothing now; the agent also refuses kills carrying the old boot id).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import importlib.util
 import json
 import logging
@@ -1182,9 +1184,6 @@ def _hard_close(sock: socket.socket) -> None:
 
 def _public_blob(path: str) -> bytes | None:
     """The key blob of ``path``.pub, when that file exists (lets encrypted keys be matched to agent keys)."""
-    import base64
-    import binascii
-
     try:
         words = Path(f"{path}.pub").read_text(encoding="ascii", errors="replace").split()
         return base64.b64decode(words[1], validate=True) if len(words) >= 2 else None
