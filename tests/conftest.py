@@ -24,6 +24,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # type: ignore[no-untyped-def]
     if _skipped:
         terminalreporter.write_line(
-            f"FAILED: {len(_skipped)} test(s) skipped; the suite does not allow skips: " + ", ".join(_skipped),
+            f"FAILED: {len(_skipped)} test(s) skipped; the suite does not allow skips: "
+            + ", ".join(_skipped),
             red=True,
         )
