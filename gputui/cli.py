@@ -78,6 +78,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="accept and record unknown SSH host keys (never changed ones)",
     )
     parser.add_argument(
+        "-F", "--ssh-config", default=None, metavar="FILE",
+        help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
+    )
+    parser.add_argument(
         "--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
         help="deadline for connecting to a host",
     )

@@ -21,6 +21,7 @@ def options_from_args(args: argparse.Namespace) -> LinkOptions:
         health_urls=tuple(args.health),
         discover_health=not args.no_discover,
         connect_timeout_s=args.connect_timeout,
+        extra={"ssh_config": args.ssh_config} if getattr(args, "ssh_config", None) else {},
     )
 
 

@@ -1,0 +1,87 @@
+"""The command line's own parsing: subcommand detection, flag validation, one-line errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputui import __version__
+from gputui.cli import build_parser, split_command
+from gputui.targets import default_targets, options_from_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gputui.cli", *args],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "rest"),
+    [
+        (["snapshot", "--json"], "snapshot", ["--json"]),
+        (["--demo", "check", "--wait", "5"], "check", ["--demo", "--wait", "5"]),
+        (["host-a", "host-b"], None, ["host-a", "host-b"]),
+        (["--read-only", "kill", "host-a", "42"], "kill", ["--read-only", "host-a", "42"]),
+        # A host that happens to be named like a subcommand comes after "--".
+        (["--", "check"], None, ["--", "check"]),
+        ([], None, []),
+    ],
+)
+def test_split_command(argv: list[str], command: str | None, rest: list[str]) -> None:
+    assert split_command(argv) == (command, rest)
+
+
+def test_common_flags_reach_the_link_options() -> None:
+    args = build_parser("snapshot").parse_args(
+        ["--interval", "0.5", "--process-interval", "2", "--read-only", "--health", "http://127.0.0.1:1/health",
+         "--no-discover", "--accept-new", "-F", "/tmp/cfg", "host-a"]
+    )
+    options = options_from_args(args)
+    assert options.memory_interval_s == 0.5
+    assert options.process_interval_s == 2.0
+    assert options.read_only
+    assert options.accept_new
+    assert not options.discover_health
+    assert options.health_urls == ("http://127.0.0.1:1/health",)
+    assert options.extra == {"ssh_config": "/tmp/cfg"}
+    assert args.targets == ["host-a"]
+
+
+def test_default_targets() -> None:
+    assert default_targets([], demo=False) == ["local"]
+    assert default_targets([], demo=True) == ["gpu-node-07"]
+    assert default_targets(["a", "b"], demo=True) == ["a", "b"]
+
+
+def test_version() -> None:
+    done = _run("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"gputui {__version__}"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["snapshot", "--interval", "nan"], "must be a positive number"),
+        (["snapshot", "--interval", "-1"], "must be a positive number"),
+        (["check", "--wait", "soon"], "not a number"),
+        (["check", "--baseline-mib", "-3"], "must not be negative"),
+        (["kill", "--signal", "HUP", "1"], "invalid choice"),
+        (["--no-such-flag"], "unrecognized arguments"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:
+    done = _run(*args)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert fragment in done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(lines) == 1
+    assert lines[0].startswith("gputui: ")
