@@ -271,6 +271,101 @@ def children_map(table: Dict[int, ProcStat]) -> Dict[int, List[int]]:
     return children
 
 
+# Processes that start sessions rather than belong to the work they started: a GPU process tree stops below
+# them. This mirrors gputui.analysis.is_session_boundary, which the agent (shipped as one file) cannot import;
+# tests/unit/test_session_boundary.py keeps the two in agreement.
+SESSION_BOUNDARY_NAMES = frozenset(
+    {
+        "init",
+        "systemd",
+        "(sd-pam)",
+        "login",
+        "screen",
+        "SCREEN",
+        "mosh-server",
+        "dropbear",
+        "conmon",
+        "runc",
+        "tini",
+        "docker-init",
+        "dumb-init",
+        "catatonit",
+        "slurmstepd",
+        "supervisord",
+        "runsv",
+        "s6-supervise",
+    }
+)
+SESSION_BOUNDARY_PREFIXES = ("sshd", "tmux", "containerd-shim")
+SESSION_SHELLS = frozenset(
+    {"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"}
+)
+
+
+def is_shell_name(name: Optional[str]) -> bool:
+    """Whether a process name is a shell's (a login shell's ``-bash`` included)."""
+    name = name or ""
+    return name in SESSION_SHELLS or name.lstrip("-") in SESSION_SHELLS
+
+
+def is_session_boundary(pid: int, name: Optional[str], cmdline: Optional[List[str]]) -> bool:
+    """Whether a process started a session rather than belongs to the work below it.
+
+    pid 0/1, sshd, tmux, screen, systemd, container shims and inits, job step daemons, and interactive or
+    login shells. A shell running a script (``bash run.sh``, ``sh -c ...``) is part of the tree: it is the
+    launcher. ``cmdline`` matters only for shells; None (unreadable) counts as empty.
+    """
+    if pid in (0, 1):
+        return True
+    name = name or ""
+    if name in SESSION_BOUNDARY_NAMES or name.startswith(SESSION_BOUNDARY_PREFIXES):
+        return True
+    if is_shell_name(name):
+        if not cmdline:
+            return True  # cannot tell what it runs: never treat a possibly interactive shell as a launcher
+        if cmdline[0].startswith("-"):
+            return True  # login shell
+        return all(arg.startswith("-") and arg != "-c" for arg in cmdline[1:])
+    return False
+
+
+def tree_root(pid: int, table: Dict[int, ProcStat]) -> int:
+    """The topmost ancestor of ``pid`` below the session boundary (``pid`` itself when its parent is one)."""
+    current = pid
+    seen = {pid}
+    while True:
+        parent = table.get(table[current].ppid)
+        if parent is None or parent.pid in seen:
+            return current
+        cmdline = read_cmdline(parent.pid) if is_shell_name(parent.name) else None
+        if is_session_boundary(parent.pid, parent.name, cmdline):
+            return current
+        seen.add(parent.pid)
+        current = parent.pid
+
+
+def tree_members(roots: Iterable[int], table: Dict[int, ProcStat]) -> Set[int]:
+    """``roots``, their descendants by ppid and the members of process groups led by any of them.
+
+    The same expansion as a tree kill: a double-forked grandchild whose middle parent died was reparented
+    away and is tied to the tree only by its process group. Never expands through pid 0, 1 or 2.
+    """
+    children = children_map(table)
+    groups = {}  # type: Dict[int, List[int]]
+    for stat in table.values():
+        if stat.pgrp != stat.pid:
+            groups.setdefault(stat.pgrp, []).append(stat.pid)
+    members = set(pid for pid in roots if pid in table)
+    stack = list(members)
+    while stack:
+        pid = stack.pop()
+        for member in children.get(pid, []) + groups.get(pid, []):
+            if member not in members and member not in (0, 1, 2):
+                members.add(member)
+                stack.append(member)
+    return members
+
+
 def scan_device_holders(table: Dict[int, ProcStat]) -> List[Dict[str, Any]]:
     """Processes with a /dev/nvidia* node open: one entry per (pid, device node)."""
     holders = []  # type: List[Dict[str, Any]]
@@ -2287,15 +2382,10 @@ class Agent(object):
             gpu["processes"] = listed
             self._gpu_processes[gpu["index"]] = [dict(p) for p in listed]
 
-        interesting = set(gpu_mib)  # type: Set[int]
-        children = children_map(table)
-        for pid in list(gpu_mib):
-            stack = list(children.get(pid, ()))
-            while stack:
-                child = stack.pop()
-                if child not in interesting:
-                    interesting.add(child)
-                    stack.extend(children.get(child, ()))
+        # Each GPU process's whole tree as the client roots it (analysis.build_forest): the launcher below the
+        # session boundary and everything under it. Its non-GPU children (a detokenizer) die with a tree
+        # kill, so the confirmation must be able to list them.
+        interesting = tree_members(set(tree_root(pid, table) for pid in gpu_mib), table)
         for stat in table.values():
             # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
             if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2:
@@ -2332,6 +2422,8 @@ class Agent(object):
                     "state_since": seen[1],
                     "rss_kib": details["rss_kib"],
                     "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
+                    "pgid": stat.pgrp,
+                    "sid": stat.session,
                 }
             )
         for key in [k for k in self._states if k not in live_keys]:

@@ -127,6 +127,10 @@ class Proc:
         state_since: Wall-clock time (epoch seconds) at which the collector first saw the current state.
         gpu_memory_mib: GPU index -> MiB this process holds there (empty when it holds none).
         cmdline: The argv list; may be empty (kernel threads, zombies).
+        pgid: Its process group id (field 5 of /proc/<pid>/stat), None when the collector did not say. A tree
+            kill also signals the members of groups led by tree members, so a double-forked grandchild whose
+            middle parent died still belongs to its launcher's tree through this.
+        sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
     """
 
     pid: int
@@ -141,6 +145,8 @@ class Proc:
     state_since: float | None = None
     rss_kib: int | None = None
     gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+    pgid: int | None = None
+    sid: int | None = None
 
     @property
     def is_zombie(self) -> bool:
@@ -175,6 +181,8 @@ class Proc:
             state_since=_opt_float(data.get("state_since")),
             rss_kib=_opt_int(data.get("rss_kib")),
             gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
+            pgid=_opt_int(data.get("pgid")),
+            sid=_opt_int(data.get("sid")),
         )
 
 

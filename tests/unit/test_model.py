@@ -82,6 +82,8 @@ procs = st.builds(
     state_since=opt_float,
     rss_kib=opt_int,
     gpu_memory_mib=st.dictionaries(st.integers(0, 63), st.integers(0, 2**20), max_size=3),
+    pgid=opt_int,
+    sid=opt_int,
 )
 findings = st.builds(
     Finding, kind=text, target=text, detail=text, action=text,
@@ -192,3 +194,14 @@ def test_snapshots_document_lists_hosts() -> None:
     document = snapshots_document([HostSnapshot(target="a"), HostSnapshot(target="b")])
     assert [h["target"] for h in document["hosts"]] == ["a", "b"]
     assert json.loads(json.dumps(document)) == document
+
+
+def test_proc_group_and_session_travel_under_their_wire_names() -> None:
+    proc = Proc(pid=4242, ppid=1, pgid=4200, sid=4100)
+    data = proc.to_dict()
+    assert (data["pgid"], data["sid"]) == (4200, 4100)
+    assert Proc.from_dict(json.loads(json.dumps(data))) == proc
+    # An older collector says nothing about them: unknown, not zero.
+    old = Proc.from_dict({"pid": 7, "ppid": 1})
+    assert (old.pgid, old.sid) == (None, None)
+    assert Proc.from_dict({"pid": 7, "pgid": "x", "sid": True}).pgid is None
