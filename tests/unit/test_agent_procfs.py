@@ -9,7 +9,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.agent import CallTimeout, _Worker, ancestors_of, parse_stat, read_stat, scan_proc
+from gputui.agent import (
+    CallTimeout,
+    ProcStat,
+    _Worker,
+    ancestors_of,
+    parse_stat,
+    read_stat,
+    scan_proc,
+    tree_members,
+    tree_root,
+)
 
 STAT_TAIL = (
     "S 4200 4242 4100 34816 4242 4194560 1042 0 0 0 7 3 0 0 20 0 1 0 123456 99999 321 18446744073709551615"
@@ -82,3 +92,49 @@ def test_worker_bounds_a_hung_call_and_refuses_while_stuck() -> None:
     assert not worker.stuck
     assert worker.call(lambda: "again", 5.0) == "again"
     worker.stop()
+
+
+def table_of(*rows: tuple[int, int, int, str]) -> dict[int, ProcStat]:
+    """(pid, ppid, pgid, name) rows as a /proc table; session = pgid, state S."""
+    return {
+        pid: ProcStat(pid=pid, name=name, state="S", ppid=ppid, pgrp=pgid, session=pgid, start_ticks=pid,
+                      rss_pages=0)
+        for pid, ppid, pgid, name in rows
+    }
+
+
+# Pids far above any real one: a shell among them has no readable cmdline, so it counts as a boundary.
+BASE = 2**30
+HOST = table_of(
+    (1, 0, 1, "init"),
+    (2, 0, 0, "kthreadd"),
+    (BASE + 1, 1, BASE + 1, "sshd"),
+    (BASE + 2, BASE + 1, BASE + 2, "bash"),  # the user's interactive shell
+    (BASE + 3, BASE + 2, BASE + 3, "python3"),  # launcher
+    (BASE + 4, BASE + 3, BASE + 3, "scheduler_TP0"),  # GPU worker
+    (BASE + 5, BASE + 3, BASE + 3, "detokenizer"),  # no GPU memory
+    (BASE + 6, 1, BASE + 3, "scheduler_TP1"),  # double-forked: reparented to init, still in the group
+    (BASE + 7, BASE + 6, BASE + 6, "helper"),  # its child, in a group of its own
+    (BASE + 8, BASE + 2, BASE + 8, "vim"),  # another job of the same shell
+    (BASE + 9, 2, 0, "kworker/0:1"),
+)
+
+
+def test_tree_root_stops_below_the_session_boundary() -> None:
+    assert tree_root(BASE + 4, HOST) == BASE + 3
+    assert tree_root(BASE + 3, HOST) == BASE + 3
+    assert tree_root(BASE + 6, HOST) == BASE + 6  # its parent is init
+    assert tree_root(1, HOST) == 1
+
+
+def test_tree_root_survives_a_ppid_cycle() -> None:
+    looped = table_of((BASE + 1, BASE + 2, 0, "a"), (BASE + 2, BASE + 1, 0, "b"))
+    assert tree_root(BASE + 1, looped) in (BASE + 1, BASE + 2)
+
+
+def test_tree_members_follow_children_and_led_groups_only() -> None:
+    members = tree_members([BASE + 3], HOST)
+    assert members == {BASE + 3, BASE + 4, BASE + 5, BASE + 6, BASE + 7}
+    # Never through init, the kernel's threads, or the shell's other jobs.
+    assert not members & {1, 2, BASE + 1, BASE + 2, BASE + 8, BASE + 9}
+    assert tree_members([BASE + 99], HOST) == set()  # gone meanwhile
