@@ -1,4 +1,4 @@
-"""The collector: GPU figures, the process trees that hold GPU memory, and the kill executor.
+"""The collector: GPU figures, the process trees that hold GPU memory, the kill executor and health probes.
 
 One stdlib-only file that runs in-process for the local host (``gputui/transports/local.py``) and is shipped
 verbatim over SSH for remote hosts, where it runs under whatever ``python3`` is there (3.8 or newer) with
@@ -7,6 +7,12 @@ nothing installed. It uses pynvml and psutil when they are importable; without p
 
 Remote form: ``python3 -u -c '<exec of this source>' ARGS``; after the source, stdin carries JSON-line
 commands and stdout carries JSON-line messages (``hello``, ``snapshot``, ``reply``). See ``serve()``.
+
+Health endpoints (``--health URL``, ``configure``'s ``health_urls`` / ``discover_health`` /
+``health_generate``, and launchers found in the process list) are probed from this host by a
+``HealthProber`` on threads of its own; every snapshot carries their latest state in ``health``. The
+``health`` command (``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S,
+"deadline_s": S}``, every key optional) changes what is probed and answers ``{"config", "samples"}``.
 
 Errors are data: a missing driver, a lost GPU or a hung NVML call become an ``error`` string on the host or on
 that GPU; every NVML call runs on a per-device worker thread with a deadline, so one stuck device never stalls
@@ -2521,7 +2527,7 @@ class Agent(object):
                     generate=command.get("health_generate"),
                 )
             except ValueError as exc:
-                raise _CommandError(str(exc)) from None
+                raise _CommandError("health: %s" % exc) from None
             self.health_urls = tuple(config["urls"])
             self.discover_health = bool(config["discover"])
         with self._lock:
