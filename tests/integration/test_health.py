@@ -817,6 +817,19 @@ def test_agent_streams_health_and_takes_it_from_configure_and_health_commands(
         assert [h["url"] for h in streamed["health"]] == [up]
 
 
+def test_shipped_agent_on_the_oldest_python_streams_health(peer: HttpPeer) -> None:
+    """The whole remote form on Python 3.8 (no pynvml, no psutil there): health still flows."""
+    url = peer.url("/status/503")
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+    env["PATH"] = "/nonexistent"  # no nvidia-smi either
+    args = ("--health", url, "--interval", "0.2", "--no-discover", "--no-pynvml", "--no-psutil")
+    with agent_process(*args, python=oldest_python(), env=env) as agent:
+        assert agent.hello["python"].startswith("3.8") or oldest_python() == sys.executable
+        snapshot = _next_with(agent, lambda s: (_health_of(s, url) or {}).get("state") is not None)
+    assert _health_of(snapshot, url)["state"] == "UNHEALTHY"  # type: ignore[index]
+    assert _health_of(snapshot, url)["code"] == 503  # type: ignore[index]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
