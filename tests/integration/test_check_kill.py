@@ -93,13 +93,15 @@ def test_launcher_with_eight_workers_is_one_tree_and_not_clean(env: dict[str, st
         assert len(trees) == 1, [t.proc.pid for t in build_forest(snapshot)]
         tree = trees[0]
         schedulers = [server[f"scheduler_TP{i}"] for i in range(8)]
-        # The collector lists GPU processes, their ancestors and descendants: the detokenizer (a sibling
-        # holding nothing) is not in the snapshot, so the tree is the launcher and its eight GPU workers.
-        assert [c.proc.pid for c in tree.children] == sorted(schedulers)
+        # The collector lists each GPU process's whole tree below the session boundary: the detokenizer
+        # (a child holding nothing, killed with the tree) is listed under the launcher too.
+        assert [c.proc.pid for c in tree.children] == sorted([*schedulers, server["detokenizer"]])
         assert all(c.depth == 1 and not c.children for c in tree.children)
         assert tree.subtree_total_mib == 8 * WORKER_MIB
         assert tree.subtree_gpu_mib == {i: WORKER_MIB for i in range(8)}
-        assert [n.proc.name for n in flatten([tree])][1:] == [f"scheduler_TP{i}" for i in range(8)]
+        assert [n.proc.name for n in flatten([tree])][1:] == [f"scheduler_TP{i}" for i in range(8)] + [
+            "detokenizer"
+        ]
         assert snapshot.verdict is not None
         assert not snapshot.verdict.clean
         assert snapshot.verdict.known
