@@ -40,6 +40,7 @@ from gputui.actions import (
     plan_kill,
 )
 from gputui.analysis import Baselines, ProcNode, analyze, build_forest, flatten
+from gputui.health_view import UP, HealthHistory, health_transitions
 from gputui.model import HostSnapshot
 from gputui.screens.confirm_kill import ConfirmKillScreen
 from gputui.screens.help import HelpScreen
@@ -51,6 +52,7 @@ from gputui.widgets.filter_bar import FilterBar
 from gputui.widgets.findings_list import FindingsList
 from gputui.widgets.fmt import duration
 from gputui.widgets.gpu_panel import GpuPanel
+from gputui.widgets.health_panel import HealthPanel
 from gputui.widgets.host_bar import HostBar, HostStatus
 from gputui.widgets.hosts_overview import HostsOverview
 from gputui.widgets.process_table import SORT_MODES, ProcessTable
@@ -113,6 +115,7 @@ class HostState:
     history_time: float | None = None
     tagged: set[int] = field(default_factory=set)
     check: CleanCheck | None = None
+    health_history: HealthHistory = field(default_factory=HealthHistory)
 
 
 def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[str, str]:
@@ -273,6 +276,7 @@ class GpuTuiApp(App[int]):
             with Container(id="main"):
                 with Vertical(id="left"):
                     yield GpuPanel(id="gpus")
+                    yield HealthPanel(id="health")
                     yield FindingsList(id="findings")
                 yield ProcessTable(id="procs")
             yield CleanSlateLine(id="clean")
@@ -286,6 +290,7 @@ class GpuTuiApp(App[int]):
         asyncio.get_running_loop().set_default_executor(self._executor)
         self._apply_layout(self.size.width)
         self._main(GpuPanel).border_title = "GPUs"
+        self._main(HealthPanel).border_title = "Health"
         self._main(FindingsList).border_title = "Findings"
         self._main(ProcessTable).focus()
         self._show_active()
@@ -294,7 +299,10 @@ class GpuTuiApp(App[int]):
         self.set_interval(1.0, self._tick)
 
     def on_resize(self, event: events.Resize) -> None:
-        self._apply_layout(event.size.width)
+        try:
+            self._apply_layout(event.size.width)
+        except NoMatches:  # not composed yet, or shutting down
+            pass
 
     def _apply_layout(self, width: int) -> None:
         body = self._main("#body")
@@ -306,7 +314,13 @@ class GpuTuiApp(App[int]):
             self._show_active()
 
     def _main(self, selector: type[W] | str) -> Any:
-        """A widget of the main screen (also while a modal is on top of it)."""
+        """A widget of the main screen (also while a modal is on top of it).
+
+        Raises:
+            NoMatches: The screens are gone (the app is shutting down).
+        """
+        if not self.screen_stack:
+            raise NoMatches("the app has no screen (shutting down)")
         return self.screen_stack[0].query_one(selector)
 
     # -- host state ------------------------------------------------------------------------------------
@@ -376,6 +390,7 @@ class GpuTuiApp(App[int]):
                 message = host.error or "connecting…"
                 gpus.show((), {}, {}, message=visible(message, 200))
                 procs.show((), compact=self._narrow)
+                self._main(HealthPanel).show((), now_s=self._clock())
                 self._main(FindingsList).show(())
                 self._main(CleanSlateLine).show(None, host.check, self._clock())
                 return
@@ -395,6 +410,9 @@ class GpuTuiApp(App[int]):
             )
             empty = procs.row_count == 0 and not self.filter_text
             procs.border_subtitle = "no GPU processes" if empty else ""
+            health = self._main(HealthPanel)
+            health.compact = self._narrow
+            health.show(snapshot.health, host.health_history.as_dict(), now_s=self._clock())
             self._main(FindingsList).show(snapshot.findings)
             self._main(CleanSlateLine).show(snapshot.verdict, host.check, self._clock())
 
@@ -469,6 +487,14 @@ class GpuTuiApp(App[int]):
                         gpu.memory_used_mib
                     )
         host.history_time = snapshot.time
+        for line in health_transitions(previous.health if previous is not None else (), snapshot.health):
+            recovered = line.endswith(f"→ {UP}") or f"→ {UP} " in line
+            self._notify(
+                f"{visible(host.target, 40)}: {line}",
+                severity="information" if recovered else "warning",
+                title="health",
+            )
+        host.health_history.update(snapshot.health)
         host.snapshot = snapshot
         host.pending = None
         host.last_ok_s = self._clock()

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputui.model import Gpu, GpuProcess, HealthSample, HostSnapshot, Proc
@@ -43,6 +43,8 @@ IDLE_MIB = 3
 DRAIN_S = 2.0
 """Seconds over which a dead holder's GPU memory returns to the driver."""
 GPU_COUNT = 8
+HEALTH_PROBE_S = 2.0
+"""Seconds between the simulated agent's health probes."""
 POWER_LIMIT_W = 600.0
 CLOCK_TICKS_PER_S = 100
 BOOT_EPOCH_S = 1_780_000_000.0
@@ -392,6 +394,12 @@ class SimLink(HostLink):
         )
 
     def _health(self, now_s: float) -> tuple[HealthSample, ...]:
+        # The agent probes every few seconds, not on every sample: checked_at says which probe this is.
+        probed_s = self._start_s + HEALTH_PROBE_S * ((now_s - self._start_s) // HEALTH_PROBE_S)
+        samples = self._health_at(now_s)
+        return tuple(replace(sample, checked_at=probed_s) for sample in samples)
+
+    def _health_at(self, now_s: float) -> tuple[HealthSample, ...]:
         if self._healthy:
             return (
                 HealthSample(

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gputui.widgets.fmt import SPARK_CHARS, mem_pct, safe_text
+from gputui.widgets.health_panel import health_dot
 from gputui.widgets.host_bar import HostStatus, status_text
 
 
@@ -22,7 +23,8 @@ def _gpu_block(used_mib: int | None, total_mib: int | None, baseline_mib: int) -
 
 
 class HostsOverview(Static):
-    """``gpu-node-07  ▇▇▇▇▇▇▇▇  NOT CLEAN`` for every host (shown when several targets are open)."""
+    """``gpu-node-07  ▇▇▇▇▇▇▇▇  ▲  0/8 GPUs at baseline  ⚠ 8 findings`` for every host: one block per GPU,
+    the worst health-endpoint state, the verdict (shown when several targets are open)."""
 
     def show(self, statuses: Sequence[HostStatus], active_index: int) -> None:
         """One line per host; the shown host is marked with ▶."""
@@ -42,6 +44,8 @@ class HostsOverview(Static):
                 line.append_text(
                     _gpu_block(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3))
                 )
+            line.append("  ")
+            line.append_text(health_dot(snapshot.health))
             line.append("  ")
             verdict = snapshot.verdict
             if verdict is None:

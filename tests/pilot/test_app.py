@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 
 from gputui.app import FAST_MEMORY_INTERVAL_S, GpuTuiApp
 from gputui.screens.confirm_kill import ConfirmKillScreen
 from gputui.screens.help import HelpScreen
 from gputui.sim import DETOKENIZER_PID, DRAIN_S, LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE, ManualClock
+from gputui.transports.base import LinkError, LinkOptions
 from gputui.widgets.clean_slate import CleanSlateLine
 from gputui.widgets.filter_bar import FilterBar
 from gputui.widgets.findings_list import FindingsList
@@ -17,7 +20,7 @@ from gputui.widgets.gpu_panel import GpuPanel
 from gputui.widgets.host_bar import HostBar
 from gputui.widgets.process_table import ProcessTable
 
-from .conftest import wait_for
+from .conftest import CountingSimLink, wait_for
 
 WIDE = (120, 40)
 
@@ -488,3 +491,81 @@ async def test_hostile_names_are_shown_literally_and_clicking_does_nothing(make_
         await pilot.press("2")
         await pilot.pause(0.2)
         assert app.is_running
+
+
+class _FlakySimLink(CountingSimLink):
+    """Delivers a few snapshots, then breaks (as a cut network would), or stalls while ``stall`` is set."""
+
+    def __init__(self, *args, break_after: int | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.break_after = break_after
+        self.delivered = 0
+        self.stall = threading.Event()
+
+    def next_snapshot(self, timeout_s: float):  # type: ignore[no-untyped-def]
+        if self.stall.is_set():
+            time.sleep(min(timeout_s, 0.05))
+            return None
+        if self.break_after is not None and self.delivered >= self.break_after:
+            raise LinkError(f"{self.target}: connection reset by peer")
+        snapshot = super().next_snapshot(timeout_s)
+        if snapshot is not None:
+            self.delivered += 1
+        return snapshot
+
+
+def _flaky_app(clock: ManualClock, tmp_path: Path, links: list[_FlakySimLink], **link_kwargs) -> GpuTuiApp:  # type: ignore[no-untyped-def]
+    options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05)
+
+    def factory(target: str) -> _FlakySimLink:
+        kwargs = dict(link_kwargs) if not links else {}
+        link = _FlakySimLink(target, options, clock=clock, **kwargs)
+        if links:
+            link.boot_id = "boot-after-the-reboot"
+        links.append(link)
+        return link
+
+    return GpuTuiApp(
+        ["gpu-node-08"],
+        factory,
+        clock=clock,
+        memory_interval_s=0.05,
+        notify_timeout_s=60.0,
+        audit_dir=tmp_path,
+    )
+
+
+async def test_a_silent_host_is_marked_stale_with_the_age_of_its_data(clock: ManualClock, tmp_path: Path):
+    links: list[_FlakySimLink] = []
+    app = _flaky_app(clock, tmp_path, links)
+    async with app.run_test(size=WIDE) as pilot:
+        await _ready(pilot, app)
+        links[0].stall.set()
+        await pilot.pause(0.2)
+        clock.advance(12.0)
+        await wait_for(pilot, lambda: "stale 12 s" in str(app.query_one(HostBar).render()), "stale mark")
+        assert app.host_status(app.hosts[0]).state == "stale"
+        links[0].stall.clear()
+        await wait_for(pilot, lambda: app.host_status(app.hosts[0]).state == "live", "live again")
+
+
+async def test_a_broken_link_reconnects_and_a_new_boot_forgets_tagged_pids(
+    clock: ManualClock, tmp_path: Path
+):
+    links: list[_FlakySimLink] = []
+    app = _flaky_app(clock, tmp_path, links, break_after=1_000_000)
+    async with app.run_test(size=WIDE) as pilot:
+        await _ready(pilot, app)
+        await _select(pilot, app, 5120)
+        await pilot.press("space")
+        assert app.hosts[0].tagged == {5120}
+        links[0].break_after = 0  # the network goes away
+        await wait_for(pilot, lambda: any("connection reset" in n[2] for n in app.notices), "the error")
+        await wait_for(
+            pilot,
+            lambda: len(links) >= 2 and app.hosts[0].snapshot.boot_id == "boot-after-the-reboot",
+            "the reconnect",
+        )
+        assert app.hosts[0].error is None
+        assert app.hosts[0].tagged == set()
+        assert any("rebooted" in n[2] for n in app.notices)
