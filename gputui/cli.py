@@ -71,6 +71,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="health endpoint probed on the GPU host itself (repeatable)",
     )
     parser.add_argument(
+        "--health-generate", action="store_true",
+        help="also probe token-generating endpoints (/health_generate), at most every 10 s",
+    )
+    parser.add_argument(
         "--no-discover", action="store_true", help="do not probe health URLs discovered from launchers"
     )
     parser.add_argument(

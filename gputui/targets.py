@@ -20,6 +20,7 @@ def options_from_args(args: argparse.Namespace) -> LinkOptions:
         accept_new=args.accept_new,
         health_urls=tuple(args.health),
         discover_health=not args.no_discover,
+        health_generate=args.health_generate,
         connect_timeout_s=args.connect_timeout,
         extra={"ssh_config": args.ssh_config} if getattr(args, "ssh_config", None) else {},
     )

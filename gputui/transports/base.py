@@ -28,6 +28,8 @@ class LinkOptions:
         accept_new: Accept and record an unknown SSH host key (OpenSSH's ``accept-new``).
         health_urls: Health endpoints probed by the agent on that host.
         discover_health: Probe health URLs discovered from inference-server launchers.
+        health_generate: Also probe token-generating endpoints (sglang ``/health_generate``), at most every
+            10 s; off by default so the monitor never loads the server it watches.
         connect_timeout_s: Deadline for connecting and the handshake.
     """
 
@@ -37,6 +39,7 @@ class LinkOptions:
     accept_new: bool = False
     health_urls: tuple[str, ...] = ()
     discover_health: bool = True
+    health_generate: bool = False
     connect_timeout_s: float = 10.0
     extra: dict[str, Any] = field(default_factory=dict)
 

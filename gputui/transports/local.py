@@ -52,6 +52,7 @@ class LocalLink(HostLink):
                 process_interval_s=self._options.process_interval_s,
                 health_urls=self._options.health_urls,
                 discover_health=self._options.discover_health,
+                health_generate=self._options.health_generate,
                 **self._agent_kwargs,
             )
         except Exception as exc:  # the collector failing to start is a host error, one line

@@ -280,7 +280,7 @@ class SshLink(HostLink):
                 raise
             hello = self._start_reduced(transport, generation, timeout_s)
         self._accept_hello(hello)
-        if self.options.health_urls:
+        if self.options.health_urls or self.options.health_generate:
             # URLs are user strings: they go as JSON data, never on the command line.
             try:
                 self.request(
@@ -288,6 +288,7 @@ class SshLink(HostLink):
                         "cmd": "configure",
                         "health_urls": list(self.options.health_urls),
                         "discover_health": self.options.discover_health,
+                        "health_generate": self.options.health_generate,
                     },
                     timeout_s,
                 )

@@ -895,6 +895,23 @@ def test_cli_snapshot_json_shows_up_and_unhealthy_from_a_real_server(
         assert sample["discovered"] is False
 
 
+def test_cli_probes_a_generating_endpoint_only_with_health_generate(
+    peer: HttpPeer, fake_nvml: FakeNvml
+) -> None:
+    generate = peer.url("/health_generate")
+    asked = run_snapshot_cli("--json", "--health", generate, "--health-generate", env=fake_nvml.env())
+    assert asked.returncode == 0, asked.stderr
+    (host,) = json.loads(asked.stdout)["hosts"]
+    assert [(h["url"], h["state"], h["code"]) for h in host["health"]] == [(generate, "UP", 200)]
+
+    # Without the flag the endpoint is listed but never requested: the monitor does not make the server
+    # generate tokens unless told to.
+    not_asked = run_snapshot_cli("--json", "--health", generate, env=fake_nvml.env())
+    assert not_asked.returncode == 0, not_asked.stderr
+    (host,) = json.loads(not_asked.stdout)["hosts"]
+    assert [(h["url"], h["state"]) for h in host["health"]] == [(generate, None)]
+
+
 def test_cli_snapshot_table_prints_one_health_line_per_endpoint(peer: HttpPeer, fake_nvml: FakeNvml) -> None:
     up, unhealthy = peer.url("/health"), peer.url("/status/503")
     before = time.time()

@@ -41,7 +41,7 @@ def test_split_command(argv: list[str], command: str | None, rest: list[str]) ->
 def test_common_flags_reach_the_link_options() -> None:
     args = build_parser("snapshot").parse_args(
         ["--interval", "0.5", "--process-interval", "2", "--read-only", "--health", "http://127.0.0.1:1/health",
-         "--no-discover", "--accept-new", "-F", "/tmp/cfg", "host-a"]
+         "--no-discover", "--health-generate", "--accept-new", "-F", "/tmp/cfg", "host-a"]
     )
     options = options_from_args(args)
     assert options.memory_interval_s == 0.5
@@ -49,6 +49,7 @@ def test_common_flags_reach_the_link_options() -> None:
     assert options.read_only
     assert options.accept_new
     assert not options.discover_health
+    assert options.health_generate
     assert options.health_urls == ("http://127.0.0.1:1/health",)
     assert options.extra == {"ssh_config": "/tmp/cfg"}
     assert args.targets == ["host-a"]
