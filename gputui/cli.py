@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from gputui import __version__
 
@@ -80,6 +81,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--accept-new", action="store_true",
         help="accept and record unknown SSH host keys (never changed ones)",
+    )
+    parser.add_argument(
+        "--config", type=Path, default=None, metavar="FILE",
+        help="gputui config file (default: $XDG_CONFIG_HOME/gputui/config.toml)",
     )
     parser.add_argument(
         "-F", "--ssh-config", default=None, metavar="FILE",
@@ -156,6 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run gputui; returns the exit status."""
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
     args = build_parser(command).parse_args(rest)
+    from gputui.config import ConfigError, load_config
+
+    try:
+        args.config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"gputui: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         if command == "snapshot":
             from gputui.commands.snapshot import run_snapshot

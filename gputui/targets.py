@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gputui.config import Config
 from gputui.transports.base import HostLink, LinkOptions
 
 LOCAL_TARGET = "local"
@@ -12,13 +13,15 @@ DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
 
 
 def options_from_args(args: argparse.Namespace) -> LinkOptions:
-    """LinkOptions from the common command-line flags."""
+    """LinkOptions from the common command-line flags and the config file loaded into ``args.config``."""
+    config: Config = getattr(args, "config", None) or Config()
     return LinkOptions(
         memory_interval_s=args.interval,
         process_interval_s=args.process_interval,
         read_only=args.read_only,
         accept_new=args.accept_new,
-        health_urls=tuple(args.health),
+        health_urls=tuple(dict.fromkeys([*config.health_urls, *args.health])),
+        host_health_urls=dict(config.host_health_urls),
         discover_health=not args.no_discover,
         health_generate=args.health_generate,
         connect_timeout_s=args.connect_timeout,
@@ -34,7 +37,8 @@ def default_targets(targets: list[str], demo: bool) -> list[str]:
 
 
 def open_link(target: str, options: LinkOptions, demo: bool = False) -> HostLink:
-    """A (not yet opened) link for one target."""
+    """A (not yet opened) link for one target, with the options configured for it."""
+    options = options.for_target(target)
     if demo:
         from gputui.sim import SimLink
 

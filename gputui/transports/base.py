@@ -7,7 +7,7 @@ host. All methods may block and are called from worker threads, never from the U
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputui.model import HostSnapshot
@@ -31,6 +31,7 @@ class LinkOptions:
         health_generate: Also probe token-generating endpoints (sglang ``/health_generate``), at most every
             10 s; off by default so the monitor never loads the server it watches.
         connect_timeout_s: Deadline for connecting and the handshake.
+        host_health_urls: Target -> health URLs probed on that host only (from the config file).
     """
 
     memory_interval_s: float = 1.0
@@ -41,7 +42,14 @@ class LinkOptions:
     discover_health: bool = True
     health_generate: bool = False
     connect_timeout_s: float = 10.0
+    host_health_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def for_target(self, target: str) -> LinkOptions:
+        """These options with the health URLs configured for ``target`` added."""
+        own = self.host_health_urls.get(target, ())
+        extra_urls = tuple(url for url in own if url not in self.health_urls)
+        return replace(self, health_urls=self.health_urls + extra_urls) if extra_urls else self
 
 
 class HostLink(abc.ABC):

@@ -912,6 +912,20 @@ def test_cli_probes_a_generating_endpoint_only_with_health_generate(
     assert [(h["url"], h["state"]) for h in host["health"]] == [(generate, None)]
 
 
+def test_cli_takes_health_urls_for_this_host_from_the_config_file(
+    peer: HttpPeer, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    up, elsewhere = peer.url("/health"), peer.url("/status/503")
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[hosts."local"]\nhealth = ["{up}"]\n[hosts."gpu-node-99"]\nhealth = ["{elsewhere}"]\n'
+    )
+    done = run_snapshot_cli("--json", "--config", str(config), env=fake_nvml.env())
+    assert done.returncode == 0, done.stderr
+    (host,) = json.loads(done.stdout)["hosts"]
+    assert [(h["url"], h["state"]) for h in host["health"]] == [(up, "UP")]
+
+
 def test_cli_snapshot_table_prints_one_health_line_per_endpoint(peer: HttpPeer, fake_nvml: FakeNvml) -> None:
     up, unhealthy = peer.url("/health"), peer.url("/status/503")
     before = time.time()

@@ -1,0 +1,106 @@
+"""The user's config file: per-host settings that are tedious to type every time.
+
+``$XDG_CONFIG_HOME/gputui/config.toml`` (default ``~/.config/gputui/config.toml``), or the file given with
+``--config``::
+
+    # probed on every host
+    health = ["http://127.0.0.1:30000/health"]
+
+    [hosts."gpu-node-07"]
+    health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]
+
+Health URLs are probed by the agent on the host itself, so 127.0.0.1 means that host's loopback. A missing
+default file is an empty config; a missing ``--config`` file, bad TOML or an unknown key is a ConfigError
+whose text is one line naming the file and the cause.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+HOST_KEYS = frozenset({"health"})
+TOP_KEYS = HOST_KEYS | {"hosts"}
+
+
+class ConfigError(Exception):
+    """The config file cannot be used; ``str()`` is one line naming the file and the cause."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings from the config file.
+
+    Attributes:
+        health_urls: Probed on every host.
+        host_health_urls: Host target -> URLs probed on that host only.
+        path: The file read, or None when there was none.
+    """
+
+    health_urls: tuple[str, ...] = ()
+    host_health_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    path: Path | None = None
+
+
+def default_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "gputui" / "config.toml"
+
+
+def _urls(value: Any, where: str, path: Path) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: {where}health must be a URL or a list of URLs")
+    return tuple(value)
+
+
+def _check_keys(table: dict[str, Any], allowed: frozenset[str], where: str, path: Path) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed))
+        raise ConfigError(f"{path}: unknown setting {where}{unknown[0]!r} (known: {known})")
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read the config file; ``path`` None means the default location, which may be absent."""
+    explicit = path is not None
+    path = path if path is not None else default_config_path()
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"{path}: no such config file") from None
+        return Config()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    _check_keys(data, TOP_KEYS, "", path)
+    hosts = data.get("hosts", {})
+    if not isinstance(hosts, dict):
+        raise ConfigError(f"{path}: hosts must be a table of [hosts.\"NAME\"] sections")
+    host_health: dict[str, tuple[str, ...]] = {}
+    for name, table in hosts.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: hosts.{name!r} must be a table")
+        _check_keys(table, HOST_KEYS, f"hosts.{name!r}.", path)
+        if "health" in table:
+            host_health[name] = _urls(table["health"], f"hosts.{name!r}.", path)
+    return Config(
+        health_urls=_urls(data["health"], "", path) if "health" in data else (),
+        host_health_urls=host_health,
+        path=path,
+    )

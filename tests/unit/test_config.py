@@ -1,0 +1,92 @@
+"""The config file: per-host health URLs, and one clear line for every way the file can be wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gputui.cli import build_parser
+from gputui.config import Config, ConfigError, default_config_path, load_config
+from gputui.targets import options_from_args
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_missing_default_file_is_an_empty_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert default_config_path() == tmp_path / "gputui" / "config.toml"
+    assert load_config() == Config()
+
+
+def test_default_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gputui").mkdir()
+    (tmp_path / "gputui" / "config.toml").write_text('health = "http://127.0.0.1:30000/health"\n')
+    assert load_config().health_urls == ("http://127.0.0.1:30000/health",)
+
+
+def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'health = ["http://127.0.0.1:30000/health"]\n'
+        '[hosts."gpu-node-07"]\n'
+        'health = ["http://127.0.0.1:8000/health", "http://127.0.0.1:30000/health"]\n'
+    )
+    args = build_parser("snapshot").parse_args(["--health", "http://127.0.0.1:9/health"])
+    args.config = load_config(path)
+    options = options_from_args(args)
+    everywhere = ("http://127.0.0.1:30000/health", "http://127.0.0.1:9/health")
+    assert options.health_urls == everywhere
+    assert options.for_target("gpu-node-08").health_urls == everywhere
+    assert options.for_target("gpu-node-07").health_urls == (*everywhere, "http://127.0.0.1:8000/health")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("health = [", "not valid TOML"),
+        ("helth = []", "unknown setting 'helth'"),
+        ('[hosts."a"]\nport = 3', "unknown setting hosts.'a'.'port'"),
+        ("health = 3", "health must be a URL or a list of URLs"),
+        ("hosts = 3", "hosts must be a table"),
+        ('[hosts]\na = 3', "hosts.'a' must be a table"),
+    ],
+)
+def test_bad_files_are_one_clear_error(tmp_path: Path, text: str, fragment: str) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    message = str(raised.value)
+    assert fragment in message
+    assert message.startswith(str(path))
+    assert "\n" not in message
+
+
+def test_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "absent.toml")
+
+
+def test_binary_file_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xff\xfe\x00health")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(path)
+
+
+def test_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("health = [\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "snapshot", "--demo", "--config", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"gputui: {path}: not valid TOML")
