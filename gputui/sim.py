@@ -41,7 +41,13 @@ GPU_TOTAL_MIB = 49152
 IDLE_MIB = 3
 """What an idle GPU reports as used: the driver's own footprint."""
 DRAIN_S = 2.0
-"""Seconds over which a dead holder's GPU memory returns to the driver."""
+"""Seconds within which a dead holder's GPU memory is back with the driver (GPU 7 takes this long)."""
+
+
+def drain_s(gpu_index: int) -> float:
+    """Seconds GPU ``gpu_index`` takes to release a dead holder's memory: GPU 0 is quickest (1.3 s), GPU 7
+    takes ``DRAIN_S``, so a clean-slate check sees the GPUs come back one after another."""
+    return DRAIN_S * (0.65 + 0.05 * min(gpu_index, 7))
 GPU_COUNT = 8
 HEALTH_PROBE_S = 2.0
 """Seconds between the simulated agent's health probes."""
@@ -357,7 +363,7 @@ class SimLink(HostLink):
             used += proc.gpu_mib.get(index, 0)
         for gpu, mib, died_s in self._draining:
             if gpu == index:
-                used += mib * max(0.0, 1.0 - (now_s - died_s) / DRAIN_S)
+                used += mib * max(0.0, 1.0 - (now_s - died_s) / drain_s(gpu))
         return int(round(used))
 
     def _gpu(self, index: int, now_s: float) -> Gpu:

@@ -214,3 +214,13 @@ def test_next_snapshot_paces_and_close_unblocks_a_waiting_reader():
 def test_sim_imports_without_textual_or_rich():
     code = "import sys, gputui.sim; assert 'textual' not in sys.modules and 'rich' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_gpus_come_back_one_after_another():
+    link, clock = _link()
+    snap = _snap(link)
+    _kill(link, snap, [LAUNCHER_PID])
+    clock.advance(1.45)
+    used = [g.memory_used_mib for g in _snap(link).gpus]
+    assert used[:2] == [IDLE_MIB, IDLE_MIB]  # GPU0 and GPU1 release within 1.3 and 1.4 s
+    assert all(mib > IDLE_MIB for mib in used[2:])
