@@ -381,7 +381,8 @@ class GpuTuiApp(App[int]):
             title = visible(host.target, 40)
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {visible(snapshot.driver_version, 20)}"
-            gpus.border_title = f"GPUs · {title}" + (" · READ-ONLY" if self.read_only else "")
+            flags = (" · READ-ONLY" if self.read_only else "") + (" · ⏸ PAUSED" if self.paused else "")
+            gpus.border_title = f"GPUs · {title}{flags}"
             sort = f"sort: {self.sort_mode}"
             filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
             tagged = f" · {len(host.tagged)} tagged" if host.tagged else ""

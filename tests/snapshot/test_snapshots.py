@@ -74,6 +74,20 @@ def test_multi_host(snap_compare, tmp_path: Path) -> None:
     assert snap_compare(app, terminal_size=(120, 40), run_before=_ready)
 
 
+def test_hostile_names_keep_the_layout(snap_compare, tmp_path: Path) -> None:
+    """RELIABILITY 22: markup, escapes, a bidi override and a 100 KB argument, shown literally in one row
+    and in the confirmation that lists it."""
+    app = _app(("gpu-node-08",), ManualClock(), tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        pilot.app.query_one(ProcessTable).select_pid(5400)
+        await pilot.press("k")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
 def test_confirmation_modal(snap_compare, tmp_path: Path) -> None:
     app = _app(("gpu-node-07",), ManualClock(), tmp_path)
 
