@@ -140,6 +140,7 @@ async def _drain(args: argparse.Namespace) -> dict:
     from gputui.app import GpuTuiApp
     from gputui.transports.base import LinkOptions
     from gputui.transports.local import LocalLink
+    from tests.bench.procs import DetachedGroup
     from tests.fakenvml import FakeNvmlState
 
     state_path = Path(os.environ["FAKE_NVML_STATE"])
@@ -147,18 +148,24 @@ async def _drain(args: argparse.Namespace) -> dict:
 
     options = LinkOptions(read_only=True, discover_health=False)
     latencies, clean_times = [], []
-    for _ in range(args.repeats):
-        holder = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
+    rest_gaps: list[float] = []
+    check_gaps: list[float] = []
+    for repeat in range(args.repeats):
+        lists: list[tuple[float, float]] = []
+        group = DetachedGroup(1)
+        holder_pid = group.pids[0]
         state = FakeNvmlState.with_gpus(GPUS)
         for index in range(GPUS):
-            state.add_holder(index, holder.pid, 20000)
+            state.add_holder(index, holder_pid, 20000)
         state.write(state_path)
         clean_at.clear()
         app = GpuTuiApp(["local"], link_factory=lambda _t: LocalLink(options), read_only=True)
         apply_snapshot = app._apply_snapshot
 
-        def timed_apply(host: Any, snapshot: Any, apply_snapshot: Any = apply_snapshot) -> None:
+        def timed_apply(host: Any, snapshot: Any, apply_snapshot: Any = apply_snapshot, lists: Any = lists) -> None:
             # The moment the app itself marks the check clean (an instance attribute shadows the method).
+            if snapshot.processes_time is not None and (not lists or lists[-1][1] != snapshot.processes_time):
+                lists.append((time.monotonic(), snapshot.processes_time))
             apply_snapshot(host, snapshot)
             if host.check is not None and host.check.clean and not clean_at:
                 clean_at.append(time.monotonic())
@@ -168,24 +175,35 @@ async def _drain(args: argparse.Namespace) -> dict:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 snap = app.hosts[0].snapshot
-                if snap is not None and any(p.pid == holder.pid for p in snap.processes):
+                if snap is not None and any(p.pid == holder_pid for p in snap.processes):
                     break
                 await pilot.pause(0.05)
+            if repeat == 0:
+                # Process-list cadence at rest (default intervals), from the snapshots' processes_time.
+                await pilot.pause(7.0)
+            check_at = time.monotonic()
             app.action_check()
             # Let the configure command land and a few fast samples pass: the check is draining.
-            await pilot.pause(1.0)
-            holder.kill()
-            killed_at = time.monotonic()
-            holder.wait()
+            await pilot.pause(1.5)
+            # The holder's server reaps at once: the fake driver frees memory when /proc/<pid> is gone.
+            killed_at = group.kill(holder_pid)
             deadline = time.monotonic() + 20
             while not clean_at and time.monotonic() < deadline:
                 await pilot.pause(0.01)
+            check_end = clean_at[0] if clean_at else time.monotonic()
+            for (seen_a, a), (seen_b, b) in zip(lists, lists[1:], strict=False):
+                if seen_b < check_at:
+                    rest_gaps.append(b - a)
+                elif seen_a >= check_at + 0.3 and seen_b <= check_end:  # after the configure landed
+                    check_gaps.append(b - a)
             if clean_at:
                 latencies.append((clean_at[0] - killed_at) * 1000)
                 check = app.hosts[0].check
                 clean_times.append(check.finished_s - check.started_s if check and check.finished_s else None)
             await app.action_quit()
-    return {"latencies_ms": latencies, "repeats": args.repeats}
+        group.close()
+    return {"latencies_ms": latencies, "repeats": args.repeats, "rest_gaps_s": rest_gaps,
+            "check_gaps_s": check_gaps}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,6 +268,16 @@ def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
     report.add(sec, "drain latency, TUI", value, "ms kill->CLEAN",
                compare=f"min {min(values):.0f} max {max(values):.0f}, n={len(values)}", target=target,
                verdict=verdict(value <= TARGET_DRAIN_MS))
+    rest, fast = res.get("rest_gaps_s") or [], res.get("check_gaps_s") or []
+    rest_gap = statistics.median(rest) if rest else None
+    fast_gap = statistics.median(fast) if fast else None
+    report.add(1, "TUI process lists at rest", rest_gap, "s between lists",
+               compare=f"{len(rest)} gaps, default intervals", target="> memory interval",
+               verdict=verdict(None if rest_gap is None else rest_gap > 1.5))
+    report.add(1, "TUI process lists while a check drains", fast_gap, "s between lists",
+               compare=f"{len(fast)} gaps after key c", target="< at rest",
+               verdict=verdict(None if fast_gap is None or rest_gap is None else fast_gap < rest_gap / 2),
+               reason="no process list seen during the check")
     report.note(sec, "TUI: GpuTuiApp + LocalLink under run_test, check started with action_check (key c), "
                      "holder of 8 GPUs killed+reaped after 1 s of draining")
 

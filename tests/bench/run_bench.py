@@ -43,6 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from tests.bench.procs import DetachedGroup  # noqa: E402
+
 WORKER = Path(__file__).with_name("bench_worker.py")
 CACHE_DIR = Path(os.environ.get("GPUTUI_BENCH_CACHE") or Path.home() / ".cache" / "gputui-bench")
 PEERS_VENV = CACHE_DIR / "peers-venv"
@@ -152,12 +154,17 @@ def have_module(name: str) -> bool:
 
 @dataclass
 class FakeHost:
-    """A fake 8-GPU host: the fake NVML library, its state file and ~300 real idle processes."""
+    """A fake 8-GPU host: the fake NVML library, its state file, ~300 idle processes and GPU holders.
+
+    The idle processes and the holders belong to separate detached "servers" (see ``procs.py``), so the
+    holders' process tree is a server and its workers, as on a real inference host, not the whole table.
+    """
 
     lib_dir: Path
     state_path: Path
-    idle: list[subprocess.Popen] = field(default_factory=list)
-    holders: list[subprocess.Popen] = field(default_factory=list)
+    groups: list[DetachedGroup] = field(default_factory=list)
+    idle_pids: list[int] = field(default_factory=list)
+    holder_pids: list[int] = field(default_factory=list)
     gpu_count: int = 8
 
     def env(self) -> dict[str, str]:
@@ -178,23 +185,20 @@ class FakeHost:
                 state.add_holder((i + 1) % self.gpu_count, pid, mib_each // 4)
         state.write(self.state_path)
 
-    def spawn_holder(self) -> subprocess.Popen:
-        proc = subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL)
-        self.holders.append(proc)
-        return proc
+    def spawn_holder(self) -> tuple[DetachedGroup, int]:
+        """A new one-worker server; returns it and the worker's pid (kill it with ``group.kill(pid)``)."""
+        group = DetachedGroup(1)
+        self.groups.append(group)
+        return group, group.pids[0]
 
     def close(self) -> None:
-        for proc in self.idle + self.holders:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.idle + self.holders:
-            with contextlib.suppress(Exception):
-                proc.wait(timeout=5)
+        for group in self.groups:
+            group.close()
 
 
 @contextlib.contextmanager
 def fake_host(process_count: int, holder_count: int) -> Iterator[FakeHost]:
-    """Build the fake NVML and start ``process_count`` idle children, ``holder_count`` of them holding GPUs."""
+    """Build the fake NVML, start ``process_count`` idle processes and ``holder_count`` GPU holders."""
     from tests.fakenvml import build
 
     lib_dir = CACHE_DIR / "fakenvml-lib"
@@ -202,9 +206,15 @@ def fake_host(process_count: int, holder_count: int) -> Iterator[FakeHost]:
     with tempfile.TemporaryDirectory(prefix="gputui-bench-") as tmp:
         host = FakeHost(lib_dir=lib_dir, state_path=Path(tmp) / "fakenvml.state")
         try:
-            for _ in range(process_count):
-                host.idle.append(subprocess.Popen(["sleep", "3600"], stdin=subprocess.DEVNULL))
-            host.write_state([p.pid for p in host.idle[:holder_count]])
+            if process_count:
+                idle = DetachedGroup(process_count)
+                host.groups.append(idle)
+                host.idle_pids = idle.pids
+            if holder_count:
+                server = DetachedGroup(holder_count)
+                host.groups.append(server)
+                host.holder_pids = server.pids
+            host.write_state(host.holder_pids)
             yield host
         finally:
             host.close()
@@ -288,8 +298,8 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
     repeats = 3 if args.quick else 5
     samples = 20 if args.quick else 50
     with fake_host(args.processes, args.holders) as host:
-        report.note(sec, f"fake NVML: {host.gpu_count} GPUs, {len(host.idle)} idle `sleep` children, "
-                         f"{args.holders} of them holding GPU memory; process table now "
+        report.note(sec, f"fake NVML: {host.gpu_count} GPUs, {len(host.idle_pids)} idle `sleep` processes under "
+                         f"one server, {len(host.holder_pids)} GPU holders under another; process table now "
                          f"{sum(1 for p in Path('/proc').iterdir() if p.name.isdigit())} pids")
         peers: dict[str, float] = {}
 
@@ -407,24 +417,23 @@ def strace_check(host: FakeHost, report: Report, sec: int) -> None:
         calls = [line for line in log.read_text().splitlines() if "(" in line and "resumed" not in line]
         threads = [c for c in calls if "CLONE_THREAD" in c]
         spawns = [c for c in calls if c not in threads]
-        report.note(sec, f"strace cross-check (whole worker incl. import and 60 samples): {len(spawns)} "
+        report.note(sec, f"strace cross-check (whole worker: imports, NVML init, 13 full + 43 memory-only samples): {len(spawns)} "
                          f"process-creating syscalls, {len(threads)} thread clones")
 
 
 def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec: int) -> None:
     """Process lists sampled less often than memory by default, and faster while memory drains."""
-    holder = host.spawn_holder()
-    host.write_state([holder.pid] + [p.pid for p in host.idle[: args.holders - 1]])
+    group, holder_pid = host.spawn_holder()
+    host.write_state([holder_pid] + host.holder_pids[: args.holders - 1])
     memory_interval, process_interval = 0.2, 1.0
     duration = 6.0 if args.quick else 12.0
     drain_at = duration / 2
     # The idle holders keep memory non-zero after the kill: draining, not drained.
     result = run_worker(host, "cadence", "--duration", str(duration), "--memory-interval", str(memory_interval),
                         "--process-interval", str(process_interval), "--drain-at", str(drain_at),
-                        "--holder-pid", str(holder.pid))
-    with contextlib.suppress(Exception):
-        holder.wait(timeout=5)
-    host.write_state([p.pid for p in host.idle[: args.holders]])
+                        "--holder-pid", str(holder_pid))
+    group.close()
+    host.write_state(host.holder_pids)
     if "error" in result:
         report.na(sec, "process-list cadence", result["error"])
         return
@@ -629,8 +638,8 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int, whatif:
     failure = None
     with fake_host(args.processes, 0) as host:
         for _ in range(repeats):
-            holder = host.spawn_holder()
-            host.write_state([holder.pid])
+            group, holder_pid = host.spawn_holder()
+            host.write_state([holder_pid])
             env = host.env()
             env["PYTHONUNBUFFERED"] = "1"  # what a terminal sees: each line as it is printed
             cmd = ([sys.executable, str(Path(__file__).with_name("check_whatif.py"))] if whatif
@@ -652,13 +661,11 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int, whatif:
                 reader.join(2)
                 failure = f"check exited {check.returncode} before the kill: " + (
                     lines[-1][1] if lines else "no output")
-                holder.kill()
-                holder.wait()
+                group.close()
                 break
             seen_before = len(lines)
-            holder.kill()
-            killed_at = time.monotonic()
-            holder.wait()  # reap: the fake driver frees memory once /proc/<pid> is gone or a zombie
+            # The server reaps at once: the fake driver frees memory when /proc/<pid> is gone.
+            killed_at = group.kill(holder_pid)
             try:
                 check.wait(timeout=25)
             except subprocess.TimeoutExpired:
