@@ -66,14 +66,17 @@ STACKED_BELOW_CELLS = 100
 NARROW_MAX_CELLS = 60
 """At or below this width (a tmux side pane) the process tree shows its compact column set."""
 HISTORY_SAMPLES = 120
+"""Memory samples kept per GPU for the sparkline."""
 POLL_SLICE_S = 0.1
 """How often a worker waiting on a link call looks at the stop flag: quitting takes at most about this."""
 NEXT_SNAPSHOT_WAIT_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
+"""Deadline of one agent command (a kill waits this plus its escalation delay)."""
 FAST_MEMORY_INTERVAL_S = 0.2
 FAST_PROCESS_INTERVAL_S = 0.5
+"""Sampling while a clean-slate check watches memory drain; the normal intervals come back after it."""
 DESTRUCTIVE_ACTIONS = frozenset({"kill", "kill_tree", "kill_all"})
-HOST_ACTIONS = frozenset(
+MAIN_SCREEN_ACTIONS = frozenset(
     {
         "kill",
         "kill_tree",
@@ -90,9 +93,10 @@ HOST_ACTIONS = frozenset(
         "focus_findings",
     }
 )
+"""Actions of the main screen: off while a modal (confirmation, help) is on top, so no key leaks through."""
 
-_BAD_RESULTS = frozenset({"refused", "changed", "denied", "error", "gone"})
-_WARN_RESULTS = frozenset({"still_alive", "uninterruptible"})
+_BAD_RESULTS = frozenset({"refused", "changed", "denied", "error", "unknown"})
+_WARN_RESULTS = frozenset({"still_alive", "uninterruptible", "gone"})
 
 
 class _Stopping(Exception):
@@ -699,8 +703,8 @@ class GpuTuiApp(App[int]):
                 outcomes = parse_outcomes(self._bounded(lambda: link.request(kill_command(plan), timeout_s)))
             except _Stopping:
                 return
-            except LinkError as exc:
-                error = str(exc)
+            except (LinkError, KeyError, TypeError, ValueError) as exc:
+                error = str(exc) or type(exc).__name__
             try:
                 # A failed request is logged too (as "unknown"): a signal may have gone out before it broke.
                 append_audit(plan, outcomes, state_dir=self._audit_dir, now=self._clock())
@@ -732,7 +736,7 @@ class GpuTuiApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in DESTRUCTIVE_ACTIONS and self.read_only:
             return False
-        if action in HOST_ACTIONS and self._modal_open():
+        if action in MAIN_SCREEN_ACTIONS and self._modal_open():
             return False
         if action in ("next_host", "host") and len(self.hosts) < 2:
             return False

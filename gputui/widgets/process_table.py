@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
+from textual.widgets.data_table import RowDoesNotExist
 
 from gputui.textsafe import visible
 from gputui.widgets.fmt import command_text, safe_text
@@ -99,7 +100,7 @@ class ProcessTable(DataTable[Text]):
         """Move the cursor to ``pid``; False when it is not shown."""
         try:
             index = self.get_row_index(str(pid))
-        except Exception:  # noqa: BLE001 - RowDoesNotExist: the pid is filtered out or gone
+        except RowDoesNotExist:  # filtered out, or gone
             return False
         self.move_cursor(row=index)
         return True
