@@ -109,7 +109,6 @@ def clock() -> ManualClock:
 def make_app(clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Build the app over simulated hosts; the audit log goes to the test's directory."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    made: list[GpuTuiApp] = []
 
     def make(targets=("gpu-node-07",), read_only: bool = False, **kwargs: Any) -> GpuTuiApp:  # type: ignore[no-untyped-def]
         factory = SimFactory(clock, read_only=read_only)
@@ -124,7 +123,6 @@ def make_app(clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         options.update(kwargs)
         app = GpuTuiApp(list(targets), factory, read_only=read_only, **options)
         app.factory = factory  # type: ignore[attr-defined]
-        made.append(app)
         return app
 
     yield make
