@@ -44,9 +44,11 @@ from gputui.health_view import UP, HealthHistory, health_transitions
 from gputui.model import HostSnapshot
 from gputui.screens.confirm_kill import ConfirmKillScreen
 from gputui.screens.help import HelpScreen
+from gputui.screens.host_key import HostKeyScreen
 from gputui.textsafe import visible
 from gputui.transports.base import HostLink, LinkError
-from gputui.transports.reconnect import Backoff
+from gputui.transports.hostkeys import UnknownHostKey
+from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time
 from gputui.widgets.filter_bar import FilterBar
 from gputui.widgets.findings_list import FindingsList
@@ -60,6 +62,8 @@ from gputui.widgets.process_table import SORT_MODES, ProcessTable
 T = TypeVar("T")
 W = TypeVar("W", bound=Widget)
 Clock = Callable[[], float]
+HostKeyAcceptor = Callable[[str, Any], object]
+"""Records an accepted host key: called with ``UnknownHostKey.hop`` and ``.key`` (does file IO)."""
 
 STACKED_BELOW_CELLS = 100
 """Narrower than this, the GPU panel and the process tree are stacked instead of side by side."""
@@ -120,6 +124,10 @@ class HostState:
     tagged: set[int] = field(default_factory=set)
     check: CleanCheck | None = None
     health_history: HealthHistory = field(default_factory=HealthHistory)
+    halted: bool = False
+    """The last error cannot be fixed by retrying (auth, host key, bad target): the worker waits for ``r``."""
+    retry_now: threading.Event = field(default_factory=threading.Event)
+    """Set to make a halted worker try once more (``r``, an accepted host key)."""
 
 
 def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[str, str]:
@@ -143,6 +151,12 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     results = {o.result for o in outcomes}
     severity = "error" if results & _BAD_RESULTS else "warning" if results & _WARN_RESULTS else "information"
     return "\n".join(lines), severity
+
+
+def _accept_host_key_default(hop: str, key: Any) -> object:
+    from gputui.transports.ssh import accept_host_key  # paramiko: loaded only when a key is accepted
+
+    return accept_host_key(hop, key)
 
 
 def _table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
@@ -169,6 +183,10 @@ class GpuTuiApp(App[int]):
         check_timeout_s: A clean-slate check gives up after this many seconds.
         notify_timeout_s: Seconds a notification stays.
         audit_dir: Where the audit log goes (None: the XDG state directory).
+        accept_host_key: Records a host key the user accepted, called with ``UnknownHostKey.hop`` and
+            ``.key`` in a worker thread (default ``gputui.transports.ssh.accept_host_key``).
+        retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
+        retry_cap_s: Largest reconnect delay, seconds.
     """
 
     CSS_PATH = "app.tcss"
@@ -204,12 +222,27 @@ class GpuTuiApp(App[int]):
             """Asked for by the user (refresh): shown even while paused."""
 
     class HostFailed(Message):
-        """A host's link broke or could not be opened; the worker will retry."""
+        """A host's link broke or could not be opened; the worker retries unless ``retrying`` is False."""
 
-        def __init__(self, target: str, error: str) -> None:
+        def __init__(
+            self, target: str, error: str, *, retrying: bool = True, cause: BaseException | None = None
+        ) -> None:
             super().__init__()
             self.target = target
             self.error = error
+            self.retrying = retrying
+            """False: retrying cannot help; the worker waits until the user asks (``r``)."""
+            self.cause = cause
+            """The exception behind ``error`` (an ``UnknownHostKey`` offers to accept the key)."""
+
+    class HostKeyRecorded(Message):
+        """Accepting a host key finished: recorded, or ``failure`` says why not."""
+
+        def __init__(self, target: str, error: UnknownHostKey, failure: str | None) -> None:
+            super().__init__()
+            self.target = target
+            self.error = error
+            self.failure = failure
 
     class KillFinished(Message):
         """The agent answered a kill (or could not be asked: ``error``)."""
@@ -246,6 +279,9 @@ class GpuTuiApp(App[int]):
         check_timeout_s: float = 60.0,
         notify_timeout_s: float = 8.0,
         audit_dir: Path | None = None,
+        accept_host_key: HostKeyAcceptor | None = None,
+        retry_base_s: float = 1.0,
+        retry_cap_s: float = 30.0,
     ) -> None:
         super().__init__()
         if not targets:
@@ -259,6 +295,9 @@ class GpuTuiApp(App[int]):
         self._check_timeout_s = check_timeout_s
         self._notify_timeout_s = notify_timeout_s
         self._audit_dir = audit_dir
+        self._accept_host_key: HostKeyAcceptor = accept_host_key or _accept_host_key_default
+        self._retry_base_s = retry_base_s
+        self._retry_cap_s = retry_cap_s
         make_baselines = baselines_for or (lambda _target: Baselines())
         self.hosts: list[HostState] = [HostState(t, make_baselines(t)) for t in targets]
         self.active_index = 0
@@ -355,7 +394,7 @@ class GpuTuiApp(App[int]):
             state = "stale"
         else:
             state = "live"
-        return HostStatus(host.target, state, age_s, host.error, host.snapshot)
+        return HostStatus(host.target, state, age_s, host.error, host.snapshot, halted=host.halted)
 
     def _show_hosts(self) -> None:
         try:
@@ -393,6 +432,8 @@ class GpuTuiApp(App[int]):
             procs.border_title = f"Processes · {sort}{filt}{tagged}"
             if snapshot is None:
                 message = host.error or "connecting…"
+                if host.halted:
+                    message = "not retrying (r: try again) · " + message
                 gpus.show((), {}, {}, message=visible(message, 200))
                 procs.show((), compact=self._narrow)
                 self._main(HealthPanel).show((), now_s=self._clock())
@@ -529,15 +570,61 @@ class GpuTuiApp(App[int]):
         host = self._host(message.target)
         if host is None:
             return
-        first = host.error is None
+        first = host.error is None or host.halted
         host.error = message.error
         host.error_s = self._clock()
+        host.halted = not message.retrying
         if first:
-            self._notify(visible(message.error, 300), severity="error", title="host error")
+            suffix = " · not retrying: press r to try again" if host.halted else ""
+            self._notify(visible(message.error, 300) + suffix, severity="error", title="host error")
+        cause = message.cause
+        if host.halted and isinstance(cause, UnknownHostKey) and not self._stopping.is_set():
+            self._ask_host_key(host.target, cause)
         if host is self.active and host.snapshot is None:
             self._show_active()
         else:
             self._show_hosts()
+
+    def _ask_host_key(self, target: str, error: UnknownHostKey) -> None:
+        """Offer to accept an unknown host key; a changed or revoked key never gets here."""
+        if any(isinstance(s, HostKeyScreen) and s.target == target for s in self.screen_stack):
+            return
+
+        def decided(accepted: bool | None) -> None:
+            if accepted:
+                self._record_host_key(target, error)
+            else:
+                self._notify(
+                    f"{visible(target, 40)}: host key refused; not connecting (r asks again)",
+                    severity="warning",
+                    title="host key",
+                )
+
+        self.push_screen(HostKeyScreen(target, error), decided)
+
+    def on_gpu_tui_app_host_key_recorded(self, message: HostKeyRecorded) -> None:
+        host = self._host(message.target)
+        if message.failure is not None:
+            self._notify(
+                f"{visible(message.target, 40)}: host key not recorded: {visible(message.failure, 300)}",
+                severity="error",
+                title="host key",
+            )
+            return
+        self._notify(
+            f"{visible(message.target, 40)}: {visible(message.error.key_type, 40)} "
+            f"{message.error.fingerprint} recorded for {visible(message.error.lookup_name, 80)}; connecting",
+            title="host key",
+        )
+        if host is not None:
+            self._retry(host)
+
+    def _retry(self, host: HostState) -> None:
+        """Let a halted host's worker try once more."""
+        host.halted = False
+        host.error = None
+        host.retry_now.set()
+        self._show_active()
 
     def on_gpu_tui_app_kill_finished(self, message: KillFinished) -> None:
         host = self._host(message.target)
@@ -623,10 +710,11 @@ class GpuTuiApp(App[int]):
         host = self._host(target)
         if host is None:
             return
-        backoff = Backoff(base_s=1.0, cap_s=30.0)
+        backoff = Backoff(base_s=self._retry_base_s, cap_s=self._retry_cap_s)
         while not self._stopping.is_set():
             link = self._link_factory(target)
             host.link = link
+            halted = False
             try:
                 self._bounded(link.open)
                 next_snapshot = partial(link.next_snapshot, NEXT_SNAPSHOT_WAIT_S)
@@ -640,13 +728,41 @@ class GpuTuiApp(App[int]):
             except _Stopping:
                 break
             except LinkError as exc:
-                self.post_message(self.HostFailed(target, str(exc) or f"{target}: link failed"))
+                # Auth failures, host keys, bad targets: only the user can fix them, and a retry loop would
+                # earn this client sshd's PerSourcePenalties. Show the error and wait for ``r``.
+                halted = not worth_retrying(exc)
+                message = str(exc) or f"{target}: link failed"
+                self.post_message(self.HostFailed(target, message, retrying=not halted, cause=exc))
             except Exception as exc:  # noqa: BLE001 - a bad snapshot must not end this host's polling
                 self.post_message(self.HostFailed(target, f"{target}: {type(exc).__name__}: {exc}"))
             host.link = None
             self._close_quietly(link)
-            if self._stopping.wait(backoff.next_delay_s()):
+            if halted:
+                if not self._wait_for_retry(host):
+                    break
+                backoff.reset()
+            elif self._stopping.wait(backoff.next_delay_s()):
                 break
+
+    def _wait_for_retry(self, host: HostState) -> bool:
+        """Block a halted worker until the user asks for another try (True) or the app quits (False)."""
+        while not self._stopping.is_set():
+            if host.retry_now.wait(POLL_SLICE_S):
+                host.retry_now.clear()
+                return not self._stopping.is_set()
+        return False
+
+    @work(thread=True, exit_on_error=False, group="requests")
+    def _record_host_key(self, target: str, error: UnknownHostKey) -> None:
+        """Write the accepted key to known_hosts (file IO, so in a thread), then let the worker reconnect."""
+        try:
+            self._bounded(lambda: self._accept_host_key(error.hop, error.key))
+        except _Stopping:
+            return
+        except Exception as exc:  # noqa: BLE001 - a changed key, an unwritable file: shown, not raised
+            self.post_message(self.HostKeyRecorded(target, error, str(exc) or type(exc).__name__))
+            return
+        self.post_message(self.HostKeyRecorded(target, error, None))
 
     @work(thread=True, exit_on_error=False, group="requests")
     def _sample_now(self, target: str) -> None:
@@ -837,7 +953,13 @@ class GpuTuiApp(App[int]):
         self._show_active()
 
     def action_refresh(self) -> None:
-        self._sample_now(self.active.target)
+        """Take a sample now; on a host that stopped retrying, try to connect once more."""
+        host = self.active
+        if host.halted:
+            self._notify(f"{visible(host.target, 40)}: trying again", title="reconnect")
+            self._retry(host)
+            return
+        self._sample_now(host.target)
 
     def action_pause(self) -> None:
         self.paused = not self.paused

@@ -63,6 +63,12 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
             kwargs["tolerance_mib"] = args.tolerance_mib
         return Baselines(**kwargs)  # type: ignore[arg-type]
 
+    def accept_host_key(hop: str, key: object) -> object:
+        from gputui.transports.ssh import accept_host_key as record
+
+        # The same ssh config the links resolve targets with (-F), so the key lands in its known_hosts.
+        return record(hop, key, config_path=getattr(args, "ssh_config", None))
+
     return GpuTuiApp(
         targets,
         link_factory,
@@ -71,4 +77,5 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         clock=clock,
         memory_interval_s=args.interval,
         process_interval_s=args.process_interval,
+        accept_host_key=accept_host_key,
     )

@@ -22,6 +22,7 @@ class HostStatus:
         age_s: Seconds since its last snapshot arrived, None before the first one.
         error: The last error line, if any.
         snapshot: The latest analysed snapshot, if any.
+        halted: Retrying cannot fix the error: nothing happens until the user presses ``r``.
     """
 
     target: str
@@ -29,6 +30,7 @@ class HostStatus:
     age_s: float | None = None
     error: str | None = None
     snapshot: HostSnapshot | None = None
+    halted: bool = False
 
 
 _STATE_STYLES = {"live": "green", "stale": "yellow", "error": "red", "connecting": "dim"}
@@ -46,6 +48,9 @@ def status_text(status: HostStatus) -> Text:
         line = Text("● ", style=style)
         if status.age_s is not None:
             line.append(f"stale {duration(status.age_s)} ", style="yellow")
+        if status.halted:
+            # Before the error text, which may be cut: the user must see that nothing retries by itself.
+            line.append("not retrying (r) ", style="bold " + style)
         line.append_text(safe_text(status.error or "error", 80, style=style))
         return line
     return Text("○ connecting…", style=style)

@@ -1,0 +1,78 @@
+"""The app meets a real sshd whose key is unknown: it asks, records the key only on 'a', then goes live."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gputui.cli import build_parser
+from gputui.commands.tui import build_app
+from gputui.config import Config
+from gputui.screens.host_key import HostKeyScreen
+from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
+
+DEADLINE_S = 60.0
+"""Only a guard against hangs: sshd, the handshake and the shipped collector take a few seconds."""
+
+
+async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    waited_s = 0.0
+    while not condition():
+        if waited_s > DEADLINE_S:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.1)
+        waited_s += 0.1
+
+
+def _app(ssh_client: ClientHome):  # type: ignore[no-untyped-def]
+    args = build_parser(None).parse_args(
+        ["-F", str(ssh_client.config), "--interval", "0.3", "--process-interval", "0.3", "host-a"]
+    )
+    args.config = Config()
+    return build_app(args)
+
+
+def test_accepting_the_unknown_key_writes_known_hosts_and_the_host_goes_live(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.known_hosts.write_text("# nothing yet\n")
+    app = _app(ssh_client)
+
+    async def run() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, HostKeyScreen), "the host key question")
+            screen = app.screen
+            assert isinstance(screen, HostKeyScreen)
+            assert screen.error.fingerprint == fingerprint_by_ssh_keygen(server.host_pub)
+            await pilot.pause(1.0)
+            assert screen.error.fingerprint in app.export_screenshot()
+            assert ssh_client.known_hosts.read_text() == "# nothing yet\n"  # nothing before the answer
+            await pilot.press("a")
+            await _until(pilot, lambda: app.hosts[0].snapshot is not None, "the first snapshot")
+            assert app.host_status(app.hosts[0]).state == "live"
+            assert len(app.hosts[0].snapshot.gpus) == 8
+            await pilot.press("q")
+
+    asyncio.run(asyncio.wait_for(run(), timeout=3 * DEADLINE_S))
+    assert ssh_client.known_hosts.read_text() == "# nothing yet\n" + server.known_hosts_line() + "\n"
+
+
+def test_refusing_the_unknown_key_writes_nothing(sshd_factory: SshdFactory, ssh_client: ClientHome) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.known_hosts.write_text("# nothing yet\n")
+    app = _app(ssh_client)
+
+    async def run() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, HostKeyScreen), "the host key question")
+            await pilot.press("escape")
+            await pilot.pause(1.0)
+            assert app.host_status(app.hosts[0]).state == "error"
+            assert app.hosts[0].snapshot is None
+            await pilot.press("q")
+
+    asyncio.run(asyncio.wait_for(run(), timeout=3 * DEADLINE_S))
+    assert ssh_client.known_hosts.read_text() == "# nothing yet\n"
+    assert "Accepted publickey" not in server.log()
