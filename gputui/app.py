@@ -459,7 +459,7 @@ class GpuTuiApp(App[int]):
             health = self._main(HealthPanel)
             health.compact = self._narrow
             health.show(snapshot.health, host.health_history.as_dict(), now_s=self._clock())
-            self._main(FindingsList).show(snapshot.findings)
+            self._main(FindingsList).show(snapshot.findings, snapshot)
             self._main(CleanSlateLine).show(snapshot.verdict, host.check, self._clock())
 
     def _tick(self) -> None:

@@ -1,16 +1,24 @@
-"""Findings: what is stuck, dead or unaccounted for; each one jumps to the process it names."""
+"""Findings: what is stuck, dead or unaccounted for; each row jumps to the process it names.
+
+Findings of one kind that share the process their action applies to are one row: eight zombie schedulers
+under one launcher read "8 zombies under pid 4200 for 20 s: python3 -m sglang.launch_server …", and choosing
+the row jumps to that launcher. The analysis stays per process; this is only how the list reads. Every row
+is one badge-and-detail line plus one action line, cut with "…" at the panel's width; the highlighted row's
+whole text is in the tooltip.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from gputui.model import Finding
-from gputui.widgets.fmt import safe_text
+from gputui.model import Finding, HostSnapshot
+from gputui.widgets.fmt import command_text, duration, safe_text
 
 _KIND_STYLES = {
     "zombie": "bold white on red",
@@ -19,11 +27,59 @@ _KIND_STYLES = {
     "orphan": "bold black on cyan",
     "invisible_pid": "bold white on blue",
 }
+PARENT_COMMAND_CHARS = 40
+"""A grouped row names the common process by this much of its command line."""
+
+
+@dataclass(frozen=True)
+class FindingRow:
+    """One row of the list: a single finding, or several of one kind whose action names the same pid.
+
+    Attributes:
+        findings: The findings of the row, in analysis order (at least one).
+    """
+
+    findings: tuple[Finding, ...]
+
+    @property
+    def grouped(self) -> bool:
+        return len(self.findings) > 1
+
+    @property
+    def jump_pid(self) -> int | None:
+        """The process the row jumps to: the shared action's pid for a group, else the finding's own."""
+        first = self.findings[0]
+        if self.grouped:
+            return first.action_pid
+        return first.pid if first.pid is not None else first.action_pid
+
+
+def group_findings(findings: Sequence[Finding]) -> list[FindingRow]:
+    """Rows for these findings: same kind + same ``action_pid`` share a row, placed where the first was."""
+    groups: dict[tuple[str, int], list[Finding]] = {}
+    order: list[tuple[str, int] | Finding] = []
+    for finding in findings:
+        if finding.action_pid is None:
+            order.append(finding)
+            continue
+        key = (finding.kind, finding.action_pid)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(finding)
+    return [
+        FindingRow((entry,)) if isinstance(entry, Finding) else FindingRow(tuple(groups[entry]))
+        for entry in order
+    ]
+
+
+def _badge(kind: str) -> Text:
+    return Text(f" {kind} ", style=_KIND_STYLES.get(kind, "reverse"))
 
 
 def finding_text(finding: Finding, max_chars: int = 300) -> Text:
     """A finding as two lines: a kind badge and the detail, then the suggested action (shown literally)."""
-    line = Text(f" {finding.kind} ", style=_KIND_STYLES.get(finding.kind, "reverse"))
+    line = _badge(finding.kind)
     line.append(" ")
     line.append_text(safe_text(finding.detail, max_chars))
     if finding.action:
@@ -32,6 +88,61 @@ def finding_text(finding: Finding, max_chars: int = 300) -> Text:
     line.no_wrap = True
     line.overflow = "ellipsis"
     return line
+
+
+def _oldest_age_s(row: FindingRow, snapshot: HostSnapshot | None) -> float | None:
+    """Seconds the longest-standing process of the row has been in its state, when the snapshot says."""
+    if snapshot is None or snapshot.time is None:
+        return None
+    ages = []
+    for finding in row.findings:
+        proc = None if finding.pid is None else snapshot.process(finding.pid)
+        if proc is not None and proc.state_since is not None:
+            ages.append(max(0.0, snapshot.time - proc.state_since))
+    return max(ages) if ages else None
+
+
+def group_text(row: FindingRow, snapshot: HostSnapshot | None = None, max_chars: int = 300) -> Text:
+    """A row as two lines; a group reads "8 zombies under pid 4200 for 20 s: python3 -m sglang…" then
+    "→ signal or kill 4200, not the zombies"."""
+    if not row.grouped:
+        return finding_text(row.findings[0], max_chars)
+    first = row.findings[0]
+    count = len(row.findings)
+    pid = first.action_pid
+    line = _badge(first.kind)
+    line.append(" ")
+    if first.kind == "zombie":
+        line.append(f"{count} zombies under pid {pid}")
+        # The age before the parent's command line: on a narrow panel the command is what gets cut.
+        age_s = _oldest_age_s(row, snapshot)
+        if age_s is not None and age_s >= 1:
+            line.append(f" for {duration(age_s)}")
+        parent = None if snapshot is None or pid is None else snapshot.process(pid)
+        if parent is not None:
+            line.append(": ")
+            line.append(command_text(parent.cmdline, parent.name, PARENT_COMMAND_CHARS), style="dim")
+        line.append("\n  → ", style="dim")
+        line.append(f"signal or kill {pid}, not the zombies", style="italic")
+    else:
+        line.append(f"{count} × ")
+        line.append_text(safe_text(first.detail, max_chars))
+        if first.action:
+            line.append("\n  → ", style="dim")
+            line.append_text(safe_text(first.action, max_chars // 2, style="italic"))
+    line.no_wrap = True
+    line.overflow = "ellipsis"
+    return line
+
+
+def row_tooltip(row: FindingRow) -> Text:
+    """Every detail of the row and its action, wrapped: what the cut lines leave out."""
+    lines = [safe_text(f.detail, 400) for f in row.findings[:12]]
+    if len(row.findings) > 12:
+        lines.append(Text(f"… and {len(row.findings) - 12} more", style="dim"))
+    if row.findings[0].action:
+        lines.append(safe_text("→ " + row.findings[0].action, 300, style="italic"))
+    return Text("\n").join(lines)
 
 
 class FindingsList(OptionList):
@@ -48,37 +159,61 @@ class FindingsList(OptionList):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes)
         self._findings: tuple[Finding, ...] = ()
-        self._shown_once = False
+        self._rows: tuple[FindingRow, ...] = ()
+        self._shown_key: tuple[object, ...] | None = None
 
     @property
     def findings(self) -> tuple[Finding, ...]:
         """The findings now listed."""
         return self._findings
 
-    def show(self, findings: Sequence[Finding]) -> None:
-        """List these findings; nothing is redrawn when they did not change."""
+    @property
+    def rows(self) -> tuple[FindingRow, ...]:
+        """The rows now listed (findings grouped by kind and action pid)."""
+        return self._rows
+
+    def show(self, findings: Sequence[Finding], snapshot: HostSnapshot | None = None) -> None:
+        """List these findings; nothing is redrawn when the rows would read the same.
+
+        Args:
+            findings: The host's findings.
+            snapshot: Where grouped rows look up the common process and the ages (None: without them).
+        """
         findings = tuple(findings)
+        rows = tuple(group_findings(findings))
+        texts = tuple(group_text(row, snapshot) for row in rows)
         self.border_title = f"Findings ({len(findings)})"
-        if findings == self._findings and self._shown_once:
+        key = tuple(t.plain for t in texts)
+        if key == self._shown_key:
+            self._findings = findings
+            self._rows = rows
             return
-        self._shown_once = True
+        self._shown_key = key
         highlighted = self.highlighted
         self._findings = findings
+        self._rows = rows
         self.clear_options()
-        if findings:
-            self.add_options(Option(finding_text(f), id=str(i)) for i, f in enumerate(findings))
+        if rows:
+            self.add_options(Option(text, id=str(i)) for i, text in enumerate(texts))
             if highlighted is not None:
-                self.highlighted = min(highlighted, len(findings) - 1)
+                self.highlighted = min(highlighted, len(rows) - 1)
         else:
+            self.tooltip = None
             self.add_option(
                 Option(Text("nothing stuck, dead or unaccounted for", style="dim"), disabled=True)
             )
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        event.stop()
+        if event.option_id is None or not self._rows:
+            self.tooltip = None
+            return
+        self.tooltip = row_tooltip(self._rows[int(event.option_id)])
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         if event.option_id is None:
             return
-        finding = self._findings[int(event.option_id)]
-        pid = finding.pid if finding.pid is not None else finding.action_pid
+        pid = self._rows[int(event.option_id)].jump_pid
         if pid is not None:
             self.post_message(self.JumpToProcess(pid))

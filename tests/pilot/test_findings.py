@@ -1,0 +1,78 @@
+"""The findings list: findings of one kind whose action names the same pid read as one row."""
+
+from __future__ import annotations
+
+from gputui.model import Finding
+from gputui.sim import LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock
+from gputui.widgets.findings_list import FindingsList, finding_text, group_findings, group_text
+from gputui.widgets.process_table import ProcessTable
+
+from .conftest import wait_for
+
+WIDE = (120, 40)
+
+
+def _zombie(pid: int, parent: int) -> Finding:
+    return Finding(
+        kind="zombie",
+        target="h",
+        pid=pid,
+        detail=f"pid {pid} (worker) is defunct; its parent {parent} (launcher) has not reaped it",
+        action=f"signal or kill its parent {parent}: a zombie itself cannot be killed",
+        action_pid=parent,
+    )
+
+
+def test_same_kind_and_action_pid_share_a_row_in_first_place() -> None:
+    orphan = Finding(kind="orphan", target="h", pid=77, detail="pid 77 holds memory", action_pid=77)
+    ghost = Finding(kind="ghost_memory", target="h", gpu_index=0, detail="GPU0 holds 10 MiB")
+    findings = [_zombie(10, 5), orphan, _zombie(11, 5), _zombie(20, 6), ghost, _zombie(12, 5)]
+    rows = group_findings(findings)
+    assert [len(r.findings) for r in rows] == [3, 1, 1, 1]
+    assert [f.pid for f in rows[0].findings] == [10, 11, 12]
+    assert rows[0].jump_pid == 5  # the group jumps to the parent the action names
+    assert rows[1].jump_pid == 77
+    assert rows[2].findings[0].pid == 20
+    assert rows[2].jump_pid == 20  # a single zombie jumps to itself
+    assert rows[3].jump_pid is None
+    for row in rows[1:]:  # single findings read exactly as before
+        assert group_text(row).plain == finding_text(row.findings[0]).plain
+    text = group_text(rows[0])
+    assert text.plain == " zombie  3 zombies under pid 5\n  → signal or kill 5, not the zombies"
+    assert text.no_wrap
+    assert text.overflow == "ellipsis"
+
+
+async def test_the_demo_zombies_are_one_row_that_jumps_to_their_parent(make_app, clock: ManualClock) -> None:
+    app = make_app()
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        findings = app.query_one(FindingsList)
+        await wait_for(pilot, lambda: len(findings.findings) == 8, "the eight zombie findings")
+        assert findings.option_count == 1
+        row = findings.rows[0]
+        assert {f.pid for f in row.findings} == set(range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8))
+        clock.advance(20.0)
+
+        def line() -> str:
+            return str(findings.get_option_at_index(0).prompt)
+
+        await wait_for(pilot, lambda: "for 20 s" in line(), "the zombies' age")
+        assert line().startswith(f" zombie  8 zombies under pid {LAUNCHER_PID} for 20 s: python3 -m sglang")
+        assert line().endswith(f"→ signal or kill {LAUNCHER_PID}, not the zombies")
+        assert findings.border_title == "Findings (8)"
+        await pilot.press("f")
+        findings.highlighted = 0
+        await pilot.pause()
+        tooltip = str(findings.tooltip)
+        for pid in range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8):
+            assert f"pid {pid} (sglang::scheduler_TP{pid - SCHEDULER_PID_BASE})" in tooltip
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.focused is app.query_one(ProcessTable), "focus on the table")
+        assert app.query_one(ProcessTable).selected_pid == LAUNCHER_PID
+        # Every row stays within the panel: one screen line each, cut with an ellipsis.
+        width = findings.scrollable_content_region.width
+        for y in range(2):
+            assert findings.render_line(y).cell_length <= width
+        assert "…" in findings.render_line(0).text  # the parent's command line is cut, not wrapped
+        assert "zombies under pid 4200" not in findings.render_line(2).text
