@@ -920,7 +920,7 @@ class GpuTuiApp(App[int]):
             else:
                 self._notify("cancelled: nothing was signalled")
 
-        self.push_screen(ConfirmKillScreen(plan), decided)
+        self.push_screen(ConfirmKillScreen(plan, snapshot), decided)
 
     def action_kill(self, signal: str = "TERM") -> None:
         """Signal the tagged processes (or the selected one)."""

@@ -1,7 +1,14 @@
-"""The confirmation every destructive key opens: exactly what will be signalled, before anything is."""
+"""The confirmation every destructive key opens: exactly what will be signalled, before anything is.
+
+The GPU MiB column says what signalling each listed process frees: its own memory plus that of its zombie
+children, which the driver releases once their parent is gone (the sglang launcher whose eight schedulers
+are defunct frees all eight GPUs). A total line sums it per GPU: "frees ≈ 329 880 MiB on 8 GPUs".
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.table import Table
@@ -12,12 +19,127 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gputui.analysis import gpu_memory_by_pid
 from gputui.widgets.fmt import DASH, command_text, safe_text
 
 if TYPE_CHECKING:
     from gputui.actions import KillPlan
+    from gputui.model import HostSnapshot
 
 COMMAND_CHARS = 70
+_ZOMBIE_NOTE_RES = (
+    # The notes ``actions.plan_kill`` writes for zombies: in a tree, or asked for and replaced by the parent.
+    (re.compile(r"pid (\d+) is a zombie: it goes when its parent (\d+) is signalled"), "tree"),
+    (re.compile(r"pid (\d+) is a zombie: its parent (\d+) will be signalled instead"), "instead"),
+)
+
+
+def mib_text(mib: int) -> str:
+    """``329 880``: thousands separated by a space, as the total line reads."""
+    return f"{mib:,}".replace(",", " ")
+
+
+def pid_ranges(pids: Iterable[int], max_parts: int = 6) -> str:
+    """``4240–4247`` for a run, ``4240, 4242, 4250–4252`` otherwise; more than ``max_parts`` end in "…"."""
+    ordered = sorted(set(pids))
+    parts: list[str] = []
+    start = previous = None
+    for pid in [*ordered, None]:
+        if previous is not None and pid == previous + 1:
+            previous = pid
+            continue
+        if start is not None and previous is not None:
+            parts.append(str(start) if start == previous else f"{start}–{previous}")
+        start = previous = pid
+    if len(parts) > max_parts:
+        parts = [*parts[:max_parts], "…"]
+    return ", ".join(parts)
+
+
+def freed_mib(plan: KillPlan, snapshot: HostSnapshot | None) -> dict[int, dict[int, int] | None]:
+    """Pid of each listed process → {GPU index: MiB} its signal frees; None when nothing says.
+
+    A process frees its own memory and that of its zombie children that the plan does not list (a zombie
+    keeps its memory until its parent reaps it or dies). Without a snapshot, the plan's own figures.
+    """
+    listed = {t.pid for t in plan.targets}
+    held = gpu_memory_by_pid(snapshot) if snapshot is not None else {}
+    zombie_children: dict[int, list[int]] = {}
+    if snapshot is not None:
+        for proc in snapshot.processes:
+            if proc.is_zombie and proc.ppid is not None and proc.pid not in listed:
+                zombie_children.setdefault(proc.ppid, []).append(proc.pid)
+    freed: dict[int, dict[int, int] | None] = {}
+    for target in plan.targets:
+        own = held.get(target.pid)
+        if own is None and target.gpu_mib is None and not zombie_children.get(target.pid):
+            freed[target.pid] = None
+            continue
+        per_gpu = dict(own or {})
+        if own is None and target.gpu_mib:
+            per_gpu[-1] = target.gpu_mib  # held, GPU unknown
+        for child in zombie_children.get(target.pid, ()):
+            for gpu, mib in held.get(child, {}).items():
+                per_gpu[gpu] = per_gpu.get(gpu, 0) + mib
+        freed[target.pid] = per_gpu
+    return freed
+
+
+def total_text(freed: dict[int, dict[int, int] | None]) -> Text:
+    """``frees ≈ 329 880 MiB on 8 GPUs`` (what the plan releases if everything listed goes)."""
+    per_gpu: dict[int, int] = {}
+    for held in freed.values():
+        for gpu, mib in (held or {}).items():
+            per_gpu[gpu] = per_gpu.get(gpu, 0) + mib
+    total = sum(per_gpu.values())
+    if not per_gpu or total == 0:
+        unknown = any(held is None for held in freed.values())
+        return Text(
+            "frees: " + (f"{DASH} (the driver does not say)" if unknown else "no GPU memory"), style="bold"
+        )
+    gpus = len([gpu for gpu, mib in per_gpu.items() if mib and gpu >= 0])
+    line = Text("frees ≈ ", style="bold")
+    line.append(f"{mib_text(total)} MiB", style="bold yellow")
+    if gpus:
+        line.append(f" on {gpus} GPU{'s' if gpus != 1 else ''}", style="bold")
+    return line
+
+
+def collapse_notes(notes: Sequence[str]) -> list[str]:
+    """The plan's notes with the per-zombie lines of one parent folded into one:
+    "8 zombies (4240–4247) go when their parent 4200 is signalled"."""
+    by_parent: dict[tuple[str, int], list[int]] = {}
+    for note in notes:
+        for pattern, form in _ZOMBIE_NOTE_RES:
+            match = pattern.fullmatch(note)
+            if match:
+                by_parent.setdefault((form, int(match.group(2))), []).append(int(match.group(1)))
+    lines: list[str] = []
+    done: set[tuple[str, int]] = set()
+    for note in notes:
+        key = None
+        for pattern, form in _ZOMBIE_NOTE_RES:
+            match = pattern.fullmatch(note)
+            if match:
+                key = (form, int(match.group(2)))
+        if key is None or len(by_parent[key]) < 2:
+            lines.append(note)
+            continue
+        if key in done:
+            continue
+        done.add(key)
+        form, parent = key
+        zombies = by_parent[key]
+        if form == "tree":
+            lines.append(
+                f"{len(zombies)} zombies ({pid_ranges(zombies)}) go when their parent {parent} is signalled"
+            )
+        else:
+            lines.append(
+                f"{len(zombies)} zombies ({pid_ranges(zombies)}) cannot be signalled: their parent "
+                f"{parent} is, instead"
+            )
+    return lines
 
 
 def plan_title(plan: KillPlan) -> Text:
@@ -36,8 +158,9 @@ def plan_title(plan: KillPlan) -> Text:
     return title
 
 
-def plan_table(plan: KillPlan) -> Table:
-    """pid, user, GPU MiB and command of every process the plan signals; machine text kept literal."""
+def plan_table(plan: KillPlan, snapshot: HostSnapshot | None = None) -> Table:
+    """pid, user, GPU MiB it frees and command of every process the plan signals; machine text literal."""
+    freed = freed_mib(plan, snapshot)
     table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("user", no_wrap=True, max_width=12)
@@ -47,10 +170,17 @@ def plan_table(plan: KillPlan) -> Table:
         table.add_row(
             Text(str(target.pid)),
             safe_text(target.user, 12),
-            Text(DASH if target.gpu_mib is None else str(target.gpu_mib), style="yellow"),
+            _freed_cell(freed.get(target.pid)),
             Text(command_text(tuple(target.cmdline), target.name, COMMAND_CHARS)),
         )
     return table
+
+
+def _freed_cell(per_gpu: dict[int, int] | None) -> Text:
+    if per_gpu is None:
+        return Text(DASH, style="dim")
+    total = sum(per_gpu.values())
+    return Text(mib_text(total) if total else "0", style="yellow" if total else "dim")
 
 
 class ConfirmKillScreen(ModalScreen[bool]):
@@ -61,20 +191,23 @@ class ConfirmKillScreen(ModalScreen[bool]):
         Binding("escape,n", "cancel", "Cancel"),
     ]
 
-    def __init__(self, plan: KillPlan) -> None:
+    def __init__(self, plan: KillPlan, snapshot: HostSnapshot | None = None) -> None:
         super().__init__()
         self.plan = plan
         """The plan shown; the caller sends exactly this one when confirmed."""
+        self.snapshot = snapshot
+        """The snapshot the plan was made from: what each process frees (zombie children included)."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog") as dialog:
             # On the border too, so the keys stay visible when a long list is cut short on a small pane.
             dialog.border_subtitle = "Enter/y: send · Esc/n: cancel"
             yield Static(plan_title(self.plan), id="confirm-title")
-            yield Static(plan_table(self.plan), id="confirm-table")
+            yield Static(plan_table(self.plan, self.snapshot), id="confirm-table")
+            yield Static(total_text(freed_mib(self.plan, self.snapshot)), id="confirm-total")
             if self.plan.notes:
                 notes = Text("\n").join(
-                    safe_text("• " + note, 200, style="yellow") for note in self.plan.notes
+                    safe_text("• " + note, 200, style="yellow") for note in collapse_notes(self.plan.notes)
                 )
                 yield Static(notes, id="confirm-notes")
             yield Static(Text("Enter/y: send    Esc/n: cancel", style="bold"), id="confirm-hint")

@@ -1,0 +1,98 @@
+"""The confirmation says what a kill frees: zombie children's memory counts for their parent."""
+
+from __future__ import annotations
+
+from gputui.screens.confirm_kill import ConfirmKillScreen, collapse_notes, pid_ranges, plan_table
+from gputui.sim import LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE
+from gputui.widgets.process_table import ProcessTable
+
+from .conftest import wait_for
+
+WIDE = (120, 40)
+ZOMBIES = range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8)
+
+
+def test_pid_ranges() -> None:
+    assert pid_ranges([4243, 4240, 4241, 4242]) == "4240–4243"
+    assert pid_ranges([7, 1, 3, 4, 5]) == "1, 3–5, 7"
+    assert pid_ranges([9]) == "9"
+    assert pid_ranges(range(0, 40, 2), max_parts=3) == "0, 2, 4, …"
+
+
+def test_notes_of_one_parents_zombies_collapse_and_others_stay() -> None:
+    notes = [
+        "pid 11 is a zombie: it goes when its parent 10 is signalled",
+        "pid 21 is a zombie: it goes when its parent 20 is signalled",
+        "pid 12 is a zombie: it goes when its parent 10 is signalled",
+        "pid 30 is a zombie: its parent 3 will be signalled instead",
+        "pid 31 is a zombie: its parent 3 will be signalled instead",
+        "the agent re-reads each tree",
+    ]
+    assert collapse_notes(notes) == [
+        "2 zombies (11–12) go when their parent 10 is signalled",
+        "pid 21 is a zombie: it goes when its parent 20 is signalled",
+        "2 zombies (30–31) cannot be signalled: their parent 3 is, instead",
+        "the agent re-reads each tree",
+    ]
+
+
+async def test_kill_all_shows_what_the_launcher_frees_and_one_zombie_line(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        snapshot = app.hosts[0].snapshot
+        zombie_mib = sum(snapshot.process(pid).gpu_total_mib for pid in ZOMBIES)
+        assert zombie_mib == 329_880
+        await pilot.press("X")
+        screen = app.screen
+        assert isinstance(screen, ConfirmKillScreen)
+        await pilot.pause()
+        rows = {
+            line.split()[0]: line.split() for line in _table_lines(plan_table(screen.plan, screen.snapshot))
+        }
+        assert rows[str(LAUNCHER_PID)][2:4] == ["329", "880"]  # its zombie children's memory
+        assert rows[str(NSYS_PID)][2] == "0"
+        assert str(screen.query_one("#confirm-total").render()) == "frees ≈ 329 880 MiB on 8 GPUs"
+        notes = str(screen.query_one("#confirm-notes").render())
+        assert "• 8 zombies (4240–4247) go when their parent 4200 is signalled" in notes
+        assert "pid 4241 is a zombie" not in notes
+        await pilot.press("escape")
+
+
+async def test_tagged_zombies_collapse_into_their_parents_line(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        table = app.query_one(ProcessTable)
+        assert table.select_pid(SCHEDULER_PID_BASE)
+        await pilot.press("space", "space", "space")
+        await pilot.press("K")
+        screen = app.screen
+        assert isinstance(screen, ConfirmKillScreen)
+        assert [t.pid for t in screen.plan.targets] == [LAUNCHER_PID]
+        await pilot.pause()
+        notes = str(screen.query_one("#confirm-notes").render())
+        assert notes == "• 3 zombies (4240–4242) cannot be signalled: their parent 4200 is, instead"
+        assert str(screen.query_one("#confirm-total").render()) == "frees ≈ 329 880 MiB on 8 GPUs"
+
+
+async def test_a_process_without_gpu_memory_frees_nothing(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        assert app.query_one(ProcessTable).select_pid(NSYS_PID)
+        await pilot.press("k")
+        screen = app.screen
+        assert isinstance(screen, ConfirmKillScreen)
+        await pilot.pause()
+        assert str(screen.query_one("#confirm-total").render()) == "frees: no GPU memory"
+
+
+def _table_lines(renderable) -> list[str]:  # type: ignore[no-untyped-def]
+    import io
+
+    from rich.console import Console
+
+    console = Console(width=110, record=True, color_system=None, file=io.StringIO())
+    console.print(renderable)
+    return [line for line in console.export_text().splitlines() if line.strip() and line.split()[0].isdigit()]
