@@ -2668,10 +2668,9 @@ class _Killer(object):
         protected = {1, me}
         protected.update(ancestors_of(me))
         try:
-            my_session = os.getsid(0)
             my_group = os.getpgid(0)
         except OSError:
-            my_session = my_group = -1
+            my_group = -1
 
         ordered = []  # type: List[Tuple[int, int]]
         queued = set()  # type: Set[int]
@@ -2703,7 +2702,7 @@ class _Killer(object):
                     "process changed: pid %d now belongs to another process" % pid,
                 )
                 continue
-            refusal = self._refusal(stat, table, protected, my_session, my_group)
+            refusal = self._refusal(stat, table, protected, my_group)
             if refusal is not None:
                 # A refused root is never expanded: the tree of pid 1 or of the agent's own ancestors is the
                 # whole host.
@@ -2725,7 +2724,7 @@ class _Killer(object):
         sent = []  # type: List[Tuple[int, int]]
         for pid, ticks in ordered:
             stat = table[pid]
-            refusal = self._refusal(stat, table, protected, my_session, my_group)
+            refusal = self._refusal(stat, table, protected, my_group)
             if refusal is not None:
                 self._outcome(pid, ticks, stat, "check", None, "refused", refusal)
                 continue
@@ -2767,7 +2766,7 @@ class _Killer(object):
         return members
 
     def _refusal(
-        self, stat: ProcStat, table: Dict[int, ProcStat], protected: Set[int], my_session: int, my_group: int
+        self, stat: ProcStat, table: Dict[int, ProcStat], protected: Set[int], my_group: int
     ) -> Optional[str]:
         pid = stat.pid
         if pid == 1:
@@ -2778,8 +2777,8 @@ class _Killer(object):
             return "this is the gputui agent itself"
         if pid in protected:
             return "this is an ancestor of the gputui agent (its session or terminal)"
-        if stat.session == my_session and my_session > 0:
-            return "this process is in the gputui agent's own session"
+        # Not the whole session: a server started with `cmd &` from the shell gputui runs in shares that
+        # session (in a process group of its own) and must stay killable. Its ancestors are protected above.
         if stat.pgrp == my_group and my_group > 0:
             return "this process is in the gputui agent's own process group"
         if stat.state == "Z":

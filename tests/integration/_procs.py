@@ -147,14 +147,18 @@ class Script:
         user: int | None = None,
         argv_extra: Sequence[str] = (),
         new_session: bool = True,
+        new_group: bool = False,
     ) -> None:
         self.argv = [python, "-c", code, *argv_extra] if code else [python, *argv_extra]
         self.new_session = new_session
+        # A process group of its own inside the caller's session: what `cmd &` gets from a job-control shell.
+        self.new_group = new_group and not new_session
         self.proc = subprocess.Popen(
             self.argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             start_new_session=new_session,
+            preexec_fn=os.setpgrp if self.new_group else None,
             user=user,
             group=user,
             extra_groups=[] if user is not None else None,
@@ -190,7 +194,7 @@ class Script:
 
     def kill(self) -> None:
         """Kill the whole session this script started (its group) and reap the direct child."""
-        if self.new_session:
+        if self.new_session or self.new_group:
             try:
                 os.killpg(self.proc.pid, 9)
             except (ProcessLookupError, PermissionError):

@@ -106,16 +106,29 @@ def test_a_refused_tree_root_is_never_expanded() -> None:
         assert state_of(sleeper.pids["sleeper"]) == "S"
 
 
-def test_processes_in_the_agents_session_and_group_are_refused() -> None:
-    # Here the agent shares this test's session and process group (as it shares the ssh session remotely):
-    # a sibling started by this test is in both, and must never be signalled.
+def test_processes_in_the_agents_process_group_are_refused() -> None:
+    # Here the agent shares this test's session and process group (as the TUI's in-process agent shares the
+    # TUI's): a sibling started by this test is in both, and must never be signalled.
     with script(SLEEPER, ["sleeper"], new_session=False) as sibling, \
             agent_process(new_session=False) as agent:
         pid = sibling.pids["sleeper"]
         outcomes = kill(agent, [target(pid)], signal="KILL")
         assert [o["result"] for o in outcomes] == ["refused"]
-        assert "own session" in outcomes[0]["detail"]
+        assert "own process group" in outcomes[0]["detail"]
         assert state_of(pid) == "S"
+
+
+def test_a_job_of_the_agents_session_in_its_own_group_can_be_killed() -> None:
+    # `python -m sglang.launch_server ... &` from the shell that later runs gputui: same session, its own
+    # process group (job control). It is not gputui's ancestor, so it is the user's to kill.
+    with script(SLEEPER, ["sleeper"], new_session=False, new_group=True) as job, \
+            agent_process(new_session=False) as agent:
+        pid = job.pids["sleeper"]
+        assert os.getsid(pid) == os.getsid(0)
+        assert os.getpgid(pid) != os.getpgid(0)
+        outcomes = kill(agent, [target(pid)], signal="KILL")
+        assert [o["result"] for o in outcomes] == ["sent"]
+        wait_for(lambda: state_of(pid) in (None, "Z"), "the job to die")
 
 
 def test_zombie_is_refused_naming_its_parent() -> None:
