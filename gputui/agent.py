@@ -278,8 +278,8 @@ def children_map(table: Dict[int, ProcStat]) -> Dict[int, List[int]]:
 
 
 # Processes that start sessions rather than belong to the work they started: a GPU process tree stops below
-# them. This mirrors gputui.analysis.is_session_boundary, which the agent (shipped as one file) cannot import;
-# tests/unit/test_session_boundary.py keeps the two in agreement.
+# them, so killing "the tree" never takes the user's sshd, tmux server or container shim with it. The client's
+# analysis uses this same rule (gputui.analysis.is_session_boundary).
 SESSION_BOUNDARY_NAMES = frozenset(
     {
         "init",

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from gputui.agent import is_session_boundary as agent_is_session_boundary
 from gputui.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
@@ -49,32 +50,6 @@ NAME_MAX = 32
 
 FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid")
 
-# Processes that start sessions rather than belong to the work they started. A GPU process tree stops below
-# them: killing "the tree" must never take the user's sshd, tmux server or container shim with it.
-_BOUNDARY_NAMES = frozenset(
-    {
-        "init",
-        "systemd",
-        "(sd-pam)",
-        "login",
-        "screen",
-        "SCREEN",
-        "mosh-server",
-        "dropbear",
-        "conmon",
-        "runc",
-        "tini",
-        "docker-init",
-        "dumb-init",
-        "catatonit",
-        "slurmstepd",
-        "supervisord",
-        "runsv",
-        "s6-supervise",
-    }
-)
-_BOUNDARY_PREFIXES = ("sshd", "tmux", "containerd-shim")
-_SHELLS = frozenset({"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"})
 # Parents that adopt orphans: a GPU process under one of these lost the launcher that started it.
 _INIT_LIKE = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit"})
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
@@ -150,22 +125,11 @@ def _state_age(proc: Proc, now: float) -> float | None:
 def is_session_boundary(proc: Proc) -> bool:
     """Whether ``proc`` started a session rather than belongs to the work below it.
 
-    pid 0/1, sshd, tmux, screen, systemd (also ``systemd --user``), container shims and inits, job step
-    daemons, and interactive or login shells. A shell running a script (``bash run.sh``, ``sh -c ...``) is
-    part of the tree: it is the launcher.
+    The collector's own rule (``gputui.agent.is_session_boundary``), so the tree the agent lists and kills is
+    the tree the client shows: pid 0/1, sshd, tmux, screen, systemd, container shims and inits, job step
+    daemons, and interactive or login shells; a shell running a script is part of the tree (the launcher).
     """
-    if proc.pid in (0, 1):
-        return True
-    name = proc.name or ""
-    if name in _BOUNDARY_NAMES or name.startswith(_BOUNDARY_PREFIXES):
-        return True
-    if name in _SHELLS or name.lstrip("-") in _SHELLS:
-        if not proc.cmdline:
-            return True  # cannot tell what it runs: never treat a possibly interactive shell as a launcher
-        if proc.cmdline[0].startswith("-"):
-            return True  # login shell
-        return all(arg.startswith("-") and arg != "-c" for arg in proc.cmdline[1:])
-    return False
+    return agent_is_session_boundary(proc.pid, proc.name, list(proc.cmdline))
 
 
 def _is_init_like(proc: Proc | None, ppid: int | None) -> bool:
