@@ -9,7 +9,7 @@ import time
 from typing import Any, TextIO
 
 from gputui.analysis import analyze
-from gputui.commands.check import link_error_line, resolve_baselines
+from gputui.commands.check import full_sample, link_error_line, resolve_baselines
 from gputui.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible, visible_cmdline
@@ -18,7 +18,6 @@ from gputui.transports.base import HostLink, LinkError
 EXIT_OK = 0
 EXIT_ERROR = 2
 DASH = "–"
-SAMPLE_TIMEOUT_S = 30.0
 COMMAND_WIDTH = 80
 HEALTH_WAIT_S = 35.0
 """How long a snapshot waits for the first probe of each ``--health`` URL: the agent's probe deadline
@@ -73,20 +72,13 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     Raises:
         LinkError: the host could not be reached or answered badly (one readable line).
     """
-    options = options_from_args(args)
+    options = options_from_args(args).for_target(target)
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
         if options.health_urls:
             wait_for_health(link, options.health_urls)
-        result = link.request({"cmd": "sample"}, SAMPLE_TIMEOUT_S)
-        data = result.get("snapshot")
-        if not isinstance(data, dict):
-            raise LinkError(f"{target}: the agent answered without a snapshot")
-        try:
-            return HostSnapshot.from_dict(data)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
+        return full_sample(link, target)
     finally:
         link.close()
 
