@@ -11,8 +11,10 @@ from textual.widget import Widget
 from gputui.model import Gpu
 from gputui.widgets.fmt import DASH, bar, dash, mem_pct, safe_text, sparkline
 
-WIDE_MIN_CELLS = 50
-"""Below this content width a GPU gets the compact line (tmux side pane): no total, no power."""
+WIDE_MIN_CELLS = 44
+"""Below this content width a GPU gets the compact line (tmux side pane): memory used only, no total."""
+POWER_MIN_CELLS = 52
+"""From this content width on, the power column is shown and the history is 8 samples wide (else 6)."""
 
 
 class GpuPanel(Widget):
@@ -70,13 +72,14 @@ class GpuPanel(Widget):
     def render(self) -> Text:
         width = max(24, self.size.width)
         wide = width >= WIDE_MIN_CELLS
-        spark_cells = 8 if wide else 6
+        power = width >= POWER_MIN_CELLS
+        spark_cells = 8 if power else 6
         if wide:
-            # Fixed columns: "ii " + " used/total" + " mem%" + " util" + " temp" + " power " = 37 cells.
-            bar_cells = max(4, width - 37 - spark_cells)
+            # Fixed columns: "ii " + " used/total" + " mem%" + " util" + " temp" + " " = 31 cells, + " power".
+            bar_cells = max(4, width - 31 - (6 if power else 0) - spark_cells)
             header = (
-                f"{'#':>2} {'memory':<{bar_cells}} {'used/total':>11} {'mem':>4} {'util':>4}"
-                f" {'temp':>4} {'power':>5} history"
+                f"{'#':>2} {'memory':<{bar_cells}} {'used/total':>11} {'mem':>4} {'util':>4} {'temp':>4}"
+                + (f" {'power':>5} history" if power else " hist")
             )
         else:
             # Fixed columns: "i " + " MiB" + " mem%" + " util" + " temp " = 25 cells.
@@ -86,13 +89,13 @@ class GpuPanel(Widget):
         if not self._gpus:
             lines.append(Text(self._message or DASH, style="dim italic"))
         for gpu in self._gpus:
-            lines.append(self._line(gpu, wide, bar_cells, spark_cells, width))
+            lines.append(self._line(gpu, wide, power, bar_cells, spark_cells, width))
         text = Text("\n").join(lines)
         text.no_wrap = True
         text.overflow = "ellipsis"
         return text
 
-    def _line(self, gpu: Gpu, wide: bool, bar_cells: int, spark_cells: int, width: int) -> Text:
+    def _line(self, gpu: Gpu, wide: bool, power: bool, bar_cells: int, spark_cells: int, width: int) -> Text:
         style = self._style_for(gpu)
         line = Text(f"{gpu.index:>2} " if wide else f"{gpu.index} ", style="bold")
         if gpu.error is not None:
@@ -109,9 +112,9 @@ class GpuPanel(Widget):
         line.append(f" {dash(pct, '%'):>4}", style=style)
         line.append(f" {dash(gpu.utilization_pct, '%'):>4}")
         line.append(f" {dash(gpu.temperature_c, '°C' if wide else '°'):>4}")
-        if wide:
-            power = DASH if gpu.power_w is None else f"{gpu.power_w:.0f}W"
-            line.append(f" {power:>5}")
+        if power:
+            watts = DASH if gpu.power_w is None else f"{gpu.power_w:.0f}W"
+            line.append(f" {watts:>5}")
         line.append(" ")
         history = self._history_mib.get(gpu.index, ())
         line.append(sparkline(history, gpu.memory_total_mib or 0, spark_cells), style=style)

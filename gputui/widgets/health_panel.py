@@ -103,8 +103,11 @@ def endpoint_block(
     """The full rendering of one endpoint: its URL, then its state line, then what is wrong (if anything).
 
     ``http://127.0.0.1:30000/health (discovered)``
-    ``  UNHEALTHY 503  20.0 s  ▁▁▁▅▅▅  503 since 16:41:02 (3 min 05 s)``
+    ``  UNHEALTHY 503 since 16:41:02 (3 min 05 s)  20.0 s  ▁▁▁▅▅▅``
     ``  HTTP 503: Service Unavailable · last ok 16:40:55 · 37 failures``
+
+    The state line leads with what is wrong and since when (it fits a 44-cell panel); the probe latency and
+    the history strip come last, where a narrow panel cuts them.
     """
     block = safe_text(sample.url, 200, style="bold")
     if sample.discovered:
@@ -113,14 +116,15 @@ def endpoint_block(
     block.append_text(_state_cell(sample))
     block.append(" ")
     block.append(DASH if sample.code is None else str(sample.code))
+    if sample.state is None:
+        block.append(" not probed yet", style="dim")
+    elif sample.since is not None:
+        block.append(f" since {clock_time(sample.since, now_s)}", style=_state_style(sample.state))
+        block.append(f" ({duration(max(0.0, now_s - sample.since))})", style="dim")
     block.append("  ")
     block.append(latency_text(sample.latency_ms), style="dim")
     block.append("  ")
     block.append_text(history_strip(states, history_cells))
-    block.append("  ")
-    block.append_text(safe_text(since_text(sample, now_s), 60, style=_state_style(sample.state)))
-    if sample.since is not None and sample.state is not None:
-        block.append(f" ({duration(max(0.0, now_s - sample.since))})", style="dim")
     if sample.state not in (None, UP):
         block.append("\n  ")
         block.append_text(safe_text(sample.detail, 120, style="italic"))

@@ -27,7 +27,7 @@ _WIDE_COLUMNS = (
     ("pid", "    pid", 8),
     ("user", " user", 9),
     ("state", " S ", 3),
-    ("gpu", "  GPU MiB", 9),
+    ("gpu", " gpu:MiB", 8),
     ("tree", " tree MiB", 9),
     ("command", " command", None),
 )
@@ -53,7 +53,7 @@ def _gpu_text(gpu_memory_mib: dict[int, int]) -> Text:
     held = {gpu: mib for gpu, mib in sorted(gpu_memory_mib.items()) if mib}
     if not held:
         return Text("")
-    return Text(" " + " ".join(f"{gpu}:{mib}" for gpu, mib in held.items()).rjust(8), style="yellow")
+    return Text(" " + " ".join(f"{gpu}:{mib}" for gpu, mib in held.items()).rjust(7), style="yellow")
 
 
 class ProcessTable(DataTable[Text]):

@@ -73,9 +73,9 @@ async def test_full_rendering_shows_every_field_literally() -> None:
         since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
         last_ok_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 130))
         assert lines[0].startswith(f"{SGLANG} (discovered)")
-        assert "UNHEALTHY 503  20.0 s  " in lines[1]
-        assert "▁▁▆▅▅" in lines[1]  # the history strip, oldest left
-        assert f"503 since {since_clock} (2 min 05 s)" in lines[1]
+        # What is wrong and since when first, then the latency and the history strip (oldest left).
+        assert lines[1].startswith(f"  UNHEALTHY 503 since {since_clock} (2 min 05 s)  20.0 s  ")
+        assert "▁▁▆▅▅" in lines[1]
         assert f"HTTP 503 Service Unavailable · last ok {last_ok_clock} · 7 failures" in lines[2]
         # Hostile strings: literal, escapes visible, nothing interpreted.
         assert "[@click=app.quit]x[/][bold]B[/bold][$x]\\x1b]0;t\\x07" in text
@@ -85,7 +85,7 @@ async def test_full_rendering_shows_every_field_literally() -> None:
         for bad in ("\x1b", "\x9b", "\u202e", "\x07"):
             assert bad not in text
         # A sample not probed yet says so.
-        assert "not probed yet" in text
+        assert "  –         – not probed yet" in text
         assert "not probed: generating endpoint" in text
         assert len(lines) == 3 + 3 + 3
 
@@ -166,7 +166,8 @@ async def test_empty_and_updated() -> None:
         await pilot.pause()
         lines = screen_lines(panel)
         assert len(lines) == 2
-        assert "UP        200  3 ms" in lines[1]
+        assert "UP        200 since " in lines[1]
+        assert "(10 s)  3 ms  " in lines[1]
         assert panel.samples == (up,)
 
 
