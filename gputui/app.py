@@ -545,6 +545,7 @@ class GpuTuiApp(App[int]):
         host.pending = None
         host.last_ok_s = self._clock()
         host.error = None
+        host.halted = False
         check = host.check
         if (
             check is not None
@@ -573,7 +574,8 @@ class GpuTuiApp(App[int]):
         first = host.error is None or host.halted
         host.error = message.error
         host.error_s = self._clock()
-        host.halted = not message.retrying
+        if not message.retrying:
+            host.halted = True  # only _retry (r, an accepted key) and fresh data clear it
         if first:
             suffix = " · not retrying: press r to try again" if host.halted else ""
             self._notify(visible(message.error, 300) + suffix, severity="error", title="host error")
@@ -994,7 +996,7 @@ class GpuTuiApp(App[int]):
             ("c", "clean-slate check: sample fast until every GPU is at baseline"),
             ("/", "filter by pid, user or command"),
             ("s", "sort: tree, GPU memory, pid"),
-            ("r", "refresh now"),
+            ("r", "refresh now (a host that stopped retrying: connect again)"),
             ("p", "pause / resume the display"),
             ("f", "go to the findings (Enter jumps to the process)"),
         ]
@@ -1033,7 +1035,11 @@ class GpuTuiApp(App[int]):
             ("Clean-slate check", "Sample fast until every GPU is back at baseline", self.action_check),
             ("Filter processes", "Filter by pid, user or command", self.action_filter),
             ("Sort processes", "Cycle tree / GPU memory / pid", self.action_sort),
-            ("Refresh now", "Take a sample now", self.action_refresh),
+            (
+                "Refresh now",
+                "Take a sample now, or reconnect a host that stopped retrying",
+                self.action_refresh,
+            ),
             ("Pause / resume", "Freeze the display", self.action_pause),
             ("Help", "Every key", self.action_help),
         ]
