@@ -576,11 +576,12 @@ class GpuTuiApp(App[int]):
         host.error_s = self._clock()
         if not message.retrying:
             host.halted = True  # only _retry (r, an accepted key) and fresh data clear it
-        if first:
+        cause = message.cause
+        asking = host.halted and isinstance(cause, UnknownHostKey) and not self._stopping.is_set()
+        if first and not asking:  # the host-key question says it all; a toast would cover it
             suffix = " · not retrying: press r to try again" if host.halted else ""
             self._notify(visible(message.error, 300) + suffix, severity="error", title="host error")
-        cause = message.cause
-        if host.halted and isinstance(cause, UnknownHostKey) and not self._stopping.is_set():
+        if asking and isinstance(cause, UnknownHostKey):
             self._ask_host_key(host.target, cause)
         if host is self.active and host.snapshot is None:
             self._show_active()
