@@ -214,7 +214,7 @@ class HealthPanel(Widget):
     def render(self) -> Text:
         now_s = time.time() if self._now_s is None else self._now_s
         if not self._samples:
-            return Text("no health endpoints (none configured or discovered)", style="dim")
+            return Text("no health endpoints (none set or found)", style="dim")
         parts = []
         for sample in self._samples:
             states = self._history.get(sample.url, ())

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gputui.app import GpuTuiApp
+from gputui.screens.host_key import HostKeyScreen
 from gputui.sim import DRAIN_S, LAUNCHER_PID, ManualClock, SimLink
-from gputui.transports.base import LinkOptions
+from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.hostkeys import UnknownHostKey
 from gputui.widgets.clean_slate import CleanSlateLine
 from gputui.widgets.process_table import ProcessTable
 
@@ -113,5 +116,42 @@ def test_clean_receipt(snap_compare, tmp_path: Path) -> None:
         clock.advance(DRAIN_S + 1.0)
         line = pilot.app.query_one(CleanSlateLine)
         await _until(pilot, lambda: "verified" in str(line.render()), "receipt")
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+class _UnknownKeyLink(HostLink):
+    """A host whose SSH key is not in known_hosts (a fixed key, so the fingerprint is the same every run)."""
+
+    BLOB = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + bytes(range(32))
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def open(self) -> None:
+        raise UnknownHostKey(self.target, self.target, "[10.0.0.7]:22", object(), "ssh-ed25519", self.BLOB)
+
+    def next_snapshot(self, timeout_s: float) -> None:
+        raise LinkError(f"{self.target}: not open")
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        raise LinkError(f"{self.target}: not open")
+
+    def close(self) -> None:
+        pass
+
+
+def test_unknown_host_key_question(snap_compare, tmp_path: Path) -> None:
+    app = GpuTuiApp(
+        ["gpu-node-09"],
+        _UnknownKeyLink,
+        clock=ManualClock(),
+        notify_timeout_s=600.0,
+        audit_dir=tmp_path / "audit",
+        accept_host_key=lambda hop, key: "",
+    )
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _until(pilot, lambda: isinstance(pilot.app.screen, HostKeyScreen), "the host key question")
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
