@@ -203,6 +203,11 @@ class FindingsList(OptionList):
                 Option(Text("nothing stuck, dead or unaccounted for", style="dim"), disabled=True)
             )
 
+    def on_focus(self) -> None:
+        # Enter right after focusing must act on a row: start on the first one.
+        if self.highlighted is None and self._rows:
+            self.highlighted = 0
+
     def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
         event.stop()
         if event.option_id is None or not self._rows:

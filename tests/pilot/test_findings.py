@@ -61,9 +61,9 @@ async def test_the_demo_zombies_are_one_row_that_jumps_to_their_parent(make_app,
         assert line().startswith(f" zombie  8 zombies under pid {LAUNCHER_PID} for 20 s: python3 -m sglang")
         assert line().endswith(f"→ signal or kill {LAUNCHER_PID}, not the zombies")
         assert findings.border_title == "Findings (8)"
-        await pilot.press("f")
-        findings.highlighted = 0
+        await pilot.press("f")  # the first row is highlighted on focus: Enter acts on it
         await pilot.pause()
+        assert findings.highlighted == 0
         tooltip = str(findings.tooltip)
         for pid in range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8):
             assert f"pid {pid} (sglang::scheduler_TP{pid - SCHEDULER_PID_BASE})" in tooltip
