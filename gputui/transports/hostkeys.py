@@ -68,7 +68,7 @@ class UnknownHostKey(HostKeyError):
         via = "" if hop == target else f" (jump host {hop})"
         super().__init__(
             f"{target}: unknown host key for {lookup_name}{via}: {key_type} {self.fingerprint}; "
-            "not connecting (accept it with --accept-new)"
+            "not connecting (accept it in the app or with --accept-new)"
         )
 
 
