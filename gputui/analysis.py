@@ -452,6 +452,23 @@ def _remnant_reason(proc: Proc, table: dict[int, Proc]) -> str:
 MAX_HOLDERS_IN_REASON = 3
 
 
+def memory_at_baseline(snapshot: HostSnapshot, baselines: Baselines) -> bool:
+    """Whether every GPU's memory alone is back at its baseline (+ tolerance).
+
+    The cheap test for a fast memory-only sample while memory drains: such a sample carries the last process
+    list, which may be a process interval old, so the full verdict on it would wait for the next process
+    sample. A True here only says it is worth taking a full sample to confirm with ``clean_slate``.
+    """
+    if snapshot.error is not None or not snapshot.gpus:
+        return False
+    return all(
+        gpu.error is None
+        and gpu.memory_used_mib is not None
+        and gpu.memory_used_mib <= baselines.for_gpu(gpu) + baselines.tolerance_mib
+        for gpu in snapshot.gpus
+    )
+
+
 def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
 

@@ -13,7 +13,14 @@ import sys
 import time
 from typing import Any, TextIO
 
-from gputui.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines, analyze, gpu_memory_by_pid
+from gputui.analysis import (
+    DEFAULT_BASELINE_MIB,
+    DEFAULT_TOLERANCE_MIB,
+    Baselines,
+    analyze,
+    gpu_memory_by_pid,
+    memory_at_baseline,
+)
 from gputui.model import HostSnapshot, Verdict, snapshots_document
 from gputui.state import StateError, load_baselines, save_baselines
 from gputui.targets import default_targets, open_link, options_from_args
@@ -166,19 +173,14 @@ def _configure(link: HostLink, memory_interval_s: float, process_interval_s: flo
     )
 
 
-def _looks_clean(snapshot: HostSnapshot, baselines: Baselines) -> bool:
-    verdict = analyze(snapshot, baselines).verdict
-    return verdict is not None and verdict.clean
-
-
 def wait_until_clean(
     link: HostLink, target: str, baselines: Baselines, wait_s: float, args: argparse.Namespace
 ) -> tuple[HostSnapshot, float | None]:
     """Sample at 10+ per second until the host is clean or ``wait_s`` passed.
 
-    The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back; a clean
-    looking sample is then confirmed with a full sample (fresh process list) so a stale process list can
-    neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
+    The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back, judged on
+    memory alone; that sample is then confirmed with a full sample (fresh process list), so a stale process
+    list can neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
 
     Returns:
         The last analysed snapshot and the seconds it took to become clean (None: not clean in time).
@@ -195,7 +197,7 @@ def wait_until_clean(
             if remaining <= 0:
                 return snapshot, None
             streamed = link.next_snapshot(min(remaining, 1.0))
-            if streamed is None or not _looks_clean(streamed, baselines):
+            if streamed is None or not memory_at_baseline(streamed, baselines):
                 if streamed is not None:
                     snapshot = analyze(streamed, baselines)
                 continue

@@ -13,6 +13,7 @@ from gputui.analysis import (
     find_problems,
     flatten,
     is_session_boundary,
+    memory_at_baseline,
 )
 from gputui.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc
 
@@ -448,3 +449,33 @@ def test_any_snapshot_analyses_without_error_and_consistently(gpu_list, procs, e
             assert finding.pid is None
             assert finding.action_pid is None
     assert all("\x1b" not in r for r in verdict.reasons)
+
+
+def test_memory_at_baseline_judges_memory_alone() -> None:
+    # A fast memory-only sample still carries the last (stale) process list: memory decides, the full
+    # verdict on a fresh sample confirms.
+    stale = sglang_host()
+    drained = snap(
+        [Gpu(index=g.index, uuid=g.uuid, memory_used_mib=3, memory_total_mib=49152, processes=g.processes)
+         for g in stale.gpus],
+        list(stale.processes),
+    )
+    assert not memory_at_baseline(stale, Baselines())
+    assert memory_at_baseline(drained, Baselines())
+    assert not clean_slate(drained, Baselines()).clean  # the stale list still names the workers
+
+
+def test_memory_at_baseline_uses_tolerance_and_calibration() -> None:
+    host = snap(gpus(used=5), [])
+    assert memory_at_baseline(host, Baselines(tolerance_mib=2))
+    assert not memory_at_baseline(host, Baselines(tolerance_mib=1))
+    calibrated = Baselines(tolerance_mib=0, per_gpu_mib={f"GPU-{i:04d}": 5 for i in range(8)})
+    assert memory_at_baseline(host, calibrated)
+
+
+def test_memory_at_baseline_cannot_tell_is_not_clean() -> None:
+    lost = gpus()
+    lost[3] = Gpu(index=3, uuid="GPU-0003", error="GPU is lost")
+    assert not memory_at_baseline(snap(lost, []), Baselines())
+    assert not memory_at_baseline(snap([], []), Baselines())
+    assert not memory_at_baseline(snap(gpus(), [], error="NVIDIA driver not loaded"), Baselines())
