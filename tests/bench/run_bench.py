@@ -612,7 +612,6 @@ def section_drain(args: argparse.Namespace, report: Report) -> None:
                   target=f"<= {TARGET_DRAIN_MS:.0f} ms")
     else:
         drain_check_wait(args, report, sec)
-        drain_check_wait(args, report, sec, whatif=True)
     if not have_module("gputui.app"):
         report.na(sec, "drain latency, TUI", "gputui/app.py not in the tree yet", target=f"<= {TARGET_DRAIN_MS:.0f} ms")
     else:
@@ -624,14 +623,10 @@ def section_drain(args: argparse.Namespace, report: Report) -> None:
         app_bench.drain_tui(args, report, sec)
 
 
-def drain_check_wait(args: argparse.Namespace, report: Report, sec: int, whatif: bool = False) -> None:
-    """Kill the last holder while ``check --wait`` waits; time until it prints its verdict line.
-
-    With ``whatif`` the same run goes through ``check_whatif.py`` (one proposed change to check.py applied in
-    memory) so the proposal is measured in the same conditions as the code in the tree.
-    """
+def drain_check_wait(args: argparse.Namespace, report: Report, sec: int) -> None:
+    """Kill the last holder while ``check --wait`` waits; time until it prints its verdict line."""
     repeats = 3 if args.quick else 7
-    label = "drain latency, check --wait" + (" (proposed memory pre-check)" if whatif else "")
+    label = "drain latency, check --wait"
     latencies_print: list[float] = []
     latencies_exit: list[float] = []
     clean_after: list[str] = []
@@ -642,8 +637,7 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int, whatif:
             host.write_state([holder_pid])
             env = host.env()
             env["PYTHONUNBUFFERED"] = "1"  # what a terminal sees: each line as it is printed
-            cmd = ([sys.executable, str(Path(__file__).with_name("check_whatif.py"))] if whatif
-                   else [sys.executable, "-m", "gputui.cli", "check"]) + ["--wait", "20", "local"]
+            cmd = [sys.executable, "-m", "gputui.cli", "check", "--wait", "20", "local"]
             check = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      cwd=REPO_ROOT)
             assert check.stdout
@@ -693,7 +687,7 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int, whatif:
                compare=f"min {min(latencies_print):.0f} max {max(latencies_print):.0f}, n={len(latencies_print)}",
                target=target, verdict=verdict(value <= TARGET_DRAIN_MS))
     report.add(sec, "  kill -> check exits", median(latencies_exit), "ms")
-    if clean_after and not whatif:
+    if clean_after:
         report.note(sec, f"check --wait printed: {clean_after[0]!r}")
 
 
