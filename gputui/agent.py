@@ -66,6 +66,9 @@ NVML_INIT_RETRY_S = 5.0
 GHOST_SLACK_MIB = 64
 """Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
 CMDLINE_CACHE_S = 10.0
+# Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
+# read only the GPU trees (see Agent._sample_processes for what they may miss, and for how long).
+FULL_SWEEP_EVERY = 3
 """Cached cmdlines are re-read after this long: servers rename themselves (setproctitle) after start."""
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
@@ -382,6 +385,69 @@ def tree_root(pid: int, table: Dict[int, ProcStat]) -> int:
             return current
         seen.add(parent.pid)
         current = parent.pid
+
+
+def children_file_supported() -> bool:
+    """Whether the kernel has /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)."""
+    pid = os.getpid()
+    return os.path.exists("/proc/%d/task/%d/children" % (pid, pid))
+
+
+def read_children(pid: int) -> List[int]:
+    """The children of ``pid`` from /proc/<pid>/task/*/children ([] when it is gone or unreadable).
+
+    Each thread lists the children it forked, so every task is read: a child started from a worker thread
+    is listed under that thread only.
+    """
+    task_dir = "/proc/%d/task" % pid
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return []
+    children = []  # type: List[int]
+    for tid in tids:
+        data = _read_small(task_dir + "/" + tid + "/children")
+        if data:
+            children.extend(int(child) for child in data.split())
+    return children
+
+
+def scan_trees(tree_pids: Iterable[int], known_pids: Iterable[int] = ()) -> Dict[int, ProcStat]:
+    """The part of the process table around some processes, without reading every pid on the host.
+
+    Reads ``tree_pids`` and ``known_pids``, the parent chain of each up to pid 1, and everything below the
+    tree root (the topmost ancestor below the session boundary) of each of ``tree_pids`` by
+    /proc/<pid>/task/*/children. Members of a process group that are not descendants (a double-forked
+    grandchild reparented away) are included only if they are among ``known_pids``.
+    """
+    table = {}  # type: Dict[int, ProcStat]
+
+    def add(pid: int) -> Optional[ProcStat]:
+        if pid in table:
+            return table[pid]
+        stat = read_stat(pid)
+        if stat is not None:
+            table[pid] = stat
+        return stat
+
+    tree_pids = [pid for pid in tree_pids if add(pid) is not None]
+    for pid in known_pids:
+        add(pid)
+    for pid in list(table):
+        current = table[pid]
+        while current.ppid > 0 and current.ppid not in table:
+            parent = add(current.ppid)
+            if parent is None:
+                break
+            current = parent
+    stack = list(set(tree_root(pid, table) for pid in tree_pids) - {0, 1, 2})
+    below = set(stack)
+    while stack:
+        for child in read_children(stack.pop()):
+            if child not in below and add(child) is not None:
+                below.add(child)
+                stack.append(child)
+    return table
 
 
 def tree_members(roots: Iterable[int], table: Dict[int, ProcStat]) -> Set[int]:
@@ -2270,6 +2336,8 @@ class Agent(object):
         use_psutil: Use psutil for process details when importable (False: read /proc only).
         use_pynvml: Use pynvml when importable (False: nvidia-smi, if present).
         nvml_deadline_s: Seconds each device's NVML calls may take per sample.
+        full_sweep_every: Read every pid's stat on every Nth process sample (1: always); forced samples
+            always do.
 
     Raises:
         ValueError: One readable line: more than ``HEALTH_MAX_URLS`` health URLs, or one longer than
@@ -2288,6 +2356,7 @@ class Agent(object):
         use_psutil: bool = True,
         use_pynvml: bool = True,
         nvml_deadline_s: float = NVML_DEADLINE_S,
+        full_sweep_every: int = FULL_SWEEP_EVERY,
     ) -> None:
         # First, so that a bad health setting fails before any NVML thread or nvidia-smi is started.
         self._health = HealthProber(health_urls, discover=discover_health, generate=bool(health_generate))
@@ -2310,6 +2379,10 @@ class Agent(object):
         self._device_holders = None  # type: Optional[List[Dict[str, Any]]]
         self._processes_time = None  # type: Optional[float]
         self._processes_mono = -1e18
+        self.full_sweep_every = max(1, int(full_sweep_every))
+        self._partial_sweeps_left = 0
+        self._children_file = children_file_supported()
+        self.last_sweep_full = None  # type: Optional[bool]
         self.last_sample_mono = None  # type: Optional[float]
         if use_pynvml and _pynvml is not None:
             self._backend = _NvmlBackend(nvml_deadline_s)  # type: Any
@@ -2362,7 +2435,7 @@ class Agent(object):
             self.last_sample_mono = time.monotonic()
             if want_processes:
                 self._processes_mono = now_mono
-                self._sample_processes(gpus, now)
+                self._sample_processes(gpus, now, full=force_processes)
                 # Returns at once: the launcher scan of /proc runs on the prober's own thread.
                 self._health.update_discovered()
             for gpu in gpus:
@@ -2407,8 +2480,35 @@ class Agent(object):
             "verdict": None,
         }
 
-    def _sample_processes(self, gpus: List[Dict[str, Any]], now: float) -> None:
-        table = scan_proc()
+    def _sample_processes(self, gpus: List[Dict[str, Any]], now: float, full: bool = True) -> None:
+        """The process part of a sample: GPU process trees, zombies and D-state processes, device holders.
+
+        A full sweep reads the stat of every pid on the host. It runs when ``full`` is set (forced samples:
+        the ``sample`` command), on every ``full_sweep_every``-th process sample, whenever some GPU holds
+        memory no listed process accounts for (the device-holder scan needs every pid), and always where
+        the kernel lacks /proc/<pid>/task/<tid>/children. The samples between read only the GPU processes,
+        their ancestors, everything below their tree roots (by the children files) and the processes the
+        last list had. Until the next full sweep, at most ``full_sweep_every - 1`` process intervals, they
+        miss: a process that turned zombie or D-state outside every GPU tree and was not listed before, and
+        a new process-group member of a tree that is not a descendant (a double-forked grandchild whose
+        middle parent died after the last sweep). Everything they do list is read fresh.
+        """
+        full = (
+            full
+            or self._partial_sweeps_left <= 0
+            or not self._children_file
+            or self._ghost_suspected(gpus)
+        )
+        if full:
+            table = scan_proc()
+            self._partial_sweeps_left = self.full_sweep_every - 1
+        else:
+            gpu_pids = set()  # type: Set[int]
+            for gpu in gpus:
+                gpu_pids.update(proc["pid"] for proc in gpu.get("processes") or [] if proc["pid"] > 0)
+            table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self._processes])
+            self._partial_sweeps_left -= 1
+        self.last_sweep_full = full
         gpu_mib = {}  # type: Dict[int, Dict[int, int]]
         self._gpu_processes = {}
         for gpu in gpus:
@@ -2471,7 +2571,8 @@ class Agent(object):
         self._details.forget_except(live_keys)
         self._processes = processes
         self._processes_time = now
-        self._device_holders = scan_device_holders(table) if self._ghost_suspected(gpus) else None
+        # A suspected ghost always makes a full sweep (above), so this scans every pid.
+        self._device_holders = scan_device_holders(table) if full and self._ghost_suspected(gpus) else None
 
     def _is_local_gpu_pid(self, pid: int, table: Dict[int, ProcStat]) -> bool:
         """Whether the driver's ``pid`` is the local process with that number.

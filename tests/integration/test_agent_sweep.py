@@ -1,0 +1,212 @@
+"""Partial process samples: between full sweeps the agent reads only the GPU trees, never less than that.
+
+A full sweep reads the stat of every pid on the host; the samples between read the GPU processes, their
+ancestors, everything below their tree roots (/proc/<pid>/task/*/children) and what the last list had. The
+agent runs in-process here with a stand-in GPU backend that lists real child processes as GPU processes, so
+the test chooses which sample is forced. Nothing here sends a signal except the scripts' own cleanup of
+the processes they started.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputui.agent import Agent, children_file_supported, scan_proc, scan_trees, tree_members, tree_root
+from tests.integration._procs import TREE, ZOMBIE_MAKER, script, state_of, wait_for
+
+# The GPU process forks a zombie and a sleeping child only once the test creates the trigger file, so both
+# appear after the agent's full sweep. Their pids go to a second file.
+LATE_CHILDREN = r"""
+import json, os, sys, time
+trigger, report = sys.argv[1], sys.argv[2]
+os.write(1, (json.dumps({"role": "holder", "pid": os.getpid()}) + "\n").encode())
+while not os.path.exists(trigger):
+    time.sleep(0.01)
+zombie = os.fork()
+if zombie == 0:
+    os._exit(0)
+sleeper = os.fork()
+if sleeper == 0:
+    time.sleep(600)
+    os._exit(0)
+with open(report + ".tmp", "w") as fh:
+    json.dump({"zombie": zombie, "sleeper": sleeper}, fh)
+os.rename(report + ".tmp", report)
+time.sleep(600)
+"""
+
+FIELDS = ("ppid", "state", "name", "start_ticks", "pgid", "sid", "cmdline", "gpu_memory_mib")
+
+
+class GpuStandIn:
+    """A GPU backend that lists chosen pids as compute processes of GPU 0 and accounts for all its memory."""
+
+    mode = "nvml"
+    host_error = None
+    driver_version = "570.124.06"
+    cuda_driver_version = None
+
+    def __init__(self) -> None:
+        self.holders: dict[int, int] = {}
+        self.unaccounted_mib = 0
+
+    def start(self) -> None:
+        pass
+
+    def poll(self, want_processes: bool) -> list[dict[str, Any]]:
+        gpu: dict[str, Any] = {
+            "index": 0,
+            "uuid": "GPU-stand-in",
+            "memory_total_mib": 49152,
+            "memory_used_mib": 3 + sum(self.holders.values()) + self.unaccounted_mib,
+            "memory_reserved_mib": 0,
+        }
+        if want_processes:
+            gpu["processes"] = [
+                {"pid": pid, "used_mib": mib, "type": "compute"} for pid, mib in sorted(self.holders.items())
+            ]
+        return [gpu]
+
+    def close(self) -> None:
+        pass
+
+
+@contextmanager
+def agent_with(gpu: GpuStandIn) -> Iterator[Agent]:
+    agent = Agent(use_pynvml=False, discover_health=False, process_interval_s=0.0, full_sweep_every=3)
+    agent._backend = gpu  # the stand-in replaces whatever backend this machine offered
+    try:
+        yield agent
+    finally:
+        agent.close()
+
+
+def procs_by_pid(snapshot: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {p["pid"]: p for p in snapshot["processes"]}
+
+
+@pytest.fixture(autouse=True)
+def _children_files() -> None:
+    assert children_file_supported(), "this kernel lacks /proc/<pid>/task/<tid>/children"
+
+
+def test_scan_trees_reads_the_same_tree_as_the_whole_table() -> None:
+    with script(TREE, ["root", "A", "G"]) as tree:
+        whole = scan_proc()
+        part = scan_trees([tree.pids["A"]])
+        root = tree_root(tree.pids["A"], whole)
+        assert tree_root(tree.pids["A"], part) == root
+        expected = tree_members([root], whole) - {tree.pids["G"]}  # G: a group member, not a descendant
+        assert expected <= set(part), sorted(expected - set(part))
+        for pid in expected:
+            assert (part[pid].ppid, part[pid].start_ticks) == (whole[pid].ppid, whole[pid].start_ticks)
+        # Known pids are read too, so a double-forked group member found by a full sweep stays listed.
+        assert tree.pids["G"] in scan_trees([tree.pids["A"]], [tree.pids["G"]])
+
+
+def test_a_partial_sample_lists_what_the_full_one_listed() -> None:
+    gpu = GpuStandIn()
+    with script(TREE, ["root", "A", "G"]) as tree, agent_with(gpu) as agent:
+        gpu.holders[tree.pids["A"]] = 1000
+        full = agent.sample()
+        assert agent.last_sweep_full is True
+        partial = agent.sample()
+        assert agent.last_sweep_full is False
+        before, after = procs_by_pid(full), procs_by_pid(partial)
+        assert {tree.pids[r] for r in ("root", "A", "G")} <= set(before)
+        assert set(after) == set(before), (sorted(set(before) - set(after)), sorted(set(after) - set(before)))
+        for pid, proc in before.items():
+            assert {f: after[pid][f] for f in FIELDS} == {f: proc[f] for f in FIELDS}, pid
+        assert after[tree.pids["A"]]["gpu_memory_mib"] == {"0": 1000}
+        assert partial["processes_time"] > full["processes_time"]
+
+
+def test_a_partial_sample_sees_new_children_and_zombies_below_a_gpu_process(tmp_path: Path) -> None:
+    gpu = GpuStandIn()
+    trigger, report = tmp_path / "go", tmp_path / "children.json"
+    with script(LATE_CHILDREN, ["holder"], argv_extra=[str(trigger), str(report)]) as late, \
+            agent_with(gpu) as agent:
+        holder = late.pids["holder"]
+        gpu.holders[holder] = 2000
+        agent.sample()
+        assert agent.last_sweep_full is True
+        trigger.touch()
+        wait_for(report.exists, "the late children")
+        children = json.loads(report.read_text())
+        wait_for(lambda: state_of(children["zombie"]) == "Z", "the zombie")
+        snapshot = agent.sample()
+        assert agent.last_sweep_full is False
+        procs = procs_by_pid(snapshot)
+        assert procs[children["zombie"]]["state"] == "Z"
+        assert procs[children["zombie"]]["ppid"] == holder
+        assert procs[children["sleeper"]]["ppid"] == holder
+        assert procs[holder]["gpu_memory_mib"] == {"0": 2000}
+
+
+def test_a_zombie_outside_every_gpu_tree_is_listed_by_the_next_full_sweep_at_the_latest() -> None:
+    gpu = GpuStandIn()
+    with script(TREE, ["root", "A", "G"]) as tree, agent_with(gpu) as agent:
+        gpu.holders[tree.pids["A"]] = 1000
+        agent.sample()
+        with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker:
+            zombie = maker.pids["zombie"]
+            wait_for(lambda: state_of(zombie) == "Z", "the zombie")
+            # A forced sample is always a full sweep: the `sample` command never misses it.
+            forced = procs_by_pid(agent.sample(force_processes=True))
+            assert agent.last_sweep_full is True
+            assert forced[zombie]["state"] == "Z"
+            assert maker.pids["parent"] in forced  # its parent, the one a kill would target
+            # Once listed, partial samples keep re-reading it.
+            partial = procs_by_pid(agent.sample())
+            assert agent.last_sweep_full is False
+            assert partial[zombie]["state"] == "Z"
+        with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker:
+            zombie = maker.pids["zombie"]
+            wait_for(lambda: state_of(zombie) == "Z", "the zombie")
+            sweeps = []
+            for _ in range(agent.full_sweep_every):
+                listed = procs_by_pid(agent.sample())
+                sweeps.append(agent.last_sweep_full)
+                if agent.last_sweep_full:
+                    assert listed[zombie]["state"] == "Z"
+            assert True in sweeps, "no full sweep within full_sweep_every process samples"
+
+
+def test_memory_nobody_accounts_for_always_gets_a_full_sweep_and_the_device_scan() -> None:
+    gpu = GpuStandIn()
+    with script(TREE, ["root", "A", "G"]) as tree, agent_with(gpu) as agent:
+        gpu.holders[tree.pids["A"]] = 1000
+        agent.sample()
+        gpu.unaccounted_mib = 4096
+        for _ in range(agent.full_sweep_every):
+            snapshot = agent.sample()
+            assert agent.last_sweep_full is True
+            assert isinstance(snapshot["device_holders"], list)
+
+
+def test_full_sweeps_only_without_children_files() -> None:
+    gpu = GpuStandIn()
+    with script(TREE, ["root", "A", "G"]) as tree, agent_with(gpu) as agent:
+        gpu.holders[tree.pids["A"]] = 1000
+        agent._children_file = False  # a kernel built without CONFIG_PROC_CHILDREN
+        for _ in range(agent.full_sweep_every + 1):
+            agent.sample()
+            assert agent.last_sweep_full is True
+
+
+def test_full_sweep_every_one_means_always() -> None:
+    gpu = GpuStandIn()
+    agent = Agent(use_pynvml=False, discover_health=False, process_interval_s=0.0, full_sweep_every=1)
+    agent._backend = gpu
+    try:
+        for _ in range(3):
+            agent.sample()
+            assert agent.last_sweep_full is True
+    finally:
+        agent.close()
