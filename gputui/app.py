@@ -76,6 +76,9 @@ POLL_SLICE_S = 0.1
 NEXT_SNAPSHOT_WAIT_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
 """Deadline of one agent command (a kill waits this plus its escalation delay)."""
+HOSTS_REDRAW_S = 0.25
+"""The host bar and the overview are redrawn at most this often: with many hosts, redrawing them on every
+snapshot of every host costs O(hosts²) per second."""
 FAST_MEMORY_INTERVAL_S = 0.2
 FAST_PROCESS_INTERVAL_S = 0.5
 """Sampling while a clean-slate check watches memory drain; the normal intervals come back after it."""
@@ -123,6 +126,8 @@ class HostState:
     history_time: float | None = None
     tagged: set[int] = field(default_factory=set)
     check: CleanCheck | None = None
+    confirming: bool = False
+    """A fresh full sample is on its way to confirm a clean memory sample before the receipt is shown."""
     health_history: HealthHistory = field(default_factory=HealthHistory)
     halted: bool = False
     """The last error cannot be fixed by retrying (auth, host key, bad target): the worker waits for ``r``."""
@@ -212,14 +217,40 @@ class GpuTuiApp(App[int]):
     ]
 
     class HostSnapshotReady(Message):
-        """A host's worker analysed a new snapshot."""
+        """A host has a new analysed snapshot.
 
-        def __init__(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
+        The workers post it without a snapshot: the newest one waits in the app's inbox (one per host), so a
+        slow UI never queues more than one message per host and always shows the latest data.
+        """
+
+        def __init__(self, target: str, snapshot: HostSnapshot | None = None, forced: bool = False) -> None:
             super().__init__()
             self.target = target
             self.snapshot = snapshot
+            """The snapshot itself, or None: take the newest from the inbox."""
             self.forced = forced
             """Asked for by the user (refresh): shown even while paused."""
+
+    class CleanConfirmed(Message):
+        """The fresh full sample taken to confirm a clean memory sample came back (or could not be taken)."""
+
+        def __init__(
+            self,
+            target: str,
+            started_s: float,
+            clean_seen_s: float,
+            snapshot: HostSnapshot | None,
+            error: str,
+        ) -> None:
+            super().__init__()
+            self.target = target
+            self.started_s = started_s
+            """Which check asked (its ``started_s``): an answer to an older check is dropped."""
+            self.clean_seen_s = clean_seen_s
+            """App-clock seconds at which the clean memory sample arrived: the receipt's time."""
+            self.snapshot = snapshot
+            """The analysed fresh sample, None when it could not be taken (``error`` says why)."""
+            self.error = error
 
     class HostFailed(Message):
         """A host's link broke or could not be opened; the worker retries unless ``retrying`` is False."""
@@ -300,6 +331,14 @@ class GpuTuiApp(App[int]):
         self._retry_cap_s = retry_cap_s
         make_baselines = baselines_for or (lambda _target: Baselines())
         self.hosts: list[HostState] = [HostState(t, make_baselines(t)) for t in targets]
+        self._hosts_by_target: dict[str, HostState] = {}
+        for host in self.hosts:
+            self._hosts_by_target.setdefault(host.target, host)
+        self._inbox: dict[str, tuple[HostSnapshot, bool]] = {}
+        """The newest undelivered snapshot of each host (and whether it was forced), written by workers."""
+        self._inbox_lock = threading.Lock()
+        self._hosts_dirty = False
+        """A host-bar/overview redraw is scheduled (see ``HOSTS_REDRAW_S``)."""
         self.active_index = 0
         self.paused = False
         self.sort_mode = SORT_MODES[0]
@@ -374,10 +413,7 @@ class GpuTuiApp(App[int]):
         return self.hosts[self.active_index]
 
     def _host(self, target: str) -> HostState | None:
-        for host in self.hosts:
-            if host.target == target:
-                return host
-        return None
+        return self._hosts_by_target.get(target)
 
     def _stale_after_s(self) -> float:
         return max(3.0 * self._memory_interval_s, 3.0)
@@ -397,28 +433,48 @@ class GpuTuiApp(App[int]):
         return HostStatus(host.target, state, age_s, host.error, host.snapshot, halted=host.halted)
 
     def _show_hosts(self) -> None:
+        """Redraw the host bar and overview soon: many snapshots within ``HOSTS_REDRAW_S`` cost one redraw."""
+        if self._hosts_dirty:
+            return
+        self._hosts_dirty = True
+        self.set_timer(HOSTS_REDRAW_S, self._flush_hosts)
+
+    def _flush_hosts(self) -> None:
+        if not self._hosts_dirty:
+            return  # redrawn meanwhile (a host switch, the tick)
+        self._show_hosts_now_safe()
+
+    def _show_hosts_now_safe(self) -> None:
         try:
             self._show_hosts_now()
         except NoMatches:  # the screen is being torn down (quitting): nothing to show
             pass
 
     def _show_hosts_now(self) -> None:
+        self._hosts_dirty = False
         statuses = [self.host_status(h) for h in self.hosts]
         self._main(HostBar).show(statuses, self.active_index, self.paused)
         self._main(HostsOverview).show(statuses, self.active_index)
 
-    def _show_active(self) -> None:
-        """Redraw every panel from the shown host's latest snapshot."""
+    def _show_active(self, hosts_now: bool = True) -> None:
+        """Redraw every panel from the shown host's latest snapshot.
+
+        Args:
+            hosts_now: Redraw the host bar and overview now (a key was pressed), else soon (new data).
+        """
         try:
-            self._show_active_now()
+            self._show_active_now(hosts_now)
         except NoMatches:  # the screen is being torn down (quitting): nothing to show
             pass
 
-    def _show_active_now(self) -> None:
+    def _show_active_now(self, hosts_now: bool = True) -> None:
         host = self.active
         snapshot = host.snapshot
         with self.batch_update():
-            self._show_hosts()
+            if hosts_now:
+                self._show_hosts_now()
+            else:
+                self._show_hosts()
             gpus = self._main(GpuPanel)
             procs = self._main(ProcessTable)
             title = visible(host.target, 40)
@@ -481,7 +537,7 @@ class GpuTuiApp(App[int]):
                     severity="error",
                     title="clean slate",
                 )
-        self._show_hosts()
+        self._show_hosts_now_safe()
         host = self.active
         if host.check is not None and host.check.finished_s is None:
             # The progress line counts seconds even when no new sample came in.
@@ -504,16 +560,36 @@ class GpuTuiApp(App[int]):
 
     # -- messages from workers -------------------------------------------------------------------------
 
+    def _deliver(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
+        """Hand a worker's snapshot to the UI (any thread): the newest replaces one not yet shown.
+
+        A message is posted only when the host had nothing waiting, so the queue holds at most one
+        ``HostSnapshotReady`` per host however far the UI falls behind.
+        """
+        with self._inbox_lock:
+            waiting = self._inbox.get(target)
+            self._inbox[target] = (snapshot, forced or (waiting is not None and waiting[1]))
+        if waiting is None:
+            self.post_message(self.HostSnapshotReady(target, None, forced))
+
     def on_gpu_tui_app_host_snapshot_ready(self, message: HostSnapshotReady) -> None:
         host = self._host(message.target)
         if host is None:
             return
-        if self.paused and not message.forced:
-            host.pending = message.snapshot
+        if message.snapshot is not None:
+            snapshot, forced = message.snapshot, message.forced
+        else:
+            with self._inbox_lock:
+                entry = self._inbox.pop(message.target, None)
+            if entry is None:
+                return
+            snapshot, forced = entry
+        if self.paused and not forced:
+            host.pending = snapshot
             host.last_ok_s = self._clock()
             host.error = None
             return
-        self._apply_snapshot(host, message.snapshot)
+        self._apply_snapshot(host, snapshot)
 
     def _apply_snapshot(self, host: HostState, snapshot: HostSnapshot) -> None:
         previous = host.snapshot
@@ -550,20 +626,45 @@ class GpuTuiApp(App[int]):
         if (
             check is not None
             and check.finished_s is None
+            and not host.confirming
             and snapshot.verdict is not None
             and snapshot.verdict.clean
         ):
-            now_s = self._clock()
-            host.check = CleanCheck(check.started_s, now_s, clean=True)
-            self._configure(host.target, self._memory_interval_s, self._process_interval_s)
-            self._notify(
-                f"{visible(host.target, 40)}: CLEAN ✓ {snapshot.verdict.gpus_at_baseline}/"
-                f"{len(snapshot.verdict.gpus)} GPUs at baseline at {clock_time(now_s)}"
-                f" (took {duration(now_s - check.started_s)})",
-                title="clean slate",
-            )
+            # This sample's process list may be up to a process interval old: a process that started
+            # holding memory since then would not be in it. Only a fresh full sample that agrees makes
+            # the receipt; its time stays the time this clean memory sample arrived.
+            host.confirming = True
+            self._confirm_clean(host.target, check.started_s, self._clock(), snapshot.time)
         if host is self.active:
-            self._show_active()
+            self._show_active(hosts_now=False)
+        else:
+            self._show_hosts()
+
+    def on_gpu_tui_app_clean_confirmed(self, message: CleanConfirmed) -> None:
+        host = self._host(message.target)
+        if host is None:
+            return
+        check = host.check
+        if check is None or check.started_s != message.started_s:
+            return  # an answer to a check that was replaced
+        host.confirming = False
+        if check.finished_s is not None:
+            return  # the deadline passed meanwhile: its receipt stands
+        verdict = None if message.snapshot is None else message.snapshot.verdict
+        if verdict is None or not verdict.clean:
+            # Not confirmed: the check keeps watching; the next clean memory sample asks again.
+            return
+        clean_s = message.clean_seen_s
+        host.check = CleanCheck(check.started_s, clean_s, clean=True)
+        self._configure(host.target, self._memory_interval_s, self._process_interval_s)
+        self._notify(
+            f"{visible(host.target, 40)}: CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at"
+            f" baseline at {clock_time(clean_s)} (memory sample, confirmed by a full sample;"
+            f" took {duration(clean_s - check.started_s)})",
+            title="clean slate",
+        )
+        if host is self.active:
+            self._show_active(hosts_now=False)
         else:
             self._show_hosts()
 
@@ -726,7 +827,7 @@ class GpuTuiApp(App[int]):
                     if snapshot is None:
                         continue
                     analysed = analyze(snapshot, host.baselines, now=snapshot.time)
-                    self.post_message(self.HostSnapshotReady(target, analysed))
+                    self._deliver(target, analysed)
                     backoff.reset()
             except _Stopping:
                 break
@@ -777,15 +878,45 @@ class GpuTuiApp(App[int]):
         try:
             result = self._bounded(lambda: link.request({"cmd": "sample"}, REQUEST_TIMEOUT_S))
             snapshot = HostSnapshot.from_dict(result["snapshot"])
-            self.post_message(
-                self.HostSnapshotReady(
-                    target, analyze(snapshot, host.baselines, now=snapshot.time), forced=True
-                )
-            )
+            self._deliver(target, analyze(snapshot, host.baselines, now=snapshot.time), forced=True)
         except _Stopping:
             return
         except (LinkError, KeyError, TypeError, ValueError) as exc:
             self.post_message(self.HostFailed(target, f"{target}: refresh failed: {exc}"))
+
+    @work(thread=True, exit_on_error=False, group="requests")
+    def _confirm_clean(
+        self, target: str, started_s: float, clean_seen_s: float, memory_time: float | None
+    ) -> None:
+        """Take a fresh full sample (processes listed now) and analyse it, as ``gputui check --wait`` does.
+
+        Args:
+            target: The host whose check saw a clean memory sample.
+            started_s: The check's ``started_s`` (identifies it).
+            clean_seen_s: App-clock seconds at which the clean memory sample arrived.
+            memory_time: The clean memory sample's own time (host epoch seconds): the fresh sample's
+                process list must not be older than it.
+        """
+        host = self._host(target)
+        link = None if host is None else host.link
+        snapshot: HostSnapshot | None = None
+        error = ""
+        if host is None or link is None:
+            error = "the host is not connected"
+        else:
+            try:
+                result = self._bounded(lambda: link.request({"cmd": "sample"}, REQUEST_TIMEOUT_S))
+                fresh = HostSnapshot.from_dict(result["snapshot"])
+                listed_s = fresh.processes_time
+                if listed_s is None or (memory_time is not None and listed_s < memory_time):
+                    error = "the confirming sample's process list is older than the clean memory sample"
+                else:
+                    snapshot = analyze(fresh, host.baselines, now=fresh.time)
+            except _Stopping:
+                return
+            except (LinkError, KeyError, TypeError, ValueError) as exc:
+                error = str(exc) or type(exc).__name__
+        self.post_message(self.CleanConfirmed(target, started_s, clean_seen_s, snapshot, error))
 
     @work(thread=True, exit_on_error=False, group="requests")
     def _configure(self, target: str, memory_interval_s: float, process_interval_s: float) -> None:
@@ -939,6 +1070,7 @@ class GpuTuiApp(App[int]):
 
     def _start_check(self, host: HostState) -> None:
         host.check = CleanCheck(started_s=self._clock())
+        host.confirming = False  # an answer for an earlier check is dropped by its started_s
         self._configure(host.target, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
         if host is self.active:
             self._show_active()

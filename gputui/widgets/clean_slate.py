@@ -18,7 +18,8 @@ class CleanCheck:
 
     Attributes:
         started_s: Epoch seconds (the app's clock) at which it started.
-        finished_s: Epoch seconds at which every GPU was first seen at baseline, or the deadline passed.
+        finished_s: Epoch seconds at which the clean memory sample that a fresh full sample then confirmed
+            arrived, or at which the deadline passed.
         clean: The outcome once finished: True clean, False deadline passed first; None while running.
     """
 
@@ -41,7 +42,18 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
     if check is not None and check.finished_s is not None and check.clean and verdict.clean:
         line = Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
         took_s = check.finished_s - check.started_s
-        line.append(f" · verified {clock_time(check.finished_s)} · took {duration(took_s)}", style="green")
+        # The time is the clean memory sample's; a fresh full sample (processes listed then) confirmed it.
+        line.append(
+            f" · at {clock_time(check.finished_s)} (memory sample), verified by a full sample"
+            f" · took {duration(took_s)}",
+            style="green",
+        )
+        return line
+    if verdict.clean and check is not None and check.finished_s is None:
+        # A clean memory sample is not the receipt: a fresh full sample has to agree first.
+        line = Text(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
+        waited = duration(max(0.0, now_s - check.started_s))
+        line.append(f" · {waited} · confirming with a full sample", style="yellow")
         return line
     if verdict.clean:
         return Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
