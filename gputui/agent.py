@@ -231,14 +231,14 @@ def read_cmdline(pid: int) -> Optional[List[str]]:
 
 def read_real_uid(pid: int) -> Optional[int]:
     """The real uid of a process (the ``Uid:`` line of /proc/<pid>/status), as psutil reports it."""
+    data = _read_small("/proc/%d/status" % pid)
+    at = -1 if data is None else data.find(b"\nUid:")
+    if data is None or at < 0:
+        return None
     try:
-        with open("/proc/%d/status" % pid, "rb") as fh:
-            for line in fh:
-                if line.startswith(b"Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return int(data[at + 5 : data.find(b"\n", at + 5)].split()[0])
+    except (ValueError, IndexError):
+        return None
 
 
 def read_boot_id() -> Optional[str]:
@@ -507,7 +507,7 @@ class _ProcDetails(object):
             return None
         if uid not in self._users:
             try:
-                self._users[uid] = pwd.getpwuid(uid).pw_name
+                self._users[uid] = _clean(pwd.getpwuid(uid).pw_name)
             except (KeyError, OverflowError):
                 self._users[uid] = str(uid)
         return self._users[uid]
@@ -515,40 +515,30 @@ class _ProcDetails(object):
     def details(self, stat: ProcStat, now: float) -> Dict[str, Any]:
         """uid, user, cmdline and rss_kib of one process (None for what could not be read)."""
         uid = None  # type: Optional[int]
-        user = None  # type: Optional[str]
         cmdline = None  # type: Optional[List[str]]
-        rss_kib = None  # type: Optional[int]
         key = (stat.pid, stat.start_ticks)
         cached = self._cmdlines.get(key)
         if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
             cmdline = cached[1]
+        # The rss of the stat line just read (psutil's memory_info reads the same counter from statm), and
+        # user names from the cached pwd lookup (psutil's username() looks the name up on every call).
+        rss_kib = stat.rss_pages * (_PAGE_SIZE // 1024)
         if self.use_psutil:
             try:
                 proc = _psutil.Process(stat.pid)
-                with proc.oneshot():
-                    uid = proc.uids().real
+                uid = proc.uids().real
+                if cmdline is None:
                     try:
-                        user = _clean(proc.username())
-                    except (KeyError, _psutil.Error):
-                        user = None
-                    if cmdline is None:
-                        try:
-                            cmdline = [_clean(a) or "" for a in proc.cmdline()]
-                        except _psutil.ZombieProcess:
-                            cmdline = []
-                    try:
-                        rss_kib = proc.memory_info().rss // 1024
-                    except _psutil.Error:
-                        rss_kib = None
+                        cmdline = [_clean(a) or "" for a in proc.cmdline()]
+                    except _psutil.ZombieProcess:
+                        cmdline = []
             except _psutil.Error:
                 pass
         else:
             uid = read_real_uid(stat.pid)
             if cmdline is None:
                 cmdline = read_cmdline(stat.pid)
-            rss_kib = stat.rss_pages * (_PAGE_SIZE // 1024)
-        if user is None:
-            user = self.user_name(uid)
+        user = self.user_name(uid)
         if cmdline is not None and (cached is None or cached[1] is not cmdline):
             self._cmdlines[key] = (now, cmdline)
         return {"uid": uid, "user": user, "cmdline": cmdline or [], "rss_kib": rss_kib}
@@ -2380,7 +2370,7 @@ class Agent(object):
         self._processes_time = None  # type: Optional[float]
         self._processes_mono = -1e18
         self.full_sweep_every = max(1, int(full_sweep_every))
-        self._partial_sweeps_left = 0
+        self._partial_sweeps_done = 1 << 30  # process samples since the last full sweep: none yet
         self._children_file = children_file_supported()
         self.last_sweep_full = None  # type: Optional[bool]
         self.last_sample_mono = None  # type: Optional[float]
@@ -2495,19 +2485,19 @@ class Agent(object):
         """
         full = (
             full
-            or self._partial_sweeps_left <= 0
+            or self._partial_sweeps_done >= self.full_sweep_every - 1
             or not self._children_file
             or self._ghost_suspected(gpus)
         )
         if full:
             table = scan_proc()
-            self._partial_sweeps_left = self.full_sweep_every - 1
+            self._partial_sweeps_done = 0
         else:
             gpu_pids = set()  # type: Set[int]
             for gpu in gpus:
                 gpu_pids.update(proc["pid"] for proc in gpu.get("processes") or [] if proc["pid"] > 0)
             table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self._processes])
-            self._partial_sweeps_left -= 1
+            self._partial_sweeps_done += 1
         self.last_sweep_full = full
         gpu_mib = {}  # type: Dict[int, Dict[int, int]]
         self._gpu_processes = {}
