@@ -10,6 +10,9 @@ the processes they started.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +20,16 @@ from typing import Any
 
 import pytest
 
-from gputui.agent import Agent, children_file_supported, scan_proc, scan_trees, tree_members, tree_root
+from gputui.agent import (
+    Agent,
+    StatFds,
+    children_file_supported,
+    read_stat,
+    scan_proc,
+    scan_trees,
+    tree_members,
+    tree_root,
+)
 from tests.integration._procs import TREE, ZOMBIE_MAKER, script, state_of, wait_for
 
 # The GPU process forks a zombie and a sleeping child only once the test creates the trigger file, so both
@@ -102,7 +114,16 @@ def test_scan_trees_reads_the_same_tree_as_the_whole_table() -> None:
         part = scan_trees([tree.pids["A"]])
         root = tree_root(tree.pids["A"], whole)
         assert tree_root(tree.pids["A"], part) == root
-        expected = tree_members([root], whole) - {tree.pids["G"]}  # G: a group member, not a descendant
+        members = tree_members([root], whole)
+        assert {tree.pids[r] for r in ("root", "A", "G")} <= members
+        # The script's session (G: a group member, not a descendant) and the chain above it: the rest of
+        # the subtree (this test run's neighbours) may change between the two scans.
+        expected = {pid for pid in members if whole[pid].session == tree.pid} - {tree.pids["G"]}
+        pid = whole[tree.pids["root"]].ppid
+        while pid in whole and pid in members:
+            expected.add(pid)
+            pid = whole[pid].ppid
+        assert os.getpid() in expected
         assert expected <= set(part), sorted(expected - set(part))
         for pid in expected:
             assert (part[pid].ppid, part[pid].start_ticks) == (whole[pid].ppid, whole[pid].start_ticks)
@@ -119,10 +140,19 @@ def test_a_partial_sample_lists_what_the_full_one_listed() -> None:
         partial = agent.sample()
         assert agent.last_sweep_full is False
         before, after = procs_by_pid(full), procs_by_pid(partial)
-        assert {tree.pids[r] for r in ("root", "A", "G")} <= set(before)
-        assert set(after) == set(before), (sorted(set(before) - set(after)), sorted(set(after) - set(before)))
-        for pid, proc in before.items():
-            assert {f: after[pid][f] for f in FIELDS} == {f: proc[f] for f in FIELDS}, pid
+        # The script's own session and the chain above it; the rest of the tree root's subtree (this test
+        # run's neighbours) may change between the two samples.
+        session = {pid for pid, proc in before.items() if proc["sid"] == tree.pid}
+        assert session == {tree.pids[r] for r in ("root", "A", "G")}
+        chain, pid = [], before[tree.pids["root"]]["ppid"]
+        while pid in before:
+            chain.append(pid)
+            pid = before[pid]["ppid"]
+        assert os.getpid() in chain
+        for pid in session | set(chain):
+            assert pid in after, pid
+            assert {f: after[pid][f] for f in FIELDS} == {f: before[pid][f] for f in FIELDS}, pid
+        assert {pid for pid, proc in after.items() if proc["sid"] == tree.pid} == session
         assert after[tree.pids["A"]]["gpu_memory_mib"] == {"0": 1000}
         assert partial["processes_time"] > full["processes_time"]
 
@@ -210,3 +240,70 @@ def test_full_sweep_every_one_means_always() -> None:
             assert agent.last_sweep_full is True
     finally:
         agent.close()
+
+
+def open_fd_targets() -> set[str]:
+    targets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets.add(os.readlink("/proc/self/fd/" + fd))
+        except OSError:
+            pass
+    return targets
+
+
+def test_kept_stat_fds_read_what_a_fresh_scan_reads_and_close_when_the_process_is_gone() -> None:
+    reader = StatFds(max_fds=100000)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        first = reader.scan()
+        assert child.pid in first
+        assert f"/proc/{child.pid}/stat" in open_fd_targets()
+        again = reader.scan()
+        for pid in (os.getpid(), child.pid):
+            fresh = read_stat(pid)
+            assert fresh is not None
+            kept = again[pid]
+            assert (kept.name, kept.ppid, kept.pgrp, kept.start_ticks) == (
+                fresh.name, fresh.ppid, fresh.pgrp, fresh.start_ticks)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.pid not in reader.scan()
+    assert f"/proc/{child.pid}/stat" not in open_fd_targets()
+    reader.close()
+    assert reader.open_count == 0
+    assert not any(t.startswith("/proc/") and t.endswith("/stat") for t in open_fd_targets())
+
+
+def test_a_kept_fd_of_a_reaped_process_never_stands_for_a_new_process_with_that_pid() -> None:
+    """Simulates pid reuse: the fd kept for a pid belongs to a reaped process; the pid's file is reopened."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    stale = os.open(f"/proc/{child.pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    child.wait()
+    reader = StatFds(max_fds=100000)
+    reader._fds[str(os.getpid())] = stale  # as if our pid had belonged to the reaped child before
+    try:
+        table = reader.scan()
+        mine = read_stat(os.getpid())
+        assert mine is not None
+        assert table[os.getpid()].start_ticks == mine.start_ticks
+        assert f"/proc/{os.getpid()}/stat" in open_fd_targets()
+    finally:
+        reader.close()
+
+
+def test_without_an_fd_budget_the_scan_is_still_complete() -> None:
+    reader = StatFds(max_fds=0)
+    table = reader.scan()
+    assert reader.open_count == 0
+    assert {os.getpid(), os.getppid()} <= set(table)
+    assert set(scan_proc()) & set(table) >= {os.getpid(), 1}
+
+
+def test_closing_the_agent_closes_its_stat_fds() -> None:
+    gpu = GpuStandIn()
+    with agent_with(gpu) as agent:
+        agent.sample(force_processes=True)
+        assert f"/proc/{os.getpid()}/stat" in open_fd_targets()
+    assert f"/proc/{os.getpid()}/stat" not in open_fd_targets()
