@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 COMMAND_MAX_CHARS = 400
 """A 100 KB argv is cut here: the row stays one line and the table stays fast."""
 SORT_MODES = ("tree", "gpu", "pid")
+_RowCache = dict[str, tuple[tuple[object, ...], tuple[Text, ...]]]
+"""Row key → (the values a row's cells were built from, the cells)."""
 """tree: as the processes descend from each other; gpu: most GPU memory first; pid: ascending."""
 
 # The table has no cell padding (a 120-column screen needs every cell for the command): each column's text
@@ -68,6 +70,8 @@ class ProcessTable(DataTable[Text]):
         self._compact = False
         self._row_keys: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
+        self._row_cache: _RowCache = {}
+        """Per row key: the values its cells were built from, and those cells (reused while they match)."""
         self._column_keys: tuple[str, ...] = ()
 
     def on_mount(self) -> None:
@@ -82,6 +86,7 @@ class ProcessTable(DataTable[Text]):
         self._column_keys = tuple(key for key, _, _ in spec)
         self._row_keys = []
         self._cells = {}
+        self._row_cache = {}
 
     @property
     def compact(self) -> bool:
@@ -104,6 +109,32 @@ class ProcessTable(DataTable[Text]):
             return False
         self.move_cursor(row=index)
         return True
+
+    def _cached_cells(
+        self, node: ProcNode, depth: int, tagged: bool, cache: _RowCache
+    ) -> tuple[str, tuple[Text, ...]]:
+        """The row's key and cells; the previous cells object when nothing that feeds them changed."""
+        proc = node.proc
+        key = str(proc.pid)
+        inputs: tuple[object, ...] = (
+            proc.start_ticks,
+            depth,
+            tagged,
+            self._compact,
+            proc.state,
+            proc.user,
+            tuple(sorted(proc.gpu_memory_mib.items())),
+            node.subtree_total_mib,
+            proc.name,
+            proc.cmdline,
+        )
+        cached = self._row_cache.get(key)
+        if cached is not None and cached[0] == inputs:
+            cache[key] = cached
+            return key, cached[1]
+        cells = self._cells_for(node, depth, tagged)
+        cache[key] = (inputs, cells)
+        return key, cells
 
     def _cells_for(self, node: ProcNode, depth: int, tagged: bool) -> tuple[Text, ...]:
         proc = node.proc
@@ -167,14 +198,15 @@ class ProcessTable(DataTable[Text]):
             chosen.sort(key=lambda n: (-n.subtree_total_mib, -n.proc.gpu_total_mib, n.proc.pid))
         elif sort_mode == "pid":
             chosen.sort(key=lambda n: n.proc.pid)
-        rows = [
-            (str(n.proc.pid), self._cells_for(n, 0 if flat else n.depth, n.proc.pid in tagged))
-            for n in chosen
-        ]
+        cache: _RowCache = {}
+        rows = [self._cached_cells(n, 0 if flat else n.depth, n.proc.pid in tagged, cache) for n in chosen]
+        self._row_cache = cache  # rows no longer shown drop out
         keys = [key for key, _ in rows]
         if keys == self._row_keys:
             for key, cells in rows:
                 old = self._cells.get(key)
+                if old is cells:
+                    continue  # built from the same values: no cell to touch
                 for column, (new_cell, old_cell) in zip(
                     self._column_keys, zip(cells, old or cells, strict=True), strict=True
                 ):
