@@ -2517,8 +2517,11 @@ class Agent(object):
             if want_processes:
                 self._processes_mono = now_mono
                 self._sample_processes(gpus, now, full=force_processes)
-                # Returns at once: the launcher scan of /proc runs on the prober's own thread.
-                self._health.update_discovered()
+                if self.last_sweep_full:
+                    # Returns at once: the launcher scan of /proc runs on the prober's own thread. It reads
+                    # every pid's cmdline (as costly as a full sweep), so it runs with the full sweeps only:
+                    # a new launcher is found within full_sweep_every process intervals.
+                    self._health.update_discovered()
             for gpu in gpus:
                 if "processes" not in gpu:
                     gpu["processes"] = [dict(p) for p in self._gpu_processes.get(gpu["index"], [])]
