@@ -16,7 +16,6 @@ import select
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -516,13 +515,27 @@ OTHER_UID = 65534  # nobody
 
 
 def _shared_copy(fake_nvml: Any) -> tuple[Path, Path]:
-    """The fake library and state file where an unprivileged uid can read them (pytest's tmp is 0700)."""
+    """The fake library, the code and a state file where an unprivileged uid can read them.
+
+    pytest's tmp is 0700, and so may be the checkout and its virtualenv (a clone under a private home or a
+    mktemp directory): gputui, pynvml and psutil are copied next to the library, readable by everyone.
+    """
     import shutil
     import tempfile
+
+    import psutil
+    import pynvml
 
     shared = Path(tempfile.mkdtemp(prefix="gputui-shared-"))
     shared.chmod(0o755)
     shutil.copy2(Path(fake_nvml.lib_dir) / "libnvidia-ml.so.1", shared / "libnvidia-ml.so.1")
+    code = shared / "py"
+    no_cache = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "gputui", code / "gputui", ignore=no_cache)
+    shutil.copy2(pynvml.__file__, code / "pynvml.py")
+    shutil.copytree(Path(psutil.__file__).parent, code / "psutil", ignore=no_cache)
+    for path in [code, *code.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     (shared / "state").mkdir(mode=0o777)
     (shared / "state").chmod(0o777)
     return shared, shared / "fakenvml.state"
@@ -555,14 +568,14 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
             "LD_LIBRARY_PATH": str(shared),
             "FAKE_NVML_STATE": str(state_path),
             "XDG_STATE_HOME": str(shared / "state"),
-            # The venv's pure-Python pynvml and psutil (built for this same Python minor version).
-            "PYTHONPATH": f"{REPO}{os.pathsep}{sysconfig.get_paths()['purelib']}",
+            # Copies of gputui, pynvml and psutil (built for this same Python minor version).
+            "PYTHONPATH": str(shared / "py"),
             "USER": "root",  # misleading on purpose: the audit must name the real uid's user
         }
         cli = subprocess.run(
             [SYSTEM_PYTHON, "-m", "gputui.cli", "kill", "--yes", "--json", "--no-discover",
              str(foreign.pid), str(own.pid)],
-            cwd=REPO, env=env, user=CLI_UID, group=CLI_UID, extra_groups=[], capture_output=True, text=True,
+            cwd="/", env=env, user=CLI_UID, group=CLI_UID, extra_groups=[], capture_output=True, text=True,
             timeout=90, check=False,
         )
         assert cli.stdout, cli.stderr
