@@ -235,12 +235,14 @@ class StatFds(object):
     kernel's cost of a sweep. An fd stays bound to the process it was opened for: once that process is
     reaped the read fails (ESRCH), even if its pid was reused meanwhile, and the pid's file is opened anew.
     Not thread-safe: one owner, under its own lock (the agent's sampling). Beyond ``max_fds`` open files
-    the rest are read with open/read/close.
+    the rest are read with open/read/close. A stat line that is byte for byte the one read last time (an
+    idle process: most of a host) is not parsed again.
     """
 
     def __init__(self, max_fds: Optional[int] = None) -> None:
         self.max_fds = _fd_budget() if max_fds is None else max(0, int(max_fds))
         self._fds = {}  # type: Dict[str, int]
+        self._parsed = {}  # type: Dict[str, Tuple[bytes, ProcStat]]
 
     @property
     def open_count(self) -> int:
@@ -253,7 +255,7 @@ class StatFds(object):
             names = os.listdir("/proc")
         except OSError:
             return table
-        fds = self._fds
+        fds, parsed = self._fds, self._parsed
         listed = set()  # type: Set[str]
         for name in names:
             if not name.isdigit():
@@ -289,14 +291,22 @@ class StatFds(object):
                 data = _read_small(path)
                 if data is None:
                     continue
+            last = parsed.get(name)
+            if last is not None and last[0] == data:
+                table[last[1].pid] = last[1]
+                continue
             stat = parse_stat(int(name), data)
             if stat is not None:
                 table[stat.pid] = stat
+                parsed[name] = (data, stat)
         for name in [n for n in fds if n not in listed]:
             os.close(fds.pop(name))
+        for name in [n for n in parsed if n not in listed]:
+            del parsed[name]
         return table
 
     def close(self) -> None:
+        self._parsed = {}
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             try:

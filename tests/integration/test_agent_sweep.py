@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -307,3 +308,23 @@ def test_closing_the_agent_closes_its_stat_fds() -> None:
         agent.sample(force_processes=True)
         assert f"/proc/{os.getpid()}/stat" in open_fd_targets()
     assert f"/proc/{os.getpid()}/stat" not in open_fd_targets()
+
+
+def test_a_kept_fd_reports_a_state_change_of_an_otherwise_idle_process() -> None:
+    """Unchanged stat lines are not parsed again; a changed one (here: stopped, then continued) always is."""
+    reader = StatFds(max_fds=100000)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_for(lambda: state_of(child.pid) == "S", "the child asleep")
+        assert reader.scan()[child.pid].state == "S"
+        assert reader.scan()[child.pid].state == "S"
+        os.kill(child.pid, signal.SIGSTOP)  # our own child
+        wait_for(lambda: state_of(child.pid) == "T", "the child stopped")
+        assert reader.scan()[child.pid].state == "T"
+        os.kill(child.pid, signal.SIGCONT)
+        wait_for(lambda: state_of(child.pid) == "S", "the child asleep again")
+        assert reader.scan()[child.pid].state == "S"
+    finally:
+        child.kill()
+        child.wait()
+        reader.close()
