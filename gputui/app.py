@@ -344,6 +344,9 @@ class GpuTuiApp(App[int]):
         self.sort_mode = SORT_MODES[0]
         self.filter_text = ""
         self._stopping = threading.Event()
+        self._calls_lock = threading.Lock()
+        self._waiting_calls: set[threading.Event] = set()
+        """The events of the link calls workers wait on in ``_bounded``; quitting sets them all."""
         self._narrow = False
         self._executor: ThreadPoolExecutor | None = None
         self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
@@ -687,7 +690,7 @@ class GpuTuiApp(App[int]):
         if host is self.active and host.snapshot is None:
             self._show_active()
         else:
-            self._show_hosts()
+            self._show_hosts_now_safe()  # errors are rare (retries back off): shown at once
 
     def _ask_host_key(self, target: str, error: UnknownHostKey) -> None:
         """Offer to accept an unknown host key; a changed or revoked key never gets here."""
@@ -791,10 +794,20 @@ class GpuTuiApp(App[int]):
             finally:
                 done.set()
 
-        threading.Thread(target=run, name="gputui-link-call", daemon=True).start()
-        while not done.wait(POLL_SLICE_S):
+        # Quitting sets every waiting call's event (``_shutdown_links``), so the wait needs no polling:
+        # with 64 hosts, waking every POLL_SLICE_S cost hundreds of wake-ups a second.
+        with self._calls_lock:
             if self._stopping.is_set():
                 raise _Stopping
+            self._waiting_calls.add(done)
+        try:
+            threading.Thread(target=run, name="gputui-link-call", daemon=True).start()
+            done.wait()
+        finally:
+            with self._calls_lock:
+                self._waiting_calls.discard(done)
+        if "value" not in box and "error" not in box:
+            raise _Stopping  # woken by quitting, the call has not finished
         if "error" in box:
             raise box["error"]
         return box["value"]
@@ -969,7 +982,11 @@ class GpuTuiApp(App[int]):
     def _shutdown_links(self) -> None:
         if self._stopping.is_set():
             return
-        self._stopping.set()
+        with self._calls_lock:
+            self._stopping.set()
+            waiting = list(self._waiting_calls)
+        for done in waiting:
+            done.set()  # the workers give up on their calls now
         for host in self.hosts:
             if host.link is not None:
                 self._close_quietly(host.link)
