@@ -216,7 +216,11 @@ def scan_proc() -> Dict[int, ProcStat]:
 
 
 def _fd_budget() -> int:
-    """How many /proc stat fds a ``StatFds`` may keep: a quarter of the soft fd limit, at most 4096."""
+    """How many /proc stat fds a ``StatFds`` may keep: half the soft fd limit, at most 4096.
+
+    The agent's other fds (NVML's device nodes, at most ``HEALTH_MAX_URLS`` probe sockets, its pipes) are
+    a few dozen, so half of a common soft limit of 1024 still leaves hundreds spare.
+    """
     try:
         import resource
 
@@ -225,7 +229,7 @@ def _fd_budget() -> int:
         return 0
     if soft == resource.RLIM_INFINITY:
         return 4096
-    return max(0, min(4096, soft // 4))
+    return max(0, min(4096, soft // 2))
 
 
 class StatFds(object):
