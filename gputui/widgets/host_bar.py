@@ -59,6 +59,9 @@ def status_text(status: HostStatus) -> Text:
 class HostBar(Static):
     """One line: ``1 gpu-node-07 ● live │ 2 gpu-node-08 ● stale 12 s``; the shown host is highlighted."""
 
+    _shown: Text | None = None
+    """The text shown now (None before the first ``show``)."""
+
     def show(self, statuses: Sequence[HostStatus], active_index: int, paused: bool = False) -> None:
         """Show every host's state; ``active_index`` is the one the panels show."""
         line = Text(no_wrap=True, overflow="ellipsis")
@@ -72,4 +75,7 @@ class HostBar(Static):
             line.append_text(status_text(status))
         if paused:
             line.append("  ⏸ PAUSED", style="bold yellow")
+        if line == self._shown:
+            return  # unchanged: skip the relayout and repaint (the app redraws this a few times a second)
+        self._shown = line
         self.update(line)
