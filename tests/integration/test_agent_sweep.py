@@ -136,6 +136,9 @@ def test_a_partial_sample_lists_what_the_full_one_listed() -> None:
     gpu = GpuStandIn()
     with script(TREE, ["root", "A", "G"]) as tree, agent_with(gpu) as agent:
         gpu.holders[tree.pids["A"]] = 1000
+        # The script reports its pids just before it goes to sleep: compare states only once it sleeps.
+        for role in ("root", "A", "G"):
+            wait_for(lambda pid=tree.pids[role]: state_of(pid) == "S", f"{role} asleep")
         full = agent.sample()
         assert agent.last_sweep_full is True
         partial = agent.sample()
