@@ -39,7 +39,7 @@ from gputui.actions import (
     parse_outcomes,
     plan_kill,
 )
-from gputui.analysis import Baselines, ProcNode, analyze, build_forest, flatten
+from gputui.analysis import Baselines, ProcNode, analyze, build_forest, flatten, memory_at_baseline
 from gputui.health_view import UP, HealthHistory, health_transitions
 from gputui.model import HostSnapshot
 from gputui.screens.confirm_kill import ConfirmKillScreen
@@ -630,12 +630,11 @@ class GpuTuiApp(App[int]):
             check is not None
             and check.finished_s is None
             and not host.confirming
-            and snapshot.verdict is not None
-            and snapshot.verdict.clean
+            and memory_at_baseline(snapshot, host.baselines)
         ):
-            # This sample's process list may be up to a process interval old: a process that started
-            # holding memory since then would not be in it. Only a fresh full sample that agrees makes
-            # the receipt; its time stays the time this clean memory sample arrived.
+            # Memory alone decides when to look: this sample's process list may be up to a process interval
+            # old, in either direction. Only a fresh full sample whose verdict is clean makes the receipt;
+            # its time stays the time this clean memory sample arrived.
             host.confirming = True
             self._confirm_clean(host.target, check.started_s, self._clock(), snapshot.time)
         if host is self.active:
