@@ -163,12 +163,11 @@ async def _drain(args: argparse.Namespace) -> dict:
         apply_snapshot = app._apply_snapshot
 
         def timed_apply(host: Any, snapshot: Any, apply_snapshot: Any = apply_snapshot, lists: Any = lists) -> None:
-            # The moment the app itself marks the check clean (an instance attribute shadows the method).
+            # Process-list cadence, from the snapshots the app applies (an instance attribute shadows the
+            # method).
             if snapshot.processes_time is not None and (not lists or lists[-1][1] != snapshot.processes_time):
                 lists.append((time.monotonic(), snapshot.processes_time))
             apply_snapshot(host, snapshot)
-            if host.check is not None and host.check.clean and not clean_at:
-                clean_at.append(time.monotonic())
 
         app._apply_snapshot = timed_apply  # type: ignore[method-assign]
         async with app.run_test(size=(120, 40)) as pilot:
@@ -187,8 +186,14 @@ async def _drain(args: argparse.Namespace) -> dict:
             await pilot.pause(1.5)
             # The holder's server reaps at once: the fake driver frees memory when /proc/<pid> is gone.
             killed_at = group.kill(holder_pid)
+            # The receipt: the app marks the check clean once a fresh full sample confirmed the clean memory
+            # sample, so poll the check itself rather than the snapshots applied.
             deadline = time.monotonic() + 20
             while not clean_at and time.monotonic() < deadline:
+                check = app.hosts[0].check
+                if check is not None and check.clean:
+                    clean_at.append(time.monotonic())
+                    break
                 await pilot.pause(0.01)
             check_end = clean_at[0] if clean_at else time.monotonic()
             for (seen_a, a), (seen_b, b) in zip(lists, lists[1:], strict=False):
