@@ -767,7 +767,13 @@ def _as_str(value: Any) -> Optional[str]:
 
 
 class _NvmlBackend(object):
-    """GPU figures through pynvml, every call bounded by a per-device worker thread."""
+    """GPU figures through pynvml, every call bounded by a deadline.
+
+    All devices are queried one after another on one batch worker thread: one thread hand-off per sample,
+    which keeps a memory-only sample cheap. A device whose call overran the deadline is isolated: the
+    stuck batch thread becomes that device's own worker (it reports "NVML call timed out" until the call
+    returns) and a fresh batch thread serves the others, so one wedged GPU never blocks the rest.
+    """
 
     mode = "nvml"
 
@@ -777,7 +783,8 @@ class _NvmlBackend(object):
         self.driver_version = None  # type: Optional[str]
         self.cuda_driver_version = None  # type: Optional[str]
         self._system = _Worker("gputui-nvml-system")
-        self._workers = []  # type: List[_Worker]
+        self._batch = _Worker("gputui-nvml-batch")
+        self._workers = []  # type: List[Optional[_Worker]]
         self._handles = []  # type: List[Any]
         self._static = []  # type: List[Optional[Dict[str, Any]]]
         self._memory_v2 = []  # type: List[bool]
@@ -827,7 +834,8 @@ class _NvmlBackend(object):
         self.driver_version = driver
         self.cuda_driver_version = cuda
         self._handles = handles
-        self._workers = [_Worker("gputui-nvml-gpu%d" % i) for i in range(len(handles))]
+        # A device gets a worker of its own only once one of its calls overran (see the class docstring).
+        self._workers = [None] * len(handles)
         self._static = [None] * len(handles)
         self._memory_v2 = [True] * len(handles)
         self._initialized = True
@@ -932,15 +940,23 @@ class _NvmlBackend(object):
             if not self._initialized:
                 return []
         deadline = time.monotonic() + self.deadline_s
-        pending = []  # type: List[Tuple[int, Any]]
+        pending = {}  # type: Dict[int, Any]
+        batch_jobs = []  # type: List[Tuple[int, Callable[[], Any]]]
         for index, worker in enumerate(self._workers):
             want_static = self._static[index] is None or want_processes
+            job = self._device_job(index, want_static, want_processes)
+            if worker is None:
+                batch_jobs.append((index, job))
+                continue
             try:
-                pending.append((index, worker.submit(self._device_job(index, want_static, want_processes))))
+                pending[index] = worker.submit(job)
             except CallTimeout as exc:
-                pending.append((index, exc))
+                pending[index] = exc
+        if batch_jobs:
+            pending.update(self._run_batch(batch_jobs, deadline))
         gpus = []  # type: List[Dict[str, Any]]
-        for index, submitted in pending:
+        for index in range(len(self._workers)):
+            submitted = pending[index]
             gpu = {"index": index}  # type: Dict[str, Any]
             static = self._static[index]
             if static is not None:
@@ -948,7 +964,10 @@ class _NvmlBackend(object):
             try:
                 if isinstance(submitted, BaseException):
                     raise submitted
-                out = _Worker.result(submitted[0], submitted[1], deadline)
+                if isinstance(submitted, dict):
+                    out = submitted
+                else:
+                    out = _Worker.result(submitted[0], submitted[1], deadline)
             except Exception as exc:
                 gpu["error"] = nvml_error_text(exc)
                 if want_processes:
@@ -964,16 +983,75 @@ class _NvmlBackend(object):
             gpus.append(gpu)
         return gpus
 
+    def _run_batch(
+        self, jobs: List[Tuple[int, Callable[[], Any]]], deadline: float
+    ) -> Dict[int, Any]:
+        """Run device jobs one after another on the batch worker, each round bounded by a deadline.
+
+        A round that overruns isolates the device it is stuck in (see the class docstring); the devices
+        after it get a fresh round, so only the first overrun of each wedged device costs extra time.
+
+        Returns:
+            index -> the job's result dict, or the exception it raised (CallTimeout for a device whose call
+            overran or could not be started).
+        """
+        out = {}  # type: Dict[int, Any]
+        remaining = list(jobs)
+        while remaining:
+            results = {}  # type: Dict[int, Any]
+            progress = {"current": None, "cancelled": False}  # type: Dict[str, Any]
+
+            # Defaults bind this round's lists: a stuck round from before must not see the next one's.
+            def batch(todo=remaining, results=results, progress=progress):
+                for index, job in todo:
+                    if progress["cancelled"]:
+                        return
+                    progress["current"] = index
+                    try:
+                        results[index] = job()
+                    except Exception as exc:
+                        results[index] = exc
+                progress["current"] = None
+
+            try:
+                done, _box = self._batch.submit(batch)
+            except CallTimeout as exc:
+                out.update((index, exc) for index, _job in remaining)
+                break
+            finished = done.wait(max(0.0, deadline - time.monotonic()))
+            if not finished:
+                progress["cancelled"] = True
+            out.update(results)
+            if finished:
+                break
+            culprit = progress["current"]
+            if culprit is None or culprit in results:
+                self._batch.stop()  # it overran between calls: nothing is stuck, the rest waits a sample
+                self._batch = _Worker("gputui-nvml-batch")
+                break
+            # The batch thread is stuck inside this device's call: it becomes that device's worker.
+            self._workers[culprit] = self._batch
+            self._batch = _Worker("gputui-nvml-batch")
+            out[culprit] = CallTimeout()
+            remaining = [(index, job) for index, job in remaining if index not in out]
+            deadline = time.monotonic() + self.deadline_s
+        for index, _job in jobs:
+            out.setdefault(index, CallTimeout())
+        return out
+
     def close(self) -> None:
         nv = _pynvml
-        stuck = any(w.stuck for w in self._workers) or self._system.stuck
+        workers = [w for w in self._workers if w is not None] + [self._batch, self._system]
+        stuck = any(w.stuck for w in workers)
         if self._initialized and nv is not None and not stuck:
             try:
                 self._system.call(nv.nvmlShutdown, 1.0)
             except Exception:  # noqa: S110 - shutting down: nothing left to report to
                 pass
         for worker in self._workers:
-            worker.stop()
+            if worker is not None:
+                worker.stop()
+        self._batch.stop()
         self._system.stop()
         self._initialized = False
 

@@ -226,6 +226,27 @@ def test_hung_gpu_does_not_block_the_snapshot(fake_nvml: FakeNvml) -> None:
         agent.next_snapshot(timeout_s=NVML_BOUND_S)
 
 
+def test_a_gpu_that_hangs_mid_stream_is_isolated_and_the_others_keep_reporting(fake_nvml: FakeNvml) -> None:
+    # Devices are queried one after another on one thread; the first overrun isolates the wedged device
+    # and the devices after it still report in that same sample.
+    with agent_process(env=fake_nvml.env()) as agent:
+        assert [g.get("error") for g in agent.sample()["gpus"]] == [None] * 8
+        fake_nvml.state.gpus[2].hang_ms = 60_000
+        fake_nvml.write()
+        started = time.monotonic()
+        first = gpus_by_index(agent.sample(timeout_s=3 * NVML_BOUND_S))
+        first_s = time.monotonic() - started
+        assert first[2]["error"] == "NVML call timed out"
+        assert [first[i]["memory_used_mib"] for i in (0, 1, 3, 4, 5, 6, 7)] == [3] * 7
+        assert all(first[i].get("error") is None for i in (0, 1, 3, 4, 5, 6, 7))
+        started = time.monotonic()
+        second = gpus_by_index(agent.sample(timeout_s=NVML_BOUND_S))
+        # Still stuck: skipped at once instead of waited for again.
+        assert time.monotonic() - started < first_s
+        assert second[2]["error"] == "NVML call timed out"
+        assert [second[i]["memory_used_mib"] for i in (0, 1, 3, 4, 5, 6, 7)] == [3] * 7
+
+
 def test_memory_returns_to_baseline_after_the_holder_is_killed(fake_nvml: FakeNvml) -> None:
     with script(SLEEPER, ["sleeper"]) as sleeper, agent_process(env=fake_nvml.env()) as agent:
         pid = sleeper.pids["sleeper"]
