@@ -51,6 +51,7 @@ if not logging.getLogger("paramiko").handlers:
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 from gputui.model import PROTOCOL_VERSION, HostSnapshot
+from gputui.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.hostkeys import (
     ChangedHostKey,
@@ -139,8 +140,7 @@ def agent_command(source_len_bytes: int, options: LinkOptions) -> str:
 
 def _visible(text: str, limit: int = 160) -> str:
     """One safe line for an error message from remote bytes (control characters escaped, length capped)."""
-    cleaned = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return cleaned if len(cleaned) <= limit else cleaned[:limit] + "…"
+    return visible(text, limit)
 
 
 def _phase_error(target: str, what: str, exc: BaseException) -> LinkError:
