@@ -46,7 +46,7 @@ from gputui.screens.confirm_kill import ConfirmKillScreen
 from gputui.screens.help import HelpScreen
 from gputui.screens.host_key import HostKeyScreen
 from gputui.textsafe import visible
-from gputui.transports.base import HostLink, LinkError
+from gputui.transports.base import HostLink, LinkError, full_sample
 from gputui.transports.hostkeys import UnknownHostKey
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time
@@ -888,8 +888,7 @@ class GpuTuiApp(App[int]):
         if host is None or link is None:
             return
         try:
-            result = self._bounded(lambda: link.request({"cmd": "sample"}, REQUEST_TIMEOUT_S))
-            snapshot = HostSnapshot.from_dict(result["snapshot"])
+            snapshot = self._bounded(lambda: full_sample(link, target, REQUEST_TIMEOUT_S))
             self._deliver(target, analyze(snapshot, host.baselines, now=snapshot.time), forced=True)
         except _Stopping:
             return
@@ -917,8 +916,7 @@ class GpuTuiApp(App[int]):
             error = "the host is not connected"
         else:
             try:
-                result = self._bounded(lambda: link.request({"cmd": "sample"}, REQUEST_TIMEOUT_S))
-                fresh = HostSnapshot.from_dict(result["snapshot"])
+                fresh = self._bounded(lambda: full_sample(link, target, REQUEST_TIMEOUT_S))
                 listed_s = fresh.processes_time
                 if listed_s is None or (memory_time is not None and listed_s < memory_time):
                     error = "the confirming sample's process list is older than the clean memory sample"

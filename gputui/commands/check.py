@@ -25,7 +25,7 @@ from gputui.model import HostSnapshot, Verdict, snapshots_document
 from gputui.state import StateError, load_baselines, save_baselines
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible
-from gputui.transports.base import HostLink, LinkError
+from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -85,18 +85,6 @@ def resolve_baselines(
     return Baselines(
         default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
     )
-
-
-def full_sample(link: HostLink, target: str) -> HostSnapshot:
-    """One immediate full sample (processes included). Raises LinkError."""
-    result = link.request({"cmd": "sample"}, SAMPLE_TIMEOUT_S)
-    data = result.get("snapshot")
-    if not isinstance(data, dict):
-        raise LinkError(f"{target}: the agent answered without a snapshot")
-    try:
-        return HostSnapshot.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
 
 
 def _status(verdict: Verdict | None) -> int:

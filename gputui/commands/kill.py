@@ -27,11 +27,11 @@ from gputui.actions import (
     parse_outcomes,
     plan_kill,
 )
-from gputui.commands.check import full_sample, link_error_line, safe_streams
+from gputui.commands.check import link_error_line, safe_streams
 from gputui.state import StateError
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible, visible_cmdline
-from gputui.transports.base import LinkError
+from gputui.transports.base import LinkError, full_sample
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1

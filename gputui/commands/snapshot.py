@@ -9,11 +9,11 @@ import time
 from typing import Any, TextIO
 
 from gputui.analysis import analyze
-from gputui.commands.check import full_sample, link_error_line, resolve_baselines
+from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible, visible_cmdline
-from gputui.transports.base import HostLink, LinkError
+from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0
 EXIT_ERROR = 2

@@ -78,3 +78,19 @@ class HostLink(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release everything; must return promptly even when the host hangs."""
+
+
+def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSnapshot:
+    """One immediate full sample (a fresh process list included) through the agent's ``sample`` command.
+
+    Raises:
+        LinkError: the host could not be asked, or answered without a well-formed snapshot.
+    """
+    result = link.request({"cmd": "sample"}, timeout_s)
+    data = result.get("snapshot")
+    if not isinstance(data, dict):
+        raise LinkError(f"{target}: the agent answered without a snapshot")
+    try:
+        return HostSnapshot.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
