@@ -27,7 +27,6 @@ import json
 import math
 import os
 import pwd
-import queue
 import re
 import signal
 import socket
@@ -66,10 +65,19 @@ NVML_INIT_RETRY_S = 5.0
 GHOST_SLACK_MIB = 64
 """Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
 CMDLINE_CACHE_S = 10.0
+"""Cached cmdlines are re-read after this long: servers rename themselves (setproctitle) after start."""
 # Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
 # read only the GPU trees (see Agent._sample_processes for what they may miss, and for how long).
 FULL_SWEEP_EVERY = 3
-"""Cached cmdlines are re-read after this long: servers rename themselves (setproctitle) after start."""
+TELEMETRY_INTERVAL_S = 1.0
+"""Utilisation, temperature and power are read at most this often (and with every process list); memory,
+what a clean-slate check watches at up to 10 Hz, on every sample."""
+DRAIN_DROP_MIB = 8
+"""A GPU whose used memory fell by more than this since the last sample is draining."""
+DRAIN_WINDOW_S = 5.0
+"""After the last drop, how long process lists stay on the draining cadence."""
+DRAIN_PROCESS_INTERVAL_S = 0.5
+"""Seconds between process lists while a GPU drains (unless the configured interval is already shorter)."""
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
@@ -232,85 +240,146 @@ def _fd_budget() -> int:
     return max(0, min(4096, soft // 2))
 
 
-class StatFds(object):
-    """A full /proc sweep that keeps each /proc/<pid>/stat open between sweeps.
+def schedstat_gate_works() -> bool:
+    """Whether /proc/<pid>/schedstat tells when a process last ran (CONFIG_SCHED_INFO, switched on).
 
-    Re-reading an open stat file with ``pread`` skips the path lookup, open and close: about half of the
-    kernel's cost of a sweep. An fd stays bound to the process it was opened for: once that process is
-    reaped the read fails (ESRCH), even if its pid was reused meanwhile, and the pid's file is opened anew.
-    Not thread-safe: one owner, under its own lock (the agent's sampling). Beyond ``max_fds`` open files
-    the rest are read with open/read/close. A stat line that is byte for byte the one read last time (an
-    idle process: most of a host) is not parsed again.
+    Without it the file is missing or reads ``0 0 0`` even for this running process.
+    """
+    data = _read_small("/proc/self/schedstat")
+    if not data:
+        return False
+    fields = data.split()
+    return len(fields) >= 3 and fields[0] != b"0"
+
+
+class StatFds(object):
+    """A full /proc sweep that reads a process's stat line only when the process may have changed.
+
+    ``/proc/<pid>/stat`` is the costly file: the kernel formats ~50 fields per read (about 4 µs each).
+    ``/proc/<pid>/schedstat`` holds three numbers (time run, time waited, times scheduled in) and costs a
+    third of that. It is kept open per pid and re-read with ``pread``: a process whose schedstat is byte
+    for byte the last one has not been on a CPU since, and a process that has not run cannot have become
+    a zombie or entered D state (a task does both itself), changed its name, group or session. Such a
+    process keeps its last parsed stat. What can change without the process running is read anyway:
+    - a process last seen as Z or D (a zombie is reaped, a D-state sleeper woken, from outside);
+    - the parent pid, when the parent exits and the child is reparented: the children of every process
+      that vanished or turned zombie since the last sweep are read again;
+    - rss (reclaim): a caller that shows rss re-reads the processes it lists (``refresh``).
+    An fd stays bound to the process it was opened for: once that process is reaped the read fails
+    (ESRCH), even if its pid was reused meanwhile, and the pid is treated as new. Beyond ``max_fds`` open
+    files, and where schedstat says nothing (``schedstat_gate_works``), every stat line is read.
+    Not thread-safe: one owner, under its own lock (the agent's sampling).
     """
 
-    def __init__(self, max_fds: Optional[int] = None) -> None:
+    def __init__(self, max_fds: Optional[int] = None, gate: Optional[bool] = None) -> None:
         self.max_fds = _fd_budget() if max_fds is None else max(0, int(max_fds))
-        self._fds = {}  # type: Dict[str, int]
-        self._parsed = {}  # type: Dict[str, Tuple[bytes, ProcStat]]
+        self.gate = schedstat_gate_works() if gate is None else bool(gate)
+        self._fds = {}  # type: Dict[str, int]  # schedstat fds
+        self._gates = {}  # type: Dict[str, bytes]  # the schedstat line the cached stat was read after
+        self._parsed = {}  # type: Dict[str, ProcStat]
+        self.stat_reads = 0  # stat lines read by the last scan (the rest came from the cache)
+        self.from_cache = set()  # type: Set[int]  # pids the last scan did not read a stat line for
 
     @property
     def open_count(self) -> int:
         return len(self._fds)
 
+    def _forget(self, name: str) -> Optional[ProcStat]:
+        fd = self._fds.pop(name, None)
+        if fd is not None:
+            os.close(fd)
+        self._gates.pop(name, None)
+        return self._parsed.pop(name, None)
+
+    def _read(self, name: str, gate: Optional[bytes], table: Dict[int, ProcStat]) -> Optional[ProcStat]:
+        data = _read_small("/proc/" + name + "/stat")
+        stat = None if data is None else parse_stat(int(name), data)
+        self.stat_reads += 1
+        if stat is None:
+            self._forget(name)
+            table.pop(int(name), None)
+            return None
+        self._parsed[name] = stat
+        if gate is None:
+            self._gates.pop(name, None)
+        else:
+            self._gates[name] = gate
+        table[stat.pid] = stat
+        self.from_cache.discard(stat.pid)
+        return stat
+
     def scan(self) -> Dict[int, ProcStat]:
         """Every process on the host, as ``scan_proc`` returns it."""
         table = {}  # type: Dict[int, ProcStat]
+        self.stat_reads = 0
+        self.from_cache = set()
         try:
             names = os.listdir("/proc")
         except OSError:
             return table
-        fds, parsed = self._fds, self._parsed
-        listed = set()  # type: Set[str]
+        fds, gates, parsed = self._fds, self._gates, self._parsed
+        listed = set(names)
+        gone_parents = set()  # type: Set[int]  # whose children the kernel may have reparented
+        cached = self.from_cache
+        pread = os.pread
         for name in names:
-            if not name.isdigit():
-                continue
-            listed.add(name)
-            data = None  # type: Optional[bytes]
+            # The common case first and flat: an idle process, its fd kept, its schedstat unchanged.
             fd = fds.get(name)
+            gate = None  # type: Optional[bytes]
             if fd is not None:
                 try:
-                    data = os.pread(fd, _STAT_READ_BYTES, 0)
+                    gate = pread(fd, 256, 0)
                 except OSError:
-                    data = None
-                if not data:  # the process it was opened for is gone; the pid may be a new one's now
-                    del fds[name]
-                    os.close(fd)
-                    data = None
-            path = "/proc/" + name + "/stat"
-            if data is None and len(fds) < self.max_fds:
+                    gate = None
+                if gate and gate == gates.get(name):
+                    last = parsed[name]
+                    if last.state not in "ZD":
+                        table[last.pid] = last
+                        cached.add(last.pid)
+                        continue
+                elif not gate:  # the process it was opened for is gone; the pid may be a new one's now
+                    old = self._forget(name)
+                    if old is not None:
+                        gone_parents.add(old.pid)
+                    fd, gate = None, None
+            if fd is None and self.gate and len(fds) < self.max_fds and name.isdigit():
                 try:
-                    fd = os.open(path, _OPEN_FLAGS)
+                    fd = os.open("/proc/" + name + "/schedstat", _OPEN_FLAGS)
                 except OSError:
-                    continue
-                try:
-                    data = os.pread(fd, _STAT_READ_BYTES, 0)
-                except OSError:
-                    data = None
-                if data:
-                    fds[name] = fd
-                else:
-                    os.close(fd)
-                    continue
-            if data is None or len(data) >= _STAT_READ_BYTES:  # no fd to spare, or never: a huge line
-                data = _read_small(path)
-                if data is None:
-                    continue
-            last = parsed.get(name)
-            if last is not None and last[0] == data:
-                table[last[1].pid] = last[1]
+                    fd = None
+                if fd is not None:
+                    try:
+                        gate = pread(fd, 256, 0)
+                    except OSError:
+                        gate = None
+                    if gate:
+                        fds[name] = fd
+                    else:
+                        os.close(fd)
+                        gate = None
+            if fd is None and not name.isdigit():
                 continue
-            stat = parse_stat(int(name), data)
-            if stat is not None:
-                table[stat.pid] = stat
-                parsed[name] = (data, stat)
-        for name in [n for n in fds if n not in listed]:
-            os.close(fds.pop(name))
+            stat = self._read(name, gate, table)
+            if stat is not None and stat.state in "ZX":
+                gone_parents.add(stat.pid)
         for name in [n for n in parsed if n not in listed]:
-            del parsed[name]
+            old = self._forget(name)
+            if old is not None:
+                gone_parents.add(old.pid)
+        if gone_parents:
+            for pid in [p for p in self.from_cache if table[p].ppid in gone_parents]:
+                self._read(str(pid), gates.get(str(pid)), table)
         return table
+
+    def refresh(self, pids: Iterable[int], table: Dict[int, ProcStat]) -> None:
+        """Read the stat line of each of ``pids`` that the last scan took from its cache, into ``table``."""
+        for pid in [p for p in pids if p in self.from_cache]:
+            self._read(str(pid), self._gates.get(str(pid)), table)
 
     def close(self) -> None:
         self._parsed = {}
+        self._gates = {}
+        self.from_cache = set()
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             try:
@@ -560,11 +629,13 @@ def tree_members(roots: Iterable[int], table: Dict[int, ProcStat]) -> Set[int]:
     The same expansion as a tree kill: a double-forked grandchild whose middle parent died was reparented
     away and is tied to the tree only by its process group. Never expands through pid 0, 1 or 2.
     """
-    children = children_map(table)
+    children = {}  # type: Dict[int, List[int]]
     groups = {}  # type: Dict[int, List[int]]
     for stat in table.values():
-        if stat.pgrp != stat.pid:
-            groups.setdefault(stat.pgrp, []).append(stat.pid)
+        pid = stat.pid
+        children.setdefault(stat.ppid, []).append(pid)
+        if stat.pgrp != pid:
+            groups.setdefault(stat.pgrp, []).append(pid)
     members = set(pid for pid in roots if pid in table)
     stack = list(members)
     while stack:
@@ -604,7 +675,7 @@ class _ProcDetails(object):
     def __init__(self, use_psutil: bool) -> None:
         self.use_psutil = bool(use_psutil and _psutil is not None)
         self._users = {}  # type: Dict[int, Optional[str]]
-        self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, List[str]]]
+        self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, int, List[str]]]
 
     def user_name(self, uid: Optional[int]) -> Optional[str]:
         if uid is None:
@@ -617,35 +688,37 @@ class _ProcDetails(object):
         return self._users[uid]
 
     def details(self, stat: ProcStat, now: float) -> Dict[str, Any]:
-        """uid, user, cmdline and rss_kib of one process (None for what could not be read)."""
-        uid = None  # type: Optional[int]
-        cmdline = None  # type: Optional[List[str]]
-        key = (stat.pid, stat.start_ticks)
-        cached = self._cmdlines.get(key)
-        if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
-            cmdline = cached[1]
+        """uid, user, cmdline and rss_kib of one process (None for what could not be read).
+
+        The uid and cmdline of a process (pid + start ticks, so never another process's) are kept for
+        ``CMDLINE_CACHE_S``: a process changes either only by exec or setuid, and a listed process would
+        otherwise cost a status and a cmdline read (with psutil, a stat read more) on every sample.
+        """
         # The rss of the stat line just read (psutil's memory_info reads the same counter from statm), and
         # user names from the cached pwd lookup (psutil's username() looks the name up on every call).
         rss_kib = stat.rss_pages * (_PAGE_SIZE // 1024)
+        key = (stat.pid, stat.start_ticks)
+        cached = self._cmdlines.get(key)
+        if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
+            uid, cmdline = cached[1], cached[2]  # type: Optional[int], Optional[List[str]]
+            return {"uid": uid, "user": self.user_name(uid), "cmdline": cmdline, "rss_kib": rss_kib}
+        uid, cmdline = None, None
         if self.use_psutil:
             try:
                 proc = _psutil.Process(stat.pid)
                 uid = proc.uids().real
-                if cmdline is None:
-                    try:
-                        cmdline = [_clean(a) or "" for a in proc.cmdline()]
-                    except _psutil.ZombieProcess:
-                        cmdline = []
+                try:
+                    cmdline = [_clean(a) or "" for a in proc.cmdline()]
+                except _psutil.ZombieProcess:
+                    cmdline = []
             except _psutil.Error:
                 pass
         else:
             uid = read_real_uid(stat.pid)
-            if cmdline is None:
-                cmdline = read_cmdline(stat.pid)
-        user = self.user_name(uid)
-        if cmdline is not None and (cached is None or cached[1] is not cmdline):
-            self._cmdlines[key] = (now, cmdline)
-        return {"uid": uid, "user": user, "cmdline": cmdline or [], "rss_kib": rss_kib}
+            cmdline = read_cmdline(stat.pid)
+        if uid is not None and cmdline is not None:
+            self._cmdlines[key] = (now, uid, cmdline)
+        return {"uid": uid, "user": self.user_name(uid), "cmdline": cmdline or [], "rss_kib": rss_kib}
 
     def forget_except(self, live: Set[Tuple[int, int]]) -> None:
         for key in [k for k in self._cmdlines if k not in live]:
@@ -666,23 +739,55 @@ class CallTimeout(Exception):
     """A call did not finish within its deadline (it may still be running on its worker)."""
 
 
+class _Done(object):
+    """A one-shot "finished" flag a waiter can block on with a timeout: one raw lock, held until set.
+
+    Cheaper than ``threading.Event`` (a Condition and a lock per waiter) on a path taken every sample.
+    """
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+        self._lock.release()
+
+    def wait(self, timeout_s: float) -> bool:
+        if self._set:
+            return True
+        if self._lock.acquire(True, max(0.0, timeout_s)):
+            self._lock.release()  # later waits return at once too
+            return True
+        return self._set
+
+
 class _Worker(object):
-    """One daemon thread that runs calls for one device, so a hung call blocks only that device."""
+    """One daemon thread that runs calls for one device, so a hung call blocks only that device.
+
+    One job at a time (``submit`` refuses while a call runs), handed over through one raw lock.
+    """
 
     def __init__(self, name: str) -> None:
-        self._jobs = queue.Queue()  # type: queue.Queue
-        self._busy = threading.Event()
+        self._wake = threading.Lock()
+        self._wake.acquire()
+        self._job = None  # type: Optional[Tuple[Callable[[], Any], list, _Done]]
+        self._busy = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     @property
     def stuck(self) -> bool:
         """Whether an earlier call is still running (it timed out and has not returned yet)."""
-        return self._busy.is_set()
+        return self._busy
 
     def _run(self) -> None:
         while True:
-            job = self._jobs.get()
+            self._wake.acquire()
+            job, self._job = self._job, None
             if job is None:
                 return
             fn, box, done = job
@@ -691,27 +796,28 @@ class _Worker(object):
             except BaseException as exc:  # noqa: B036 - handed to the caller
                 box.append((False, exc))
             finally:
-                self._busy.clear()
+                self._busy = False
                 done.set()
 
-    def submit(self, fn: Callable[[], Any]) -> Tuple[threading.Event, list]:
-        """Start ``fn``; returns (done event, result box).
+    def submit(self, fn: Callable[[], Any]) -> Tuple[_Done, list]:
+        """Start ``fn``; returns (done flag, result box).
 
         Raises:
             CallTimeout: the worker is still stuck in an earlier call.
         """
-        if self._busy.is_set():
+        if self._busy:
             raise CallTimeout()
         box = []  # type: list
-        done = threading.Event()
-        self._busy.set()
-        self._jobs.put((fn, box, done))
+        done = _Done()
+        self._busy = True
+        self._job = (fn, box, done)
+        self._wake.release()
         return done, box
 
     @staticmethod
-    def result(done: threading.Event, box: list, deadline: float) -> Any:
+    def result(done: _Done, box: list, deadline: float) -> Any:
         """Wait until ``deadline`` (monotonic) for a submitted call; re-raises its exception."""
-        if not done.wait(max(0.0, deadline - time.monotonic())):
+        if not done.wait(deadline - time.monotonic()):
             raise CallTimeout()
         ok, value = box[0]
         if ok:
@@ -723,11 +829,12 @@ class _Worker(object):
         return self.result(done, box, time.monotonic() + timeout_s)
 
     def stop(self) -> None:
-        self._jobs.put(None)
-
-
-# ----------------------------------------------------------------------------------------------------
-# NVML backend
+        """Let the thread end: at once when idle, after its call when stuck in one."""
+        self._job = None
+        try:
+            self._wake.release()
+        except RuntimeError:  # already released: stop() twice
+            pass
 
 
 def nvml_error_text(exc: BaseException) -> str:
@@ -777,8 +884,11 @@ class _NvmlBackend(object):
 
     mode = "nvml"
 
-    def __init__(self, deadline_s: float = NVML_DEADLINE_S) -> None:
+    def __init__(
+        self, deadline_s: float = NVML_DEADLINE_S, telemetry_interval_s: float = TELEMETRY_INTERVAL_S
+    ) -> None:
         self.deadline_s = deadline_s
+        self.telemetry_interval_s = float(telemetry_interval_s)
         self.host_error = None  # type: Optional[str]
         self.driver_version = None  # type: Optional[str]
         self.cuda_driver_version = None  # type: Optional[str]
@@ -838,10 +948,12 @@ class _NvmlBackend(object):
         self._workers = [None] * len(handles)
         self._static = [None] * len(handles)
         self._memory_v2 = [True] * len(handles)
+        self._telemetry = [None] * len(handles)  # type: List[Optional[Dict[str, Any]]]
+        self._telemetry_mono = -1e18
         self._initialized = True
 
     def _device_job(
-        self, index: int, want_static: bool, want_processes: bool
+        self, index: int, want_static: bool, want_processes: bool, want_telemetry: bool = True
     ) -> Callable[[], Dict[str, Any]]:
         nv = _pynvml
         if nv is None:
@@ -886,14 +998,18 @@ class _NvmlBackend(object):
             out["memory_used_mib"] = int(memory.used) // MIB
             out["memory_total_mib"] = int(memory.total) // MIB
             out["memory_reserved_mib"] = reserved
-            rates = optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle))
-            out["utilization_pct"] = None if rates is None else int(rates.gpu)
-            out["memory_utilization_pct"] = None if rates is None else int(rates.memory)
-            out["temperature_c"] = optional(
-                lambda: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
-            )
-            power = optional(lambda: nv.nvmlDeviceGetPowerUsage(handle))
-            out["power_w"] = None if power is None else power / 1000.0
+            if want_telemetry:
+                rates = optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle))
+                temperature = optional(
+                    lambda: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
+                )
+                power = optional(lambda: nv.nvmlDeviceGetPowerUsage(handle))
+                out["telemetry"] = {
+                    "utilization_pct": None if rates is None else int(rates.gpu),
+                    "memory_utilization_pct": None if rates is None else int(rates.memory),
+                    "temperature_c": temperature,
+                    "power_w": None if power is None else power / 1000.0,
+                }
             if want_processes:
                 procs = []  # type: List[Dict[str, Any]]
                 for kind, getters in (
@@ -939,12 +1055,16 @@ class _NvmlBackend(object):
                 self._init()
             if not self._initialized:
                 return []
-        deadline = time.monotonic() + self.deadline_s
+        now_mono = time.monotonic()
+        deadline = now_mono + self.deadline_s
+        want_telemetry = want_processes or now_mono - self._telemetry_mono >= self.telemetry_interval_s
+        if want_telemetry:
+            self._telemetry_mono = now_mono
         pending = {}  # type: Dict[int, Any]
         batch_jobs = []  # type: List[Tuple[int, Callable[[], Any]]]
         for index, worker in enumerate(self._workers):
             want_static = self._static[index] is None or want_processes
-            job = self._device_job(index, want_static, want_processes)
+            job = self._device_job(index, want_static, want_processes, want_telemetry)
             if worker is None:
                 batch_jobs.append((index, job))
                 continue
@@ -979,6 +1099,9 @@ class _NvmlBackend(object):
                 if self._static[index] is None or static_new.get("uuid"):
                     self._static[index] = static_new
                 gpu.update(static_new)
+            if "telemetry" in out:
+                self._telemetry[index] = out.pop("telemetry")
+            gpu.update(self._telemetry[index] or {})
             gpu.update(out)
             gpus.append(gpu)
         return gpus
@@ -2500,7 +2623,9 @@ class Agent(object):
         target: The name the client uses for this host (echoed in every snapshot).
         read_only: Refuse every kill.
         memory_interval_s: Seconds between memory samples (the cheap part).
-        process_interval_s: Seconds between process samples (NVML process lists + the /proc walk).
+        process_interval_s: Seconds between process samples (NVML process lists + the /proc walk);
+            while a GPU drains (its used memory fell within ``DRAIN_WINDOW_S``), at most
+            ``DRAIN_PROCESS_INTERVAL_S`` (never below the memory interval).
         health_urls: Health endpoints to probe from this host (at most ``HEALTH_MAX_URLS``).
         discover_health: Also probe the /health URLs of sglang/vLLM launchers found in the process list.
         health_generate: Probe generating endpoints (``/health_generate``) too, at most every
@@ -2510,6 +2635,8 @@ class Agent(object):
         nvml_deadline_s: Seconds each device's NVML calls may take per sample.
         full_sweep_every: Read every pid's stat on every Nth process sample (1: always); forced samples
             always do.
+        telemetry_interval_s: Seconds between reads of utilisation, temperature and power (0: every
+            sample); memory is read on every sample.
 
     Raises:
         ValueError: One readable line: more than ``HEALTH_MAX_URLS`` health URLs, or one longer than
@@ -2529,6 +2656,7 @@ class Agent(object):
         use_pynvml: bool = True,
         nvml_deadline_s: float = NVML_DEADLINE_S,
         full_sweep_every: int = FULL_SWEEP_EVERY,
+        telemetry_interval_s: float = TELEMETRY_INTERVAL_S,
     ) -> None:
         # First, so that a bad health setting fails before any NVML thread or nvidia-smi is started.
         self._health = HealthProber(health_urls, discover=discover_health, generate=bool(health_generate))
@@ -2557,8 +2685,10 @@ class Agent(object):
         self._stat_fds = StatFds()
         self.last_sweep_full = None  # type: Optional[bool]
         self.last_sample_mono = None  # type: Optional[float]
+        self._last_used_mib = {}  # type: Dict[Any, int]
+        self._draining_until_mono = -1e18
         if use_pynvml and _pynvml is not None:
-            self._backend = _NvmlBackend(nvml_deadline_s)  # type: Any
+            self._backend = _NvmlBackend(nvml_deadline_s, telemetry_interval_s)  # type: Any
         else:
             smi = _which("nvidia-smi")
             if smi is not None:
@@ -2602,8 +2732,11 @@ class Agent(object):
         """
         with self._lock:
             now_mono = time.monotonic()
-            want_processes = force_processes or now_mono - self._processes_mono >= self.process_interval_s
+            want_processes = force_processes or now_mono - self._processes_mono >= self._process_interval_now(
+                now_mono
+            )
             gpus = self._backend.poll(want_processes)
+            self._note_drain(gpus, now_mono)
             now = time.time()
             self.last_sample_mono = time.monotonic()
             if want_processes:
@@ -2636,6 +2769,28 @@ class Agent(object):
                 "health": self._health.samples(),
                 "verdict": None,
             }
+
+    def _process_interval_now(self, now_mono: float) -> float:
+        """The process interval, shortened while some GPU drains: who still holds memory matters then."""
+        if now_mono < self._draining_until_mono:
+            return min(self.process_interval_s, max(self.memory_interval_s, DRAIN_PROCESS_INTERVAL_S))
+        return self.process_interval_s
+
+    def _note_drain(self, gpus: List[Dict[str, Any]], now_mono: float) -> None:
+        used = {}  # type: Dict[Any, int]
+        for gpu in gpus:
+            mib = gpu.get("memory_used_mib")
+            if isinstance(mib, int):
+                used[gpu.get("uuid") or gpu.get("index")] = mib
+                before = self._last_used_mib.get(gpu.get("uuid") or gpu.get("index"))
+                if before is not None and before - mib > DRAIN_DROP_MIB:
+                    self._draining_until_mono = now_mono + DRAIN_WINDOW_S
+        self._last_used_mib = used
+
+    @property
+    def draining(self) -> bool:
+        """Whether some GPU's memory fell within the last ``DRAIN_WINDOW_S`` (process lists come faster)."""
+        return time.monotonic() < self._draining_until_mono
 
     def error_snapshot(self, error: str) -> Dict[str, Any]:
         """A snapshot that carries only this host's identity and an error."""
@@ -2708,6 +2863,9 @@ class Agent(object):
                 interesting.add(stat.pid)
         for pid in list(interesting):
             interesting.update(a for a in ancestors_of(pid, table) if a in table)
+        if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
+            self._stat_fds.refresh(interesting, table)
+            interesting &= set(table)
 
         processes = []  # type: List[Dict[str, Any]]
         live_keys = set()  # type: Set[Tuple[int, int]]
@@ -3311,6 +3469,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--process-interval", type=float, default=3.0, help="process sample interval, seconds"
     )
     parser.add_argument(
+        "--telemetry-interval",
+        type=float,
+        default=TELEMETRY_INTERVAL_S,
+        help="seconds between utilisation/temperature/power reads (0: every sample)",
+    )
+    parser.add_argument(
         "--health", action="append", default=[], metavar="URL", help="health URL to probe (repeatable)"
     )
     parser.add_argument(
@@ -3335,6 +3499,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if _finite_positive(getattr(args, name)) is None:
             sys.stderr.write("gputui-agent: --%s must be a positive number\n" % name.replace("_", "-"))
             return 2
+    if not (_finite_positive(args.telemetry_interval) is not None or args.telemetry_interval == 0):
+        sys.stderr.write("gputui-agent: --telemetry-interval must be 0 or a positive number\n")
+        return 2
     try:
         agent = Agent(
             target=args.target,
@@ -3346,6 +3513,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             health_generate=args.health_generate,
             use_psutil=not args.no_psutil,
             use_pynvml=not args.no_pynvml,
+            telemetry_interval_s=args.telemetry_interval,
         )
     except ValueError as exc:
         sys.stderr.write("gputui-agent: %s\n" % exc)

@@ -130,11 +130,27 @@ def work_agent(args: argparse.Namespace) -> dict:
 
         mem_result = _timed_loop(memory_only, args.samples * 4, warmup=3)
         last_mem = mem_snapshots[-1]
+
+        # The sample the agent takes every second at rest: memory plus utilisation/temperature/power.
+        backend = agent._backend
+        telemetry_result = None
+        if hasattr(backend, "telemetry_interval_s"):
+            backend.telemetry_interval_s = 0.0
+            telemetry_result = _timed_loop(memory_only, args.samples * 4, warmup=3)
+            backend.telemetry_interval_s = 1.0
+
+        # Process samples on the agent's own schedule: whole-host sweeps every Nth, GPU trees between.
+        agent.process_interval_s = 0.0
+        interval_result = _timed_loop(memory_only, args.samples, warmup=3)
+        agent.process_interval_s = 1e9
         counter.armed = False
         return {
             "mode": hello.get("mode"),
             "full": full_result,
             "memory": mem_result,
+            "memory_telemetry": telemetry_result,
+            "interval_process": interval_result,
+            "full_sweep_every": getattr(agent, "full_sweep_every", None),
             # The memory-only loop must not have refreshed the process list (else it measured full samples).
             "memory_only_refreshed_processes": last_mem.get("processes_time") != processes_time_full,
             "processes_listed": len(last_full.get("processes") or ()),

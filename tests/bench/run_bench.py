@@ -385,6 +385,15 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
             report.add(sec, "gputui agent: memory-only sample", mem_ms, "CPU ms/sample",
                        compare=f"{mem_ratio:.3f}x full", target="<=1/10 of full",
                        verdict="FAIL" if refreshed else verdict(mem_ratio <= TARGET_MEMORY_VS_FULL))
+            if all(r.get("memory_telemetry") for r in agent):
+                tel_ms = median([r["memory_telemetry"]["cpu_ms"] for r in agent])
+                report.add(sec, "  memory + telemetry sample (each 1 s one)", tel_ms, "CPU ms/sample",
+                           compare=f"{tel_ms / full_ms:.3f}x full; util/temp/power read too")
+            if all(r.get("interval_process") for r in agent):
+                every = first.get("full_sweep_every")
+                report.add(sec, "  process sample on the agent's schedule", median(
+                    [r["interval_process"]["cpu_ms"] for r in agent]), "CPU ms/sample",
+                    compare=f"a whole-host sweep every {every}, GPU trees between")
             if refreshed:
                 report.note(sec, "memory-only loop refreshed the process list (processes_time changed): "
                                  "the agent does not keep process lists apart from memory samples")

@@ -9,6 +9,7 @@ the processes they started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,7 +32,7 @@ from gputui.agent import (
     tree_members,
     tree_root,
 )
-from tests.integration._procs import TREE, ZOMBIE_MAKER, script, state_of, wait_for
+from tests.integration._procs import CHAIN, TREE, ZOMBIE_MAKER, script, state_of, wait_for
 
 # The GPU process forks a zombie and a sleeping child only once the test creates the trigger file, so both
 # appear after the agent's full sweep. Their pids go to a second file.
@@ -256,13 +257,13 @@ def open_fd_targets() -> set[str]:
     return targets
 
 
-def test_kept_stat_fds_read_what_a_fresh_scan_reads_and_close_when_the_process_is_gone() -> None:
+def test_kept_schedstat_fds_read_what_a_fresh_scan_reads_and_close_when_the_process_is_gone() -> None:
     reader = StatFds(max_fds=100000)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
         first = reader.scan()
         assert child.pid in first
-        assert f"/proc/{child.pid}/stat" in open_fd_targets()
+        assert f"/proc/{child.pid}/schedstat" in open_fd_targets()
         again = reader.scan()
         for pid in (os.getpid(), child.pid):
             fresh = read_stat(pid)
@@ -274,25 +275,89 @@ def test_kept_stat_fds_read_what_a_fresh_scan_reads_and_close_when_the_process_i
         child.kill()
         child.wait()
     assert child.pid not in reader.scan()
-    assert f"/proc/{child.pid}/stat" not in open_fd_targets()
+    assert f"/proc/{child.pid}/schedstat" not in open_fd_targets()
     reader.close()
     assert reader.open_count == 0
-    assert not any(t.startswith("/proc/") and t.endswith("/stat") for t in open_fd_targets())
+    assert not any(t.startswith("/proc/") and t.endswith("/schedstat") for t in open_fd_targets())
 
 
 def test_a_kept_fd_of_a_reaped_process_never_stands_for_a_new_process_with_that_pid() -> None:
-    """Simulates pid reuse: the fd kept for a pid belongs to a reaped process; the pid's file is reopened."""
-    child = subprocess.Popen([sys.executable, "-c", ""])
-    stale = os.open(f"/proc/{child.pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    """Simulates pid reuse: the fd kept for a pid belongs to a reaped process; the pid is read anew."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    child_stat = read_stat(child.pid)
+    stale = os.open(f"/proc/{child.pid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+    gate = os.pread(stale, 256, 0)
     child.wait()
-    reader = StatFds(max_fds=100000)
-    reader._fds[str(os.getpid())] = stale  # as if our pid had belonged to the reaped child before
+    reader = StatFds(max_fds=100000, gate=True)
+    name = str(os.getpid())
+    # As if our pid had belonged to the reaped child before, with its stat line cached behind that fd.
+    assert child_stat is not None
+    reader._fds[name] = stale
+    reader._gates[name] = gate
+    reader._parsed[name] = child_stat
     try:
         table = reader.scan()
         mine = read_stat(os.getpid())
         assert mine is not None
-        assert table[os.getpid()].start_ticks == mine.start_ticks
-        assert f"/proc/{os.getpid()}/stat" in open_fd_targets()
+        assert table[os.getpid()].start_ticks == mine.start_ticks != child_stat.start_ticks
+        assert f"/proc/{os.getpid()}/schedstat" in open_fd_targets()
+    finally:
+        reader.close()
+
+
+def test_an_idle_process_is_not_read_again_until_it_runs_and_a_zombie_always_is() -> None:
+    """The schedstat gate: an unchanged process keeps its parsed line; exiting makes it run, so Z is seen."""
+    reader = StatFds(max_fds=100000)
+    assert reader.gate, "this kernel's /proc/<pid>/schedstat does not say when a process ran"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_for(lambda: state_of(child.pid) == "S", "the child asleep")
+        reader.scan()
+        assert child.pid not in reader.from_cache
+        table = reader.scan()
+        assert child.pid in reader.from_cache
+        assert table[child.pid].state == "S"
+        assert reader.stat_reads < len(table)
+        os.kill(child.pid, signal.SIGKILL)  # our own child, not reaped yet: a zombie
+        wait_for(lambda: state_of(child.pid) == "Z", "the child a zombie")
+        assert reader.scan()[child.pid].state == "Z"
+        assert child.pid not in reader.from_cache
+        reader.scan()
+        assert child.pid not in reader.from_cache  # a zombie is read every time: its reaping needs no run
+    finally:
+        child.kill()
+        child.wait()
+        reader.close()
+
+
+def test_a_child_reparented_while_it_sleeps_shows_its_new_parent() -> None:
+    """Reparenting changes the ppid of a process that does not run: a gone parent's children are re-read."""
+    reader = StatFds(max_fds=100000)
+    with script(CHAIN, ["root", "holder", "leaf"]) as chain, contextlib.closing(reader):
+        holder, leaf = chain.pids["holder"], chain.pids["leaf"]
+        wait_for(lambda: state_of(holder) == "S" and state_of(leaf) == "S", "the chain asleep")
+        reader.scan()
+        table = reader.scan()
+        assert holder in reader.from_cache
+        assert table[holder].ppid == chain.pid
+        os.kill(chain.pid, signal.SIGKILL)  # the root, our own child; reaped at once
+        chain.proc.wait(timeout=10)
+        wait_for(lambda: (read_stat(holder) or table[holder]).ppid != chain.pid, "the holder reparented")
+        table = reader.scan()
+        fresh = read_stat(holder)
+        assert fresh is not None
+        assert table[holder].ppid == fresh.ppid != chain.pid
+        assert table[leaf].ppid == holder
+
+
+def test_without_the_gate_every_stat_line_is_read() -> None:
+    reader = StatFds(max_fds=100000, gate=False)
+    try:
+        reader.scan()
+        table = reader.scan()
+        assert reader.stat_reads == len(table)
+        assert not reader.from_cache
+        assert reader.open_count == 0
     finally:
         reader.close()
 
@@ -309,8 +374,8 @@ def test_closing_the_agent_closes_its_stat_fds() -> None:
     gpu = GpuStandIn()
     with agent_with(gpu) as agent:
         agent.sample(force_processes=True)
-        assert f"/proc/{os.getpid()}/stat" in open_fd_targets()
-    assert f"/proc/{os.getpid()}/stat" not in open_fd_targets()
+        assert f"/proc/{os.getpid()}/schedstat" in open_fd_targets()
+    assert f"/proc/{os.getpid()}/schedstat" not in open_fd_targets()
 
 
 def test_a_kept_fd_reports_a_state_change_of_an_otherwise_idle_process() -> None:
@@ -331,3 +396,32 @@ def test_a_kept_fd_reports_a_state_change_of_an_otherwise_idle_process() -> None
         child.kill()
         child.wait()
         reader.close()
+
+
+def test_process_lists_come_faster_while_memory_drains_and_slow_down_after() -> None:
+    """Memory falling on a GPU shortens the process interval for DRAIN_WINDOW_S; steady memory restores it."""
+    from gputui import agent as agent_module
+
+    gpu = GpuStandIn()
+    gpu.holders = {os.getpid(): 4000}
+    agent = Agent(use_pynvml=False, discover_health=False, memory_interval_s=0.1, process_interval_s=60.0)
+    agent._backend = gpu
+    try:
+        first = agent.sample()
+        listed_at = first["processes_time"]
+        assert agent.sample()["processes_time"] == listed_at  # at rest: 60 s between lists
+        gpu.holders = {os.getpid(): 1000}  # 3000 MiB freed: draining
+        agent.sample()
+        assert agent.draining
+        agent._processes_mono -= agent_module.DRAIN_PROCESS_INTERVAL_S  # as if half a second had passed
+        assert agent.sample()["processes_time"] != listed_at
+        agent._draining_until_mono = 0.0  # the drain window is over
+        relisted_at = agent.sample(force_processes=True)["processes_time"]
+        agent._processes_mono -= agent_module.DRAIN_PROCESS_INTERVAL_S
+        assert agent.sample()["processes_time"] == relisted_at
+        assert not agent.draining
+        gpu.holders = {os.getpid(): 1000 - agent_module.DRAIN_DROP_MIB}  # a wobble, not a drain
+        agent.sample()
+        assert not agent.draining
+    finally:
+        agent.close()

@@ -346,6 +346,43 @@ def test_process_data_is_reused_between_process_samples(fake_nvml: FakeNvml) -> 
         assert [p["pid"] for p in gpus_by_index(again)[1]["processes"]] == [pid]
 
 
+def test_memory_samples_keep_the_last_telemetry_until_its_interval_or_a_process_sample(
+    fake_nvml: FakeNvml,
+) -> None:
+    """Utilisation, temperature and power are read on their own cadence; memory on every sample."""
+    fake_nvml.state.gpus[2].util_pct = 10
+    fake_nvml.write()
+    with agent_process("--telemetry-interval", "3600", env=fake_nvml.env()) as agent:
+        agent.result({"cmd": "configure", "memory_interval_s": 0.1, "process_interval_s": 3600})
+        assert gpus_by_index(agent.sample())[2]["utilization_pct"] == 10
+        fake_nvml.state.gpus[2].util_pct = 90
+        fake_nvml.state.gpus[2].baseline_mib = 100
+        fake_nvml.write()
+        deadline = time.monotonic() + 30
+        while gpus_by_index(snapshot := agent.next_snapshot())[2]["memory_used_mib"] != 100:
+            assert time.monotonic() < deadline, "memory figures did not follow the state file"
+        assert gpus_by_index(snapshot)[2]["utilization_pct"] == 10  # memory is fresh, telemetry is kept
+        assert gpus_by_index(snapshot)[2]["temperature_c"] is not None
+        assert gpus_by_index(agent.sample())[2]["utilization_pct"] == 90  # a process sample reads it all
+    with agent_process("--telemetry-interval", "0", env=fake_nvml.env()) as agent:
+        agent.result({"cmd": "configure", "memory_interval_s": 0.1, "process_interval_s": 3600})
+        agent.sample()
+        fake_nvml.state.gpus[2].util_pct = 33
+        fake_nvml.write()
+        deadline = time.monotonic() + 30
+        while gpus_by_index(agent.next_snapshot())[2]["utilization_pct"] != 33:
+            assert time.monotonic() < deadline, "telemetry did not follow the state file at interval 0"
+
+
+def test_a_bad_telemetry_interval_is_one_line_and_exit_2() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "gputui" / "agent.py"), "--telemetry-interval", "-1"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == "gputui-agent: --telemetry-interval must be 0 or a positive number\n"
+
+
 def test_calibrate_returns_used_memory_per_gpu_key(fake_nvml: FakeNvml) -> None:
     fake_nvml.state.gpus[7].baseline_mib = 5
     fake_nvml.write()
