@@ -97,7 +97,8 @@ class Gpu:
         return self.uuid or f"index:{self.index}"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Gpu:
+    def from_dict(cls, data: dict[str, Any], processes: tuple[GpuProcess, ...] | None = None) -> Gpu:
+        """``processes``: the list to use instead of the data's (a stream line that left it out)."""
         return cls(
             index=int(data["index"]),
             name=_opt_str(data.get("name")),
@@ -112,7 +113,11 @@ class Gpu:
             power_w=_opt_float(data.get("power_w")),
             power_limit_w=_opt_float(data.get("power_limit_w")),
             error=_opt_str(data.get("error")),
-            processes=tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ()),
+            processes=(
+                processes
+                if processes is not None
+                else tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ())
+            ),
         )
 
 
@@ -393,9 +398,28 @@ class HostSnapshot:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HostSnapshot:
+    def from_dict(cls, data: dict[str, Any], previous: HostSnapshot | None = None) -> HostSnapshot:
+        """The snapshot in ``data``.
+
+        A collector stream line may say ``"processes_same": true`` instead of repeating the process lists
+        (``processes`` and each GPU's) it sent with the same ``processes_time`` before; ``previous`` is the
+        snapshot parsed from the stream before it, whose lists are then taken over (the same objects).
+
+        Raises:
+            ValueError: ``processes_same`` without a ``previous`` taken at the same ``processes_time``.
+        """
         holders = data.get("device_holders")
         verdict = data.get("verdict")
+        if data.get("processes_same") is True:
+            listed_at = _opt_float(data.get("processes_time"))
+            if previous is None or listed_at is None or previous.processes_time != listed_at:
+                raise ValueError("process lists marked unchanged, but no earlier list from that time")
+            by_index = {gpu.index: gpu.processes for gpu in previous.gpus}
+            gpus = tuple(Gpu.from_dict(g, by_index.get(int(g["index"]), ())) for g in data.get("gpus") or ())
+            processes = previous.processes
+        else:
+            gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
+            processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
         return cls(
             target=str(data.get("target") or ""),
             hostname=_opt_str(data.get("hostname")),
@@ -408,8 +432,8 @@ class HostSnapshot:
             agent_version=_opt_str(data.get("agent_version")),
             agent_pid=_opt_int(data.get("agent_pid")),
             processes_time=_opt_float(data.get("processes_time")),
-            gpus=tuple(Gpu.from_dict(g) for g in data.get("gpus") or ()),
-            processes=tuple(Proc.from_dict(p) for p in data.get("processes") or ()),
+            gpus=gpus,
+            processes=processes,
             device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),

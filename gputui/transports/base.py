@@ -65,6 +65,9 @@ class HostLink(abc.ABC):
     def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
         """Block until the next snapshot is due and return it; None when ``timeout_s`` passed first.
 
+        Must return within about ``timeout_s`` however the host behaves, and at once when ``close()`` is
+        called from another thread: the app calls it directly from each host's worker.
+
         Raises LinkError when the link is broken.
         """
 

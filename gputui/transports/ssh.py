@@ -14,7 +14,7 @@ messages: a reader thread parses them into a short queue of the newest snapshots
 
 Every remote read has a deadline: connect, banner, handshake, auth, channel open and the agent's ``hello`` are
 bounded by the connect timeout; after that, a link that delivers no data for ``3 × memory_interval_s`` is
-broken (``next_snapshot`` raises "no data for 3.2 s") and transport keepalives keep NAT state alive. The
+broken (``next_snapshot`` raises "no data for 3.2 s"); its stream keeps NAT state alive. The
 caller shows the host stale and reopens it (``open()`` again on the same link) with ``reconnect.Backoff``.
 ``close()`` returns within 2 s even when the host hangs.
 
@@ -38,7 +38,6 @@ import socket
 import threading
 import time
 from collections import deque
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +75,13 @@ STALE_FACTOR = 3.0
 MIN_STALE_S = 1.0
 REDUCED_MIN_STALE_S = 10.0
 """The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
-READ_POLL_S = 0.2
+READ_POLL_S = 1.0
+"""How often an idle reader thread wakes to look for a closed link (close() also wakes it at once)."""
+TRANSPORT_POLL_S = 1.0
+"""paramiko's transport thread wakes this often on an idle socket (its default, 0.1 s, is ten wake-ups a
+second per host); set once the collector runs, so handshake deadlines keep paramiko's own granularity."""
+DEFAULT_KEEPALIVE_S = 15
+"""Transport keepalive without ServerAliveInterval: the collector's stream already keeps NAT state alive."""
 CLOSE_BUDGET_S = 1.5
 MAX_JUMP_DEPTH = 8
 RECV_CHUNK_BYTES = 256 * 1024
@@ -131,6 +136,7 @@ def agent_command(source_len_bytes: int, options: LinkOptions) -> str:
         "--process-interval",
         _number_arg(options.process_interval_s, "process interval"),
     ]
+    words.append("--elide-unchanged")
     if options.read_only:
         words.append("--read-only")
     if not options.discover_health:
@@ -270,7 +276,7 @@ class SshLink(HostLink):
         self.settings = settings
         timeout_s = self._timeout_s(settings)
         transport = self._connect(settings, None, 0)
-        keepalive_s = settings.server_alive_interval_s or self.options.memory_interval_s
+        keepalive_s = settings.server_alive_interval_s or DEFAULT_KEEPALIVE_S
         transport.set_keepalive(max(1, math.ceil(keepalive_s)))
 
         try:
@@ -280,6 +286,7 @@ class SshLink(HostLink):
                 raise
             hello = self._start_reduced(transport, generation, timeout_s)
         self._accept_hello(hello)
+        self._slow_transport_polls()
         if self.options.health_urls or self.options.health_generate:
             # URLs are user strings: they go as JSON data, never on the command line.
             try:
@@ -770,11 +777,16 @@ class SshLink(HostLink):
         if not have_hello:
             return "preamble"
         if kind == "snapshot":
+            data = message.get("snapshot")
             try:
-                snapshot = HostSnapshot.from_dict(message.get("snapshot") or {})
+                if not isinstance(data, dict):
+                    raise TypeError("not an object")
+                data["target"] = self.target
+                previous = self._stream_last if self._stream_generation == generation else None
+                snapshot = HostSnapshot.from_dict(data, previous)
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 return f"{self.target}: the collector sent a malformed snapshot: {_visible(str(exc))}"
-            snapshot = replace(snapshot, target=self.target)
+            self._stream_last, self._stream_generation = snapshot, generation
             with self._cond:
                 if generation == self._generation:
                     self._snapshots.append(snapshot)
@@ -788,6 +800,9 @@ class SshLink(HostLink):
         return None
 
     _hello_generation = -1
+    _stream_last: HostSnapshot | None = None
+    """The last snapshot parsed from the stream (only the reader thread of ``_stream_generation`` uses it)."""
+    _stream_generation = -1
 
     def _send_bytes(self, data: bytes, deadline: float, what: str) -> None:
         with self._cond:
@@ -949,6 +964,16 @@ class SshLink(HostLink):
             _hard_close(sock)
         if reader is not None and reader is not threading.current_thread():
             reader.join(0.3)
+
+    def _slow_transport_polls(self) -> None:
+        """Let every transport thread of this link sleep ``TRANSPORT_POLL_S`` between idle checks."""
+        with self._cond:
+            transports = list(self._transports)
+        for transport in transports:
+            try:
+                transport.sock.settimeout(TRANSPORT_POLL_S)
+            except (OSError, AttributeError):
+                pass
 
     def _force_close_transports(self) -> None:
         with self._cond:

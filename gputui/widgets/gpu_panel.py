@@ -34,6 +34,7 @@ class GpuPanel(Widget):
         self._history_mib: Mapping[int, Sequence[int]] = {}
         self._baseline_mib: Mapping[int, int] = {}
         self._message = "waiting for the first sample…"
+        self._shown_key: tuple[object, ...] | None = None
 
     def show(
         self,
@@ -50,11 +51,19 @@ class GpuPanel(Widget):
             baseline_mib: GPU index → idle baseline in MiB (memory at or under it is drawn as idle).
             message: A line shown instead of the rows when there are no GPUs (host error, no data yet).
         """
+        gpus = tuple(gpus)
+        message = message or "waiting for the first sample…"
+        # The sparkline shows at most the last 8 samples: an older one leaving it changes nothing drawn.
+        recent = tuple((index, tuple(samples)[-8:]) for index, samples in sorted(history_mib.items()))
+        key = (gpus, recent, tuple(sorted(baseline_mib.items())), message)
+        if key == self._shown_key:
+            return  # the same figures again (an idle host): nothing to repaint
+        self._shown_key = key
         rows_changed = len(gpus) != len(self._gpus)
-        self._gpus = tuple(gpus)
+        self._gpus = gpus
         self._history_mib = history_mib
         self._baseline_mib = baseline_mib
-        self._message = message or "waiting for the first sample…"
+        self._message = message
         self.refresh(layout=rows_changed)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:

@@ -61,9 +61,15 @@ class HostBar(Static):
 
     _shown: Text | None = None
     """The text shown now (None before the first ``show``)."""
+    _shown_keys: tuple[object, ...] | None = None
+    """What the shown text was built from: equal keys draw an equal bar."""
 
     def show(self, statuses: Sequence[HostStatus], active_index: int, paused: bool = False) -> None:
         """Show every host's state; ``active_index`` is the one the panels show."""
+        keys = (paused, active_index) + tuple(_status_key(status) for status in statuses)
+        if keys == self._shown_keys:
+            return  # nothing it shows changed (the app redraws this a few times a second)
+        self._shown_keys = keys
         line = Text(no_wrap=True, overflow="ellipsis")
         for index, status in enumerate(statuses):
             if index:
@@ -76,6 +82,14 @@ class HostBar(Static):
         if paused:
             line.append("  ⏸ PAUSED", style="bold yellow")
         if line == self._shown:
-            return  # unchanged: skip the relayout and repaint (the app redraws this a few times a second)
+            return
         self._shown = line
         self.update(line)
+
+
+def _status_key(status: HostStatus) -> tuple[object, ...]:
+    """What ``status_text`` and the label show of ``status`` (the age only where it is shown, as text)."""
+    age = None
+    if status.state in ("stale", "error") and status.age_s is not None:
+        age = duration(status.age_s)
+    return status.target, status.state, age, status.error, status.halted

@@ -3,42 +3,66 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import Static
 
+from gputui.health_view import worst_state
 from gputui.model import HostSnapshot
 from gputui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
 from gputui.widgets.health_panel import health_dot
 from gputui.widgets.host_bar import HostStatus, status_text
 
 
-def _gpu_block(used_mib: int | None, total_mib: int | None, baseline_mib: int) -> Text:
+def _gpu_level(used_mib: int | None, total_mib: int | None, baseline_mib: int) -> tuple[str, str]:
+    """The block of one GPU as (glyph, style)."""
     pct = mem_pct(used_mib, total_mib)
     if pct is None or used_mib is None:
-        return Text("?", style="dim")
+        return "?", "dim"
     if used_mib <= baseline_mib:
-        return Text("·", style="green")
+        return "·", "green"
     level = min(len(SPARK_CHARS) - 1, pct * len(SPARK_CHARS) // 100)
-    return Text(SPARK_CHARS[level], style="red" if pct >= 90 else "yellow")
+    return SPARK_CHARS[level], "red" if pct >= 90 else "yellow"
+
+
+def _shown_key(snapshot: HostSnapshot | None) -> tuple[object, ...] | None:
+    """Everything of ``snapshot`` a host's line shows: equal keys draw equal lines."""
+    if snapshot is None:
+        return None
+    verdict = snapshot.verdict
+    baselines = verdict.baseline_mib if verdict else {}
+    blocks = tuple(
+        _gpu_level(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3))
+        for gpu in snapshot.gpus
+    )
+    health = (bool(snapshot.health), worst_state(snapshot.health) if snapshot.health else None)
+    summary = None if verdict is None else (verdict.clean, verdict.gpus_at_baseline, len(verdict.gpus))
+    return blocks, health, summary, len(snapshot.findings)
 
 
 class HostsOverview(Static):
     """``gpu-node-07  ▇▇▇▇▇▇▇▇  ▲  0/8 GPUs at baseline  ⚠ 8 findings`` for every host: one block per GPU,
     the worst health-endpoint state, the verdict (shown when several targets are open)."""
 
-    _lines: dict[int, tuple[tuple[object, ...], HostSnapshot | None, Text]] = {}
-    """Per host index: what its line was built from (the snapshot by identity) and the line."""
-    _shown: Text | None = None
-    """The text shown now (None before the first ``show``)."""
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lines: dict[int, tuple[tuple[object, ...], Text]] = {}
+        """Per host index: what its line shows (``_shown_key`` and the status) and the line."""
+        self._keys: dict[int, tuple[HostSnapshot | None, tuple[object, ...] | None]] = {}
+        """Per host index: its latest snapshot (by identity) and that snapshot's ``_shown_key``."""
+        self._shown: Text | None = None
+        """The text shown now (None before the first ``show``)."""
 
     def show(self, statuses: Sequence[HostStatus], active_index: int) -> None:
         """One line per host; the shown host is marked with ▶."""
         lines: list[Text] = []
         name_cells = min(20, max((len(s.target) for s in statuses), default=4))
-        cache: dict[int, tuple[tuple[object, ...], HostSnapshot | None, Text]] = {}
+        cache: dict[int, tuple[tuple[object, ...], Text]] = {}
+        changed = len(statuses) != len(self._lines)
         for index, status in enumerate(statuses):
-            # A host's line is rebuilt only when its snapshot (by identity) or what its status shows changed.
+            # A host's line is rebuilt only when something it shows changed: a new snapshot every second
+            # usually shows the same blocks, health and verdict.
             age = duration(status.age_s) if status.state != "live" and status.age_s is not None else None
             key = (
                 status.target,
@@ -48,23 +72,37 @@ class HostsOverview(Static):
                 age,
                 status.error,
                 status.halted,
+                self._snapshot_key(index, status.snapshot),
             )
             cached = self._lines.get(index)
-            if cached is not None and cached[0] == key and cached[1] is status.snapshot:
+            if cached is not None and cached[0] == key:
                 cache[index] = cached
-                lines.append(cached[2])
+                lines.append(cached[1])
                 continue
+            changed = True
             line = self._line(status, index == active_index, name_cells)
-            cache[index] = (key, status.snapshot, line)
+            cache[index] = (key, line)
             lines.append(line)
         self._lines = cache
+        self._keys = {i: k for i, k in self._keys.items() if i < len(statuses)}
+        if not changed and self._shown is not None:
+            return  # every line as shown: skip the join, the relayout and the repaint
         text = Text("\n").join(lines)
         text.no_wrap = True
         text.overflow = "ellipsis"
         if text == self._shown:
-            return  # unchanged: skip the relayout and repaint (the app redraws this a few times a second)
+            return
         self._shown = text
         self.update(text)
+
+    def _snapshot_key(self, index: int, snapshot: HostSnapshot | None) -> tuple[object, ...] | None:
+        """``_shown_key`` of a host's snapshot, worked out once per snapshot (the overview redraws often)."""
+        cached = self._keys.get(index)
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        key = _shown_key(snapshot)
+        self._keys[index] = (snapshot, key)
+        return key
 
     @staticmethod
     def _line(status: HostStatus, active: bool, name_cells: int) -> Text:
@@ -78,7 +116,8 @@ class HostsOverview(Static):
             return line
         baselines = snapshot.verdict.baseline_mib if snapshot.verdict else {}
         for gpu in snapshot.gpus:
-            line.append_text(_gpu_block(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3)))
+            glyph, style = _gpu_level(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3))
+            line.append(glyph, style=style)
         line.append("  ")
         line.append_text(health_dot(snapshot.health))
         line.append("  ")

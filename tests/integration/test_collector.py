@@ -383,6 +383,37 @@ def test_a_bad_telemetry_interval_is_one_line_and_exit_2() -> None:
     assert proc.stderr == "gputui-agent: --telemetry-interval must be 0 or a positive number\n"
 
 
+def test_stream_lines_leave_out_process_lists_already_sent(fake_nvml: FakeNvml) -> None:
+    """--elide-unchanged: a line whose lists are the previous line's says so instead of repeating them."""
+    fake_nvml.state.gpus[1].baseline_mib = 703
+    fake_nvml.write()
+    elide = agent_process("--elide-unchanged", env=fake_nvml.env())
+    with elide as agent, script(SLEEPER, ["sleeper"]) as sleeper:
+        agent.result({"cmd": "configure", "memory_interval_s": 0.1, "process_interval_s": 3600})
+        fake_nvml.state.add_holder(1, sleeper.pids["sleeper"], 700)
+        fake_nvml.state.gpus[1].baseline_mib = 3
+        fake_nvml.write()
+        for _ in range(4):
+            agent.next_snapshot()
+        lines = agent.snapshots  # every stream line so far, in order
+        assert "processes" in lines[0]  # the first line carries the lists
+        assert "processes_same" not in lines[0]
+        later = [line for line in lines[1:] if line["processes_time"] == lines[0]["processes_time"]]
+        assert len(later) >= 4
+        for line in later[-2:]:
+            assert line["processes_same"] is True
+            assert "processes" not in line
+            assert all("processes" not in gpu for gpu in line["gpus"])
+            assert gpus_by_index(line)[1]["memory_used_mib"] == 703  # memory is still in every line
+        forced = agent.sample()  # a reply carries everything, and moves processes_time on
+        assert [p["pid"] for p in gpus_by_index(forced)[1]["processes"]] == [sleeper.pids["sleeper"]]
+        deadline = time.monotonic() + 30
+        while (line := agent.next_snapshot())["processes_time"] != forced["processes_time"]:
+            assert time.monotonic() < deadline, "no stream line with the forced sample's list"
+        assert "processes" in line  # the first line with a new list carries it
+        assert "processes_same" not in line
+
+
 def test_calibrate_returns_used_memory_per_gpu_key(fake_nvml: FakeNvml) -> None:
     fake_nvml.state.gpus[7].baseline_mib = 5
     fake_nvml.write()

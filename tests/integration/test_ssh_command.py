@@ -15,7 +15,7 @@ from gputui.transports.ssh import agent_command, agent_source
 LOADER = re.compile(
     r"^python3 -u -c 'import sys;exec\(compile\(sys\.stdin\.buffer\.read\((\d+)\),"
     r"\"gputui-agent\",\"exec\"\)\)'"
-    r" --interval [0-9.e+-]+ --process-interval [0-9.e+-]+( --read-only)?( --no-discover)?$"
+    r" --interval [0-9.e+-]+ --process-interval [0-9.e+-]+ --elide-unchanged( --read-only)?( --no-discover)?$"
 )
 
 
@@ -32,7 +32,9 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
     match = LOADER.fullmatch(command)
     assert match is not None, command
     assert match.group(1) == "12345"
-    assert shlex.split(command)[5:] == ["0.25", "--process-interval", "2.0", "--read-only", "--no-discover"]
+    assert shlex.split(command)[5:] == [
+        "0.25", "--process-interval", "2.0", "--elide-unchanged", "--read-only", "--no-discover"
+    ]
     assert "pwned" not in command
     assert "$" not in command
     assert "`" not in command

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -205,3 +206,47 @@ def test_proc_group_and_session_travel_under_their_wire_names() -> None:
     old = Proc.from_dict({"pid": 7, "ppid": 1})
     assert (old.pgid, old.sid) == (None, None)
     assert Proc.from_dict({"pid": 7, "pgid": "x", "sid": True}).pgid is None
+
+
+def _listed_snapshot(processes_time: float | None = 100.5) -> HostSnapshot:
+    return HostSnapshot(
+        target="gpu-node-07",
+        time=101.0,
+        processes_time=processes_time,
+        gpus=(
+            Gpu(
+                index=0,
+                uuid="GPU-a",
+                memory_used_mib=41000,
+                processes=(GpuProcess(pid=4242, used_mib=40997),),
+            ),
+            Gpu(index=1, uuid="GPU-b", memory_used_mib=3),
+        ),
+        processes=(Proc(pid=4242, ppid=4200, name="python3", state="S", gpu_memory_mib={0: 40997}),),
+    )
+
+
+def test_a_line_without_unchanged_process_lists_takes_them_from_the_previous_snapshot() -> None:
+    from gputui.agent import elide_unchanged_processes
+
+    full = _listed_snapshot()
+    data = json.loads(json.dumps(full.to_dict()))
+    data["gpus"][0]["memory_used_mib"] = 20000  # memory moved; the lists are the same
+    elided = elide_unchanged_processes(data)
+    assert "processes" not in elided
+    assert all("processes" not in gpu for gpu in elided["gpus"])
+    assert len(json.dumps(elided)) < len(json.dumps(data))
+    again = HostSnapshot.from_dict(json.loads(json.dumps(elided)), previous=full)
+    assert again.processes is full.processes
+    assert again.gpus[0].processes is full.gpus[0].processes
+    assert again.gpus[0].memory_used_mib == 20000
+    assert again == HostSnapshot.from_dict(data)
+
+
+def test_unchanged_process_lists_without_the_earlier_list_are_a_malformed_line() -> None:
+    from gputui.agent import elide_unchanged_processes
+
+    elided = elide_unchanged_processes(_listed_snapshot().to_dict())
+    for previous in (None, _listed_snapshot(processes_time=99.0), _listed_snapshot(processes_time=None)):
+        with pytest.raises(ValueError, match="no earlier list"):
+            HostSnapshot.from_dict(elided, previous=previous)
