@@ -335,7 +335,6 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
         if (REPO_ROOT / "gputui" / "transports" / "ssh.py").is_file():
             if (REPO_ROOT / "gputui" / "app.py").is_file():
                 modes.append("app")
-                modes.append("app-whatif")
             modes.append("ssh")
         else:
             report.na(sec, "fan-out over SSH", "gputui/transports/ssh.py not in the tree yet")
