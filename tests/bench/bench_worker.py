@@ -135,9 +135,9 @@ def work_agent(args: argparse.Namespace) -> dict:
         backend = agent._backend
         telemetry_result = None
         if hasattr(backend, "telemetry_interval_s"):
-            backend.telemetry_interval_s = 0.0
+            telemetry_interval_s, backend.telemetry_interval_s = backend.telemetry_interval_s, 0.0
             telemetry_result = _timed_loop(memory_only, args.samples * 4, warmup=3)
-            backend.telemetry_interval_s = 1.0
+            backend.telemetry_interval_s = telemetry_interval_s
 
         # Process samples on the agent's own schedule: whole-host sweeps every Nth, GPU trees between.
         agent.process_interval_s = 0.0

@@ -125,10 +125,6 @@ def client_main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--process-interval", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--whatif-coalesce", action="store_true",
-                        help="app mode: redraw the host bar and overview at most every 0.25 s (a proposed change)")
-    parser.add_argument("--whatif-direct", action="store_true",
-                        help="app mode: call next_snapshot directly, not in a new thread per call (proposed)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a pyinstrument text profile of the steady window here (needs pyinstrument)")
     args = parser.parse_args(argv)
@@ -258,30 +254,7 @@ async def _app_client(targets: list[str], args: argparse.Namespace, progress: di
         apply_snapshot(host, snapshot)
 
     app._apply_snapshot = counting_apply  # type: ignore[method-assign]
-    if args.whatif_coalesce:
-        # Proposed change, applied in memory: every snapshot of every host redraws the whole host bar and
-        # overview today (O(hosts) per snapshot, O(hosts^2) per second); mark them dirty instead and redraw
-        # at most every 0.25 s.
-        show_hosts = app._show_hosts
-        dirty = [False]
-
-        def flush() -> None:
-            dirty[0] = False
-            show_hosts()
-
-        def coalesced_show_hosts() -> None:
-            if not dirty[0]:
-                dirty[0] = True
-                app.set_timer(0.25, flush)
-
-        app._show_hosts = coalesced_show_hosts  # type: ignore[method-assign]
-    if args.whatif_direct:
-        # Proposed change, applied in memory: today every link call (one next_snapshot per second per host)
-        # starts a new thread and the poll worker wakes every 0.1 s to wait for it. next_snapshot already has
-        # a 1 s timeout and links make a blocked call return on close(), so the worker can call it directly.
-        app._bounded = lambda call: call()  # type: ignore[method-assign]
-    result: dict[str, Any] = {"hosts": len(targets), "analysis": True, "errors": {},
-                              "whatif_coalesce": args.whatif_coalesce, "whatif_direct": args.whatif_direct}
+    result: dict[str, Any] = {"hosts": len(targets), "analysis": True, "errors": {}}
     async with app.run_test(size=(160, 50)) as pilot:
         deadline = start + 120
         while time.monotonic() < deadline and not all(h.snapshot is not None for h in app.hosts):
@@ -359,12 +332,8 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                 res: dict[str, Any] = {}
                 try:
                     for count in host_counts:
-                        if mode == "app-whatif" and count != max(host_counts):
-                            continue  # the proposed change is measured where it matters: the most hosts
                         targets = (hosts.aliases[:count] if hosts else [f"pipe-host-{i:02d}" for i in range(count)])
-                        extra = ["--whatif-coalesce", "--whatif-direct"] if mode == "app-whatif" else []
-                        cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode.split("-")[0],
-                               *extra, "--targets", ",".join(targets), "--duration", str(duration)]
+                        cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode, "--targets", ",".join(targets), "--duration", str(duration)]
                         try:
                             proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                                                   timeout=duration + 240, cwd=REPO_ROOT)
@@ -396,11 +365,7 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                                    compare=f"peak {res['hwm_mib']:.0f} MiB, {res['threads']} threads",
                                    target=f"<= {TARGET_CLIENT_RSS_MIB:.0f} MB" if big else "",
                                    verdict=verdict(res["hwm_mib"] <= TARGET_CLIENT_RSS_MIB) if big else "")
-                    what = {"app": "GpuTuiApp headless (run_test 160x50) over SSH links",
-                            "app-whatif": "the same app with two proposed changes applied in memory: host bar "
-                                          "and overview redrawn at most every 0.25 s (not on every snapshot of "
-                                          "every host), next_snapshot called directly (no thread per call)",
-                            }.get(mode, app_note)
+                    what = {"app": "GpuTuiApp headless (run_test 160x50) over SSH links"}.get(mode, app_note)
                     what += "; every agent and sshd session runs on this same 2-core box"
                     report.note(sec, f"{mode}: {what}; analysis {'on' if res.get('analysis') else 'absent'}; "
                                      f"1 s memory / 3 s processes; {duration:.0f} s steady window after 3 s; "
