@@ -898,6 +898,9 @@ class _NvmlBackend(object):
         self._handles = []  # type: List[Any]
         self._static = []  # type: List[Optional[Dict[str, Any]]]
         self._memory_v2 = []  # type: List[bool]
+        self._has_memory_v2 = False
+        self._memory_jobs = []  # type: List[Callable[[], Dict[str, Any]]]
+        self._base = []  # type: List[Optional[Dict[str, Any]]]
         self._initialized = False
         self._last_init_try = -1e18
 
@@ -948,6 +951,10 @@ class _NvmlBackend(object):
         self._workers = [None] * len(handles)
         self._static = [None] * len(handles)
         self._memory_v2 = [True] * len(handles)
+        self._has_memory_v2 = hasattr(nv, "nvmlMemory_v2")
+        self._memory_jobs = [self._memory_job(index) for index in range(len(handles))]
+        # Per GPU: index, static facts and the latest telemetry, the part a memory-only sample reuses.
+        self._base = [None] * len(handles)
         self._telemetry = [None] * len(handles)  # type: List[Optional[Dict[str, Any]]]
         self._telemetry_mono = -1e18
         self._initialized = True
@@ -982,22 +989,7 @@ class _NvmlBackend(object):
                 }
                 limit = optional(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
                 out["power_limit_w"] = None if limit is None else limit / 1000.0
-            memory = None
-            reserved = None
-            if self._memory_v2[index] and hasattr(nv, "nvmlMemory_v2"):
-                try:
-                    memory = nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)
-                    reserved = int(memory.reserved) // MIB
-                except nv.NVMLError as exc:
-                    if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
-                        raise
-                    self._memory_v2[index] = False  # v1 from now on for this GPU (old driver)
-                    memory = None
-            if memory is None:
-                memory = nv.nvmlDeviceGetMemoryInfo(handle)
-            out["memory_used_mib"] = int(memory.used) // MIB
-            out["memory_total_mib"] = int(memory.total) // MIB
-            out["memory_reserved_mib"] = reserved
+            out.update(self._read_memory(index, handle))
             if want_telemetry:
                 rates = optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle))
                 temperature = optional(
@@ -1048,6 +1040,36 @@ class _NvmlBackend(object):
 
         return job
 
+    def _read_memory(self, index: int, handle: Any) -> Dict[str, Any]:
+        """One GPU's memory figures (runs on a worker thread; raises NVMLError)."""
+        nv = _pynvml
+        assert nv is not None  # noqa: S101 - jobs exist only after pynvml initialised
+        if isinstance(handle, BaseException):
+            raise handle
+        memory = None
+        reserved = None
+        if self._memory_v2[index] and self._has_memory_v2:
+            try:
+                memory = nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)
+                reserved = int(memory.reserved) // MIB
+            except nv.NVMLError as exc:
+                if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
+                    raise
+                self._memory_v2[index] = False  # v1 from now on for this GPU (old driver)
+                memory = None
+        if memory is None:
+            memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        return {
+            "memory_used_mib": int(memory.used) // MIB,
+            "memory_total_mib": int(memory.total) // MIB,
+            "memory_reserved_mib": reserved,
+        }
+
+    def _memory_job(self, index: int) -> Callable[[], Dict[str, Any]]:
+        """The job of a memory-only sample for one GPU, made once per initialisation."""
+        handle = self._handles[index]
+        return lambda: self._read_memory(index, handle)
+
     def poll(self, want_processes: bool) -> List[Dict[str, Any]]:
         """One sample of every GPU: a list of Gpu dicts (``processes`` only when ``want_processes``)."""
         if not self._initialized:
@@ -1064,7 +1086,10 @@ class _NvmlBackend(object):
         batch_jobs = []  # type: List[Tuple[int, Callable[[], Any]]]
         for index, worker in enumerate(self._workers):
             want_static = self._static[index] is None or want_processes
-            job = self._device_job(index, want_static, want_processes, want_telemetry)
+            if want_static or want_processes or want_telemetry:
+                job = self._device_job(index, want_static, want_processes, want_telemetry)
+            else:
+                job = self._memory_jobs[index]
             if worker is None:
                 batch_jobs.append((index, job))
                 continue
@@ -1077,10 +1102,6 @@ class _NvmlBackend(object):
         gpus = []  # type: List[Dict[str, Any]]
         for index in range(len(self._workers)):
             submitted = pending[index]
-            gpu = {"index": index}  # type: Dict[str, Any]
-            static = self._static[index]
-            if static is not None:
-                gpu.update(static)
             try:
                 if isinstance(submitted, BaseException):
                     raise submitted
@@ -1089,19 +1110,28 @@ class _NvmlBackend(object):
                 else:
                     out = _Worker.result(submitted[0], submitted[1], deadline)
             except Exception as exc:
+                gpu = {"index": index}  # type: Dict[str, Any]
+                gpu.update(self._static[index] or {})
                 gpu["error"] = nvml_error_text(exc)
                 if want_processes:
                     gpu["processes"] = []
                 gpus.append(gpu)
                 continue
-            if "static" in out:
-                static_new = out.pop("static")
-                if self._static[index] is None or static_new.get("uuid"):
+            base = self._base[index]
+            static_new = None
+            if "static" in out or "telemetry" in out or base is None:
+                static_new = out.pop("static", None)
+                if static_new is not None and (self._static[index] is None or static_new.get("uuid")):
                     self._static[index] = static_new
+                if "telemetry" in out:
+                    self._telemetry[index] = out.pop("telemetry")
+                base = {"index": index}
+                base.update(self._static[index] or {})
+                base.update(self._telemetry[index] or {})
+                self._base[index] = base
+            gpu = dict(base)
+            if static_new is not None:  # this sample's own reading, even one not kept (no uuid)
                 gpu.update(static_new)
-            if "telemetry" in out:
-                self._telemetry[index] = out.pop("telemetry")
-            gpu.update(self._telemetry[index] or {})
             gpu.update(out)
             gpus.append(gpu)
         return gpus
