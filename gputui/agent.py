@@ -38,11 +38,6 @@ import unicodedata
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
-try:
-    import ssl
-except ImportError:  # a python3 built without OpenSSL: https probes say so, everything else still works
-    ssl = None  # type: ignore[assignment]
-
 try:  # NVIDIA's bindings (nvidia-ml-py); the library itself is only loaded by nvmlInit.
     import pynvml as _pynvml
 except Exception:  # pragma: no cover - depends on the host
@@ -265,6 +260,7 @@ class StatFds(object):
     - the parent pid, when the parent exits and the child is reparented: the children of every process
       that vanished or turned zombie since the last sweep are read again;
     - rss (reclaim): a caller that shows rss re-reads the processes it lists (``refresh``).
+    The fd is opened the second time a sweep sees the process (the first sweep reads stat lines only).
     An fd stays bound to the process it was opened for: once that process is reaped the read fails
     (ESRCH), even if its pid was reused meanwhile, and the pid is treated as new. Beyond ``max_fds`` open
     files, and where schedstat says nothing (``schedstat_gate_works``), every stat line is read.
@@ -342,7 +338,9 @@ class StatFds(object):
                     if old is not None:
                         gone_parents.add(old.pid)
                     fd, gate = None, None
-            if fd is None and self.gate and len(fds) < self.max_fds and name.isdigit():
+            # An fd is kept for a process the second time a sweep sees it: the first sweep (an agent's start,
+            # which the first frame waits for) opens one file per process, and short-lived ones none.
+            if fd is None and self.gate and len(fds) < self.max_fds and name in parsed:
                 try:
                     fd = os.open("/proc/" + name + "/schedstat", _OPEN_FLAGS)
                 except OSError:
@@ -1643,12 +1641,25 @@ HEALTH_SAMPLE_FIELDS = (
 HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
 
 
-class _HealthNoSslError(Exception):
-    """Stands in for ssl.SSLError where there is no ssl module (it is then never raised)."""
-
-
-_HEALTH_SSL_ERROR = ssl.SSLError if ssl is not None else _HealthNoSslError
 _health_default_ssl_context: Any = None
+
+
+def _ssl_module() -> Any:
+    """The ssl module, or None for a python3 built without OpenSSL.
+
+    Imported on the first https probe, not at start: it costs milliseconds of CPU at every agent start,
+    and most hosts probe plain http or nothing.
+    """
+    try:
+        import ssl
+    except ImportError:  # https probes say so, everything else still works
+        return None
+    return ssl
+
+
+def _is_ssl_error(exc: BaseException) -> bool:
+    ssl = sys.modules.get("ssl")  # never imported: no TLS socket exists, so it cannot be a TLS error
+    return ssl is not None and isinstance(exc, ssl.SSLError)
 
 _HEALTH_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 _HEALTH_STATUS_RE = re.compile(rb"^HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?$")
@@ -1865,6 +1876,7 @@ def _health_wrap_tls(
     sock: socket.socket, target: _HealthTarget, deadline: float, ssl_context: Any
 ) -> socket.socket:
     global _health_default_ssl_context
+    ssl = _ssl_module()
     if ssl is None:
         sock.close()
         raise HealthProbeFailure(HEALTH_STATE_ERROR, "TLS: this python3 has no ssl module")
@@ -2015,9 +2027,10 @@ def _health_exchange(
         raise HealthProbeFailure(HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s") from None
     except ConnectionResetError:
         raise HealthProbeFailure(HEALTH_STATE_ERROR, "connection reset by peer", code) from None
-    except _HEALTH_SSL_ERROR as exc:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {getattr(exc, 'reason', None) or exc}") from None
-    except OSError as exc:
+    except OSError as exc:  # ssl.SSLError is one
+        if _is_ssl_error(exc):
+            tls_reason = getattr(exc, "reason", None) or exc
+            raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {tls_reason}") from None
         raise HealthProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
 
 

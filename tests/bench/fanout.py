@@ -57,12 +57,13 @@ class PipeLink:
         self._proc: subprocess.Popen | None = None
 
     def open(self) -> None:
-        source = (REPO_ROOT / "gputui" / "agent.py").read_bytes()
-        code = f'import sys;exec(compile(sys.stdin.buffer.read({len(source)}),"gputui-agent","exec"))'
-        self._proc = subprocess.Popen([sys.executable, "-u", "-c", code, *self._args], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        from gputui.transports.ssh import agent_loader, agent_payload
+
+        payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
+        self._proc = subprocess.Popen([sys.executable, "-u", "-c", agent_loader(payload), *self._args],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert self._proc.stdin is not None
-        self._proc.stdin.write(source)
+        self._proc.stdin.write(payload.data)
         self._proc.stdin.flush()
         threading.Thread(target=self._read, daemon=True).start()
 

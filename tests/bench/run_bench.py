@@ -481,11 +481,12 @@ def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec:
 # --- section 2: remote cost ----------------------------------------------------------------------------
 
 
-def agent_stream_command() -> list[str]:
-    """The remote command line SSH runs: python3 -u -c exec(<source from stdin>)."""
-    source_len = len((REPO_ROOT / "gputui" / "agent.py").read_bytes())
-    code = f'import sys;exec(compile(sys.stdin.buffer.read({source_len}),"gputui-agent","exec"))'
-    return [sys.executable, "-u", "-c", code]
+def agent_stream_command() -> tuple[list[str], bytes]:
+    """The remote command line SSH runs (python3 -u -c <loader>) and the payload its stdin gets first."""
+    from gputui.transports.ssh import agent_loader, agent_payload
+
+    payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
+    return [sys.executable, "-u", "-c", agent_loader(payload)], payload.data
 
 
 def section_remote(args: argparse.Namespace, report: Report) -> None:
@@ -503,14 +504,14 @@ def section_remote(args: argparse.Namespace, report: Report) -> None:
 def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: int, duration: float) -> None:
     """The agent's JSON-lines stream over a pipe: the same bytes SSH carries inside its channel."""
     interval, process_interval = 0.25, 0.75
-    source = (REPO_ROOT / "gputui" / "agent.py").read_bytes()
-    cmd = agent_stream_command() + ["--target", "bench", "--read-only", "--no-discover",
-                                    "--interval", str(interval), "--process-interval", str(process_interval)]
+    loader, payload = agent_stream_command()
+    cmd = loader + ["--target", "bench", "--read-only", "--no-discover",
+                    "--interval", str(interval), "--process-interval", str(process_interval)]
     proc = subprocess.Popen(cmd, env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     assert proc.stdin
     assert proc.stdout
-    proc.stdin.write(source)
+    proc.stdin.write(payload)
     proc.stdin.flush()
     sizes: dict[str, list[int]] = {}
     with_processes: list[int] = []
@@ -576,8 +577,8 @@ def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: i
     report.add(sec, "agent CPU per sample (pipe, remote side)", (cpu_end - cpu_start) * 1000 / snapshots_counted,
                "CPU ms/sample", compare=f"{(cpu_end - cpu_start) / duration * 100:.1f}% of a core at "
                                         f"{interval} s")
-    report.note(sec, f"pipe: `python3 -u -c exec(...)` as SSH runs it, source on stdin, {len(source)} bytes "
-                     f"shipped once; hello {sizes.get('hello', [0])[0]} bytes; {args.processes} idle procs")
+    report.note(sec, f"pipe: `python3 -u -c <loader>` as SSH runs it, payload on stdin, {len(payload)} bytes "
+                     f"shipped once (source and bytecode, compressed); hello {sizes.get('hello', [0])[0]} bytes; {args.processes} idle procs")
 
 
 def ssh_stream(args: argparse.Namespace, report: Report, sec: int, duration: float) -> None:

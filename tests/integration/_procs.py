@@ -19,12 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gputui.transports.ssh import agent_loader, agent_payload
+
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SOURCE = (REPO / "gputui" / "agent.py").read_bytes()
 DEADLINE_S = 30.0
 
-# The exact bootstrap the SSH transport uses: the source arrives on stdin, then the JSON-line commands.
-BOOTSTRAP = 'import sys;exec(compile(sys.stdin.buffer.read({n}),"gputui-agent","exec"))'
+# The exact bootstrap the SSH transport uses: the payload arrives on stdin, then the JSON-line commands.
+AGENT_PAYLOAD = agent_payload(AGENT_SOURCE)
+BOOTSTRAP = agent_loader(AGENT_PAYLOAD)
 
 SLEEPER = r"""
 import json, os, sys, time
@@ -234,7 +237,7 @@ class AgentProcess:
         prefix: Sequence[str] = (),
     ) -> None:
         self.proc = subprocess.Popen(
-            [*prefix, python, "-u", "-c", BOOTSTRAP.format(n=len(AGENT_SOURCE)), *args],
+            [*prefix, python, "-u", "-c", BOOTSTRAP, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -246,7 +249,7 @@ class AgentProcess:
             extra_groups=[] if user is not None else None,
         )
         assert self.proc.stdin is not None
-        self.proc.stdin.write(AGENT_SOURCE)
+        self.proc.stdin.write(AGENT_PAYLOAD.data)
         self.proc.stdin.flush()
         self._messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._next_id = 0

@@ -263,6 +263,8 @@ def test_kept_schedstat_fds_read_what_a_fresh_scan_reads_and_close_when_the_proc
     try:
         first = reader.scan()
         assert child.pid in first
+        assert f"/proc/{child.pid}/schedstat" not in open_fd_targets()  # kept from the second sight on
+        reader.scan()
         assert f"/proc/{child.pid}/schedstat" in open_fd_targets()
         again = reader.scan()
         for pid in (os.getpid(), child.pid):
@@ -300,6 +302,8 @@ def test_a_kept_fd_of_a_reaped_process_never_stands_for_a_new_process_with_that_
         mine = read_stat(os.getpid())
         assert mine is not None
         assert table[os.getpid()].start_ticks == mine.start_ticks != child_stat.start_ticks
+        assert reader.open_count == 0  # the stale fd is closed; the pid counts as seen for the first time
+        reader.scan()
         assert f"/proc/{os.getpid()}/schedstat" in open_fd_targets()
     finally:
         reader.close()
@@ -313,6 +317,8 @@ def test_an_idle_process_is_not_read_again_until_it_runs_and_a_zombie_always_is(
     try:
         wait_for(lambda: state_of(child.pid) == "S", "the child asleep")
         reader.scan()
+        assert child.pid not in reader.from_cache
+        reader.scan()  # the fd is opened now, its stat line read with it
         assert child.pid not in reader.from_cache
         table = reader.scan()
         assert child.pid in reader.from_cache
@@ -336,6 +342,7 @@ def test_a_child_reparented_while_it_sleeps_shows_its_new_parent() -> None:
     with script(CHAIN, ["root", "holder", "leaf"]) as chain, contextlib.closing(reader):
         holder, leaf = chain.pids["holder"], chain.pids["leaf"]
         wait_for(lambda: state_of(holder) == "S" and state_of(leaf) == "S", "the chain asleep")
+        reader.scan()
         reader.scan()
         table = reader.scan()
         assert holder in reader.from_cache
@@ -374,6 +381,7 @@ def test_closing_the_agent_closes_its_stat_fds() -> None:
     gpu = GpuStandIn()
     with agent_with(gpu) as agent:
         agent.sample(force_processes=True)
+        agent.sample(force_processes=True)
         assert f"/proc/{os.getpid()}/schedstat" in open_fd_targets()
     assert f"/proc/{os.getpid()}/schedstat" not in open_fd_targets()
 
@@ -386,6 +394,8 @@ def test_a_kept_fd_reports_a_state_change_of_an_otherwise_idle_process() -> None
         wait_for(lambda: state_of(child.pid) == "S", "the child asleep")
         assert reader.scan()[child.pid].state == "S"
         assert reader.scan()[child.pid].state == "S"
+        assert reader.scan()[child.pid].state == "S"
+        assert child.pid in reader.from_cache
         os.kill(child.pid, signal.SIGSTOP)  # our own child
         wait_for(lambda: state_of(child.pid) == "T", "the child stopped")
         assert reader.scan()[child.pid].state == "T"

@@ -1,22 +1,32 @@
 """The remote command line: fixed text, one integer and validated numbers, nothing else (no sshd needed)."""
 
 from __future__ import annotations
+import __future__
 
+import glob
+import importlib.util
+import marshal
 import math
 import re
 import shlex
 import subprocess
+import sys
+import zlib
 
 import pytest
 
 from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.ssh import agent_command, agent_source
+from gputui.transports.ssh import AgentPayload, agent_command, agent_loader, agent_payload, agent_source
 
 LOADER = re.compile(
-    r"^python3 -u -c 'import sys;exec\(compile\(sys\.stdin\.buffer\.read\((\d+)\),"
-    r"\"gputui-agent\",\"exec\"\)\)'"
+    r"^python3 -u -c 'import sys,zlib,marshal;"
+    r"exec\(\(lambda s,c:marshal\.loads\(zlib\.decompress\(c\)\) if c and"
+    r" getattr\(sys\.modules\.get\(\"_frozen_importlib_external\"\),\"MAGIC_NUMBER\",0\)=="
+    r"bytes\.fromhex\(\"([0-9a-f]+)\"\) else compile\(zlib\.decompress\(s\),\"gputui-agent\",\"exec\"\)\)"
+    r"\(sys\.stdin\.buffer\.read\((\d+)\),sys\.stdin\.buffer\.read\((\d+)\)\)\)'"
     r" --interval [0-9.e+-]+ --process-interval [0-9.e+-]+ --elide-unchanged( --read-only)?( --no-discover)?$"
 )
+PAYLOAD = AgentPayload(b"x" * 12345, b"y" * 678, "a70d0d0a")
 
 
 def test_command_holds_only_fixed_text_and_numbers() -> None:
@@ -28,10 +38,10 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
         health_urls=("http://x/$(touch /tmp/pwned)", "http://y/`id`;rm -rf ~"),
         extra={"anything": "'; touch /tmp/pwned; '"},
     )
-    command = agent_command(12345, hostile)
+    command = agent_command(PAYLOAD, hostile)
     match = LOADER.fullmatch(command)
     assert match is not None, command
-    assert match.group(1) == "12345"
+    assert match.groups()[:3] == ("a70d0d0a", "12345", "678")
     assert shlex.split(command)[5:] == [
         "0.25", "--process-interval", "2.0", "--elide-unchanged", "--read-only", "--no-discover"
     ]
@@ -43,20 +53,66 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
 def test_bad_intervals_never_reach_the_command(bad: float) -> None:
     with pytest.raises(LinkError, match="positive number"):
-        agent_command(100, LinkOptions(memory_interval_s=bad))
+        agent_command(PAYLOAD, LinkOptions(memory_interval_s=bad))
     with pytest.raises(LinkError, match="positive number"):
-        agent_command(100, LinkOptions(process_interval_s=bad))
+        agent_command(PAYLOAD, LinkOptions(process_interval_s=bad))
 
 
-def test_source_length_must_be_a_positive_int() -> None:
-    with pytest.raises(LinkError):
-        agent_command(0, LinkOptions())
+def test_an_empty_source_or_an_odd_magic_never_reaches_the_command() -> None:
+    with pytest.raises(LinkError, match="empty"):
+        agent_payload(b"")
+    with pytest.raises(LinkError, match="empty"):
+        agent_command(AgentPayload(b"", b"y", "a70d0d0a"), LinkOptions())
+    with pytest.raises(LinkError, match="magic"):
+        agent_command(AgentPayload(b"x", b"y", "a7'; id; '"), LinkOptions())
 
 
 def test_the_shipped_source_is_the_collector_file() -> None:
     source = agent_source()
     assert b'if __name__ == "__main__":' in source
-    assert LOADER.fullmatch(agent_command(len(source), LinkOptions()))
+    payload = agent_payload(source)
+    assert zlib.decompress(payload.source_zlib) == source
+    assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()
+    code = marshal.loads(zlib.decompress(payload.code_zlib))  # noqa: S302 - our own bytes
+    assert code.co_filename == "gputui-agent"
+    plain = marshal.loads(zlib.decompress(agent_payload(b"x: int = 1").code_zlib))  # noqa: S302
+    assert not plain.co_flags & __future__.annotations.compiler_flag  # ssh.py's own flags do not leak in
+    match = LOADER.fullmatch(agent_command(payload, LinkOptions()))
+    assert match is not None
+    assert int(match.group(2)) + int(match.group(3)) == len(payload.data)
+
+
+def _run_loader(payload: AgentPayload, python: str = sys.executable) -> str:
+    done = subprocess.run(
+        [python, "-c", agent_loader(payload)], input=payload.data + b"rest of stdin",
+        capture_output=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout.decode()
+
+
+SOURCE = b"import sys; print('from source', repr(sys.stdin.buffer.read()))"
+
+
+def test_the_loader_runs_the_code_when_the_magic_matches_and_the_source_otherwise() -> None:
+    """Which of the two parts runs is told apart by what each prints; both leave the rest of stdin unread."""
+    code = compile("import sys; print('from code', repr(sys.stdin.buffer.read()))", "gputui-agent", "exec")
+    code_zlib = zlib.compress(marshal.dumps(code))
+    magic = importlib.util.MAGIC_NUMBER.hex()
+    source_zlib = zlib.compress(SOURCE)
+    assert _run_loader(AgentPayload(source_zlib, code_zlib, magic)) == "from code b'rest of stdin'\n"
+    other = "%08x" % (int(magic, 16) ^ 1)
+    assert _run_loader(AgentPayload(source_zlib, code_zlib, other)) == "from source b'rest of stdin'\n"
+    assert _run_loader(AgentPayload(source_zlib, b"", magic)) == "from source b'rest of stdin'\n"
+
+
+def test_a_python_of_another_version_compiles_the_source() -> None:
+    olds = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
+    python = olds[0] if olds else sys.executable
+    payload = agent_payload(SOURCE)
+    if python == sys.executable:  # no other python here: make this one's magic the odd one out
+        payload = AgentPayload(payload.source_zlib, payload.code_zlib, "00000000")
+    assert _run_loader(payload, python) == "from source b'rest of stdin'\n"
 
 
 def test_reduced_command_is_valid_sh_with_only_fixed_text() -> None:
