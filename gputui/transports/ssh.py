@@ -151,11 +151,23 @@ class AgentPayload:
         return self.source_zlib + self.code_zlib
 
 
-@functools.lru_cache(maxsize=4)
+_payload_lock = threading.Lock()
+
+
 def agent_payload(source: bytes) -> AgentPayload:
-    """The payload for ``source`` (built once per source: compiling and compressing take ~60 ms)."""
+    """The payload for ``source``, built once per source (compiling and compressing take ~50 ms of CPU).
+
+    Under a lock: the links of a fleet open at the same moment, and each building its own copy would cost
+    a core for seconds.
+    """
     if not source:
         raise LinkError("agent source is empty")
+    with _payload_lock:
+        return _build_payload(source)
+
+
+@functools.lru_cache(maxsize=4)
+def _build_payload(source: bytes) -> AgentPayload:
     try:
         # dont_inherit: this module's own __future__ flags must not leak into the collector's code.
         code = compile(source, AGENT_FILENAME, "exec", dont_inherit=True)

@@ -498,7 +498,43 @@ def section_remote(args: argparse.Namespace, report: Report) -> None:
     duration = 8.0 if args.quick else 30.0
     with fake_host(args.processes, args.holders) as host:
         pipe_stream(args, host, report, sec, duration)
+        collector_start(args, host, report, sec)
     ssh_stream(args, report, sec, duration)
+
+
+def collector_start(args: argparse.Namespace, host: FakeHost, report: Report, sec: int) -> None:
+    """CPU of one collector through its first snapshot (and quit), as the SSH transport starts it, minus SSH.
+
+    Twice: with this python's bytecode accepted (same magic number) and with the source compiled remotely
+    (a remote python of another version). 64 of these start at once when gputui opens a 64-host fleet.
+    """
+    from gputui.transports.ssh import AgentPayload, agent_loader, agent_payload
+
+    payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
+    other = AgentPayload(payload.source_zlib, payload.code_zlib, "00000000")
+    runs = 5 if args.quick else 15
+    for label, chosen in (("bytecode shipped", payload), ("source compiled there", other)):
+        cpu_ms: list[float] = []
+        for _ in range(runs):
+            proc = subprocess.Popen([sys.executable, "-u", "-c", agent_loader(chosen), "--read-only"],
+                                    env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL)
+            assert proc.stdin is not None
+            assert proc.stdout is not None
+            proc.stdin.write(chosen.data)
+            proc.stdin.flush()
+            lines = [proc.stdout.readline(), proc.stdout.readline()]
+            proc.stdin.write(b'{"id":1,"cmd":"quit"}\n')
+            proc.stdin.close()
+            _pid, _status, usage = os.wait4(proc.pid, 0)  # this child's own CPU, threads included
+            proc.returncode = 0
+            cpu_ms.append((usage.ru_utime + usage.ru_stime) * 1000)
+            if b'"snapshot"' not in lines[1]:
+                report.na(sec, f"collector start, {label}", "no first snapshot")
+                break
+        else:
+            report.add(sec, f"collector start, {label}", median(cpu_ms), "CPU ms",
+                       compare=f"exec, hello, first snapshot, quit; {runs} starts; payload {len(chosen.data)} B")
 
 
 def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: int, duration: float) -> None:

@@ -174,7 +174,7 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
     report.add(sec, "wire bytes per second over SSH", (down1 - down0 + up1 - up0) / elapsed, "B/s",
                compare=f"at {interval} s memory / {process_interval} s processes")
     report.add(sec, "SSH setup until the first snapshot", float(setup_down + setup_up), "bytes",
-               compare=f"{setup_up} up (incl. the agent source) / {setup_down} down")
+               compare=f"{setup_up} up (incl. the collector payload) / {setup_down} down")
     if cpu0 is not None and cpu1 is not None:
         report.add(sec, "agent CPU per sample (SSH, remote side)", (cpu1 - cpu0) * 1000 / snapshots, "CPU ms/sample",
                    compare=f"{(cpu1 - cpu0) / elapsed * 100:.1f}% of a core at {interval} s")
