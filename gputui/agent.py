@@ -2824,8 +2824,9 @@ class Agent(object):
         for gpu in gpus:
             mib = gpu.get("memory_used_mib")
             if isinstance(mib, int):
-                used[gpu.get("uuid") or gpu.get("index")] = mib
-                before = self._last_used_mib.get(gpu.get("uuid") or gpu.get("index"))
+                key = gpu.get("uuid") or gpu.get("index")
+                used[key] = mib
+                before = self._last_used_mib.get(key)
                 if before is not None and before - mib > DRAIN_DROP_MIB:
                     self._draining_until_mono = now_mono + DRAIN_WINDOW_S
         self._last_used_mib = used
