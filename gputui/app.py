@@ -49,6 +49,7 @@ from gputui.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, full_sample
 from gputui.transports.hostkeys import UnknownHostKey
 from gputui.transports.reconnect import Backoff, worth_retrying
+from gputui.widgets.border import set_border_subtitle, set_border_title
 from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time
 from gputui.widgets.filter_bar import FilterBar
 from gputui.widgets.findings_list import FindingsList
@@ -217,17 +218,19 @@ class GpuTuiApp(App[int]):
     ]
 
     class HostSnapshotReady(Message):
-        """A host has a new analysed snapshot.
+        """New analysed snapshots are waiting (or this one, when ``snapshot`` is set).
 
-        The workers post it without a snapshot: the newest one waits in the app's inbox (one per host), so a
-        slow UI never queues more than one message per host and always shows the latest data.
+        The workers post it without a snapshot, and only when the app's inbox was empty: the newest snapshot
+        of each host waits there, and the handler applies every waiting host at once. A slow UI thus never
+        queues more than one of these and always shows the latest data.
         """
 
         def __init__(self, target: str, snapshot: HostSnapshot | None = None, forced: bool = False) -> None:
             super().__init__()
             self.target = target
             self.snapshot = snapshot
-            """The snapshot itself, or None: take the newest from the inbox."""
+            """The snapshot itself, or None: take every waiting snapshot from the inbox (``target`` is then
+            only the host whose delivery posted the message)."""
             self.forced = forced
             """Asked for by the user (refresh): shown even while paused."""
 
@@ -338,7 +341,9 @@ class GpuTuiApp(App[int]):
         """The newest undelivered snapshot of each host (and whether it was forced), written by workers."""
         self._inbox_lock = threading.Lock()
         self._hosts_dirty = False
-        """A host-bar/overview redraw is scheduled (see ``HOSTS_REDRAW_S``)."""
+        """The host bar and overview lag behind the hosts' state (see ``HOSTS_REDRAW_S``)."""
+        self._hosts_timer_pending = False
+        """A ``_flush_hosts`` timer is running: at most one at a time, whoever redraws meanwhile."""
         self.active_index = 0
         self.paused = False
         self.sort_mode = SORT_MODES[0]
@@ -437,12 +442,16 @@ class GpuTuiApp(App[int]):
 
     def _show_hosts(self) -> None:
         """Redraw the host bar and overview soon: many snapshots within ``HOSTS_REDRAW_S`` cost one redraw."""
-        if self._hosts_dirty:
-            return
         self._hosts_dirty = True
+        if self._hosts_timer_pending:
+            return
+        # One timer at a time: a redraw in between (the tick, a key) clears the flag but not the timer, and a
+        # fresh timer per cleared flag would let every tick start another chain of redraws.
+        self._hosts_timer_pending = True
         self.set_timer(HOSTS_REDRAW_S, self._flush_hosts)
 
     def _flush_hosts(self) -> None:
+        self._hosts_timer_pending = False
         if not self._hosts_dirty:
             return  # redrawn meanwhile (a host switch, the tick)
         self._show_hosts_now_safe()
@@ -484,11 +493,11 @@ class GpuTuiApp(App[int]):
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {visible(snapshot.driver_version, 20)}"
             flags = (" · READ-ONLY" if self.read_only else "") + (" · ⏸ PAUSED" if self.paused else "")
-            gpus.border_title = f"GPUs · {title}{flags}"
+            set_border_title(gpus, f"GPUs · {title}{flags}")
             sort = f"sort: {self.sort_mode}"
             filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
             tagged = f" · {len(host.tagged)} tagged" if host.tagged else ""
-            procs.border_title = f"Processes · {sort}{filt}{tagged}"
+            set_border_title(procs, f"Processes · {sort}{filt}{tagged}")
             if snapshot is None:
                 message = host.error or "connecting…"
                 if host.halted:
@@ -514,7 +523,7 @@ class GpuTuiApp(App[int]):
                 compact=self._narrow,
             )
             empty = procs.row_count == 0 and not self.filter_text
-            procs.border_subtitle = "no GPU processes" if empty else ""
+            set_border_subtitle(procs, "no GPU processes" if empty else "")
             health = self._main(HealthPanel)
             health.compact = self._narrow
             health.show(snapshot.health, host.health_history.as_dict(), now_s=self._clock())
@@ -566,35 +575,48 @@ class GpuTuiApp(App[int]):
     def _deliver(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
         """Hand a worker's snapshot to the UI (any thread): the newest replaces one not yet shown.
 
-        A message is posted only when the host had nothing waiting, so the queue holds at most one
-        ``HostSnapshotReady`` per host however far the UI falls behind.
+        A message is posted only when the inbox goes from empty to non-empty, and its handler takes every
+        waiting host at once: however many hosts deliver and however far the UI falls behind, the queue holds
+        at most one ``HostSnapshotReady`` and each loop turn applies every waiting snapshot with one redraw.
         """
         with self._inbox_lock:
+            was_empty = not self._inbox
             waiting = self._inbox.get(target)
             self._inbox[target] = (snapshot, forced or (waiting is not None and waiting[1]))
-        if waiting is None:
+        if was_empty:
             self.post_message(self.HostSnapshotReady(target, None, forced))
 
     def on_gpu_tui_app_host_snapshot_ready(self, message: HostSnapshotReady) -> None:
-        host = self._host(message.target)
-        if host is None:
-            return
         if message.snapshot is not None:
-            snapshot, forced = message.snapshot, message.forced
+            entries = {message.target: (message.snapshot, message.forced)}
         else:
             with self._inbox_lock:
-                entry = self._inbox.pop(message.target, None)
-            if entry is None:
-                return
-            snapshot, forced = entry
-        if self.paused and not forced:
-            host.pending = snapshot
-            host.last_ok_s = self._clock()
-            host.error = None
+                entries, self._inbox = self._inbox, {}
+        applied: list[HostState] = []
+        for target, (snapshot, forced) in entries.items():
+            host = self._host(target)
+            if host is None:
+                continue
+            if self.paused and not forced:
+                host.pending = snapshot
+                host.last_ok_s = self._clock()
+                host.error = None
+                continue
+            self._apply_snapshot(host, snapshot)
+            applied.append(host)
+        self._show_applied(applied)
+
+    def _show_applied(self, hosts: Sequence[HostState]) -> None:
+        """Redraw after new data for ``hosts``: every panel when the shown host is one, else the host bar."""
+        if not hosts:
             return
-        self._apply_snapshot(host, snapshot)
+        if any(host is self.active for host in hosts):
+            self._show_active(hosts_now=False)
+        else:
+            self._show_hosts()
 
     def _apply_snapshot(self, host: HostState, snapshot: HostSnapshot) -> None:
+        """Take ``snapshot`` into ``host``'s state; the caller redraws, once for every host it applied."""
         previous = host.snapshot
         if previous is not None and previous.boot_id != snapshot.boot_id and host.tagged:
             host.tagged.clear()
@@ -637,10 +659,6 @@ class GpuTuiApp(App[int]):
             # its time stays the time this clean memory sample arrived.
             host.confirming = True
             self._confirm_clean(host.target, check.started_s, self._clock(), snapshot.time)
-        if host is self.active:
-            self._show_active(hosts_now=False)
-        else:
-            self._show_hosts()
 
     def on_gpu_tui_app_clean_confirmed(self, message: CleanConfirmed) -> None:
         host = self._host(message.target)

@@ -77,6 +77,21 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
 class CleanSlateLine(Static):
     """One line (two when narrow) with the verdict of the shown host."""
 
+    _shown: Text | None = None
+    """The text shown now (None before the first ``show``)."""
+    _shown_key: tuple[object, ...] | None = None
+    """``_shown`` as its plain text, base style and spans (``Text ==`` ignores the base style)."""
+
     def show(self, verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> None:
         """Show the verdict; with a check, its progress ("5/8 GPUs at baseline") or its receipt."""
-        self.update(clean_slate_text(verdict, check, now_s))
+        text = clean_slate_text(verdict, check, now_s)
+        key = (text.plain, str(text.style), tuple(text.spans))
+        if key == self._shown_key:
+            return  # the same verdict again: nothing to repaint
+        shown = self._shown
+        self._shown, self._shown_key = text, key
+        # The line wraps when narrow: the screen is laid out again only when the height may change, i.e.
+        # unless the old and the new line both fit on one row.
+        width = self.content_size.width
+        one_row = shown is not None and max(shown.cell_len, text.cell_len) <= width
+        self.update(text, layout=not one_row)

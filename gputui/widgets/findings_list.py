@@ -18,6 +18,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from gputui.model import Finding, HostSnapshot
+from gputui.widgets.border import set_border_title
 from gputui.widgets.fmt import command_text, duration, safe_text
 
 _KIND_STYLES = {
@@ -182,7 +183,7 @@ class FindingsList(OptionList):
         findings = tuple(findings)
         rows = tuple(group_findings(findings))
         texts = tuple(group_text(row, snapshot) for row in rows)
-        self.border_title = f"Findings ({len(findings)})"
+        set_border_title(self, f"Findings ({len(findings)})")
         key = tuple(t.plain for t in texts)
         if key == self._shown_key:
             self._findings = findings

@@ -187,6 +187,10 @@ class HealthPanel(Widget):
         self._samples: tuple[HealthSample, ...] = ()
         self._history: dict[str, tuple[str | None, ...]] = {}
         self._now_s: float | None = None
+        self._shown: Text | None = None
+        """The text of the last ``show``: an equal one is not repainted."""
+        self._shown_key: tuple[object, ...] | None = None
+        """``_shown`` as its plain text, base style and spans (``Text ==`` ignores the base style)."""
 
     @property
     def samples(self) -> tuple[HealthSample, ...]:
@@ -209,9 +213,19 @@ class HealthPanel(Widget):
         self._samples = tuple(samples)
         self._history = {url: tuple(states) for url, states in (history or {}).items()}
         self._now_s = now_s
-        self.refresh(layout=True)
+        text = self._text()
+        key = (text.plain, str(text.style), tuple(text.spans))
+        if key == self._shown_key:
+            return  # the same lines (no endpoints, or the same states and ages): nothing to repaint
+        shown = self._shown
+        self._shown, self._shown_key = text, key
+        # The height follows the line count: a relayout of the screen only when that changes.
+        self.refresh(layout=shown is None or text.plain.count("\n") != shown.plain.count("\n"))
 
     def render(self) -> Text:
+        return self._text()
+
+    def _text(self) -> Text:
         now_s = time.time() if self._now_s is None else self._now_s
         if not self._samples:
             return Text("no health endpoints (none set or found)", style="dim")
