@@ -985,8 +985,6 @@ class _NvmlBackend(object):
                     "uuid": _as_str(optional(lambda: nv.nvmlDeviceGetUUID(handle))),
                     "pci_bus_id": None if pci is None else _as_str(getattr(pci, "busId", None)),
                 }
-                limit = optional(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
-                out["power_limit_w"] = None if limit is None else limit / 1000.0
             out.update(self._read_memory(index, handle))
             if want_telemetry:
                 rates = optional(lambda: nv.nvmlDeviceGetUtilizationRates(handle))
@@ -994,11 +992,14 @@ class _NvmlBackend(object):
                     lambda: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU))
                 )
                 power = optional(lambda: nv.nvmlDeviceGetPowerUsage(handle))
+                limit = optional(lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle))
                 out["telemetry"] = {
                     "utilization_pct": None if rates is None else int(rates.gpu),
                     "memory_utilization_pct": None if rates is None else int(rates.memory),
                     "temperature_c": temperature,
                     "power_w": None if power is None else power / 1000.0,
+                    # With the telemetry, not the static facts: `nvidia-smi -pl` changes it at run time.
+                    "power_limit_w": None if limit is None else limit / 1000.0,
                 }
             if want_processes:
                 procs = []  # type: List[Dict[str, Any]]
@@ -1083,7 +1084,10 @@ class _NvmlBackend(object):
         pending = {}  # type: Dict[int, Any]
         batch_jobs = []  # type: List[Tuple[int, Callable[[], Any]]]
         for index, worker in enumerate(self._workers):
-            want_static = self._static[index] is None or want_processes
+            # Name, uuid and PCI address do not change while NVML stays initialised: read once (again with
+            # the process lists while the uuid is unknown).
+            static = self._static[index]
+            want_static = static is None or (want_processes and not static.get("uuid"))
             if want_static or want_processes or want_telemetry:
                 job = self._device_job(index, want_static, want_processes, want_telemetry)
             else:
