@@ -101,6 +101,59 @@ class PipeLink:
                 self._proc.wait()
 
 
+# A stand-in collector: the real agent's hello and first snapshot, replayed once per interval. It starts
+# in the time of a bare python3 (no pynvml, psutil or NVML), so a first frame through it measures what the
+# client and sshd cost when the collectors run on hosts of their own.
+STAND_IN = r"""
+import json, sys, threading, time
+HELLO = json.loads(%(hello)r)
+SNAPSHOT = json.loads(%(snapshot)r)
+interval = float(sys.argv[sys.argv.index("--interval") + 1]) if "--interval" in sys.argv else 1.0
+out = sys.stdout
+lock = threading.Lock()
+def send(message):
+    with lock:
+        out.write(json.dumps(message) + "\n")
+        out.flush()
+def commands():
+    for line in sys.stdin:
+        command = json.loads(line)
+        send({"t": "reply", "id": command.get("id"), "ok": True, "result": {}})
+        if command.get("cmd") == "quit":
+            break
+    out.flush()
+    import os
+    os._exit(0)
+threading.Thread(target=commands, daemon=True).start()
+send(HELLO)
+while True:
+    now = time.time()
+    SNAPSHOT["time"] = now
+    SNAPSHOT["processes_time"] = now
+    send({"t": "snapshot", "snapshot": SNAPSHOT})
+    time.sleep(interval)
+"""
+
+
+def record_stand_in(env: dict[str, str]) -> bytes:
+    """The stand-in collector's source, with the real agent's hello and first snapshot (from ``env``'s host)."""
+    from gputui.transports.ssh import agent_loader, agent_payload
+
+    payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
+    proc = subprocess.Popen([sys.executable, "-u", "-c", agent_loader(payload), "--read-only", "--no-discover"],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(payload.data)
+    proc.stdin.flush()
+    hello = json.loads(proc.stdout.readline())
+    snapshot = json.loads(proc.stdout.readline())["snapshot"]
+    proc.stdin.write(b'{"id":1,"cmd":"quit"}\n')
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    return (STAND_IN % {"hello": json.dumps(hello), "snapshot": json.dumps(snapshot)}).encode()
+
+
 def _start_profiler(path: Path | None) -> Any:
     if path is None:
         return None
@@ -126,6 +179,8 @@ def client_main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--process-interval", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--stand-in", type=Path, default=None,
+                        help="ship this collector source instead of gputui/agent.py (app mode)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a pyinstrument text profile of the steady window here (needs pyinstrument)")
     args = parser.parse_args(argv)
@@ -245,7 +300,19 @@ async def _app_client(targets: list[str], args: argparse.Namespace, progress: di
 
     options = LinkOptions(memory_interval_s=args.interval, process_interval_s=args.process_interval,
                           read_only=True, discover_health=False, connect_timeout_s=60.0)
-    app = GpuTuiApp(targets, link_factory=lambda target: open_link(target, options), read_only=True,
+    if args.stand_in is not None:
+        from gputui.transports.ssh import SshLink
+
+        source = args.stand_in.read_bytes()
+
+        def link_factory(target: str) -> Any:
+            return SshLink(target, options.for_target(target), source=source)
+    else:
+
+        def link_factory(target: str) -> Any:
+            return open_link(target, options)
+
+    app = GpuTuiApp(targets, link_factory=link_factory, read_only=True,
                     memory_interval_s=args.interval, process_interval_s=args.process_interval)
     applied = [0]
     apply_snapshot = app._apply_snapshot
@@ -310,6 +377,8 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
             if (REPO_ROOT / "gputui" / "app.py").is_file():
                 modes.append("app")
             modes.append("ssh")
+            if (REPO_ROOT / "gputui" / "app.py").is_file():
+                modes.append("app-stand-in")
         else:
             report.na(sec, "fan-out over SSH", "gputui/transports/ssh.py not in the tree yet")
             modes.append("pipe")
@@ -331,10 +400,18 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                     report.note(sec, f"{mode}: {max(host_counts)} Host aliases -> one sshd on 127.0.0.1 from "
                                      f"{hosts.source}")
                 res: dict[str, Any] = {}
+                extra: list[str] = []
+                if mode == "app-stand-in":
+                    stand_in = Path(tmp) / "stand_in.py"
+                    stand_in.write_bytes(record_stand_in(host.env()))
+                    extra = ["--stand-in", str(stand_in)]
                 try:
                     for count in host_counts:
+                        if mode == "app-stand-in" and count != max(host_counts):
+                            continue
                         targets = (hosts.aliases[:count] if hosts else [f"pipe-host-{i:02d}" for i in range(count)])
-                        cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode, "--targets", ",".join(targets), "--duration", str(duration)]
+                        cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode.split("-")[0],
+                               "--targets", ",".join(targets), "--duration", str(duration), *extra]
                         try:
                             proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
                                                   timeout=duration + 240, cwd=REPO_ROOT)
@@ -352,6 +429,16 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                             report.na(sec, f"{mode} {count} hosts", f"{res.get('hosts_with_snapshot')}/{count} "
                                       f"hosts had a snapshot after 120 s; {len(res['errors'])} failed: {err}")
                             continue
+                        if mode == "app-stand-in":
+                            report.add(sec, f"app {count:>2} hosts, stand-in collectors: first frame",
+                                       res["first_frame_s"], "s",
+                                       compare=f"client CPU {res['connect_cpu_s']:.2f} s; agents replaced",
+                                       target=f"<= {TARGET_FIRST_FRAME_S:.0f} s (context)",
+                                       verdict="info")
+                            report.add(sec, f"app {count:>2} hosts, stand-in collectors: client CPU",
+                                       res["cpu_pct"], "% of a core",
+                                       compare=f"{res['cpu_ms_per_snapshot'] or float('nan'):.2f} ms/snapshot")
+                            continue
                         big = count == max(host_counts)
                         report.add(sec, f"{mode} {count:>2} hosts: first complete frame", res["first_frame_s"], "s",
                                    compare=f"client CPU {res['connect_cpu_s']:.2f} s to get there",
@@ -366,7 +453,12 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                                    compare=f"peak {res['hwm_mib']:.0f} MiB, {res['threads']} threads",
                                    target=f"<= {TARGET_CLIENT_RSS_MIB:.0f} MB" if big else "",
                                    verdict=verdict(res["hwm_mib"] <= TARGET_CLIENT_RSS_MIB) if big else "")
-                    what = {"app": "GpuTuiApp headless (run_test 160x50) over SSH links"}.get(mode, app_note)
+                    what = {
+                        "app": "GpuTuiApp headless (run_test 160x50) over SSH links",
+                        "app-stand-in": "the same app, each host's collector replaced by a replay of the real "
+                                        "agent's hello and first snapshot (a bare python3, no pynvml/psutil/NVML): "
+                                        "the first frame without the cost of 64 collector starts on these cores",
+                    }.get(mode, app_note)
                     what += "; every agent and sshd session runs on this same 2-core box"
                     report.note(sec, f"{mode}: {what}; analysis {'on' if res.get('analysis') else 'absent'}; "
                                      f"1 s memory / 3 s processes; {duration:.0f} s steady window after 3 s; "
