@@ -527,3 +527,24 @@ def test_state_since_is_when_the_agent_first_saw_the_current_state(fake_nvml: Fa
             assert procs_by_pid(agent.sample())[pid]["state_since"] == stopped["state_since"]
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+def test_a_changed_power_limit_shows_on_memory_only_lines_within_the_telemetry_interval(
+    fake_nvml: FakeNvml,
+) -> None:
+    """The limit is read with the telemetry (it changes at run time); lines without process lists carry it."""
+    with agent_process("--interval", "0.1", "--process-interval", "60", env=fake_nvml.env()) as agent:
+        first = agent.next_snapshot()
+        assert {g["power_limit_w"] for g in first["gpus"]} == {600.0}
+        fake_nvml.state.gpus[3].power_limit_mw = 450000  # as `nvidia-smi -i 3 -pl 450` would
+        fake_nvml.write()
+        deadline = time.monotonic() + 10
+        seen = []
+        while time.monotonic() < deadline:
+            snapshot = agent.next_snapshot()
+            assert snapshot["processes_time"] == first["processes_time"]  # no process sample in between
+            seen.append(gpus_by_index(snapshot)[3]["power_limit_w"])
+            if seen[-1] == 450.0:
+                break
+        assert seen[-1] == 450.0, seen
+        assert None not in seen  # every memory-only line has the limit, not only the process samples

@@ -7,10 +7,12 @@ import glob
 import importlib.util
 import marshal
 import math
+import os
 import re
 import shlex
 import subprocess
 import sys
+import threading
 import zlib
 
 import pytest
@@ -149,3 +151,22 @@ def test_reduced_process_selection() -> None:
     assert rows[200]["cmdline"] == ["python", "-m", "sglang.launch_server", "--tp", "8"]
     assert rows[202]["state"] == "Z"
     assert rows[999] == {"pid": 999, "gpu_memory_mib": {"1": 5}}
+
+
+def test_links_opening_at_once_share_one_payload_build() -> None:
+    """A fleet's links open together: the payload is built once, and every link gets that same object."""
+    source = b"# " + os.urandom(16).hex().encode() + b"\n" + agent_source()  # not built before
+    barrier = threading.Barrier(8)
+    built: list[AgentPayload] = []
+
+    def open_one() -> None:
+        barrier.wait()
+        built.append(agent_payload(source))
+
+    threads = [threading.Thread(target=open_one) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(built) == 8
+    assert all(payload is built[0] for payload in built)
