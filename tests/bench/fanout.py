@@ -57,13 +57,13 @@ class PipeLink:
         self._proc: subprocess.Popen | None = None
 
     def open(self) -> None:
-        from gputui.transports.ssh import agent_loader, agent_payload
+        from tests.bench.run_bench import agent_stream_command
 
-        payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
-        self._proc = subprocess.Popen([sys.executable, "-u", "-c", agent_loader(payload), *self._args],
+        loader, payload = agent_stream_command()
+        self._proc = subprocess.Popen([*loader, *self._args],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert self._proc.stdin is not None
-        self._proc.stdin.write(payload.data)
+        self._proc.stdin.write(payload)
         self._proc.stdin.flush()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -137,14 +137,14 @@ while True:
 
 def record_stand_in(env: dict[str, str]) -> bytes:
     """The stand-in collector's source, with the real agent's hello and first snapshot (from ``env``'s host)."""
-    from gputui.transports.ssh import agent_loader, agent_payload
+    from tests.bench.run_bench import agent_stream_command
 
-    payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
-    proc = subprocess.Popen([sys.executable, "-u", "-c", agent_loader(payload), "--read-only", "--no-discover"],
+    loader, payload = agent_stream_command()
+    proc = subprocess.Popen([*loader, "--read-only", "--no-discover"],
                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdin is not None
     assert proc.stdout is not None
-    proc.stdin.write(payload.data)
+    proc.stdin.write(payload)
     proc.stdin.flush()
     hello = json.loads(proc.stdout.readline())
     snapshot = json.loads(proc.stdout.readline())["snapshot"]
