@@ -21,7 +21,7 @@ from gputui.transports.ssh import AuthFailed, SetupFailed
 from gputui.widgets.gpu_panel import GpuPanel
 from gputui.widgets.host_bar import HostBar
 
-from .conftest import wait_for
+from .conftest import BrokenLink, wait_for
 
 WIDE = (120, 40)
 QUIET_S = 1.5
@@ -39,26 +39,17 @@ class FakeKey:
         return "ssh-ed25519"
 
 
-class FailingLink(HostLink):
+class FailingLink(BrokenLink):
     """open() raises the error its factory holds; counts every open."""
 
     def __init__(self, target: str, factory: Factory) -> None:
-        self.target = target
+        super().__init__(target)
         self._factory = factory
 
     def open(self) -> None:
         with self._factory.lock:
             self._factory.opens += 1
         raise self._factory.error_for(self.target)
-
-    def next_snapshot(self, timeout_s: float):  # type: ignore[no-untyped-def]
-        raise LinkError(f"{self.target}: not open")
-
-    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        raise LinkError(f"{self.target}: not open")
-
-    def close(self) -> None:
-        pass
 
 
 class Factory:
