@@ -485,32 +485,84 @@ def children_map(table: Dict[int, ProcStat]) -> Dict[int, List[int]]:
     return children
 
 
-# Processes that start sessions rather than belong to the work they started: a GPU process tree stops below
-# them, so killing "the tree" never takes the user's sshd, tmux server or container shim with it. The client's
-# analysis uses this same rule (gputui.analysis.is_session_boundary).
+# Processes that start sessions or run other people's work rather than belong to the job below them: a GPU
+# process tree stops below them, so killing "the tree" never takes the user's sshd, tmux server, container
+# shim, a cron daemon or the display stack with it. The client's analysis uses this same rule
+# (gputui.analysis.is_session_boundary). Names are what /proc/<pid>/stat says (at most 15 characters).
 SESSION_BOUNDARY_NAMES = frozenset(
     {
+        # inits and service managers
         "init",
         "systemd",
         "(sd-pam)",
+        "runsv",
+        "runsvdir",
+        "s6-supervise",
+        "supervisord",
+        "launchd",
+        # logins and terminal multiplexers
         "login",
+        "su",
         "screen",
         "SCREEN",
         "mosh-server",
         "dropbear",
+        # containers
         "conmon",
         "runc",
+        "crun",
         "tini",
         "docker-init",
         "dumb-init",
         "catatonit",
+        "dockerd",
+        "containerd",
+        "kubelet",
+        # batch systems and job schedulers
         "slurmstepd",
-        "supervisord",
-        "runsv",
-        "s6-supervise",
+        "slurmd",
+        "sge_shepherd",
+        "pbs_mom",
+        "cron",
+        "crond",
+        "anacron",
+        "atd",
+        "incrond",
+        "fcron",
+        # the display stack: display managers, X servers, compositors, terminal emulators
+        "sddm",
+        "sddm-helper",
+        "lightdm",
+        "xdm",
+        "lxdm",
+        "Xorg",
+        "Xwayland",
+        "X",
+        "gnome-shell",
+        "mutter",
+        "kwin_x11",
+        "kwin_wayland",
+        "plasmashell",
+        "xterm",
+        "konsole",
+        "alacritty",
+        "kitty",
+        "tilix",
+        "dbus-daemon",
     }
 )
-SESSION_BOUNDARY_PREFIXES = ("sshd", "tmux", "containerd-shim")
+SESSION_BOUNDARY_PREFIXES = (
+    "sshd",
+    "tmux",
+    "containerd-shim",
+    "systemd-",
+    "gdm",
+    "gnome-session",
+    "gnome-terminal",
+    "xfce4-session",
+    "xfce4-terminal",
+    "lightdm-",
+)
 SESSION_SHELLS = frozenset(
     {"bash", "zsh", "sh", "dash", "fish", "ksh", "mksh", "tcsh", "csh", "ash", "busybox"}
 )
@@ -523,11 +575,12 @@ def is_shell_name(name: Optional[str]) -> bool:
 
 
 def is_session_boundary(pid: int, name: Optional[str], cmdline: Optional[List[str]]) -> bool:
-    """Whether a process started a session rather than belongs to the work below it.
+    """Whether a process, by its pid and name, started a session or runs others' work rather than one job.
 
-    pid 0/1, sshd, tmux, screen, systemd, container shims and inits, job step daemons, and interactive or
-    login shells. A shell running a script (``bash run.sh``, ``sh -c ...``) is part of the tree: it is the
-    launcher. ``cmdline`` matters only for shells; None (unreadable) counts as empty.
+    pid 0/1, sshd, tmux, screen, service managers, container shims and inits, batch and cron daemons, the
+    display stack, and interactive or login shells. A shell running a script (``bash run.sh``, ``sh -c ...``)
+    is part of the tree: it is the launcher. ``cmdline`` matters only for shells; None (unreadable) counts
+    as empty.
     """
     if pid in (0, 1):
         return True
@@ -543,19 +596,118 @@ def is_session_boundary(pid: int, name: Optional[str], cmdline: Optional[List[st
     return False
 
 
-def tree_root(pid: int, table: Dict[int, ProcStat]) -> int:
-    """The topmost ancestor of ``pid`` below the session boundary (``pid`` itself when its parent is one)."""
-    current = pid
+def parse_cgroup(data: bytes) -> Optional[str]:
+    """The cgroup that says which job a process belongs to, from the text of /proc/<pid>/cgroup.
+
+    The unified (v2) hierarchy's path (``0::/system.slice/cron.service``) when it is not the root, else
+    systemd's own v1 hierarchy (``1:name=systemd:/user.slice/...``), else the unified root; None when neither
+    is there (a v1 host without systemd: the job rule then goes by sessions and names only). Service managers,
+    container runtimes and batch systems put each job in a cgroup of its own in these hierarchies.
+    """
+    unified = None  # type: Optional[str]
+    named = None  # type: Optional[str]
+    for line in _text(data).splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            unified = parts[2]
+        elif "name=systemd" in parts[1].split(","):
+            named = parts[2]
+    if unified is not None and unified != "/":
+        return unified
+    return named if named is not None else unified
+
+
+def read_cgroup(pid: int) -> Optional[str]:
+    """``parse_cgroup`` of a live process (None when it is gone or unreadable)."""
+    data = _read_small("/proc/%d/cgroup" % pid)
+    return None if data is None else parse_cgroup(data)
+
+
+class JobFacts(object):
+    """What the job rule needs to know about one process; None where it could not be read."""
+
+    __slots__ = ("pid", "ppid", "name", "cmdline", "session", "pgrp", "cgroup")
+
+    def __init__(self, pid, ppid, name, cmdline, session, pgrp, cgroup):
+        # type: (int, Optional[int], Optional[str], Optional[List[str]], Optional[int], Optional[int], Optional[str]) -> None
+        self.pid = pid
+        self.ppid = ppid
+        self.name = name
+        self.cmdline = cmdline
+        self.session = session
+        self.pgrp = pgrp
+        self.cgroup = cgroup
+
+
+def is_outside_job(parent: JobFacts, holder: JobFacts) -> bool:
+    """Whether ``parent`` (an ancestor of ``holder``) is not part of the holder's job.
+
+    It is not when it differs from the holder in session or cgroup, when it is a session boundary by pid or
+    name (``is_session_boundary``), a kernel thread, or a process that init (pid 1) adopted or started and
+    that leads neither the holder's session nor its process group: a daemon the job merely runs under, not
+    the launcher that started it (a daemonised or ``nohup``'ed launcher leads its workers' session or group).
+    Facts that could not be read decide nothing.
+    """
+    if parent.pid == 2 or parent.ppid == 2:
+        return True
+    if is_session_boundary(parent.pid, parent.name, parent.cmdline):
+        return True
+    if parent.session is not None and holder.session is not None and parent.session != holder.session:
+        return True
+    if parent.cgroup is not None and holder.cgroup is not None and parent.cgroup != holder.cgroup:
+        return True
+    if parent.ppid in (0, 1) and (holder.session is not None or holder.pgrp is not None):
+        return parent.pid not in (holder.session, holder.pgrp)
+    return False
+
+
+def job_root(pid: int, facts_of: Callable[[int], Optional[JobFacts]]) -> int:
+    """The root of ``pid``'s GPU process tree: its highest ancestor that is still part of its job.
+
+    The holder itself when its parent is outside the job (``is_outside_job``), or unknown. ``facts_of``
+    returns the facts of a pid, None when it is not known.
+    """
+    holder = facts_of(pid)
+    if holder is None:
+        return pid
+    current = holder
     seen = {pid}
     while True:
-        parent = table.get(table[current].ppid)
-        if parent is None or parent.pid in seen:
-            return current
-        cmdline = read_cmdline(parent.pid) if is_shell_name(parent.name) else None
-        if is_session_boundary(parent.pid, parent.name, cmdline):
-            return current
+        parent = facts_of(current.ppid) if current.ppid is not None else None
+        if parent is None or parent.pid in seen or is_outside_job(parent, holder):
+            return current.pid
         seen.add(parent.pid)
-        current = parent.pid
+        current = parent
+
+
+def table_facts(
+    table: Dict[int, ProcStat], cgroup_of: Optional[Callable[[ProcStat], Optional[str]]] = None
+) -> Callable[[int], Optional[JobFacts]]:
+    """``facts_of`` for ``job_root`` over a stat table; shells' cmdlines and cgroups are read once each."""
+    memo = {}  # type: Dict[int, Optional[JobFacts]]
+    read_group = cgroup_of or (lambda stat: read_cgroup(stat.pid))
+
+    def facts_of(pid: int) -> Optional[JobFacts]:
+        if pid not in memo:
+            stat = table.get(pid)
+            memo[pid] = None
+            if stat is not None:
+                cmdline = read_cmdline(pid) if is_shell_name(stat.name) else None
+                memo[pid] = JobFacts(
+                    pid, stat.ppid, stat.name, cmdline, stat.session, stat.pgrp, read_group(stat)
+                )
+        return memo[pid]
+
+    return facts_of
+
+
+def tree_root(
+    pid: int, table: Dict[int, ProcStat], facts_of: Optional[Callable[[int], Optional[JobFacts]]] = None
+) -> int:
+    """The root of ``pid``'s GPU process tree in ``table`` (``job_root``)."""
+    return job_root(pid, facts_of or table_facts(table))
 
 
 def children_file_supported() -> bool:
@@ -583,13 +735,18 @@ def read_children(pid: int) -> List[int]:
     return children
 
 
-def scan_trees(tree_pids: Iterable[int], known_pids: Iterable[int] = ()) -> Dict[int, ProcStat]:
+def scan_trees(
+    tree_pids: Iterable[int],
+    known_pids: Iterable[int] = (),
+    cgroup_of: Optional[Callable[[ProcStat], Optional[str]]] = None,
+) -> Dict[int, ProcStat]:
     """The part of the process table around some processes, without reading every pid on the host.
 
     Reads ``tree_pids`` and ``known_pids``, the parent chain of each up to pid 1, and everything below the
-    tree root (the topmost ancestor below the session boundary) of each of ``tree_pids`` by
+    tree root (``job_root``: the highest ancestor still part of the job) of each of ``tree_pids`` by
     /proc/<pid>/task/*/children. Members of a process group that are not descendants (a double-forked
-    grandchild reparented away) are included only if they are among ``known_pids``.
+    grandchild reparented away) are included only if they are among ``known_pids``. ``cgroup_of`` reads a
+    process's cgroup (default: from /proc, uncached).
     """
     table = {}  # type: Dict[int, ProcStat]
 
@@ -611,7 +768,8 @@ def scan_trees(tree_pids: Iterable[int], known_pids: Iterable[int] = ()) -> Dict
             if parent is None:
                 break
             current = parent
-    stack = list(set(tree_root(pid, table) for pid in tree_pids) - {0, 1, 2})
+    facts_of = table_facts(table, cgroup_of)
+    stack = list(set(tree_root(pid, table, facts_of) for pid in tree_pids) - {0, 1, 2})
     below = set(stack)
     while stack:
         for child in read_children(stack.pop()):
@@ -674,6 +832,18 @@ class _ProcDetails(object):
         self.use_psutil = bool(use_psutil and _psutil is not None)
         self._users = {}  # type: Dict[int, Optional[str]]
         self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, int, List[str]]]
+        self._cgroups = {}  # type: Dict[Tuple[int, int], Tuple[float, Optional[str]]]
+
+    def cgroup(self, stat: ProcStat) -> Optional[str]:
+        """``read_cgroup`` of a process, kept ``CMDLINE_CACHE_S`` (the job rule reads every ancestor's)."""
+        key = (stat.pid, stat.start_ticks)
+        now = time.monotonic()
+        cached = self._cgroups.get(key)
+        if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
+            return cached[1]
+        value = read_cgroup(stat.pid)
+        self._cgroups[key] = (now, value)
+        return value
 
     def user_name(self, uid: Optional[int]) -> Optional[str]:
         if uid is None:
@@ -699,7 +869,13 @@ class _ProcDetails(object):
         cached = self._cmdlines.get(key)
         if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
             uid, cmdline = cached[1], cached[2]  # type: Optional[int], Optional[List[str]]
-            return {"uid": uid, "user": self.user_name(uid), "cmdline": cmdline, "rss_kib": rss_kib}
+            return {
+                "uid": uid,
+                "user": self.user_name(uid),
+                "cmdline": cmdline,
+                "rss_kib": rss_kib,
+                "cgroup": self.cgroup(stat),
+            }
         uid, cmdline = None, None
         if self.use_psutil:
             try:
@@ -716,11 +892,19 @@ class _ProcDetails(object):
             cmdline = read_cmdline(stat.pid)
         if uid is not None and cmdline is not None:
             self._cmdlines[key] = (now, uid, cmdline)
-        return {"uid": uid, "user": self.user_name(uid), "cmdline": cmdline or [], "rss_kib": rss_kib}
+        return {
+            "uid": uid,
+            "user": self.user_name(uid),
+            "cmdline": cmdline or [],
+            "rss_kib": rss_kib,
+            "cgroup": self.cgroup(stat),
+        }
 
     def forget_except(self, live: Set[Tuple[int, int]]) -> None:
         for key in [k for k in self._cmdlines if k not in live]:
             del self._cmdlines[key]
+        for key in [k for k in self._cgroups if k not in live]:
+            del self._cgroups[key]
 
 
 try:
@@ -2885,7 +3069,7 @@ class Agent(object):
             gpu_pids = set()  # type: Set[int]
             for gpu in gpus:
                 gpu_pids.update(proc["pid"] for proc in gpu.get("processes") or [] if proc["pid"] > 0)
-            table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self._processes])
+            table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self._processes], self._details.cgroup)
             self._partial_sweeps_done += 1
         self.last_sweep_full = full
         gpu_mib = {}  # type: Dict[int, Dict[int, int]]
@@ -2901,10 +3085,11 @@ class Agent(object):
             gpu["processes"] = listed
             self._gpu_processes[gpu["index"]] = [dict(p) for p in listed]
 
-        # Each GPU process's whole tree as the client roots it (analysis.build_forest): the launcher below the
-        # session boundary and everything under it. Its non-GPU children (a detokenizer) die with a tree
-        # kill, so the confirmation must be able to list them.
-        interesting = tree_members(set(tree_root(pid, table) for pid in gpu_mib), table)
+        # Each GPU process's whole tree as the client roots it (analysis.build_forest): the job's root
+        # (job_root) and everything under it. Its non-GPU children (a detokenizer) die with a tree kill, so
+        # the confirmation must be able to list them.
+        facts_of = table_facts(table, self._details.cgroup)
+        interesting = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
         for stat in table.values():
             # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
             if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2:
@@ -2946,6 +3131,7 @@ class Agent(object):
                     "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
                     "pgid": stat.pgrp,
                     "sid": stat.session,
+                    "cgroup": details["cgroup"],
                 }
             )
         for key in [k for k in self._states if k not in live_keys]:

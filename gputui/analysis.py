@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from gputui.agent import JobFacts, job_root
 from gputui.agent import is_session_boundary as agent_is_session_boundary
 from gputui.model import (
     STATE_UNINTERRUPTIBLE,
@@ -48,7 +49,9 @@ D_STATE_THRESHOLD_S = 5.0
 NAME_MAX = 32
 """Longest process name shown inside a reason or finding line."""
 
-FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid")
+FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid", "survivor")
+GRAPHICS = "graphics"
+"""The NVML process type of display servers and compositors (type G in nvidia-smi)."""
 
 # Parents that adopt orphans: a GPU process under one of these lost the launcher that started it.
 _INIT_LIKE = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit"})
@@ -88,6 +91,7 @@ class ProcNode:
         depth: 0 for a root.
         subtree_gpu_mib: GPU index -> MiB held by this process and all its descendants.
         subtree_total_mib: Sum of ``subtree_gpu_mib``.
+        graphics_only: Every GPU lists it as a graphics process only (an X server, a compositor).
     """
 
     proc: Proc
@@ -95,6 +99,7 @@ class ProcNode:
     depth: int = 0
     subtree_gpu_mib: dict[int, int] = field(default_factory=dict)
     subtree_total_mib: int = 0
+    graphics_only: bool = False
 
 
 def _shown(text: str | None) -> str:
@@ -185,28 +190,39 @@ def _gpu_pids(table: dict[int, Proc]) -> list[int]:
     return sorted(pid for pid, proc in table.items() if proc.gpu_memory_mib)
 
 
+def _job_facts(proc: Proc) -> JobFacts:
+    return JobFacts(proc.pid, proc.ppid, proc.name, list(proc.cmdline), proc.sid, proc.pgid, proc.cgroup)
+
+
 def _tree_root(pid: int, table: dict[int, Proc]) -> int:
-    """Walk up from ``pid`` to the topmost ancestor below the session boundary."""
-    current = pid
-    seen = {pid}
-    while True:
-        proc = table[current]
-        parent = table.get(proc.ppid) if proc.ppid is not None else None
-        if parent is None or parent.pid in seen or is_session_boundary(parent):
-            return current
-        seen.add(parent.pid)
-        current = parent.pid
+    """The root of ``pid``'s GPU process tree: the collector's own rule (``gputui.agent.job_root``)."""
+
+    def facts_of(other: int) -> JobFacts | None:
+        proc = table.get(other)
+        return None if proc is None else _job_facts(proc)
+
+    return job_root(pid, facts_of)
+
+
+def graphics_only_pids(snapshot: HostSnapshot) -> set[int]:
+    """Visible pids that every GPU lists as graphics processes only (type G: Xorg, gnome-shell, ...)."""
+    kinds: dict[int, set[str]] = {}
+    for gpu in snapshot.gpus:
+        for listed in gpu.processes:
+            if listed.visible:
+                kinds.setdefault(listed.pid, set()).add(listed.type)
+    return {pid for pid, types in kinds.items() if types == {GRAPHICS}}
 
 
 def _build_node(pid: int, depth: int, table: dict[int, Proc], children: dict[int, list[int]],
-                placed: set[int]) -> ProcNode:
+                placed: set[int], graphics: set[int]) -> ProcNode:
     placed.add(pid)
-    node = ProcNode(proc=table[pid], depth=depth)
+    node = ProcNode(proc=table[pid], depth=depth, graphics_only=pid in graphics)
     totals = dict(node.proc.gpu_memory_mib)
     for child_pid in children.get(pid, ()):
         if child_pid in placed:
             continue  # garbled ppid data must not loop
-        child = _build_node(child_pid, depth + 1, table, children, placed)
+        child = _build_node(child_pid, depth + 1, table, children, placed, graphics)
         node.children.append(child)
         for index, mib in child.subtree_gpu_mib.items():
             totals[index] = totals.get(index, 0) + mib
@@ -218,16 +234,21 @@ def _build_node(pid: int, depth: int, table: dict[int, Proc], children: dict[int
 def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     """The GPU process trees of a host: every process holding GPU memory with its launcher and the rest.
 
-    Each tree is rooted at the topmost ancestor below the session boundary (pid 1, sshd, tmux, a login
-    shell, ``systemd --user``, a container shim, ...; see ``is_session_boundary``) and holds every listed
-    descendant of that root, zombies and D-state processes included. An sglang-style launcher with eight
-    workers is one tree. Roots are ordered by the memory their tree holds (most first), then pid.
+    Each tree is the holder's job: rooted at its highest ancestor in the same session and cgroup that is not
+    a session boundary (sshd, tmux, a login shell, a service manager, a cron daemon, the display stack, ...;
+    see ``is_session_boundary``) nor a daemon init adopted that does not lead the job (``gputui.agent
+    .is_outside_job``), and holding every listed descendant of that root, zombies and D-state processes
+    included. An sglang-style launcher with eight workers is one tree. Roots are ordered by the memory their
+    tree holds (most first), then pid.
     """
     table = _proc_table(snapshot)
     children = _children_map(table)
+    graphics = graphics_only_pids(snapshot)
     roots = sorted({_tree_root(pid, table) for pid in _gpu_pids(table)})
     placed: set[int] = set()
-    forest = [_build_node(root, 0, table, children, placed) for root in roots if root not in placed]
+    forest = [
+        _build_node(root, 0, table, children, placed, graphics) for root in roots if root not in placed
+    ]
     forest.sort(key=lambda node: (-node.subtree_total_mib, node.proc.pid))
     return forest
 

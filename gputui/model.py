@@ -136,6 +136,7 @@ class Proc:
             kill also signals the members of groups led by tree members, so a double-forked grandchild whose
             middle parent died still belongs to its launcher's tree through this.
         sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
+        cgroup: The cgroup that tells its job apart (``gputui.agent.parse_cgroup``), None when unknown.
     """
 
     pid: int
@@ -152,6 +153,7 @@ class Proc:
     gpu_memory_mib: dict[int, int] = field(default_factory=dict)
     pgid: int | None = None
     sid: int | None = None
+    cgroup: str | None = None
 
     @property
     def is_zombie(self) -> bool:
@@ -188,6 +190,7 @@ class Proc:
             gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
             pgid=_opt_int(data.get("pgid")),
             sid=_opt_int(data.get("sid")),
+            cgroup=_opt_str(data.get("cgroup")),
         )
 
 
