@@ -75,6 +75,10 @@ DRAIN_PROCESS_INTERVAL_S = 0.5
 """Seconds between process lists while a GPU drains (unless the configured interval is already shorter)."""
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
+KILL_KEEP_S = 60.0
+"""A finished kill operation's outcomes stay available to ``kill_wait`` this long."""
+KILL_POLL_S = 0.05
+"""How often a kill operation looks whether what it signalled is gone."""
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
 SMI_QUERY_GPU = (
     "index,name,uuid,pci.bus_id,memory.used,memory.total,"
@@ -82,6 +86,95 @@ SMI_QUERY_GPU = (
 )
 SMI_QUERY_APPS = "gpu_uuid,pid,used_memory"
 SMI_DEADLINE_S = 5.0
+
+# ----------------------------------------------------------------------------------------------------
+# Kill vocabulary: the one source of the kill protocol's command, stage and result names. The client
+# (gputui.actions), the simulator (gputui.sim), the CLI and the UI import these; nothing else spells them.
+
+KILL_COMMAND = "kill"
+"""``{"cmd": "kill", "targets": [{"pid", "start_ticks"}], "boot_id", "signal", "tree", "escalate_s",
+"wait_s", "detach"}``: checks and signals at once; the wait, the escalation and the confirmation then run in
+the collector whether or not the client stays. ``detach`` answers right after the signals, else at the end."""
+KILL_WAIT_COMMAND = "kill_wait"
+"""``{"cmd": "kill_wait", "op": N, "since": I, "timeout_s": S}``: operation N's outcomes from index I on, once
+it is done or after S seconds, whichever comes first."""
+KILL_ABANDON_COMMAND = "kill_abandon"
+"""``{"cmd": "kill_abandon", "op": N, "since": I}``: cancel N's escalation if it is not under way yet; every
+process it leaves is reported as abandoned."""
+KILL_COMMANDS = (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND)
+"""The commands that may take seconds: the remote loop runs each on a thread of its own."""
+
+STAGE_INTENT = "intent"
+"""Audit log only: what the client asked for, written before the command is sent."""
+STAGE_CHECK = "check"
+"""Identity and safety checks: nothing was sent."""
+STAGE_SIGNAL = "signal"
+"""The requested signal (TERM, INT or KILL)."""
+STAGE_WAIT = "wait"
+"""Watching what was signalled go, for the escalation delay (or the wait of a kill without escalation)."""
+STAGE_ESCALATE = "escalate"
+"""KILL to what outlived the escalation delay."""
+STAGE_CONFIRM = "confirm"
+"""After the escalated KILL: gone, or not."""
+STAGE_ABANDON = "abandon"
+"""The client gave up on an escalation before it was under way."""
+STAGE_REQUEST = "request"
+"""Audit log only: a command whose reply never came."""
+KILL_STAGES = (
+    STAGE_INTENT,
+    STAGE_CHECK,
+    STAGE_SIGNAL,
+    STAGE_WAIT,
+    STAGE_ESCALATE,
+    STAGE_CONFIRM,
+    STAGE_ABANDON,
+    STAGE_REQUEST,
+)
+SIGNALLING_STAGES = frozenset({STAGE_SIGNAL, STAGE_ESCALATE})
+"""Stages whose outcome says what a signal did; in the others ``signal`` is null or only context."""
+
+RESULT_REQUESTED = "requested"
+"""Audit log only (stage intent): asked for, not sent yet."""
+RESULT_SENT = "sent"
+"""Delivered; whether the process went is told by a later stage."""
+RESULT_EXITED = "exited"
+"""Gone after the requested signal."""
+RESULT_KILLED = "killed"
+"""Gone after the escalated KILL."""
+RESULT_REAPED = "reaped"
+"""A zombie of the job, reaped once its parent (signalled in the same operation) was gone."""
+RESULT_GONE = "gone"
+"""It had already exited before its signal."""
+RESULT_REFUSED = "refused"
+RESULT_CHANGED = "changed"
+"""The pid now names another process (reused, or the host rebooted): not signalled."""
+RESULT_DENIED = "denied"
+RESULT_UNINTERRUPTIBLE = "uninterruptible"
+"""Still there in uninterruptible sleep (D): it may not die until its I/O or driver call returns."""
+RESULT_STILL_ALIVE = "still_alive"
+RESULT_ABANDONED = "abandoned"
+"""Still alive when the client gave up on its escalation: the KILL was not sent."""
+RESULT_ERROR = "error"
+RESULT_UNKNOWN = "unknown"
+"""Audit log only (stage request): no reply came, so a signal may or may not have been sent."""
+KILL_RESULTS = (
+    RESULT_REQUESTED,
+    RESULT_SENT,
+    RESULT_EXITED,
+    RESULT_KILLED,
+    RESULT_REAPED,
+    RESULT_GONE,
+    RESULT_REFUSED,
+    RESULT_CHANGED,
+    RESULT_DENIED,
+    RESULT_UNINTERRUPTIBLE,
+    RESULT_STILL_ALIVE,
+    RESULT_ABANDONED,
+    RESULT_ERROR,
+    RESULT_UNKNOWN,
+)
+RESULTS_GONE = frozenset({RESULT_EXITED, RESULT_KILLED, RESULT_REAPED, RESULT_GONE})
+"""Final results that mean the targeted process is no more."""
 
 try:
     CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -2918,6 +3011,9 @@ class Agent(object):
         self.last_sample_mono = None  # type: Optional[float]
         self._last_used_mib = {}  # type: Dict[Any, int]
         self._draining_until_mono = -1e18
+        self._kill_lock = threading.Lock()
+        self._kill_ops = {}  # type: Dict[int, _KillOperation]
+        self._next_kill_op = 0
         if use_pynvml and _pynvml is not None:
             self._backend = _NvmlBackend(nvml_deadline_s, telemetry_interval_s)  # type: Any
         else:
@@ -3181,8 +3277,12 @@ class Agent(object):
                 result = self._configure(command)
             elif name == "sample":
                 result = {"snapshot": self.sample(force_processes=True)}
-            elif name == "kill":
+            elif name == KILL_COMMAND:
                 result = self.kill(command)
+            elif name == KILL_WAIT_COMMAND:
+                result = self.kill_wait(command)
+            elif name == KILL_ABANDON_COMMAND:
+                result = self.kill_abandon(command)
             elif name == "calibrate":
                 result = self._calibrate()
             elif name == "health":
@@ -3252,7 +3352,12 @@ class Agent(object):
     # -- kill ----------------------------------------------------------------------------------------------
 
     def kill(self, command: Dict[str, Any]) -> Dict[str, Any]:
-        """The ``kill`` command: see the module docstring and DESIGN's safety rules."""
+        """The ``kill`` command (``KILL_COMMAND``; DESIGN's safety rules).
+
+        Checks and signals in this thread; the wait, the escalation and the confirmation then run on a thread
+        of the operation's own, which finishes whether or not the client stays (``escalations_pending``).
+        Answers at once with ``detach``, else once the whole operation is done (``_KillOperation.reply``).
+        """
         signal_name = command.get("signal") or "TERM"
         if signal_name not in SIGNALS:
             raise _CommandError("signal must be one of TERM, INT, KILL")
@@ -3270,16 +3375,73 @@ class Agent(object):
             if ticks is not None and (isinstance(ticks, bool) or not isinstance(ticks, int)):
                 raise _CommandError("target start_ticks must be an integer")
             targets.append((pid, ticks))
-        escalate_s = command.get("escalate_s")
-        if escalate_s is not None:
-            escalate_s = _finite_positive(escalate_s)
-            if escalate_s is None:
-                raise _CommandError("escalate_s must be a positive number of seconds or null")
-        return {
-            "outcomes": _Killer(
-                self, SIGNALS[signal_name], signal_name, bool(command.get("tree")), escalate_s
-            ).run(targets, command.get("boot_id"))
-        }
+        escalate_s = _optional_seconds(command, "escalate_s")
+        wait_s = _optional_seconds(command, "wait_s")
+        with self._kill_lock:
+            now = time.monotonic()
+            for old_id in [i for i, o in self._kill_ops.items() if o.forgettable(now)]:
+                del self._kill_ops[old_id]
+            self._next_kill_op += 1
+            operation = _KillOperation(
+                self,
+                self._next_kill_op,
+                SIGNALS[signal_name],
+                signal_name,
+                bool(command.get("tree")),
+                escalate_s,
+                wait_s,
+            )
+            self._kill_ops[operation.op_id] = operation
+        operation.start(targets, command.get("boot_id"))
+        if not command.get("detach"):
+            operation.wait(None)
+        return operation.reply(0)
+
+    def _kill_operation(self, command: Dict[str, Any]) -> Tuple["_KillOperation", int]:
+        op_id = command.get("op")
+        since = command.get("since", 0)
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise _CommandError("since must be a non-negative integer")
+        with self._kill_lock:
+            operation = self._kill_ops.get(op_id) if isinstance(op_id, int) else None
+        if operation is None:
+            raise _CommandError(
+                "no kill operation %r here (unknown, or finished more than %g s ago)" % (op_id, KILL_KEEP_S)
+            )
+        return operation, since
+
+    def kill_wait(self, command: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``kill_wait`` command (``KILL_WAIT_COMMAND``)."""
+        operation, since = self._kill_operation(command)
+        timeout_s = _optional_seconds(command, "timeout_s")
+        operation.wait(timeout_s)
+        return operation.reply(since)
+
+    def kill_abandon(self, command: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``kill_abandon`` command (``KILL_ABANDON_COMMAND``)."""
+        operation, since = self._kill_operation(command)
+        operation.abandon()
+        return operation.reply(since)
+
+    def escalations_pending(self) -> bool:
+        """Whether a kill operation is still waiting, escalating or confirming."""
+        with self._kill_lock:
+            return any(not o.done for o in self._kill_ops.values())
+
+    def wait_for_escalations(self, timeout_s: Optional[float] = None) -> bool:
+        """Wait until every kill operation is done; True when they are.
+
+        Args:
+            timeout_s: The longest wait; None: as long as the operations themselves are bounded to take
+                (their delay plus the KILL confirmation).
+        """
+        with self._kill_lock:
+            operations = [o for o in self._kill_ops.values() if not o.done]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for operation in operations:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            operation.wait(left)
+        return not self.escalations_pending()
 
     def gpu_mib_of(self, pid: int) -> Optional[int]:
         for proc in self._processes:
@@ -3304,20 +3466,88 @@ class _CommandError(Exception):
     """A command the agent refuses as malformed; its text is the reply's one-line error."""
 
 
-class _Killer(object):
-    """One kill command: identity checks, tree expansion, refusals, escalation."""
+def _optional_seconds(command: Dict[str, Any], key: str) -> Optional[float]:
+    """A command's optional duration: None when absent or null, else a positive finite number of seconds."""
+    value = command.get(key)
+    if value is None:
+        return None
+    seconds = _finite_positive(value)
+    if seconds is None:
+        raise _CommandError("%s must be a positive number of seconds or null" % key)
+    return seconds
 
-    def __init__(self, agent: Agent, signo: int, signal_name: str, tree: bool, escalate_s: Optional[float]):
+
+class _KillOperation(object):
+    """One confirmed kill: checks and signals at once, then the wait, the escalation and the confirmation.
+
+    ``start`` checks every target (identity, refusals), expands trees (children first) and signals, in the
+    caller's thread; it captures the job as it was then: each member's pid and start ticks, and the process
+    groups its members lead. The rest runs on a thread of its own (not a daemon: a collector whose client
+    went away still finishes it), bounded by the delay plus ``KILL_CONFIRM_S``:
+
+    * after the signals, and again when the escalation is due, the host is read again: processes that joined
+      the job since it was listed (a fork during the kill, which init may have adopted once its parent died)
+      are signalled too;
+    * zombies of the job are not signalled: they go once their parent does ("reaped"), or are said to remain;
+    * with ``escalate_s``, what is still alive then gets KILL, and each KILL is confirmed; with ``wait_s``
+      (or a KILL), what is left after it is reported as still alive;
+    * ``abandon`` cancels an escalation that is not under way yet, and reports what it leaves.
+
+    Outcomes accumulate in order; ``reply`` hands them out from any index, so a client that lost a reply or
+    came back later misses none.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        op_id: int,
+        signo: int,
+        signal_name: str,
+        tree: bool,
+        escalate_s: Optional[float],
+        wait_s: Optional[float],
+    ) -> None:
         self.agent = agent
+        self.op_id = op_id
         self.signo = signo
         self.signal_name = signal_name
         self.tree = tree
+        if signo == signal.SIGKILL and escalate_s is not None:
+            # Nothing is stronger than KILL: its delay only bounds the wait for it to take effect.
+            wait_s, escalate_s = (wait_s if wait_s is not None else escalate_s), None
         self.escalate_s = escalate_s
-        self.outcomes = []  # type: List[Dict[str, Any]]
+        self.wait_s = wait_s
         # Its own detail reader: the sampling thread mutates the agent's caches concurrently.
         self._details = _ProcDetails(agent.use_psutil)
         # Who each target was, read before any signal: a dead process has no cmdline left to report.
         self._info = {}  # type: Dict[int, Dict[str, Any]]
+        self._lock = threading.Lock()
+        self._outcomes = []  # type: List[Dict[str, Any]]
+        self._queued = set()  # type: Set[Tuple[int, int]]
+        self._members = set()  # type: Set[Tuple[int, int]]
+        self._sent = []  # type: List[Tuple[int, int]]
+        self._zombies = {}  # type: Dict[Tuple[int, int], int]
+        self._groups = set()  # type: Set[int]
+        self._protected = set()  # type: Set[int]
+        self._my_group = -1
+        self._done = threading.Event()
+        self._cancel = threading.Event()
+        self._escalating = False
+        self.started_mono = time.monotonic()
+        self.finished_mono = None  # type: Optional[float]
+        delay = escalate_s if escalate_s is not None else wait_s
+        self.due_mono = None if delay is None else self.started_mono + delay
+        self.bound_s = (delay or 0.0) + 2 * KILL_CONFIRM_S
+        """How long the whole operation may take, from its start."""
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def forgettable(self, now_mono: float) -> bool:
+        return self.finished_mono is not None and now_mono - self.finished_mono > KILL_KEEP_S
+
+    # -- outcomes -------------------------------------------------------------------------------------------
 
     def _outcome(
         self,
@@ -3328,15 +3558,16 @@ class _Killer(object):
         signal_name: Optional[str],
         result: str,
         detail: str = "",
-    ) -> Dict[str, Any]:
+    ) -> None:
         details = self._info.get(pid) or {}
         if not details and stat is not None:
             details = self._details.details(stat, time.time())
             self._info[pid] = details
+        name = stat.name if stat is not None else details.get("name")
         outcome = {
             "pid": pid,
             "start_ticks": ticks,
-            "name": None if stat is None else stat.name,
+            "name": name,
             "user": details.get("user"),
             "cmdline": details.get("cmdline") or [],
             "gpu_mib": self.agent.gpu_mib_of(pid),
@@ -3345,40 +3576,115 @@ class _Killer(object):
             "result": result,
             "detail": detail,
         }
-        self.outcomes.append(outcome)
-        return outcome
+        with self._lock:
+            self._outcomes.append(outcome)
 
-    def run(self, targets: List[Tuple[int, Optional[int]]], boot_id: Optional[str]) -> List[Dict[str, Any]]:
+    def _remember(self, stat: ProcStat) -> None:
+        """Read who a process is before it is signalled (a dead one has no cmdline left)."""
+        if stat.pid not in self._info:
+            details = self._details.details(stat, time.time())
+            details["name"] = stat.name
+            self._info[stat.pid] = details
+
+    def reply(self, since: int) -> Dict[str, Any]:
+        """The outcomes from index ``since`` on, what is still pending, and whether the operation is done."""
+        done = self.done  # read first: outcomes added before it is set are all in the copy below
+        with self._lock:
+            outcomes = list(self._outcomes)
+        ended = self.finished_mono if done and self.finished_mono is not None else time.monotonic()
+        return {
+            "op": self.op_id,
+            "outcomes": outcomes[since:],
+            "count": len(outcomes),
+            "done": done,
+            "pending": [] if done else self._pending(),
+            "escalate_s": self.escalate_s,
+            "wait_s": self.wait_s,
+            "elapsed_s": round(ended - self.started_mono, 3),
+        }
+
+    def _pending(self) -> List[Dict[str, Any]]:
+        """Each signalled process still alive: what will happen to it (KILL, or a look) and in how long."""
+        with self._lock:
+            watched = list(self._sent)
+            escalating = self._escalating
+        due_in_s = None if self.due_mono is None else max(0.0, self.due_mono - time.monotonic())
+        pending = []  # type: List[Dict[str, Any]]
+        for pid, ticks in watched:
+            if not _alive(pid, ticks):
+                continue
+            details = self._info.get(pid) or {}
+            pending.append(
+                {
+                    "pid": pid,
+                    "start_ticks": ticks,
+                    "name": details.get("name"),
+                    "signal": "KILL" if self.escalate_s is not None else None,
+                    "due_in_s": 0.0 if escalating else due_in_s,
+                }
+            )
+        return pending
+
+    # -- the operation --------------------------------------------------------------------------------------
+
+    def start(self, targets: List[Tuple[int, Optional[int]]], boot_id: Optional[str]) -> None:
+        """Check and signal every target (children first); start the rest of the operation when needed."""
+        try:
+            self._signal_targets(targets, boot_id)
+        except BaseException:
+            self._finished()
+            raise
+        if self._sent or self._zombies:
+            threading.Thread(target=self._run, name="gputui-kill-%d" % self.op_id, daemon=False).start()
+        else:
+            self._finished()
+
+    def _finished(self) -> None:
+        self.finished_mono = time.monotonic()
+        self._done.set()
+
+    def wait(self, timeout_s: Optional[float]) -> bool:
+        """Wait until done or ``timeout_s`` passed (None: as long as the operation is bounded to take)."""
+        if timeout_s is None:
+            timeout_s = max(0.0, self.started_mono + self.bound_s + 1.0 - time.monotonic())
+        return self._done.wait(timeout_s)
+
+    def abandon(self) -> None:
+        """Cancel the escalation (or the wait) unless it is under way already, then wait for the report."""
+        with self._lock:
+            if not self._escalating:
+                self._cancel.set()
+        self.wait(None)
+
+    def _signal_targets(self, targets: List[Tuple[int, Optional[int]]], boot_id: Optional[str]) -> None:
         table = scan_proc()
         if self.agent.read_only:
             for pid, ticks in targets:
-                self._outcome(
-                    pid, ticks, table.get(pid), "check", None, "refused", "read-only: nothing is signalled"
-                )
-            return self.outcomes
+                read_only = "read-only: nothing is signalled"
+                self._outcome(pid, ticks, table.get(pid), STAGE_CHECK, None, RESULT_REFUSED, read_only)
+            return
         if boot_id is not None and self.agent.boot_id is not None and boot_id != self.agent.boot_id:
             for pid, ticks in targets:
                 self._outcome(
                     pid,
                     ticks,
                     None,
-                    "check",
+                    STAGE_CHECK,
                     None,
-                    "changed",
+                    RESULT_CHANGED,
                     "process changed: the host rebooted since it was listed (boot id differs)",
                 )
-            return self.outcomes
-
+            return
         me = os.getpid()
-        protected = {1, me}
-        protected.update(ancestors_of(me))
+        self._protected = {1, me}
+        self._protected.update(ancestors_of(me))
         try:
-            my_group = os.getpgid(0)
+            self._my_group = os.getpgid(0)
         except OSError:
-            my_group = -1
+            self._my_group = -1
 
         ordered = []  # type: List[Tuple[int, int]]
-        queued = set()  # type: Set[int]
+        asked_zombies = []  # type: List[ProcStat]
         for pid, ticks in targets:
             stat = table.get(pid)
             if ticks is None:
@@ -3387,63 +3693,242 @@ class _Killer(object):
                     pid,
                     None,
                     stat,
-                    "check",
+                    STAGE_CHECK,
                     None,
-                    "refused",
+                    RESULT_REFUSED,
                     "no start time given: the process's identity cannot be checked",
                 )
                 continue
             if stat is None:
-                self._outcome(pid, ticks, None, "check", None, "gone", "no such process")
+                self._outcome(pid, ticks, None, STAGE_CHECK, None, RESULT_GONE, "no such process")
                 continue
             if stat.start_ticks != ticks:
                 self._outcome(
                     pid,
                     ticks,
                     stat,
-                    "check",
+                    STAGE_CHECK,
                     None,
-                    "changed",
+                    RESULT_CHANGED,
                     "process changed: pid %d now belongs to another process" % pid,
                 )
                 continue
-            refusal = self._refusal(stat, table, protected, my_group)
+            refusal = self._refusal(stat)
             if refusal is not None:
                 # A refused root is never expanded: the tree of pid 1 or of the agent's own ancestors is the
                 # whole host.
-                if pid not in queued:
-                    queued.add(pid)
-                    self._outcome(pid, ticks, stat, "check", None, "refused", refusal)
+                if (pid, ticks) not in self._queued:
+                    self._queued.add((pid, ticks))
+                    self._outcome(pid, ticks, stat, STAGE_CHECK, None, RESULT_REFUSED, refusal)
                 continue
-            members = self._tree_members(pid, table, protected) if self.tree else []
+            if stat.state == "Z":
+                asked_zombies.append(stat)
+                continue
+            members = self._tree_members(pid, table) if self.tree else []
             for member in members + [pid]:
-                if member in queued:
+                member_stat = table[member]
+                key = (member, member_stat.start_ticks)
+                if key in self._queued:
                     continue
-                queued.add(member)
-                member_ticks = ticks if member == pid else table[member].start_ticks
-                ordered.append((member, member_ticks))
-
-        now = time.time()
-        for pid, _ticks in ordered:
-            self._info[pid] = self._details.details(table[pid], now)
-        sent = []  # type: List[Tuple[int, int]]
-        for pid, ticks in ordered:
-            stat = table[pid]
-            refusal = self._refusal(stat, table, protected, my_group)
-            if refusal is not None:
-                self._outcome(pid, ticks, stat, "check", None, "refused", refusal)
+                self._queued.add(key)
+                if member_stat.state == "Z":
+                    self._zombies[key] = member_stat.ppid
+                else:
+                    ordered.append(key)
+        signalled_pids = set(pid for pid, _ in ordered)
+        for stat in asked_zombies:
+            key = (stat.pid, stat.start_ticks)
+            if key in self._queued:
                 continue
-            result, detail = send_signal_checked(pid, ticks, self.signo)
-            if result == "sent" and stat.state == "D":
-                detail = "in uninterruptible sleep (D): it may not die until its I/O completes"
-            self._outcome(pid, ticks, stat, "signal", self.signal_name, result, detail)
-            if result == "sent":
-                sent.append((pid, stat.start_ticks))
-        if self.escalate_s is not None and sent:
-            self._escalate(sent, table)
-        return self.outcomes
+            self._queued.add(key)
+            if stat.ppid in signalled_pids:
+                self._zombies[key] = stat.ppid
+            else:
+                parent = table.get(stat.ppid)
+                self._outcome(
+                    stat.pid,
+                    stat.start_ticks,
+                    stat,
+                    STAGE_CHECK,
+                    None,
+                    RESULT_REFUSED,
+                    "zombie: cannot be killed; signal its parent %d (%s)"
+                    % (stat.ppid, parent.name if parent is not None else "?"),
+                )
 
-    def _tree_members(self, root: int, table: Dict[int, ProcStat], protected: Set[int]) -> List[int]:
+        self._members = set(ordered) | set(self._zombies)
+        for pid, _ticks in self._members:
+            self._remember(table[pid])
+        for pid, ticks in ordered:
+            self._send(table[pid], ticks, self.signo, self.signal_name, STAGE_SIGNAL)
+        if self.tree:
+            self._groups = set(pid for pid, _ in self._members if table[pid].pgrp == pid)
+            self._signal_joiners(self.signo, self.signal_name, STAGE_SIGNAL)
+
+    def _send(
+        self,
+        stat: ProcStat,
+        ticks: int,
+        signo: int,
+        signal_name: str,
+        stage: str,
+        detail: str = "",
+    ) -> bool:
+        """Signal one process after the refusal checks and record the outcome; True when it was sent."""
+        refusal = self._refusal(stat)
+        if refusal is not None:
+            self._outcome(stat.pid, ticks, stat, STAGE_CHECK, None, RESULT_REFUSED, refusal)
+            return False
+        result, why = send_signal_checked(stat.pid, ticks, signo)
+        if result == RESULT_SENT and stat.state == "D":
+            why = "in uninterruptible sleep (D): it may not die until its I/O completes"
+        detail = "; ".join(text for text in (detail, why) if text)
+        self._outcome(stat.pid, ticks, stat, stage, signal_name, result, detail)
+        if result == RESULT_SENT and stage == STAGE_SIGNAL:
+            with self._lock:
+                self._sent.append((stat.pid, ticks))
+        return result == RESULT_SENT
+
+    def _signal_joiners(self, signo: int, signal_name: str, stage: str) -> List[Tuple[int, int]]:
+        """Signal what joined the job since it was listed; returns those that were sent the signal.
+
+        Members of the process groups the job's members led, and children of live members, that this
+        operation has not seen yet: a fork between the listing and the signal, which init adopts once its
+        parent dies. Zombies among them are left to whoever reaps them.
+        """
+        table = scan_proc()
+        children = children_map(table)
+        found = [stat for stat in table.values() if stat.pgrp in self._groups]
+        for pid, ticks in list(self._members):
+            member = table.get(pid)
+            if member is not None and member.start_ticks == ticks:
+                found.extend(table[child] for child in children.get(pid, ()))
+        sent = []  # type: List[Tuple[int, int]]
+        for stat in found:
+            key = (stat.pid, stat.start_ticks)
+            if key in self._queued or stat.pid in (0, 1, 2) or stat.ppid == 2 or stat.state in ("Z", "X"):
+                continue
+            self._queued.add(key)
+            self._members.add(key)
+            self._remember(stat)
+            joined = "joined the job after it was listed"
+            if self._send(stat, stat.start_ticks, signo, signal_name, stage, joined):
+                sent.append(key)
+        return sent
+
+    def _run(self) -> None:
+        """The rest of the operation, on its own thread."""
+        try:
+            self._watch_and_escalate()
+        except Exception as exc:  # a bug must not leave the operation pending forever: report it
+            with self._lock:
+                watched = list(self._sent)
+            error = "%s: %s" % (type(exc).__name__, exc)
+            for pid, ticks in watched:
+                self._outcome(pid, ticks, None, STAGE_WAIT, None, RESULT_ERROR, error)
+        finally:
+            self._finished()
+
+    def _watch_and_escalate(self) -> None:
+        escalating = self.escalate_s is not None
+        delay = self.escalate_s if self.escalate_s is not None else self.wait_s
+        with self._lock:
+            sent = list(self._sent) if delay is not None else []
+        zombies = dict(self._zombies)
+        if delay is None:  # nothing to watch but the zombies of the job: see them reaped
+            delay = KILL_CONFIRM_S
+        left = _wait_gone(sent, delay, self._cancel, reaped=list(zombies))
+        self._report_gone(sent, zombies, left, STAGE_WAIT, "gone after %s" % self.signal_name)
+        sent = [key for key in sent if key in left]
+        zombies = dict((key, parent) for key, parent in zombies.items() if key in left)
+        with self._lock:
+            cancelled = self._cancel.is_set()
+            self._escalating = escalating and not cancelled
+        if cancelled:
+            for pid, ticks in sent:
+                if escalating:
+                    detail = "alive after %s; KILL not sent: the escalation was abandoned" % self.signal_name
+                    self._outcome(pid, ticks, read_stat(pid), STAGE_ABANDON, None, RESULT_ABANDONED, detail)
+                else:
+                    self._still_alive(pid, ticks, STAGE_WAIT, None, "still alive after %s" % self.signal_name)
+            self._report_zombies_left(zombies, STAGE_ABANDON)
+            return
+        if not escalating:
+            for pid, ticks in sent:
+                self._still_alive(
+                    pid, ticks, STAGE_WAIT, None, "still alive %g s after %s" % (delay, self.signal_name)
+                )
+            self._report_zombies_left(zombies, STAGE_WAIT)
+            return
+        killed = []  # type: List[Tuple[int, int]]
+        for pid, ticks in sent:
+            stat = read_stat(pid)
+            if stat is None or stat.start_ticks != ticks or stat.state in ("Z", "X"):
+                gone = "gone after " + self.signal_name
+                self._outcome(pid, ticks, None, STAGE_WAIT, None, RESULT_EXITED, gone)
+                continue
+            escalated = "still alive after %g s: escalated" % delay
+            if self._send(stat, ticks, signal.SIGKILL, "KILL", STAGE_ESCALATE, escalated):
+                killed.append((pid, ticks))
+        if self.tree:
+            killed.extend(self._signal_joiners(signal.SIGKILL, "KILL", STAGE_ESCALATE))
+        left = _wait_gone(killed, KILL_CONFIRM_S, reaped=list(zombies))
+        for pid, ticks in killed:
+            if (pid, ticks) not in left:
+                self._outcome(pid, ticks, None, STAGE_CONFIRM, "KILL", RESULT_KILLED, "gone after KILL")
+            else:
+                self._still_alive(pid, ticks, STAGE_CONFIRM, "KILL", "still alive after KILL")
+        self._report_gone([], zombies, left, STAGE_CONFIRM, "")
+        self._report_zombies_left(dict((k, p) for k, p in zombies.items() if k in left), STAGE_CONFIRM)
+
+    def _report_gone(
+        self,
+        sent: List[Tuple[int, int]],
+        zombies: Dict[Tuple[int, int], int],
+        left: Set[Tuple[int, int]],
+        stage: str,
+        detail: str,
+    ) -> None:
+        for pid, ticks in sent:
+            if (pid, ticks) not in left:
+                self._outcome(pid, ticks, None, stage, None, RESULT_EXITED, detail)
+        for (pid, ticks), parent in zombies.items():
+            if (pid, ticks) not in left:
+                reaped = "reaped with its parent %d" % parent
+                self._outcome(pid, ticks, None, stage, None, RESULT_REAPED, reaped)
+
+    def _report_zombies_left(self, zombies: Dict[Tuple[int, int], int], stage: str) -> None:
+        for (pid, ticks), parent in zombies.items():
+            stat = read_stat(pid)
+            holder = stat.ppid if stat is not None else parent
+            self._outcome(
+                pid,
+                ticks,
+                stat,
+                stage,
+                None,
+                RESULT_STILL_ALIVE,
+                "still a zombie: its parent %d has not reaped it" % holder,
+            )
+
+    def _still_alive(self, pid: int, ticks: int, stage: str, signal_name: Optional[str], detail: str) -> None:
+        stat = read_stat(pid)
+        if stat is not None and stat.state == "D":
+            self._outcome(
+                pid,
+                ticks,
+                stat,
+                stage,
+                signal_name,
+                RESULT_UNINTERRUPTIBLE,
+                "in uninterruptible sleep (D): it may not die until its I/O completes",
+            )
+        else:
+            self._outcome(pid, ticks, stat, stage, signal_name, RESULT_STILL_ALIVE, detail)
+
+    # -- what may be signalled ------------------------------------------------------------------------------
+
+    def _tree_members(self, root: int, table: Dict[int, ProcStat]) -> List[int]:
         """Descendants of ``root`` by ppid and members of groups led by any of them, deepest first.
 
         Never expands through pid 1, kernel threads or a protected process (the agent and its ancestors).
@@ -3463,16 +3948,14 @@ class _Killer(object):
                     if member in depth or member in (0, 1, 2):
                         continue
                     depth[member] = depth[pid] + 1
-                    if member not in protected:
+                    if member not in self._protected:
                         nxt.append(member)
             frontier = nxt
         members = [pid for pid in depth if pid != root]
         members.sort(key=lambda pid: (-depth[pid], pid))
         return members
 
-    def _refusal(
-        self, stat: ProcStat, table: Dict[int, ProcStat], protected: Set[int], my_group: int
-    ) -> Optional[str]:
+    def _refusal(self, stat: ProcStat) -> Optional[str]:
         pid = stat.pid
         if pid == 1:
             return "pid 1 (init) is never signalled"
@@ -3480,70 +3963,13 @@ class _Killer(object):
             return "kernel thread: not signalled"
         if pid == self.agent.pid or pid == os.getpid():
             return "this is the gputui agent itself"
-        if pid in protected:
+        if pid in self._protected:
             return "this is an ancestor of the gputui agent (its session or terminal)"
         # Not the whole session: a server started with `cmd &` from the shell gputui runs in shares that
         # session (in a process group of its own) and must stay killable. Its ancestors are protected above.
-        if stat.pgrp == my_group and my_group > 0:
+        if stat.pgrp == self._my_group and self._my_group > 0:
             return "this process is in the gputui agent's own process group"
-        if stat.state == "Z":
-            parent = table.get(stat.ppid)
-            parent_name = parent.name if parent is not None else "?"
-            return "zombie: cannot be killed; signal its parent %d (%s)" % (stat.ppid, parent_name)
         return None
-
-    def _escalate(self, sent: List[Tuple[int, int]], table: Dict[int, ProcStat]) -> None:
-        if self.escalate_s is None:
-            return
-        alive = _wait_gone(sent, self.escalate_s)
-        for pid, ticks in sent:
-            if (pid, ticks) not in alive:
-                self._outcome(
-                    pid, ticks, table.get(pid), "wait", None, "exited", "gone after %s" % self.signal_name
-                )
-        if self.signo == signal.SIGKILL:  # nothing stronger to escalate to: say what is left
-            self._confirm([p for p in sent if p in alive], alive, table)
-            return
-        survivors = []  # type: List[Tuple[int, int]]
-        for pid, ticks in sent:
-            if (pid, ticks) not in alive:
-                continue
-            result, detail = send_signal_checked(pid, ticks, signal.SIGKILL)
-            if result == "sent":
-                survivors.append((pid, ticks))
-                detail = "still alive after %.1f s: escalated" % self.escalate_s
-            self._outcome(pid, ticks, table.get(pid), "escalate", "KILL", result, detail)
-        if survivors:
-            self._confirm(survivors, _wait_gone(survivors, KILL_CONFIRM_S), table)
-
-    def _confirm(
-        self, survivors: List[Tuple[int, int]], left: Set[Tuple[int, int]], table: Dict[int, ProcStat]
-    ) -> None:
-        """Report each KILLed process: killed (gone), uninterruptible (D state) or still_alive."""
-        for pid, ticks in survivors:
-            stat = read_stat(pid)
-            if (pid, ticks) not in left:
-                self._outcome(pid, ticks, table.get(pid), "confirm", "KILL", "killed", "gone after KILL")
-            elif stat is not None and stat.state == "D":
-                self._outcome(
-                    pid,
-                    ticks,
-                    stat,
-                    "confirm",
-                    "KILL",
-                    "uninterruptible",
-                    "in uninterruptible sleep (D): it may not die until its I/O completes",
-                )
-            else:
-                self._outcome(
-                    pid,
-                    ticks,
-                    stat or table.get(pid),
-                    "confirm",
-                    "KILL",
-                    "still_alive",
-                    "still alive after KILL",
-                )
 
 
 def _alive(pid: int, ticks: int) -> bool:
@@ -3552,14 +3978,38 @@ def _alive(pid: int, ticks: int) -> bool:
     return stat is not None and stat.start_ticks == ticks and stat.state not in ("Z", "X")
 
 
-def _wait_gone(procs: List[Tuple[int, int]], timeout_s: float) -> Set[Tuple[int, int]]:
-    """Poll until every process is gone or ``timeout_s`` passed; returns those still alive."""
+def _present(pid: int, ticks: int) -> bool:
+    """Whether the process (pid, start_ticks) is still in the process table, as a zombie too."""
+    stat = read_stat(pid)
+    return stat is not None and stat.start_ticks == ticks
+
+
+def _wait_gone(
+    procs: List[Tuple[int, int]],
+    timeout_s: float,
+    cancel: Optional[threading.Event] = None,
+    reaped: Iterable[Tuple[int, int]] = (),
+) -> Set[Tuple[int, int]]:
+    """Poll until every process is gone, ``timeout_s`` passed or ``cancel`` is set; returns those still there.
+
+    ``procs`` are gone once they exited (a zombie counts as gone); ``reaped`` (zombies already) once reaped.
+    """
+    zombies = set(reaped)
+
+    def there(proc: Tuple[int, int]) -> bool:
+        return _present(*proc) if proc in zombies else _alive(*proc)
+
     deadline = time.monotonic() + timeout_s
-    alive = set(p for p in procs if _alive(*p))
-    while alive and time.monotonic() < deadline:
-        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-        alive = set(p for p in alive if _alive(*p))
-    return alive
+    left = set(p for p in list(procs) + list(zombies) if there(p))
+    while left and time.monotonic() < deadline:
+        pause = min(KILL_POLL_S, max(0.0, deadline - time.monotonic()))
+        if cancel is not None:
+            if cancel.wait(pause):
+                break
+        else:
+            time.sleep(pause)
+        left = set(p for p in left if there(p))
+    return set(p for p in left if there(p))
 
 
 def send_signal_checked(pid: int, start_ticks: int, signo: int) -> Tuple[str, str]:
@@ -3647,8 +4097,9 @@ def elide_unchanged_processes(snapshot: Dict[str, Any]) -> Dict[str, Any]:
 def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: bool = False) -> int:
     """The remote loop: hello, then a snapshot every ``memory_interval_s``; commands handled meanwhile.
 
-    A reader thread parses command lines from ``stdin_binary``; ``kill`` runs on its own thread (escalation
-    takes seconds) while the others are answered in order. Returns 0 on EOF or ``quit``. With
+    A reader thread parses command lines from ``stdin_binary``; each of ``KILL_COMMANDS`` runs on its own
+    thread (an escalation takes seconds) while the others are answered in order. Returns 0 on EOF or
+    ``quit``, once the kill operations under way are done (``Agent.wait_for_escalations``). With
     ``elide_unchanged``, a snapshot line whose process lists are the ones the previous line carried leaves
     them out (``elide_unchanged_processes``).
     """
@@ -3674,7 +4125,7 @@ def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: 
                 if isinstance(command, dict) and command.get("cmd") == "quit":
                     writer.write(agent.handle(command))
                     break
-                if isinstance(command, dict) and command.get("cmd") == "kill":
+                if isinstance(command, dict) and command.get("cmd") in KILL_COMMANDS:
                     threading.Thread(
                         target=run_command, args=(command,), name="gputui-kill", daemon=True
                     ).start()
@@ -3710,6 +4161,8 @@ def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: 
                 break
             wake.wait(left)
             wake.clear()
+    # The client is gone or said quit: a confirmed escalation still runs to its end, bounded by its delay.
+    agent.wait_for_escalations()
     return 0
 
 

@@ -297,6 +297,7 @@ def find_problems(
     now: float | None = None,
     ghost_tolerance_mib: int = GHOST_TOLERANCE_MIB,
     d_state_threshold_s: float = D_STATE_THRESHOLD_S,
+    killed_jobs: Iterable[KilledJob] = (),
 ) -> list[Finding]:
     """Everything stuck, dead or unaccounted for on one host.
 
@@ -306,9 +307,10 @@ def find_problems(
         now: Epoch seconds to measure ages against; default the snapshot's time, else the clock.
         ghost_tolerance_mib: Allowed gap between used memory and baseline + listed processes, in MiB.
         d_state_threshold_s: Seconds in D state before it is reported.
+        killed_jobs: Jobs killed on this host: what escaped them is a survivor (``find_survivors``).
 
     Returns:
-        Findings: zombies, D-state processes, orphans, invisible pids, then ghost memory per GPU.
+        Findings: zombies, D-state processes, orphans, invisible pids, ghost memory per GPU, then survivors.
     """
     now_s = now if now is not None else snapshot.time if snapshot.time is not None else time.time()
     target = snapshot.target
@@ -376,6 +378,7 @@ def find_problems(
         finding = _ghost_finding(snapshot, gpu, baselines, ghost_tolerance_mib)
         if finding is not None:
             findings.append(finding)
+    findings.extend(find_survivors(snapshot, killed_jobs))
     return findings
 
 
@@ -578,6 +581,154 @@ def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | Non
     return sorted(holders.values(), key=lambda h: (-(h[2] or 0), h[0]))
 
 
-def analyze(snapshot: HostSnapshot, baselines: Baselines, now: float | None = None) -> HostSnapshot:
+def analyze(
+    snapshot: HostSnapshot,
+    baselines: Baselines,
+    now: float | None = None,
+    killed_jobs: Iterable[KilledJob] = (),
+) -> HostSnapshot:
     """The snapshot with its findings and clean-slate verdict filled in."""
-    return snapshot.with_analysis(find_problems(snapshot, baselines, now), clean_slate(snapshot, baselines))
+    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs)
+    return snapshot.with_analysis(findings, clean_slate(snapshot, baselines))
+
+
+def kill_all_roots(snapshot: HostSnapshot, include_graphics: bool = False) -> tuple[list[int], list[str]]:
+    """The roots of what killing every GPU process tree takes, and human notes on what it leaves out.
+
+    The job root (``_tree_root``) of every visible GPU process, never pid 1 (a container whose init holds
+    GPU memory is stopped from inside). Processes that every GPU lists as graphics only (an X server, a
+    compositor) are left out unless ``include_graphics``: they belong to the desktop, not to a GPU job.
+    """
+    table = _proc_table(snapshot)
+    graphics = graphics_only_pids(snapshot)
+    roots: list[int] = []
+    notes: list[str] = []
+    left_out: list[int] = []
+    for pid in _gpu_pids(table):
+        if pid in graphics and not include_graphics:
+            left_out.append(pid)
+            continue
+        root = _tree_root(pid, table)
+        if root in (0, 1):
+            notes.append(f"pid {proc_label(table.get(root), root)} holds GPU memory: init is never signalled")
+        elif root not in roots:
+            roots.append(root)
+    for pid in left_out:
+        notes.append(
+            f"pid {proc_label(table.get(pid), pid)} holds graphics memory only (the display stack): left out "
+            "of kill-all; pick it by itself to kill it"
+        )
+    return roots, notes
+
+
+@dataclass(frozen=True)
+class KilledJob:
+    """A job a kill operation took down, remembered to tell what escaped it.
+
+    Attributes:
+        root_pid: The job's root (a requested process of the kill).
+        root_name: Its name (untrusted text).
+        start_ticks: The root's start time in clock ticks: a survivor started after it.
+        uid: The root's owner: a survivor runs as the same user.
+        cgroup: The root's cgroup (``Proc.cgroup``), None when unknown.
+        gpus: GPU indices the job held memory on when it was killed.
+        members: (pid, start_ticks) of everything the kill reached.
+        boot_id: The host's boot id at the kill (another boot: the job is long gone).
+    """
+
+    root_pid: int
+    root_name: str | None
+    start_ticks: int | None
+    uid: int | None
+    cgroup: str | None
+    gpus: frozenset[int]
+    members: frozenset[tuple[int, int | None]]
+    boot_id: str | None = None
+
+
+def _informative_cgroup(cgroup: str | None) -> bool:
+    """Whether a cgroup tells jobs apart: known and not the root every process shares without a manager."""
+    return cgroup is not None and cgroup != "/"
+
+
+def _escaped(proc: Proc, job: KilledJob, table: dict[int, Proc], gpus: set[int]) -> str | None:
+    """How ``proc`` got out of ``job``'s tree if it looks like a survivor of it, else None.
+
+    It runs as the job's user and started after the job's root, and either shares the job's cgroup (where
+    cgroups tell jobs apart), or left every tree (init adopted it, or it leads a session of its own) while
+    using one of the job's GPUs: a daemon the job started with ``setsid`` and a double fork.
+    """
+    if (proc.pid, proc.start_ticks) in job.members or proc.is_zombie:
+        return None
+    if job.uid is not None and proc.uid is not None and proc.uid != job.uid:
+        return None
+    if job.start_ticks is None or proc.start_ticks is None or proc.start_ticks < job.start_ticks:
+        return None
+    if _informative_cgroup(job.cgroup) and proc.cgroup is not None:
+        return "in the job's cgroup" if proc.cgroup == job.cgroup else None
+    if not gpus & job.gpus:
+        return None
+    if proc.sid is not None and proc.sid == proc.pid:
+        return "it leads a session of its own"
+    parent = table.get(proc.ppid) if proc.ppid is not None else None
+    if _is_init_like(parent, proc.ppid):
+        return f"its parent is {proc_label(parent, proc.ppid)}"
+    return None
+
+
+def find_survivors(snapshot: HostSnapshot, jobs: Iterable[KilledJob]) -> list[Finding]:
+    """Processes that escaped a killed job's tree and still hold GPU memory or a /dev/nvidia* node.
+
+    Graphics-only holders are never survivors of a GPU job. Each survivor is named once, after the most
+    recent job it may have come from (``_escaped`` says what ties it to that job).
+    """
+    jobs = [job for job in jobs if job.boot_id is None or job.boot_id == snapshot.boot_id]
+    if not jobs:
+        return []
+    table = _proc_table(snapshot)
+    graphics = graphics_only_pids(snapshot)
+    using: dict[int, set[int]] = {pid: set(proc.gpu_memory_mib) for pid, proc in table.items()
+                                  if proc.gpu_memory_mib and pid not in graphics}
+    any_job_gpu: set[int] = set().union(*(job.gpus for job in jobs))
+    for holder in snapshot.device_holders or ():
+        if holder.pid == snapshot.agent_pid or (holder.name or "") in _BENIGN_DEVICE_HOLDERS:
+            continue
+        node = (holder.device or "")[len("/dev/nvidia"):]
+        # A control node (/dev/nvidiactl, /dev/nvidia-uvm) says nothing about which GPU: any of the jobs'.
+        using.setdefault(holder.pid, set()).update({int(node)} if node.isdigit() else any_job_gpu)
+    findings: list[Finding] = []
+    for pid in sorted(using):
+        proc = table.get(pid)
+        if proc is None:
+            continue
+        for job in sorted(jobs, key=lambda j: -(j.start_ticks or 0)):
+            why = _escaped(proc, job, table, using[pid])
+            if why is None:
+                continue
+            held = proc.gpu_total_mib
+            what = (f"holds {held} MiB on " + ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
+                    if held else "has a /dev/nvidia* node open")
+            root = f"{job.root_pid} ({_shown(job.root_name)})"
+            findings.append(
+                Finding(
+                    kind="survivor",
+                    target=snapshot.target,
+                    pid=pid,
+                    gpu_index=min(proc.gpu_memory_mib) if proc.gpu_memory_mib else None,
+                    detail=f"pid {proc_label(proc)} {what}: a survivor of the job of pid {root}, outside "
+                    f"its tree ({why})",
+                    action=f"kill pid {pid} if it belongs to that job",
+                    action_pid=pid,
+                )
+            )
+            break
+    return findings
+
+
+def job_remnants(snapshot: HostSnapshot, members: Iterable[tuple[int, int | None]]) -> list[Proc]:
+    """The processes of a killed job still listed as zombies or in uninterruptible sleep (D)."""
+    wanted = set(members)
+    return [
+        proc for proc in snapshot.processes
+        if (proc.pid, proc.start_ticks) in wanted and proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE)
+    ]

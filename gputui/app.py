@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,26 +31,51 @@ from textual.widget import Widget
 from textual.widgets import Footer, Input
 
 from gputui.actions import (
+    DEFAULT_ESCALATE_S,
+    AuditLog,
     KillOutcome,
     KillPlan,
+    KillRun,
+    Pending,
     PlanError,
-    append_audit,
-    kill_command,
-    parse_outcomes,
+    final_outcomes,
+    killed_jobs,
     plan_kill,
 )
-from gputui.analysis import Baselines, ProcNode, analyze, build_forest, flatten, memory_at_baseline
+from gputui.agent import (
+    RESULT_ABANDONED,
+    RESULT_CHANGED,
+    RESULT_DENIED,
+    RESULT_ERROR,
+    RESULT_GONE,
+    RESULT_REFUSED,
+    RESULT_STILL_ALIVE,
+    RESULT_UNINTERRUPTIBLE,
+    RESULT_UNKNOWN,
+    SIGNALLING_STAGES,
+)
+from gputui.analysis import (
+    Baselines,
+    KilledJob,
+    ProcNode,
+    analyze,
+    build_forest,
+    flatten,
+    job_remnants,
+    memory_at_baseline,
+)
 from gputui.health_view import UP, HealthHistory, health_transitions
 from gputui.model import HostSnapshot
 from gputui.screens.confirm_kill import ConfirmKillScreen
 from gputui.screens.help import HelpScreen
 from gputui.screens.host_key import HostKeyScreen
+from gputui.state import StateError
 from gputui.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, full_sample
 from gputui.transports.hostkeys import UnknownHostKey
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.widgets.border import set_border_subtitle, set_border_title
-from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time
+from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time, receipt_times
 from gputui.widgets.filter_bar import FilterBar
 from gputui.widgets.findings_list import FindingsList
 from gputui.widgets.fmt import duration
@@ -76,7 +101,13 @@ POLL_SLICE_S = 0.1
 """How often a worker waiting on a link call looks at the stop flag: quitting takes at most about this."""
 NEXT_SNAPSHOT_WAIT_S = 1.0
 REQUEST_TIMEOUT_S = 30.0
-"""Deadline of one agent command (a kill waits this plus its escalation delay)."""
+"""Deadline of one agent command."""
+KILL_POLL_S = 0.25
+"""Longest wait on a kill operation before its worker looks whether the user abandoned it."""
+QUIT_GRACE_S = 10.0
+"""Quitting with kills under way waits for them at most their own delay plus this long."""
+KILLED_JOBS_KEPT = 16
+"""Killed jobs remembered per host to tell their survivors."""
 HOSTS_REDRAW_S = 0.25
 """The host bar and the overview are redrawn at most this often: with many hosts, redrawing them on every
 snapshot of every host costs O(hosts²) per second."""
@@ -103,8 +134,8 @@ MAIN_SCREEN_ACTIONS = frozenset(
 )
 """Actions of the main screen: off while a modal (confirmation, help) is on top, so no key leaks through."""
 
-_BAD_RESULTS = frozenset({"refused", "changed", "denied", "error", "unknown"})
-_WARN_RESULTS = frozenset({"still_alive", "uninterruptible", "gone"})
+_BAD_RESULTS = frozenset({RESULT_REFUSED, RESULT_CHANGED, RESULT_DENIED, RESULT_ERROR, RESULT_UNKNOWN})
+_WARN_RESULTS = frozenset({RESULT_STILL_ALIVE, RESULT_UNINTERRUPTIBLE, RESULT_GONE, RESULT_ABANDONED})
 
 
 class _Stopping(Exception):
@@ -134,29 +165,58 @@ class HostState:
     """The last error cannot be fixed by retrying (auth, host key, bad target): the worker waits for ``r``."""
     retry_now: threading.Event = field(default_factory=threading.Event)
     """Set to make a halted worker try once more (``r``, an accepted host key)."""
+    kills: dict[int, PendingKill] = field(default_factory=dict)
+    """Kill operations under way on this host, by the app's own number for each."""
+    killed_jobs: tuple[KilledJob, ...] = ()
+    """Jobs killed here, newest last: what escaped them is a survivor finding. Replaced, never mutated (the
+    polling worker reads it)."""
+    kill_members: frozenset[tuple[int, int | None]] = frozenset()
+    """(pid, start_ticks) of everything the kills since the running check started reached: none of them
+    may be left as a zombie for the receipt."""
+
+
+@dataclass
+class PendingKill:
+    """A kill operation the app follows: what it still waits for, and whether the user gave it up."""
+
+    plan: KillPlan
+    pending: tuple[Pending, ...] = ()
+    abandon: threading.Event = field(default_factory=threading.Event)
+
+
+def _who(members: Sequence[KillOutcome] | Sequence[Pending]) -> str:
+    if len(members) <= 3:
+        return ", ".join(f"{o.pid} {visible(o.name or '?', 28)}" for o in members)
+    return ", ".join(str(o.pid) for o in members)
 
 
 def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[str, str]:
-    """The notification for a kill: one line per kind of result (pids grouped), and its severity."""
+    """The notification for a finished kill: what finally happened to each process, grouped, and a severity.
+
+    A result is followed by its stage's signal where it has one ("killed (KILL)"); checks and waits have none.
+    """
     if not outcomes:
         return f"{plan.signal} on {visible(plan.target, 40)}: the agent reported nothing", "warning"
     groups: dict[tuple[str, str, str], list[KillOutcome]] = {}
-    for outcome in outcomes:
-        escalated = f" ({outcome.signal})" if outcome.stage and outcome.stage != "initial" else ""
-        groups.setdefault((outcome.result, escalated, outcome.detail or ""), []).append(outcome)
+    for outcome in final_outcomes(outcomes).values():
+        groups.setdefault((outcome.result, outcome.signal or "", outcome.detail or ""), []).append(outcome)
     lines = []
-    for (result, escalated, detail), members in groups.items():
-        if len(members) <= 3:
-            who = ", ".join(f"{o.pid} {visible(o.name or '?', 28)}" for o in members)
-        else:
-            who = ", ".join(str(o.pid) for o in members)
-        line = f"{result}{escalated}: {who}"
+    for (result, sent, detail), members in groups.items():
+        line = f"{result}{f' ({sent})' if sent else ''}: {_who(members)}"
         if detail:
             line += f" – {visible(detail, 100)}"
         lines.append(line)
     results = {o.result for o in outcomes}
     severity = "error" if results & _BAD_RESULTS else "warning" if results & _WARN_RESULTS else "information"
     return "\n".join(lines), severity
+
+
+def pending_summary(pending: Sequence[Pending]) -> str:
+    """``KILL in 3.2 s to 1 process: 4250 sglang::detokenizer`` (or a look, without escalation)."""
+    due = max((p.due_in_s or 0.0 for p in pending), default=0.0)
+    what = "KILL" if any(p.signal == "KILL" for p in pending) else "a look"
+    noun = "process" if len(pending) == 1 else "processes"
+    return f"{what} in {due:.1f} s to {len(pending)} {noun}: {_who(pending)}"
 
 
 def _accept_host_key_default(hop: str, key: Any) -> object:
@@ -185,10 +245,12 @@ class GpuTuiApp(App[int]):
         clock: Epoch seconds source for ages, check durations and receipts (tests freeze it).
         memory_interval_s: The normal sampling interval (restored after a clean-slate check).
         process_interval_s: The normal process-list interval (restored after a clean-slate check).
-        escalate_s: Seconds between TERM and KILL for tree kills.
+        escalate_s: Seconds between TERM and KILL for tree kills; after a single TERM or KILL, the agent
+            says after this long whether the process is gone.
         check_timeout_s: A clean-slate check gives up after this many seconds.
         notify_timeout_s: Seconds a notification stays.
         audit_dir: Where the audit log goes (None: the XDG state directory).
+        audit: Write the audit log (False: ``--no-audit``, and the demo, whose kills are simulated).
         accept_host_key: Records a host key the user accepted, called with ``UnknownHostKey.hop`` and
             ``.key`` in a worker thread (default ``gputui.transports.ssh.accept_host_key``).
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
@@ -278,26 +340,45 @@ class GpuTuiApp(App[int]):
             self.error = error
             self.failure = failure
 
+    class KillStarted(Message):
+        """The agent checked and signalled: the first outcomes, and what it still waits for."""
+
+        def __init__(self, target: str, key: int, outcomes: list[KillOutcome], pending: tuple[Pending, ...]):
+            super().__init__()
+            self.target = target
+            self.key = key
+            """The app's number for this kill (``HostState.kills``)."""
+            self.outcomes = outcomes
+            self.pending = pending
+
     class KillFinished(Message):
-        """The agent answered a kill (or could not be asked: ``error``)."""
+        """A kill operation ended (or could not start: ``error``)."""
 
         def __init__(
             self,
             target: str,
+            key: int,
             plan: KillPlan,
             outcomes: list[KillOutcome],
             error: str | None,
-            audit_error: str | None,
+            audit_errors: list[str],
             checking: bool,
+            abandoned: bool = False,
+            jobs: tuple[KilledJob, ...] = (),
         ) -> None:
             super().__init__()
             self.target = target
+            self.key = key
             self.plan = plan
             self.outcomes = outcomes
             self.error = error
-            self.audit_error = audit_error
+            self.audit_errors = audit_errors
             self.checking = checking
             """A clean-slate check was started with this kill."""
+            self.abandoned = abandoned
+            """The user gave up on its escalation (quitting twice)."""
+            self.jobs = jobs
+            """What it took down, to tell survivors later."""
 
     def __init__(
         self,
@@ -309,10 +390,11 @@ class GpuTuiApp(App[int]):
         clock: Clock | None = None,
         memory_interval_s: float = 1.0,
         process_interval_s: float = 3.0,
-        escalate_s: float = 5.0,
+        escalate_s: float = DEFAULT_ESCALATE_S,
         check_timeout_s: float = 60.0,
         notify_timeout_s: float = 8.0,
         audit_dir: Path | None = None,
+        audit: bool = True,
         accept_host_key: HostKeyAcceptor | None = None,
         retry_base_s: float = 1.0,
         retry_cap_s: float = 30.0,
@@ -329,6 +411,12 @@ class GpuTuiApp(App[int]):
         self._check_timeout_s = check_timeout_s
         self._notify_timeout_s = notify_timeout_s
         self._audit_dir = audit_dir
+        self._audit = AuditLog(audit_dir, self._clock) if audit else None
+        self._next_kill = 0
+        self._quitting = False
+        """``q`` was pressed while kills were under way: the app leaves once they are done."""
+        self._abandoning = False
+        """``q`` was pressed twice: the kills under way are being abandoned."""
         self._accept_host_key: HostKeyAcceptor = accept_host_key or _accept_host_key_default
         self._retry_base_s = retry_base_s
         self._retry_cap_s = retry_cap_s
@@ -542,7 +630,7 @@ class GpuTuiApp(App[int]):
                 and check.finished_s is None
                 and now_s - check.started_s > self._check_timeout_s
             ):
-                host.check = CleanCheck(check.started_s, now_s, clean=False)
+                host.check = replace(check, finished_s=now_s, clean=False)
                 self._configure(host.target, self._memory_interval_s, self._process_interval_s)
                 self._notify(
                     f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
@@ -652,6 +740,7 @@ class GpuTuiApp(App[int]):
             check is not None
             and check.finished_s is None
             and not host.confirming
+            and not host.kills
             and memory_at_baseline(snapshot, host.baselines)
         ):
             # Memory alone decides when to look: this sample's process list may be up to a process interval
@@ -671,16 +760,19 @@ class GpuTuiApp(App[int]):
         if check.finished_s is not None:
             return  # the deadline passed meanwhile: its receipt stands
         verdict = None if message.snapshot is None else message.snapshot.verdict
-        if verdict is None or not verdict.clean:
-            # Not confirmed: the check keeps watching; the next clean memory sample asks again.
+        if verdict is None or not verdict.clean or host.kills:
+            # Not confirmed (or a kill is still under way): the check keeps watching; the next clean memory
+            # sample asks again.
             return
+        if message.snapshot is not None and job_remnants(message.snapshot, host.kill_members):
+            return  # a zombie of the killed trees is still listed: not a clean slate yet
         clean_s = message.clean_seen_s
-        host.check = CleanCheck(check.started_s, clean_s, clean=True)
+        host.check = replace(check, finished_s=clean_s, clean=True)
         self._configure(host.target, self._memory_interval_s, self._process_interval_s)
         self._notify(
             f"{visible(host.target, 40)}: CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at"
             f" baseline at {clock_time(clean_s)} (memory sample, confirmed by a full sample;"
-            f" took {duration(clean_s - check.started_s)})",
+            f" {receipt_times(host.check)})",
             title="clean slate",
         )
         if host is self.active:
@@ -750,28 +842,53 @@ class GpuTuiApp(App[int]):
         host.retry_now.set()
         self._show_active()
 
+    def on_gpu_tui_app_kill_started(self, message: KillStarted) -> None:
+        host = self._host(message.target)
+        entry = None if host is None else host.kills.get(message.key)
+        if host is None or entry is None:
+            return
+        entry.pending = message.pending
+        sent = [o for o in message.outcomes if o.stage in SIGNALLING_STAGES]
+        text, severity = outcome_summary(entry.plan, message.outcomes)
+        if message.pending:
+            text += "\n" + pending_summary(message.pending)
+        self._notify(text, severity=severity, title=f"{entry.plan.signal} on {visible(message.target, 40)}")
+        if host.check is not None and host.check.finished_s is None and sent:
+            host.check = replace(host.check, kill_s=self._clock(), kill_pending=True)
+        host.tagged.clear()
+        if host is self.active:
+            self._show_active()
+
     def on_gpu_tui_app_kill_finished(self, message: KillFinished) -> None:
         host = self._host(message.target)
+        title = f"{message.plan.signal} on {visible(message.target, 40)}"
+        text = ""
         if message.error is not None:
-            self._notify(
-                f"{visible(message.target, 40)}: kill not sent: {visible(message.error, 300)}",
-                severity="error",
-                title="kill failed",
-            )
+            text = f"{visible(message.target, 40)}: {visible(message.error, 300)}"
+            self._notify(text, severity="error", title="kill failed")
         else:
             text, severity = outcome_summary(message.plan, message.outcomes)
-            self._notify(
-                text, severity=severity, title=f"{message.plan.signal} on {visible(message.target, 40)}"
-            )
-        if message.audit_error is not None:
-            self._notify(f"audit log not written: {visible(message.audit_error, 200)}", severity="warning")
+            if message.abandoned:
+                text = "escalation abandoned\n" + text
+            self._notify(text, severity=severity, title=title)
+        for problem in message.audit_errors:
+            self._notify(f"audit log not written: {visible(problem, 200)}", severity="warning")
         if host is not None:
-            host.tagged.clear()
-            if message.checking and message.error is not None and host.check is not None:
-                host.check = None
-                self._configure(host.target, self._memory_interval_s, self._process_interval_s)
+            host.kills.pop(message.key, None)
+            if message.jobs:
+                host.killed_jobs = (*host.killed_jobs, *message.jobs)[-KILLED_JOBS_KEPT:]
+            host.kill_members = host.kill_members | {(o.pid, o.start_ticks) for o in message.outcomes}
+            check = host.check
+            if check is not None and check.finished_s is None:
+                if message.checking and message.error is not None and not message.outcomes:
+                    host.check = None
+                    self._configure(host.target, self._memory_interval_s, self._process_interval_s)
+                else:
+                    host.check = replace(check, kill_pending=bool(host.kills))
             if host is self.active:
                 self._show_active()
+        if self._quitting and not self._kills_under_way():
+            self._exit_message([f"gputui: {title}: {line}" for line in text.splitlines()])
 
     def on_findings_list_jump_to_process(self, message: FindingsList.JumpToProcess) -> None:
         procs = self._main(ProcessTable)
@@ -858,7 +975,8 @@ class GpuTuiApp(App[int]):
                     snapshot = link.next_snapshot(NEXT_SNAPSHOT_WAIT_S)
                     if snapshot is None:
                         continue
-                    analysed = analyze(snapshot, host.baselines, now=snapshot.time)
+                    jobs = host.killed_jobs
+                    analysed = analyze(snapshot, host.baselines, now=snapshot.time, killed_jobs=jobs)
                     self._deliver(target, analysed)
                     backoff.reset()
             except _Stopping:
@@ -909,7 +1027,8 @@ class GpuTuiApp(App[int]):
             return
         try:
             snapshot = self._bounded(lambda: full_sample(link, target, REQUEST_TIMEOUT_S))
-            self._deliver(target, analyze(snapshot, host.baselines, now=snapshot.time), forced=True)
+            analysed = analyze(snapshot, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
+            self._deliver(target, analysed, forced=True)
         except _Stopping:
             return
         except (LinkError, KeyError, TypeError, ValueError) as exc:
@@ -941,7 +1060,7 @@ class GpuTuiApp(App[int]):
                 if listed_s is None or (memory_time is not None and listed_s < memory_time):
                     error = "the confirming sample's process list is older than the clean memory sample"
                 else:
-                    snapshot = analyze(fresh, host.baselines, now=fresh.time)
+                    snapshot = analyze(fresh, host.baselines, now=fresh.time, killed_jobs=host.killed_jobs)
             except _Stopping:
                 return
             except (LinkError, KeyError, TypeError, ValueError) as exc:
@@ -967,31 +1086,47 @@ class GpuTuiApp(App[int]):
         except LinkError as exc:
             self.post_message(self.HostFailed(target, f"{target}: could not change the interval: {exc}"))
 
-    @work(thread=True, exit_on_error=False, group="requests")
-    def _send_kill(self, target: str, plan: KillPlan, checking: bool) -> None:
-        """Send a confirmed plan, write the audit log, report the outcome."""
+    @work(thread=True, exit_on_error=False, group="kills")
+    def _send_kill(
+        self, target: str, key: int, plan: KillPlan, checking: bool, snapshot: HostSnapshot
+    ) -> None:
+        """Send a confirmed plan and follow it to its end, every outcome audited as it comes (``KillRun``).
+
+        Not bounded by quitting: a kill under way keeps its link until it is done or abandoned (``q`` twice).
+        """
         host = self._host(target)
         link = None if host is None else host.link
-        outcomes: list[KillOutcome] = []
+        entry = None if host is None else host.kills.get(key)
+        if host is None or link is None or entry is None:
+            not_connected = "kill not sent: the host is not connected"
+            self.post_message(self.KillFinished(target, key, plan, [], not_connected, [], checking))
+            return
+        run = KillRun(link, plan, self._audit)
         error: str | None = None
-        audit_error: str | None = None
-        if host is None or link is None:
-            error = "the host is not connected"
-        else:
-            timeout_s = REQUEST_TIMEOUT_S + (plan.escalate_s or 0.0)
-            try:
-                outcomes = parse_outcomes(self._bounded(lambda: link.request(kill_command(plan), timeout_s)))
-            except _Stopping:
-                return
-            except (LinkError, KeyError, TypeError, ValueError) as exc:
-                error = str(exc) or type(exc).__name__
-            try:
-                # A failed request is logged too (as "unknown"): a signal may have gone out before it broke.
-                append_audit(plan, outcomes, state_dir=self._audit_dir, now=self._clock())
-            except Exception as exc:  # noqa: BLE001 - reported to the user, the kill already happened
-                audit_error = str(exc)
-        self.post_message(self.KillFinished(target, plan, outcomes, error, audit_error, checking))
-        if error is None:
+        abandoned = False
+        try:
+            first = run.start()
+            self.post_message(self.KillStarted(target, key, list(first.outcomes), first.pending))
+            while not run.done:
+                if entry.abandon.is_set():
+                    run.abandon()
+                    abandoned = True
+                    break
+                entry.pending = run.wait(KILL_POLL_S).pending
+        except StateError as exc:
+            error = (f"kill refused, nothing signalled: audit log: {exc} "
+                     "(start gputui with --no-audit to kill without it)")
+        except LinkError as exc:
+            if run.started_mono is None:
+                error = f"kill not sent: {exc}"
+            else:
+                error = f"{exc} (the collector finishes the kill on its own; its outcome is not known here)"
+        jobs = tuple(killed_jobs(plan, run.outcomes, snapshot)) if run.outcomes else ()
+        finished = self.KillFinished(
+            target, key, plan, run.outcomes, error, run.audit_errors, checking, abandoned, jobs
+        )
+        self.post_message(finished)
+        if run.outcomes:
             self._sample_now(target)
 
     # -- quitting --------------------------------------------------------------------------------------
@@ -1008,9 +1143,52 @@ class GpuTuiApp(App[int]):
             if host.link is not None:
                 self._close_quietly(host.link)
 
+    def _kills_under_way(self) -> list[tuple[HostState, PendingKill]]:
+        return [(host, entry) for host in self.hosts for entry in host.kills.values()]
+
     async def action_quit(self) -> None:
+        """Leave; with kills under way, first let them finish (``q`` again abandons them)."""
+        under_way = self._kills_under_way()
+        if not under_way:
+            self._shutdown_links()
+            self.exit(0)
+            return
+        if not self._quitting:
+            self._quitting = True
+            waits = [
+                f"{visible(h.target, 40)}: {pending_summary(e.pending)}" for h, e in under_way if e.pending
+            ]
+            self._notify(
+                "quitting once the kill is done · " + ("; ".join(waits) or "finishing it")
+                + " · q again to abandon it",
+                severity="warning",
+                title="kill under way",
+            )
+            longest = max((p.due_in_s or 0.0 for _, e in under_way for p in e.pending), default=0.0)
+            self.set_timer(longest + QUIT_GRACE_S, self._quit_anyway)
+            return
+        if not self._abandoning:
+            self._abandoning = True
+            for _, entry in under_way:
+                entry.abandon.set()
+            self._notify("abandoning the escalation; quitting", severity="warning", title="kill under way")
+            self.set_timer(QUIT_GRACE_S, self._quit_anyway)
+
+    def _quit_anyway(self) -> None:
+        """The kills did not report back in time (a hung host): leave, saying what is not known."""
+        under_way = self._kills_under_way()
+        if not under_way or not self._quitting or self._stopping.is_set():
+            return
+        unknown = ", ".join(
+            f"{visible(h.target, 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
+        )
         self._shutdown_links()
-        self.exit(0)
+        self.exit(0, message=f"gputui: no answer about the kill on {unknown}: its outcome is not known here")
+
+    def _exit_message(self, lines: list[str]) -> None:
+        """Leave after the last kill under way reported (the app was asked to quit meanwhile)."""
+        self._shutdown_links()
+        self.exit(0, message="\n".join(lines) if lines else None)
 
     def on_unmount(self) -> None:
         self._shutdown_links()
@@ -1058,7 +1236,8 @@ class GpuTuiApp(App[int]):
         if not pids and not all_gpu:
             self._notify("select a process first", severity="warning")
             return
-        escalate_s = self._escalate_s if (tree or all_gpu) and signal != "KILL" else None
+        # Trees escalate TERM to KILL; a single signal is looked at again after the same delay.
+        escalates = (tree or all_gpu) and signal != "KILL"
         try:
             plan = plan_kill(
                 snapshot,
@@ -1066,7 +1245,8 @@ class GpuTuiApp(App[int]):
                 signal=signal,
                 tree=tree,
                 all_gpu=all_gpu,
-                escalate_s=escalate_s,
+                escalate_s=self._escalate_s if escalates else None,
+                wait_s=None if escalates else self._escalate_s,
                 read_only=self.read_only,
             )
         except PlanError as exc:
@@ -1079,14 +1259,19 @@ class GpuTuiApp(App[int]):
         target = host.target
 
         def decided(confirmed: bool | None) -> None:
-            if confirmed:
-                target_host = self._host(target)
-                if all_gpu and target_host is not None:
-                    # The check starts now, so its receipt says how long the GPUs took to come back.
-                    self._start_check(target_host)
-                self._send_kill(target, plan, all_gpu)
-            else:
+            target_host = self._host(target)
+            if not confirmed or target_host is None:
                 self._notify("cancelled: nothing was signalled")
+                return
+            if self._quitting:
+                self._notify("quitting: nothing was signalled", severity="warning")
+                return
+            if all_gpu:
+                # The check starts now, so its receipt says how long the GPUs took to come back.
+                self._start_check(target_host, "X")
+            self._next_kill += 1
+            target_host.kills[self._next_kill] = PendingKill(plan)
+            self._send_kill(target, self._next_kill, plan, all_gpu, snapshot)
 
         self.push_screen(ConfirmKillScreen(plan, snapshot), decided)
 
@@ -1102,8 +1287,9 @@ class GpuTuiApp(App[int]):
         """Kill every GPU process tree on the shown host, then watch for the clean slate."""
         self._confirm_kill("TERM", tree=True, all_gpu=True)
 
-    def _start_check(self, host: HostState) -> None:
-        host.check = CleanCheck(started_s=self._clock())
+    def _start_check(self, host: HostState, trigger: str = "c") -> None:
+        host.check = CleanCheck(started_s=self._clock(), trigger=trigger, kill_pending=bool(host.kills))
+        host.kill_members = frozenset()
         host.confirming = False  # an answer for an earlier check is dropped by its started_s
         self._configure(host.target, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
         if host is self.active:
@@ -1154,10 +1340,10 @@ class GpuTuiApp(App[int]):
         keys = [("↑/↓", "select a process"), ("Space", "tag / untag it")]
         if not self.read_only:
             keys += [
-                ("k", "SIGTERM the tagged (or selected) processes"),
+                ("k", f"SIGTERM the tagged (or selected) processes; after {self._escalate_s:g} s: gone?"),
                 ("K", "SIGKILL the tagged (or selected) processes"),
                 ("t", f"kill the tree: TERM, then KILL after {self._escalate_s:g} s"),
-                ("X", "kill every GPU process tree on this host, then check"),
+                ("X", "kill every GPU job on this host (not the display stack), then check"),
             ]
         keys += [
             ("c", "clean-slate check: sample fast until every GPU is at baseline"),

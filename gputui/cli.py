@@ -14,6 +14,24 @@ from pathlib import Path
 from gputui import __version__
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
+KILL_DESCRIPTION = """\
+Signal GPU processes or their jobs. The plan lists everything it will signal; the intent is written to the
+audit log before anything is sent, and each process's identity is checked again right before its signal.
+
+A job is the GPU process with the ancestors that share its session and cgroup, up to (not including) a
+shell, sshd, tmux, a service manager, a cron or display daemon, or pid 1; --tree takes everything below
+its root, never the root's siblings. pid 1 is never signalled.
+
+TERM escalates to KILL after 5 s (--escalate S to change, --no-escalate for TERM only); the collector runs
+the escalation and finishes it even if this command is interrupted. Ctrl-C says what is pending and keeps
+waiting; a second Ctrl-C abandons the escalation and says which processes were left."""
+KILL_EPILOG = """\
+exit status:
+  0  every targeted process is gone
+  1  some process survived, was denied, changed or refused by the collector, the escalation was abandoned,
+     or the confirmation was declined
+  2  usage error, read-only mode, a refused plan, an audit log that cannot be written, or cannot tell
+     (host unreachable, no answer)"""
 EXIT_OK = 0
 EXIT_NOT_CLEAN = 1
 EXIT_ERROR = 2
@@ -107,6 +125,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
         parser.add_argument(
+            "--no-audit", action="store_true",
+            help="kill even though the audit log cannot be written, and write nothing to it",
+        )
+        parser.add_argument(
             "targets", nargs="*", metavar="TARGET", help="local, an ssh alias, [user@]host[:port]"
         )
         return parser
@@ -127,12 +149,31 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         )
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "kill":
+        parser.description = KILL_DESCRIPTION
+        parser.epilog = KILL_EPILOG
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.add_argument("--signal", choices=("INT", "TERM", "KILL"), default="TERM")
-        parser.add_argument("--tree", action="store_true", help="signal descendants first, then the process")
-        parser.add_argument("--all-gpu", action="store_true", help="every GPU process tree on the host")
+        parser.add_argument("--tree", action="store_true", help="signal the job's tree, children first")
         parser.add_argument(
+            "--all-gpu", action="store_true",
+            help="every GPU job on the host (graphics-only holders such as Xorg left out)",
+        )
+        parser.add_argument(
+            "--include-graphics", action="store_true",
+            help="with --all-gpu, also the processes holding graphics memory only (the display stack)",
+        )
+        escalation = parser.add_mutually_exclusive_group()
+        escalation.add_argument(
             "--escalate", type=_positive_float, default=None, metavar="SECONDS",
-            help="send KILL to whatever is left after this many seconds",
+            help="send KILL to whatever is left after this many seconds (default 5)",
+        )
+        escalation.add_argument(
+            "--no-escalate", action="store_true",
+            help="no KILL: only say after the delay whether each process is gone",
+        )
+        parser.add_argument(
+            "--no-audit", action="store_true",
+            help="kill even though the audit log cannot be written, and write nothing to it",
         )
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")

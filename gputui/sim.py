@@ -27,6 +27,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputui.agent import (
+    KILL_ABANDON_COMMAND,
+    KILL_COMMAND,
+    KILL_WAIT_COMMAND,
+    RESULT_ABANDONED,
+    RESULT_CHANGED,
+    RESULT_EXITED,
+    RESULT_GONE,
+    RESULT_KILLED,
+    RESULT_REAPED,
+    RESULT_REFUSED,
+    RESULT_SENT,
+    RESULT_STILL_ALIVE,
+    STAGE_ABANDON,
+    STAGE_CHECK,
+    STAGE_CONFIRM,
+    STAGE_ESCALATE,
+    STAGE_SIGNAL,
+    STAGE_WAIT,
+)
 from gputui.model import Gpu, GpuProcess, HealthSample, HostSnapshot, Proc
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 
@@ -278,6 +298,8 @@ class SimLink(HostLink):
         self._draining: list[tuple[int, int, float]] = []
         """(gpu index, MiB, epoch seconds the holder died): memory on its way back to the driver."""
         self._launcher_dead_at: float | None = None
+        self._ops: dict[int, _SimKill] = {}
+        self._next_op = 0
         self.boot_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{target}.gputui.sim"))
         self.agent_pid = 4999 if not self._healthy else 5999
 
@@ -328,8 +350,19 @@ class SimLink(HostLink):
             with self._lock:
                 snap = self._snapshot()
             return {"memory_used_mib": {g.key: g.memory_used_mib for g in snap.gpus}}
-        if name == "kill":
-            return {"outcomes": self._kill(command)}
+        if name == KILL_COMMAND:
+            return self._kill(command)
+        if name == KILL_WAIT_COMMAND:
+            op = self._op(command)
+            self._wait_op(op, _seconds(command.get("timeout_s")))
+            return self._reply(op, command.get("since"))
+        if name == KILL_ABANDON_COMMAND:
+            op = self._op(command)
+            with self._lock:
+                self._settle()
+                if not op.done:
+                    self._finish(op, self._clock(), abandoned=True)
+            return self._reply(op, command.get("since"))
         if name == "quit":
             return {}
         raise LinkError(f"{self.target}: unknown command {name!r}")
@@ -466,6 +499,7 @@ class SimLink(HostLink):
         """The host as it is now. Called with the lock held."""
         now_s = self._clock()
         self._advance(now_s)
+        self._settle()
         self._draining = [d for d in self._draining if now_s - d[2] < DRAIN_S]
         procs = tuple(
             Proc(
@@ -508,7 +542,7 @@ class SimLink(HostLink):
         pid: int,
         ticks: Any,
         stage: str,
-        signal: str,
+        signal: str | None,
         result: str,
         detail: str = "",
     ) -> dict[str, Any]:
@@ -524,6 +558,11 @@ class SimLink(HostLink):
             "result": result,
             "detail": detail,
         }
+
+    def _say(
+        self, op: _SimKill, proc: _SimProc, stage: str, signal: str | None, result: str, detail: str = ""
+    ) -> None:
+        op.add(self._outcome(proc, proc.pid, proc.start_ticks, stage, signal, result, detail))
 
     def _descendants(self, pid: int) -> list[_SimProc]:
         """Descendants of ``pid`` by ppid, deepest first (children are signalled before parents)."""
@@ -549,146 +588,220 @@ class SimLink(HostLink):
                 else:
                     child.ppid = 1
 
-    def _signal(self, proc: _SimProc, signal: str, now_s: float) -> bool:
-        """Deliver a signal; True when the process died of it."""
-        if proc.state == "Z":
-            return False
+    def _deliver(self, proc: _SimProc, signal: str, now_s: float) -> None:
+        """A signal reaches a live process: KILL always ends it, TERM and INT unless it ignores them."""
         if signal == "KILL" or not proc.ignores_term:
             self._die(proc, now_s)
-            return True
-        return False
 
-    def _kill(self, command: dict[str, Any]) -> list[dict[str, Any]]:
+    def _kill(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Checks and signals now; the wait and escalation become due on the real clock (``_settle``)."""
         signal = str(command.get("signal") or "TERM")
         if signal not in ("TERM", "INT", "KILL"):
             raise LinkError(f"{self.target}: unknown signal {signal!r}")
-        tree = bool(command.get("tree"))
-        escalate_s = command.get("escalate_s")
-        outcomes: list[dict[str, Any]] = []
-        survivors: list[_SimProc] = []
-        pending_zombies: list[_SimProc] = []
+        escalate_s = _seconds(command.get("escalate_s"))
+        wait_s = _seconds(command.get("wait_s"))
+        if signal == "KILL" and escalate_s is not None:
+            wait_s, escalate_s = (wait_s if wait_s is not None else escalate_s), None
         with self._lock:
             now_s = self._clock()
             self._advance(now_s)
-            for entry in command.get("targets") or ():
-                pid = int(entry.get("pid"))
-                ticks = entry.get("start_ticks")
-                proc = self._procs.get(pid)
-                if self._options.read_only:
-                    outcomes.append(
-                        self._outcome(proc, pid, ticks, "initial", signal, "refused", "read-only")
-                    )
-                    continue
-                if command.get("boot_id") != self.boot_id:
-                    outcomes.append(
-                        self._outcome(
-                            proc,
-                            pid,
-                            ticks,
-                            "initial",
-                            signal,
-                            "changed",
-                            "process changed: the host rebooted",
-                        )
-                    )
-                    continue
-                if pid == 1 or pid == self.agent_pid:
-                    outcomes.append(
-                        self._outcome(
-                            proc,
-                            pid,
-                            ticks,
-                            "initial",
-                            signal,
-                            "refused",
-                            "protected process (init or the agent)",
-                        )
-                    )
-                    continue
-                if proc is None:
-                    outcomes.append(
-                        self._outcome(None, pid, ticks, "initial", signal, "gone", "no such process")
-                    )
-                    continue
-                if ticks is not None and int(ticks) != proc.start_ticks:
-                    outcomes.append(
-                        self._outcome(proc, pid, ticks, "initial", signal, "changed", "process changed")
-                    )
-                    continue
-                if proc.state == "Z":
-                    outcomes.append(
-                        self._outcome(
-                            proc,
-                            pid,
-                            ticks,
-                            "initial",
-                            signal,
-                            "refused",
-                            f"zombie: signal its parent {proc.ppid} instead",
-                        )
-                    )
-                    continue
-                members = (self._descendants(pid) if tree else []) + [proc]
-                for member in members:
-                    if member.pid not in self._procs:
-                        continue
-                    if member.state == "Z":
-                        pending_zombies.append(member)
-                        continue
-                    if self._signal(member, signal, now_s):
-                        outcomes.append(self._outcome(member, member.pid, None, "initial", signal, "exited"))
-                    else:
-                        survivors.append(member)
-        if survivors and escalate_s is not None and signal != "KILL":
-            self._closed.wait(float(escalate_s))
+            self._next_op += 1
+            op = _SimKill(self._next_op, signal, escalate_s, wait_s, time.monotonic())
+            self._ops[op.op] = op
+            self._check_and_signal(op, command, now_s)
+            if not op.done and (op.delay_s is None or not (op.watched or op.zombies)):
+                self._finish(op, now_s)  # nothing to wait for: zombies are reaped or not, right now
+        if not command.get("detach"):
+            self._wait_op(op, None)
+        return self._reply(op, 0)
+
+    def _check_and_signal(self, op: _SimKill, command: dict[str, Any], now_s: float) -> None:
+        tree = bool(command.get("tree"))
+        members: list[_SimProc] = []
+        asked_zombies: list[_SimProc] = []
+        for entry in command.get("targets") or ():
+            pid = int(entry.get("pid"))
+            ticks = entry.get("start_ticks")
+            proc = self._procs.get(pid)
+            refusal = self._refusal(command, pid, ticks, proc)
+            if refusal is not None:
+                op.add(self._outcome(proc, pid, ticks, STAGE_CHECK, None, *refusal))
+            elif proc is not None and proc.state == "Z":
+                asked_zombies.append(proc)
+            elif proc is not None:
+                for member in (self._descendants(pid) if tree else []) + [proc]:
+                    if member not in members:
+                        members.append(member)
+        signalled = {m.pid for m in members if m.state != "Z"}
+        for zombie in asked_zombies:
+            if zombie.ppid in signalled:
+                members.append(zombie)
+            else:
+                parent = f"zombie: cannot be killed; signal its parent {zombie.ppid}"
+                self._say(op, zombie, STAGE_CHECK, None, RESULT_REFUSED, parent)
+        for member in members:
+            if member.state == "Z":
+                op.zombies.append((member, member.ppid))
+                continue
+            self._say(op, member, STAGE_SIGNAL, op.signal, RESULT_SENT)
+            op.watched.append(member)
+            if member.pid in self._procs:
+                self._deliver(member, op.signal, now_s)
+        if op.delay_s is not None and all(m.pid not in self._procs for m in op.watched):
+            self._finish(op, now_s)  # everything went at once: the wait ends early, as the agent's does
+
+    def _refusal(
+        self, command: dict[str, Any], pid: int, ticks: Any, proc: _SimProc | None
+    ) -> tuple[str, str] | None:
+        """(result, detail) when a target is not signalled, as the agent's checks would say."""
+        if self._options.read_only:
+            return RESULT_REFUSED, "read-only: nothing is signalled"
+        if command.get("boot_id") != self.boot_id:
+            return RESULT_CHANGED, "process changed: the host rebooted since it was listed (boot id differs)"
+        if pid == 1:
+            return RESULT_REFUSED, "pid 1 (init) is never signalled"
+        if pid == self.agent_pid:
+            return RESULT_REFUSED, "this is the gputui agent itself"
+        if proc is None:
+            return RESULT_GONE, "no such process"
+        if ticks is not None and int(ticks) != proc.start_ticks:
+            return RESULT_CHANGED, f"process changed: pid {pid} now belongs to another process"
+        return None
+
+    def _finish(self, op: _SimKill, now_s: float, abandoned: bool = False) -> None:
+        """The end of an operation: what went, then the escalation (or the look) for what did not."""
+        alive = [m for m in op.watched if m.pid in self._procs]
+        if op.delay_s is not None:
+            for member in op.watched:
+                if member.pid not in self._procs:
+                    self._say(op, member, STAGE_WAIT, None, RESULT_EXITED, f"gone after {op.signal}")
+        self._report_zombies(op, STAGE_WAIT, final=False)
+        for member in alive:
+            if abandoned and op.escalate_s is not None:
+                detail = f"alive after {op.signal}; KILL not sent: the escalation was abandoned"
+                self._say(op, member, STAGE_ABANDON, None, RESULT_ABANDONED, detail)
+            elif abandoned:
+                self._say(op, member, STAGE_WAIT, None, RESULT_STILL_ALIVE, f"still alive after {op.signal}")
+            elif op.escalate_s is not None:
+                escalated = f"still alive after {op.escalate_s:g} s: escalated"
+                self._say(op, member, STAGE_ESCALATE, "KILL", RESULT_SENT, escalated)
+                self._deliver(member, "KILL", now_s)
+            elif op.delay_s is not None:
+                detail = f"still alive {op.delay_s:g} s after {op.signal}"
+                self._say(op, member, STAGE_WAIT, None, RESULT_STILL_ALIVE, detail)
+        if op.escalate_s is not None and not abandoned:
+            for member in alive:
+                self._say(op, member, STAGE_CONFIRM, "KILL", RESULT_KILLED, "gone after KILL")
+            self._report_zombies(op, STAGE_CONFIRM, final=True)
+        self._report_zombies(op, STAGE_ABANDON if abandoned else STAGE_WAIT, final=True)
+        op.watched = [m for m in alive if m.pid in self._procs]
+        op.done = True
+
+    def _report_zombies(self, op: _SimKill, stage: str, final: bool) -> None:
+        """Zombies of the operation that were reaped; with ``final``, those left too."""
+        remaining = []
+        for zombie, parent in op.zombies:
+            if zombie.pid not in self._procs:
+                self._say(op, zombie, stage, None, RESULT_REAPED, f"reaped with its parent {parent}")
+            elif final:
+                left = f"still a zombie: its parent {zombie.ppid} has not reaped it"
+                self._say(op, zombie, stage, None, RESULT_STILL_ALIVE, left)
+            else:
+                remaining.append((zombie, parent))
+        op.zombies = remaining
+
+    def _settle(self) -> None:
+        """Finish every operation whose delay is up (with the lock held: on every command and sample)."""
+        now_mono = time.monotonic()
+        for op in self._ops.values():
+            if not op.done and op.due_mono is not None and now_mono >= op.due_mono:
+                self._finish(op, self._clock())
+
+    def _wait_op(self, op: _SimKill, timeout_s: float | None) -> None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
             with self._lock:
-                now_s = self._clock()
-                for member in survivors:
-                    if member.pid not in self._procs:
-                        outcomes.append(self._outcome(member, member.pid, None, "initial", signal, "exited"))
-                    elif self._signal(member, "KILL", now_s):
-                        outcomes.append(
-                            self._outcome(
-                                member,
-                                member.pid,
-                                None,
-                                "escalated",
-                                "KILL",
-                                "killed",
-                                f"still alive {float(escalate_s):g} s after {signal}",
-                            )
-                        )
-                    else:
-                        outcomes.append(self._outcome(member, member.pid, None, "escalated", "KILL", "error"))
-        else:
-            for member in survivors:
-                outcomes.append(
-                    self._outcome(member, member.pid, None, "initial", signal, "sent", "still running")
-                )
+                self._settle()
+                if op.done:
+                    return
+                due = op.due_mono if op.due_mono is not None else time.monotonic()
+            until = due if deadline is None else min(due, deadline)
+            if self._closed.wait(max(0.0, until - time.monotonic())) or (
+                deadline is not None and time.monotonic() >= deadline
+            ):
+                with self._lock:
+                    self._settle()
+                return
+
+    def _op(self, command: dict[str, Any]) -> _SimKill:
+        op = self._ops.get(command.get("op"))  # type: ignore[arg-type]
+        if op is None:
+            raise LinkError(f"{self.target}: kill_wait failed: no kill operation {command.get('op')!r} here")
+        return op
+
+    def _reply(self, op: _SimKill, since: Any) -> dict[str, Any]:
         with self._lock:
-            for zombie in pending_zombies:
-                if zombie.pid in self._procs:
-                    outcomes.append(
-                        self._outcome(
-                            zombie,
-                            zombie.pid,
-                            None,
-                            "initial",
-                            signal,
-                            "refused",
-                            f"zombie: signal its parent {zombie.ppid} instead",
-                        )
-                    )
-                else:
-                    outcomes.append(
-                        self._outcome(
-                            zombie,
-                            zombie.pid,
-                            None,
-                            "initial",
-                            signal,
-                            "exited",
-                            "zombie reaped after its parent died",
-                        )
-                    )
-        return outcomes
+            outcomes = list(op.outcomes)
+            now_mono = time.monotonic()
+            pending = [] if op.done else [
+                {
+                    "pid": m.pid,
+                    "start_ticks": m.start_ticks,
+                    "name": m.name,
+                    "signal": "KILL" if op.escalate_s is not None else None,
+                    "due_in_s": None if op.due_mono is None else max(0.0, op.due_mono - now_mono),
+                }
+                for m in op.watched
+                if m.pid in self._procs
+            ]
+            return {
+                "op": op.op,
+                "outcomes": outcomes[int(since or 0):],
+                "count": len(outcomes),
+                "done": op.done,
+                "pending": pending,
+                "escalate_s": op.escalate_s,
+                "wait_s": op.wait_s,
+                "elapsed_s": round((op.finished_mono or now_mono) - op.started_mono, 3),
+            }
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass
+class _SimKill:
+    """One simulated kill operation: its outcomes, and what it still watches until ``due_mono``."""
+
+    op: int
+    signal: str
+    escalate_s: float | None
+    wait_s: float | None
+    started_mono: float
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    watched: list[_SimProc] = field(default_factory=list)
+    zombies: list[tuple[_SimProc, int]] = field(default_factory=list)
+    finished_mono: float | None = None
+    _done: bool = False
+
+    @property
+    def delay_s(self) -> float | None:
+        return self.escalate_s if self.escalate_s is not None else self.wait_s
+
+    @property
+    def due_mono(self) -> float | None:
+        return None if self.delay_s is None else self.started_mono + self.delay_s
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @done.setter
+    def done(self, value: bool) -> None:
+        self._done = value
+        if value and self.finished_mono is None:
+            self.finished_mono = time.monotonic()
+
+    def add(self, outcome: dict[str, Any]) -> None:
+        self.outcomes.append(outcome)

@@ -2,9 +2,16 @@
 
 The first word is a host target unless it is all digits. A full snapshot is taken, the plan lists every
 process that will be signalled (pid, user, GPU MiB, command), and on a terminal the user confirms; without a
-terminal ``--yes`` is required. The agent re-checks each process's identity right before signalling it.
-Exit status: 0 every process handled, 1 some refused/denied/changed/still alive (or the user declined),
-2 nothing could be done (bad input, read-only, unreachable host, no confirmation possible).
+terminal ``--yes`` is required. The intent goes to the audit log before anything is sent (a log that cannot
+be written refuses the kill; ``--no-audit`` is the way out); the agent re-checks each process's identity
+right before signalling it. TERM escalates to KILL after 5 s by default (``--escalate S``, ``--no-escalate``:
+TERM only, and after 5 s a look whether it is still alive); the collector runs the escalation and finishes it
+even if this command goes away. Ctrl-C while it runs says what is pending and keeps waiting for it; a second
+Ctrl-C abandons it and says which processes were left.
+
+Exit status: 0 every targeted process is gone; 1 some survived, were denied, changed, refused by the agent
+or abandoned, or the user declined; 2 nothing could be done or it cannot tell (bad input, read-only, a plan
+refused, an audit log that cannot be written, no confirmation possible, an unreachable host, no answer).
 """
 
 from __future__ import annotations
@@ -12,32 +19,40 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any, TextIO
 
 from gputui.actions import (
+    DEFAULT_ESCALATE_S,
+    AuditLog,
     KillOutcome,
     KillPlan,
+    KillRun,
+    Pending,
     PlanError,
     ReadOnlyError,
-    all_handled,
-    append_audit,
-    kill_command,
-    parse_outcomes,
+    all_gone,
+    killed_jobs,
     plan_kill,
 )
+from gputui.analysis import find_survivors
 from gputui.commands.check import link_error_line, safe_streams
+from gputui.model import Finding, HostSnapshot
 from gputui.state import StateError
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import visible, visible_cmdline
-from gputui.transports.base import LinkError, full_sample
+from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1
 EXIT_ERROR = 2
-KILL_REPLY_MARGIN_S = 30.0
-"""Seconds allowed for the agent's kill reply beyond the escalation delay (checks, KILL confirmation)."""
+POLL_S = 0.2
+"""Longest wait for the operation before this command looks at Ctrl-C again."""
 PID_MAX = 1 << 22
 """The kernel's largest possible pid (``/proc/sys/kernel/pid_max`` cannot exceed it)."""
 DASH = "–"
@@ -63,29 +78,45 @@ def parse_words(words: list[str], demo: bool) -> tuple[str, list[int]]:
     return target, pids
 
 
+def plan_line(plan: KillPlan) -> str:
+    """``gpu-a: SIGTERM (tree), KILL after 5 s``: what the plan sends, and then what."""
+    then = (f", KILL after {plan.escalate_s:g} s" if plan.escalate_s
+            else f", then a look after {plan.wait_s:g} s" if plan.wait_s else "")
+    return f"{visible(plan.target, 60)}: SIG{plan.signal}" + (" (tree)" if plan.tree else "") + then
+
+
 def format_plan(plan: KillPlan) -> list[str]:
     """The confirmation listing: what will be signalled, children first, with the plan's notes."""
-    lines = [f"{visible(plan.target, 60)}: SIG{plan.signal}"
-             + (" (tree)" if plan.tree else "")
-             + (f", KILL after {plan.escalate_s:g} s" if plan.escalate_s else "")]
-    lines.append(f"{'PID':>8}  {'USER':<12} {'GPU MiB':>8}  COMMAND")
+    lines = [plan_line(plan), f"{'PID':>8}  {'USER':<12} {'GPU MiB':>8}  COMMAND"]
     for target in plan.targets:
         mib = DASH if target.gpu_mib is None else str(target.gpu_mib)
         command = visible_cmdline(target.cmdline, 80) or visible(target.name or DASH, 40)
         under = f"  (in tree of {target.descendant_of})" if target.descendant_of is not None else ""
         state = "  [D: may not die]" if target.state == "D" else ""
+        graphics = "  [graphics]" if target.graphics_only else ""
         user = visible(target.user or DASH, 12)
-        lines.append(f"{target.pid:>8}  {user:<12} {mib:>8}  {command}{under}{state}")
+        lines.append(f"{target.pid:>8}  {user:<12} {mib:>8}  {command}{under}{state}{graphics}")
     for note in plan.notes:
         lines.append(f"  note: {visible(note, 300)}")
     return lines
 
 
 def format_outcome(outcome: KillOutcome) -> str:
-    signal = outcome.signal or "-"
+    signal_name = outcome.signal or "-"
     name = visible(outcome.name or DASH, 24)
     detail = f"  {visible(outcome.detail, 200)}" if outcome.detail else ""
-    return f"{outcome.pid:>8}  {outcome.stage:<8} {signal:<4}  {outcome.result:<15} {name}{detail}"
+    return f"{outcome.pid:>8}  {outcome.stage:<8} {signal_name:<4}  {outcome.result:<15} {name}{detail}"
+
+
+def pending_line(pending: tuple[Pending, ...]) -> str:
+    """``KILL in 3.2 s to 2 processes: 4242 (detokenizer), 4250 (worker)`` (or a look, without escalation)."""
+    who = ", ".join(f"{p.pid} ({visible(p.name or '?', 24)})" for p in pending[:6])
+    if len(pending) > 6:
+        who += f" and {len(pending) - 6} more"
+    due = max((p.due_in_s or 0.0 for p in pending), default=0.0)
+    noun = "process" if len(pending) == 1 else "processes"
+    what = "KILL" if any(p.signal == "KILL" for p in pending) else "a look whether they are gone"
+    return f"{what} in {due:.1f} s to {len(pending)} {noun}: {who}"
 
 
 def _confirm(plan: KillPlan, stdin: TextIO, prompt_out: TextIO) -> bool:
@@ -113,6 +144,28 @@ def _plan_dict(plan: KillPlan) -> dict[str, Any]:
     return data
 
 
+class _Interrupts:
+    """Counts Ctrl-C while an operation runs instead of raising: the escalation must not be cut short."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @contextmanager
+    def counting(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals are delivered to the main thread only: nothing to count here
+            return
+
+        def pressed(_signo: int, _frame: object) -> None:
+            self.count += 1
+
+        previous = signal.signal(signal.SIGINT, pressed)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def run_kill(
     args: argparse.Namespace,
     out: TextIO | None = None,
@@ -137,14 +190,34 @@ def run_kill(
         print(f"gputui: {visible(target, 100)}: read-only mode: kill refused, nothing is signalled", file=err)
         return EXIT_ERROR
     listing = err if args.json else out
+    delay_s = DEFAULT_ESCALATE_S if args.escalate is None else args.escalate
+    escalates = args.signal != "KILL" and not args.no_escalate
+    # The demo's kills are simulated: they never go into the real audit log.
+    audit = None if args.no_audit or demo else AuditLog()
     link = open_link(target, options_from_args(args), demo=demo)
-    plan: KillPlan | None = None
     try:
-        link.open()
-        snapshot = full_sample(link, target)
-        plan = plan_kill(
-            snapshot, pids, signal=args.signal, tree=args.tree, all_gpu=args.all_gpu, escalate_s=args.escalate
-        )
+        try:
+            link.open()
+            snapshot = full_sample(link, target)
+            plan = plan_kill(
+                snapshot,
+                pids,
+                signal=args.signal,
+                tree=args.tree,
+                all_gpu=args.all_gpu,
+                escalate_s=delay_s if escalates else None,
+                wait_s=None if escalates else delay_s,
+                include_graphics=args.include_graphics,
+            )
+        except ReadOnlyError as exc:
+            print(f"gputui: {visible(str(exc), 300)}", file=err)
+            return EXIT_ERROR
+        except PlanError as exc:
+            print(f"gputui: {visible(target, 100)}: {visible(str(exc), 300)}", file=err)
+            return EXIT_ERROR
+        except (LinkError, ValueError) as exc:
+            print(link_error_line(target, exc), file=err)
+            return EXIT_ERROR
         for line in format_plan(plan):
             print(line, file=listing)
         if not args.yes:
@@ -155,44 +228,99 @@ def run_kill(
             if not _confirm(plan, stdin, listing):
                 print("nothing signalled", file=listing)
                 return EXIT_PARTIAL
-        timeout_s = KILL_REPLY_MARGIN_S + (plan.escalate_s or 0.0)
-        result = link.request(kill_command(plan), timeout_s)
-        outcomes = parse_outcomes(result)
-    except ReadOnlyError as exc:
-        print(f"gputui: {visible(str(exc), 300)}", file=err)
-        return EXIT_ERROR
-    except PlanError as exc:
-        print(f"gputui: {visible(target, 100)}: {visible(str(exc), 300)}", file=err)
-        return EXIT_ERROR
-    except (LinkError, ValueError) as exc:
-        print(link_error_line(target, exc), file=err)
-        if plan is not None:
-            _audit(plan, [], err)  # the request may have reached the agent: record that we do not know
-        return EXIT_ERROR
+        return _execute(args, target, link, plan, snapshot, audit, out, err)
     finally:
         link.close()
-    audit_path = _audit(plan, outcomes, err)
-    status = EXIT_OK if all_handled(outcomes) else EXIT_PARTIAL
+
+
+def _execute(
+    args: argparse.Namespace,
+    target: str,
+    link: HostLink,
+    plan: KillPlan,
+    snapshot: HostSnapshot,
+    audit: AuditLog | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Send a confirmed plan and follow it to its end (or its abandon); returns the exit status."""
+    run = KillRun(link, plan, audit)
+    interrupts = _Interrupts()
+    abandoned = False
+    text = not args.json
+    with interrupts.counting():
+        try:
+            first = run.start()
+        except StateError as exc:
+            print(f"gputui: {visible(target, 100)}: kill refused, nothing signalled: audit log: "
+                  f"{visible(str(exc), 300)} (--no-audit to kill without it)", file=err)
+            return EXIT_ERROR
+        except LinkError as exc:
+            print(link_error_line(target, exc), file=err)
+            return EXIT_ERROR
+        shown = _show(first.outcomes, out if text else None)
+        told = 0
+        try:
+            while not run.done:
+                if interrupts.count >= 2:
+                    run.abandon()
+                    abandoned = True
+                    break
+                if interrupts.count > told and run.pending:
+                    told = interrupts.count
+                    print(f"gputui: {visible(target, 100)}: {pending_line(run.pending)}; waiting for it "
+                          "(Ctrl-C again to abandon)", file=err)
+                shown += _show(run.wait(POLL_S).outcomes, out if text else None)
+        except LinkError as exc:
+            print(link_error_line(target, exc), file=err)
+            print(f"gputui: {visible(target, 100)}: the collector finishes the kill on its own; its outcome "
+                  "is not known here", file=err)
+            return EXIT_ERROR
+    if abandoned:
+        _show(run.outcomes[shown:], out if text else None)
+        left = ", ".join(f"{o.pid} ({visible(o.name or '?', 24)}): {visible(o.detail or o.result, 120)}"
+                         for o in run.left)
+        print(f"gputui: {visible(target, 100)}: abandoned; left: {left or 'nothing'}", file=err)
+    for problem in run.audit_errors:
+        print(f"gputui: warning: audit log not written after the signals: {visible(problem, 300)}", file=err)
+    survivors = _survivors(link, target, plan, run, snapshot)
+    gone = all_gone(run.outcomes) and not abandoned
     if args.json:
         document = {
             "target": target,
             "plan": _plan_dict(plan),
-            "outcomes": [dict(asdict(o), cmdline=list(o.cmdline)) for o in outcomes],
-            "all_handled": status == EXIT_OK,
-            "audit_log": None if audit_path is None else str(audit_path),
+            "outcomes": [dict(asdict(o), cmdline=list(o.cmdline)) for o in run.outcomes],
+            "all_gone": gone,
+            "abandoned": abandoned,
+            "elapsed_s": run.elapsed_s,
+            "survivors": [asdict(f) for f in survivors],
+            "audit_log": None if audit is None else str(audit.path),
         }
         print(json.dumps(document, indent=1), file=out)
     else:
+        for finding in survivors:
+            print(f"survivor: {visible(finding.detail, 300)}", file=out)
+        print("every process is gone" if gone else "not every process is gone (see above)", file=out)
+    return EXIT_OK if gone else EXIT_PARTIAL
+
+
+def _show(outcomes: tuple[KillOutcome, ...] | list[KillOutcome], out: TextIO | None) -> int:
+    """Print outcomes as they come (text mode); returns how many."""
+    if out is not None:
         for outcome in outcomes:
             print(format_outcome(outcome), file=out)
-        if status != EXIT_OK:
-            print("not every process was handled (see above)", file=out)
-    return status
+        out.flush()
+    return len(outcomes)
 
 
-def _audit(plan: KillPlan, outcomes: list[KillOutcome], err: TextIO) -> Any:
+def _survivors(
+    link: HostLink, target: str, plan: KillPlan, run: KillRun, before: HostSnapshot
+) -> list[Finding]:
+    """What escaped the killed jobs and still holds a GPU (``analysis.find_survivors``) in a fresh sample."""
+    if not run.done:
+        return []
     try:
-        return append_audit(plan, outcomes)
-    except StateError as exc:
-        print(f"gputui: warning: audit log not written: {visible(str(exc), 300)}", file=err)
-        return None
+        after = full_sample(link, target)
+    except LinkError:
+        return []
+    return find_survivors(after, killed_jobs(plan, run.outcomes, before))

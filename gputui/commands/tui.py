@@ -78,4 +78,6 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         memory_interval_s=args.interval,
         process_interval_s=args.process_interval,
         accept_host_key=accept_host_key,
+        # The demo's kills are simulated: they never go into the real audit log.
+        audit=not args.demo and not getattr(args, "no_audit", False),
     )

@@ -23,7 +23,7 @@ from gputui.analysis import gpu_memory_by_pid
 from gputui.widgets.fmt import DASH, command_text, safe_text
 
 if TYPE_CHECKING:
-    from gputui.actions import KillPlan
+    from gputui.actions import KillPlan, KillTarget
     from gputui.model import HostSnapshot
 
 COMMAND_CHARS = 70
@@ -152,6 +152,8 @@ def plan_title(plan: KillPlan) -> Text:
         extras.append("whole trees, children first")
     if plan.escalate_s is not None and plan.signal != "KILL":
         extras.append(f"then KILL after {plan.escalate_s:g} s")
+    elif plan.wait_s is not None:
+        extras.append(f"then after {plan.wait_s:g} s: gone or still alive")
     if extras:
         title.append(f" ({', '.join(extras)})", style="bold")
     title.append("?", style="bold")
@@ -171,9 +173,16 @@ def plan_table(plan: KillPlan, snapshot: HostSnapshot | None = None) -> Table:
             Text(str(target.pid)),
             safe_text(target.user, 12),
             _freed_cell(freed.get(target.pid)),
-            Text(command_text(tuple(target.cmdline), target.name, COMMAND_CHARS)),
+            _command_cell(target),
         )
     return table
+
+
+def _command_cell(target: KillTarget) -> Text:
+    cell = Text(command_text(tuple(target.cmdline), target.name, COMMAND_CHARS))
+    if target.graphics_only:
+        cell.append(" [graphics]", style="cyan")
+    return cell
 
 
 def _freed_cell(per_gpu: dict[int, int] | None) -> Text:

@@ -21,11 +21,26 @@ class CleanCheck:
         finished_s: Epoch seconds at which the clean memory sample that a fresh full sample then confirmed
             arrived, or at which the deadline passed.
         clean: The outcome once finished: True clean, False deadline passed first; None while running.
+        trigger: The key that started it: "c", or "X" (kill every GPU process tree, then check).
+        kill_s: Epoch seconds at which the last kill during the check sent its signals; None: no kill.
+        kill_pending: A kill on this host is still under way: no receipt until it is done.
     """
 
     started_s: float
     finished_s: float | None = None
     clean: bool | None = None
+    trigger: str = "c"
+    kill_s: float | None = None
+    kill_pending: bool = False
+
+
+def receipt_times(check: CleanCheck) -> str:
+    """``2.1 s since the kill · 4.8 s since c``: how long the GPUs took, from the kill and from the key."""
+    end_s = check.finished_s if check.finished_s is not None else check.started_s
+    since_key = f"{duration(max(0.0, end_s - check.started_s))} since {check.trigger}"
+    if check.kill_s is None:
+        return since_key
+    return f"{duration(max(0.0, end_s - check.kill_s))} since the kill · {since_key}"
 
 
 def clock_time(epoch_s: float) -> str:
@@ -41,19 +56,19 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
     at_baseline = verdict.gpus_at_baseline
     if check is not None and check.finished_s is not None and check.clean and verdict.clean:
         line = Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
-        took_s = check.finished_s - check.started_s
         # The time is the clean memory sample's; a fresh full sample (processes listed then) confirmed it.
         line.append(
             f" · at {clock_time(check.finished_s)} (memory sample), verified by a full sample"
-            f" · took {duration(took_s)}",
+            f" · {receipt_times(check)}",
             style="green",
         )
         return line
     if verdict.clean and check is not None and check.finished_s is None:
-        # A clean memory sample is not the receipt: a fresh full sample has to agree first.
+        # A clean memory sample is not the receipt: the kill has to be over and a full sample has to agree.
         line = Text(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
         waited = duration(max(0.0, now_s - check.started_s))
-        line.append(f" · {waited} · confirming with a full sample", style="yellow")
+        then = "waiting for the kill to finish" if check.kill_pending else "confirming with a full sample"
+        line.append(f" · {waited} · {then}", style="yellow")
         return line
     if verdict.clean:
         return Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")

@@ -125,6 +125,7 @@ class ProcessTable(DataTable[Text]):
             proc.user,
             tuple(sorted(proc.gpu_memory_mib.items())),
             node.subtree_total_mib,
+            node.graphics_only,
             proc.name,
             proc.cmdline,
         )
@@ -148,6 +149,9 @@ class ProcessTable(DataTable[Text]):
         command.append(command_text(proc.cmdline, proc.name, COMMAND_MAX_CHARS), style=style)
         if proc.is_zombie:
             command.append(" <defunct>", style="bold red")
+        if node.graphics_only:
+            # NVML type G (an X server, a compositor): the display stack, left out of kill-all.
+            command.append(" [graphics]", style="cyan")
         if self._compact:
             return (pid, _state_text(proc.state), tree_total, command)
         return (

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -255,6 +256,33 @@ class Launcher:
             wait_for(lambda p=pid, t=ticks: is_gone(p, t), f"pid {pid} to die in cleanup")
 
 
+def shared_copy(fake_nvml: Any) -> tuple[Path, Path]:
+    """The fake library, the code and a state file where an unprivileged uid can read them.
+
+    pytest's tmp is 0700, and so may be the checkout and its virtualenv (a clone under a private home or a
+    mktemp directory): gputui, pynvml and psutil are copied next to the library, readable by everyone.
+    """
+    import shutil
+    import tempfile
+
+    import psutil
+    import pynvml
+
+    shared = Path(tempfile.mkdtemp(prefix="gputui-shared-"))
+    shared.chmod(0o755)
+    shutil.copy2(Path(fake_nvml.lib_dir) / "libnvidia-ml.so.1", shared / "libnvidia-ml.so.1")
+    code = shared / "py"
+    no_cache = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(REPO / "gputui", code / "gputui", ignore=no_cache)
+    shutil.copy2(pynvml.__file__, code / "pynvml.py")
+    shutil.copytree(Path(psutil.__file__).parent, code / "psutil", ignore=no_cache)
+    for path in [code, *code.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    (shared / "state").mkdir(mode=0o777)
+    (shared / "state").chmod(0o777)
+    return shared, shared / "fakenvml.state"
+
+
 @contextmanager
 def launcher(workers: Sequence[Worker], fake: Any = None) -> Iterator[Launcher]:
     """A running Launcher (registered in ``fake`` when given), killed with all its processes afterwards."""
@@ -288,3 +316,170 @@ def run_gputui(args: Sequence[str], env: dict[str, str], timeout_s: float = 90.0
         timeout=timeout_s,
         check=False,
     )
+
+
+# A tree of named processes for the job-rule tests, built from a JSON spec. Each node is a process that
+# names itself (comm), may start a session of its own (setsid), reports {"role", "pid", "ppid"} on the report
+# fd, starts its children, and then sleeps, ignores TERM, or exits at once (a zombie: nobody waits for it).
+# A node with "sh" is a real `sh -c '<child>; exit 0'` whose one child is the next node (the shell stays as
+# its parent); "escape" double-forks a setsid daemon (its middle process reaped at once, so init adopts it);
+# "daemon" on the top node daemonises it (init adopts it, as after `nohup ... &` and logout).
+TREE_BUILDER = r"""
+import ctypes, json, os, shlex, signal, sys, time
+REPORT = int(os.environ["GPUTUI_TREE_FD"])
+libc = ctypes.CDLL(None)
+
+def say(node, **extra):
+    line = dict(role=node["role"], pid=os.getpid(), ppid=os.getppid(), **extra)
+    os.write(REPORT, (json.dumps(line) + "\n").encode())
+
+def run(node, **extra):
+    if node.get("setsid") and os.getsid(0) != os.getpid():
+        os.setsid()
+    libc.prctl(15, node["name"].encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    if node.get("mode") == "ignore_term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if node.get("mode") == "exit":
+        say(node, **extra)
+        os._exit(0)
+    for child in node.get("children", []):
+        start(child)
+    if node.get("escape"):
+        middle = os.fork()
+        if middle == 0:
+            os.setsid()
+            if os.fork() == 0:
+                run(node["escape"])
+            os._exit(0)
+        os.waitpid(middle, 0)
+    say(node, **extra)
+    while True:
+        time.sleep(3600)
+
+def start(node):
+    if os.fork() != 0:
+        return
+    try:
+        if node.get("sh"):
+            if node.get("setsid"):
+                os.setsid()
+            child = dict(node["children"][0], shell_role=node["role"])
+            argv = (sys.executable, "-S", "-c", CODE, CODE, json.dumps(child))
+            os.execv("/bin/sh", ["sh", "-c", " ".join(shlex.quote(a) for a in argv) + "; exit 0"])
+        run(node)
+    finally:
+        os._exit(0)
+
+CODE = sys.argv[1]
+top = json.loads(sys.argv[2])
+if top.get("daemon"):
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+run(top, shell_role=top.get("shell_role"))
+"""
+
+
+def _roles(node: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [node]
+    for child in node.get("children", []):
+        found.extend(_roles(child))
+    if node.get("escape"):
+        found.extend(_roles(node["escape"]))
+    return found
+
+
+class ProcTree:
+    """Real processes from a spec (see ``TREE_BUILDER``): ``pids[role]``, killed with everything they are.
+
+    Args:
+        spec: The top node: ``{"role", "name", "mode", "setsid", "sh", "daemon", "escape", "children"}``.
+        login_shell: Start the top node from a real login shell (``-bash``), which stays as its parent.
+    """
+
+    def __init__(self, spec: dict[str, Any], login_shell: bool = False) -> None:
+        self.spec = spec
+        read_end, write_end = os.pipe()
+        os.set_inheritable(write_end, True)
+        env = dict(os.environ, GPUTUI_TREE_FD=str(write_end))
+        argv = [sys.executable, "-S", "-c", TREE_BUILDER, TREE_BUILDER, json.dumps(spec)]
+        if login_shell:
+            spec = dict(spec, shell_role="login_shell")
+            argv = [sys.executable, "-S", "-c", TREE_BUILDER, TREE_BUILDER, json.dumps(spec)]
+            # The shell outlives its job, as an interactive one would.
+            command = " ".join(shlex.quote(a) for a in argv) + "; exec sleep 3600"
+            argv = ["-bash", "--noprofile", "--norc", "-c", command]
+        self.starter = subprocess.Popen(
+            argv,
+            executable="/bin/bash" if login_shell else None,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            pass_fds=(write_end,),
+            start_new_session=True,
+            cwd="/",
+        )
+        os.close(write_end)
+        self.pids: dict[str, int] = {}
+        expected = _roles(self.spec)
+        self._read_reports(read_end, expected, login_shell)
+        os.close(read_end)
+        self.ticks = {pid: start_ticks_of(pid) for pid in self.pids.values()}
+        exiting = [self.pids[n["role"]] for n in expected if n.get("mode") == "exit"]
+        wait_for(lambda: all(state_of(p) == "Z" for p in exiting), "the exited children to be zombies")
+
+    def _read_reports(self, fd: int, expected: list[dict[str, Any]], login_shell: bool) -> None:
+        roles = {node["role"] for node in expected}
+        shells = {node["role"] for node in expected if node.get("sh")}
+        if login_shell:
+            shells.add("login_shell")
+        deadline = time.monotonic() + DEADLINE_S
+        buffer = b""
+        while not roles <= set(self.pids) or not shells <= set(self.pids):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise AssertionError(f"the tree did not report {sorted(roles | shells)}: got {self.pids}")
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                continue
+            buffer += os.read(fd, 65536)
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                report = json.loads(line)
+                self.pids[report["role"]] = report["pid"]
+                if report.get("shell_role"):
+                    self.pids[report["shell_role"]] = report["ppid"]
+
+    def __getitem__(self, role: str) -> int:
+        return self.pids[role]
+
+    def kill(self) -> None:
+        """SIGKILL every process of the tree (checked by start time), then wait until each is gone."""
+        for pid, ticks in getattr(self, "ticks", {}).items():
+            if ticks is not None and start_ticks_of(pid) == ticks:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        try:
+            os.killpg(self.starter.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.starter.wait(timeout=DEADLINE_S)
+        for pid, ticks in getattr(self, "ticks", {}).items():
+            wait_for(lambda p=pid, t=ticks: start_ticks_of(p) != t, f"pid {pid} to be reaped in cleanup")
+
+
+@contextmanager
+def proc_tree(spec: dict[str, Any], login_shell: bool = False) -> Iterator[ProcTree]:
+    running = ProcTree(spec, login_shell=login_shell)
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+def node(role: str, name: str | None = None, **extra: Any) -> dict[str, Any]:
+    """One node of a ``ProcTree`` spec (its comm name defaults to the role)."""
+    return {"role": role, "name": name or role, **extra}

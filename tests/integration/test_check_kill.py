@@ -38,6 +38,7 @@ from tests.integration.procs import (
     ppid_of,
     run_gputui,
     sglang_workers,
+    shared_copy,
     start_ticks_of,
     state_of,
     unused_pid,
@@ -276,11 +277,14 @@ def test_tree_kill_with_escalation_then_wait_reports_clean(env: dict[str, str], 
         assert "clean: 8/8 GPUs at baseline" in out
     audit = audit_lines(env)
     assert {line["pid"] for line in audit} == set(signalled)
-    first = audit[0]
+    # The intent of every listed process first, then what each stage did.
+    intents = [line for line in audit if line["stage"] == "intent"]
+    assert audit[: len(intents)] == intents
+    first = audit[len(intents)]
     assert first["host"] == "local"
     assert first["local_user"]
     assert first["start_ticks"] == server.ticks[first["pid"]]
-    assert first["result"] == "sent"
+    assert (first["stage"], first["result"]) == ("signal", "sent")
     stubborn_lines = {(line["signal"], line["result"]) for line in audit if line["pid"] == stubborn}
     assert ("KILL", "killed") in stubborn_lines
 
@@ -296,7 +300,8 @@ def test_zombie_is_routed_to_its_parent(env: dict[str, str], fake_nvml: Any) -> 
         assert payload["plan"]["notes"] == [
             f"pid {zombie} is a zombie: its parent {server.pid} will be signalled instead"
         ]
-        assert [(o["pid"], o["result"]) for o in payload["outcomes"]] == [(server.pid, "sent")]
+        results = [(o["pid"], o["result"]) for o in payload["outcomes"]]
+        assert results == [(server.pid, "sent"), (server.pid, "exited")]
         wait_for(lambda: state_of(zombie) is None, "the zombie to be reaped once its parent died")
 
 
@@ -324,7 +329,7 @@ def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, s
             sleeper.wait(timeout=DEADLINE_S)
             impostor = _start_with_pid(victim)
             os.write(master, b"y\n")
-            output = _read_until(master, b"handled", accept_eof=True)
+            output = _read_until(master, b"not every process is gone", accept_eof=True)
             assert cli.wait(timeout=DEADLINE_S) == 1
             assert b"changed" in output
             assert b"process changed" in output
@@ -341,7 +346,8 @@ def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, s
         if sleeper.poll() is None:
             sleeper.kill()
             sleeper.wait()
-    (line,) = audit_lines(env)
+    intent, line = audit_lines(env)
+    assert (intent["pid"], intent["stage"], intent["signal"]) == (victim, "intent", "TERM")
     assert (line["pid"], line["result"], line["signal"]) == (victim, "changed", None)
 
 
@@ -433,7 +439,7 @@ def test_all_gpu_takes_every_tree_but_never_the_agents_session(env: dict[str, st
             finals = {o["pid"]: o["result"] for o in payload["outcomes"]}
             assert status == 1  # something was refused
             for pid in server.all_pids:
-                assert finals[pid] == "sent", payload["outcomes"]
+                assert finals[pid] == "exited", payload["outcomes"]
             assert all(result == "refused" for pid, result in finals.items() if pid not in server.all_pids)
             assert 1 not in finals
             wait_for(lambda: all(is_gone(p) for p in server.all_pids), "the server tree to die")
@@ -514,33 +520,6 @@ CLI_UID = 65533  # an unprivileged uid that is not nobody
 OTHER_UID = 65534  # nobody
 
 
-def _shared_copy(fake_nvml: Any) -> tuple[Path, Path]:
-    """The fake library, the code and a state file where an unprivileged uid can read them.
-
-    pytest's tmp is 0700, and so may be the checkout and its virtualenv (a clone under a private home or a
-    mktemp directory): gputui, pynvml and psutil are copied next to the library, readable by everyone.
-    """
-    import shutil
-    import tempfile
-
-    import psutil
-    import pynvml
-
-    shared = Path(tempfile.mkdtemp(prefix="gputui-shared-"))
-    shared.chmod(0o755)
-    shutil.copy2(Path(fake_nvml.lib_dir) / "libnvidia-ml.so.1", shared / "libnvidia-ml.so.1")
-    code = shared / "py"
-    no_cache = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(REPO / "gputui", code / "gputui", ignore=no_cache)
-    shutil.copy2(pynvml.__file__, code / "pynvml.py")
-    shutil.copytree(Path(psutil.__file__).parent, code / "psutil", ignore=no_cache)
-    for path in [code, *code.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    (shared / "state").mkdir(mode=0o777)
-    (shared / "state").chmod(0o777)
-    return shared, shared / "fakenvml.state"
-
-
 def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake_nvml: Any) -> None:
     """18: the CLI runs unprivileged; one target belongs to another user: denied for that one, the other dies.
 
@@ -551,7 +530,7 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
 
     if os.geteuid() != 0:
         raise AssertionError("this test starts processes as other users: run the suite as root (CI does)")
-    shared, state_path = _shared_copy(fake_nvml)
+    shared, state_path = shared_copy(fake_nvml)
     sleep_code = "import time; time.sleep(600)"
     foreign = subprocess.Popen([SYSTEM_PYTHON, "-S", "-c", sleep_code], user=OTHER_UID, group=OTHER_UID,
                                extra_groups=[], start_new_session=True, cwd="/")
@@ -584,12 +563,15 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
         finals = {o["pid"]: o for o in payload["outcomes"]}
         assert finals[foreign.pid]["result"] == "denied"
         assert "permission denied" in finals[foreign.pid]["detail"]
-        assert finals[own.pid]["result"] == "sent"
+        assert finals[own.pid]["result"] == "exited"
         assert own.wait(timeout=DEADLINE_S) == -signal.SIGTERM
         assert foreign.poll() is None
         audit_path = shared / "state" / "gputui" / "audit.jsonl"
         audit = [json.loads(x) for x in audit_path.read_text().splitlines()]
-        assert {(a["pid"], a["result"]) for a in audit} == {(foreign.pid, "denied"), (own.pid, "sent")}
+        assert {(a["pid"], a["result"]) for a in audit} == {
+            (foreign.pid, "requested"), (foreign.pid, "denied"),
+            (own.pid, "requested"), (own.pid, "sent"), (own.pid, "exited"),
+        }
         assert {a["local_user"] for a in audit} != {"root"}
     finally:
         for proc in (foreign, own):

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
+from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
 from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
 
 REPO = Path(__file__).resolve().parents[2]
@@ -100,3 +104,85 @@ def test_kill_on_a_remote_host(
         if victim.poll() is None:
             victim.kill()
             victim.wait(timeout=10)
+
+
+def _kill_over_ssh(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gputui.cli", "kill", "--no-discover", *args],
+        cwd=str(REPO), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def _read_until(proc: subprocess.Popen[bytes], marker: bytes, seen: bytearray) -> None:
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {marker!r} in {bytes(seen)!r}")
+        ready, _, _ = select.select([proc.stdout], [], [], left)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise AssertionError(f"the CLI exited before {marker!r}: {bytes(seen)!r}")
+            seen += chunk
+
+
+def test_ctrl_c_during_a_remote_escalation_waits_for_the_collector_to_finish_it(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """29 over SSH: the escalation runs in the remote collector; Ctrl-C says what is pending, then its
+    outcome comes back and is audited by the client."""
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(tmp_path / "state"))
+    workers = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
+    with launcher(workers, fake_nvml) as tree:
+        stubborn = tree["scheduler_TP1"]
+        cli = _kill_over_ssh(env, "--yes", "--tree", "host-a", str(tree.pid))
+        try:
+            seen = bytearray()
+            _read_until(cli, f"{tree.pid}  signal   TERM  sent".encode(), seen)
+            cli.send_signal(signal.SIGINT)
+            out, err = cli.communicate(timeout=60)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+                cli.wait()
+        assert cli.returncode == 0, (bytes(seen) + out, err)
+        assert b"Ctrl-C again to abandon" in err
+        assert f"{stubborn}  confirm  KILL  killed".encode() in out
+        assert is_gone(stubborn)
+    audit = [json.loads(x) for x in (tmp_path / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
+    assert [(a["stage"], a["result"]) for a in audit if a["pid"] == stubborn] == [
+        ("intent", "requested"), ("signal", "sent"), ("escalate", "sent"), ("confirm", "killed")
+    ]
+    assert {a["host"] for a in audit} == {"host-a"}
+
+
+def test_a_client_killed_during_a_remote_escalation_leaves_it_to_the_collector(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """The client is SIGKILLed after the TERM: the collector still sends the KILL when it is due, then exits.
+    The audit log has the intent and the TERM's outcome; the escalation's outcome never reached the client."""
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(tmp_path / "state"))
+    workers = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
+    with launcher(workers, fake_nvml) as tree:
+        stubborn = tree["scheduler_TP1"]
+        cli = _kill_over_ssh(env, "--yes", "--tree", "--escalate", "3", "host-a", str(tree.pid))
+        try:
+            _read_until(cli, f"{tree.pid}  signal   TERM  sent".encode(), bytearray())
+        finally:
+            cli.kill()
+            cli.communicate()
+        assert state_of(stubborn) not in (None, "Z")  # its KILL is not due yet
+        wait_for(lambda: is_gone(stubborn), "the collector to KILL it on its own", timeout_s=60)
+        wait_for(lambda: not server.session_processes(), "the collector to leave once done", timeout_s=60)
+    audit = [json.loads(x) for x in (tmp_path / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
+    assert [(a["stage"], a["result"]) for a in audit if a["pid"] == stubborn] == [
+        ("intent", "requested"), ("signal", "sent")
+    ]

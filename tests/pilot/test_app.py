@@ -109,8 +109,11 @@ async def test_space_tags_and_k_signals_every_tagged_process(make_app):
         await wait_for(pilot, lambda: not _listed(app, 5120) and not _listed(app, 5121), "tagged gone")
         assert app.hosts[0].tagged == set()
         assert _listed(app, 5122)
-        results = {(line["pid"], line["result"]) for line in _audit_lines(app)}
-        assert results == {(5120, "exited"), (5121, "exited")}
+        await wait_for(pilot, lambda: not app.hosts[0].kills, "the kill to finish")
+        for pid in (5120, 5121):
+            # The intent before the signal, then each stage: sent, and gone when the agent looked again.
+            stages = [(line["stage"], line["result"]) for line in _audit_lines(app) if line["pid"] == pid]
+            assert stages == [("intent", "requested"), ("signal", "sent"), ("wait", "exited")]
 
 
 async def test_cancel_sends_nothing(make_app):
@@ -187,7 +190,7 @@ async def test_x_then_drain_gives_the_clean_receipt(make_app, clock: ManualClock
         assert "checking… 0/8" in _clean_line(app)  # half drained: nothing at baseline yet
         clock.advance(DRAIN_S)
         await wait_for(pilot, lambda: "CLEAN ✓ 8/8 GPUs at baseline" in _clean_line(app), "receipt")
-        assert "took 3.0 s" in _clean_line(app)
+        assert "3.0 s since the kill · 3.0 s since X" in _clean_line(app)
         assert "verified" in _clean_line(app)
         # Fast sampling ends with the check.
         await wait_for(pilot, lambda: app.factory.links["gpu-node-07"].memory_interval_s == 0.05, "interval")
@@ -587,4 +590,4 @@ async def test_a_process_that_changed_since_the_listing_is_refused(make_app):
         assert severity == "error"
         assert message.startswith("changed: 4200")
         assert link._procs.get(LAUNCHER_PID) is not None  # nothing was signalled
-        assert [line["result"] for line in _audit_lines(app)] == ["changed"]
+        assert [line["result"] for line in _audit_lines(app)] == ["requested", "changed"]

@@ -9,17 +9,23 @@ from pathlib import Path
 import pytest
 
 from gputui.actions import (
+    AuditLog,
     KillOutcome,
+    KillRun,
     PlanError,
     ReadOnlyError,
-    all_handled,
-    append_audit,
+    all_gone,
     final_outcomes,
     kill_command,
+    killed_jobs,
     parse_outcomes,
+    parse_reply,
     plan_kill,
 )
 from gputui.model import Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
+from gputui.state import StateError
+from gputui.transports.base import LinkOptions
 
 MIB = 40960
 
@@ -72,6 +78,8 @@ def test_single_pid_plan_carries_identity_and_listing_fields() -> None:
         "signal": "TERM",
         "tree": False,
         "escalate_s": None,
+        "wait_s": None,
+        "detach": True,
     }
 
 
@@ -178,9 +186,10 @@ def test_parse_outcomes_and_final_results() -> None:
     assert outcomes[3].signal is None
     final = final_outcomes(outcomes)
     assert (final[101].result, final[102].result) == ("killed", "changed")
-    assert not all_handled(outcomes)
-    assert all_handled(outcomes[:3])
-    assert not all_handled([])
+    assert not all_gone(outcomes)
+    assert all_gone(outcomes[:3])
+    assert not all_gone(outcomes[:2])  # KILL sent is not gone yet
+    assert not all_gone([])
 
 
 @pytest.mark.parametrize(
@@ -194,9 +203,9 @@ def test_parse_outcomes_rejects_malformed_replies(bad: dict) -> None:
 def test_audit_log_one_json_line_per_outcome(tmp_path: Path) -> None:
     plan = plan_kill(host(), [101, 102])
     outcomes = parse_outcomes(REPLY)
-    path = append_audit(plan, outcomes, state_dir=tmp_path / "state", now=123.0)
+    path = AuditLog(tmp_path / "state", lambda: 123.0).outcomes(plan, outcomes)
     assert path == tmp_path / "state" / "audit.jsonl"
-    append_audit(plan, outcomes[:1], state_dir=tmp_path / "state", now=124.0)
+    AuditLog(tmp_path / "state", lambda: 124.0).outcomes(plan, outcomes[:1])
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) == 5
     first = lines[0]
@@ -213,18 +222,33 @@ def test_audit_log_one_json_line_per_outcome(tmp_path: Path) -> None:
     assert lines[3]["result"] == "changed"
 
 
-def test_audit_without_outcomes_logs_unknown(tmp_path: Path) -> None:
+def test_audit_of_a_request_without_answer_logs_unknown(tmp_path: Path) -> None:
     plan = plan_kill(host(), [100], tree=True)
-    path = append_audit(plan, [], state_dir=tmp_path)
+    path = AuditLog(tmp_path).unknown(plan, [100], "no answer")
     (line,) = [json.loads(x) for x in path.read_text().splitlines()]
-    assert (line["pid"], line["result"]) == (100, "unknown")
+    assert (line["pid"], line["stage"], line["result"]) == (100, "request", "unknown")
+    assert line["detail"] == "no answer"
+
+
+def test_audit_intent_lists_every_planned_process_with_what_will_follow(tmp_path: Path) -> None:
+    plan = plan_kill(host(), [100], tree=True, escalate_s=5.0)
+    path = AuditLog(tmp_path, lambda: 9.0).intent(plan)
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [line["pid"] for line in lines] == [201, 101, 102, 100]
+    assert {(line["stage"], line["signal"], line["result"]) for line in lines} == {
+        ("intent", "TERM", "requested")
+    }
+    assert {(line["tree"], line["escalate_s"], line["wait_s"]) for line in lines} == {(True, 5.0, None)}
+    assert lines[0]["detail"] == "TERM to the whole tree, then KILL after 5 s to what is still alive"
+    assert lines[0]["time"] == 9.0
 
 
 def test_audit_defaults_to_xdg_state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     outcome = KillOutcome(pid=101, start_ticks=707, name="w", stage="signal", signal="TERM", result="sent")
-    path = append_audit(plan_kill(host(), [101]), [outcome])
-    assert path == tmp_path / "gputui" / "audit.jsonl"
+    audit = AuditLog()
+    path = audit.outcomes(plan_kill(host(), [101]), [outcome])
+    assert path == audit.path == tmp_path / "gputui" / "audit.jsonl"
     assert json.loads(path.read_text())["command"] == ["scheduler_TP0", "--x"]
 
 
@@ -248,3 +272,148 @@ def test_tree_listing_includes_a_double_forked_group_member() -> None:
     plan = plan_kill(snapshot, [100], tree=True)
     assert [t.pid for t in plan.targets] == [101, 102, 100]
     assert [t.pid for t in plan.roots] == [100]
+
+
+# -- what kill-all takes ---------------------------------------------------------------------------------
+
+
+def test_pid_1_holding_gpu_memory_is_never_in_a_kill_all_plan() -> None:
+    """A container whose init is the server: shown as a tree, never planned (today's "(in tree of 1)")."""
+    snapshot = HostSnapshot(
+        target="c", boot_id="b",
+        gpus=(Gpu(index=0, memory_used_mib=MIB, processes=(GpuProcess(1, MIB),)),
+              Gpu(index=1, memory_used_mib=MIB, processes=(GpuProcess(7, MIB),))),
+        processes=(proc(1, 0, "python3", gpu={0: MIB}), proc(7, 1, "worker", gpu={1: MIB})),
+    )
+    plan = plan_kill(snapshot, [], all_gpu=True)
+    assert [t.pid for t in plan.targets] == [7]
+    assert all(t.descendant_of != 1 for t in plan.targets)
+    assert any("pid 1 (python3) holds GPU memory: init is never signalled" in n for n in plan.notes)
+
+
+def desktop() -> HostSnapshot:
+    """gdm3 -> session worker -> Xorg + gnome-shell (graphics memory), and a compute job from a terminal."""
+    procs = (
+        proc(1, 0, "systemd"),
+        proc(800, 1, "gdm3"),
+        proc(810, 800, "gdm-session-wor"),
+        proc(820, 810, "Xorg", gpu={0: 300}),
+        proc(830, 810, "gnome-shell", gpu={0: 200}),
+        proc(900, 830, "gnome-terminal-"),
+        proc(910, 900, "bash", cmdline=("bash",)),
+        proc(920, 910, "python3", gpu={0: MIB}, cmdline=("python3", "train.py")),
+    )
+    graphics = (GpuProcess(820, 300, type="graphics"), GpuProcess(830, 200, type="graphics"))
+    gpu = Gpu(index=0, memory_used_mib=MIB + 503, processes=(*graphics, GpuProcess(920, MIB)))
+    return HostSnapshot(target="desk", boot_id="b", gpus=(gpu,), processes=procs)
+
+
+def test_kill_all_leaves_graphics_only_holders_and_the_display_stack_out() -> None:
+    plan = plan_kill(desktop(), [], all_gpu=True)
+    assert [t.pid for t in plan.targets] == [920]
+    assert any("pid 820 (Xorg) holds graphics memory only" in n for n in plan.notes)
+    assert any("pid 830 (gnome-shell) holds graphics memory only" in n for n in plan.notes)
+    with_graphics = plan_kill(desktop(), [], all_gpu=True, include_graphics=True)
+    # Each display process is a job of its own: never the display manager above them, nor the terminal below.
+    assert sorted(t.pid for t in with_graphics.roots) == [820, 830, 920]
+    assert {t.pid for t in with_graphics.targets} == {820, 830, 900, 910, 920}
+    assert {t.pid for t in with_graphics.targets if t.graphics_only} == {820, 830}
+
+
+def test_a_graphics_holder_picked_by_hand_is_planned() -> None:
+    plan = plan_kill(desktop(), [820])
+    assert [(t.pid, t.graphics_only) for t in plan.targets] == [(820, True)]
+
+
+def test_a_cron_daemons_job_is_planned_without_the_daemon_or_its_other_children() -> None:
+    procs = (
+        proc(1, 0, "systemd"),
+        proc(700, 1, "cron"),
+        proc(710, 700, "sh", cmdline=("sh", "-c", "python3 nightly.py; exit")),
+        proc(711, 710, "python3", gpu={0: MIB}),
+        proc(720, 700, "sh", cmdline=("sh", "-c", "backup.sh")),
+    )
+    snapshot = HostSnapshot(target="t", boot_id="b",
+                            gpus=(Gpu(index=0, memory_used_mib=MIB, processes=(GpuProcess(711, MIB),)),),
+                            processes=procs)
+    plan = plan_kill(snapshot, [], all_gpu=True)
+    assert [t.pid for t in plan.targets] == [711, 710]
+
+
+# -- replies and runs ------------------------------------------------------------------------------------
+
+
+def test_parse_reply_with_pending_escalation() -> None:
+    reply = parse_reply({
+        "op": 3, "outcomes": REPLY["outcomes"][:1], "count": 1, "done": False, "elapsed_s": 0.01,
+        "pending": [{"pid": 101, "start_ticks": 707, "name": "w", "signal": "KILL", "due_in_s": 4.5},
+                    {"nonsense": True}],
+    })
+    assert (reply.op, reply.count, reply.done, reply.elapsed_s) == (3, 1, False, 0.01)
+    assert [(p.pid, p.signal, p.due_in_s) for p in reply.pending] == [(101, "KILL", 4.5)]
+    # A kill answered at its end (no "done" key) is done.
+    assert parse_reply({"outcomes": []}).done
+
+
+class RecordingSim(SimLink):
+    """A simulated host that records, for each command, the audit lines written before it arrived."""
+
+    def __init__(self, audit: AuditLog) -> None:
+        super().__init__("gpu-node-07", LinkOptions(memory_interval_s=0.01), clock=ManualClock())
+        self.audit = audit
+        self.seen: list[tuple[str, int]] = []
+
+    def request(self, command: dict, timeout_s: float) -> dict:
+        lines = self.audit.path.read_text().splitlines() if self.audit.path.exists() else []
+        self.seen.append((command["cmd"], len(lines)))
+        return super().request(command, timeout_s)
+
+
+def test_a_run_writes_the_intent_before_the_kill_and_every_outcome_after(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path)
+    link = RecordingSim(audit)
+    link.open()
+    snapshot = HostSnapshot.from_dict(link.request({"cmd": "sample"}, 1)["snapshot"])
+    plan = plan_kill(snapshot, [LAUNCHER_PID], tree=True, escalate_s=0.1)
+    run = KillRun(link, plan, audit)
+    first = run.start()
+    assert link.seen[-1] == ("kill", len(plan.targets))  # the intent was on disk before the command left
+    assert not first.done
+    assert [p.pid for p in first.pending] == [DETOKENIZER_PID]
+    while not run.done:
+        run.wait(1.0)
+    lines = [json.loads(x) for x in audit.path.read_text().splitlines()]
+    assert [line["stage"] for line in lines[: len(plan.targets)]] == ["intent"] * len(plan.targets)
+    logged = [(line["pid"], line["stage"], line["result"]) for line in lines[len(plan.targets):]]
+    assert logged == [(o.pid, o.stage, o.result) for o in run.outcomes]
+    assert (DETOKENIZER_PID, "confirm", "killed") in logged
+    finals = final_outcomes(run.outcomes).values()
+    assert all(final.result in ("exited", "killed", "reaped") for final in finals)
+    # What the kill took down: one job, its members, its GPUs (those of its defunct schedulers).
+    (job,) = killed_jobs(plan, run.outcomes, snapshot)
+    assert job.root_pid == LAUNCHER_PID
+    assert (SCHEDULER_PID_BASE, snapshot.process(SCHEDULER_PID_BASE).start_ticks) in job.members
+    assert job.gpus == frozenset(range(8))
+
+
+def test_a_run_whose_audit_log_cannot_be_written_sends_nothing(tmp_path: Path) -> None:
+    (tmp_path / "gputui").write_text("a file where the state directory should be")
+    audit = AuditLog(tmp_path / "gputui")
+    link = RecordingSim(audit)
+    link.open()
+    snapshot = HostSnapshot.from_dict(link.request({"cmd": "sample"}, 1)["snapshot"])
+    run = KillRun(link, plan_kill(snapshot, [DETOKENIZER_PID]), audit)
+    with pytest.raises(StateError, match="cannot create state directory"):
+        run.start()
+    assert [cmd for cmd, _ in link.seen] == ["sample"]
+
+
+def test_an_abandoned_run_says_what_it_left(tmp_path: Path) -> None:
+    link = SimLink("gpu-node-07", LinkOptions(memory_interval_s=0.01), clock=ManualClock())
+    link.open()
+    snapshot = HostSnapshot.from_dict(link.request({"cmd": "sample"}, 1)["snapshot"])
+    run = KillRun(link, plan_kill(snapshot, [LAUNCHER_PID], tree=True, escalate_s=60.0), None)
+    run.start()
+    run.abandon()
+    assert run.done
+    assert [(o.pid, o.result) for o in run.left] == [(DETOKENIZER_PID, "abandoned")]

@@ -479,3 +479,95 @@ def test_memory_at_baseline_cannot_tell_is_not_clean() -> None:
     assert not memory_at_baseline(snap(lost, []), Baselines())
     assert not memory_at_baseline(snap([], []), Baselines())
     assert not memory_at_baseline(snap(gpus(), [], error="NVIDIA driver not loaded"), Baselines())
+
+
+# -- after a kill: survivors and remnants ------------------------------------------------------------------
+
+
+def survivor_host(extra: list[Proc], holders: dict[int, list[GpuProcess]], **kw: object) -> HostSnapshot:
+    procs = [proc(1, 0, "systemd", ("/sbin/init",)), *extra]
+    return snap(with_holders(gpus(), holders), procs, **kw)
+
+
+def killed(**kw: object):  # type: ignore[no-untyped-def]
+    from gputui.analysis import KilledJob
+
+    job = {"root_pid": 100, "root_name": "python3", "start_ticks": 1000, "uid": 1000, "cgroup": None,
+           "gpus": frozenset({0, 1}), "members": frozenset({(100, 1000), (101, 1010)}), "boot_id": "b"}
+    job.update(kw)
+    return KilledJob(**job)  # type: ignore[arg-type]
+
+
+def p(pid: int, ppid: int, name: str, ticks: int, *, sid: int | None = None, uid: int = 1000,
+      gpu: dict[int, int] | None = None, cgroup: str | None = None, state: str = "S") -> Proc:
+    return Proc(pid=pid, ppid=ppid, user="alice", uid=uid, state=state, name=name, cmdline=(name,),
+                start_ticks=ticks, sid=sid, pgid=sid, cgroup=cgroup, gpu_memory_mib=dict(gpu or {}))
+
+
+def test_a_setsid_daemon_the_job_left_behind_is_a_survivor() -> None:
+    from gputui.analysis import find_survivors
+
+    host = survivor_host(
+        [p(500, 1, "cache_daemon", 1020, sid=500, gpu={0: 2048})],
+        {0: [GpuProcess(500, 2048)]},
+    )
+    (finding,) = find_survivors(host, [killed()])
+    assert (finding.kind, finding.pid, finding.action_pid, finding.gpu_index) == ("survivor", 500, 500, 0)
+    assert finding.detail == (
+        "pid 500 (cache_daemon) holds 2048 MiB on GPU0: a survivor of the job of pid 100 (python3), outside "
+        "its tree (it leads a session of its own)"
+    )
+    # And it is a finding like any other once the app hands the killed jobs to the analysis.
+    assert "survivor" in kinds(find_problems(host, Baselines(), killed_jobs=[killed()]))
+    assert "survivor" not in kinds(find_problems(host, Baselines()))
+
+
+def test_what_is_not_a_survivor() -> None:
+    from gputui.analysis import find_survivors
+
+    others = [
+        p(600, 1, "other_user", 1020, sid=600, uid=1001, gpu={0: 10}),  # another user's
+        p(700, 1, "older", 900, sid=700, gpu={0: 10}),  # started before the job
+        p(800, 1, "elsewhere", 1020, sid=800, gpu={5: 10}),  # on none of the job's GPUs
+        p(910, 900, "from_a_shell", 1020, sid=900, gpu={1: 10}),  # a job of its own, started from a shell
+        p(101, 100, "member", 1010, sid=100, gpu={0: 10}),  # the job's own member, still listed
+        p(950, 1, "Xorg", 1020, sid=950, gpu={1: 10}),  # graphics only
+        p(960, 1, "zombie", 1020, sid=960, state="Z"),
+        p(900, 1, "bash", 1015, sid=900),
+    ]
+    holders = {0: [GpuProcess(600, 10), GpuProcess(700, 10), GpuProcess(101, 10)],
+               1: [GpuProcess(910, 10), GpuProcess(950, 10, type="graphics")],
+               5: [GpuProcess(800, 10)]}
+    assert find_survivors(survivor_host(others, holders), [killed()]) == []
+    # A job from another boot says nothing about this one.
+    escapee = [p(500, 1, "d", 1020, sid=500, gpu={0: 10})]
+    assert find_survivors(survivor_host(escapee, {0: [GpuProcess(500, 10)]}), [killed(boot_id="x")]) == []
+
+
+def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
+    from gputui.analysis import find_survivors
+
+    unit = "/system.slice/train.service"
+    procs = [p(500, 450, "helper", 1020, sid=450, gpu={3: 10}, cgroup=unit),  # not orphaned, not on its GPUs
+             p(600, 1, "stranger", 1020, sid=600, gpu={0: 10}, cgroup="/user.slice")]
+    host = survivor_host(procs, {3: [GpuProcess(500, 10)], 0: [GpuProcess(600, 10)]})
+    found = find_survivors(host, [killed(cgroup=unit)])
+    assert [(f.pid, f.detail.endswith("(in the job's cgroup)")) for f in found] == [(500, True)]
+
+
+def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
+    from gputui.analysis import find_survivors
+
+    host = survivor_host([p(500, 1, "d", 1020, sid=500)], {},
+                         device_holders=(DeviceHolder(500, "d", "/dev/nvidia1"),))
+    (finding,) = find_survivors(host, [killed()])
+    assert "has a /dev/nvidia* node open" in finding.detail
+
+
+def test_job_remnants_are_the_killed_processes_still_defunct_or_stuck() -> None:
+    from gputui.analysis import job_remnants
+
+    host = survivor_host([p(101, 1, "w", 1010, state="Z"), p(102, 1, "x", 1011, state="S"),
+                          p(103, 1, "y", 1012, state="D"), p(104, 1, "z", 9999, state="Z")], {})
+    members = {(101, 1010), (102, 1011), (103, 1012), (104, 1013)}
+    assert [r.pid for r in job_remnants(host, members)] == [101, 103]

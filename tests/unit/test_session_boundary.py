@@ -193,7 +193,7 @@ def test_the_client_roots_trees_by_the_same_rule(
              cgroup=f.cgroup, gpu_memory_mib={0: 100} if f.pid == holder else {})
         for f in table.values()
     )
-    snapshot = HostSnapshot(target="t", gpus=(Gpu(index=0, processes=(GpuProcess(pid=holder, used_mib=100),)),),
-                            processes=procs)
+    gpu = Gpu(index=0, processes=(GpuProcess(pid=holder, used_mib=100),))
+    snapshot = HostSnapshot(target="t", gpus=(gpu,), processes=procs)
     forest = analysis.build_forest(snapshot)
     assert [node.proc.pid for node in forest] == [root], why

@@ -91,8 +91,8 @@ def test_zombie_kill_is_refused_and_names_the_parent():
 def test_killing_the_launcher_reaps_zombies_and_memory_drains_to_baseline():
     link, clock = _link()
     snap = _snap(link)
-    outcomes = _kill(link, snap, [LAUNCHER_PID])
-    assert {o["pid"]: o["result"] for o in outcomes}[LAUNCHER_PID] == "exited"
+    outcomes = _kill(link, snap, [LAUNCHER_PID], wait_s=0.5)
+    assert [(o["stage"], o["result"]) for o in outcomes] == [("signal", "sent"), ("wait", "exited")]
     after = _snap(link)
     assert after.process(LAUNCHER_PID) is None
     assert all(after.process(SCHEDULER_PID_BASE + i) is None for i in range(8))
@@ -116,8 +116,14 @@ def test_tree_kill_signals_children_first_and_escalates_the_term_ignorer():
     assert by_pid[DETOKENIZER_PID]["result"] == "killed"
     assert by_pid[DETOKENIZER_PID]["signal"] == "KILL"
     assert by_pid[LAUNCHER_PID]["result"] == "exited"
-    assert all(by_pid[SCHEDULER_PID_BASE + i]["result"] == "exited" for i in range(8))
-    assert order.index(LAUNCHER_PID) < order.index(DETOKENIZER_PID)  # the escalation is reported last
+    # The defunct schedulers are not signalled: they are reaped with the launcher.
+    for i in range(8):
+        zombie = by_pid[SCHEDULER_PID_BASE + i]
+        assert (zombie["stage"], zombie["signal"], zombie["result"]) == ("wait", None, "reaped")
+        assert zombie["detail"] == f"reaped with its parent {LAUNCHER_PID}"
+    assert order.index(DETOKENIZER_PID) < order.index(LAUNCHER_PID)  # children are signalled first
+    stages = [(o["pid"], o["stage"]) for o in outcomes]
+    assert stages.index((LAUNCHER_PID, "wait")) < stages.index((DETOKENIZER_PID, "escalate"))
     after = _snap(link)
     assert {p.pid for p in after.processes} == {NSYS_PID}
 
@@ -127,6 +133,46 @@ def test_without_escalation_a_term_ignorer_is_reported_still_running():
     snap = _snap(link)
     [outcome] = _kill(link, snap, [DETOKENIZER_PID])
     assert outcome["result"] == "sent"
+    assert _snap(link).process(DETOKENIZER_PID) is not None
+    # With a wait, the agent says after it that the process is still there.
+    outcomes = _kill(link, _snap(link), [DETOKENIZER_PID], wait_s=0.05)
+    assert [(o["stage"], o["signal"], o["result"]) for o in outcomes] == [
+        ("signal", "TERM", "sent"), ("wait", None, "still_alive")
+    ]
+    assert outcomes[-1]["detail"] == "still alive 0.05 s after TERM"
+
+
+def test_a_detached_kill_reports_pending_escalation_then_the_rest():
+    link, _ = _link()
+    snap = _snap(link)
+    launcher = {"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "TERM", "tree": True, "escalate_s": 0.3,
+               "detach": True, "targets": [launcher]}
+    first = link.request(command, 5)
+    assert first["done"] is False
+    assert [(p["pid"], p["signal"]) for p in first["pending"]] == [(DETOKENIZER_PID, "KILL")]
+    assert 0 < first["pending"][0]["due_in_s"] <= 0.3
+    assert {o["stage"] for o in first["outcomes"]} == {"signal"}
+    rest = link.request({"cmd": "kill_wait", "op": first["op"], "since": first["count"], "timeout_s": 5}, 10)
+    assert rest["done"] is True
+    assert rest["pending"] == []
+    tail = [(o["pid"], o["stage"], o["result"]) for o in rest["outcomes"] if o["pid"] == DETOKENIZER_PID]
+    assert tail == [(DETOKENIZER_PID, "escalate", "sent"), (DETOKENIZER_PID, "confirm", "killed")]
+    assert rest["count"] == first["count"] + len(rest["outcomes"])
+
+
+def test_an_abandoned_escalation_leaves_the_term_ignorer_and_says_so():
+    link, _ = _link()
+    snap = _snap(link)
+    launcher = {"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "TERM", "tree": True, "escalate_s": 30,
+               "detach": True, "targets": [launcher]}
+    first = link.request(command, 5)
+    left = link.request({"cmd": "kill_abandon", "op": first["op"], "since": first["count"]}, 5)
+    assert left["done"] is True
+    final = {o["pid"]: o for o in left["outcomes"]}
+    assert (final[DETOKENIZER_PID]["stage"], final[DETOKENIZER_PID]["result"]) == ("abandon", "abandoned")
+    assert "KILL not sent" in final[DETOKENIZER_PID]["detail"]
     assert _snap(link).process(DETOKENIZER_PID) is not None
 
 

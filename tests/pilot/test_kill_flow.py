@@ -1,0 +1,114 @@
+"""A confirmed kill as the TUI runs it: pending escalations, quitting during one, the receipt after it.
+
+Over the simulated wedged host (``gputui.sim``), whose detokenizer ignores TERM: a tree kill sends TERM, the
+collector KILLs the detokenizer when the escalation delay is up, and every stage is audited.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gputui.app import GpuTuiApp
+from gputui.screens.confirm_kill import ConfirmKillScreen
+from gputui.sim import DETOKENIZER_PID, DRAIN_S, LAUNCHER_PID, ManualClock
+from gputui.widgets.clean_slate import CleanSlateLine
+from gputui.widgets.process_table import ProcessTable
+
+from .conftest import wait_for
+
+WIDE = (120, 40)
+
+
+def _audit(app: GpuTuiApp) -> list[dict]:
+    path = Path(app._audit_dir) / "audit.jsonl"  # type: ignore[arg-type]
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _stages(app: GpuTuiApp, pid: int) -> list[tuple[str, str]]:
+    return [(line["stage"], line["result"]) for line in _audit(app) if line["pid"] == pid]
+
+
+async def _tree_kill(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+    assert app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
+    await pilot.press("t")
+    assert isinstance(app.screen, ConfirmKillScreen)
+    await pilot.press("y")
+    await wait_for(pilot, lambda: any("KILL in" in n[2] for n in app.notices), "the pending escalation")
+
+
+async def _until_exit(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
+    await wait_for(pilot, lambda: app.return_code is not None, "the app to leave")
+
+
+async def test_q_during_an_escalation_says_what_is_pending_and_leaves_once_it_is_done(make_app) -> None:
+    app = make_app(escalate_s=1.0)
+    async with app.run_test(size=WIDE) as pilot:
+        await _tree_kill(pilot, app)
+        await pilot.press("q")
+        severity, title, message = app.notices[-1]
+        assert (severity, title) == ("warning", "kill under way")
+        assert "KILL in" in message
+        assert f"{DETOKENIZER_PID} sglang::detokenizer" in message
+        assert message.endswith("q again to abandon it")
+        assert app.return_code is None  # still here: the escalation is not done
+        await _until_exit(pilot, app)
+    assert app.return_code == 0
+    assert _stages(app, DETOKENIZER_PID) == [
+        ("intent", "requested"), ("signal", "sent"), ("escalate", "sent"), ("confirm", "killed")
+    ]
+    assert any(n[2].startswith("killed (KILL): 4250 sglang::detokenizer") for n in app.notices)
+    assert DETOKENIZER_PID not in app.factory.links["gpu-node-07"]._procs
+
+
+async def test_q_twice_abandons_the_escalation_and_says_what_was_left(make_app) -> None:
+    app = make_app(escalate_s=60.0)
+    async with app.run_test(size=WIDE) as pilot:
+        await _tree_kill(pilot, app)
+        await pilot.press("q", "q")
+        await _until_exit(pilot, app)
+    assert any(n[2] == "abandoning the escalation; quitting" for n in app.notices)
+    (left,) = [n for n in app.notices if n[2].startswith("escalation abandoned")]
+    assert f"abandoned: {DETOKENIZER_PID} sglang::detokenizer – alive after TERM; KILL not sent" in left[2]
+    stages = _stages(app, DETOKENIZER_PID)
+    assert stages == [("intent", "requested"), ("signal", "sent"), ("abandon", "abandoned")]
+    assert DETOKENIZER_PID in app.factory.links["gpu-node-07"]._procs  # left alive, and said so
+
+
+async def test_a_single_term_says_after_the_delay_whether_the_process_is_still_alive(make_app) -> None:
+    app = make_app()
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        assert app.query_one(ProcessTable).select_pid(DETOKENIZER_PID)
+        await pilot.press("k")
+        assert isinstance(app.screen, ConfirmKillScreen)
+        assert app.screen.plan.wait_s == 0.2
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any(n[2].startswith("still_alive") for n in app.notices), "the look")
+    severity, _title, message = next(n for n in app.notices if n[2].startswith("still_alive"))
+    assert severity == "warning"
+    assert message == f"still_alive: {DETOKENIZER_PID} sglang::detokenizer – still alive 0.2 s after TERM"
+
+
+async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualClock) -> None:
+    """The GPUs drain long before the TERM-ignoring detokenizer is KILLed: no CLEAN until it is."""
+    app = make_app(escalate_s=1.5)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        await pilot.press("X", "y")
+        await wait_for(pilot, lambda: any("KILL in" in n[2] for n in app.notices), "the pending escalation")
+        clock.advance(DRAIN_S + 1.0)
+        line = app.query_one(CleanSlateLine)
+        await wait_for(pilot, lambda: "waiting for the kill to finish" in str(line.render()), "the wait")
+        assert "CLEAN" not in str(line.render())
+        assert app.hosts[0].kills
+        await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
+        assert not app.hosts[0].kills
+        snapshot = app.hosts[0].snapshot
+        assert snapshot is not None
+        assert snapshot.process(DETOKENIZER_PID) is None
+        receipt = str(line.render())
+        assert " since the kill · " in receipt
+        assert receipt.endswith(" since X")
+    assert not any("None" in message for _, _, message in app.notices)
