@@ -602,7 +602,7 @@ class KillRun:
         self._count = 0
 
     def _take(self, reply: KillReply) -> KillReply:
-        new = [o for o in reply.outcomes]
+        new = list(reply.outcomes)
         self.outcomes.extend(new)
         self._count = max(self._count, reply.count)
         self.pending = reply.pending

@@ -19,8 +19,9 @@ Signal GPU processes or their jobs. The plan lists everything it will signal; th
 audit log before anything is sent, and each process's identity is checked again right before its signal.
 
 A job is the GPU process with the ancestors that share its session and cgroup, up to (not including) a
-shell, sshd, tmux, a service manager, a cron or display daemon, or pid 1; --tree takes everything below
-its root, never the root's siblings. pid 1 is never signalled.
+shell, sshd, tmux, a service manager, a cron or display daemon, pid 1, or a daemon init adopted that leads
+neither the job's session nor its process group; --tree takes everything below its root, never the root's
+siblings. --all-gpu leaves graphics-only holders (Xorg, ...) out. pid 1 is never signalled.
 
 TERM escalates to KILL after 5 s (--escalate S to change, --no-escalate for TERM only); the collector runs
 the escalation and finishes it even if this command is interrupted. Ctrl-C says what is pending and keeps

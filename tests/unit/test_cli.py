@@ -86,3 +86,37 @@ def test_bad_flags_are_one_line_and_exit_2(args: list[str], fragment: str) -> No
     assert "Traceback" not in done.stderr
     assert len(lines) == 1
     assert lines[0].startswith("gputui: ")
+
+
+@pytest.mark.parametrize(
+    ("argv", "audited"),
+    [([], True), (["--no-audit"], False), (["--demo"], False)],
+)
+def test_the_tui_audits_real_kills_only(argv: list[str], audited: bool) -> None:
+    from gputui.commands.tui import build_app
+
+    args = build_parser(None).parse_args(argv)
+    args.config = None
+    assert (build_app(args)._audit is not None) is audited
+
+
+def test_a_demo_kill_never_writes_the_real_audit_log(tmp_path: Path) -> None:
+    import os
+
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "kill", "--demo", "--yes", "--signal", "KILL", "4250"],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL, env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4250  signal   KILL  sent" in done.stdout
+    assert not (tmp_path / "gputui").exists()
+
+
+def test_kill_help_states_the_job_rule_the_escalation_and_the_exit_codes() -> None:
+    text = build_parser("kill").format_help()
+    assert "share its session and cgroup" in text
+    assert "TERM escalates to KILL after 5 s" in text
+    assert "0  every targeted process is gone" in text
+    assert "--no-escalate" in text
+    assert "--no-audit" in text
