@@ -115,6 +115,13 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_no_audit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-audit", action="store_true",
+        help="kill even though the audit log cannot be written, and write nothing to it",
+    )
+
+
 def build_parser(command: str | None) -> argparse.ArgumentParser:
     """The parser for one subcommand, or for the TUI when ``command`` is None."""
     if command is None:
@@ -125,10 +132,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         )
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
-        parser.add_argument(
-            "--no-audit", action="store_true",
-            help="kill even though the audit log cannot be written, and write nothing to it",
-        )
+        _add_no_audit(parser)
         parser.add_argument(
             "targets", nargs="*", metavar="TARGET", help="local, an ssh alias, [user@]host[:port]"
         )
@@ -172,10 +176,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             "--no-escalate", action="store_true",
             help="no KILL: only say after the delay whether each process is gone",
         )
-        parser.add_argument(
-            "--no-audit", action="store_true",
-            help="kill even though the audit log cannot be written, and write nothing to it",
-        )
+        _add_no_audit(parser)
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
         parser.add_argument(

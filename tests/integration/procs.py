@@ -180,6 +180,16 @@ def unused_pid() -> int:
     raise AssertionError("no free pid number")
 
 
+def kill_each(ticks: dict[int, int | None]) -> None:
+    """SIGKILL each pid that is still the process that started at its recorded start ticks."""
+    for pid, started in ticks.items():
+        if started is not None and start_ticks_of(pid) == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 class Launcher:
     """A daemonised launcher with worker children; see the module docstring."""
 
@@ -246,12 +256,7 @@ class Launcher:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        for pid, ticks in getattr(self, "ticks", {}).items():
-            if ticks is not None and start_ticks_of(pid) == ticks:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        kill_each(getattr(self, "ticks", {}))
         for pid, ticks in getattr(self, "ticks", {}).items():
             wait_for(lambda p=pid, t=ticks: is_gone(p, t), f"pid {pid} to die in cleanup")
 
@@ -301,6 +306,19 @@ def gputui_env(fake: Any, state_home: Path) -> dict[str, str]:
     env["XDG_STATE_HOME"] = str(state_home)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
+
+
+def kill_json(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
+    """``gputui kill --json --no-discover ARGS``: (exit status, the JSON document, stderr)."""
+    result = run_gputui(["kill", "--json", "--no-discover", *args], env)
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout), result.stderr
+
+
+def audit_lines(env: dict[str, str]) -> list[dict[str, Any]]:
+    """The audit log of the CLI runs made with ``env`` (``gputui_env``), one dict per line."""
+    path = Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def run_gputui(args: Sequence[str], env: dict[str, str], timeout_s: float = 90.0,
@@ -456,12 +474,7 @@ class ProcTree:
 
     def kill(self) -> None:
         """SIGKILL every process of the tree (checked by start time), then wait until each is gone."""
-        for pid, ticks in getattr(self, "ticks", {}).items():
-            if ticks is not None and start_ticks_of(pid) == ticks:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        kill_each(getattr(self, "ticks", {}))
         try:
             os.killpg(self.starter.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -32,8 +32,10 @@ from tests.integration.procs import (
     REPO,
     WORKER_MIB,
     Worker,
+    audit_lines,
     gputui_env,
     is_gone,
+    kill_json,
     launcher,
     ppid_of,
     run_gputui,
@@ -62,16 +64,6 @@ def check_json(env: dict[str, str], *extra: str) -> tuple[int, HostSnapshot, dic
     (host,) = document["hosts"]
     return result.returncode, HostSnapshot.from_dict(host), document
 
-
-def kill_json(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
-    result = run_gputui(["kill", "--json", "--no-discover", *args], env)
-    assert result.stdout, result.stderr
-    return result.returncode, json.loads(result.stdout), result.stderr
-
-
-def audit_lines(env: dict[str, str]) -> list[dict[str, Any]]:
-    path = Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 # -- check --------------------------------------------------------------------------------------------------

@@ -30,8 +30,10 @@ from tests.integration.procs import (
     REPO,
     WORKER_MIB,
     Worker,
+    audit_lines,
     gputui_env,
     is_gone,
+    kill_json,
     launcher,
     node,
     proc_tree,
@@ -60,16 +62,6 @@ def check_snapshot(env: dict[str, str]) -> HostSnapshot:
     (host,) = json.loads(result.stdout)["hosts"]
     return HostSnapshot.from_dict(host)
 
-
-def kill_json(env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], str]:
-    result = run_gputui(["kill", "--json", "--no-discover", *args], env)
-    assert result.stdout, result.stderr
-    return result.returncode, json.loads(result.stdout), result.stderr
-
-
-def audit_lines(env: dict[str, str]) -> list[dict[str, Any]]:
-    path = Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def tree_pids(snapshot: HostSnapshot, root: int) -> set[int]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
-from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
+from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, fingerprint_by_ssh_keygen
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,6 +106,20 @@ def test_kill_on_a_remote_host(
             victim.wait(timeout=10)
 
 
+STUBBORN_TREE = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
+"""A launcher with one worker that dies of TERM and one that ignores it."""
+
+
+def _remote_host(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
+) -> tuple[SshdServer, dict[str, str]]:
+    """A trusted ``host-a``, and the environment for a CLI whose audit log goes under ``tmp_path``."""
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    return server, dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(tmp_path / "state"))
+
+
 def _kill_over_ssh(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "gputui.cli", "kill", "--no-discover", *args],
@@ -133,12 +147,8 @@ def test_ctrl_c_during_a_remote_escalation_waits_for_the_collector_to_finish_it(
 ) -> None:
     """29 over SSH: the escalation runs in the remote collector; Ctrl-C says what is pending, then its
     outcome comes back and is audited by the client."""
-    server = sshd_factory()
-    ssh_client.add_host("host-a", server)
-    ssh_client.trust(server)
-    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(tmp_path / "state"))
-    workers = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
-    with launcher(workers, fake_nvml) as tree:
+    server, env = _remote_host(sshd_factory, ssh_client, tmp_path)
+    with launcher(STUBBORN_TREE, fake_nvml) as tree:
         stubborn = tree["scheduler_TP1"]
         cli = _kill_over_ssh(env, "--yes", "--tree", "host-a", str(tree.pid))
         try:
@@ -166,12 +176,8 @@ def test_a_client_killed_during_a_remote_escalation_leaves_it_to_the_collector(
 ) -> None:
     """The client is SIGKILLed after the TERM: the collector still sends the KILL when it is due, then exits.
     The audit log has the intent and the TERM's outcome; the escalation's outcome never reached the client."""
-    server = sshd_factory()
-    ssh_client.add_host("host-a", server)
-    ssh_client.trust(server)
-    env = dict(os.environ, PYTHONPATH=str(REPO), XDG_STATE_HOME=str(tmp_path / "state"))
-    workers = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
-    with launcher(workers, fake_nvml) as tree:
+    server, env = _remote_host(sshd_factory, ssh_client, tmp_path)
+    with launcher(STUBBORN_TREE, fake_nvml) as tree:
         stubborn = tree["scheduler_TP1"]
         cli = _kill_over_ssh(env, "--yes", "--tree", "--escalate", "3", "host-a", str(tree.pid))
         try:

@@ -142,13 +142,18 @@ def test_without_escalation_a_term_ignorer_is_reported_still_running():
     assert outcomes[-1]["detail"] == "still alive 0.05 s after TERM"
 
 
-def test_a_detached_kill_reports_pending_escalation_then_the_rest():
-    link, _ = _link()
+def _detached_tree_kill(link: SimLink, escalate_s: float) -> dict:
+    """The launcher's tree, TERM then KILL after ``escalate_s``; the first answer, right after the signals."""
     snap = _snap(link)
     launcher = {"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}
-    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "TERM", "tree": True, "escalate_s": 0.3,
-               "detach": True, "targets": [launcher]}
-    first = link.request(command, 5)
+    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "TERM", "tree": True,
+               "escalate_s": escalate_s, "detach": True, "targets": [launcher]}
+    return link.request(command, 5)
+
+
+def test_a_detached_kill_reports_pending_escalation_then_the_rest():
+    link, _ = _link()
+    first = _detached_tree_kill(link, 0.3)
     assert first["done"] is False
     assert [(p["pid"], p["signal"]) for p in first["pending"]] == [(DETOKENIZER_PID, "KILL")]
     assert 0 < first["pending"][0]["due_in_s"] <= 0.3
@@ -163,11 +168,7 @@ def test_a_detached_kill_reports_pending_escalation_then_the_rest():
 
 def test_an_abandoned_escalation_leaves_the_term_ignorer_and_says_so():
     link, _ = _link()
-    snap = _snap(link)
-    launcher = {"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}
-    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "TERM", "tree": True, "escalate_s": 30,
-               "detach": True, "targets": [launcher]}
-    first = link.request(command, 5)
+    first = _detached_tree_kill(link, 30.0)
     left = link.request({"cmd": "kill_abandon", "op": first["op"], "since": first["count"]}, 5)
     assert left["done"] is True
     final = {o["pid"]: o for o in left["outcomes"]}
