@@ -14,6 +14,11 @@ Health endpoints (``--health URL``, ``configure``'s ``health_urls`` / ``discover
 ``health`` command (``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S,
 "deadline_s": S}``, every key optional) changes what is probed and answers ``{"config", "samples"}``.
 
+Kills (``KILL_COMMAND`` and its vocabulary block): every check and signal happens right away; the wait,
+the TERM-to-KILL escalation and the KILL's confirmation then run on a thread of the kill operation's own,
+which finishes whether or not the client stays (``Agent.escalations_pending``, ``wait_for_escalations``).
+A GPU process tree is the holder's job (``job_root``): same session and cgroup, below every session boundary.
+
 Errors are data: a missing driver, a lost GPU or a hung NVML call become an ``error`` string on the host or on
 that GPU; every NVML call runs on a per-device worker thread with a deadline, so one stuck device never stalls
 the snapshot stream. Nothing here ever builds a shell command line.

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -1184,12 +1185,14 @@ class GpuTuiApp(App[int]):
             f"{visible(h.target, 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
         )
         self._shutdown_links()
-        self.exit(0, message=f"gputui: no answer about the kill on {unknown}: its outcome is not known here")
+        # Printed after the app left, as a Text: host and process names are never read as markup.
+        unknown_line = f"gputui: no answer about the kill on {unknown}: its outcome is not known here"
+        self.exit(0, message=Text(unknown_line))
 
     def _exit_message(self, lines: list[str]) -> None:
         """Leave after the last kill under way reported (the app was asked to quit meanwhile)."""
         self._shutdown_links()
-        self.exit(0, message="\n".join(lines) if lines else None)
+        self.exit(0, message=Text("\n".join(lines)) if lines else None)
 
     def on_unmount(self) -> None:
         self._shutdown_links()

@@ -13,9 +13,11 @@ demo special cases. Two scenarios exist:
   renderer honest.
 
 Every pid, name and time is deterministic; times come from an injectable clock (``ManualClock`` in tests), so
-frozen-clock snapshots are byte-for-byte stable. The ``kill`` command follows the agent's protocol: identity
-check (pid + start ticks + boot id), trees children first, TERM → KILL escalation, refusals (pid 1, read-only,
-zombie → its parent). This module must not import textual or rich.
+frozen-clock snapshots are byte-for-byte stable. The kill commands follow the agent's protocol and speak
+its vocabulary (``gputui.agent``'s kill block): identity check (pid + start ticks + boot id), trees children
+first, zombies of the tree reaped with their parent, refusals (pid 1, read-only, a zombie asked for by
+itself), and the TERM → KILL escalation, due on the real clock and answered by ``kill_wait`` and
+``kill_abandon``. This module must not import textual or rich.
 """
 
 from __future__ import annotations
