@@ -171,9 +171,6 @@ class HostState:
     killed_jobs: tuple[KilledJob, ...] = ()
     """Jobs killed here, newest last: what escaped them is a survivor finding. Replaced, never mutated (the
     polling worker reads it)."""
-    kill_members: frozenset[tuple[int, int | None]] = frozenset()
-    """(pid, start_ticks) of everything the kills since the running check started reached: none of them
-    may be left as a zombie for the receipt."""
 
 
 @dataclass
@@ -766,7 +763,8 @@ class GpuTuiApp(App[int]):
             # Not confirmed (or a kill is still under way): the check keeps watching; the next clean memory
             # sample asks again.
             return
-        if message.snapshot is not None and job_remnants(message.snapshot, host.kill_members):
+        killed = [member for job in host.killed_jobs for member in job.members]
+        if message.snapshot is not None and job_remnants(message.snapshot, killed):
             return  # a zombie of the killed trees is still listed: not a clean slate yet
         clean_s = message.clean_seen_s
         host.check = replace(check, finished_s=clean_s, clean=True)
@@ -879,7 +877,6 @@ class GpuTuiApp(App[int]):
             host.kills.pop(message.key, None)
             if message.jobs:
                 host.killed_jobs = (*host.killed_jobs, *message.jobs)[-KILLED_JOBS_KEPT:]
-            host.kill_members = host.kill_members | {(o.pid, o.start_ticks) for o in message.outcomes}
             check = host.check
             if check is not None and check.finished_s is None:
                 if message.checking and message.error is not None and not message.outcomes:
@@ -1293,7 +1290,6 @@ class GpuTuiApp(App[int]):
 
     def _start_check(self, host: HostState, trigger: str = "c") -> None:
         host.check = CleanCheck(started_s=self._clock(), trigger=trigger, kill_pending=bool(host.kills))
-        host.kill_members = frozenset()
         host.confirming = False  # an answer for an earlier check is dropped by its started_s
         self._configure(host.target, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
         if host is self.active:

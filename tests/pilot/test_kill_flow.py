@@ -112,3 +112,31 @@ async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualC
         assert " since the kill · " in receipt
         assert receipt.endswith(" since X")
     assert not any("None" in message for _, _, message in app.notices)
+
+
+async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, clock: ManualClock) -> None:
+    """An init that does not reap: the killed launcher's defunct scheduler stays listed (parent init). The
+    GPUs are back and the verdict alone is clean, but the receipt waits until that zombie is gone."""
+    from gputui.sim import SCHEDULER_PID_BASE
+
+    app = make_app(escalate_s=0.1)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        link = app.factory.links["gpu-node-07"]
+        zombie = link._procs[SCHEDULER_PID_BASE]
+        await pilot.press("X", "y")
+        await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
+        with link._lock:
+            zombie.ppid, zombie.gpu_mib = 1, {}  # its memory went back when its parent died
+            link._procs[zombie.pid] = zombie  # back in the table: never reaped
+        clock.advance(DRAIN_S + 1.0)
+        line = app.query_one(CleanSlateLine)
+        await wait_for(pilot, lambda: app.hosts[0].snapshot.process(zombie.pid) is not None, "the zombie")
+        await wait_for(pilot, lambda: app.hosts[0].snapshot.verdict.clean, "a clean verdict")
+        await pilot.pause(0.5)
+        assert "CLEAN" not in str(line.render())
+        assert app.hosts[0].check is not None
+        assert app.hosts[0].check.finished_s is None
+        with link._lock:
+            del link._procs[zombie.pid]
+        await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
