@@ -25,6 +25,7 @@ import pytest
 from gputui.agent import (
     Agent,
     StatFds,
+    ancestors_of,
     children_file_supported,
     read_stat,
     scan_proc,
@@ -118,13 +119,11 @@ def test_scan_trees_reads_the_same_tree_as_the_whole_table() -> None:
         assert tree_root(tree.pids["A"], part) == root
         members = tree_members([root], whole)
         assert {tree.pids[r] for r in ("root", "A", "G")} <= members
-        # The script's session (G: a group member, not a descendant) and the chain above it: the rest of
-        # the subtree (this test run's neighbours) may change between the two scans.
+        # The script leads a session of its own, so its job stops there, below this test process.
+        assert root == tree.pids["root"]
+        # The script's session, G aside (a group member, not a descendant), and the chain above it.
         expected = {pid for pid in members if whole[pid].session == tree.pid} - {tree.pids["G"]}
-        pid = whole[tree.pids["root"]].ppid
-        while pid in whole and pid in members:
-            expected.add(pid)
-            pid = whole[pid].ppid
+        expected.update(ancestors_of(tree.pids["root"], whole))
         assert os.getpid() in expected
         assert expected <= set(part), sorted(expected - set(part))
         for pid in expected:
