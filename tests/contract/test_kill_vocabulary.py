@@ -1,13 +1,17 @@
 """The same kill against the real collector on real processes and against the simulator: one vocabulary.
 
 A tree kill with escalation that also names pid 1, over a launcher with a defunct child (a real zombie) and a
-TERM-ignoring child. The collector runs as SSH runs it; the simulator is the ``--demo`` host. Both must report
+TERM-ignoring child. The collector runs as SSH runs it, on the oldest Python it supports when one is
+installed; the simulator is the ``--demo`` host. Both must report
 the same stages, signals and results for the same roles, in replies of the same shape, from the names in the
 collector's kill vocabulary block; and the UI's summary of either must read the same.
 """
 
 from __future__ import annotations
 
+import glob
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -26,6 +30,11 @@ ESCALATE_S = 3.0
 """Longer than init takes to reap the launcher's orphaned zombie (some container inits reap every ~2 s), so
 the zombie is reaped within the wait stage on both sides."""
 ROLES = ("init", "launcher", "zombie", "ignorer")
+
+
+def _oldest_python() -> str:
+    found = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
+    return next((p for p in found if os.access(p, os.X_OK)), sys.executable)
 
 
 def _command(boot_id: str | None, targets: list[dict[str, Any]], detach: bool) -> dict[str, Any]:
@@ -52,7 +61,7 @@ def _by_role(outcomes: list[dict[str, Any]], pids: dict[str, int]) -> dict[str, 
 def real() -> dict[str, Any]:
     """The real collector's replies (detached kill, then kill_wait) and the pids of each role."""
     workers = [Worker("scheduler_TP0", mode="exit"), Worker("detokenizer", mode="ignore_term")]
-    with launcher(workers) as server, agent_process() as collector:
+    with launcher(workers) as server, agent_process(python=_oldest_python()) as collector:
         pids = {"init": 1, "launcher": server.pid, "zombie": server["scheduler_TP0"],
                 "ignorer": server["detokenizer"]}
         targets = [{"pid": 1, "start_ticks": start_ticks(1)},

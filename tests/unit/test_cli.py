@@ -120,3 +120,23 @@ def test_kill_help_states_the_job_rule_the_escalation_and_the_exit_codes() -> No
     assert "0  every targeted process is gone" in text
     assert "--no-escalate" in text
     assert "--no-audit" in text
+
+
+def test_kill_without_escalation_says_after_the_delay_that_it_is_still_alive(tmp_path: Path) -> None:
+    """``--no-escalate``: TERM only, and the exit status tells the truth (1: it survived)."""
+    import json
+    import os
+
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "kill", "--demo", "--yes", "--json", "--no-escalate", "4250"],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL, env=env,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    assert (document["plan"]["escalate_s"], document["plan"]["wait_s"]) == (None, 5.0)
+    assert [(o["stage"], o["signal"], o["result"]) for o in document["outcomes"]] == [
+        ("signal", "TERM", "sent"), ("wait", None, "still_alive")
+    ]
+    assert document["outcomes"][-1]["detail"] == "still alive 5 s after TERM"
+    assert document["all_gone"] is False
