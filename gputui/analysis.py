@@ -378,8 +378,10 @@ def find_problems(
         finding = _ghost_finding(snapshot, gpu, baselines, ghost_tolerance_mib)
         if finding is not None:
             findings.append(finding)
-    findings.extend(find_survivors(snapshot, killed_jobs))
-    return findings
+    survivors = find_survivors(snapshot, killed_jobs)
+    # A survivor is an orphan too; the survivor finding says more (which job it escaped).
+    escaped = {f.pid for f in survivors}
+    return [f for f in findings if not (f.kind == "orphan" and f.pid in escaped)] + survivors
 
 
 def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:

@@ -27,6 +27,7 @@ _KIND_STYLES = {
     "ghost_memory": "bold white on magenta",
     "orphan": "bold black on cyan",
     "invisible_pid": "bold white on blue",
+    "survivor": "bold white on dark_orange3",
 }
 PARENT_COMMAND_CHARS = 40
 """A grouped row names the common process by this much of its command line."""

@@ -140,3 +140,32 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
         with link._lock:
             del link._procs[zombie.pid]
         await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
+
+
+async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(make_app) -> None:
+    """After the kill, a daemon the job had started with setsid (adopted by init) still holds GPU0."""
+    from gputui.sim import _SimProc
+    from gputui.widgets.findings_list import FindingsList
+
+    app = make_app(escalate_s=0.1)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        await pilot.press("X", "y")
+        await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
+        link = app.factory.links["gpu-node-07"]
+        with link._lock:
+            link._procs[4300] = _SimProc(4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={0: 2048},
+                                         start_offset_s=80_020.0)
+
+        def survivors() -> list:  # type: ignore[type-arg]
+            snapshot = app.hosts[0].snapshot
+            return [] if snapshot is None else [f for f in snapshot.findings if f.kind == "survivor"]
+
+        await wait_for(pilot, survivors, "the survivor finding")
+        (finding,) = survivors()
+        assert (finding.pid, finding.action_pid) == (4300, 4300)
+        assert [f.kind for f in app.hosts[0].snapshot.findings if f.pid == 4300] == ["survivor"]
+        assert f"a survivor of the job of pid {LAUNCHER_PID - 100} (nsys)" in finding.detail
+        await pilot.pause(0.3)
+        shown = app.query_one(FindingsList)
+        assert any(" survivor " in shown.render_line(y).text for y in range(shown.size.height))
