@@ -210,12 +210,18 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     return "\n".join(lines), severity
 
 
-def pending_summary(pending: Sequence[Pending]) -> str:
-    """``KILL in 3.2 s to 1 process: 4250 sglang::detokenizer`` (or a look, without escalation)."""
-    due = max((p.due_in_s or 0.0 for p in pending), default=0.0)
+def pending_summary(pending: Sequence[Pending], delay_s: float | None = None) -> str:
+    """``KILL in 3.2 s to 1 process: 4250 sglang::detokenizer`` (or a look, without escalation).
+
+    ``delay_s``: say the plan's delay instead ("KILL after 5 s"), as right after the signals.
+    """
     what = "KILL" if any(p.signal == "KILL" for p in pending) else "a look"
+    if delay_s is not None:
+        when = f"after {delay_s:g} s"
+    else:
+        when = f"in {max((p.due_in_s or 0.0 for p in pending), default=0.0):.1f} s"
     noun = "process" if len(pending) == 1 else "processes"
-    return f"{what} in {due:.1f} s to {len(pending)} {noun}: {_who(pending)}"
+    return f"{what} {when} to {len(pending)} {noun}: {_who(pending)}"
 
 
 def _accept_host_key_default(hop: str, key: Any) -> object:
@@ -851,7 +857,8 @@ class GpuTuiApp(App[int]):
         sent = [o for o in message.outcomes if o.stage in SIGNALLING_STAGES]
         text, severity = outcome_summary(entry.plan, message.outcomes)
         if message.pending:
-            text += "\n" + pending_summary(message.pending)
+            delay_s = entry.plan.escalate_s if entry.plan.escalate_s is not None else entry.plan.wait_s
+            text += "\n" + pending_summary(message.pending, delay_s)
         self._notify(text, severity=severity, title=f"{entry.plan.signal} on {visible(message.target, 40)}")
         if host.check is not None and host.check.finished_s is None and sent:
             host.check = replace(host.check, kill_s=self._clock(), kill_pending=True)

@@ -481,7 +481,7 @@ def test_q_in_the_tui_during_an_escalation_finishes_it_then_leaves(
             os.write(master, b"t")
             read_until(b"Send TERM to 3 processes on local")
             os.write(master, b"y")
-            read_until(b"KILL in")
+            read_until(b"KILL after 5 s to 1 process")
             os.write(master, b"q")
             read_until(b"q again to abandon")
             assert state_of(stubborn) in ALIVE  # the KILL is not due yet: the app is still here

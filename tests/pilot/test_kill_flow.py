@@ -29,13 +29,17 @@ def _stages(app: GpuTuiApp, pid: int) -> list[tuple[str, str]]:
     return [(line["stage"], line["result"]) for line in _audit(app) if line["pid"] == pid]
 
 
-async def _tree_kill(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
+async def _tree_kill_confirmed(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
     await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
     assert app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
     await pilot.press("t")
     assert isinstance(app.screen, ConfirmKillScreen)
     await pilot.press("y")
-    await wait_for(pilot, lambda: any("KILL in" in n[2] for n in app.notices), "the pending escalation")
+
+
+async def _tree_kill(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
+    await _tree_kill_confirmed(pilot, app)
+    await wait_for(pilot, lambda: any("KILL after" in n[2] for n in app.notices), "the pending escalation")
 
 
 async def _until_exit(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
@@ -97,7 +101,7 @@ async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualC
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
         await pilot.press("X", "y")
-        await wait_for(pilot, lambda: any("KILL in" in n[2] for n in app.notices), "the pending escalation")
+        await wait_for(pilot, lambda: any("KILL after" in n[2] for n in app.notices), "the escalation")
         clock.advance(DRAIN_S + 1.0)
         line = app.query_one(CleanSlateLine)
         await wait_for(pilot, lambda: "waiting for the kill to finish" in str(line.render()), "the wait")
@@ -169,3 +173,19 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         await pilot.pause(0.3)
         shown = app.query_one(FindingsList)
         assert any(" survivor " in shown.render_line(y).text for y in range(shown.size.height))
+
+
+async def test_an_audit_log_that_cannot_be_written_refuses_the_kill(make_app, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("the audit directory cannot be made here")
+    app = make_app(audit_dir=blocker)
+    async with app.run_test(size=WIDE) as pilot:
+        await _tree_kill_confirmed(pilot, app)
+        await wait_for(pilot, lambda: any(n[1] == "kill failed" for n in app.notices), "the refusal")
+        severity, _title, message = next(n for n in app.notices if n[1] == "kill failed")
+        assert severity == "error"
+        assert message.startswith("gpu-node-07: kill refused, nothing signalled: audit log: ")
+        assert message.endswith("(start gputui with --no-audit to kill without it)")
+        assert not any(c["cmd"] == "kill" for c in app.factory.links["gpu-node-07"].commands)
+        assert LAUNCHER_PID in app.factory.links["gpu-node-07"]._procs
+        assert not app.hosts[0].kills
