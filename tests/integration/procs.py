@@ -444,7 +444,11 @@ class ProcTree:
         os.close(read_end)
         self.ticks = {pid: start_ticks_of(pid) for pid in self.pids.values()}
         exiting = [self.pids[n["role"]] for n in expected if n.get("mode") == "exit"]
-        wait_for(lambda: all(state_of(p) == "Z" for p in exiting), "the exited children to be zombies")
+        try:
+            wait_for(lambda: all(state_of(p) == "Z" for p in exiting), "the exited children to be zombies")
+        except AssertionError:
+            self.kill()
+            raise
 
     def _read_reports(self, fd: int, expected: list[dict[str, Any]], login_shell: bool) -> None:
         roles = {node["role"] for node in expected}
@@ -456,7 +460,8 @@ class ProcTree:
         while not roles <= set(self.pids) or not shells <= set(self.pids):
             left = deadline - time.monotonic()
             if left <= 0:
-                self.kill()
+                self.ticks = {pid: start_ticks_of(pid) for pid in self.pids.values()}
+                self.kill()  # what did report, daemons included
                 raise AssertionError(f"the tree did not report {sorted(roles | shells)}: got {self.pids}")
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
