@@ -100,14 +100,19 @@ def test_the_tui_audits_real_kills_only(argv: list[str], audited: bool) -> None:
     assert (build_app(args)._audit is not None) is audited
 
 
-def test_a_demo_kill_never_writes_the_real_audit_log(tmp_path: Path) -> None:
+def _demo_kill(state_home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``gputui kill --demo --yes ARGS`` with its state (audit log) directory under ``state_home``."""
     import os
 
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-m", "gputui.cli", "kill", "--demo", "--yes", "--signal", "KILL", "4250"],
-        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL, env=env,
+    return subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "kill", "--demo", "--yes", *args],
+        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+        env=dict(os.environ, XDG_STATE_HOME=str(state_home)),
     )
+
+
+def test_a_demo_kill_never_writes_the_real_audit_log(tmp_path: Path) -> None:
+    done = _demo_kill(tmp_path, "--signal", "KILL", "4250")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4250  signal   KILL  sent" in done.stdout
     assert not (tmp_path / "gputui").exists()
@@ -125,13 +130,8 @@ def test_kill_help_states_the_job_rule_the_escalation_and_the_exit_codes() -> No
 def test_kill_without_escalation_says_after_the_delay_that_it_is_still_alive(tmp_path: Path) -> None:
     """``--no-escalate``: TERM only, and the exit status tells the truth (1: it survived)."""
     import json
-    import os
 
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-m", "gputui.cli", "kill", "--demo", "--yes", "--json", "--no-escalate", "4250"],
-        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL, env=env,
-    )
+    done = _demo_kill(tmp_path, "--json", "--no-escalate", "4250")
     assert done.returncode == 1, done.stdout + done.stderr
     document = json.loads(done.stdout)
     assert (document["plan"]["escalate_s"], document["plan"]["wait_s"]) == (None, 5.0)
