@@ -325,6 +325,9 @@ def kill_command(plan: KillPlan, detach: bool = True) -> dict[str, Any]:
         "cmd": KILL_COMMAND,
         "boot_id": plan.boot_id,
         "targets": [{"pid": t.pid, "start_ticks": t.start_ticks} for t in plan.roots],
+        # The trees as listed and confirmed: signalled even if their root is gone when the command runs.
+        "members": [{"pid": t.pid, "start_ticks": t.start_ticks} for t in plan.targets
+                    if t.descendant_of is not None],
         "signal": plan.signal,
         "tree": plan.tree,
         "escalate_s": plan.escalate_s,

@@ -97,9 +97,11 @@ SMI_DEADLINE_S = 5.0
 # (gputui.actions), the simulator (gputui.sim), the CLI and the UI import these; nothing else spells them.
 
 KILL_COMMAND = "kill"
-"""``{"cmd": "kill", "targets": [{"pid", "start_ticks"}], "boot_id", "signal", "tree", "escalate_s",
-"wait_s", "detach"}``: checks and signals at once; the wait, the escalation and the confirmation then run in
-the collector whether or not the client stays. ``detach`` answers right after the signals, else at the end."""
+"""``{"cmd": "kill", "targets": [{"pid", "start_ticks"}], "members": [...], "boot_id", "signal", "tree",
+"escalate_s", "wait_s", "detach"}``: checks and signals at once; the wait, the escalation and the
+confirmation then run in the collector whether or not the client stays. ``members``: the trees' processes as
+the client listed them (signalled too, should their root be gone by now). ``detach`` answers right after the
+signals, else at the end."""
 KILL_WAIT_COMMAND = "kill_wait"
 """``{"cmd": "kill_wait", "op": N, "since": I, "timeout_s": S}``: operation N's outcomes from index I on, once
 it is done or after S seconds, whichever comes first."""
@@ -3369,8 +3371,11 @@ class Agent(object):
         raw_targets = command.get("targets")
         if not isinstance(raw_targets, list) or not raw_targets:
             raise _CommandError("targets must be a non-empty list of {pid, start_ticks}")
+        raw_members = command.get("members") or []
+        if not isinstance(raw_members, list):
+            raise _CommandError("members must be a list of {pid, start_ticks}")
         targets = []  # type: List[Tuple[int, Optional[int]]]
-        for item in raw_targets:
+        for item in raw_targets + raw_members:
             if not isinstance(item, dict):
                 raise _CommandError("each target must be an object with pid and start_ticks")
             pid = item.get("pid")
@@ -3380,6 +3385,8 @@ class Agent(object):
             if ticks is not None and (isinstance(ticks, bool) or not isinstance(ticks, int)):
                 raise _CommandError("target start_ticks must be an integer")
             targets.append((pid, ticks))
+        if not command.get("tree"):
+            del targets[len(raw_targets) :]  # members only mean something to a tree kill
         escalate_s = _optional_seconds(command, "escalate_s")
         wait_s = _optional_seconds(command, "wait_s")
         with self._kill_lock:
@@ -3487,8 +3494,10 @@ class _KillOperation(object):
 
     ``start`` checks every target (identity, refusals), expands trees (children first) and signals, in the
     caller's thread; it captures the job as it was then: each member's pid and start ticks, and the process
-    groups its members lead. The rest runs on a thread of its own (not a daemon: a collector whose client
-    went away still finishes it), bounded by the delay plus ``KILL_CONFIRM_S``:
+    groups its members lead. The members the client listed come after the roots, each checked the same way:
+    one whose root died since (init adopted it) is still signalled, with its own subtree. The rest runs on a
+    thread of its own (not a daemon: a collector whose client went away still finishes it), bounded by the
+    delay plus ``KILL_CONFIRM_S``:
 
     * after the signals, and again when the escalation is due, the host is read again: processes that joined
       the job since it was listed (a fork during the kill, which init may have adopted once its parent died)
@@ -3718,13 +3727,14 @@ class _KillOperation(object):
                     "process changed: pid %d now belongs to another process" % pid,
                 )
                 continue
+            if (pid, ticks) in self._queued:
+                continue  # a listed member its root's tree already holds
             refusal = self._refusal(stat)
             if refusal is not None:
                 # A refused root is never expanded: the tree of pid 1 or of the agent's own ancestors is the
                 # whole host.
-                if (pid, ticks) not in self._queued:
-                    self._queued.add((pid, ticks))
-                    self._outcome(pid, ticks, stat, STAGE_CHECK, None, RESULT_REFUSED, refusal)
+                self._queued.add((pid, ticks))
+                self._outcome(pid, ticks, stat, STAGE_CHECK, None, RESULT_REFUSED, refusal)
                 continue
             if stat.state == "Z":
                 asked_zombies.append(stat)

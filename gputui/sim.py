@@ -621,10 +621,14 @@ class SimLink(HostLink):
         tree = bool(command.get("tree"))
         members: list[_SimProc] = []
         asked_zombies: list[_SimProc] = []
-        for entry in command.get("targets") or ():
+        # The trees' members as listed come after the roots: signalled too, should their root be gone.
+        listed = list(command.get("members") or ()) if tree else []
+        for entry in list(command.get("targets") or ()) + listed:
             pid = int(entry.get("pid"))
             ticks = entry.get("start_ticks")
             proc = self._procs.get(pid)
+            if proc is not None and proc in members + asked_zombies:
+                continue
             refusal = self._refusal(command, pid, ticks, proc)
             if refusal is not None:
                 op.add(self._outcome(proc, pid, ticks, STAGE_CHECK, None, *refusal))

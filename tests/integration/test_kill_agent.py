@@ -287,3 +287,24 @@ def test_d_state_target_is_signalled_and_reported_as_uninterruptible(tmp_path: P
         wait_for(lambda: is_gone(pid), "the vfork parent to die of KILL")
     finally:
         waiter.kill()
+
+
+def test_members_listed_with_the_plan_are_signalled_when_their_root_died_meanwhile() -> None:
+    """The confirmation listed root, A and G; the root exits before the command arrives, init adopts A. The
+    plan's members travel with the command: A and G are signalled all the same, the root is gone."""
+    with script(TREE, ["root", "A", "B", "G"]) as tree, agent_process() as agent:
+        root, a, g = tree.pids["root"], tree.pids["A"], tree.pids["G"]
+        wait_for(lambda: is_gone(tree.pids["B"]), "the middle parent to be reaped")
+        ticks = {p: start_ticks(p) for p in (root, a, g)}
+        os.kill(root, 9)
+        tree.proc.wait(timeout=10)  # reaped: gone for good, its children adopted by init
+        wait_for(lambda: proc_ppid(a) != root, "init to adopt A")
+        members = [{"pid": p, "start_ticks": ticks[p]} for p in (a, g)]
+        outcomes = kill(agent, [{"pid": root, "start_ticks": ticks[root]}], tree=True, members=members)
+        finals = {o["pid"]: (o["stage"], o["result"]) for o in outcomes}
+        assert finals == {root: ("check", "gone"), a: ("signal", "sent"), g: ("signal", "sent")}
+        for pid in (a, g):
+            wait_for(lambda pid=pid: is_gone(pid, ticks[pid]), f"pid {pid} to die")
+        # Without a tree, members mean nothing: only the targets are looked at.
+        alone = kill(agent, [{"pid": root, "start_ticks": ticks[root]}], members=members)
+        assert [o["pid"] for o in alone] == [root]

@@ -80,6 +80,7 @@ def test_single_pid_plan_carries_identity_and_listing_fields() -> None:
         "escalate_s": None,
         "wait_s": None,
         "detach": True,
+        "members": [],
     }
 
 
@@ -90,6 +91,8 @@ def test_tree_lists_descendants_children_first_and_commands_only_the_root() -> N
     assert [t.pid for t in plan.roots] == [100]
     command = kill_command(plan)
     assert command["targets"] == [{"pid": 100, "start_ticks": 700}]
+    # The listed members go along: should the root die before the command runs, they are still signalled.
+    assert command["members"] == [{"pid": p, "start_ticks": p * 7} for p in (201, 101, 102)]
     assert (command["tree"], command["signal"], command["escalate_s"]) == (True, "KILL", 2.5)
     # The zombie child is not listed as something to signal, but the plan says why.
     assert 103 not in [t.pid for t in plan.targets]
