@@ -8,7 +8,6 @@ Nothing here signals anything; the agent does (see ``gputui/agent.py``).
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import time
@@ -20,6 +19,7 @@ from typing import Any
 from gputui import state
 from gputui.analysis import build_forest, gpu_memory_by_pid
 from gputui.model import STATE_ZOMBIE, HostSnapshot, Proc
+from gputui.textsafe import json_visible
 
 SIGNALS = ("INT", "TERM", "KILL")
 HANDLED_RESULTS = frozenset({"sent", "exited", "killed", "gone"})
@@ -423,5 +423,5 @@ def append_audit(
                 }
             )
     for line in lines:
-        state.append_line(path, json.dumps(line, ensure_ascii=False, separators=(",", ":")))
+        state.append_line(path, json_visible(line, separators=(",", ":")))
     return path

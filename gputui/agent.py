@@ -34,7 +34,6 @@ import subprocess
 import sys
 import threading
 import time
-import unicodedata
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from urllib.parse import urlsplit
 
@@ -87,6 +86,99 @@ try:
     CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 except (ValueError, OSError, AttributeError):  # pragma: no cover - non-Linux
     CLOCK_TICKS_PER_S = 100
+
+
+# ----------------------------------------------------------------------------------------------------
+# Text safety: the one policy of the whole project (the client's gputui.textsafe uses these functions)
+#
+# Every string that came from a machine is hostile. Shown raw, C0/C1 controls move the cursor, retitle or
+# clear the terminal (``\x1b]0;t\x07``, ``\x1b[2J``, ``\x9b``), bidi controls reverse what follows
+# (U+202E) and zero-width characters hide text or make two different names look the same. The policy is a
+# fixed list of code points, not ``unicodedata`` categories, so that a collector on Python 3.8 and a client
+# on 3.13 agree on every character.
+
+TEXT_ELLIPSIS = "\u2026"
+_TEXT_SHORT_ESCAPES = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+TEXT_INVISIBLE = frozenset(
+    [0x00AD, 0x061C, 0x180E, 0xFEFF, 0xE0001]
+    + list(range(0x200B, 0x2010))  # zero-width space/non-joiner/joiner, direction marks
+    + list(range(0x2028, 0x202F))  # line/paragraph separators, bidi embeddings and overrides
+    + list(range(0x2060, 0x2065))  # word joiner, invisible operators
+    + list(range(0x2066, 0x2070))  # bidi isolates, deprecated format characters
+    + list(range(0xFFF9, 0xFFFC))  # interlinear annotation
+    + list(range(0x1BCA0, 0x1BCA4))  # shorthand format controls
+    + list(range(0x1D173, 0x1D17B))  # musical symbol formatting
+    + list(range(0xE0020, 0xE0080))  # tag characters (invisible text)
+)
+"""Code points that are invisible, reorder the text around them, or break the line, beyond C0/C1/DEL."""
+
+
+def text_escape(code: int) -> Optional[str]:
+    """The visible form of one code point, or None when it is shown as itself.
+
+    C0 controls, DEL and C1 controls become ``\\xNN`` (tab, newline and carriage return ``\\t``, ``\\n``,
+    ``\\r``); the code points of ``TEXT_INVISIBLE`` become ``\\uNNNN`` / ``\\UNNNNNNNN``; a lone surrogate
+    of an undecodable byte (surrogateescape, U+DC80..U+DCFF) becomes that byte's ``\\xNN``, any other lone
+    surrogate ``\\uNNNN``. Backslashes are left alone: the escapes are for reading, not for decoding.
+    """
+    if code < 0x20 or 0x7F <= code <= 0x9F:
+        return _TEXT_SHORT_ESCAPES.get(code) or "\\x%02x" % code
+    if code in TEXT_INVISIBLE:
+        return "\\u%04x" % code if code <= 0xFFFF else "\\U%08x" % code
+    if 0xDC80 <= code <= 0xDCFF:
+        return "\\x%02x" % (code - 0xDC00)
+    if 0xD800 <= code <= 0xDFFF:
+        return "\\u%04x" % code
+    return None
+
+
+class _TextTable(dict):
+    """A ``str.translate`` table that works out (and keeps) each code point's visible form on first sight."""
+
+    def __missing__(self, code: int) -> str:
+        escaped = text_escape(code)
+        value = chr(code) if escaped is None else escaped
+        self[code] = value
+        return value
+
+
+_TEXT_TABLE = _TextTable()
+
+
+def visible_text(text: Any, max_chars: Optional[int] = None) -> str:
+    """``text`` with every terminal-active or invisible character replaced by a visible escape.
+
+    Args:
+        text: The untrusted value; bytes are decoded as UTF-8 with invalid bytes as ``\\xNN``, anything
+            else that is not a str goes through ``str()``.
+        max_chars: Longest result in characters; a longer one is cut at a character or escape boundary and
+            ends with an ellipsis (an escape is never cut in half). None: no limit; below 1: "".
+
+    Returns:
+        Text that is safe to write to a terminal as plain text (and always encodable as UTF-8).
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "backslashreplace")
+    elif not isinstance(text, str):
+        text = str(text)
+    if max_chars is None:
+        return text.translate(_TEXT_TABLE)
+    if max_chars <= 0:
+        return ""
+    # Translate only what can be shown: a 2 MB argv shown in 40 columns costs 40 characters of work.
+    head = text[: max_chars + 1].translate(_TEXT_TABLE)
+    if len(head) <= max_chars and len(text) <= max_chars:
+        return head
+    pieces = []  # type: List[str]
+    used = 0
+    budget = max_chars - 1  # room for the ellipsis
+    for char in text:
+        piece = _TEXT_TABLE[ord(char)]
+        if used + len(piece) > budget:
+            break
+        pieces.append(piece)
+        used += len(piece)
+    return "".join(pieces) + TEXT_ELLIPSIS
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1669,57 +1761,6 @@ _HEALTH_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9
 _HEALTH_STATUS_RE = re.compile(rb"^HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?$")
 
 
-def health_visible(text: Any, max_chars: int = HEALTH_DETAIL_MAX_CHARS) -> str:
-    """Make a machine string safe to show on one line, at most ``max_chars`` characters long.
-
-    Control characters (C0, DEL, C1 such as the CSI ``\\x9b``), format characters (bidi overrides such as
-    U+202E, zero-width characters), line separators and surrogates are replaced by their Python escape
-    (``\\x1b``, ``\\n``, ``\\u202e``), so an escape sequence shows as text instead of acting on the terminal.
-    Over-long text is cut at a character boundary and ends with "…".
-
-    Args:
-        text: Any value; bytes are decoded as UTF-8 with invalid bytes shown as ``\\xNN``.
-        max_chars: Length limit of the result in characters (at least 2).
-
-    Returns:
-        The visible, possibly shortened text.
-    """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "backslashreplace")
-    elif not isinstance(text, str):
-        text = str(text)
-    pieces: List[str] = []
-    length = 0
-    limit = max(2, max_chars)
-    for char in text:
-        category = unicodedata.category(char)
-        if category[0] == "C" or category in ("Zl", "Zp"):
-            code_point = ord(char)
-            if char == "\n":
-                piece = "\\n"
-            elif char == "\r":
-                piece = "\\r"
-            elif char == "\t":
-                piece = "\\t"
-            elif code_point <= 0xFF:
-                piece = f"\\x{code_point:02x}"
-            elif code_point <= 0xFFFF:
-                piece = f"\\u{code_point:04x}"
-            else:
-                piece = f"\\U{code_point:08x}"
-        else:
-            piece = char
-        if length + len(piece) > limit:
-            # Leave room for the ellipsis; drop the piece rather than cut an escape in half.
-            while pieces and length + 1 > limit:
-                length -= len(pieces.pop())
-            pieces.append("…")
-            return "".join(pieces)
-        pieces.append(piece)
-        length += len(piece)
-    return "".join(pieces)
-
-
 def health_is_generating_url(url: str) -> bool:
     """Whether probing ``url`` makes the server generate tokens (sglang's ``/health_generate``).
 
@@ -1980,9 +2021,8 @@ def _health_exchange(
             lines = head.split(b"\r\n")
             match = _HEALTH_STATUS_RE.match(lines[0])
             if match is None:
-                raise HealthProbeFailure(
-                    HEALTH_STATE_ERROR, "not an HTTP response: " + health_visible(lines[0])
-                )
+                excerpt = visible_text(lines[0], HEALTH_DETAIL_MAX_CHARS)
+                raise HealthProbeFailure(HEALTH_STATE_ERROR, "not an HTTP response: " + excerpt)
             code = int(match.group(1))
             reason = (match.group(2) or b"").decode("latin-1")
             if 100 <= code < 200:
@@ -2044,9 +2084,9 @@ def _health_classify(code: int, reason: str, body: bytes) -> Tuple[str, Optional
         return HEALTH_STATE_UP, None
     # The body says more than the reason phrase, and the detail line is short: one or the other.
     if excerpt:
-        detail = f"HTTP {code}: {health_visible(excerpt, HEALTH_DETAIL_MAX_CHARS)}"
+        detail = f"HTTP {code}: {visible_text(excerpt, HEALTH_DETAIL_MAX_CHARS)}"
     else:
-        detail = f"HTTP {code} {health_visible(reason, HEALTH_DETAIL_MAX_CHARS)}".strip()
+        detail = f"HTTP {code} {visible_text(reason, HEALTH_DETAIL_MAX_CHARS)}".strip()
     if code >= 500 or code == 429:
         return HEALTH_STATE_UNHEALTHY, detail
     if 300 <= code < 400:
@@ -2105,7 +2145,7 @@ def probe_url(
         "state": state,
         "code": code,
         "latency_ms": latency_ms,
-        "detail": None if detail is None else health_visible(detail, HEALTH_DETAIL_MAX_CHARS),
+        "detail": None if detail is None else visible_text(detail, HEALTH_DETAIL_MAX_CHARS),
     }
 
 

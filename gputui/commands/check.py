@@ -8,7 +8,6 @@ how long that took; ``--calibrate`` records the current per-GPU figures of an id
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, TextIO
@@ -24,7 +23,7 @@ from gputui.analysis import (
 from gputui.model import HostSnapshot, Verdict, snapshots_document
 from gputui.state import StateError, load_baselines, save_baselines
 from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import visible
+from gputui.textsafe import json_visible, visible
 from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_CLEAN = 0
@@ -294,7 +293,7 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         document: dict[str, Any] = snapshots_document(snapshots)
         if args.wait is not None:
             document["clean_after_s"] = waits
-        print(json.dumps(document, indent=1), file=out)
+        print(json_visible(document, indent=1), file=out)
     if EXIT_ERROR in statuses:
         return EXIT_ERROR
     return EXIT_NOT_CLEAN if EXIT_NOT_CLEAN in statuses else EXIT_CLEAN

@@ -10,7 +10,6 @@ Exit status: 0 every process handled, 1 some refused/denied/changed/still alive 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from dataclasses import asdict
@@ -30,7 +29,7 @@ from gputui.actions import (
 from gputui.commands.check import link_error_line, safe_streams
 from gputui.state import StateError
 from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import visible, visible_cmdline
+from gputui.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import LinkError, full_sample
 
 EXIT_OK = 0
@@ -181,7 +180,7 @@ def run_kill(
             "all_handled": status == EXIT_OK,
             "audit_log": None if audit_path is None else str(audit_path),
         }
-        print(json.dumps(document, indent=1), file=out)
+        print(json_visible(document, indent=1), file=out)
     else:
         for outcome in outcomes:
             print(format_outcome(outcome), file=out)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, TextIO
@@ -12,7 +11,7 @@ from gputui.analysis import analyze
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import visible, visible_cmdline
+from gputui.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0
@@ -195,7 +194,7 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
-        out.write(json.dumps(snapshots_document(snapshots), ensure_ascii=False, indent=1) + "\n")
+        out.write(json_visible(snapshots_document(snapshots), indent=1) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:

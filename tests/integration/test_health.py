@@ -56,7 +56,7 @@ PROBER_NAMES = (
     "discover_health_urls",
     "health_launcher_url",
     "health_read_proc_cmdlines",
-    "health_visible",
+    "visible_text",
     "health_is_generating_url",
 )
 
