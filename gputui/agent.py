@@ -8,6 +8,12 @@ nothing installed. It uses pynvml and psutil when they are importable; without p
 Remote form: ``python3 -u -c '<exec of this source>' ARGS``; after the source, stdin carries JSON-line
 commands and stdout carries JSON-line messages (``hello``, ``snapshot``, ``reply``). See ``serve()``.
 
+No host content can make a line large: a process's command line is cut to ``WIRE_CMDLINE_BYTES`` on the
+wire (``cmdline_truncated`` says so), a line's command lines together to ``WIRE_CMDLINE_BUDGET_BYTES``, and a
+snapshot lists at most ``WIRE_MAX_PROCESSES`` processes (``processes_omitted`` counts the rest). The
+``process`` command (``{"cmd": "process", "pid": P, "start_ticks": T}``) returns one process's whole
+command line, for the kill confirmation and a process's detail.
+
 Health endpoints (``--health URL``, ``configure``'s ``health_urls`` / ``discover_health`` /
 ``health_generate``, and launchers found in the process list) are probed from this host by a
 ``HealthProber`` on threads of its own; every snapshot carries their latest state in ``health``. The
@@ -28,6 +34,7 @@ import math
 import os
 import pwd
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -72,6 +79,26 @@ DRAIN_WINDOW_S = 5.0
 """After the last drop, how long process lists stay on the draining cadence."""
 DRAIN_PROCESS_INTERVAL_S = 0.5
 """Seconds between process lists while a GPU drains (unless the configured interval is already shorter)."""
+# What one process may cost on the wire. Host content is hostile (an unprivileged user can give processes
+# megabytes of argv, and control bytes take six bytes each once JSON-escaped), so every size below is in
+# bytes of the JSON line, escapes included, and together they keep a full snapshot line a few MiB at most,
+# far below the client's limit on one line (16 MiB, gputui.transports.ssh.LINE_CAP_BYTES).
+WIRE_CMDLINE_BYTES = 4096
+"""Most bytes a process's command line takes in a snapshot line; a longer one is cut and the process is
+marked ``"cmdline_truncated": true`` (the whole text is one ``process`` command away)."""
+WIRE_CMDLINE_BUDGET_BYTES = 2 * MIB
+"""Most bytes of command lines in one snapshot or kill reply; past it, every further command line is cut
+to ``WIRE_CMDLINE_TIGHT_BYTES``."""
+WIRE_CMDLINE_TIGHT_BYTES = 256
+WIRE_MAX_PROCESSES = 4096
+"""Most processes one snapshot lists: GPU process trees first, then zombie / D-state processes; the
+number left out is ``processes_omitted``."""
+WIRE_MAX_DEVICE_HOLDERS = 4096
+WIRE_TEXT_CHARS = 256
+"""Most characters of a user name or a one-line error in a snapshot."""
+PROCESS_TEXT_BYTES = 8 * MIB
+"""Most bytes of the command line the ``process`` command returns (the whole text of any ordinary
+process; still half of the client's line limit)."""
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
@@ -492,6 +519,78 @@ def read_cmdline(pid: int) -> Optional[List[str]]:
     return [_text(part) for part in data.split(b"\0")]
 
 
+def _json_bytes(char: str) -> int:
+    """Bytes one character takes inside a JSON string written with ``ensure_ascii=False`` as UTF-8."""
+    code = ord(char)
+    if code < 0x80:
+        if char in '"\\':
+            return 2
+        if code < 0x20:
+            return 2 if char in "\b\f\n\r\t" else 6  # \\n, or \\u0001
+        return 1
+    if code < 0x800:
+        return 2
+    if 0xD800 <= code <= 0xDFFF:
+        return 6  # a lone surrogate leaves the writer as a \\udcNN escape
+    return 3 if code < 0x10000 else 4
+
+
+def wire_cmdline(argv: List[str], max_bytes: int) -> Tuple[List[str], bool, int]:
+    """``argv`` cut so that its JSON form (``["a","b"]``, UTF-8) takes at most ``max_bytes``.
+
+    Counts what the line will really carry: a control byte costs six bytes (``\\u0001``), an invalid byte
+    (kept as ``\\xNN`` text) five, a CJK character three. Only as many characters as fit are looked at.
+
+    Returns:
+        (the argv to send, whether anything was cut, the bytes it takes on the wire).
+    """
+    # Every character costs at most 6 bytes and every argument 3 more (quotes, comma): most argv fit at once.
+    if 6 * sum(len(arg) for arg in argv) + 3 * len(argv) + 2 <= max_bytes:
+        wire = json.dumps(argv, ensure_ascii=False, separators=(",", ":"))
+        return argv, False, len(wire.encode("utf-8", "backslashreplace"))
+    kept = []  # type: List[str]
+    used = 1  # the opening bracket
+    for arg in argv:
+        if used + 3 > max_bytes:  # its quotes and the closing bracket (or the comma) no longer fit
+            return kept, True, max(used, 2)
+        used += 3
+        end = 0
+        for char in arg:
+            cost = _json_bytes(char)
+            if used + cost > max_bytes:
+                kept.append(arg[:end])
+                return kept, True, used
+            used += cost
+            end += 1
+        kept.append(arg)
+    return kept, False, used
+
+
+def wire_text(value: Optional[str], max_chars: int = WIRE_TEXT_CHARS) -> Optional[str]:
+    """A short host string (user name, error line) cut to ``max_chars`` characters, marked with "…"."""
+    if value is None or len(value) <= max_chars:
+        return value
+    return value[: max_chars - 1] + TEXT_ELLIPSIS
+
+
+class _WireBudget(object):
+    """The command-line bytes one snapshot line (or kill reply) may still spend.
+
+    Each command line comes already cut to ``WIRE_CMDLINE_BYTES``; once ``WIRE_CMDLINE_BUDGET_BYTES`` are
+    spent, the rest are cut to ``WIRE_CMDLINE_TIGHT_BYTES``.
+    """
+
+    def __init__(self, budget_bytes: int = WIRE_CMDLINE_BUDGET_BYTES) -> None:
+        self.left = budget_bytes
+
+    def take(self, argv: List[str], truncated: bool, wire_bytes: int) -> Tuple[List[str], bool]:
+        if self.left <= 0 and wire_bytes > WIRE_CMDLINE_TIGHT_BYTES:
+            argv, cut, wire_bytes = wire_cmdline(argv, WIRE_CMDLINE_TIGHT_BYTES)
+            truncated = truncated or cut
+        self.left -= wire_bytes
+        return argv, truncated
+
+
 def read_real_uid(pid: int) -> Optional[int]:
     """The real uid of a process (the ``Uid:`` line of /proc/<pid>/status), as psutil reports it."""
     data = _read_small("/proc/%d/status" % pid)
@@ -760,25 +859,48 @@ def scan_device_holders(table: Dict[int, ProcStat]) -> List[Dict[str, Any]]:
 
 
 class _ProcDetails(object):
-    """Per-process details (user, cmdline, rss) with caches, from /proc or psutil."""
+    """Per-process details (user, cmdline, rss) with caches, from /proc or psutil.
+
+    Command lines are kept and returned as they go on the wire: cut to ``WIRE_CMDLINE_BYTES``
+    (``wire_cmdline``), never the megabytes a process may carry.
+    """
 
     def __init__(self, use_psutil: bool) -> None:
         self.use_psutil = bool(use_psutil and _psutil is not None)
         self._users = {}  # type: Dict[int, Optional[str]]
-        self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, int, List[str]]]
+        # (pid, start ticks) -> (read at, uid, cmdline as sent, whether it was cut, its bytes on the wire)
+        self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, int, List[str], bool, int]]
 
     def user_name(self, uid: Optional[int]) -> Optional[str]:
         if uid is None:
             return None
         if uid not in self._users:
             try:
-                self._users[uid] = _clean(pwd.getpwuid(uid).pw_name)
+                self._users[uid] = wire_text(_clean(pwd.getpwuid(uid).pw_name))
             except (KeyError, OverflowError):
                 self._users[uid] = str(uid)
         return self._users[uid]
 
+    def read(self, pid: int) -> Tuple[Optional[int], Optional[List[str]]]:
+        """The real uid and the whole argv of a process (None for what could not be read)."""
+        uid, cmdline = None, None  # type: Optional[int], Optional[List[str]]
+        if self.use_psutil:
+            try:
+                proc = _psutil.Process(pid)
+                uid = proc.uids().real
+                try:
+                    cmdline = [_clean(a) or "" for a in proc.cmdline()]
+                except _psutil.ZombieProcess:
+                    cmdline = []
+            except _psutil.Error:
+                pass
+        else:
+            uid = read_real_uid(pid)
+            cmdline = read_cmdline(pid)
+        return uid, cmdline
+
     def details(self, stat: ProcStat, now: float) -> Dict[str, Any]:
-        """uid, user, cmdline and rss_kib of one process (None for what could not be read).
+        """uid, user, cmdline (as sent), cmdline_truncated, cmdline_bytes and rss_kib of one process.
 
         The uid and cmdline of a process (pid + start ticks, so never another process's) are kept for
         ``CMDLINE_CACHE_S``: a process changes either only by exec or setuid, and a listed process would
@@ -789,26 +911,26 @@ class _ProcDetails(object):
         rss_kib = stat.rss_pages * (_PAGE_SIZE // 1024)
         key = (stat.pid, stat.start_ticks)
         cached = self._cmdlines.get(key)
-        if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
-            uid, cmdline = cached[1], cached[2]  # type: Optional[int], Optional[List[str]]
-            return {"uid": uid, "user": self.user_name(uid), "cmdline": cmdline, "rss_kib": rss_kib}
-        uid, cmdline = None, None
-        if self.use_psutil:
-            try:
-                proc = _psutil.Process(stat.pid)
-                uid = proc.uids().real
-                try:
-                    cmdline = [_clean(a) or "" for a in proc.cmdline()]
-                except _psutil.ZombieProcess:
-                    cmdline = []
-            except _psutil.Error:
-                pass
-        else:
-            uid = read_real_uid(stat.pid)
-            cmdline = read_cmdline(stat.pid)
-        if uid is not None and cmdline is not None:
-            self._cmdlines[key] = (now, uid, cmdline)
-        return {"uid": uid, "user": self.user_name(uid), "cmdline": cmdline or [], "rss_kib": rss_kib}
+        if cached is None or now - cached[0] >= CMDLINE_CACHE_S:
+            uid, full = self.read(stat.pid)
+            cmdline, truncated, wire_bytes = wire_cmdline(full or [], WIRE_CMDLINE_BYTES)
+            if uid is None or full is None:
+                return self._as_dict(uid, cmdline, truncated, wire_bytes, rss_kib)
+            cached = (now, uid, cmdline, truncated, wire_bytes)
+            self._cmdlines[key] = cached
+        return self._as_dict(cached[1], cached[2], cached[3], cached[4], rss_kib)
+
+    def _as_dict(
+        self, uid: Optional[int], cmdline: List[str], truncated: bool, wire_bytes: int, rss_kib: int
+    ) -> Dict[str, Any]:
+        return {
+            "uid": uid,
+            "user": self.user_name(uid),
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
+            "cmdline_bytes": wire_bytes,
+            "rss_kib": rss_kib,
+        }
 
     def forget_except(self, live: Set[Tuple[int, int]]) -> None:
         for key in [k for k in self._cmdlines if k not in live]:
@@ -2763,6 +2885,7 @@ class Agent(object):
         self._states = {}  # type: Dict[Tuple[int, int], Tuple[str, float]]
         self._gpu_processes = {}  # type: Dict[int, List[Dict[str, Any]]]
         self._processes = []  # type: List[Dict[str, Any]]
+        self._processes_omitted = 0
         self._device_holders = None  # type: Optional[List[Dict[str, Any]]]
         self._processes_time = None  # type: Optional[float]
         self._processes_mono = -1e18
@@ -2851,6 +2974,7 @@ class Agent(object):
                 "processes_time": self._processes_time,
                 "gpus": gpus,
                 "processes": [dict(p) for p in self._processes],
+                "processes_omitted": self._processes_omitted,
                 "device_holders": None if self._device_holders is None else list(self._device_holders),
                 "findings": [],
                 "health": self._health.samples(),
@@ -2887,7 +3011,7 @@ class Agent(object):
             "hostname": self.hostname,
             "boot_id": self.boot_id,
             "time": time.time(),
-            "error": error,
+            "error": wire_text(error, 1024),
             "mode": self.mode,
             "agent_version": AGENT_VERSION,
             "agent_pid": self.pid,
@@ -2944,20 +3068,36 @@ class Agent(object):
         # Each GPU process's whole tree as the client roots it (analysis.build_forest): the launcher below the
         # session boundary and everything under it. Its non-GPU children (a detokenizer) die with a tree
         # kill, so the confirmation must be able to list them.
-        interesting = tree_members(set(tree_root(pid, table) for pid in gpu_mib), table)
-        for stat in table.values():
-            # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
-            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2:
-                interesting.add(stat.pid)
-        for pid in list(interesting):
-            interesting.update(a for a in ancestors_of(pid, table) if a in table)
+        trees = tree_members(set(tree_root(pid, table) for pid in gpu_mib), table)
+        # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
+        remnants = [
+            stat.pid
+            for stat in table.values()
+            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2 and stat.pid not in trees
+        ]
+        # Most important first, so that the caps on the line (process count, command-line bytes) fall on the
+        # least important: GPU holders, the rest of their trees, then zombie / D-state processes elsewhere.
+        ranked = sorted(gpu_mib) + sorted(trees - set(gpu_mib)) + sorted(remnants)
+        chosen = []  # type: List[int]
+        taken = set()  # type: Set[int]
+        omitted = 0
+        for pid in ranked:
+            if pid in taken:
+                continue
+            lineage = [pid] + [a for a in ancestors_of(pid, table) if a in table and a not in taken]
+            if len(chosen) + len(lineage) > WIRE_MAX_PROCESSES:
+                omitted += 1
+                continue
+            chosen.extend(lineage)
+            taken.update(lineage)
         if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
-            self._stat_fds.refresh(interesting, table)
-            interesting &= set(table)
+            self._stat_fds.refresh(chosen, table)
+            chosen = [pid for pid in chosen if pid in table]
 
         processes = []  # type: List[Dict[str, Any]]
         live_keys = set()  # type: Set[Tuple[int, int]]
-        for pid in sorted(interesting):
+        budget = _WireBudget()
+        for pid in chosen:
             stat = table[pid]
             key = (pid, stat.start_ticks)
             live_keys.add(key)
@@ -2966,6 +3106,9 @@ class Agent(object):
                 seen = (stat.state, now)
                 self._states[key] = seen
             details = self._details.details(stat, now)
+            cmdline, truncated = budget.take(
+                details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
+            )
             processes.append(
                 {
                     "pid": pid,
@@ -2974,7 +3117,8 @@ class Agent(object):
                     "uid": details["uid"],
                     "state": stat.state,
                     "name": stat.name,
-                    "cmdline": details["cmdline"],
+                    "cmdline": cmdline,
+                    "cmdline_truncated": truncated,
                     "start_ticks": stat.start_ticks,
                     "create_time": (
                         None
@@ -2988,13 +3132,16 @@ class Agent(object):
                     "sid": stat.session,
                 }
             )
+        processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]
         self._details.forget_except(live_keys)
         self._processes = processes
+        self._processes_omitted = omitted
         self._processes_time = now
         # A suspected ghost always makes a full sweep (above), so this scans every pid.
-        self._device_holders = scan_device_holders(table) if full and self._ghost_suspected(gpus) else None
+        holders = scan_device_holders(table) if full and self._ghost_suspected(gpus) else None
+        self._device_holders = None if holders is None else holders[:WIRE_MAX_DEVICE_HOLDERS]
 
     def _is_local_gpu_pid(self, pid: int, table: Dict[int, ProcStat]) -> bool:
         """Whether the driver's ``pid`` is the local process with that number.
@@ -3039,6 +3186,8 @@ class Agent(object):
                 result = self.kill(command)
             elif name == "calibrate":
                 result = self._calibrate()
+            elif name == "process":
+                result = self.process_text(command)
             elif name == "health":
                 try:
                     result = self._health.handle_command(command)
@@ -3057,7 +3206,7 @@ class Agent(object):
                 "t": "reply",
                 "id": command_id,
                 "ok": False,
-                "error": "%s: %s" % (type(exc).__name__, exc),
+                "error": wire_text("%s: %s" % (type(exc).__name__, exc), 1024),
             }
         return {"t": "reply", "id": command_id, "ok": True, "result": result}
 
@@ -3093,6 +3242,41 @@ class Agent(object):
             if "memory_interval_s" in updates and isinstance(self._backend, _SmiBackend):
                 self._backend.interval_s = updates["memory_interval_s"]
         return {}
+
+    def process_text(self, command: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``process`` command: the whole command line of one process, which snapshots cut.
+
+        ``{"cmd": "process", "pid": P, "start_ticks": T}``; read fresh from /proc, and only if the pid still
+        belongs to the process that started at T. The command line is cut at ``PROCESS_TEXT_BYTES`` (then
+        ``cmdline_truncated`` is true).
+        """
+        pid = command.get("pid")
+        ticks = command.get("start_ticks")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise _CommandError("pid must be a positive integer")
+        if isinstance(ticks, bool) or not isinstance(ticks, int):
+            raise _CommandError("start_ticks must be an integer")
+        stat = read_stat(pid)
+        if stat is None:
+            raise _CommandError("no such process: %d" % pid)
+        if stat.start_ticks != ticks:
+            raise _CommandError("process changed: pid %d now belongs to another process" % pid)
+        details = _ProcDetails(self.use_psutil)
+        uid, full = details.read(pid)
+        after = read_stat(pid)
+        if after is None or after.start_ticks != ticks or full is None:  # it exited while being read
+            raise _CommandError("no such process: %d" % pid)
+        cmdline, truncated, _bytes = wire_cmdline(full, PROCESS_TEXT_BYTES)
+        return {
+            "pid": pid,
+            "start_ticks": ticks,
+            "name": stat.name,
+            "state": stat.state,
+            "uid": uid,
+            "user": details.user_name(uid),
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
+        }
 
     def _calibrate(self) -> Dict[str, Any]:
         snapshot = self.sample(force_processes=False)
@@ -3172,6 +3356,7 @@ class _Killer(object):
         self._details = _ProcDetails(agent.use_psutil)
         # Who each target was, read before any signal: a dead process has no cmdline left to report.
         self._info = {}  # type: Dict[int, Dict[str, Any]]
+        self._budget = _WireBudget()
 
     def _outcome(
         self,
@@ -3187,12 +3372,18 @@ class _Killer(object):
         if not details and stat is not None:
             details = self._details.details(stat, time.time())
             self._info[pid] = details
+        cmdline, truncated = self._budget.take(
+            details.get("cmdline") or [],
+            bool(details.get("cmdline_truncated")),
+            details.get("cmdline_bytes") or 0,
+        )
         outcome = {
             "pid": pid,
             "start_ticks": ticks,
             "name": None if stat is None else stat.name,
             "user": details.get("user"),
-            "cmdline": details.get("cmdline") or [],
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
             "gpu_mib": self.agent.gpu_mib_of(pid),
             "stage": stage,
             "signal": signal_name,
@@ -3461,7 +3652,12 @@ def send_signal_checked(pid: int, start_ticks: int, signo: int) -> Tuple[str, st
 
 
 class _Writer(object):
-    """Writes JSON lines from several threads, one whole line at a time."""
+    """Writes JSON lines from several threads, one whole line at a time.
+
+    Under ``python3 -u`` stdout is a raw file, whose ``write`` may take only part of the data (a signal
+    arriving mid-write, a non-blocking descriptor): the rest is written until the whole line, newline
+    included, is out. A lost tail would glue this line to the next one on the client.
+    """
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
@@ -3476,12 +3672,25 @@ class _Writer(object):
             if self.broken:
                 return False
             try:
-                self.stream.write(data)
+                view = memoryview(data)
+                while view:
+                    written = self.stream.write(view)
+                    if written is None:  # a non-blocking descriptor that is full: wait until it drains
+                        _wait_writable(self.stream)
+                        continue
+                    view = view[written:]
                 self.stream.flush()
             except (OSError, ValueError):
                 self.broken = True
                 return False
         return True
+
+
+def _wait_writable(stream: Any) -> None:
+    try:
+        select.select([], [stream.fileno()], [], 1.0)
+    except (OSError, ValueError, AttributeError):
+        time.sleep(0.01)
 
 
 def elide_unchanged_processes(snapshot: Dict[str, Any]) -> Dict[str, Any]:

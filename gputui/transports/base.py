@@ -10,7 +10,7 @@ import abc
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputui.model import HostSnapshot
+from gputui.model import HostSnapshot, Proc
 
 
 class LinkError(Exception):
@@ -97,3 +97,26 @@ def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSna
         return HostSnapshot.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
+
+
+def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:
+    """``proc`` with its whole command line, read fresh by the collector's ``process`` command.
+
+    Snapshots carry command lines cut to a few KiB (``Proc.cmdline_truncated``); the kill confirmation and a
+    process's detail ask for the rest. The collector answers only while the pid still belongs to the process
+    that started at ``proc.start_ticks``.
+
+    Raises:
+        LinkError: the host could not be asked, or the process is gone or changed (one readable line).
+    """
+    if proc.start_ticks is None:
+        raise LinkError(f"{link.target}: pid {proc.pid}: no start time known, cannot check its identity")
+    result = link.request({"cmd": "process", "pid": proc.pid, "start_ticks": proc.start_ticks}, timeout_s)
+    cmdline = result.get("cmdline")
+    if result.get("pid") != proc.pid or not isinstance(cmdline, list):
+        raise LinkError(f"{link.target}: the agent answered without the command line of pid {proc.pid}")
+    return replace(
+        proc,
+        cmdline=tuple(str(arg) for arg in cmdline),
+        cmdline_truncated=result.get("cmdline_truncated") is True,
+    )
