@@ -28,6 +28,7 @@ the snapshot stream. Nothing here ever builds a shell command line.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import json
 import math
@@ -1085,6 +1086,166 @@ def _as_str(value: Any) -> Optional[str]:
     return _clean(str(value))
 
 
+def _nvml_code(exc: BaseException) -> Optional[int]:
+    return getattr(exc, "value", None) if _pynvml is not None and isinstance(exc, _pynvml.NVMLError) else None
+
+
+def nvml_is_lost(exc: BaseException) -> bool:
+    """Whether an NVML failure says the GPU itself is gone (never a reason to try another call)."""
+    return _nvml_code(exc) == getattr(_pynvml, "NVML_ERROR_GPU_IS_LOST", -1)
+
+
+def nvml_function_missing(exc: BaseException) -> bool:
+    """Whether an NVML failure says this driver (or these bindings) lack the function that was called.
+
+    pynvml says it three ways: ``NVMLError`` FUNCTION_NOT_FOUND from a versioned call, its own
+    ``NVMLLibraryMismatchError`` (not an ``NVMLError``) from an unversioned wrapper whose newest version the
+    driver lacks, and ``AttributeError`` for a wrapper an older pynvml does not have.
+    """
+    if isinstance(exc, AttributeError):
+        return True
+    mismatch = getattr(_pynvml, "NVMLLibraryMismatchError", None)
+    if mismatch is not None and isinstance(exc, mismatch):
+        return True
+    return _nvml_code(exc) == getattr(_pynvml, "NVML_ERROR_FUNCTION_NOT_FOUND", -1)
+
+
+class NvmlVersions(object):
+    """One NVML query in all its versions, newest first: the one place where a versioned call falls back.
+
+    Each version is a callable; a version this driver lacks (``nvml_function_missing``) is remembered and not
+    tried again. Any other failure, but a lost GPU, falls back to the next version for this call only (a
+    version may be present and still refuse a device, or a struct version). The failure of the oldest version
+    is the caller's.
+    """
+
+    def __init__(self, name: str, *versions: Callable[..., Any], sticky: bool = False) -> None:
+        """``sticky``: a version that failed once is not tried again either (one device's calls)."""
+        self.name = name
+        self.versions = versions
+        self.sticky = sticky
+        self.missing = set()  # type: Set[int]
+
+    def __call__(self, *args: Any) -> Any:
+        failure = None  # type: Optional[BaseException]
+        for number, version in enumerate(self.versions):
+            if number in self.missing:
+                continue
+            try:
+                return version(*args)
+            except Exception as exc:
+                if nvml_is_lost(exc):
+                    raise
+                if nvml_function_missing(exc) or (self.sticky and number < len(self.versions) - 1):
+                    self.missing.add(number)
+                failure = exc
+        if failure is None:  # every version is missing from this driver
+            failure = RuntimeError("%s: no version of it in this NVML" % self.name)
+        raise failure
+
+
+def _nvml_raw(symbol: str) -> Any:
+    """A C function of the loaded libnvidia-ml by name (raises NVMLError FUNCTION_NOT_FOUND when absent)."""
+    return _pynvml._nvmlGetFunctionPointer(symbol)
+
+
+def _nvml_check(ret: int) -> None:
+    if ret != 0:
+        raise _pynvml.NVMLError(ret)
+
+
+def _nvml_count_v1() -> int:
+    import ctypes
+
+    count = ctypes.c_uint(0)
+    _nvml_check(_nvml_raw("nvmlDeviceGetCount")(ctypes.byref(count)))
+    return count.value
+
+
+def _nvml_handle_v1(index: int) -> Any:
+    import ctypes
+
+    handle = _pynvml.c_nvmlDevice_t()
+    _nvml_check(_nvml_raw("nvmlDeviceGetHandleByIndex")(ctypes.c_uint(index), ctypes.byref(handle)))
+    return handle
+
+
+def _nvml_pci_bus_id(symbol: str) -> Callable[[Any], Any]:
+    """The bus id from ``nvmlDeviceGetPciInfo`` (v1) or ``_v2``: both structs start with its 16 chars."""
+
+    def call(handle: Any) -> Any:
+        import ctypes
+
+        buffer = ctypes.create_string_buffer(256)  # larger than every version of nvmlPciInfo_t
+        _nvml_check(_nvml_raw(symbol)(handle, buffer))
+        return buffer.raw[:16].split(b"\0", 1)[0]
+
+    return call
+
+
+class _NvmlProcessInfoV1(object):
+    __slots__ = ("pid", "usedGpuMemory")
+
+    def __init__(self, pid: int, used: Optional[int]) -> None:
+        self.pid = pid
+        self.usedGpuMemory = used
+
+
+def _nvml_processes_v1(symbol: str) -> Callable[[Any], List[Any]]:
+    """The process list of a driver from before the ``_v2`` calls (``nvmlProcessInfo_v1_t``: pid, bytes)."""
+
+    def call(handle: Any) -> List[Any]:
+        import ctypes
+
+        class Info(ctypes.Structure):
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+        fn = _nvml_raw(symbol)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == 0:
+            return []
+        if ret != getattr(_pynvml, "NVML_ERROR_INSUFFICIENT_SIZE", 7):
+            _nvml_check(ret)
+        count.value = count.value * 2 + 5  # room for processes started meanwhile
+        infos = (Info * count.value)()
+        _nvml_check(fn(handle, ctypes.byref(count), infos))
+        unavailable = (1 << 64) - 1
+        return [
+            _NvmlProcessInfoV1(info.pid, None if info.usedGpuMemory == unavailable else info.usedGpuMemory)
+            for info in infos[: count.value]
+        ]
+
+    return call
+
+
+def _pynvml_call(attribute: str) -> Callable[..., Any]:
+    """pynvml's wrapper ``attribute``, looked up at call time (AttributeError when these bindings lack it)."""
+    return lambda *args: getattr(_pynvml, attribute)(*args)
+
+
+def nvml_text(call: Callable[[], Any]) -> Optional[str]:
+    """A string an NVML call returns, as text; invalid UTF-8 (a corrupt name) is kept visible as ``\\xNN``.
+
+    pynvml decodes C strings strictly and raises UnicodeDecodeError, which still holds the bytes.
+    """
+    try:
+        return _as_str(call())
+    except UnicodeDecodeError as exc:
+        return _text(exc.object) if isinstance(exc.object, bytes) else None
+
+
+def _nvml_memory_v2(handle: Any) -> Tuple[int, int, Optional[int]]:
+    """(used, total, reserved) bytes; v2 reports the driver's reservation apart from used (R510 and later)."""
+    memory = _pynvml.nvmlDeviceGetMemoryInfo(handle, version=_pynvml.nvmlMemory_v2)
+    return memory.used, memory.total, memory.reserved
+
+
+def _nvml_memory_v1(handle: Any) -> Tuple[int, int, Optional[int]]:
+    memory = _pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return memory.used, memory.total, None
+
+
 class _NvmlBackend(object):
     """GPU figures through pynvml, every call bounded by a deadline.
 
@@ -1109,12 +1270,35 @@ class _NvmlBackend(object):
         self._workers = []  # type: List[Optional[_Worker]]
         self._handles = []  # type: List[Any]
         self._static = []  # type: List[Optional[Dict[str, Any]]]
-        self._memory_v2 = []  # type: List[bool]
-        self._has_memory_v2 = False
+        self._memory = []  # type: List[NvmlVersions]
         self._memory_jobs = []  # type: List[Callable[[], Dict[str, Any]]]
         self._base = []  # type: List[Optional[Dict[str, Any]]]
         self._initialized = False
         self._last_init_try = -1e18
+        # Every versioned call, newest version first (drivers before R510 lack the _v3 process lists and v2
+        # memory info; older ones the _v2 calls too).
+        self._count = NvmlVersions("nvmlDeviceGetCount", _pynvml_call("nvmlDeviceGetCount"), _nvml_count_v1)
+        self._handle = NvmlVersions(
+            "nvmlDeviceGetHandleByIndex", _pynvml_call("nvmlDeviceGetHandleByIndex"), _nvml_handle_v1
+        )
+        self._pci_bus_id = NvmlVersions(
+            "nvmlDeviceGetPciInfo",
+            lambda handle: _pynvml_call("nvmlDeviceGetPciInfo_v3")(handle).busId,
+            _nvml_pci_bus_id("nvmlDeviceGetPciInfo_v2"),
+            _nvml_pci_bus_id("nvmlDeviceGetPciInfo"),
+        )
+        self._process_lists = [
+            (
+                kind,
+                NvmlVersions(
+                    name, _pynvml_call(name + "_v3"), _pynvml_call(name + "_v2"), _nvml_processes_v1(name)
+                ),
+            )
+            for kind, name in (
+                ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+            )
+        ]  # type: List[Tuple[str, NvmlVersions]]
 
     def start(self) -> None:
         """Initialise NVML now (bounded) instead of at the first sample."""
@@ -1128,15 +1312,15 @@ class _NvmlBackend(object):
 
         def init() -> Tuple[List[Any], Optional[str], Optional[str]]:
             nv.nvmlInit()
-            count = nv.nvmlDeviceGetCount()
+            count = self._count()
             handles = []  # type: List[Any]
             for index in range(count):
                 try:
-                    handles.append(nv.nvmlDeviceGetHandleByIndex(index))
-                except nv.NVMLError as exc:
+                    handles.append(self._handle(index))
+                except Exception as exc:  # that GPU shows the error, the others still work
                     handles.append(exc)
             try:
-                driver = _as_str(nv.nvmlSystemGetDriverVersion())
+                driver = nvml_text(nv.nvmlSystemGetDriverVersion)
             except nv.NVMLError:
                 driver = None
             try:
@@ -1162,8 +1346,11 @@ class _NvmlBackend(object):
         # A device gets a worker of its own only once one of its calls overran (see the class docstring).
         self._workers = [None] * len(handles)
         self._static = [None] * len(handles)
-        self._memory_v2 = [True] * len(handles)
-        self._has_memory_v2 = hasattr(nv, "nvmlMemory_v2")
+        # Per GPU: v2 memory info (reserved memory apart) until it fails once, then v1 (older drivers).
+        self._memory = [
+            NvmlVersions("nvmlDeviceGetMemoryInfo", _nvml_memory_v2, _nvml_memory_v1, sticky=True)
+            for _handle in handles
+        ]
         self._memory_jobs = [self._memory_job(index) for index in range(len(handles))]
         # Per GPU: index, static facts and the latest telemetry, the part a memory-only sample reuses.
         self._base = [None] * len(handles)
@@ -1180,24 +1367,25 @@ class _NvmlBackend(object):
         handle = self._handles[index]
 
         def optional(fn: Callable[[], Any]) -> Any:
-            """A figure this GPU may not support: None instead of an error, except for a lost GPU."""
+            """A figure this GPU (or driver) may not give: None instead of an error, except for a lost GPU."""
             try:
                 return fn()
-            except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
+            except Exception as exc:
+                if nvml_is_lost(exc):
                     raise
-                return None
+                if isinstance(exc, nv.NVMLError) or nvml_function_missing(exc):
+                    return None
+                raise
 
         def job() -> Dict[str, Any]:
             if isinstance(handle, BaseException):
                 raise handle
             out = {}  # type: Dict[str, Any]
             if want_static:
-                pci = optional(lambda: nv.nvmlDeviceGetPciInfo(handle))
                 out["static"] = {
-                    "name": _as_str(optional(lambda: nv.nvmlDeviceGetName(handle))),
-                    "uuid": _as_str(optional(lambda: nv.nvmlDeviceGetUUID(handle))),
-                    "pci_bus_id": None if pci is None else _as_str(getattr(pci, "busId", None)),
+                    "name": optional(lambda: nvml_text(lambda: nv.nvmlDeviceGetName(handle))),
+                    "uuid": optional(lambda: nvml_text(lambda: nv.nvmlDeviceGetUUID(handle))),
+                    "pci_bus_id": optional(lambda: nvml_text(lambda: self._pci_bus_id(handle))),
                 }
             out.update(self._read_memory(index, handle))
             if want_telemetry:
@@ -1217,28 +1405,8 @@ class _NvmlBackend(object):
                 }
             if want_processes:
                 procs = []  # type: List[Dict[str, Any]]
-                for kind, getters in (
-                    (
-                        "compute",
-                        ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
-                    ),
-                    (
-                        "graphics",
-                        ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
-                    ),
-                ):
-                    listed = None
-                    for getter in getters:
-                        fn = getattr(nv, getter, None)
-                        if fn is None:
-                            continue
-                        try:
-                            listed = fn(handle)
-                            break
-                        except nv.NVMLError as exc:
-                            if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
-                                raise
-                            continue
+                for kind, process_list in self._process_lists:
+                    listed = optional(functools.partial(process_list, handle))  # type: Optional[List[Any]]
                     for info in listed or ():
                         used = getattr(info, "usedGpuMemory", None)
                         procs.append(
@@ -1255,27 +1423,13 @@ class _NvmlBackend(object):
 
     def _read_memory(self, index: int, handle: Any) -> Dict[str, Any]:
         """One GPU's memory figures (runs on a worker thread; raises NVMLError)."""
-        nv = _pynvml
-        assert nv is not None  # noqa: S101 - jobs exist only after pynvml initialised
         if isinstance(handle, BaseException):
             raise handle
-        memory = None
-        reserved = None
-        if self._memory_v2[index] and self._has_memory_v2:
-            try:
-                memory = nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)
-                reserved = int(memory.reserved) // MIB
-            except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
-                    raise
-                self._memory_v2[index] = False  # v1 from now on for this GPU (old driver)
-                memory = None
-        if memory is None:
-            memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        used, total, reserved = self._memory[index](handle)
         return {
-            "memory_used_mib": int(memory.used) // MIB,
-            "memory_total_mib": int(memory.total) // MIB,
-            "memory_reserved_mib": reserved,
+            "memory_used_mib": int(used) // MIB,
+            "memory_total_mib": int(total) // MIB,
+            "memory_reserved_mib": None if reserved is None else int(reserved) // MIB,
         }
 
     def _memory_job(self, index: int) -> Callable[[], Dict[str, Any]]:
