@@ -1729,14 +1729,46 @@ def parse_smi_handle_error(line: str) -> Optional[Tuple[str, str]]:
     return _pci_key(match.group(1)), reason
 
 
+def with_lost_gpus(gpus: List[Dict[str, Any]], lost: Dict[str, str]) -> List[Dict[str, Any]]:
+    """``gpus`` plus an error row for each GPU nvidia-smi could not open (bus id -> reason), by index.
+
+    A lost GPU has no line of its own, only its PCI bus id. NVML numbers GPUs in PCI bus order, so the lost
+    one takes the index its bus id has among all of them (the first free index if a listed GPU holds that).
+    A bus id that a listed GPU also has is that GPU, already shown.
+    """
+    listed = set(_pci_key(str(g["pci_bus_id"])) for g in gpus if g.get("pci_bus_id"))
+    missing = sorted(bus for bus in lost if bus not in listed)
+    if not missing:
+        return gpus
+    order = sorted(listed | set(missing))
+    used = set(g["index"] for g in gpus)
+    rows = list(gpus)
+    for bus in missing:
+        index = order.index(bus)
+        if index in used:
+            index = min(set(range(len(order) + len(used) + 1)) - used)
+        used.add(index)
+        rows.append({"index": index, "pci_bus_id": bus, "error": lost[bus]})
+    return sorted(rows, key=lambda g: g["index"])
+
+
 def parse_smi_gpu_output(text: str) -> List[Dict[str, Any]]:
-    """Every GPU line of one block of ``--query-gpu`` output (headers and junk lines are skipped)."""
+    """Every GPU of one block of ``--query-gpu`` output (headers and junk lines are skipped).
+
+    A GPU nvidia-smi reports as unreachable ("Unable to determine the device handle for GPU…: GPU is lost")
+    is an error row of its own (``with_lost_gpus``), never dropped: dropped, the host looks smaller and clean.
+    """
     gpus = []  # type: List[Dict[str, Any]]
+    lost = {}  # type: Dict[str, str]
     for line in text.splitlines():
         gpu = parse_smi_gpu_line(line)
         if gpu is not None:
             gpus.append(gpu)
-    return gpus
+            continue
+        handle_error = parse_smi_handle_error(line)
+        if handle_error is not None:
+            lost[handle_error[0]] = handle_error[1]
+    return with_lost_gpus(gpus, lost)
 
 
 def parse_smi_apps_output(text: str) -> Dict[str, List[Dict[str, Any]]]:
@@ -1756,15 +1788,23 @@ def parse_smi_apps_output(text: str) -> Dict[str, List[Dict[str, Any]]]:
     return apps
 
 
+SMI_EXIT_GPU_LOST = 15
+
+
 def smi_exit_error(returncode: int, output: str) -> str:
-    """One readable line for a failed nvidia-smi run (exit 9: the driver is not loaded)."""
+    """One readable line for a failed nvidia-smi run (exit 9: the driver is not loaded; 15: a GPU is lost).
+
+    Quotes the first line that is not one of nvidia-smi's CSV lines (a GPU's figures say nothing about why).
+    """
     first = ""
     for line in output.splitlines():
-        if line.strip():
+        if line.strip() and parse_smi_gpu_line(line) is None:
             first = line.strip()[:200]
             break
     if returncode == 9:
         return "NVIDIA driver not loaded (nvidia-smi exit 9)" + (": " + first if first else "")
+    if returncode == SMI_EXIT_GPU_LOST:
+        return "a GPU is lost (nvidia-smi exit 15)" + (": " + first if first else "")
     return "nvidia-smi exited with status %d" % returncode + (": " + first if first else "")
 
 
@@ -1797,6 +1837,7 @@ class _SmiBackend(object):
         self._partial = {}  # type: Dict[int, Dict[str, Any]]
         self._latest_time = 0.0
         self._pci_index = {}  # type: Dict[str, int]
+        self._lost = {}  # type: Dict[str, str]  # bus id -> reason, for GPUs without a line of their own
         self._output_tail = []  # type: List[str]
         self._last_start = -1e18
         self._apps = {}  # type: Dict[str, List[Dict[str, Any]]]
@@ -1876,6 +1917,9 @@ class _SmiBackend(object):
                     index = None if handle_error is None else self._pci_index.get(handle_error[0])
                     if handle_error is not None and index is not None:
                         gpu = {"index": index, "pci_bus_id": handle_error[0], "error": handle_error[1]}
+                    elif handle_error is not None:  # never seen with a line of its own: ``poll`` adds it
+                        self._lost[handle_error[0]] = handle_error[1]
+                        continue
                     else:
                         if line.strip():
                             self._output_tail = (self._output_tail + [line.strip()])[-3:]
@@ -1890,10 +1934,17 @@ class _SmiBackend(object):
                 self.host_error = None
         code = proc.wait()
         with self._lock:
-            if not self._closed:
-                self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
-                self._complete = {}
+            if self._closed:
+                return
+            if code == SMI_EXIT_GPU_LOST and (self._partial or self._complete):
+                # It printed the GPUs it could reach, then gave up on the lost one: keep what it printed
+                # (the lost GPU is an error row), and the next start reads them again.
+                self._complete.update(self._partial)
                 self._partial = {}
+                return
+            self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
+            self._complete = {}
+            self._partial = {}
 
     def _query_apps(self) -> None:
         argv = [self.smi_path, "--query-compute-apps=" + SMI_QUERY_APPS, "--format=csv,noheader,nounits"]
@@ -1908,7 +1959,7 @@ class _SmiBackend(object):
         with self._lock:
             view = dict(self._complete)
             view.update(self._partial)
-            gpus = [dict(view[i]) for i in sorted(view)]
+            gpus = with_lost_gpus([dict(view[i]) for i in sorted(view)], self._lost)
             age_s = time.monotonic() - self._latest_time
             silent_s = time.monotonic() - self._last_start
             if not gpus and self.host_error is None and silent_s > SMI_DEADLINE_S:

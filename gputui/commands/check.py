@@ -36,6 +36,7 @@ WAIT_MEMORY_INTERVAL_S = 0.09
 WAIT_PROCESS_INTERVAL_S = 0.5
 DASH = "–"
 MAX_FINDINGS_SHOWN = 20
+CANNOT_TELL = "cannot tell"
 
 
 def _marks(stream: TextIO) -> tuple[str, str]:
@@ -124,7 +125,7 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
     if verdict is None:
         lines.append("cannot tell: no verdict")
     elif not verdict.known:
-        lines.append(f"cannot tell: {visible('; '.join(verdict.reasons) or 'no data', 400)}")
+        lines.append(f"{CANNOT_TELL}: {visible('; '.join(verdict.reasons) or 'no data', 400)}")
     else:
         total = len(verdict.gpus)
         baseline = sorted(set(verdict.baseline_mib.values()))
@@ -160,6 +161,11 @@ def _configure(link: HostLink, memory_interval_s: float, process_interval_s: flo
     )
 
 
+def cannot_tell_at_all(snapshot: HostSnapshot) -> bool:
+    """Whether the host reports no GPU at all (no driver, no NVML): nothing any wait could change."""
+    return not snapshot.gpus and snapshot.verdict is not None and not snapshot.verdict.known
+
+
 def wait_until_clean(
     link: HostLink, target: str, baselines: Baselines, wait_s: float, args: argparse.Namespace
 ) -> tuple[HostSnapshot, float | None]:
@@ -168,6 +174,7 @@ def wait_until_clean(
     The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back, judged on
     memory alone; that sample is then confirmed with a full sample (fresh process list), so a stale process
     list can neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
+    A host that cannot tell at all (no driver, no NVML, no GPUs) ends the wait at once: waiting cannot help.
 
     Returns:
         The last analysed snapshot and the seconds it took to become clean (None: not clean in time).
@@ -180,6 +187,8 @@ def wait_until_clean(
         while True:
             if snapshot.verdict is not None and snapshot.verdict.clean:
                 return snapshot, time.monotonic() - start
+            if cannot_tell_at_all(snapshot):
+                return snapshot, None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return snapshot, None
@@ -248,11 +257,16 @@ def _check_target(
                 baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
             return status, analyze(snapshot, baselines), None
         analysed = analyze(snapshot, baselines)
-        if args.wait is not None and analysed.verdict is not None and not analysed.verdict.clean:
+        if (
+            args.wait is not None
+            and analysed.verdict is not None
+            and not analysed.verdict.clean
+            and not cannot_tell_at_all(analysed)
+        ):
             if not args.json:
                 print(f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…", file=err)
             analysed, waited = wait_until_clean(link, target, baselines, args.wait, args)
-        elif args.wait is not None:
+        elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
             waited = 0.0
     finally:
         link.close()
@@ -263,7 +277,7 @@ def _check_target(
         if args.wait is not None:
             if waited is not None:
                 print(f"clean after {waited:.2f} s", file=out)
-            else:
+            elif analysed.verdict is not None and analysed.verdict.known:
                 print(f"still not clean after {args.wait:g} s", file=out)
     return status, analysed, waited
 

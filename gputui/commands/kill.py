@@ -141,6 +141,12 @@ def run_kill(
     try:
         link.open()
         snapshot = full_sample(link, target)
+        if args.all_gpu and not snapshot.gpus:
+            # Not "nothing to signal": without the driver's process list there is no telling what holds a GPU.
+            cause = visible(snapshot.error or "no GPUs found", 300)
+            print(f"gputui: {visible(target, 100)}: --all-gpu: NVML is unavailable, so there is no GPU "
+                  f"process list to kill from ({cause})", file=err)
+            return EXIT_ERROR
         plan = plan_kill(
             snapshot, pids, signal=args.signal, tree=args.tree, all_gpu=args.all_gpu, escalate_s=args.escalate
         )

@@ -1156,17 +1156,24 @@ class _ReducedStream:
         return None
 
     def _snapshot(self) -> HostSnapshot:
-        from gputui.agent import parse_smi_apps_output, parse_smi_gpu_output, smi_exit_error
+        from gputui.agent import (
+            SMI_EXIT_GPU_LOST,
+            parse_smi_apps_output,
+            parse_smi_gpu_output,
+            smi_exit_error,
+        )
 
         now = time.time()
         gpu_text = "\n".join(self.lines["gpus"])
         error: str | None = None
         gpus: list[dict[str, Any]] = []
-        if self.smi_status == 0:
+        # Exit 15 (a GPU is lost) follows the lines of the GPUs nvidia-smi could still read, and the lost
+        # one becomes an error row.
+        if self.smi_status in (0, SMI_EXIT_GPU_LOST):
             gpus = parse_smi_gpu_output(gpu_text)
-        elif self.smi_status == PYTHON_MISSING_STATUS:
+        if self.smi_status == PYTHON_MISSING_STATUS:
             error = "reduced mode (no python3): nvidia-smi not found on host"
-        else:
+        elif self.smi_status != 0 and not gpus:
             error = "reduced mode (no python3): " + smi_exit_error(self.smi_status or 0, gpu_text)
         apps = parse_smi_apps_output("\n".join(self.lines["apps"]))
         held: dict[int, dict[int, int]] = {}

@@ -9,7 +9,7 @@ through ``SetEnv`` (``LD_LIBRARY_PATH``, ``FAKE_NVML_STATE``), a ``PATH`` whose 
 - ``"bare"``: a venv made with ``--without-pip`` from the base interpreter (neither pynvml nor psutil);
 - ``"none"``: no python3 at all, but ``sh``, ``cat``, ``sleep``, ``ps`` and a fake ``nvidia-smi`` that prints
   the files ``gpus.csv`` / ``apps.csv`` from the server's ``smi_dir`` (exit 9 like a driverless host when
-  ``gpus.csv`` is missing);
+  ``gpus.csv`` is missing, else the status in ``gpus.rc`` if there is one);
 - ``"empty"``: nothing on PATH at all (not even ``sh``).
 
 ``ClientHome`` is a temporary ``~/.ssh`` layout (config, known_hosts, keys); the fixtures point
@@ -282,10 +282,15 @@ def _python_wrapper(directory: Path, interpreter: str | None) -> Path:
 
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
-# Test double of nvidia-smi for hosts without python3: prints what the test wrote.
+# Test double of nvidia-smi for hosts without python3: prints what the test wrote (and exits with the status
+# in gpus.rc, as nvidia-smi exits 15 after the GPUs it could read when one is lost).
 case "$*" in
   *--query-gpu=*)
-    if [ -f "{smi_dir}/gpus.csv" ]; then cat "{smi_dir}/gpus.csv"; exit 0; fi
+    if [ -f "{smi_dir}/gpus.csv" ]; then
+      cat "{smi_dir}/gpus.csv"
+      if [ -f "{smi_dir}/gpus.rc" ]; then exit "$(cat "{smi_dir}/gpus.rc")"; fi
+      exit 0
+    fi
     echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
     exit 9 ;;
   *--query-compute-apps=*)
