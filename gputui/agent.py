@@ -34,6 +34,7 @@ import json
 import math
 import os
 import pwd
+import queue
 import re
 import select
 import signal
@@ -102,6 +103,8 @@ PROCESS_TEXT_BYTES = 8 * MIB
 process; still half of the client's line limit)."""
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
+ESCALATE_MAX_S = 3600.0
+"""The longest escalation delay a kill may ask for."""
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
 SMI_QUERY_GPU = (
     "index,name,uuid,pci.bus_id,memory.used,memory.total,"
@@ -3912,55 +3915,172 @@ def elide_unchanged_processes(snapshot: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: bool = False) -> int:
+CLIENT_WATCH_S = 0.5
+"""How often the remote form checks that its parent (sshd's session process) is still there."""
+LEAVE_CLOSE_S = 3.0
+"""Longest the exit path waits for the collector's threads and child processes (nvidia-smi) to stop."""
+PR_SET_PDEATHSIG = 1
+
+
+class ClientSession(object):
+    """The remote form's tie to its client: noticing that the client is gone, and the one way out.
+
+    The client is gone when stdin ends (at any stage, before the hello too: the reader starts before the
+    collector does), stdout breaks, the client says ``quit``, or the parent (sshd's session process) exits.
+    prctl's PR_SET_PDEATHSIG turns the parent's exit into SIGTERM where Linux offers it, and a watch on the
+    parent pid every ``CLIENT_WATCH_S`` catches it everywhere (the collector is reparented); SIGTERM and
+    SIGHUP count as gone too. Then ``leave`` is the only way out: confirmed work finishes first (a kill's
+    escalation, bounded by its own delay), the collector stops its threads and child processes, and the
+    process exits, its child processes with it. The watch runs ``leave`` on a thread of its own, so a main
+    thread stuck anywhere (a hung driver call, a read of a D-state process's /proc files) never keeps a
+    collector alive after its client.
+
+    Commands read from stdin wait in ``commands`` (None after the last) until ``serve`` takes them.
+    """
+
+    def __init__(self, stdin_binary: Any) -> None:
+        self.stdin = stdin_binary
+        self.commands = queue.Queue()  # type: queue.Queue
+        self.gone = threading.Event()
+        self.wake = threading.Event()
+        """Set when the sampling loop should look again: a changed interval, or the client gone."""
+        self.reason = None  # type: Optional[str]
+        self.agent = None  # type: Optional[Agent]
+        self._parent = os.getppid()
+        self._signalled = None  # type: Optional[int]  # set by the signal handler, which may take no lock
+        self._pending = []  # type: List[Tuple[threading.Thread, float]]
+        self._leaving = threading.Lock()
+
+    def start(self) -> None:
+        self._arm_parent_death()
+        for signo in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                signal.signal(signo, self._on_signal)
+            except (ValueError, OSError):  # not the main thread, or no such signal here
+                pass
+        threading.Thread(target=self._read, name="gputui-stdin", daemon=True).start()
+        threading.Thread(target=self._watch, name="gputui-client-watch", daemon=True).start()
+
+    @staticmethod
+    def _arm_parent_death() -> None:
+        """Ask Linux for SIGTERM when the parent exits (a parent gone before this is caught by the watch)."""
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError, ImportError):
+            pass
+
+    def _on_signal(self, signo: int, _frame: Any) -> None:
+        self._signalled = signo
+
+    def client_gone(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.gone.set()
+        self.wake.set()
+
+    def pending(self, thread: threading.Thread, bound_s: float) -> None:
+        """Work the client confirmed (a kill, its escalation) that ``leave`` lets finish, for ``bound_s``."""
+        self._pending.append((thread, time.monotonic() + bound_s))
+
+    def _read(self) -> None:
+        try:
+            for raw in iter(self.stdin.readline, b""):
+                line = raw.strip()
+                if line:
+                    self.commands.put(line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.commands.put(None)
+            self.client_gone("stdin closed")
+
+    def _watch(self) -> None:
+        while not self.gone.wait(CLIENT_WATCH_S):
+            if self._signalled is not None:
+                self.client_gone("signal %d" % self._signalled)
+            elif os.getppid() != self._parent:
+                self.client_gone("parent exited")
+        self.leave()
+
+    def leave(self, status: int = 0) -> None:
+        """The one exit path once the client is gone: finish confirmed work, stop, exit. Never returns.
+
+        The first caller does it (the watch, or the main thread when ``serve`` returns); a second waits
+        until the process exits under it.
+        """
+        with self._leaving:
+            for thread, deadline in list(self._pending):
+                thread.join(max(0.0, deadline - time.monotonic()))
+            agent = self.agent
+            if agent is not None:
+                closer = threading.Thread(target=agent.close, name="gputui-close", daemon=True)
+                closer.start()
+                closer.join(LEAVE_CLOSE_S)
+            # A child still running (an nvidia-smi being started, or one hung in the driver) would outlive
+            # the collector: nothing of it may stay behind.
+            for child in read_children(os.getpid()):
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(status)
+
+
+def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchanged: bool = False) -> None:
     """The remote loop: hello, then a snapshot every ``memory_interval_s``; commands handled meanwhile.
 
-    A reader thread parses command lines from ``stdin_binary``; ``kill`` runs on its own thread (escalation
-    takes seconds) while the others are answered in order. Returns 0 on EOF or ``quit``. With
-    ``elide_unchanged``, a snapshot line whose process lists are the ones the previous line carried leaves
-    them out (``elide_unchanged_processes``).
+    Commands come from ``session.commands``; ``kill`` runs on its own thread (escalation takes seconds, and
+    the session lets it finish when the client leaves) while the others are answered in order. Returns once
+    the client is gone (``session.gone``): EOF, ``quit`` or a broken stdout. With ``elide_unchanged``, a
+    snapshot line whose process lists are the ones the previous line carried leaves them out
+    (``elide_unchanged_processes``).
     """
     writer = _Writer(stdout_binary)
     sent_processes_time = None  # type: Optional[float]
-    stop = threading.Event()
-    wake = threading.Event()
 
     def run_command(command: Dict[str, Any]) -> None:
         writer.write(agent.handle(command))
 
-    def reader() -> None:
-        try:
-            for raw in iter(stdin_binary.readline, b""):
-                line = raw.strip()
-                if not line:
-                    continue
-                try:
-                    command = json.loads(line.decode("utf-8", "replace"))
-                except ValueError:
-                    writer.write({"t": "reply", "id": None, "ok": False, "error": "not a JSON line"})
-                    continue
-                if isinstance(command, dict) and command.get("cmd") == "quit":
-                    writer.write(agent.handle(command))
-                    break
-                if isinstance(command, dict) and command.get("cmd") == "kill":
-                    threading.Thread(
-                        target=run_command, args=(command,), name="gputui-kill", daemon=True
-                    ).start()
-                    continue
-                run_command(command)
-                if isinstance(command, dict) and command.get("cmd") == "configure":
-                    wake.set()
-        except (OSError, ValueError):
-            pass
-        finally:
-            stop.set()
-            wake.set()
+    def dispatch() -> None:
+        while True:
+            line = session.commands.get()
+            if line is None:
+                return
+            try:
+                command = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                writer.write({"t": "reply", "id": None, "ok": False, "error": "not a JSON line"})
+                continue
+            name = command.get("cmd") if isinstance(command, dict) else None
+            if name == "quit":
+                writer.write(agent.handle(command))
+                session.client_gone("quit")
+                return
+            if name == "kill":
+                thread = threading.Thread(
+                    target=run_command, args=(command,), name="gputui-kill", daemon=True
+                )
+                thread.start()
+                escalate_s = _finite_positive(command.get("escalate_s")) or 0.0
+                session.pending(thread, min(escalate_s, ESCALATE_MAX_S) + KILL_CONFIRM_S + 5.0)
+                continue
+            run_command(command)
+            if name == "configure":
+                session.wake.set()
 
     if not writer.write(agent.hello()):
-        return 0
-    thread = threading.Thread(target=reader, name="gputui-commands", daemon=True)
-    thread.start()
-    while not stop.is_set():
+        session.client_gone("stdout closed")
+        return
+    threading.Thread(target=dispatch, name="gputui-commands", daemon=True).start()
+    while not session.gone.is_set():
         started = time.monotonic()
         try:
             snapshot = agent.sample()
@@ -3971,14 +4091,14 @@ def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: 
             snapshot = elide_unchanged_processes(snapshot)
         sent_processes_time = listed_at
         if not writer.write({"t": "snapshot", "snapshot": snapshot}):
-            break
-        while not stop.is_set():
+            session.client_gone("stdout closed")
+            return
+        while not session.gone.is_set():
             left = started + agent.memory_interval_s - time.monotonic()
             if left <= 0:
                 break
-            wake.wait(left)
-            wake.clear()
-    return 0
+            session.wake.wait(left)
+            session.wake.clear()
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -4021,7 +4141,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of the remote form; returns the exit status."""
+    """Entry point of the remote form; returns the exit status (the served form exits in ``leave``)."""
     args = build_arg_parser().parse_args(argv)
     for name in ("interval", "process_interval"):
         if _finite_positive(getattr(args, name)) is None:
@@ -4030,6 +4150,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not (_finite_positive(args.telemetry_interval) is not None or args.telemetry_interval == 0):
         sys.stderr.write("gputui-agent: --telemetry-interval must be 0 or a positive number\n")
         return 2
+    session = None  # type: Optional[ClientSession]
+    if not args.once:
+        # Before anything slow (NVML's start-up, nvidia-smi's first block): a client gone already is noticed.
+        session = ClientSession(getattr(sys.stdin, "buffer", sys.stdin))
+        session.start()
     try:
         agent = Agent(
             target=args.target,
@@ -4047,16 +4172,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("gputui-agent: %s\n" % exc)
         return 2
     stdout = getattr(sys.stdout, "buffer", sys.stdout)
-    try:
-        if args.once:
+    if session is None:
+        try:
             _Writer(stdout).write(agent.sample(force_processes=True))
             return 0
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)
-        return serve(stdin, stdout, agent, elide_unchanged=args.elide_unchanged)
+        finally:
+            agent.close()
+    session.agent = agent
+    try:
+        serve(session, stdout, agent, elide_unchanged=args.elide_unchanged)
     except KeyboardInterrupt:
-        return 130
-    finally:
-        agent.close()
+        session.client_gone("interrupted")
+    session.leave()
+    return 0  # not reached: leave() exits
 
 
 if __name__ == "__main__":

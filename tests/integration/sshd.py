@@ -38,6 +38,7 @@ import psutil
 import pytest
 
 from tests.fakenvml.plugin import FakeNvml
+from tests.leakcheck import RUN_TOKEN_VAR, run_token
 
 SSHD = "/usr/sbin/sshd"
 START_DEADLINE_S = 15.0
@@ -387,6 +388,8 @@ def sshd_factory(
             "LD_LIBRARY_PATH": str(lib_dir),
             "FAKE_NVML_STATE": str(state_path),
             "PATH": path,
+            # Sessions (collectors included) are this run's processes: the end-of-run check looks for it.
+            RUN_TOKEN_VAR: run_token(),
         }
         server = SshdServer(
             root=tmp_path / f"sshd-{index}",
@@ -410,7 +413,7 @@ def sshd_factory(
 
 STAND_IN_AGENT = r"""
 # Test double of gputui/agent.py: speaks the JSON-lines protocol, misbehaves on request.
-import json, sys, threading, time
+import json, os, sys, threading, time
 BEHAVIOUR = %(behaviour)r
 BOOT_ID_FILE = %(boot_id_file)r
 PROTOCOL = %(protocol)r
@@ -432,24 +435,28 @@ def boot_id():
 def snapshot(n):
     return {"target": "stand-in", "hostname": "stand-in", "boot_id": boot_id(), "time": time.time(),
             "mode": "stand-in", "gpus": [{"index": 0, "memory_used_mib": n}], "processes": []}
-if BEHAVIOUR == "hang_before_hello":
-    time.sleep(3600)
-if BEHAVIOUR == "banner_then_hello":
-    out.write(b"Welcome to the cluster!\nlast login: yesterday\n")
-emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
 def commands():
+    # Like the real collector: however the main thread misbehaves (hangs, floods), the process ends when the
+    # client is gone (stdin closed) or says quit.
     for raw in iter(sys.stdin.buffer.readline, b""):
         cmd = json.loads(raw)
         if cmd.get("cmd") == "quit":
             break
-        if BEHAVIOUR == "ignore_commands":
+        if BEHAVIOUR == "ignore_commands" or not hello_sent.is_set():
             continue
         if cmd.get("cmd") == "echo":
             emit({"t": "reply", "id": cmd["id"], "ok": True, "result": {"echo": cmd.get("payload")}})
         else:
             emit({"t": "reply", "id": cmd["id"], "ok": False, "error": "stand-in: unknown command"})
-    sys.exit(0)
+    os._exit(0)
+hello_sent = threading.Event()
 threading.Thread(target=commands, daemon=True).start()
+if BEHAVIOUR == "hang_before_hello":
+    time.sleep(3600)
+if BEHAVIOUR == "banner_then_hello":
+    out.write(b"Welcome to the cluster!\nlast login: yesterday\n")
+emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
+hello_sent.set()
 if BEHAVIOUR in ("hang_after_hello", "ignore_commands_hang"):
     time.sleep(3600)
 if BEHAVIOUR == "flood_no_newline":
