@@ -28,6 +28,7 @@ the snapshot stream. Nothing here ever builds a shell command line.
 from __future__ import annotations
 
 import argparse
+import base64
 import functools
 import ipaddress
 import json
@@ -44,7 +45,7 @@ import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 try:  # NVIDIA's bindings (nvidia-ml-py); the library itself is only loaded by nvmlInit.
     import pynvml as _pynvml
@@ -2118,14 +2119,35 @@ class HealthProbeFailure(Exception):
 class _HealthTarget:
     """A parsed, validated probe URL."""
 
-    __slots__ = ("scheme", "host", "port", "request_target", "host_header")
+    __slots__ = ("scheme", "host", "port", "request_target", "host_header", "authorization")
 
-    def __init__(self, scheme: str, host: str, port: int, request_target: str, host_header: str) -> None:
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        request_target: str,
+        host_header: str,
+        authorization: Optional[str] = None,
+    ) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
         self.request_target = request_target
         self.host_header = host_header
+        self.authorization = authorization
+
+
+_HEALTH_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def health_redact_url(url: Any) -> str:
+    """``url`` as it may be shown anywhere: credentials (``user:password@``) replaced by ``***@``.
+
+    A URL's credentials are sent as HTTP basic auth (over the loopback or TLS of the GPU host itself) and
+    never displayed: not in the panel, the JSON output, a log or an error line.
+    """
+    return _HEALTH_USERINFO_RE.sub(r"\1***@", str(url), count=1)
 
 
 def _health_parse_url(url: Any) -> _HealthTarget:
@@ -2156,7 +2178,12 @@ def _health_parse_url(url: Any) -> _HealthTarget:
     request_target = parts.path or "/"
     if parts.query:
         request_target += "?" + parts.query
-    return _HealthTarget(scheme, host, port or default_port, request_target, host_in_header)
+    authorization = None
+    if parts.username is not None or parts.password is not None:
+        # Percent-decoded, as browsers and curl send them; the URL has no control characters (checked above).
+        credentials = "%s:%s" % (unquote(parts.username or ""), unquote(parts.password or ""))
+        authorization = "Basic " + base64.b64encode(credentials.encode("utf-8")).decode("ascii")
+    return _HealthTarget(scheme, host, port or default_port, request_target, host_in_header, authorization)
 
 
 class _HealthPendingLookup:
@@ -2311,8 +2338,9 @@ def _health_exchange(
     sock: socket.socket, target: _HealthTarget, deadline: float, deadline_s: float, body_cap_bytes: int
 ) -> Tuple[int, str, bytes]:
     """Send the request and read the answer; returns (status code, reason phrase, body up to the cap)."""
+    authorization = f"Authorization: {target.authorization}\r\n" if target.authorization else ""
     request = (
-        f"GET {target.request_target} HTTP/1.1\r\nHost: {target.host_header}\r\n"
+        f"GET {target.request_target} HTTP/1.1\r\nHost: {target.host_header}\r\n{authorization}"
         "User-Agent: gputui-agent\r\nAccept: */*\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
     ).encode("ascii")
     try:
@@ -2386,13 +2414,17 @@ def _health_exchange(
             chunk = _health_recv(sock, deadline)
             if not chunk:
                 if chunked or length is not None:
-                    raise HealthProbeFailure(HEALTH_STATE_ERROR, f"response truncated (HTTP {code})", code)
+                    raise HealthProbeFailure(
+                        _health_cut_state(code, HEALTH_STATE_ERROR), f"response truncated (HTTP {code})", code
+                    )
                 return code, reason, buffer[:body_cap_bytes]
             buffer += chunk
     except socket.timeout:
         if code is not None and phase == "body":
             raise HealthProbeFailure(
-                HEALTH_STATE_TIMEOUT, f"body incomplete at the {deadline_s:g}s deadline (HTTP {code})", code
+                _health_cut_state(code, HEALTH_STATE_TIMEOUT),
+                f"body incomplete at the {deadline_s:g}s deadline (HTTP {code})",
+                code,
             ) from None
         if received_any:
             raise HealthProbeFailure(
@@ -2406,6 +2438,12 @@ def _health_exchange(
             tls_reason = getattr(exc, "reason", None) or exc
             raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {tls_reason}") from None
         raise HealthProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
+
+
+def _health_cut_state(code: int, otherwise: str) -> str:
+    """The state of an answer whose body was cut short: its status line already said 5xx or 429, so the
+    server is UNHEALTHY whatever became of the body; for any other status the probe cannot tell."""
+    return HEALTH_STATE_UNHEALTHY if code >= 500 or code == 429 else otherwise
 
 
 def _health_classify(code: int, reason: str, body: bytes) -> Tuple[str, Optional[str]]:
@@ -2651,6 +2689,84 @@ def health_read_proc_cmdlines(proc_root: str = "/proc") -> List[Dict[str, Any]]:
     return result
 
 
+HEALTH_LOCAL_ADDRESSES_S = 60.0
+"""This host's own addresses are read again at most this often."""
+HEALTH_SHOWN_URL_CHARS = 200
+
+
+def health_local_addresses(proc_net: str = "/proc/net") -> Set[str]:
+    """This host's own IP addresses (in the collector's network namespace), from /proc; no lookup, no socket.
+
+    IPv4 from the kernel's routing trie (``/32 host LOCAL`` entries of ``fib_trie``), IPv6 from ``if_inet6``.
+    """
+    found = set()  # type: Set[str]
+    try:
+        with open(os.path.join(proc_net, "fib_trie")) as handle:
+            last = None  # type: Optional[str]
+            for line in handle:
+                words = line.split()
+                if len(words) >= 2 and words[0] in ("|--", "+--"):
+                    last = words[1].split("/", 1)[0]
+                elif last is not None and words[-2:] == ["host", "LOCAL"]:
+                    found.add(last)
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(proc_net, "if_inet6")) as handle:
+            for line in handle:
+                words = line.split()
+                if words and len(words[0]) == 32:
+                    try:
+                        found.add(ipaddress.ip_address(bytes.fromhex(words[0])).compressed)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return found
+
+
+def health_is_local_url(url: str, local_addresses: Set[str], hostname: Optional[str] = None) -> bool:
+    """Whether ``url`` points at this host: a loopback address, one of ``local_addresses``, ``localhost`` or
+    this host's own name. Decided without any name lookup."""
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        names = {"localhost"}
+        if hostname:
+            names.update((hostname.lower(), hostname.split(".", 1)[0].lower()))
+        return host.lower() in names
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        address = mapped
+    return address.is_loopback or address.compressed in local_addresses
+
+
+def _health_shown_url(url: str) -> str:
+    """A URL as every sample and reply carries it: credentials redacted, an over-long one cut."""
+    shown = health_redact_url(url)
+    if len(shown) > HEALTH_SHOWN_URL_CHARS:
+        shown = shown[: HEALTH_SHOWN_URL_CHARS - 1] + TEXT_ELLIPSIS
+    return shown
+
+
+def _health_scrub(detail: Optional[str], url: str) -> Optional[str]:
+    """``detail`` without the password of ``url``, should any error text quote it."""
+    if not detail:
+        return detail
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return detail
+    for secret in (password, None if password is None else unquote(password)):
+        if secret:
+            detail = detail.replace(secret, "***")
+    return detail
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The prober
 
@@ -2669,10 +2785,13 @@ class _HealthEndpoint:
         "detail",
         "checked_at",
         "next_due",
+        "not_probed",
     )
 
     def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
         self.url = url
+        self.not_probed: Optional[Tuple[Optional[str], str]] = None
+        """(state, detail) of an endpoint that is listed but never probed (see ``HealthProber``)."""
         self.discovered = discovered
         self.generating = health_is_generating_url(url)
         self.state: Optional[str] = None
@@ -2693,6 +2812,12 @@ class HealthProber:
     time; a URL is probed every ``interval_s`` (start to start, and never sooner than ``HEALTH_MIN_GAP_S``
     after the previous probe ended). Generating endpoints are probed only when ``generate`` is on, and then
     at most every ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+
+    Discovery probes this host only: a launcher whose ``--host`` is not one of this host's addresses (any
+    user can start a process whose argv names any host) is listed, found but not probed, unless that URL is
+    configured. A bad setting never stops the prober: a URL longer than ``HEALTH_MAX_URL_CHARS`` is an ERROR
+    row, and URLs past the first ``HEALTH_MAX_URLS`` are one ERROR row. Every URL it reports has its
+    credentials redacted (``health_redact_url``); they are sent as basic auth.
 
     Args:
         urls: Configured URLs (probed whatever discovery finds).
@@ -2720,7 +2845,12 @@ class HealthProber:
     ) -> None:
         self._lock = threading.Condition()
         self._configured: List[str] = []
+        self._ignored: List[str] = []  # configured past HEALTH_MAX_URLS
         self._discovered_seen: Dict[str, float] = {}
+        self._remote: Set[str] = set()  # discovered URLs that are not this host's: listed, never probed
+        self._local_addresses: Set[str] = set()
+        self._local_read_mono = -1e18
+        self._hostname = socket.gethostname()
         self._endpoints: Dict[str, _HealthEndpoint] = {}
         self._in_flight: Set[str] = set()
         # Kept across removal and re-adding of a URL, so reconfiguring cannot beat the rate limits.
@@ -2750,8 +2880,12 @@ class HealthProber:
     ) -> Dict[str, Any]:
         """Change what is probed; None leaves a setting as it is. Returns the settings now in force.
 
+        A URL that cannot be probed (too long, malformed) or one past ``HEALTH_MAX_URLS`` is not refused: it
+        is an ERROR row, and the other URLs are probed.
+
         Raises:
-            ValueError: With one readable line, for a bad value (nothing is changed then).
+            ValueError: With one readable line, for a malformed command (a value of the wrong type; nothing is
+                changed then).
         """
         new_urls: Optional[List[str]] = None
         if urls is not None:
@@ -2761,12 +2895,8 @@ class HealthProber:
             for url in urls:
                 if not isinstance(url, str):
                     raise ValueError("urls must be a list of strings")
-                if len(url) > HEALTH_MAX_URL_CHARS:
-                    raise ValueError(f"health URL longer than {HEALTH_MAX_URL_CHARS} characters")
                 if url not in new_urls:
                     new_urls.append(url)
-            if len(new_urls) > HEALTH_MAX_URLS:
-                raise ValueError(f"at most {HEALTH_MAX_URLS} health URLs")
         for name, value in (("generate", generate), ("discover", discover)):
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false")
@@ -2777,13 +2907,15 @@ class HealthProber:
                 raise ValueError(f"{name} must be a number of seconds in (0, {upper:g}]")
         with self._lock:
             if new_urls is not None:
-                self._configured = new_urls
+                self._configured = new_urls[:HEALTH_MAX_URLS]
+                self._ignored = new_urls[HEALTH_MAX_URLS:]
             if generate is not None:
                 self._generate = generate
             if discover is not None:
                 self._discover = discover
                 if not discover:
                     self._discovered_seen.clear()
+                    self._remote.clear()
             if interval_s is not None:
                 self._interval_s = float(interval_s)
             if deadline_s is not None:
@@ -2795,7 +2927,8 @@ class HealthProber:
         """Apply the agent's ``health`` command and return its reply's result.
 
         ``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S,
-        "deadline_s": S}``; every key but "cmd" is optional. Result: ``{"config": {...}, "samples": [...]}``.
+        "deadline_s": S, "discover_now": bool}``; every key but "cmd" is optional. Result: ``{"config":
+        {...}, "samples": [...]}``; ``discover_now`` looks for launchers before answering.
 
         Raises:
             ValueError: One readable line for a bad command.
@@ -2809,7 +2942,17 @@ class HealthProber:
             interval_s=command.get("interval_s"),
             deadline_s=command.get("deadline_s"),
         )
+        if command.get("discover_now") is True:
+            self.discover_now()
+            config = self.config()
         return {"config": config, "samples": self.samples()}
+
+    def discover_now(self) -> None:
+        """Look for launchers in /proc now, in the caller's thread (one-shot clients: snapshot, check)."""
+        with self._lock:
+            if not self._discover or self._closed:
+                return
+        self._apply_discovered(discover_health_urls(health_read_proc_cmdlines()))
 
     def update_discovered(self, processes: Optional[Iterable[Any]] = None) -> None:
         """Look for launchers and add (and retire) discovered URLs; call it at the process-list rate.
@@ -2832,11 +2975,17 @@ class HealthProber:
 
     def _apply_discovered(self, found: List[str]) -> None:
         now = time.monotonic()
+        if now - self._local_read_mono >= HEALTH_LOCAL_ADDRESSES_S:
+            self._local_read_mono = now
+            self._local_addresses = health_local_addresses()
+        local = self._local_addresses
+        remote = set(url for url in found if not health_is_local_url(url, local, self._hostname))
         with self._lock:
             if not self._discover:
                 return
             for url in found:
                 self._discovered_seen[url] = now
+            self._remote = (self._remote - set(found)) | remote
             for url, seen in list(self._discovered_seen.items()):
                 if now - seen > self._linger_s:
                     del self._discovered_seen[url]
@@ -2847,8 +2996,10 @@ class HealthProber:
 
     def _config_locked(self) -> Dict[str, Any]:
         return {
-            "urls": list(self._configured),
-            "discovered_urls": sorted(u for u in self._discovered_seen if u not in self._configured),
+            "urls": [_health_shown_url(u) for u in self._configured],
+            "discovered_urls": sorted(
+                _health_shown_url(u) for u in self._discovered_seen if u not in self._configured
+            ),
             "generate": self._generate,
             "discover": self._discover,
             "interval_s": self._interval_s,
@@ -2860,6 +3011,8 @@ class HealthProber:
         wanted: Dict[str, bool] = {}
         for url in self._configured:
             wanted[url] = False
+        if self._ignored:
+            wanted.setdefault(self._ignored[0], False)
         if self._discover:
             for url in sorted(self._discovered_seen):
                 wanted.setdefault(url, True)
@@ -2881,9 +3034,28 @@ class HealthProber:
                 self._endpoints[url] = endpoint
             else:
                 endpoint.discovered = discovered
+            endpoint.not_probed = self._not_probed_locked(url, discovered)
         if self._endpoints:
             self._ensure_thread_locked()
         self._lock.notify_all()
+
+    def _not_probed_locked(self, url: str, discovered: bool) -> Optional[Tuple[Optional[str], str]]:
+        """(state, detail) of a listed endpoint that is never probed, or None for one that is."""
+        if self._ignored and url == self._ignored[0] and url not in self._configured:
+            more = len(self._ignored) - 1
+            return (
+                HEALTH_STATE_ERROR,
+                f"not probed: at most {HEALTH_MAX_URLS} health URLs; this one"
+                + (f" and {more} more are" if more else " is")
+                + " ignored",
+            )
+        if discovered and url in self._remote:
+            try:
+                host = urlsplit(url).hostname or "?"
+            except ValueError:
+                host = "?"
+            return (None, f"not probed: found on {host}, not an address of this host (add it with --health)")
+        return None
 
     def _ensure_thread_locked(self) -> None:
         if self._thread is None and not self._closed:
@@ -2903,13 +3075,15 @@ class HealthProber:
             ordered += sorted(u for u in self._endpoints if u not in self._configured)
             for url in ordered:
                 endpoint = self._endpoints[url]
-                detail = endpoint.detail
-                if endpoint.generating and not self._generate and endpoint.state is None:
+                state, detail = endpoint.state, endpoint.detail
+                if endpoint.not_probed is not None:
+                    state, detail = endpoint.not_probed
+                elif endpoint.generating and not self._generate and endpoint.state is None:
                     detail = HEALTH_NOT_PROBED_GENERATE
                 result.append(
                     {
-                        "url": endpoint.url,
-                        "state": endpoint.state,
+                        "url": _health_shown_url(endpoint.url),
+                        "state": state,
                         "code": endpoint.code,
                         "latency_ms": endpoint.latency_ms,
                         "since": endpoint.since,
@@ -2973,7 +3147,7 @@ class HealthProber:
         for endpoint in list(self._endpoints.values()):
             if endpoint.url in self._in_flight:
                 continue
-            if endpoint.generating and not self._generate:
+            if (endpoint.generating and not self._generate) or endpoint.not_probed is not None:
                 continue
             if endpoint.next_due <= now:
                 self._in_flight.add(endpoint.url)
@@ -3006,7 +3180,7 @@ class HealthProber:
                 endpoint.state = state
                 endpoint.code = result["code"]
                 endpoint.latency_ms = result["latency_ms"]
-                endpoint.detail = result["detail"]
+                endpoint.detail = _health_scrub(result["detail"], url)
                 endpoint.checked_at = now
                 if state == HEALTH_STATE_UP:
                     endpoint.last_ok = now
@@ -3055,9 +3229,8 @@ class Agent(object):
         telemetry_interval_s: Seconds between reads of utilisation, temperature and power (0: every
             sample); memory is read on every sample.
 
-    Raises:
-        ValueError: One readable line: more than ``HEALTH_MAX_URLS`` health URLs, or one longer than
-            ``HEALTH_MAX_URL_CHARS``.
+    A bad health setting is an ERROR row of the health list (``HealthProber``), never a collector that does
+    not start: the host's GPUs are shown whatever the health URLs are.
     """
 
     def __init__(
@@ -3075,7 +3248,6 @@ class Agent(object):
         full_sweep_every: int = FULL_SWEEP_EVERY,
         telemetry_interval_s: float = TELEMETRY_INTERVAL_S,
     ) -> None:
-        # First, so that a bad health setting fails before any NVML thread or nvidia-smi is started.
         self._health = HealthProber(health_urls, discover=discover_health, generate=bool(health_generate))
         self.target = target
         self.read_only = bool(read_only)

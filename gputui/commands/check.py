@@ -24,7 +24,7 @@ from gputui.model import HostSnapshot, Verdict, snapshots_document
 from gputui.state import StateError, load_baselines, save_baselines
 from gputui.targets import default_targets, open_link, options_from_args
 from gputui.textsafe import json_visible, visible
-from gputui.transports.base import HostLink, LinkError, full_sample
+from gputui.transports.base import HostLink, LinkError, full_sample, wait_for_health
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -247,6 +247,7 @@ def _check_target(
     waited: float | None = None
     try:
         link.open()
+        wait_for_health(link)  # the health the host's launchers and configured URLs report, like the TUI's
         snapshot = full_sample(link, target)
         if args.calibrate:
             if demo:
