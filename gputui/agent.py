@@ -3195,6 +3195,11 @@ class HealthProber:
 # The agent
 
 
+INTERVAL_MIN_S = 0.05
+"""The shortest sample interval (``check --wait`` samples every 0.09 s): shorter would only spin the CPU."""
+INTERVAL_MAX_S = 3600.0
+
+
 def _finite_positive(value: Any) -> Optional[float]:
     if isinstance(value, bool):
         return None
@@ -3205,6 +3210,12 @@ def _finite_positive(value: Any) -> Optional[float]:
     if not number > 0 or math.isinf(number) or math.isnan(number):
         return None
     return number
+
+
+def seconds_in_range(value: Any, low: float, high: float) -> Optional[float]:
+    """``value`` as seconds when it is a number in [``low``, ``high``], else None."""
+    number = _finite_positive(value)
+    return number if number is not None and low <= number <= high else None
 
 
 class Agent(object):
@@ -3599,9 +3610,11 @@ class Agent(object):
         updates = {}  # type: Dict[str, float]
         for key in ("memory_interval_s", "process_interval_s"):
             if key in command and command[key] is not None:
-                value = _finite_positive(command[key])
+                value = seconds_in_range(command[key], INTERVAL_MIN_S, INTERVAL_MAX_S)
                 if value is None:
-                    raise _CommandError("%s must be a positive number of seconds" % key)
+                    raise _CommandError(
+                        "%s must be a number of seconds from %g to %g" % (key, INTERVAL_MIN_S, INTERVAL_MAX_S)
+                    )
                 updates[key] = value
         health_keys = ("health_urls", "discover_health", "health_generate")
         if any(command.get(key) is not None for key in health_keys):
@@ -3690,9 +3703,9 @@ class Agent(object):
             targets.append((pid, ticks))
         escalate_s = command.get("escalate_s")
         if escalate_s is not None:
-            escalate_s = _finite_positive(escalate_s)
+            escalate_s = seconds_in_range(escalate_s, 0.0, ESCALATE_MAX_S)
             if escalate_s is None:
-                raise _CommandError("escalate_s must be a positive number of seconds or null")
+                raise _CommandError("escalate_s must be seconds up to %g, or null" % ESCALATE_MAX_S)
         return {
             "outcomes": _Killer(
                 self, SIGNALS[signal_name], signal_name, bool(command.get("tree")), escalate_s
@@ -4316,8 +4329,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the remote form; returns the exit status (the served form exits in ``leave``)."""
     args = build_arg_parser().parse_args(argv)
     for name in ("interval", "process_interval"):
-        if _finite_positive(getattr(args, name)) is None:
-            sys.stderr.write("gputui-agent: --%s must be a positive number\n" % name.replace("_", "-"))
+        if seconds_in_range(getattr(args, name), INTERVAL_MIN_S, INTERVAL_MAX_S) is None:
+            sys.stderr.write(
+                "gputui-agent: --%s must be a number of seconds from %g to %g\n"
+                % (name.replace("_", "-"), INTERVAL_MIN_S, INTERVAL_MAX_S)
+            )
             return 2
     if not (_finite_positive(args.telemetry_interval) is not None or args.telemetry_interval == 0):
         sys.stderr.write("gputui-agent: --telemetry-interval must be 0 or a positive number\n")

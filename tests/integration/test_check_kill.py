@@ -488,6 +488,15 @@ def test_read_only_refuses_before_anything(env: dict[str, str], fake_nvml: Any) 
     assert not (Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl").exists()
 
 
+def test_options_may_follow_the_host_and_the_pids(env: dict[str, str], fake_nvml: Any) -> None:
+    """``gputui kill HOST --yes PID`` failed ("unrecognized arguments"); global options may come first."""
+    with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml) as server:
+        victim = server["scheduler_TP0"]
+        result = run_gputui(["--no-discover", "kill", "local", "--yes", str(victim), "--signal", "KILL"], env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        wait_for(lambda: is_gone(victim, server.ticks[victim]), "the victim to die")
+
+
 def test_no_terminal_and_no_yes_refuses(env: dict[str, str], fake_nvml: Any) -> None:
     with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml) as server:
         victim = server["scheduler_TP0"]
@@ -500,10 +509,14 @@ def test_no_terminal_and_no_yes_refuses(env: dict[str, str], fake_nvml: Any) -> 
 
 @pytest.mark.parametrize(
     ("words", "message"),
-    [(["local", "12x"], "gputui: kill: not a process id: '12x'"),
-     (["4242", "-"], "gputui: kill: not a process id: '-'"),
+    [(["local", "12x"], "gputui: kill: not a process id: '12x' (process ids are decimal numbers)"),
+     (["4242", "-"], "gputui: kill: not a process id: '-' (process ids are decimal numbers)"),
      ([], "gputui: kill: name at least one process id, or use --all-gpu"),
-     (["99999999"], "gputui: kill: not a process id: '99999999'")],
+     (["99999999"], "gputui: kill: not a process id: '99999999' (from 1 to 4194304)"),
+     # Numbers in other spellings were taken for host names and connected to:
+     (["1e3"], "gputui: kill: not a process id: '1e3' (process ids are decimal numbers)"),
+     (["0x10", "5"], "gputui: kill: not a process id: '0x10' (process ids are decimal numbers)"),
+     (["+5"], "gputui: kill: not a process id: '+5' (process ids are decimal numbers)")],
 )
 def test_bad_pid_words_are_one_line(env: dict[str, str], words: list[str], message: str) -> None:
     result = run_gputui(["kill", "--yes", *words], env)
