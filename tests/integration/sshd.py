@@ -357,6 +357,19 @@ def ssh_client(tmp_path: Path, ssh_keys: dict[str, Path], monkeypatch: pytest.Mo
 SshdFactory = Callable[..., SshdServer]
 
 
+def host_without_python(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, alias: str, gpus_csv: str | None = None
+) -> SshdServer:
+    """A trusted server named ``alias`` with no python3, whose fake nvidia-smi prints ``gpus_csv``."""
+    server = sshd_factory(python="none")
+    assert server.smi_dir is not None
+    if gpus_csv is not None:
+        (server.smi_dir / "gpus.csv").write_text(gpus_csv)
+    ssh_client.add_host(alias, server)
+    ssh_client.trust(server)
+    return server
+
+
 @pytest.fixture
 def sshd_factory(
     tmp_path: Path, ssh_keys: dict[str, Path], fake_nvml: FakeNvml, bare_python: str

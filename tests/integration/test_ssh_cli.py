@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
-from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
+from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen, host_without_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -113,12 +113,9 @@ LOST_GPU_CSV = (
 def test_a_lost_gpu_on_a_host_without_python3_cannot_tell(
     sshd_factory: SshdFactory, ssh_client: ClientHome
 ) -> None:
-    server = sshd_factory(python="none")
+    server = host_without_python(sshd_factory, ssh_client, "reduced", LOST_GPU_CSV)
     assert server.smi_dir is not None
-    (server.smi_dir / "gpus.csv").write_text(LOST_GPU_CSV)
     (server.smi_dir / "gpus.rc").write_text("15\n")
-    ssh_client.add_host("reduced", server)
-    ssh_client.trust(server)
     done = _gputui("check", "reduced")
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stdout.splitlines()

@@ -514,14 +514,18 @@ def test_tool_style_sweep(fake_nvml: FakeNvml) -> None:
     assert set(unexpected) <= {"driver_model", "proc_util", "no_fan"}
 
 
-def test_exported_symbols(fake_nvml_lib: Path) -> None:
+def _exported(lib_dir: Path) -> set[str]:
     out = subprocess.run(
-        ["nm", "-D", "--defined-only", str(fake_nvml_lib / "libnvidia-ml.so.1")],  # noqa: S607
+        ["nm", "-D", "--defined-only", str(lib_dir / "libnvidia-ml.so.1")],  # noqa: S607
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    symbols = {line.split()[-1] for line in out.splitlines() if " T " in line}
+    return {line.split()[-1] for line in out.splitlines() if " T " in line}
+
+
+def test_exported_symbols(fake_nvml_lib: Path) -> None:
+    symbols = _exported(fake_nvml_lib)
     for required in (
         "nvmlInit",
         "nvmlInit_v2",
@@ -541,16 +545,6 @@ def test_exported_symbols(fake_nvml_lib: Path) -> None:
     assert "nvmlDeviceGetConfComputeMemSizeInfo" not in symbols
     assert "nvmlDeviceGetRunningProcessDetailList" not in symbols
     assert all(s.startswith("nvml") for s in symbols), symbols - {s for s in symbols if s.startswith("nvml")}
-
-
-def _exported(lib_dir: Path) -> set[str]:
-    out = subprocess.run(
-        ["nm", "-D", "--defined-only", str(lib_dir / "libnvidia-ml.so.1")],  # noqa: S607
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return {line.split()[-1] for line in out.splitlines() if " T " in line}
 
 
 def test_older_driver_builds_lack_exactly_their_symbols(
