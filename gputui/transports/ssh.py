@@ -1059,6 +1059,9 @@ class SshLink(HostLink):
 
 REDUCED_PS_LINES_CAP = 200_000
 """Most ``ps`` lines taken from one reduced-mode sample (a runaway host must not eat our memory)."""
+REDUCED_PS_LINE_CHARS = 4096
+"""Most characters kept of one ``ps`` line: a process's command line is cut there, as the collector cuts it
+(``gputui.agent.WIRE_CMDLINE_BYTES``), and marked ``cmdline_truncated``."""
 
 
 def reduced_command(nonce: str, options: LinkOptions) -> str:
@@ -1129,7 +1132,7 @@ class _ReducedStream:
                     raise LinkError(
                         f"{self.target}: reduced collector sent over {REDUCED_PS_LINES_CAP} lines"
                     )
-                bucket.append(line)
+                bucket.append(line[: REDUCED_PS_LINE_CHARS + 1])  # one more: _reduced_processes sees the cut
             return None
         word, _, rest = line[len(self.marker) :].partition(" ")
         if word == "boot":
@@ -1205,7 +1208,8 @@ def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> 
     """
     table: dict[int, dict[str, Any]] = {}
     for line in ps_lines:
-        words = line.split(None, 4)
+        truncated = len(line) > REDUCED_PS_LINE_CHARS
+        words = line[:REDUCED_PS_LINE_CHARS].split(None, 4)
         if len(words) < 4 or not words[0].isdigit() or not words[1].isdigit():
             continue
         args = words[4].split() if len(words) > 4 else []
@@ -1216,6 +1220,7 @@ def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> 
             "user": words[3],
             "name": Path(args[0]).name if args else None,
             "cmdline": args,
+            "cmdline_truncated": truncated,
         }
     wanted = set(held)
     children: dict[int, list[int]] = {}

@@ -210,3 +210,24 @@ def test_a_host_with_more_stuck_processes_than_a_line_holds_says_how_many_are_le
             assert HostSnapshot.from_dict(capped).processes_omitted == capped["processes_omitted"]
         finally:
             collector.close()
+
+
+def test_a_host_without_python3_cuts_command_lines_too(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    """The reduced mode reads ``ps``: a process's line is cut as the collector cuts command lines."""
+    from tests.integration._procs import SLEEPER, script
+    from tests.integration.sshd import host_without_python
+
+    gpus = "0, NVIDIA H200, GPU-aaaa-0000, 00000000:17:00.0, 20483, 143771, 97, 61, 512.30, 700.00\n"
+    server = host_without_python(sshd_factory, ssh_client, "reduced", gpus)
+    assert server.smi_dir is not None
+    with script(SLEEPER, ["sleeper"], argv_extra=["y" * 100_000]) as holder:
+        pid = holder.pids["sleeper"]
+        (server.smi_dir / "apps.csv").write_text(f"GPU-aaaa-0000, {pid}, 20480\n")
+        done = _gputui("snapshot", "--json", "reduced")
+    assert done.returncode == 0, done.stderr
+    listed = _listed(json.loads(done.stdout)["hosts"][0], pid)
+    assert listed["cmdline_truncated"] is True
+    assert len(" ".join(listed["cmdline"])) < 4096
+    assert listed["cmdline"][-1].startswith("y" * 1000)
