@@ -6,7 +6,8 @@ nothing installed. It uses pynvml and psutil when they are importable; without p
 ``nvidia-smi --query-gpu=... -lms N`` process; without psutil it reads /proc directly.
 
 Remote form: ``python3 -u -c '<exec of this source>' ARGS``; after the source, stdin carries JSON-line
-commands and stdout carries JSON-line messages (``hello``, ``snapshot``, ``reply``). See ``serve()``.
+commands and stdout carries JSON-line messages (``hello``, ``snapshot``, ``reply``). See ``serve()``; the
+collector ends within seconds once its client is gone, at any stage (``ClientSession``).
 
 No host content can make a line large: a process's command line is cut to ``WIRE_CMDLINE_BYTES`` on the
 wire (``cmdline_truncated`` says so), a line's command lines together to ``WIRE_CMDLINE_BUDGET_BYTES``, and a
@@ -18,7 +19,8 @@ Health endpoints (``--health URL``, ``configure``'s ``health_urls`` / ``discover
 ``health_generate``, and launchers found in the process list) are probed from this host by a
 ``HealthProber`` on threads of its own; every snapshot carries their latest state in ``health``. The
 ``health`` command (``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S,
-"deadline_s": S}``, every key optional) changes what is probed and answers ``{"config", "samples"}``.
+"deadline_s": S, "discover_now": bool}``, every key optional) changes what is probed and answers
+``{"config", "samples"}``. Discovery probes only this host's own addresses.
 
 Errors are data: a missing driver, a lost GPU or a hung NVML call become an ``error`` string on the host or on
 that GPU; every NVML call runs on a per-device worker thread with a deadline, so one stuck device never stalls
