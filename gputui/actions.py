@@ -10,7 +10,6 @@ The names of stages and results are the agent's (its kill vocabulary block).
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import time
@@ -32,6 +31,7 @@ from gputui.agent import (
 )
 from gputui.analysis import KilledJob, gpu_memory_by_pid, graphics_only_pids, kill_all_roots
 from gputui.model import STATE_ZOMBIE, HostSnapshot, Proc
+from gputui.textsafe import json_visible
 from gputui.transports.base import HostLink, LinkError
 
 SIGNALS = ("INT", "TERM", "KILL")
@@ -523,7 +523,7 @@ class AuditLog:
         directory = state.ensure_state_dir(self.state_dir)
         path = directory / state.AUDIT_FILE
         for line in lines:
-            state.append_line(path, json.dumps(line, ensure_ascii=False, separators=(",", ":")))
+            state.append_line(path, json_visible(line, separators=(",", ":")))
         return path
 
     def intent(self, plan: KillPlan) -> Path:

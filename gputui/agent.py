@@ -6,13 +6,21 @@ nothing installed. It uses pynvml and psutil when they are importable; without p
 ``nvidia-smi --query-gpu=... -lms N`` process; without psutil it reads /proc directly.
 
 Remote form: ``python3 -u -c '<exec of this source>' ARGS``; after the source, stdin carries JSON-line
-commands and stdout carries JSON-line messages (``hello``, ``snapshot``, ``reply``). See ``serve()``.
+commands and stdout carries JSON-line messages (``hello``, ``snapshot``, ``reply``). See ``serve()``; the
+collector ends within seconds once its client is gone, at any stage (``ClientSession``).
+
+No host content can make a line large: a process's command line is cut to ``WIRE_CMDLINE_BYTES`` on the
+wire (``cmdline_truncated`` says so), a line's command lines together to ``WIRE_CMDLINE_BUDGET_BYTES``, and a
+snapshot lists at most ``WIRE_MAX_PROCESSES`` processes (``processes_omitted`` counts the rest). The
+``process`` command (``{"cmd": "process", "pid": P, "start_ticks": T}``) returns one process's whole
+command line, for the kill confirmation and a process's detail.
 
 Health endpoints (``--health URL``, ``configure``'s ``health_urls`` / ``discover_health`` /
 ``health_generate``, and launchers found in the process list) are probed from this host by a
 ``HealthProber`` on threads of its own; every snapshot carries their latest state in ``health``. The
 ``health`` command (``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S,
-"deadline_s": S}``, every key optional) changes what is probed and answers ``{"config", "samples"}``.
+"deadline_s": S, "discover_now": bool}``, every key optional) changes what is probed and answers
+``{"config", "samples"}``. Discovery probes only this host's own addresses.
 
 Kills (``KILL_COMMAND`` and its vocabulary block): every check and signal happens right away; the wait,
 the TERM-to-KILL escalation and the KILL's confirmation then run on a thread of the kill operation's own,
@@ -27,21 +35,24 @@ the snapshot stream. Nothing here ever builds a shell command line.
 from __future__ import annotations
 
 import argparse
+import base64
+import functools
 import ipaddress
 import json
 import math
 import os
 import pwd
+import queue
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import unicodedata
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 try:  # NVIDIA's bindings (nvidia-ml-py); the library itself is only loaded by nvmlInit.
     import pynvml as _pynvml
@@ -78,12 +89,34 @@ DRAIN_WINDOW_S = 5.0
 """After the last drop, how long process lists stay on the draining cadence."""
 DRAIN_PROCESS_INTERVAL_S = 0.5
 """Seconds between process lists while a GPU drains (unless the configured interval is already shorter)."""
+# What one process may cost on the wire. Host content is hostile (an unprivileged user can give processes
+# megabytes of argv, and control bytes take six bytes each once JSON-escaped), so every size below is in
+# bytes of the JSON line, escapes included, and together they keep a full snapshot line a few MiB at most,
+# far below the client's limit on one line (16 MiB, gputui.transports.ssh.LINE_CAP_BYTES).
+WIRE_CMDLINE_BYTES = 4096
+"""Most bytes a process's command line takes in a snapshot line; a longer one is cut and the process is
+marked ``"cmdline_truncated": true`` (the whole text is one ``process`` command away)."""
+WIRE_CMDLINE_BUDGET_BYTES = 2 * MIB
+"""Most bytes of command lines in one snapshot or kill reply; past it, every further command line is cut
+to ``WIRE_CMDLINE_TIGHT_BYTES``."""
+WIRE_CMDLINE_TIGHT_BYTES = 256
+WIRE_MAX_PROCESSES = 4096
+"""Most processes one snapshot lists: GPU process trees first, then zombie / D-state processes; the
+number left out is ``processes_omitted``."""
+WIRE_MAX_DEVICE_HOLDERS = 4096
+WIRE_TEXT_CHARS = 256
+"""Most characters of a user name or a one-line error in a snapshot."""
+PROCESS_TEXT_BYTES = 8 * MIB
+"""Most bytes of the command line the ``process`` command returns (the whole text of any ordinary
+process; still half of the client's line limit)."""
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
 KILL_KEEP_S = 60.0
 """A finished kill operation's outcomes stay available to ``kill_wait`` this long."""
 KILL_POLL_S = 0.05
 """How often a kill operation looks whether what it signalled is gone."""
+ESCALATE_MAX_S = 3600.0
+"""The longest escalation delay a kill may ask for."""
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
 SMI_QUERY_GPU = (
     "index,name,uuid,pci.bus_id,memory.used,memory.total,"
@@ -187,6 +220,99 @@ try:
     CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 except (ValueError, OSError, AttributeError):  # pragma: no cover - non-Linux
     CLOCK_TICKS_PER_S = 100
+
+
+# ----------------------------------------------------------------------------------------------------
+# Text safety: the one policy of the whole project (the client's gputui.textsafe uses these functions)
+#
+# Every string that came from a machine is hostile. Shown raw, C0/C1 controls move the cursor, retitle or
+# clear the terminal (``\x1b]0;t\x07``, ``\x1b[2J``, ``\x9b``), bidi controls reverse what follows
+# (U+202E) and zero-width characters hide text or make two different names look the same. The policy is a
+# fixed list of code points, not ``unicodedata`` categories, so that a collector on Python 3.8 and a client
+# on 3.13 agree on every character.
+
+TEXT_ELLIPSIS = "\u2026"
+_TEXT_SHORT_ESCAPES = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+TEXT_INVISIBLE = frozenset(
+    [0x00AD, 0x061C, 0x180E, 0xFEFF, 0xE0001]
+    + list(range(0x200B, 0x2010))  # zero-width space/non-joiner/joiner, direction marks
+    + list(range(0x2028, 0x202F))  # line/paragraph separators, bidi embeddings and overrides
+    + list(range(0x2060, 0x2065))  # word joiner, invisible operators
+    + list(range(0x2066, 0x2070))  # bidi isolates, deprecated format characters
+    + list(range(0xFFF9, 0xFFFC))  # interlinear annotation
+    + list(range(0x1BCA0, 0x1BCA4))  # shorthand format controls
+    + list(range(0x1D173, 0x1D17B))  # musical symbol formatting
+    + list(range(0xE0020, 0xE0080))  # tag characters (invisible text)
+)
+"""Code points that are invisible, reorder the text around them, or break the line, beyond C0/C1/DEL."""
+
+
+def text_escape(code: int) -> Optional[str]:
+    """The visible form of one code point, or None when it is shown as itself.
+
+    C0 controls, DEL and C1 controls become ``\\xNN`` (tab, newline and carriage return ``\\t``, ``\\n``,
+    ``\\r``); the code points of ``TEXT_INVISIBLE`` become ``\\uNNNN`` / ``\\UNNNNNNNN``; a lone surrogate
+    of an undecodable byte (surrogateescape, U+DC80..U+DCFF) becomes that byte's ``\\xNN``, any other lone
+    surrogate ``\\uNNNN``. Backslashes are left alone: the escapes are for reading, not for decoding.
+    """
+    if code < 0x20 or 0x7F <= code <= 0x9F:
+        return _TEXT_SHORT_ESCAPES.get(code) or "\\x%02x" % code
+    if code in TEXT_INVISIBLE:
+        return "\\u%04x" % code if code <= 0xFFFF else "\\U%08x" % code
+    if 0xDC80 <= code <= 0xDCFF:
+        return "\\x%02x" % (code - 0xDC00)
+    if 0xD800 <= code <= 0xDFFF:
+        return "\\u%04x" % code
+    return None
+
+
+class _TextTable(dict):
+    """A ``str.translate`` table that works out (and keeps) each code point's visible form on first sight."""
+
+    def __missing__(self, code: int) -> str:
+        escaped = text_escape(code)
+        value = chr(code) if escaped is None else escaped
+        self[code] = value
+        return value
+
+
+_TEXT_TABLE = _TextTable()
+
+
+def visible_text(text: Any, max_chars: Optional[int] = None) -> str:
+    """``text`` with every terminal-active or invisible character replaced by a visible escape.
+
+    Args:
+        text: The untrusted value; bytes are decoded as UTF-8 with invalid bytes as ``\\xNN``, anything
+            else that is not a str goes through ``str()``.
+        max_chars: Longest result in characters; a longer one is cut at a character or escape boundary and
+            ends with an ellipsis (an escape is never cut in half). None: no limit; below 1: "".
+
+    Returns:
+        Text that is safe to write to a terminal as plain text (and always encodable as UTF-8).
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", "backslashreplace")
+    elif not isinstance(text, str):
+        text = str(text)
+    if max_chars is None:
+        return text.translate(_TEXT_TABLE)
+    if max_chars <= 0:
+        return ""
+    # Translate only what can be shown: a 2 MB argv shown in 40 columns costs 40 characters of work.
+    head = text[: max_chars + 1].translate(_TEXT_TABLE)
+    if len(head) <= max_chars and len(text) <= max_chars:
+        return head
+    pieces = []  # type: List[str]
+    used = 0
+    budget = max_chars - 1  # room for the ellipsis
+    for char in text:
+        piece = _TEXT_TABLE[ord(char)]
+        if used + len(piece) > budget:
+            break
+        pieces.append(piece)
+        used += len(piece)
+    return "".join(pieces) + TEXT_ELLIPSIS
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -498,6 +624,78 @@ def read_cmdline(pid: int) -> Optional[List[str]]:
     if data.endswith(b"\0"):
         data = data[:-1]
     return [_text(part) for part in data.split(b"\0")]
+
+
+def _json_bytes(char: str) -> int:
+    """Bytes one character takes inside a JSON string written with ``ensure_ascii=False`` as UTF-8."""
+    code = ord(char)
+    if code < 0x80:
+        if char in '"\\':
+            return 2
+        if code < 0x20:
+            return 2 if char in "\b\f\n\r\t" else 6  # \\n, or \\u0001
+        return 1
+    if code < 0x800:
+        return 2
+    if 0xD800 <= code <= 0xDFFF:
+        return 6  # a lone surrogate leaves the writer as a \\udcNN escape
+    return 3 if code < 0x10000 else 4
+
+
+def wire_cmdline(argv: List[str], max_bytes: int) -> Tuple[List[str], bool, int]:
+    """``argv`` cut so that its JSON form (``["a","b"]``, UTF-8) takes at most ``max_bytes``.
+
+    Counts what the line will really carry: a control byte costs six bytes (``\\u0001``), an invalid byte
+    (kept as ``\\xNN`` text) five, a CJK character three. Only as many characters as fit are looked at.
+
+    Returns:
+        (the argv to send, whether anything was cut, the bytes it takes on the wire).
+    """
+    # Every character costs at most 6 bytes and every argument 3 more (quotes, comma): most argv fit at once.
+    if 6 * sum(len(arg) for arg in argv) + 3 * len(argv) + 2 <= max_bytes:
+        wire = json.dumps(argv, ensure_ascii=False, separators=(",", ":"))
+        return argv, False, len(wire.encode("utf-8", "backslashreplace"))
+    kept = []  # type: List[str]
+    used = 1  # the opening bracket
+    for arg in argv:
+        if used + 3 > max_bytes:  # its quotes and the closing bracket (or the comma) no longer fit
+            return kept, True, max(used, 2)
+        used += 3
+        end = 0
+        for char in arg:
+            cost = _json_bytes(char)
+            if used + cost > max_bytes:
+                kept.append(arg[:end])
+                return kept, True, used
+            used += cost
+            end += 1
+        kept.append(arg)
+    return kept, False, used
+
+
+def wire_text(value: Optional[str], max_chars: int = WIRE_TEXT_CHARS) -> Optional[str]:
+    """A short host string (user name, error line) cut to ``max_chars`` characters, marked with "…"."""
+    if value is None or len(value) <= max_chars:
+        return value
+    return value[: max_chars - 1] + TEXT_ELLIPSIS
+
+
+class _WireBudget(object):
+    """The command-line bytes one snapshot line (or kill reply) may still spend.
+
+    Each command line comes already cut to ``WIRE_CMDLINE_BYTES``; once ``WIRE_CMDLINE_BUDGET_BYTES`` are
+    spent, the rest are cut to ``WIRE_CMDLINE_TIGHT_BYTES``.
+    """
+
+    def __init__(self, budget_bytes: int = WIRE_CMDLINE_BUDGET_BYTES) -> None:
+        self.left = budget_bytes
+
+    def take(self, argv: List[str], truncated: bool, wire_bytes: int) -> Tuple[List[str], bool]:
+        if self.left <= 0 and wire_bytes > WIRE_CMDLINE_TIGHT_BYTES:
+            argv, cut, wire_bytes = wire_cmdline(argv, WIRE_CMDLINE_TIGHT_BYTES)
+            truncated = truncated or cut
+        self.left -= wire_bytes
+        return argv, truncated
 
 
 def read_real_uid(pid: int) -> Optional[int]:
@@ -926,12 +1124,17 @@ def scan_device_holders(table: Dict[int, ProcStat]) -> List[Dict[str, Any]]:
 
 
 class _ProcDetails(object):
-    """Per-process details (user, cmdline, rss) with caches, from /proc or psutil."""
+    """Per-process details (user, cmdline, rss) with caches, from /proc or psutil.
+
+    Command lines are kept and returned as they go on the wire: cut to ``WIRE_CMDLINE_BYTES``
+    (``wire_cmdline``), never the megabytes a process may carry.
+    """
 
     def __init__(self, use_psutil: bool) -> None:
         self.use_psutil = bool(use_psutil and _psutil is not None)
         self._users = {}  # type: Dict[int, Optional[str]]
-        self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, int, List[str]]]
+        # (pid, start ticks) -> (read at, uid, cmdline as sent, whether it was cut, its bytes on the wire)
+        self._cmdlines = {}  # type: Dict[Tuple[int, int], Tuple[float, int, List[str], bool, int]]
         self._cgroups = {}  # type: Dict[Tuple[int, int], Tuple[float, Optional[str]]]
 
     def cgroup(self, stat: ProcStat) -> Optional[str]:
@@ -950,13 +1153,31 @@ class _ProcDetails(object):
             return None
         if uid not in self._users:
             try:
-                self._users[uid] = _clean(pwd.getpwuid(uid).pw_name)
+                self._users[uid] = wire_text(_clean(pwd.getpwuid(uid).pw_name))
             except (KeyError, OverflowError):
                 self._users[uid] = str(uid)
         return self._users[uid]
 
+    def read(self, pid: int) -> Tuple[Optional[int], Optional[List[str]]]:
+        """The real uid and the whole argv of a process (None for what could not be read)."""
+        uid, cmdline = None, None  # type: Optional[int], Optional[List[str]]
+        if self.use_psutil:
+            try:
+                proc = _psutil.Process(pid)
+                uid = proc.uids().real
+                try:
+                    cmdline = [_clean(a) or "" for a in proc.cmdline()]
+                except _psutil.ZombieProcess:
+                    cmdline = []
+            except _psutil.Error:
+                pass
+        else:
+            uid = read_real_uid(pid)
+            cmdline = read_cmdline(pid)
+        return uid, cmdline
+
     def details(self, stat: ProcStat, now: float) -> Dict[str, Any]:
-        """uid, user, cmdline and rss_kib of one process (None for what could not be read).
+        """uid, user, cmdline (as sent), cmdline_truncated, cmdline_bytes and rss_kib of one process.
 
         The uid and cmdline of a process (pid + start ticks, so never another process's) are kept for
         ``CMDLINE_CACHE_S``: a process changes either only by exec or setuid, and a listed process would
@@ -967,37 +1188,32 @@ class _ProcDetails(object):
         rss_kib = stat.rss_pages * (_PAGE_SIZE // 1024)
         key = (stat.pid, stat.start_ticks)
         cached = self._cmdlines.get(key)
-        if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
-            uid, cmdline = cached[1], cached[2]  # type: Optional[int], Optional[List[str]]
-            return {
-                "uid": uid,
-                "user": self.user_name(uid),
-                "cmdline": cmdline,
-                "rss_kib": rss_kib,
-                "cgroup": self.cgroup(stat),
-            }
-        uid, cmdline = None, None
-        if self.use_psutil:
-            try:
-                proc = _psutil.Process(stat.pid)
-                uid = proc.uids().real
-                try:
-                    cmdline = [_clean(a) or "" for a in proc.cmdline()]
-                except _psutil.ZombieProcess:
-                    cmdline = []
-            except _psutil.Error:
-                pass
-        else:
-            uid = read_real_uid(stat.pid)
-            cmdline = read_cmdline(stat.pid)
-        if uid is not None and cmdline is not None:
-            self._cmdlines[key] = (now, uid, cmdline)
+        if cached is None or now - cached[0] >= CMDLINE_CACHE_S:
+            uid, full = self.read(stat.pid)
+            cmdline, truncated, wire_bytes = wire_cmdline(full or [], WIRE_CMDLINE_BYTES)
+            if uid is None or full is None:
+                return self._as_dict(uid, cmdline, truncated, wire_bytes, rss_kib, self.cgroup(stat))
+            cached = (now, uid, cmdline, truncated, wire_bytes)
+            self._cmdlines[key] = cached
+        return self._as_dict(cached[1], cached[2], cached[3], cached[4], rss_kib, self.cgroup(stat))
+
+    def _as_dict(
+        self,
+        uid: Optional[int],
+        cmdline: List[str],
+        truncated: bool,
+        wire_bytes: int,
+        rss_kib: int,
+        cgroup: Optional[str],
+    ) -> Dict[str, Any]:
         return {
             "uid": uid,
             "user": self.user_name(uid),
-            "cmdline": cmdline or [],
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
+            "cmdline_bytes": wire_bytes,
             "rss_kib": rss_kib,
-            "cgroup": self.cgroup(stat),
+            "cgroup": cgroup,
         }
 
     def forget_except(self, live: Set[Tuple[int, int]]) -> None:
@@ -1155,6 +1371,166 @@ def _as_str(value: Any) -> Optional[str]:
     return _clean(str(value))
 
 
+def _nvml_code(exc: BaseException) -> Optional[int]:
+    return getattr(exc, "value", None) if _pynvml is not None and isinstance(exc, _pynvml.NVMLError) else None
+
+
+def nvml_is_lost(exc: BaseException) -> bool:
+    """Whether an NVML failure says the GPU itself is gone (never a reason to try another call)."""
+    return _nvml_code(exc) == getattr(_pynvml, "NVML_ERROR_GPU_IS_LOST", -1)
+
+
+def nvml_function_missing(exc: BaseException) -> bool:
+    """Whether an NVML failure says this driver (or these bindings) lack the function that was called.
+
+    pynvml says it three ways: ``NVMLError`` FUNCTION_NOT_FOUND from a versioned call, its own
+    ``NVMLLibraryMismatchError`` (not an ``NVMLError``) from an unversioned wrapper whose newest version the
+    driver lacks, and ``AttributeError`` for a wrapper an older pynvml does not have.
+    """
+    if isinstance(exc, AttributeError):
+        return True
+    mismatch = getattr(_pynvml, "NVMLLibraryMismatchError", None)
+    if mismatch is not None and isinstance(exc, mismatch):
+        return True
+    return _nvml_code(exc) == getattr(_pynvml, "NVML_ERROR_FUNCTION_NOT_FOUND", -1)
+
+
+class NvmlVersions(object):
+    """One NVML query in all its versions, newest first: the one place where a versioned call falls back.
+
+    Each version is a callable; a version this driver lacks (``nvml_function_missing``) is remembered and not
+    tried again. Any other failure, but a lost GPU, falls back to the next version for this call only (a
+    version may be present and still refuse a device, or a struct version). The failure of the oldest version
+    is the caller's.
+    """
+
+    def __init__(self, name: str, *versions: Callable[..., Any], sticky: bool = False) -> None:
+        """``sticky``: a version that failed once is not tried again either (one device's calls)."""
+        self.name = name
+        self.versions = versions
+        self.sticky = sticky
+        self.missing = set()  # type: Set[int]
+
+    def __call__(self, *args: Any) -> Any:
+        failure = None  # type: Optional[BaseException]
+        for number, version in enumerate(self.versions):
+            if number in self.missing:
+                continue
+            try:
+                return version(*args)
+            except Exception as exc:
+                if nvml_is_lost(exc):
+                    raise
+                if nvml_function_missing(exc) or (self.sticky and number < len(self.versions) - 1):
+                    self.missing.add(number)
+                failure = exc
+        if failure is None:  # every version is missing from this driver
+            failure = RuntimeError("%s: no version of it in this NVML" % self.name)
+        raise failure
+
+
+def _nvml_raw(symbol: str) -> Any:
+    """A C function of the loaded libnvidia-ml by name (raises NVMLError FUNCTION_NOT_FOUND when absent)."""
+    return _pynvml._nvmlGetFunctionPointer(symbol)
+
+
+def _nvml_check(ret: int) -> None:
+    if ret != 0:
+        raise _pynvml.NVMLError(ret)
+
+
+def _nvml_count_v1() -> int:
+    import ctypes
+
+    count = ctypes.c_uint(0)
+    _nvml_check(_nvml_raw("nvmlDeviceGetCount")(ctypes.byref(count)))
+    return count.value
+
+
+def _nvml_handle_v1(index: int) -> Any:
+    import ctypes
+
+    handle = _pynvml.c_nvmlDevice_t()
+    _nvml_check(_nvml_raw("nvmlDeviceGetHandleByIndex")(ctypes.c_uint(index), ctypes.byref(handle)))
+    return handle
+
+
+def _nvml_pci_bus_id(symbol: str) -> Callable[[Any], Any]:
+    """The bus id from ``nvmlDeviceGetPciInfo`` (v1) or ``_v2``: both structs start with its 16 chars."""
+
+    def call(handle: Any) -> Any:
+        import ctypes
+
+        buffer = ctypes.create_string_buffer(256)  # larger than every version of nvmlPciInfo_t
+        _nvml_check(_nvml_raw(symbol)(handle, buffer))
+        return buffer.raw[:16].split(b"\0", 1)[0]
+
+    return call
+
+
+class _NvmlProcessInfoV1(object):
+    __slots__ = ("pid", "usedGpuMemory")
+
+    def __init__(self, pid: int, used: Optional[int]) -> None:
+        self.pid = pid
+        self.usedGpuMemory = used
+
+
+def _nvml_processes_v1(symbol: str) -> Callable[[Any], List[Any]]:
+    """The process list of a driver from before the ``_v2`` calls (``nvmlProcessInfo_v1_t``: pid, bytes)."""
+
+    def call(handle: Any) -> List[Any]:
+        import ctypes
+
+        class Info(ctypes.Structure):
+            _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+        fn = _nvml_raw(symbol)
+        count = ctypes.c_uint(0)
+        ret = fn(handle, ctypes.byref(count), None)
+        if ret == 0:
+            return []
+        if ret != getattr(_pynvml, "NVML_ERROR_INSUFFICIENT_SIZE", 7):
+            _nvml_check(ret)
+        count.value = count.value * 2 + 5  # room for processes started meanwhile
+        infos = (Info * count.value)()
+        _nvml_check(fn(handle, ctypes.byref(count), infos))
+        unavailable = (1 << 64) - 1
+        return [
+            _NvmlProcessInfoV1(info.pid, None if info.usedGpuMemory == unavailable else info.usedGpuMemory)
+            for info in infos[: count.value]
+        ]
+
+    return call
+
+
+def _pynvml_call(attribute: str) -> Callable[..., Any]:
+    """pynvml's wrapper ``attribute``, looked up at call time (AttributeError when these bindings lack it)."""
+    return lambda *args: getattr(_pynvml, attribute)(*args)
+
+
+def nvml_text(call: Callable[[], Any]) -> Optional[str]:
+    """A string an NVML call returns, as text; invalid UTF-8 (a corrupt name) is kept visible as ``\\xNN``.
+
+    pynvml decodes C strings strictly and raises UnicodeDecodeError, which still holds the bytes.
+    """
+    try:
+        return _as_str(call())
+    except UnicodeDecodeError as exc:
+        return _text(exc.object) if isinstance(exc.object, bytes) else None
+
+
+def _nvml_memory_v2(handle: Any) -> Tuple[int, int, Optional[int]]:
+    """(used, total, reserved) bytes; v2 reports the driver's reservation apart from used (R510 and later)."""
+    memory = _pynvml.nvmlDeviceGetMemoryInfo(handle, version=_pynvml.nvmlMemory_v2)
+    return memory.used, memory.total, memory.reserved
+
+
+def _nvml_memory_v1(handle: Any) -> Tuple[int, int, Optional[int]]:
+    memory = _pynvml.nvmlDeviceGetMemoryInfo(handle)
+    return memory.used, memory.total, None
+
+
 class _NvmlBackend(object):
     """GPU figures through pynvml, every call bounded by a deadline.
 
@@ -1179,12 +1555,35 @@ class _NvmlBackend(object):
         self._workers = []  # type: List[Optional[_Worker]]
         self._handles = []  # type: List[Any]
         self._static = []  # type: List[Optional[Dict[str, Any]]]
-        self._memory_v2 = []  # type: List[bool]
-        self._has_memory_v2 = False
+        self._memory = []  # type: List[NvmlVersions]
         self._memory_jobs = []  # type: List[Callable[[], Dict[str, Any]]]
         self._base = []  # type: List[Optional[Dict[str, Any]]]
         self._initialized = False
         self._last_init_try = -1e18
+        # Every versioned call, newest version first (drivers before R510 lack the _v3 process lists and v2
+        # memory info; older ones the _v2 calls too).
+        self._count = NvmlVersions("nvmlDeviceGetCount", _pynvml_call("nvmlDeviceGetCount"), _nvml_count_v1)
+        self._handle = NvmlVersions(
+            "nvmlDeviceGetHandleByIndex", _pynvml_call("nvmlDeviceGetHandleByIndex"), _nvml_handle_v1
+        )
+        self._pci_bus_id = NvmlVersions(
+            "nvmlDeviceGetPciInfo",
+            lambda handle: _pynvml_call("nvmlDeviceGetPciInfo_v3")(handle).busId,
+            _nvml_pci_bus_id("nvmlDeviceGetPciInfo_v2"),
+            _nvml_pci_bus_id("nvmlDeviceGetPciInfo"),
+        )
+        self._process_lists = [
+            (
+                kind,
+                NvmlVersions(
+                    name, _pynvml_call(name + "_v3"), _pynvml_call(name + "_v2"), _nvml_processes_v1(name)
+                ),
+            )
+            for kind, name in (
+                ("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                ("graphics", "nvmlDeviceGetGraphicsRunningProcesses"),
+            )
+        ]  # type: List[Tuple[str, NvmlVersions]]
 
     def start(self) -> None:
         """Initialise NVML now (bounded) instead of at the first sample."""
@@ -1198,15 +1597,15 @@ class _NvmlBackend(object):
 
         def init() -> Tuple[List[Any], Optional[str], Optional[str]]:
             nv.nvmlInit()
-            count = nv.nvmlDeviceGetCount()
+            count = self._count()
             handles = []  # type: List[Any]
             for index in range(count):
                 try:
-                    handles.append(nv.nvmlDeviceGetHandleByIndex(index))
-                except nv.NVMLError as exc:
+                    handles.append(self._handle(index))
+                except Exception as exc:  # that GPU shows the error, the others still work
                     handles.append(exc)
             try:
-                driver = _as_str(nv.nvmlSystemGetDriverVersion())
+                driver = nvml_text(nv.nvmlSystemGetDriverVersion)
             except nv.NVMLError:
                 driver = None
             try:
@@ -1232,8 +1631,11 @@ class _NvmlBackend(object):
         # A device gets a worker of its own only once one of its calls overran (see the class docstring).
         self._workers = [None] * len(handles)
         self._static = [None] * len(handles)
-        self._memory_v2 = [True] * len(handles)
-        self._has_memory_v2 = hasattr(nv, "nvmlMemory_v2")
+        # Per GPU: v2 memory info (reserved memory apart) until it fails once, then v1 (older drivers).
+        self._memory = [
+            NvmlVersions("nvmlDeviceGetMemoryInfo", _nvml_memory_v2, _nvml_memory_v1, sticky=True)
+            for _handle in handles
+        ]
         self._memory_jobs = [self._memory_job(index) for index in range(len(handles))]
         # Per GPU: index, static facts and the latest telemetry, the part a memory-only sample reuses.
         self._base = [None] * len(handles)
@@ -1250,24 +1652,25 @@ class _NvmlBackend(object):
         handle = self._handles[index]
 
         def optional(fn: Callable[[], Any]) -> Any:
-            """A figure this GPU may not support: None instead of an error, except for a lost GPU."""
+            """A figure this GPU (or driver) may not give: None instead of an error, except for a lost GPU."""
             try:
                 return fn()
-            except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
+            except Exception as exc:
+                if nvml_is_lost(exc):
                     raise
-                return None
+                if isinstance(exc, nv.NVMLError) or nvml_function_missing(exc):
+                    return None
+                raise
 
         def job() -> Dict[str, Any]:
             if isinstance(handle, BaseException):
                 raise handle
             out = {}  # type: Dict[str, Any]
             if want_static:
-                pci = optional(lambda: nv.nvmlDeviceGetPciInfo(handle))
                 out["static"] = {
-                    "name": _as_str(optional(lambda: nv.nvmlDeviceGetName(handle))),
-                    "uuid": _as_str(optional(lambda: nv.nvmlDeviceGetUUID(handle))),
-                    "pci_bus_id": None if pci is None else _as_str(getattr(pci, "busId", None)),
+                    "name": optional(lambda: nvml_text(lambda: nv.nvmlDeviceGetName(handle))),
+                    "uuid": optional(lambda: nvml_text(lambda: nv.nvmlDeviceGetUUID(handle))),
+                    "pci_bus_id": optional(lambda: nvml_text(lambda: self._pci_bus_id(handle))),
                 }
             out.update(self._read_memory(index, handle))
             if want_telemetry:
@@ -1287,28 +1690,8 @@ class _NvmlBackend(object):
                 }
             if want_processes:
                 procs = []  # type: List[Dict[str, Any]]
-                for kind, getters in (
-                    (
-                        "compute",
-                        ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"),
-                    ),
-                    (
-                        "graphics",
-                        ("nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses_v2"),
-                    ),
-                ):
-                    listed = None
-                    for getter in getters:
-                        fn = getattr(nv, getter, None)
-                        if fn is None:
-                            continue
-                        try:
-                            listed = fn(handle)
-                            break
-                        except nv.NVMLError as exc:
-                            if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
-                                raise
-                            continue
+                for kind, process_list in self._process_lists:
+                    listed = optional(functools.partial(process_list, handle))  # type: Optional[List[Any]]
                     for info in listed or ():
                         used = getattr(info, "usedGpuMemory", None)
                         procs.append(
@@ -1325,27 +1708,13 @@ class _NvmlBackend(object):
 
     def _read_memory(self, index: int, handle: Any) -> Dict[str, Any]:
         """One GPU's memory figures (runs on a worker thread; raises NVMLError)."""
-        nv = _pynvml
-        assert nv is not None  # noqa: S101 - jobs exist only after pynvml initialised
         if isinstance(handle, BaseException):
             raise handle
-        memory = None
-        reserved = None
-        if self._memory_v2[index] and self._has_memory_v2:
-            try:
-                memory = nv.nvmlDeviceGetMemoryInfo(handle, version=nv.nvmlMemory_v2)
-                reserved = int(memory.reserved) // MIB
-            except nv.NVMLError as exc:
-                if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
-                    raise
-                self._memory_v2[index] = False  # v1 from now on for this GPU (old driver)
-                memory = None
-        if memory is None:
-            memory = nv.nvmlDeviceGetMemoryInfo(handle)
+        used, total, reserved = self._memory[index](handle)
         return {
-            "memory_used_mib": int(memory.used) // MIB,
-            "memory_total_mib": int(memory.total) // MIB,
-            "memory_reserved_mib": reserved,
+            "memory_used_mib": int(used) // MIB,
+            "memory_total_mib": int(total) // MIB,
+            "memory_reserved_mib": None if reserved is None else int(reserved) // MIB,
         }
 
     def _memory_job(self, index: int) -> Callable[[], Dict[str, Any]]:
@@ -1645,14 +2014,46 @@ def parse_smi_handle_error(line: str) -> Optional[Tuple[str, str]]:
     return _pci_key(match.group(1)), reason
 
 
+def with_lost_gpus(gpus: List[Dict[str, Any]], lost: Dict[str, str]) -> List[Dict[str, Any]]:
+    """``gpus`` plus an error row for each GPU nvidia-smi could not open (bus id -> reason), by index.
+
+    A lost GPU has no line of its own, only its PCI bus id. NVML numbers GPUs in PCI bus order, so the lost
+    one takes the index its bus id has among all of them (the first free index if a listed GPU holds that).
+    A bus id that a listed GPU also has is that GPU, already shown.
+    """
+    listed = set(_pci_key(str(g["pci_bus_id"])) for g in gpus if g.get("pci_bus_id"))
+    missing = sorted(bus for bus in lost if bus not in listed)
+    if not missing:
+        return gpus
+    order = sorted(listed | set(missing))
+    used = set(g["index"] for g in gpus)
+    rows = list(gpus)
+    for bus in missing:
+        index = order.index(bus)
+        if index in used:
+            index = min(set(range(len(order) + len(used) + 1)) - used)
+        used.add(index)
+        rows.append({"index": index, "pci_bus_id": bus, "error": lost[bus]})
+    return sorted(rows, key=lambda g: g["index"])
+
+
 def parse_smi_gpu_output(text: str) -> List[Dict[str, Any]]:
-    """Every GPU line of one block of ``--query-gpu`` output (headers and junk lines are skipped)."""
+    """Every GPU of one block of ``--query-gpu`` output (headers and junk lines are skipped).
+
+    A GPU nvidia-smi reports as unreachable ("Unable to determine the device handle for GPU…: GPU is lost")
+    is an error row of its own (``with_lost_gpus``), never dropped: dropped, the host looks smaller and clean.
+    """
     gpus = []  # type: List[Dict[str, Any]]
+    lost = {}  # type: Dict[str, str]
     for line in text.splitlines():
         gpu = parse_smi_gpu_line(line)
         if gpu is not None:
             gpus.append(gpu)
-    return gpus
+            continue
+        handle_error = parse_smi_handle_error(line)
+        if handle_error is not None:
+            lost[handle_error[0]] = handle_error[1]
+    return with_lost_gpus(gpus, lost)
 
 
 def parse_smi_apps_output(text: str) -> Dict[str, List[Dict[str, Any]]]:
@@ -1672,15 +2073,23 @@ def parse_smi_apps_output(text: str) -> Dict[str, List[Dict[str, Any]]]:
     return apps
 
 
+SMI_EXIT_GPU_LOST = 15
+
+
 def smi_exit_error(returncode: int, output: str) -> str:
-    """One readable line for a failed nvidia-smi run (exit 9: the driver is not loaded)."""
+    """One readable line for a failed nvidia-smi run (exit 9: the driver is not loaded; 15: a GPU is lost).
+
+    Quotes the first line that is not one of nvidia-smi's CSV lines (a GPU's figures say nothing about why).
+    """
     first = ""
     for line in output.splitlines():
-        if line.strip():
+        if line.strip() and parse_smi_gpu_line(line) is None:
             first = line.strip()[:200]
             break
     if returncode == 9:
         return "NVIDIA driver not loaded (nvidia-smi exit 9)" + (": " + first if first else "")
+    if returncode == SMI_EXIT_GPU_LOST:
+        return "a GPU is lost (nvidia-smi exit 15)" + (": " + first if first else "")
     return "nvidia-smi exited with status %d" % returncode + (": " + first if first else "")
 
 
@@ -1713,6 +2122,7 @@ class _SmiBackend(object):
         self._partial = {}  # type: Dict[int, Dict[str, Any]]
         self._latest_time = 0.0
         self._pci_index = {}  # type: Dict[str, int]
+        self._lost = {}  # type: Dict[str, str]  # bus id -> reason, for GPUs without a line of their own
         self._output_tail = []  # type: List[str]
         self._last_start = -1e18
         self._apps = {}  # type: Dict[str, List[Dict[str, Any]]]
@@ -1792,6 +2202,9 @@ class _SmiBackend(object):
                     index = None if handle_error is None else self._pci_index.get(handle_error[0])
                     if handle_error is not None and index is not None:
                         gpu = {"index": index, "pci_bus_id": handle_error[0], "error": handle_error[1]}
+                    elif handle_error is not None:  # never seen with a line of its own: ``poll`` adds it
+                        self._lost[handle_error[0]] = handle_error[1]
+                        continue
                     else:
                         if line.strip():
                             self._output_tail = (self._output_tail + [line.strip()])[-3:]
@@ -1806,10 +2219,17 @@ class _SmiBackend(object):
                 self.host_error = None
         code = proc.wait()
         with self._lock:
-            if not self._closed:
-                self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
-                self._complete = {}
+            if self._closed:
+                return
+            if code == SMI_EXIT_GPU_LOST and (self._partial or self._complete):
+                # It printed the GPUs it could reach, then gave up on the lost one: keep what it printed
+                # (the lost GPU is an error row), and the next start reads them again.
+                self._complete.update(self._partial)
                 self._partial = {}
+                return
+            self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
+            self._complete = {}
+            self._partial = {}
 
     def _query_apps(self) -> None:
         argv = [self.smi_path, "--query-compute-apps=" + SMI_QUERY_APPS, "--format=csv,noheader,nounits"]
@@ -1824,7 +2244,7 @@ class _SmiBackend(object):
         with self._lock:
             view = dict(self._complete)
             view.update(self._partial)
-            gpus = [dict(view[i]) for i in sorted(view)]
+            gpus = with_lost_gpus([dict(view[i]) for i in sorted(view)], self._lost)
             age_s = time.monotonic() - self._latest_time
             silent_s = time.monotonic() - self._last_start
             if not gpus and self.host_error is None and silent_s > SMI_DEADLINE_S:
@@ -1953,57 +2373,6 @@ _HEALTH_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9
 _HEALTH_STATUS_RE = re.compile(rb"^HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?$")
 
 
-def health_visible(text: Any, max_chars: int = HEALTH_DETAIL_MAX_CHARS) -> str:
-    """Make a machine string safe to show on one line, at most ``max_chars`` characters long.
-
-    Control characters (C0, DEL, C1 such as the CSI ``\\x9b``), format characters (bidi overrides such as
-    U+202E, zero-width characters), line separators and surrogates are replaced by their Python escape
-    (``\\x1b``, ``\\n``, ``\\u202e``), so an escape sequence shows as text instead of acting on the terminal.
-    Over-long text is cut at a character boundary and ends with "…".
-
-    Args:
-        text: Any value; bytes are decoded as UTF-8 with invalid bytes shown as ``\\xNN``.
-        max_chars: Length limit of the result in characters (at least 2).
-
-    Returns:
-        The visible, possibly shortened text.
-    """
-    if isinstance(text, (bytes, bytearray)):
-        text = bytes(text).decode("utf-8", "backslashreplace")
-    elif not isinstance(text, str):
-        text = str(text)
-    pieces: List[str] = []
-    length = 0
-    limit = max(2, max_chars)
-    for char in text:
-        category = unicodedata.category(char)
-        if category[0] == "C" or category in ("Zl", "Zp"):
-            code_point = ord(char)
-            if char == "\n":
-                piece = "\\n"
-            elif char == "\r":
-                piece = "\\r"
-            elif char == "\t":
-                piece = "\\t"
-            elif code_point <= 0xFF:
-                piece = f"\\x{code_point:02x}"
-            elif code_point <= 0xFFFF:
-                piece = f"\\u{code_point:04x}"
-            else:
-                piece = f"\\U{code_point:08x}"
-        else:
-            piece = char
-        if length + len(piece) > limit:
-            # Leave room for the ellipsis; drop the piece rather than cut an escape in half.
-            while pieces and length + 1 > limit:
-                length -= len(pieces.pop())
-            pieces.append("…")
-            return "".join(pieces)
-        pieces.append(piece)
-        length += len(piece)
-    return "".join(pieces)
-
-
 def health_is_generating_url(url: str) -> bool:
     """Whether probing ``url`` makes the server generate tokens (sglang's ``/health_generate``).
 
@@ -2031,14 +2400,35 @@ class HealthProbeFailure(Exception):
 class _HealthTarget:
     """A parsed, validated probe URL."""
 
-    __slots__ = ("scheme", "host", "port", "request_target", "host_header")
+    __slots__ = ("scheme", "host", "port", "request_target", "host_header", "authorization")
 
-    def __init__(self, scheme: str, host: str, port: int, request_target: str, host_header: str) -> None:
+    def __init__(
+        self,
+        scheme: str,
+        host: str,
+        port: int,
+        request_target: str,
+        host_header: str,
+        authorization: Optional[str] = None,
+    ) -> None:
         self.scheme = scheme
         self.host = host
         self.port = port
         self.request_target = request_target
         self.host_header = host_header
+        self.authorization = authorization
+
+
+_HEALTH_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+def health_redact_url(url: Any) -> str:
+    """``url`` as it may be shown anywhere: credentials (``user:password@``) replaced by ``***@``.
+
+    A URL's credentials are sent as HTTP basic auth (over the loopback or TLS of the GPU host itself) and
+    never displayed: not in the panel, the JSON output, a log or an error line.
+    """
+    return _HEALTH_USERINFO_RE.sub(r"\1***@", str(url), count=1)
 
 
 def _health_parse_url(url: Any) -> _HealthTarget:
@@ -2069,7 +2459,12 @@ def _health_parse_url(url: Any) -> _HealthTarget:
     request_target = parts.path or "/"
     if parts.query:
         request_target += "?" + parts.query
-    return _HealthTarget(scheme, host, port or default_port, request_target, host_in_header)
+    authorization = None
+    if parts.username is not None or parts.password is not None:
+        # Percent-decoded, as browsers and curl send them; the URL has no control characters (checked above).
+        credentials = "%s:%s" % (unquote(parts.username or ""), unquote(parts.password or ""))
+        authorization = "Basic " + base64.b64encode(credentials.encode("utf-8")).decode("ascii")
+    return _HealthTarget(scheme, host, port or default_port, request_target, host_in_header, authorization)
 
 
 class _HealthPendingLookup:
@@ -2224,8 +2619,9 @@ def _health_exchange(
     sock: socket.socket, target: _HealthTarget, deadline: float, deadline_s: float, body_cap_bytes: int
 ) -> Tuple[int, str, bytes]:
     """Send the request and read the answer; returns (status code, reason phrase, body up to the cap)."""
+    authorization = f"Authorization: {target.authorization}\r\n" if target.authorization else ""
     request = (
-        f"GET {target.request_target} HTTP/1.1\r\nHost: {target.host_header}\r\n"
+        f"GET {target.request_target} HTTP/1.1\r\nHost: {target.host_header}\r\n{authorization}"
         "User-Agent: gputui-agent\r\nAccept: */*\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
     ).encode("ascii")
     try:
@@ -2264,9 +2660,8 @@ def _health_exchange(
             lines = head.split(b"\r\n")
             match = _HEALTH_STATUS_RE.match(lines[0])
             if match is None:
-                raise HealthProbeFailure(
-                    HEALTH_STATE_ERROR, "not an HTTP response: " + health_visible(lines[0])
-                )
+                excerpt = visible_text(lines[0], HEALTH_DETAIL_MAX_CHARS)
+                raise HealthProbeFailure(HEALTH_STATE_ERROR, "not an HTTP response: " + excerpt)
             code = int(match.group(1))
             reason = (match.group(2) or b"").decode("latin-1")
             if 100 <= code < 200:
@@ -2300,13 +2695,17 @@ def _health_exchange(
             chunk = _health_recv(sock, deadline)
             if not chunk:
                 if chunked or length is not None:
-                    raise HealthProbeFailure(HEALTH_STATE_ERROR, f"response truncated (HTTP {code})", code)
+                    raise HealthProbeFailure(
+                        _health_cut_state(code, HEALTH_STATE_ERROR), f"response truncated (HTTP {code})", code
+                    )
                 return code, reason, buffer[:body_cap_bytes]
             buffer += chunk
     except socket.timeout:
         if code is not None and phase == "body":
             raise HealthProbeFailure(
-                HEALTH_STATE_TIMEOUT, f"body incomplete at the {deadline_s:g}s deadline (HTTP {code})", code
+                _health_cut_state(code, HEALTH_STATE_TIMEOUT),
+                f"body incomplete at the {deadline_s:g}s deadline (HTTP {code})",
+                code,
             ) from None
         if received_any:
             raise HealthProbeFailure(
@@ -2322,15 +2721,21 @@ def _health_exchange(
         raise HealthProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
 
 
+def _health_cut_state(code: int, otherwise: str) -> str:
+    """The state of an answer whose body was cut short: its status line already said 5xx or 429, so the
+    server is UNHEALTHY whatever became of the body; for any other status the probe cannot tell."""
+    return HEALTH_STATE_UNHEALTHY if code >= 500 or code == 429 else otherwise
+
+
 def _health_classify(code: int, reason: str, body: bytes) -> Tuple[str, Optional[str]]:
     excerpt = body.strip()
     if 200 <= code < 300:
         return HEALTH_STATE_UP, None
     # The body says more than the reason phrase, and the detail line is short: one or the other.
     if excerpt:
-        detail = f"HTTP {code}: {health_visible(excerpt, HEALTH_DETAIL_MAX_CHARS)}"
+        detail = f"HTTP {code}: {visible_text(excerpt, HEALTH_DETAIL_MAX_CHARS)}"
     else:
-        detail = f"HTTP {code} {health_visible(reason, HEALTH_DETAIL_MAX_CHARS)}".strip()
+        detail = f"HTTP {code} {visible_text(reason, HEALTH_DETAIL_MAX_CHARS)}".strip()
     if code >= 500 or code == 429:
         return HEALTH_STATE_UNHEALTHY, detail
     if 300 <= code < 400:
@@ -2389,7 +2794,7 @@ def probe_url(
         "state": state,
         "code": code,
         "latency_ms": latency_ms,
-        "detail": None if detail is None else health_visible(detail, HEALTH_DETAIL_MAX_CHARS),
+        "detail": None if detail is None else visible_text(detail, HEALTH_DETAIL_MAX_CHARS),
     }
 
 
@@ -2565,6 +2970,84 @@ def health_read_proc_cmdlines(proc_root: str = "/proc") -> List[Dict[str, Any]]:
     return result
 
 
+HEALTH_LOCAL_ADDRESSES_S = 60.0
+"""This host's own addresses are read again at most this often."""
+HEALTH_SHOWN_URL_CHARS = 200
+
+
+def health_local_addresses(proc_net: str = "/proc/net") -> Set[str]:
+    """This host's own IP addresses (in the collector's network namespace), from /proc; no lookup, no socket.
+
+    IPv4 from the kernel's routing trie (``/32 host LOCAL`` entries of ``fib_trie``), IPv6 from ``if_inet6``.
+    """
+    found = set()  # type: Set[str]
+    try:
+        with open(os.path.join(proc_net, "fib_trie")) as handle:
+            last = None  # type: Optional[str]
+            for line in handle:
+                words = line.split()
+                if len(words) >= 2 and words[0] in ("|--", "+--"):
+                    last = words[1].split("/", 1)[0]
+                elif last is not None and words[-2:] == ["host", "LOCAL"]:
+                    found.add(last)
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(proc_net, "if_inet6")) as handle:
+            for line in handle:
+                words = line.split()
+                if words and len(words[0]) == 32:
+                    try:
+                        found.add(ipaddress.ip_address(bytes.fromhex(words[0])).compressed)
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return found
+
+
+def health_is_local_url(url: str, local_addresses: Set[str], hostname: Optional[str] = None) -> bool:
+    """Whether ``url`` points at this host: a loopback address, one of ``local_addresses``, ``localhost`` or
+    this host's own name. Decided without any name lookup."""
+    try:
+        host = urlsplit(url).hostname or ""
+    except ValueError:
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        names = {"localhost"}
+        if hostname:
+            names.update((hostname.lower(), hostname.split(".", 1)[0].lower()))
+        return host.lower() in names
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        address = mapped
+    return address.is_loopback or address.compressed in local_addresses
+
+
+def _health_shown_url(url: str) -> str:
+    """A URL as every sample and reply carries it: credentials redacted, an over-long one cut."""
+    shown = health_redact_url(url)
+    if len(shown) > HEALTH_SHOWN_URL_CHARS:
+        shown = shown[: HEALTH_SHOWN_URL_CHARS - 1] + TEXT_ELLIPSIS
+    return shown
+
+
+def _health_scrub(detail: Optional[str], url: str) -> Optional[str]:
+    """``detail`` without the password of ``url``, should any error text quote it."""
+    if not detail:
+        return detail
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return detail
+    for secret in (password, None if password is None else unquote(password)):
+        if secret:
+            detail = detail.replace(secret, "***")
+    return detail
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The prober
 
@@ -2583,10 +3066,13 @@ class _HealthEndpoint:
         "detail",
         "checked_at",
         "next_due",
+        "not_probed",
     )
 
     def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
         self.url = url
+        self.not_probed: Optional[Tuple[Optional[str], str]] = None
+        """(state, detail) of an endpoint that is listed but never probed (see ``HealthProber``)."""
         self.discovered = discovered
         self.generating = health_is_generating_url(url)
         self.state: Optional[str] = None
@@ -2607,6 +3093,12 @@ class HealthProber:
     time; a URL is probed every ``interval_s`` (start to start, and never sooner than ``HEALTH_MIN_GAP_S``
     after the previous probe ended). Generating endpoints are probed only when ``generate`` is on, and then
     at most every ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+
+    Discovery probes this host only: a launcher whose ``--host`` is not one of this host's addresses (any
+    user can start a process whose argv names any host) is listed, found but not probed, unless that URL is
+    configured. A bad setting never stops the prober: a URL longer than ``HEALTH_MAX_URL_CHARS`` is an ERROR
+    row, and URLs past the first ``HEALTH_MAX_URLS`` are one ERROR row. Every URL it reports has its
+    credentials redacted (``health_redact_url``); they are sent as basic auth.
 
     Args:
         urls: Configured URLs (probed whatever discovery finds).
@@ -2634,7 +3126,12 @@ class HealthProber:
     ) -> None:
         self._lock = threading.Condition()
         self._configured: List[str] = []
+        self._ignored: List[str] = []  # configured past HEALTH_MAX_URLS
         self._discovered_seen: Dict[str, float] = {}
+        self._remote: Set[str] = set()  # discovered URLs that are not this host's: listed, never probed
+        self._local_addresses: Set[str] = set()
+        self._local_read_mono = -1e18
+        self._hostname = socket.gethostname()
         self._endpoints: Dict[str, _HealthEndpoint] = {}
         self._in_flight: Set[str] = set()
         # Kept across removal and re-adding of a URL, so reconfiguring cannot beat the rate limits.
@@ -2664,8 +3161,12 @@ class HealthProber:
     ) -> Dict[str, Any]:
         """Change what is probed; None leaves a setting as it is. Returns the settings now in force.
 
+        A URL that cannot be probed (too long, malformed) or one past ``HEALTH_MAX_URLS`` is not refused: it
+        is an ERROR row, and the other URLs are probed.
+
         Raises:
-            ValueError: With one readable line, for a bad value (nothing is changed then).
+            ValueError: With one readable line, for a malformed command (a value of the wrong type; nothing is
+                changed then).
         """
         new_urls: Optional[List[str]] = None
         if urls is not None:
@@ -2675,12 +3176,8 @@ class HealthProber:
             for url in urls:
                 if not isinstance(url, str):
                     raise ValueError("urls must be a list of strings")
-                if len(url) > HEALTH_MAX_URL_CHARS:
-                    raise ValueError(f"health URL longer than {HEALTH_MAX_URL_CHARS} characters")
                 if url not in new_urls:
                     new_urls.append(url)
-            if len(new_urls) > HEALTH_MAX_URLS:
-                raise ValueError(f"at most {HEALTH_MAX_URLS} health URLs")
         for name, value in (("generate", generate), ("discover", discover)):
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false")
@@ -2691,13 +3188,15 @@ class HealthProber:
                 raise ValueError(f"{name} must be a number of seconds in (0, {upper:g}]")
         with self._lock:
             if new_urls is not None:
-                self._configured = new_urls
+                self._configured = new_urls[:HEALTH_MAX_URLS]
+                self._ignored = new_urls[HEALTH_MAX_URLS:]
             if generate is not None:
                 self._generate = generate
             if discover is not None:
                 self._discover = discover
                 if not discover:
                     self._discovered_seen.clear()
+                    self._remote.clear()
             if interval_s is not None:
                 self._interval_s = float(interval_s)
             if deadline_s is not None:
@@ -2709,7 +3208,8 @@ class HealthProber:
         """Apply the agent's ``health`` command and return its reply's result.
 
         ``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S,
-        "deadline_s": S}``; every key but "cmd" is optional. Result: ``{"config": {...}, "samples": [...]}``.
+        "deadline_s": S, "discover_now": bool}``; every key but "cmd" is optional. Result: ``{"config":
+        {...}, "samples": [...]}``; ``discover_now`` looks for launchers before answering.
 
         Raises:
             ValueError: One readable line for a bad command.
@@ -2723,7 +3223,17 @@ class HealthProber:
             interval_s=command.get("interval_s"),
             deadline_s=command.get("deadline_s"),
         )
+        if command.get("discover_now") is True:
+            self.discover_now()
+            config = self.config()
         return {"config": config, "samples": self.samples()}
+
+    def discover_now(self) -> None:
+        """Look for launchers in /proc now, in the caller's thread (one-shot clients: snapshot, check)."""
+        with self._lock:
+            if not self._discover or self._closed:
+                return
+        self._apply_discovered(discover_health_urls(health_read_proc_cmdlines()))
 
     def update_discovered(self, processes: Optional[Iterable[Any]] = None) -> None:
         """Look for launchers and add (and retire) discovered URLs; call it at the process-list rate.
@@ -2746,11 +3256,17 @@ class HealthProber:
 
     def _apply_discovered(self, found: List[str]) -> None:
         now = time.monotonic()
+        if now - self._local_read_mono >= HEALTH_LOCAL_ADDRESSES_S:
+            self._local_read_mono = now
+            self._local_addresses = health_local_addresses()
+        local = self._local_addresses
+        remote = set(url for url in found if not health_is_local_url(url, local, self._hostname))
         with self._lock:
             if not self._discover:
                 return
             for url in found:
                 self._discovered_seen[url] = now
+            self._remote = (self._remote - set(found)) | remote
             for url, seen in list(self._discovered_seen.items()):
                 if now - seen > self._linger_s:
                     del self._discovered_seen[url]
@@ -2761,8 +3277,10 @@ class HealthProber:
 
     def _config_locked(self) -> Dict[str, Any]:
         return {
-            "urls": list(self._configured),
-            "discovered_urls": sorted(u for u in self._discovered_seen if u not in self._configured),
+            "urls": [_health_shown_url(u) for u in self._configured],
+            "discovered_urls": sorted(
+                _health_shown_url(u) for u in self._discovered_seen if u not in self._configured
+            ),
             "generate": self._generate,
             "discover": self._discover,
             "interval_s": self._interval_s,
@@ -2774,6 +3292,8 @@ class HealthProber:
         wanted: Dict[str, bool] = {}
         for url in self._configured:
             wanted[url] = False
+        if self._ignored:
+            wanted.setdefault(self._ignored[0], False)
         if self._discover:
             for url in sorted(self._discovered_seen):
                 wanted.setdefault(url, True)
@@ -2795,9 +3315,28 @@ class HealthProber:
                 self._endpoints[url] = endpoint
             else:
                 endpoint.discovered = discovered
+            endpoint.not_probed = self._not_probed_locked(url, discovered)
         if self._endpoints:
             self._ensure_thread_locked()
         self._lock.notify_all()
+
+    def _not_probed_locked(self, url: str, discovered: bool) -> Optional[Tuple[Optional[str], str]]:
+        """(state, detail) of a listed endpoint that is never probed, or None for one that is."""
+        if self._ignored and url == self._ignored[0] and url not in self._configured:
+            more = len(self._ignored) - 1
+            return (
+                HEALTH_STATE_ERROR,
+                f"not probed: at most {HEALTH_MAX_URLS} health URLs; this one"
+                + (f" and {more} more are" if more else " is")
+                + " ignored",
+            )
+        if discovered and url in self._remote:
+            try:
+                host = urlsplit(url).hostname or "?"
+            except ValueError:
+                host = "?"
+            return (None, f"not probed: found on {host}, not an address of this host (add it with --health)")
+        return None
 
     def _ensure_thread_locked(self) -> None:
         if self._thread is None and not self._closed:
@@ -2817,13 +3356,15 @@ class HealthProber:
             ordered += sorted(u for u in self._endpoints if u not in self._configured)
             for url in ordered:
                 endpoint = self._endpoints[url]
-                detail = endpoint.detail
-                if endpoint.generating and not self._generate and endpoint.state is None:
+                state, detail = endpoint.state, endpoint.detail
+                if endpoint.not_probed is not None:
+                    state, detail = endpoint.not_probed
+                elif endpoint.generating and not self._generate and endpoint.state is None:
                     detail = HEALTH_NOT_PROBED_GENERATE
                 result.append(
                     {
-                        "url": endpoint.url,
-                        "state": endpoint.state,
+                        "url": _health_shown_url(endpoint.url),
+                        "state": state,
                         "code": endpoint.code,
                         "latency_ms": endpoint.latency_ms,
                         "since": endpoint.since,
@@ -2887,7 +3428,7 @@ class HealthProber:
         for endpoint in list(self._endpoints.values()):
             if endpoint.url in self._in_flight:
                 continue
-            if endpoint.generating and not self._generate:
+            if (endpoint.generating and not self._generate) or endpoint.not_probed is not None:
                 continue
             if endpoint.next_due <= now:
                 self._in_flight.add(endpoint.url)
@@ -2920,7 +3461,7 @@ class HealthProber:
                 endpoint.state = state
                 endpoint.code = result["code"]
                 endpoint.latency_ms = result["latency_ms"]
-                endpoint.detail = result["detail"]
+                endpoint.detail = _health_scrub(result["detail"], url)
                 endpoint.checked_at = now
                 if state == HEALTH_STATE_UP:
                     endpoint.last_ok = now
@@ -2935,6 +3476,11 @@ class HealthProber:
 # The agent
 
 
+INTERVAL_MIN_S = 0.05
+"""The shortest sample interval (``check --wait`` samples every 0.09 s): shorter would only spin the CPU."""
+INTERVAL_MAX_S = 3600.0
+
+
 def _finite_positive(value: Any) -> Optional[float]:
     if isinstance(value, bool):
         return None
@@ -2945,6 +3491,12 @@ def _finite_positive(value: Any) -> Optional[float]:
     if not number > 0 or math.isinf(number) or math.isnan(number):
         return None
     return number
+
+
+def seconds_in_range(value: Any, low: float, high: float) -> Optional[float]:
+    """``value`` as seconds when it is a number in [``low``, ``high``], else None."""
+    number = _finite_positive(value)
+    return number if number is not None and low <= number <= high else None
 
 
 class Agent(object):
@@ -2969,9 +3521,8 @@ class Agent(object):
         telemetry_interval_s: Seconds between reads of utilisation, temperature and power (0: every
             sample); memory is read on every sample.
 
-    Raises:
-        ValueError: One readable line: more than ``HEALTH_MAX_URLS`` health URLs, or one longer than
-            ``HEALTH_MAX_URL_CHARS``.
+    A bad health setting is an ERROR row of the health list (``HealthProber``), never a collector that does
+    not start: the host's GPUs are shown whatever the health URLs are.
     """
 
     def __init__(
@@ -2989,7 +3540,6 @@ class Agent(object):
         full_sweep_every: int = FULL_SWEEP_EVERY,
         telemetry_interval_s: float = TELEMETRY_INTERVAL_S,
     ) -> None:
-        # First, so that a bad health setting fails before any NVML thread or nvidia-smi is started.
         self._health = HealthProber(health_urls, discover=discover_health, generate=bool(health_generate))
         self.target = target
         self.read_only = bool(read_only)
@@ -3007,6 +3557,7 @@ class Agent(object):
         self._states = {}  # type: Dict[Tuple[int, int], Tuple[str, float]]
         self._gpu_processes = {}  # type: Dict[int, List[Dict[str, Any]]]
         self._processes = []  # type: List[Dict[str, Any]]
+        self._processes_omitted = 0
         self._device_holders = None  # type: Optional[List[Dict[str, Any]]]
         self._processes_time = None  # type: Optional[float]
         self._processes_mono = -1e18
@@ -3098,6 +3649,7 @@ class Agent(object):
                 "processes_time": self._processes_time,
                 "gpus": gpus,
                 "processes": [dict(p) for p in self._processes],
+                "processes_omitted": self._processes_omitted,
                 "device_holders": None if self._device_holders is None else list(self._device_holders),
                 "findings": [],
                 "health": self._health.samples(),
@@ -3134,7 +3686,7 @@ class Agent(object):
             "hostname": self.hostname,
             "boot_id": self.boot_id,
             "time": time.time(),
-            "error": error,
+            "error": wire_text(error, 1024),
             "mode": self.mode,
             "agent_version": AGENT_VERSION,
             "agent_pid": self.pid,
@@ -3192,20 +3744,36 @@ class Agent(object):
         # (job_root) and everything under it. Its non-GPU children (a detokenizer) die with a tree kill, so
         # the confirmation must be able to list them.
         facts_of = table_facts(table, self._details.cgroup)
-        interesting = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
-        for stat in table.values():
-            # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
-            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2:
-                interesting.add(stat.pid)
-        for pid in list(interesting):
-            interesting.update(a for a in ancestors_of(pid, table) if a in table)
+        trees = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
+        # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
+        remnants = [
+            stat.pid
+            for stat in table.values()
+            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2 and stat.pid not in trees
+        ]
+        # Most important first, so that the caps on the line (process count, command-line bytes) fall on the
+        # least important: GPU holders, the rest of their trees, then zombie / D-state processes elsewhere.
+        ranked = sorted(gpu_mib) + sorted(trees - set(gpu_mib)) + sorted(remnants)
+        chosen = []  # type: List[int]
+        taken = set()  # type: Set[int]
+        omitted = 0
+        for pid in ranked:
+            if pid in taken:
+                continue
+            lineage = [pid] + [a for a in ancestors_of(pid, table) if a in table and a not in taken]
+            if len(chosen) + len(lineage) > WIRE_MAX_PROCESSES:
+                omitted += 1
+                continue
+            chosen.extend(lineage)
+            taken.update(lineage)
         if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
-            self._stat_fds.refresh(interesting, table)
-            interesting &= set(table)
+            self._stat_fds.refresh(chosen, table)
+            chosen = [pid for pid in chosen if pid in table]
 
         processes = []  # type: List[Dict[str, Any]]
         live_keys = set()  # type: Set[Tuple[int, int]]
-        for pid in sorted(interesting):
+        budget = _WireBudget()
+        for pid in chosen:
             stat = table[pid]
             key = (pid, stat.start_ticks)
             live_keys.add(key)
@@ -3214,6 +3782,9 @@ class Agent(object):
                 seen = (stat.state, now)
                 self._states[key] = seen
             details = self._details.details(stat, now)
+            cmdline, truncated = budget.take(
+                details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
+            )
             processes.append(
                 {
                     "pid": pid,
@@ -3222,7 +3793,8 @@ class Agent(object):
                     "uid": details["uid"],
                     "state": stat.state,
                     "name": stat.name,
-                    "cmdline": details["cmdline"],
+                    "cmdline": cmdline,
+                    "cmdline_truncated": truncated,
                     "start_ticks": stat.start_ticks,
                     "create_time": (
                         None
@@ -3237,13 +3809,16 @@ class Agent(object):
                     "cgroup": details["cgroup"],
                 }
             )
+        processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]
         self._details.forget_except(live_keys)
         self._processes = processes
+        self._processes_omitted = omitted
         self._processes_time = now
         # A suspected ghost always makes a full sweep (above), so this scans every pid.
-        self._device_holders = scan_device_holders(table) if full and self._ghost_suspected(gpus) else None
+        holders = scan_device_holders(table) if full and self._ghost_suspected(gpus) else None
+        self._device_holders = None if holders is None else holders[:WIRE_MAX_DEVICE_HOLDERS]
 
     def _is_local_gpu_pid(self, pid: int, table: Dict[int, ProcStat]) -> bool:
         """Whether the driver's ``pid`` is the local process with that number.
@@ -3292,6 +3867,8 @@ class Agent(object):
                 result = self.kill_abandon(command)
             elif name == "calibrate":
                 result = self._calibrate()
+            elif name == "process":
+                result = self.process_text(command)
             elif name == "health":
                 try:
                     result = self._health.handle_command(command)
@@ -3310,7 +3887,7 @@ class Agent(object):
                 "t": "reply",
                 "id": command_id,
                 "ok": False,
-                "error": "%s: %s" % (type(exc).__name__, exc),
+                "error": wire_text("%s: %s" % (type(exc).__name__, exc), 1024),
             }
         return {"t": "reply", "id": command_id, "ok": True, "result": result}
 
@@ -3323,9 +3900,11 @@ class Agent(object):
         updates = {}  # type: Dict[str, float]
         for key in ("memory_interval_s", "process_interval_s"):
             if key in command and command[key] is not None:
-                value = _finite_positive(command[key])
+                value = seconds_in_range(command[key], INTERVAL_MIN_S, INTERVAL_MAX_S)
                 if value is None:
-                    raise _CommandError("%s must be a positive number of seconds" % key)
+                    raise _CommandError(
+                        "%s must be a number of seconds from %g to %g" % (key, INTERVAL_MIN_S, INTERVAL_MAX_S)
+                    )
                 updates[key] = value
         health_keys = ("health_urls", "discover_health", "health_generate")
         if any(command.get(key) is not None for key in health_keys):
@@ -3346,6 +3925,41 @@ class Agent(object):
             if "memory_interval_s" in updates and isinstance(self._backend, _SmiBackend):
                 self._backend.interval_s = updates["memory_interval_s"]
         return {}
+
+    def process_text(self, command: Dict[str, Any]) -> Dict[str, Any]:
+        """The ``process`` command: the whole command line of one process, which snapshots cut.
+
+        ``{"cmd": "process", "pid": P, "start_ticks": T}``; read fresh from /proc, and only if the pid still
+        belongs to the process that started at T. The command line is cut at ``PROCESS_TEXT_BYTES`` (then
+        ``cmdline_truncated`` is true).
+        """
+        pid = command.get("pid")
+        ticks = command.get("start_ticks")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise _CommandError("pid must be a positive integer")
+        if isinstance(ticks, bool) or not isinstance(ticks, int):
+            raise _CommandError("start_ticks must be an integer")
+        stat = read_stat(pid)
+        if stat is None:
+            raise _CommandError("no such process: %d" % pid)
+        if stat.start_ticks != ticks:
+            raise _CommandError("process changed: pid %d now belongs to another process" % pid)
+        details = _ProcDetails(self.use_psutil)
+        uid, full = details.read(pid)
+        after = read_stat(pid)
+        if after is None or after.start_ticks != ticks or full is None:  # it exited while being read
+            raise _CommandError("no such process: %d" % pid)
+        cmdline, truncated, _bytes = wire_cmdline(full, PROCESS_TEXT_BYTES)
+        return {
+            "pid": pid,
+            "start_ticks": ticks,
+            "name": stat.name,
+            "state": stat.state,
+            "uid": uid,
+            "user": details.user_name(uid),
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
+        }
 
     def _calibrate(self) -> Dict[str, Any]:
         snapshot = self.sample(force_processes=False)
@@ -3388,6 +4002,8 @@ class Agent(object):
         if not command.get("tree"):
             del targets[len(raw_targets) :]  # members only mean something to a tree kill
         escalate_s = _optional_seconds(command, "escalate_s")
+        if escalate_s is not None and escalate_s > ESCALATE_MAX_S:
+            raise _CommandError("escalate_s must be seconds up to %g, or null" % ESCALATE_MAX_S)
         wait_s = _optional_seconds(command, "wait_s")
         with self._kill_lock:
             now = time.monotonic()
@@ -3553,6 +4169,7 @@ class _KillOperation(object):
         self.due_mono = None if delay is None else self.started_mono + delay
         self.bound_s = (delay or 0.0) + 2 * KILL_CONFIRM_S
         """How long the whole operation may take, from its start."""
+        self._budget = _WireBudget()
 
     @property
     def done(self) -> bool:
@@ -3578,12 +4195,18 @@ class _KillOperation(object):
             details = self._details.details(stat, time.time())
             self._info[pid] = details
         name = stat.name if stat is not None else details.get("name")
+        cmdline, truncated = self._budget.take(
+            details.get("cmdline") or [],
+            bool(details.get("cmdline_truncated")),
+            details.get("cmdline_bytes") or 0,
+        )
         outcome = {
             "pid": pid,
             "start_ticks": ticks,
             "name": name,
             "user": details.get("user"),
-            "cmdline": details.get("cmdline") or [],
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
             "gpu_mib": self.agent.gpu_mib_of(pid),
             "stage": stage,
             "signal": signal_name,
@@ -4072,7 +4695,12 @@ def send_signal_checked(pid: int, start_ticks: int, signo: int) -> Tuple[str, st
 
 
 class _Writer(object):
-    """Writes JSON lines from several threads, one whole line at a time."""
+    """Writes JSON lines from several threads, one whole line at a time.
+
+    Under ``python3 -u`` stdout is a raw file, whose ``write`` may take only part of the data (a signal
+    arriving mid-write, a non-blocking descriptor): the rest is written until the whole line, newline
+    included, is out. A lost tail would glue this line to the next one on the client.
+    """
 
     def __init__(self, stream: Any) -> None:
         self.stream = stream
@@ -4087,12 +4715,25 @@ class _Writer(object):
             if self.broken:
                 return False
             try:
-                self.stream.write(data)
+                view = memoryview(data)
+                while view:
+                    written = self.stream.write(view)
+                    if written is None:  # a non-blocking descriptor that is full: wait until it drains
+                        _wait_writable(self.stream)
+                        continue
+                    view = view[written:]
                 self.stream.flush()
             except (OSError, ValueError):
                 self.broken = True
                 return False
         return True
+
+
+def _wait_writable(stream: Any) -> None:
+    try:
+        select.select([], [stream.fileno()], [], 1.0)
+    except (OSError, ValueError, AttributeError):
+        time.sleep(0.01)
 
 
 def elide_unchanged_processes(snapshot: Dict[str, Any]) -> Dict[str, Any]:
@@ -4109,56 +4750,175 @@ def elide_unchanged_processes(snapshot: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: bool = False) -> int:
+CLIENT_WATCH_S = 0.5
+"""How often the remote form checks that its parent (sshd's session process) is still there."""
+LEAVE_CLOSE_S = 3.0
+"""Longest the exit path waits for the collector's threads and child processes (nvidia-smi) to stop."""
+PR_SET_PDEATHSIG = 1
+
+
+class ClientSession(object):
+    """The remote form's tie to its client: noticing that the client is gone, and the one way out.
+
+    The client is gone when stdin ends (at any stage, before the hello too: the reader starts before the
+    collector does), stdout breaks, the client says ``quit``, or the parent (sshd's session process) exits.
+    prctl's PR_SET_PDEATHSIG turns the parent's exit into SIGTERM where Linux offers it, and a watch on the
+    parent pid every ``CLIENT_WATCH_S`` catches it everywhere (the collector is reparented); SIGTERM and
+    SIGHUP count as gone too. Then ``leave`` is the only way out: confirmed work finishes first (a kill's
+    escalation, bounded by its own delay), the collector stops its threads and child processes, and the
+    process exits, its child processes with it. The watch runs ``leave`` on a thread of its own, so a main
+    thread stuck anywhere (a hung driver call, a read of a D-state process's /proc files) never keeps a
+    collector alive after its client.
+
+    Commands read from stdin wait in ``commands`` (None after the last) until ``serve`` takes them.
+    """
+
+    def __init__(self, stdin_binary: Any) -> None:
+        self.stdin = stdin_binary
+        self.commands = queue.Queue()  # type: queue.Queue
+        self.gone = threading.Event()
+        self.wake = threading.Event()
+        """Set when the sampling loop should look again: a changed interval, or the client gone."""
+        self.reason = None  # type: Optional[str]
+        self.agent = None  # type: Optional[Agent]
+        self._parent = os.getppid()
+        self._signalled = None  # type: Optional[int]  # set by the signal handler, which may take no lock
+        self._pending = []  # type: List[Tuple[threading.Thread, float]]
+        self._leaving = threading.Lock()
+
+    def start(self) -> None:
+        self._arm_parent_death()
+        for signo in (signal.SIGTERM, signal.SIGHUP):
+            try:
+                signal.signal(signo, self._on_signal)
+            except (ValueError, OSError):  # not the main thread, or no such signal here
+                pass
+        threading.Thread(target=self._read, name="gputui-stdin", daemon=True).start()
+        threading.Thread(target=self._watch, name="gputui-client-watch", daemon=True).start()
+
+    @staticmethod
+    def _arm_parent_death() -> None:
+        """Ask Linux for SIGTERM when the parent exits (a parent gone before this is caught by the watch)."""
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError, ImportError):
+            pass
+
+    def _on_signal(self, signo: int, _frame: Any) -> None:
+        self._signalled = signo
+
+    def client_gone(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.gone.set()
+        self.wake.set()
+
+    def pending(self, thread: threading.Thread, bound_s: float) -> None:
+        """Work the client confirmed (a kill, its escalation) that ``leave`` lets finish, for ``bound_s``."""
+        self._pending.append((thread, time.monotonic() + bound_s))
+
+    def _read(self) -> None:
+        try:
+            for raw in iter(self.stdin.readline, b""):
+                line = raw.strip()
+                if line:
+                    self.commands.put(line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.commands.put(None)
+            self.client_gone("stdin closed")
+
+    def _watch(self) -> None:
+        while not self.gone.wait(CLIENT_WATCH_S):
+            if self._signalled is not None:
+                self.client_gone("signal %d" % self._signalled)
+            elif os.getppid() != self._parent:
+                self.client_gone("parent exited")
+        self.leave()
+
+    def leave(self, status: int = 0) -> None:
+        """The one exit path once the client is gone: finish confirmed work, stop, exit. Never returns.
+
+        The first caller does it (the watch, or the main thread when ``serve`` returns); a second waits
+        until the process exits under it.
+        """
+        with self._leaving:
+            for thread, deadline in list(self._pending):
+                thread.join(max(0.0, deadline - time.monotonic()))
+            agent = self.agent
+            if agent is not None:
+                # A confirmed escalation runs to its end, bounded by its own delay and confirmation.
+                agent.wait_for_escalations()
+                closer = threading.Thread(target=agent.close, name="gputui-close", daemon=True)
+                closer.start()
+                closer.join(LEAVE_CLOSE_S)
+            # A child still running (an nvidia-smi being started, or one hung in the driver) would outlive
+            # the collector: nothing of it may stay behind.
+            for child in read_children(os.getpid()):
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except OSError:
+                    pass
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            os._exit(status)
+
+
+def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchanged: bool = False) -> None:
     """The remote loop: hello, then a snapshot every ``memory_interval_s``; commands handled meanwhile.
 
-    A reader thread parses command lines from ``stdin_binary``; each of ``KILL_COMMANDS`` runs on its own
-    thread (an escalation takes seconds) while the others are answered in order. Returns 0 on EOF or
-    ``quit``, once the kill operations under way are done (``Agent.wait_for_escalations``). With
-    ``elide_unchanged``, a snapshot line whose process lists are the ones the previous line carried leaves
-    them out (``elide_unchanged_processes``).
+    Commands come from ``session.commands``; each of ``KILL_COMMANDS`` runs on its own thread (an
+    escalation takes seconds) while the others are answered in order. Returns once the client is gone
+    (``session.gone``): EOF, ``quit`` or a broken stdout; ``ClientSession.leave`` then lets the kill
+    operations under way finish (``Agent.wait_for_escalations``). With ``elide_unchanged``, a snapshot
+    line whose process lists are the ones the previous line carried leaves them out
+    (``elide_unchanged_processes``).
     """
     writer = _Writer(stdout_binary)
     sent_processes_time = None  # type: Optional[float]
-    stop = threading.Event()
-    wake = threading.Event()
 
     def run_command(command: Dict[str, Any]) -> None:
         writer.write(agent.handle(command))
 
-    def reader() -> None:
-        try:
-            for raw in iter(stdin_binary.readline, b""):
-                line = raw.strip()
-                if not line:
-                    continue
-                try:
-                    command = json.loads(line.decode("utf-8", "replace"))
-                except ValueError:
-                    writer.write({"t": "reply", "id": None, "ok": False, "error": "not a JSON line"})
-                    continue
-                if isinstance(command, dict) and command.get("cmd") == "quit":
-                    writer.write(agent.handle(command))
-                    break
-                if isinstance(command, dict) and command.get("cmd") in KILL_COMMANDS:
-                    threading.Thread(
-                        target=run_command, args=(command,), name="gputui-kill", daemon=True
-                    ).start()
-                    continue
-                run_command(command)
-                if isinstance(command, dict) and command.get("cmd") == "configure":
-                    wake.set()
-        except (OSError, ValueError):
-            pass
-        finally:
-            stop.set()
-            wake.set()
+    def dispatch() -> None:
+        while True:
+            line = session.commands.get()
+            if line is None:
+                return
+            try:
+                command = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                writer.write({"t": "reply", "id": None, "ok": False, "error": "not a JSON line"})
+                continue
+            name = command.get("cmd") if isinstance(command, dict) else None
+            if name == "quit":
+                writer.write(agent.handle(command))
+                session.client_gone("quit")
+                return
+            if name in KILL_COMMANDS:
+                thread = threading.Thread(
+                    target=run_command, args=(command,), name="gputui-kill", daemon=True
+                )
+                thread.start()
+                escalate_s = _finite_positive(command.get("escalate_s")) or 0.0
+                session.pending(thread, min(escalate_s, ESCALATE_MAX_S) + KILL_CONFIRM_S + 5.0)
+                continue
+            run_command(command)
+            if name == "configure":
+                session.wake.set()
 
     if not writer.write(agent.hello()):
-        return 0
-    thread = threading.Thread(target=reader, name="gputui-commands", daemon=True)
-    thread.start()
-    while not stop.is_set():
+        session.client_gone("stdout closed")
+        return
+    threading.Thread(target=dispatch, name="gputui-commands", daemon=True).start()
+    while not session.gone.is_set():
         started = time.monotonic()
         try:
             snapshot = agent.sample()
@@ -4169,16 +4929,14 @@ def serve(stdin_binary: Any, stdout_binary: Any, agent: Agent, elide_unchanged: 
             snapshot = elide_unchanged_processes(snapshot)
         sent_processes_time = listed_at
         if not writer.write({"t": "snapshot", "snapshot": snapshot}):
-            break
-        while not stop.is_set():
+            session.client_gone("stdout closed")
+            return
+        while not session.gone.is_set():
             left = started + agent.memory_interval_s - time.monotonic()
             if left <= 0:
                 break
-            wake.wait(left)
-            wake.clear()
-    # The client is gone or said quit: a confirmed escalation still runs to its end, bounded by its delay.
-    agent.wait_for_escalations()
-    return 0
+            session.wake.wait(left)
+            session.wake.clear()
 
 
 def build_arg_parser() -> argparse.ArgumentParser:
@@ -4221,15 +4979,23 @@ def build_arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point of the remote form; returns the exit status."""
+    """Entry point of the remote form; returns the exit status (the served form exits in ``leave``)."""
     args = build_arg_parser().parse_args(argv)
     for name in ("interval", "process_interval"):
-        if _finite_positive(getattr(args, name)) is None:
-            sys.stderr.write("gputui-agent: --%s must be a positive number\n" % name.replace("_", "-"))
+        if seconds_in_range(getattr(args, name), INTERVAL_MIN_S, INTERVAL_MAX_S) is None:
+            sys.stderr.write(
+                "gputui-agent: --%s must be a number of seconds from %g to %g\n"
+                % (name.replace("_", "-"), INTERVAL_MIN_S, INTERVAL_MAX_S)
+            )
             return 2
     if not (_finite_positive(args.telemetry_interval) is not None or args.telemetry_interval == 0):
         sys.stderr.write("gputui-agent: --telemetry-interval must be 0 or a positive number\n")
         return 2
+    session = None  # type: Optional[ClientSession]
+    if not args.once:
+        # Before anything slow (NVML's start-up, nvidia-smi's first block): a client gone already is noticed.
+        session = ClientSession(getattr(sys.stdin, "buffer", sys.stdin))
+        session.start()
     try:
         agent = Agent(
             target=args.target,
@@ -4247,16 +5013,19 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("gputui-agent: %s\n" % exc)
         return 2
     stdout = getattr(sys.stdout, "buffer", sys.stdout)
-    try:
-        if args.once:
+    if session is None:
+        try:
             _Writer(stdout).write(agent.sample(force_processes=True))
             return 0
-        stdin = getattr(sys.stdin, "buffer", sys.stdin)
-        return serve(stdin, stdout, agent, elide_unchanged=args.elide_unchanged)
+        finally:
+            agent.close()
+    session.agent = agent
+    try:
+        serve(session, stdout, agent, elide_unchanged=args.elide_unchanged)
     except KeyboardInterrupt:
-        return 130
-    finally:
-        agent.close()
+        session.client_gone("interrupted")
+    session.leave()
+    return 0  # not reached: leave() exits
 
 
 if __name__ == "__main__":

@@ -499,8 +499,9 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
 
     Clean when every GPU's used memory is at most its baseline + tolerance, no GPU lists a process, and no
-    zombie or D-state process remains in a GPU process tree. A GPU with an error is not clean (the verdict
-    says why); a host error or a host without GPUs gives ``known=False``.
+    zombie or D-state process remains in a GPU process tree. A host error, a host without GPUs, and a GPU
+    whose memory cannot be read (lost, timed out) give ``known=False``: "cannot tell", never clean. The
+    reasons say why without that prefix; whoever shows the verdict says "cannot tell" once.
     """
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
     if snapshot.error is not None or not snapshot.gpus:
@@ -508,12 +509,13 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
         return Verdict(
             clean=False,
             known=False,
-            reasons=(f"cannot tell: {visible(cause, 200)}",),
+            reasons=(visible(cause, 200),),
             baseline_mib=keyed,
             tolerance_mib=baselines.tolerance_mib,
         )
     table = _proc_table(snapshot)
     forest = build_forest(snapshot)
+    unreadable = False
     gpu_verdicts: list[GpuVerdict] = []
     reasons: list[str] = []
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
@@ -521,9 +523,11 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
         used = gpu.memory_used_mib
         gpu_reasons: list[str] = []
         if gpu.error is not None:
-            gpu_reasons.append(f"GPU{gpu.index} error: {visible(gpu.error, 80)} (cannot tell if it is free)")
+            gpu_reasons.append(f"GPU{gpu.index} error: {visible(gpu.error, 80)}")
+            unreadable = True
         elif used is None:
-            gpu_reasons.append(f"GPU{gpu.index} memory could not be read (cannot tell if it is free)")
+            gpu_reasons.append(f"GPU{gpu.index} memory could not be read")
+            unreadable = True
         else:
             holders = _gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
@@ -562,7 +566,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
         baseline_mib=keyed,
         tolerance_mib=baselines.tolerance_mib,
         gpus=tuple(gpu_verdicts),
-        known=True,
+        known=not unreadable,
     )
 
 

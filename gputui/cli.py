@@ -1,17 +1,30 @@
 """Command-line entry: the TUI, ``snapshot``, ``check`` and ``kill``.
 
+One grammar for all of them: ``gputui [OPTIONS] [SUBCOMMAND] [OPTIONS] [WORDS]``. Options may come before the
+subcommand, after it, and between or after the positional words (``gputui --interval 2 snapshot``,
+``gputui kill HOST --yes PID``); ``--`` ends the options (``gputui -- check`` watches a host named "check").
+Every duration and count is range-checked. A first word close to a subcommand that is no host this machine
+knows of is a mistyped command, not a host to connect to.
+
 Every failure a user can cause or meet (bad input, no driver, unreachable host) ends as one line on stderr
-naming the host and the cause, and exit status 2; never a traceback.
+naming the host and the cause, and exit status 2; never a traceback. Output to a closed pipe or a full
+disk ends quietly, with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import errno
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from gputui import __version__
+from gputui.agent import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
 KILL_DESCRIPTION = """\
@@ -36,6 +49,15 @@ exit status:
 EXIT_OK = 0
 EXIT_NOT_CLEAN = 1
 EXIT_ERROR = 2
+CONNECT_TIMEOUT_MIN_S = 0.5
+CONNECT_TIMEOUT_MAX_S = 600.0
+WAIT_MAX_S = 86400.0
+"""``check --wait``: at most a day."""
+ESCALATE_MIN_S = 0.1
+MIB_MAX = 1 << 20
+"""``--baseline-mib`` / ``--tolerance-mib``: at most 1 TiB."""
+MISTYPED_COMMAND_CUTOFF = 0.75
+"""How close (difflib's ratio) a word must be to a subcommand to be taken for a mistyped one."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,23 +65,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"gputui: {message}\n")
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number: {text!r}")
-    return value
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds in [low, high]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (math.isfinite(value) and value > 0 and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"must be seconds from {low:g} to {high:g}: {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
+def _mib(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    if not 0 <= value <= MIB_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number of MiB from 0 to {MIB_MAX}: {text!r}")
     return value
 
 
@@ -69,21 +96,22 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--read-only", action="store_true", help="never signal anything: kill keys and commands are refused"
     )
     parser.add_argument(
-        "--interval", type=_positive_float, default=1.0, metavar="SECONDS", help="memory sample interval"
+        "--interval", type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S), default=1.0, metavar="SECONDS",
+        help=f"memory sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
     parser.add_argument(
         "--process-interval",
-        type=_positive_float,
+        type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
         default=3.0,
         metavar="SECONDS",
-        help="process-list sample interval (the expensive NVML query)",
+        help=f"process-list sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
     parser.add_argument(
-        "--baseline-mib", type=_non_negative_int, default=None, metavar="MIB",
+        "--baseline-mib", type=_mib, default=None, metavar="MIB",
         help="idle baseline per GPU (default: calibrated value, else 3)",
     )
     parser.add_argument(
-        "--tolerance-mib", type=_non_negative_int, default=None, metavar="MIB",
+        "--tolerance-mib", type=_mib, default=None, metavar="MIB",
         help="allowed excess over the baseline",
     )
     parser.add_argument(
@@ -110,8 +138,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
     )
     parser.add_argument(
-        "--connect-timeout", type=_positive_float, default=10.0, metavar="SECONDS",
-        help="deadline for connecting to a host",
+        "--connect-timeout", type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S), default=10.0,
+        metavar="SECONDS",
+        help=f"deadline for connecting to a host ({CONNECT_TIMEOUT_MIN_S:g} to {CONNECT_TIMEOUT_MAX_S:g})",
     )
 
 
@@ -145,8 +174,8 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     elif command == "check":
         parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
         parser.add_argument(
-            "--wait", type=_positive_float, default=None, metavar="SECONDS",
-            help="sample quickly until clean or the deadline",
+            "--wait", type=_seconds(0.0, WAIT_MAX_S), default=None, metavar="SECONDS",
+            help=f"sample quickly until clean or the deadline (at most {WAIT_MAX_S:g})",
         )
         parser.add_argument(
             "--calibrate", action="store_true",
@@ -169,8 +198,9 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         )
         escalation = parser.add_mutually_exclusive_group()
         escalation.add_argument(
-            "--escalate", type=_positive_float, default=None, metavar="SECONDS",
-            help="send KILL to whatever is left after this many seconds (default 5)",
+            "--escalate", type=_seconds(ESCALATE_MIN_S, ESCALATE_MAX_S), default=None, metavar="SECONDS",
+            help=f"send KILL to whatever is left after this many seconds (default 5; {ESCALATE_MIN_S:g} to "
+            f"{ESCALATE_MAX_S:g})",
         )
         escalation.add_argument(
             "--no-escalate", action="store_true",
@@ -186,24 +216,136 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
+def _value_options() -> tuple[set[str], list[str]]:
+    """The option strings that take a value, in any of the parsers, and every long option string."""
+    takes_value: set[str] = set()
+    longs: list[str] = []
+    for command in (None, *SUBCOMMANDS):
+        for action in build_parser(command)._actions:
+            for option in action.option_strings:
+                if option.startswith("--"):
+                    longs.append(option)
+                if action.nargs != 0:
+                    takes_value.add(option)
+    return takes_value, longs
+
+
+def _takes_value(word: str, takes_value: set[str], longs: list[str]) -> bool:
+    """Whether option ``word`` (without ``=VALUE``) consumes the next word, as argparse would read it."""
+    if word in takes_value:
+        return True
+    if word.startswith("--"):  # argparse accepts any unique prefix of a long option
+        matches = {option for option in longs if option.startswith(word)}
+        return len(matches) == 1 and matches.pop() in takes_value
+    return False
+
+
 def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """Find the subcommand: the first word that is not an option."""
+    """Find the subcommand: the first word that is neither an option nor an option's value.
+
+    Global options may come before it (``gputui -F cfg snapshot a``: "cfg" is -F's value, not a host).
+    """
     args = list(argv)
-    for i, word in enumerate(args):
+    takes_value, longs = _value_options()
+    index = 0
+    while index < len(args):
+        word = args[index]
         if word == "--":
             break
-        if word.startswith("-"):
+        if word.startswith("-") and word != "-":
+            attached = "=" in word or (not word.startswith("--") and len(word) > 2)  # --x=1, -Fcfg
+            index += 2 if not attached and _takes_value(word, takes_value, longs) else 1
             continue
         if word in SUBCOMMANDS:
-            return word, args[:i] + args[i + 1 :]
+            return word, args[:index] + args[index + 1 :]
         break
     return None, args
+
+
+def mistyped_command(word: str, args: argparse.Namespace) -> str | None:
+    """The subcommand ``word`` was probably meant to be ("chek": "check"), when no host by that name is known.
+
+    Known means: "local", a host of the gputui config file, a Host alias of the ssh config, a name in
+    known_hosts or /etc/hosts. Decided on this machine alone, without a name lookup: a real host whose
+    name is one letter off a subcommand and is known to none of those is reached as ``gputui -- NAME``.
+    """
+    if any(char in word for char in "@:.[/") or word == "local":  # user@host, host:port, a FQDN or an IP
+        return None
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=MISTYPED_COMMAND_CUTOFF)
+    if not close or _known_host(word, args):
+        return None
+    return close[0]
+
+
+def _known_host(word: str, args: argparse.Namespace) -> bool:
+    config = getattr(args, "config", None)
+    if config is not None and word in getattr(config, "host_health_urls", {}):
+        return True
+    if word in _etc_hosts_names():
+        return True
+    from gputui.transports.base import LinkError
+    from gputui.transports.hostkeys import known_key_types, load_known_hosts, lookup_name
+    from gputui.transports.sshconfig import resolve
+
+    try:
+        settings = resolve(word, getattr(args, "ssh_config", None))
+    except (LinkError, OSError):
+        return False
+    if settings.hostname != word:  # an alias: the ssh config names it
+        return True
+    known = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+    name = lookup_name(settings.hostname, settings.port, settings.host_key_alias)
+    return bool(known_key_types(known, name))
+
+
+def _etc_hosts_names(path: str = "/etc/hosts") -> set[str]:
+    names: set[str] = set()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                names.update(line.split("#", 1)[0].split()[1:])
+    except OSError:
+        pass
+    return names
+
+
+def _run(command: str | None, args: argparse.Namespace) -> int:
+    if command == "snapshot":
+        from gputui.commands.snapshot import run_snapshot
+
+        return run_snapshot(args)
+    if command == "check":
+        from gputui.commands.check import run_check
+
+        return run_check(args)
+    if command == "kill":
+        from gputui.commands.kill import run_kill
+
+        return run_kill(args)
+    from gputui.commands.tui import run_tui
+
+    return run_tui(args)
+
+
+def _quiet_output_failure(exc: OSError) -> int:
+    """End quietly after the output went away: a closed pipe says nothing, a full disk one line."""
+    try:  # the interpreter flushes stdout once more at exit: let that write go nowhere
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    if exc.errno != errno.EPIPE:
+        try:
+            print(f"gputui: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
+        except OSError:
+            pass
+    return EXIT_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run gputui; returns the exit status."""
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
-    args = build_parser(command).parse_args(rest)
+    args: Any = build_parser(command).parse_intermixed_args(rest)
     from gputui.config import ConfigError, load_config
 
     try:
@@ -211,25 +353,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gputui: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    if command is None and args.targets and not args.demo and "--" not in rest:  # "--": taken as a host
+        meant = mistyped_command(args.targets[0], args)
+        if meant is not None:
+            print(f"gputui: unknown command {args.targets[0]!r} (did you mean {meant}?)", file=sys.stderr)
+            return EXIT_ERROR
     try:
-        if command == "snapshot":
-            from gputui.commands.snapshot import run_snapshot
-
-            return run_snapshot(args)
-        if command == "check":
-            from gputui.commands.check import run_check
-
-            return run_check(args)
-        if command == "kill":
-            from gputui.commands.kill import run_kill
-
-            return run_kill(args)
-        from gputui.commands.tui import run_tui
-
-        return run_tui(args)
+        status = _run(command, args)
+        sys.stdout.flush()
+        return status
     except KeyboardInterrupt:
         print("gputui: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            return _quiet_output_failure(exc)
+        raise
 
 
 if __name__ == "__main__":

@@ -10,13 +10,15 @@
     health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]
 
 Health URLs are probed by the agent on the host itself, so 127.0.0.1 means that host's loopback. A missing
-default file is an empty config; a missing ``--config`` file, bad TOML or an unknown key is a ConfigError
-whose text is one line naming the file and the cause.
+default file is an empty config; a missing ``--config`` file, anything but a regular file (a FIFO, a device
+like /dev/zero), a file over ``CONFIG_MAX_BYTES``, bad TOML or an unknown key is a ConfigError whose text is
+one line naming the file and the cause.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+CONFIG_MAX_BYTES = 1024 * 1024
+"""The largest config file read (a settings file is a few hundred bytes)."""
 HOST_KEYS = frozenset({"health"})
 TOP_KEYS = HOST_KEYS | {"hosts"}
 
@@ -70,12 +74,40 @@ def _check_keys(table: dict[str, Any], allowed: frozenset[str], where: str, path
         raise ConfigError(f"{path}: unknown setting {where}{unknown[0]!r} (known: {known})")
 
 
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``CONFIG_MAX_BYTES``, else ConfigError.
+
+    Opened without blocking (a FIFO would wait for a writer) and checked before reading (/dev/zero never
+    ends); a file that grows past the limit while read is refused too.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"{path}: not a regular file")
+        if info.st_size > CONFIG_MAX_BYTES:
+            raise ConfigError(f"{path}: larger than {CONFIG_MAX_BYTES // 1024} KiB")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= CONFIG_MAX_BYTES:
+            chunk = os.read(fd, CONFIG_MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > CONFIG_MAX_BYTES:
+            raise ConfigError(f"{path}: larger than {CONFIG_MAX_BYTES // 1024} KiB")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read the config file; ``path`` None means the default location, which may be absent."""
     explicit = path is not None
     path = path if path is not None else default_config_path()
     try:
-        raw = path.read_bytes()
+        raw = _read_regular_file(path)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{path}: no such config file") from None

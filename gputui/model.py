@@ -132,6 +132,9 @@ class Proc:
         state_since: Wall-clock time (epoch seconds) at which the collector first saw the current state.
         gpu_memory_mib: GPU index -> MiB this process holds there (empty when it holds none).
         cmdline: The argv list; may be empty (kernel threads, zombies).
+        cmdline_truncated: The collector cut ``cmdline`` to keep its stream lines small (a process may carry
+            megabytes of argv); the whole text is one ``process`` command away
+            (``gputui.transports.base.process_text``).
         pgid: Its process group id (field 5 of /proc/<pid>/stat), None when the collector did not say. A tree
             kill also signals the members of groups led by tree members, so a double-forked grandchild whose
             middle parent died still belongs to its launcher's tree through this.
@@ -146,6 +149,7 @@ class Proc:
     state: str | None = None
     name: str | None = None
     cmdline: tuple[str, ...] = ()
+    cmdline_truncated: bool = False
     start_ticks: int | None = None
     create_time: float | None = None
     state_since: float | None = None
@@ -183,6 +187,7 @@ class Proc:
             state=_opt_str(data.get("state")),
             name=_opt_str(data.get("name")),
             cmdline=tuple(str(a) for a in data.get("cmdline") or ()),
+            cmdline_truncated=data.get("cmdline_truncated") is True,
             start_ticks=_opt_int(data.get("start_ticks")),
             create_time=_opt_float(data.get("create_time")),
             state_since=_opt_float(data.get("state_since")),
@@ -353,6 +358,8 @@ class HostSnapshot:
             than memory); None when no process list was taken.
         mode: How the data was collected: "nvml", "smi" (nvidia-smi + /proc), "ps" (reduced), "sim".
         error: Host-level error (no driver, unreachable, ...); GPUs may then be empty.
+        processes_omitted: Processes the collector left out of ``processes`` to keep its lines small (it lists
+            GPU process trees first, then zombie / D-state processes, up to a cap).
     """
 
     target: str
@@ -368,6 +375,7 @@ class HostSnapshot:
     processes_time: float | None = None
     gpus: tuple[Gpu, ...] = ()
     processes: tuple[Proc, ...] = ()
+    processes_omitted: int = 0
     device_holders: tuple[DeviceHolder, ...] | None = None
     findings: tuple[Finding, ...] = ()
     health: tuple[HealthSample, ...] = ()
@@ -438,6 +446,7 @@ class HostSnapshot:
             processes_time=_opt_float(data.get("processes_time")),
             gpus=gpus,
             processes=processes,
+            processes_omitted=max(0, _opt_int(data.get("processes_omitted")) or 0),
             device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),

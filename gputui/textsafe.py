@@ -1,58 +1,32 @@
-"""Making machine-supplied strings safe to put on a terminal.
+"""Making machine-supplied strings safe to put on a terminal: the client's face of the one text policy.
 
 Process names, command lines, user names, host names and HTTP bodies come from machines we do not control.
 Printed raw they can move the cursor, retitle the terminal, clear the screen or reverse the text that follows
-(``\\x1b]0;t\\x07``, ``\\x1b[2J``, ``\\x9b``, U+202E). ``visible()`` turns every such character into a
-readable escape so the string is shown literally, and optionally shortens it. It only makes text *visible*:
-markup safety in the UI is separate (render as ``Text``, never as markup).
+(``\\x1b]0;t\\x07``, ``\\x1b[2J``, ``\\x9b``, U+202E), or hide text behind zero-width characters. The policy
+itself (which code points, and how each is shown) lives in ``gputui/agent.py`` (``visible_text``,
+``text_escape``), because the collector is shipped to remote hosts as that one file and applies the same
+rules to what it reports; this module is the client's way to it, plus the JSON form. It only makes text
+*visible*: markup safety in the UI is separate (render as ``Text``, never as markup).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from typing import Any
 
-ELLIPSIS = "…"
+from gputui.agent import TEXT_ELLIPSIS, TEXT_INVISIBLE, visible_text
 
-_BIDI_CONTROLS = frozenset(range(0x202A, 0x202F)) | frozenset(range(0x2066, 0x206A))
-"""Embedding/override (U+202A–U+202E) and isolate (U+2066–U+2069) controls: they reorder what follows."""
-
-_OTHER_INVISIBLE = frozenset((0x200E, 0x200F, 0x061C, 0x2028, 0x2029, 0xFEFF))
-"""Direction marks, line/paragraph separators (some terminals break the line) and the BOM."""
-
-_SHORT_ESCAPES = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
-
-
-def _escape_for(code: int) -> str | None:
-    """The visible form of one code point, or None when it is shown as itself."""
-    if code < 0x20 or code == 0x7F or 0x80 <= code <= 0x9F:
-        return _SHORT_ESCAPES.get(code, f"\\x{code:02x}")
-    if code in _BIDI_CONTROLS or code in _OTHER_INVISIBLE:
-        return f"\\u{code:04x}"
-    if 0xD800 <= code <= 0xDFFF:
-        # A lone surrogate (e.g. undecodable bytes under surrogateescape): not text, cannot even be encoded.
-        return "\ufffd"
-    return None
-
-
-class _EscapeTable(dict[int, str]):
-    """A ``str.translate`` table that computes (and caches) each code point's escape on first sight."""
-
-    def __missing__(self, code: int) -> str:
-        escaped = _escape_for(code)
-        value = chr(code) if escaped is None else escaped
-        self[code] = value
-        return value
-
-
-_TABLE = _EscapeTable()
+ELLIPSIS = TEXT_ELLIPSIS
 
 
 def visible(text: str, max_len: int | None = None) -> str:
     """Return ``text`` with every terminal-active or invisible character replaced by a visible escape.
 
     C0 controls, DEL and C1 controls become ``\\xNN`` (tab, newline and carriage return become ``\\t``,
-    ``\\n``, ``\\r``); bidirectional overrides/isolates and direction marks become ``\\uNNNN``; lone
-    surrogates become U+FFFD. Everything else, backslashes included, is left as it is.
+    ``\\n``, ``\\r``); bidirectional controls, direction marks, zero-width and other invisible characters
+    become ``\\uNNNN``; lone surrogates become escapes too. Everything else, backslashes included, is left as
+    it is.
 
     Args:
         text: The untrusted string. Anything that is not a ``str`` is converted with ``str()`` first.
@@ -62,26 +36,7 @@ def visible(text: str, max_len: int | None = None) -> str:
     Returns:
         A string that is safe to write to a terminal as plain text.
     """
-    if not isinstance(text, str):
-        text = str(text)
-    if max_len is None:
-        return text.translate(_TABLE)
-    if max_len <= 0:
-        return ""
-    # Translate only as much as can be shown: a 100 KB argv shown in 40 columns costs 40 characters of work.
-    head = text[: max_len + 1].translate(_TABLE)
-    if len(head) <= max_len and len(text) <= max_len:
-        return head
-    pieces: list[str] = []
-    used = 0
-    budget = max_len - 1  # room left for the ellipsis
-    for char in text:
-        piece = _TABLE[ord(char)]
-        if used + len(piece) > budget:
-            break
-        pieces.append(piece)
-        used += len(piece)
-    return "".join(pieces) + ELLIPSIS
+    return visible_text(text, max_len)
 
 
 def visible_cmdline(argv: Iterable[str], max_len: int | None = None) -> str:
@@ -90,3 +45,28 @@ def visible_cmdline(argv: Iterable[str], max_len: int | None = None) -> str:
     Arguments are not shell-quoted: this is for reading, never for running.
     """
     return visible(" ".join(argv), max_len)
+
+
+def _json_escape(code: int) -> str:
+    if code > 0xFFFF:  # JSON spells a character beyond the BMP as a UTF-16 surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+# What json.dumps(ensure_ascii=False) leaves raw but the policy escapes (it already escapes C0 itself).
+_JSON_TABLE = {
+    code: _json_escape(code)
+    for code in [0x7F, *range(0x80, 0xA0), *range(0xD800, 0xE000), *TEXT_INVISIBLE]
+}
+
+
+def json_visible(document: Any, **dumps_kwargs: Any) -> str:
+    """``json.dumps(document)`` that is safe to print on a terminal, still valid JSON of the same value.
+
+    JSON output is often piped straight to a terminal (``gputui snapshot --json | less -R``), so every
+    character the text policy escapes is written as a ``\\uNNNN`` escape instead of raw: DEL, C1 controls
+    (``\\u009b``), bidi and zero-width characters (``\\u202e``, ``\\u200b``). Other non-ASCII text stays
+    readable. Such characters can only occur inside JSON strings, so escaping them everywhere is exact.
+    """
+    return json.dumps(document, ensure_ascii=False, **dumps_kwargs).translate(_JSON_TABLE)

@@ -1,12 +1,12 @@
 """Shared fixtures and suite-wide rules.
 
 A skipped test is a failed run: every dependency the suite needs is installed by `.ci/run`, so a skip can only
-mean something is missing that should not be.
+mean something is missing that should not be. A process left behind fails the run too (`tests/leakcheck.py`).
 """
 
 import pytest
 
-pytest_plugins = ["tests.fakenvml.plugin", "tests.integration.sshd"]
+pytest_plugins = ["tests.leakcheck", "tests.fakenvml.plugin", "tests.integration.sshd", "pytester"]
 
 _skipped: list[str] = []
 

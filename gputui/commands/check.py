@@ -8,7 +8,6 @@ how long that took; ``--calibrate`` records the current per-GPU figures of an id
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any, TextIO
@@ -24,8 +23,8 @@ from gputui.analysis import (
 from gputui.model import HostSnapshot, Verdict, snapshots_document
 from gputui.state import StateError, load_baselines, save_baselines
 from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import visible
-from gputui.transports.base import HostLink, LinkError, full_sample
+from gputui.textsafe import json_visible, visible
+from gputui.transports.base import HostLink, LinkError, full_sample, wait_for_health
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -37,6 +36,7 @@ WAIT_MEMORY_INTERVAL_S = 0.09
 WAIT_PROCESS_INTERVAL_S = 0.5
 DASH = "–"
 MAX_FINDINGS_SHOWN = 20
+CANNOT_TELL = "cannot tell"
 
 
 def _marks(stream: TextIO) -> tuple[str, str]:
@@ -125,7 +125,7 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
     if verdict is None:
         lines.append("cannot tell: no verdict")
     elif not verdict.known:
-        lines.append(f"cannot tell: {visible('; '.join(verdict.reasons) or 'no data', 400)}")
+        lines.append(f"{CANNOT_TELL}: {visible('; '.join(verdict.reasons) or 'no data', 400)}")
     else:
         total = len(verdict.gpus)
         baseline = sorted(set(verdict.baseline_mib.values()))
@@ -161,6 +161,11 @@ def _configure(link: HostLink, memory_interval_s: float, process_interval_s: flo
     )
 
 
+def cannot_tell_at_all(snapshot: HostSnapshot) -> bool:
+    """Whether the host reports no GPU at all (no driver, no NVML): nothing any wait could change."""
+    return not snapshot.gpus and snapshot.verdict is not None and not snapshot.verdict.known
+
+
 def wait_until_clean(
     link: HostLink, target: str, baselines: Baselines, wait_s: float, args: argparse.Namespace
 ) -> tuple[HostSnapshot, float | None]:
@@ -169,6 +174,7 @@ def wait_until_clean(
     The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back, judged on
     memory alone; that sample is then confirmed with a full sample (fresh process list), so a stale process
     list can neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
+    A host that cannot tell at all (no driver, no NVML, no GPUs) ends the wait at once: waiting cannot help.
 
     Returns:
         The last analysed snapshot and the seconds it took to become clean (None: not clean in time).
@@ -181,6 +187,8 @@ def wait_until_clean(
         while True:
             if snapshot.verdict is not None and snapshot.verdict.clean:
                 return snapshot, time.monotonic() - start
+            if cannot_tell_at_all(snapshot):
+                return snapshot, None
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return snapshot, None
@@ -239,6 +247,7 @@ def _check_target(
     waited: float | None = None
     try:
         link.open()
+        wait_for_health(link)  # the health the host's launchers and configured URLs report, like the TUI's
         snapshot = full_sample(link, target)
         if args.calibrate:
             if demo:
@@ -249,11 +258,16 @@ def _check_target(
                 baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
             return status, analyze(snapshot, baselines), None
         analysed = analyze(snapshot, baselines)
-        if args.wait is not None and analysed.verdict is not None and not analysed.verdict.clean:
+        if (
+            args.wait is not None
+            and analysed.verdict is not None
+            and not analysed.verdict.clean
+            and not cannot_tell_at_all(analysed)
+        ):
             if not args.json:
                 print(f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…", file=err)
             analysed, waited = wait_until_clean(link, target, baselines, args.wait, args)
-        elif args.wait is not None:
+        elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
             waited = 0.0
     finally:
         link.close()
@@ -264,7 +278,7 @@ def _check_target(
         if args.wait is not None:
             if waited is not None:
                 print(f"clean after {waited:.2f} s", file=out)
-            else:
+            elif analysed.verdict is not None and analysed.verdict.known:
                 print(f"still not clean after {args.wait:g} s", file=out)
     return status, analysed, waited
 
@@ -294,7 +308,7 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         document: dict[str, Any] = snapshots_document(snapshots)
         if args.wait is not None:
             document["clean_after_s"] = waits
-        print(json.dumps(document, indent=1), file=out)
+        print(json_visible(document, indent=1), file=out)
     if EXIT_ERROR in statuses:
         return EXIT_ERROR
     return EXIT_NOT_CLEAN if EXIT_NOT_CLEAN in statuses else EXIT_CLEAN

@@ -17,7 +17,6 @@ refused, an audit log that cannot be written, no confirmation possible, an unrea
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import signal
 import sys
@@ -45,7 +44,7 @@ from gputui.commands.check import link_error_line, safe_streams
 from gputui.model import Finding, HostSnapshot
 from gputui.state import StateError
 from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import visible, visible_cmdline
+from gputui.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0
@@ -63,17 +62,42 @@ class _UsageError(Exception):
     pass
 
 
+def _number_like(word: str) -> bool:
+    """Whether ``word`` reads as a number (``1e3``, ``0x10``, ``+5``, ``4.0``) rather than a host name.
+
+    Such a word is never taken for a host: it is a process id written some other way than plain decimal
+    digits, and refused. A host name may start with a digit (``10.0.0.7``, ``4gpu-node``) and still not
+    read as a number.
+    """
+    text = word.lstrip("+-")
+    if not text[:1].isdigit():
+        return False
+    for parse in (int, float, lambda value: int(value, 0)):
+        try:
+            parse(word)
+        except ValueError:
+            continue
+        return True
+    return False
+
+
 def parse_words(words: list[str], demo: bool) -> tuple[str, list[int]]:
-    """(target, pids) from ``[TARGET] PID...``. Raises _UsageError with one line for a bad pid word."""
+    """(target, pids) from ``[TARGET] PID...``. Raises _UsageError with one line for a bad pid word.
+
+    Process ids are plain decimal numbers; the first word is a host target unless it is one, or reads as a
+    number of another spelling (which is refused, not connected to).
+    """
     words = list(words)
-    if words and not _DIGITS.fullmatch(words[0]):
+    if words and not _DIGITS.fullmatch(words[0]) and not _number_like(words[0]):
         target = words.pop(0)
     else:
         target = default_targets([], demo)[0]
     pids: list[int] = []
     for word in words:
-        if not _DIGITS.fullmatch(word) or not 0 < int(word) <= PID_MAX:
-            raise _UsageError(f"not a process id: {visible(word, 40)!r}")
+        if not _DIGITS.fullmatch(word):
+            raise _UsageError(f"not a process id: {visible(word, 40)!r} (process ids are decimal numbers)")
+        if not 0 < int(word) <= PID_MAX:
+            raise _UsageError(f"not a process id: {visible(word, 40)!r} (from 1 to {PID_MAX})")
         pids.append(int(word))
     return target, pids
 
@@ -199,6 +223,13 @@ def run_kill(
         try:
             link.open()
             snapshot = full_sample(link, target)
+            if args.all_gpu and not snapshot.gpus:
+                # Not "nothing to signal": without the driver's process list there is no telling what holds
+                # a GPU.
+                cause = visible(snapshot.error or "no GPUs found", 300)
+                print(f"gputui: {visible(target, 100)}: --all-gpu: NVML is unavailable, so there is no GPU "
+                      f"process list to kill from ({cause})", file=err)
+                return EXIT_ERROR
             plan = plan_kill(
                 snapshot,
                 pids,
@@ -296,7 +327,7 @@ def _execute(
             "survivors": [asdict(f) for f in survivors],
             "audit_log": None if audit is None else str(audit.path),
         }
-        print(json.dumps(document, indent=1), file=out)
+        print(json_visible(document, indent=1), file=out)
     else:
         for finding in survivors:
             print(f"survivor: {visible(finding.detail, 300)}", file=out)

@@ -3,59 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from gputui.analysis import analyze
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import visible, visible_cmdline
-from gputui.transports.base import HostLink, LinkError, full_sample
+from gputui.textsafe import json_visible, visible, visible_cmdline
+from gputui.transports.base import LinkError, full_sample, wait_for_health
 
 EXIT_OK = 0
 EXIT_ERROR = 2
 DASH = "–"
 COMMAND_WIDTH = 80
-HEALTH_WAIT_S = 35.0
-"""How long a snapshot waits for the first probe of each ``--health`` URL: the agent's probe deadline
-(30 s, longer than sglang's own 20 s check) plus slack, so a hanging endpoint shows TIMEOUT, not "–"."""
-HEALTH_POLL_S = 0.1
 HEALTH_URL_WIDTH = 60
 HEALTH_DETAIL_WIDTH = 60
-
-
-def wait_for_health(link: HostLink, urls: tuple[str, ...], timeout_s: float = HEALTH_WAIT_S) -> None:
-    """Wait until the agent has probed each of ``urls`` once, or ``timeout_s`` passed.
-
-    Probes run on the agent's own threads, so a snapshot taken right after connecting would show every
-    endpoint as not probed yet. A generating endpoint that is not enabled is never probed and is not waited
-    for. A link that cannot answer ``health`` (a simulated or monitoring-only host) is not waited for either.
-    """
-    wanted = set(urls)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        try:
-            result = link.request({"cmd": "health"}, left)
-        except LinkError:
-            return
-        samples: Any = result.get("samples")
-        if not isinstance(samples, list):
-            return
-        pending = [
-            s
-            for s in samples
-            if isinstance(s, dict) and s.get("url") in wanted and s.get("state") is None
-            and not s.get("detail")  # "not probed: generating endpoint": never will be
-        ]
-        if not pending:
-            return
-        time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> HostSnapshot:
@@ -76,8 +40,7 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
-        if options.health_urls:
-            wait_for_health(link, options.health_urls)
+        wait_for_health(link)
         return full_sample(link, target)
     finally:
         link.close()
@@ -195,7 +158,7 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
-        out.write(json.dumps(snapshots_document(snapshots), ensure_ascii=False, indent=1) + "\n")
+        out.write(json_visible(snapshots_document(snapshots), indent=1) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:

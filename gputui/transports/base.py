@@ -7,10 +7,11 @@ host. All methods may block and are called from worker threads, never from the U
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputui.model import HostSnapshot
+from gputui.model import HostSnapshot, Proc
 
 
 class LinkError(Exception):
@@ -97,3 +98,62 @@ def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSna
         return HostSnapshot.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
         raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
+
+
+HEALTH_WAIT_S = 35.0
+"""How long a one-shot client (snapshot, check) waits for the first probe of each health endpoint: the
+agent's probe deadline (30 s, longer than sglang's own 20 s check) plus slack, so a hanging endpoint shows
+TIMEOUT, not "–"."""
+HEALTH_POLL_S = 0.1
+
+
+def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> None:
+    """Have the agent look for launchers now, then wait until it probed each endpoint once (or ``timeout_s``).
+
+    What the TUI's stream finds over its first seconds, a one-shot client must ask for: the agent discovers
+    sglang/vLLM launchers in the process list now (``discover_now``; nothing with ``--no-discover``) and
+    probes on threads of its own, so a sample taken right after connecting would show no health or every
+    endpoint not probed yet. An endpoint that is never probed (a generating one not enabled, a launcher on
+    another host's address, a bad setting) has its detail at once and is not waited for; neither is a link
+    that cannot answer ``health`` (a simulated or monitoring-only host).
+    """
+    deadline = time.monotonic() + timeout_s
+    command: dict[str, Any] = {"cmd": "health", "discover_now": True}
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            result = link.request(command, left)
+        except LinkError:
+            return
+        command = {"cmd": "health"}
+        samples: Any = result.get("samples")
+        if not isinstance(samples, list):
+            return
+        if not [s for s in samples if isinstance(s, dict) and s.get("state") is None and not s.get("detail")]:
+            return
+        time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:
+    """``proc`` with its whole command line, read fresh by the collector's ``process`` command.
+
+    Snapshots carry command lines cut to a few KiB (``Proc.cmdline_truncated``); the kill confirmation and a
+    process's detail ask for the rest. The collector answers only while the pid still belongs to the process
+    that started at ``proc.start_ticks``.
+
+    Raises:
+        LinkError: the host could not be asked, or the process is gone or changed (one readable line).
+    """
+    if proc.start_ticks is None:
+        raise LinkError(f"{link.target}: pid {proc.pid}: no start time known, cannot check its identity")
+    result = link.request({"cmd": "process", "pid": proc.pid, "start_ticks": proc.start_ticks}, timeout_s)
+    cmdline = result.get("cmdline")
+    if result.get("pid") != proc.pid or not isinstance(cmdline, list):
+        raise LinkError(f"{link.target}: the agent answered without the command line of pid {proc.pid}")
+    return replace(
+        proc,
+        cmdline=tuple(str(arg) for arg in cmdline),
+        cmdline_truncated=result.get("cmdline_truncated") is True,
+    )

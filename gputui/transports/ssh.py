@@ -1059,6 +1059,9 @@ class SshLink(HostLink):
 
 REDUCED_PS_LINES_CAP = 200_000
 """Most ``ps`` lines taken from one reduced-mode sample (a runaway host must not eat our memory)."""
+REDUCED_PS_LINE_CHARS = 4096
+"""Most characters kept of one ``ps`` line: a process's command line is cut there, as the collector cuts it
+(``gputui.agent.WIRE_CMDLINE_BYTES``), and marked ``cmdline_truncated``."""
 
 
 def reduced_command(nonce: str, options: LinkOptions) -> str:
@@ -1129,7 +1132,7 @@ class _ReducedStream:
                     raise LinkError(
                         f"{self.target}: reduced collector sent over {REDUCED_PS_LINES_CAP} lines"
                     )
-                bucket.append(line)
+                bucket.append(line[: REDUCED_PS_LINE_CHARS + 1])  # one more: _reduced_processes sees the cut
             return None
         word, _, rest = line[len(self.marker) :].partition(" ")
         if word == "boot":
@@ -1156,17 +1159,24 @@ class _ReducedStream:
         return None
 
     def _snapshot(self) -> HostSnapshot:
-        from gputui.agent import parse_smi_apps_output, parse_smi_gpu_output, smi_exit_error
+        from gputui.agent import (
+            SMI_EXIT_GPU_LOST,
+            parse_smi_apps_output,
+            parse_smi_gpu_output,
+            smi_exit_error,
+        )
 
         now = time.time()
         gpu_text = "\n".join(self.lines["gpus"])
         error: str | None = None
         gpus: list[dict[str, Any]] = []
-        if self.smi_status == 0:
+        # Exit 15 (a GPU is lost) follows the lines of the GPUs nvidia-smi could still read, and the lost
+        # one becomes an error row.
+        if self.smi_status in (0, SMI_EXIT_GPU_LOST):
             gpus = parse_smi_gpu_output(gpu_text)
-        elif self.smi_status == PYTHON_MISSING_STATUS:
+        if self.smi_status == PYTHON_MISSING_STATUS:
             error = "reduced mode (no python3): nvidia-smi not found on host"
-        else:
+        elif self.smi_status != 0 and not gpus:
             error = "reduced mode (no python3): " + smi_exit_error(self.smi_status or 0, gpu_text)
         apps = parse_smi_apps_output("\n".join(self.lines["apps"]))
         held: dict[int, dict[int, int]] = {}
@@ -1198,7 +1208,8 @@ def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> 
     """
     table: dict[int, dict[str, Any]] = {}
     for line in ps_lines:
-        words = line.split(None, 4)
+        truncated = len(line) > REDUCED_PS_LINE_CHARS
+        words = line[:REDUCED_PS_LINE_CHARS].split(None, 4)
         if len(words) < 4 or not words[0].isdigit() or not words[1].isdigit():
             continue
         args = words[4].split() if len(words) > 4 else []
@@ -1209,6 +1220,7 @@ def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> 
             "user": words[3],
             "name": Path(args[0]).name if args else None,
             "cmdline": args,
+            "cmdline_truncated": truncated,
         }
     wanted = set(held)
     children: dict[int, list[int]] = {}

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from gputui.textsafe import visible, visible_cmdline
+from gputui.textsafe import ELLIPSIS, visible, visible_cmdline
 
 DASH = "–"
 """Shown for a value that could not be read (None in the model)."""
@@ -32,10 +32,18 @@ def safe_text(value: str | None, max_len: int | None = None, style: str = "") ->
     return Text(visible(value, max_len), style=style)
 
 
-def command_text(argv: Sequence[str], name: str | None, max_len: int) -> str:
-    """The visible command line of a process, or its name in brackets when it has no argv (zombies)."""
+def command_text(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> str:
+    """The visible command line of a process, or its name in brackets when it has no argv (zombies).
+
+    ``truncated``: the collector cut the command line (``Proc.cmdline_truncated``); it then always ends with
+    the ellipsis, even when what arrived fits in ``max_len``.
+    """
     if argv:
-        return visible_cmdline(argv, max_len)
+        shown = visible_cmdline(argv, max_len)
+        if truncated and not shown.endswith(ELLIPSIS):
+            # One more (empty) argument makes a line that filled the width exactly one character too long.
+            shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*argv, ""], max_len)
+        return shown
     return "[" + visible(name or "?", max(1, max_len - 2)) + "]"
 
 

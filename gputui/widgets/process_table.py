@@ -128,6 +128,7 @@ class ProcessTable(DataTable[Text]):
             node.graphics_only,
             proc.name,
             proc.cmdline,
+            proc.cmdline_truncated,
         )
         cached = self._row_cache.get(key)
         if cached is not None and cached[0] == inputs:
@@ -146,7 +147,8 @@ class ProcessTable(DataTable[Text]):
         indent = " " + "  " * depth + ("└ " if depth else "")
         command = Text(indent, style="dim")
         style = "red" if proc.is_zombie else "yellow" if proc.is_uninterruptible else ""
-        command.append(command_text(proc.cmdline, proc.name, COMMAND_MAX_CHARS), style=style)
+        shown = command_text(proc.cmdline, proc.name, COMMAND_MAX_CHARS, proc.cmdline_truncated)
+        command.append(shown, style=style)
         if proc.is_zombie:
             command.append(" <defunct>", style="bold red")
         if node.graphics_only:

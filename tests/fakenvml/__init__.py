@@ -19,6 +19,7 @@ from pathlib import Path
 
 __all__ = [
     "LIB_NAME",
+    "OMIT_GROUPS",
     "SOURCE",
     "FakeGpu",
     "FakeHolder",
@@ -42,12 +43,21 @@ CFLAGS = [
 HOLDER_KINDS = ("compute", "graphics", "invisible", "ghost")
 
 
-def build(out_dir: Path) -> Path:
-    """Compile the fake library into ``out_dir/libnvidia-ml.so.1``.
+OMIT_GROUPS = {"v3": "FAKENVML_NO_V3", "v2": "FAKENVML_NO_V2", "power": "FAKENVML_NO_POWER"}
+"""Symbol groups a build can leave out, as older drivers lack them (see the top of ``fakenvml.c``):
+``v3`` a driver before R510 (no ``*RunningProcesses_v3``, no ``nvmlDeviceGetMemoryInfo_v2``), ``v2`` an
+older one (no ``_v2`` process lists, PCI info, count or handle calls), ``power`` no power queries."""
+
+
+def build(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
+    """Compile the fake library into ``out_dir/libnvidia-ml.so.1``, without the symbol groups in ``omit``.
 
     Raises RuntimeError when no C compiler is available or compilation fails;
     callers should let that fail the run rather than skip tests.
     """
+    unknown = sorted(set(omit) - set(OMIT_GROUPS))
+    if unknown:
+        raise ValueError(f"fakenvml: unknown symbol groups {unknown} (known: {sorted(OMIT_GROUPS)})")
     cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
     if not cc:
         raise RuntimeError(
@@ -57,7 +67,8 @@ def build(out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / LIB_NAME
-    cmd = [cc, *CFLAGS, "-o", str(target), str(SOURCE), "-lpthread"]
+    defines = [f"-D{OMIT_GROUPS[group]}" for group in sorted(set(omit))]
+    cmd = [cc, *CFLAGS, *defines, "-o", str(target), str(SOURCE), "-lpthread"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -76,7 +87,12 @@ def _check_value(value: str) -> str:
     return value
 
 
-def _quote(value: str) -> str:
+def _quote(value: str | bytes) -> str:
+    if isinstance(value, bytes):
+        # Any bytes (invalid UTF-8 included) as the library reads them back: \xHH for all but plain ASCII.
+        return "".join(
+            chr(b) if 0x21 <= b < 0x7F and b not in b'"#\\' else f"\\x{b:02x}" for b in value
+        )
     _check_value(value)
     if any(c.isspace() for c in value):
         return f'"{value}"'
@@ -85,9 +101,9 @@ def _quote(value: str) -> str:
 
 @dataclass
 class FakeGpu:
-    """One GPU line. ``None`` leaves a key to the library's default."""
+    """One GPU line. ``None`` leaves a key to the library's default; ``name`` may be bytes (any bytes)."""
 
-    name: str = "NVIDIA RTX PRO 6000 Blackwell"
+    name: str | bytes = "NVIDIA RTX PRO 6000 Blackwell"
     total_mib: int = 49152
     baseline_mib: int = 3
     reserved_mib: int = 0
@@ -125,7 +141,7 @@ class FakeGpu:
             value = getattr(self, key)
             if value is None or (key == "hang_ms" and not value):
                 continue
-            parts.append(f"{key}={_quote(str(value))}")
+            parts.append(f"{key}={_quote(value if isinstance(value, bytes) else str(value))}")
         return " ".join(parts)
 
 

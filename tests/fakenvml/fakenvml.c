@@ -8,7 +8,7 @@
  * call does one stat() to check.
  *
  * State file (one directive per line, '#' starts a comment, tokens separated
- * by blanks, values containing blanks in double quotes):
+ * by blanks, values containing blanks in double quotes, \xHH for any byte):
  *
  *   driver 570.124.06
  *   cuda 12080
@@ -38,6 +38,29 @@
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* Older drivers, for the fallback tests: each define hides a group of symbols from dlsym (the code stays,
+ * so the calls that remain keep working through it).
+ *   FAKENVML_NO_V3     before R510: no *RunningProcesses_v3, no nvmlDeviceGetMemoryInfo_v2
+ *   FAKENVML_NO_V2     older still: no *RunningProcesses_v2, nvmlDeviceGetPciInfo_v2/_v3,
+ *                      nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2
+ *   FAKENVML_NO_POWER  a missing optional query: no nvmlDeviceGetPowerUsage, nvmlDeviceGetEnforcedPowerLimit */
+#ifdef FAKENVML_NO_V3
+#define EXPORT_V3 HIDDEN
+#else
+#define EXPORT_V3 EXPORT
+#endif
+#ifdef FAKENVML_NO_V2
+#define EXPORT_V2 HIDDEN
+#else
+#define EXPORT_V2 EXPORT
+#endif
+#ifdef FAKENVML_NO_POWER
+#define EXPORT_POWER HIDDEN
+#else
+#define EXPORT_POWER EXPORT
+#endif
 
 /* ---- nvml.h ABI ------------------------------------------------------- */
 
@@ -270,8 +293,23 @@ static void gpu_defaults(struct gpu *g, unsigned int i)
     g->error = 0;
 }
 
+/* Copy one character of a token from *s to *w: "\xHH" is the byte HH (any byte a real driver could
+ * return, invalid UTF-8 included), anything else is itself. */
+static void copy_char(char **s, char **w)
+{
+    char *p = *s;
+    if (p[0] == '\\' && p[1] == 'x' && isxdigit((unsigned char)p[2]) && isxdigit((unsigned char)p[3])) {
+        char hex[3] = {p[2], p[3], '\0'};
+        *(*w)++ = (char)strtol(hex, NULL, 16);
+        *s = p + 4;
+        return;
+    }
+    *(*w)++ = *p;
+    *s = p + 1;
+}
+
 /* Split a line into tokens in place. Handles "quoted values" and key="quoted
- * values" and strips comments. Returns the token count. */
+ * values" and \xHH escapes, and strips comments. Returns the token count. */
 static int tokenize(char *s, char **tok, int max)
 {
     int n = 0;
@@ -288,11 +326,11 @@ static int tokenize(char *s, char **tok, int max)
             if (*s == '"') {
                 s++;
                 while (*s && *s != '"')
-                    *w++ = *s++;
+                    copy_char(&s, &w);
                 if (*s == '"')
                     s++;
             } else {
-                *w++ = *s++;
+                copy_char(&s, &w);
             }
         }
         if (*s)
@@ -764,7 +802,7 @@ EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsig
 
 /* ---- enumeration ------------------------------------------------------ */
 
-EXPORT nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
+EXPORT_V2 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
     if (!deviceCount)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -781,7 +819,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
     return nvmlDeviceGetCount_v2(deviceCount);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+EXPORT_V2 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
     if (!device)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -941,7 +979,7 @@ static void fill_pci_common(const struct gpu *g, unsigned int *dom, unsigned int
     parse_pci(g->pci, dom, bus, dev, &fn);
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+EXPORT_V2 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
     if (!pci)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -957,7 +995,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_v2_t *pci)
+EXPORT_V2 nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_v2_t *pci)
 {
     if (!pci)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -1028,7 +1066,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+EXPORT_V3 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -1112,21 +1150,21 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, enum proc_kind kind,
     return r;
 }
 
-#define PROC_FN(name, kind, ver, type)                                                   \
-    EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int *infoCount, type *infos) \
-    {                                                                                    \
-        return running_processes(device, kind, infoCount, infos, ver);                   \
+#define PROC_FN(visibility, name, kind, ver, type)                                           \
+    visibility nvmlReturn_t name(nvmlDevice_t device, unsigned int *infoCount, type *infos) \
+    {                                                                                        \
+        return running_processes(device, kind, infoCount, infos, ver);                       \
     }
 
-PROC_FN(nvmlDeviceGetComputeRunningProcesses, PK_COMPUTE, 1, nvmlProcessInfo_v1_t)
-PROC_FN(nvmlDeviceGetComputeRunningProcesses_v2, PK_COMPUTE, 2, nvmlProcessInfo_v2_t)
-PROC_FN(nvmlDeviceGetComputeRunningProcesses_v3, PK_COMPUTE, 3, nvmlProcessInfo_t)
-PROC_FN(nvmlDeviceGetGraphicsRunningProcesses, PK_GRAPHICS, 1, nvmlProcessInfo_v1_t)
-PROC_FN(nvmlDeviceGetGraphicsRunningProcesses_v2, PK_GRAPHICS, 2, nvmlProcessInfo_v2_t)
-PROC_FN(nvmlDeviceGetGraphicsRunningProcesses_v3, PK_GRAPHICS, 3, nvmlProcessInfo_t)
-PROC_FN(nvmlDeviceGetMPSComputeRunningProcesses, PK_MPS, 1, nvmlProcessInfo_v1_t)
-PROC_FN(nvmlDeviceGetMPSComputeRunningProcesses_v2, PK_MPS, 2, nvmlProcessInfo_v2_t)
-PROC_FN(nvmlDeviceGetMPSComputeRunningProcesses_v3, PK_MPS, 3, nvmlProcessInfo_t)
+PROC_FN(EXPORT, nvmlDeviceGetComputeRunningProcesses, PK_COMPUTE, 1, nvmlProcessInfo_v1_t)
+PROC_FN(EXPORT_V2, nvmlDeviceGetComputeRunningProcesses_v2, PK_COMPUTE, 2, nvmlProcessInfo_v2_t)
+PROC_FN(EXPORT_V3, nvmlDeviceGetComputeRunningProcesses_v3, PK_COMPUTE, 3, nvmlProcessInfo_t)
+PROC_FN(EXPORT, nvmlDeviceGetGraphicsRunningProcesses, PK_GRAPHICS, 1, nvmlProcessInfo_v1_t)
+PROC_FN(EXPORT_V2, nvmlDeviceGetGraphicsRunningProcesses_v2, PK_GRAPHICS, 2, nvmlProcessInfo_v2_t)
+PROC_FN(EXPORT_V3, nvmlDeviceGetGraphicsRunningProcesses_v3, PK_GRAPHICS, 3, nvmlProcessInfo_t)
+PROC_FN(EXPORT, nvmlDeviceGetMPSComputeRunningProcesses, PK_MPS, 1, nvmlProcessInfo_v1_t)
+PROC_FN(EXPORT_V2, nvmlDeviceGetMPSComputeRunningProcesses_v2, PK_MPS, 2, nvmlProcessInfo_v2_t)
+PROC_FN(EXPORT_V3, nvmlDeviceGetMPSComputeRunningProcesses_v3, PK_MPS, 3, nvmlProcessInfo_t)
 
 EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
                                                     nvmlProcessUtilizationSample_t *utilization,
@@ -1199,7 +1237,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperatu
     return r;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+EXPORT_POWER nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     if (!power)
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -1217,7 +1255,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsig
     return NVML_SUCCESS;
 }
 
-EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+EXPORT_POWER nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
 {
     return nvmlDeviceGetPowerManagementLimit(device, limit);
 }

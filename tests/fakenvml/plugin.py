@@ -5,6 +5,7 @@ Enable with ``pytest_plugins = ["tests.fakenvml.plugin"]`` in a conftest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,23 @@ def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Directory holding a freshly built libnvidia-ml.so.1 (built once per session)."""
     lib_dir = tmp_path_factory.mktemp("fakenvml-lib")
     build(lib_dir)
+    return lib_dir
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_older(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``fake_nvml_older("v3", ...)``: a directory with a build that lacks those symbol groups, like an older
+    driver (``tests.fakenvml.OMIT_GROUPS``); built once per set of groups and session."""
+    built: dict[tuple[str, ...], Path] = {}
+
+    def lib_dir(*omit: str) -> Path:
+        key = tuple(sorted(set(omit)))
+        if key not in built:
+            directory = tmp_path_factory.mktemp("fakenvml-lib-no-" + "-".join(key))
+            build(directory, omit=key)
+            built[key] = directory
+        return built[key]
+
     return lib_dir
 
 

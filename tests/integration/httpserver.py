@@ -20,6 +20,8 @@ Behaviours (a path's mode, else the path itself names one: ``/status/503``, ``/h
 * ``redirect``: a 302 to /elsewhere.
 * ``close``: accept, read the request, close without a byte (what an SSH local forward does when the far
   side answers "administratively prohibited").
+* ``503-cut``: a 503 whose Content-Length promises 1000 bytes, then 12 bytes and the connection closes.
+* ``auth``: 200 with ``Authorization: Basic`` of ``AUTH_USER``:``AUTH_PASSWORD``, else 401.
 * ``reset``: accept, read the request, then reset the connection (RST).
 
 :class:`HttpPeer` starts and drives it from a test.
@@ -28,6 +30,7 @@ Behaviours (a path's mode, else the path itself names one: ``/status/503``, ``/h
 from __future__ import annotations
 
 import argparse
+import base64
 import datetime
 import ipaddress
 import json
@@ -51,6 +54,10 @@ HOSTILE_BODY = (
 )
 """The ``escapes`` body: OSC title, clear screen, SGR, markup, a raw C1 byte, an encoded CSI, a bidi
 override, invalid UTF-8 and a line break."""
+
+AUTH_USER = "gputui"
+AUTH_PASSWORD = "s3cr@t:pw"  # noqa: S105 - a test server's password
+"""Credentials the ``auth`` behaviour accepts (the password holds characters a URL must percent-encode)."""
 
 _stop = threading.Event()
 _lock = threading.Lock()
@@ -120,6 +127,17 @@ class _Handler(BaseHTTPRequestHandler):
             for part in (b"hello ", b"chunked ", b"world"):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
             self.wfile.write(b"0\r\n\r\n")
+        elif behaviour == "503-cut":
+            self.close_connection = True
+            self.send_response(503)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            self.wfile.write(b"overloaded: ")
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+        elif behaviour == "auth":
+            expected = "Basic " + base64.b64encode(f"{AUTH_USER}:{AUTH_PASSWORD}".encode()).decode()
+            self._send(200 if self.headers.get("Authorization") == expected else 401, b"")
         elif behaviour == "redirect":
             self._send(302, b"", {"Location": "/elsewhere"})
         elif behaviour == "close":

@@ -9,7 +9,7 @@ through ``SetEnv`` (``LD_LIBRARY_PATH``, ``FAKE_NVML_STATE``), a ``PATH`` whose 
 - ``"bare"``: a venv made with ``--without-pip`` from the base interpreter (neither pynvml nor psutil);
 - ``"none"``: no python3 at all, but ``sh``, ``cat``, ``sleep``, ``ps`` and a fake ``nvidia-smi`` that prints
   the files ``gpus.csv`` / ``apps.csv`` from the server's ``smi_dir`` (exit 9 like a driverless host when
-  ``gpus.csv`` is missing);
+  ``gpus.csv`` is missing, else the status in ``gpus.rc`` if there is one);
 - ``"empty"``: nothing on PATH at all (not even ``sh``).
 
 ``ClientHome`` is a temporary ``~/.ssh`` layout (config, known_hosts, keys); the fixtures point
@@ -38,6 +38,7 @@ import psutil
 import pytest
 
 from tests.fakenvml.plugin import FakeNvml
+from tests.leakcheck import RUN_TOKEN_VAR, run_token
 
 SSHD = "/usr/sbin/sshd"
 START_DEADLINE_S = 15.0
@@ -282,10 +283,15 @@ def _python_wrapper(directory: Path, interpreter: str | None) -> Path:
 
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
-# Test double of nvidia-smi for hosts without python3: prints what the test wrote.
+# Test double of nvidia-smi for hosts without python3: prints what the test wrote (and exits with the status
+# in gpus.rc, as nvidia-smi exits 15 after the GPUs it could read when one is lost).
 case "$*" in
   *--query-gpu=*)
-    if [ -f "{smi_dir}/gpus.csv" ]; then cat "{smi_dir}/gpus.csv"; exit 0; fi
+    if [ -f "{smi_dir}/gpus.csv" ]; then
+      cat "{smi_dir}/gpus.csv"
+      if [ -f "{smi_dir}/gpus.rc" ]; then exit "$(cat "{smi_dir}/gpus.rc")"; fi
+      exit 0
+    fi
     echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
     exit 9 ;;
   *--query-compute-apps=*)
@@ -351,6 +357,19 @@ def ssh_client(tmp_path: Path, ssh_keys: dict[str, Path], monkeypatch: pytest.Mo
 SshdFactory = Callable[..., SshdServer]
 
 
+def host_without_python(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, alias: str, gpus_csv: str | None = None
+) -> SshdServer:
+    """A trusted server named ``alias`` with no python3, whose fake nvidia-smi prints ``gpus_csv``."""
+    server = sshd_factory(python="none")
+    assert server.smi_dir is not None
+    if gpus_csv is not None:
+        (server.smi_dir / "gpus.csv").write_text(gpus_csv)
+    ssh_client.add_host(alias, server)
+    ssh_client.trust(server)
+    return server
+
+
 @pytest.fixture
 def sshd_factory(
     tmp_path: Path, ssh_keys: dict[str, Path], fake_nvml: FakeNvml, bare_python: str
@@ -382,6 +401,8 @@ def sshd_factory(
             "LD_LIBRARY_PATH": str(lib_dir),
             "FAKE_NVML_STATE": str(state_path),
             "PATH": path,
+            # Sessions (collectors included) are this run's processes: the end-of-run check looks for it.
+            RUN_TOKEN_VAR: run_token(),
         }
         server = SshdServer(
             root=tmp_path / f"sshd-{index}",
@@ -405,7 +426,7 @@ def sshd_factory(
 
 STAND_IN_AGENT = r"""
 # Test double of gputui/agent.py: speaks the JSON-lines protocol, misbehaves on request.
-import json, sys, threading, time
+import json, os, sys, threading, time
 BEHAVIOUR = %(behaviour)r
 BOOT_ID_FILE = %(boot_id_file)r
 PROTOCOL = %(protocol)r
@@ -427,24 +448,28 @@ def boot_id():
 def snapshot(n):
     return {"target": "stand-in", "hostname": "stand-in", "boot_id": boot_id(), "time": time.time(),
             "mode": "stand-in", "gpus": [{"index": 0, "memory_used_mib": n}], "processes": []}
-if BEHAVIOUR == "hang_before_hello":
-    time.sleep(3600)
-if BEHAVIOUR == "banner_then_hello":
-    out.write(b"Welcome to the cluster!\nlast login: yesterday\n")
-emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
 def commands():
+    # Like the real collector: however the main thread misbehaves (hangs, floods), the process ends when the
+    # client is gone (stdin closed) or says quit.
     for raw in iter(sys.stdin.buffer.readline, b""):
         cmd = json.loads(raw)
         if cmd.get("cmd") == "quit":
             break
-        if BEHAVIOUR == "ignore_commands":
+        if BEHAVIOUR == "ignore_commands" or not hello_sent.is_set():
             continue
         if cmd.get("cmd") == "echo":
             emit({"t": "reply", "id": cmd["id"], "ok": True, "result": {"echo": cmd.get("payload")}})
         else:
             emit({"t": "reply", "id": cmd["id"], "ok": False, "error": "stand-in: unknown command"})
-    sys.exit(0)
+    os._exit(0)
+hello_sent = threading.Event()
 threading.Thread(target=commands, daemon=True).start()
+if BEHAVIOUR == "hang_before_hello":
+    time.sleep(3600)
+if BEHAVIOUR == "banner_then_hello":
+    out.write(b"Welcome to the cluster!\nlast login: yesterday\n")
+emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
+hello_sent.set()
 if BEHAVIOUR in ("hang_after_hello", "ignore_commands_hang"):
     time.sleep(3600)
 if BEHAVIOUR == "flood_no_newline":

@@ -174,16 +174,51 @@ def test_no_driver_cannot_tell(env: dict[str, str], fake_nvml: Any) -> None:
     result = run_gputui(["check", "--no-discover"], env)
     assert result.returncode == 2
     assert result.stdout.startswith("cannot tell:")
+    assert result.stdout.count("cannot tell") == 1  # said once, not "cannot tell: cannot tell: …"
     assert "Traceback" not in result.stderr
 
 
-def test_lost_gpu_is_not_clean(env: dict[str, str], fake_nvml: Any) -> None:
+def test_wait_without_a_driver_ends_at_once(env: dict[str, str], fake_nvml: Any) -> None:
+    fake_nvml.state.init_error = "DRIVER_NOT_LOADED"
+    fake_nvml.write()
+    started = time.monotonic()
+    result = run_gputui(["check", "--wait", "120", "--no-discover"], env)
+    assert result.returncode == 2
+    assert time.monotonic() - started < 60  # not the 120 s deadline: waiting cannot help
+    assert "still not clean" not in result.stdout
+    assert result.stdout.count("cannot tell") == 1
+
+
+def test_kill_all_gpu_without_nvml_says_so(env: dict[str, str], fake_nvml: Any) -> None:
+    fake_nvml.state.init_error = "DRIVER_NOT_LOADED"
+    fake_nvml.write()
+    result = run_gputui(["kill", "--all-gpu", "--yes", "--no-discover"], env)
+    assert result.returncode == 2
+    assert "NVML is unavailable" in result.stderr
+    assert "nothing to signal" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_lost_gpu_cannot_tell(env: dict[str, str], fake_nvml: Any) -> None:
     fake_nvml.state.gpus[2].error = "GPU_IS_LOST"
     fake_nvml.write()
     result = run_gputui(["check", "--no-discover"], env)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "GPU2  –" in result.stdout
-    assert "✗ error:" in result.stdout
+    assert "✗ error: GPU is lost" in result.stdout
+    assert "cannot tell: GPU2 error: GPU is lost" in result.stdout
+    assert result.stdout.count("cannot tell") == 1
+
+
+def test_timed_out_gpu_cannot_tell(env: dict[str, str], fake_nvml: Any) -> None:
+    fake_nvml.state.gpus[5].hang_ms = 6000  # longer than the collector's 2 s NVML deadline
+    fake_nvml.write()
+    code, snapshot, _document = check_json(env)
+    assert code == 2
+    assert snapshot.verdict is not None
+    assert not snapshot.verdict.known
+    assert snapshot.gpus[5].error == "NVML call timed out"
+    assert [g.memory_used_mib for g in snapshot.gpus if g.index != 5] == [3] * 7
 
 
 def test_calibrate_records_uuid_baselines_and_refuses_a_busy_host(
@@ -451,6 +486,15 @@ def test_read_only_refuses_before_anything(env: dict[str, str], fake_nvml: Any) 
     assert not (Path(env["XDG_STATE_HOME"]) / "gputui" / "audit.jsonl").exists()
 
 
+def test_options_may_follow_the_host_and_the_pids(env: dict[str, str], fake_nvml: Any) -> None:
+    """``gputui kill HOST --yes PID`` failed ("unrecognized arguments"); global options may come first."""
+    with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml) as server:
+        victim = server["scheduler_TP0"]
+        result = run_gputui(["--no-discover", "kill", "local", "--yes", str(victim), "--signal", "KILL"], env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        wait_for(lambda: is_gone(victim, server.ticks[victim]), "the victim to die")
+
+
 def test_no_terminal_and_no_yes_refuses(env: dict[str, str], fake_nvml: Any) -> None:
     with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml) as server:
         victim = server["scheduler_TP0"]
@@ -463,10 +507,14 @@ def test_no_terminal_and_no_yes_refuses(env: dict[str, str], fake_nvml: Any) -> 
 
 @pytest.mark.parametrize(
     ("words", "message"),
-    [(["local", "12x"], "gputui: kill: not a process id: '12x'"),
-     (["4242", "-"], "gputui: kill: not a process id: '-'"),
+    [(["local", "12x"], "gputui: kill: not a process id: '12x' (process ids are decimal numbers)"),
+     (["4242", "-"], "gputui: kill: not a process id: '-' (process ids are decimal numbers)"),
      ([], "gputui: kill: name at least one process id, or use --all-gpu"),
-     (["99999999"], "gputui: kill: not a process id: '99999999'")],
+     (["99999999"], "gputui: kill: not a process id: '99999999' (from 1 to 4194304)"),
+     # Numbers in other spellings were taken for host names and connected to:
+     (["1e3"], "gputui: kill: not a process id: '1e3' (process ids are decimal numbers)"),
+     (["0x10", "5"], "gputui: kill: not a process id: '0x10' (process ids are decimal numbers)"),
+     (["+5"], "gputui: kill: not a process id: '+5' (process ids are decimal numbers)")],
 )
 def test_bad_pid_words_are_one_line(env: dict[str, str], words: list[str], message: str) -> None:
     result = run_gputui(["kill", "--yes", *words], env)

@@ -114,6 +114,23 @@ def test_table_lists_gpus_and_sanitised_processes(fake_nvml: FakeNvml) -> None:
     assert process_lines[0].endswith("…")  # long command lines are cut to the column
 
 
+def test_json_output_escapes_c1_bidi_and_zero_width_and_stays_valid(fake_nvml: FakeNvml) -> None:
+    """JSON output is often piped to a terminal: nothing terminal-active or invisible is printed raw."""
+    hostile = "csi\x9b2J bidi\u202eexe zero\u200bwidth join\u2060er del\x7f"
+    with script(SLEEPER, ["sleeper"], argv_extra=[hostile]) as holder:
+        pid = holder.pids["sleeper"]
+        fake_nvml.state.add_holder(2, pid, 512)
+        fake_nvml.write()
+        done = run_cli("--json", env=fake_nvml.env())
+    assert done.returncode == 0, done.stderr
+    for raw in ("\x9b", "\u202e", "\u200b", "\u2060", "\x7f"):
+        assert raw not in done.stdout
+    assert "\\u009b2J" in done.stdout
+    assert "\\u202eexe" in done.stdout
+    process = {p["pid"]: p for p in json.loads(done.stdout)["hosts"][0]["processes"]}[pid]
+    assert process["cmdline"][-1] == hostile  # the same value, only spelled with escapes
+
+
 def test_table_shows_hostile_strings_as_visible_escapes() -> None:
     from gputui.commands.snapshot import format_table
     from gputui.model import Gpu, GpuProcess, HostSnapshot, Proc
@@ -123,9 +140,11 @@ def test_table_shows_hostile_strings_as_visible_escapes() -> None:
         hostname="node\x1b[2J",
         gpus=(Gpu(index=0, name="[bold]GPU\x9b", memory_used_mib=None, memory_total_mib=49152,
                   processes=(GpuProcess(pid=42, used_mib=None), GpuProcess(pid=43, visible=False))),),
-        processes=(Proc(pid=42, user="ev\u202eil", name="x", cmdline=("python", HOSTILE_ARG)),),
+        processes=(Proc(pid=42, user="ev\u202eil\u200b", name="x", cmdline=("python", HOSTILE_ARG)),),
     )
     text = "\n".join(format_table(snapshot))
+    assert "\u200b" not in text
+    assert "ev\\u202eil\\u200b" in text
     assert "\x1b" not in text
     assert "\x9b" not in text
     assert "\u202e" not in text

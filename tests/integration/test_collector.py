@@ -429,10 +429,23 @@ def test_calibrate_returns_used_memory_per_gpu_key(fake_nvml: FakeNvml) -> None:
 
 def test_configure_rejects_bad_intervals(fake_nvml: FakeNvml) -> None:
     with agent_process(env=fake_nvml.env()) as agent:
-        for bad in (0, -1, "x", float("inf"), True):
+        for bad in (0, -1, "x", float("inf"), True, 1e-300, 1e10):
             reply = agent.send({"cmd": "configure", "memory_interval_s": bad})
             assert reply["ok"] is False
-            assert "memory_interval_s" in reply["error"]
+            assert reply["error"] == "memory_interval_s must be a number of seconds from 0.05 to 3600"
+        # An escalation nobody could wait for is refused before anything is signalled.
+        reply = agent.send({"cmd": "kill", "escalate_s": 1e10, "targets": [{"pid": 1, "start_ticks": 1}]})
+        assert reply == {"t": "reply", "id": reply["id"], "ok": False,
+                         "error": "escalate_s must be seconds up to 3600, or null"}
+
+
+def test_the_remote_form_refuses_a_busy_loop_interval() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.agent", "--once", "--interval", "1e-300"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr == "gputui-agent: --interval must be a number of seconds from 0.05 to 3600\n"
 
 
 def test_quit_and_eof_end_the_agent(fake_nvml: FakeNvml) -> None:

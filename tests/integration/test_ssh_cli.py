@@ -13,7 +13,13 @@ from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
-from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, fingerprint_by_ssh_keygen
+from tests.integration.sshd import (
+    ClientHome,
+    SshdFactory,
+    SshdServer,
+    fingerprint_by_ssh_keygen,
+    host_without_python,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -192,3 +198,56 @@ def test_a_client_killed_during_a_remote_escalation_leaves_it_to_the_collector(
     assert [(a["stage"], a["result"]) for a in audit if a["pid"] == stubborn] == [
         ("intent", "requested"), ("signal", "sent")
     ]
+
+
+LOST_GPU_CSV = (
+    "0, NVIDIA H200, GPU-aaaa-0000, 00000000:17:00.0, 3, 143771, 0, 35, 70.00, 700.00\n"
+    "Unable to determine the device handle for GPU0000:2A:00.0: GPU is lost.  Reboot the system to recover\n"
+    "2, NVIDIA H200, GPU-cccc-2222, 00000000:5D:00.0, 3, 143771, 0, 35, 70.00, 700.00\n"
+)
+"""Three GPUs, the middle one lost: nvidia-smi prints the two it can read and exits 15."""
+
+
+def test_a_lost_gpu_on_a_host_without_python3_cannot_tell(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    server = host_without_python(sshd_factory, ssh_client, "reduced", LOST_GPU_CSV)
+    assert server.smi_dir is not None
+    (server.smi_dir / "gpus.rc").write_text("15\n")
+    done = _gputui("check", "reduced")
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ["GPU0  3 MiB  ✓", "GPU1  – MiB  ✗ error: GPU is lost", "GPU2  3 MiB  ✓"]
+    assert "cannot tell: GPU1 error: GPU is lost" in done.stdout
+    assert "NVIDIA H200" not in done.stdout + done.stderr  # no CSV line quoted as the cause
+    snapshot = json.loads(_gputui("snapshot", "--json", "reduced").stdout)["hosts"][0]
+    assert snapshot["error"] is None
+    assert [(g["index"], g["error"]) for g in snapshot["gpus"]] == [(0, None), (1, "GPU is lost"), (2, None)]
+
+
+def test_a_lost_gpu_in_nvidia_smi_mode_cannot_tell(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
+) -> None:
+    """python3 without pynvml: the collector reads a long-lived ``nvidia-smi -lms``, which names the lost GPU
+    only in an error line. Dropped, the host looked like a clean three-GPU host (exit 0)."""
+    server = sshd_factory(python="bare")
+    data = tmp_path / "smi-loop"
+    data.mkdir()
+    (data / "gpus.csv").write_text(LOST_GPU_CSV)
+    smi = server.python_dir / "nvidia-smi"
+    smi.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *driver_version*) echo 570.124.06 ;;\n"
+        "  *--query-compute-apps=*) ;;\n"
+        f'  *-lms*) while :; do cat "{data}/gpus.csv"; sleep 0.2; done ;;\n'
+        "esac\n"
+    )
+    smi.chmod(0o755)
+    ssh_client.add_host("smi-host", server)
+    ssh_client.trust(server)
+    done = _gputui("check", "smi-host")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "GPU1  – MiB  ✗ error: GPU is lost" in done.stdout
+    assert "clean: " not in done.stdout
+    assert done.stdout.count("cannot tell") == 1

@@ -19,7 +19,7 @@ import pytest
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink
-from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, stand_in_agent
+from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, host_without_python, stand_in_agent
 
 FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=3.0)
 HANG_GUARD_S = 30.0
@@ -324,12 +324,9 @@ GPU_CSV = (
 def test_no_python3_falls_back_to_the_reduced_sh_collector(
     sshd_factory: SshdFactory, ssh_client: ClientHome
 ) -> None:
-    server = sshd_factory(python="none")
+    server = host_without_python(sshd_factory, ssh_client, "no-python", GPU_CSV)
     assert server.smi_dir is not None
-    (server.smi_dir / "gpus.csv").write_text(GPU_CSV)
     (server.smi_dir / "apps.csv").write_text(f"GPU-aaaa-0000, {os.getpid()}, 20480\n")
-    ssh_client.add_host("no-python", server)
-    ssh_client.trust(server)
     link = SshLink("no-python", FAST)
     link.open()
     try:
@@ -359,9 +356,7 @@ def test_no_python3_falls_back_to_the_reduced_sh_collector(
 def test_no_python3_and_no_driver_reports_the_driver(
     sshd_factory: SshdFactory, ssh_client: ClientHome
 ) -> None:
-    server = sshd_factory(python="none")
-    ssh_client.add_host("no-python", server)
-    ssh_client.trust(server)
+    host_without_python(sshd_factory, ssh_client, "no-python")
     link = SshLink("no-python", FAST)
     link.open()
     try:

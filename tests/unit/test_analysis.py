@@ -351,21 +351,22 @@ def test_several_holders_on_one_gpu_show_each_share() -> None:
     assert verdict.reasons[0].endswith("and 2 more")
 
 
-def test_gpu_error_is_not_clean_but_known() -> None:
+def test_a_gpu_that_cannot_be_read_means_cannot_tell() -> None:
     gpu_list = gpus(2)
     gpu_list[1] = Gpu(index=1, error="GPU_IS_LOST")
     verdict = clean_slate(snap(gpu_list, []), Baselines())
-    assert not verdict.clean
-    assert verdict.known
-    assert verdict.reasons == ("GPU1 error: GPU_IS_LOST (cannot tell if it is free)",)
+    assert (verdict.clean, verdict.known) == (False, False)
+    assert verdict.reasons == ("GPU1 error: GPU_IS_LOST",)
+    assert [g.clean for g in verdict.gpus] == [True, False]
     unreadable = clean_slate(snap([Gpu(index=0)], []), Baselines())
-    assert unreadable.reasons == ("GPU0 memory could not be read (cannot tell if it is free)",)
+    assert (unreadable.clean, unreadable.known) == (False, False)
+    assert unreadable.reasons == ("GPU0 memory could not be read",)
 
 
 def test_host_error_or_no_gpus_cannot_tell() -> None:
     no_driver = clean_slate(snap([], [], error="NVML: Driver Not Loaded"), Baselines())
     assert (no_driver.clean, no_driver.known) == (False, False)
-    assert no_driver.reasons == ("cannot tell: NVML: Driver Not Loaded",)
+    assert no_driver.reasons == ("NVML: Driver Not Loaded",)  # whoever shows it says "cannot tell"
     no_gpus = clean_slate(snap([], []), Baselines())
     assert (no_gpus.clean, no_gpus.known) == (False, False)
 
@@ -432,7 +433,8 @@ def test_any_snapshot_analyses_without_error_and_consistently(gpu_list, procs, e
     analysed = analyze(snapshot, Baselines())
     verdict = analysed.verdict
     assert verdict is not None
-    assert verdict.known == (error is None and bool(gpu_list))
+    readable = all(g.error is None and g.memory_used_mib is not None for g in gpu_list)
+    assert verdict.known == (error is None and bool(gpu_list) and readable)
     if verdict.clean:
         assert verdict.reasons == ()
         assert all(g.clean for g in verdict.gpus)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,12 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
         (["--demo", "check", "--wait", "5"], "check", ["--demo", "--wait", "5"]),
         (["host-a", "host-b"], None, ["host-a", "host-b"]),
         (["--read-only", "kill", "host-a", "42"], "kill", ["--read-only", "host-a", "42"]),
+        # Global options with a value before the subcommand: the value is not the subcommand or a host.
+        (["--interval", "2", "snapshot"], "snapshot", ["--interval", "2"]),
+        (["-F", "cfg", "snapshot", "a"], "snapshot", ["-F", "cfg", "a"]),
+        (["--int", "2", "check"], "check", ["--int", "2"]),  # an abbreviation, as argparse takes it
+        (["--interval=2", "-Fcfg", "kill", "1"], "kill", ["--interval=2", "-Fcfg", "1"]),
+        (["--wait", "5", "check"], "check", ["--wait", "5"]),  # a subcommand's own option, given first
         # A host that happens to be named like a subcommand comes after "--".
         (["--", "check"], None, ["--", "check"]),
         ([], None, []),
@@ -36,6 +43,14 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 )
 def test_split_command(argv: list[str], command: str | None, rest: list[str]) -> None:
     assert split_command(argv) == (command, rest)
+
+
+def test_options_may_follow_positionals() -> None:
+    args = build_parser("kill").parse_intermixed_args(["host-a", "--yes", "4200", "--tree", "4201"])
+    assert (args.words, args.yes, args.tree) == (["host-a", "4200", "4201"], True, True)
+    words = ["host-a", "--json", "host-b", "--interval", "2"]
+    snapshot = build_parser("snapshot").parse_intermixed_args(words)
+    assert (snapshot.targets, snapshot.json, snapshot.interval) == (["host-a", "host-b"], True, 2.0)
 
 
 def test_common_flags_reach_the_link_options() -> None:
@@ -70,12 +85,25 @@ def test_version() -> None:
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["snapshot", "--interval", "nan"], "must be a positive number"),
-        (["snapshot", "--interval", "-1"], "must be a positive number"),
+        (["snapshot", "--interval", "nan"], "--interval: must be seconds from 0.05 to 3600: 'nan'"),
+        (["snapshot", "--interval", "-1"], "must be seconds from 0.05 to 3600"),
+        # Busy-looped both ends at ~95 % CPU:
+        (["--interval", "1e-300", "snapshot"], "--interval: must be seconds from 0.05 to 3600: '1e-300'"),
+        (["check", "--process-interval", "1e-300"], "--process-interval: must be seconds from 0.05 to 3600"),
+        # OverflowError tracebacks, the escalate one after the signal went out unaudited:
+        (["snapshot", "--connect-timeout", "1e10"], "--connect-timeout: must be seconds from 0.5 to 600"),
+        (["kill", "--escalate", "1e10", "host-a", "1"], "--escalate: must be seconds from 0.1 to 3600"),
+        (["kill", "--escalate", "inf", "1"], "--escalate: must be seconds from 0.1 to 3600: 'inf'"),
         (["check", "--wait", "soon"], "not a number"),
-        (["check", "--baseline-mib", "-3"], "must not be negative"),
+        (["check", "--wait", "1e10"], "--wait: must be seconds from 0 to 86400"),
+        (["check", "--baseline-mib", "-3"], "--baseline-mib: must be a whole number of MiB from 0 to 1048"),
+        (["check", "--tolerance-mib", "99999999999"], "--tolerance-mib: must be a whole number of MiB"),
         (["kill", "--signal", "HUP", "1"], "invalid choice"),
         (["--no-such-flag"], "unrecognized arguments"),
+        (["--demo", "kill", "1e3"], "not a process id: '1e3' (process ids are decimal numbers)"),
+        (["--demo", "kill", "0x10"], "not a process id: '0x10'"),
+        (["--demo", "kill", "+5"], "not a process id: '+5'"),
+        (["--demo", "kill", "gpu-node-07", "12abc"], "not a process id: '12abc'"),
     ],
 )
 def test_bad_flags_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:
@@ -140,3 +168,60 @@ def test_kill_without_escalation_says_after_the_delay_that_it_is_still_alive(tmp
     ]
     assert document["outcomes"][-1]["detail"] == "still alive 5 s after TERM"
     assert document["all_gone"] is False
+
+
+def test_a_word_close_to_a_command_is_a_mistyped_command(tmp_path: Path) -> None:
+    """Not a host to connect to ("chek" opened the TUI on a host of that name): unless this machine knows a
+    host by that name, from the ssh config, known_hosts or the gputui config."""
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        f"Host chekk\n  HostName 127.0.0.1\nHost *\n  UserKnownHostsFile {tmp_path / 'known_hosts'}\n"
+        "  GlobalKnownHostsFile /dev/null\n"
+    )
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIGpyE2hDsV0l5tZHb3qxvLWJwYzT"
+    (tmp_path / "known_hosts").write_text(f"kil ssh-ed25519 {key}\n")
+    for word, meant in (("chek", "check"), ("snapshoot", "snapshot"), ("kiil", "kill")):
+        done = _run("-F", str(ssh_config), word)
+        assert done.returncode == 2
+        assert done.stderr == f"gputui: unknown command '{word}' (did you mean {meant}?)\n"
+        assert done.stdout == ""
+    from gputui.cli import mistyped_command
+
+    args = build_parser(None).parse_args(["-F", str(ssh_config)])
+    assert mistyped_command("chekk", args) is None  # an ssh alias
+    assert mistyped_command("kil", args) is None  # in known_hosts
+    assert mistyped_command("gpu-node-07", args) is None  # close to nothing
+    assert mistyped_command("chek.example.com", args) is None  # a name with dots is a host
+    assert mistyped_command("root@chek", args) is None
+
+
+def test_config_must_be_a_small_regular_file(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (1024 * 1024) + "\n")
+    for path, why in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
+                      (str(tmp_path), "not a regular file"), (str(big), "larger than 1024 KiB")):
+        done = _run("--config", path, "snapshot", "--demo")
+        assert done.returncode == 2, path
+        assert done.stderr == f"gputui: {path}: {why}\n"
+
+
+def test_output_to_a_closed_pipe_or_a_full_disk_ends_quietly() -> None:
+    reader, writer = os.pipe()
+    os.close(reader)  # nobody reads: the first write gets EPIPE
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "snapshot", "--demo", "--json"],
+        stdout=writer, stderr=subprocess.PIPE, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+    )
+    os.close(writer)
+    assert done.returncode == 2
+    assert done.stderr == ""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "gputui.cli", "check", "--demo"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, cwd=str(REPO),
+            stdin=subprocess.DEVNULL,
+        )
+    assert done.returncode == 2
+    assert done.stderr == "gputui: cannot write the output: No space left on device\n"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -513,14 +514,18 @@ def test_tool_style_sweep(fake_nvml: FakeNvml) -> None:
     assert set(unexpected) <= {"driver_model", "proc_util", "no_fan"}
 
 
-def test_exported_symbols(fake_nvml_lib: Path) -> None:
+def _exported(lib_dir: Path) -> set[str]:
     out = subprocess.run(
-        ["nm", "-D", "--defined-only", str(fake_nvml_lib / "libnvidia-ml.so.1")],  # noqa: S607
+        ["nm", "-D", "--defined-only", str(lib_dir / "libnvidia-ml.so.1")],  # noqa: S607
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    symbols = {line.split()[-1] for line in out.splitlines() if " T " in line}
+    return {line.split()[-1] for line in out.splitlines() if " T " in line}
+
+
+def test_exported_symbols(fake_nvml_lib: Path) -> None:
+    symbols = _exported(fake_nvml_lib)
     for required in (
         "nvmlInit",
         "nvmlInit_v2",
@@ -540,6 +545,50 @@ def test_exported_symbols(fake_nvml_lib: Path) -> None:
     assert "nvmlDeviceGetConfComputeMemSizeInfo" not in symbols
     assert "nvmlDeviceGetRunningProcessDetailList" not in symbols
     assert all(s.startswith("nvml") for s in symbols), symbols - {s for s in symbols if s.startswith("nvml")}
+
+
+def test_older_driver_builds_lack_exactly_their_symbols(
+    fake_nvml_lib: Path, fake_nvml_older: Callable[..., Path]
+) -> None:
+    full = _exported(fake_nvml_lib)
+    pre_r510 = _exported(fake_nvml_older("v3"))
+    assert full - pre_r510 == {
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+        "nvmlDeviceGetMemoryInfo_v2",
+    }
+    older = _exported(fake_nvml_older("v3", "v2"))
+    assert pre_r510 - older == {
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+        "nvmlDeviceGetPciInfo_v2",
+        "nvmlDeviceGetPciInfo_v3",
+        "nvmlDeviceGetCount_v2",
+        "nvmlDeviceGetHandleByIndex_v2",
+    }
+    assert "nvmlDeviceGetComputeRunningProcesses" in older  # v1 stays
+    assert full - _exported(fake_nvml_older("power")) == {
+        "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetEnforcedPowerLimit",
+    }
+
+
+def test_a_name_can_hold_any_bytes(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.gpus[1].name = b"Tesla \xff\xfe \"#\\ V100"
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(1)
+        buf = ctypes.create_string_buffer(96)
+        pynvml._nvmlGetFunctionPointer("nvmlDeviceGetName")(h, buf, 96)
+        out({"raw": list(buf.value)})
+        """,
+    )
+    assert bytes(got["raw"]) == b"Tesla \xff\xfe \"#\\ V100"
 
 
 def test_build_fails_loudly_without_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -102,6 +102,36 @@ def test_lost_gpu_message_names_the_bus_id() -> None:
     assert parse_smi_handle_error(GOOD_LINE) is None
 
 
+def _line(index: int, bus: int, used: int = 3) -> str:
+    fields = f"{index}, NVIDIA H100, GPU-{index:04d}, 00000000:{bus:02X}:00.0, {used}, 81559"
+    return fields + ", 0, 35, 70.00, 700.00"
+
+
+LOST_3B = "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.  Reboot the system"
+
+
+def test_a_lost_gpu_is_an_error_row_at_its_place_in_bus_order() -> None:
+    """Four GPUs on buses 17, 2A, 3B, 5D; the one on 3B is lost: NVML numbers them by bus, so it is GPU2."""
+    text = "\n".join([LOST_3B, _line(0, 0x17), _line(1, 0x2A), _line(3, 0x5D)])
+    gpus = parse_smi_gpu_output(text)
+    assert [g["index"] for g in gpus] == [0, 1, 2, 3]
+    assert gpus[2] == {"index": 2, "pci_bus_id": "00000000:3B:00.0", "error": "GPU is lost"}
+    assert all("error" not in g for i, g in enumerate(gpus) if i != 2)
+    # nvidia-smi renumbers what it can read (0, 1, 2): the lost GPU then takes the first free index.
+    renumbered = parse_smi_gpu_output("\n".join([_line(0, 0x17), _line(1, 0x2A), _line(2, 0x5D), LOST_3B]))
+    assert [(g["index"], g.get("error")) for g in renumbered] == [
+        (0, None), (1, None), (2, None), (3, "GPU is lost")
+    ]
+    # The same bus as a listed GPU is that GPU, already shown.
+    assert len(parse_smi_gpu_output("\n".join([_line(0, 0x3B), LOST_3B]))) == 1
+
+
+def test_exit_code_15_says_a_gpu_is_lost_not_the_first_csv_line() -> None:
+    message = smi_exit_error(15, "\n".join([_line(0, 0x17), LOST_3B]))
+    assert message.startswith("a GPU is lost (nvidia-smi exit 15): Unable to determine the device handle")
+    assert "NVIDIA H100" not in message
+
+
 def test_exit_code_9_says_the_driver_is_not_loaded() -> None:
     message = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
     driver = smi_exit_error(9, "\n" + message + "\n")
@@ -311,6 +341,38 @@ def test_lost_gpu_line_in_the_loop_marks_that_gpu(tmp_path: Path) -> None:
         gpus = agent.sample()["gpus"]
         assert gpus[0]["memory_used_mib"] == 3
         assert gpus[0].get("error") is None
+
+
+def test_a_gpu_lost_from_the_start_is_an_error_row(tmp_path: Path) -> None:
+    """No line of its own ever: only its bus id in the error message. Dropped, the host looked clean."""
+    data, env = make_fake_smi(tmp_path)
+    lost = "Unable to determine the device handle for GPU0000:19:00.0: GPU is lost.  Reboot the system\n"
+    (data / "gpus").write_text(lost + gpu_lines(["3", "3"]))
+    with agent_process("--no-pynvml", "--interval", "0.1", env=env) as agent:
+        wait_for(lambda: len(agent.sample()["gpus"]) == 3, "the lost GPU to be listed")
+        gpus = agent.sample()["gpus"]
+        assert [(g["index"], g.get("error")) for g in gpus] == [(0, None), (1, None), (2, "GPU is lost")]
+        assert gpus[2]["pci_bus_id"] == "00000000:19:00.0"
+        snapshot = HostSnapshot.from_dict(agent.sample())
+    from gputui.analysis import Baselines, analyze
+
+    verdict = analyze(snapshot, Baselines()).verdict
+    assert verdict is not None
+    assert (verdict.clean, verdict.known) == (False, False)
+
+
+def test_nvidia_smi_that_exits_15_keeps_the_gpus_it_printed(tmp_path: Path) -> None:
+    data, env = make_fake_smi(tmp_path)
+    lost = "Unable to determine the device handle for GPU0000:19:00.0: GPU is lost.  Reboot the system\n"
+    (data / "gpus").write_text(gpu_lines(["3", "3"]) + lost)
+    (data / "message").write_text(gpu_lines(["3", "3"]) + lost)
+    (data / "exit").write_text("15\n")
+    with agent_process("--no-pynvml", "--interval", "0.1", env=env) as agent:
+        wait_for(lambda: len(agent.sample()["gpus"]) == 3, "the GPUs nvidia-smi printed before exiting 15")
+        snapshot = agent.sample()
+    assert snapshot["error"] is None
+    rows = [(g["index"], g.get("error")) for g in snapshot["gpus"]]
+    assert rows == [(0, None), (1, None), (2, "GPU is lost")]
 
 
 def test_silent_nvidia_smi_is_a_host_error_not_an_empty_host(tmp_path: Path) -> None:

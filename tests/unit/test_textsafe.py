@@ -1,16 +1,20 @@
-"""visible(): terminal-active characters made visible, printable text untouched, bounded length."""
+"""The one text policy: terminal-active and invisible characters made visible, printable text untouched,
+bounded length; the same function for the client, the collector and JSON output."""
 
 from __future__ import annotations
 
+import json
 import unicodedata
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputui.textsafe import ELLIPSIS, visible, visible_cmdline
+from gputui import agent
+from gputui.textsafe import ELLIPSIS, json_visible, visible, visible_cmdline
 
 BIDI = [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))]
+ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]
 
 
 def _is_dangerous(char: str) -> bool:
@@ -20,6 +24,8 @@ def _is_dangerous(char: str) -> bool:
         or 0x7F <= code <= 0x9F
         or 0x202A <= code <= 0x202E
         or 0x2066 <= code <= 0x2069
+        or 0x200B <= code <= 0x200F
+        or code in (0x2060, 0xFEFF, 0x2028, 0x2029)
         or 0xD800 <= code <= 0xDFFF
     )
 
@@ -37,7 +43,12 @@ def _is_dangerous(char: str) -> bool:
         ("tab\tnl\ncr\r", "tab\\tnl\\ncr\\r"),
         ("[@click=app.quit]x[/]", "[@click=app.quit]x[/]"),
         ("héllo wörld 日本", "héllo wörld 日本"),
-        ("bad\udcffbyte", "bad\ufffdbyte"),
+        # An undecodable byte (surrogateescape) shows as that byte, like backslashreplace does.
+        ("bad\udcffbyte", "bad\\xffbyte"),
+        ("lone\ud800", "lone\\ud800"),
+        ("zero\u200bwidth\u200c\u200d\u2060", "zero\\u200bwidth\\u200c\\u200d\\u2060"),
+        ("bom\ufeff", "bom\\ufeff"),
+        ("tag\U000e0041", "tag\\U000e0041"),
         ("", ""),
     ],
 )
@@ -95,8 +106,35 @@ def test_visible_respects_max_len_and_is_a_prefix(text: str, max_len: int) -> No
         assert full.startswith(cut[: -len(ELLIPSIS)])
 
 
-@given(st.lists(st.sampled_from(["\x1b", "\x9b", "\x07", "\x00", "\x7f", *BIDI]), min_size=1))
+@given(st.lists(st.sampled_from(["\x1b", "\x9b", "\x07", "\x00", "\x7f", *BIDI, *ZERO_WIDTH]), min_size=1))
 def test_visible_every_dangerous_character_becomes_an_escape(chars: list[str]) -> None:
     shown = visible("".join(chars))
     assert shown.count("\\") == len(chars)
     assert all(unicodedata.category(c) != "Cc" for c in shown)
+
+
+def test_one_policy_for_client_and_collector() -> None:
+    """The collector (shipped alone as agent.py) and the client show every string the same way."""
+    hostile = "a\x1b[2J\x9b\u202e\u200b\u2060\x7f\udcfe" + "x" * 50
+    assert visible(hostile) == agent.visible_text(hostile)
+    assert visible(hostile, 20) == agent.visible_text(hostile, 20)
+    assert agent.visible_text(b"bytes \xff\x1b") == "bytes \\xff\\x1b"
+
+
+def test_json_output_escapes_what_the_policy_escapes_and_stays_valid() -> None:
+    value = {"cmdline": ["\x9b2J", "evil\u202etxt", "zero\u200bwidth", "del\x7f", "tag\U000e0041", "héllo"]}
+    text = json_visible(value, indent=1)
+    assert json.loads(text) == value
+    for raw in ("\x9b", "\u202e", "\u200b", "\x7f", "\U000e0041"):
+        assert raw not in text
+    assert "\\u009b" in text
+    assert "\\u202e" in text
+    assert "\\udb40\\udc41" in text
+    assert "héllo" in text  # other text stays readable
+
+
+@given(st.text())
+def test_json_output_never_carries_a_character_the_policy_escapes(text: str) -> None:
+    out = json_visible({"k": text})
+    assert json.loads(out) == {"k": text}
+    assert not any(_is_dangerous(c) for c in out)
