@@ -48,7 +48,8 @@ D_STATE_THRESHOLD_S = 5.0
 NAME_MAX = 32
 """Longest process name shown inside a reason or finding line."""
 
-FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid")
+FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid", "xid")
+"""``xid`` comes from the fleet source (a GPU's last XID error is not 0), the rest from ``find_problems``."""
 
 # Parents that adopt orphans: a GPU process under one of these lost the launcher that started it.
 _INIT_LIKE = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit"})
@@ -108,7 +109,8 @@ def proc_label(proc: Proc | None, pid: int | None = None) -> str:
     return f"{proc.pid} ({_shown(proc.name)})"
 
 
-def _age(seconds: float) -> str:
+def age_text(seconds: float) -> str:
+    """A short age for reasons and findings: "12 s", "3 min", "1.5 h"."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -304,7 +306,7 @@ def find_problems(
                 findings.append(_zombie_finding(target, proc, table, age))
         elif proc.state == STATE_UNINTERRUPTIBLE:
             if (age is not None and age >= d_state_threshold_s) or (age is None and proc.pid in tree_pids):
-                for_text = "" if age is None else f" for {_age(age)}"
+                for_text = "" if age is None else f" for {age_text(age)}"
                 findings.append(
                     Finding(
                         kind="uninterruptible",
@@ -361,7 +363,7 @@ def find_problems(
 def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
     parent = table.get(proc.ppid) if proc.ppid is not None else None
     # The collector only knows when *it* first saw the state: an age under a second says nothing.
-    been = "is defunct" if age is None or age < 1 else f"has been defunct for {_age(age)}"
+    been = "is defunct" if age is None or age < 1 else f"has been defunct for {age_text(age)}"
     if proc.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",
@@ -469,6 +471,67 @@ def memory_at_baseline(snapshot: HostSnapshot, baselines: Baselines) -> bool:
     )
 
 
+def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: Baselines) -> Verdict:
+    """The verdict of a host that cannot be judged: a host error, or no GPU at all."""
+    cause = snapshot.error or "no GPUs found"
+    return Verdict(
+        clean=False,
+        known=False,
+        reasons=(f"cannot tell: {visible(cause, 200)}",),
+        baseline_mib=keyed,
+        tolerance_mib=baselines.tolerance_mib,
+    )
+
+
+def _unreadable_reason(gpu: Gpu) -> str | None:
+    """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
+    if gpu.error is not None:
+        return f"GPU{gpu.index} error: {visible(gpu.error, 80)} (cannot tell if it is free)"
+    if gpu.memory_used_mib is None:
+        return f"GPU{gpu.index} memory could not be read (cannot tell if it is free)"
+    return None
+
+
+MEMORY_ONLY = "memory only"
+"""How a memory-only verdict names itself in its reasons."""
+
+
+def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
+    """Is every GPU's memory back at its idle baseline? For sources that list no processes (the fleet view).
+
+    The same per-GPU rule as ``clean_slate`` on memory alone: a process still listed, a zombie or a D-state
+    process left from a GPU tree cannot be seen here, so a clean memory verdict is not a clean slate. A GPU
+    with an error or without a figure is not clean; a host error or a host without GPUs gives
+    ``known=False``.
+    """
+    keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
+    if snapshot.error is not None or not snapshot.gpus:
+        return _unknown_verdict(snapshot, keyed, baselines)
+    gpu_verdicts: list[GpuVerdict] = []
+    reasons: list[str] = []
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        baseline = baselines.for_gpu(gpu)
+        reason = _unreadable_reason(gpu)
+        used = gpu.memory_used_mib
+        if reason is None and used is not None and used > baseline + baselines.tolerance_mib:
+            over = used - baseline
+            reason = f"GPU{gpu.index} {used} MiB, {over} MiB over its {baseline} MiB baseline ({MEMORY_ONLY})"
+        gpu_reasons = () if reason is None else (reason,)
+        gpu_verdicts.append(
+            GpuVerdict(index=gpu.index, used_mib=used, baseline_mib=baseline, clean=reason is None,
+                       reasons=gpu_reasons)
+        )
+        reasons.extend(gpu_reasons)
+    return Verdict(
+        clean=not reasons,
+        reasons=tuple(reasons),
+        baseline_mib=keyed,
+        tolerance_mib=baselines.tolerance_mib,
+        gpus=tuple(gpu_verdicts),
+        known=True,
+    )
+
+
 def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
 
@@ -478,14 +541,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     """
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
     if snapshot.error is not None or not snapshot.gpus:
-        cause = snapshot.error or "no GPUs found"
-        return Verdict(
-            clean=False,
-            known=False,
-            reasons=(f"cannot tell: {visible(cause, 200)}",),
-            baseline_mib=keyed,
-            tolerance_mib=baselines.tolerance_mib,
-        )
+        return _unknown_verdict(snapshot, keyed, baselines)
     table = _proc_table(snapshot)
     forest = build_forest(snapshot)
     gpu_verdicts: list[GpuVerdict] = []
@@ -494,11 +550,10 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
         baseline = baselines.for_gpu(gpu)
         used = gpu.memory_used_mib
         gpu_reasons: list[str] = []
-        if gpu.error is not None:
-            gpu_reasons.append(f"GPU{gpu.index} error: {visible(gpu.error, 80)} (cannot tell if it is free)")
-        elif used is None:
-            gpu_reasons.append(f"GPU{gpu.index} memory could not be read (cannot tell if it is free)")
-        else:
+        unreadable = _unreadable_reason(gpu)
+        if unreadable is not None:
+            gpu_reasons.append(unreadable)
+        elif used is not None:  # always, once readable: said for the type checker
             holders = _gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
             if holders:

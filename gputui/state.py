@@ -122,6 +122,31 @@ def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
     )
 
 
+def load_calibrated_uuids(path: Path | None = None) -> LoadedBaselines:
+    """Every GPU calibrated on any host, by UUID; never raises.
+
+    For the fleet view, whose hosts are named by a Prometheus label rather than by the target they were
+    calibrated under: a UUID names one GPU wherever it is. ``index:N`` keys are left out (they mean something
+    only on their own host), and so is a host entry with bad values.
+    """
+    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
+    try:
+        document = _read_document(file_path)
+    except StateError as exc:
+        return LoadedBaselines(warning=f"{exc}; using default baselines")
+    if document is None:
+        return LoadedBaselines()
+    per_gpu: dict[str, int] = {}
+    for entry in document["hosts"].values():
+        gpus = entry.get("gpus") if isinstance(entry, dict) else None
+        if not isinstance(gpus, dict):
+            continue
+        if not all(isinstance(k, str) and _valid_mib(v) for k, v in gpus.items()):
+            continue
+        per_gpu.update((key, value) for key, value in gpus.items() if not key.startswith("index:"))
+    return LoadedBaselines(per_gpu_mib=per_gpu)
+
+
 def save_baselines(
     target: str,
     per_gpu_mib: dict[str, int],
