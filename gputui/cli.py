@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gputui import __version__
+from gputui import __version__, fleet_options
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
 EXIT_OK = 0
@@ -106,17 +106,21 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         )
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
+        fleet_options.add_arguments(parser)
         parser.add_argument(
-            "targets", nargs="*", metavar="TARGET", help="local, an ssh alias, [user@]host[:port]"
+            "targets", nargs="*", metavar="TARGET",
+            help="local, an ssh alias, [user@]host[:port], @group from the config",
         )
         return parser
     parser = _Parser(prog=f"gputui {command}")
     _add_common(parser)
     if command == "snapshot":
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        fleet_options.add_arguments(parser)
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "check":
         parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
+        fleet_options.add_arguments(parser)
         parser.add_argument(
             "--wait", type=_positive_float, default=None, metavar="SECONDS",
             help="sample quickly until clean or the deadline",
@@ -165,7 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args.config = load_config(args.config)
-    except ConfigError as exc:
+        if command != "kill":
+            fleet_options.resolve(args, command)
+    except (ConfigError, fleet_options.FleetOptionError) as exc:
         print(f"gputui: {exc}", file=sys.stderr)
         return EXIT_ERROR
     try:

@@ -271,6 +271,10 @@ def _check_target(
 
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``gputui check``; returns the exit status (0 clean, 1 not clean, 2 could not tell)."""
+    if getattr(args, "fleet", None) is not None:
+        from gputui.commands.fleet import run_fleet_check
+
+        return run_fleet_check(args, out, err)
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     safe_streams(out, err)
