@@ -18,7 +18,7 @@
     host_label = "Hostname"        # the label naming a host (else "instance")
     ssh_target = "{host}"          # Enter in the fleet view opens this SSH target
     stale_after_s = 90             # samples older than this are not current data
-    refresh_s = 2                  # seconds between queries
+    refresh_s = 5                  # seconds between queries
 
 Health URLs are probed by the agent on the host itself, so 127.0.0.1 means that host's loopback. A missing
 default file is an empty config; a missing ``--config`` file, bad TOML or an unknown key is a ConfigError

@@ -19,7 +19,7 @@ from gputui.transports.sshconfig import BadTarget, parse_target
 
 DEFAULT_SSH_TARGET = "{host}"
 HOST_PLACEHOLDER = "{host}"
-DEFAULT_REFRESH_S = 2.0
+DEFAULT_REFRESH_S = 5.0
 SORT_MODES = ("host", "memory", "util", "temp", "age")
 """host: by name; memory, util, temp: highest first; age: oldest data first (stale hosts on top)."""
 

@@ -6,7 +6,7 @@ mean something is missing that should not be.
 
 import pytest
 
-pytest_plugins = ["tests.fakenvml.plugin", "tests.integration.sshd"]
+pytest_plugins = ["tests.fakenvml.plugin", "tests.integration.sshd", "tests.integration.prometheus"]
 
 _skipped: list[str] = []
 

@@ -11,7 +11,9 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, TextIO
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gputui.analysis import Baselines
 from gputui.commands.check import _marks, safe_streams
@@ -21,6 +23,7 @@ from gputui.fleet import (
     fleet_baselines,
     hottest_text,
     memory_text,
+    ssh_target_for,
     state_text,
     summarize,
     xid_text,
@@ -29,6 +32,9 @@ from gputui.fleet_options import FleetChoice
 from gputui.model import HostSnapshot, snapshots_document
 from gputui.textsafe import visible
 from gputui.transports.prometheus import FleetSample, PrometheusError, PrometheusSource, shown_url
+
+if TYPE_CHECKING:
+    from gputui.screens.fleet import FleetScreen
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -110,6 +116,23 @@ def format_fleet_table(sample: FleetSample) -> list[str]:
                     f"  GPU{index} MIG {visible(instance.instance_id, 8)} ({profile}) {used} / {total} MiB"
                 )
     return lines
+
+
+def build_fleet_screen(args: argparse.Namespace, clock: Callable[[], float] | None = None) -> FleetScreen:
+    """The fleet view for these arguments (``args.fleet`` set by ``fleet_options.resolve``)."""
+    from gputui.screens.fleet import FleetScreen
+
+    choice: FleetChoice = args.fleet
+    source = PrometheusSource(choice.settings)
+    baselines = _baselines(args, sys.stderr)
+    return FleetScreen(
+        lambda: analyze_fleet(source.sample(), baselines),
+        source_name=f"prometheus {shown_url(choice.settings.url)}",
+        ssh_target=partial(ssh_target_for, choice.ssh_target),
+        refresh_s=choice.refresh_s,
+        stale_after_s=choice.settings.stale_after_s,
+        clock=clock or time.time,
+    )
 
 
 def run_fleet_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -363,13 +363,13 @@ def _host_part(instance: str) -> str:
     return instance
 
 
-@dataclass
+@dataclass(slots=True)
 class _Series:
-    """One series of the answer: its labels, its value and its own sample time when known."""
+    """One series of the answer: its labels, its value and its own sample time (looked up when needed)."""
 
     labels: dict[str, str]
     value: float | None
-    time: float | None
+    time: float | None = None
 
 
 @dataclass
@@ -387,7 +387,7 @@ class _GpuParts:
     times: list[float] = field(default_factory=list)
     """Own sample times of its FB_USED series, live or from the lookback."""
     live: bool = False
-    """An FB_USED value of this GPU is in the instant result (its series is not marked stale)."""
+    """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
 
 
 @dataclass
@@ -398,20 +398,19 @@ class _HostParts:
     instances: set[str] = field(default_factory=set)
 
 
-def _newer(old: _Series | None, new: _Series) -> bool:
+def _newer(old_time: float | None, old: _Series, new_time: float | None, new: _Series) -> bool:
     """Whether ``new`` replaces ``old`` among duplicate series: the newer own time, then a number."""
-    if old is None:
+    if new_time is not None and (old_time is None or new_time > old_time):
         return True
-    if new.time is not None and (old.time is None or new.time > old.time):
-        return True
-    if new.time == old.time and old.value is None and new.value is not None:
-        return True
-    return False
+    return new_time == old_time and old.value is None and new.value is not None
 
 
 def _series_key(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     """A series' identity across the answer's parts: its labels without the metric name and the time mark."""
-    return frozenset((k, v) for k, v in labels.items() if k != "__name__" and k != TIME_LABEL)
+    rest = dict(labels)
+    rest.pop("__name__", None)
+    rest.pop(TIME_LABEL, None)
+    return frozenset(rest.items())
 
 
 class _Parser:
@@ -425,6 +424,23 @@ class _Parser:
         self.servers: list[_Series] = []
         self.eval_time: float | None = None
         self.ignored = 0
+        self._time_series: list[tuple[dict[str, str], float]] = []
+        self._times: dict[frozenset[tuple[str, str]], float] | None = None
+
+    def own_time(self, series: _Series) -> float | None:
+        """The own sample time of a DCGM series: that of the FB_USED series with the same labels.
+
+        Needed only to choose among duplicate series, so the map is built on first use: making the identity
+        of every series of a 500-host answer costs more than everything else the parser does.
+        """
+        if series.time is None:
+            if self._times is None:
+                self._times = {}
+                for labels, at in self._time_series:
+                    key = _series_key(labels)
+                    self._times[key] = max(at, self._times.get(key, at))
+            series.time = self._times.get(_series_key(series.labels))
+        return series.time
 
     def host_of(self, labels: Mapping[str, str]) -> _HostParts | None:
         name = labels.get(self.host_label) or ""
@@ -459,18 +475,21 @@ class _Parser:
         return gpu
 
     def feed(self, result: Iterable[Any]) -> None:
-        times: dict[frozenset[tuple[str, str]], float] = {}
+        """Take every series of the answer's result list.
+
+        Label names and values are JSON strings in any answer of Prometheus; anything else makes a later
+        step raise TypeError or AttributeError, which ``parse_answer`` reports as a malformed answer.
+        """
         values: list[tuple[str, _Series]] = []
         for item in result:
             if not isinstance(item, dict):
                 self.ignored += 1
                 continue
-            raw_labels = item.get("metric")
+            labels = item.get("metric")
             sample = item.get("value")
-            if not isinstance(raw_labels, dict) or not isinstance(sample, list) or len(sample) != 2:
+            if not isinstance(labels, dict) or not isinstance(sample, list) or len(sample) != 2:
                 self.ignored += 1
                 continue
-            labels = {str(k): str(v) for k, v in raw_labels.items()}
             at = _number(sample[0])
             if at is not None and (self.eval_time is None or at > self.eval_time):
                 self.eval_time = at
@@ -478,16 +497,12 @@ class _Parser:
             value = _number(sample[1])
             if name is None:
                 if labels.get(TIME_LABEL) == TIME_VALUE and value is not None:
-                    # The live part wins over the looked-back one inside the query (``or``); a duplicate
-                    # label set can still come from a server that merges answers: keep the newest.
-                    key = _series_key(labels)
-                    times[key] = max(value, times.get(key, value))
+                    self._time_series.append((labels, value))
                 else:
                     self.ignored += 1
                 continue
-            values.append((name, _Series(labels, value, None)))
+            values.append((name, _Series(labels, value)))
         for name, series in values:
-            series.time = times.get(_series_key(series.labels)) if name in DCGM_METRICS else None
             if name == UP:
                 instance = series.labels.get(INSTANCE)
                 if instance and series.value is not None:
@@ -496,17 +511,13 @@ class _Parser:
                 self.servers.append(series)
             elif name in DCGM_METRICS:
                 self._dcgm(name, series)
-        live_keys = {_series_key(s.labels) for n, s in values if n == FB_USED}
-        for labels_key, at in times.items():
-            labels = dict(labels_key)
+        for labels, at in self._time_series:
             host = self.host_of(labels)
             gpu = None if host is None else self.gpu_of(host, labels)
             if gpu is None:
                 self.ignored += 1
                 continue
             gpu.times.append(at)
-            if labels_key in live_keys:
-                gpu.live = True
 
     def _dcgm(self, name: str, series: _Series) -> None:
         host = self.host_of(series.labels)
@@ -523,11 +534,10 @@ class _Parser:
                 gpu.mig_profiles.setdefault(mig_id, profile)
         else:
             slot = gpu.figures
-        if _newer(slot.get(figure), series):
+        old = slot.get(figure)
+        if old is None or _newer(self.own_time(old), old, self.own_time(series), series):
             slot[figure] = series
-        if name == FB_USED and series.time is None:
-            # An FB_USED value whose own time the answer lacks (a server that dropped part of the query):
-            # current as far as anyone can tell.
+        if name == FB_USED:
             gpu.live = True
 
 
@@ -698,16 +708,17 @@ def parse_answer(
     if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(result, list):
         raise PrometheusError("prometheus: the answer is not an instant vector")
     parser = _Parser(host_label, stale_after_s)
-    parser.feed(result)
-    now = parser.eval_time
-    aliases = _alias_map(parser)
-    servers = _servers_by_host(parser, aliases)
-    for instance, (host_name, kind) in (known_servers or {}).items():
-        if host_name in parser.hosts and parser.up.get(instance) is False:
-            servers.setdefault(host_name, {}).setdefault(instance, {"kind": kind})
-    hosts = []
-    for name in sorted(parser.hosts):
-        hosts.append(_build_host(parser.hosts[name], parser, now, servers.get(name, {})))
+    try:
+        parser.feed(result)
+        now = parser.eval_time
+        servers = _servers_by_host(parser, _alias_map(parser))
+        for instance, (host_name, kind) in (known_servers or {}).items():
+            if host_name in parser.hosts and parser.up.get(instance) is False:
+                servers.setdefault(host_name, {}).setdefault(instance, {"kind": kind})
+        hosts = [_build_host(parser.hosts[n], parser, now, servers.get(n, {})) for n in sorted(parser.hosts)]
+    except (TypeError, AttributeError, ValueError) as exc:
+        cause = f"{type(exc).__name__}: {visible(str(exc), 80)}"
+        raise PrometheusError(f"prometheus: malformed answer ({cause})") from None
     return FleetSample(hosts=tuple(hosts), eval_time=now, ignored_series=parser.ignored)
 
 
