@@ -21,12 +21,12 @@ def summary_text(
     error: str | None,
     answer_age_s: float | None,
 ) -> Text:
-    """Line one: source, hosts, GPUs at baseline, stale hosts, sort and filter. Line two, only when the last
-    query failed or none answered yet: why, and how old the data on screen is."""
+    """Line one: hosts, GPUs at baseline, hosts without current data, sort, filter, then the source (cut
+    first on a narrow screen). Line two, only when the last query failed or none answered yet: why, and how
+    old the data on screen is."""
     line = Text()
-    line.append_text(safe_text(source, 60, style="bold"))
     count = len(rows)
-    line.append(f" · {count} host{'s' if count != 1 else ''}")
+    line.append(f"{count} host{'s' if count != 1 else ''}", style="bold")
     if shown != count:
         line.append(f" ({shown} shown)", style="cyan")
     gpus = sum(r.gpus for r in rows if r.at_baseline is not None)
@@ -35,11 +35,13 @@ def summary_text(
         line.append(f" · {at}/{gpus} GPUs at baseline", style="green" if at == gpus else "yellow")
     stale = sum(1 for r in rows if r.state in ("stale", "gone"))
     if stale:
-        line.append(f" · {stale} without current data", style="bold yellow")
+        line.append(f" · {stale} stale", style="bold yellow")
     line.append(f" · sort: {sort_mode}", style="dim")
     if filter_text:
         line.append(" · filter: ", style="dim")
         line.append_text(safe_text(filter_text, 30, style="cyan"))
+    line.append(" · ", style="dim")
+    line.append_text(safe_text(source, 80, style="dim"))
     line.no_wrap = True
     line.overflow = "ellipsis"
     if error is None and answer_age_s is not None:
@@ -56,4 +58,4 @@ def summary_text(
 
 
 class FleetSummary(TextView):
-    """``prometheus http://… · 500 hosts · 3990/4000 GPUs at baseline · 2 without current data``."""
+    """``500 hosts · 3990/4000 GPUs at baseline · 2 stale · sort: host · prometheus http://…``."""

@@ -155,3 +155,38 @@ def test_unknown_host_key_question(snap_compare, tmp_path: Path) -> None:
         await _until(pilot, lambda: isinstance(pilot.app.screen, HostKeyScreen), "the host key question")
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def _fleet_app(tmp_path: Path) -> GpuTuiApp:
+    """The fleet view over the answer recorded from a real Prometheus (``tests/data/prometheus``)."""
+    from gputui.analysis import Baselines
+    from gputui.fleet import analyze_fleet, ssh_target_for
+    from gputui.screens.fleet import FleetScreen
+    from gputui.transports.prometheus import FleetSettings, PrometheusSource
+    from tests.data.prometheus import fetcher_of, load_answer
+
+    source = PrometheusSource(FleetSettings(url="http://prometheus:9090"), fetcher=fetcher_of(load_answer()))
+    clock = ManualClock()
+    fleet = FleetScreen(
+        lambda: analyze_fleet(source.sample(), Baselines()),
+        source_name="prometheus http://prometheus:9090",
+        ssh_target=lambda host: ssh_target_for("{host}", host),
+        refresh_s=3600.0,
+        stale_after_s=90.0,
+        clock=clock,
+    )
+    return GpuTuiApp([], lambda target: SimLink(target, LinkOptions(), clock=clock), clock=clock,
+                     notify_timeout_s=600.0, audit_dir=tmp_path / "audit", fleet=fleet)
+
+
+async def _fleet_ready(pilot) -> None:  # type: ignore[no-untyped-def]
+    from gputui.widgets.fleet_table import FleetTable
+
+    table = pilot.app.screen.query_one(FleetTable)
+    await _until(pilot, lambda: table.row_count == 4, "the fleet's rows")
+    table.select_host("gpu-a")  # the host with a hot GPU, an XID and a vLLM server
+
+
+@pytest.mark.parametrize("columns", [50, 120, 200])
+def test_fleet_view(snap_compare, tmp_path: Path, columns: int) -> None:
+    assert snap_compare(_fleet_app(tmp_path), terminal_size=(columns, 40), run_before=_fleet_ready)

@@ -47,7 +47,8 @@ def main() -> int:
             server.wait_until(lambda: len(server.query("DCGM_FI_DEV_FB_USED")) >= 23, "every GPU scraped")
             time.sleep(8)  # a few samples of each, so the lookback finds gpu-c's last one
             exporters.stop("gpu-c")
-            server.wait_until(lambda: not server.query('DCGM_FI_DEV_FB_USED{Hostname="gpu-c"}'), "gpu-c stale")
+            gone = 'DCGM_FI_DEV_FB_USED{Hostname="gpu-c"}'
+            server.wait_until(lambda: not server.query(gone), "gpu-c stale")
             time.sleep(2)
             document = fetch(server.url, build_query(), 10.0)
         finally:
