@@ -43,7 +43,7 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
     elif width < WIDE_MIN_CELLS:
         fixed = (
             ("base", " base", 5), ("bar", " mem", 9), ("memory", "    used", 10), ("util", " util", 5),
-            ("hottest", " hottest", 11), ("xid", " xid", 10), ("age", " age", 13), ("server", " server", 28),
+            ("hottest", " hottest", 11), ("xid", " xid", 9), ("age", " age", 12), ("server", " server", 32),
         )
     else:
         fixed = (

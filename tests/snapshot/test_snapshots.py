@@ -159,24 +159,10 @@ def test_unknown_host_key_question(snap_compare, tmp_path: Path) -> None:
 
 def _fleet_app(tmp_path: Path) -> GpuTuiApp:
     """The fleet view over the answer recorded from a real Prometheus (``tests/data/prometheus``)."""
-    from gputui.analysis import Baselines
-    from gputui.fleet import analyze_fleet, ssh_target_for
-    from gputui.screens.fleet import FleetScreen
-    from gputui.transports.prometheus import FleetSettings, PrometheusSource
-    from tests.data.prometheus import fetcher_of, load_answer
+    from tests.data.prometheus import fetcher_of, load_answer, recorded_fleet_app
 
-    source = PrometheusSource(FleetSettings(url="http://prometheus:9090"), fetcher=fetcher_of(load_answer()))
-    clock = ManualClock()
-    fleet = FleetScreen(
-        lambda: analyze_fleet(source.sample(), Baselines()),
-        source_name="prometheus http://prometheus:9090",
-        ssh_target=lambda host: ssh_target_for("{host}", host),
-        refresh_s=3600.0,
-        stale_after_s=90.0,
-        clock=clock,
-    )
-    return GpuTuiApp([], lambda target: SimLink(target, LinkOptions(), clock=clock), clock=clock,
-                     notify_timeout_s=600.0, audit_dir=tmp_path / "audit", fleet=fleet)
+    app, _ = recorded_fleet_app(fetcher_of(load_answer()), ManualClock(), tmp_path / "audit")
+    return app
 
 
 async def _fleet_ready(pilot) -> None:  # type: ignore[no-untyped-def]
