@@ -7,12 +7,18 @@ One instant query per refresh (``GET /api/v1/query``) reads, for every host the 
 * ``timestamp()`` of ``DCGM_FI_DEV_FB_USED``, the own time of each GPU's newest sample. An instant query
   answers with its evaluation time, and an instant selector looks back up to 5 minutes: without the sample's
   own time, five-minute-old figures would pass for current ones;
-* the same timestamp through subqueries over ``LOOKBACKS``: when an exporter dies Prometheus marks its series
-  stale and the instant selector drops them at once, so only this part still knows the host and how old its
-  last data is. Both timestamp parts carry the label ``TIME_LABEL``: ``or`` matches label sets without the
-  metric name, and would otherwise drop them as duplicates of the values;
+* the ``DCGM_FI_DEV_FB_USED`` series of the last ``LOOKBACK`` that have no current sample: when an exporter
+  dies Prometheus marks its series stale and the instant selector drops them at once, so only this part
+  still knows the host and its GPUs (their old values are not used);
+* for every scrape target that is down, when its ``up`` was last 1 (a subquery over one series per target,
+  to within ``LOOKBACK_STEP``): the age of a dead exporter's data;
 * ``up`` of every scrape target and the vLLM/sglang request gauges (``SERVER_METRICS``), attached to the
   hosts they run on.
+
+The parts other than the values carry the label ``PART_LABEL``: ``or`` matches label sets without the metric
+name, and would otherwise drop them as duplicates of the values. Every part reads at most one series per GPU
+or per target at one instant, except the stale series' lookback, which reads their raw samples: a subquery
+over every GPU's series costs Prometheus far more (one selector evaluation per step and series).
 
 Hosts are keyed by a configurable label (``Hostname`` by default, which dcgm-exporter sets; under Kubernetes
 it is the exporter pod's name) and fall back to ``instance``; GPUs by ``UUID``, else ``gpu``. MIG series
@@ -70,18 +76,23 @@ SERVER_METRICS: dict[str, tuple[str, str]] = {
 """Inference-server gauges -> (server kind, figure)."""
 
 UP = "up"
-TIME_LABEL = "gputui_sample"
-"""Marks the timestamp series of the answer (value: ``TIME_VALUE``)."""
-TIME_VALUE = "time"
+PART_LABEL = "gputui_part"
+"""Marks the series of the answer's parts other than the values, with one of the ``*_PART`` values."""
+TIME_PART = "time"
+"""Own sample time of a live FB_USED series."""
+GONE_PART = "gone"
+"""An FB_USED series of the lookback without a current sample."""
+UP_TIME_PART = "up_time"
+"""When a target that is down now was last up."""
 DEFAULT_HOST_LABEL = "Hostname"
 INSTANCE = "instance"
 GPU_INSTANCE_ID = "GPU_I_ID"
 GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
 
-LOOKBACKS = (("1m", "1s"), ("5m", "15s"))
-"""The subqueries that find a dead exporter's last sample: (window, resolution). Its age is exact to within
-the resolution (older, never newer): to the second in the first minute, then to 15 s. The longest window is
-how long such a host stays listed; it is Prometheus's own lookback."""
+LOOKBACK = "5m"
+"""How long Prometheus still lists a host whose exporter died: its own lookback."""
+LOOKBACK_STEP = "5s"
+"""When a target was last up is found to within this (older, never newer)."""
 DEFAULT_STALE_AFTER_S = 90.0
 """A sample older than this is stale even when Prometheus still serves it (no staleness marker was written:
 federation, a restart, exporters with explicit timestamps). Longer than the one-minute scrape interval that
@@ -139,15 +150,21 @@ def build_query(matcher: str = "") -> str:
     dcgm = "|".join(DCGM_METRICS)
     anchor = f'{{__name__="{FB_USED}"{extra}}}'
     others = "|".join([UP, *SERVER_METRICS])
-    times = " or ".join(
-        [f"timestamp({anchor})"]
-        + [f"last_over_time(timestamp({anchor})[{window}:{step}])" for window, step in LOOKBACKS]
-    )
-    return (
-        f'{{__name__=~"{dcgm}"{extra}}}'
-        f' or label_replace({times}, "{TIME_LABEL}", "{TIME_VALUE}", "", "")'
-        f' or {{__name__=~"{others}"}}'
-    )
+
+    def part(expression: str, value: str) -> str:
+        return f'label_replace({expression}, "{PART_LABEL}", "{value}", "", "")'
+
+    return " or ".join([
+        f'{{__name__=~"{dcgm}"{extra}}}',
+        part(f"timestamp({anchor})", TIME_PART),
+        part(f"last_over_time({anchor}[{LOOKBACK}]) unless {anchor}", GONE_PART),
+        part(
+            f"last_over_time(timestamp({UP} == 1)[{LOOKBACK}:{LOOKBACK_STEP}])"
+            f" unless on({INSTANCE}, job) {UP} == 1",
+            UP_TIME_PART,
+        ),
+        f'{{__name__=~"{others}"}}',
+    ])
 
 
 def normalise_url(url: str) -> str:
@@ -385,7 +402,7 @@ class _GpuParts:
     """GPU_I_ID -> figure name -> series."""
     mig_profiles: dict[str, str] = field(default_factory=dict)
     times: list[float] = field(default_factory=list)
-    """Own sample times of its FB_USED series, live or from the lookback."""
+    """Own sample times of its current FB_USED series."""
     live: bool = False
     """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
 
@@ -406,10 +423,10 @@ def _newer(old_time: float | None, old: _Series, new_time: float | None, new: _S
 
 
 def _series_key(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
-    """A series' identity across the answer's parts: its labels without the metric name and the time mark."""
+    """A series' identity across the answer's parts: its labels without the metric name and the part mark."""
     rest = dict(labels)
     rest.pop("__name__", None)
-    rest.pop(TIME_LABEL, None)
+    rest.pop(PART_LABEL, None)
     return frozenset(rest.items())
 
 
@@ -424,7 +441,10 @@ class _Parser:
         self.servers: list[_Series] = []
         self.eval_time: float | None = None
         self.ignored = 0
+        self.up_time: dict[str, float] = {}
+        """Instance -> when its ``up`` was last 1, for targets that are down."""
         self._time_series: list[tuple[dict[str, str], float]] = []
+        self._gone_series: list[dict[str, str]] = []
         self._times: dict[frozenset[tuple[str, str]], float] | None = None
 
     def own_time(self, series: _Series) -> float | None:
@@ -495,13 +515,18 @@ class _Parser:
                 self.eval_time = at
             name = labels.get("__name__")
             value = _number(sample[1])
-            if name is None:
-                if labels.get(TIME_LABEL) == TIME_VALUE and value is not None:
-                    self._time_series.append((labels, value))
-                else:
-                    self.ignored += 1
-                continue
-            values.append((name, _Series(labels, value)))
+            part = labels.get(PART_LABEL)
+            if part is None and name is not None:
+                values.append((name, _Series(labels, value)))
+            elif part == TIME_PART and value is not None:
+                self._time_series.append((labels, value))
+            elif part == GONE_PART and name == FB_USED:
+                self._gone_series.append(labels)
+            elif part == UP_TIME_PART and value is not None and labels.get(INSTANCE):
+                instance = labels[INSTANCE]
+                self.up_time[instance] = max(value, self.up_time.get(instance, value))
+            else:
+                self.ignored += 1
         for name, series in values:
             if name == UP:
                 instance = series.labels.get(INSTANCE)
@@ -512,18 +537,22 @@ class _Parser:
             elif name in DCGM_METRICS:
                 self._dcgm(name, series)
         for labels, at in self._time_series:
-            host = self.host_of(labels)
-            gpu = None if host is None else self.gpu_of(host, labels)
-            if gpu is None:
-                self.ignored += 1
-                continue
-            gpu.times.append(at)
+            gpu = self._gpu_from(labels)
+            if gpu is not None:
+                gpu.times.append(at)
+        for labels in self._gone_series:
+            self._gpu_from(labels)  # known, without current data
 
-    def _dcgm(self, name: str, series: _Series) -> None:
-        host = self.host_of(series.labels)
-        gpu = None if host is None else self.gpu_of(host, series.labels)
+    def _gpu_from(self, labels: Mapping[str, str]) -> _GpuParts | None:
+        host = self.host_of(labels)
+        gpu = None if host is None else self.gpu_of(host, labels)
         if gpu is None:
             self.ignored += 1
+        return gpu
+
+    def _dcgm(self, name: str, series: _Series) -> None:
+        gpu = self._gpu_from(series.labels)
+        if gpu is None:
             return
         figure = DCGM_METRICS[name]
         mig_id = series.labels.get(GPU_INSTANCE_ID)
@@ -615,6 +644,11 @@ def _build_gpu(parts: _GpuParts, index: int, stale: bool, stale_reason: str) -> 
         error=None if used is not None else "DCGM sent no memory figure for this GPU",
     )
     return gpu, (xid if xid else None)
+
+
+def _last_is(age_s: float | None) -> str:
+    """"; the last is 12 s old", or nothing when the age is not known."""
+    return "" if age_s is None else f"; the last is {age_text(age_s)} old"
 
 
 def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
@@ -727,18 +761,21 @@ def _build_host(
 ) -> FleetHost:
     ups = [parser.up[i] for i in sorted(parts.instances) if i in parser.up]
     exporter_up = None if not ups else any(ups)  # one working scrape of a duplicated exporter is enough
-    newest = max((t for g in parts.gpus.values() for t in g.times), default=None)
+    # A GPU's data is as old as its newest sample; without a current one, as old as the last time its
+    # exporter was up.
+    last_up = max((parser.up_time[i] for i in parts.instances if i in parser.up_time), default=None)
+    newest = max((t for g in parts.gpus.values() for t in g.times), default=last_up)
     host_age = None if newest is None or now is None else max(0.0, now - newest)
     gpus: list[Gpu] = []
     xid: dict[int, int] = {}
     mig: dict[int, tuple[MigInstance, ...]] = {}
     stale_count = 0
     for index, gpu_parts in _index_gpus(parts.gpus.values()):
-        gpu_newest = max(gpu_parts.times, default=None)
+        gpu_newest = max(gpu_parts.times, default=last_up)
         age = None if gpu_newest is None or now is None else max(0.0, now - gpu_newest)
         too_old = age is not None and age > parser.stale_after_s
         stale = not gpu_parts.live or too_old
-        reason = "no current data" if age is None else f"no current data; the last is {age_text(age)} old"
+        reason = f"no current data{_last_is(age)}"
         gpu, code = _build_gpu(gpu_parts, index, stale, reason)
         stale_count += stale
         gpus.append(gpu)
@@ -750,8 +787,7 @@ def _build_host(
     error = None
     if host_stale:
         why = "its exporter is down (up=0)" if exporter_up is False else "its series went stale"
-        age_shown = "unknown" if host_age is None else age_text(host_age)
-        error = f"no current data: {why}; the last is {age_shown} old"
+        error = f"no current data: {why}{_last_is(host_age)}"
         gpus = [replace(g, error=None) for g in gpus]  # one host-level reason, not eight copies
     elif exporter_up is False:
         error = "its exporter is down (up=0), but Prometheus still serves its last data"
@@ -817,7 +853,7 @@ class PrometheusSource:
     """Reads the fleet, one query per ``sample()``, and remembers hosts and servers between samples.
 
     A host that had series in an earlier answer and has none now (its exporter died longer ago than the
-    longest of ``LOOKBACKS``, or Prometheus lost it) stays listed as gone, with the age of its last data.
+    ``LOOKBACK``, or Prometheus lost it) stays listed as gone, with the age of its last data.
     """
 
     def __init__(self, settings: FleetSettings, fetcher: Fetcher | None = None) -> None:
@@ -861,14 +897,13 @@ class PrometheusSource:
 def gone_host(old: FleetHost, now: float | None) -> FleetHost:
     """``old`` as a host Prometheus no longer has any series of: GPUs by name only, the age of its data."""
     age = None if old.data_time is None or now is None else max(0.0, now - old.data_time)
-    age_shown = "unknown" if age is None else age_text(age)
     gpus = tuple(
         Gpu(index=g.index, name=g.name, uuid=g.uuid, pci_bus_id=g.pci_bus_id) for g in old.snapshot.gpus
     )
     snapshot = replace(
         old.snapshot,
         gpus=gpus,
-        error=f"no series in Prometheus any more; the last data is {age_shown} old",
+        error=f"no series in Prometheus any more{_last_is(age)}",
         findings=(),
         health=(),
         verdict=None,

@@ -10,7 +10,7 @@ import pytest
 
 from gputui.transports.prometheus import (
     FB_USED,
-    TIME_LABEL,
+    PART_LABEL,
     FleetSettings,
     PrometheusError,
     PrometheusSource,
@@ -30,11 +30,12 @@ def _hosts(document: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
 def _series(
     document: dict[str, Any], host: str, name: str | None, gpu: str | None = None
 ) -> list[dict[str, Any]]:
-    """The series of ``host`` named ``name`` (None: its timestamp series), optionally of one GPU."""
+    """The current series of ``host`` named ``name`` (None: its own sample times), optionally of one GPU."""
+    part = None if name is not None else "time"
     return [
         item for item in document["data"]["result"]
         if item["metric"].get("Hostname") == host and item["metric"].get("__name__") == name
-        and (gpu is None or item["metric"].get("gpu") == gpu)
+        and item["metric"].get(PART_LABEL) == part and (gpu is None or item["metric"].get("gpu") == gpu)
     ]
 
 
@@ -102,6 +103,16 @@ def test_a_dead_exporter_shows_its_host_stale_with_the_age_of_its_data() -> None
     assert all(g.uuid for g in c.snapshot.gpus)
     assert c.snapshot.time is not None
     assert c.snapshot.time < eval_time(document) - 2.0
+
+
+def test_without_the_time_a_target_was_last_up_the_age_is_not_made_up() -> None:
+    document = load_answer()
+    result = document["data"]["result"]
+    document["data"]["result"] = [i for i in result if i["metric"].get(PART_LABEL) != "up_time"]
+    c = _hosts(document)["gpu-c"]
+    assert c.stale
+    assert c.age_s is None
+    assert c.snapshot.error == "no current data: its exporter is down (up=0)"
 
 
 def test_old_samples_that_prometheus_still_serves_are_stale() -> None:
@@ -274,7 +285,7 @@ def test_the_query_marks_its_timestamp_parts_and_narrows_only_dcgm_series() -> N
     query = build_query(parse_matcher('{instance=~"gpu-.*", job="dcgm"}'))
     # The values, the live timestamps and both looked-back ones.
     assert query.count('instance=~"gpu-.*", job="dcgm"') == 4
-    assert f'"{TIME_LABEL}"' in query
+    assert f'"{PART_LABEL}"' in query
     assert '{__name__=~"up|vllm:num_requests_running|' in query  # up and servers: read whole, attached later
 
 
