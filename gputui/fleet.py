@@ -121,7 +121,8 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         stale_after_s: Data older than this is no longer shown as current (None: only the source decides).
     """
     snapshot = host.snapshot
-    age = None if host.age_s is None else host.age_s + max(0.0, since_s)
+    # Whole seconds: rows are compared to decide what to redraw, and ages are shown in whole seconds.
+    age = None if host.age_s is None else float(round(host.age_s + max(0.0, since_s)))
     state = "gone" if host.gone else "stale" if host.stale else "live"
     if state == "live" and age is not None and stale_after_s is not None and age > stale_after_s:
         state = "stale"

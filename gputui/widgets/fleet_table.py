@@ -13,7 +13,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowDoesNotExist
+from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from gputui.fleet import (
     FleetRow,
@@ -74,37 +74,53 @@ def _server_cell(row: FleetRow, cells: int) -> Text:
     return text
 
 
-def row_cells(row: FleetRow, columns: Sequence[tuple[str, str, int]]) -> tuple[Text, ...]:
-    """The cells of one host's row for these columns (each cell carries its own leading space)."""
+def _cell_inputs(key: str, row: FleetRow) -> tuple[object, ...]:
+    """Everything column ``key`` of ``row`` is drawn from: equal inputs draw the same cell."""
+    if key == "host":
+        return (row.name, row.state)
+    if key == "base":
+        return (row.at_baseline, row.gpus, row.state)
+    if key in ("bar", "memory"):
+        return (row.used_mib, row.total_mib, row.at_baseline == row.gpus)
+    if key == "util":
+        return (row.util_pct,)
+    if key == "hottest":
+        return (row.hottest, row.hottest_power_w)
+    if key == "xid":
+        return row.xid
+    if key == "age":
+        return (state_text(row), row.state)
+    return (row.server, row.server_state)
+
+
+def _cell(key: str, row: FleetRow, width: int) -> Text:
+    """One cell of ``row`` (each cell carries its own leading space)."""
     state_style = _STATE_STYLES.get(row.state, "")
-    mem_style = _mem_style(row)
-    cells: list[Text] = []
-    for key, _, width in columns:
-        if key == "host":
-            name_style = "bold" if not state_style else ""
-            cell = Text(" ").append_text(safe_text(row.name, width - 1, style=name_style))
-        elif key == "base":
-            done = row.at_baseline is not None and row.at_baseline == row.gpus
-            cell = Text(f" {baseline_text(row):>4}", style="green" if done else state_style or "yellow")
-        elif key == "bar":
-            cell = Text(" ").append_text(bar(row.used_mib, row.total_mib, width - 1, mem_style))
-        elif key == "memory":
-            cell = Text(f" {memory_text(row):>{width - 1}}", style=mem_style)
-        elif key == "util":
-            cell = Text(f" {DASH if row.util_pct is None else f'{row.util_pct}%':>4}")
-        elif key == "hottest":
-            hot = row.hottest is not None and row.hottest[1] >= 85
-            cell = Text(f" {hottest_text(row, power=width >= 16)}", style="bold red" if hot else "")
-        elif key == "xid":
-            cell = Text(f" {xid_text(row)}", style="bold red" if row.xid else "dim")
-        elif key == "age":
-            cell = Text(f" {state_text(row)}", style=state_style or "dim")
-        elif key == "server":
-            cell = _server_cell(row, width)
-        else:
-            cell = Text("")
-        cells.append(cell)
-    return tuple(cells)
+    if key == "host":
+        name_style = "bold" if not state_style else ""
+        return Text(" ").append_text(safe_text(row.name, width - 1, style=name_style))
+    if key == "base":
+        done = row.at_baseline is not None and row.at_baseline == row.gpus
+        return Text(f" {baseline_text(row):>4}", style="green" if done else state_style or "yellow")
+    if key == "bar":
+        return Text(" ").append_text(bar(row.used_mib, row.total_mib, width - 1, _mem_style(row)))
+    if key == "memory":
+        return Text(f" {memory_text(row):>{width - 1}}", style=_mem_style(row))
+    if key == "util":
+        return Text(f" {DASH if row.util_pct is None else f'{row.util_pct}%':>4}")
+    if key == "hottest":
+        hot = row.hottest is not None and row.hottest[1] >= 85
+        return Text(f" {hottest_text(row, power=width >= 16)}", style="bold red" if hot else "")
+    if key == "xid":
+        return Text(f" {xid_text(row)}", style="bold red" if row.xid else "dim")
+    if key == "age":
+        return Text(f" {state_text(row)}", style=state_style or "dim")
+    return _server_cell(row, width)
+
+
+def row_cells(row: FleetRow, columns: Sequence[tuple[str, str, int]]) -> tuple[Text, ...]:
+    """The cells of one host's row for these columns."""
+    return tuple(_cell(key, row, width) for key, _, width in columns)
 
 
 class FleetTable(DataTable[Text]):
@@ -115,9 +131,11 @@ class FleetTable(DataTable[Text]):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, cell_padding=0)
         self._columns: tuple[tuple[str, str, int], ...] = ()
-        self._rows: dict[str, tuple[FleetRow, tuple[Text, ...]]] = {}
-        """Host name -> the row it shows and its cells (reused while the row is equal)."""
+        self._rows: dict[str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Text, ...]]] = {}
+        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``) and the cells themselves."""
         self._order: list[str] = []
+        self._row_keys: dict[str, RowKey] = {}
+        self._column_keys: list[ColumnKey] = []
         self._last_rows: Sequence[FleetRow] | None = None
 
     def on_resize(self) -> None:
@@ -144,10 +162,12 @@ class FleetTable(DataTable[Text]):
         if columns == self._columns:
             return
         self.clear(columns=True)
+        self._column_keys = []
         for key, label, cells in columns:
-            self.add_column(label, key=key, width=cells)
+            self._column_keys.append(self.add_column(label, key=key, width=cells))
         self._columns = columns
         self._rows = {}
+        self._row_keys = {}
         self._order = []
 
     def show(self, rows: Sequence[FleetRow], width: int | None = None) -> None:
@@ -164,32 +184,34 @@ class FleetTable(DataTable[Text]):
         order = [row.name for row in rows]
         wanted = dict(zip(order, rows, strict=True))
         for name in [n for n in self._rows if n not in wanted]:
-            self.remove_row(name)
+            self.remove_row(self._row_keys.pop(name))
             del self._rows[name]
         current = [name for name in self._order if name in wanted]  # the rows' order in the table now
-        column_keys = [key for key, _, _ in self._columns]
+        columns = self._columns
         for name, row in wanted.items():
             shown = self._rows.get(name)
             if shown is not None and shown[0] == row:
                 continue  # nothing this row shows changed
-            cells = row_cells(row, self._columns)
+            inputs = tuple(_cell_inputs(key, row) for key, _, _ in columns)
             if shown is None:
-                self.add_row(*cells, key=name)
+                cells = row_cells(row, columns)
+                self._row_keys[name] = self.add_row(*cells, key=name)
                 current.append(name)
             else:
-                kept = []
-                for column, new_cell, old_cell in zip(column_keys, cells, shown[1], strict=True):
-                    if new_cell != old_cell:
-                        self.update_cell(name, column, new_cell)
-                        kept.append(new_cell)
-                    else:
-                        kept.append(old_cell)
+                # Only the cells whose inputs changed are built and updated: a refresh usually changes the
+                # age of every host and the figures of a few.
+                kept = list(shown[2])
+                for i, (key, _, width) in enumerate(columns):
+                    if inputs[i] != shown[1][i]:
+                        kept[i] = _cell(key, row, width)
+                        # The table's own key objects: update_cell makes new ones from strings.
+                        self.update_cell(self._row_keys[name], self._column_keys[i], kept[i])
                 cells = tuple(kept)  # exactly the objects the table holds
-            self._rows[name] = (row, cells)
+            self._rows[name] = (row, inputs, cells)
         if order != current:
             # DataTable.sort hands the key function cell values, not row keys: each row's host cell is an
             # object of its own, held both here and in the table, so its identity names the row.
-            rank = {id(self._rows[name][1][0]): i for i, name in enumerate(order)}
+            rank = {id(self._rows[name][2][0]): i for i, name in enumerate(order)}
             self.sort("host", key=lambda cell: rank[id(cell)])
         self._order = order
         if selected is not None and selected in wanted:

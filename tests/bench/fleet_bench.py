@@ -8,8 +8,8 @@ Each part runs in a fresh worker process (``python tests/bench/fleet_bench.py --
   a real Prometheus, grown to 500 hosts by ``scaled_answer``): JSON decode and parse (``PrometheusSource``),
   memory-only verdicts (``analyze_fleet``), and the overview rows sorted (``summarize``), in CPU time.
 - ``render``: the same 500 hosts in ``FleetScreen`` under ``App.run_test(size=(160, 50))``. Pre-analysed
-  answers in which 50 hosts' memory changes each round are handed over as the poller does, and timed until
-  the app is idle again: the first answer (500 rows added), a steady refresh (cells updated in place), a
+  answers in which 50 hosts' memory and every host's data age change each round (a 15 s scrape interval
+  seen every 5 s) are handed over as the poller does, and timed until the app is idle again: the first answer (500 rows added), a steady refresh (cells updated in place), a
   refresh sorted by memory whose order changes, and the ``s`` key.
 - ``loop``: the whole loop against the real engine: 50 exporters of 8 GPUs (one loopback process) scraped
   every second by Prometheus (``tests/integration/prometheus.py``); per refresh the client's wall and CPU
@@ -47,15 +47,19 @@ TARGET_LOOP_S = 1.0
 
 
 def _changed(document: dict[str, Any], round_no: int) -> dict[str, Any]:
-    """``document`` with GPU3's memory changed on ``CHANGED_PER_ROUND`` hosts (rotating by round)."""
+    """``document`` a refresh later, as with a 15 s scrape interval: GPU3's memory changed on
+    ``CHANGED_PER_ROUND`` hosts (rotating by round), and every host's data of another age."""
     changed = copy.deepcopy(document)
     first = round_no * CHANGED_PER_ROUND % HOSTS
     wanted = {f"node-{(first + i) % HOSTS:04d}" for i in range(CHANGED_PER_ROUND)}
     for item in changed["data"]["result"]:
         metric = item["metric"]
-        if metric.get("__name__") == "DCGM_FI_DEV_FB_USED" and metric.get("gpu") == "3" \
-                and metric.get("Hostname") in wanted:
+        host = metric.get("Hostname", "")
+        if metric.get("__name__") == "DCGM_FI_DEV_FB_USED" and metric.get("gpu") == "3" and host in wanted:
             item["value"][1] = str(1000 + (round_no * 7919) % 70000)
+        elif metric.get("gputui_part") == "time" and host.startswith("node-"):
+            age = (round_no * 5 + int(host[len("node-"):])) % 15 + 0.5
+            item["value"][1] = str(float(item["value"][0]) - age)
     return changed
 
 
@@ -268,7 +272,8 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
         report.na(sec, f"fleet {size}: render one refresh", res["error"], target=target)
     else:
         report.add(sec, f"fleet {size}: render one refresh", res["steady_cpu_ms"], "CPU ms/refresh",
-                   compare=f"wall {res['steady_wall_ms']:.0f} ms, {CHANGED_PER_ROUND} hosts changed, {res['rows']} rows",
+                   compare=f"wall {res['steady_wall_ms']:.0f} ms, every age and {CHANGED_PER_ROUND} hosts' memory "
+                           f"changed, {res['rows']} rows",
                    target=target, verdict=verdict(res["steady_cpu_ms"] <= TARGET_RENDER_MS))
         report.add(sec, "  first answer (every row added)", res["first_cpu_ms"], "CPU ms",
                    compare=f"wall {res['first_wall_ms']:.0f} ms")
