@@ -430,6 +430,9 @@ def _series_key(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     return frozenset(rest.items())
 
 
+_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device")
+
+
 class _Parser:
     """Turns the answer's series into hosts; one instance per answer."""
 
@@ -489,9 +492,10 @@ class _Parser:
             gpu = host.gpus[key] = _GpuParts(key)
         if gpu.index is None and index_text.isdigit():
             gpu.index = int(index_text)
-        for name in ("UUID", "modelName", "pci_bus_id", "device"):
-            if labels.get(name) and name not in gpu.labels:
-                gpu.labels[name] = labels[name]
+        if len(gpu.labels) < len(_GPU_LABELS):  # every series of a GPU repeats them: take them once
+            for name in _GPU_LABELS:
+                if labels.get(name) and name not in gpu.labels:
+                    gpu.labels[name] = labels[name]
         return gpu
 
     def feed(self, result: Iterable[Any]) -> None:
@@ -610,40 +614,50 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return total
 
 
-def _build_gpu(parts: _GpuParts, index: int, stale: bool, stale_reason: str) -> tuple[Gpu, int | None]:
-    """The model's GPU from its parts (no figures when stale) and its last XID (None: no error)."""
-    name = parts.labels.get("modelName")
+def _mig_max(parts: _GpuParts, figure: str) -> float | None:
+    """The largest ``figure`` any MIG instance of the GPU reports (device-wide ones repeat per instance)."""
+    values = [v for figures in parts.mig.values() if (v := _figure(figures, figure)) is not None]
+    return max(values, default=None)
+
+
+def _build_gpu(
+    parts: _GpuParts, index: int, stale: bool, stale_reason: str
+) -> tuple[Gpu, int | None, tuple[MigInstance, ...]]:
+    """The model's GPU from its parts (no figures when stale), its last XID (None: no error) and its MIG
+    instances."""
     labels = parts.labels
-    identity = Gpu(index=index, name=name, uuid=labels.get("UUID"), pci_bus_id=labels.get("pci_bus_id"))
+    name, uuid, pci_bus_id = labels.get("modelName"), labels.get("UUID"), labels.get("pci_bus_id")
     if stale:
-        return replace(identity, error=stale_reason), None
-    used, total, reserved = _memory(parts.figures)
-    instances = _mig_instances(parts)
-    if used is None and instances:
-        # MIG without GPU-level memory series: the GPU holds what its instances hold.
-        used = _sum(i.memory_used_mib for i in instances)
-        total = _sum(i.memory_total_mib for i in instances)
-    xid = _whole(_figure(parts.figures, "xid"))
-    if xid is None and instances:
-        xids = [_whole(_figure(f, "xid")) for f in parts.mig.values()]
-        xid = max((x for x in xids if x is not None), default=None)
-    temp = _figure(parts.figures, "temp")
-    power = _figure(parts.figures, "power")
-    if instances and temp is None:
-        temp = max((v for f in parts.mig.values() if (v := _figure(f, "temp")) is not None), default=None)
-    if instances and power is None:
-        power = max((v for f in parts.mig.values() if (v := _figure(f, "power")) is not None), default=None)
-    gpu = replace(
-        identity,
+        return Gpu(index=index, name=name, uuid=uuid, pci_bus_id=pci_bus_id, error=stale_reason), None, ()
+    figures = parts.figures
+    used, total, reserved = _memory(figures)
+    instances = _mig_instances(parts) if parts.mig else ()
+    xid = _figure(figures, "xid")
+    temp = _figure(figures, "temp")
+    power = _figure(figures, "power")
+    if instances:
+        if used is None:
+            # MIG without GPU-level memory series: the GPU holds what its instances hold.
+            used = _sum(i.memory_used_mib for i in instances)
+            total = _sum(i.memory_total_mib for i in instances)
+        xid = _mig_max(parts, "xid") if xid is None else xid
+        temp = _mig_max(parts, "temp") if temp is None else temp
+        power = _mig_max(parts, "power") if power is None else power
+    gpu = Gpu(
+        index=index,
+        name=name,
+        uuid=uuid,
+        pci_bus_id=pci_bus_id,
         memory_used_mib=used,
         memory_total_mib=total,
         memory_reserved_mib=reserved,
-        utilization_pct=_whole(_figure(parts.figures, "util")),
+        utilization_pct=_whole(_figure(figures, "util")),
         temperature_c=_whole(temp),
         power_w=None if power is None else round(power, 1),
         error=None if used is not None else "DCGM sent no memory figure for this GPU",
     )
-    return gpu, (xid if xid else None)
+    code = _whole(xid)
+    return gpu, (code if code else None), instances
 
 
 def _last_is(age_s: float | None) -> str:
@@ -776,13 +790,13 @@ def _build_host(
         too_old = age is not None and age > parser.stale_after_s
         stale = not gpu_parts.live or too_old
         reason = f"no current data{_last_is(age)}"
-        gpu, code = _build_gpu(gpu_parts, index, stale, reason)
+        gpu, code, instances = _build_gpu(gpu_parts, index, stale, reason)
         stale_count += stale
         gpus.append(gpu)
         if code:
             xid[index] = code
-        if not stale and gpu_parts.mig:
-            mig[index] = _mig_instances(gpu_parts)
+        if instances:
+            mig[index] = instances
     host_stale = bool(gpus) and stale_count == len(gpus)
     error = None
     if host_stale:
