@@ -522,6 +522,13 @@ def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
                        reasons=gpu_reasons)
         )
         reasons.extend(gpu_reasons)
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts)
+
+
+def _known_verdict(
+    reasons: list[str], keyed: dict[str, int], baselines: Baselines, gpu_verdicts: list[GpuVerdict]
+) -> Verdict:
+    """The verdict of a host that could be judged: clean when nothing gave a reason."""
     return Verdict(
         clean=not reasons,
         reasons=tuple(reasons),
@@ -585,14 +592,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     for node in flatten(forest):
         if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
             reasons.append(_remnant_reason(node.proc, table))
-    return Verdict(
-        clean=not reasons,
-        reasons=tuple(reasons),
-        baseline_mib=keyed,
-        tolerance_mib=baselines.tolerance_mib,
-        gpus=tuple(gpu_verdicts),
-        known=True,
-    )
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts)
 
 
 def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:

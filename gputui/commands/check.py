@@ -262,11 +262,13 @@ def _check_target(
         for line in format_check(analysed, out, header):
             print(line, file=out)
         if args.wait is not None:
-            if waited is not None:
-                print(f"clean after {waited:.2f} s", file=out)
-            else:
-                print(f"still not clean after {args.wait:g} s", file=out)
+            print(wait_line(waited, args.wait), file=out)
     return status, analysed, waited
+
+
+def wait_line(waited_s: float | None, wait_s: float) -> str:
+    """The last line of ``check --wait``: how long it took, or that it was not clean in time."""
+    return f"clean after {waited_s:.2f} s" if waited_s is not None else f"still not clean after {wait_s:g} s"
 
 
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -16,7 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gputui.analysis import Baselines
-from gputui.commands.check import _marks, safe_streams
+from gputui.commands.check import _marks, safe_streams, wait_line
 from gputui.fleet import (
     analyze_fleet,
     baseline_text,
@@ -262,8 +262,5 @@ def run_fleet_check(args: argparse.Namespace, out: TextIO | None = None, err: Te
         for line in format_fleet_check(sample, _marks(out)):
             print(line, file=out)
     if args.wait is not None:
-        if waited is not None:
-            print(f"clean after {waited:.2f} s", file=out)
-        else:
-            print(f"still not clean after {args.wait:g} s", file=out)
+        print(wait_line(waited, args.wait), file=out)
     return status

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -80,13 +81,12 @@ class FleetScreen(Screen[None]):
     class Updated(Message):
         """A new answer (or failure) of the poller is waiting in the screen's inbox."""
 
+    @dataclass
     class OpenHost(Message):
         """The user asked to open ``host`` over SSH as ``target``."""
 
-        def __init__(self, target: str, host: str) -> None:
-            super().__init__()
-            self.target = target
-            self.host = host
+        target: str
+        host: str
 
     def __init__(
         self,

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/fleet_bench.py [--quick]     # this section alone (run_bench.py --section 6)
 
-Each part runs in a fresh worker process (``python tests/bench/fleet_bench.py --worker KIND``):
+Each part runs in a fresh worker process (``python tests/bench/fleet_bench.py KIND``):
 
 - ``client``: one refresh of 500 hosts x 8 GPUs from recorded JSON (``tests/data/prometheus``: the answer of
   a real Prometheus, grown to 500 hosts by ``scaled_answer``): JSON decode and parse (``PrometheusSource``),
@@ -25,7 +25,6 @@ import copy
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ if str(REPO_ROOT) not in sys.path:
 HOSTS = 500
 LOOP_HOSTS = 50
 CHANGED_PER_ROUND = 50
+WORKERS = ("client", "render", "loop")
 TARGET_REFRESH_CPU_MS = 500.0
 """500 hosts x 8 GPUs, one refresh: at most 10 % of a core at the default 5 s refresh."""
 TARGET_RENDER_MS = 100.0
@@ -235,18 +235,11 @@ def worker_main(kind: str, argv: list[str]) -> int:
 # --- harness side ----------------------------------------------------------------------------------------
 
 
-def _run_worker(kind: str, *extra: str, timeout_s: float = 900) -> dict[str, Any]:
-    cmd = [sys.executable, str(Path(__file__)), "--worker", kind, *extra]
+def _run_worker(kind: str, *extra: str) -> dict[str, Any]:
+    from tests.bench.app_bench import _run_worker as run_worker
+
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
-    except subprocess.TimeoutExpired:
-        return {"error": f"{kind} worker timed out"}
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"error": f"{kind} worker exit {proc.returncode}: {tail[:200]}"}
-    return json.loads(lines[-1])
+    return run_worker(kind, env, *extra, timeout_s=900, script=Path(__file__))
 
 
 def run(args: argparse.Namespace, report: Any, sec: int) -> None:
@@ -298,8 +291,8 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == "--worker":
-        return worker_main(sys.argv[2], sys.argv[3:])
+    if len(sys.argv) > 1 and sys.argv[1] in WORKERS:
+        return worker_main(sys.argv[1], sys.argv[2:])
     from tests.bench import run_bench
 
     return run_bench.main(["--section", "6", *sys.argv[1:]])

@@ -1,11 +1,11 @@
 """Loopback stand-ins for NVIDIA's dcgm-exporter (and a vLLM metrics endpoint), for Prometheus to scrape.
 
-Run as a script with a JSON list of hosts as its argument, it serves each host on a loopback port of its own,
-in the text format dcgm-exporter writes (the metric names and labels of its default counters:
-``DCGM_FI_DEV_FB_USED/FREE/RESERVED``, ``GPU_UTIL``, ``GPU_TEMP``, ``POWER_USAGE``, ``XID_ERRORS``, labels
-``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``, ``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION``, and
-``GPU_I_ID``/``GPU_I_PROFILE`` for MIG instances). It prints one JSON line ``{"ports": {name: port}}`` and
-then obeys JSON-line commands on stdin, answering each with one line:
+Run as a module (``python -m tests.integration.dcgm_exporter HOSTS``) with a JSON list of hosts, it serves
+each host on a loopback port of its own, in the text format dcgm-exporter writes (the metric names and labels
+of its default counters: ``DCGM_FI_DEV_FB_USED/FREE/RESERVED``, ``GPU_UTIL``, ``GPU_TEMP``, ``POWER_USAGE``,
+``XID_ERRORS``, labels ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname``, ``pci_bus_id``,
+``DCGM_FI_DRIVER_VERSION``, and ``GPU_I_ID``/``GPU_I_PROFILE`` for MIG instances). It prints one JSON line
+``{"ports": {name: port}}`` and then obeys JSON-line commands on stdin, answering each with one line:
 
 * ``{"cmd": "set", "host": "gpu-a", "gpu": 3, "figures": {"used": 40000, "xid": 79}}``: that GPU's figures
   from now on (``free`` follows ``used`` so that the total stays; for a vLLM host, ``running``/``waiting``).
@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import select
-import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.integration.jsonlines import JsonLinesChild, serve_commands
 
 TOTAL_MIB = 81920
 RESERVED_MIB = 512
@@ -172,13 +171,9 @@ def main() -> int:
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     sys.stdout.write(json.dumps({"ports": {n: s.server_address[1] for n, s in servers.items()}}) + "\n")
     sys.stdout.flush()
-    for line in sys.stdin:
-        try:
-            command = json.loads(line)
-        except ValueError:
-            continue
+
+    def answer(command: dict[str, Any]) -> dict[str, Any]:
         name = command.get("cmd")
-        reply: dict[str, Any] = {"ok": True}
         if name == "set":
             hosts[command["host"]].set(command.get("gpu"), command["figures"])
         elif name == "stop":
@@ -186,12 +181,11 @@ def main() -> int:
             if server is not None:
                 server.shutdown()
                 server.server_close()
-        elif name == "quit":
-            break
         else:
-            reply = {"error": "unknown command"}
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+            return {"error": "unknown command"}
+        return {"ok": True}
+
+    serve_commands(answer)
     for server in servers.values():
         server.shutdown()
     return 0
@@ -201,32 +195,12 @@ def main() -> int:
 # Test side
 
 
-class Exporters:
+class Exporters(JsonLinesChild):
     """This script in a subprocess serving ``hosts``, driven by a test (one process may serve many hosts)."""
 
     def __init__(self, hosts: list[dict[str, Any]], timeout_s: float = 20.0) -> None:
-        self.timeout_s = timeout_s
-        self.process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), json.dumps(hosts)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
-        )
-        self.ports: dict[str, int] = self._read_line()["ports"]
-
-    def _read_line(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout_s)
-        if not ready:
-            raise TimeoutError("fake DCGM exporter did not answer")
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("fake DCGM exporter exited")
-        return json.loads(line)
-
-    def _command(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        return self._read_line()
+        super().__init__(__name__, [json.dumps(hosts)], "fake DCGM exporter", timeout_s)
+        self.ports: dict[str, int] = self.hello["ports"]
 
     def address(self, host: str) -> str:
         """``127.0.0.1:PORT``: what Prometheus scrapes, and the series' ``instance`` label."""
@@ -243,18 +217,6 @@ class Exporters:
         """SIGKILL the whole process: every host it serves dies at once."""
         self.process.kill()
         self.process.wait(10)
-
-    def close(self) -> None:
-        if self.process.poll() is not None:
-            return
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
-            self.process.stdin.close()
-            self.process.wait(5)
-        except (OSError, subprocess.TimeoutExpired):
-            self.process.kill()
-            self.process.wait(5)
 
 
 if __name__ == "__main__":

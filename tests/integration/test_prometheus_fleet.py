@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,6 +32,7 @@ from gputui.widgets.fleet_summary import FleetSummary
 from gputui.widgets.fleet_table import FleetTable
 from tests.integration.httpserver import HttpPeer
 from tests.integration.prometheus import Fleet
+from tests.pilot.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
@@ -224,9 +224,9 @@ async def test_the_tui_stays_live_when_prometheus_stops(prometheus_fleet: Fleet,
     app = GpuTuiApp([], lambda target: None, fleet=fleet, audit_dir=tmp_path / "audit")  # type: ignore[arg-type, return-value]
     async with app.run_test(size=(120, 40)) as pilot:
         table = fleet.query_one(FleetTable)
-        await _until(pilot, lambda: table.row_count == 3, "three hosts")
+        await wait_for(pilot, lambda: table.row_count == 3, "three hosts")
         server.stop()
-        await _until(pilot, lambda: fleet.error is not None, "the error")
+        await wait_for(pilot, lambda: fleet.error is not None, "the error")
         assert fleet.error == f"prometheus {server.url}: cannot connect: Connection refused"
         summary = str(fleet.query_one(FleetSummary).render())
         assert "cannot connect: Connection refused" in summary
@@ -236,14 +236,6 @@ async def test_the_tui_stays_live_when_prometheus_stops(prometheus_fleet: Fleet,
         await pilot.press("s")
         assert fleet.sort_mode == "memory"
         await pilot.press("slash", "g", "p", "u", "-", "b", "enter")
-        await _until(pilot, lambda: table.row_count == 1, "the filter")
-        await _until(pilot, lambda: fleet.answers > answers + 1, "more (failed) answers")  # still asking
+        await wait_for(pilot, lambda: table.row_count == 1, "the filter")
+        await wait_for(pilot, lambda: fleet.answers > answers + 1, "more (failed) answers")  # still asking
 
-
-async def _until(pilot: Any, condition: Callable[[], bool], what: str) -> None:
-    waited = 0.0
-    while not condition():
-        if waited > DEADLINE_S:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-        waited += 0.1

@@ -208,3 +208,27 @@ def test_a_paused_poller_asks_nothing_until_resumed() -> None:
     poller.resume()
     assert resumed.wait(20)
     poller.stop()
+
+
+def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from gputui.fleet import fleet_baselines
+    from gputui.state import save_baselines
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    sample = parse_answer(load_answer())
+    gpu3 = {h.name: h for h in sample.hosts}["gpu-a"].snapshot.gpus[3]
+    assert gpu3.uuid is not None
+    # Calibrated over SSH under another name than the fleet's label: the UUID still finds it.
+    save_baselines("root@10.0.0.7", {gpu3.uuid: 41236, "index:3": 1})
+    baselines, warning = fleet_baselines(None, None)
+    assert warning is None
+    assert baselines.per_gpu_mib == {gpu3.uuid: 41236}  # index keys mean nothing on another host
+    a = {h.name: h for h in analyze_fleet(sample, baselines).hosts}["gpu-a"]
+    assert a.snapshot.verdict is not None
+    assert a.snapshot.verdict.clean
+    assert fleet_baselines(5, 0)[0].per_gpu_mib == {}  # --baseline-mib wins
+    (tmp_path / "gputui" / "baselines.json").write_text("{not json")
+    baselines, warning = fleet_baselines(None, None)
+    assert baselines.per_gpu_mib == {}
+    assert warning is not None
+    assert "not valid JSON" in warning

@@ -34,61 +34,67 @@ from tests.integration.prometheus import Fleet  # noqa: E402
 HERE = Path(__file__).parent
 
 
-def record_tests() -> dict:
+Figures = list[tuple[str, "int | None", dict[str, float]]]
+
+
+def _record(hosts: list[dict], servers: dict[str, str], figures: Figures, series: int, dead: str,
+            after_s: float) -> dict:
+    """Serve ``hosts`` (server endpoints labelled with the host they run on), set ``figures``, wait until
+    Prometheus has ``series`` FB_USED series and a few samples of each, stop ``dead``'s exporter, and return
+    the answer to gputui's query ``after_s`` after Prometheus marked its series stale."""
     with tempfile.TemporaryDirectory(prefix="gputui-record-") as tmp:
         fleet = Fleet(Path(tmp))
         try:
-            exporters = fleet.exporter([
-                {"name": "gpu-a", "gpus": 8},
-                {"name": "gpu-b", "gpus": 4, "mig": {"0": ["3g.40gb", "3g.40gb"]}},
-                {"name": "gpu-c", "gpus": 2},
-                {"name": "gpu-d", "gpus": 8, "hostname_label": False},
-                {"name": "vllm-a", "kind": "vllm"},
-            ])
-            server = fleet.prometheus({"vllm-a": "gpu-a"})
-            exporters.set("gpu-a", 3, used=41236, util=97, temp=84, power=612.4, xid=79)
-            exporters.set("vllm-a", None, running=3, waiting=1)
-            server.wait_until(lambda: len(server.query("DCGM_FI_DEV_FB_USED")) >= 23, "every GPU scraped")
-            time.sleep(8)  # a few samples of each, so the lookback finds gpu-c's last one
-            exporters.stop("gpu-c")
-            gone = 'DCGM_FI_DEV_FB_USED{Hostname="gpu-c"}'
-            server.wait_until(lambda: not server.query(gone), "gpu-c stale")
-            time.sleep(2)
+            exporters = fleet.exporter(hosts)
+            server = fleet.prometheus(servers)
+            for host, gpu, values in figures:
+                exporters.set(host, gpu, **values)
+            server.wait_until(lambda: len(server.query("DCGM_FI_DEV_FB_USED")) >= series, "every GPU scraped")
+            time.sleep(8)  # a few samples of each, as of any exporter that ran for a while
+            exporters.stop(dead)
+            gone = f'DCGM_FI_DEV_FB_USED{{Hostname="{dead}"}}'
+            server.wait_until(lambda: not server.query(gone), f"{dead} stale")
+            time.sleep(after_s)
             return dict(fetch(server.url, build_query(), 10.0))
         finally:
             fleet.close()
+
+
+def record_tests() -> dict:
+    hosts = [
+        {"name": "gpu-a", "gpus": 8},
+        {"name": "gpu-b", "gpus": 4, "mig": {"0": ["3g.40gb", "3g.40gb"]}},
+        {"name": "gpu-c", "gpus": 2},
+        {"name": "gpu-d", "gpus": 8, "hostname_label": False},
+        {"name": "vllm-a", "kind": "vllm"},
+    ]
+    figures: Figures = [
+        ("gpu-a", 3, {"used": 41236, "util": 97, "temp": 84, "power": 612.4, "xid": 79}),
+        ("vllm-a", None, {"running": 3, "waiting": 1}),
+    ]
+    return _record(hosts, {"vllm-a": "gpu-a"}, figures, series=23, dead="gpu-c", after_s=2)
 
 
 def record_demo() -> dict:
     rnd = random.Random(7)
     names = [f"a100-{i:02d}" for i in range(1, 9)] + [f"h100-{i:02d}" for i in range(1, 9)]
-    with tempfile.TemporaryDirectory(prefix="gputui-record-") as tmp:
-        fleet = Fleet(Path(tmp))
-        try:
-            exporters = fleet.exporter(
-                [{"name": name, "gpus": 8} for name in names]
-                + [{"name": "vllm-h100-02", "kind": "vllm"}, {"name": "vllm-h100-05", "kind": "vllm"}]
-            )
-            server = fleet.prometheus({"vllm-h100-02": "h100-02", "vllm-h100-05": "h100-05"})
-            for name in ("h100-02", "h100-05", "a100-03", "a100-07"):
-                for gpu in range(8):
-                    exporters.set(name, gpu, used=rnd.randint(60000, 78000), util=rnd.randint(70, 100),
-                                  temp=rnd.randint(60, 86), power=rnd.uniform(380, 690))
-            for gpu in (0, 1, 2):
-                used = rnd.randint(20000, 40000)
-                exporters.set("h100-07", gpu, used=used, util=rnd.randint(10, 40), temp=55)
-            exporters.set("a100-07", 5, xid=79)
-            exporters.set("vllm-h100-02", running=12, waiting=3)
-            exporters.set("vllm-h100-05", running=4, waiting=0)
-            server.wait_until(lambda: len(server.query("DCGM_FI_DEV_FB_USED")) >= 128, "every GPU scraped")
-            time.sleep(8)
-            exporters.stop("h100-04")
-            gone = 'DCGM_FI_DEV_FB_USED{Hostname="h100-04"}'
-            server.wait_until(lambda: not server.query(gone), "h100-04 stale")
-            time.sleep(12)
-            return dict(fetch(server.url, build_query(), 10.0))
-        finally:
-            fleet.close()
+    hosts = [{"name": name, "gpus": 8} for name in names]
+    hosts += [{"name": "vllm-h100-02", "kind": "vllm"}, {"name": "vllm-h100-05", "kind": "vllm"}]
+    figures: Figures = []
+    for name in ("h100-02", "h100-05", "a100-03", "a100-07"):
+        for gpu in range(8):
+            figures.append((name, gpu, {"used": rnd.randint(60000, 78000), "util": rnd.randint(70, 100),
+                                        "temp": rnd.randint(60, 86), "power": rnd.uniform(380, 690)}))
+    for gpu in (0, 1, 2):
+        figures.append(("h100-07", gpu, {"used": rnd.randint(20000, 40000), "util": rnd.randint(10, 40),
+                                         "temp": 55}))
+    figures += [
+        ("a100-07", 5, {"xid": 79}),
+        ("vllm-h100-02", None, {"running": 12, "waiting": 3}),
+        ("vllm-h100-05", None, {"running": 4, "waiting": 0}),
+    ]
+    servers = {"vllm-h100-02": "h100-02", "vllm-h100-05": "h100-05"}
+    return _record(hosts, servers, figures, series=128, dead="h100-04", after_s=12)
 
 
 def compact(document: dict) -> str:
