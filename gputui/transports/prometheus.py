@@ -444,6 +444,10 @@ class _Parser:
         self.servers: list[_Series] = []
         self.eval_time: float | None = None
         self.ignored = 0
+        self.dcgm_jobs: set[str] = set()
+        """Scrape jobs of the DCGM series."""
+        self.down_targets: list[tuple[str, str]] = []
+        """(instance, job) of every target whose ``up`` is 0."""
         self.up_time: dict[str, float] = {}
         """Instance -> when its ``up`` was last 1, for targets that are down."""
         self._time_series: list[tuple[dict[str, str], float]] = []
@@ -479,6 +483,9 @@ class _Parser:
             host = self.hosts[name] = _HostParts(name, ssh_host or name)
         if instance:
             host.instances.add(instance)
+        job = labels.get("job")
+        if job:
+            self.dcgm_jobs.add(job)
         return host
 
     def gpu_of(self, host: _HostParts, labels: Mapping[str, str]) -> _GpuParts | None:
@@ -536,6 +543,8 @@ class _Parser:
                 instance = series.labels.get(INSTANCE)
                 if instance and series.value is not None:
                     self.up[instance] = self.up.get(instance, True) and series.value >= 1
+                    if series.value < 1 and series.labels.get("job"):
+                        self.down_targets.append((instance, series.labels["job"]))
             elif name in SERVER_METRICS:
                 self.servers.append(series)
             elif name in DCGM_METRICS:
@@ -738,6 +747,8 @@ def parse_answer(
     host_label: str = DEFAULT_HOST_LABEL,
     stale_after_s: float = DEFAULT_STALE_AFTER_S,
     known_servers: Mapping[str, tuple[str, str]] | None = None,
+    list_down_targets: bool = True,
+    claimed_instances: Iterable[str] = (),
 ) -> FleetSample:
     """The fleet in one ``/api/v1/query`` answer of ``build_query``'s expression.
 
@@ -747,6 +758,10 @@ def parse_answer(
         stale_after_s: A GPU whose newest sample is older than this has no current data.
         known_servers: Server instance -> (host, kind) from earlier answers: a server whose gauges went away
             while its ``up`` is 0 is shown DOWN on its host.
+        list_down_targets: List a target of a DCGM scrape job that is down and has left no series in the
+            lookback as a host of its own (named by its ``instance``). Off when a label matcher narrows the
+            fleet: whether it would select such a target cannot be told.
+        claimed_instances: Exporter addresses of hosts known from earlier answers (not listed again).
 
     Raises:
         PrometheusError: the answer is not an instant vector.
@@ -758,6 +773,8 @@ def parse_answer(
     parser = _Parser(host_label, stale_after_s)
     try:
         parser.feed(result)
+        if list_down_targets:
+            _add_down_targets(parser, set(claimed_instances))
         now = parser.eval_time
         servers = _servers_by_host(parser, _alias_map(parser))
         for instance, (host_name, kind) in (known_servers or {}).items():
@@ -768,6 +785,14 @@ def parse_answer(
         cause = f"{type(exc).__name__}: {visible(str(exc), 80)}"
         raise PrometheusError(f"prometheus: malformed answer ({cause})") from None
     return FleetSample(hosts=tuple(hosts), eval_time=now, ignored_series=parser.ignored)
+
+
+def _add_down_targets(parser: _Parser, claimed: set[str]) -> None:
+    """A host for each target of a DCGM job that is down and that no host's series name."""
+    claimed |= {instance for host in parser.hosts.values() for instance in host.instances}
+    for instance, job in parser.down_targets:
+        if job in parser.dcgm_jobs and instance not in claimed and instance not in parser.hosts:
+            parser.hosts[instance] = _HostParts(instance, _host_part(instance), instances={instance})
 
 
 def _build_host(
@@ -797,11 +822,13 @@ def _build_host(
             xid[index] = code
         if instances:
             mig[index] = instances
-    host_stale = bool(gpus) and stale_count == len(gpus)
+    host_stale = stale_count == len(gpus) if gpus else exporter_up is False
     error = None
     if host_stale:
         why = "its exporter is down (up=0)" if exporter_up is False else "its series went stale"
         error = f"no current data: {why}{_last_is(host_age)}"
+        if not gpus:
+            error += f", and Prometheus has none of its GPU series in the last {LOOKBACK}"
         gpus = [replace(g, error=None) for g in gpus]  # one host-level reason, not eight copies
     elif exporter_up is False:
         error = "its exporter is down (up=0), but Prometheus still serves its last data"
@@ -886,7 +913,10 @@ class PrometheusSource:
         document = self._fetch(self.settings.url, self.query, self.settings.timeout_s)
         try:
             sample = parse_answer(
-                document, self.settings.host_label, self.settings.stale_after_s, self._servers
+                document, self.settings.host_label, self.settings.stale_after_s, self._servers,
+                list_down_targets=not self.settings.matcher,
+                # A host named by its address stays that host when its exporter is down.
+                claimed_instances=[i for h in self._known.values() for i in h.instances if i != h.name],
             )
         except PrometheusError as exc:
             cause = str(exc).split(": ", 1)[-1]

@@ -115,6 +115,36 @@ def test_without_the_time_a_target_was_last_up_the_age_is_not_made_up() -> None:
     assert c.snapshot.error == "no current data: its exporter is down (up=0)"
 
 
+def _down_target(instance: str, job: str) -> dict[str, Any]:
+    return {"metric": {"__name__": "up", "instance": instance, "job": job}, "value": [1.0, "0"]}
+
+
+def test_a_dcgm_target_down_for_longer_than_the_lookback_is_listed_by_address() -> None:
+    document = load_answer()
+    document["data"]["result"] += [_down_target("10.9.9.9:9400", "dcgm"), _down_target("10.9.9.9:9100", "x")]
+    hosts = _hosts(document)
+    down = hosts["10.9.9.9:9400"]
+    assert down.stale
+    assert down.exporter_up is False
+    assert down.ssh_host == "10.9.9.9"
+    assert down.snapshot.gpus == ()
+    assert down.snapshot.error == (
+        "no current data: its exporter is down (up=0), and Prometheus has none of its GPU series in the last"
+        " 5m"
+    )
+    assert "10.9.9.9:9100" not in hosts  # another job's target: not a GPU host
+    # With a matcher it cannot be told whether the user wanted it: left out.
+    assert "10.9.9.9:9400" not in _hosts(document, list_down_targets=False)
+    # Asked again, it is still the same host, not one that left.
+    source = PrometheusSource(FleetSettings(url="http://127.0.0.1:9"), fetcher=fetcher_of(document))
+    for _ in range(2):
+        again = {h.name: h for h in source.sample().hosts}["10.9.9.9:9400"]
+        assert not again.gone
+    # The exporter of a known host is that host, not a host of its own.
+    c_instance = _hosts(load_answer())["gpu-c"].instances[0]
+    assert c_instance not in _hosts(document)
+
+
 def test_old_samples_that_prometheus_still_serves_are_stale() -> None:
     """No staleness marker (federation, a restart): the instant selector hands out minutes-old values."""
     document = load_answer()
@@ -240,6 +270,8 @@ def test_a_host_that_leaves_prometheus_stays_listed_as_gone() -> None:
     later["data"]["result"] = [i for i in later["data"]["result"] if i["metric"].get("Hostname") != "gpu-b"]
     for item in later["data"]["result"]:
         item["value"][0] += 600.0
+        if item["metric"].get("__name__") == "up" and item["metric"]["instance"] in before.instances:
+            item["value"][1] = "0"  # its exporter is down: the gone host, not a host of its own
     fetched.append(later)
     gone = {h.name: h for h in source.sample().hosts}["gpu-b"]
     assert gone.gone
@@ -250,6 +282,7 @@ def test_a_host_that_leaves_prometheus_stays_listed_as_gone() -> None:
     assert "no series in Prometheus any more" in (gone.snapshot.error or "")
     assert [g.uuid for g in gone.snapshot.gpus] == [g.uuid for g in before.snapshot.gpus]
     assert all(g.memory_used_mib is None for g in gone.snapshot.gpus)
+    assert not set(before.instances) & {h.name for h in source.sample().hosts}
 
 
 @pytest.mark.parametrize(
