@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -59,6 +59,9 @@ from gputui.widgets.health_panel import HealthPanel
 from gputui.widgets.host_bar import HostBar, HostStatus
 from gputui.widgets.hosts_overview import HostsOverview
 from gputui.widgets.process_table import SORT_MODES, ProcessTable
+
+if TYPE_CHECKING:
+    from gputui.screens.fleet import FleetScreen
 
 T = TypeVar("T")
 W = TypeVar("W", bound=Widget)
@@ -1225,7 +1228,7 @@ class GpuTuiApp(App[int]):
         """Back to the fleet view."""
         self.show_fleet()
 
-    def on_fleet_screen_open_host(self, message: Any) -> None:
+    def on_fleet_screen_open_host(self, message: FleetScreen.OpenHost) -> None:
         """Enter on a host in the fleet view (``FleetScreen.OpenHost``)."""
         self.open_host(message.target)
 
