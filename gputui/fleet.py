@@ -309,7 +309,9 @@ class FleetPoller:
         self._running.clear()
 
     def resume(self) -> None:
-        self.refresh_now()
+        """Ask again at once if paused (the view is shown again); nothing otherwise."""
+        if not self._running.is_set():
+            self.refresh_now()
 
     def poll_once(self) -> FleetUpdate:
         """One query, its failure turned into an update with one error line."""

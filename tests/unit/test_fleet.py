@@ -210,6 +210,23 @@ def test_a_paused_poller_asks_nothing_until_resumed() -> None:
     poller.stop()
 
 
+def test_resuming_a_running_poller_does_not_ask_twice() -> None:
+    calls: list[int] = []
+    def read() -> FleetSample:
+        calls.append(1)
+        return FleetSample(hosts=())
+
+    poller = FleetPoller(read, lambda update: None, interval_s=3600.0)
+    poller.start()
+    deadline = time.monotonic() + 20
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    poller.resume()  # the view is shown for the first time: it is asking already
+    time.sleep(0.3)
+    poller.stop()
+    assert calls == [1]
+
+
 def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     from gputui.fleet import fleet_baselines
     from gputui.state import save_baselines
