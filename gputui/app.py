@@ -1234,6 +1234,8 @@ class GpuTuiApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
+        if screen is self._fleet or not self.hosts:
+            return  # the host view's commands act on the shown host: none is shown
         commands: list[tuple[str, str, Callable[[], Any]]] = []
         if not self.read_only:
             commands += [

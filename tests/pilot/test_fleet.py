@@ -205,3 +205,17 @@ async def test_prometheus_failing_keeps_the_view_and_its_keys(clock: ManualClock
         assert fleet.sort_mode == "memory"
         prometheus.failing = False
         await wait_for(pilot, lambda: fleet.error is None, "the recovery")
+
+
+async def test_the_palette_offers_no_host_command_on_the_fleet(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+        titles = [command.title for command in app.get_system_commands(fleet)]
+        assert "Quit" in titles  # Textual's own commands stay
+        assert not any(title.startswith(("Kill", "Clean-slate", "Tag")) for title in titles)
+        table.select_host("gpu-a")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not fleet, "the host view")
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        assert "Clean-slate check" in titles
