@@ -1,4 +1,4 @@
-"""Helper scripts run in a subprocess and driven from a test with JSON lines: one command on the script's
+"""Scripts run in a subprocess and driven from a test with JSON lines: one command on the script's
 stdin, one answer on its stdout. The script's first line says it is ready (its ports, ...).
 
 The test side is :class:`JsonLinesChild`; the script side answers with :func:`serve_commands`. Scripts run as
