@@ -49,7 +49,9 @@ D_STATE_THRESHOLD_S = 5.0
 NAME_MAX = 32
 """Longest process name shown inside a reason or finding line."""
 
-FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid", "survivor")
+FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid", "survivor", "xid")
+"""``xid`` comes from the fleet source (a GPU's last XID error is not 0), the rest from ``find_problems``
+and ``find_survivors``."""
 GRAPHICS = "graphics"
 """The NVML process type of display servers and compositors (type G in nvidia-smi)."""
 
@@ -113,7 +115,8 @@ def proc_label(proc: Proc | None, pid: int | None = None) -> str:
     return f"{proc.pid} ({_shown(proc.name)})"
 
 
-def _age(seconds: float) -> str:
+def age_text(seconds: float) -> str:
+    """A short age for reasons and findings: "12 s", "3 min", "1.5 h"."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -327,7 +330,7 @@ def find_problems(
                 findings.append(_zombie_finding(target, proc, table, age))
         elif proc.state == STATE_UNINTERRUPTIBLE:
             if (age is not None and age >= d_state_threshold_s) or (age is None and proc.pid in tree_pids):
-                for_text = "" if age is None else f" for {_age(age)}"
+                for_text = "" if age is None else f" for {age_text(age)}"
                 findings.append(
                     Finding(
                         kind="uninterruptible",
@@ -387,7 +390,7 @@ def find_problems(
 def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
     parent = table.get(proc.ppid) if proc.ppid is not None else None
     # The collector only knows when *it* first saw the state: an age under a second says nothing.
-    been = "is defunct" if age is None or age < 1 else f"has been defunct for {_age(age)}"
+    been = "is defunct" if age is None or age < 1 else f"has been defunct for {age_text(age)}"
     if proc.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",
@@ -495,6 +498,77 @@ def memory_at_baseline(snapshot: HostSnapshot, baselines: Baselines) -> bool:
     )
 
 
+def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: Baselines) -> Verdict:
+    """The verdict of a host that cannot be judged: a host error, or no GPU at all."""
+    cause = snapshot.error or "no GPUs found"
+    return Verdict(
+        clean=False,
+        known=False,
+        reasons=(visible(cause, 200),),
+        baseline_mib=keyed,
+        tolerance_mib=baselines.tolerance_mib,
+    )
+
+
+def _unreadable_reason(gpu: Gpu) -> str | None:
+    """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
+    if gpu.error is not None:
+        return f"GPU{gpu.index} error: {visible(gpu.error, 80)}"
+    if gpu.memory_used_mib is None:
+        return f"GPU{gpu.index} memory could not be read"
+    return None
+
+
+MEMORY_ONLY = "memory only"
+"""How a memory-only verdict names itself in its reasons."""
+
+
+def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
+    """Is every GPU's memory back at its idle baseline? For sources that list no processes (the fleet view).
+
+    The same per-GPU rule as ``clean_slate`` on memory alone: a process still listed, a zombie or a D-state
+    process left from a GPU tree cannot be seen here, so a clean memory verdict is not a clean slate. A GPU
+    with an error or without a figure, a host error and a host without GPUs give ``known=False``.
+    """
+    keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
+    if snapshot.error is not None or not snapshot.gpus:
+        return _unknown_verdict(snapshot, keyed, baselines)
+    gpu_verdicts: list[GpuVerdict] = []
+    reasons: list[str] = []
+    unreadable = False
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        baseline = baselines.for_gpu(gpu)
+        reason = _unreadable_reason(gpu)
+        unreadable = unreadable or reason is not None
+        used = gpu.memory_used_mib
+        if reason is None and used is not None and used > baseline + baselines.tolerance_mib:
+            over = used - baseline
+            reason = f"GPU{gpu.index} {used} MiB, {over} MiB over its {baseline} MiB baseline ({MEMORY_ONLY})"
+        gpu_reasons = () if reason is None else (reason,)
+        gpu_verdicts.append(
+            GpuVerdict(index=gpu.index, used_mib=used, baseline_mib=baseline, clean=reason is None,
+                       reasons=gpu_reasons)
+        )
+        reasons.extend(gpu_reasons)
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+
+
+def _known_verdict(
+    reasons: list[str], keyed: dict[str, int], baselines: Baselines, gpu_verdicts: list[GpuVerdict],
+    known: bool,
+) -> Verdict:
+    """The verdict of a host that could be sampled: clean when nothing gave a reason; ``known`` False when a
+    GPU could not be read (cannot tell, never clean)."""
+    return Verdict(
+        clean=not reasons,
+        reasons=tuple(reasons),
+        baseline_mib=keyed,
+        tolerance_mib=baselines.tolerance_mib,
+        gpus=tuple(gpu_verdicts),
+        known=known,
+    )
+
+
 def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
 
@@ -505,14 +579,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     """
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
     if snapshot.error is not None or not snapshot.gpus:
-        cause = snapshot.error or "no GPUs found"
-        return Verdict(
-            clean=False,
-            known=False,
-            reasons=(visible(cause, 200),),
-            baseline_mib=keyed,
-            tolerance_mib=baselines.tolerance_mib,
-        )
+        return _unknown_verdict(snapshot, keyed, baselines)
     table = _proc_table(snapshot)
     forest = build_forest(snapshot)
     unreadable = False
@@ -522,13 +589,11 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
         baseline = baselines.for_gpu(gpu)
         used = gpu.memory_used_mib
         gpu_reasons: list[str] = []
-        if gpu.error is not None:
-            gpu_reasons.append(f"GPU{gpu.index} error: {visible(gpu.error, 80)}")
+        reason = _unreadable_reason(gpu)
+        if reason is not None:
+            gpu_reasons.append(reason)
             unreadable = True
-        elif used is None:
-            gpu_reasons.append(f"GPU{gpu.index} memory could not be read")
-            unreadable = True
-        else:
+        elif used is not None:  # always, once readable: said for the type checker
             holders = _gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
             if holders:
@@ -560,14 +625,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     for node in flatten(forest):
         if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
             reasons.append(_remnant_reason(node.proc, table))
-    return Verdict(
-        clean=not reasons,
-        reasons=tuple(reasons),
-        baseline_mib=keyed,
-        tolerance_mib=baselines.tolerance_mib,
-        gpus=tuple(gpu_verdicts),
-        known=not unreadable,
-    )
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
 
 
 def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:

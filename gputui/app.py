@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.text import Text
 from textual import events, work
@@ -86,6 +86,9 @@ from gputui.widgets.host_bar import HostBar, HostStatus
 from gputui.widgets.hosts_overview import HostsOverview
 from gputui.widgets.process_table import SORT_MODES, ProcessTable
 
+if TYPE_CHECKING:
+    from gputui.screens.fleet import FleetScreen
+
 T = TypeVar("T")
 W = TypeVar("W", bound=Widget)
 Clock = Callable[[], float]
@@ -115,6 +118,10 @@ snapshot of every host costs O(hosts²) per second."""
 FAST_MEMORY_INTERVAL_S = 0.2
 FAST_PROCESS_INTERVAL_S = 0.5
 """Sampling while a clean-slate check watches memory drain; the normal intervals come back after it."""
+FLEET_SCREEN = "fleet"
+"""Name the fleet screen is installed under (kept while a host is shown, with its cursor, sort and filter)."""
+FLEET_HOSTS_MAX = 32
+"""Hosts that can be opened from the fleet view in one session: each keeps a link and a worker thread."""
 DESTRUCTIVE_ACTIONS = frozenset({"kill", "kill_tree", "kill_all"})
 MAIN_SCREEN_ACTIONS = frozenset(
     {
@@ -260,6 +267,8 @@ class GpuTuiApp(App[int]):
             ``.key`` in a worker thread (default ``gputui.transports.ssh.accept_host_key``).
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
         retry_cap_s: Largest reconnect delay, seconds.
+        fleet: The fleet view (``gputui.screens.fleet.FleetScreen``), shown first; ``targets`` may then be
+            empty, and hosts opened from it are added as they are opened.
     """
 
     CSS_PATH = "app.tcss"
@@ -281,6 +290,7 @@ class GpuTuiApp(App[int]):
         Binding("q", "quit", "Quit"),
         Binding("tab", "next_host", "Next host", show=False, priority=True),
         Binding("f", "focus_findings", "Findings", show=False),
+        Binding("escape", "fleet", "Fleet"),
         *(Binding(str(n), f"host({n - 1})", f"Host {n}", show=False) for n in range(1, 10)),
     ]
 
@@ -403,10 +413,12 @@ class GpuTuiApp(App[int]):
         accept_host_key: HostKeyAcceptor | None = None,
         retry_base_s: float = 1.0,
         retry_cap_s: float = 30.0,
+        fleet: Screen[None] | None = None,
     ) -> None:
         super().__init__()
-        if not targets:
+        if not targets and fleet is None:
             raise ValueError("at least one target is needed")
+        self._fleet = fleet
         self._link_factory = link_factory
         self._clock: Clock = clock or time.time
         self.read_only = read_only
@@ -426,6 +438,7 @@ class GpuTuiApp(App[int]):
         self._retry_base_s = retry_base_s
         self._retry_cap_s = retry_cap_s
         make_baselines = baselines_for or (lambda _target: Baselines())
+        self._make_baselines = make_baselines
         self.hosts: list[HostState] = [HostState(t, make_baselines(t)) for t in targets]
         self._hosts_by_target: dict[str, HostState] = {}
         for host in self.hosts:
@@ -469,7 +482,8 @@ class GpuTuiApp(App[int]):
     def on_mount(self) -> None:
         # Textual runs thread workers on the loop's default executor (min(32, cpus + 4) threads); a poll
         # worker holds its thread for the app's life, so size the pool for every host plus kills and checks.
-        self._executor = ThreadPoolExecutor(max_workers=2 * len(self.hosts) + 8, thread_name_prefix="gputui")
+        hosts_max = len(self.hosts) + (FLEET_HOSTS_MAX if self._fleet is not None else 0)
+        self._executor = ThreadPoolExecutor(max_workers=2 * hosts_max + 8, thread_name_prefix="gputui")
         asyncio.get_running_loop().set_default_executor(self._executor)
         self._apply_layout(self.size.width)
         self._main(GpuPanel).border_title = "GPUs"
@@ -480,6 +494,9 @@ class GpuTuiApp(App[int]):
         for host in self.hosts:
             self._poll_host(host.target)
         self.set_interval(1.0, self._tick)
+        if self._fleet is not None:
+            self.install_screen(self._fleet, FLEET_SCREEN)
+            self.show_fleet()
 
     def on_resize(self, event: events.Resize) -> None:
         try:
@@ -573,6 +590,8 @@ class GpuTuiApp(App[int]):
             pass
 
     def _show_active_now(self, hosts_now: bool = True) -> None:
+        if not self.hosts:
+            return  # the fleet view, before any host was opened from it
         host = self.active
         snapshot = host.snapshot
         with self.batch_update():
@@ -625,7 +644,7 @@ class GpuTuiApp(App[int]):
 
     def _tick(self) -> None:
         """Once a second: ages in the host bar, clean-slate check deadlines."""
-        if self._stopping.is_set() or len(self.screen_stack) == 0:
+        if self._stopping.is_set() or len(self.screen_stack) == 0 or not self.hosts:
             return
         now_s = self._clock()
         for host in self.hosts:
@@ -1210,6 +1229,8 @@ class GpuTuiApp(App[int]):
             return False
         if action in ("next_host", "host") and len(self.hosts) < 2:
             return False
+        if action == "fleet":
+            return self._fleet is not None and not self._modal_open()
         return True
 
     def _modal_open(self) -> bool:
@@ -1362,14 +1383,52 @@ class GpuTuiApp(App[int]):
         ]
         if len(self.hosts) > 1:
             keys.append(("Tab, 1-9", "switch host"))
+        if self._fleet is not None:
+            keys.append(("Esc", "back to the fleet"))
         keys += [("?", "this help"), ("q", "quit")]
         return keys
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_descriptions(), self.read_only))
 
+    # -- the fleet view --------------------------------------------------------------------------------
+
+    def show_fleet(self) -> None:
+        """Show the fleet view on top of the host view (the hosts opened from it keep streaming)."""
+        if self._fleet is not None and self.screen is not self._fleet:
+            self.push_screen(FLEET_SCREEN)
+
+    def open_host(self, target: str) -> None:
+        """Show ``target`` in the host view, connecting to it first if it is not open yet."""
+        host = self._host(target)
+        if host is None:
+            if len(self.hosts) >= FLEET_HOSTS_MAX:
+                self._notify(
+                    f"{FLEET_HOSTS_MAX} hosts are open already: switch to one with Tab", severity="warning"
+                )
+                return
+            host = HostState(target, self._make_baselines(target))
+            self.hosts.append(host)
+            self._hosts_by_target[target] = host
+            self._main("#body").set_class(len(self.hosts) > 1, "-multi")
+            self._poll_host(target)
+        self.active_index = self.hosts.index(host)
+        if self._fleet is not None and self.screen is self._fleet:
+            self.pop_screen()
+        self._show_active()
+
+    def action_fleet(self) -> None:
+        """Back to the fleet view."""
+        self.show_fleet()
+
+    def on_fleet_screen_open_host(self, message: FleetScreen.OpenHost) -> None:
+        """Enter on a host in the fleet view (``FleetScreen.OpenHost``)."""
+        self.open_host(message.target)
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
+        if screen is self._fleet or not self.hosts:
+            return  # the host view's commands act on the shown host: none is shown
         commands: list[tuple[str, str, Callable[[], Any]]] = []
         if not self.read_only:
             commands += [

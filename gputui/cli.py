@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gputui import __version__
+from gputui import __version__, fleet_options
 from gputui.agent import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
@@ -162,17 +162,21 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
         _add_no_audit(parser)
+        fleet_options.add_arguments(parser)
         parser.add_argument(
-            "targets", nargs="*", metavar="TARGET", help="local, an ssh alias, [user@]host[:port]"
+            "targets", nargs="*", metavar="TARGET",
+            help="local, an ssh alias, [user@]host[:port], @group from the config",
         )
         return parser
     parser = _Parser(prog=f"gputui {command}")
     _add_common(parser)
     if command == "snapshot":
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        fleet_options.add_arguments(parser)
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "check":
         parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
+        fleet_options.add_arguments(parser)
         parser.add_argument(
             "--wait", type=_seconds(0.0, WAIT_MAX_S), default=None, metavar="SECONDS",
             help=f"sample quickly until clean or the deadline (at most {WAIT_MAX_S:g})",
@@ -350,7 +354,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args.config = load_config(args.config)
-    except ConfigError as exc:
+        if command != "kill":
+            fleet_options.resolve(args, command)
+    except (ConfigError, fleet_options.FleetOptionError) as exc:
         print(f"gputui: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if command is None and args.targets and not args.demo and "--" not in rest:  # "--": taken as a host

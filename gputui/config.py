@@ -9,6 +9,17 @@
     [hosts."gpu-node-07"]
     health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]
 
+    [groups]                       # gputui @a100 opens these hosts
+    a100 = ["gpu-a", "gpu-b"]
+
+    [fleet]                        # gputui --prometheus (or plain gputui, with no target named)
+    prometheus = "http://prometheus:9090"
+    match = 'instance=~"gpu-.*"'   # optional label matchers for the DCGM series
+    host_label = "Hostname"        # the label naming a host (else "instance")
+    ssh_target = "{host}"          # Enter in the fleet view opens this SSH target
+    stale_after_s = 90             # samples older than this are not current data
+    refresh_s = 5                  # seconds between queries
+
 Health URLs are probed by the agent on the host itself, so 127.0.0.1 means that host's loopback. A missing
 default file is an empty config; a missing ``--config`` file, anything but a regular file (a FIFO, a device
 like /dev/zero), a file over ``CONFIG_MAX_BYTES``, bad TOML or an unknown key is a ConfigError whose text is
@@ -32,7 +43,9 @@ else:  # pragma: no cover - exercised on 3.10 only
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""
 HOST_KEYS = frozenset({"health"})
-TOP_KEYS = HOST_KEYS | {"hosts"}
+TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet"}
+FLEET_TEXT_KEYS = frozenset({"prometheus", "match", "host_label", "ssh_target"})
+FLEET_SECONDS_KEYS = frozenset({"stale_after_s", "refresh_s"})
 
 
 class ConfigError(Exception):
@@ -52,6 +65,10 @@ class Config:
     health_urls: tuple[str, ...] = ()
     host_health_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     path: Path | None = None
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Group name -> host targets (``gputui @name``)."""
+    fleet: dict[str, str | float] = field(default_factory=dict)
+    """The ``[fleet]`` settings given: ``FLEET_TEXT_KEYS`` hold text, ``FLEET_SECONDS_KEYS`` seconds."""
 
 
 def default_config_path() -> Path:
@@ -135,4 +152,34 @@ def load_config(path: Path | None = None) -> Config:
         health_urls=_urls(data["health"], "", path) if "health" in data else (),
         host_health_urls=host_health,
         path=path,
+        groups=_groups(data.get("groups", {}), path),
+        fleet=_fleet(data.get("fleet", {}), path),
     )
+
+
+def _groups(table: Any, path: Path) -> dict[str, tuple[str, ...]]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: groups must be a table of name = [\"host\", ...]")
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, members in table.items():
+        if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):
+            raise ConfigError(f"{path}: groups.{name!r} must be a list of host targets")
+        groups[name] = tuple(members)
+    return groups
+
+
+def _fleet(table: Any, path: Path) -> dict[str, str | float]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: fleet must be a table ([fleet])")
+    _check_keys(table, FLEET_TEXT_KEYS | FLEET_SECONDS_KEYS, "fleet.", path)
+    fleet: dict[str, str | float] = {}
+    for key, value in table.items():
+        if key in FLEET_TEXT_KEYS:
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}: fleet.{key} must be a string")
+            fleet[key] = value
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e6:
+            raise ConfigError(f"{path}: fleet.{key} must be a number of seconds above 0")
+        else:
+            fleet[key] = float(value)
+    return fleet

@@ -89,6 +89,24 @@ def _valid_mib(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40
 
 
+def _document_to_load(path: Path | None) -> tuple[Path, dict[str, Any] | None, LoadedBaselines]:
+    """The baselines file, its document (None when absent or unusable), and what to load in that case:
+    nothing, or a warning line and the defaults."""
+    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
+    try:
+        return file_path, _read_document(file_path), LoadedBaselines()
+    except StateError as exc:
+        return file_path, None, LoadedBaselines(warning=f"{exc}; using default baselines")
+
+
+def _entry_gpus(entry: Any) -> dict[str, int] | None:
+    """A host entry's GPU key -> MiB map, None when it is not one."""
+    gpus = entry.get("gpus") if isinstance(entry, dict) else None
+    if not isinstance(gpus, dict) or not all(isinstance(k, str) and _valid_mib(v) for k, v in gpus.items()):
+        return None
+    return gpus
+
+
 def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
     """The calibrated baselines of ``target``; never raises.
 
@@ -100,18 +118,14 @@ def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
         The values (empty when none were recorded), or empty values and a one-line warning when the file is
         corrupt or holds bad values for this target.
     """
-    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
-    try:
-        document = _read_document(file_path)
-    except StateError as exc:
-        return LoadedBaselines(warning=f"{exc}; using default baselines")
+    file_path, document, failed = _document_to_load(path)
     if document is None:
-        return LoadedBaselines()
+        return failed
     entry = document["hosts"].get(target)
     if entry is None:
         return LoadedBaselines()
-    gpus = entry.get("gpus") if isinstance(entry, dict) else None
-    if not isinstance(gpus, dict) or not all(isinstance(k, str) and _valid_mib(v) for k, v in gpus.items()):
+    gpus = _entry_gpus(entry)
+    if gpus is None:
         return LoadedBaselines(
             warning=f"{file_path}: bad baselines recorded for {target!r}; using default baselines"
         )
@@ -120,6 +134,23 @@ def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
         per_gpu_mib=dict(gpus),
         calibrated_at=float(calibrated_at) if isinstance(calibrated_at, int | float) else None,
     )
+
+
+def load_calibrated_uuids(path: Path | None = None) -> LoadedBaselines:
+    """Every GPU calibrated on any host, by UUID; never raises.
+
+    For the fleet view, whose hosts are named by a Prometheus label rather than by the target they were
+    calibrated under: a UUID names one GPU wherever it is. ``index:N`` keys are left out (they mean something
+    only on their own host), and so is a host entry with bad values.
+    """
+    _, document, failed = _document_to_load(path)
+    if document is None:
+        return failed
+    per_gpu: dict[str, int] = {}
+    for entry in document["hosts"].values():
+        gpus = _entry_gpus(entry) or {}
+        per_gpu.update((key, value) for key, value in gpus.items() if not key.startswith("index:"))
+    return LoadedBaselines(per_gpu_mib=per_gpu)
 
 
 def save_baselines(

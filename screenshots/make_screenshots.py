@@ -3,7 +3,8 @@
     .venv/bin/python screenshots/make_screenshots.py [OUTPUT_DIR]
 
 Writes wedged.svg (the wedged sglang host, two hosts open), confirm.svg (the confirmation ``X`` opens),
-clean.svg (after confirming: memory drained, the clean-slate receipt) and narrow.svg (a 50-column tmux pane).
+clean.svg (after confirming: memory drained, the clean-slate receipt), narrow.svg (a 50-column tmux pane)
+and fleet.svg (the fleet view over an answer recorded from a real Prometheus).
 The demo's clock is frozen and moved by the script, so the pictures are the same on every run.
 """
 
@@ -46,6 +47,23 @@ async def _serve_then_wedge(pilot, clock: ManualClock) -> None:  # type: ignore[
     await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID + 40).state == "Z", "the wedge")
 
 
+async def fleet_screenshot(out_dir: Path) -> None:
+    """The fleet view over an answer recorded from a real Prometheus (``tests/data/prometheus/demo.json``):
+    sixteen hosts sorted by memory, the busiest one's GPUs below."""
+    from gputui.widgets.fleet_table import FleetTable
+    from tests.data.prometheus import fetcher_of, load_answer, recorded_fleet_app
+
+    app, fleet = recorded_fleet_app(fetcher_of(load_answer("demo.json")), ManualClock(),
+                                    Path(os.environ["XDG_STATE_HOME"]) / "audit")
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = fleet.query_one(FleetTable)
+        await _until(pilot, lambda: table.row_count == 16, "the fleet's rows")
+        await pilot.press("s")
+        table.move_cursor(row=0)
+        await pilot.pause(0.3)
+        app.save_screenshot("fleet.svg", str(out_dir))
+
+
 async def main(out_dir: Path) -> None:
     os.environ.setdefault("TZ", "UTC")
     time.tzset()
@@ -77,7 +95,8 @@ async def main(out_dir: Path) -> None:
     async with app.run_test(size=(50, 40)) as pilot:
         await _serve_then_wedge(pilot, clock)
         app.save_screenshot("narrow.svg", str(out_dir))
-    for name in ("wedged.svg", "confirm.svg", "clean.svg", "narrow.svg"):
+    await fleet_screenshot(out_dir)
+    for name in ("wedged.svg", "confirm.svg", "clean.svg", "narrow.svg", "fleet.svg"):
         print(out_dir / name)
 
 

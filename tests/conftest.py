@@ -6,7 +6,13 @@ mean something is missing that should not be. A process left behind fails the ru
 
 import pytest
 
-pytest_plugins = ["tests.leakcheck", "tests.fakenvml.plugin", "tests.integration.sshd", "pytester"]
+pytest_plugins = [
+    "tests.leakcheck",
+    "tests.fakenvml.plugin",
+    "tests.integration.sshd",
+    "tests.integration.prometheus",
+    "pytester",
+]
 
 _skipped: list[str] = []
 

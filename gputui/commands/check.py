@@ -276,15 +276,26 @@ def _check_target(
         for line in format_check(analysed, out, header):
             print(line, file=out)
         if args.wait is not None:
-            if waited is not None:
-                print(f"clean after {waited:.2f} s", file=out)
-            elif analysed.verdict is not None and analysed.verdict.known:
-                print(f"still not clean after {args.wait:g} s", file=out)
+            last = wait_line(waited, args.wait, analysed.verdict is not None and analysed.verdict.known)
+            if last is not None:
+                print(last, file=out)
     return status, analysed, waited
+
+
+def wait_line(waited_s: float | None, wait_s: float, known: bool) -> str | None:
+    """The last line of ``check --wait``: how long it took, or that it was not clean in time; None when the
+    last verdict could not tell (the verdict lines already say so, once)."""
+    if waited_s is not None:
+        return f"clean after {waited_s:.2f} s"
+    return f"still not clean after {wait_s:g} s" if known else None
 
 
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``gputui check``; returns the exit status (0 clean, 1 not clean, 2 could not tell)."""
+    if getattr(args, "fleet", None) is not None:
+        from gputui.commands.fleet import run_fleet_check
+
+        return run_fleet_check(args, out, err)
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     safe_streams(out, err)

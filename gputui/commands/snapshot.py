@@ -137,6 +137,10 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
     Exit 2 when a host could not be reached or reports a host-level error with no GPU (no driver, no NVML);
     the cause is one line on stderr. With ``--json`` the document is printed even then (errors are data).
     """
+    if getattr(args, "fleet", None) is not None:
+        from gputui.commands.fleet import run_fleet_snapshot
+
+        return run_fleet_snapshot(args, out, err)
     out = out or sys.stdout
     err = err or sys.stderr
     targets = default_targets(list(getattr(args, "targets", []) or []), bool(getattr(args, "demo", False)))

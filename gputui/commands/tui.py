@@ -18,9 +18,17 @@ DEMO_WEDGE_AFTER_S = 6.0
 """In the demo the first host serves for this long before its schedulers wedge, as in the story."""
 
 
+def _targets(args: argparse.Namespace) -> list[str]:
+    """The hosts to open: those named, else local (both demo hosts with --demo); none for the fleet view,
+    which opens hosts as the user picks them."""
+    if getattr(args, "fleet", None) is not None:
+        return []
+    return list(args.targets) or (list(DEMO_TARGETS) if args.demo else [LOCAL_TARGET])
+
+
 def run_tui(args: argparse.Namespace) -> int:
     """Open the app; returns the exit status."""
-    targets = list(args.targets) or (list(DEMO_TARGETS) if args.demo else [LOCAL_TARGET])
+    targets = _targets(args)
     if len(set(targets)) != len(targets):
         print("gputui: a target is named twice", file=sys.stderr)
         return EXIT_ERROR
@@ -40,7 +48,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
     from gputui.app import GpuTuiApp
     from gputui.state import load_baselines
 
-    targets = list(args.targets) or (list(DEMO_TARGETS) if args.demo else [LOCAL_TARGET])
+    targets = _targets(args)
     options = options_from_args(args)
 
     def link_factory(target: str) -> HostLink:
@@ -69,6 +77,11 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         # The same ssh config the links resolve targets with (-F), so the key lands in its known_hosts.
         return record(hop, key, config_path=getattr(args, "ssh_config", None))
 
+    fleet = None
+    if getattr(args, "fleet", None) is not None:
+        from gputui.commands.fleet import build_fleet_screen
+
+        fleet = build_fleet_screen(args, clock)
     return GpuTuiApp(
         targets,
         link_factory,
@@ -80,4 +93,5 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         accept_host_key=accept_host_key,
         # The demo's kills are simulated: they never go into the real audit log.
         audit=not args.demo and not getattr(args, "no_audit", False),
+        fleet=fleet,
     )

@@ -1,4 +1,4 @@
-"""The filter input ("/"): narrows the process table to rows whose pid, user or command contain the text."""
+"""The filter input ("/"): narrows a table (processes, fleet hosts) to the rows that contain the text."""
 
 from __future__ import annotations
 
@@ -15,10 +15,14 @@ class FilterBar(Input):
     class Closed(Message):
         """The user left the filter (Enter keeps the text, Esc cleared it)."""
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
-        super().__init__(
-            placeholder="filter: pid, user or command (Enter keeps, Esc clears)", id=id, classes=classes
-        )
+    def __init__(
+        self,
+        *,
+        id: str | None = None,  # noqa: A002
+        classes: str | None = None,
+        placeholder: str = "filter: pid, user or command (Enter keeps, Esc clears)",
+    ) -> None:
+        super().__init__(placeholder=placeholder, id=id, classes=classes)
 
     def action_clear_filter(self) -> None:
         self.value = ""

@@ -230,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
 # --- harness side ----------------------------------------------------------------------------------------
 
 
-def _run_worker(kind: str, env: dict[str, str], *extra: str, timeout_s: float = 600) -> dict:
-    cmd = [sys.executable, str(Path(__file__)), kind, *extra]
+def _run_worker(kind: str, env: dict[str, str], *extra: str, timeout_s: float = 600,
+                script: Path = Path(__file__)) -> dict:
+    """Run ``script KIND EXTRA...`` in a fresh process; the last JSON line it prints (or {"error": ...})."""
+    cmd = [sys.executable, str(script), kind, *extra]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
     except subprocess.TimeoutExpired:

@@ -14,6 +14,8 @@ Sections (each prints "n/a (reason)" when the piece it measures is not there; no
 3. fan-out: time to the first complete frame, steady-state CPU and RSS of the client with 1/8/32/64 hosts.
 4. drain latency: last holder killed -> clean-slate verdict, in ``gputui check --wait``.
 5. render cost: one update of 8 hosts x 8 GPUs x 200 processes applied to the app's widgets.
+6. fleet view on Prometheus: client CPU and render per refresh at 500 hosts x 8 GPUs (recorded JSON), and the
+   whole loop against a real Prometheus scraping 50 exporters (``fleet_bench.py``).
 
 Every figure is a median over repeated runs. The peers (gpustat 1.1.1, nvitop 1.7.2) are installed into a
 throwaway virtualenv under ``~/.cache/gputui-bench/peers-venv``; they are not project dependencies. The
@@ -753,12 +755,19 @@ def section_render(args: argparse.Namespace, report: Report) -> None:
     app_bench.render(args, report, sec)
 
 
+def section_fleet(args: argparse.Namespace, report: Report) -> None:
+    from tests.bench import fleet_bench
+
+    fleet_bench.run(args, report, 6)
+
+
 SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = {
     1: ("collector cost per sample", section_collector),
     2: ("remote cost", section_remote),
     3: ("fan-out", section_fanout),
     4: ("drain latency", section_drain),
     5: ("render cost", section_render),
+    6: ("fleet view on Prometheus", section_fleet),
 }
 
 

@@ -1,8 +1,8 @@
 """A controllable HTTP(S) server on loopback, run in a subprocess, for the health-probe tests.
 
-Run as a script it listens on a free loopback port (and a second, TLS one when given a certificate), prints
-one JSON line ``{"http_port": N, "tls_port": M|null}`` and then obeys JSON-line commands on stdin, answering
-each with one JSON line on stdout:
+Run as a module (``python -m tests.integration.httpserver``) it listens on a free loopback port (and a
+second, TLS one when given a certificate), prints one JSON line ``{"http_port": N, "tls_port": M|null}`` and
+then obeys JSON-line commands on stdin, answering each with one JSON line on stdout:
 
 * ``{"cmd": "mode", "path": "/health", "behaviour": "503"}``: how that path answers from now on.
 * ``{"cmd": "hits"}``: ``{"hits": {path: [epoch seconds, ...]}}``, every request received so far.
@@ -34,18 +34,17 @@ import base64
 import datetime
 import ipaddress
 import json
-import os
-import select
 import socket
 import ssl
 import struct
-import subprocess
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from tests.integration.jsonlines import JsonLinesChild, serve_commands
 
 HOSTILE_BODY = (
     b"boom \x1b]0;pwned\x07\x1b[2J\x1b[31mred[/] [bold]x[/bold] [@click=app.quit]q[/] \x9b\xc2\x9b"
@@ -171,30 +170,19 @@ class _TlsServer(_Server):
         return self.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False), address
 
 
-def _serve_commands(out: Any) -> None:
-    for line in sys.stdin:
-        try:
-            command = json.loads(line)
-        except ValueError:
-            continue
-        name = command.get("cmd")
-        if name == "mode":
-            with _lock:
-                if command.get("behaviour") is None:
-                    _modes.pop(command["path"], None)
-                else:
-                    _modes[command["path"]] = str(command["behaviour"])
-            reply: dict[str, Any] = {"ok": True}
-        elif name == "hits":
-            with _lock:
-                reply = {"hits": {k: list(v) for k, v in _hits.items()}}
-        elif name == "quit":
-            break
-        else:
-            reply = {"error": "unknown command"}
-        out.write(json.dumps(reply) + "\n")
-        out.flush()
-    _stop.set()
+def _answer(command: dict[str, Any]) -> dict[str, Any]:
+    name = command.get("cmd")
+    if name == "mode":
+        with _lock:
+            if command.get("behaviour") is None:
+                _modes.pop(command["path"], None)
+            else:
+                _modes[command["path"]] = str(command["behaviour"])
+        return {"ok": True}
+    if name == "hits":
+        with _lock:
+            return {"hits": {k: list(v) for k, v in _hits.items()}}
+    return {"error": "unknown command"}
 
 
 def main() -> int:
@@ -214,7 +202,8 @@ def main() -> int:
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
     sys.stdout.write(json.dumps({"http_port": servers[0].server_address[1], "tls_port": tls_port}) + "\n")
     sys.stdout.flush()
-    _serve_commands(sys.stdout)
+    serve_commands(_answer)
+    _stop.set()
     for server in servers:
         server.shutdown()
     return 0
@@ -262,37 +251,17 @@ def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-class HttpPeer:
+class HttpPeer(JsonLinesChild):
     """This server in a subprocess, driven by a test."""
 
     def __init__(self, cert: Path | None = None, key: Path | None = None, timeout_s: float = 20.0) -> None:
-        argv = [sys.executable, os.path.abspath(__file__)]
+        args = []
         if cert is not None and key is not None:
-            argv += ["--tls-cert", str(cert), "--tls-key", str(key)]
+            args = ["--tls-cert", str(cert), "--tls-key", str(key)]
         self.cert = cert
-        self.timeout_s = timeout_s
-        self.process = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-        )
-        ports = self._read_line()
-        self.http_port: int = ports["http_port"]
-        self.tls_port: int | None = ports["tls_port"]
-
-    def _read_line(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout_s)
-        if not ready:
-            raise TimeoutError("test HTTP server did not answer")
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("test HTTP server exited")
-        return json.loads(line)
-
-    def _command(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-        return self._read_line()
+        super().__init__(__name__, args, "test HTTP server", timeout_s)
+        self.http_port: int = self.hello["http_port"]
+        self.tls_port: int | None = self.hello["tls_port"]
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.http_port}{path}"
@@ -307,16 +276,6 @@ class HttpPeer:
     def hits(self, path: str) -> list[float]:
         """Epoch times of every request for ``path`` so far."""
         return self._command({"cmd": "hits"})["hits"].get(path, [])
-
-    def close(self) -> None:
-        try:
-            assert self.process.stdin is not None
-            self.process.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
-            self.process.stdin.close()
-            self.process.wait(5)
-        except (OSError, subprocess.TimeoutExpired):
-            self.process.kill()
-            self.process.wait(5)
 
 
 if __name__ == "__main__":

@@ -158,3 +158,24 @@ def test_unknown_host_key_question(snap_compare, tmp_path: Path) -> None:
         await _until(pilot, lambda: isinstance(pilot.app.screen, HostKeyScreen), "the host key question")
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def _fleet_app(tmp_path: Path) -> GpuTuiApp:
+    """The fleet view over the answer recorded from a real Prometheus (``tests/data/prometheus``)."""
+    from tests.data.prometheus import fetcher_of, load_answer, recorded_fleet_app
+
+    app, _ = recorded_fleet_app(fetcher_of(load_answer()), ManualClock(), tmp_path / "audit")
+    return app
+
+
+async def _fleet_ready(pilot) -> None:  # type: ignore[no-untyped-def]
+    from gputui.widgets.fleet_table import FleetTable
+
+    table = pilot.app.screen.query_one(FleetTable)
+    await _until(pilot, lambda: table.row_count == 4, "the fleet's rows")
+    table.select_host("gpu-a")  # the host with a hot GPU, an XID and a vLLM server
+
+
+@pytest.mark.parametrize("columns", [50, 120, 200])
+def test_fleet_view(snap_compare, tmp_path: Path, columns: int) -> None:
+    assert snap_compare(_fleet_app(tmp_path), terminal_size=(columns, 40), run_before=_fleet_ready)

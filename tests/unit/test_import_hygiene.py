@@ -8,7 +8,10 @@ import sys
 
 from tests.integration._procs import REPO
 
-DATA_LAYER = ("gputui.model", "gputui.agent", "gputui.analysis", "gputui.actions")
+DATA_LAYER = (
+    "gputui.model", "gputui.agent", "gputui.analysis", "gputui.actions", "gputui.config", "gputui.state",
+    "gputui.fleet", "gputui.fleet_options", "gputui.transports.prometheus",
+)
 
 
 def test_data_layer_imports_without_textual_or_rich() -> None:

@@ -1,0 +1,221 @@
+"""Every key of the fleet view, over an answer recorded from a real Prometheus; Enter opens the host in the
+host view (a simulated host here) and Esc comes back."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputui.app import GpuTuiApp
+from gputui.fleet import SORT_MODES
+from gputui.screens.fleet import FleetScreen
+from gputui.screens.help import HelpScreen
+from gputui.sim import ManualClock
+from gputui.transports.prometheus import PrometheusError
+from gputui.widgets.fleet_notes import FleetNotes
+from gputui.widgets.fleet_summary import FleetSummary
+from gputui.widgets.fleet_table import FleetTable
+from tests.data.prometheus import load_answer, recorded_fleet_app
+from tests.pilot.conftest import wait_for
+
+
+class RecordedPrometheus:
+    """Answers every query with a recorded answer (changeable by the test), and counts the queries."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.document = document
+        self.queries = 0
+        self.failing = False
+        self.lock = threading.Lock()
+
+    def __call__(self, url: str, query: str, timeout_s: float) -> dict[str, Any]:
+        with self.lock:
+            self.queries += 1
+            if self.failing:
+                raise PrometheusError(f"prometheus {url}: cannot connect: Connection refused")
+            return self.document
+
+
+def fleet_app(clock: ManualClock, tmp_path: Path, document: dict[str, Any] | None = None
+              ) -> tuple[GpuTuiApp, FleetScreen, RecordedPrometheus]:
+    prometheus = RecordedPrometheus(document or load_answer())
+    app, fleet = recorded_fleet_app(prometheus, clock, tmp_path / "audit", refresh_s=0.05)
+    return app, fleet, prometheus
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path
+
+
+async def _ready(pilot: Any, fleet: FleetScreen) -> FleetTable:
+    table = fleet.query_one(FleetTable)
+    await wait_for(pilot, lambda: table.row_count == 4, "the recorded hosts")
+    return table
+
+
+async def test_enter_opens_the_host_and_escape_comes_back(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, prometheus = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+        assert app.screen is fleet
+        table.select_host("gpu-a")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not fleet, "the host view")
+        assert [h.target for h in app.hosts] == ["gpu-a"]
+        await wait_for(pilot, lambda: app.hosts[0].snapshot is not None, "the host's first snapshot")
+        # While the host view is shown, the fleet view asks Prometheus nothing.
+        await pilot.pause(0.3)
+        asked = prometheus.queries
+        await pilot.pause(0.5)
+        assert prometheus.queries <= asked + 1
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is fleet, "the fleet again")
+        await wait_for(pilot, lambda: prometheus.queries > asked + 1, "queries again")
+        assert table.selected_host == "gpu-a"  # the cursor stayed
+        # Opening it again shows the same host, connected once.
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not fleet, "the host view")
+        assert [h.target for h in app.hosts] == ["gpu-a"]
+        await pilot.press("escape")
+        table.select_host("gpu-b")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: len(app.hosts) == 2, "a second host")
+        assert app.active.target == "gpu-b"
+        assert app.query_one("#body").has_class("-multi")  # the host bar now lists both
+
+
+async def test_slash_filters_and_escape_clears(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+        await pilot.press("slash", "v", "l", "l", "m")
+        await wait_for(pilot, lambda: table.row_count == 1, "the filter")
+        assert table.selected_host == "gpu-a"
+        assert fleet.filter_text == "vllm"
+        assert "(1 shown)" in str(fleet.query_one(FleetSummary).render())
+        await pilot.press("enter")  # keeps the filter, back to the table
+        assert fleet.query_one(FleetTable).has_focus
+        assert table.row_count == 1
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: table.row_count == 4, "every host again")
+        assert fleet.filter_text == ""
+        assert app.screen is fleet
+
+
+async def test_s_cycles_the_sort(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+
+        def order() -> list[str]:
+            return [str(table.coordinate_to_cell_key((i, 0)).row_key.value) for i in range(table.row_count)]
+
+        assert order() == sorted(order())
+        assert fleet.sort_mode == "host"
+        seen = {}
+        for mode in SORT_MODES[1:] + SORT_MODES[:1]:
+            await pilot.press("s")
+            assert fleet.sort_mode == mode
+            seen[mode] = order()
+        assert seen["memory"][0] == "gpu-a"
+        assert seen["memory"][-1] == "gpu-c"
+        assert seen["age"][0] == "gpu-c"
+        assert seen["host"] == sorted(seen["host"])
+        assert "sort: host" in str(fleet.query_one(FleetSummary).render())
+
+
+async def test_r_asks_now_and_rows_follow_new_answers(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, prometheus = fleet_app(clock, state_dir)
+    fleet.poller.interval_s = 3600.0  # only r asks again
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+        await wait_for(pilot, lambda: fleet.answers >= 1, "the first answer")
+        await pilot.pause(0.3)
+        answered = fleet.answers
+        changed = copy.deepcopy(prometheus.document)
+        changed["data"]["result"] = [
+            i for i in changed["data"]["result"] if i["metric"].get("Hostname") != "gpu-b"
+        ]
+        prometheus.document = changed
+        await pilot.pause(0.3)
+        assert fleet.answers == answered
+        await pilot.press("r")
+        await wait_for(pilot, lambda: fleet.answers == answered + 1, "the answer r asked for")
+        row = table.get_row("gpu-b")
+        assert "gone" in row[-1].plain or any("gone" in cell.plain for cell in row)
+        assert table.row_count == 4  # a host that left Prometheus stays, marked gone
+
+
+async def test_question_mark_opens_the_fleet_keys(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot, fleet)
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen), "the help")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is fleet, "the fleet again")
+
+
+async def test_q_quits_from_the_fleet(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot, fleet)
+        await pilot.press("q")
+        await pilot.pause(0.2)
+    assert app.return_value == 0
+
+
+async def test_a_host_whose_name_cannot_be_a_target_is_refused(clock: ManualClock, state_dir: Path) -> None:
+    document = load_answer()
+    for item in document["data"]["result"]:
+        if item["metric"].get("Hostname") == "gpu-b":
+            item["metric"]["Hostname"] = "-oProxyCommand=touch x"
+    app, fleet, _ = fleet_app(clock, state_dir, document)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        table = await _ready(pilot, fleet)
+        assert table.select_host("-oProxyCommand=touch x")
+        await pilot.pause()
+        assert "Enter: ssh not possible" in str(fleet.query_one(FleetNotes).render())
+        await pilot.press("enter")
+        await pilot.pause(0.3)
+        assert app.screen is fleet
+        assert app.hosts == []
+        assert any("must not start with '-'" in str(n.message) for n in app._notifications)
+
+
+async def test_prometheus_failing_keeps_the_view_and_its_keys(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, prometheus = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+        prometheus.failing = True
+        await wait_for(pilot, lambda: fleet.error is not None, "the failure")
+        clock.advance(120.0)  # the last answer is now two minutes old
+        await wait_for(pilot, lambda: "stale" in table.get_row("gpu-a")[-2].plain, "gpu-a aged to stale")
+        summary = str(fleet.query_one(FleetSummary).render())
+        assert "cannot connect: Connection refused" in summary
+        assert "2 min 00 s ago" in summary
+        assert "0/0 GPUs at baseline" not in summary
+        await pilot.press("s")
+        assert fleet.sort_mode == "memory"
+        prometheus.failing = False
+        await wait_for(pilot, lambda: fleet.error is None, "the recovery")
+
+
+async def test_the_palette_offers_no_host_command_on_the_fleet(clock: ManualClock, state_dir: Path) -> None:
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        table = await _ready(pilot, fleet)
+        titles = [command.title for command in app.get_system_commands(fleet)]
+        assert "Quit" in titles  # Textual's own commands stay
+        assert not any(title.startswith(("Kill", "Clean-slate", "Tag")) for title in titles)
+        table.select_host("gpu-a")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is not fleet, "the host view")
+        titles = [command.title for command in app.get_system_commands(app.screen)]
+        assert "Clean-slate check" in titles
