@@ -127,7 +127,8 @@ SMI_DEADLINE_S = 5.0
 
 # ----------------------------------------------------------------------------------------------------
 # Kill vocabulary: the one source of the kill protocol's command, stage and result names. The client
-# (gputui.actions), the simulator (gputui.sim), the CLI and the UI import these; nothing else spells them.
+# (gputui.core.actions), the simulator (gputui.transports.sim), the CLI and the UI import these; nothing
+# else spells them.
 
 KILL_COMMAND = "kill"
 """``{"cmd": "kill", "targets": [{"pid", "start_ticks"}], "members": [...], "boot_id", "signal", "tree",
@@ -223,7 +224,7 @@ except (ValueError, OSError, AttributeError):  # pragma: no cover - non-Linux
 
 
 # ----------------------------------------------------------------------------------------------------
-# Text safety: the one policy of the whole project (the client's gputui.textsafe uses these functions)
+# Text safety: the one policy of the whole project (the client's gputui.core.textsafe uses these functions)
 #
 # Every string that came from a machine is hostile. Shown raw, C0/C1 controls move the cursor, retitle or
 # clear the terminal (``\x1b]0;t\x07``, ``\x1b[2J``, ``\x9b``), bidi controls reverse what follows
@@ -786,7 +787,7 @@ def children_map(table: Dict[int, ProcStat]) -> Dict[int, List[int]]:
 # Processes that start sessions or run other people's work rather than belong to the job below them: a GPU
 # process tree stops below them, so killing "the tree" never takes the user's sshd, tmux server, container
 # shim, a cron daemon or the display stack with it. The client's analysis uses this same rule
-# (gputui.analysis.is_session_boundary). Names are what /proc/<pid>/stat says (at most 15 characters).
+# (gputui.core.analysis.is_session_boundary). Names are what /proc/<pid>/stat says (at most 15 characters).
 SESSION_BOUNDARY_NAMES = frozenset(
     {
         # inits and service managers

@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from gputui import __version__, fleet_options
+from gputui import __version__
 from gputui.agent import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
+from gputui.commands import fleet_options
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
 KILL_DESCRIPTION = """\
@@ -350,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run gputui; returns the exit status."""
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
     args: Any = build_parser(command).parse_intermixed_args(rest)
-    from gputui.config import ConfigError, load_config
+    from gputui.core.config import ConfigError, load_config
 
     try:
         args.config = load_config(args.config)

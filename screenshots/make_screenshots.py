@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gputui.cli import build_parser  # noqa: E402
 from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
-from gputui.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
+from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
 
 DEADLINE_S = 30.0
 
@@ -50,7 +50,7 @@ async def _serve_then_wedge(pilot, clock: ManualClock) -> None:  # type: ignore[
 async def fleet_screenshot(out_dir: Path) -> None:
     """The fleet view over an answer recorded from a real Prometheus (``tests/data/prometheus/demo.json``):
     sixteen hosts sorted by memory, the busiest one's GPUs below."""
-    from gputui.widgets.fleet_table import FleetTable
+    from gputui.ui.widgets.fleet_table import FleetTable
     from tests.data.prometheus import fetcher_of, load_answer, recorded_fleet_app
 
     app, fleet = recorded_fleet_app(fetcher_of(load_answer("demo.json")), ManualClock(),

@@ -12,7 +12,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from gputui.analysis import (
+from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.core.analysis import (
     DEFAULT_BASELINE_MIB,
     DEFAULT_TOLERANCE_MIB,
     Baselines,
@@ -20,10 +21,9 @@ from gputui.analysis import (
     gpu_memory_by_pid,
     memory_at_baseline,
 )
-from gputui.model import HostSnapshot, Verdict, snapshots_document
-from gputui.state import StateError, load_baselines, save_baselines
-from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import json_visible, visible
+from gputui.core.model import HostSnapshot, Verdict, snapshots_document
+from gputui.core.state import StateError, load_baselines, save_baselines
+from gputui.core.textsafe import json_visible, visible
 from gputui.transports.base import HostLink, LinkError, full_sample, wait_for_health
 
 EXIT_CLEAN = 0

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
-from gputui.analysis import Baselines
 from gputui.commands.check import _marks, safe_streams, wait_line
-from gputui.fleet import (
+from gputui.commands.fleet_options import FleetChoice
+from gputui.core.analysis import Baselines
+from gputui.core.fleet import (
     analyze_fleet,
     baseline_text,
     fleet_baselines,
@@ -27,13 +28,12 @@ from gputui.fleet import (
     summarize,
     xid_text,
 )
-from gputui.fleet_options import FleetChoice
-from gputui.model import HostSnapshot, snapshots_document
-from gputui.textsafe import json_visible, visible
+from gputui.core.model import HostSnapshot, snapshots_document
+from gputui.core.textsafe import json_visible, visible
 from gputui.transports.prometheus import FleetSample, PrometheusError, PrometheusSource, shown_url
 
 if TYPE_CHECKING:
-    from gputui.screens.fleet import FleetScreen
+    from gputui.ui.screens.fleet import FleetScreen
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -119,7 +119,7 @@ def format_fleet_table(sample: FleetSample) -> list[str]:
 
 def build_fleet_screen(args: argparse.Namespace, clock: Callable[[], float] | None = None) -> FleetScreen:
     """The fleet view for these arguments (``args.fleet`` set by ``fleet_options.resolve``)."""
-    from gputui.screens.fleet import FleetScreen
+    from gputui.ui.screens.fleet import FleetScreen
 
     choice: FleetChoice = args.fleet
     source = PrometheusSource(choice.settings)

@@ -26,7 +26,9 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any, TextIO
 
-from gputui.actions import (
+from gputui.commands.check import link_error_line, safe_streams
+from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.core.actions import (
     DEFAULT_ESCALATE_S,
     AuditLog,
     KillOutcome,
@@ -39,12 +41,10 @@ from gputui.actions import (
     killed_jobs,
     plan_kill,
 )
-from gputui.analysis import find_survivors
-from gputui.commands.check import link_error_line, safe_streams
-from gputui.model import Finding, HostSnapshot
-from gputui.state import StateError
-from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import json_visible, visible, visible_cmdline
+from gputui.core.analysis import find_survivors
+from gputui.core.model import Finding, HostSnapshot
+from gputui.core.state import StateError
+from gputui.core.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0

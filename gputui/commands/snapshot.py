@@ -7,11 +7,11 @@ import sys
 import time
 from typing import TextIO
 
-from gputui.analysis import analyze
 from gputui.commands.check import link_error_line, resolve_baselines
-from gputui.model import HealthSample, HostSnapshot, snapshots_document
-from gputui.targets import default_targets, open_link, options_from_args
-from gputui.textsafe import json_visible, visible, visible_cmdline
+from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.core.analysis import analyze
+from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
+from gputui.core.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import LinkError, full_sample, wait_for_health
 
 EXIT_OK = 0

@@ -7,11 +7,11 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gputui.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
+from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.transports.base import HostLink
 
 if TYPE_CHECKING:
-    from gputui.app import GpuTuiApp
+    from gputui.ui.app import GpuTuiApp
 
 EXIT_ERROR = 2
 DEMO_WEDGE_AFTER_S = 6.0
@@ -44,16 +44,16 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         args: Parsed by ``gputui.cli.build_parser(None)``.
         clock: Epoch seconds source for the app and the demo hosts (screenshots freeze it); default: now.
     """
-    from gputui.analysis import Baselines
-    from gputui.app import GpuTuiApp
-    from gputui.state import load_baselines
+    from gputui.core.analysis import Baselines
+    from gputui.core.state import load_baselines
+    from gputui.ui.app import GpuTuiApp
 
     targets = _targets(args)
     options = options_from_args(args)
 
     def link_factory(target: str) -> HostLink:
         if args.demo:
-            from gputui.sim import SimLink
+            from gputui.transports.sim import SimLink
 
             return SimLink(target, options, clock=clock, wedged_at_s=DEMO_WEDGE_AFTER_S)
         return open_link(target, options)

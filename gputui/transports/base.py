@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputui.model import HostSnapshot, Proc
+from gputui.core.model import HostSnapshot, Proc
 
 
 class LinkError(Exception):

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gputui.agent import Agent
-from gputui.model import HostSnapshot
+from gputui.core.model import HostSnapshot
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 
 LOCAL_TARGET = "local"

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputui import __version__
-from gputui.analysis import age_text
-from gputui.model import Finding, Gpu, HealthSample, HostSnapshot
-from gputui.textsafe import visible
+from gputui.core.analysis import age_text
+from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
+from gputui.core.textsafe import visible
 from gputui.transports.base import LinkError
 
 MODE = "prometheus"

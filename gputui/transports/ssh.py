@@ -57,8 +57,8 @@ import paramiko.agent
 if not logging.getLogger("paramiko").handlers:
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-from gputui.model import PROTOCOL_VERSION, HostSnapshot
-from gputui.textsafe import visible
+from gputui.core.model import PROTOCOL_VERSION, HostSnapshot
+from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.hostkeys import (
     ChangedHostKey,

@@ -56,7 +56,7 @@ class IdleLink:
 
 def synthetic_snapshot(target: str, round_no: int) -> Any:
     """One host: a launcher, 8 GPU workers each with children, idle helpers; 200 processes in all."""
-    from gputui.model import Gpu, GpuProcess, HostSnapshot, Proc
+    from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
 
     now = 1_800_000_000.0 + round_no
     processes: list[Proc] = [Proc(pid=1000, ppid=1, user="svc", uid=1000, state="S", name="python3",
@@ -94,8 +94,8 @@ def synthetic_snapshot(target: str, round_no: int) -> Any:
 
 
 async def _render(args: argparse.Namespace) -> dict:
-    from gputui.analysis import Baselines, analyze
-    from gputui.app import GpuTuiApp
+    from gputui.core.analysis import Baselines, analyze
+    from gputui.ui.app import GpuTuiApp
 
     targets = [f"host-{i}" for i in range(HOSTS)]
     rounds = args.rounds
@@ -124,7 +124,7 @@ async def _render(args: argparse.Namespace) -> dict:
                 all_wall.append((wall2 - wall0) * 1000)
         rows = None
         try:
-            from gputui.widgets.process_table import ProcessTable
+            from gputui.ui.widgets.process_table import ProcessTable
 
             table = app.query_one(ProcessTable)
             rows = getattr(table, "row_count", None)
@@ -137,9 +137,9 @@ async def _render(args: argparse.Namespace) -> dict:
 
 
 async def _drain(args: argparse.Namespace) -> dict:
-    from gputui.app import GpuTuiApp
     from gputui.transports.base import LinkOptions
     from gputui.transports.local import LocalLink
+    from gputui.ui.app import GpuTuiApp
     from tests.bench.procs import DetachedGroup
     from tests.fakenvml import FakeNvmlState
 

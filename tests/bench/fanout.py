@@ -6,7 +6,7 @@ host. Measured from inside that process: time from start to the first complete f
 snapshot), then CPU (utime + stime of this process only, from /proc/self/stat: the agents and sshd sessions
 that share this machine are not counted) and RSS over a steady-state window.
 
-Transports, best first: the SSH link (``gputui.targets.open_link`` on Host aliases that all point at one
+Transports, best first: the SSH link (``gputui.commands.targets.open_link`` on Host aliases that all point at one
 loopback sshd), else a pipe link of this module that runs the very same agent source the same way SSH does
 (``python3 -u -c exec(...)``) without the crypto, so the figure is the link layer minus SSH.
 """
@@ -75,7 +75,7 @@ class PipeLink:
         self._lines.put(None)
 
     def next_snapshot(self, timeout_s: float) -> Any:
-        from gputui.model import HostSnapshot
+        from gputui.core.model import HostSnapshot
 
         deadline = time.monotonic() + timeout_s
         while True:
@@ -206,8 +206,8 @@ def client_main(argv: list[str]) -> int:
     start = time.monotonic()
     analyze = None
     try:
-        from gputui.analysis import Baselines
-        from gputui.analysis import analyze as analyze_fn
+        from gputui.core.analysis import Baselines
+        from gputui.core.analysis import analyze as analyze_fn
 
         baselines = Baselines()
 
@@ -216,7 +216,7 @@ def client_main(argv: list[str]) -> int:
     except ImportError:
         pass
     if args.mode == "ssh":
-        from gputui.targets import open_link
+        from gputui.commands.targets import open_link
         from gputui.transports.base import LinkOptions
 
         options = LinkOptions(memory_interval_s=args.interval, process_interval_s=args.process_interval,
@@ -294,9 +294,9 @@ def client_main(argv: list[str]) -> int:
 async def _app_client(targets: list[str], args: argparse.Namespace, progress: dict[str, Any]) -> dict[str, Any]:
     """The real app, headless (App.run_test), polling every host over SSH; measured like the link client."""
     start = time.monotonic()
-    from gputui.app import GpuTuiApp
-    from gputui.targets import open_link
+    from gputui.commands.targets import open_link
     from gputui.transports.base import LinkOptions
+    from gputui.ui.app import GpuTuiApp
 
     options = LinkOptions(memory_interval_s=args.interval, process_interval_s=args.process_interval,
                           read_only=True, discover_health=False, connect_timeout_s=60.0)
@@ -369,8 +369,8 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
 
     host_counts = [int(n) for n in args.hosts.split(",") if n.strip()]
     duration = 15.0 if args.quick else 60.0
-    app_note = ("gputui/app.py exists but is not driven here: link layer measured"
-                if (REPO_ROOT / "gputui" / "app.py").is_file() else "gputui/app.py absent: link layer measured")
+    app_note = ("gputui/ui/app.py exists but is not driven here: link layer measured"
+                if (REPO_ROOT / "gputui" / "app.py").is_file() else "gputui/ui/app.py absent: link layer measured")
     with fake_host(args.processes, args.holders) as host:
         modes = []
         if (REPO_ROOT / "gputui" / "transports" / "ssh.py").is_file():

@@ -64,8 +64,8 @@ def _changed(document: dict[str, Any], round_no: int) -> dict[str, Any]:
 
 
 def _client(args: argparse.Namespace) -> dict[str, Any]:
-    from gputui.analysis import Baselines
-    from gputui.fleet import analyze_fleet, sort_key, summarize
+    from gputui.core.analysis import Baselines
+    from gputui.core.fleet import analyze_fleet, sort_key, summarize
     from gputui.transports.prometheus import FleetSettings, PrometheusSource
     from tests.data.prometheus import scaled_answer
 
@@ -95,12 +95,12 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _render(args: argparse.Namespace) -> dict[str, Any]:
-    from gputui.analysis import Baselines
-    from gputui.app import GpuTuiApp
-    from gputui.fleet import FleetUpdate, analyze_fleet
-    from gputui.screens.fleet import FleetScreen
+    from gputui.core.analysis import Baselines
+    from gputui.core.fleet import FleetUpdate, analyze_fleet
     from gputui.transports.prometheus import parse_answer
-    from gputui.widgets.fleet_table import FleetTable
+    from gputui.ui.app import GpuTuiApp
+    from gputui.ui.screens.fleet import FleetScreen
+    from gputui.ui.widgets.fleet_table import FleetTable
     from tests.data.prometheus import scaled_answer
 
     base = scaled_answer(HOSTS)
@@ -156,11 +156,11 @@ def _proc_cpu_s(pid: int) -> float:
 async def _loop(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
-    from gputui.analysis import Baselines
-    from gputui.app import GpuTuiApp
-    from gputui.fleet import analyze_fleet
-    from gputui.screens.fleet import FleetScreen
+    from gputui.core.analysis import Baselines
+    from gputui.core.fleet import analyze_fleet
     from gputui.transports.prometheus import FleetSettings, PrometheusSource, build_query, fetch
+    from gputui.ui.app import GpuTuiApp
+    from gputui.ui.screens.fleet import FleetScreen
     from tests.integration.prometheus import Fleet
 
     with tempfile.TemporaryDirectory(prefix="gputui-bench-fleet-") as tmp:

@@ -660,8 +660,8 @@ def section_drain(args: argparse.Namespace, report: Report) -> None:
                   target=f"<= {TARGET_DRAIN_MS:.0f} ms")
     else:
         drain_check_wait(args, report, sec)
-    if not have_module("gputui.app"):
-        report.na(sec, "drain latency, TUI", "gputui/app.py not in the tree yet", target=f"<= {TARGET_DRAIN_MS:.0f} ms")
+    if not have_module("gputui.ui.app"):
+        report.na(sec, "drain latency, TUI", "gputui/ui/app.py not in the tree yet", target=f"<= {TARGET_DRAIN_MS:.0f} ms")
     else:
         try:
             from tests.bench import app_bench
@@ -744,8 +744,8 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int) -> None
 
 def section_render(args: argparse.Namespace, report: Report) -> None:
     sec = 5
-    if not have_module("gputui.app"):
-        report.na(sec, "render 8 hosts x 8 GPUs x 200 procs", "gputui/app.py not in the tree yet")
+    if not have_module("gputui.ui.app"):
+        report.na(sec, "render 8 hosts x 8 GPUs x 200 procs", "gputui/ui/app.py not in the tree yet")
         return
     try:
         from tests.bench import app_bench

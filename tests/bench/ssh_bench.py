@@ -1,6 +1,6 @@
 """Section 2 over real SSH: wire bytes per sample and the remote agent's CPU per sample.
 
-The SSH link (``gputui.targets.open_link``) connects to a loopback sshd (the test suite's fixture module)
+The SSH link (``gputui.commands.targets.open_link``) connects to a loopback sshd (the test suite's fixture module)
 through a byte-counting TCP relay on another loopback port, so the figures are what crosses the network:
 SSH framing, encryption, MACs and window adjustments included. The agent's CPU is read from /proc of the
 agent process that sshd started for the session.
@@ -127,7 +127,7 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
         os.environ.pop("SSH_AUTH_SOCK", None)
         link = None
         try:
-            from gputui.targets import open_link
+            from gputui.commands.targets import open_link
             from gputui.transports.base import LinkOptions
 
             options = LinkOptions(memory_interval_s=interval, process_interval_s=process_interval, read_only=True,
@@ -180,6 +180,6 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
                    compare=f"{(cpu1 - cpu0) / elapsed * 100:.1f}% of a core at {interval} s")
     else:
         report.na(sec, "agent CPU per sample (SSH, remote side)", "agent process not found under sshd")
-    report.note(sec, "ssh: sshd from tests/integration/sshd.py, link via gputui.targets.open_link through a "
+    report.note(sec, "ssh: sshd from tests/integration/sshd.py, link via gputui.commands.targets.open_link through a "
                      "byte-counting loopback relay (what crosses the network, SSH framing included)")
 

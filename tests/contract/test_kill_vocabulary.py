@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from gputui import agent
-from gputui.actions import parse_outcomes
-from gputui.app import outcome_summary
-from gputui.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
+from gputui.core.actions import parse_outcomes
 from gputui.transports.base import LinkOptions
+from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
+from gputui.ui.app import outcome_summary
 from tests.integration._procs import agent_process, start_ticks
 from tests.integration.procs import Worker, launcher
 
@@ -140,7 +140,7 @@ def test_every_name_comes_from_the_vocabulary_and_details_agree(
 def test_the_ui_reads_both_the_same_and_never_says_none(
     real: dict[str, Any], simulated: dict[str, Any]
 ) -> None:
-    from gputui.actions import KillPlan
+    from gputui.core.actions import KillPlan
 
     plan = KillPlan(target="t", boot_id=None, signal="TERM", tree=True, escalate_s=ESCALATE_S, targets=())
     kinds = []

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputui.actions import plan_kill
-from gputui.analysis import build_forest, flatten
-from gputui.model import HostSnapshot, Proc
+from gputui.core.actions import plan_kill
+from gputui.core.analysis import build_forest, flatten
+from gputui.core.model import HostSnapshot, Proc
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import agent_process
 from tests.integration.procs import Worker, launcher, ppid_of

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from gputui.analysis import build_forest, flatten
-from gputui.model import HostSnapshot
+from gputui.core.analysis import build_forest, flatten
+from gputui.core.model import HostSnapshot
 from tests.integration._procs import Binary, build_vfork_waiter
 from tests.integration.procs import (
     DEADLINE_S,

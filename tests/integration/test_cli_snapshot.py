@@ -133,7 +133,7 @@ def test_json_output_escapes_c1_bidi_and_zero_width_and_stays_valid(fake_nvml: F
 
 def test_table_shows_hostile_strings_as_visible_escapes() -> None:
     from gputui.commands.snapshot import format_table
-    from gputui.model import Gpu, GpuProcess, HostSnapshot, Proc
+    from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
 
     snapshot = HostSnapshot(
         target="local",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.model import HostSnapshot
+from gputui.core.model import HostSnapshot
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import (
     CHAIN,

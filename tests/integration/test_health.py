@@ -43,7 +43,7 @@ from gputui.agent import (
     probe_url,
 )
 from gputui.commands.snapshot import format_health_line
-from gputui.model import HealthSample, HostSnapshot
+from gputui.core.model import HealthSample, HostSnapshot
 from gputui.transports.base import LinkOptions
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
@@ -1010,7 +1010,7 @@ def test_cli_discovers_launchers_like_the_tui_and_no_discover_turns_it_off(
 
 def test_the_tui_takes_no_discover_to_its_collector() -> None:
     from gputui.cli import build_parser
-    from gputui.targets import open_link, options_from_args
+    from gputui.commands.targets import open_link, options_from_args
     from gputui.transports.local import LocalLink
 
     options = options_from_args(build_parser(None).parse_args(["--no-discover"]))

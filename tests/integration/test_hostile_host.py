@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gputui.agent import PROCESS_TEXT_BYTES, WIRE_CMDLINE_BYTES, _Writer
-from gputui.model import HostSnapshot
+from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkOptions, full_sample, process_text
 from gputui.transports.ssh import LINE_CAP_BYTES, SshLink
 from tests.fakenvml.plugin import FakeNvml

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from gputui.actions import plan_kill
-from gputui.analysis import build_forest, flatten
-from gputui.model import HostSnapshot
+from gputui.core.actions import plan_kill
+from gputui.core.analysis import build_forest, flatten
+from gputui.core.model import HostSnapshot
 from tests.integration.procs import (
     DEADLINE_S,
     REPO,

@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.analysis import Baselines
-from gputui.app import GpuTuiApp
-from gputui.fleet import analyze_fleet, ssh_target_for
-from gputui.model import HostSnapshot
-from gputui.screens.fleet import FleetScreen
+from gputui.core.analysis import Baselines
+from gputui.core.fleet import analyze_fleet, ssh_target_for
+from gputui.core.model import HostSnapshot
 from gputui.transports.prometheus import (
     FleetHost,
     FleetSample,
@@ -28,8 +26,10 @@ from gputui.transports.prometheus import (
     PrometheusError,
     PrometheusSource,
 )
-from gputui.widgets.fleet_summary import FleetSummary
-from gputui.widgets.fleet_table import FleetTable
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.fleet import FleetScreen
+from gputui.ui.widgets.fleet_summary import FleetSummary
+from gputui.ui.widgets.fleet_table import FleetTable
 from tests.integration.httpserver import HttpPeer
 from tests.integration.prometheus import Fleet
 from tests.pilot.conftest import wait_for

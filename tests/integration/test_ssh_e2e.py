@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from gputui.model import HostSnapshot
+from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkOptions
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml

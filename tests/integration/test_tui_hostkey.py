@@ -6,8 +6,8 @@ import asyncio
 
 from gputui.cli import build_parser
 from gputui.commands.tui import build_app
-from gputui.config import Config
-from gputui.screens.host_key import HostKeyScreen
+from gputui.core.config import Config
+from gputui.ui.screens.host_key import HostKeyScreen
 from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
 
 DEADLINE_S = 60.0

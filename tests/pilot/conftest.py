@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from gputui.app import GpuTuiApp
-from gputui.sim import ManualClock, SimLink
 from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.sim import ManualClock, SimLink
+from gputui.ui.app import GpuTuiApp
 
 WAIT_DEADLINE_S = 20.0
 """Only a guard against hangs: conditions normally hold within a few polls."""

@@ -8,17 +8,24 @@ import threading
 import time
 from pathlib import Path
 
-from gputui.app import FAST_MEMORY_INTERVAL_S, GpuTuiApp
-from gputui.screens.confirm_kill import ConfirmKillScreen
-from gputui.screens.help import HelpScreen
-from gputui.sim import DETOKENIZER_PID, DRAIN_S, LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE, ManualClock
 from gputui.transports.base import LinkError, LinkOptions
-from gputui.widgets.clean_slate import CleanSlateLine
-from gputui.widgets.filter_bar import FilterBar
-from gputui.widgets.findings_list import FindingsList
-from gputui.widgets.gpu_panel import GpuPanel
-from gputui.widgets.host_bar import HostBar
-from gputui.widgets.process_table import ProcessTable
+from gputui.transports.sim import (
+    DETOKENIZER_PID,
+    DRAIN_S,
+    LAUNCHER_PID,
+    NSYS_PID,
+    SCHEDULER_PID_BASE,
+    ManualClock,
+)
+from gputui.ui.app import FAST_MEMORY_INTERVAL_S, GpuTuiApp
+from gputui.ui.screens.confirm_kill import ConfirmKillScreen
+from gputui.ui.screens.help import HelpScreen
+from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.filter_bar import FilterBar
+from gputui.ui.widgets.findings_list import FindingsList
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.host_bar import HostBar
+from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import CountingSimLink, wait_for
 

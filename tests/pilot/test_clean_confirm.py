@@ -12,11 +12,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gputui.app import GpuTuiApp
-from gputui.model import Gpu, GpuProcess, HostSnapshot
-from gputui.sim import ManualClock
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot
 from gputui.transports.base import HostLink
-from gputui.widgets.clean_slate import CleanSlateLine
+from gputui.transports.sim import ManualClock
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.widgets.clean_slate import CleanSlateLine
 
 from .conftest import wait_for
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gputui.screens.confirm_kill import ConfirmKillScreen, collapse_notes, pid_ranges, plan_table
-from gputui.sim import LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE
-from gputui.widgets.process_table import ProcessTable
+from gputui.transports.sim import LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE
+from gputui.ui.screens.confirm_kill import ConfirmKillScreen, collapse_notes, pid_ranges, plan_table
+from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import wait_for
 

@@ -14,16 +14,16 @@ import pytest
 from textual.content import Content
 from textual.message import Message
 
-from gputui.analysis import Baselines, analyze
-from gputui.app import GpuTuiApp, HostState
-from gputui.model import HostSnapshot
-from gputui.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
+from gputui.core.analysis import Baselines, analyze
+from gputui.core.model import HostSnapshot
 from gputui.transports.base import HostLink
-from gputui.widgets.clean_slate import CleanSlateLine
-from gputui.widgets.findings_list import FindingsList
-from gputui.widgets.gpu_panel import GpuPanel
-from gputui.widgets.health_panel import HealthPanel
-from gputui.widgets.process_table import ProcessTable
+from gputui.transports.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
+from gputui.ui.app import GpuTuiApp, HostState
+from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.findings_list import FindingsList
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.health_panel import HealthPanel
+from gputui.ui.widgets.process_table import ProcessTable
 
 WIDE = (160, 50)
 TARGETS = ("gpu-node-01", "gpu-node-02", "gpu-node-03")

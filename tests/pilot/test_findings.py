@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from gputui.model import Finding
-from gputui.sim import LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock
-from gputui.widgets.findings_list import FindingsList, finding_text, group_findings, group_text
-from gputui.widgets.process_table import ProcessTable
+from gputui.core.model import Finding
+from gputui.transports.sim import LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock
+from gputui.ui.widgets.findings_list import FindingsList, finding_text, group_findings, group_text
+from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import wait_for
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from gputui.app import GpuTuiApp
-from gputui.fleet import SORT_MODES
-from gputui.screens.fleet import FleetScreen
-from gputui.screens.help import HelpScreen
-from gputui.sim import ManualClock
+from gputui.core.fleet import SORT_MODES
 from gputui.transports.prometheus import PrometheusError
-from gputui.widgets.fleet_notes import FleetNotes
-from gputui.widgets.fleet_summary import FleetSummary
-from gputui.widgets.fleet_table import FleetTable
+from gputui.transports.sim import ManualClock
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.fleet import FleetScreen
+from gputui.ui.screens.help import HelpScreen
+from gputui.ui.widgets.fleet_notes import FleetNotes
+from gputui.ui.widgets.fleet_summary import FleetSummary
+from gputui.ui.widgets.fleet_table import FleetTable
 from tests.data.prometheus import load_answer, recorded_fleet_app
 from tests.pilot.conftest import wait_for
 

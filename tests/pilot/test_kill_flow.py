@@ -1,7 +1,7 @@
 """A confirmed kill as the TUI runs it: pending escalations, quitting during one, the receipt after it.
 
-Over the simulated wedged host (``gputui.sim``), whose detokenizer ignores TERM: a tree kill sends TERM, the
-collector KILLs the detokenizer when the escalation delay is up, and every stage is audited.
+Over the simulated wedged host (``gputui.transports.sim``), whose detokenizer ignores TERM: a tree kill sends
+TERM, the collector KILLs the detokenizer when the escalation delay is up, and every stage is audited.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gputui.app import GpuTuiApp
-from gputui.screens.confirm_kill import ConfirmKillScreen
-from gputui.sim import DETOKENIZER_PID, DRAIN_S, LAUNCHER_PID, ManualClock
-from gputui.widgets.clean_slate import CleanSlateLine
-from gputui.widgets.process_table import ProcessTable
+from gputui.transports.sim import DETOKENIZER_PID, DRAIN_S, LAUNCHER_PID, ManualClock
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.confirm_kill import ConfirmKillScreen
+from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import wait_for
 
@@ -121,7 +121,7 @@ async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualC
 async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, clock: ManualClock) -> None:
     """An init that does not reap: the killed launcher's defunct scheduler stays listed (parent init). The
     GPUs are back and the verdict alone is clean, but the receipt waits until that zombie is gone."""
-    from gputui.sim import SCHEDULER_PID_BASE
+    from gputui.transports.sim import SCHEDULER_PID_BASE
 
     app = make_app(escalate_s=0.1)
     async with app.run_test(size=WIDE) as pilot:
@@ -148,8 +148,8 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
 
 async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(make_app) -> None:
     """After the kill, a daemon the job had started with setsid (adopted by init) still holds GPU0."""
-    from gputui.sim import _SimProc
-    from gputui.widgets.findings_list import FindingsList
+    from gputui.transports.sim import _SimProc
+    from gputui.ui.widgets.findings_list import FindingsList
 
     app = make_app(escalate_s=0.1)
     async with app.run_test(size=WIDE) as pilot:

@@ -6,10 +6,10 @@ import re
 
 from textual.geometry import Region
 
-from gputui.sim import LAUNCHER_PID, SCHEDULER_PID_BASE
-from gputui.widgets.gpu_panel import GpuPanel
-from gputui.widgets.health_panel import HealthPanel
-from gputui.widgets.process_table import ProcessTable
+from gputui.transports.sim import LAUNCHER_PID, SCHEDULER_PID_BASE
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.health_panel import HealthPanel
+from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import wait_for
 

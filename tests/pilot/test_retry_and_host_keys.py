@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from gputui.app import GpuTuiApp
-from gputui.screens.host_key import HostKeyScreen
-from gputui.sim import ManualClock, SimLink
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.hostkeys import ChangedHostKey, UnknownHostKey, fingerprint_sha256
+from gputui.transports.sim import ManualClock, SimLink
 from gputui.transports.ssh import AuthFailed, SetupFailed
-from gputui.widgets.gpu_panel import GpuPanel
-from gputui.widgets.host_bar import HostBar
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.host_key import HostKeyScreen
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.host_bar import HostBar
 
 from .conftest import BrokenLink, wait_for
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from gputui.app import GpuTuiApp
-from gputui.screens.host_key import HostKeyScreen
-from gputui.sim import DRAIN_S, LAUNCHER_PID, ManualClock, SimLink
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.hostkeys import UnknownHostKey
-from gputui.widgets.clean_slate import CleanSlateLine
-from gputui.widgets.process_table import ProcessTable
+from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock, SimLink
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.host_key import HostKeyScreen
+from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.process_table import ProcessTable
 
 DEADLINE_S = 20.0
 
@@ -169,7 +169,7 @@ def _fleet_app(tmp_path: Path) -> GpuTuiApp:
 
 
 async def _fleet_ready(pilot) -> None:  # type: ignore[no-untyped-def]
-    from gputui.widgets.fleet_table import FleetTable
+    from gputui.ui.widgets.fleet_table import FleetTable
 
     table = pilot.app.screen.query_one(FleetTable)
     await _until(pilot, lambda: table.row_count == 4, "the fleet's rows")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.actions import (
+from gputui.core.actions import (
     AuditLog,
     KillOutcome,
     KillRun,
@@ -22,10 +22,10 @@ from gputui.actions import (
     parse_reply,
     plan_kill,
 )
-from gputui.model import Gpu, GpuProcess, HostSnapshot, Proc
-from gputui.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
-from gputui.state import StateError
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.core.state import StateError
 from gputui.transports.base import LinkOptions
+from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 
 MIB = 40960
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.analysis import (
+from gputui.core.analysis import (
     Baselines,
     analyze,
     build_forest,
@@ -15,7 +15,7 @@ from gputui.analysis import (
     is_session_boundary,
     memory_at_baseline,
 )
-from gputui.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.core.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc
 
 NOW = 1_000_000.0
 WORKER_MIB = 40960
@@ -492,7 +492,7 @@ def survivor_host(extra: list[Proc], holders: dict[int, list[GpuProcess]], **kw:
 
 
 def killed(**kw: object):  # type: ignore[no-untyped-def]
-    from gputui.analysis import KilledJob
+    from gputui.core.analysis import KilledJob
 
     job = {"root_pid": 100, "root_name": "python3", "start_ticks": 1000, "uid": 1000, "cgroup": None,
            "gpus": frozenset({0, 1}), "members": frozenset({(100, 1000), (101, 1010)}), "boot_id": "b"}
@@ -507,7 +507,7 @@ def p(pid: int, ppid: int, name: str, ticks: int, *, sid: int | None = None, uid
 
 
 def test_a_setsid_daemon_the_job_left_behind_is_a_survivor() -> None:
-    from gputui.analysis import find_survivors
+    from gputui.core.analysis import find_survivors
 
     host = survivor_host(
         [p(500, 1, "cache_daemon", 1020, sid=500, gpu={0: 2048})],
@@ -525,7 +525,7 @@ def test_a_setsid_daemon_the_job_left_behind_is_a_survivor() -> None:
 
 
 def test_what_is_not_a_survivor() -> None:
-    from gputui.analysis import find_survivors
+    from gputui.core.analysis import find_survivors
 
     others = [
         p(600, 1, "other_user", 1020, sid=600, uid=1001, gpu={0: 10}),  # another user's
@@ -547,7 +547,7 @@ def test_what_is_not_a_survivor() -> None:
 
 
 def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
-    from gputui.analysis import find_survivors
+    from gputui.core.analysis import find_survivors
 
     unit = "/system.slice/train.service"
     procs = [p(500, 450, "helper", 1020, sid=450, gpu={3: 10}, cgroup=unit),  # not orphaned, not on its GPUs
@@ -558,7 +558,7 @@ def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
 
 
 def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
-    from gputui.analysis import find_survivors
+    from gputui.core.analysis import find_survivors
 
     host = survivor_host([p(500, 1, "d", 1020, sid=500)], {},
                          device_holders=(DeviceHolder(500, "d", "/dev/nvidia1"),))
@@ -567,7 +567,7 @@ def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
 
 
 def test_job_remnants_are_the_killed_processes_still_defunct_or_stuck() -> None:
-    from gputui.analysis import job_remnants
+    from gputui.core.analysis import job_remnants
 
     host = survivor_host([p(101, 1, "w", 1010, state="Z"), p(102, 1, "x", 1011, state="S"),
                           p(103, 1, "y", 1012, state="D"), p(104, 1, "z", 9999, state="Z")], {})

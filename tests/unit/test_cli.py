@@ -11,7 +11,7 @@ import pytest
 
 from gputui import __version__
 from gputui.cli import build_parser, split_command
-from gputui.targets import default_targets, options_from_args
+from gputui.commands.targets import default_targets, options_from_args
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gputui.cli import build_parser
-from gputui.config import Config, ConfigError, default_config_path, load_config
-from gputui.targets import options_from_args
+from gputui.commands.targets import options_from_args
+from gputui.core.config import Config, ConfigError, default_config_path, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

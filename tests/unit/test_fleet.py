@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from gputui.analysis import Baselines, memory_verdict
 from gputui.commands.fleet import fleet_status, format_fleet_check, format_fleet_table, host_status
-from gputui.fleet import (
+from gputui.core.analysis import Baselines, memory_verdict
+from gputui.core.fleet import (
     SORT_MODES,
     FleetPoller,
     analyze_fleet,
@@ -23,7 +23,7 @@ from gputui.fleet import (
     ssh_target_for,
     summarize,
 )
-from gputui.model import Gpu, HostSnapshot
+from gputui.core.model import Gpu, HostSnapshot
 from gputui.transports.prometheus import FleetSample, PrometheusError, parse_answer
 from gputui.transports.sshconfig import BadTarget
 from tests.data.prometheus import load_answer
@@ -230,8 +230,8 @@ def test_resuming_a_running_poller_does_not_ask_twice() -> None:
 
 
 def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from gputui.fleet import fleet_baselines
-    from gputui.state import save_baselines
+    from gputui.core.fleet import fleet_baselines
+    from gputui.core.state import save_baselines
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     sample = parse_answer(load_answer())

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from gputui.health_view import (
+from gputui.core.health_view import (
     HealthHistory,
     clock_time,
     health_transitions,
@@ -14,7 +14,7 @@ from gputui.health_view import (
     state_word,
     worst_state,
 )
-from gputui.model import HealthSample
+from gputui.core.model import HealthSample
 
 URL = "http://127.0.0.1:30000/health"
 OTHER = "http://127.0.0.1:8000/health"
@@ -138,7 +138,7 @@ def test_history_records_each_probe_once_and_forgets_removed_urls() -> None:
 
 
 def test_no_textual_or_rich_import() -> None:
-    code = "import sys, gputui.health_view; print('textual' in sys.modules, 'rich' in sys.modules)"
+    code = "import sys, gputui.core.health_view; print('textual' in sys.modules, 'rich' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )

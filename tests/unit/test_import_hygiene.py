@@ -9,8 +9,9 @@ import sys
 from tests.integration._procs import REPO
 
 DATA_LAYER = (
-    "gputui.model", "gputui.agent", "gputui.analysis", "gputui.actions", "gputui.config", "gputui.state",
-    "gputui.fleet", "gputui.fleet_options", "gputui.transports.prometheus",
+    "gputui.core.model", "gputui.agent", "gputui.core.analysis", "gputui.core.actions", "gputui.core.config",
+    "gputui.core.state",
+    "gputui.core.fleet", "gputui.commands.fleet_options", "gputui.transports.prometheus",
 )
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.model import (
+from gputui.core.model import (
     DeviceHolder,
     Finding,
     Gpu,

@@ -1,6 +1,6 @@
 """Where a GPU process tree stops: the session-boundary rule the agent kills by and the client shows.
 
-The agent (shipped as one file) owns the rule; gputui.analysis uses the same function, so the tree the
+The agent (shipped as one file) owns the rule; gputui.core.analysis uses the same function, so the tree the
 confirmation lists is the tree the agent signals.
 """
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from gputui import agent, analysis
-from gputui.model import Proc
+from gputui import agent
+from gputui.core import analysis
+from gputui.core.model import Proc
 
 BOUNDARY, LAUNCHER = True, False
 
@@ -186,7 +187,7 @@ def test_job_root(why: str, table: dict[int, agent.JobFacts], holder: int, root:
 def test_the_client_roots_trees_by_the_same_rule(
     why: str, table: dict[int, agent.JobFacts], holder: int, root: int
 ) -> None:
-    from gputui.model import Gpu, GpuProcess, HostSnapshot
+    from gputui.core.model import Gpu, GpuProcess, HostSnapshot
 
     procs = tuple(
         Proc(pid=f.pid, ppid=f.ppid, name=f.name, cmdline=tuple(f.cmdline or ()), sid=f.session, pgid=f.pgrp,

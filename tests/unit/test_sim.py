@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from gputui.model import HostSnapshot
-from gputui.sim import (
+from gputui.core.model import HostSnapshot
+from gputui.transports.base import LinkError, LinkOptions
+from gputui.transports.sim import (
     DETOKENIZER_PID,
     DRAIN_S,
     GPU_TOTAL_MIB,
@@ -22,7 +23,6 @@ from gputui.sim import (
     ManualClock,
     SimLink,
 )
-from gputui.transports.base import LinkError, LinkOptions
 
 
 def _link(target: str = "gpu-node-07", **kwargs) -> tuple[SimLink, ManualClock]:
@@ -259,7 +259,9 @@ def test_next_snapshot_paces_and_close_unblocks_a_waiting_reader():
 
 
 def test_sim_imports_without_textual_or_rich():
-    code = "import sys, gputui.sim; assert 'textual' not in sys.modules and 'rich' not in sys.modules"
+    code = (
+        "import sys, gputui.transports.sim; assert 'textual' not in sys.modules and 'rich' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 

@@ -22,7 +22,7 @@ from gputui.agent import (
     parse_smi_handle_error,
     smi_exit_error,
 )
-from gputui.model import HostSnapshot
+from gputui.core.model import HostSnapshot
 from tests.integration._procs import SLEEPER, agent_process, script, wait_for
 
 MISSING = ["[N/A]", "[Not Supported]", "[Unknown Error]", "ERR!", "", "N/A", "[Insufficient Permissions]"]
@@ -354,7 +354,7 @@ def test_a_gpu_lost_from_the_start_is_an_error_row(tmp_path: Path) -> None:
         assert [(g["index"], g.get("error")) for g in gpus] == [(0, None), (1, None), (2, "GPU is lost")]
         assert gpus[2]["pci_bus_id"] == "00000000:19:00.0"
         snapshot = HostSnapshot.from_dict(agent.sample())
-    from gputui.analysis import Baselines, analyze
+    from gputui.core.analysis import Baselines, analyze
 
     verdict = analyze(snapshot, Baselines()).verdict
     assert verdict is not None

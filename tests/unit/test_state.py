@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui import state
-from gputui.state import StateError, load_baselines, save_baselines, state_dir
+from gputui.core import state
+from gputui.core.state import StateError, load_baselines, save_baselines, state_dir
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from gputui.agent import (
     _WireBudget,
     wire_cmdline,
 )
-from gputui.model import Proc
+from gputui.core.model import Proc
 
 
 def wire_bytes(argv: list[str]) -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gputui.app import GpuTuiApp
-    from gputui.screens.fleet import FleetScreen
+    from gputui.ui.app import GpuTuiApp
+    from gputui.ui.screens.fleet import FleetScreen
 
 HERE = Path(__file__).parent
 URL = "http://prometheus:9090"
@@ -32,13 +32,13 @@ def load_answer(name: str = "fleet.json") -> dict[str, Any]:
 def recorded_fleet_app(fetch: Fetch, clock: Callable[[], float], audit_dir: Path,
                        refresh_s: float = 3600.0) -> tuple[GpuTuiApp, FleetScreen]:
     """The app on the fleet view, asking ``fetch`` instead of Prometheus; hosts open as simulated ones."""
-    from gputui.analysis import Baselines
-    from gputui.app import GpuTuiApp
-    from gputui.fleet import analyze_fleet, ssh_target_for
-    from gputui.screens.fleet import FleetScreen
-    from gputui.sim import SimLink
+    from gputui.core.analysis import Baselines
+    from gputui.core.fleet import analyze_fleet, ssh_target_for
     from gputui.transports.base import LinkOptions
     from gputui.transports.prometheus import FleetSettings, PrometheusSource
+    from gputui.transports.sim import SimLink
+    from gputui.ui.app import GpuTuiApp
+    from gputui.ui.screens.fleet import FleetScreen
 
     source = PrometheusSource(FleetSettings(url=URL), fetcher=fetch)
     fleet = FleetScreen(

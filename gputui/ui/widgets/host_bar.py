@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.widgets import Static
 
-from gputui.model import HostSnapshot
-from gputui.widgets.fmt import duration, safe_text
+from gputui.core.model import HostSnapshot
+from gputui.ui.widgets.fmt import duration, safe_text
 
 
 @dataclass(frozen=True)

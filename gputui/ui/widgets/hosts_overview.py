@@ -8,11 +8,11 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from gputui.health_view import worst_state
-from gputui.model import HostSnapshot
-from gputui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
-from gputui.widgets.health_panel import health_dot
-from gputui.widgets.host_bar import HostStatus, status_text
+from gputui.core.health_view import worst_state
+from gputui.core.model import HostSnapshot
+from gputui.ui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
+from gputui.ui.widgets.health_panel import health_dot
+from gputui.ui.widgets.host_bar import HostStatus, status_text
 
 
 def _gpu_level(used_mib: int | None, total_mib: int | None, baseline_mib: int) -> tuple[str, str]:

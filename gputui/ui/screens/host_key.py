@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gputui.widgets.fmt import safe_text
+from gputui.ui.widgets.fmt import safe_text
 
 if TYPE_CHECKING:
     from gputui.transports.hostkeys import UnknownHostKey

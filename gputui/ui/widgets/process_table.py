@@ -10,11 +10,11 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
-from gputui.textsafe import visible
-from gputui.widgets.fmt import command_text, safe_text
+from gputui.core.textsafe import visible
+from gputui.ui.widgets.fmt import command_text, safe_text
 
 if TYPE_CHECKING:
-    from gputui.analysis import ProcNode
+    from gputui.core.analysis import ProcNode
 
 COMMAND_MAX_CHARS = 400
 """A 100 KB argv is cut here: the row stays one line and the table stays fast."""

@@ -19,12 +19,12 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gputui.analysis import gpu_memory_by_pid
-from gputui.widgets.fmt import DASH, command_text, safe_text
+from gputui.core.analysis import gpu_memory_by_pid
+from gputui.ui.widgets.fmt import DASH, command_text, safe_text
 
 if TYPE_CHECKING:
-    from gputui.actions import KillPlan, KillTarget
-    from gputui.model import HostSnapshot
+    from gputui.core.actions import KillPlan, KillTarget
+    from gputui.core.model import HostSnapshot
 
 COMMAND_CHARS = 70
 _ZOMBIE_NOTE_RES = (

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gputui.health_view import (
+from gputui.core.health_view import (
     DOWN,
     ERROR,
     TIMEOUT,
@@ -19,8 +19,8 @@ from gputui.health_view import (
     since_text,
     worst_state,
 )
-from gputui.model import HealthSample
-from gputui.widgets.fmt import DASH, duration, safe_text
+from gputui.core.model import HealthSample
+from gputui.ui.widgets.fmt import DASH, duration, safe_text
 
 STATE_STYLES: dict[str | None, str] = {
     UP: "bold green",

@@ -11,9 +11,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from gputui.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines, age_text, memory_verdict
-from gputui.health_view import worst_state
-from gputui.state import load_calibrated_uuids
+from gputui.core.analysis import (
+    DEFAULT_BASELINE_MIB,
+    DEFAULT_TOLERANCE_MIB,
+    Baselines,
+    age_text,
+    memory_verdict,
+)
+from gputui.core.health_view import worst_state
+from gputui.core.state import load_calibrated_uuids
 from gputui.transports.prometheus import FleetHost, FleetSample, PrometheusError
 from gputui.transports.sshconfig import BadTarget, parse_target
 

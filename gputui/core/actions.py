@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gputui import state
 from gputui.agent import (
     KILL_ABANDON_COMMAND,
     KILL_COMMAND,
@@ -29,9 +28,10 @@ from gputui.agent import (
     STAGE_INTENT,
     STAGE_REQUEST,
 )
-from gputui.analysis import KilledJob, gpu_memory_by_pid, graphics_only_pids, kill_all_roots
-from gputui.model import STATE_ZOMBIE, HostSnapshot, Proc
-from gputui.textsafe import json_visible
+from gputui.core import state
+from gputui.core.analysis import KilledJob, gpu_memory_by_pid, graphics_only_pids, kill_all_roots
+from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
+from gputui.core.textsafe import json_visible
 from gputui.transports.base import HostLink, LinkError
 
 SIGNALS = ("INT", "TERM", "KILL")

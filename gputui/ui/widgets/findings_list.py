@@ -17,9 +17,9 @@ from textual.message import Message
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from gputui.model import Finding, HostSnapshot
-from gputui.widgets.border import set_border_title
-from gputui.widgets.fmt import command_text, duration, safe_text
+from gputui.core.model import Finding, HostSnapshot
+from gputui.ui.widgets.border import set_border_title
+from gputui.ui.widgets.fmt import command_text, duration, safe_text
 
 _KIND_STYLES = {
     "zombie": "bold white on red",

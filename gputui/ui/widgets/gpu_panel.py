@@ -8,8 +8,8 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from gputui.model import Gpu
-from gputui.widgets.fmt import DASH, bar, dash, mem_pct, safe_text, sparkline
+from gputui.core.model import Gpu
+from gputui.ui.widgets.fmt import DASH, bar, dash, mem_pct, safe_text, sparkline
 
 WIDE_MIN_CELLS = 44
 """Below this content width a GPU gets the compact line (tmux side pane): memory used only, no total."""

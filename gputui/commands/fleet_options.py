@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gputui.config import Config
-from gputui.textsafe import visible
+from gputui.core.config import Config
+from gputui.core.textsafe import visible
 
 if TYPE_CHECKING:
     from gputui.transports.prometheus import FleetSettings
@@ -156,7 +156,7 @@ def expand_targets(words: list[str], hosts_file: Path | None, config: Config) ->
 
 def _fleet_choice(args: argparse.Namespace, config: Config) -> FleetChoice:
     # Imported here: every other command line starts without the Prometheus client and the analysis.
-    from gputui.fleet import DEFAULT_REFRESH_S, DEFAULT_SSH_TARGET, check_template
+    from gputui.core.fleet import DEFAULT_REFRESH_S, DEFAULT_SSH_TARGET, check_template
     from gputui.transports.prometheus import (
         DEFAULT_HOST_LABEL,
         DEFAULT_STALE_AFTER_S,

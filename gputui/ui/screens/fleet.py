@@ -23,17 +23,17 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from gputui.fleet import SORT_MODES, FleetPoller, FleetRow, FleetUpdate, matches, sort_key, summarize
-from gputui.screens.help import HelpScreen
-from gputui.textsafe import visible
+from gputui.core.fleet import SORT_MODES, FleetPoller, FleetRow, FleetUpdate, matches, sort_key, summarize
+from gputui.core.textsafe import visible
 from gputui.transports.prometheus import FleetHost, FleetSample
 from gputui.transports.sshconfig import BadTarget
-from gputui.widgets.border import set_border_title
-from gputui.widgets.filter_bar import FilterBar
-from gputui.widgets.fleet_notes import FleetNotes, notes_text
-from gputui.widgets.fleet_summary import FleetSummary, summary_text
-from gputui.widgets.fleet_table import FleetTable
-from gputui.widgets.gpu_panel import GpuPanel
+from gputui.ui.screens.help import HelpScreen
+from gputui.ui.widgets.border import set_border_title
+from gputui.ui.widgets.filter_bar import FilterBar
+from gputui.ui.widgets.fleet_notes import FleetNotes, notes_text
+from gputui.ui.widgets.fleet_summary import FleetSummary, summary_text
+from gputui.ui.widgets.fleet_table import FleetTable
+from gputui.ui.widgets.gpu_panel import GpuPanel
 
 FILTER_PLACEHOLDER = "filter: host, GPU model, server or state (Enter keeps, Esc clears)"
 TICK_S = 1.0

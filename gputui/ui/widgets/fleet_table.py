@@ -15,7 +15,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
-from gputui.fleet import (
+from gputui.core.fleet import (
     FleetRow,
     baseline_text,
     hottest_text,
@@ -23,7 +23,7 @@ from gputui.fleet import (
     state_text,
     xid_text,
 )
-from gputui.widgets.fmt import DASH, bar, safe_text
+from gputui.ui.widgets.fmt import DASH, bar, safe_text
 
 NARROW_MAX_CELLS = 70
 """At or below this width: host, GPUs at baseline, memory, data age."""

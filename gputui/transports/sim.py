@@ -49,7 +49,7 @@ from gputui.agent import (
     STAGE_SIGNAL,
     STAGE_WAIT,
 )
-from gputui.model import Gpu, GpuProcess, HealthSample, HostSnapshot, Proc
+from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, Proc
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 
 Clock = Callable[[], float]
@@ -302,7 +302,7 @@ class SimLink(HostLink):
         self._launcher_dead_at: float | None = None
         self._ops: dict[int, _SimKill] = {}
         self._next_op = 0
-        self.boot_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{target}.gputui.sim"))
+        self.boot_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{target}.gputui.transports.sim"))
         self.agent_pid = 4999 if not self._healthy else 5999
 
     # -- HostLink ---------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Small formatting helpers shared by the widgets: dashes for missing values, bars, sparklines, safe text.
 
 Every string that came from a machine goes through ``safe_text``: control characters are made visible
-(``gputui.textsafe.visible``) and the result is a ``Text``, which Textual never parses as markup.
+(``gputui.core.textsafe.visible``) and the result is a ``Text``, which Textual never parses as markup.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from gputui.textsafe import ELLIPSIS, visible, visible_cmdline
+from gputui.core.textsafe import ELLIPSIS, visible, visible_cmdline
 
 DASH = "–"
 """Shown for a value that could not be read (None in the model)."""

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from gputui.fleet import FleetRow
-from gputui.widgets.fmt import duration, safe_text
-from gputui.widgets.text_view import TextView
+from gputui.core.fleet import FleetRow
+from gputui.ui.widgets.fmt import duration, safe_text
+from gputui.ui.widgets.text_view import TextView
 
 
 def summary_text(

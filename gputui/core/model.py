@@ -217,7 +217,7 @@ class Finding:
     """Something stuck, dead or unaccounted for.
 
     Attributes:
-        kind: One of ``gputui.analysis.FINDING_KINDS``: zombie, orphan, uninterruptible, ghost_memory,
+        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, orphan, uninterruptible, ghost_memory,
             invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
         target: The host target the finding belongs to.
         detail: One human line.

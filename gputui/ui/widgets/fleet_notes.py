@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gputui.fleet import FleetRow, size_text, state_text
+from gputui.core.fleet import FleetRow, size_text, state_text
 from gputui.transports.prometheus import FleetHost
-from gputui.widgets.fmt import DASH, safe_text
-from gputui.widgets.text_view import TextView
+from gputui.ui.widgets.fmt import DASH, safe_text
+from gputui.ui.widgets.text_view import TextView
 
 
 def notes_text(host: FleetHost, row: FleetRow, ssh_target: str | None) -> Text:

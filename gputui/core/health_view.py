@@ -11,8 +11,8 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from gputui.model import HealthSample
-from gputui.textsafe import visible
+from gputui.core.model import HealthSample
+from gputui.core.textsafe import visible
 
 UP = "UP"
 UNHEALTHY = "UNHEALTHY"

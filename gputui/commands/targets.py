@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gputui.config import Config
+from gputui.core.config import Config
 from gputui.transports.base import HostLink, LinkOptions
 
 LOCAL_TARGET = "local"
@@ -40,7 +40,7 @@ def open_link(target: str, options: LinkOptions, demo: bool = False) -> HostLink
     """A (not yet opened) link for one target, with the options configured for it."""
     options = options.for_target(target)
     if demo:
-        from gputui.sim import SimLink
+        from gputui.transports.sim import SimLink
 
         return SimLink(target, options)
     if target == LOCAL_TARGET:

@@ -31,18 +31,6 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input
 
-from gputui.actions import (
-    DEFAULT_ESCALATE_S,
-    AuditLog,
-    KillOutcome,
-    KillPlan,
-    KillRun,
-    Pending,
-    PlanError,
-    final_outcomes,
-    killed_jobs,
-    plan_kill,
-)
 from gputui.agent import (
     RESULT_ABANDONED,
     RESULT_CHANGED,
@@ -55,7 +43,19 @@ from gputui.agent import (
     RESULT_UNKNOWN,
     SIGNALLING_STAGES,
 )
-from gputui.analysis import (
+from gputui.core.actions import (
+    DEFAULT_ESCALATE_S,
+    AuditLog,
+    KillOutcome,
+    KillPlan,
+    KillRun,
+    Pending,
+    PlanError,
+    final_outcomes,
+    killed_jobs,
+    plan_kill,
+)
+from gputui.core.analysis import (
     Baselines,
     KilledJob,
     ProcNode,
@@ -65,29 +65,29 @@ from gputui.analysis import (
     job_remnants,
     memory_at_baseline,
 )
-from gputui.health_view import UP, HealthHistory, health_transitions
-from gputui.model import HostSnapshot
-from gputui.screens.confirm_kill import ConfirmKillScreen
-from gputui.screens.help import HelpScreen
-from gputui.screens.host_key import HostKeyScreen
-from gputui.state import StateError
-from gputui.textsafe import visible
+from gputui.core.health_view import UP, HealthHistory, health_transitions
+from gputui.core.model import HostSnapshot
+from gputui.core.state import StateError
+from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, full_sample
 from gputui.transports.hostkeys import UnknownHostKey
 from gputui.transports.reconnect import Backoff, worth_retrying
-from gputui.widgets.border import set_border_subtitle, set_border_title
-from gputui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time, receipt_times
-from gputui.widgets.filter_bar import FilterBar
-from gputui.widgets.findings_list import FindingsList
-from gputui.widgets.fmt import duration
-from gputui.widgets.gpu_panel import GpuPanel
-from gputui.widgets.health_panel import HealthPanel
-from gputui.widgets.host_bar import HostBar, HostStatus
-from gputui.widgets.hosts_overview import HostsOverview
-from gputui.widgets.process_table import SORT_MODES, ProcessTable
+from gputui.ui.screens.confirm_kill import ConfirmKillScreen
+from gputui.ui.screens.help import HelpScreen
+from gputui.ui.screens.host_key import HostKeyScreen
+from gputui.ui.widgets.border import set_border_subtitle, set_border_title
+from gputui.ui.widgets.clean_slate import CleanCheck, CleanSlateLine, clock_time, receipt_times
+from gputui.ui.widgets.filter_bar import FilterBar
+from gputui.ui.widgets.findings_list import FindingsList
+from gputui.ui.widgets.fmt import duration
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.health_panel import HealthPanel
+from gputui.ui.widgets.host_bar import HostBar, HostStatus
+from gputui.ui.widgets.hosts_overview import HostsOverview
+from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
 
 if TYPE_CHECKING:
-    from gputui.screens.fleet import FleetScreen
+    from gputui.ui.screens.fleet import FleetScreen
 
 T = TypeVar("T")
 W = TypeVar("W", bound=Widget)
@@ -267,7 +267,7 @@ class GpuTuiApp(App[int]):
             ``.key`` in a worker thread (default ``gputui.transports.ssh.accept_host_key``).
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
         retry_cap_s: Largest reconnect delay, seconds.
-        fleet: The fleet view (``gputui.screens.fleet.FleetScreen``), shown first; ``targets`` may then be
+        fleet: The fleet view (``gputui.ui.screens.fleet.FleetScreen``), shown first; ``targets`` may then be
             empty, and hosts opened from it are added as they are opened.
     """
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from gputui.agent import JobFacts, job_root
 from gputui.agent import is_session_boundary as agent_is_session_boundary
-from gputui.model import (
+from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
     Finding,
@@ -35,7 +35,7 @@ from gputui.model import (
     Proc,
     Verdict,
 )
-from gputui.textsafe import visible
+from gputui.core.textsafe import visible
 
 DEFAULT_BASELINE_MIB = 3
 """Idle memory of a GPU with no CUDA context: what ``nvidia-smi --query-gpu=memory.used`` shows when free."""

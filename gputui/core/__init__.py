@@ -1,0 +1,1 @@
+"""Plain data and pure rules shared by every front end: no textual or rich imports."""

@@ -1,0 +1,1 @@
+"""The terminal UI (Textual): the App, its screens and widgets."""
