@@ -79,6 +79,29 @@ class KillTarget:
 
 
 @dataclass(frozen=True)
+class ZombieNote:
+    """A zombie a plan does not signal (a zombie cannot be killed).
+
+    Attributes:
+        pid: The zombie.
+        parent: Its parent, which the plan signals.
+        asked: It was asked for by itself and its parent is signalled instead; False: it is in a tree and goes
+            when its parent does.
+    """
+
+    pid: int
+    parent: int
+    asked: bool
+
+    @property
+    def text(self) -> str:
+        """The note's line, as ``KillPlan.notes`` carries it."""
+        if self.asked:
+            return f"pid {self.pid} is a zombie: its parent {self.parent} will be signalled instead"
+        return f"pid {self.pid} is a zombie: it goes when its parent {self.parent} is signalled"
+
+
+@dataclass(frozen=True)
 class KillPlan:
     """Everything one kill request will signal, in signal order (children before their roots).
 
@@ -92,6 +115,7 @@ class KillPlan:
             None.
         notes: Human lines about substitutions and omissions (zombies, invisible pids, graphics holders).
         wait_s: Without escalation, seconds after which the agent says whether each process is gone.
+        zombies: The zombies among those notes, as data.
     """
 
     target: str
@@ -102,6 +126,7 @@ class KillPlan:
     targets: tuple[KillTarget, ...]
     notes: tuple[str, ...] = ()
     wait_s: float | None = None
+    zombies: tuple[ZombieNote, ...] = ()
 
     @property
     def roots(self) -> tuple[KillTarget, ...]:
@@ -237,6 +262,7 @@ def plan_kill(
     held = gpu_memory_by_pid(snapshot)
     graphics = graphics_only_pids(snapshot)
     notes: list[str] = []
+    zombies: list[ZombieNote] = []
     if all_gpu:
         tree = True
         roots_of_jobs, left_out = kill_all_roots(snapshot, include_graphics)
@@ -268,7 +294,8 @@ def plan_kill(
                     "skipped"
                 )
                 continue
-            notes.append(f"pid {pid} is a zombie: its parent {parent.pid} will be signalled instead")
+            zombies.append(ZombieNote(pid, parent.pid, asked=True))
+            notes.append(zombies[-1].text)
             proc = parent
             _refuse_early(proc.pid, snapshot)
         if all(r.pid != proc.pid for r in roots):
@@ -294,7 +321,9 @@ def plan_kill(
                 if pid in listed_pids or pid in root_pids:
                     continue
                 if member.state == STATE_ZOMBIE:
-                    notes.append(f"pid {pid} is a zombie: it goes when its parent {member.ppid} is signalled")
+                    if member.ppid is not None:
+                        zombies.append(ZombieNote(pid, member.ppid, asked=False))
+                        notes.append(zombies[-1].text)
                     continue
                 listed_pids.add(pid)
                 targets.append(_target_for(member, snapshot, held, root.pid, graphics))
@@ -313,6 +342,7 @@ def plan_kill(
         targets=tuple(targets),
         notes=tuple(dict.fromkeys(notes)),
         wait_s=None if escalate_s is not None else wait_s,
+        zombies=tuple(dict.fromkeys(zombies)),
     )
 
 
