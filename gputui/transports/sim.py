@@ -128,6 +128,8 @@ HOSTILE_LONG_ARG_CHARS = 100_000
 SCHEDULER_PID_BASE = 4240
 """Scheduler TP<i> has pid SCHEDULER_PID_BASE + i."""
 LAUNCHER_PID = 4200
+VLLM_PID = 5100
+"""The healthy host's server: its /health answers while it lives."""
 NSYS_PID = 4100
 DETOKENIZER_PID = 4250
 SCHEDULER_HELD_MIB = (41236, 41228, 41236, 41236, 41240, 41236, 41232, 41236)
@@ -218,7 +220,7 @@ def _wedge_processes() -> list[_SimProc]:
 
 def _healthy_processes() -> list[_SimProc]:
     procs = [
-        _SimProc(5100, 2901, "python3", VLLM_CMDLINE, user="svc-llm", uid=1001, start_offset_s=40_000.0),
+        _SimProc(VLLM_PID, 2901, "python3", VLLM_CMDLINE, user="svc-llm", uid=1001, start_offset_s=40_000.0),
         _SimProc(5110, 5100, "VLLM::EngineCore", (), user="svc-llm", uid=1001, start_offset_s=40_004.0),
     ]
     for tp in range(4):
@@ -299,7 +301,9 @@ class SimLink(HostLink):
         }
         self._draining: list[tuple[int, int, float]] = []
         """(gpu index, MiB, epoch seconds the holder died): memory on its way back to the driver."""
-        self._launcher_dead_at: float | None = None
+        self._server_pid = VLLM_PID if self._healthy else LAUNCHER_PID
+        self._server_dead_at: float | None = None
+        """When the process serving the host's /health died: from then on it is DOWN."""
         self._ops: dict[int, _SimKill] = {}
         self._next_op = 0
         self.boot_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{target}.gputui.transports.sim"))
@@ -441,35 +445,23 @@ class SimLink(HostLink):
         return tuple(replace(sample, checked_at=probed_s) for sample in samples)
 
     def _health_at(self, now_s: float) -> tuple[HealthSample, ...]:
-        if self._healthy:
-            return (
-                HealthSample(
-                    url="http://127.0.0.1:8000/health",
-                    state="UP",
-                    code=200,
-                    latency_ms=3.1,
-                    since=self._start_s,
-                    last_ok=now_s,
-                    discovered=True,
-                    checked_at=now_s,
-                ),
-            )
-        wedge_s = self._start_s + self._wedged_at_s
-        url = "http://127.0.0.1:30000/health"
-        if self._launcher_dead_at is not None:
+        url = "http://127.0.0.1:8000/health" if self._healthy else "http://127.0.0.1:30000/health"
+        wedge_s = now_s if self._healthy else self._start_s + self._wedged_at_s
+        if self._server_dead_at is not None:
+            # Nothing listens on the port any more, whichever way the server went.
             return (
                 HealthSample(
                     url=url,
                     state="DOWN",
-                    since=self._launcher_dead_at,
-                    last_ok=min(wedge_s, now_s),
+                    since=self._server_dead_at,
+                    last_ok=min(wedge_s, self._server_dead_at),
                     consecutive_failures=1,
                     detail="connection refused",
                     discovered=True,
                     checked_at=now_s,
                 ),
             )
-        if now_s >= wedge_s:
+        if not self._healthy and now_s >= wedge_s:
             return (
                 HealthSample(
                     url=url,
@@ -489,7 +481,7 @@ class SimLink(HostLink):
                 url=url,
                 state="UP",
                 code=200,
-                latency_ms=4.2,
+                latency_ms=3.1 if self._healthy else 4.2,
                 since=self._start_s,
                 last_ok=now_s,
                 discovered=True,
@@ -581,8 +573,8 @@ class SimLink(HostLink):
         self._procs.pop(proc.pid, None)
         for gpu, mib in proc.gpu_mib.items():
             self._draining.append((gpu, mib, now_s))
-        if proc.pid == LAUNCHER_PID:
-            self._launcher_dead_at = now_s
+        if proc.pid == self._server_pid:
+            self._server_dead_at = now_s
         for child in list(self._procs.values()):
             if child.ppid == proc.pid:
                 if child.state == "Z":
