@@ -20,7 +20,7 @@ from gputui import agent
 from gputui.core.actions import parse_outcomes
 from gputui.transports.base import LinkOptions
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
-from gputui.ui.app import outcome_summary
+from gputui.ui.killflow import outcome_summary
 from tests.integration._procs import agent_process, start_ticks
 from tests.integration.procs import Worker, launcher
 

@@ -21,7 +21,8 @@ WIDE = (120, 40)
 
 
 def _audit(app: GpuTuiApp) -> list[dict]:
-    path = Path(app._audit_dir) / "audit.jsonl"  # type: ignore[arg-type]
+    assert app.audit is not None
+    path = app.audit.path
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -114,7 +115,8 @@ async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualC
         assert snapshot.process(DETOKENIZER_PID) is None
         receipt = str(line.render())
         assert " since the kill · " in receipt
-        assert receipt.endswith(" since X")
+        assert " since X · drain " in receipt
+        assert receipt.endswith(" MiB → baseline")
     assert not any("None" in message for _, _, message in app.notices)
 
 
@@ -170,8 +172,11 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         assert (finding.pid, finding.action_pid) == (4300, 4300)
         assert [f.kind for f in app.hosts[0].snapshot.findings if f.pid == 4300] == ["survivor"]
         assert f"a survivor of the job of pid {LAUNCHER_PID - 100} (nsys)" in finding.detail
-        await pilot.pause(0.3)
         shown = app.query_one(FindingsList)
+        await wait_for(pilot, lambda: any(r.findings[0].kind == "survivor" for r in shown.rows), "its row")
+        row = next(i for i, r in enumerate(shown.rows) if r.findings[0].kind == "survivor")
+        shown.highlighted = row  # scrolled into view
+        await pilot.pause(0.3)
         assert any(" survivor " in shown.render_line(y).text for y in range(shown.size.height))
 
 

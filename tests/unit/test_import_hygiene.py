@@ -10,7 +10,8 @@ from tests.integration._procs import REPO
 
 DATA_LAYER = (
     "gputui.core.model", "gputui.agent", "gputui.core.analysis", "gputui.core.actions", "gputui.core.config",
-    "gputui.core.state",
+    "gputui.core.state", "gputui.core.cleanslate", "gputui.core.history", "gputui.core.commandline",
+    "gputui.transports.freshness", "gputui.commands.check",
     "gputui.core.fleet", "gputui.commands.fleet_options", "gputui.transports.prometheus",
 )
 
