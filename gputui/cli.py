@@ -165,6 +165,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         _add_no_audit(parser)
         fleet_options.add_arguments(parser)
         parser.add_argument(
+            "--theme", default=None, metavar="NAME",
+            help="colours: ansi (the terminal's own), or a Textual theme such as textual-dark, nord, "
+            "gruvbox; kept for the next run",
+        )
+        parser.add_argument(
             "targets", nargs="*", metavar="TARGET",
             help="local, an ssh alias, [user@]host[:port], @group from the config",
         )

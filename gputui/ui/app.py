@@ -34,6 +34,7 @@ from gputui.ui.screens.fleet import FleetScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.screens.monitor import MonitorScreen
+from gputui.ui.theme import ThemeStore
 from gputui.ui.widgets.host_bar import HostStatus
 
 Clock = Callable[[], float]
@@ -90,6 +91,8 @@ class GpuTuiApp(App[int]):
         retry_cap_s: Largest reconnect delay, seconds.
         fleet: The fleet view, shown first; ``targets`` may then be empty, and hosts opened from it are
             added as they are opened.
+        theme: The Textual theme to start with (None: the one last chosen, else Textual's default).
+        theme_store: Where the chosen theme is kept between runs (None: nowhere).
     """
 
     CSS_PATH = "app.tcss"
@@ -116,6 +119,8 @@ class GpuTuiApp(App[int]):
         retry_base_s: float = 1.0,
         retry_cap_s: float = 30.0,
         fleet: FleetScreen | None = None,
+        theme: str | None = None,
+        theme_store: ThemeStore | None = None,
     ) -> None:
         super().__init__()
         if not targets and fleet is None:
@@ -140,12 +145,18 @@ class GpuTuiApp(App[int]):
         self.checks = CleanChecks(self)
         self.kills = KillFlow(self)
         self.monitor = MonitorScreen()
+        self._theme_store = theme_store
+        self._theme = theme or (theme_store.load() if theme_store is not None else None)
         self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
         """The latest notifications as (severity, title, message), newest last."""
 
     # -- life ------------------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        if self._theme is not None and self._theme in self.available_themes:
+            self.theme = self._theme
+        if self._theme_store is not None:
+            self.theme_changed_signal.subscribe(self, lambda theme: self._keep_theme(theme.name))
         for host in self.hosts:
             self.hosts.start(host)
         self.set_interval(TICK_S, self._tick)
@@ -162,6 +173,10 @@ class GpuTuiApp(App[int]):
             return
         self.checks.tick()
         self.monitor.tick()
+
+    def _keep_theme(self, name: str) -> None:
+        if self._theme_store is not None:
+            self._theme_store.save(name)
 
     async def action_quit(self) -> None:
         """Leave; with kills under way, first let them finish (``q`` again abandons them)."""
