@@ -47,13 +47,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputui import __version__
+from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
 from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.transports.base import LinkError
-
-MODE = "prometheus"
-"""``HostSnapshot.mode`` of every fleet host."""
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_METRICS: dict[str, str] = {
@@ -835,7 +833,11 @@ def _build_host(
     health = tuple(
         HealthSample(
             url=instance,
-            state=None if parser.up.get(instance) is None else ("UP" if parser.up[instance] else "DOWN"),
+            state=(
+                None
+                if parser.up.get(instance) is None
+                else (HEALTH_STATE_UP if parser.up[instance] else HEALTH_STATE_DOWN)
+            ),
             detail=server_detail(str(figures["kind"]), figures),
             checked_at=now,
         )
@@ -846,7 +848,7 @@ def _build_host(
         hostname=parts.ssh_host,
         time=newest,
         error=error,
-        mode=MODE,
+        mode=MODE_PROMETHEUS,
         gpus=tuple(gpus),
         findings=tuple(xid_finding(parts.name, i, c) for i, c in sorted(xid.items())),
         health=health,

@@ -32,20 +32,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import importlib.util
 import json
 import logging
-import marshal
 import math
 import os
 import re
 import socket
 import threading
 import time
-import zlib
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +52,13 @@ import paramiko.agent
 if not logging.getLogger("paramiko").handlers:
     logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-from gputui.core.model import PROTOCOL_VERSION, HostSnapshot
+from gputui.agent import protocol
+from gputui.agent.proctree import related_map, walk
+from gputui.agent.protocol import PROTOCOL_VERSION
+from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.bundle import Bundle, bundle_for, loader
 from gputui.transports.hostkeys import (
     ChangedHostKey,
     RevokedHostKey,
@@ -97,8 +96,6 @@ PYTHON_MISSING_STATUS = 127
 PYTHON_MISSING_MESSAGE = "python3 not found on host"
 
 _NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
-_MAGIC_RE = re.compile(r"[0-9a-f]{4,16}")
-AGENT_FILENAME = "gputui-agent"  # what tracebacks from the remote collector name as its file
 _RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
 
@@ -114,14 +111,6 @@ class SetupFailed(LinkError):
     permanent = True
 
 
-def agent_source() -> bytes:
-    """The bytes of ``gputui/agent.py`` (read without importing it)."""
-    spec = importlib.util.find_spec("gputui.agent")
-    if spec is None or spec.origin is None:
-        raise LinkError("gputui/agent.py is missing from this installation")
-    return Path(spec.origin).read_bytes()
-
-
 def _number_arg(value: float, what: str) -> str:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
         raise LinkError(f"{what} must be a positive number of seconds, got {value!r}")
@@ -131,65 +120,18 @@ def _number_arg(value: float, what: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class AgentPayload:
-    """What the remote stdin gets before the JSON-line commands: the collector, compressed, twice.
-
-    ``source_zlib`` is ``gputui/agent.py`` as it is; ``code_zlib`` is the same file compiled and marshalled
-    by this python (empty when it does not compile here). The remote loader runs the code object when its
-    python's bytecode magic number is ``magic_hex`` (same bytecode format: a remote compile of 150 KB of
-    source is ~25 ms of CPU at every start, the largest single cost of starting a collector), else it
-    compiles the source.
-    """
-
-    source_zlib: bytes
-    code_zlib: bytes
-    magic_hex: str
-
-    @property
-    def data(self) -> bytes:
-        return self.source_zlib + self.code_zlib
+AgentPayload = Bundle
+"""What the remote stdin gets before the JSON-line commands (``gputui.transports.bundle``)."""
 
 
-_payload_lock = threading.Lock()
-
-
-def agent_payload(source: bytes) -> AgentPayload:
-    """The payload for ``source``, built once per source (compiling and compressing take ~50 ms of CPU).
-
-    Under a lock: the links of a fleet open at the same moment, and each building its own copy would cost
-    a core for seconds.
-    """
-    if not source:
-        raise LinkError("agent source is empty")
-    with _payload_lock:
-        return _build_payload(source)
-
-
-@functools.lru_cache(maxsize=4)
-def _build_payload(source: bytes) -> AgentPayload:
-    try:
-        # dont_inherit: this module's own __future__ flags must not leak into the collector's code.
-        code = compile(source, AGENT_FILENAME, "exec", dont_inherit=True)
-        code_zlib = zlib.compress(marshal.dumps(code), 9)
-    except (SyntaxError, ValueError):  # a python newer than the remote ones may reject old syntax one day
-        code_zlib = b""
-    return AgentPayload(zlib.compress(source, 9), code_zlib, importlib.util.MAGIC_NUMBER.hex())
+def agent_payload(source: bytes | None = None) -> AgentPayload:
+    """The bundle of the installed collector, or of ``source`` (a stand-in collector), built once."""
+    return bundle_for(source)
 
 
 def agent_loader(payload: AgentPayload) -> str:
     """The ``python3 -c`` program that reads ``payload`` from stdin and runs the collector."""
-    if not payload.source_zlib:
-        raise LinkError("agent source is empty")
-    if not _MAGIC_RE.fullmatch(payload.magic_hex):
-        raise LinkError(f"unexpected bytecode magic number {payload.magic_hex!r}")
-    # The lambda reads both parts in order and leaves no names behind in the collector's globals.
-    return (
-        "import sys,zlib,marshal;exec((lambda s,c:marshal.loads(zlib.decompress(c)) if c and"
-        ' getattr(sys.modules.get("_frozen_importlib_external"),"MAGIC_NUMBER",0)=='
-        f'bytes.fromhex("{payload.magic_hex}") else compile(zlib.decompress(s),"{AGENT_FILENAME}","exec"))'
-        f"(sys.stdin.buffer.read({len(payload.source_zlib):d}),sys.stdin.buffer.read({len(payload.code_zlib):d})))"
-    )
+    return loader(payload)
 
 
 def agent_command(payload: AgentPayload, options: LinkOptions) -> str:
@@ -233,7 +175,7 @@ class SshLink(HostLink):
         config_path: An ssh config file used instead of the defaults (``ssh -F``); default
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
-        source: Collector source to ship instead of ``gputui/agent.py`` (tests use a stand-in).
+        source: Collector source to ship instead of the installed collector (tests use a stand-in).
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
@@ -339,7 +281,6 @@ class SshLink(HostLink):
             raise _phase_error(self.target, "connection failed", exc) from None
 
     def _open(self, generation: int) -> None:
-        source = self._source if self._source is not None else agent_source()
         settings = resolve(self.target, self.config_path, self.use_openssh)
         self.settings = settings
         timeout_s = self._timeout_s(settings)
@@ -348,7 +289,7 @@ class SshLink(HostLink):
         transport.set_keepalive(max(1, math.ceil(keepalive_s)))
 
         try:
-            hello = self._start_collector(transport, generation, timeout_s, source)
+            hello = self._start_collector(transport, generation, timeout_s, self._source)
         except SetupFailed as exc:
             if not str(exc).endswith(PYTHON_MISSING_MESSAGE) or not transport.is_active():
                 raise
@@ -360,7 +301,7 @@ class SshLink(HostLink):
             try:
                 self.request(
                     {
-                        "cmd": "configure",
+                        "cmd": protocol.CMD_CONFIGURE,
                         "health_urls": list(self.options.health_urls),
                         "discover_health": self.options.discover_health,
                         "health_generate": self.options.health_generate,
@@ -417,7 +358,7 @@ class SshLink(HostLink):
             watchdog.cancel()
 
     def _start_collector(
-        self, transport: Any, generation: int, timeout_s: float, source: bytes
+        self, transport: Any, generation: int, timeout_s: float, source: bytes | None
     ) -> dict[str, Any]:
         payload = agent_payload(source)
         command = agent_command(payload, self.options)
@@ -1061,7 +1002,7 @@ REDUCED_PS_LINES_CAP = 200_000
 """Most ``ps`` lines taken from one reduced-mode sample (a runaway host must not eat our memory)."""
 REDUCED_PS_LINE_CHARS = 4096
 """Most characters kept of one ``ps`` line: a process's command line is cut there, as the collector cuts it
-(``gputui.agent.WIRE_CMDLINE_BYTES``), and marked ``cmdline_truncated``."""
+(``gputui.agent.wire.WIRE_CMDLINE_BYTES``), and marked ``cmdline_truncated``."""
 
 
 def reduced_command(nonce: str, options: LinkOptions) -> str:
@@ -1074,7 +1015,7 @@ def reduced_command(nonce: str, options: LinkOptions) -> str:
     if not re.fullmatch(r"[0-9a-f]{8,64}", nonce):
         raise LinkError("reduced mode: bad marker")
     interval = _number_arg(options.memory_interval_s, "interval")
-    from gputui.agent import SMI_QUERY_APPS, SMI_QUERY_GPU
+    from gputui.agent.gpu.smiparse import SMI_QUERY_APPS, SMI_QUERY_GPU
 
     smi_format = "--format=csv,noheader,nounits"
     script = (
@@ -1112,15 +1053,7 @@ class _ReducedStream:
         self.started = False
 
     def hello(self) -> dict[str, Any]:
-        return {
-            "t": "hello",
-            "protocol": PROTOCOL_VERSION,
-            "mode": "ps",
-            "boot_id": self.boot_id,
-            "hostname": self.hostname,
-            "python": None,
-            "reduced": True,
-        }
+        return protocol.hello(protocol.MODE_REDUCED, self.boot_id, self.hostname, python=None, reduced=True)
 
     def feed(self, line: str) -> str | HostSnapshot | None:
         if not line.startswith(self.marker):
@@ -1159,7 +1092,7 @@ class _ReducedStream:
         return None
 
     def _snapshot(self) -> HostSnapshot:
-        from gputui.agent import (
+        from gputui.agent.gpu.smiparse import (
             SMI_EXIT_GPU_LOST,
             parse_smi_apps_output,
             parse_smi_gpu_output,
@@ -1187,18 +1120,19 @@ class _ReducedStream:
                 if app.get("used_mib") is not None:
                     held.setdefault(int(app["pid"]), {})[int(gpu["index"])] = int(app["used_mib"])
         processes = _reduced_processes(self.lines["ps"], held)
-        snapshot = {
-            "target": self.target,
-            "hostname": self.hostname,
-            "boot_id": self.boot_id,
-            "time": now,
-            "error": error,
-            "mode": "ps",
-            "processes_time": now,
-            "gpus": gpus,
-            "processes": processes,
-        }
-        return HostSnapshot.from_dict(snapshot)
+        return HostSnapshot.from_dict(
+            protocol.snapshot(
+                self.target,
+                self.hostname,
+                self.boot_id,
+                now,
+                protocol.MODE_REDUCED,
+                gpus=gpus,
+                processes=processes,
+                error=error,
+                processes_time=now,
+            )
+        )
 
 
 def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> list[dict[str, Any]]:
@@ -1222,23 +1156,14 @@ def _reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> 
             "cmdline": args,
             "cmdline_truncated": truncated,
         }
-    wanted = set(held)
-    children: dict[int, list[int]] = {}
-    for pid, row in table.items():
-        children.setdefault(row["ppid"], []).append(pid)
-        if row["state"] in ("Z", "D"):
-            wanted.add(pid)
+    wanted = {pid for pid, row in table.items() if row["state"] in ("Z", "D")}
+    parentage = related_map((pid, row["ppid"], None) for pid, row in table.items())
+    wanted.update(pid for pid, _via, _depth in walk(held, parentage))
     for pid in list(held):
         parent = table.get(pid, {}).get("ppid")
         while parent and parent > 1 and parent not in wanted and parent in table:
             wanted.add(parent)
             parent = table[parent]["ppid"]
-        stack = list(children.get(pid, []))
-        while stack:
-            child = stack.pop()
-            if child not in wanted:
-                wanted.add(child)
-                stack.extend(children.get(child, []))
     rows = []
     for pid in sorted(wanted):
         row = dict(table.get(pid) or {"pid": pid})

@@ -31,7 +31,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Input
 
-from gputui.agent import (
+from gputui.agent.protocol import (
     RESULT_ABANDONED,
     RESULT_CHANGED,
     RESULT_DENIED,

@@ -180,7 +180,7 @@ def client_main(argv: list[str]) -> int:
     parser.add_argument("--process-interval", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--stand-in", type=Path, default=None,
-                        help="ship this collector source instead of gputui/agent.py (app mode)")
+                        help="ship this collector source instead of the installed collector (app mode)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a pyinstrument text profile of the steady window here (needs pyinstrument)")
     args = parser.parse_args(argv)

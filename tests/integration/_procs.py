@@ -19,15 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gputui.transports.ssh import agent_loader, agent_payload
+from gputui.transports.bundle import bundle_for, loader
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT_SOURCE = (REPO / "gputui" / "agent.py").read_bytes()
 DEADLINE_S = 30.0
 
-# The exact bootstrap the SSH transport uses: the payload arrives on stdin, then the JSON-line commands.
-AGENT_PAYLOAD = agent_payload(AGENT_SOURCE)
-BOOTSTRAP = agent_loader(AGENT_PAYLOAD)
+# The exact bootstrap the SSH transport uses: the bundle arrives on stdin, then the JSON-line commands.
+AGENT_PAYLOAD = bundle_for()
+BOOTSTRAP = loader(AGENT_PAYLOAD)
 
 SLEEPER = r"""
 import json, os, sys, time
