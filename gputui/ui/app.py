@@ -604,6 +604,7 @@ class GpuTuiApp(App[int]):
             title = visible(host.target, 40)
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {visible(snapshot.driver_version, 20)}"
+            title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
             flags = (" · READ-ONLY" if self.read_only else "") + (" · ⏸ PAUSED" if self.paused else "")
             set_border_title(gpus, f"GPUs · {title}{flags}")
             sort = f"sort: {self.sort_mode}"
