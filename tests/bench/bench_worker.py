@@ -100,7 +100,7 @@ def _timed_loop(fn, samples: int, warmup: int) -> dict:
 
 
 def work_agent(args: argparse.Namespace) -> dict:
-    """CPU per full sample and per memory-only sample of gputui.agent.Agent, plus spawn counts."""
+    """CPU per full sample and per memory-only sample of gputui.agent.collector.Agent, plus spawn counts."""
     sys.path.insert(0, str(REPO_ROOT))
     counter = SpawnCounter()
     from gputui.agent.collector import Agent

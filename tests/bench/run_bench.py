@@ -6,7 +6,7 @@ Run from the repository root::
 
 Sections (each prints "n/a (reason)" when the piece it measures is not there; no figure is ever made up):
 
-1. collector CPU per full and per memory-only sample of ``gputui.agent.Agent`` on a fake 8-GPU host with
+1. collector CPU per full and per memory-only sample of ``gputui.agent.collector.Agent`` on a fake 8-GPU host with
    ~300 real processes, against ``gpustat --json``, nvitop's API and a bare pynvml loop; spawn count; process
    list cadence at rest and while draining.
 2. remote cost: bytes per sample and agent CPU per sample of the JSON-lines stream (over SSH through a

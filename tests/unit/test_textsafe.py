@@ -114,7 +114,7 @@ def test_visible_every_dangerous_character_becomes_an_escape(chars: list[str]) -
 
 
 def test_one_policy_for_client_and_collector() -> None:
-    """The collector (shipped alone as agent.py) and the client show every string the same way."""
+    """The collector (shipped to remote hosts as it is) and the client show every string the same way."""
     hostile = "a\x1b[2J\x9b\u202e\u200b\u2060\x7f\udcfe" + "x" * 50
     assert visible(hostile) == textpolicy.visible_text(hostile)
     assert visible(hostile, 20) == textpolicy.visible_text(hostile, 20)
