@@ -112,7 +112,9 @@ def collector_modules() -> Modules:
         raise BundleError(f"cannot read the collector's modules: {exc.strerror or exc}") from None
     for name in FALLBACK_MODULES:
         spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        if spec is None or spec.origin is None or spec.submodule_search_locations is not None:
+            continue  # not installed here, or a package (nvidia-ml-py's pynvml is one source file)
+        if spec.origin.endswith(".py"):
             try:
                 modules[name] = (False, _module_file(name, False), Path(spec.origin).read_bytes())
             except OSError:
