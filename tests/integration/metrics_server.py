@@ -36,7 +36,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client.exposition import generate_latest
@@ -47,6 +46,7 @@ from prometheus_client.metrics_core import (
     Metric,
 )
 
+from tests.integration.httpserver import QuietHandler, QuietServer
 from tests.integration.jsonlines import JsonLinesChild, serve_commands
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -233,12 +233,7 @@ def render_metrics(settings: dict[str, Any], tokens: list[float]) -> bytes:
     return b"\n".join(lines)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
-        pass
-
+class _Handler(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 - the base class's name
         path = self.path.split("?", 1)[0]
         with _lock:
@@ -279,25 +274,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # clients that give up at their deadline are the point of these tests
-
-
 class _Listener:
     """The HTTP server on one port, which can stop listening and listen again."""
 
     def __init__(self) -> None:
-        self.server: _Server | None = None
+        self.server: QuietServer | None = None
         self.port = 0
         self.listen(True)
 
     def listen(self, on: bool) -> None:
         if on and self.server is None:
-            self.server = _Server(("127.0.0.1", self.port), _Handler)
+            self.server = QuietServer(("127.0.0.1", self.port), _Handler)
             self.port = self.server.server_address[1]
             threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                              daemon=True).start()
