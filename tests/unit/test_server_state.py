@@ -176,6 +176,18 @@ def test_starting_while_the_launcher_is_young_and_has_not_served() -> None:
     assert state.state == HEALTH_STATE_STARTING
 
 
+def test_a_warm_up_before_the_first_answer_is_starting_not_stalled() -> None:
+    """A warm-up request queued while the server compiles: 503 and a flat counter, but it never served."""
+    tracker = ServerStateTracker(stall_after_s=10.0, starting_grace_s=60.0)
+    states = []
+    for i in range(14):
+        t = T0 + 5 * i
+        states.append(tracker.update(health(HEALTH_STATE_UNHEALTHY, t, 503), metrics(t, 0.0, running=1),
+                                     30.0 + 5 * i, t).state)
+    # Young and never served: starting; past the grace, the same picture is a stall.
+    assert states == [HEALTH_STATE_STARTING] * 6 + [HEALTH_STATE_STALLED] * 8
+
+
 def test_starting_ends_with_the_grace_and_needs_a_known_launcher() -> None:
     tracker = ServerStateTracker(starting_grace_s=600.0)
     assert tracker.update(health(HEALTH_STATE_DOWN, T0), None, 599.0, T0).state == HEALTH_STATE_STARTING

@@ -260,6 +260,14 @@ class ServerStateTracker:
         word = _health_word(health)
         reading = self._metrics
         blank = f"; metrics: {metrics_error}" if reading is None and metrics_error else ""
+        loading = state == HEALTH_STATE_DOWN or (
+            state == HEALTH_STATE_UNHEALTHY and health.code == _CODE_MAY_BE_LOADING
+        )
+        young = launcher_age_s is not None and launcher_age_s < self.starting_grace_s
+        if loading and young and not self._served and launcher_age_s is not None:
+            # Before it first serves, a flat counter with work queued is a warm-up (compiling, capturing
+            # graphs), not a stall.
+            return HEALTH_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
         stalled_for = self._stalled_for()
         if (
             reading is not None
@@ -282,10 +290,4 @@ class ServerStateTracker:
             rate = reading.generation_tokens_per_s
             doing = "generating" if rate is None else f"generating {rate:.0f} tokens/s"
             return HEALTH_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
-        loading = state == HEALTH_STATE_DOWN or (
-            state == HEALTH_STATE_UNHEALTHY and health.code == _CODE_MAY_BE_LOADING
-        )
-        young = launcher_age_s is not None and launcher_age_s < self.starting_grace_s
-        if loading and young and not self._served and launcher_age_s is not None:
-            return HEALTH_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
         return state, f"{word}{blank}"
