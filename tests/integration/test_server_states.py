@@ -204,7 +204,7 @@ def test_slow_huge_vanished_or_foreign_metrics_leave_the_state_to_health(
     [
         ("malformed", "running", "malformed", True),  # the waiting request alone is work pending
         ("duplicate", "running", "duplicated series", True),
-        ("nan", "kv_cache_usage", "not a count: nan", True),
+        ("nan", "kv_cache_usage", "not a usable figure: nan", True),
         ("no_counter", "generation_tokens_total", None, False),  # no counter, no claim of a stall
     ],
 )

@@ -119,7 +119,9 @@ def test_a_duplicated_series_blanks_its_metric() -> None:
 
 def test_a_usage_fraction_out_of_range_is_unknown() -> None:
     assert parse_server_metrics(VLLM.replace(" 0.75", " 1.0000001"), 1.0).kv_cache_usage == 1.0
-    assert parse_server_metrics(VLLM.replace(" 0.75", " 75"), 1.0).kv_cache_usage is None
+    percent = parse_server_metrics(VLLM.replace(" 0.75", " 75"), 1.0)
+    assert percent.kv_cache_usage is None
+    assert percent.unreadable == ((METRICS_VLLM_KV_CACHE_USAGE, "not a fraction: 75.0"),)
 
 
 def test_a_counter_renamed_by_its_type_line_is_still_read() -> None:
@@ -137,7 +139,7 @@ def test_names_the_collector_dropped_are_unknown() -> None:
     metrics = parse_server_metrics(VLLM.replace("vllm:num_requests_running", "vllm:x"), 1.0,
                                    dropped=[METRICS_VLLM_RUNNING, "something:else"])
     assert metrics.running is None
-    assert metrics.unreadable == ((METRICS_VLLM_RUNNING, "cut at a size cap"),)
+    assert metrics.unreadable == ((METRICS_VLLM_RUNNING, "over a size cap"),)
 
 
 def test_a_text_over_the_cap_is_cut_as_the_collector_would() -> None:
@@ -155,7 +157,7 @@ def test_a_text_over_the_cap_is_cut_as_the_collector_would() -> None:
         ("<html><body>502 Bad Gateway</body></html>\n", "no vLLM or sglang metrics"),
         ("process_cpu_seconds_total 12.5\n", "no vLLM or sglang metrics"),
         ("vllm:num_requests_running{ 1\n", "vllm metrics unreadable: vllm:num_requests_running: malformed"),
-        ("sglang:token_usage NaN\n", "sglang metrics unreadable: sglang:token_usage: not a count"),
+        ("sglang:token_usage NaN\n", "sglang metrics unreadable: sglang:token_usage: not a usable figure"),
     ],
 )
 def test_nothing_usable_is_one_clear_reason(text: str, reason: str) -> None:

@@ -183,7 +183,7 @@ def _read_series(name: str, lines: list[bytes]) -> dict[SeriesKey, float]:
             if key in values:
                 raise _Unreadable("duplicated series")
             if not math.isfinite(value) or value < 0:
-                raise _Unreadable(f"not a count: {value}")
+                raise _Unreadable(f"not a usable figure: {value}")
             values[key] = value
     return values
 
@@ -206,11 +206,12 @@ def _count(values: Mapping[SeriesKey, float] | None) -> int | None:
     return None if total is None else round(total)
 
 
-def _fraction(values: Mapping[SeriesKey, float] | None) -> float | None:
-    if not values:
-        return None
+def _fraction(values: Mapping[SeriesKey, float]) -> float:
+    """The largest of ``values`` as a fraction; raises _Unreadable when it is not one."""
     fullest = max(values.values())
-    return None if fullest > 1.0 + FRACTION_SLACK else min(fullest, 1.0)
+    if fullest > 1.0 + FRACTION_SLACK:
+        raise _Unreadable(f"not a fraction: {fullest}")
+    return min(fullest, 1.0)
 
 
 def _pick_engine(found: Iterable[str]) -> EngineMetricNames | None:
@@ -238,7 +239,7 @@ def parse_server_metrics(text: str, sampled_at: float, dropped: Iterable[str] = 
     body = text.encode("utf-8", "backslashreplace")
     truncated = len(body) > METRICS_BODY_CAP_BYTES
     groups, cut = select_metric_lines(body[:METRICS_BODY_CAP_BYTES], METRICS_NAMES, truncated)
-    unreadable = {name: "cut at a size cap" for name in (*dropped, *cut) if name in METRICS_NAMES}
+    unreadable = {name: "over a size cap" for name in (*dropped, *cut) if name in METRICS_NAMES}
     series: dict[str, dict[SeriesKey, float]] = {}
     for name, lines in groups.items():
         try:
@@ -255,7 +256,13 @@ def parse_server_metrics(text: str, sampled_at: float, dropped: Iterable[str] = 
     if not mine & set(series):
         name, reason = next((n, r) for n, r in unreadable.items() if n in mine)
         raise MetricsUnreadable(f"{names.engine} metrics unreadable: {name}: {reason}")
+    kv_cache_usage = None
     kv_name = next((n for n in names.kv_cache_usage if n in series), None)
+    if kv_name is not None:
+        try:
+            kv_cache_usage = _fraction(series[kv_name])
+        except _Unreadable as exc:
+            unreadable[kv_name] = str(exc)
     generation = series.get(names.generation_tokens)
     generation_groups = _by_group(generation) if generation is not None else {}
     return ServerMetrics(
@@ -263,7 +270,7 @@ def parse_server_metrics(text: str, sampled_at: float, dropped: Iterable[str] = 
         sampled_at=sampled_at,
         running=_count(series.get(names.running)),
         waiting=_count(series.get(names.waiting)),
-        kv_cache_usage=None if kv_name is None else _fraction(series.get(kv_name)),
+        kv_cache_usage=kv_cache_usage,
         generation_tokens_total=_count(generation),
         preemptions_total=None if names.preemptions is None else _count(series.get(names.preemptions)),
         engine_tokens_per_s=(
