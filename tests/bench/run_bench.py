@@ -16,6 +16,8 @@ Sections (each prints "n/a (reason)" when the piece it measures is not there; no
 5. render cost: one update of 8 hosts x 8 GPUs x 200 processes applied to the app's widgets.
 6. fleet view on Prometheus: client CPU and render per refresh at 500 hosts x 8 GPUs (recorded JSON), and the
    whole loop against a real Prometheus scraping 50 exporters (``fleet_bench.py``).
+7. inference server metrics: the collector's probe + filter of a ~50 KB ``/metrics`` body, the bytes per
+   sample on the wire, the client's parse (``metrics_bench.py``).
 
 Every figure is a median over repeated runs. The peers (gpustat 1.1.1, nvitop 1.7.2) are installed into a
 throwaway virtualenv under ``~/.cache/gputui-bench/peers-venv``; they are not project dependencies. The
@@ -761,6 +763,12 @@ def section_fleet(args: argparse.Namespace, report: Report) -> None:
     fleet_bench.run(args, report, 6)
 
 
+def section_metrics(args: argparse.Namespace, report: Report) -> None:
+    from tests.bench import metrics_bench
+
+    metrics_bench.run(args, report, 7)
+
+
 SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = {
     1: ("collector cost per sample", section_collector),
     2: ("remote cost", section_remote),
@@ -768,6 +776,7 @@ SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = 
     4: ("drain latency", section_drain),
     5: ("render cost", section_render),
     6: ("fleet view on Prometheus", section_fleet),
+    7: ("inference server metrics", section_metrics),
 }
 
 

@@ -349,18 +349,49 @@ int main(void)
 """
 
 
-def build_vfork_waiter(out_dir: Path) -> Path:
-    """Compile the D-state helper (needs the C compiler the fake NVML build needs anyway)."""
-    source = out_dir / "vfork_waiter.c"
-    binary = out_dir / "vfork_waiter"
-    source.write_text(VFORK_WAITER_C)
+def build_c_helper(out_dir: Path, name: str, source: str, flags: Sequence[str] = ()) -> Path:
+    """Compile one C helper into ``out_dir`` (needs the C compiler the fake NVML build needs anyway)."""
+    source_path = out_dir / f"{name}.c"
+    binary = out_dir / name
+    source_path.write_text(source)
     cc = os.environ.get("CC") or "cc"
-    subprocess.run([cc, "-O0", "-o", str(binary), str(source)], check=True, timeout=120)
+    subprocess.run([cc, "-O0", *flags, "-o", str(binary), str(source_path)], check=True, timeout=120)
     return binary
+
+
+def build_vfork_waiter(out_dir: Path) -> Path:
+    """Compile the D-state helper."""
+    return build_c_helper(out_dir, "vfork_waiter", VFORK_WAITER_C)
 
 
 class Binary(Script):
     """A compiled helper that reports its pid like the scripts do."""
 
-    def __init__(self, binary: Path, roles: Sequence[str]) -> None:
-        super().__init__("", roles, python=str(binary))
+    def __init__(self, binary: Path, roles: Sequence[str], args: Sequence[str] = ()) -> None:
+        super().__init__("", roles, python=str(binary), argv_extra=args)
+
+
+def python38() -> str:
+    """A Python 3.8 interpreter, the oldest the collector runs on; the test fails with one line without one.
+
+    Looks in pyenv's versions (``$PYENV_ROOT``, ``~/.pyenv``), then ``python3.8`` on PATH, and keeps the
+    first that really is 3.8 (a pyenv shim may not be).
+    """
+    import glob
+    import shutil
+
+    import pytest
+
+    roots = {os.environ.get("PYENV_ROOT") or "", str(Path.home() / ".pyenv")} - {""}
+    candidates = sorted(p for root in roots for p in glob.glob(f"{root}/versions/3.8*/bin/python3.8"))
+    candidates += [p for p in (shutil.which("python3.8"), "/usr/bin/python3.8") if p]
+    for candidate in candidates:
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"],
+                                  capture_output=True, text=True, timeout=30, check=False)
+        except OSError:
+            continue
+        if done.stdout.strip() == "True":
+            return candidate
+    pytest.fail("no Python 3.8 found (pyenv versions, python3.8 on PATH): the collector's code must be "
+                "checked on the oldest Python it supports", pytrace=False)
