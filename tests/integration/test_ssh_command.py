@@ -133,7 +133,7 @@ def test_reduced_command_is_valid_sh_with_only_fixed_text() -> None:
 
 
 def test_reduced_process_selection() -> None:
-    from gputui.transports.ssh import _reduced_processes
+    from gputui.transports.ssh.link import _reduced_processes
 
     ps_lines = [
         "    1     0 Ss   root     /sbin/init",

@@ -32,20 +32,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import importlib.util
 import json
 import logging
-import marshal
 import math
 import os
 import re
 import socket
 import threading
 import time
-import zlib
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +66,7 @@ from gputui.transports.hostkeys import (
     lookup_name,
     record_host_key,
 )
+from gputui.transports.ssh.payload import _number_arg, agent_command, agent_payload, agent_source
 from gputui.transports.sshconfig import SshSettings, resolve
 
 LINE_CAP_BYTES = 16 * 1024 * 1024
@@ -96,9 +92,6 @@ RECV_CHUNK_BYTES = 256 * 1024
 PYTHON_MISSING_STATUS = 127
 PYTHON_MISSING_MESSAGE = "python3 not found on host"
 
-_NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
-_MAGIC_RE = re.compile(r"[0-9a-f]{4,16}")
-AGENT_FILENAME = "gputui-agent"  # what tracebacks from the remote collector name as its file
 _RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
 
@@ -112,104 +105,6 @@ class SetupFailed(LinkError):
     """The host cannot run the collector as configured (protocol mismatch, no python3, ProxyCommand)."""
 
     permanent = True
-
-
-def agent_source() -> bytes:
-    """The bytes of ``gputui/agent.py`` (read without importing it)."""
-    spec = importlib.util.find_spec("gputui.agent")
-    if spec is None or spec.origin is None:
-        raise LinkError("gputui/agent.py is missing from this installation")
-    return Path(spec.origin).read_bytes()
-
-
-def _number_arg(value: float, what: str) -> str:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise LinkError(f"{what} must be a positive number of seconds, got {value!r}")
-    text = repr(float(value))
-    if not _NUMBER_RE.fullmatch(text):  # repr of a finite positive float is always this shape
-        raise LinkError(f"{what}: cannot format {value!r}")
-    return text
-
-
-@dataclass(frozen=True)
-class AgentPayload:
-    """What the remote stdin gets before the JSON-line commands: the collector, compressed, twice.
-
-    ``source_zlib`` is ``gputui/agent.py`` as it is; ``code_zlib`` is the same file compiled and marshalled
-    by this python (empty when it does not compile here). The remote loader runs the code object when its
-    python's bytecode magic number is ``magic_hex`` (same bytecode format: a remote compile of 150 KB of
-    source is ~25 ms of CPU at every start, the largest single cost of starting a collector), else it
-    compiles the source.
-    """
-
-    source_zlib: bytes
-    code_zlib: bytes
-    magic_hex: str
-
-    @property
-    def data(self) -> bytes:
-        return self.source_zlib + self.code_zlib
-
-
-_payload_lock = threading.Lock()
-
-
-def agent_payload(source: bytes) -> AgentPayload:
-    """The payload for ``source``, built once per source (compiling and compressing take ~50 ms of CPU).
-
-    Under a lock: the links of a fleet open at the same moment, and each building its own copy would cost
-    a core for seconds.
-    """
-    if not source:
-        raise LinkError("agent source is empty")
-    with _payload_lock:
-        return _build_payload(source)
-
-
-@functools.lru_cache(maxsize=4)
-def _build_payload(source: bytes) -> AgentPayload:
-    try:
-        # dont_inherit: this module's own __future__ flags must not leak into the collector's code.
-        code = compile(source, AGENT_FILENAME, "exec", dont_inherit=True)
-        code_zlib = zlib.compress(marshal.dumps(code), 9)
-    except (SyntaxError, ValueError):  # a python newer than the remote ones may reject old syntax one day
-        code_zlib = b""
-    return AgentPayload(zlib.compress(source, 9), code_zlib, importlib.util.MAGIC_NUMBER.hex())
-
-
-def agent_loader(payload: AgentPayload) -> str:
-    """The ``python3 -c`` program that reads ``payload`` from stdin and runs the collector."""
-    if not payload.source_zlib:
-        raise LinkError("agent source is empty")
-    if not _MAGIC_RE.fullmatch(payload.magic_hex):
-        raise LinkError(f"unexpected bytecode magic number {payload.magic_hex!r}")
-    # The lambda reads both parts in order and leaves no names behind in the collector's globals.
-    return (
-        "import sys,zlib,marshal;exec((lambda s,c:marshal.loads(zlib.decompress(c)) if c and"
-        ' getattr(sys.modules.get("_frozen_importlib_external"),"MAGIC_NUMBER",0)=='
-        f'bytes.fromhex("{payload.magic_hex}") else compile(zlib.decompress(s),"{AGENT_FILENAME}","exec"))'
-        f"(sys.stdin.buffer.read({len(payload.source_zlib):d}),sys.stdin.buffer.read({len(payload.code_zlib):d})))"
-    )
-
-
-def agent_command(payload: AgentPayload, options: LinkOptions) -> str:
-    """The remote command line: fixed text, two integers, one hex word and validated numbers only."""
-    words = [
-        "python3",
-        "-u",
-        "-c",
-        f"'{agent_loader(payload)}'",
-        "--interval",
-        _number_arg(options.memory_interval_s, "interval"),
-        "--process-interval",
-        _number_arg(options.process_interval_s, "process interval"),
-    ]
-    words.append("--elide-unchanged")
-    if options.read_only:
-        words.append("--read-only")
-    if not options.discover_health:
-        words.append("--no-discover")
-    return " ".join(words)
 
 
 def _visible(text: str, limit: int = 160) -> str:
