@@ -46,8 +46,6 @@ class SshLink(HostLink):
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
-        previous_boot_id: The boot id of the connection before, when ``boot_id_changed``.
-        boot_id_changed: The last ``open()`` found a different boot id than the connection before.
         mode: The collector's mode from the hello (``nvml``, ``smi``, ``ps``).
         hello: The whole hello message (None while the link is not open).
         reduced: The host has no python3 and the reduced collector runs (monitoring only).
@@ -70,8 +68,6 @@ class SshLink(HostLink):
         self.use_openssh = use_openssh
         self._source = source
         self.boot_id: str | None = None
-        self.previous_boot_id: str | None = None
-        self.boot_id_changed = False
         self.mode: str | None = None
         self.hello: dict[str, Any] | None = None
         self.reduced = False
@@ -88,13 +84,6 @@ class SshLink(HostLink):
         """Seconds without any data from the collector after which the link counts as broken."""
         floor_s = REDUCED_MIN_STALE_S if self.reduced else MIN_STALE_S
         return max(floor_s, STALE_FACTOR * self.options.memory_interval_s)
-
-    @property
-    def last_data_age_s(self) -> float | None:
-        """Seconds since the collector last sent anything (None when never connected)."""
-        with self._lock:
-            stream = self._stream
-        return None if stream is None else stream.last_data_age_s
 
     # -- open ------------------------------------------------------------------------------------------
 
@@ -204,11 +193,7 @@ class SshLink(HostLink):
     def _accept_hello(self, stream: CollectorStream) -> None:
         hello = stream.hello or {}
         boot_id = hello.get("boot_id")
-        new_boot_id = None if boot_id is None else str(boot_id)
-        self.boot_id_changed = self.boot_id is not None and new_boot_id != self.boot_id
-        if self.boot_id_changed:
-            self.previous_boot_id = self.boot_id
-        self.boot_id = new_boot_id
+        self.boot_id = None if boot_id is None else str(boot_id)
         mode = hello.get("mode")
         self.mode = None if mode is None else str(mode)
         self.hello = hello

@@ -112,12 +112,6 @@ class CollectorStream:
             return self._hello
 
     @property
-    def last_data_age_s(self) -> float:
-        """Seconds since the collector last sent anything."""
-        with self._cond:
-            return time.monotonic() - self._last_data_mono
-
-    @property
     def failed(self) -> bool:
         """Whether the stream broke or was closed."""
         with self._cond:
