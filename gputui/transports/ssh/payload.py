@@ -42,9 +42,8 @@ class AgentPayload:
 
     ``source_zlib`` is ``gputui/agent.py`` as it is; ``code_zlib`` is the same file compiled and marshalled
     by this python (empty when it does not compile here). The remote loader runs the code object when its
-    python's bytecode magic number is ``magic_hex`` (same bytecode format: a remote compile of 150 KB of
-    source is ~25 ms of CPU at every start, the largest single cost of starting a collector), else it
-    compiles the source.
+    python's bytecode magic number is ``magic_hex`` (same bytecode format: compiling the collector there
+    would be the largest single cost of every start), else it compiles the source.
     """
 
     source_zlib: bytes
@@ -60,10 +59,10 @@ _payload_lock = threading.Lock()
 
 
 def agent_payload(source: bytes) -> AgentPayload:
-    """The payload for ``source``, built once per source (compiling and compressing take ~50 ms of CPU).
+    """The payload for ``source``, built once per source (compiling and compressing it is CPU work).
 
-    Under a lock: the links of a fleet open at the same moment, and each building its own copy would cost
-    a core for seconds.
+    Under a lock: the links of a fleet open at the same moment, and each building its own copy would keep
+    a core busy for a while.
     """
     if not source:
         raise LinkError("agent source is empty")
