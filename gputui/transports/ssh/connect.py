@@ -143,7 +143,7 @@ class Connection:
         return LinkError(ended) if ended is not None else phase_error(self.target, what, exc)
 
     def abort(self, reason: str) -> None:
-        """End the connection at once (a host that stopped answering): its sockets are shut, not closed."""
+        """End the connection at once (a host that stopped answering): sockets shut, no polite close."""
         with self._lock:
             if self._ended is None:
                 self._ended = reason

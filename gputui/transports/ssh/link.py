@@ -241,8 +241,8 @@ class SshLink(HostLink):
             return
         if stream is not None:
             stream.fail(LinkError(f"{self.target}: link closed"))
-        connection.close()
+        connection.close()  # its channel is the stream's pipe
         if stream is not None:
-            stream.end(READER_JOIN_S)
+            stream.join(READER_JOIN_S)
         if current:
             self.hello = None

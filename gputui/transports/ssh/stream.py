@@ -47,24 +47,19 @@ class Pipe(Protocol):
 
     def recv(self, max_bytes: int) -> bytes | None:
         """Up to ``max_bytes`` of stdout; b"" at its end; None when nothing came within about a second."""
-        ...
 
     def send(self, data: memoryview) -> int | None:
         """Write a prefix of ``data`` to stdin and return its length; 0: stdin is closed; None: nothing was
         taken within about a second (the caller tries again until its own deadline)."""
-        ...
 
     def stderr(self, tail_bytes: int) -> bytes:
         """The last ``tail_bytes`` (at most) of what arrived on stderr since the last call; never blocks."""
-        ...
 
     def exit_status(self, wait_s: float) -> int | None:
         """The exit status, waiting up to ``wait_s`` for it; None: not known; -1: it ended without one."""
-        ...
 
     def close(self) -> None:
         """Close every direction; never blocks for long."""
-        ...
 
 
 class CollectorStream:
@@ -230,9 +225,13 @@ class CollectorStream:
         """Close the pipe and wait up to ``join_s`` for the reader thread to finish."""
         self.fail(LinkError(f"{self.target}: link closed"))
         self._pipe.close()
+        self.join(join_s)
+
+    def join(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the reader thread (it stops within a second of a failure)."""
         reader = self._reader
         if reader is not None and reader is not threading.current_thread():
-            reader.join(join_s)
+            reader.join(timeout_s)
 
     # -- the HostLink calls ------------------------------------------------------------------------------
 
