@@ -152,8 +152,9 @@ def median(values: list[float]) -> float:
 
 
 def have_module(name: str) -> bool:
-    """Whether gputui module ``name`` (e.g. "gputui.agent") exists in this tree (without importing it)."""
-    return (REPO_ROOT / (name.replace(".", "/") + ".py")).is_file()
+    """Whether gputui module or package ``name`` (e.g. "gputui.agent") exists in this tree (not imported)."""
+    path = REPO_ROOT / name.replace(".", "/")
+    return path.with_name(path.name + ".py").is_file() or (path / "__init__.py").is_file()
 
 
 @dataclass
@@ -623,7 +624,7 @@ def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: i
 
 def ssh_stream(args: argparse.Namespace, report: Report, sec: int, duration: float) -> None:
     if not have_module("gputui.transports.ssh"):
-        report.na(sec, "bytes per sample over SSH", "gputui/transports/ssh.py not in the tree yet")
+        report.na(sec, "bytes per sample over SSH", "gputui/transports/ssh/ not in the tree yet")
         return
     if not (REPO_ROOT / "tests" / "integration" / "sshd.py").is_file():
         report.na(sec, "bytes per sample over SSH", "tests/integration/sshd.py fixture not in the tree yet")
