@@ -6,7 +6,8 @@ shipped over SSH for remote hosts (``gputui.transports.bundle``: its modules, an
 served by a small importer in the remote ``python3``, nothing installed there). It never imports the client.
 
 * ``protocol``: versions, command, stage, result, state and mode names, and the message shapes;
-* ``procfs``, ``statfds``, ``details``, ``proctree``: /proc, the job rule and the one tree walk;
+* ``procfs``, ``statfds``, ``details``, ``proctree``, ``threads``: /proc, the job rule, the one tree walk, and
+  the live threads of a defunct leader;
 * ``calls``, ``gpu/`` (``nvml``, ``smi``, ``none`` behind one interface): bounded device calls;
 * ``health/``: endpoint probes from the GPU host itself, discovery of launchers' endpoints;
 * ``collector`` (``Agent``), ``processes``, ``commands``: one host's snapshots and the answers to commands;
@@ -18,6 +19,15 @@ Importing this package imports none of its modules: each is loaded when used, so
 nothing never loads the HTTP client, and one in NVML mode never loads the nvidia-smi backend.
 """
 
-SHIPPED_AS_SOURCE = ("health.http", "health.probe", "gpu.smi", "gpu.smiparse", "gpu.none")
-"""Modules most hosts never import (the HTTP client of the probes, the nvidia-smi backend): the bundle carries
-them as source only, for the remote python to compile on first import."""
+SHIPPED_AS_SOURCE = (
+    "health.http",
+    "health.probe",
+    "health.metrics_filter",
+    "gpu.smi",
+    "gpu.smiparse",
+    "gpu.none",
+    "threads",
+)
+"""Modules most hosts never import (the HTTP client of the probes, the metrics filter, the nvidia-smi backend,
+the threads of a defunct leader): the bundle carries them as source only, for the remote python to compile on
+first import."""

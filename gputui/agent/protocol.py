@@ -199,6 +199,16 @@ HEALTH_STATES = (
     HEALTH_STATE_TIMEOUT,
     HEALTH_STATE_ERROR,
 )
+"""The states the collector's probe sends."""
+
+# Server states the collector does not send: the client derives them from health, the server's metrics and
+# its launcher's age (``gputui.core.servers``). They belong beside the five above.
+HEALTH_STATE_STARTING = "STARTING"
+"""Refused or 503 while the launcher is young and has not served yet: loading weights, compiling, warming."""
+HEALTH_STATE_BUSY = "BUSY"
+"""Health failing (503, timeout) while tokens are being generated: working, not dead. Do not kill."""
+HEALTH_STATE_STALLED = "STALLED"
+"""Requests running or waiting and no token generated for the stall window, whatever /health says."""
 
 # ----------------------------------------------------------------------------------------------------------
 # Builders: every message and dict of one kind, one shape

@@ -16,6 +16,8 @@ Sections (each prints "n/a (reason)" when the piece it measures is not there; no
 5. render cost: one update of 8 hosts x 8 GPUs x 200 processes applied to the app's widgets.
 6. fleet view on Prometheus: client CPU and render per refresh at 500 hosts x 8 GPUs (recorded JSON), and the
    whole loop against a real Prometheus scraping 50 exporters (``fleet_bench.py``).
+7. inference server metrics: the collector's probe + filter of a ~50 KB ``/metrics`` body, the bytes per
+   sample on the wire, the client's parse (``metrics_bench.py``).
 
 Every figure is a median over repeated runs. The peers (gpustat 1.1.1, nvitop 1.7.2) are installed into a
 throwaway virtualenv under ``~/.cache/gputui-bench/peers-venv``; they are not project dependencies. The
@@ -150,9 +152,9 @@ def median(values: list[float]) -> float:
 
 
 def have_module(name: str) -> bool:
-    """Whether gputui module or package ``name`` (e.g. "gputui.agent") exists in this tree (without importing it)."""
+    """Whether gputui module or package ``name`` (e.g. "gputui.agent") exists in this tree (not imported)."""
     path = REPO_ROOT / name.replace(".", "/")
-    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+    return path.with_name(path.name + ".py").is_file() or (path / "__init__.py").is_file()
 
 
 @dataclass
@@ -642,7 +644,7 @@ def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: i
 
 def ssh_stream(args: argparse.Namespace, report: Report, sec: int, duration: float) -> None:
     if not have_module("gputui.transports.ssh"):
-        report.na(sec, "bytes per sample over SSH", "gputui/transports/ssh.py not in the tree yet")
+        report.na(sec, "bytes per sample over SSH", "gputui/transports/ssh/ not in the tree yet")
         return
     if not (REPO_ROOT / "tests" / "integration" / "sshd.py").is_file():
         report.na(sec, "bytes per sample over SSH", "tests/integration/sshd.py fixture not in the tree yet")
@@ -782,6 +784,12 @@ def section_fleet(args: argparse.Namespace, report: Report) -> None:
     fleet_bench.run(args, report, 6)
 
 
+def section_metrics(args: argparse.Namespace, report: Report) -> None:
+    from tests.bench import metrics_bench
+
+    metrics_bench.run(args, report, 7)
+
+
 SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = {
     1: ("collector cost per sample", section_collector),
     2: ("remote cost", section_remote),
@@ -789,6 +797,7 @@ SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = 
     4: ("drain latency", section_drain),
     5: ("render cost", section_render),
     6: ("fleet view on Prometheus", section_fleet),
+    7: ("inference server metrics", section_metrics),
 }
 
 

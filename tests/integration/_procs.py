@@ -348,18 +348,24 @@ int main(void)
 """
 
 
-def build_vfork_waiter(out_dir: Path) -> Path:
-    """Compile the D-state helper (needs the C compiler the fake NVML build needs anyway)."""
-    source = out_dir / "vfork_waiter.c"
-    binary = out_dir / "vfork_waiter"
-    source.write_text(VFORK_WAITER_C)
+def build_c_helper(out_dir: Path, name: str, source: str, flags: Sequence[str] = ()) -> Path:
+    """Compile one C helper into ``out_dir`` (needs the C compiler the fake NVML build needs anyway)."""
+    source_path = out_dir / f"{name}.c"
+    binary = out_dir / name
+    source_path.write_text(source)
     cc = os.environ.get("CC") or "cc"
-    subprocess.run([cc, "-O0", "-o", str(binary), str(source)], check=True, timeout=120)
+    subprocess.run([cc, "-O0", *flags, "-o", str(binary), str(source_path)], check=True, timeout=120)
     return binary
+
+
+def build_vfork_waiter(out_dir: Path) -> Path:
+    """Compile the D-state helper."""
+    return build_c_helper(out_dir, "vfork_waiter", VFORK_WAITER_C)
 
 
 class Binary(Script):
     """A compiled helper that reports its pid like the scripts do."""
 
-    def __init__(self, binary: Path, roles: Sequence[str]) -> None:
-        super().__init__("", roles, python=str(binary))
+    def __init__(self, binary: Path, roles: Sequence[str], args: Sequence[str] = ()) -> None:
+        super().__init__("", roles, python=str(binary), argv_extra=args)
+

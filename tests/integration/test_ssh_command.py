@@ -211,7 +211,7 @@ def test_reduced_command_is_valid_sh_with_only_fixed_text() -> None:
 
 
 def test_reduced_process_selection() -> None:
-    from gputui.transports.ssh import _reduced_processes
+    from gputui.transports.ssh.reduced import reduced_processes
 
     ps_lines = [
         "    1     0 Ss   root     /sbin/init",
@@ -224,7 +224,7 @@ def test_reduced_process_selection() -> None:
         "  400     1 D    bob      stuck in io",
         "garbage line",
     ]
-    rows = {row["pid"]: row for row in _reduced_processes(ps_lines, {201: {0: 1000}, 999: {1: 5}})}
+    rows = {row["pid"]: row for row in reduced_processes(ps_lines, {201: {0: 1000}, 999: {1: 5}})}
     assert sorted(rows) == [100, 200, 201, 202, 203, 400, 999]
     assert rows[201]["gpu_memory_mib"] == {"0": 1000}
     assert rows[200]["cmdline"] == ["python", "-m", "sglang.launch_server", "--tp", "8"]

@@ -12,24 +12,40 @@ from tests.integration._procs import REPO
 
 DATA_LAYER = (
     "gputui.core.model", "gputui.agent", "gputui.core.analysis", "gputui.core.actions", "gputui.core.config",
-    "gputui.core.state",
+    "gputui.core.state", "gputui.core.servers",
     "gputui.core.fleet", "gputui.commands.fleet_options", "gputui.transports.prometheus",
 )
 
 
-def test_data_layer_imports_without_textual_or_rich() -> None:
+SSH_SHARED = (
+    "gputui.transports.ssh.stream", "gputui.transports.ssh.payload", "gputui.transports.ssh.reduced",
+)
+"""The parts of the SSH transport a transport over the system ssh client shares: no paramiko in them."""
+
+
+def packages_loaded_by(modules: tuple[str, ...]) -> set[str]:
+    """The top-level packages a fresh interpreter has loaded after importing ``modules``."""
     code = (
         "import importlib, sys\n"
-        f"for name in {DATA_LAYER!r}:\n"
+        f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "ui = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))\n"
-        "print(','.join(ui))\n"
+        "print(','.join(sorted({m.split('.')[0] for m in sys.modules})))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == ""
+    return set(done.stdout.strip().split(","))
+
+
+def test_data_layer_imports_without_textual_or_rich() -> None:
+    assert packages_loaded_by(DATA_LAYER) & {"textual", "rich"} == set()
+
+
+def test_the_shared_parts_of_the_ssh_transport_import_without_paramiko() -> None:
+    loaded = packages_loaded_by(SSH_SHARED)
+    assert "gputui" in loaded
+    assert loaded & {"paramiko", "textual", "rich"} == set()
 
 
 AGENT = REPO / "gputui" / "agent"

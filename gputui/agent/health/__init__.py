@@ -8,6 +8,7 @@ URL, and its ``samples()`` only copies the latest state under a lock never held 
 * ``urls``: what a URL means (generating, credentials, how it is shown);
 * ``discovery``: the /health URLs of sglang and vLLM launchers in the process list, on this host's addresses;
 * ``http`` and ``probe``: one bounded HTTP/1.1 GET and what its answer means, imported only when a probe runs;
+* ``metrics_filter``: a server's ``/metrics`` body cut down to the series the client reads;
 * ``prober``: what is probed, how often, and the latest state of each endpoint.
 """
 
