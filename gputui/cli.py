@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui import __version__
-from gputui.agent import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
+from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
 
 SUBCOMMANDS = ("snapshot", "check", "kill")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core import cleanslate
 from gputui.core.analysis import (
@@ -154,7 +155,7 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
 def _configure(link: HostLink, memory_interval_s: float, process_interval_s: float) -> None:
     link.request(
         {
-            "cmd": "configure",
+            "cmd": CMD_CONFIGURE,
             "memory_interval_s": memory_interval_s,
             "process_interval_s": process_interval_s,
         },

@@ -26,6 +26,7 @@ from gputui.core.analysis import Baselines
 from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink
 from gputui.transports.hostkeys import UnknownHostKey
+from gputui.transports.ssh import hostkeys as ssh_hostkeys
 from gputui.ui import keymap
 from gputui.ui.cleancheck import CleanChecks
 from gputui.ui.hosts import HostKeyAcceptor, Hosts, HostState
@@ -67,12 +68,6 @@ class Settings:
     notify_timeout_s: float = 8.0
 
 
-def _accept_host_key_default(hop: str, key: Any) -> object:
-    from gputui.transports.ssh import accept_host_key  # paramiko: loaded only when a key is accepted
-
-    return accept_host_key(hop, key)
-
-
 class GpuTuiApp(App[int]):
     """gputui: one screen for GPU memory, the processes holding it, what is stuck, and the clean slate.
 
@@ -86,7 +81,7 @@ class GpuTuiApp(App[int]):
         audit_dir: Where the audit log goes (None: the XDG state directory).
         audit: Write the audit log (False: ``--no-audit``, and the demo, whose kills are simulated).
         accept_host_key: Records a host key the user accepted, called with ``UnknownHostKey.hop`` and
-            ``.key`` on a thread (default ``gputui.transports.ssh.accept_host_key``).
+            ``.key`` on a thread (default ``gputui.transports.ssh.hostkeys.accept_host_key``).
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
         retry_cap_s: Largest reconnect delay, seconds.
         fleet: The fleet view, shown first; ``targets`` may then be empty, and hosts opened from it are
@@ -136,7 +131,7 @@ class GpuTuiApp(App[int]):
             link_factory,
             baselines_for or (lambda _target: Baselines()),
             self.post_message,
-            accept_host_key or _accept_host_key_default,
+            accept_host_key or ssh_hostkeys.accept_host_key,
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
         )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
+from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import CleanCheck
 from gputui.core.health_view import UP, HealthHistory, health_transitions
@@ -368,7 +369,7 @@ class Hosts:
     def configure(self, host: HostState, memory_interval_s: float, process_interval_s: float) -> None:
         """Change a host's sampling intervals (fast while a clean-slate check runs)."""
         command = {
-            "cmd": "configure",
+            "cmd": CMD_CONFIGURE,
             "memory_interval_s": memory_interval_s,
             "process_interval_s": process_interval_s,
         }

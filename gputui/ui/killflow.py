@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.message import Message
 
-from gputui.agent import (
+from gputui.agent.protocol import (
     RESULT_ABANDONED,
     RESULT_CHANGED,
     RESULT_DENIED,

@@ -180,7 +180,7 @@ def client_main(argv: list[str]) -> int:
     parser.add_argument("--process-interval", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--stand-in", type=Path, default=None,
-                        help="ship this collector source instead of gputui/agent.py (app mode)")
+                        help="ship this collector source instead of the installed collector (app mode)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a pyinstrument text profile of the steady window here (needs pyinstrument)")
     args = parser.parse_args(argv)
@@ -374,14 +374,14 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                 if (REPO_ROOT / "gputui" / "app.py").is_file() else "gputui/ui/app.py absent: link layer measured")
     with fake_host(args.processes, args.holders) as host:
         modes = []
-        if (REPO_ROOT / "gputui" / "transports" / "ssh.py").is_file():
+        if (REPO_ROOT / "gputui" / "transports" / "ssh" / "__init__.py").is_file():
             if (REPO_ROOT / "gputui" / "app.py").is_file():
                 modes.append("app")
             modes.append("ssh")
             if (REPO_ROOT / "gputui" / "app.py").is_file():
                 modes.append("app-stand-in")
         else:
-            report.na(sec, "fan-out over SSH", "gputui/transports/ssh.py not in the tree yet")
+            report.na(sec, "fan-out over SSH", "gputui/transports/ssh/ not in the tree yet")
             modes.append("pipe")
         for mode in modes:
             with tempfile.TemporaryDirectory(prefix="gputui-bench-fanout-") as tmp:

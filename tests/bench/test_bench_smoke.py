@@ -40,3 +40,23 @@ def test_section_one_prints_a_table_of_measured_figures(tmp_path: Path) -> None:
     assert "n/a (--no-peers)" in proc.stdout
     # The agent spawned nothing while sampling.
     assert rows["gputui agent: processes spawned"]["value"] == 0
+
+
+def test_the_metrics_section_prints_measured_figures(tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, str(RUN_BENCH), "--section", "7", "--quick", "--json", str(rows_path)],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
+    for engine in ("vllm", "sglang"):
+        probes = [row for metric, row in rows.items() if metric.startswith(f"{engine} metrics probe + filter")]
+        assert probes
+        for row in probes + [rows[f"{engine} client parse + state update"]]:
+            assert isinstance(row["value"], float), row
+            assert math.isfinite(row["value"]), row
+            assert row["value"] > 0, row
+        wire = rows[f"{engine} metrics on the wire per sample"]
+        assert 0 < wire["value"] < 2048, wire  # a few hundred bytes of a ~50 KB body
+        assert re.search(r"of a \d{5} B body", wire["compare"]), wire

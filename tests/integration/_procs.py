@@ -19,15 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gputui.transports.ssh import agent_loader, agent_payload
+from gputui.transports.bundle import bundle_for, loader
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT_SOURCE = (REPO / "gputui" / "agent.py").read_bytes()
 DEADLINE_S = 30.0
 
-# The exact bootstrap the SSH transport uses: the payload arrives on stdin, then the JSON-line commands.
-AGENT_PAYLOAD = agent_payload(AGENT_SOURCE)
-BOOTSTRAP = agent_loader(AGENT_PAYLOAD)
+# The exact bootstrap the SSH transport uses: the bundle arrives on stdin, then the JSON-line commands.
+AGENT_PAYLOAD = bundle_for()
+BOOTSTRAP = loader(AGENT_PAYLOAD)
 
 SLEEPER = r"""
 import json, os, sys, time
@@ -349,18 +348,24 @@ int main(void)
 """
 
 
-def build_vfork_waiter(out_dir: Path) -> Path:
-    """Compile the D-state helper (needs the C compiler the fake NVML build needs anyway)."""
-    source = out_dir / "vfork_waiter.c"
-    binary = out_dir / "vfork_waiter"
-    source.write_text(VFORK_WAITER_C)
+def build_c_helper(out_dir: Path, name: str, source: str, flags: Sequence[str] = ()) -> Path:
+    """Compile one C helper into ``out_dir`` (needs the C compiler the fake NVML build needs anyway)."""
+    source_path = out_dir / f"{name}.c"
+    binary = out_dir / name
+    source_path.write_text(source)
     cc = os.environ.get("CC") or "cc"
-    subprocess.run([cc, "-O0", "-o", str(binary), str(source)], check=True, timeout=120)
+    subprocess.run([cc, "-O0", *flags, "-o", str(binary), str(source_path)], check=True, timeout=120)
     return binary
+
+
+def build_vfork_waiter(out_dir: Path) -> Path:
+    """Compile the D-state helper."""
+    return build_c_helper(out_dir, "vfork_waiter", VFORK_WAITER_C)
 
 
 class Binary(Script):
     """A compiled helper that reports its pid like the scripts do."""
 
-    def __init__(self, binary: Path, roles: Sequence[str]) -> None:
-        super().__init__("", roles, python=str(binary))
+    def __init__(self, binary: Path, roles: Sequence[str], args: Sequence[str] = ()) -> None:
+        super().__init__("", roles, python=str(binary), argv_extra=args)
+

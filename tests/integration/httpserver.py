@@ -64,12 +64,16 @@ _modes: dict[str, str] = {}
 _hits: dict[str, list[float]] = {}
 
 
-class _Handler(BaseHTTPRequestHandler):
+class QuietHandler(BaseHTTPRequestHandler):
+    """An HTTP/1.1 handler that logs nothing: the base of the test servers' handlers."""
+
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass
 
+
+class _Handler(QuietHandler):
     def do_GET(self) -> None:  # noqa: N802 - the base class's name
         path = self.path.split("?", 1)[0]
         with _lock:
@@ -151,7 +155,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b"no such behaviour")
 
 
-class _Server(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
+    """A threaded test server that reuses its port and ignores clients that give up."""
+
     daemon_threads = True
     allow_reuse_address = True
 
@@ -159,7 +165,7 @@ class _Server(ThreadingHTTPServer):
         pass  # clients that abort (TLS verify failures, deadlines) are the point of these tests
 
 
-class _TlsServer(_Server):
+class _TlsServer(QuietServer):
     def __init__(self, address: tuple[str, int], context: ssl.SSLContext) -> None:
         super().__init__(address, _Handler)
         self.context = context
@@ -190,7 +196,7 @@ def main() -> int:
     parser.add_argument("--tls-cert")
     parser.add_argument("--tls-key")
     args = parser.parse_args()
-    servers: list[_Server] = [_Server(("127.0.0.1", 0), _Handler)]
+    servers: list[QuietServer] = [QuietServer(("127.0.0.1", 0), _Handler)]
     tls_port = None
     if args.tls_cert:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -15,6 +15,7 @@ import pytest
 from textual.content import Content
 from textual.message import Message
 
+from gputui.agent.protocol import MODE_LABELS, MODE_NVML, MODE_REDUCED, MODE_SMI
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import HostLink
@@ -300,6 +301,22 @@ async def test_titles_are_plain_text_not_markup(clock):
         title = app.query_one(GpuPanel).border_title
         assert title is not None
         assert "[b]node[/b]" in Content.from_markup(title).plain
+
+
+async def test_the_gpu_title_says_how_the_host_is_read(clock):
+    target = TARGETS[0]
+    app = GpuTuiApp([target], QuietLink, clock=clock, read_only=True)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        app.post_message(Hosts.Sampled(target, _sample(target, clock)))
+        await pilot.pause()
+        simulated = Content.from_markup(str(app.query_one(GpuPanel).border_title)).plain
+        assert not any(label in simulated for label in MODE_LABELS.values())
+        for mode, label in ((MODE_NVML, "NVML"), (MODE_SMI, "nvidia-smi"), (MODE_REDUCED, "reduced")):
+            app.post_message(Hosts.Sampled(target, replace(_sample(target, clock), mode=mode)))
+            await pilot.pause()
+            title = Content.from_markup(str(app.query_one(GpuPanel).border_title)).plain
+            assert f" · {label}" in title, title
 
 
 async def test_many_deliveries_between_redraws_start_one_host_bar_timer(app, clock, monkeypatch):

@@ -265,6 +265,7 @@ class MonitorScreen(Screen[None]):
             title = visible(host.target, 40)
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {visible(snapshot.driver_version, 20)}"
+            title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
             read_only = " · READ-ONLY" if app.settings.read_only else ""
             flags = read_only + (" · ⏸ PAUSED" if self.paused else "")
             set_border_title(gpus, f"GPUs · {title}{flags}")

@@ -1,0 +1,285 @@
+"""What an inference server is doing, from its health answers, its metrics and its launcher's age.
+
+``/health`` alone misleads both ways: a server whose engine died can keep answering 200 while requests hang
+(vLLM's EngineCore), and a server deep in a long prefill can answer 503 while it generates (sglang's check
+counts only recent detokenizer output). :class:`ServerStateTracker` (one per endpoint) combines:
+
+- the health probe's state and HTTP code (the collector's five states);
+- the server's metrics (:class:`ServerMetrics`), when they could be read: requests running and waiting, and
+  the generated-token counter;
+- the age of the launcher process that serves the endpoint, when it is known;
+
+into one of the states below, with the time of the last change, a one-line reason and a short history of
+tokens/s. Metrics that could not be read (slow, huge, malformed, gone) blank only the metrics: the state then
+comes from health alone.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from gputui.agent.protocol import (
+    HEALTH_STATE_BUSY,
+    HEALTH_STATE_DOWN,
+    HEALTH_STATE_ERROR,
+    HEALTH_STATE_STALLED,
+    HEALTH_STATE_STARTING,
+    HEALTH_STATE_TIMEOUT,
+    HEALTH_STATE_UNHEALTHY,
+    HEALTH_STATE_UP,
+)
+from gputui.core.analysis import age_text
+from gputui.core.model import HealthSample
+from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
+from gputui.core.textsafe import visible
+
+SERVER_STATES = (
+    HEALTH_STATE_STARTING,
+    HEALTH_STATE_UP,
+    HEALTH_STATE_BUSY,
+    HEALTH_STATE_STALLED,
+    HEALTH_STATE_UNHEALTHY,
+    HEALTH_STATE_DOWN,
+    HEALTH_STATE_TIMEOUT,
+    HEALTH_STATE_ERROR,
+)
+
+DEFAULT_STALL_AFTER_S = 30.0
+"""Seconds of a flat generated-token counter, with requests pending, before a server is STALLED."""
+DEFAULT_STARTING_GRACE_S = 900.0
+"""A launcher younger than this may still be loading: large models take minutes to load, compile and warm
+up, and a launcher that crashed while loading is gone (it has no age) and reads as DOWN at once."""
+DEFAULT_HISTORY_LEN = 30
+"""Readings of tokens/s kept for the sparkline."""
+LAUNCHER_SAME_SLACK_S = 2.0
+"""Launcher ages that put its start within this many seconds of the one seen before are the same launcher."""
+REASON_MAX_CHARS = 160
+
+_CODE_MAY_BE_LOADING = 503
+_FAILING_BUT_MAY_BE_BUSY = (HEALTH_STATE_UNHEALTHY, HEALTH_STATE_TIMEOUT)
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One endpoint's derived state after an update.
+
+    Attributes:
+        state: One of ``SERVER_STATES`` (or a state a newer collector sent), None before the first probe.
+        since: Epoch seconds (the caller's ``now``) of the last change of ``state``.
+        previous_state: The state before that change (None at the first one).
+        reason: One human line: why this state, with the figures behind it.
+        metrics: The latest metrics reading with its derived tokens/s, None while metrics are blank.
+        tokens_per_s_history: Oldest first; None where a reading had no rate (first reading, metrics blank).
+        stalled_for_s: How long requests have been pending with the counter flat (None: not pending, or
+            unknown).
+    """
+
+    state: str | None
+    since: float | None
+    previous_state: str | None
+    reason: str
+    metrics: ServerMetrics | None = None
+    tokens_per_s_history: tuple[float | None, ...] = ()
+    stalled_for_s: float | None = None
+
+
+def _figure(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _health_word(health: HealthSample) -> str:
+    if health.code is not None and health.state != HEALTH_STATE_UP:
+        return f"HTTP {health.code}"
+    if health.detail:
+        return visible(health.detail, 80)
+    return visible(health.state or "not probed", 12)
+
+
+class ServerStateTracker:
+    """The state machine of one server endpoint. Pure: fed samples and a clock, it reads nothing itself.
+
+    Args:
+        stall_after_s: Seconds of no generated token, with requests pending, before STALLED.
+        starting_grace_s: A launcher younger than this that has not served yet may be loading (STARTING).
+        history_len: Tokens/s readings kept.
+
+    Raises:
+        ValueError: A setting that is not a positive finite number (``starting_grace_s`` may be 0: never
+            STARTING).
+    """
+
+    def __init__(
+        self,
+        stall_after_s: float = DEFAULT_STALL_AFTER_S,
+        starting_grace_s: float = DEFAULT_STARTING_GRACE_S,
+        history_len: int = DEFAULT_HISTORY_LEN,
+    ) -> None:
+        if not 0 < stall_after_s < float("inf"):
+            raise ValueError(f"stall window must be a positive number of seconds, not {stall_after_s!r}")
+        if not 0 <= starting_grace_s < float("inf"):
+            raise ValueError(f"starting grace must be a number of seconds, not {starting_grace_s!r}")
+        if history_len < 1:
+            raise ValueError(f"history length must be at least 1, not {history_len!r}")
+        self.stall_after_s = float(stall_after_s)
+        self.starting_grace_s = float(starting_grace_s)
+        self._history: deque[float | None] = deque(maxlen=history_len)
+        self._metrics: ServerMetrics | None = None
+        self._last_reading: ServerMetrics | None = None
+        self._counter_reading: ServerMetrics | None = None
+        self._quiet_since: float | None = None
+        self._last_progress_at: float | None = None
+        self._pending_since: float | None = None
+        self._last_health_at: float | None = None
+        self._launcher_started_at: float | None = None
+        self._served = False
+        self._current = ServerState(None, None, None, "not probed yet")
+
+    @property
+    def current(self) -> ServerState:
+        """The state after the last update."""
+        return self._current
+
+    def update(
+        self,
+        health: HealthSample | None,
+        metrics: ServerMetrics | None,
+        launcher_age_s: float | None,
+        now: float,
+        metrics_error: str | None = None,
+    ) -> ServerState:
+        """Take the latest samples and return the state they make.
+
+        The same samples may be fed again (every snapshot carries the latest): a metrics reading is taken
+        once, by its ``sampled_at``.
+
+        Args:
+            health: The endpoint's latest health sample (None or state None: not probed yet).
+            metrics: Its latest metrics reading (rate not needed: it is derived here), None when blank.
+            launcher_age_s: Seconds since the launcher process serving this endpoint started, None when no
+                launcher is known.
+            now: Epoch seconds, the clock ``since`` is kept in.
+            metrics_error: Why metrics are blank, for the reason line (e.g. "timed out", "malformed").
+
+        Returns:
+            The new :class:`ServerState` (also ``current``).
+        """
+        self._note_launcher(launcher_age_s, now)
+        if metrics is not None:
+            self._take_metrics(metrics)
+        else:
+            self._metrics = None
+            self._pending_since = None  # pending is known only while it is watched
+            checked_at = None if health is None else health.checked_at
+            if checked_at is not None and checked_at != self._last_health_at:
+                self._history.append(None)
+        if health is not None:
+            self._last_health_at = health.checked_at
+        state, reason = self._decide(health, launcher_age_s, metrics_error)
+        if state == HEALTH_STATE_UP:
+            self._served = True
+        previous = self._current
+        changed = state != previous.state
+        self._current = ServerState(
+            state=state,
+            since=now if changed else previous.since,
+            previous_state=previous.state if changed else previous.previous_state,
+            reason=visible(reason, REASON_MAX_CHARS),
+            metrics=self._metrics,
+            tokens_per_s_history=tuple(self._history),
+            stalled_for_s=self._stalled_for(),
+        )
+        return self._current
+
+    def _take_metrics(self, metrics: ServerMetrics) -> None:
+        if self._last_reading is not None and metrics.sampled_at <= self._last_reading.sampled_at:
+            self._metrics = self._last_reading  # a reading already taken: snapshots repeat the latest
+            return
+        reading = with_rate(self._counter_reading, metrics)
+        delta = generation_delta(self._counter_reading, metrics)
+        throughput_moved = (
+            self._counter_reading is not None
+            and reading.engine_tokens_per_s is not None
+            and self._counter_reading.engine_tokens_per_s is not None
+            and reading.engine_tokens_per_s != self._counter_reading.engine_tokens_per_s
+        )
+        if reading.generation_tokens_series:
+            # The engine's own throughput figure changes only when its scheduler logs, which it does while it
+            # decodes: progress even when the token counter waits for requests to finish.
+            if delta is None or delta.tokens > 0 or delta.reset or throughput_moved:
+                self._quiet_since = reading.sampled_at
+                if delta is not None and (delta.tokens > 0 or throughput_moved):
+                    self._last_progress_at = reading.sampled_at
+                    self._served = True
+            self._counter_reading = reading
+        pending = reading.pending
+        if not pending:
+            self._pending_since = None
+        elif self._pending_since is None:
+            self._pending_since = reading.sampled_at
+        self._metrics = self._last_reading = reading
+        self._history.append(reading.generation_tokens_per_s)
+
+    def _note_launcher(self, launcher_age_s: float | None, now: float) -> None:
+        if launcher_age_s is None:
+            return
+        started = now - launcher_age_s
+        known = self._launcher_started_at
+        if known is None or abs(started - known) > LAUNCHER_SAME_SLACK_S:
+            self._launcher_started_at = started
+            self._served = False
+
+    def _stalled_for(self) -> float | None:
+        reading = self._metrics
+        if reading is None or not reading.generation_tokens_series or not reading.pending:
+            return None
+        if self._quiet_since is None or self._pending_since is None:
+            return None
+        return max(0.0, reading.sampled_at - max(self._quiet_since, self._pending_since))
+
+    def _progressing(self) -> bool:
+        reading = self._metrics
+        if reading is None or self._last_progress_at is None:
+            return False
+        return reading.sampled_at - self._last_progress_at < self.stall_after_s
+
+    def _decide(
+        self, health: HealthSample | None, launcher_age_s: float | None, metrics_error: str | None
+    ) -> tuple[str | None, str]:
+        if health is None or health.state is None:
+            return None, "not probed yet"
+        state = health.state
+        word = _health_word(health)
+        reading = self._metrics
+        blank = f"; metrics: {metrics_error}" if reading is None and metrics_error else ""
+        loading = state == HEALTH_STATE_DOWN or (
+            state == HEALTH_STATE_UNHEALTHY and health.code == _CODE_MAY_BE_LOADING
+        )
+        young = launcher_age_s is not None and launcher_age_s < self.starting_grace_s
+        if loading and young and not self._served and launcher_age_s is not None:
+            # Before it first serves, a flat counter with work queued is a warm-up (compiling, capturing
+            # graphs), not a stall.
+            return HEALTH_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
+        stalled_for = self._stalled_for()
+        if (
+            reading is not None
+            and state != HEALTH_STATE_DOWN
+            and stalled_for is not None
+            and stalled_for >= self.stall_after_s
+        ):
+            return HEALTH_STATE_STALLED, (
+                f"stalled: {_figure(reading.running)} running, {_figure(reading.waiting)} waiting, "
+                f"no token generated for {age_text(stalled_for)} (health {word})"
+            )
+        if state == HEALTH_STATE_UP:
+            if reading is None:
+                return state, f"health UP{blank}"
+            return state, (
+                f"serving: {_figure(reading.running)} running, {_figure(reading.waiting)} waiting, "
+                f"{_figure(reading.generation_tokens_per_s)} tokens/s"
+            )
+        if reading is not None and state in _FAILING_BUT_MAY_BE_BUSY and self._progressing():
+            rate = reading.generation_tokens_per_s
+            doing = "generating" if rate is None else f"generating {rate:.0f} tokens/s"
+            return HEALTH_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
+        return state, f"{word}{blank}"

@@ -1,0 +1,108 @@
+"""Whether to trust the key a host presented: one decision for connecting and for the user's "accept".
+
+The known_hosts files themselves are read and written by ``gputui.transports.hostkeys``; here the verdict
+becomes an action: a known key passes, a revoked or changed one is refused always, and an unknown one is
+refused (``UnknownHostKey``, carrying the key so the user can accept it) or recorded when the caller may
+record it (``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's explicit accept).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gputui.transports.base import LinkError
+from gputui.transports.hostkeys import (
+    ChangedHostKey,
+    KnownHostLine,
+    RevokedHostKey,
+    UnknownHostKey,
+    check_host_key,
+    fingerprint_sha256,
+    load_known_hosts,
+    lookup_name,
+    record_host_key,
+)
+from gputui.transports.ssh.errors import phase_error
+from gputui.transports.sshconfig import SshSettings, resolve
+
+
+def known_hosts(settings: SshSettings) -> tuple[str, list[KnownHostLine]]:
+    """The known_hosts name of ``settings``' host and every line of its known_hosts files."""
+    name = lookup_name(settings.hostname, settings.port, settings.host_key_alias)
+    return name, load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+
+
+def trust_host_key(
+    target: str,
+    settings: SshSettings,
+    name: str,
+    known: list[KnownHostLine],
+    key: Any,
+    *,
+    record_unknown: bool,
+) -> str:
+    """Decide on ``key``, presented by ``settings``' host under known_hosts name ``name``.
+
+    Args:
+        target: The target word the user asked for (starts every error line).
+        settings: The resolved settings of the host that presented the key (a jump host's, for a hop).
+        name: Its known_hosts name (``known_hosts``).
+        known: The lines of its known_hosts files (``known_hosts``).
+        key: The presented paramiko key.
+        record_unknown: Append an unknown key to the first ``UserKnownHostsFile`` (hashed under
+            ``HashKnownHosts yes``) instead of refusing it.
+
+    Returns:
+        The line appended, or "" when the key is known.
+
+    Raises:
+        RevokedHostKey, ChangedHostKey: Always for such a key.
+        UnknownHostKey: An unknown key, not to be recorded.
+        LinkError: There is no file to record it in, or it cannot be written.
+    """
+    blob = key.asbytes()
+    key_type = key.get_name()
+    verdict = check_host_key(known, name, blob)
+    if verdict.status == "known":
+        return ""
+    fingerprint = fingerprint_sha256(blob)
+    if verdict.status == "revoked" and verdict.line is not None:
+        raise RevokedHostKey(
+            f"{target}: the host key of {name} ({key_type} {fingerprint}) is marked @revoked in "
+            f"{verdict.line.where}; refusing to connect"
+        )
+    if verdict.status == "changed" and verdict.line is not None:
+        raise ChangedHostKey(
+            f"{target}: HOST KEY CHANGED for {name}: it presents {key_type} {fingerprint} but "
+            f"{verdict.line.where} records another key; refusing to connect (remove that line if the "
+            "change is expected)"
+        )
+    if not record_unknown:
+        raise UnknownHostKey(target, settings.target, name, key, key_type, blob)
+    if not settings.user_known_hosts_files:
+        raise LinkError(f"{target}: no UserKnownHostsFile to record the key of {name} in")
+    path = settings.user_known_hosts_files[0]
+    try:
+        return record_host_key(path, name, key_type, blob, settings.hash_known_hosts)
+    except OSError as exc:
+        raise phase_error(target, f"cannot record the host key in {path}", exc) from None
+
+
+def accept_host_key(
+    target: str, key: Any, *, config_path: str | None = None, use_openssh: bool | None = None
+) -> str:
+    """Record an unknown host key after the user confirmed it (the TUI's "accept" button).
+
+    Pass ``error.hop`` and ``error.key`` of the ``UnknownHostKey`` that was shown. The key is judged as a
+    connect judges it (``trust_host_key``): a changed or revoked key is never recorded.
+
+    Returns:
+        The line appended, or "" when the key was already known.
+
+    Raises:
+        ChangedHostKey, RevokedHostKey: The key must not be accepted.
+        LinkError: The target cannot be resolved or the file cannot be written.
+    """
+    settings = resolve(target, config_path, use_openssh)
+    name, known = known_hosts(settings)
+    return trust_host_key(target, settings, name, known, key, record_unknown=True)

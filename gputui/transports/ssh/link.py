@@ -1,0 +1,246 @@
+"""``SshLink``: the HostLink of one remote host, a collector started over an SSH exec channel."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import paramiko
+
+from gputui.core.model import HostSnapshot
+from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.freshness import MIN_STALE_S, stale_after_s
+from gputui.transports.ssh.connect import Connection
+from gputui.transports.ssh.errors import PythonMissing, phase_error
+from gputui.transports.ssh.payload import agent_command, agent_payload
+from gputui.transports.ssh.reduced import ReducedStream, reduced_command
+from gputui.transports.ssh.stream import CollectorStream, Pipe
+from gputui.transports.sshconfig import SshSettings, resolve
+
+REDUCED_MIN_STALE_S = 10.0
+"""The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
+READER_JOIN_S = 0.3
+"""How long closing waits for the reader thread (it stops by itself within a second)."""
+SWITCH_JOIN_S = 1.0
+"""How long the switch to the reduced collector waits for the first attempt's reader to stop."""
+
+
+class SshLink(HostLink):
+    """A link to the collector on one remote host over SSH.
+
+    ``open()`` resolves the target as OpenSSH would (``sshconfig``), logs in (``connect``: ProxyJump hops,
+    host keys, public-key auth), runs the collector (``payload``) and waits for its hello; on a host without
+    python3 it runs the reduced collector instead (``reduced``). The stream (``stream``) then delivers the
+    snapshots and carries the commands. ``open()`` may be called again after ``close()`` or a failure.
+
+    Args:
+        target: Alias or ``[user@]host[:port]``.
+        options: Intervals, read-only mode, ``accept_new``, connect timeout.
+        config_path: An ssh config file used instead of the defaults (``ssh -F``); default
+            ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
+        use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
+        source: Collector source to ship instead of the installed collector (tests use a stand-in).
+
+    Attributes:
+        boot_id: The remote boot id from the last hello (None before the first open).
+        mode: The collector's mode from the hello (``nvml``, ``smi``, ``ps``).
+        hello: The whole hello message (None while the link is not open).
+        reduced: The host has no python3 and the reduced collector runs (monitoring only).
+        settings: The resolved SSH settings of the target.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        options: LinkOptions | None = None,
+        *,
+        config_path: str | None = None,
+        use_openssh: bool | None = None,
+        source: bytes | None = None,
+    ) -> None:
+        self.target = target
+        self.options = options or LinkOptions()
+        extra_config = self.options.extra.get("ssh_config")
+        self.config_path = config_path or (str(extra_config) if extra_config else None)
+        self.use_openssh = use_openssh
+        self._source = source
+        self.boot_id: str | None = None
+        self.mode: str | None = None
+        self.hello: dict[str, Any] | None = None
+        self.reduced = False
+        self.settings: SshSettings | None = None
+        self._lock = threading.Lock()
+        self._connection: Connection | None = None
+        self._stream: CollectorStream | None = None
+        """The stream of the last open, kept after it ended so that later calls raise its error."""
+        self._closed = False
+        self._first_grace_s = max(MIN_STALE_S, self.options.connect_timeout_s)
+
+    @property
+    def stale_after_s(self) -> float:
+        """Seconds without any data from the collector after which the link counts as broken."""
+        floor_s = REDUCED_MIN_STALE_S if self.reduced else MIN_STALE_S
+        return stale_after_s(self.options.memory_interval_s, floor_s)
+
+    # -- open ------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect, start the collector and wait for its hello. Raises LinkError (one line)."""
+        self._release()
+        connection = Connection(
+            self.target, self.options, config_path=self.config_path, use_openssh=self.use_openssh
+        )
+        with self._lock:
+            self._connection = connection
+            self._stream = None
+            self._closed = False
+        self.hello = None
+        self.reduced = False
+        try:
+            self._open(connection)
+        except LinkError:
+            self._release(connection)
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._release(connection)
+            raise phase_error(self.target, "connection failed", exc) from None
+
+    def _open(self, connection: Connection) -> None:
+        settings = resolve(self.target, self.config_path, self.use_openssh)
+        self.settings = settings
+        timeout_s = connection.timeout_s(settings)
+        transport = connection.login(settings)
+        payload = agent_payload(self._source)
+        command = agent_command(payload, self.options)
+        try:
+            stream = self._start(
+                connection, transport, command, self._collector_stream, payload.data, timeout_s
+            )
+        except PythonMissing:
+            if not transport.is_active():
+                raise
+            stream = self._start_reduced(connection, transport, timeout_s)
+        self._accept_hello(stream)
+        connection.slow_polls()
+        stream.configure(self.options, timeout_s)
+
+    def _collector_stream(self, pipe: Pipe) -> CollectorStream:
+        return CollectorStream(
+            self.target, pipe, stale_after_s=self.stale_after_s, first_grace_s=self._first_grace_s
+        )
+
+    def _start(
+        self,
+        connection: Connection,
+        transport: Any,
+        command: str,
+        make_stream: Callable[[Pipe], CollectorStream],
+        payload: bytes,
+        timeout_s: float,
+    ) -> CollectorStream:
+        """Run ``command``, write ``payload`` to it and wait for the hello of the stream it starts."""
+        # Past authentication, paramiko's exec request and the payload write wait without deadlines of their
+        # own: a watchdog ends the connection if the host stops answering. Generous: exec, payload write and
+        # hello each have a deadline of timeout_s; this only catches hangs.
+        watchdog = threading.Timer(2 * timeout_s + 1.0, self._abort, args=(connection,))
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            stream = make_stream(connection.exec(transport, command, timeout_s))
+            with self._lock:
+                if connection is not self._connection:
+                    raise LinkError(f"{self.target}: link closed")
+                self._stream = stream
+            ended = connection.ended  # the watchdog may have fired before there was a stream to fail
+            if ended is not None:
+                stream.fail(LinkError(ended))
+            stream.start(payload, timeout_s)
+            return stream
+        finally:
+            watchdog.cancel()
+
+    def _start_reduced(self, connection: Connection, transport: Any, timeout_s: float) -> CollectorStream:
+        """No python3 there: stream ``nvidia-smi`` and ``ps`` output from a fixed POSIX sh loop instead."""
+        with self._lock:
+            if connection is not self._connection:
+                raise LinkError(f"{self.target}: link closed")
+            first, self._stream = self._stream, None
+        if first is not None:
+            first.end(SWITCH_JOIN_S)
+        nonce = os.urandom(8).hex()
+        command = reduced_command(nonce, self.options)
+        self.reduced = True
+
+        def make_stream(pipe: Pipe) -> CollectorStream:
+            return ReducedStream(
+                self.target, pipe, nonce, stale_after_s=self.stale_after_s, first_grace_s=self._first_grace_s
+            )
+
+        return self._start(connection, transport, command, make_stream, b"", timeout_s)
+
+    def _abort(self, connection: Connection) -> None:
+        message = f"{self.target}: no answer within the connect deadline after login"
+        with self._lock:
+            stream = self._stream if connection is self._connection else None
+        if stream is not None:
+            stream.fail(LinkError(message))
+        connection.abort(message)
+
+    def _accept_hello(self, stream: CollectorStream) -> None:
+        hello = stream.hello or {}
+        boot_id = hello.get("boot_id")
+        self.boot_id = None if boot_id is None else str(boot_id)
+        mode = hello.get("mode")
+        self.mode = None if mode is None else str(mode)
+        self.hello = hello
+
+    # -- HostLink --------------------------------------------------------------------------------------
+
+    def _current(self) -> CollectorStream:
+        with self._lock:
+            stream, closed = self._stream, self._closed
+        if stream is None:
+            raise LinkError(f"{self.target}: link {'closed' if closed else 'not open'}")
+        return stream
+
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        """The newest snapshot not yet returned (older unread ones are dropped); None on timeout.
+
+        Raises:
+            LinkError: The link broke, or no data came for ``stale_after_s`` ("no data for 3.2 s").
+        """
+        return self._current().next_snapshot(timeout_s)
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one command and wait for its reply's result. Raises LinkError on error, failure or timeout."""
+        return self._current().request(command, timeout_s)
+
+    def close(self) -> None:
+        """Ask the collector to quit, then close the connection; returns within about 2 s."""
+        with self._lock:
+            self._closed = True
+            stream = self._stream if self._connection is not None else None
+        if stream is not None:
+            stream.close()
+        self._release()
+
+    def _release(self, connection: Connection | None = None) -> None:
+        """End ``connection`` (default: the current one) and its stream; returns within about 2 s."""
+        with self._lock:
+            if connection is None:
+                connection = self._connection
+            current = connection is not None and connection is self._connection
+            stream = self._stream if current else None
+            if current:
+                self._connection = None
+        if connection is None:
+            return
+        if stream is not None:
+            stream.fail(LinkError(f"{self.target}: link closed"))
+        connection.close()  # its channel is the stream's pipe
+        if stream is not None:
+            stream.join(READER_JOIN_S)
+        if current:
+            self.hello = None
