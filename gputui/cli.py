@@ -14,7 +14,6 @@ disk ends quietly, with status 2.
 from __future__ import annotations
 
 import argparse
-import difflib
 import errno
 import math
 import os
@@ -256,7 +255,7 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     Global options may come before it (``gputui -F cfg snapshot a``: "cfg" is -F's value, not a host).
     """
     args = list(argv)
-    takes_value, longs = _value_options()
+    option_table: tuple[set[str], list[str]] | None = None  # built (four parsers) only once an option comes
     index = 0
     while index < len(args):
         word = args[index]
@@ -264,7 +263,12 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
             break
         if word.startswith("-") and word != "-":
             attached = "=" in word or (not word.startswith("--") and len(word) > 2)  # --x=1, -Fcfg
-            index += 2 if not attached and _takes_value(word, takes_value, longs) else 1
+            if attached:
+                index += 1
+                continue
+            if option_table is None:
+                option_table = _value_options()
+            index += 2 if _takes_value(word, *option_table) else 1
             continue
         if word in SUBCOMMANDS:
             return word, args[:index] + args[index + 1 :]
@@ -281,6 +285,8 @@ def mistyped_command(word: str, args: argparse.Namespace) -> str | None:
     """
     if any(char in word for char in "@:.[/") or word == "local":  # user@host, host:port, a FQDN or an IP
         return None
+    import difflib  # only for a first word that may be a mistyped command
+
     close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=MISTYPED_COMMAND_CUTOFF)
     if not close or _known_host(word, args):
         return None

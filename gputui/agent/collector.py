@@ -8,13 +8,13 @@ string on the host or on that GPU; nothing here ever builds a shell command line
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from . import commands
+from .details import psutil_installed
 from .gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
 from .kill import KillContext
 from .kills import KillOperations
@@ -48,7 +48,8 @@ class Agent:
         discover_health: Also probe the /health URLs of sglang/vLLM launchers found in the process list.
         health_generate: Probe generating endpoints (``/health_generate``) too, at most every
             ``HEALTH_GENERATE_MIN_INTERVAL_S``.
-        use_psutil: Use psutil for process details when importable (False: read /proc only).
+        use_psutil: Use psutil, where installed, to read who a process is in the kill path (False: /proc
+            only). Samples always read /proc.
         use_pynvml: Use NVML when the bindings import and the library loads (False: nvidia-smi, if present).
         nvml_deadline_s: Seconds each device's NVML calls may take per sample.
         full_sweep_every: Read every pid's stat on every Nth process sample (1: always); forced samples
@@ -87,12 +88,13 @@ class Agent:
         self._health_lock = threading.Lock()
         if self._health_settings[0] or health_generate:
             self.health  # noqa: B018 - configured endpoints are probed from the start
-        self.hostname = json_safe(socket.gethostname())
+        self.hostname = json_safe(os.uname().nodename)  # gethostname() without the socket module
         self.boot_id = read_boot_id()
         self.pid = os.getpid()
         self.child_pid_namespace = in_child_pid_namespace()
         self._lock = threading.RLock()
-        self.processes = ProcessSampler(use_psutil, self.child_pid_namespace, full_sweep_every)
+        self._use_psutil = bool(use_psutil) and psutil_installed()
+        self.processes = ProcessSampler(self.child_pid_namespace, full_sweep_every)
         self._processes_time: float | None = None
         self._processes_mono = -1e18
         self.last_sample_mono: float | None = None
@@ -112,7 +114,8 @@ class Agent:
 
     @property
     def use_psutil(self) -> bool:
-        return self.processes.details.use_psutil
+        """Whether the kill path reads who a process is through psutil (imported on its first use)."""
+        return self._use_psutil
 
     @property
     def health(self) -> HealthProber:
@@ -123,8 +126,35 @@ class Agent:
 
                 urls, discover, generate = self._health_settings
                 self._health = HealthProber(urls, discover=discover, generate=generate)
+                self._health.read_processes = self.launcher_processes
                 self.health_urls = tuple(self._health.config()["urls"])
             return self._health
+
+    @property
+    def probing(self) -> bool:
+        """Whether the health prober is running (something configured or a launcher found)."""
+        return self._health is not None
+
+    def launcher_processes(self) -> list[dict[str, Any]]:
+        """The processes that may be inference-server launchers, with their command lines (discovery's
+        input): read from the last whole-host sweep, never every process's cmdline."""
+        with self._lock:
+            return self.processes.launcher_cmdlines()
+
+    def _discover(self, processes: list[dict[str, Any]]) -> None:
+        """Add (and retire) discovered health URLs. The prober, its thread and the HTTP modules are loaded
+        once a launcher is found (or something is configured), not for a host that runs none."""
+        if self._health is None:
+            from .health.discovery import discover_health_urls
+
+            if not discover_health_urls(processes):
+                return
+        self.health.update_discovered(processes)
+
+    def discover_now(self) -> None:
+        """Look for launchers now (a one-shot client's ``discover_now``), in the caller's thread."""
+        if self.discover_health or self._health is not None:
+            self._discover(self.launcher_processes())
 
     def _health_samples(self) -> list[dict[str, Any]]:
         prober = self._health
@@ -166,10 +196,9 @@ class Agent:
                 self._processes_time = now
                 sampler.sample(gpus, now, full=force_processes)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
-                    # Returns at once: the launcher scan of /proc runs on the prober's own thread. It reads
-                    # every pid's cmdline (as costly as a full sweep), so it runs with the full sweeps only:
-                    # a new launcher is found within full_sweep_every process intervals.
-                    self.health.update_discovered()
+                    # With the whole-host sweeps only: a new launcher is found within full_sweep_every
+                    # process intervals.
+                    self._discover(sampler.launcher_cmdlines())
             for gpu in gpus:
                 if "processes" not in gpu:
                     gpu["processes"] = [dict(p) for p in sampler.gpu_processes.get(gpu["index"], [])]

@@ -21,6 +21,7 @@ from .protocol import (
     KILL_COMMAND,
     KILL_WAIT_COMMAND,
     error_reply,
+    health_config,
     reply,
 )
 from .wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
@@ -89,15 +90,43 @@ def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     if name == CMD_PROCESS:
         return process_text(command, agent.use_psutil)
     if name == CMD_HEALTH:
-        try:
-            return agent.health.handle_command(command)
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+        return health(agent, command)
     if name == CMD_HELLO:
         return agent.hello()
     if name == CMD_QUIT:
         return {}
     raise CommandError(f"unknown command {name!r}")
+
+
+HEALTH_QUERY_KEYS = frozenset({"id", "cmd", "discover_now"})
+"""A ``health`` command with no other key changes no setting: it only asks."""
+
+
+def health(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
+    """The ``health`` command. Asking a collector that probes nothing (none configured, no launcher found
+    now) answers its idle settings without loading the prober."""
+    if command.get("discover_now") is True:
+        agent.discover_now()
+    if agent.probing or not HEALTH_QUERY_KEYS.issuperset(command):
+        try:
+            return agent.health.handle_command(dict(command, discover_now=False))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    return {"config": idle_health_config(agent.discover_health), "samples": []}
+
+
+def idle_health_config(discover: bool) -> dict[str, Any]:
+    """The settings of a prober that was never configured (``HealthProber``'s defaults)."""
+    from .health import (
+        HEALTH_DEFAULT_DEADLINE_S,
+        HEALTH_DEFAULT_INTERVAL_S,
+        HEALTH_GENERATE_MIN_INTERVAL_S,
+    )
+
+    return health_config(
+        [], [], False, discover, HEALTH_DEFAULT_INTERVAL_S, HEALTH_DEFAULT_DEADLINE_S,
+        HEALTH_GENERATE_MIN_INTERVAL_S,
+    )
 
 
 def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:

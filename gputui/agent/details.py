@@ -1,12 +1,13 @@
 """Per-process details a snapshot lists: owner, command line (as it goes on the wire), rss and cgroup.
 
-Read from /proc, or through psutil where it is importable and wanted; kept per process (pid + start ticks, so
-never another process's) for ``CMDLINE_CACHE_S``.
+Read from /proc, or through psutil where it is wanted and installed (imported on the first read, not before);
+kept per process (pid + start ticks, so never another process's) for ``CMDLINE_CACHE_S``.
 """
 
 from __future__ import annotations
 
 import pwd
+import sys
 import time
 from typing import Any
 
@@ -15,6 +16,22 @@ from .wire import WIRE_CMDLINE_BYTES, wire_cmdline, wire_text
 
 CMDLINE_CACHE_S = 10.0
 """Cached cmdlines are re-read after this long: servers rename themselves (setproctitle) after start."""
+
+
+def psutil_installed() -> bool:
+    """Whether psutil can be found, without importing it (its import costs more than a whole sample)."""
+    if "psutil" in sys.modules:
+        return sys.modules["psutil"] is not None
+    # What ``import`` asks: the meta path finders (a remote collector's bundle importer is one of them).
+    for finder in sys.meta_path:
+        find_spec = getattr(finder, "find_spec", None)
+        try:
+            found = find_spec is not None and find_spec("psutil", None) is not None
+        except Exception:  # a finder that cannot answer knows of no psutil
+            found = False
+        if found:
+            return True
+    return False
 
 
 def load_psutil() -> Any:
@@ -34,12 +51,21 @@ class ProcDetails:
     """
 
     def __init__(self, use_psutil: bool) -> None:
-        self.psutil = load_psutil() if use_psutil else None
-        self.use_psutil = self.psutil is not None
+        self.use_psutil = bool(use_psutil) and psutil_installed()
+        self._psutil: Any = None
         self._users: dict[int, str | None] = {}
         # (pid, start ticks) -> (read at, uid, cmdline as sent, whether it was cut, its bytes on the wire)
         self._cmdlines: dict[tuple[int, int], tuple[float, int, list[str], bool, int]] = {}
         self._cgroups: dict[tuple[int, int], tuple[float, str | None]] = {}
+
+    @property
+    def psutil(self) -> Any:
+        """psutil when it is wanted and imports (imported on first use), else None."""
+        if self.use_psutil and self._psutil is None:
+            self._psutil = load_psutil()
+            if self._psutil is None:  # installed but broken: /proc from now on
+                self.use_psutil = False
+        return self._psutil
 
     def cgroup(self, stat: ProcStat) -> str | None:
         """``read_cgroup`` of a process, kept ``CMDLINE_CACHE_S`` (the job rule reads every ancestor's)."""

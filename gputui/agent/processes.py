@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from .details import ProcDetails
+from .details import CMDLINE_CACHE_S, ProcDetails
+from .health.discovery import health_launcher_like_name
 from .procfs import (
     CLOCK_TICKS_PER_S,
     ProcStat,
     children_file_supported,
     nvidia_nodes_open,
     read_boot_time,
+    read_cmdline,
     scan_device_holders,
+    scan_proc,
 )
 from .proctree import ancestors_of, scan_trees, table_facts, tree_members, tree_root
 from .statfds import StatFds
@@ -27,8 +31,10 @@ GHOST_SLACK_MIB = 64
 class ProcessSampler:
     """Lists, per process sample, what a snapshot says about the host's processes.
 
+    Owners and command lines are read from /proc: half psutil's cost per process, and no psutil import on
+    the sampling path.
+
     Args:
-        use_psutil: Read owners and command lines through psutil when importable (else /proc).
         child_pid_namespace: The collector lives in a PID namespace other than the host's (a container).
         full_sweep_every: Read every pid's stat on every Nth process sample (1: always).
 
@@ -36,11 +42,11 @@ class ProcessSampler:
     """
 
     def __init__(
-        self, use_psutil: bool, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY
+        self, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY
     ) -> None:
         self.child_pid_namespace = child_pid_namespace
         self.full_sweep_every = max(1, int(full_sweep_every))
-        self.details = ProcDetails(use_psutil)
+        self.details = ProcDetails(use_psutil=False)
         self.boot_time = read_boot_time()
         self.last_sweep_full: bool | None = None
         self.gpu_processes: dict[int, list[dict[str, Any]]] = {}
@@ -52,6 +58,8 @@ class ProcessSampler:
         self._partial_sweeps_done = 1 << 30  # process samples since the last full sweep: none yet
         self._children_file = children_file_supported()
         self._stat_fds = StatFds()
+        self._full_table: dict[int, ProcStat] | None = None
+        self._launcher_cmdlines: dict[tuple[int, int], tuple[float, list[str]]] = {}
 
     def sample(self, gpus: list[dict[str, Any]], now: float, full: bool = True) -> None:
         """Take the process part of a sample; ``gpus`` (with their process lists) get ``visible`` marks.
@@ -74,6 +82,7 @@ class ProcessSampler:
         )
         if full:
             table = self._stat_fds.scan()
+            self._full_table = table
             self._partial_sweeps_done = 0
         else:
             gpu_pids: set[int] = set()
@@ -202,6 +211,32 @@ class ProcessSampler:
         if pid <= 0 or pid not in table:
             return False
         return not self.child_pid_namespace or bool(nvidia_nodes_open(pid))
+
+    def launcher_cmdlines(self) -> list[dict[str, Any]]:
+        """``{"pid", "cmdline"}`` of the processes whose name says they may be inference-server launchers,
+        from the last whole-host sweep (a sweep of its own before the first one), for health discovery.
+
+        Only those command lines are read (a few pids, not every one on the host), each kept per process
+        (pid + start ticks) for ``CMDLINE_CACHE_S``.
+        """
+        table = self._full_table if self._full_table is not None else scan_proc()
+        now = time.monotonic()
+        found: list[dict[str, Any]] = []
+        kept: dict[tuple[int, int], tuple[float, list[str]]] = {}
+        for stat in table.values():
+            if not health_launcher_like_name(stat.name):
+                continue
+            key = (stat.pid, stat.start_ticks)
+            cached = self._launcher_cmdlines.get(key)
+            if cached is None or now - cached[0] >= CMDLINE_CACHE_S:
+                cmdline = read_cmdline(stat.pid)
+                if cmdline is None:
+                    continue
+                cached = (now, cmdline)
+            kept[key] = cached
+            found.append({"pid": stat.pid, "cmdline": cached[1]})
+        self._launcher_cmdlines = kept
+        return found
 
     def gpu_mib_of(self, pid: int) -> int | None:
         """The GPU memory the last list says ``pid`` holds, over all GPUs; None when it is not listed."""

@@ -35,11 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""
 HOST_KEYS = frozenset({"health"})
@@ -131,6 +126,11 @@ def load_config(path: Path | None = None) -> Config:
         return Config()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    # The TOML parser is loaded only for a file that exists: most runs have none.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +202,8 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
     """
     tmp_name: str | None = None
     try:
+        import tempfile  # only when something is saved
+
         fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)

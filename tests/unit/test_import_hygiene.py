@@ -4,10 +4,12 @@ nothing of the client, and loads only what a host uses."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
 
 DATA_LAYER = (
@@ -133,3 +135,37 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
     assert not loaded & unused, sorted(loaded & unused)
     client = {m for m in loaded if m.startswith("gputui.") and not m.startswith("gputui.agent")}
     assert client == set(), client
+
+
+ONE_SHOT_UNUSED = (
+    "psutil",  # the kill path's, not a sample's
+    "socket", "ssl", "gputui.agent.health.prober", "gputui.agent.health.http", "gputui.agent.health.probe",
+    "tomllib", "tomli",  # no config file to read
+    "difflib",  # no mistyped command to name
+    "paramiko", "textual", "rich",
+)
+"""What ``gputui snapshot --json`` of the local host, with no config file and no launcher running, must not
+load: each is an import its output does not need."""
+
+
+def test_a_local_one_shot_loads_only_what_it_uses(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+    code = (
+        "import json, sys\n"
+        "from gputui.cli import main\n"
+        "status = main(['snapshot', '--json'])\n"
+        "sys.stdout.flush()\n"
+        "print(json.dumps({'status': status, 'modules': sorted(sys.modules)}), file=sys.stderr)\n"
+    )
+    env = dict(fake_nvml.env(), XDG_CONFIG_HOME=str(tmp_path / "no-config"))
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0, done.stderr
+    assert json.loads(done.stdout)["hosts"][0]["gpus"], done.stdout[:200]
+    loaded = set(report["modules"])
+    assert "pynvml" in loaded
+    assert "gputui.agent.collector" in loaded
+    unused = {name for name in ONE_SHOT_UNUSED if name in loaded}
+    assert unused == set(), sorted(unused)

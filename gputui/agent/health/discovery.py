@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 from typing import Any, Iterable
-from urllib.parse import urlsplit
 
 from . import HEALTH_MAX_URLS
 
@@ -139,6 +138,20 @@ def health_launcher_url(cmdline: Iterable[Any]) -> str | None:
     return f"http://{host}:{port}/health"
 
 
+LAUNCHER_NAME_PREFIXES = ("python", "pt_main_thread")
+"""Process names (the stat's comm) of Python interpreters: ``python3 -m sglang.launch_server``, a
+``python3 /venv/bin/vllm serve`` script, and a torch process whose main thread renamed it."""
+LAUNCHER_NAME_WORDS = ("sglang", "vllm")
+"""Names of the launchers' own scripts (``/venv/bin/sglang serve``) and of titles they set."""
+
+
+def health_launcher_like_name(name: str) -> bool:
+    """Whether a process of this name (the stat's comm, at most 15 bytes) may be a launcher, so that its
+    command line is worth reading: discovery reads no other process's."""
+    lowered = name.lower()
+    return lowered.startswith(LAUNCHER_NAME_PREFIXES) or any(word in lowered for word in LAUNCHER_NAME_WORDS)
+
+
 def discover_health_urls(processes: Iterable[Any]) -> list[str]:
     """Health URLs proposed by the inference-server launchers among ``processes``.
 
@@ -221,6 +234,8 @@ def health_local_addresses(proc_net: str = "/proc/net") -> set[str]:
 def health_is_local_url(url: str, local_addresses: set[str], hostname: str | None = None) -> bool:
     """Whether ``url`` points at this host: a loopback address, one of ``local_addresses``, ``localhost`` or
     this host's own name. Decided without any name lookup."""
+    from urllib.parse import urlsplit  # only once something was found: most hosts run no launcher
+
     try:
         host = urlsplit(url).hostname or ""
     except ValueError:

@@ -126,6 +126,8 @@ class HealthProber:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._scan_requested = False
+        self.read_processes: Callable[[], list[dict[str, Any]]] = health_read_proc_cmdlines
+        """Where discovery gets ``{"pid", "cmdline"}`` dicts from (the collector passes its own reader)."""
         self.configure(urls=list(urls), interval_s=interval_s, deadline_s=deadline_s)
 
     # -- configuration -------------------------------------------------------------------------------------
@@ -212,7 +214,7 @@ class HealthProber:
         with self._lock:
             if not self._discover or self._closed:
                 return
-        self._apply_discovered(discover_health_urls(health_read_proc_cmdlines()))
+        self._apply_discovered(discover_health_urls(self.read_processes()))
 
     def update_discovered(self, processes: Iterable[Any] | None = None) -> None:
         """Look for launchers and add (and retire) discovered URLs; call it at the process-list rate.
@@ -388,7 +390,7 @@ class HealthProber:
             if scan:
                 found: list[str] | None = None
                 try:
-                    found = discover_health_urls(health_read_proc_cmdlines())
+                    found = discover_health_urls(self.read_processes())
                 except Exception:  # a /proc oddity must not stop the probes; keep what was found before
                     found = None
                 if found is not None:
