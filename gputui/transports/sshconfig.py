@@ -320,10 +320,15 @@ def expand_includes(path: Path, base_dir: Path, depth: int = 0) -> str:
     return "\n".join(out)
 
 
+_MATCH_EXEC_RE = re.compile(r"^[ \t]*match\b[^\n]*\bexec\b", re.IGNORECASE | re.MULTILINE)
+"""A ``Match exec`` line: paramiko runs it through invoke."""
+
+
 def resolve_with_paramiko(target: str, spec: TargetSpec, config_path: str | None) -> SshSettings:
     """Resolve with paramiko's parser after expanding Includes (OpenSSH file order: user, then system)."""
-    import paramiko
+    from gputui.transports.ssh.noinvoke import give_paramiko_invoke, import_paramiko
 
+    paramiko = import_paramiko()
     user_dir = Path(_expand("~/.ssh"))
     if config_path:
         text = expand_includes(Path(config_path), user_dir)
@@ -333,6 +338,8 @@ def resolve_with_paramiko(target: str, spec: TargetSpec, config_path: str | None
             + "\n"
             + expand_includes(Path(SYSTEM_CONFIG), Path(SYSTEM_CONFIG).parent)
         )
+    if _MATCH_EXEC_RE.search(text):
+        give_paramiko_invoke(paramiko.config)
     try:
         parsed = paramiko.SSHConfig.from_text(text)
         found = parsed.lookup(spec.host)

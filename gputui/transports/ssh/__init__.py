@@ -18,7 +18,8 @@ even when the host hangs.
 
 ``stream`` and ``payload`` do not use paramiko: a link over the system ``ssh`` client can run the same
 command and read the same stream over a child process's pipes. This package loads its modules on first use
-of a name, so importing those two does not load paramiko.
+of a name, so importing those two does not load paramiko; paramiko itself is loaded without invoke
+(``noinvoke``).
 
 Boot identity: each hello and snapshot carries the remote ``/proc/sys/kernel/random/boot_id``. A client that
 remembers pids compares the boot ids of consecutive snapshots (the TUI forgets tagged processes on a new
@@ -29,6 +30,10 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING, Any
+
+from gputui.transports.ssh.noinvoke import block_invoke
+
+block_invoke()  # before any module of this package imports paramiko
 
 if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names at run time
     from gputui.transports.ssh.auth import AuthFailed as AuthFailed
