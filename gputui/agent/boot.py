@@ -29,7 +29,8 @@ class BundleFinder:
 
     Args:
         modules: Module name -> (is a package, file name, source bytes).
-        codes: Module name -> its code object, compiled for this python (may lack some or all modules).
+        codes: Module name -> its marshalled code, compiled for this python (may lack some or all modules);
+            unmarshalled when the module is imported, so a module never imported costs nothing but bytes.
         names: The names this finder serves (a bundle's main modules, or its fallbacks).
         entry: The module that runs as ``__main__``.
     """
@@ -62,7 +63,8 @@ class BundleFinder:
 
     def get_code(self, fullname: str) -> Any:
         name = self._name(fullname)
-        code = self._codes.pop(name, None)
+        marshalled = self._codes.pop(name, None)
+        code = None if marshalled is None else marshal.loads(marshalled)  # noqa: S302 - the client's own bytes
         if code is None:
             _is_package, filename, source = self._modules[name]
             code = compile(source, filename, "exec", dont_inherit=True)

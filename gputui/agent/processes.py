@@ -55,7 +55,9 @@ class ProcessSampler:
         self.omitted = 0
         self.device_holders: list[dict[str, Any]] | None = None
         self._states: dict[tuple[int, int], tuple[str, float]] = {}
-        self._partial_sweeps_done = 1 << 30  # process samples since the last full sweep: none yet
+        # Process samples since the last full sweep. A stream's first one lists the GPU trees alone, so that
+        # its first snapshot comes before a whole-host sweep; its second one sweeps.
+        self._partial_sweeps_done = max(0, self.full_sweep_every - 2)
         self._children_file = children_file_supported()
         self._stat_fds = StatFds()
         self._full_table: dict[int, ProcStat] | None = None
@@ -72,7 +74,10 @@ class ProcessSampler:
         last list had. Until the next full sweep, at most ``full_sweep_every - 1`` process intervals, they
         miss: a process that turned zombie or D-state outside every GPU tree and was not listed before, and
         a new process-group member of a tree that is not a descendant (a double-forked grandchild whose
-        middle parent died after the last sweep). Everything they do list is read fresh.
+        middle parent died after the last sweep). Everything they do list is read fresh. The first process
+        sample that is not forced is one of those (the first snapshot of a stream shows the GPUs and their
+        trees at once), and the next one sweeps: zombies and D-state processes elsewhere follow within one
+        process interval.
         """
         full = (
             full

@@ -9,10 +9,11 @@ from the command line, and stdin carries, in order:
    installed, but all at once, since the module set is closed);
 2. the bundle: the source of every module of ``gputui.agent`` (a package ``gputui`` of its own around it,
    empty) and of the client's own pynvml, served only where the host has no pynvml of its own;
-3. the ``gputui.agent`` modules every host imports, compiled by this python without their docstrings
-   (nothing reads them there): a remote python with the same bytecode magic number runs them as they are,
-   any other compiles the sources it imports (``gputui.agent.SHIPPED_AS_SOURCE`` are always compiled there,
-   by the few hosts that import them).
+3. the modules every host imports, the shipped pynvml included (compiling it costs a remote python more
+   than the rest of its start), compiled by this python without their docstrings (nothing reads them
+   there), each marshalled on its own and unmarshalled only when imported: a remote python with the same
+   bytecode magic number runs them as they are, any other compiles the sources it imports
+   (``gputui.agent.SHIPPED_AS_SOURCE`` are always compiled there, by the few hosts that import them).
 
 The command line holds only fixed text, three integers (the sizes of the parts) and the magic number in hex;
 nothing from process data or user strings ever becomes part of it. After the bundle, stdin carries the
@@ -52,7 +53,7 @@ BUNDLE_ROOT = "<gputui-bundle>/"
 file of the remote host is taken for it."""
 ZLIB_LEVEL = 6
 """Level 9 costs several times the CPU for about 1 % fewer bytes."""
-CACHE_FORMAT = "gputui-bundle 1"
+CACHE_FORMAT = "gputui-bundle 2"
 CACHE_KEEP = 8
 """Bundles kept in the cache directory (the newest ones): one per installed version in use."""
 
@@ -70,7 +71,8 @@ class Bundle:
     Attributes:
         boot_zlib: The second stage (``gputui/agent/boot.py``), compressed.
         source_zlib: The bundle (entry module, modules' sources, fallback names), marshalled and compressed.
-        code_zlib: The modules compiled by this python, marshalled and compressed (empty: none).
+        code_zlib: Module name -> its code compiled by this python and marshalled, marshalled and compressed
+            (empty: none).
         magic_hex: This python's bytecode magic number: a remote python with another one ignores the code.
     """
 
@@ -134,19 +136,19 @@ def boot_source() -> bytes:
 
 
 def build(modules: Modules, entry: str, boot: bytes) -> Bundle:
-    """The bundle of ``modules`` that runs ``entry``; fallbacks and ``SHIPPED_AS_SOURCE`` only as source.
+    """The bundle of ``modules`` that runs ``entry``; ``SHIPPED_AS_SOURCE`` only as source.
 
     Code is compiled with ``dont_inherit`` (this module's own ``__future__`` flags must not leak into it) and
     without docstrings. A module that does not compile here is shipped as source only.
     """
     fallbacks = tuple(name for name in FALLBACK_MODULES if name in modules)
-    source_only = set(fallbacks) | {f"{AGENT_PACKAGE}.{name}" for name in gputui.agent.SHIPPED_AS_SOURCE}
+    source_only = {f"{AGENT_PACKAGE}.{name}" for name in gputui.agent.SHIPPED_AS_SOURCE}
     codes = {}
     for name, (_is_package, filename, source) in modules.items():
         if name in source_only:
             continue
         try:
-            codes[name] = compile(source, filename, "exec", dont_inherit=True, optimize=2)
+            codes[name] = marshal.dumps(compile(source, filename, "exec", dont_inherit=True, optimize=2))
         except (SyntaxError, ValueError):
             continue
     return Bundle(
