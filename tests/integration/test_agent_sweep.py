@@ -133,7 +133,7 @@ def test_a_partial_sample_lists_what_the_full_one_listed() -> None:
         # The script reports its pids just before it goes to sleep: compare states only once it sleeps.
         for role in ("root", "A", "G"):
             wait_for(lambda pid=tree.pids[role]: state_of(pid) == "S", f"{role} asleep")
-        full = agent.sample()
+        full = agent.sample(force_processes=True)
         assert agent.processes.last_sweep_full is True
         partial = agent.sample()
         assert agent.processes.last_sweep_full is False
@@ -162,7 +162,7 @@ def test_a_partial_sample_sees_new_children_and_zombies_below_a_gpu_process(tmp_
             agent_with(gpu) as agent:
         holder = late.pids["holder"]
         gpu.holders[holder] = 2000
-        agent.sample()
+        agent.sample(force_processes=True)
         assert agent.processes.last_sweep_full is True
         trigger.touch()
         wait_for(report.exists, "the late children")
@@ -204,6 +204,25 @@ def test_a_zombie_outside_every_gpu_tree_is_listed_by_the_next_full_sweep_at_the
                 if agent.processes.last_sweep_full:
                     assert listed[zombie]["state"] == "Z"
             assert True in sweeps, "no full sweep within full_sweep_every process samples"
+
+
+def test_the_first_snapshot_lists_the_gpu_trees_and_the_next_one_sweeps_the_host() -> None:
+    gpu = GpuStandIn()
+    with script(TREE, ["root", "A", "G"]) as tree, script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, \
+            agent_with(gpu) as agent:
+        gpu.holders[tree.pids["A"]] = 1000
+        zombie = maker.pids["zombie"]
+        wait_for(lambda: state_of(zombie) == "Z", "the zombie")
+        first = procs_by_pid(agent.sample())
+        assert agent.processes.last_sweep_full is False
+        assert first[tree.pids["A"]]["gpu_memory_mib"] == {"0": 1000}
+        assert tree.pids["root"] in first  # the tree's root and what is below it (G, double-forked away, is
+        # only in its process group: the sweep finds it too)
+        assert zombie not in first  # outside every GPU tree: the whole-host sweep finds it
+        second = procs_by_pid(agent.sample())
+        assert agent.processes.last_sweep_full is True
+        assert second[zombie]["state"] == "Z"
+        assert tree.pids["G"] in second
 
 
 def test_memory_nobody_accounts_for_always_gets_a_full_sweep_and_the_device_scan() -> None:
