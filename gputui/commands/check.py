@@ -26,7 +26,7 @@ from gputui.core.analysis import (
 from gputui.core.model import HostSnapshot, Verdict, snapshots_document
 from gputui.core.state import StateError, load_baselines, save_baselines
 from gputui.core.textsafe import json_visible, visible
-from gputui.transports.base import HostLink, LinkError, full_sample, wait_for_health
+from gputui.transports.base import HostLink, LinkError, full_sample, one_shot_sample
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -256,8 +256,7 @@ def _check_target(
     waited: float | None = None
     try:
         link.open()
-        wait_for_health(link)  # the health the host's launchers and configured URLs report, like the TUI's
-        snapshot = full_sample(link, target)
+        snapshot = one_shot_sample(link, target)  # with the health the launchers and configured URLs report
         if args.calibrate:
             if demo:
                 print("gputui: --calibrate records real hosts only, not --demo ones", file=err)

@@ -13,7 +13,7 @@ from gputui.commands.targets import default_targets, open_link, options_from_arg
 from gputui.core.analysis import analyze
 from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
-from gputui.transports.base import LinkError, full_sample, wait_for_health
+from gputui.transports.base import LinkError, one_shot_sample
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -41,8 +41,7 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
-        wait_for_health(link)
-        return full_sample(link, target)
+        return one_shot_sample(link, target)
     finally:
         link.close()
 

@@ -108,7 +108,23 @@ TIMEOUT, not "–"."""
 HEALTH_POLL_S = 0.1
 
 
-def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> None:
+def one_shot_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSnapshot:
+    """A full sample for a one-shot client (snapshot, check), with the first probe of every health endpoint.
+
+    The sample comes first: its whole-host sweep is where the collector also finds launchers, so a host
+    without health endpoints has its process table read once. Where ``wait_for_health`` finds endpoints,
+    the sample is taken again after their first probes, so that health and processes are read together.
+
+    Raises:
+        LinkError: as ``full_sample``.
+    """
+    snapshot = full_sample(link, target, timeout_s)
+    if wait_for_health(link):
+        snapshot = full_sample(link, target, timeout_s)
+    return snapshot
+
+
+def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> bool:
     """Have the agent look for launchers now, then wait until it probed each endpoint once (or ``timeout_s``).
 
     What the TUI's stream finds over its first seconds, a one-shot client must ask for: the agent discovers
@@ -117,23 +133,27 @@ def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> None:
     endpoint not probed yet. An endpoint that is never probed (a generating one not enabled, a launcher on
     another host's address, a bad setting) has its detail at once and is not waited for; neither is a link
     that cannot answer ``health`` (a simulated or monitoring-only host).
+
+    Returns:
+        Whether the host has health endpoints (configured or discovered).
     """
     deadline = time.monotonic() + timeout_s
     command: dict[str, Any] = {"cmd": CMD_HEALTH, "discover_now": True}
+    samples: Any = None
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            return
+            return bool(samples)
         try:
             result = link.request(command, left)
         except LinkError:
-            return
+            return False
         command = {"cmd": CMD_HEALTH}
-        samples: Any = result.get("samples")
+        samples = result.get("samples")
         if not isinstance(samples, list):
-            return
+            return False
         if not [s for s in samples if isinstance(s, dict) and s.get("state") is None and not s.get("detail")]:
-            return
+            return bool(samples)
         time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
 
 

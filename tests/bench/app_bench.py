@@ -267,7 +267,7 @@ def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
     from tests.bench.run_bench import TARGET_DRAIN_MS, fake_host, verdict
 
     with fake_host(0, 0) as host:
-        res = _run_worker("drain", host.env(), "--repeats", "3" if args.quick else "7")
+        res = _run_worker("drain", host.env(), "--repeats", "7" if args.quick else "21")
     target = f"<= {TARGET_DRAIN_MS:.0f} ms"
     if "error" in res or not res.get("latencies_ms"):
         report.na(sec, "drain latency, TUI", res.get("error") or "the check never went clean", target=target)
