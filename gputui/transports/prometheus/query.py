@@ -6,9 +6,7 @@ import json
 import re
 import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
 from gputui import __version__
@@ -207,6 +205,11 @@ def fetch(
     Raises:
         PrometheusError: unreachable, too slow, an HTTP or API error, not a Prometheus answer.
     """
+    # The HTTP client (with email, http.client and ssl) is loaded by the first query, not by every
+    # process that imports the fleet's shapes (the TUI of local and SSH hosts does).
+    import urllib.error
+    import urllib.request
+
     where = f"prometheus {shown_url(base_url)}"
     url = f"{base_url}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     request = urllib.request.Request(  # noqa: S310 - the scheme was checked by normalise_url
