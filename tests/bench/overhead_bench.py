@@ -306,6 +306,8 @@ class Tmux:
     def __init__(self) -> None:
         self.socket = f"gputui-bench-{os.getpid()}"
         self.sessions = 0
+        # A session that stays, so the server does not exit (and race the next start) between two TUIs.
+        self._tmux("new-session", "-d", "-s", "keep", "cat")
 
     def _tmux(self, *words: str) -> str:
         done = subprocess.run(["tmux", "-L", self.socket, *words], capture_output=True, text=True, timeout=30,
@@ -476,7 +478,16 @@ def soak(args: argparse.Namespace, report: Report, sec: int) -> None:
                target=target, verdict=verdict(growth <= TARGET_SOAK_GROWTH_MIB))
 
 
+def compile_tree() -> None:
+    """Bytecode for every gputui module, as an installed package has it (the peers' pip install compiled
+    theirs): a run with PYTHONDONTWRITEBYTECODE set would otherwise compile the sources on every start."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "gputui")], check=False,
+                   stdout=subprocess.DEVNULL, timeout=300, env={k: v for k, v in os.environ.items()
+                                                              if k != "PYTHONDONTWRITEBYTECODE"})
+
+
 def run(args: argparse.Namespace, report: Report, sec: int) -> None:
+    compile_tree()
     peer_python = None if args.no_peers else ensure_peers_venv(report, sec)
     parts: dict[str, Any] = {
         "oneshot": lambda: oneshot(args, report, sec, peer_python),
