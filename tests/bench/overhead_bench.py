@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.run_bench import (
-    CLK_TCK,
     PEERS_VENV,
     REPO_ROOT,
     FakeHost,
@@ -41,6 +40,7 @@ from tests.bench.run_bench import (
     bare_python,
     ensure_peers_venv,
     fake_host,
+    proc_cpu_s,
     proc_rss_mib,
     verdict,
 )
@@ -361,13 +361,12 @@ def wedged(tmp: Path, port: int) -> Iterator[None]:
         yield
 
 
-def cpu_s(pid: int) -> float | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def terminal_env(host: FakeHost, home: Path) -> dict[str, str]:
+    """What a TUI in tmux gets: the fake NVML, a home of its own (no config, no cache), a terminal."""
+    env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "PYTHONPATH")}
+    env.update(TERM="xterm-256color", HOME=str(home), XDG_CONFIG_HOME=str(home / "config"),
+               XDG_CACHE_HOME=str(home / "cache"), PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8")
+    return env
 
 
 def tui_window(tmux: Tmux, command: list[str], env: dict[str, str], settle_s: float, window_s: float
@@ -375,9 +374,9 @@ def tui_window(tmux: Tmux, command: list[str], env: dict[str, str], settle_s: fl
     """(% of a core over ``window_s`` after ``settle_s``, VmRSS MiB at the end, the screen) of one TUI."""
     pid = tmux.run(command, env)
     time.sleep(settle_s)
-    start = cpu_s(pid)
+    start = proc_cpu_s(pid)
     time.sleep(window_s)
-    end = cpu_s(pid)
+    end = proc_cpu_s(pid)
     rss = proc_rss_mib(pid)
     screen = tmux.screen()
     with contextlib.suppress(ProcessLookupError):
@@ -405,9 +404,7 @@ def tui(args: argparse.Namespace, report: Report, sec: int, peer_python: str | N
         with fake_host(args.processes, args.holders) as host, \
                 tempfile.TemporaryDirectory(prefix="gputui-bench-tui-") as tmp_name:
             tmp = Path(tmp_name)
-            env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "PYTHONPATH")}
-            env.update(TERM="xterm-256color", HOME=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
-                       XDG_CACHE_HOME=str(tmp / "cache"), PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8")
+            env = terminal_env(host, tmp)
             for scene, target in (("clean host", TARGET_TUI_CLEAN), ("finding + health on screen",
                                                                       TARGET_TUI_FINDING)):
                 with contextlib.ExitStack() as stack:
@@ -448,9 +445,7 @@ def soak(args: argparse.Namespace, report: Report, sec: int) -> None:
         with fake_host(args.processes, args.holders) as host, \
                 tempfile.TemporaryDirectory(prefix="gputui-bench-soak-") as tmp_name:
             tmp = Path(tmp_name)
-            env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "PYTHONPATH")}
-            env.update(TERM="xterm-256color", HOME=str(tmp), XDG_CONFIG_HOME=str(tmp / "config"),
-                       XDG_CACHE_HOME=str(tmp / "cache"), PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8")
+            env = terminal_env(host, tmp)
             with wedged(tmp, free_port()):
                 pid = tmux.run(gputui_command() + ["--interval", "0.5"], env)
                 started = time.monotonic()

@@ -3,6 +3,7 @@
 Run from the repository root::
 
     .venv/bin/python tests/bench/run_bench.py [--quick] [--section N ...] [--no-peers] [--json FILE]
+        [--overhead PART ...] [--soak-minutes M]
 
 Sections (each prints "n/a (reason)" when the piece it measures is not there; no figure is ever made up):
 
@@ -18,6 +19,9 @@ Sections (each prints "n/a (reason)" when the piece it measures is not there; no
    whole loop against a real Prometheus scraping 50 exporters (``fleet_bench.py``).
 7. inference server metrics: the collector's probe + filter of a ~50 KB ``/metrics`` body, the bytes per
    sample on the wire, the client's parse (``metrics_bench.py``).
+8. the overhead targets as whole processes beside their peers: ``snapshot --json`` against ``nvitop -1`` and
+   the floor at ~400 and ~3,000 pids, the remote one-shot against ``ssh HOST nvitop -1``, collector start,
+   both TUIs in tmux, a soak (``overhead_bench.py``).
 
 Every figure is a median over repeated runs. The peers (gpustat 1.1.1, nvitop 1.7.2) are installed into a
 throwaway virtualenv under ``~/.cache/gputui-bench/peers-venv``; they are not project dependencies. The

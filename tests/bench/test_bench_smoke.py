@@ -60,3 +60,21 @@ def test_the_metrics_section_prints_measured_figures(tmp_path: Path) -> None:
         wire = rows[f"{engine} metrics on the wire per sample"]
         assert 0 < wire["value"] < 2048, wire  # a few hundred bytes of a ~50 KB body
         assert re.search(r"of a \d{5} B body", wire["compare"]), wire
+
+
+def test_the_overhead_section_prints_the_collector_start_with_its_target(tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    env = dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, str(RUN_BENCH), "--section", "8", "--overhead", "start", "--quick", "--no-peers",
+         "--processes", "40", "--json", str(rows_path)],
+        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads(rows_path.read_text())["rows"]
+    start = next(row for row in rows if row["metric"].startswith("collector start"))
+    assert isinstance(start["value"], float), start
+    assert math.isfinite(start["value"]), start
+    assert start["value"] > 0, start
+    assert start["target"] == "<= 50 ms", start
+    assert start["verdict"] in ("PASS", "FAIL"), start
