@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from textual.app import App, ComposeResult
+
 from gputui.core.model import Finding
 from gputui.transports.sim import LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock
 from gputui.ui.widgets.findings_list import FindingsList, finding_text, group_findings, group_text
@@ -87,3 +89,42 @@ async def test_the_demo_zombies_are_one_row_that_jumps_to_their_parent(make_app,
         assert findings.render_line(0).text.rstrip().endswith("…")
         assert findings.render_line(0).cell_length <= width
         assert "signal or kill 4200" in findings.render_line(1).text
+
+
+
+class OneList(App[None]):
+    def compose(self) -> ComposeResult:
+        yield FindingsList()
+
+
+async def test_a_ticking_age_rewrites_its_row_without_a_new_layout(monkeypatch) -> None:
+    """Ages tick every second: the row's text changes in place; the screen is not laid out again, and a
+    highlighted row stays highlighted."""
+    app = OneList()
+    async with app.run_test(size=WIDE) as pilot:
+        findings = app.query_one(FindingsList)
+        def stuck(age_s: int) -> list[Finding]:
+            return [
+                Finding(kind="uninterruptible", target="h", pid=pid, detail=f"pid {pid} in D for {age} s")
+                for pid, age in ((31, age_s), (32, age_s + 1), (33, age_s + 2))
+            ]
+
+        findings.show(stuck(11))
+        await pilot.pause()
+        findings.highlighted = 2
+        await pilot.pause()
+        layouts: list[str] = []
+        refresh = FindingsList.refresh
+
+        def counting_refresh(self: FindingsList, *args: object, **kwargs: object) -> FindingsList:
+            if kwargs.get("layout"):
+                layouts.append("layout")
+            return refresh(self, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(FindingsList, "refresh", counting_refresh)
+        findings.show(stuck(12))
+        await pilot.pause()
+        assert str(findings.get_option_at_index(2).prompt).endswith("pid 33 in D for 14 s")
+        assert findings.option_count == 3
+        assert findings.highlighted == 2
+        assert layouts == []

@@ -226,7 +226,18 @@ class FindingsList(OptionList):
             self._findings = findings
             self._rows = rows
             return
-        self._shown_key = key
+        shown, self._shown_key = self._shown_key, key
+        if rows and shown is not None and len(shown) == len(key) and shown[0] == key[0] and self._rows:
+            # The same rows, some text changed (an age ticked): those prompts are replaced in place. Clearing
+            # and adding options changes the virtual size twice, and with it the whole screen's layout.
+            self._findings = findings
+            self._rows = rows
+            for index, text in enumerate(texts):
+                if shown[index + 1] != key[index + 1]:
+                    self.replace_option_prompt_at_index(index, text)
+            if self.highlighted is not None and self.tooltip is not None:
+                self.tooltip = row_tooltip(rows[self.highlighted])
+            return
         highlighted = self.highlighted
         self._findings = findings
         self._rows = rows
