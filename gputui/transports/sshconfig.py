@@ -170,6 +170,13 @@ class SshSettings:
         """``StrictHostKeyChecking accept-new`` (or ``no``): record unknown host keys; changed ones never."""
         return self.strict_host_key_checking in ("accept-new", "no", "off")
 
+    def step_timeout_s(self, link_timeout_s: float) -> float:
+        """The deadline of each connecting step: the link's, or ``ConnectTimeout`` when that is shorter."""
+        timeout_s = link_timeout_s
+        if self.connect_timeout_s:
+            timeout_s = min(timeout_s, self.connect_timeout_s)
+        return max(0.1, timeout_s)
+
 
 def openssh_available() -> bool:
     """Whether ``ssh -G`` will be used (an ``ssh`` on PATH and no ``GPUTUI_SSH_RESOLVER=paramiko``)."""

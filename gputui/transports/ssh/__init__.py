@@ -30,7 +30,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names at run time
-    from gputui.transports.ssh.auth import AuthFailed as AuthFailed
+    from gputui.transports.ssh.errors import AuthFailed as AuthFailed
     from gputui.transports.ssh.errors import SetupFailed as SetupFailed
     from gputui.transports.ssh.hostkeys import accept_host_key as accept_host_key
     from gputui.transports.ssh.link import SshLink as SshLink
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
 
 _HOMES = {
     "AgentPayload": "payload",
-    "AuthFailed": "auth",
+    "AuthFailed": "errors",
     "LINE_CAP_BYTES": "stream",
     "SetupFailed": "errors",
     "SshLink": "link",
