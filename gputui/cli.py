@@ -26,6 +26,7 @@ from typing import Any
 from gputui import __version__
 from gputui.agent import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
+from gputui.transports.base import SSH_CLIENTS
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
 KILL_DESCRIPTION = """\
@@ -137,6 +138,11 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-F", "--ssh-config", default=None, metavar="FILE",
         help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
+    )
+    parser.add_argument(
+        "--ssh-client", choices=SSH_CLIENTS, default=None,
+        help="what reaches remote hosts: paramiko (built in; the default) or openssh (the system ssh: "
+        "ProxyCommand, certificates, GSSAPI, a running ControlMaster); overrides ssh_client in the config",
     )
     parser.add_argument(
         "--connect-timeout", type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S), default=10.0,

@@ -5,9 +5,11 @@
 
     # probed on every host
     health = ["http://127.0.0.1:30000/health"]
+    ssh_client = "openssh"         # paramiko (default) or openssh (the system ssh)
 
     [hosts."gpu-node-07"]
     health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]
+    ssh_client = "paramiko"        # this host only (--ssh-client overrides both)
 
     [groups]                       # gputui @a100 opens these hosts
     a100 = ["gpu-a", "gpu-b"]
@@ -35,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gputui.transports.base import SSH_CLIENTS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -42,7 +46,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""
-HOST_KEYS = frozenset({"health"})
+HOST_KEYS = frozenset({"health", "ssh_client"})
 TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet"}
 FLEET_TEXT_KEYS = frozenset({"prometheus", "match", "host_label", "ssh_target"})
 FLEET_SECONDS_KEYS = frozenset({"stale_after_s", "refresh_s"})
@@ -69,6 +73,10 @@ class Config:
     """Group name -> host targets (``gputui @name``)."""
     fleet: dict[str, str | float] = field(default_factory=dict)
     """The ``[fleet]`` settings given: ``FLEET_TEXT_KEYS`` hold text, ``FLEET_SECONDS_KEYS`` seconds."""
+    ssh_client: str | None = None
+    """The SSH client for every host (``SSH_CLIENTS``), or None when not set."""
+    host_ssh_clients: dict[str, str] = field(default_factory=dict)
+    """Host target -> the SSH client for that host only."""
 
 
 def default_config_path() -> Path:
@@ -82,6 +90,13 @@ def _urls(value: Any, where: str, path: Path) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{path}: {where}health must be a URL or a list of URLs")
     return tuple(value)
+
+
+def _ssh_client(value: Any, where: str, path: Path) -> str:
+    if value not in SSH_CLIENTS:
+        choices = ", ".join(f'"{name}"' for name in SSH_CLIENTS)
+        raise ConfigError(f"{path}: {where}ssh_client must be one of {choices}")
+    return str(value)
 
 
 def _check_keys(table: dict[str, Any], allowed: frozenset[str], where: str, path: Path) -> None:
@@ -142,18 +157,23 @@ def load_config(path: Path | None = None) -> Config:
     if not isinstance(hosts, dict):
         raise ConfigError(f"{path}: hosts must be a table of [hosts.\"NAME\"] sections")
     host_health: dict[str, tuple[str, ...]] = {}
+    host_clients: dict[str, str] = {}
     for name, table in hosts.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: hosts.{name!r} must be a table")
         _check_keys(table, HOST_KEYS, f"hosts.{name!r}.", path)
         if "health" in table:
             host_health[name] = _urls(table["health"], f"hosts.{name!r}.", path)
+        if "ssh_client" in table:
+            host_clients[name] = _ssh_client(table["ssh_client"], f"hosts.{name!r}.", path)
     return Config(
         health_urls=_urls(data["health"], "", path) if "health" in data else (),
         host_health_urls=host_health,
         path=path,
         groups=_groups(data.get("groups", {}), path),
         fleet=_fleet(data.get("fleet", {}), path),
+        ssh_client=_ssh_client(data["ssh_client"], "", path) if "ssh_client" in data else None,
+        host_ssh_clients=host_clients,
     )
 
 

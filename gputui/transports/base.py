@@ -13,6 +13,9 @@ from typing import Any
 
 from gputui.core.model import HostSnapshot, Proc
 
+SSH_CLIENTS = ("paramiko", "openssh")
+"""What reaches remote hosts: paramiko (built in) or openssh (the system ``ssh`` client)."""
+
 
 class LinkError(Exception):
     """A host could not be reached or answered badly. ``str()`` is one readable line naming the cause."""
@@ -33,6 +36,8 @@ class LinkOptions:
             10 s; off by default so the monitor never loads the server it watches.
         connect_timeout_s: Deadline for connecting and the handshake.
         host_health_urls: Target -> health URLs probed on that host only (from the config file).
+        ssh_client: One of ``SSH_CLIENTS``: how remote hosts are reached.
+        host_ssh_clients: Target -> the ``SSH_CLIENTS`` entry for that host (from the config file).
     """
 
     memory_interval_s: float = 1.0
@@ -45,12 +50,17 @@ class LinkOptions:
     connect_timeout_s: float = 10.0
     host_health_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    ssh_client: str = "paramiko"
+    host_ssh_clients: dict[str, str] = field(default_factory=dict)
 
     def for_target(self, target: str) -> LinkOptions:
-        """These options with the health URLs configured for ``target`` added."""
+        """These options with the health URLs and the SSH client configured for ``target``."""
         own = self.host_health_urls.get(target, ())
         extra_urls = tuple(url for url in own if url not in self.health_urls)
-        return replace(self, health_urls=self.health_urls + extra_urls) if extra_urls else self
+        client = self.host_ssh_clients.get(target, self.ssh_client)
+        if not extra_urls and client == self.ssh_client:
+            return self
+        return replace(self, health_urls=self.health_urls + extra_urls, ssh_client=client)
 
 
 class HostLink(abc.ABC):

@@ -178,6 +178,25 @@ class SshSettings:
         return max(0.1, timeout_s)
 
 
+def config_file(config_path: str | None) -> str | None:
+    """The ssh config file used instead of the defaults (``ssh -F``): ``config_path``, else
+    ``$GPUTUI_SSH_CONFIG``; None for the defaults."""
+    return config_path or os.environ.get(CONFIG_ENV) or None
+
+
+def target_words(spec: TargetSpec) -> list[str]:
+    """``ssh`` arguments naming the target of ``spec``: ``-p PORT``, ``-l USER``, ``--``, the host word.
+
+    Every part was validated by ``parse_target``; ``--`` keeps the host word from ever being an option.
+    """
+    words: list[str] = []
+    if spec.port is not None:
+        words += ["-p", str(spec.port)]
+    if spec.user is not None:
+        words += ["-l", spec.user]
+    return [*words, "--", spec.host]
+
+
 def openssh_available() -> bool:
     """Whether ``ssh -G`` will be used (an ``ssh`` on PATH and no ``GPUTUI_SSH_RESOLVER=paramiko``)."""
     return os.environ.get(RESOLVER_ENV, "").lower() != "paramiko" and shutil.which("ssh") is not None
@@ -206,6 +225,10 @@ def _seconds(value: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if seconds > 0 else None
+
+
+def _paths(values: list[str]) -> tuple[str, ...]:
+    return tuple(_expand(p) for p in values if p.lower() != "none")
 
 
 def _hops(value: str | None) -> tuple[str, ...]:
@@ -238,7 +261,7 @@ def _settings_from_options(
         hostname=first("hostname") or spec.host,
         port=port,
         user=first("user") or spec.user or getpass.getuser(),
-        identity_files=tuple(_expand(p) for p in identity_files if p.lower() != "none"),
+        identity_files=_paths(identity_files),
         identities_only=_yes(first("identitiesonly")),
         proxy_jump=_hops(first("proxyjump")),
         proxy_command=_opt(first("proxycommand")),
@@ -268,11 +291,7 @@ def resolve_with_openssh(target: str, spec: TargetSpec, config_path: str | None)
     argv = [ssh, "-G"]
     if config_path:
         argv += ["-F", config_path]
-    if spec.port is not None:
-        argv += ["-p", str(spec.port)]
-    if spec.user is not None:
-        argv += ["-l", spec.user]
-    argv.append(spec.host)
+    argv += target_words(spec)
     try:
         done = subprocess.run(  # noqa: S603 - fixed argv, validated host word
             argv, capture_output=True, timeout=SSH_G_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False
@@ -372,8 +391,7 @@ def resolve(target: str, config_path: str | None = None, use_openssh: bool | Non
         LinkError: A bad target (``BadTarget``) or config, one line.
     """
     spec = parse_target(target)
-    if config_path is None:
-        config_path = os.environ.get(CONFIG_ENV) or None
+    config_path = config_file(config_path)
     if use_openssh is None:
         use_openssh = openssh_available()
     if use_openssh:

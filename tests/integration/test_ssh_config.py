@@ -9,7 +9,7 @@ import pytest
 
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import UnknownHostKey
-from gputui.transports.ssh import SshLink
+from gputui.transports.ssh import SetupFailed, SshLink
 from tests.integration.sshd import ClientHome, SshdFactory, stand_in_agent
 
 FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=5.0)
@@ -142,10 +142,16 @@ def test_unreachable_target_behind_a_jump_host_is_one_line(
     assert "\n" not in str(caught.value)
 
 
-def test_proxy_command_is_refused_clearly(ssh_client: ClientHome, resolver: str) -> None:
+def test_proxy_command_is_refused_naming_the_client_that_runs_it(
+    ssh_client: ClientHome, resolver: str
+) -> None:
     ssh_client.add_lines("Host via-command", "  HostName 127.0.0.1", "  ProxyCommand nc %h %p")
-    with pytest.raises(LinkError, match="ProxyCommand is not supported"):
+    with pytest.raises(SetupFailed) as caught:
         SshLink("via-command", FAST).open()
+    assert str(caught.value) == (
+        "via-command: via-command is reached through a ProxyCommand, which only the system ssh client runs: "
+        "use --ssh-client openssh"
+    )
 
 
 def test_config_path_from_link_options(

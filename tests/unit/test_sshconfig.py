@@ -13,6 +13,7 @@ from gputui.transports.sshconfig import (
     openssh_available,
     parse_target,
     resolve,
+    target_words,
 )
 
 
@@ -194,3 +195,15 @@ def test_broken_config_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(LinkError) as caught:
             resolve("x", str(config), use_openssh=use_openssh)
         assert "\n" not in str(caught.value)
+
+
+def test_target_words_put_the_host_after_the_end_of_options() -> None:
+    assert target_words(parse_target("ops@gpu-a:2222")) == ["-p", "2222", "-l", "ops", "--", "gpu-a"]
+    assert target_words(parse_target("gpu-a")) == ["--", "gpu-a"]
+
+
+def test_step_deadline_is_the_shorter_of_the_link_s_and_connect_timeout() -> None:
+    settings = SshSettings(target="a", hostname="a", port=22, user="u", connect_timeout_s=4.0)
+    assert settings.step_timeout_s(10.0) == 4.0
+    assert settings.step_timeout_s(2.0) == 2.0
+    assert SshSettings(target="a", hostname="a", port=22, user="u").step_timeout_s(10.0) == 10.0

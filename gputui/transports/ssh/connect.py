@@ -2,7 +2,8 @@
 
 Every step has the connect deadline: name lookup, TCP connect, SSH banner, key exchange, authentication and
 the opening of a channel. ProxyJump hops are ``direct-tcpip`` channels of the hop before, each hop resolved
-(``sshconfig``), host-key checked and logged in to on its own. ProxyCommand is refused.
+(``sshconfig``), host-key checked and logged in to on its own. ProxyCommand is refused, naming the client
+that runs it (``--ssh-client openssh``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import known_key_types
 from gputui.transports.ssh.auth import authenticate
 from gputui.transports.ssh.errors import SetupFailed, phase_error
-from gputui.transports.ssh.hostkeys import known_hosts, trust_host_key
+from gputui.transports.ssh.hostkeys import known_hosts, records_unknown_keys, trust_host_key
 from gputui.transports.sshconfig import SshSettings, resolve
 
 READ_POLL_S = 1.0
@@ -230,7 +231,8 @@ class Connection:
             raise LinkError(f"{self.target}: more than {MAX_JUMP_DEPTH} ProxyJump hops (a loop?)")
         if settings.proxy_command:
             raise SetupFailed(
-                f"{self.target}: ProxyCommand is not supported for {settings.target}; use ProxyJump"
+                f"{self.target}: {settings.target} is reached through a ProxyCommand, which only the system "
+                "ssh client runs: use --ssh-client openssh"
             )
         timeout_s = self.timeout_s(settings)
         hops = settings.proxy_jump if jump_override is None else jump_override
@@ -264,7 +266,7 @@ class Connection:
         if not transport.is_active() or transport.host_key is None:
             raise LinkError(f"{self.target}: {handshake_failed}")
         key = transport.get_remote_server_key()
-        record_unknown = self.options.accept_new or settings.accepts_new_host_keys
+        record_unknown = records_unknown_keys(self.options, settings)
         trust_host_key(self.target, settings, name, known, key, record_unknown=record_unknown)
         authenticate(transport, settings, self.target, timeout_s)
         return transport

@@ -1,8 +1,9 @@
 """``SshLink``: the HostLink of one remote host, a collector started over an SSH session.
 
-The open sequence does not depend on the client that logs in: resolve the target, log in, run the collector
-with its payload on stdin, fall back to the reduced collector on a host without python3, wait for the hello,
-send the health settings. The client is a ``Session`` (paramiko's: ``connect.Connection``).
+The open sequence is the same whichever client logs in: resolve the target, log in, run the collector with
+its payload on stdin, fall back to the reduced collector on a host without python3, wait for the hello, send
+the health settings. What differs is the ``Session``: paramiko's (``connect.Connection``) or the system ssh
+client's (``gputui.transports.openssh.OpenSshSession``), as ``client`` says.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.base import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.transports.ssh.errors import PythonMissing, phase_error
 from gputui.transports.ssh.payload import agent_command, agent_payload, agent_source
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
@@ -72,18 +73,19 @@ class Session(Protocol):
 class SshLink(HostLink):
     """A link to the collector on one remote host over SSH.
 
-    ``open()`` resolves the target as OpenSSH would (``sshconfig``), logs in (``connect``: ProxyJump hops,
-    host keys, public-key auth), runs the collector (``payload``) and waits for its hello; on a host without
+    ``open()`` resolves the target as OpenSSH would (``sshconfig``), logs in (``connect`` with paramiko, or
+    the system ssh client), runs the collector (``payload``) and waits for its hello; on a host without
     python3 it runs the reduced collector instead (``reduced``). The stream (``stream``) then delivers the
     snapshots and carries the commands. ``open()`` may be called again after ``close()`` or a failure.
 
     Args:
         target: Alias or ``[user@]host[:port]``.
-        options: Intervals, read-only mode, ``accept_new``, connect timeout.
+        options: Intervals, read-only mode, ``accept_new``, connect timeout, ``ssh_client``.
         config_path: An ssh config file used instead of the defaults (``ssh -F``); default
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
         source: Collector source to ship instead of ``gputui/agent.py`` (tests use a stand-in).
+        client: ``paramiko`` or ``openssh`` (the system ssh client); default ``options.ssh_client``.
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
@@ -91,6 +93,7 @@ class SshLink(HostLink):
         hello: The whole hello message (None while the link is not open).
         reduced: The host has no python3 and the reduced collector runs (monitoring only).
         settings: The resolved SSH settings of the target.
+        client_used: ``paramiko`` or ``openssh``: the client of the last open (None before).
     """
 
     def __init__(
@@ -101,12 +104,17 @@ class SshLink(HostLink):
         config_path: str | None = None,
         use_openssh: bool | None = None,
         source: bytes | None = None,
+        client: str | None = None,
     ) -> None:
         self.target = target
         self.options = options or LinkOptions()
         extra_config = self.options.extra.get("ssh_config")
         self.config_path = config_path or (str(extra_config) if extra_config else None)
         self.use_openssh = use_openssh
+        self.client = client or self.options.ssh_client
+        if self.client not in SSH_CLIENTS:
+            raise ValueError(f"unknown SSH client {self.client!r}")
+        self.client_used: str | None = None
         self._source = source
         self.boot_id: str | None = None
         self.mode: str | None = None
@@ -160,8 +168,15 @@ class SshLink(HostLink):
             raise phase_error(self.target, "connection failed", exc) from None
 
     def _new_session(self, settings: SshSettings) -> Session:
+        """The session of the client this open uses (``client``)."""
+        if self.client == "openssh":
+            from gputui.transports.openssh import OpenSshSession
+
+            self.client_used = "openssh"
+            return OpenSshSession(self.target, self.options, settings, config_path=self.config_path)
         from gputui.transports.ssh.connect import Connection
 
+        self.client_used = "paramiko"
         return Connection(
             self.target, self.options, config_path=self.config_path, use_openssh=self.use_openssh
         )
