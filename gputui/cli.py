@@ -141,8 +141,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ssh-client", choices=SSH_CLIENTS, default=None,
-        help="what reaches remote hosts: paramiko (built in; the default) or openssh (the system ssh: "
-        "ProxyCommand, certificates, GSSAPI, a running ControlMaster); overrides ssh_client in the config",
+        help="what reaches remote hosts: paramiko (built in; the default), openssh (the system ssh: "
+        "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where the ssh config "
+        "needs it); overrides ssh_client in the config",
     )
     parser.add_argument(
         "--connect-timeout", type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S), default=10.0,

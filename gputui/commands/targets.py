@@ -1,7 +1,7 @@
 """From a target word on the command line to a live link: local, simulated, or SSH.
 
 An SSH link goes through paramiko or the system ssh client as ``--ssh-client`` or the config's ``ssh_client``
-say.
+say; with ``auto``, ``SshLink`` chooses at every open from the host's resolved ssh config.
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@
 
     # probed on every host
     health = ["http://127.0.0.1:30000/health"]
-    ssh_client = "openssh"         # paramiko (default) or openssh (the system ssh)
+    ssh_client = "auto"            # paramiko (default), openssh (the system ssh), or auto
 
     [hosts."gpu-node-07"]
     health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]
-    ssh_client = "paramiko"        # this host only (--ssh-client overrides both)
+    ssh_client = "openssh"         # this host only (--ssh-client overrides both)
 
     [groups]                       # gputui @a100 opens these hosts
     a100 = ["gpu-a", "gpu-b"]

@@ -13,8 +13,9 @@ from typing import Any
 
 from gputui.core.model import HostSnapshot, Proc
 
-SSH_CLIENTS = ("paramiko", "openssh")
-"""What reaches remote hosts: paramiko (built in) or openssh (the system ``ssh`` client)."""
+SSH_CLIENTS = ("paramiko", "openssh", "auto")
+"""What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (paramiko,
+and the system client for a host whose ssh config needs what only it can do)."""
 
 
 class LinkError(Exception):

@@ -23,6 +23,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,9 @@ class SshSettings:
         identity_agent: ``IdentityAgent`` (``SSH_AUTH_SOCK``, ``none`` or a socket path), or None.
         strict_host_key_checking: ``StrictHostKeyChecking`` lower-cased (``ask`` when unset; ``yes`` and
             ``ask`` both refuse unknown keys here, as nothing can be asked on a worker thread).
+        certificate_files: ``CertificateFile`` paths, ``~`` expanded (used by the OpenSSH client only).
+        gssapi_authentication: ``GSSAPIAuthentication yes`` (Kerberos; the OpenSSH client only).
+        control_path: ``ControlPath`` as ``ssh -G`` expands it, or None when unset or ``none``.
         resolver: ``ssh -G`` or ``paramiko``.
     """
 
@@ -163,6 +167,9 @@ class SshSettings:
     server_alive_interval_s: float | None = None
     identity_agent: str | None = None
     strict_host_key_checking: str = "ask"
+    certificate_files: tuple[str, ...] = ()
+    gssapi_authentication: bool = False
+    control_path: str | None = None
     resolver: str = "ssh -G"
 
     @property
@@ -176,6 +183,41 @@ class SshSettings:
         if self.connect_timeout_s:
             timeout_s = min(timeout_s, self.connect_timeout_s)
         return max(0.1, timeout_s)
+
+    def openssh_only(self) -> tuple[str, ...]:
+        """What this configuration asks for that only the OpenSSH client carries out, one phrase each.
+
+        GSSAPIAuthentication counts only on a machine set up for Kerberos: Debian and Ubuntu turn it on for
+        every host in /etc/ssh/ssh_config, where it does nothing without a ticket. A ControlPath counts when
+        its socket exists: a master the user started, which only the system ssh can share.
+        """
+        needs: list[str] = []
+        if self.proxy_command:
+            needs.append("ProxyCommand")
+        if self.certificate_files:
+            needs.append("CertificateFile")
+        if self.gssapi_authentication and kerberos_configured():
+            needs.append("GSSAPIAuthentication")
+        if self.control_path and _is_socket(self.control_path):
+            needs.append("a running ControlMaster")
+        return tuple(needs)
+
+
+KERBEROS_CONFIG = "/etc/krb5.conf"
+
+
+def kerberos_configured() -> bool:
+    """Whether this machine has a Kerberos setup GSSAPI could use (a credential cache or a krb5.conf)."""
+    if os.environ.get("KRB5CCNAME") or os.environ.get("KRB5_CONFIG"):
+        return True
+    return os.path.exists(KERBEROS_CONFIG)
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def config_file(config_path: str | None) -> str | None:
@@ -279,6 +321,9 @@ def _settings_from_options(
         server_alive_interval_s=_seconds(first("serveraliveinterval")),
         identity_agent=_opt(first("identityagent")),
         strict_host_key_checking=(first("stricthostkeychecking") or "ask").strip().lower(),
+        certificate_files=_paths(options.get("certificatefile", [])),
+        gssapi_authentication=_yes(first("gssapiauthentication")),
+        control_path=_opt(first("controlpath")),
         resolver=resolver,
     )
 

@@ -94,19 +94,15 @@ def test_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) -> Non
 
 def test_ssh_client_globally_per_host_and_from_the_flag(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('ssh_client = "paramiko"\n[hosts."gpu-bastioned"]\nssh_client = "openssh"\n')
+    path.write_text('ssh_client = "auto"\n[hosts."gpu-bastioned"]\nssh_client = "openssh"\n')
     config = load_config(path)
-    assert (config.ssh_client, config.host_ssh_clients) == ("paramiko", {"gpu-bastioned": "openssh"})
+    assert (config.ssh_client, config.host_ssh_clients) == ("auto", {"gpu-bastioned": "openssh"})
     args = build_parser("snapshot").parse_args(["gpu-a"])
     args.config = config
     options = options_from_args(args)
-    assert options.for_target("gpu-a").ssh_client == "paramiko"
+    assert options.for_target("gpu-a").ssh_client == "auto"
     assert options.for_target("gpu-bastioned").ssh_client == "openssh"
     # The flag is the user's word for this run: it beats the file, per host too.
-    args = build_parser("snapshot").parse_args(["--ssh-client", "openssh", "gpu-a"])
-    args.config = config
-    options = options_from_args(args)
-    assert options.for_target("gpu-a").ssh_client == "openssh"
     args = build_parser("snapshot").parse_args(["--ssh-client", "paramiko", "gpu-a"])
     args.config = config
     options = options_from_args(args)
@@ -120,7 +116,7 @@ def test_ssh_client_globally_per_host_and_from_the_flag(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [
-        ('ssh_client = "putty"\n', 'ssh_client must be one of "paramiko", "openssh"'),
+        ('ssh_client = "putty"\n', 'ssh_client must be one of "paramiko", "openssh", "auto"'),
         ('ssh_client = 1\n', "ssh_client must be one of"),
         ('[hosts."a"]\nssh_client = "OpenSSH"\n', "hosts.'a'.ssh_client must be one of"),
     ],

@@ -3,7 +3,7 @@
 The open sequence is the same whichever client logs in: resolve the target, log in, run the collector with
 its payload on stdin, fall back to the reduced collector on a host without python3, wait for the hello, send
 the health settings. What differs is the ``Session``: paramiko's (``connect.Connection``) or the system ssh
-client's (``gputui.transports.openssh.OpenSshSession``), as ``client`` says.
+client's (``gputui.transports.openssh.OpenSshSession``), chosen at every open (``client``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from typing import Any, Protocol
 
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import SSH_CLIENTS, HostLink, LinkError, LinkOptions
+from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.errors import PythonMissing, phase_error
 from gputui.transports.ssh.payload import agent_command, agent_payload, agent_source
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
-from gputui.transports.sshconfig import SshSettings, resolve
+from gputui.transports.sshconfig import SshSettings, openssh_available, resolve
 
 STALE_FACTOR = 3.0
 MIN_STALE_S = 1.0
@@ -29,6 +30,7 @@ READER_JOIN_S = 0.3
 """How long closing waits for the reader thread (it stops by itself within a second)."""
 SWITCH_JOIN_S = 1.0
 """How long the switch to the reduced collector waits for the first attempt's reader to stop."""
+OPENSSH_FLAG = "--ssh-client openssh"
 
 
 class Session(Protocol):
@@ -85,7 +87,8 @@ class SshLink(HostLink):
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
         source: Collector source to ship instead of ``gputui/agent.py`` (tests use a stand-in).
-        client: ``paramiko`` or ``openssh`` (the system ssh client); default ``options.ssh_client``.
+        client: ``paramiko``, ``openssh`` (the system ssh client) or ``auto`` (openssh when the resolved
+            config needs it: ``SshSettings.openssh_only``); default ``options.ssh_client``.
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
@@ -160,16 +163,19 @@ class SshLink(HostLink):
             raise LinkError(f"{self.target}: link closed")
         try:
             self._open(session, settings)
-        except LinkError:
+        except LinkError as exc:
             self._release(session)
-            raise
+            raise self._with_hint(exc, settings) from None
         except session.errors as exc:
             self._release(session)
             raise phase_error(self.target, "connection failed", exc) from None
 
     def _new_session(self, settings: SshSettings) -> Session:
-        """The session of the client this open uses (``client``)."""
-        if self.client == "openssh":
+        """The session of the client this open uses (``client``; ``auto`` asks the resolved settings)."""
+        use_system_ssh = self.client == "openssh" or (
+            self.client == "auto" and bool(settings.openssh_only()) and openssh_available()
+        )
+        if use_system_ssh:
             from gputui.transports.openssh import OpenSshSession
 
             self.client_used = "openssh"
@@ -180,6 +186,19 @@ class SshLink(HostLink):
         return Connection(
             self.target, self.options, config_path=self.config_path, use_openssh=self.use_openssh
         )
+
+    def _with_hint(self, error: LinkError, settings: SshSettings) -> LinkError:
+        """``error``, saying which flag helps when paramiko failed at what only the system ssh does."""
+        if self.client_used != "paramiko" or worth_retrying(error):
+            return error
+        needs = settings.openssh_only()
+        if not needs or OPENSSH_FLAG in str(error):
+            return error
+        error.args = (
+            f"{error} (its ssh config asks for {', '.join(needs)}, which only the system ssh client does: "
+            f"use {OPENSSH_FLAG})",
+        )
+        return error
 
     def _open(self, session: Session, settings: SshSettings) -> None:
         source = self._source if self._source is not None else agent_source()
