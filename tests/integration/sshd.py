@@ -478,8 +478,9 @@ if BEHAVIOUR == "hang_before_hello":
     time.sleep(3600)
 if BEHAVIOUR == "banner_then_hello":
     out.write(b"Welcome to the cluster!\nlast login: yesterday\n")
-emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
+# Set before the hello goes out: a client may send its first command the moment it reads the hello.
 hello_sent.set()
+emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
 if BEHAVIOUR in ("hang_after_hello", "ignore_commands_hang"):
     time.sleep(3600)
 if BEHAVIOUR == "flood_no_newline":
