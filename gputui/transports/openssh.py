@@ -36,9 +36,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import (
@@ -85,6 +86,7 @@ PROBE_OPTIONS = (
 )
 PROBE_COMMAND = "true"
 SSH_ENV = {"SSH_ASKPASS_REQUIRE": "never"}
+_T = TypeVar("_T")
 
 _UNKNOWN_RE = re.compile(r"No (\S+) host key is known for (\S+) and you have requested strict checking")
 _CHANGED_RE = re.compile(r"Host key for (\S+) has changed and you have requested strict checking")
@@ -236,6 +238,14 @@ class SshProcess:
             self._drain_stderr()
         return fd in ready
 
+    def _drain_now(self) -> None:
+        """Take what stderr holds now (nothing more once the pipe is closed)."""
+        try:
+            with self._using():
+                self._drain_stderr()
+        except EOFError:
+            pass
+
     def _drain_stderr(self) -> None:
         with self._drain_lock:  # one reader at a time keeps the chunks in order
             taken = 0
@@ -259,29 +269,23 @@ class SshProcess:
     # -- stream.Pipe ----------------------------------------------------------------------------------------
 
     def recv(self, max_bytes: int) -> bytes | None:
-        with self._using():
-            if not self._wait(self._stdout, select.POLLIN):
-                return None
-            try:
-                return os.read(self._stdout, max_bytes)
-            except BlockingIOError:
-                return None
+        return self._when_ready(self._stdout, select.POLLIN, lambda: os.read(self._stdout, max_bytes))
 
     def send(self, data: memoryview) -> int | None:
+        return self._when_ready(self._stdin, select.POLLOUT, lambda: os.write(self._stdin, data))
+
+    def _when_ready(self, fd: int, event: int, call: Callable[[], _T]) -> _T | None:
+        """``call()`` once ``fd`` is ready for ``event``; None when it is not within ``POLL_S``."""
         with self._using():
-            if not self._wait(self._stdin, select.POLLOUT):
+            if not self._wait(fd, event):
                 return None
             try:
-                return os.write(self._stdin, data)
+                return call()
             except BlockingIOError:
                 return None
 
     def stderr(self, tail_bytes: int) -> bytes:
-        try:
-            with self._using():
-                self._drain_stderr()
-        except EOFError:
-            pass
+        self._drain_now()
         with self._lock:
             chunk = bytes(self._unread[-tail_bytes:]) if tail_bytes > 0 else b""
             self._unread.clear()
@@ -311,11 +315,7 @@ class SshProcess:
 
     def stderr_lines(self) -> list[str]:
         """What ssh wrote to stderr (its last ``STDERR_KEEP_BYTES``), as lines without blanks."""
-        try:
-            with self._using():
-                self._drain_stderr()
-        except EOFError:
-            pass
+        self._drain_now()
         with self._lock:
             text = bytes(self._kept).decode("utf-8", "replace")
         return [line.strip() for line in text.splitlines() if line.strip()]
