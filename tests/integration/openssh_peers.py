@@ -17,9 +17,29 @@ from pathlib import Path
 
 import psutil
 
+from gputui.core.model import HostSnapshot
+from gputui.transports.base import LinkOptions
+from gputui.transports.ssh import SshLink
 from tests.integration.sshd import ClientHome, keygen
 
 DEADLINE_S = 30.0
+
+
+def read_once(
+    target: str, options: LinkOptions, *, client: str, source: bytes | None = None
+) -> tuple[SshLink, HostSnapshot]:
+    """Open ``target`` with ``client``, take the first snapshot, close; the link (closed) and the snapshot."""
+    link = SshLink(target, options, client=client, source=source)
+    try:
+        link.open()
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            snapshot = link.next_snapshot(1.0)
+            if snapshot is not None:
+                return link, snapshot
+        raise AssertionError(f"{target}: no snapshot within {DEADLINE_S} s")
+    finally:
+        link.close()
 
 
 def make_ca(path: Path) -> Path:

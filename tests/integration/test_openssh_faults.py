@@ -1,20 +1,15 @@
-"""Faults over the system ssh client that its own words decide: host keys, deadlines, auth, proxies, prompts.
+"""Faults over the system ssh client that only it meets: host keys through ssh, prompts, proxies, its end.
 
-Real sshd's on 127.0.0.1 and the real ``ssh``. What both clients share (stale, reconnect, hung hosts, runaway
-collectors, no python3, quit while hanging) is tested for both in ``test_ssh_faults.py``; here are the cases
-where ssh, not paramiko, meets the fault, and its one line must say so.
+Real sshd's on 127.0.0.1 and the real ``ssh``. Deadlines, auth failures, stale and hung hosts, reconnects,
+runaway collectors, no python3 and quitting while a host hangs are tested for both clients in
+``test_ssh_faults.py``; here are the cases where only the system client's behaviour is at stake.
 """
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +22,7 @@ from tests.integration.openssh_peers import (
     kill_quietly,
     processes_running,
     proxy_script,
+    read_once,
     ssh_children,
     wait_until_gone,
 )
@@ -41,7 +37,6 @@ from tests.integration.sshd import (
 
 FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=3.0)
 HANG_GUARD_S = 30.0
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _link(target: str, options: LinkOptions = FAST, source: bytes | None = None) -> SshLink:
@@ -60,12 +55,7 @@ def _open_error(link: SshLink) -> tuple[LinkError, float]:
 
 
 def _opens(target: str, options: LinkOptions = FAST) -> None:
-    link = _link(target, options, source=stand_in_agent())
-    try:
-        link.open()
-        assert link.next_snapshot(HANG_GUARD_S) is not None
-    finally:
-        link.close()
+    read_once(target, options, client="openssh", source=stand_in_agent())
 
 
 def _read_until_broken(link: SshLink) -> None:
@@ -184,101 +174,7 @@ def test_revoked_key_is_refused(host_a: SshdServer, ssh_client: ClientHome) -> N
     )
 
 
-# -- deadlines ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def silent_listener() -> Iterator[int]:
-    """A port that accepts TCP connections and never says a word."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                accepted.append(server.accept()[0])
-            except OSError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(5)
-    for conn in accepted:
-        conn.close()
-    server.close()
-
-
-@pytest.fixture
-def full_backlog_listener() -> Iterator[int]:
-    """A port whose listener never accepts and whose backlog is full: new SYNs are dropped, connect hangs."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(0)
-    port = server.getsockname()[1]
-    fillers = []
-    for _ in range(4):
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(("127.0.0.1", port))
-        fillers.append(filler)
-    time.sleep(0.2)
-    yield port
-    for filler in fillers:
-        filler.close()
-    server.close()
-
-
-def test_port_without_banner_fails_at_the_banner_deadline(
-    ssh_client: ClientHome, silent_listener: int
-) -> None:
-    error, elapsed = _open_error(_link(f"127.0.0.1:{silent_listener}", LinkOptions(connect_timeout_s=1.0)))
-    assert str(error) == (
-        f"127.0.0.1:{silent_listener}: Connection timed out during banner exchange (Connection to 127.0.0.1 "
-        f"port {silent_listener} timed out)"
-    )
-    assert worth_retrying(error)
-    assert elapsed < HANG_GUARD_S
-
-
-def test_unresolvable_name_is_one_line(ssh_client: ClientHome) -> None:
-    error, elapsed = _open_error(_link("gpu-node.invalid", LinkOptions(connect_timeout_s=2.0)))
-    assert str(error).startswith("gpu-node.invalid: ssh: Could not resolve hostname gpu-node.invalid")
-    assert worth_retrying(error)
-    assert elapsed < HANG_GUARD_S
-
-
-def test_listener_that_never_accepts_fails_at_the_connect_deadline(
-    ssh_client: ClientHome, full_backlog_listener: int
-) -> None:
-    target = f"127.0.0.1:{full_backlog_listener}"
-    error, elapsed = _open_error(_link(target, LinkOptions(connect_timeout_s=1.0)))
-    assert str(error).startswith(f"{target}: ")
-    assert "timed out" in str(error)
-    assert worth_retrying(error)
-    assert elapsed < HANG_GUARD_S
-
-
-# -- auth, prompts, proxies --------------------------------------------------------------------------------
-
-
-def test_auth_failure_is_one_line_after_one_connection(
-    host_a: SshdServer, ssh_client: ClientHome, ssh_keys: dict[str, Path]
-) -> None:
-    ssh_client.trust(host_a)
-    ssh_client.use_key(ssh_keys["other"])
-    error, _ = _open_error(_link("host-a"))
-    assert isinstance(error, AuthFailed)
-    assert not worth_retrying(error)
-    assert str(error).startswith("host-a: authentication failed: ")
-    assert "Permission denied (publickey)" in str(error)
-    assert "\n" not in str(error)
-    assert host_a.log().count("Connection from 127.0.0.1") == 2  # the fixture's readiness probe + this one
+# -- prompts, proxies, the end of ssh ---------------------------------------------------------------------
 
 
 def test_ssh_that_would_prompt_never_does(
@@ -342,34 +238,3 @@ def test_collector_ends_when_its_ssh_ends(host_a: SshdServer, ssh_client: Client
         link.close()
     assert ssh_children() == []
     assert wait_until_gone(sessions) == []
-
-
-# -- the command line --------------------------------------------------------------------------------------
-
-
-def _gputui(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gputui.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        cwd=str(REPO),
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-
-
-def test_command_line_refuses_an_unknown_key_in_one_line_and_accepts_it_when_asked(
-    host_a: SshdServer, ssh_client: ClientHome, fake_nvml: object
-) -> None:
-    done = _gputui("snapshot", "--ssh-client", "openssh", "--no-discover", "host-a")
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert fingerprint_by_ssh_keygen(host_a.host_pub) in lines[0]
-    assert "--accept-new" in lines[0]
-    assert not ssh_client.known_hosts.exists()
-    done = _gputui("snapshot", "--ssh-client", "openssh", "--no-discover", "--accept-new", "host-a")
-    assert done.returncode == 0, done.stderr
-    assert ssh_client.known_hosts.read_text() == host_a.known_hosts_line() + "\n"

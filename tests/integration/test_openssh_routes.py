@@ -1,19 +1,17 @@
-"""The system ssh client reaches what paramiko cannot: a ProxyCommand, certificates, a running ControlMaster.
+"""The system ssh client reaches what paramiko cannot: ProxyCommand, certificates, known_hosts as ssh has it.
 
 Real sshd's on 127.0.0.1 and the real ``ssh``: the collector (the real one, on the fake NVML) streams over
 ``ssh -T`` exactly as over a paramiko channel. The paramiko link meets the same configuration with an error
-that names ``--ssh-client openssh``, and ``ssh_client = "auto"`` switches by itself.
+that names ``--ssh-client openssh``, and ``ssh_client = "auto"`` switches by itself. A running ControlMaster
+shared by several gputui runs is in ``test_ssh_cli.py``.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import pwd
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,9 +22,9 @@ from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SetupFailed, SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.openssh_peers import (
-    control_master,
     make_ca,
     processes_running,
+    read_once,
     sign_host_key,
     sign_user_key,
     ssh_children,
@@ -36,37 +34,18 @@ from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, keygen
 
 OPTIONS = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=10.0)
 DEADLINE_S = 30.0
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _snapshot(link: SshLink) -> object:
-    end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        snapshot = link.next_snapshot(1.0)
-        if snapshot is not None:
-            return snapshot
-    raise AssertionError("no snapshot")
 
 
 def _streams(target: str, client: str = "openssh") -> SshLink:
     """Open ``target`` with ``client``, read one snapshot of the 8 fake GPUs, close; returns the link."""
-    link = SshLink(target, OPTIONS, client=client)
-    try:
-        link.open()
-        snapshot = _snapshot(link)
-        assert len(snapshot.gpus) == 8  # type: ignore[attr-defined]
-    finally:
-        link.close()
+    link, snapshot = read_once(target, OPTIONS, client=client)
+    assert len(snapshot.gpus) == 8
     return link
 
 
 def _no_ssh_left(*keep: int) -> None:
     left = [p for p in ssh_children() if p.pid not in keep]
     assert wait_until_gone(left, 5.0) == [], [p.cmdline() for p in left]
-
-
-def _login_name() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_name
 
 
 def _accepted_logins(server: SshdServer) -> int:
@@ -84,7 +63,9 @@ def test_collector_streams_over_the_system_ssh_client(
         link.open()
         assert (link.client_used, link.mode, link.reduced) == ("openssh", "nvml", False)
         assert link.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        assert _snapshot(link).target == "host-a"  # type: ignore[attr-defined]
+        snapshot = link.next_snapshot(DEADLINE_S)
+        assert snapshot is not None
+        assert snapshot.target == "host-a"
         sample = link.request({"cmd": "sample"}, DEADLINE_S)
         assert [g["memory_used_mib"] for g in sample["snapshot"]["gpus"]] == [3] * 8
         sessions = server.session_processes()
@@ -124,25 +105,31 @@ def test_host_reached_only_through_a_proxy_command(
     _no_ssh_left()  # the ProxyCommand's ssh -W ended with its ssh
 
 
+def _certified(sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path) -> SshdServer:
+    """A server that trusts a user CA, and the host "certified" whose only way in is a certificate of it:
+    the client's key is one sshd does not authorize, its certificate lies away from it (``CertificateFile``).
+    """
+    user_ca = make_ca(tmp_path / "user_ca")
+    server = sshd_factory(extra_config=(f"TrustedUserCAKeys {user_ca}",))
+    key = tmp_path / "id_certified"
+    keygen(key)
+    login = pwd.getpwuid(os.geteuid()).pw_name
+    certificate = sign_user_key(tmp_path / "user_ca", Path(f"{key}.pub"), login, tmp_path / "signed-cert.pub")
+    ssh_client.use_key(key)
+    ssh_client.add_host("certified", server, f"CertificateFile {certificate}")
+    return server
+
+
 def test_user_certificate_and_host_certificate(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
 ) -> None:
-    user_ca = make_ca(tmp_path / "user_ca")
+    server = _certified(sshd_factory, ssh_client, tmp_path)
     host_ca = make_ca(tmp_path / "host_ca")
-    server = sshd_factory(extra_config=(f"TrustedUserCAKeys {user_ca}",))
     host_cert = sign_host_key(tmp_path / "host_ca", server.host_pub, "127.0.0.1")
     with server.config_path.open("a") as config:
         config.write(f"HostCertificate {host_cert}\n")
     server.stop()
     server.start()
-    # A key sshd does not authorize: only its certificate, signed by the CA sshd trusts, logs in.
-    key = tmp_path / "id_certified"
-    keygen(key)
-    certificate = sign_user_key(
-        tmp_path / "user_ca", Path(f"{key}.pub"), _login_name(), tmp_path / "signed-cert.pub"
-    )
-    ssh_client.use_key(key)
-    ssh_client.add_host("certified", server, f"CertificateFile {certificate}")
     # The host is known only through its CA: no plain line for it.
     ca_type, ca_blob = Path(host_ca).read_text().split()[:2]
     ssh_client.known_hosts.write_text(f"@cert-authority [127.0.0.1]:* {ca_type} {ca_blob}\n")
@@ -161,73 +148,16 @@ def test_user_certificate_and_host_certificate(
     assert ssh_client.known_hosts.read_text() == before  # nothing added: the CA vouched for the host
 
 
-def test_auth_failure_without_a_certificate_names_the_flag(
+def test_auth_failure_without_the_certificate_names_the_flag(
     sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
 ) -> None:
-    user_ca = make_ca(tmp_path / "user_ca")
-    server = sshd_factory(extra_config=(f"TrustedUserCAKeys {user_ca}",))
-    key = tmp_path / "id_certified"
-    keygen(key)
-    certificate = sign_user_key(
-        tmp_path / "user_ca", Path(f"{key}.pub"), _login_name(), tmp_path / "signed-cert.pub"
-    )
-    ssh_client.use_key(key)
-    ssh_client.add_host("certified", server, f"CertificateFile {certificate}")
-    ssh_client.trust(server)
+    ssh_client.trust(_certified(sshd_factory, ssh_client, tmp_path))
     with pytest.raises(AuthFailed) as caught:
         SshLink("certified", OPTIONS, client="paramiko").open()
     assert str(caught.value).endswith(
         "(its ssh config asks for CertificateFile, which only the system ssh client does: use "
         "--ssh-client openssh)"
     )
-
-
-def _gputui(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "gputui.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=str(REPO),
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def test_a_running_control_master_is_shared_and_left_running(
-    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
-) -> None:
-    server = sshd_factory()
-    socket_path = tmp_path / "cm.sock"
-    ssh_client.add_host(
-        "gpu-cm", server, f"ControlPath {socket_path}", "ControlMaster auto", "ControlPersist 60"
-    )
-    ssh_client.trust(server)
-
-    # No master running: gputui connects by itself and starts none (ControlMaster auto, ControlPersist).
-    done = _gputui("snapshot", "--json", "--ssh-client", "openssh", "--no-discover", "gpu-cm")
-    assert done.returncode == 0, done.stderr
-    assert not socket_path.exists()
-    assert _accepted_logins(server) == 1
-    # auto without a running master: nothing there needs the system client.
-    assert _streams("gpu-cm", client="auto").client_used == "paramiko"
-    assert _accepted_logins(server) == 2
-
-    with control_master(ssh_client, "gpu-cm", socket_path) as master:
-        assert _accepted_logins(server) == 3
-        for _ in range(2):
-            done = _gputui("snapshot", "--json", "--ssh-client", "openssh", "--no-discover", "gpu-cm")
-            assert done.returncode == 0, done.stderr
-            host = json.loads(done.stdout)["hosts"][0]
-            assert (host["error"], len(host["gpus"])) == (None, 8)
-        # auto: the running master is what only the system client can share.
-        assert _streams("gpu-cm", client="auto").client_used == "openssh"
-        # Every run went through the master's one login, and left it running.
-        assert _accepted_logins(server) == 3
-        assert master.poll() is None
-        assert socket_path.exists()
-        _no_ssh_left(master.pid)
 
 
 def test_include_and_alias_resolve_as_ssh_does(

@@ -92,6 +92,7 @@ def _open_error(link: SshLink) -> tuple[LinkError, float]:
     started = time.monotonic()
     with pytest.raises(LinkError) as caught:
         link.open()
+    assert ssh_children() == []  # over the system client: its ssh ended with the failed open
     return caught.value, time.monotonic() - started
 
 
@@ -110,48 +111,67 @@ def _open_and_read(link: SshLink) -> object:
 
 
 def test_port_without_banner_fails_at_the_banner_deadline(
-    ssh_client: ClientHome, silent_listener: int
+    ssh_client: ClientHome, silent_listener: int, transport: str
 ) -> None:
-    options = LinkOptions(connect_timeout_s=1.0)
-    error, elapsed = _open_error(SshLink(f"127.0.0.1:{silent_listener}", options))
-    assert "no SSH handshake" in str(error)
-    assert "within 1.0 s" in str(error)
+    target = f"127.0.0.1:{silent_listener}"
+    error, elapsed = _open_error(SshLink(target, LinkOptions(connect_timeout_s=1.0), client=transport))
+    said = {
+        "paramiko": f"{target}: no SSH handshake with 127.0.0.1 port {silent_listener} within 1.0 s",
+        # ssh's own words: the failure, then its closing line.
+        "openssh": f"{target}: Connection timed out during banner exchange (Connection to 127.0.0.1 port "
+        f"{silent_listener} timed out)",
+    }
+    assert str(error).startswith(said[transport])
+    assert worth_retrying(error)
     assert elapsed < HANG_GUARD_S
 
 
-def test_unresolvable_name_fails_within_the_connect_deadline(ssh_client: ClientHome) -> None:
-    error, elapsed = _open_error(SshLink("gpu-node.invalid", LinkOptions(connect_timeout_s=2.0)))
-    assert "gpu-node.invalid" in str(error)
-    assert "resolve" in str(error)
+def test_unresolvable_name_fails_within_the_connect_deadline(ssh_client: ClientHome, transport: str) -> None:
+    error, elapsed = _open_error(
+        SshLink("gpu-node.invalid", LinkOptions(connect_timeout_s=2.0), client=transport)
+    )
+    said = {
+        "paramiko": "gpu-node.invalid: cannot resolve gpu-node.invalid",
+        "openssh": "gpu-node.invalid: ssh: Could not resolve hostname gpu-node.invalid",
+    }
+    assert str(error).startswith(said[transport])
+    assert worth_retrying(error)
     assert elapsed < HANG_GUARD_S
 
 
 def test_listener_that_never_accepts_fails_at_the_connect_deadline(
-    ssh_client: ClientHome, full_backlog_listener: int
+    ssh_client: ClientHome, full_backlog_listener: int, transport: str
 ) -> None:
-    error, elapsed = _open_error(
-        SshLink(f"127.0.0.1:{full_backlog_listener}", LinkOptions(connect_timeout_s=1.0))
-    )
-    assert "cannot connect" in str(error) or "no SSH handshake" in str(error)
+    target = f"127.0.0.1:{full_backlog_listener}"
+    error, elapsed = _open_error(SshLink(target, LinkOptions(connect_timeout_s=1.0), client=transport))
+    assert str(error).startswith(f"{target}: ")
+    if transport == "paramiko":
+        assert "cannot connect" in str(error) or "no SSH handshake" in str(error)
+    else:
+        assert "timed out" in str(error)
+    assert worth_retrying(error)
     assert elapsed < HANG_GUARD_S
 
 
 def test_auth_failure_is_one_clear_line_after_one_connection(
-    host_a: SshdServer, ssh_client: ClientHome, ssh_keys: dict[str, Path]
+    host_a: SshdServer, ssh_client: ClientHome, ssh_keys: dict[str, Path], transport: str
 ) -> None:
     ssh_client.add_host(
         "wrong-key", host_a, f"IdentityFile {ssh_keys['other']}", f"IdentityFile {ssh_keys['encrypted']}"
     )
     # Only the unauthorized and the encrypted key are offered; IdentitiesOnly keeps any agent out.
     ssh_client.use_key(ssh_keys["other"])
-    error, _ = _open_error(SshLink("wrong-key", FAST))
+    error, _ = _open_error(SshLink("wrong-key", FAST, client=transport))
     message = str(error)
     assert isinstance(error, AuthFailed)
     assert not worth_retrying(error)
     assert "\n" not in message
-    assert message.startswith("wrong-key: authentication failed for")
-    assert f"{ssh_keys['other']} (rejected)" in message
-    assert f"{ssh_keys['encrypted']} (encrypted, not in ssh-agent: skipped)" in message
+    assert message.startswith("wrong-key: authentication failed")
+    if transport == "paramiko":
+        assert f"{ssh_keys['other']} (rejected)" in message
+        assert f"{ssh_keys['encrypted']} (encrypted, not in ssh-agent: skipped)" in message
+    else:
+        assert message.endswith("Permission denied (publickey).")
     assert host_a.log().count("Connection from 127.0.0.1") == 2  # fixture's readiness probe + this one
 
 
