@@ -429,8 +429,8 @@ def _host_key_failure(target: str, lines: list[str], text: str) -> HostKeyError:
         return ChangedHostKey.at(
             target,
             shown(changed.group(1)) if changed else "the host",
-            shown(sent.group(1)) if sent else "a",
-            _fingerprint_after(lines, _SENT_RE) or "another key",
+            shown(sent.group(1)) if sent else "a key",
+            _fingerprint_after(lines, _SENT_RE) or "(no fingerprint shown)",
             shown(offending.group(1)) if offending else "known_hosts",
         )
     revoked = _REVOKED_RE.search(text)
@@ -440,9 +440,14 @@ def _host_key_failure(target: str, lines: list[str], text: str) -> HostKeyError:
     if unknown is not None:
         key_type, name = shown(unknown.group(1)), shown(unknown.group(2))
         return HostKeyError(f"{target}: unknown {key_type} host key for {name}; not connecting")
-    telling = [line for line in lines if line != HOST_KEY_FAILED and not line.startswith(NOISE_PREFIXES)]
-    detail = f" ({shown(telling[-1])})" if telling else ""
-    return HostKeyError(f"{target}: host key verification failed{detail}; not connecting")
+    if lines and lines[-1] != HOST_KEY_FAILED:
+        # The ssh of a ProxyJump or ProxyCommand hop refused its host's key, and the connection it carried
+        # closed: that hop's key is for the user to check, with ssh itself.
+        return HostKeyError(
+            f"{target}: the host key of a jump host was refused (its ssh: {HOST_KEY_FAILED}); not connecting "
+            "(connect to the jump host once with ssh to check and accept its key)"
+        )
+    return HostKeyError(f"{target}: host key verification failed; not connecting")
 
 
 def _fingerprint_after(lines: list[str], pattern: re.Pattern[str]) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.hostkeys import ChangedHostKey, RevokedHostKey, UnknownHostKey
+from gputui.transports.hostkeys import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink, accept_host_key
 from tests.integration.openssh_peers import (
@@ -161,6 +161,21 @@ def test_changed_key_is_refused_every_time_even_with_accept_new(
         )
     assert ssh_client.known_hosts.read_text() == before
     assert "Accepted publickey" not in host_a.log()
+
+
+def test_unknown_key_of_a_jump_host_is_refused_and_left_to_ssh(
+    sshd_factory: SshdFactory, ssh_client: ClientHome
+) -> None:
+    jump, target = sshd_factory(), sshd_factory()
+    ssh_client.add_host("jump", jump)
+    ssh_client.add_host("behind", target, "ProxyJump jump")
+    ssh_client.trust(target)
+    error, _ = _open_error(_link("behind"))
+    assert type(error) is HostKeyError  # nothing the app could accept: the jump host's ssh checks that key
+    assert not worth_retrying(error)
+    assert str(error).startswith("behind: the host key of a jump host was refused")
+    assert "Accepted publickey" not in jump.log()
+    assert "Accepted publickey" not in target.log()
 
 
 def test_revoked_key_is_refused(host_a: SshdServer, ssh_client: ClientHome) -> None:
