@@ -1,3 +1,5 @@
 """gputui: a terminal GPU monitor for the clean slate."""
 
-__version__ = "0.1.0"
+from gputui.agent.protocol import VERSION as __version__
+
+__all__ = ["__version__"]

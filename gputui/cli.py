@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui import __version__
-from gputui.agent import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
+from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
 from gputui.transports.base import SSH_CLIENTS
 
@@ -171,6 +171,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         _add_common(parser)
         _add_no_audit(parser)
         fleet_options.add_arguments(parser)
+        parser.add_argument(
+            "--theme", default=None, metavar="NAME",
+            help="colours: ansi (the terminal's own), or a Textual theme such as textual-dark, nord, "
+            "gruvbox; kept for the next run",
+        )
         parser.add_argument(
             "targets", nargs="*", metavar="TARGET",
             help="local, an ssh alias, [user@]host[:port], @group from the config",

@@ -3,8 +3,9 @@
     .venv/bin/python screenshots/make_screenshots.py [OUTPUT_DIR]
 
 Writes wedged.svg (the wedged sglang host, two hosts open), confirm.svg (the confirmation ``X`` opens),
-clean.svg (after confirming: memory drained, the clean-slate receipt), narrow.svg (a 50-column tmux pane)
-and fleet.svg (the fleet view over an answer recorded from a real Prometheus).
+clean.svg (after confirming: memory drained, the clean-slate receipt with its drain curve), gpu.svg (Enter on
+GPU 0 then: its history through the wedge, the kill and the drain), narrow.svg (a 50-column tmux pane) and
+fleet.svg (the fleet view over an answer recorded from a real Prometheus).
 The demo's clock is frozen and moved by the script, so the pictures are the same on every run.
 """
 
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gputui.cli import build_parser  # noqa: E402
 from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
+from gputui.ui.screens.gpu_detail import GpuDetailScreen  # noqa: E402
 
 DEADLINE_S = 30.0
 
@@ -87,7 +89,13 @@ async def main(out_dir: Path) -> None:
             clock.advance(0.5)
             await pilot.pause(0.2)
         await _until(pilot, lambda: host.check is not None and host.check.clean, "the clean slate")
+        # The kill's and the health's notifications would cover the panels: the receipt says it all.
+        app.clear_notifications()
+        await pilot.pause(0.3)
         app.save_screenshot("clean.svg", str(out_dir))
+        await pilot.press("g", "enter")
+        await _until(pilot, lambda: isinstance(app.screen, GpuDetailScreen), "the GPU view")
+        app.save_screenshot("gpu.svg", str(out_dir))
 
     clock = ManualClock()
     args = build_parser(None).parse_args(["--demo", "--interval", "0.1", "gpu-node-07"])
@@ -96,7 +104,7 @@ async def main(out_dir: Path) -> None:
         await _serve_then_wedge(pilot, clock)
         app.save_screenshot("narrow.svg", str(out_dir))
     await fleet_screenshot(out_dir)
-    for name in ("wedged.svg", "confirm.svg", "clean.svg", "narrow.svg", "fleet.svg"):
+    for name in ("wedged.svg", "confirm.svg", "clean.svg", "gpu.svg", "narrow.svg", "fleet.svg"):
         print(out_dir / name)
 
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
+from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.core import cleanslate
 from gputui.core.analysis import (
     DEFAULT_BASELINE_MIB,
     DEFAULT_TOLERANCE_MIB,
     Baselines,
     analyze,
     gpu_memory_by_pid,
-    memory_at_baseline,
 )
 from gputui.core.model import HostSnapshot, Verdict, snapshots_document
 from gputui.core.state import StateError, load_baselines, save_baselines
@@ -153,7 +155,7 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
 def _configure(link: HostLink, memory_interval_s: float, process_interval_s: float) -> None:
     link.request(
         {
-            "cmd": "configure",
+            "cmd": CMD_CONFIGURE,
             "memory_interval_s": memory_interval_s,
             "process_interval_s": process_interval_s,
         },
@@ -167,37 +169,44 @@ def cannot_tell_at_all(snapshot: HostSnapshot) -> bool:
 
 
 def wait_until_clean(
-    link: HostLink, target: str, baselines: Baselines, wait_s: float, args: argparse.Namespace
+    link: HostLink,
+    target: str,
+    baselines: Baselines,
+    wait_s: float,
+    args: argparse.Namespace,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[HostSnapshot, float | None]:
-    """Sample at 10+ per second until the host is clean or ``wait_s`` passed.
+    """Sample at 10+ per second until the host is clean or ``wait_s`` passed, by the rules of
+    ``core.cleanslate`` (the same machine as the TUI's ``c``).
 
     The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back, judged on
-    memory alone; that sample is then confirmed with a full sample (fresh process list), so a stale process
-    list can neither declare it clean early nor hold it back. The agent's intervals are restored afterwards.
-    A host that cannot tell at all (no driver, no NVML, no GPUs) ends the wait at once: waiting cannot help.
+    memory alone; the machine then asks for a full sample (a fresh process list) to confirm it, so a stale
+    process list can neither declare it clean early nor hold it back. The agent's intervals are restored
+    afterwards. A host that cannot tell at all (no driver, no NVML, no GPUs) ends the wait at once: waiting
+    cannot help.
 
     Returns:
         The last analysed snapshot and the seconds it took to become clean (None: not clean in time).
     """
-    start = time.monotonic()
-    deadline = start + wait_s
+    check = cleanslate.start(clock(), wait_s, trigger="--wait")
     _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S)
     try:
         snapshot = analyze(full_sample(link, target), baselines)
+        check, ask = cleanslate.memory_sample(check, snapshot, baselines, clock())
         while True:
-            if snapshot.verdict is not None and snapshot.verdict.clean:
-                return snapshot, time.monotonic() - start
-            if cannot_tell_at_all(snapshot):
+            if ask:
+                snapshot = analyze(full_sample(link, target), baselines)
+                check = cleanslate.confirming_sample(check, snapshot)
+            if check.clean and check.finished_s is not None:
+                return snapshot, check.finished_s - check.started_s
+            check = cleanslate.tick(check, clock())
+            if not check.running or cannot_tell_at_all(snapshot):
                 return snapshot, None
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return snapshot, None
-            streamed = link.next_snapshot(min(remaining, 1.0))
-            if streamed is None or not memory_at_baseline(streamed, baselines):
-                if streamed is not None:
-                    snapshot = analyze(streamed, baselines)
-                continue
-            snapshot = analyze(full_sample(link, target), baselines)
+            streamed = link.next_snapshot(min(max(0.0, check.started_s + wait_s - clock()), 1.0))
+            ask = False
+            if streamed is not None:
+                snapshot = analyze(streamed, baselines)
+                check, ask = cleanslate.memory_sample(check, snapshot, baselines, clock())
     finally:
         try:
             _configure(link, args.interval, args.process_interval)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
+from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import _marks, safe_streams, wait_line
 from gputui.commands.fleet_options import FleetChoice
 from gputui.core.analysis import Baselines
@@ -98,7 +99,7 @@ def format_fleet_table(sample: FleetSample) -> list[str]:
         row = summarize(host)
         util = "–" if row.util_pct is None else f"{row.util_pct}%"
         server = "–" if row.server is None else visible(row.server, 60)
-        if row.server_state not in (None, "UP"):
+        if row.server_state not in (None, HEALTH_STATE_UP):
             server = f"{visible(row.server_state or '', 12)} {server}"
         lines.append(
             f"{visible(row.name, 24):<24} {row.gpus:>4} {baseline_text(row):>5} {memory_text(row):>11} "

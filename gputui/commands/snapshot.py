@@ -7,6 +7,7 @@ import sys
 import time
 from typing import TextIO
 
+from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
@@ -71,7 +72,7 @@ def format_health_line(sample: HealthSample) -> str:
     code = str(sample.code) if sample.code is not None else DASH
     latency = f"{sample.latency_ms:.0f} ms" if sample.latency_ms is not None else DASH
     line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {_clock(sample.since)}"
-    if sample.detail and sample.state != "UP":
+    if sample.detail and sample.state != HEALTH_STATE_UP:
         line += f"  {visible(sample.detail, HEALTH_DETAIL_WIDTH)}"
     return line
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
+from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink
 
 if TYPE_CHECKING:
@@ -32,6 +33,14 @@ def run_tui(args: argparse.Namespace) -> int:
     if len(set(targets)) != len(targets):
         print("gputui: a target is named twice", file=sys.stderr)
         return EXIT_ERROR
+    theme = getattr(args, "theme", None)
+    if theme is not None:
+        from gputui.ui.theme import theme_names
+
+        if theme not in theme_names():
+            print(f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})",
+                  file=sys.stderr)
+            return EXIT_ERROR
     app = build_app(args)
     result = app.run()
     return 0 if result is None else int(result)
@@ -47,6 +56,8 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
     from gputui.core.analysis import Baselines
     from gputui.core.state import load_baselines
     from gputui.ui.app import GpuTuiApp
+    from gputui.ui.theme import ThemeStore
+    from gputui.ui.theme import resolve as resolve_theme
 
     targets = _targets(args)
     options = options_from_args(args)
@@ -82,6 +93,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         from gputui.commands.fleet import build_fleet_screen
 
         fleet = build_fleet_screen(args, clock)
+    theme = getattr(args, "theme", None)
     return GpuTuiApp(
         targets,
         link_factory,
@@ -94,4 +106,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         # The demo's kills are simulated: they never go into the real audit log.
         audit=not args.demo and not getattr(args, "no_audit", False),
         fleet=fleet,
+        theme=None if theme is None else resolve_theme(theme),
+        # Screenshots (a frozen clock) neither read nor change the user's choice.
+        theme_store=ThemeStore() if clock is None else None,
     )

@@ -11,14 +11,13 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from gputui.agent.protocol import HEALTH_STATE_DOWN as DOWN
+from gputui.agent.protocol import HEALTH_STATE_ERROR as ERROR
+from gputui.agent.protocol import HEALTH_STATE_TIMEOUT as TIMEOUT
+from gputui.agent.protocol import HEALTH_STATE_UNHEALTHY as UNHEALTHY
+from gputui.agent.protocol import HEALTH_STATE_UP as UP
 from gputui.core.model import HealthSample
 from gputui.core.textsafe import visible
-
-UP = "UP"
-UNHEALTHY = "UNHEALTHY"
-DOWN = "DOWN"
-TIMEOUT = "TIMEOUT"
-ERROR = "ERROR"
 
 STATE_SEVERITY: dict[str | None, int] = {UP: 0, None: 1, ERROR: 2, UNHEALTHY: 3, TIMEOUT: 4, DOWN: 5}
 """Higher is worse; a state this client does not know ranks as ERROR."""

@@ -2,8 +2,9 @@
 
 Everything a collector reports, everything the analysis derives and everything the UI shows is one of these.
 Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
-the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``) and the output of
-``gputui snapshot --json``. This module imports nothing outside the standard library.
+the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``; the collector's
+side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot --json``. This module imports
+nothing outside the standard library and that protocol module.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-PROTOCOL_VERSION = 1
-"""Version of the agent's JSON-lines protocol; the client refuses an agent that speaks another one."""
+from gputui.agent.protocol import MODE_LABELS, PROCESSES_SAME
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -139,7 +139,7 @@ class Proc:
             kill also signals the members of groups led by tree members, so a double-forked grandchild whose
             middle parent died still belongs to its launcher's tree through this.
         sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
-        cgroup: The cgroup that tells its job apart (``gputui.agent.parse_cgroup``), None when unknown.
+        cgroup: The cgroup that tells its job apart (``gputui.agent.procfs.parse_cgroup``), None when unknown.
     """
 
     pid: int
@@ -356,7 +356,8 @@ class HostSnapshot:
         time: Epoch seconds of the sample (the collector's clock).
         processes_time: Epoch seconds at which the process list was last sampled (it is sampled less often
             than memory); None when no process list was taken.
-        mode: How the data was collected: "nvml", "smi" (nvidia-smi + /proc), "ps" (reduced), "sim".
+        mode: How the data was collected (``protocol.MODE_*``): "nvml", "smi" (nvidia-smi + /proc), "none",
+            "ps" (reduced), "sim", "prometheus".
         error: Host-level error (no driver, unreachable, ...); GPUs may then be empty.
         processes_omitted: Processes the collector left out of ``processes`` to keep its lines small (it lists
             GPU process trees first, then zombie / D-state processes, up to a cap).
@@ -380,6 +381,12 @@ class HostSnapshot:
     findings: tuple[Finding, ...] = ()
     health: tuple[HealthSample, ...] = ()
     verdict: Verdict | None = None
+
+    @property
+    def mode_label(self) -> str | None:
+        """How a host line names the way its collector reads the host ("NVML", "nvidia-smi", "reduced");
+        None for the simulator, the fleet source and an unknown mode."""
+        return MODE_LABELS.get(self.mode or "")
 
     def process(self, pid: int) -> Proc | None:
         """The process with this pid in this snapshot, if listed."""
@@ -422,7 +429,7 @@ class HostSnapshot:
         """
         holders = data.get("device_holders")
         verdict = data.get("verdict")
-        if data.get("processes_same") is True:
+        if data.get(PROCESSES_SAME) is True:
             listed_at = _opt_float(data.get("processes_time"))
             if previous is None or listed_at is None or previous.processes_time != listed_at:
                 raise ValueError("process lists marked unchanged, but no earlier list from that time")

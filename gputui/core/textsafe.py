@@ -3,10 +3,10 @@
 Process names, command lines, user names, host names and HTTP bodies come from machines we do not control.
 Printed raw they can move the cursor, retitle the terminal, clear the screen or reverse the text that follows
 (``\\x1b]0;t\\x07``, ``\\x1b[2J``, ``\\x9b``, U+202E), or hide text behind zero-width characters. The policy
-itself (which code points, and how each is shown) lives in ``gputui/agent.py`` (``visible_text``,
-``text_escape``), because the collector is shipped to remote hosts as that one file and applies the same
-rules to what it reports; this module is the client's way to it, plus the JSON form. It only makes text
-*visible*: markup safety in the UI is separate (render as ``Text``, never as markup).
+itself (which code points, and how each is shown) lives in the collector (``gputui.agent.textpolicy``),
+which applies the same rules to what it reports on remote hosts; this module is the client's way to it, plus
+the JSON form. It only makes text *visible*: markup safety in the UI is separate (render as ``Text``, never
+as markup).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from gputui.agent import TEXT_ELLIPSIS, TEXT_INVISIBLE, visible_text
+from gputui.agent.textpolicy import TEXT_ELLIPSIS, TEXT_INVISIBLE, visible_text
 
 ELLIPSIS = TEXT_ELLIPSIS
 

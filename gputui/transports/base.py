@@ -1,6 +1,6 @@
 """The interface every host transport speaks: a stream of snapshots in, commands out.
 
-A link talks to one host's collector (``gputui/agent.py``) in-process (local), over SSH, or to a simulated
+A link talks to one host's collector (``gputui.agent``) in-process (local), over SSH, or to a simulated
 host. All methods may block and are called from worker threads, never from the UI's event loop.
 """
 
@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE
 from gputui.core.model import HostSnapshot, Proc
 
 SSH_CLIENTS = ("paramiko", "openssh", "auto")
@@ -85,7 +86,7 @@ class HostLink(abc.ABC):
 
     @abc.abstractmethod
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-        """Send one agent command (see ``gputui/agent.py``) and return its reply's ``result``.
+        """Send one collector command (``gputui.agent.protocol``) and return its reply's ``result``.
 
         Raises LinkError when the host cannot be asked or the agent answered with an error.
         """
@@ -101,7 +102,7 @@ def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSna
     Raises:
         LinkError: the host could not be asked, or answered without a well-formed snapshot.
     """
-    result = link.request({"cmd": "sample"}, timeout_s)
+    result = link.request({"cmd": CMD_SAMPLE}, timeout_s)
     data = result.get("snapshot")
     if not isinstance(data, dict):
         raise LinkError(f"{target}: the agent answered without a snapshot")
@@ -129,7 +130,7 @@ def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> None:
     that cannot answer ``health`` (a simulated or monitoring-only host).
     """
     deadline = time.monotonic() + timeout_s
-    command: dict[str, Any] = {"cmd": "health", "discover_now": True}
+    command: dict[str, Any] = {"cmd": CMD_HEALTH, "discover_now": True}
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -138,7 +139,7 @@ def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> None:
             result = link.request(command, left)
         except LinkError:
             return
-        command = {"cmd": "health"}
+        command = {"cmd": CMD_HEALTH}
         samples: Any = result.get("samples")
         if not isinstance(samples, list):
             return
@@ -159,7 +160,7 @@ def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:
     """
     if proc.start_ticks is None:
         raise LinkError(f"{link.target}: pid {proc.pid}: no start time known, cannot check its identity")
-    result = link.request({"cmd": "process", "pid": proc.pid, "start_ticks": proc.start_ticks}, timeout_s)
+    result = link.request({"cmd": CMD_PROCESS, "pid": proc.pid, "start_ticks": proc.start_ticks}, timeout_s)
     cmdline = result.get("cmdline")
     if result.get("pid") != proc.pid or not isinstance(cmdline, list):
         raise LinkError(f"{link.target}: the agent answered without the command line of pid {proc.pid}")

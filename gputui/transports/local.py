@@ -1,4 +1,4 @@
-"""The local host: the collector (``gputui/agent.py``) runs in this process, no subprocess, no socket."""
+"""The local host: the collector (``gputui.agent``) runs in this process, no subprocess, no socket."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from gputui.agent import Agent
+from gputui.agent.collector import Agent
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 

@@ -1,9 +1,9 @@
 """When to try a broken link again: jittered exponential backoff.
 
-Both the TUI's host workers and the CLI's ``check --wait`` loop reopen a broken link through one ``Backoff``
-per link, so a host that went away is retried quickly at first and then at most every ``cap_s`` seconds, and
-many clients that lost the same host do not come back in lock-step (sshd's ``PerSourcePenalties`` and
-``MaxStartups`` punish tight, synchronised reconnect loops).
+The TUI's host workers reopen a broken link through one ``Backoff`` per link, so a host that went away is
+retried quickly at first and then at most every ``cap_s`` seconds, and many clients that lost the same host do
+not come back in lock-step (sshd's ``PerSourcePenalties`` and ``MaxStartups`` punish tight, synchronised
+reconnect loops).
 """
 
 from __future__ import annotations

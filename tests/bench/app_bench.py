@@ -4,11 +4,11 @@ Both run in a worker process (``python tests/bench/app_bench.py KIND``): the dra
 loaded through LD_LIBRARY_PATH, which the dynamic linker reads only at process start.
 
 - ``render``: 8 hosts x 8 GPUs x 200 processes of synthetic ``model.HostSnapshot`` objects (analysed, as the
-  poll workers hand them over) are delivered as the app's own ``HostSnapshotReady`` messages, one round per
+  poll workers hand them over) are delivered as the app's own ``Hosts.Sampled`` messages, one round per
   tick for every host; timed until the app is idle again (handlers, widget updates, layout and the headless
   paint). The active host's round is timed apart: it redraws the GPU panel and the process tree.
 - ``drain``: the app polls the local host (LocalLink, in-process agent) under the fake NVML; a holder process
-  keeps memory on every GPU; the clean-slate check is started (``action_check``, what key ``c`` does), then the
+  keeps memory on every GPU; the clean-slate check is started (``checks.start``, what key ``c`` does), then the
   holder is killed and reaped at a known monotonic time; the latency is until the app marks the check clean.
 """
 
@@ -96,6 +96,7 @@ def synthetic_snapshot(target: str, round_no: int) -> Any:
 async def _render(args: argparse.Namespace) -> dict:
     from gputui.core.analysis import Baselines, analyze
     from gputui.ui.app import GpuTuiApp
+    from gputui.ui.hosts import Hosts
 
     targets = [f"host-{i}" for i in range(HOSTS)]
     rounds = args.rounds
@@ -108,12 +109,12 @@ async def _render(args: argparse.Namespace) -> dict:
         for r, snapshots in enumerate(prepared):
             # The active host alone: GPU panel + process tree redraw.
             cpu0, wall0 = time.process_time(), time.perf_counter()
-            app.post_message(GpuTuiApp.HostSnapshotReady(targets[0], snapshots[0]))
+            app.post_message(Hosts.Sampled(targets[0], snapshots[0]))
             await pilot.pause()
             cpu1, wall1 = time.process_time(), time.perf_counter()
             # The seven others: host bar and overview only.
             for target, snapshot in zip(targets[1:], snapshots[1:], strict=True):
-                app.post_message(GpuTuiApp.HostSnapshotReady(target, snapshot))
+                app.post_message(Hosts.Sampled(target, snapshot))
             await pilot.pause()
             cpu2, wall2 = time.process_time(), time.perf_counter()
             if r >= 3:  # the first rounds build the rows
@@ -160,16 +161,17 @@ async def _drain(args: argparse.Namespace) -> dict:
         state.write(state_path)
         clean_at.clear()
         app = GpuTuiApp(["local"], link_factory=lambda _t: LocalLink(options), read_only=True)
-        apply_snapshot = app._apply_snapshot
+        host = app.hosts[0]
+        apply_snapshot = host.apply
 
-        def timed_apply(host: Any, snapshot: Any, apply_snapshot: Any = apply_snapshot, lists: Any = lists) -> None:
+        def timed_apply(snapshot: Any, now_s: float, apply_snapshot: Any = apply_snapshot, lists: Any = lists) -> Any:
             # Process-list cadence, from the snapshots the app applies (an instance attribute shadows the
             # method).
             if snapshot.processes_time is not None and (not lists or lists[-1][1] != snapshot.processes_time):
                 lists.append((time.monotonic(), snapshot.processes_time))
-            apply_snapshot(host, snapshot)
+            return apply_snapshot(snapshot, now_s)
 
-        app._apply_snapshot = timed_apply  # type: ignore[method-assign]
+        host.apply = timed_apply  # type: ignore[method-assign]
         async with app.run_test(size=(120, 40)) as pilot:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -181,7 +183,7 @@ async def _drain(args: argparse.Namespace) -> dict:
                 # Process-list cadence at rest (default intervals), from the snapshots' processes_time.
                 await pilot.pause(7.0)
             check_at = time.monotonic()
-            app.action_check()
+            app.checks.start(app.hosts[0])
             # Let the configure command land and a few fast samples pass: the check is draining.
             await pilot.pause(1.5)
             # The holder's server reaps at once: the fake driver frees memory when /proc/<pid> is gone.
@@ -258,7 +260,7 @@ def render(args: argparse.Namespace, report: Any, sec: int) -> None:
                compare=f"wall {res['active_wall_ms']:.0f} ms, {res['rows']} table rows")
     report.add(sec, "  7 other hosts (host bar, overview)", res["others_cpu_ms"], "CPU ms")
     report.note(sec, "render: GpuTuiApp under App.run_test(size=(160, 50)), snapshots pre-analysed, delivered as "
-                     "HostSnapshotReady messages, timed until the app is idle (pilot.pause)")
+                     "Hosts.Sampled messages, timed until the app is idle (pilot.pause)")
 
 
 def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
@@ -285,7 +287,7 @@ def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
                compare=f"{len(fast)} gaps after key c", target="< at rest",
                verdict=verdict(None if fast_gap is None or rest_gap is None else fast_gap < rest_gap / 2),
                reason="no process list seen during the check")
-    report.note(sec, "TUI: GpuTuiApp + LocalLink under run_test, check started with action_check (key c), "
+    report.note(sec, "TUI: GpuTuiApp + LocalLink under run_test, check started with checks.start (key c), "
                      "holder of 8 GPUs killed+reaped after 1 s of draining")
 
 

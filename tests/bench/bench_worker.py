@@ -100,10 +100,10 @@ def _timed_loop(fn, samples: int, warmup: int) -> dict:
 
 
 def work_agent(args: argparse.Namespace) -> dict:
-    """CPU per full sample and per memory-only sample of gputui.agent.Agent, plus spawn counts."""
+    """CPU per full sample and per memory-only sample of gputui.agent.collector.Agent, plus spawn counts."""
     sys.path.insert(0, str(REPO_ROOT))
     counter = SpawnCounter()
-    from gputui.agent import Agent
+    from gputui.agent.collector import Agent
 
     agent = Agent(target="local", read_only=True, memory_interval_s=1.0, process_interval_s=1e9,
                   discover_health=False)
@@ -174,7 +174,7 @@ def work_cadence(args: argparse.Namespace) -> dict:
     sys.path.insert(0, str(REPO_ROOT))
     import signal
 
-    from gputui.agent import Agent
+    from gputui.agent.collector import Agent
 
     defaults = Agent(target="local", read_only=True, discover_health=False)
     default_intervals = (defaults.memory_interval_s, defaults.process_interval_s)

@@ -180,7 +180,7 @@ def client_main(argv: list[str]) -> int:
     parser.add_argument("--process-interval", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--stand-in", type=Path, default=None,
-                        help="ship this collector source instead of gputui/agent.py (app mode)")
+                        help="ship this collector source instead of the installed collector (app mode)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="write a pyinstrument text profile of the steady window here (needs pyinstrument)")
     args = parser.parse_args(argv)
@@ -315,13 +315,14 @@ async def _app_client(targets: list[str], args: argparse.Namespace, progress: di
     app = GpuTuiApp(targets, link_factory=link_factory, read_only=True,
                     memory_interval_s=args.interval, process_interval_s=args.process_interval)
     applied = [0]
-    apply_snapshot = app._apply_snapshot
+    for host in app.hosts:
+        apply_snapshot = host.apply
 
-    def counting_apply(host: Any, snapshot: Any) -> None:
-        applied[0] += 1
-        apply_snapshot(host, snapshot)
+        def counting_apply(snapshot: Any, now_s: float, apply_snapshot: Any = apply_snapshot) -> Any:
+            applied[0] += 1
+            return apply_snapshot(snapshot, now_s)
 
-    app._apply_snapshot = counting_apply  # type: ignore[method-assign]
+        host.apply = counting_apply  # type: ignore[method-assign]
     result: dict[str, Any] = {"hosts": len(targets), "analysis": True, "errors": {}}
     async with app.run_test(size=(160, 50)) as pilot:
         deadline = start + 120

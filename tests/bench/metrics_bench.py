@@ -7,10 +7,11 @@ The server is the suite's fake vLLM/sglang (``tests/integration/metrics_server.p
 sglang ~49 KB). Each part runs in a fresh process:
 
 - ``collector`` (under this Python, and again under Python 3.8 when one is installed, as on an old GPU
-  host): one HTTP read of the whole body with the collector's own probe (``gputui.agent.probe_url`` with
-  the metrics body cap: lookup, connect, request, headers, body), then the filter that cuts it down to the
-  series gputui reads (``gputui.core.metrics_filter``), in CPU time per sample. The sum is what one metrics
-  probe costs the GPU host.
+  host): one HTTP read of the whole body with the collector's own probe
+  (``gputui.agent.health.probe.probe_url`` with the metrics body cap: lookup, connect, request, headers,
+  body), then the filter that cuts it down to the series gputui reads
+  (``gputui.agent.health.metrics_filter``), in CPU time per sample. The sum is what one metrics probe costs
+  the GPU host.
 - ``client``: the client's parse of what arrives (``parse_server_metrics`` on the filtered text) and one
   tracker update; for comparison, the same parse given the whole body, and ``prometheus_client``'s parser
   alone over the whole body (what parsing without the filter would cost).
@@ -47,8 +48,8 @@ ENGINES = ("vllm", "sglang")
 # Runs under any Python >= 3.8 with the repository on sys.path: imports only the collector-side modules.
 COLLECTOR_WORKER = r"""
 import json, sys, time
-from gputui.agent import probe_url
-from gputui.core.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+from gputui.agent.health.probe import probe_url
+from gputui.agent.health.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
 url, repeats = sys.argv[1], int(sys.argv[2])
 body = sys.stdin.buffer.read()
 def per_call_ms(call):
@@ -71,7 +72,7 @@ print(json.dumps({"python": sys.version.split()[0], "probe_ms": probe_ms, "filte
 def _client(args: argparse.Namespace) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gputui.core.metrics_filter import filter_metrics
+    from gputui.agent.health.metrics_filter import filter_metrics
     from gputui.core.model import HealthSample
     from gputui.core.servers import ServerStateTracker, parse_server_metrics
 
@@ -138,17 +139,11 @@ def _json_line(cmd: list[str], what: str, stdin: bytes = b"") -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def _python38() -> str | None:
-    import glob
-
-    found = sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.8*/bin/python3.8")))
-    return found[0] if found else None
-
-
 def run(args: argparse.Namespace, report: Any, sec: int) -> None:
     """Section 7 of ``run_bench.py``: the collector's probe + filter, the wire, the client's parse."""
     from tests.bench.run_bench import verdict
     from tests.integration.metrics_server import MetricsPeer, fetch_body
+    from tests.interpreters import find_python38
 
     repeats = "5" if args.quick else "20"
     peer = MetricsPeer()
@@ -161,7 +156,7 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                 body, _ = fetch_body(peer.url("/metrics"), 10.0, 1 << 22)
             body_path = Path(scratch.name) / f"{engine}.metrics"
             body_path.write_bytes(body)
-            for python in (sys.executable, _python38()):
+            for python in (sys.executable, find_python38()):
                 metric = f"{engine} metrics probe + filter, {len(body) / 1000:.0f} kB body"
                 target = f"<= {TARGET_PROBE_CPU_MS:g} ms"
                 if python is None:

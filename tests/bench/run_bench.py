@@ -6,7 +6,7 @@ Run from the repository root::
 
 Sections (each prints "n/a (reason)" when the piece it measures is not there; no figure is ever made up):
 
-1. collector CPU per full and per memory-only sample of ``gputui.agent.Agent`` on a fake 8-GPU host with
+1. collector CPU per full and per memory-only sample of ``gputui.agent.collector.Agent`` on a fake 8-GPU host with
    ~300 real processes, against ``gpustat --json``, nvitop's API and a bare pynvml loop; spawn count; process
    list cadence at rest and while draining.
 2. remote cost: bytes per sample and agent CPU per sample of the JSON-lines stream (over SSH through a
@@ -357,8 +357,8 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
         if not have_module("gputui.agent"):
             for metric in ("gputui agent: full sample", "gputui agent: memory-only sample",
                            "gputui agent: processes spawned"):
-                report.na(sec, metric, "gputui/agent.py not in the tree yet")
-            report.na(sec, "process-list cadence", "gputui/agent.py not in the tree yet")
+                report.na(sec, metric, "gputui.agent not in the tree yet")
+            report.na(sec, "process-list cadence", "gputui.agent not in the tree yet")
             return
         agent, error = repeat_worker(host, "agent", repeats, "--samples", str(samples))
         if error:
@@ -487,18 +487,18 @@ def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec:
 
 
 def agent_stream_command() -> tuple[list[str], bytes]:
-    """The remote command line SSH runs (python3 -u -c <loader>) and the payload its stdin gets first."""
-    from gputui.transports.ssh import agent_loader, agent_payload
+    """The remote command line SSH runs (python3 -u -c <loader>) and the bundle its stdin gets first."""
+    from gputui.transports.bundle import bundle_for, loader
 
-    payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
-    return [sys.executable, "-u", "-c", agent_loader(payload)], payload.data
+    payload = bundle_for()
+    return [sys.executable, "-u", "-c", loader(payload)], payload.data
 
 
 def section_remote(args: argparse.Namespace, report: Report) -> None:
     sec = 2
     if not have_module("gputui.agent"):
-        report.na(sec, "stream bytes per sample", "gputui/agent.py not in the tree yet")
-        report.na(sec, "remote agent CPU per sample", "gputui/agent.py not in the tree yet")
+        report.na(sec, "stream bytes per sample", "gputui.agent not in the tree yet")
+        report.na(sec, "remote agent CPU per sample", "gputui.agent not in the tree yet")
         return
     duration = 8.0 if args.quick else 30.0
     with fake_host(args.processes, args.holders) as host:
@@ -507,39 +507,59 @@ def section_remote(args: argparse.Namespace, report: Report) -> None:
     ssh_stream(args, report, sec, duration)
 
 
+def bare_python(report: Report, sec: int) -> str | None:
+    """This python's base interpreter in a venv of its own: no pynvml, no psutil (made once, kept)."""
+    python = CACHE_DIR / "bare-venv" / "bin" / "python3"
+    if not python.exists():
+        base = getattr(sys, "_base_executable", None) or sys.executable
+        try:
+            subprocess.run([base, "-m", "venv", "--without-pip", str(python.parents[1])], check=True,
+                           capture_output=True, timeout=300)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
+            report.note(sec, f"bare virtualenv failed: {exc}")
+            return None
+    return str(python)
+
+
 def collector_start(args: argparse.Namespace, host: FakeHost, report: Report, sec: int) -> None:
     """CPU of one collector through its first snapshot (and quit), as the SSH transport starts it, minus SSH.
 
-    Twice: with this python's bytecode accepted (same magic number) and with the source compiled remotely
-    (a remote python of another version). 64 of these start at once when gputui opens a 64-host fleet.
+    With this python's bytecode accepted (same magic number) and with the sources compiled remotely (a remote
+    python of another version); each with this python (its own pynvml and psutil) and with a python that has
+    neither (the shipped pynvml then). 64 of these start at once when gputui opens a 64-host fleet.
     """
-    from gputui.transports.ssh import AgentPayload, agent_loader, agent_payload
+    from dataclasses import replace
 
-    payload = agent_payload((REPO_ROOT / "gputui" / "agent.py").read_bytes())
-    other = AgentPayload(payload.source_zlib, payload.code_zlib, "00000000")
+    from gputui.transports.bundle import bundle_for, loader
+
+    payload = bundle_for()
+    other = replace(payload, magic_hex="00000000")
     runs = 5 if args.quick else 15
-    for label, chosen in (("bytecode shipped", payload), ("source compiled there", other)):
-        cpu_ms: list[float] = []
-        for _ in range(runs):
-            proc = subprocess.Popen([sys.executable, "-u", "-c", agent_loader(chosen), "--read-only"],
-                                    env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL)
-            assert proc.stdin is not None
-            assert proc.stdout is not None
-            proc.stdin.write(chosen.data)
-            proc.stdin.flush()
-            lines = [proc.stdout.readline(), proc.stdout.readline()]
-            proc.stdin.write(b'{"id":1,"cmd":"quit"}\n')
-            proc.stdin.close()
-            _pid, _status, usage = os.wait4(proc.pid, 0)  # this child's own CPU, threads included
-            proc.returncode = 0
-            cpu_ms.append((usage.ru_utime + usage.ru_stime) * 1000)
-            if b'"snapshot"' not in lines[1]:
-                report.na(sec, f"collector start, {label}", "no first snapshot")
-                break
-        else:
-            report.add(sec, f"collector start, {label}", median(cpu_ms), "CPU ms",
-                       compare=f"exec, hello, first snapshot, quit; {runs} starts; payload {len(chosen.data)} B")
+    bare = bare_python(report, sec)
+    pythons = [("", sys.executable)] + ([(", no pynvml installed", bare)] if bare else [])
+    for suffix, python in pythons:
+        for label, chosen in (("bytecode shipped", payload), ("source compiled there", other)):
+            cpu_ms: list[float] = []
+            for _ in range(runs):
+                proc = subprocess.Popen([python, "-u", "-c", loader(chosen), "--read-only"],
+                                        env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL)
+                assert proc.stdin is not None
+                assert proc.stdout is not None
+                proc.stdin.write(chosen.data)
+                proc.stdin.flush()
+                lines = [proc.stdout.readline(), proc.stdout.readline()]
+                proc.stdin.write(b'{"id":1,"cmd":"quit"}\n')
+                proc.stdin.close()
+                _pid, _status, usage = os.wait4(proc.pid, 0)  # this child's own CPU, threads included
+                proc.returncode = 0
+                cpu_ms.append((usage.ru_utime + usage.ru_stime) * 1000)
+                if b'"snapshot"' not in lines[1]:
+                    report.na(sec, f"collector start, {label}{suffix}", "no first snapshot")
+                    break
+            else:
+                report.add(sec, f"collector start, {label}{suffix}", median(cpu_ms), "CPU ms",
+                           compare=f"exec, hello, first snapshot, quit; {runs} starts; payload {len(chosen.data)} B")
 
 
 def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: int, duration: float) -> None:
@@ -643,7 +663,7 @@ def ssh_stream(args: argparse.Namespace, report: Report, sec: int, duration: flo
 def section_fanout(args: argparse.Namespace, report: Report) -> None:
     sec = 3
     if not have_module("gputui.agent"):
-        report.na(sec, "fan-out", "gputui/agent.py not in the tree yet")
+        report.na(sec, "fan-out", "gputui.agent not in the tree yet")
         return
     try:
         from tests.bench import fanout

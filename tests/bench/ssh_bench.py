@@ -81,10 +81,10 @@ class CountingRelay:
 
 
 def _find_agent_pid(server: Any) -> int | None:
-    """The collector sshd started for the session: the process whose argv carries the agent's exec line."""
+    """The collector sshd started for the session: the process whose argv carries the bundle's loader."""
     for proc in server.session_processes():
         try:
-            if any("gputui-agent" in arg for arg in proc.cmdline()):
+            if any("gputui-boot" in arg for arg in proc.cmdline()):
                 return proc.pid
         except Exception:
             continue

@@ -19,15 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gputui.transports.ssh import agent_loader, agent_payload
+from gputui.transports.bundle import bundle_for, loader
 
 REPO = Path(__file__).resolve().parents[2]
-AGENT_SOURCE = (REPO / "gputui" / "agent.py").read_bytes()
 DEADLINE_S = 30.0
 
-# The exact bootstrap the SSH transport uses: the payload arrives on stdin, then the JSON-line commands.
-AGENT_PAYLOAD = agent_payload(AGENT_SOURCE)
-BOOTSTRAP = agent_loader(AGENT_PAYLOAD)
+# The exact bootstrap the SSH transport uses: the bundle arrives on stdin, then the JSON-line commands.
+AGENT_PAYLOAD = bundle_for()
+BOOTSTRAP = loader(AGENT_PAYLOAD)
 
 SLEEPER = r"""
 import json, os, sys, time
@@ -370,28 +369,3 @@ class Binary(Script):
     def __init__(self, binary: Path, roles: Sequence[str], args: Sequence[str] = ()) -> None:
         super().__init__("", roles, python=str(binary), argv_extra=args)
 
-
-def python38() -> str:
-    """A Python 3.8 interpreter, the oldest the collector runs on; the test fails with one line without one.
-
-    Looks in pyenv's versions (``$PYENV_ROOT``, ``~/.pyenv``), then ``python3.8`` on PATH, and keeps the
-    first that really is 3.8 (a pyenv shim may not be).
-    """
-    import glob
-    import shutil
-
-    import pytest
-
-    roots = {os.environ.get("PYENV_ROOT") or "", str(Path.home() / ".pyenv")} - {""}
-    candidates = sorted(p for root in roots for p in glob.glob(f"{root}/versions/3.8*/bin/python3.8"))
-    candidates += [p for p in (shutil.which("python3.8"), "/usr/bin/python3.8") if p]
-    for candidate in candidates:
-        try:
-            done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2] == (3, 8))"],
-                                  capture_output=True, text=True, timeout=30, check=False)
-        except OSError:
-            continue
-        if done.stdout.strip() == "True":
-            return candidate
-    pytest.fail("no Python 3.8 found (pyenv versions, python3.8 on PATH): the collector's code must be "
-                "checked on the oldest Python it supports", pytrace=False)

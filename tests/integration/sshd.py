@@ -17,8 +17,8 @@ through ``SetEnv`` (``LD_LIBRARY_PATH``, ``FAKE_NVML_STATE``), a ``PATH`` whose 
 never touched. Config entries use absolute paths because ``ssh -G`` expands ``~`` from the passwd entry, not
 from ``$HOME``.
 
-``STAND_IN_AGENT`` is a test double of ``gputui/agent.py`` that speaks the protocol and misbehaves on request
-(floods, hangs, wrong protocol): it exercises the channel handling, not the collector.
+``STAND_IN_AGENT`` is a test double of the collector (``gputui.agent``) that speaks the protocol and
+misbehaves on request (floods, hangs, wrong protocol): it exercises the channel handling, not the collector.
 """
 
 from __future__ import annotations
@@ -384,13 +384,17 @@ def host_without_python(
 def sshd_factory(
     tmp_path: Path, ssh_keys: dict[str, Path], fake_nvml: FakeNvml, bare_python: str
 ) -> Iterator[SshdFactory]:
-    """Start sshd servers: ``sshd_factory(python="venv"|"bare"|"none", extra_config=(...))``."""
+    """Start sshd servers: ``sshd_factory(python="venv"|"bare"|"none", extra_config=(...), nvml=True)``.
+
+    ``nvml=False``: the sessions cannot load the (fake) NVML library, as on a host whose driver has no
+    libnvidia-ml.so.1 for them; the collector then reads ``nvidia-smi`` where there is one.
+    """
     servers: list[SshdServer] = []
     lib_dir = Path(fake_nvml.lib_dir)
     state_path = Path(fake_nvml.state_path)
     interpreters = {"venv": sys.executable, "bare": bare_python, "none": None, "empty": None}
 
-    def start(python: str = "venv", extra_config: tuple[str, ...] = ()) -> SshdServer:
+    def start(python: str = "venv", extra_config: tuple[str, ...] = (), nvml: bool = True) -> SshdServer:
         index = len(servers)
         bin_dir = _python_wrapper(tmp_path / f"remote-bin-{index}", interpreters[python])
         remote_home = tmp_path / f"remote-home-{index}"
@@ -408,7 +412,7 @@ def sshd_factory(
             # The login user's own rc files (say pyenv in ~/.bashrc, which bash reads under sshd) would
             # rewrite PATH: sessions get an empty HOME of their own.
             "HOME": str(remote_home),
-            "LD_LIBRARY_PATH": str(lib_dir),
+            "LD_LIBRARY_PATH": str(lib_dir) if nvml else "/nonexistent",
             "FAKE_NVML_STATE": str(state_path),
             "PATH": path,
             # Sessions (collectors included) are this run's processes: the end-of-run check looks for it.
@@ -435,7 +439,7 @@ def sshd_factory(
 
 
 STAND_IN_AGENT = r"""
-# Test double of gputui/agent.py: speaks the JSON-lines protocol, misbehaves on request.
+# Test double of the collector: speaks the JSON-lines protocol, misbehaves on request.
 import json, os, sys, threading, time
 BEHAVIOUR = %(behaviour)r
 BOOT_ID_FILE = %(boot_id_file)r

@@ -22,17 +22,11 @@ from typing import Any
 
 import pytest
 
-from gputui.agent import (
-    Agent,
-    StatFds,
-    ancestors_of,
-    children_file_supported,
-    read_stat,
-    scan_proc,
-    scan_trees,
-    tree_members,
-    tree_root,
-)
+from gputui.agent import collector
+from gputui.agent.collector import Agent
+from gputui.agent.procfs import children_file_supported, read_stat, scan_proc
+from gputui.agent.proctree import ancestors_of, scan_trees, tree_members, tree_root
+from gputui.agent.statfds import StatFds
 from tests.integration._procs import CHAIN, TREE, ZOMBIE_MAKER, script, state_of, wait_for
 
 # The GPU process forks a zombie and a sleeping child only once the test creates the trigger file, so both
@@ -140,9 +134,9 @@ def test_a_partial_sample_lists_what_the_full_one_listed() -> None:
         for role in ("root", "A", "G"):
             wait_for(lambda pid=tree.pids[role]: state_of(pid) == "S", f"{role} asleep")
         full = agent.sample()
-        assert agent.last_sweep_full is True
+        assert agent.processes.last_sweep_full is True
         partial = agent.sample()
-        assert agent.last_sweep_full is False
+        assert agent.processes.last_sweep_full is False
         before, after = procs_by_pid(full), procs_by_pid(partial)
         # The script's own session and the chain above it; the rest of the tree root's subtree (this test
         # run's neighbours) may change between the two samples.
@@ -169,13 +163,13 @@ def test_a_partial_sample_sees_new_children_and_zombies_below_a_gpu_process(tmp_
         holder = late.pids["holder"]
         gpu.holders[holder] = 2000
         agent.sample()
-        assert agent.last_sweep_full is True
+        assert agent.processes.last_sweep_full is True
         trigger.touch()
         wait_for(report.exists, "the late children")
         children = json.loads(report.read_text())
         wait_for(lambda: state_of(children["zombie"]) == "Z", "the zombie")
         snapshot = agent.sample()
-        assert agent.last_sweep_full is False
+        assert agent.processes.last_sweep_full is False
         procs = procs_by_pid(snapshot)
         assert procs[children["zombie"]]["state"] == "Z"
         assert procs[children["zombie"]]["ppid"] == holder
@@ -193,21 +187,21 @@ def test_a_zombie_outside_every_gpu_tree_is_listed_by_the_next_full_sweep_at_the
             wait_for(lambda: state_of(zombie) == "Z", "the zombie")
             # A forced sample is always a full sweep: the `sample` command never misses it.
             forced = procs_by_pid(agent.sample(force_processes=True))
-            assert agent.last_sweep_full is True
+            assert agent.processes.last_sweep_full is True
             assert forced[zombie]["state"] == "Z"
             assert maker.pids["parent"] in forced  # its parent, the one a kill would target
             # Once listed, partial samples keep re-reading it.
             partial = procs_by_pid(agent.sample())
-            assert agent.last_sweep_full is False
+            assert agent.processes.last_sweep_full is False
             assert partial[zombie]["state"] == "Z"
         with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker:
             zombie = maker.pids["zombie"]
             wait_for(lambda: state_of(zombie) == "Z", "the zombie")
             sweeps = []
-            for _ in range(agent.full_sweep_every):
+            for _ in range(agent.processes.full_sweep_every):
                 listed = procs_by_pid(agent.sample())
-                sweeps.append(agent.last_sweep_full)
-                if agent.last_sweep_full:
+                sweeps.append(agent.processes.last_sweep_full)
+                if agent.processes.last_sweep_full:
                     assert listed[zombie]["state"] == "Z"
             assert True in sweeps, "no full sweep within full_sweep_every process samples"
 
@@ -218,9 +212,9 @@ def test_memory_nobody_accounts_for_always_gets_a_full_sweep_and_the_device_scan
         gpu.holders[tree.pids["A"]] = 1000
         agent.sample()
         gpu.unaccounted_mib = 4096
-        for _ in range(agent.full_sweep_every):
+        for _ in range(agent.processes.full_sweep_every):
             snapshot = agent.sample()
-            assert agent.last_sweep_full is True
+            assert agent.processes.last_sweep_full is True
             assert isinstance(snapshot["device_holders"], list)
 
 
@@ -228,10 +222,10 @@ def test_full_sweeps_only_without_children_files() -> None:
     gpu = GpuStandIn()
     with script(TREE, ["root", "A", "G"]) as tree, agent_with(gpu) as agent:
         gpu.holders[tree.pids["A"]] = 1000
-        agent._children_file = False  # a kernel built without CONFIG_PROC_CHILDREN
-        for _ in range(agent.full_sweep_every + 1):
+        agent.processes._children_file = False  # a kernel built without CONFIG_PROC_CHILDREN
+        for _ in range(agent.processes.full_sweep_every + 1):
             agent.sample()
-            assert agent.last_sweep_full is True
+            assert agent.processes.last_sweep_full is True
 
 
 def test_full_sweep_every_one_means_always() -> None:
@@ -241,7 +235,7 @@ def test_full_sweep_every_one_means_always() -> None:
     try:
         for _ in range(3):
             agent.sample()
-            assert agent.last_sweep_full is True
+            assert agent.processes.last_sweep_full is True
     finally:
         agent.close()
 
@@ -409,7 +403,6 @@ def test_a_kept_fd_reports_a_state_change_of_an_otherwise_idle_process() -> None
 
 def test_process_lists_come_faster_while_memory_drains_and_slow_down_after() -> None:
     """Memory falling on a GPU shortens the process interval for DRAIN_WINDOW_S; steady memory restores it."""
-    from gputui import agent as agent_module
 
     gpu = GpuStandIn()
     gpu.holders = {os.getpid(): 4000}
@@ -422,14 +415,14 @@ def test_process_lists_come_faster_while_memory_drains_and_slow_down_after() -> 
         gpu.holders = {os.getpid(): 1000}  # 3000 MiB freed: draining
         agent.sample()
         assert agent.draining
-        agent._processes_mono -= agent_module.DRAIN_PROCESS_INTERVAL_S  # as if half a second had passed
+        agent._processes_mono -= collector.DRAIN_PROCESS_INTERVAL_S  # as if half a second had passed
         assert agent.sample()["processes_time"] != listed_at
         agent._draining_until_mono = 0.0  # the drain window is over
         relisted_at = agent.sample(force_processes=True)["processes_time"]
-        agent._processes_mono -= agent_module.DRAIN_PROCESS_INTERVAL_S
+        agent._processes_mono -= collector.DRAIN_PROCESS_INTERVAL_S
         assert agent.sample()["processes_time"] == relisted_at
         assert not agent.draining
-        gpu.holders = {os.getpid(): 1000 - agent_module.DRAIN_DROP_MIB}  # a wobble, not a drain
+        gpu.holders = {os.getpid(): 1000 - collector.DRAIN_DROP_MIB}  # a wobble, not a drain
         agent.sample()
         assert not agent.draining
     finally:

@@ -1,12 +1,11 @@
 """The collector against real pynvml over the fake libnvidia-ml.so.1, and real processes.
 
-The agent runs in a subprocess started the way SSH starts it (source on stdin, then JSON-line commands), so
-pynvml loads the fake library through LD_LIBRARY_PATH.
+The agent runs in a subprocess started the way SSH starts it (its bundle on stdin, then JSON-line commands),
+so pynvml loads the fake library through LD_LIBRARY_PATH.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import pwd
@@ -35,6 +34,7 @@ from tests.integration._procs import (
     state_of,
     wait_for,
 )
+from tests.interpreters import python38
 
 NVML_BOUND_S = 20.0
 """Generous bound for a sample while one GPU hangs for a minute (the agent's own deadline is 2 s)."""
@@ -376,7 +376,7 @@ def test_memory_samples_keep_the_last_telemetry_until_its_interval_or_a_process_
 
 def test_a_bad_telemetry_interval_is_one_line_and_exit_2() -> None:
     proc = subprocess.run(
-        [sys.executable, str(REPO / "gputui" / "agent.py"), "--telemetry-interval", "-1"],
+        [sys.executable, "-m", "gputui.agent", "--telemetry-interval", "-1"],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert proc.returncode == 2
@@ -458,19 +458,13 @@ def test_quit_and_eof_end_the_agent(fake_nvml: FakeNvml) -> None:
         assert agent.proc.wait(timeout=10) == 0
 
 
-def _old_pythons() -> list[str]:
-    found = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
-    found = [p for p in found if os.access(p, os.X_OK)]
-    return found[:1] or [sys.executable]
-
-
-@pytest.mark.parametrize("python", _old_pythons())
-def test_shipped_agent_runs_on_the_oldest_python_without_pynvml_or_psutil(python: str) -> None:
-    """The remote form on Python 3.8 when one is installed (else this Python with both libraries off)."""
+def test_shipped_agent_runs_on_python38_without_nvml_or_psutil() -> None:
+    """The remote form on Python 3.8 with NVML off and neither psutil nor nvidia-smi: /proc still tells."""
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
     env["PATH"] = "/nonexistent"  # no nvidia-smi either
     with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, \
-            agent_process("--no-pynvml", "--no-psutil", python=python, env=env) as agent:
+            agent_process("--no-pynvml", "--no-psutil", python=python38(), env=env) as agent:
+        assert agent.hello["python"].startswith("3.8.")
         assert agent.hello["mode"] == "none"
         assert "nvidia-smi" in agent.hello["error"]
         assert agent.hello["psutil"] is False
@@ -480,6 +474,28 @@ def test_shipped_agent_runs_on_the_oldest_python_without_pynvml_or_psutil(python
         assert snapshot["gpus"] == []
         assert procs_by_pid(snapshot)[maker.pids["zombie"]]["state"] == "Z"
         HostSnapshot.from_dict(snapshot)
+
+
+def test_python38_streams_full_nvml_figures_with_the_shipped_bindings(fake_nvml: FakeNvml) -> None:
+    """A python3 with no pynvml of its own (3.8 here): the collector's own copy reads every GPU and its
+    processes through NVML, in the stream a client reads."""
+    with script(CHAIN, ["root", "holder", "leaf"]) as chain, \
+            agent_process("--interval", "0.2", python=python38(), env=fake_nvml.env()) as agent:
+        assert agent.hello["python"].startswith("3.8.")
+        assert (agent.hello["mode"], agent.hello["pynvml"], agent.hello["error"]) == ("nvml", "bundled", None)
+        holder = chain.pids["holder"]
+        fake_nvml.state.add_holder(3, holder, 4096)
+        fake_nvml.write()
+        snapshot = agent.sample()
+        gpus = gpus_by_index(snapshot)
+        assert sorted(gpus) == list(range(8))
+        assert gpus[3]["memory_used_mib"] == 4099
+        assert gpus[3]["processes"] == [{"pid": holder, "used_mib": 4096, "type": "compute", "visible": True}]
+        assert all(gpu["temperature_c"] is not None and gpu["name"] for gpu in gpus.values())
+        assert {chain.pids["root"], holder, chain.pids["leaf"]} <= set(procs_by_pid(snapshot))
+        # The stream's lines, queued since the start, reach the holder within seconds.
+        wait_for(lambda: agent.next_snapshot()["gpus"][3]["memory_used_mib"] == 4099, "the stream")
+        assert HostSnapshot.from_dict(agent.next_snapshot()).gpus[3].memory_used_mib == 4099
 
 
 def test_garbage_command_lines_get_an_error_reply_and_the_agent_goes_on(fake_nvml: FakeNvml) -> None:
@@ -502,7 +518,7 @@ def old_driver(handle, version=None):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     return real(handle)
 pynvml.nvmlDeviceGetMemoryInfo = old_driver
-from gputui.agent import Agent
+from gputui.agent.collector import Agent
 agent = Agent()
 print(json.dumps([agent.sample(), agent.sample()]))
 agent.close()

@@ -138,7 +138,7 @@ def test_over_ssh_nothing_stays_when_the_client_gives_up(
     sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path, stage: str
 ) -> None:
     """Not the collector, not its nvidia-smi, not a session process: everything of the server ends."""
-    server = sshd_factory(python="bare")  # no pynvml: the collector reads nvidia-smi
+    server = sshd_factory(python="bare", nvml=False)  # no NVML library: the collector reads nvidia-smi
     smi = server.python_dir / "nvidia-smi"
     if stage == "before hello":
         smi.write_text(HANGING_SMI.replace("{pids}", str(tmp_path / "smi-pids")))

@@ -1,9 +1,10 @@
 """The collector stream over a child process's pipes: the command and stream of SSH, without paramiko.
 
-``sh -c <agent_command>`` runs the command an SSH server would hand to the login shell; the stream reads its
-stdout and writes its stdin through ``ProcessPipe``, the pipe a transport over the system ssh client would
-have. Whatever the stream promises (hello, snapshots, replies, stale, the end of a host without python3,
-quit on close) holds without an SSH channel underneath.
+``sh -c <agent_command>`` runs the command an SSH server would hand to the login shell, and the stream writes
+the bundle and the commands to its stdin and reads its stdout through ``ProcessPipe``, the pipe a transport
+over the system ssh client would have. Whatever the stream promises (hello, snapshots, replies, stale, the
+end of a host without python3, quit on close) holds without an SSH channel underneath, for a stand-in
+collector and for the installed one shipped as its bundle.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from contextlib import contextmanager
 
 import pytest
 
+from gputui.agent.protocol import CMD_CALIBRATE, MODE_NVML, PROTOCOL_VERSION
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.ssh.errors import PythonMissing
 from gputui.transports.ssh.payload import agent_command, agent_payload
 from gputui.transports.ssh.stream import CollectorStream
+from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
 from tests.integration.sshd import stand_in_agent
 
@@ -82,9 +85,10 @@ class ProcessPipe:
 
 @contextmanager
 def running(
-    source: bytes, env: dict[str, str] | None = None
+    source: bytes | None, env: dict[str, str] | None = None
 ) -> Iterator[tuple[CollectorStream, ProcessPipe]]:
-    """The command an SSH server would run for ``source``, run by ``sh -c``, and a started stream over it."""
+    """The command an SSH server would run for ``source`` (None: the installed collector), run by ``sh -c``,
+    and a started stream over it."""
     payload = agent_payload(source)
     proc = subprocess.Popen(
         ["/bin/sh", "-c", agent_command(payload, OPTIONS)],
@@ -135,3 +139,18 @@ def test_no_python3_is_told_apart_from_other_ends() -> None:
         with running(stand_in_agent(), env=no_python):
             pass
 
+
+def test_the_installed_collector_streams_from_its_bundle(fake_nvml: FakeNvml) -> None:
+    """The real collector, shipped as the bundle on stdin, under the remote command line and a login shell."""
+    with running(None, env=fake_nvml.env()) as (stream, pipe):
+        hello = stream.hello
+        assert hello is not None
+        assert (hello["protocol"], hello["mode"]) == (PROTOCOL_VERSION, MODE_NVML)
+        snapshot = stream.next_snapshot(DEADLINE_S)
+        assert snapshot is not None
+        assert snapshot.target == "pipe-host"
+        assert len(snapshot.gpus) == 8
+        used = stream.request({"cmd": CMD_CALIBRATE}, DEADLINE_S)["memory_used_mib"]
+        assert sorted(used) == sorted(gpu.key for gpu in snapshot.gpus)
+        stream.close()
+        assert pipe.proc.wait(DEADLINE_S) == 0

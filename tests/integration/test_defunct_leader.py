@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.threads_probe import zombie_live_threads
+from gputui.agent.threads import zombie_live_threads
 from tests.integration._procs import (
     REPO,
     is_gone,
     proc_stat_fields,
-    python38,
     start_ticks,
     state_of,
     wait_for,
 )
 from tests.integration.defunct import build_defunct_leader, defunct_leader
+from tests.interpreters import python38
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,7 +109,7 @@ def test_names_that_look_like_fields_and_broken_stat_files(tmp_path: Path) -> No
 
 PROBE_ON_38 = """
 import json, sys
-from gputui.core.threads_probe import zombie_live_threads
+from gputui.agent.threads import zombie_live_threads
 print(json.dumps([zombie_live_threads(int(pid)) for pid in sys.argv[1:]]))
 """
 

@@ -1,16 +1,14 @@
-"""Health probes of the agent (gputui/agent.py) against a real HTTP(S) server and real processes.
+"""Health probes of the collector (``gputui.agent.health``) against a real HTTP(S) server and real processes.
 
 RELIABILITY cases 26 (each failure a distinct state, bounded deadline, snapshot stream never blocked) and
-27 (the generating endpoint is probed only when asked for, at most every 10 s). The prober lives inside the
-one shipped collector file; the tests here run it in-process, through the agent's protocol as SSH ships it,
-through ``gputui snapshot`` and through a real sshd.
+27 (the generating endpoint is probed only when asked for, at most every 10 s). The tests here run the
+prober in-process, through the collector's protocol as SSH ships it, through ``gputui snapshot`` and through
+a real sshd.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import glob
 import json
 import os
 import socket
@@ -28,23 +26,22 @@ from urllib.parse import quote
 
 import pytest
 
-from gputui import agent as agent_module
-from gputui.agent import (
-    HEALTH_GENERATE_MIN_INTERVAL_S,
-    HEALTH_NOT_PROBED_GENERATE,
-    HEALTH_SAMPLE_FIELDS,
-    HealthProber,
+from gputui.agent.health import HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.agent.health.discovery import (
     discover_health_urls,
     health_is_local_url,
     health_launcher_url,
     health_local_addresses,
     health_read_proc_cmdlines,
-    health_redact_url,
-    probe_url,
 )
+from gputui.agent.health.probe import probe_url
+from gputui.agent.health.prober import HEALTH_NOT_PROBED_GENERATE, HealthProber
+from gputui.agent.health.urls import health_redact_url
+from gputui.agent.protocol import HEALTH_SAMPLE_FIELDS
 from gputui.commands.snapshot import format_health_line
 from gputui.core.model import HealthSample, HostSnapshot
 from gputui.transports.base import LinkOptions
+from gputui.transports.bundle import Bundle, boot_source, build, collector_modules, loader
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, agent_process
@@ -56,26 +53,10 @@ from tests.integration.httpserver import (
     make_self_signed_cert,
 )
 from tests.integration.sshd import ClientHome, SshdFactory
+from tests.interpreters import python38
 
-AGENT_PATH = Path(agent_module.__file__)
 SLACK_S = 3.0
 """Generous allowance over a deadline for a loaded 2-core machine; only bounds hangs."""
-PROBER_NAMES = (
-    "HealthProber",
-    "probe_url",
-    "discover_health_urls",
-    "health_launcher_url",
-    "health_read_proc_cmdlines",
-    "visible_text",
-    "health_is_generating_url",
-)
-
-
-def oldest_python() -> str:
-    """Python 3.8 when one is installed (the oldest the agent supports), else this interpreter."""
-    found = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
-    found = [p for p in found if os.access(p, os.X_OK)]
-    return found[0] if found else sys.executable
 
 
 @pytest.fixture(scope="module")
@@ -147,105 +128,47 @@ def assert_visible(text: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The prober is part of the one shipped agent file
+# The probe as it is shipped
 
 
-def test_agent_contains_the_prober_and_parses_as_python38() -> None:
-    source = AGENT_PATH.read_text()
-    tree = ast.parse(source, feature_version=(3, 8))
-    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    assert set(PROBER_NAMES) <= defined, sorted(set(PROBER_NAMES) - defined)
-    assert not (AGENT_PATH.parent / "agent_health.py").exists()  # one file: no second copy to drift
-    assert "agent_health" not in source
+def _probe_bundle() -> Bundle:
+    """The shipped collector's modules with an entry that probes the URLs in its arguments."""
+    modules = collector_modules()
+    modules["gputui_probe"] = (False, "<gputui-bundle>/gputui_probe.py", PROBE_ENTRY)
+    return build(modules, "gputui_probe", boot_source())
 
 
-def _top_level_bindings(source: str) -> dict[str, int]:
-    """How often each top-level name is defined (def, class, assignment) outside try/except blocks."""
-    counts: dict[str, int] = {}
-    for node in ast.parse(source).body:
-        names: list[str] = []
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        for name in names:
-            counts[name] = counts.get(name, 0) + 1
-    return counts
-
-
-def test_no_top_level_name_of_the_agent_is_bound_twice() -> None:
-    """A pasted section redefining one of the agent's names would silently change the agent's meaning."""
-    twice = {name: n for name, n in _top_level_bindings(AGENT_PATH.read_text()).items() if n > 1}
-    assert twice == {}
-
-
-def test_annotations_and_calls_work_on_python38() -> None:
-    """Evaluated annotations (should the future import go) and calls must exist on 3.8."""
-    tree = ast.parse(AGENT_PATH.read_text())
-    annotations: list[ast.expr] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-            annotations += [a.annotation for a in arguments if a.annotation is not None]
-            annotations += [node.returns] if node.returns is not None else []
-        elif isinstance(node, ast.AnnAssign):
-            annotations.append(node.annotation)
-    assert annotations
-    builtin_generics = {"list", "dict", "tuple", "set", "frozenset", "type"}
-    for annotation in annotations:
-        for part in ast.walk(annotation):
-            assert not isinstance(part, ast.BinOp), ast.unparse(annotation)  # X | Y needs 3.10
-            if isinstance(part, ast.Subscript) and isinstance(part.value, ast.Name):
-                assert part.value.id not in builtin_generics, ast.unparse(annotation)  # list[str] needs 3.9
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            assert node.attr not in ("removeprefix", "removesuffix", "is_relative_to"), node.attr
-        if isinstance(node, ast.Call):
-            assert not any(k.arg == "strict" for k in node.keywords), ast.unparse(node)  # zip(strict=) 3.10
-
-
-# Exec'd exactly as SSH ships it (source from stdin, no package, no __file__), into a namespace of its own
-# so that the agent's ``if __name__ == "__main__"`` does not start serving.
-EXEC_AGENT = """
-import sys
-namespace = {"__name__": "gputui_agent_under_test"}
-exec(compile(sys.stdin.read(), "gputui-agent", "exec"), namespace)
-assert "gputui" not in sys.modules
-import json
-print(json.dumps([namespace["probe_url"](url, 10.0) for url in sys.argv[1:]]))
+PROBE_ENTRY = b"""
+import json, sys
+from gputui.agent.health.probe import probe_url
+assert "gputui.core" not in sys.modules
+print(json.dumps([probe_url(url, 10.0) for url in sys.argv[1:]]))
 """
 
 
-def test_shipped_source_probes_on_the_oldest_python(peer: HttpPeer) -> None:
+def _shipped_probe(python: str, urls: list[str], prefix: str = "") -> list[dict[str, Any]]:
+    payload = _probe_bundle()
     done = subprocess.run(
-        [oldest_python(), "-I", "-c", EXEC_AGENT, peer.url("/status/503"), peer.url("/health")],
-        input=AGENT_PATH.read_text(),
+        [python, "-I", "-c", prefix + loader(payload), *urls],
+        input=payload.data,
         capture_output=True,
-        text=True,
         timeout=60,
         cwd="/",
     )
-    assert done.returncode == 0, done.stderr
-    unhealthy, up = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return json.loads(done.stdout)
+
+
+def test_shipped_source_probes_on_python38(peer: HttpPeer) -> None:
+    unhealthy, up = _shipped_probe(python38(), [peer.url("/status/503"), peer.url("/health")])
     assert (unhealthy["state"], unhealthy["code"]) == ("UNHEALTHY", 503)
     assert (up["state"], up["code"]) == ("UP", 200)
 
 
 def test_shipped_source_without_ssl_module(peer: HttpPeer) -> None:
     """A remote python3 built without OpenSSL: http probes work, https ones say why they cannot."""
-    script = 'import sys\nsys.modules["ssl"] = None  # makes "import ssl" raise ImportError\n' + EXEC_AGENT
-    done = subprocess.run(
-        [sys.executable, "-I", "-c", script, peer.url("/health"), peer.tls_url("/health")],
-        input=AGENT_PATH.read_text(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-    )
-    assert done.returncode == 0, done.stderr
-    plain, tls = json.loads(done.stdout)
+    no_ssl = 'import sys;sys.modules["ssl"]=None;'  # makes "import ssl" raise ImportError
+    plain, tls = _shipped_probe(sys.executable, [peer.url("/health"), peer.tls_url("/health")], no_ssl)
     assert plain["state"] == "UP"
     assert tls["state"] == "ERROR"
     assert tls["detail"] == "TLS: this python3 has no ssl module"
@@ -900,14 +823,14 @@ def test_agent_streams_health_and_takes_it_from_configure_and_health_commands(
         assert [h["url"] for h in streamed["health"]] == [up]
 
 
-def test_shipped_agent_on_the_oldest_python_streams_health(peer: HttpPeer) -> None:
-    """The whole remote form on Python 3.8 (no pynvml, no psutil there): health still flows."""
+def test_shipped_agent_on_python38_streams_health(peer: HttpPeer) -> None:
+    """The whole remote form on Python 3.8 (no psutil there, NVML off): health still flows."""
     url = peer.url("/status/503")
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
     env["PATH"] = "/nonexistent"  # no nvidia-smi either
     args = ("--health", url, "--interval", "0.2", "--no-discover", "--no-pynvml", "--no-psutil")
-    with agent_process(*args, python=oldest_python(), env=env) as agent:
-        assert agent.hello["python"].startswith("3.8") or oldest_python() == sys.executable
+    with agent_process(*args, python=python38(), env=env) as agent:
+        assert agent.hello["python"].startswith("3.8.")
         snapshot = _next_with(agent, lambda s: (_health_of(s, url) or {}).get("state") is not None)
     assert _health_of(snapshot, url)["state"] == "UNHEALTHY"  # type: ignore[index]
     assert _health_of(snapshot, url)["code"] == 503  # type: ignore[index]

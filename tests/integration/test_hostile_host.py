@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.agent import PROCESS_TEXT_BYTES, WIRE_CMDLINE_BYTES, _Writer
+from gputui.agent.serve import Writer
+from gputui.agent.wire import PROCESS_TEXT_BYTES, WIRE_CMDLINE_BYTES
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkOptions, full_sample, process_text
 from gputui.transports.ssh import LINE_CAP_BYTES, SshLink
@@ -174,7 +175,7 @@ def test_the_collector_writes_whole_lines_when_stdout_takes_part_of_them() -> No
 
     reader = threading.Thread(target=drain, daemon=True)
     reader.start()
-    writer = _Writer(stream)
+    writer = Writer(stream)
     lines = [{"t": "snapshot", "n": n, "pad": "p" * 300_000} for n in range(5)]
     try:
         for line in lines:
@@ -189,20 +190,23 @@ def test_the_collector_writes_whole_lines_when_stdout_takes_part_of_them() -> No
 def test_a_host_with_more_stuck_processes_than_a_line_holds_says_how_many_are_left_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gputui import agent as agent_module
-    from tests.integration._procs import ZOMBIE_MAKER, script
+    from gputui.agent import processes
+    from gputui.agent.collector import Agent
+    from tests.integration._procs import ZOMBIE_MAKER, script, state_of, wait_for
 
     roles = ["parent", "zombie"]
     with script(ZOMBIE_MAKER, roles) as one, script(ZOMBIE_MAKER, roles) as two, \
             script(ZOMBIE_MAKER, roles) as three:
         zombies = {s.pids["zombie"] for s in (one, two, three)}
-        collector = agent_module.Agent(use_pynvml=False, discover_health=False)
+        # The parent says its child's pid right after the fork: the child may not have exited yet.
+        wait_for(lambda: all(state_of(pid) == "Z" for pid in zombies), "the three zombies")
+        collector = Agent(use_pynvml=False, discover_health=False)
         try:
             listed = collector.sample(force_processes=True)
             assert zombies <= {p["pid"] for p in listed["processes"]}
             assert listed["processes_omitted"] == 0
             # Room for no zombie with its ancestors: each is left out, and counted.
-            monkeypatch.setattr(agent_module, "WIRE_MAX_PROCESSES", 1)
+            monkeypatch.setattr(processes, "WIRE_MAX_PROCESSES", 1)
             capped = collector.sample(force_processes=True)
             assert len(capped["processes"]) <= 1  # (pid 1 itself, were it ever seen in D state)
             assert not zombies & {p["pid"] for p in capped["processes"]}

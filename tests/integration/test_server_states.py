@@ -16,27 +16,28 @@ from collections.abc import Iterator
 
 import pytest
 
-from gputui.agent import (
+from gputui.agent.health.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+from gputui.agent.health.probe import probe_url
+from gputui.agent.protocol import (
+    HEALTH_STATE_BUSY,
     HEALTH_STATE_DOWN,
     HEALTH_STATE_ERROR,
+    HEALTH_STATE_STALLED,
+    HEALTH_STATE_STARTING,
     HEALTH_STATE_TIMEOUT,
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
-    probe_url,
 )
-from gputui.core.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
 from gputui.core.model import HealthSample
 from gputui.core.servers import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_STARTING,
     MetricsUnreadable,
     ServerState,
     ServerStateTracker,
     parse_server_metrics,
 )
-from tests.integration._procs import REPO, python38
+from tests.integration._procs import REPO
 from tests.integration.metrics_server import FetchFailed, MetricsPeer, fetch_body
+from tests.interpreters import python38
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -252,7 +253,7 @@ def test_a_restarted_counter_is_no_negative_rate_and_no_stall(peer: MetricsPeer)
 
 FILTER_ON_38 = """
 import json, sys
-from gputui.core.metrics_filter import filter_metrics
+from gputui.agent.health.metrics_filter import filter_metrics
 body = sys.stdin.buffer.read()
 for truncated in (False, True):
     text, dropped = filter_metrics(body, truncated)

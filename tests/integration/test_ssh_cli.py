@@ -229,9 +229,9 @@ def test_a_lost_gpu_on_a_host_without_python3_cannot_tell(
 def test_a_lost_gpu_in_nvidia_smi_mode_cannot_tell(
     sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
 ) -> None:
-    """python3 without pynvml: the collector reads a long-lived ``nvidia-smi -lms``, which names the lost GPU
+    """No NVML library for the collector: it reads a long-lived ``nvidia-smi -lms``, which names the lost GPU
     only in an error line. Dropped, the host looked like a clean three-GPU host (exit 0)."""
-    server = sshd_factory(python="bare")
+    server = sshd_factory(python="bare", nvml=False)
     data = tmp_path / "smi-loop"
     data.mkdir()
     (data / "gpus.csv").write_text(LOST_GPU_CSV)

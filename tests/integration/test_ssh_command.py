@@ -1,12 +1,11 @@
-"""The remote command line: fixed text, one integer and validated numbers, nothing else (no sshd needed)."""
+"""The remote command line and the shipped bundle: fixed text and validated numbers on the command line, the
+collector's package on stdin, served by the remote python's own import system (no sshd needed)."""
 
 from __future__ import annotations
-import __future__
 
-import glob
 import importlib.util
+import json
 import marshal
-import math
 import os
 import re
 import shlex
@@ -14,21 +13,26 @@ import subprocess
 import sys
 import threading
 import zlib
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
+from gputui.agent.protocol import MODE_NVML
+from gputui.transports import bundle
 from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.ssh import AgentPayload, agent_command, agent_loader, agent_payload, agent_source
+from gputui.transports.bundle import Bundle, bundle_for, bundle_of_source, collector_modules, loader
+from gputui.transports.ssh import agent_command
+from tests.fakenvml.plugin import FakeNvml
+from tests.interpreters import python38
 
 LOADER = re.compile(
-    r"^python3 -u -c 'import sys,zlib,marshal;"
-    r"exec\(\(lambda s,c:marshal\.loads\(zlib\.decompress\(c\)\) if c and"
-    r" getattr\(sys\.modules\.get\(\"_frozen_importlib_external\"\),\"MAGIC_NUMBER\",0\)=="
-    r"bytes\.fromhex\(\"([0-9a-f]+)\"\) else compile\(zlib\.decompress\(s\),\"gputui-agent\",\"exec\"\)\)"
-    r"\(sys\.stdin\.buffer\.read\((\d+)\),sys\.stdin\.buffer\.read\((\d+)\)\)\)'"
+    r"^python3 -u -c 'import sys,zlib;i=sys\.stdin\.buffer;g=\{\"__name__\":\"gputui-boot\"\};"
+    r"exec\(compile\(zlib\.decompress\(i\.read\((\d+)\)\),\"gputui-boot\",\"exec\"\),g\);"
+    r"g\[\"boot\"\]\(i,(\d+),(\d+),\"([0-9a-f]+)\"\)'"
     r" --interval [0-9.e+-]+ --process-interval [0-9.e+-]+ --elide-unchanged( --read-only)?( --no-discover)?$"
 )
-PAYLOAD = AgentPayload(b"x" * 12345, b"y" * 678, "a70d0d0a")
+PAYLOAD = Bundle(b"b" * 321, b"x" * 12345, b"y" * 678, "a70d0d0a")
 
 
 def test_command_holds_only_fixed_text_and_numbers() -> None:
@@ -43,7 +47,7 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
     command = agent_command(PAYLOAD, hostile)
     match = LOADER.fullmatch(command)
     assert match is not None, command
-    assert match.groups()[:3] == ("a70d0d0a", "12345", "678")
+    assert match.groups()[:4] == ("321", "12345", "678", "a70d0d0a")
     assert shlex.split(command)[5:] == [
         "0.25", "--process-interval", "2.0", "--elide-unchanged", "--read-only", "--no-discover"
     ]
@@ -52,7 +56,7 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
     assert "`" not in command
 
 
-@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_bad_intervals_never_reach_the_command(bad: float) -> None:
     with pytest.raises(LinkError, match="positive number"):
         agent_command(PAYLOAD, LinkOptions(memory_interval_s=bad))
@@ -60,61 +64,135 @@ def test_bad_intervals_never_reach_the_command(bad: float) -> None:
         agent_command(PAYLOAD, LinkOptions(process_interval_s=bad))
 
 
-def test_an_empty_source_or_an_odd_magic_never_reaches_the_command() -> None:
+def test_an_empty_bundle_or_an_odd_magic_never_reaches_the_command() -> None:
     with pytest.raises(LinkError, match="empty"):
-        agent_payload(b"")
+        bundle_for(b"")
     with pytest.raises(LinkError, match="empty"):
-        agent_command(AgentPayload(b"", b"y", "a70d0d0a"), LinkOptions())
+        agent_command(replace(PAYLOAD, source_zlib=b""), LinkOptions())
     with pytest.raises(LinkError, match="magic"):
-        agent_command(AgentPayload(b"x", b"y", "a7'; id; '"), LinkOptions())
+        agent_command(replace(PAYLOAD, magic_hex="a7'; id; '"), LinkOptions())
 
 
-def test_the_shipped_source_is_the_collector_file() -> None:
-    source = agent_source()
-    assert b'if __name__ == "__main__":' in source
-    payload = agent_payload(source)
-    assert zlib.decompress(payload.source_zlib) == source
+def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
+    payload = bundle_for()
+    entry, modules, fallbacks = marshal.loads(zlib.decompress(payload.source_zlib))  # noqa: S302
+    assert entry == "gputui.agent.__main__"
+    assert fallbacks == ("pynvml",)
+    package = Path(bundle.gputui.agent.__file__).parent
+    shipped = {name for name in modules if name.startswith("gputui.agent")}
+    on_disk = {
+        ".".join(("gputui", "agent", *p.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
+        for p in package.rglob("*.py")
+    }
+    assert shipped == on_disk - {"gputui.agent.boot"}
+    assert modules["gputui"] == (True, "<gputui-bundle>/gputui/__init__.py", b"")  # not the client's package
+    pynvml_spec = importlib.util.find_spec("pynvml")
+    assert pynvml_spec is not None
+    assert pynvml_spec.origin is not None
+    assert modules["pynvml"][2] == Path(pynvml_spec.origin).read_bytes()
+    assert modules["gputui.agent.kill"][1] == "<gputui-bundle>/gputui/agent/kill.py"
+    codes = marshal.loads(zlib.decompress(payload.code_zlib))  # noqa: S302 - our own bytes
+    # Compiled here for a remote python of this one's version: what every host imports, not what few do.
+    assert "gputui.agent.collector" in codes
+    assert not {"pynvml", "gputui.agent.health.http", "gputui.agent.gpu.smi"} & set(codes)
+    assert codes["gputui.agent.kill"].co_filename == "<gputui-bundle>/gputui/agent/kill.py"
     assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()
-    code = marshal.loads(zlib.decompress(payload.code_zlib))  # noqa: S302 - our own bytes
-    assert code.co_filename == "gputui-agent"
-    plain = marshal.loads(zlib.decompress(agent_payload(b"x: int = 1").code_zlib))  # noqa: S302
-    assert not plain.co_flags & __future__.annotations.compiler_flag  # ssh.py's own flags do not leak in
+    assert zlib.decompress(payload.boot_zlib) == (package / "boot.py").read_bytes()
     match = LOADER.fullmatch(agent_command(payload, LinkOptions()))
     assert match is not None
-    assert int(match.group(2)) + int(match.group(3)) == len(payload.data)
+    assert sum(int(size) for size in match.groups()[:3]) == len(payload.data)
 
 
-def _run_loader(payload: AgentPayload, python: str = sys.executable) -> str:
-    done = subprocess.run(
-        [python, "-c", agent_loader(payload)], input=payload.data + b"rest of stdin",
-        capture_output=True, timeout=60,
+def _run(payload: Bundle, *args: str, python: str = sys.executable, env: dict[str, str] | None = None,
+         stdin_rest: bytes = b"rest of stdin") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [python, "-u", "-c", loader(payload), *args], input=payload.data + stdin_rest,
+        capture_output=True, timeout=120, cwd="/", env=env,
     )
+
+
+STAND_IN = b"""
+import sys
+print(__name__, __package__ == '', repr(sys.stdin.buffer.read()), sys.argv[1:])
+"""
+
+
+def test_a_stand_in_collector_runs_as_main_and_gets_the_rest_of_stdin_and_its_arguments() -> None:
+    done = _run(bundle_of_source(STAND_IN), "--interval", "2")
     assert done.returncode == 0, done.stderr.decode(errors="replace")
-    return done.stdout.decode()
+    assert done.stdout.decode() == "__main__ True b'rest of stdin' ['--interval', '2']\n"
 
 
-SOURCE = b"import sys; print('from source', repr(sys.stdin.buffer.read()))"
+RAISES = b"""
+def inner():
+    raise RuntimeError("bang")
+inner()
+"""
 
 
-def test_the_loader_runs_the_code_when_the_magic_matches_and_the_source_otherwise() -> None:
-    """Which of the two parts runs is told apart by what each prints; both leave the rest of stdin unread."""
-    code = compile("import sys; print('from code', repr(sys.stdin.buffer.read()))", "gputui-agent", "exec")
-    code_zlib = zlib.compress(marshal.dumps(code))
-    magic = importlib.util.MAGIC_NUMBER.hex()
-    source_zlib = zlib.compress(SOURCE)
-    assert _run_loader(AgentPayload(source_zlib, code_zlib, magic)) == "from code b'rest of stdin'\n"
-    other = "%08x" % (int(magic, 16) ^ 1)
-    assert _run_loader(AgentPayload(source_zlib, code_zlib, other)) == "from source b'rest of stdin'\n"
-    assert _run_loader(AgentPayload(source_zlib, b"", magic)) == "from source b'rest of stdin'\n"
+def test_a_traceback_names_the_shipped_module_and_shows_its_line() -> None:
+    for payload in (bundle_of_source(RAISES), replace(bundle_of_source(RAISES), magic_hex="00000000")):
+        done = _run(payload)
+        assert done.returncode == 1
+        err = done.stderr.decode()
+        assert 'File "<gputui-bundle>/gputui_collector.py", line 3, in inner' in err, err
+        assert 'raise RuntimeError("bang")' in err  # the source line, served by the finder
+        assert "RuntimeError: bang" in err
 
 
-def test_a_python_of_another_version_compiles_the_source() -> None:
-    olds = sorted(glob.glob("/root/.pyenv/versions/3.8*/bin/python3.8") + glob.glob("/usr/bin/python3.8"))
-    python = olds[0] if olds else sys.executable
-    payload = agent_payload(SOURCE)
-    if python == sys.executable:  # no other python here: make this one's magic the odd one out
-        payload = AgentPayload(payload.source_zlib, payload.code_zlib, "00000000")
-    assert _run_loader(payload, python) == "from source b'rest of stdin'\n"
+def _once(python: str, env: dict[str, str], magic: str | None = None) -> dict[str, object]:
+    payload = bundle_for()
+    if magic is not None:
+        payload = replace(payload, magic_hex=magic)
+    done = _run(payload, "--once", "--no-discover", python=python, env=env, stdin_rest=b"")
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return json.loads(done.stdout)
+
+
+def test_the_collector_runs_from_the_bundle_with_code_or_from_source(fake_nvml: FakeNvml) -> None:
+    """The same snapshot whether the remote python runs the shipped code or compiles the sources."""
+    env = fake_nvml.env()
+    with_code = _once(sys.executable, env)
+    compiled_there = _once(sys.executable, env, magic="00000000")
+    for snapshot in (with_code, compiled_there):
+        assert snapshot["mode"] == MODE_NVML
+        assert len(snapshot["gpus"]) == 8  # type: ignore[arg-type]
+
+
+def test_python38_runs_the_collector_from_source_with_the_shipped_pynvml(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """The oldest python the collector supports, with no pynvml of its own: the bundle's is used."""
+    python = python38()
+    assert subprocess.run([python, "-c", "import pynvml"], capture_output=True, timeout=60).returncode != 0
+    snapshot = _once(python, fake_nvml.env())
+    assert snapshot["mode"] == MODE_NVML
+    gpus = snapshot["gpus"]
+    assert isinstance(gpus, list)
+    assert len(gpus) == 8
+    assert all(gpu["memory_total_mib"] for gpu in gpus)
+
+
+FINDS_PYNVML = b"""
+import pynvml, sys
+spec = pynvml.__spec__
+print(getattr(spec.loader, "bundled", False), spec.origin)
+"""
+
+
+def test_the_shipped_pynvml_is_served_only_to_a_python_without_one(tmp_path: Path) -> None:
+    modules = collector_modules()
+    modules["gputui_collector"] = (False, "<gputui-bundle>/gputui_collector.py", FINDS_PYNVML)
+    payload = bundle.build(modules, "gputui_collector", bundle.boot_source())
+    served = _run(payload, python=python38())
+    assert served.returncode == 0, served.stderr.decode(errors="replace")
+    assert served.stdout.decode() == "True <gputui-bundle>/pynvml.py\n"
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "pynvml.py").write_text("# the host's own bindings\n")
+    installed = _run(payload, python=python38(), env=dict(os.environ, PYTHONPATH=str(own)))
+    assert installed.returncode == 0, installed.stderr.decode(errors="replace")
+    assert installed.stdout.decode() == f"False {own / 'pynvml.py'}\n"
 
 
 def test_reduced_command_is_valid_sh_with_only_fixed_text() -> None:
@@ -141,27 +219,39 @@ def test_reduced_process_selection() -> None:
         "  200   100 Sl   alice    python -m sglang.launch_server --tp 8",
         "  201   200 Sl   alice    python scheduler worker",
         "  202   200 Z    alice    [python] <defunct>",
+        "  203   201 S    alice    python scheduler helper",
         "  300     1 S    bob      unrelated editor",
         "  400     1 D    bob      stuck in io",
         "garbage line",
     ]
     rows = {row["pid"]: row for row in reduced_processes(ps_lines, {201: {0: 1000}, 999: {1: 5}})}
-    assert sorted(rows) == [100, 200, 201, 202, 400, 999]
+    assert sorted(rows) == [100, 200, 201, 202, 203, 400, 999]
     assert rows[201]["gpu_memory_mib"] == {"0": 1000}
     assert rows[200]["cmdline"] == ["python", "-m", "sglang.launch_server", "--tp", "8"]
     assert rows[202]["state"] == "Z"
     assert rows[999] == {"pid": 999, "gpu_memory_mib": {"1": 5}}
 
 
-def test_links_opening_at_once_share_one_payload_build() -> None:
-    """A fleet's links open together: the payload is built once, and every link gets that same object."""
-    source = b"# " + os.urandom(16).hex().encode() + b"\n" + agent_source()  # not built before
+def test_links_opening_at_once_share_one_bundle_build(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A fleet's links open together: the bundle is built once, and every link gets that same object."""
+    monkeypatch.setattr(bundle, "_collector", None)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    builds: list[int] = []
+    real_build = bundle.build
+
+    def counting(*args: object, **kwargs: object) -> Bundle:
+        builds.append(1)
+        return real_build(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bundle, "build", counting)
     barrier = threading.Barrier(8)
-    built: list[AgentPayload] = []
+    built: list[Bundle] = []
 
     def open_one() -> None:
         barrier.wait()
-        built.append(agent_payload(source))
+        built.append(bundle_for())
 
     threads = [threading.Thread(target=open_one) for _ in range(8)]
     for thread in threads:
@@ -170,3 +260,27 @@ def test_links_opening_at_once_share_one_payload_build() -> None:
         thread.join(60)
     assert len(built) == 8
     assert all(payload is built[0] for payload in built)
+    assert builds == [1]
+
+
+def test_the_next_process_takes_the_bundle_from_the_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Built once per installed version: a later process reads it back instead of compiling again, and a
+    damaged cache file is rebuilt, never shipped."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bundle, "_collector", None)
+    first = bundle_for()
+    (cached,) = (tmp_path / "gputui").glob("bundle-*.bin")
+    monkeypatch.setattr(bundle, "_collector", None)
+    monkeypatch.setattr(bundle, "build", lambda *args: pytest.fail("rebuilt although cached"))
+    assert bundle_for() == first
+    data = bytearray(cached.read_bytes())
+    data[-1] ^= 0xFF
+    cached.write_bytes(bytes(data))
+    monkeypatch.setattr(bundle, "_collector", None)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bundle, "_collector", None)
+    assert bundle_for() == first  # rebuilt: the damaged copy is not used
+    assert cached.read_bytes() != bytes(data)

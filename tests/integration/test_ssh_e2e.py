@@ -1,7 +1,8 @@
-"""End to end over a real sshd: the real collector shipped as source, real pynvml over the fake NVML."""
+"""End to end over a real sshd: the real collector shipped as a bundle, real pynvml over the fake NVML."""
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkOptions
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
+from tests.integration._procs import CHAIN, script
 from tests.integration.sshd import ClientHome, SshdFactory
 
 FAST = LinkOptions(memory_interval_s=0.3, process_interval_s=0.3, connect_timeout_s=10.0)
@@ -238,24 +240,42 @@ def test_read_only_link_cannot_kill(
         _reap(victim)
 
 
-def test_python_without_pynvml_or_psutil_reports_its_reduced_mode(
-    sshd_factory: SshdFactory, ssh_client: ClientHome
+def test_a_python_without_pynvml_and_no_nvidia_smi_gets_full_nvml_over_ssh(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, bare_python: str
 ) -> None:
+    """The common remote: the driver, and a system python3 with nothing installed (no pynvml, no psutil, no
+    nvidia-smi on PATH). The collector's own pynvml reads every GPU and its processes through NVML."""
     server = sshd_factory(python="bare")
+    assert shutil.which("nvidia-smi", path=server.env["PATH"]) is None
+    bare = subprocess.run([bare_python, "-c", "import pynvml"], capture_output=True, timeout=60)
+    assert bare.returncode != 0  # the session's python3 has no bindings of its own
     ssh_client.add_host("bare-host", server)
     ssh_client.trust(server)
-    link = SshLink("bare-host", FAST)
-    link.open()
-    try:
-        assert link.hello is not None
-        assert link.mode != "nvml"
-        assert link.hello.get("psutil") is False
-        snapshot = _next(link)
-        assert snapshot.mode == link.mode
-        assert snapshot.error is not None
-        assert "pynvml" in snapshot.error
-    finally:
-        link.close()
+    with script(CHAIN, ["root", "holder", "leaf"]) as chain:
+        holder = chain.pids["holder"]
+        fake_nvml.state.add_holder(6, holder, 30000)
+        fake_nvml.state.gpus[2].util_pct = 87
+        fake_nvml.write()
+        link = SshLink("bare-host", FAST)
+        link.open()
+        try:
+            assert link.hello is not None
+            assert (link.mode, link.hello["pynvml"], link.hello["error"]) == ("nvml", "bundled", None)
+            assert link.hello["psutil"] is False
+            snapshot = _until(link, lambda s: bool(s.processes))
+        finally:
+            link.close()
+    assert snapshot.mode_label == "NVML"
+    assert snapshot.error is None
+    assert len(snapshot.gpus) == 8
+    assert [g.memory_total_mib for g in snapshot.gpus] == [49152] * 8
+    assert snapshot.gpus[6].memory_used_mib == 30003
+    assert snapshot.gpus[2].utilization_pct == 87
+    assert all(g.temperature_c is not None and g.power_w is not None for g in snapshot.gpus)
+    assert [(p.pid, p.used_mib) for p in snapshot.gpus[6].processes] == [(holder, 30000)]
+    listed = {p.pid: p for p in snapshot.processes}
+    assert {chain.pids["root"], holder, chain.pids["leaf"]} <= set(listed)
+    assert listed[holder].gpu_memory_mib == {6: 30000}
 
 
 def test_health_urls_travel_as_json_and_are_probed_remotely(

@@ -17,7 +17,8 @@ from gputui.transports.sim import (
     SCHEDULER_PID_BASE,
     ManualClock,
 )
-from gputui.ui.app import FAST_MEMORY_INTERVAL_S, GpuTuiApp
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.cleancheck import FAST_MEMORY_INTERVAL_S
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.clean_slate import CleanSlateLine
@@ -62,7 +63,8 @@ async def _select(pilot, app: GpuTuiApp, pid: int) -> None:  # type: ignore[no-u
 
 
 def _audit_lines(app: GpuTuiApp) -> list[dict]:
-    path = Path(app._audit_dir) / "audit.jsonl"  # type: ignore[arg-type]
+    assert app.audit is not None
+    path = app.audit.path
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -241,16 +243,16 @@ async def test_s_cycles_the_sort(make_app):
     app = make_app(targets=("gpu-node-08",))
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
-        assert app.sort_mode == "tree"
+        assert app.monitor.sort_mode == "tree"
         await pilot.press("s")
-        assert app.sort_mode == "gpu"
+        assert app.monitor.sort_mode == "gpu"
         pids = _row_pids(app)
         assert pids[0] == 5100  # the vLLM server's tree holds the most
         await pilot.press("s")
-        assert app.sort_mode == "pid"
+        assert app.monitor.sort_mode == "pid"
         assert _row_pids(app) == sorted(_row_pids(app))
         await pilot.press("s")
-        assert app.sort_mode == "tree"
+        assert app.monitor.sort_mode == "tree"
 
 
 async def test_r_asks_for_a_sample_now(make_app):
@@ -267,19 +269,19 @@ async def test_p_pauses_the_display(make_app):
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
         await pilot.press("p")
-        assert app.paused
+        assert app.monitor.paused
         assert "PAUSED" in str(app.query_one(HostBar).render())
-        shown = app.hosts[0].snapshot
+        host = app.hosts[0]
+        shown = app.monitor.shown_snapshot(host)
+        assert shown is not None
         app.factory.links["gpu-node-08"].request(
             {"cmd": "kill", "boot_id": shown.boot_id, "signal": "KILL", "targets": [{"pid": 5123}]}, 5
         )
-        await wait_for(
-            pilot, lambda: app.hosts[0].pending is not None and not app.hosts[0].pending.process(5123)
-        )
-        assert app.hosts[0].snapshot is shown  # frozen while paused
+        await wait_for(pilot, lambda: not host.snapshot.process(5123), "the host's data without 5123")
+        assert app.monitor.shown_snapshot(host) is shown  # the panels froze on what they showed
         assert 5123 in _row_pids(app)
         await pilot.press("p")
-        assert not app.paused
+        assert not app.monitor.paused
         await wait_for(pilot, lambda: 5123 not in _row_pids(app), "resumed")
 
 
@@ -289,9 +291,14 @@ async def test_help_lists_the_keys(make_app):
         await _ready(pilot, app)
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
-        keys = [key for key, _ in app.key_descriptions()]
-        for key in ("k", "K", "t", "X", "c", "/", "s", "r", "p", "?", "q"):
+        shown = app.export_screenshot().replace("&#160;", " ")
+        keys = [key for key, _ in app.screen.keys]
+        for key in ("k", "K", "t", "X", "c", "/", "s", "g", "Home", "End", "←/→", "r", "p", "?", "q",
+                    "Ctrl+C"):
             assert key in keys
+        assert "Tab" not in keys  # one host: nothing to switch to
+        assert "back to the fleet view" not in shown
+        assert "scroll a long command line sideways" in shown
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
 
@@ -301,9 +308,10 @@ async def test_keys_do_nothing_under_a_modal(make_app):
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
         await pilot.press("question_mark")
-        await pilot.press("k", "X", "s")
+        await pilot.press("k", "X", "s", "c", "g")
         assert isinstance(app.screen, HelpScreen)
-        assert app.sort_mode == "tree"
+        assert app.monitor.sort_mode == "tree"
+        assert app.hosts[0].check is None
 
 
 async def test_q_quits(make_app):
@@ -340,10 +348,11 @@ async def test_read_only_removes_and_refuses_destructive_keys(make_app):
         await _select(pilot, app, LAUNCHER_PID)
         await pilot.press("k", "K", "t", "X")
         assert not isinstance(app.screen, ConfirmKillScreen)
-        app.action_kill_all()  # the action underneath refuses too
+        host = app.hosts[0]
+        app.kills.request(host, host.snapshot, [], "TERM", tree=True, all_gpu=True)  # the flow refuses too
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmKillScreen)
-        assert app.notices[-1][1] == "refused"
+        assert [n for n in app.notices if n[1] == "refused"][-1][2] == "read-only: nothing is signalled"
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert not any(t.startswith("Kill") for t in titles)
         assert "Clean-slate check" in titles
@@ -377,7 +386,7 @@ async def test_every_action_is_in_the_command_palette(make_app):
         await pilot.press(*"Sort processes")
         await pilot.pause(0.5)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: app.sort_mode == "gpu", "sort via the palette")
+        await wait_for(pilot, lambda: app.monitor.sort_mode == "gpu", "sort via the palette")
 
 
 async def test_host_switching_with_tab_and_numbers(make_app):
@@ -386,16 +395,16 @@ async def test_host_switching_with_tab_and_numbers(make_app):
         await _ready(pilot, app)
         assert LAUNCHER_PID in _row_pids(app)
         await pilot.press("tab")
-        assert app.active_index == 1
+        assert app.monitor.active_index == 1
         await wait_for(pilot, lambda: 5100 in _row_pids(app), "second host's rows")
         assert "gpu-node-08" in str(app.query_one(GpuPanel).border_title)
         await pilot.press("1")
-        assert app.active_index == 0
+        assert app.monitor.active_index == 0
         assert LAUNCHER_PID in _row_pids(app)
         await pilot.press("2")
-        assert app.active_index == 1
+        assert app.monitor.active_index == 1
         await pilot.press("tab")
-        assert app.active_index == 0
+        assert app.monitor.active_index == 0
 
 
 async def test_a_failing_host_shows_its_error_and_the_others_keep_updating(make_app, clock: ManualClock):
@@ -429,7 +438,7 @@ async def test_resize_switches_layouts_live(make_app):
     app = make_app()
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
-        body = app.query_one("#body")
+        body = app.monitor.query_one("#body")
         assert not body.has_class("-stacked")
         assert not _procs(app).compact
         await pilot.resize_terminal(50, 40)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from gputui.core.actions import KillPlan, ZombieNote
 from gputui.transports.sim import LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE
-from gputui.ui.screens.confirm_kill import ConfirmKillScreen, collapse_notes, pid_ranges, plan_table
+from gputui.ui.screens.confirm_kill import ConfirmKillScreen, note_lines, pid_ranges, plan_table
 from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import wait_for
@@ -20,18 +21,22 @@ def test_pid_ranges() -> None:
 
 
 def test_notes_of_one_parents_zombies_collapse_and_others_stay() -> None:
-    notes = [
-        "pid 11 is a zombie: it goes when its parent 10 is signalled",
-        "pid 21 is a zombie: it goes when its parent 20 is signalled",
-        "pid 12 is a zombie: it goes when its parent 10 is signalled",
-        "pid 30 is a zombie: its parent 3 will be signalled instead",
-        "pid 31 is a zombie: its parent 3 will be signalled instead",
-        "the agent re-reads each tree",
-    ]
-    assert collapse_notes(notes) == [
+    zombies = (
+        ZombieNote(11, 10, asked=False),
+        ZombieNote(21, 20, asked=False),
+        ZombieNote(12, 10, asked=False),
+        ZombieNote(30, 3, asked=True),
+        ZombieNote(31, 3, asked=True),
+    )
+    # A note that reads like a zombie's but is not one of the plan's zombies stays as it is.
+    lookalike = "pid 13 is a zombie: it goes when its parent 10 is signalled"
+    notes = (*(z.text for z in zombies), lookalike, "the agent re-reads each tree")
+    plan = KillPlan("h", "boot", "TERM", True, 5.0, (), notes=notes, zombies=zombies)
+    assert note_lines(plan) == [
         "2 zombies (11–12) go when their parent 10 is signalled",
         "pid 21 is a zombie: it goes when its parent 20 is signalled",
         "2 zombies (30–31) cannot be signalled: their parent 3 is, instead",
+        lookalike,
         "the agent re-reads each tree",
     ]
 

@@ -1,7 +1,8 @@
 """Snapshots from many hosts reach the panels in one message per loop turn, and equal data repaints nothing.
 
-The links here never deliver on their own: each test hands snapshots to ``GpuTuiApp._deliver`` (what a poll
-worker does) and lets the loop turn, so what is waiting at that moment is known exactly.
+The links here never deliver on their own: each test hands snapshots to ``Hosts.deliver`` (what a host's
+poller does) or posts the ``Hosts.Sampled`` message itself, and lets the loop turn, so what is waiting at that
+moment is known exactly.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import pytest
 from textual.content import Content
 from textual.message import Message
 
+from gputui.agent.protocol import MODE_LABELS, MODE_NVML, MODE_REDUCED, MODE_SMI
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import HostLink
 from gputui.transports.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
-from gputui.ui.app import GpuTuiApp, HostState
+from gputui.ui.app import GpuTuiApp
+from gputui.ui.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.health_panel import HealthPanel
+from gputui.ui.widgets.host_bar import HostBar
 from gputui.ui.widgets.process_table import ProcessTable
 
 WIDE = (160, 50)
@@ -91,41 +95,59 @@ def app(clock: ManualClock) -> GpuTuiApp:
     return GpuTuiApp(list(TARGETS), QuietLink, clock=clock, read_only=True, notify_timeout_s=60.0)
 
 
-def _count_ready_messages(app: GpuTuiApp, monkeypatch: pytest.MonkeyPatch) -> list[Message]:
+def _count_sampled_messages(app: GpuTuiApp, monkeypatch: pytest.MonkeyPatch) -> list[Message]:
     posted: list[Message] = []
     post = app.post_message
 
     def counting(message: Message) -> bool:
-        if isinstance(message, GpuTuiApp.HostSnapshotReady):
+        if isinstance(message, Hosts.Sampled):
             posted.append(message)
         return post(message)
 
     monkeypatch.setattr(app, "post_message", counting)
+    monkeypatch.setattr(app.hosts, "post", counting)  # what the pollers post through
     return posted
 
 
-def _count_redraws(app: GpuTuiApp, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Every redraw of the shown host's panels, as its ``hosts_now`` argument."""
-    redraws: list[bool] = []
-    show_active = app._show_active
+def _count_view_updates(app: GpuTuiApp, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every ``MonitorScreen.hosts_changed`` call the app makes, as the targets it names."""
+    updates: list[list[str]] = []
+    hosts_changed = app.monitor.hosts_changed
 
-    def counting(hosts_now: bool = True) -> None:
-        redraws.append(hosts_now)
-        show_active(hosts_now)
+    def counting(changed: Any) -> None:
+        updates.append([host.target for host, _ in changed])
+        hosts_changed(changed)
 
-    monkeypatch.setattr(app, "_show_active", counting)
+    monkeypatch.setattr(app.monitor, "hosts_changed", counting)
+    return updates
+
+
+def _count_panel_redraws(app: GpuTuiApp, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every time the GPU panel is given a host's GPUs (once per redraw of the shown host's panels)."""
+    redraws: list[int] = []
+    panel = app.monitor.query_one(GpuPanel)
+    show = panel.show
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        redraws.append(1)
+        show(*args, **kwargs)
+
+    monkeypatch.setattr(panel, "show", counting)
     return redraws
 
 
 def _count_applied(app: GpuTuiApp, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, HostSnapshot]]:
     applied: list[tuple[str, HostSnapshot]] = []
-    apply = app._apply_snapshot
+    for host in app.hosts:
+        apply = host.apply
 
-    def counting(host: HostState, snapshot: HostSnapshot) -> None:
-        applied.append((host.target, snapshot))
-        apply(host, snapshot)
+        def counting(
+            snapshot: HostSnapshot, now_s: float, _host: HostState = host, _apply: Any = apply
+        ) -> Any:
+            applied.append((_host.target, snapshot))
+            return _apply(snapshot, now_s)
 
-    monkeypatch.setattr(app, "_apply_snapshot", counting)
+        monkeypatch.setattr(host, "apply", counting)
     return applied
 
 
@@ -133,19 +155,21 @@ async def test_every_waiting_host_is_applied_by_one_message_and_one_redraw(app, 
     snapshots = {target: _sample(target, clock) for target in TARGETS}
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        posted = _count_ready_messages(app, monkeypatch)
+        posted = _count_sampled_messages(app, monkeypatch)
         applied = _count_applied(app, monkeypatch)
-        redraws = _count_redraws(app, monkeypatch)
+        updates = _count_view_updates(app, monkeypatch)
+        redraws = _count_panel_redraws(app, monkeypatch)
         for target in TARGETS:
-            app._deliver(target, snapshots[target])
+            app.hosts.deliver(target, snapshots[target])  # what each host's poller does
         assert len(posted) == 1  # posted when the inbox went from empty to non-empty, not once per host
         await pilot.pause()
         assert sorted(target for target, _ in applied) == sorted(TARGETS)
-        assert all(app._host(t).snapshot is snapshots[t] for t in TARGETS)
-        assert redraws == [False]  # the panels once for the whole batch (the shown host is among them)
-        assert app._inbox == {}
+        assert all(app.hosts.get(t).snapshot is snapshots[t] for t in TARGETS)
+        assert updates == [list(TARGETS)]  # one view update for the whole batch
+        assert len(redraws) == 1  # the panels once (the shown host is among them)
+        assert len(app.hosts.inbox) == 0
         # The next delivery finds the inbox empty again and posts a new message.
-        app._deliver(TARGETS[1], _sample(TARGETS[1], clock))
+        app.hosts.deliver(TARGETS[1], _sample(TARGETS[1], clock))
         assert len(posted) == 2
         await pilot.pause()
         assert len(applied) == len(TARGETS) + 1
@@ -154,15 +178,17 @@ async def test_every_waiting_host_is_applied_by_one_message_and_one_redraw(app, 
 async def test_a_batch_without_the_shown_host_leaves_the_panels_alone(app, clock, monkeypatch):
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        redraws = _count_redraws(app, monkeypatch)
+        redraws = _count_panel_redraws(app, monkeypatch)
         for target in TARGETS[1:]:
-            app._deliver(target, _sample(target, clock))
+            app.hosts.deliver(target, _sample(target, clock))
         await pilot.pause()
-        assert all(app._host(t).snapshot is not None for t in TARGETS[1:])
-        assert app.active.snapshot is None
+        assert all(app.hosts.get(t).snapshot is not None for t in TARGETS[1:])
+        assert app.hosts[0].snapshot is None
         assert redraws == []
         await pilot.pause(0.4)  # the host bar catches up within its redraw interval
-        assert app._hosts_dirty is False
+        bar = str(app.query_one(HostBar).render())
+        assert "gpu-node-02 ● live" in bar
+        assert "gpu-node-03 ● live" in bar
 
 
 async def test_the_newest_snapshot_replaces_one_not_yet_shown(app, clock, monkeypatch):
@@ -172,38 +198,38 @@ async def test_the_newest_snapshot_replaces_one_not_yet_shown(app, clock, monkey
     newer = _sample(target, clock)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        posted = _count_ready_messages(app, monkeypatch)
+        posted = _count_sampled_messages(app, monkeypatch)
         applied = _count_applied(app, monkeypatch)
-        app._deliver(target, older)
-        app._deliver(target, newer)
+        app.hosts.deliver(target, older)
+        app.hosts.deliver(target, newer)
         assert len(posted) == 1
         await pilot.pause()
         assert applied == [(target, newer)]
-        assert app.active.snapshot is newer
+        assert app.hosts[0].snapshot is newer
 
 
-async def test_a_forced_snapshot_stays_forced_when_a_newer_one_replaces_it(app, clock, monkeypatch):
+async def test_a_forced_snapshot_stays_forced_when_a_newer_one_replaces_it(app, clock):
     first, second = TARGETS[0], TARGETS[1]
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        app.action_pause()
+        await pilot.press("p")
         forced = _sample(first, clock)
         clock.advance(1.0)
         newer = _sample(first, clock)
         plain = _sample(second, clock)
-        app._deliver(first, forced, forced=True)  # a refresh the user asked for
-        app._deliver(first, newer)  # a regular sample lands before the UI took the forced one
-        app._deliver(second, plain)
+        app.hosts.deliver(first, forced, forced=True)  # a refresh the user asked for
+        app.hosts.deliver(first, newer)  # a regular sample lands before the UI took the forced one
+        app.hosts.deliver(second, plain)
         await pilot.pause()
-        host, other = app._host(first), app._host(second)
-        assert host.snapshot is newer  # shown despite the pause
-        assert host.pending is None
-        assert other.snapshot is None  # kept for when the pause ends
-        assert other.pending is plain
-        app.action_pause()
-        await pilot.pause()
+        host, other = app.hosts.get(first), app.hosts.get(second)
+        monitor = app.monitor
+        assert host.snapshot is newer
+        assert monitor.shown_snapshot(host) is newer  # shown despite the pause
         assert other.snapshot is plain
-        assert other.pending is None
+        assert monitor.shown_snapshot(other) is None  # the panels keep what they had when paused
+        await pilot.press("p")
+        await pilot.pause()
+        assert monitor.shown_snapshot(other) is plain
 
 
 async def test_the_shown_host_panels_follow_its_snapshots(app, clock):
@@ -211,12 +237,12 @@ async def test_the_shown_host_panels_follow_its_snapshots(app, clock):
     snapshot = _sample(target, clock)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        app._deliver(target, snapshot)
+        app.post_message(Hosts.Sampled(target, snapshot))  # the message a poller posts
         await pilot.pause()
         procs = app.query_one(ProcessTable)
         assert procs.row_count > 0
         before = procs.get_cell(str(SCHEDULER_PID_BASE), "gpu").plain
-        app._deliver(target, _with_gpu_memory(snapshot, SCHEDULER_PID_BASE, 0, 12_345))
+        app.post_message(Hosts.Sampled(target, _with_gpu_memory(snapshot, SCHEDULER_PID_BASE, 0, 12_345)))
         await pilot.pause()
         after = procs.get_cell(str(SCHEDULER_PID_BASE), "gpu").plain
         assert after != before
@@ -228,7 +254,7 @@ async def test_an_unchanged_snapshot_repaints_nothing_and_a_change_shows_at_once
     target = TARGETS[0]
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        app._deliver(target, _sample(target, clock))
+        app.post_message(Hosts.Sampled(target, _sample(target, clock)))
         await pilot.pause()
         procs = app.query_one(ProcessTable)
         assert procs.row_count > 0
@@ -251,13 +277,13 @@ async def test_an_unchanged_snapshot_repaints_nothing_and_a_change_shows_at_once
             monkeypatch.setattr(widget, "refresh", counting)
         # The same host state again, in new objects (the frozen clock: the same sample time too).
         same = _sample(target, clock)
-        assert same is not app.active.snapshot
-        app._deliver(target, same)
+        assert same is not app.hosts[0].snapshot
+        app.post_message(Hosts.Sampled(target, same))
         await pilot.pause()
-        assert app.active.snapshot is same
+        assert app.hosts[0].snapshot is same
         assert refreshed == {}
         # A real change shows at once, and only the table and the GPU panel it concerns repaint.
-        app._deliver(target, _with_gpu_memory(same, SCHEDULER_PID_BASE, 0, 12_345))
+        app.post_message(Hosts.Sampled(target, _with_gpu_memory(same, SCHEDULER_PID_BASE, 0, 12_345)))
         await pilot.pause()
         assert "0:12345" in procs.get_cell(str(SCHEDULER_PID_BASE), "gpu").plain
         assert refreshed.get("procs", 0) >= 1
@@ -270,37 +296,50 @@ async def test_titles_are_plain_text_not_markup(clock):
     app = GpuTuiApp([target], QuietLink, clock=clock, read_only=True)
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        app._deliver(target, replace(_sample("gpu-node-01", clock), target=target))
+        app.post_message(Hosts.Sampled(target, replace(_sample("gpu-node-01", clock), target=target)))
         await pilot.pause()
         title = app.query_one(GpuPanel).border_title
         assert title is not None
         assert "[b]node[/b]" in Content.from_markup(title).plain
 
 
-async def test_a_redraw_in_between_does_not_start_another_host_bar_timer(app, clock, monkeypatch):
+async def test_the_gpu_title_says_how_the_host_is_read(clock):
+    target = TARGETS[0]
+    app = GpuTuiApp([target], QuietLink, clock=clock, read_only=True)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        app.post_message(Hosts.Sampled(target, _sample(target, clock)))
+        await pilot.pause()
+        simulated = Content.from_markup(str(app.query_one(GpuPanel).border_title)).plain
+        assert not any(label in simulated for label in MODE_LABELS.values())
+        for mode, label in ((MODE_NVML, "NVML"), (MODE_SMI, "nvidia-smi"), (MODE_REDUCED, "reduced")):
+            app.post_message(Hosts.Sampled(target, replace(_sample(target, clock), mode=mode)))
+            await pilot.pause()
+            title = Content.from_markup(str(app.query_one(GpuPanel).border_title)).plain
+            assert f" · {label}" in title, title
+
+
+async def test_many_deliveries_between_redraws_start_one_host_bar_timer(app, clock, monkeypatch):
     other = TARGETS[1]
     async with app.run_test(size=WIDE) as pilot:
         await pilot.pause()
-        timers: list[object] = []
-        set_timer = app.set_timer
+        timers: list[float] = []
+        set_timer = app.monitor.set_timer
 
         def counting(delay: float, callback: Any = None, **kwargs: Any) -> Any:
-            if callback == app._flush_hosts:
-                timers.append(callback)
+            timers.append(delay)
             return set_timer(delay, callback, **kwargs)
 
-        monkeypatch.setattr(app, "set_timer", counting)
-        app._deliver(other, _sample(other, clock))
+        monkeypatch.setattr(app.monitor, "set_timer", counting)
+        app.hosts.deliver(other, _sample(other, clock))
         await pilot.pause()
         assert len(timers) == 1
-        app._tick()  # the once-a-second redraw, while the deferred one is still pending
-        assert app._hosts_dirty is False
-        app._deliver(other, _sample(other, clock))
-        await pilot.pause()
-        assert len(timers) == 1  # the pending timer covers it: no second chain of redraws
-        assert app._hosts_dirty is True
+        app.monitor.tick()  # the once-a-second redraw, while the deferred one is still pending
+        for _ in range(3):
+            app.hosts.deliver(other, _sample(other, clock))
+            await pilot.pause()
+        assert len(timers) == 1  # the pending timer covers them: no second chain of redraws
         await pilot.pause(0.4)
-        assert app._hosts_dirty is False  # the pending timer drew it
-        app._deliver(other, _sample(other, clock))
+        app.hosts.deliver(other, _sample(other, clock))
         await pilot.pause()
-        assert len(timers) == 2  # and the next delivery schedules a new one
+        assert len(timers) == 2  # and the next delivery after it schedules a new one

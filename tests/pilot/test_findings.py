@@ -70,9 +70,20 @@ async def test_the_demo_zombies_are_one_row_that_jumps_to_their_parent(make_app,
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.focused is app.query_one(ProcessTable), "focus on the table")
         assert app.query_one(ProcessTable).selected_pid == LAUNCHER_PID
-        # Every row stays within the panel: one screen line each, cut with an ellipsis.
+        # Wide, a row wraps within the panel: nothing of it is cut at the edge.
         width = findings.scrollable_content_region.width
-        for y in range(2):
-            assert findings.render_line(y).cell_length <= width
-        assert "…" in findings.render_line(0).text  # the parent's command line is cut, not wrapped
-        assert "zombies under pid 4200" not in findings.render_line(2).text
+        shown = [findings.render_line(y).text for y in range(findings.lines)]
+        assert all(findings.render_line(y).cell_length <= width for y in range(findings.lines))
+        assert findings.lines == 3
+        assert "".join(line.strip() for line in shown).replace(" ", "") == line().replace(" ", "").replace(
+            "\n", ""
+        )
+        # In a side pane, each line of a row is one screen line, cut with "…".
+        await pilot.resize_terminal(50, 40)
+        await wait_for(pilot, lambda: findings.compact, "the compact list")
+        await pilot.pause(0.2)
+        width = findings.scrollable_content_region.width
+        assert findings.lines == 2
+        assert findings.render_line(0).text.rstrip().endswith("…")
+        assert findings.render_line(0).cell_length <= width
+        assert "signal or kill 4200" in findings.render_line(1).text

@@ -66,32 +66,44 @@ async def test_full_rendering_shows_every_field_literally() -> None:
     app = PanelApp()
     async with app.run_test(size=(120, 20)) as pilot:
         panel = app.query_one(HealthPanel)
-        panel.show(samples(), history(), now_s=NOW_S)
+        panel.show(samples()[:2], history(), now_s=NOW_S)
         await pilot.pause()
         lines = screen_lines(panel)
         text = "\n".join(lines)
         since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
         last_ok_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 130))
-        assert lines[0].startswith(f"{SGLANG} (discovered)")
         # What is wrong and since when first, then the latency and the history strip (oldest left).
-        assert lines[1].startswith(f"  UNHEALTHY 503 since {since_clock} (2 min 05 s)  20.0 s  ")
-        assert "▁▁▆▅▅" in lines[1]
+        assert lines[0].startswith(f"UNHEALTHY 503 since {since_clock} (2 min 05 s) · 20.0 s ▁▁▆▅▅")
+        assert lines[1].startswith(f"  {SGLANG} (discovered)")
         assert f"HTTP 503 Service Unavailable · last ok {last_ok_clock} · 7 failures" in lines[2]
         # Hostile strings: literal, escapes visible, nothing interpreted.
         assert "[@click=app.quit]x[/][bold]B[/bold][$x]\\x1b]0;t\\x07" in text
-        assert "[blink]X" in text
+        assert lines[3].startswith("[blink]X")
         assert "\\x1b[2J\\x9b31m[red]boom[/red]\\u202eevil\\nsecond" in text
         assert "last ok – · 1 failure" in text
         for bad in ("\x1b", "\x9b", "\u202e", "\x07"):
             assert bad not in text
-        # A sample not probed yet says so.
-        assert "  –         – not probed yet" in text
-        assert "not probed: generating endpoint" in text
-        assert len(lines) == 3 + 3 + 3
+        assert len(lines) == 3 + 3
+        assert panel.rows == 6
+
+
+async def test_more_endpoints_than_fit_condense_to_one_line_each_state_first() -> None:
+    """Three endpoints do not fit in full: every one gets a line, and every line starts with its state."""
+    app = PanelApp()
+    async with app.run_test(size=(120, 20)) as pilot:
+        panel = app.query_one(HealthPanel)
+        panel.show(samples(), history(), now_s=NOW_S)
+        await pilot.pause()
+        lines = screen_lines(panel)
+        since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
+        assert len(lines) == 3
+        assert lines[0].startswith(f"UNHEALTHY 503 since {since_clock} (2 min 05 s) · 20.0 s ▁▆▅▅ {SGLANG}")
+        assert lines[1].startswith("[blink]X  – since ")
+        assert lines[2].startswith("–         – not probed yet http://127.0.0.1:30000/health_generate")
 
 
 def test_state_styles_in_the_text() -> None:
-    block = endpoint_block(samples()[0], ("UP", "DOWN"), NOW_S)
+    block = endpoint_block(samples()[0], ("UP", "UNHEALTHY", "DOWN"), NOW_S, width=120)
     styles = {block.plain[span.start : span.end].strip(): str(span.style) for span in block.spans}
     assert styles["UNHEALTHY"] == "bold yellow"
     assert styles["▁"] == "green"
@@ -145,12 +157,15 @@ async def test_compact_is_one_line_per_endpoint_and_narrow_safe() -> None:
         assert len(lines) == 3
         assert panel.size.height == 3
         since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
-        assert lines[0].startswith(f"UNHEALTHY 503 20.0 s  ▁▁▆▅▅ 503 since {since_clock}")
-        assert lines[0].rstrip().endswith("…")  # the URL is cut to the 50-cell width, not wrapped
+        assert lines[0].startswith(f"UNHEALTHY 503 since {since_clock} (2 min 05 s) · ")
+        assert lines[0].rstrip().endswith("…")  # the rest is cut to the 50-cell width, not wrapped
         assert all(len(line) == 50 for line in lines)
+        panel.show(samples()[:1], history(), now_s=NOW_S)
         panel.compact = False
         await pilot.pause()
-        assert panel.size.height == 9
+        # One endpoint in full: state, URL, what is wrong (wrapped at 50 cells, not cut).
+        assert panel.size.height == panel.rows == 4
+        assert "…" not in "".join(screen_lines(panel))
 
 
 async def test_empty_and_updated() -> None:
@@ -166,8 +181,8 @@ async def test_empty_and_updated() -> None:
         await pilot.pause()
         lines = screen_lines(panel)
         assert len(lines) == 2
-        assert "UP        200 since " in lines[1]
-        assert "(10 s)  3 ms  " in lines[1]
+        assert lines[0].startswith("UP        200 since ")
+        assert "(10 s) · 3 ms" in lines[0]
         assert panel.samples == (up,)
 
 

@@ -21,7 +21,8 @@ WIDE = (120, 40)
 
 
 def _audit(app: GpuTuiApp) -> list[dict]:
-    path = Path(app._audit_dir) / "audit.jsonl"  # type: ignore[arg-type]
+    assert app.audit is not None
+    path = app.audit.path
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
@@ -114,7 +115,8 @@ async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualC
         assert snapshot.process(DETOKENIZER_PID) is None
         receipt = str(line.render())
         assert " since the kill · " in receipt
-        assert receipt.endswith(" since X")
+        assert " since X · drain " in receipt
+        assert receipt.endswith(" MiB → baseline")
     assert not any("None" in message for _, _, message in app.notices)
 
 
@@ -148,7 +150,7 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
 
 async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(make_app) -> None:
     """After the kill, a daemon the job had started with setsid (adopted by init) still holds GPU0."""
-    from gputui.transports.sim import _SimProc
+    from gputui.transports.sim import SimProc
     from gputui.ui.widgets.findings_list import FindingsList
 
     app = make_app(escalate_s=0.1)
@@ -158,7 +160,7 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
         link = app.factory.links["gpu-node-07"]
         with link._lock:
-            link._procs[4300] = _SimProc(4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={0: 2048},
+            link._procs[4300] = SimProc(4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={0: 2048},
                                          start_offset_s=80_020.0)
 
         def survivors() -> list:  # type: ignore[type-arg]
@@ -170,8 +172,11 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         assert (finding.pid, finding.action_pid) == (4300, 4300)
         assert [f.kind for f in app.hosts[0].snapshot.findings if f.pid == 4300] == ["survivor"]
         assert f"a survivor of the job of pid {LAUNCHER_PID - 100} (nsys)" in finding.detail
-        await pilot.pause(0.3)
         shown = app.query_one(FindingsList)
+        await wait_for(pilot, lambda: any(r.findings[0].kind == "survivor" for r in shown.rows), "its row")
+        row = next(i for i, r in enumerate(shown.rows) if r.findings[0].kind == "survivor")
+        shown.highlighted = row  # scrolled into view
+        await pilot.pause(0.3)
         assert any(" survivor " in shown.render_line(y).text for y in range(shown.size.height))
 
 

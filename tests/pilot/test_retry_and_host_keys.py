@@ -85,6 +85,7 @@ class Factory:
 def _app(
     factory: Factory, tmp_path: Path, targets: tuple[str, ...] = ("gpu-node-08",), **kwargs: Any
 ) -> GpuTuiApp:
+    kwargs.setdefault("accept_host_key", factory.accept)
     return GpuTuiApp(
         list(targets),
         factory,
@@ -93,7 +94,6 @@ def _app(
         process_interval_s=0.05,
         notify_timeout_s=60.0,
         audit_dir=tmp_path / "audit",
-        accept_host_key=factory.accept,
         retry_base_s=0.005,
         retry_cap_s=0.005,
         **kwargs,
@@ -217,8 +217,7 @@ async def test_a_key_that_cannot_be_recorded_leaves_the_host_in_error(
     def refuse(hop: str, key: Any) -> str:
         raise ChangedHostKey(f"{hop}: [127.0.0.1]:2222 has another key recorded; not accepting a changed key")
 
-    app = _app(factory, tmp_path)
-    app._accept_host_key = refuse
+    app = _app(factory, tmp_path, accept_host_key=refuse)
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, HostKeyScreen), "the host key question")
         await pilot.press("a")

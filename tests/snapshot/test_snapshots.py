@@ -17,6 +17,7 @@ from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.hostkeys import UnknownHostKey
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock, SimLink
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.process_table import ProcessTable
@@ -62,14 +63,28 @@ async def _ready(pilot) -> None:  # type: ignore[no-untyped-def]
     await _until(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
 
 
-def test_wide_wedged_host(snap_compare, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("columns", "rows"), [(50, 40), (120, 40), (200, 50)])
+def test_wedged_host(snap_compare, tmp_path: Path, columns: int, rows: int) -> None:
+    """The monitor at a side pane's, a laptop's and a wide screen's width: health states and findings whole
+    from 120 columns on, commands from their program's name."""
     app = _app(("gpu-node-07",), ManualClock(), tmp_path)
-    assert snap_compare(app, terminal_size=(120, 40), run_before=_ready)
+    assert snap_compare(app, terminal_size=(columns, rows), run_before=_ready)
 
 
-def test_narrow_pane(snap_compare, tmp_path: Path) -> None:
-    app = _app(("gpu-node-07",), ManualClock(), tmp_path)
-    assert snap_compare(app, terminal_size=(50, 40), run_before=_ready)
+def test_gpu_view(snap_compare, tmp_path: Path) -> None:
+    """Enter on a GPU: its figures over the samples so far and the processes holding it."""
+    clock = ManualClock()
+    app = _app(("gpu-node-08",), clock, tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        for _ in range(12):
+            clock.advance(1.0)
+            await pilot.pause(0.1)
+        await pilot.press("g", "enter")
+        await _until(pilot, lambda: isinstance(pilot.app.screen, GpuDetailScreen), "the GPU view")
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
 
 
 def test_multi_host(snap_compare, tmp_path: Path) -> None:

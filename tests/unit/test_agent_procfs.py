@@ -9,17 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.agent import (
-    CallTimeout,
-    ProcStat,
-    _Worker,
-    ancestors_of,
-    parse_stat,
-    read_stat,
-    scan_proc,
-    tree_members,
-    tree_root,
-)
+from gputui.agent.calls import CallTimeout, Worker
+from gputui.agent.procfs import ProcStat, parse_stat, read_stat, scan_proc
+from gputui.agent.proctree import ancestors_of, tree_members, tree_root
 
 STAT_TAIL = (
     "S 4200 4242 4100 34816 4242 4194560 1042 0 0 0 7 3 0 0 20 0 1 0 123456 99999 321 18446744073709551615"
@@ -73,7 +65,7 @@ def test_own_process_is_read_live() -> None:
 
 
 def test_worker_bounds_a_hung_call_and_refuses_while_stuck() -> None:
-    worker = _Worker("test")
+    worker = Worker("test")
     release = threading.Event()
     assert worker.call(lambda: 41 + 1, 5.0) == 42
     with pytest.raises(ValueError, match="boom"):

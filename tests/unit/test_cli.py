@@ -126,7 +126,7 @@ def test_the_tui_audits_real_kills_only(argv: list[str], audited: bool) -> None:
 
     args = build_parser(None).parse_args(argv)
     args.config = None
-    assert (build_app(args)._audit is not None) is audited
+    assert (build_app(args).audit is not None) is audited
 
 
 def _demo_kill(state_home: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,16 +1,19 @@
-"""The data layer imports without the UI toolkit, and the shipped agent stays Python 3.8 source."""
+"""The data layer imports without the UI toolkit; the collector package stays Python 3.8 source, imports
+nothing of the client, and loads only what a host uses."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.integration._procs import REPO
 
 DATA_LAYER = (
     "gputui.core.model", "gputui.agent", "gputui.core.analysis", "gputui.core.actions", "gputui.core.config",
-    "gputui.core.state",
+    "gputui.core.state", "gputui.core.servers", "gputui.core.cleanslate", "gputui.core.history",
+    "gputui.core.commandline", "gputui.transports.freshness", "gputui.commands.check",
     "gputui.core.fleet", "gputui.commands.fleet_options", "gputui.transports.prometheus",
 )
 
@@ -47,20 +50,87 @@ def test_the_shared_parts_of_the_ssh_transport_import_without_paramiko() -> None
     assert loaded & {"paramiko", "textual", "rich"} == set()
 
 
-def test_agent_is_python_38_source() -> None:
-    source = (REPO / "gputui" / "agent.py").read_text()
-    ast.parse(source, filename="gputui/agent.py", feature_version=(3, 8))
+AGENT = REPO / "gputui" / "agent"
 
 
-def test_agent_imports_only_the_standard_library_and_optional_extras() -> None:
-    tree = ast.parse((REPO / "gputui" / "agent.py").read_text())
+def _agent_modules() -> list[tuple[str, ast.Module]]:
+    """(module name, parsed source) of every module of the collector package."""
+    found = []
+    for path in sorted(AGENT.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found.append((name, ast.parse(path.read_text(), filename=str(path))))
+    return found
+
+
+def _absolute_imports(name: str, tree: ast.Module, is_package: bool) -> set[str]:
+    """Every module ``tree`` imports, relative imports resolved against ``name``."""
+    package = name if is_package else name.rpartition(".")[0]
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            imported.add(node.module.split(".")[0])
-    third_party = imported - set(sys.stdlib_module_names)
-    # pynvml and psutil are optional (guarded); nothing else may be needed on a remote host.
-    assert third_party <= {"pynvml", "psutil"}, third_party
-    assert "gputui" not in imported  # shipped as one file: no package imports
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                imported.add(node.module or "")
+            else:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                if len(package.split(".")) < node.level:
+                    base = ""  # above the top-level package
+                imported.add(f"{base}.{node.module}" if node.module else base)
+    return imported
+
+
+def test_every_collector_module_is_python_38_source() -> None:
+    for path in sorted(AGENT.rglob("*.py")):
+        ast.parse(path.read_text(), filename=str(path), feature_version=(3, 8))
+
+
+def test_the_collector_imports_nothing_from_the_client_and_no_third_party_module() -> None:
+    """The shipped package may import the standard library, itself, and the optional pynvml and psutil."""
+    allowed_third_party = {"pynvml", "psutil"}
+    for name, tree in _agent_modules():
+        is_package = (AGENT / Path(*name.split(".")[2:]) / "__init__.py").exists() or name == "gputui.agent"
+        for module in _absolute_imports(name, tree, is_package):
+            top = module.split(".")[0]
+            if top == "gputui":
+                assert module == "gputui.agent" or module.startswith("gputui.agent."), (name, module)
+            else:
+                assert top in sys.stdlib_module_names or top in allowed_third_party, (name, module)
+
+
+def test_the_import_rule_sees_a_client_import() -> None:
+    """The rule above is not vacuous: a relative import that climbs out of the package, and an absolute one
+    of the client, are both seen as client imports."""
+    climbs = ast.parse("from ...core import model\nfrom gputui.core.model import Proc\n")
+    assert _absolute_imports("gputui.agent.gpu.nvml", climbs, False) == {"gputui.core", "gputui.core.model"}
+    inside = ast.parse("from ..calls import Worker\nfrom . import nvmlapi\n")
+    resolved = _absolute_imports("gputui.agent.gpu.nvml", inside, False)
+    assert resolved == {"gputui.agent.calls", "gputui.agent.gpu"}
+
+
+def test_what_a_host_does_not_use_is_not_imported() -> None:
+    """The collector's start, sample and command modules leave the HTTP client, TLS and the nvidia-smi backend
+    unloaded: a host loads them only when it probes an endpoint or has no NVML."""
+    code = (
+        "import sys\n"
+        "from gputui.agent import collector, serve\n"
+        "agent = collector.Agent(use_pynvml=True, discover_health=False)\n"
+        "agent.sample(force_processes=True)\n"
+        "agent.close()\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gputui') or m == 'ssl')))\n"
+    )
+    env = {"PATH": "/nonexistent", "LD_LIBRARY_PATH": "/nonexistent"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "gputui.agent.collector" in loaded
+    assert "gputui.agent.gpu.nvml" in loaded
+    unused = {"ssl", "gputui.agent.health.http", "gputui.agent.health.probe", "gputui.agent.health.prober",
+              "gputui.agent.gpu.smi", "gputui.agent.gpu.smiparse"}
+    assert not loaded & unused, sorted(loaded & unused)
+    client = {m for m in loaded if m.startswith("gputui.") and not m.startswith("gputui.agent")}
+    assert client == set(), client

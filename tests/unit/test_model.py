@@ -227,7 +227,7 @@ def _listed_snapshot(processes_time: float | None = 100.5) -> HostSnapshot:
 
 
 def test_a_line_without_unchanged_process_lists_takes_them_from_the_previous_snapshot() -> None:
-    from gputui.agent import elide_unchanged_processes
+    from gputui.agent.serve import elide_unchanged_processes
 
     full = _listed_snapshot()
     data = json.loads(json.dumps(full.to_dict()))
@@ -244,9 +244,26 @@ def test_a_line_without_unchanged_process_lists_takes_them_from_the_previous_sna
 
 
 def test_unchanged_process_lists_without_the_earlier_list_are_a_malformed_line() -> None:
-    from gputui.agent import elide_unchanged_processes
+    from gputui.agent.serve import elide_unchanged_processes
 
     elided = elide_unchanged_processes(_listed_snapshot().to_dict())
     for previous in (None, _listed_snapshot(processes_time=99.0), _listed_snapshot(processes_time=None)):
         with pytest.raises(ValueError, match="no earlier list"):
             HostSnapshot.from_dict(elided, previous=previous)
+
+
+def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
+    """The client's model and the collector's message builders describe one shape."""
+    from dataclasses import fields
+
+    from gputui.agent import protocol
+    from gputui.core.model import HealthSample, HostSnapshot
+
+    assert tuple(f.name for f in fields(HostSnapshot)) == protocol.SNAPSHOT_FIELDS
+    assert tuple(f.name for f in fields(HealthSample)) == protocol.HEALTH_SAMPLE_FIELDS
+    health = [protocol.health_sample("u", None)]
+    built = protocol.snapshot("h", "host", "boot", 1.0, protocol.MODE_SMI, health=health)
+    assert HostSnapshot.from_dict(built).to_dict() == built
+    modes = ("nvml", "smi", "ps", "sim", None)
+    labels = {mode: HostSnapshot(target="h", mode=mode).mode_label for mode in modes}
+    assert labels == {"nvml": "NVML", "smi": "nvidia-smi", "ps": "reduced", "sim": None, None: None}

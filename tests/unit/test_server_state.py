@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.agent import (
+from gputui.agent.protocol import (
+    HEALTH_STATE_BUSY,
     HEALTH_STATE_DOWN,
     HEALTH_STATE_ERROR,
+    HEALTH_STATE_STALLED,
+    HEALTH_STATE_STARTING,
     HEALTH_STATE_TIMEOUT,
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
 from gputui.core.model import HealthSample
 from gputui.core.servers import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_STARTING,
     SERVER_STATES,
     ServerMetrics,
     ServerStateTracker,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui import agent
+from gputui.agent import procfs, proctree
 from gputui.core import analysis
 from gputui.core.model import Proc
 
@@ -66,7 +66,7 @@ CASES: list[tuple[int, str | None, list[str] | None, bool]] = [
 
 @pytest.mark.parametrize(("pid", "name", "cmdline", "expected"), CASES)
 def test_the_rule(pid: int, name: str | None, cmdline: list[str] | None, expected: bool) -> None:
-    assert agent.is_session_boundary(pid, name, cmdline) is expected
+    assert proctree.is_session_boundary(pid, name, cmdline) is expected
 
 
 @pytest.mark.parametrize(("pid", "name", "cmdline", "expected"), CASES)
@@ -97,18 +97,18 @@ def test_the_client_uses_the_agents_rule(
     ],
 )
 def test_parse_cgroup(text: str, expected: str | None) -> None:
-    assert agent.parse_cgroup(text.encode()) == expected
+    assert procfs.parse_cgroup(text.encode()) == expected
 
 
-def facts(*rows: tuple) -> dict[int, agent.JobFacts]:
+def facts(*rows: tuple) -> dict[int, proctree.JobFacts]:
     """(pid, ppid, name, cmdline, session, pgrp, cgroup) rows as a facts table."""
-    return {row[0]: agent.JobFacts(*row) for row in rows}
+    return {row[0]: proctree.JobFacts(*row) for row in rows}
 
 
 INIT = (1, 0, "systemd", ["/sbin/init"], 1, 1, "/")
 CG = "/system.slice/cron.service"
 
-JOBS: list[tuple[str, dict[int, agent.JobFacts], int, int]] = [
+JOBS: list[tuple[str, dict[int, proctree.JobFacts], int, int]] = [
     (
         "cron daemon that keeps its jobs in its own session: its name stops the climb",
         facts(INIT, (100, 1, "cron", ["/usr/sbin/cron", "-f"], 100, 100, CG),
@@ -179,13 +179,13 @@ JOBS: list[tuple[str, dict[int, agent.JobFacts], int, int]] = [
 
 
 @pytest.mark.parametrize(("why", "table", "holder", "root"), JOBS, ids=[j[0] for j in JOBS])
-def test_job_root(why: str, table: dict[int, agent.JobFacts], holder: int, root: int) -> None:
-    assert agent.job_root(holder, table.get) == root, why
+def test_job_root(why: str, table: dict[int, proctree.JobFacts], holder: int, root: int) -> None:
+    assert proctree.job_root(holder, table.get) == root, why
 
 
 @pytest.mark.parametrize(("why", "table", "holder", "root"), JOBS, ids=[j[0] for j in JOBS])
 def test_the_client_roots_trees_by_the_same_rule(
-    why: str, table: dict[int, agent.JobFacts], holder: int, root: int
+    why: str, table: dict[int, proctree.JobFacts], holder: int, root: int
 ) -> None:
     from gputui.core.model import Gpu, GpuProcess, HostSnapshot
 

@@ -20,6 +20,7 @@ from gputui.transports.sim import (
     LAUNCHER_PID,
     NSYS_PID,
     SCHEDULER_PID_BASE,
+    VLLM_PID,
     ManualClock,
     SimLink,
 )
@@ -223,6 +224,20 @@ def test_healthy_host_and_hostile_names():
     assert set(HOSTILE_TEXTS) <= texts
     assert max(len(a) for a in texts) >= 100_000
     assert snap.health[0].state == "UP"
+
+
+@pytest.mark.parametrize(("target", "server"), [("gpu-node-08", VLLM_PID), ("gpu-node-07", LAUNCHER_PID)])
+def test_a_killed_servers_endpoint_goes_down(target: str, server: int):
+    """Whichever host it is, once the process serving /health is gone, nothing answers there any more."""
+    link, clock = _link(target)
+    before = _snap(link)
+    assert before.health[0].state in ("UP", "UNHEALTHY")
+    _kill(link, before, [server], tree=True, escalate_s=0.1)
+    clock.advance(1.0)
+    (sample,) = _snap(link).health
+    assert (sample.state, sample.detail) == ("DOWN", "connection refused")
+    assert sample.since is not None
+    assert sample.since <= clock()
 
 
 def test_calibrate_and_configure():

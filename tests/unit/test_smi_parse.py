@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from gputui.agent import (
+from gputui.agent.gpu.smiparse import (
     parse_smi_apps_output,
     parse_smi_gpu_line,
     parse_smi_gpu_output,
@@ -23,6 +23,7 @@ from gputui.agent import (
     smi_exit_error,
 )
 from gputui.core.model import HostSnapshot
+from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import SLEEPER, agent_process, script, wait_for
 
 MISSING = ["[N/A]", "[Not Supported]", "[Unknown Error]", "ERR!", "", "N/A", "[Insufficient Permissions]"]
@@ -274,6 +275,21 @@ def gpu_lines(used: list[str]) -> str:
         f"{i}, {names[i % 2]}, GPU-{i:04d}, 00000000:{0x17 + i:02X}:00.0, {u}, 81559, 0, 35, [N/A], 700.00\n"
         for i, u in enumerate(used)
     )
+
+
+def test_nvidia_smi_mode_only_where_the_nvml_library_cannot_be_loaded(
+    tmp_path: Path, fake_nvml: FakeNvml
+) -> None:
+    """With both on the host, NVML is used (no process per poll); nvidia-smi only without the library."""
+    data, env = make_fake_smi(tmp_path)
+    (data / "gpus").write_text(gpu_lines(["3", "3"]))
+    with agent_process("--interval", "0.1", env=env) as agent:
+        assert (agent.hello["mode"], agent.hello["error"]) == ("smi", None)
+        assert len(agent.sample()["gpus"]) == 2
+    with_library = dict(env, **{k: v for k, v in fake_nvml.env().items() if k != "PATH"})
+    with agent_process("--interval", "0.1", env=with_library) as agent:
+        assert (agent.hello["mode"], agent.hello["error"]) == ("nvml", None)
+        assert len(agent.sample()["gpus"]) == 8
 
 
 def test_long_lived_nvidia_smi_mode(tmp_path: Path) -> None:

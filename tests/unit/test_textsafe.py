@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputui import agent
+from gputui.agent import textpolicy
 from gputui.core.textsafe import ELLIPSIS, json_visible, visible, visible_cmdline
 
 BIDI = [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))]
@@ -114,11 +114,11 @@ def test_visible_every_dangerous_character_becomes_an_escape(chars: list[str]) -
 
 
 def test_one_policy_for_client_and_collector() -> None:
-    """The collector (shipped alone as agent.py) and the client show every string the same way."""
+    """The collector (shipped to remote hosts as it is) and the client show every string the same way."""
     hostile = "a\x1b[2J\x9b\u202e\u200b\u2060\x7f\udcfe" + "x" * 50
-    assert visible(hostile) == agent.visible_text(hostile)
-    assert visible(hostile, 20) == agent.visible_text(hostile, 20)
-    assert agent.visible_text(b"bytes \xff\x1b") == "bytes \\xff\\x1b"
+    assert visible(hostile) == textpolicy.visible_text(hostile)
+    assert visible(hostile, 20) == textpolicy.visible_text(hostile, 20)
+    assert textpolicy.visible_text(b"bytes \xff\x1b") == "bytes \\xff\\x1b"
 
 
 def test_json_output_escapes_what_the_policy_escapes_and_stays_valid() -> None:

@@ -7,11 +7,11 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gputui.agent import (
+from gputui.agent.wire import (
     WIRE_CMDLINE_BUDGET_BYTES,
     WIRE_CMDLINE_BYTES,
     WIRE_CMDLINE_TIGHT_BYTES,
-    _WireBudget,
+    WireBudget,
     wire_cmdline,
 )
 from gputui.core.model import Proc
@@ -53,7 +53,7 @@ def test_undecodable_bytes_count_as_their_escapes() -> None:
 
 
 def test_budget_cuts_later_command_lines_tighter() -> None:
-    budget = _WireBudget()
+    budget = WireBudget()
     argv = ["y" * 4000]
     sent_full = 0
     for _ in range(WIRE_CMDLINE_BUDGET_BYTES // 4000 + 10):

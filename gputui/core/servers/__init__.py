@@ -1,7 +1,8 @@
 """The inference servers gputui watches: their metrics (``metrics``) and what they are doing (``state``).
 
 Everything here is client side and pure: the collector reads the health endpoint and the ``/metrics`` body
-(cut down on the host by ``gputui.core.metrics_filter``); these modules parse and judge what it sent.
+(cut down on the host by ``gputui.agent.health.metrics_filter``); these modules parse and judge what it
+sent.
 """
 
 from gputui.core.servers.metrics import (
@@ -20,9 +21,6 @@ from gputui.core.servers.state import (
     DEFAULT_HISTORY_LEN,
     DEFAULT_STALL_AFTER_S,
     DEFAULT_STARTING_GRACE_S,
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_STARTING,
     SERVER_STATES,
     ServerState,
     ServerStateTracker,
@@ -34,9 +32,6 @@ __all__ = [
     "DEFAULT_STARTING_GRACE_S",
     "ENGINE_SGLANG",
     "ENGINE_VLLM",
-    "HEALTH_STATE_BUSY",
-    "HEALTH_STATE_STALLED",
-    "HEALTH_STATE_STARTING",
     "METRICS_JSON_KEYS",
     "SERVER_STATES",
     "CounterDelta",

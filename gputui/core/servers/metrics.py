@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputui.core.metrics_filter import (
+from gputui.agent.health.metrics_filter import (
     METRICS_BODY_CAP_BYTES,
     METRICS_NAMES,
     METRICS_SGLANG_GEN_THROUGHPUT,

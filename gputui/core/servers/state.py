@@ -19,9 +19,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from gputui.agent import (
+from gputui.agent.protocol import (
+    HEALTH_STATE_BUSY,
     HEALTH_STATE_DOWN,
     HEALTH_STATE_ERROR,
+    HEALTH_STATE_STALLED,
+    HEALTH_STATE_STARTING,
     HEALTH_STATE_TIMEOUT,
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
@@ -30,17 +33,6 @@ from gputui.core.analysis import age_text
 from gputui.core.model import HealthSample
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
 from gputui.core.textsafe import visible
-
-# --- protocol vocabulary: server states the collector does not send -------------------------------------
-# The collector's probe sends UP, UNHEALTHY, DOWN, TIMEOUT and ERROR (imported above). These three are
-# derived on the client from health, metrics and the launcher's age; they belong beside those five.
-HEALTH_STATE_STARTING = "STARTING"
-"""Refused or 503 while the launcher is young and has not served yet: loading weights, compiling, warming."""
-HEALTH_STATE_BUSY = "BUSY"
-"""Health failing (503, timeout) while tokens are being generated: working, not dead. Do not kill."""
-HEALTH_STATE_STALLED = "STALLED"
-"""Requests running or waiting and no token generated for the stall window, whatever /health says."""
-# --- end of the protocol vocabulary ---------------------------------------------------------------------
 
 SERVER_STATES = (
     HEALTH_STATE_STARTING,

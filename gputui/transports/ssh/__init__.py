@@ -4,11 +4,11 @@ Nothing of gputui is installed on the remote host. ``SshLink.open()`` resolves t
 (``gputui.transports.sshconfig``), logs in with paramiko (``connect``: TCP or ProxyJump hops as
 ``direct-tcpip`` channels, each hop resolved, host-key checked (``hostkeys``) and authenticated (``auth``) on
 its own) or has the system ssh client do all of that (``gputui.transports.openssh``), then runs
-``python3 -u -c <loader>`` and writes the collector to its stdin (``payload``). The
-command line holds only fixed text and validated numbers; nothing from process data or user strings ever
-becomes part of it (health URLs travel as JSON in a ``configure`` command). After the payload, stdin carries
-JSON-line commands and stdout JSON-line messages (``stream``). A host without python3 gets a fixed POSIX sh
-loop around nvidia-smi and ps instead (``reduced``: monitoring only).
+``python3 -u -c <loader>`` and writes the collector's bundle to its stdin (``payload``, over
+``gputui.transports.bundle``). The command line holds only fixed text and validated numbers; nothing from
+process data or user strings ever becomes part of it (health URLs travel as JSON in a ``configure`` command).
+After the bundle, stdin carries JSON-line commands and stdout JSON-line messages (``stream``). A host without
+python3 gets a fixed POSIX sh loop around nvidia-smi and ps instead (``reduced``: monitoring only).
 
 Every remote read has a deadline: connect, banner, key exchange, auth, channel open and the collector's
 hello are bounded by the connect timeout; after that, a link that delivers no data for
@@ -39,7 +39,6 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
     from gputui.transports.ssh.payload import agent_command as agent_command
     from gputui.transports.ssh.payload import agent_loader as agent_loader
     from gputui.transports.ssh.payload import agent_payload as agent_payload
-    from gputui.transports.ssh.payload import agent_source as agent_source
     from gputui.transports.ssh.reduced import reduced_command as reduced_command
     from gputui.transports.ssh.stream import LINE_CAP_BYTES as LINE_CAP_BYTES
 
@@ -53,7 +52,6 @@ _HOMES = {
     "agent_command": "payload",
     "agent_loader": "payload",
     "agent_payload": "payload",
-    "agent_source": "payload",
     "reduced_command": "reduced",
 }
 """The names other modules import from this package, and the module of each (loaded on first use)."""

@@ -15,15 +15,14 @@ from typing import Any, Protocol
 
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import SSH_CLIENTS, HostLink, LinkError, LinkOptions
+from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.errors import PythonMissing, phase_error
-from gputui.transports.ssh.payload import agent_command, agent_payload, agent_source
+from gputui.transports.ssh.payload import agent_command, agent_payload
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
 from gputui.transports.sshconfig import SshSettings, openssh_available, resolve
 
-STALE_FACTOR = 3.0
-MIN_STALE_S = 1.0
 REDUCED_MIN_STALE_S = 10.0
 """The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
 READER_JOIN_S = 0.3
@@ -86,7 +85,7 @@ class SshLink(HostLink):
         config_path: An ssh config file used instead of the defaults (``ssh -F``); default
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
-        source: Collector source to ship instead of ``gputui/agent.py`` (tests use a stand-in).
+        source: Collector source to ship instead of the installed collector (tests use a stand-in).
         client: ``paramiko``, ``openssh`` (the system ssh client) or ``auto`` (openssh when the resolved
             config needs it: ``SshSettings.openssh_only``); default ``options.ssh_client``.
 
@@ -137,7 +136,7 @@ class SshLink(HostLink):
     def stale_after_s(self) -> float:
         """Seconds without any data from the collector after which the link counts as broken."""
         floor_s = REDUCED_MIN_STALE_S if self.reduced else MIN_STALE_S
-        return max(floor_s, STALE_FACTOR * self.options.memory_interval_s)
+        return stale_after_s(self.options.memory_interval_s, floor_s)
 
     # -- open ------------------------------------------------------------------------------------------
 
@@ -201,10 +200,9 @@ class SshLink(HostLink):
         return error
 
     def _open(self, session: Session, settings: SshSettings) -> None:
-        source = self._source if self._source is not None else agent_source()
         timeout_s = settings.step_timeout_s(self.options.connect_timeout_s)
         session.login(settings)
-        payload = agent_payload(source)
+        payload = agent_payload(self._source)
         command = agent_command(payload, self.options)
         try:
             stream = self._start(session, command, self._collector_stream, payload.data, timeout_s)

@@ -1,30 +1,18 @@
-"""The collector as shipped over SSH: its source and bytecode, and the remote command line that runs it."""
+"""The collector as shipped over SSH: the bundle of its package (``gputui.transports.bundle``), and the remote
+command line that runs it."""
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import marshal
 import math
 import re
-import threading
-import zlib
-from dataclasses import dataclass
-from pathlib import Path
 
 from gputui.transports.base import LinkError, LinkOptions
+from gputui.transports.bundle import Bundle, bundle_for, loader
 
 _NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
-_MAGIC_RE = re.compile(r"[0-9a-f]{4,16}")
-AGENT_FILENAME = "gputui-agent"  # what tracebacks from the remote collector name as its file
 
-
-def agent_source() -> bytes:
-    """The bytes of ``gputui/agent.py`` (read without importing it)."""
-    spec = importlib.util.find_spec("gputui.agent")
-    if spec is None or spec.origin is None:
-        raise LinkError("gputui/agent.py is missing from this installation")
-    return Path(spec.origin).read_bytes()
+AgentPayload = Bundle
+"""What the remote stdin gets before the JSON-line commands (``gputui.transports.bundle``)."""
 
 
 def _number_arg(value: float, what: str) -> str:
@@ -36,68 +24,18 @@ def _number_arg(value: float, what: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
-class AgentPayload:
-    """What the remote stdin gets before the JSON-line commands: the collector, compressed, twice.
-
-    ``source_zlib`` is ``gputui/agent.py`` as it is; ``code_zlib`` is the same file compiled and marshalled
-    by this python (empty when it does not compile here). The remote loader runs the code object when its
-    python's bytecode magic number is ``magic_hex`` (same bytecode format: compiling the collector there
-    would be the largest single cost of every start), else it compiles the source.
-    """
-
-    source_zlib: bytes
-    code_zlib: bytes
-    magic_hex: str
-
-    @property
-    def data(self) -> bytes:
-        return self.source_zlib + self.code_zlib
-
-
-_payload_lock = threading.Lock()
-
-
-def agent_payload(source: bytes) -> AgentPayload:
-    """The payload for ``source``, built once per source (compiling and compressing it is CPU work).
-
-    Under a lock: the links of a fleet open at the same moment, and each building its own copy would keep
-    a core busy for a while.
-    """
-    if not source:
-        raise LinkError("agent source is empty")
-    with _payload_lock:
-        return _build_payload(source)
-
-
-@functools.lru_cache(maxsize=4)
-def _build_payload(source: bytes) -> AgentPayload:
-    try:
-        # dont_inherit: this module's own __future__ flags must not leak into the collector's code.
-        code = compile(source, AGENT_FILENAME, "exec", dont_inherit=True)
-        code_zlib = zlib.compress(marshal.dumps(code), 9)
-    except (SyntaxError, ValueError):  # a python newer than the remote ones may reject old syntax one day
-        code_zlib = b""
-    return AgentPayload(zlib.compress(source, 9), code_zlib, importlib.util.MAGIC_NUMBER.hex())
+def agent_payload(source: bytes | None = None) -> AgentPayload:
+    """The bundle of the installed collector, or of ``source`` (a stand-in collector), built once."""
+    return bundle_for(source)
 
 
 def agent_loader(payload: AgentPayload) -> str:
     """The ``python3 -c`` program that reads ``payload`` from stdin and runs the collector."""
-    if not payload.source_zlib:
-        raise LinkError("agent source is empty")
-    if not _MAGIC_RE.fullmatch(payload.magic_hex):
-        raise LinkError(f"unexpected bytecode magic number {payload.magic_hex!r}")
-    # The lambda reads both parts in order and leaves no names behind in the collector's globals.
-    return (
-        "import sys,zlib,marshal;exec((lambda s,c:marshal.loads(zlib.decompress(c)) if c and"
-        ' getattr(sys.modules.get("_frozen_importlib_external"),"MAGIC_NUMBER",0)=='
-        f'bytes.fromhex("{payload.magic_hex}") else compile(zlib.decompress(s),"{AGENT_FILENAME}","exec"))'
-        f"(sys.stdin.buffer.read({len(payload.source_zlib):d}),sys.stdin.buffer.read({len(payload.code_zlib):d})))"
-    )
+    return loader(payload)
 
 
 def agent_command(payload: AgentPayload, options: LinkOptions) -> str:
-    """The remote command line: fixed text, two integers, one hex word and validated numbers only."""
+    """The remote command line: fixed text, three integers, one hex word and validated numbers only."""
     words = [
         "python3",
         "-u",

@@ -1,8 +1,9 @@
 """Monitoring a host that has no python3: nvidia-smi and ps output from a fixed POSIX sh loop.
 
 The loop prints marked sections (``reduced_command``); ``ReducedStream`` reads them with the collector's own
-nvidia-smi parsers (``gputui.agent``) into snapshots of mode "ps". It answers the commands it can from its
-stream (``configure``, ``sample``, ``calibrate``) and refuses the rest: nothing can be killed this way.
+nvidia-smi parsers (``gputui.agent.gpu.smiparse``) into snapshots of mode "ps" (``protocol.MODE_REDUCED``).
+It answers the commands it can from its stream (``configure``, ``sample``, ``calibrate``) and refuses the
+rest: nothing can be killed this way.
 """
 
 from __future__ import annotations
@@ -12,23 +13,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gputui.agent import (
-    PROTOCOL_VERSION,
+from gputui.agent import protocol
+from gputui.agent.gpu.smiparse import (
     SMI_EXIT_GPU_LOST,
     SMI_QUERY_APPS,
     SMI_QUERY_GPU,
-    WIRE_CMDLINE_BYTES,
     parse_smi_apps_output,
     parse_smi_gpu_output,
     smi_exit_error,
 )
+from gputui.agent.proctree import related_map, walk
+from gputui.agent.wire import WIRE_CMDLINE_BYTES
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.ssh.payload import _number_arg
 from gputui.transports.ssh.stream import PREAMBLE, PYTHON_MISSING_STATUS, CollectorStream, Decoded, Pipe
 
-MODE = "ps"
-"""The snapshots' ``mode`` in this collector."""
 REDUCED_PS_LINES_CAP = 200_000
 """Most lines taken from one section of a sample (a runaway host must not eat our memory)."""
 REDUCED_PS_LINE_CHARS = WIRE_CMDLINE_BYTES
@@ -94,16 +94,16 @@ class ReducedStream(CollectorStream):
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """The commands a monitoring-only host can answer from its stream; LinkError for the others."""
         name = str(command.get("cmd"))
-        if name == "configure":
+        if name == protocol.CMD_CONFIGURE:
             return {}
-        if name not in ("sample", "calibrate"):
+        if name not in (protocol.CMD_SAMPLE, protocol.CMD_CALIBRATE):
             raise LinkError(
                 f"{self.target}: {name} needs python3 on the host (reduced mode: monitoring only)"
             )
         deadline = time.monotonic() + max(0.0, timeout_s)
         late = f"no reply to {name} within {timeout_s:.1f} s"
         snapshot = self._wait_for(lambda: self._latest, deadline, late)
-        if name == "sample":
+        if name == protocol.CMD_SAMPLE:
             return {"snapshot": snapshot.to_dict()}
         used = {g.key: g.memory_used_mib for g in snapshot.gpus if g.memory_used_mib is not None}
         return {"memory_used_mib": used}
@@ -145,15 +145,7 @@ class ReducedStream(CollectorStream):
         return None
 
     def _hello_message(self) -> dict[str, Any]:
-        return {
-            "t": "hello",
-            "protocol": PROTOCOL_VERSION,
-            "mode": MODE,
-            "boot_id": self.boot_id,
-            "hostname": self.hostname,
-            "python": None,
-            "reduced": True,
-        }
+        return protocol.hello(protocol.MODE_REDUCED, self.boot_id, self.hostname, python=None, reduced=True)
 
     def _snapshot(self) -> HostSnapshot:
         now = time.time()
@@ -176,18 +168,19 @@ class ReducedStream(CollectorStream):
             for app in listed:
                 if app.get("used_mib") is not None:
                     held.setdefault(int(app["pid"]), {})[int(gpu["index"])] = int(app["used_mib"])
-        snapshot = {
-            "target": self.target,
-            "hostname": self.hostname,
-            "boot_id": self.boot_id,
-            "time": now,
-            "error": error,
-            "mode": MODE,
-            "processes_time": now,
-            "gpus": gpus,
-            "processes": reduced_processes(self.lines["ps"], held),
-        }
-        return HostSnapshot.from_dict(snapshot)
+        return HostSnapshot.from_dict(
+            protocol.snapshot(
+                self.target,
+                self.hostname,
+                self.boot_id,
+                now,
+                protocol.MODE_REDUCED,
+                gpus=gpus,
+                processes=reduced_processes(self.lines["ps"], held),
+                error=error,
+                processes_time=now,
+            )
+        )
 
 
 def reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> list[dict[str, Any]]:
@@ -211,23 +204,14 @@ def reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> l
             "cmdline": args,
             "cmdline_truncated": truncated,
         }
-    wanted = set(held)
-    children: dict[int, list[int]] = {}
-    for pid, row in table.items():
-        children.setdefault(row["ppid"], []).append(pid)
-        if row["state"] in ("Z", "D"):
-            wanted.add(pid)
+    wanted = {pid for pid, row in table.items() if row["state"] in ("Z", "D")}
+    parentage = related_map((pid, row["ppid"], None) for pid, row in table.items())
+    wanted.update(pid for pid, _via, _depth in walk(held, parentage))
     for pid in list(held):
         parent = table.get(pid, {}).get("ppid")
         while parent and parent > 1 and parent not in wanted and parent in table:
             wanted.add(parent)
             parent = table[parent]["ppid"]
-        stack = list(children.get(pid, []))
-        while stack:
-            child = stack.pop()
-            if child not in wanted:
-                wanted.add(child)
-                stack.extend(children.get(child, []))
     rows = []
     for pid in sorted(wanted):
         row = dict(table.get(pid) or {"pid": pid})

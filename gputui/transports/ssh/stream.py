@@ -2,10 +2,11 @@
 
 Nothing here knows how the bytes travel. A ``Pipe`` is the collector's stdin, stdout and stderr: an SSH
 exec channel (``connect.ChannelPipe``) or the pipes of a local ``ssh`` child process. A ``CollectorStream``
-runs one reader thread over it that splits stdout into lines, takes the hello, keeps the newest few
-snapshots and the replies to pending commands, and turns an end, a break or a silence of the stream into one
-LinkError that every waiter gets. Every wait has a deadline, and a runaway collector cannot make the reader
-hold more than ``LINE_CAP_BYTES`` of one line.
+runs one reader thread over it that splits stdout into lines, takes the hello, keeps the newest snapshot
+not yet read (``freshness.LatestInbox``, as the TUI does per host) and the replies to pending commands, and
+turns an end, a break or a silence of the stream into one LinkError that every waiter gets (the silence
+limit is ``freshness.stale_after_s``, given by the link). Every wait has a deadline, and a runaway collector
+cannot make the reader hold more than ``LINE_CAP_BYTES`` of one line.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, overload
 
-from gputui.core.model import PROTOCOL_VERSION, HostSnapshot
+from gputui.agent.protocol import CMD_CONFIGURE, PROTOCOL_VERSION
+from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkError, LinkOptions
+from gputui.transports.freshness import LatestInbox
 from gputui.transports.ssh.errors import PythonMissing, SetupFailed, phase_error, shown
 
 LINE_CAP_BYTES = 16 * 1024 * 1024
@@ -27,7 +29,6 @@ PREAMBLE_CAP_BYTES = 64 * 1024
 """Output that is not the collector's tolerated before the hello (login scripts that print banners)."""
 STDERR_TAIL_BYTES = 8 * 1024
 """How much of the collector's stderr is kept to explain its end."""
-SNAPSHOT_QUEUE_LEN = 4
 RECV_CHUNK_BYTES = 256 * 1024
 EXIT_STATUS_WAIT_S = 1.0
 """How long the end of the output waits for the exit status that closely follows it."""
@@ -63,7 +64,7 @@ class Pipe(Protocol):
 
 
 class CollectorStream:
-    """The stream of one running ``gputui/agent.py``: its hello, snapshots and replies, and the commands sent.
+    """The stream of one running collector: its hello, snapshots and replies, and the commands sent.
 
     Args:
         target: The name the user gave the host: it starts every error line, and snapshots carry it (the
@@ -86,7 +87,8 @@ class CollectorStream:
         self._first_grace_s = max(stale_after_s, first_grace_s)
         self._cond = threading.Condition()
         self._hello: dict[str, Any] | None = None
-        self._snapshots: deque[HostSnapshot] = deque(maxlen=SNAPSHOT_QUEUE_LEN)
+        self._snapshots: LatestInbox[str, HostSnapshot] = LatestInbox()
+        """The newest snapshot not yet returned (a reader that falls behind skips the older ones)."""
         self._latest: HostSnapshot | None = None
         self._had_snapshot = False
         self._replies: dict[int, dict[str, Any]] = {}
@@ -176,7 +178,7 @@ class CollectorStream:
         reader.start()
         if payload:
             try:
-                self.send(payload, time.monotonic() + timeout_s, "collector source")
+                self.send(payload, time.monotonic() + timeout_s, "collector bundle")
             except LinkError:
                 # The remote may have exited at once (no python3): its status says more than the write.
                 self._wait_for(lambda: None, time.monotonic() + min(EXIT_STATUS_WAIT_S, timeout_s))
@@ -199,7 +201,7 @@ class CollectorStream:
         if not (options.health_urls or options.health_generate):
             return
         command = {
-            "cmd": "configure",
+            "cmd": CMD_CONFIGURE,
             "health_urls": list(options.health_urls),
             "discover_health": options.discover_health,
             "health_generate": options.health_generate,
@@ -246,10 +248,9 @@ class CollectorStream:
             return self._stale_after_s if self._had_snapshot else self._first_grace_s
 
         def newest() -> HostSnapshot | None:
-            if self._snapshots:
+            snapshot = self._snapshots.take().get(self.target)
+            if snapshot is not None:
                 self._had_snapshot = True
-                snapshot = self._snapshots.pop()
-                self._snapshots.clear()
                 return snapshot
             silent_s = time.monotonic() - self._last_data_mono
             if self._error is None and silent_s > silence_limit_s():
@@ -356,7 +357,7 @@ class CollectorStream:
     def _take(self, message: HostSnapshot | dict[str, Any]) -> None:
         with self._cond:
             if isinstance(message, HostSnapshot):
-                self._snapshots.append(message)
+                self._snapshots.put(self.target, message)
                 self._latest = message
             elif message.get("t") == "hello":
                 self._hello = message

@@ -7,31 +7,35 @@ are defunct frees all eight GPUs). A total line sums it per GPU: "frees ≈ 329 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.core.analysis import gpu_memory_by_pid
+from gputui.core.model import Proc
+from gputui.ui import keymap
+from gputui.ui.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, safe_text
 
 if TYPE_CHECKING:
     from gputui.core.actions import KillPlan, KillTarget
     from gputui.core.model import HostSnapshot
 
-COMMAND_CHARS = 70
-_ZOMBIE_NOTE_RES = (
-    # The notes ``actions.plan_kill`` writes for zombies: in a tree, or asked for and replaced by the parent.
-    (re.compile(r"pid (\d+) is a zombie: it goes when its parent (\d+) is signalled"), "tree"),
-    (re.compile(r"pid (\d+) is a zombie: its parent (\d+) will be signalled instead"), "instead"),
-)
+TextFetcher = Callable[[Proc], Proc]
+"""Reads a process's whole command line (``transports.base.process_text`` over the host's link)."""
+CONFIRM_HINT = "Enter/y: send · Esc/n: cancel"
+
+COMMAND_CHARS = 400
+"""A command is shown whole, wrapped, up to this many characters."""
 
 
 def mib_text(mib: int) -> str:
@@ -105,39 +109,33 @@ def total_text(freed: dict[int, dict[int, int] | None]) -> Text:
     return line
 
 
-def collapse_notes(notes: Sequence[str]) -> list[str]:
-    """The plan's notes with the per-zombie lines of one parent folded into one:
-    "8 zombies (4240–4247) go when their parent 4200 is signalled"."""
-    by_parent: dict[tuple[str, int], list[int]] = {}
-    for note in notes:
-        for pattern, form in _ZOMBIE_NOTE_RES:
-            match = pattern.fullmatch(note)
-            if match:
-                by_parent.setdefault((form, int(match.group(2))), []).append(int(match.group(1)))
+def note_lines(plan: KillPlan) -> list[str]:
+    """The plan's notes, with the zombies of one parent on one line: "8 zombies (4240–4247) go when their
+    parent 4200 is signalled" (from ``plan.zombies``; every other note as the plan says it)."""
+    by_parent: dict[tuple[bool, int], list[int]] = {}
+    for zombie in plan.zombies:
+        by_parent.setdefault((zombie.asked, zombie.parent), []).append(zombie.pid)
+    texts = {zombie.text: (zombie.asked, zombie.parent) for zombie in plan.zombies}
     lines: list[str] = []
-    done: set[tuple[str, int]] = set()
-    for note in notes:
-        key = None
-        for pattern, form in _ZOMBIE_NOTE_RES:
-            match = pattern.fullmatch(note)
-            if match:
-                key = (form, int(match.group(2)))
-        if key is None or len(by_parent[key]) < 2:
+    done: set[tuple[bool, int]] = set()
+    for note in plan.notes:
+        group = texts.get(note)
+        if group is None or len(by_parent[group]) < 2:
             lines.append(note)
             continue
-        if key in done:
+        if group in done:
             continue
-        done.add(key)
-        form, parent = key
-        zombies = by_parent[key]
-        if form == "tree":
-            lines.append(
-                f"{len(zombies)} zombies ({pid_ranges(zombies)}) go when their parent {parent} is signalled"
-            )
-        else:
+        done.add(group)
+        asked, parent = group
+        zombies = by_parent[group]
+        if asked:
             lines.append(
                 f"{len(zombies)} zombies ({pid_ranges(zombies)}) cannot be signalled: their parent "
                 f"{parent} is, instead"
+            )
+        else:
+            lines.append(
+                f"{len(zombies)} zombies ({pid_ranges(zombies)}) go when their parent {parent} is signalled"
             )
     return lines
 
@@ -160,26 +158,36 @@ def plan_title(plan: KillPlan) -> Text:
     return title
 
 
-def plan_table(plan: KillPlan, snapshot: HostSnapshot | None = None) -> Table:
-    """pid, user, GPU MiB it frees and command of every process the plan signals; machine text literal."""
+def plan_table(
+    plan: KillPlan, snapshot: HostSnapshot | None = None, texts: Mapping[int, Sequence[str]] | None = None
+) -> Table:
+    """pid, user, GPU MiB it frees and command of every process the plan signals; machine text literal.
+
+    Commands are whole (wrapped), so the arguments that tell processes apart are there. ``texts``: pid → the
+    whole command line, for those the collector cut on the wire.
+    """
     freed = freed_mib(plan, snapshot)
+    texts = texts or {}
     table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("user", no_wrap=True, max_width=12)
     table.add_column("GPU MiB", justify="right", no_wrap=True)
-    table.add_column("command", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("command", overflow="fold", ratio=1)
     for target in plan.targets:
+        proc = None if snapshot is None else snapshot.process(target.pid)
+        whole = texts.get(target.pid)
+        cut = whole is None and proc is not None and proc.cmdline_truncated
         table.add_row(
             Text(str(target.pid)),
             safe_text(target.user, 12),
             _freed_cell(freed.get(target.pid)),
-            _command_cell(target),
+            _command_cell(target, target.cmdline if whole is None else whole, cut),
         )
     return table
 
 
-def _command_cell(target: KillTarget) -> Text:
-    cell = Text(command_text(tuple(target.cmdline), target.name, COMMAND_CHARS))
+def _command_cell(target: KillTarget, argv: Sequence[str], cut: bool) -> Text:
+    cell = Text(command_text(tuple(argv), target.name, COMMAND_CHARS, cut))
     if target.graphics_only:
         cell.append(" [graphics]", style="cyan")
     return cell
@@ -193,33 +201,72 @@ def _freed_cell(per_gpu: dict[int, int] | None) -> Text:
 
 
 class ConfirmKillScreen(ModalScreen[bool]):
-    """Lists everything a kill will signal. Enter/y confirms (dismisses True), Esc/n cancels (False)."""
+    """Lists everything a kill will signal. Enter/y confirms (dismisses True), Esc/n cancels (False).
 
-    BINDINGS = [
-        Binding("enter,y", "confirm", "Confirm"),
-        Binding("escape,n", "cancel", "Cancel"),
-    ]
+    Args:
+        plan: The plan; the caller sends exactly this one when confirmed.
+        snapshot: The snapshot the plan was made from: what each process frees (zombie children included).
+        fetch_text: Reads one process's whole command line (blocking, called on a thread of its own) for
+            the processes whose command line the collector cut; None: shown as cut.
+    """
 
-    def __init__(self, plan: KillPlan, snapshot: HostSnapshot | None = None) -> None:
+    BINDINGS = keymap.bindings(keymap.CONFIRM)
+
+    @dataclass
+    class TextFetched(Message):
+        """A whole command line came back (``argv``), or could not be read (``error``)."""
+
+        pid: int
+        argv: tuple[str, ...] | None
+        error: str = ""
+
+    def __init__(
+        self, plan: KillPlan, snapshot: HostSnapshot | None = None, fetch_text: TextFetcher | None = None
+    ) -> None:
         super().__init__()
         self.plan = plan
-        """The plan shown; the caller sends exactly this one when confirmed."""
         self.snapshot = snapshot
-        """The snapshot the plan was made from: what each process frees (zombie children included)."""
+        self._fetch_text = fetch_text
+        self.texts: dict[int, tuple[str, ...]] = {}
+        """pid → the whole command line, read after the collector had cut it."""
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog") as dialog:
             # On the border too, so the keys stay visible when a long list is cut short on a small pane.
-            dialog.border_subtitle = "Enter/y: send · Esc/n: cancel"
+            dialog.border_subtitle = CONFIRM_HINT
             yield Static(plan_title(self.plan), id="confirm-title")
-            yield Static(plan_table(self.plan, self.snapshot), id="confirm-table")
+            with VerticalScroll(id="confirm-list"):
+                yield Static(plan_table(self.plan, self.snapshot), id="confirm-table")
             yield Static(total_text(freed_mib(self.plan, self.snapshot)), id="confirm-total")
             if self.plan.notes:
                 notes = Text("\n").join(
-                    safe_text("• " + note, 200, style="yellow") for note in collapse_notes(self.plan.notes)
+                    safe_text("• " + note, 200, style="yellow") for note in note_lines(self.plan)
                 )
                 yield Static(notes, id="confirm-notes")
-            yield Static(Text("Enter/y: send    Esc/n: cancel", style="bold"), id="confirm-hint")
+            yield Static(Text(CONFIRM_HINT, style="bold"), id="confirm-hint")
+
+    def on_mount(self) -> None:
+        fetch = self._fetch_text
+        if fetch is None or self.snapshot is None:
+            return
+        for target in self.plan.targets:
+            proc = self.snapshot.process(target.pid)
+            if proc is not None and proc.cmdline_truncated:
+                spawn("process-text", partial(self._fetch, fetch, proc))
+
+    def _fetch(self, fetch: TextFetcher, proc: Proc) -> None:
+        try:
+            whole = fetch(proc)
+        except Exception as exc:  # noqa: BLE001 - the process went, the link broke: the cut text stays
+            self.post_message(self.TextFetched(proc.pid, None, str(exc) or type(exc).__name__))
+            return
+        self.post_message(self.TextFetched(proc.pid, tuple(whole.cmdline)))
+
+    def on_confirm_kill_screen_text_fetched(self, message: TextFetched) -> None:
+        if message.argv is None:
+            return
+        self.texts[message.pid] = message.argv
+        self.query_one("#confirm-table", Static).update(plan_table(self.plan, self.snapshot, self.texts))
 
     def action_confirm(self) -> None:
         self.dismiss(True)

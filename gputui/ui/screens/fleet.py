@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import reactive
@@ -27,6 +26,7 @@ from gputui.core.fleet import SORT_MODES, FleetPoller, FleetRow, FleetUpdate, ma
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus import FleetHost, FleetSample
 from gputui.transports.sshconfig import BadTarget
+from gputui.ui import keymap
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.border import set_border_title
 from gputui.ui.widgets.filter_bar import FilterBar
@@ -39,17 +39,6 @@ FILTER_PLACEHOLDER = "filter: host, GPU model, server or state (Enter keeps, Esc
 TICK_S = 1.0
 """Ages are redrawn this often while no fresh answer comes (Prometheus down or slow)."""
 
-KEYS = (
-    ("↑/↓, PgUp/PgDn", "move between hosts"),
-    ("Enter", "open the host over SSH: processes, zombies, kills, the full clean slate"),
-    ("Esc (in a host)", "back to the fleet"),
-    ("/", "filter by host, GPU model, server or state (Esc clears)"),
-    ("s", "sort: " + ", ".join(SORT_MODES)),
-    ("r", "ask Prometheus now"),
-    ("?", "this help"),
-    ("q", "quit"),
-)
-"""The fleet view's keys, for the help screen and the README."""
 
 
 class FleetScreen(Screen[None]):
@@ -64,14 +53,7 @@ class FleetScreen(Screen[None]):
         clock: Epoch seconds (tests freeze it).
     """
 
-    BINDINGS = [
-        Binding("enter", "open_host", "Open host"),
-        Binding("slash", "filter", "Filter"),
-        Binding("s", "sort", "Sort"),
-        Binding("r", "refresh", "Refresh"),
-        Binding("question_mark", "help", "Help"),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-    ]
+    BINDINGS = keymap.bindings(keymap.FLEET)
 
     sort_mode: reactive[str] = reactive(SORT_MODES[0])
     """The order of the rows, one of ``SORT_MODES``."""
@@ -273,7 +255,10 @@ class FleetScreen(Screen[None]):
         self._poller.refresh_now()
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(KEYS, read_only=False))
+        rows = keymap.help_rows(
+            keymap.FLEET_HELP_SCOPES, read_only=False, hosts=0, fleet=True, escalate_s=0.0
+        )
+        self.app.push_screen(HelpScreen(rows, read_only=False))
 
     def on_input_changed(self, event: Input.Changed) -> None:
         event.stop()

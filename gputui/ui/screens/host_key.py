@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from gputui.ui import keymap
 from gputui.ui.widgets.fmt import safe_text
 
 if TYPE_CHECKING:
@@ -53,10 +53,7 @@ class HostKeyScreen(ModalScreen[bool]):
         error: The refusal, carrying the hop, the key and its SHA256 fingerprint.
     """
 
-    BINDINGS = [
-        Binding("a", "accept", "Accept and remember"),
-        Binding("escape", "refuse", "Refuse"),
-    ]
+    BINDINGS = keymap.bindings(keymap.HOST_KEY)
 
     def __init__(self, target: str, error: UnknownHostKey) -> None:
         super().__init__()

@@ -1,7 +1,7 @@
 """Border titles set as plain text, and only when they change.
 
-Textual repaints the whole widget on every ``border_title``/``border_subtitle`` assignment, equal or not (the
-process table at 160×50: a full re-render), and parses a ``str`` as markup. The titles carry host names and
+Textual repaints the whole widget on every ``border_title``/``border_subtitle`` assignment, equal or not (for
+the process table, every visible cell), and parses a ``str`` as markup. The titles carry host names and
 driver versions, so they are passed as ``Content`` and assigned only when their text differs.
 """
 

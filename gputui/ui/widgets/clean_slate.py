@@ -3,35 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from rich.text import Text
 from textual.widgets import Static
 
+from gputui.core.cleanslate import CleanCheck
 from gputui.core.model import Verdict
-from gputui.ui.widgets.fmt import duration, safe_text
+from gputui.ui.widgets.fmt import curve, duration, safe_text
 
-
-@dataclass(frozen=True)
-class CleanCheck:
-    """A clean-slate check the user started (``c``, or after killing every GPU process tree).
-
-    Attributes:
-        started_s: Epoch seconds (the app's clock) at which it started.
-        finished_s: Epoch seconds at which the clean memory sample that a fresh full sample then confirmed
-            arrived, or at which the deadline passed.
-        clean: The outcome once finished: True clean, False deadline passed first; None while running.
-        trigger: The key that started it: "c", or "X" (kill every GPU process tree, then check).
-        kill_s: Epoch seconds at which the last kill during the check sent its signals; None: no kill.
-        kill_pending: A kill on this host is still under way: no receipt until it is done.
-    """
-
-    started_s: float
-    finished_s: float | None = None
-    clean: bool | None = None
-    trigger: str = "c"
-    kill_s: float | None = None
-    kill_pending: bool = False
+DRAIN_CURVE_CELLS = 24
+"""The receipt's drain curve is at most this many cells wide."""
 
 
 def receipt_times(check: CleanCheck) -> str:
@@ -41,6 +22,19 @@ def receipt_times(check: CleanCheck) -> str:
     if check.kill_s is None:
         return since_key
     return f"{duration(max(0.0, end_s - check.kill_s))} since the kill · {since_key}"
+
+
+def drain_text(check: CleanCheck) -> Text:
+    """`` · drain ██▇▅▂▁ 329 880 MiB → baseline``: how memory came back, from the kill (or the key) to the
+    receipt; empty when nothing was above baseline."""
+    points = check.drain_since_kill()
+    values = [p.above_mib for p in points]
+    if not values or max(values) == 0:
+        return Text("")
+    text = Text(" · drain ", style="green")
+    text.append(curve(values, DRAIN_CURVE_CELLS), style="bold green")
+    text.append(f" {max(values):,} MiB → baseline".replace(",", " "), style="green")
+    return text
 
 
 def clock_time(epoch_s: float) -> str:
@@ -62,6 +56,7 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             f" · {receipt_times(check)}",
             style="green",
         )
+        line.append_text(drain_text(check))
         return line
     if verdict.clean and check is not None and check.finished_s is None:
         # A clean memory sample is not the receipt: the kill has to be over and a full sample has to agree.

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import Input
+
+from gputui.ui import keymap
 
 
 class FilterBar(Input):
     """Typing filters live; Enter keeps the filter and returns to the table; Esc clears it."""
 
-    BINDINGS = [Binding("escape", "clear_filter", "Clear filter", show=False)]
+    BINDINGS = keymap.bindings(keymap.FILTER)
 
     class Closed(Message):
         """The user left the filter (Enter keeps the text, Esc cleared it)."""

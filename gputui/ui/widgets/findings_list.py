@@ -14,12 +14,14 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from gputui.core.model import Finding, HostSnapshot
+from gputui.ui import keymap
 from gputui.ui.widgets.border import set_border_title
-from gputui.ui.widgets.fmt import command_text, duration, safe_text
+from gputui.ui.widgets.fmt import command_text, duration, safe_text, screen_rows
 
 _KIND_STYLES = {
     "zombie": "bold white on red",
@@ -76,19 +78,27 @@ def group_findings(findings: Sequence[Finding]) -> list[FindingRow]:
 
 
 def _badge(kind: str) -> Text:
-    return Text(f" {kind} ", style=_KIND_STYLES.get(kind, "reverse"))
+    """A line that starts with the kind as a coloured badge (the colour spans the badge only)."""
+    return Text().append(f" {kind} ", style=_KIND_STYLES.get(kind, "reverse"))
 
 
-def finding_text(finding: Finding, max_chars: int = 300) -> Text:
-    """A finding as two lines: a kind badge and the detail, then the suggested action (shown literally)."""
+def finding_text(finding: Finding, max_chars: int = 300, wrap: bool = False) -> Text:
+    """A finding as two lines: a kind badge and the detail, then the suggested action (shown literally).
+
+    ``wrap``: lines longer than the list is wide wrap (nothing is cut); else they are cut with "…".
+    """
     line = _badge(finding.kind)
     line.append(" ")
     line.append_text(safe_text(finding.detail, max_chars))
     if finding.action:
         line.append("\n  → ", style="dim")
         line.append_text(safe_text(finding.action, max_chars // 2, style="italic"))
-    line.no_wrap = True
-    line.overflow = "ellipsis"
+    return _fitted(line, wrap)
+
+
+def _fitted(line: Text, wrap: bool) -> Text:
+    line.no_wrap = not wrap
+    line.overflow = "fold" if wrap else "ellipsis"
     return line
 
 
@@ -104,11 +114,13 @@ def _oldest_age_s(row: FindingRow, snapshot: HostSnapshot | None) -> float | Non
     return max(ages) if ages else None
 
 
-def group_text(row: FindingRow, snapshot: HostSnapshot | None = None, max_chars: int = 300) -> Text:
+def group_text(
+    row: FindingRow, snapshot: HostSnapshot | None = None, max_chars: int = 300, wrap: bool = False
+) -> Text:
     """A row as two lines; a group reads "8 zombies under pid 4200 for 20 s: python3 -m sglang…" then
     "→ signal or kill 4200, not the zombies"."""
     if not row.grouped:
-        return finding_text(row.findings[0], max_chars)
+        return finding_text(row.findings[0], max_chars, wrap)
     first = row.findings[0]
     count = len(row.findings)
     pid = first.action_pid
@@ -132,9 +144,7 @@ def group_text(row: FindingRow, snapshot: HostSnapshot | None = None, max_chars:
         if first.action:
             line.append("\n  → ", style="dim")
             line.append_text(safe_text(first.action, max_chars // 2, style="italic"))
-    line.no_wrap = True
-    line.overflow = "ellipsis"
-    return line
+    return _fitted(line, wrap)
 
 
 def row_tooltip(row: FindingRow) -> Text:
@@ -148,7 +158,28 @@ def row_tooltip(row: FindingRow) -> Text:
 
 
 class FindingsList(OptionList):
-    """The findings of the shown host. Enter on one posts ``JumpToProcess``."""
+    """The findings of the shown host. Enter on one posts ``JumpToProcess``, Esc posts ``Left``.
+
+    Rows wrap, so every finding is whole; ``compact`` (a narrow pane) cuts each line at the width instead.
+    """
+
+    DEFAULT_CSS = """
+    FindingsList.-compact {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    """
+
+    BINDINGS = keymap.bindings(keymap.FINDINGS)
+
+    compact: reactive[bool] = reactive(False)
+    """One screen line per line of a finding, cut with "…" (the whole row is in the tooltip)."""
+
+    class Left(Message):
+        """The user left the list (Esc)."""
+
+    class LinesChanged(Message):
+        """The rows need another number of screen lines (``lines``)."""
 
     class JumpToProcess(Message):
         """The user chose a finding that names a process."""
@@ -161,7 +192,10 @@ class FindingsList(OptionList):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes)
         self._findings: tuple[Finding, ...] = ()
+        self._snapshot: HostSnapshot | None = None
         self._rows: tuple[FindingRow, ...] = ()
+        self.lines = 1
+        """Screen lines the rows take at the list's width."""
         self._shown_key: tuple[object, ...] | None = None
 
     @property
@@ -182,10 +216,12 @@ class FindingsList(OptionList):
             snapshot: Where grouped rows look up the common process and the ages (None: without them).
         """
         findings = tuple(findings)
+        self._snapshot = snapshot
         rows = tuple(group_findings(findings))
-        texts = tuple(group_text(row, snapshot) for row in rows)
+        texts = tuple(group_text(row, snapshot, wrap=not self.compact) for row in rows)
         set_border_title(self, f"Findings ({len(findings)})")
-        key = tuple(t.plain for t in texts)
+        self._count_lines(texts)
+        key = (self.compact, *(t.plain for t in texts))
         if key == self._shown_key:
             self._findings = findings
             self._rows = rows
@@ -204,6 +240,25 @@ class FindingsList(OptionList):
             self.add_option(
                 Option(Text("nothing stuck, dead or unaccounted for", style="dim"), disabled=True)
             )
+
+    def _count_lines(self, texts: Sequence[Text]) -> None:
+        width = self.scrollable_content_region.width or 56
+        lines = sum(screen_rows(text, width, wrap=not self.compact) for text in texts) or 1
+        if lines != self.lines:
+            self.lines = lines
+            self.post_message(self.LinesChanged())
+
+    def on_resize(self) -> None:
+        if self._findings:
+            self._count_lines([group_text(row, self._snapshot, wrap=not self.compact) for row in self._rows])
+
+    def watch_compact(self, compact: bool) -> None:
+        self.set_class(compact, "-compact")
+        if self.is_mounted:
+            self.show(self._findings, self._snapshot)
+
+    def action_leave(self) -> None:
+        self.post_message(self.Left())
 
     def on_focus(self) -> None:
         # Enter right after focusing must act on a row: start on the first one.

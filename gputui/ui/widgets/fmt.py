@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from gputui.core.commandline import command_words
 from gputui.core.textsafe import ELLIPSIS, visible, visible_cmdline
 
 DASH = "–"
@@ -33,18 +34,18 @@ def safe_text(value: str | None, max_len: int | None = None, style: str = "") ->
 
 
 def command_text(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> str:
-    """The visible command line of a process, or its name in brackets when it has no argv (zombies).
+    """How a process's command reads (``commandline.command_words``: the program's name and its arguments,
+    a title it set, or its name in brackets without a command line), visible and at most ``max_len`` long.
 
     ``truncated``: the collector cut the command line (``Proc.cmdline_truncated``); it then always ends with
     the ellipsis, even when what arrived fits in ``max_len``.
     """
-    if argv:
-        shown = visible_cmdline(argv, max_len)
-        if truncated and not shown.endswith(ELLIPSIS):
-            # One more (empty) argument makes a line that filled the width exactly one character too long.
-            shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*argv, ""], max_len)
-        return shown
-    return "[" + visible(name or "?", max(1, max_len - 2)) + "]"
+    words = command_words(argv, name)
+    shown = visible_cmdline(words, max_len)
+    if argv and truncated and not shown.endswith(ELLIPSIS):
+        # One more (empty) argument makes a line that filled the width exactly one character too long.
+        shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*words, ""], max_len)
+    return shown
 
 
 def mem_pct(used_mib: int | None, total_mib: int | None) -> int | None:
@@ -66,11 +67,39 @@ def bar(used_mib: int | None, total_mib: int | None, width_cells: int, style: st
 def sparkline(values: Sequence[int], top: int, width_cells: int) -> str:
     """The last ``width_cells`` values as block characters scaled to ``top``; padded on the left."""
     recent = list(values)[-width_cells:] if width_cells > 0 else []
+    return _blocks(recent, top, width_cells)
+
+
+def resample(values: Sequence[float], width_cells: int) -> list[float]:
+    """At most ``width_cells`` values: as they are when they fit, else the largest of each stretch."""
+    values = list(values)
+    if width_cells <= 0:
+        return []
+    if len(values) <= width_cells:
+        return values
+    step = len(values) / width_cells
+    return [max(values[int(i * step):int((i + 1) * step) or 1]) for i in range(width_cells)]
+
+
+def curve(values: Sequence[int], width_cells: int) -> str:
+    """All of ``values`` in at most ``width_cells`` blocks (the largest of each stretch), scaled to the
+    largest: the shape of a whole series, such as memory draining after a kill."""
+    shown = [int(v) for v in resample(values, width_cells)]
+    return _blocks(shown, max(shown), len(shown)) if shown else ""
+
+
+def _blocks(recent: Sequence[int], top: int, width_cells: int) -> str:
     chars = []
     for value in recent:
         level = 0 if top <= 0 else min(len(SPARK_CHARS) - 1, int(len(SPARK_CHARS) * value / (top + 1)))
         chars.append(SPARK_CHARS[max(0, level)])
     return " " * (width_cells - len(chars)) + "".join(chars)
+
+
+def screen_rows(text: Text, width: int, wrap: bool = True) -> int:
+    """The screen rows ``text`` takes at ``width`` cells: one per line, more for lines that wrap."""
+    width = max(1, width)
+    return sum(max(1, -(-line.cell_len // width)) if wrap else 1 for line in text.split("\n"))
 
 
 def duration(seconds: float) -> str:

@@ -3,33 +3,59 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from rich.text import Text
+from textual import events
 from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
 from textual.widget import Widget
 
 from gputui.core.model import Gpu
+from gputui.ui import keymap
 from gputui.ui.widgets.fmt import DASH, bar, dash, mem_pct, safe_text, sparkline
 
 WIDE_MIN_CELLS = 44
 """Below this content width a GPU gets the compact line (tmux side pane): memory used only, no total."""
 POWER_MIN_CELLS = 52
-"""From this content width on, the power column is shown and the history is 8 samples wide (else 6)."""
+"""From this content width on, the power column is shown and the history is at least 8 samples wide."""
+HISTORY_MAX_CELLS = 40
+"""The history grows with the panel's width up to this many samples."""
 
 
 class GpuPanel(Widget):
     """All GPUs of one host, one line each under a header line; eight fit in ten rows with the border.
 
     Call ``show()`` with each new snapshot's GPUs; the panel re-renders itself (a handful of lines, so there
-    is nothing to gain from diffing).
+    is nothing to gain from diffing). With ``selectable``, it takes the focus: ↑/↓ choose a GPU and Enter (or
+    a click) posts ``Opened``.
     """
 
     DEFAULT_CSS = """
     GpuPanel { height: auto; }
     """
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+    BINDINGS = keymap.bindings(keymap.GPUS)
+
+    cursor: reactive[int] = reactive(0)
+    """The row of the GPU Enter opens (an index into the GPUs shown)."""
+
+    @dataclass
+    class Opened(Message):
+        """The user asked for one GPU's detail."""
+
+        index: int
+        """The GPU's index (``Gpu.index``)."""
+
+    class Left(Message):
+        """The user left the panel (Esc)."""
+
+    def __init__(
+        self, *, id: str | None = None, classes: str | None = None, selectable: bool = False  # noqa: A002
+    ) -> None:
         super().__init__(id=id, classes=classes)
+        self.can_focus = selectable
         self._gpus: tuple[Gpu, ...] = ()
         self._history_mib: Mapping[int, Sequence[int]] = {}
         self._baseline_mib: Mapping[int, int] = {}
@@ -53,8 +79,10 @@ class GpuPanel(Widget):
         """
         gpus = tuple(gpus)
         message = message or "waiting for the first sample…"
-        # The sparkline shows at most the last 8 samples: an older one leaving it changes nothing drawn.
-        recent = tuple((index, tuple(samples)[-8:]) for index, samples in sorted(history_mib.items()))
+        # The sparkline shows at most the last few samples: an older one leaving it changes nothing drawn.
+        recent = tuple(
+            (index, tuple(samples)[-HISTORY_MAX_CELLS:]) for index, samples in sorted(history_mib.items())
+        )
         key = (gpus, recent, tuple(sorted(baseline_mib.items())), message)
         if key == self._shown_key:
             return  # the same figures again (an idle host): nothing to repaint
@@ -69,6 +97,39 @@ class GpuPanel(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return 1 + max(1, len(self._gpus))
 
+    @property
+    def gpus(self) -> tuple[Gpu, ...]:
+        """The GPUs shown."""
+        return self._gpus
+
+    def watch_cursor(self) -> None:
+        self.refresh()
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    def action_cursor_up(self) -> None:
+        self.cursor = max(0, self.cursor - 1)
+
+    def action_cursor_down(self) -> None:
+        self.cursor = max(0, min(len(self._gpus) - 1, self.cursor + 1))
+
+    def action_open(self) -> None:
+        if 0 <= self.cursor < len(self._gpus):
+            self.post_message(self.Opened(self._gpus[self.cursor].index))
+
+    def action_leave(self) -> None:
+        self.post_message(self.Left())
+
+    def on_click(self, event: events.Click) -> None:
+        row = event.y - 1  # under the header line
+        if self.can_focus and 0 <= row < len(self._gpus):
+            self.cursor = row
+            self.action_open()
+
     def _style_for(self, gpu: Gpu) -> str:
         used, baseline = gpu.memory_used_mib, self._baseline_mib.get(gpu.index)
         if used is None:
@@ -82,7 +143,7 @@ class GpuPanel(Widget):
         width = max(24, self.size.width)
         wide = width >= WIDE_MIN_CELLS
         power = width >= POWER_MIN_CELLS
-        spark_cells = 8 if power else 6
+        spark_cells = max(8, min(HISTORY_MAX_CELLS, (width - POWER_MIN_CELLS) // 2)) if power else 6
         if wide:
             # Fixed columns: "ii " + " used/total" + " mem%" + " util" + " temp" + " " = 31 cells, + " power".
             bar_cells = max(4, width - 31 - (6 if power else 0) - spark_cells)
@@ -97,8 +158,11 @@ class GpuPanel(Widget):
         lines = [Text(header, style="dim")]
         if not self._gpus:
             lines.append(Text(self._message or DASH, style="dim italic"))
-        for gpu in self._gpus:
-            lines.append(self._line(gpu, wide, power, bar_cells, spark_cells, width))
+        for row, gpu in enumerate(self._gpus):
+            line = self._line(gpu, wide, power, bar_cells, spark_cells, width)
+            if self.has_focus and row == self.cursor:
+                line.stylize("reverse", 0, 2 if not wide else 3)
+            lines.append(line)
         text = Text("\n").join(lines)
         text.no_wrap = True
         text.overflow = "ellipsis"

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from rich.text import Text
+from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -16,11 +17,10 @@ from gputui.core.health_view import (
     UNHEALTHY,
     UP,
     clock_time,
-    since_text,
     worst_state,
 )
 from gputui.core.model import HealthSample
-from gputui.ui.widgets.fmt import DASH, duration, safe_text
+from gputui.ui.widgets.fmt import DASH, duration, safe_text, screen_rows
 
 STATE_STYLES: dict[str | None, str] = {
     UP: "bold green",
@@ -43,6 +43,11 @@ HISTORY_GLYPHS: dict[str | None, str] = {
 """One cell per probe in the history strip: the worse, the taller (readable without colour too)."""
 
 STATE_COLUMN_CELLS = 9  # len("UNHEALTHY")
+STRIP_MIN_CELLS = 3
+"""A history strip narrower than this says nothing: left out."""
+COMPACT_STRIP_CELLS = 4
+BLOCK_LINES_MAX = 6
+"""More lines than this in full form and the panel shows one line per endpoint instead."""
 
 
 def _state_style(state: str | None) -> str:
@@ -97,34 +102,45 @@ def _state_cell(sample: HealthSample) -> Text:
     return cell
 
 
-def endpoint_block(
-    sample: HealthSample, states: Sequence[str | None], now_s: float, history_cells: int = 12
+def state_line(
+    sample: HealthSample, states: Sequence[str | None], now_s: float, width: int, strip_max: int = 12
 ) -> Text:
-    """The full rendering of one endpoint: its URL, then its state line, then what is wrong (if anything).
+    """What the endpoint is, first: ``UNHEALTHY 503 since 16:41:02 (3 min 05 s) · 20.0 s ▁▁▁▅▅▅``.
 
-    ``http://127.0.0.1:30000/health (discovered)``
-    ``  UNHEALTHY 503 since 16:41:02 (3 min 05 s)  20.0 s  ▁▁▁▅▅▅``
-    ``  HTTP 503: Service Unavailable · last ok 16:40:55 · 37 failures``
-
-    The state line leads with what is wrong and since when (it fits a 44-cell panel); the probe latency and
-    the history strip come last, where a narrow panel cuts them.
+    The state, the code and since when come first and are never cut short by the rest; the probe latency
+    follows, and the history strip takes what is left of ``width`` (up to ``strip_max`` probes).
     """
-    block = safe_text(sample.url, 200, style="bold")
+    line = Text()
+    line.append_text(_state_cell(sample))
+    line.append(" ")
+    line.append(DASH if sample.code is None else str(sample.code))
+    if sample.state is None:
+        line.append(" not probed yet", style="dim")
+        return line
+    if sample.since is not None:
+        line.append(f" since {clock_time(sample.since, now_s)}", style=_state_style(sample.state))
+        line.append(f" ({duration(max(0.0, now_s - sample.since))})", style="dim")
+    line.append(" · ", style="dim")
+    line.append(latency_text(sample.latency_ms), style="dim")
+    room = min(strip_max, len(states), width - line.cell_len - 1)
+    if room >= STRIP_MIN_CELLS:
+        line.append(" ")
+        line.append_text(history_strip(states, room))
+    return line
+
+
+def endpoint_block(sample: HealthSample, states: Sequence[str | None], now_s: float, width: int) -> Text:
+    """One endpoint in full: its state line, then its URL, then what is wrong (if anything).
+
+    ``UNHEALTHY 503 since 16:41:02 (3 min 05 s) · 20.0 s  ▁▁▁▅▅▅``
+    ``  http://127.0.0.1:30000/health (discovered)``
+    ``  HTTP 503: Service Unavailable · last ok 16:40:55 · 37 failures``
+    """
+    block = state_line(sample, states, now_s, width)
+    block.append("\n  ")
+    block.append_text(safe_text(sample.url, 200, style="bold"))
     if sample.discovered:
         block.append(" (discovered)", style="dim")
-    block.append("\n  ")
-    block.append_text(_state_cell(sample))
-    block.append(" ")
-    block.append(DASH if sample.code is None else str(sample.code))
-    if sample.state is None:
-        block.append(" not probed yet", style="dim")
-    elif sample.since is not None:
-        block.append(f" since {clock_time(sample.since, now_s)}", style=_state_style(sample.state))
-        block.append(f" ({duration(max(0.0, now_s - sample.since))})", style="dim")
-    block.append("  ")
-    block.append(latency_text(sample.latency_ms), style="dim")
-    block.append("  ")
-    block.append_text(history_strip(states, history_cells))
     if sample.state not in (None, UP):
         block.append("\n  ")
         block.append_text(safe_text(sample.detail, 120, style="italic"))
@@ -138,22 +154,12 @@ def endpoint_block(
     return block
 
 
-def endpoint_line(
-    sample: HealthSample, states: Sequence[str | None], now_s: float, history_cells: int = 6
-) -> Text:
-    """The compact rendering of one endpoint, for narrow layouts: one line.
+def endpoint_line(sample: HealthSample, states: Sequence[str | None], now_s: float) -> Text:
+    """One endpoint on one line, state first, its URL last (where a narrow panel cuts it):
 
-    ``UNHEALTHY 503 20.0 s ▁▅▅▅ 503 since 16:41:02 http://127.0.0.1:30000/health``
+    ``UNHEALTHY 503 since 16:41:02 (3 min 05 s) · 20.0 s ▁▅▅▅ http://127.0.0.1:30000/health``
     """
-    line = _state_cell(sample)
-    line.append(" ")
-    line.append(DASH if sample.code is None else str(sample.code))
-    line.append(" ")
-    line.append(latency_text(sample.latency_ms), style="dim")
-    line.append(" ")
-    line.append_text(history_strip(states, history_cells))
-    line.append(" ")
-    line.append_text(safe_text(since_text(sample, now_s), 40, style=_state_style(sample.state)))
+    line = state_line(sample, states, now_s, width=10_000, strip_max=COMPACT_STRIP_CELLS)
     line.append(" ")
     line.append_text(safe_text(sample.url, 200))
     return line
@@ -168,13 +174,19 @@ class HealthPanel(Widget):
     DEFAULT_CSS = """
     HealthPanel {
         height: auto;
+    }
+    HealthPanel.-condensed {
         text-wrap: nowrap;
         text-overflow: ellipsis;
     }
     """
 
+    class RowsChanged(Message):
+        """The panel needs another number of rows (more endpoints, a resize that wraps a line)."""
+
     compact: reactive[bool] = reactive(False, layout=True)
-    """One line per endpoint (narrow layouts) instead of a two- or three-line block."""
+    """One line per endpoint (narrow layouts) instead of a two- or three-line block. With more endpoints than
+    ``BLOCK_LINES_MAX`` lines can hold in full, the panel uses one line per endpoint whatever this says."""
 
     def __init__(
         self,
@@ -191,6 +203,8 @@ class HealthPanel(Widget):
         """The text of the last ``show``: an equal one is not repainted."""
         self._shown_key: tuple[object, ...] | None = None
         """``_shown`` as its plain text, base style and spans (``Text ==`` ignores the base style)."""
+        self.rows = 0
+        """Screen rows the text takes at the panel's width (0 before the first ``show``)."""
 
     @property
     def samples(self) -> tuple[HealthSample, ...]:
@@ -213,30 +227,43 @@ class HealthPanel(Widget):
         self._samples = tuple(samples)
         self._history = {url: tuple(states) for url, states in (history or {}).items()}
         self._now_s = now_s
+        self._redraw()
+
+    def watch_compact(self) -> None:
+        self._redraw()
+
+    def on_resize(self) -> None:
+        self._redraw()
+
+    def _redraw(self) -> None:
         text = self._text()
         key = (text.plain, str(text.style), tuple(text.spans))
         if key == self._shown_key:
             return  # the same lines (no endpoints, or the same states and ages): nothing to repaint
-        shown = self._shown
         self._shown, self._shown_key = text, key
-        # The height follows the line count: a relayout of the screen only when that changes.
-        self.refresh(layout=shown is None or text.plain.count("\n") != shown.plain.count("\n"))
+        rows = screen_rows(text, self.content_size.width or 80, wrap=not self.has_class("-condensed"))
+        # The height follows the rows: a relayout of the screen only when they change.
+        changed = rows != self.rows
+        self.rows = rows
+        self.refresh(layout=changed)
+        if changed:
+            self.post_message(self.RowsChanged())
 
     def render(self) -> Text:
-        return self._text()
+        return self._shown if self._shown is not None else self._text()
 
     def _text(self) -> Text:
         now_s = time.time() if self._now_s is None else self._now_s
         if not self._samples:
+            self.set_class(False, "-condensed")
             return Text("no health endpoints (none set or found)", style="dim")
-        parts = []
-        for sample in self._samples:
-            states = self._history.get(sample.url, ())
-            if self.compact:
-                parts.append(endpoint_line(sample, states, now_s))
-            else:
-                parts.append(endpoint_block(sample, states, now_s))
-        text = Text("\n").join(parts)
-        text.no_wrap = True
-        text.overflow = "ellipsis"
-        return text
+        width = self.content_size.width or 80
+        history = self._history
+        blocks = [endpoint_block(s, history.get(s.url, ()), now_s, width) for s in self._samples]
+        lines = sum(block.plain.count("\n") + 1 for block in blocks)
+        full = not self.compact and lines <= BLOCK_LINES_MAX
+        # In full, a long URL or detail wraps: nothing is cut. Condensed, every line is cut at the width.
+        self.set_class(not full, "-condensed")
+        if full:
+            return Text("\n").join(blocks)
+        return Text("\n").join(endpoint_line(s, self._history.get(s.url, ()), now_s) for s in self._samples)

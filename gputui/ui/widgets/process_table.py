@@ -11,6 +11,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
 from gputui.core.textsafe import visible
+from gputui.ui import keymap
 from gputui.ui.widgets.fmt import command_text, safe_text
 
 if TYPE_CHECKING:
@@ -62,8 +63,12 @@ class ProcessTable(DataTable[Text]):
     """Rows keyed by pid, updated in place: a tick that changes figures only touches the cells that changed.
 
     The rows are rebuilt only when the set or order of pids changes (a process came or went, a new sort or
-    filter); the cursor stays on the same pid across rebuilds.
+    filter); the cursor stays on the same pid across rebuilds. The command column is as wide as its longest
+    command, also when a command grows in place (a process whose command line arrives after its name): ←/→
+    scroll it.
     """
+
+    BINDINGS = keymap.bindings(keymap.PROCESSES)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, cell_padding=0)
@@ -217,7 +222,7 @@ class ProcessTable(DataTable[Text]):
                     self._column_keys, zip(cells, old or cells, strict=True), strict=True
                 ):
                     if old is None or new_cell != old_cell:
-                        self.update_cell(key, column, new_cell)
+                        self.update_cell(key, column, new_cell, update_width=column == "command")
                 self._cells[key] = cells
             return
         selected = self.selected_pid

@@ -4,17 +4,17 @@ A real ``/metrics`` body of vLLM or sglang is tens of KB, almost all of it histo
 about a dozen series of it. :func:`filter_metrics` keeps the sample lines of the names in
 ``METRICS_NAMES`` and their ``# TYPE`` lines, so what crosses the wire per sample is a few hundred bytes and
 is still a well-formed exposition. The client parses what arrives with a maintained parser
-(``gputui/core/servers.py``); nothing here interprets a value.
+(``gputui.core.servers``); nothing here interprets a value.
 
-Written in the collector's dialect (standard library only, Python 3.8): it runs on the GPU host beside the
-health probes. Nothing in a body can make the output large: an over-long line or a name with too many
-series drops that name (its value would otherwise be partial), and the whole output has a cap.
+It runs on the GPU host beside the health probes. Nothing in a body can make the output large: an over-long
+line or a name with too many series drops that name (its value would otherwise be partial), and the whole
+output has a cap.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Iterable
 
 # The names gputui reads, from the engines' documented metrics: the collector filters on them and the client
 # picks its figures by them, so both sides import them from here.
@@ -64,7 +64,7 @@ METRICS_FILTERED_CAP_BYTES = 16384
 _NAME_RE = re.compile(rb"[A-Za-z_:][A-Za-z0-9_:]*")
 
 
-def metric_line_name(line: bytes) -> Optional[bytes]:
+def metric_line_name(line: bytes) -> bytes | None:
     """The metric name a sample line starts with, or None for comments, blank lines and anything else.
 
     ``line`` is one line without its line break; surrounding blanks are ignored, as the text format allows.
@@ -73,7 +73,7 @@ def metric_line_name(line: bytes) -> Optional[bytes]:
     return None if match is None else match.group()
 
 
-def _type_line_name(line: bytes, wanted: Dict[bytes, str]) -> Optional[str]:
+def _type_line_name(line: bytes, wanted: dict[bytes, str]) -> str | None:
     """The wanted name a ``# TYPE name type`` line declares (``# TYPE foo counter``: ``foo_total``)."""
     parts = line.split(None, 3)
     if len(parts) < 4 or parts[0] != b"#" or parts[1] != b"TYPE":
@@ -87,7 +87,7 @@ def select_metric_lines(
     truncated: bool = False,
     max_line_bytes: int = METRICS_MAX_LINE_BYTES,
     max_series: int = METRICS_MAX_SERIES_PER_NAME,
-) -> Tuple[Dict[str, List[bytes]], List[str]]:
+) -> tuple[dict[str, list[bytes]], list[str]]:
     """The lines of ``names`` in ``body``, grouped by name, and the names that had to be dropped.
 
     Args:
@@ -104,12 +104,12 @@ def select_metric_lines(
         in body order; and the names dropped (over a cap, or cut), in ``names`` order. A dropped name has no
         group: its value is unknown rather than partial.
     """
-    wanted = {}  # type: Dict[bytes, str]
+    wanted: dict[bytes, str] = {}
     for wanted_name in names:
         wanted[wanted_name.encode("ascii")] = wanted_name
     # At a cut, the name being read is the one on the partial last line when that line got past its name,
     # else (cut at a line end, or inside a name) the last whole sample line's: its series may go on.
-    tail_name = None  # type: Optional[str]
+    tail_name: str | None = None
     tail_closes = False
     if truncated:
         end = body.rfind(b"\n") + 1
@@ -119,11 +119,11 @@ def select_metric_lines(
         tail_closes = tail.startswith(b"#") or (token is not None and len(tail) > len(token))
         tail_name = None if token is None or not tail_closes else wanted.get(token)
     starts = tuple(wanted) + (b"#",)
-    groups = {}  # type: Dict[str, List[bytes]]
-    series = {}  # type: Dict[str, int]
+    groups: dict[str, list[bytes]] = {}
+    series: dict[str, int] = {}
     bad = set()
-    last_sample = None  # type: Optional[str]
-    name = None  # type: Optional[str]
+    last_sample: str | None = None
+    name: str | None = None
     for line in body.split(b"\n"):
         line = line.strip()
         if not line.startswith(starts):
@@ -163,7 +163,7 @@ def filter_metrics(
     truncated: bool = False,
     names: Iterable[str] = METRICS_NAMES,
     cap_bytes: int = METRICS_FILTERED_CAP_BYTES,
-) -> Tuple[bytes, List[str]]:
+) -> tuple[bytes, list[str]]:
     """``body`` cut down to the lines of ``names`` (and their ``# TYPE`` lines): what goes on the wire.
 
     Args:
@@ -179,7 +179,7 @@ def filter_metrics(
     """
     names = tuple(names)
     groups, dropped = select_metric_lines(body, names, truncated)
-    out = []  # type: List[bytes]
+    out: list[bytes] = []
     size = 0
     for name in names:
         lines = groups.get(name)

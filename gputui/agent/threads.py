@@ -9,44 +9,35 @@
   threads sit in the driver in state D, memory is released only when they come out of it, and signalling
   the parent frees nothing.
 
-The difference is in ``/proc/PID/task/*/stat``: :func:`zombie_live_threads` reads it. Written in the
-collector's dialect (standard library only, Python 3.8): it runs on the GPU host beside the process scan.
+The difference is in ``/proc/PID/task/*/stat``: :func:`zombie_live_threads` reads it with the same readers
+as the process scan (``procfs``).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple  # noqa: F401 - List in a type comment
+from typing import Any
+
+from .procfs import ProcStat, parse_stat, read_small
 
 THREADS_PROBE_MAX = 4096
 """At most this many threads' stat files are read for one process; the rest are counted as ``omitted``."""
 THREAD_GONE_STATES = ("Z", "X", "x")
 """Thread states of a thread that has exited (zombie, dead): not live."""
-_READ_BYTES = 4096
 
 
-def _stat_fields(path: str) -> Optional[Tuple[str, int]]:
-    """(state letter, start time in clock ticks) of one ``stat`` file, or None when gone or unreadable.
-
-    The name (field 2) may hold spaces and ``)``, so the fields are split after the last ``)``.
-    """
-    try:
-        with open(path, "rb") as stat_file:
-            data = stat_file.read(_READ_BYTES)
-    except OSError:
-        return None
-    rest = data[data.rfind(b")") + 1 :].split()
-    if len(rest) < 20 or not rest[19].isdigit():
-        return None
-    return rest[0].decode("ascii", "replace"), int(rest[19])
+def _task_stat(task_dir: str, tid: int) -> ProcStat | None:
+    """One thread's stat line parsed, or None when it is gone, unreadable or malformed."""
+    data = read_small(f"{task_dir}/{tid}/stat")
+    return None if data is None else parse_stat(tid, data)
 
 
 def zombie_live_threads(
     pid: int,
-    start_ticks: Optional[int] = None,
+    start_ticks: int | None = None,
     proc_root: str = "/proc",
     max_threads: int = THREADS_PROBE_MAX,
-) -> Optional[Dict[str, Any]]:
+) -> dict[str, Any] | None:
     """The live threads of process ``pid``, whose thread-group leader is in state Z.
 
     Args:
@@ -63,20 +54,20 @@ def zombie_live_threads(
         in a driver), and how many thread entries were not read (over ``max_threads``). A true zombie has
         ``threads == []`` and ``omitted == 0``.
     """
-    task_dir = "%s/%d/task" % (proc_root, pid)
-    leader = _stat_fields("%s/%d/stat" % (task_dir, pid))
-    if leader is None or leader[0] != "Z":
+    task_dir = f"{proc_root}/{pid}/task"
+    leader = _task_stat(task_dir, pid)
+    if leader is None or leader.state != "Z":
         return None
-    if start_ticks is not None and leader[1] != start_ticks:
+    if start_ticks is not None and leader.start_ticks != start_ticks:
         return None
     try:
         entries = os.listdir(task_dir)
     except OSError:
         return None
     tids = sorted(int(entry) for entry in entries if entry.isdigit() and int(entry) != pid)
-    threads = []  # type: List[Dict[str, Any]]
+    threads: list[dict[str, Any]] = []
     for tid in tids[:max_threads]:
-        fields = _stat_fields("%s/%d/stat" % (task_dir, tid))
-        if fields is not None and fields[0] not in THREAD_GONE_STATES:
-            threads.append({"tid": tid, "state": fields[0]})
+        stat = _task_stat(task_dir, tid)
+        if stat is not None and stat.state not in THREAD_GONE_STATES:
+            threads.append({"tid": tid, "state": stat.state})
     return {"threads": threads, "omitted": max(0, len(tids) - max_threads)}

@@ -1,0 +1,33 @@
+"""The collector: GPU figures, the process trees that hold GPU memory, health probes and the kill executor.
+
+A package that imports nothing outside the standard library (pynvml and psutil when the host has them) and
+runs on Python 3.8 or newer. It runs in-process for the local host (``gputui.transports.local``) and is
+shipped over SSH for remote hosts (``gputui.transports.bundle``: its modules, and the client's own pynvml,
+served by a small importer in the remote ``python3``, nothing installed there). It never imports the client.
+
+* ``protocol``: versions, command, stage, result, state and mode names, and the message shapes;
+* ``procfs``, ``statfds``, ``details``, ``proctree``, ``threads``: /proc, the job rule, the one tree walk, and
+  the live threads of a defunct leader;
+* ``calls``, ``gpu/`` (``nvml``, ``smi``, ``none`` behind one interface): bounded device calls;
+* ``health/``: endpoint probes from the GPU host itself, discovery of launchers' endpoints;
+* ``collector`` (``Agent``), ``processes``, ``commands``: one host's snapshots and the answers to commands;
+* ``kills``, ``kill``, ``guard``, ``outcomes``, ``signals``: a confirmed kill, run to its end here;
+* ``wire``, ``textpolicy``: the caps on what one line may carry, and the one text policy;
+* ``session``, ``serve``, ``__main__``: the stdio form; ``boot``: the remote importer of the shipped bundle.
+
+Importing this package imports none of its modules: each is loaded when used, so a host that probes
+nothing never loads the HTTP client, and one in NVML mode never loads the nvidia-smi backend.
+"""
+
+SHIPPED_AS_SOURCE = (
+    "health.http",
+    "health.probe",
+    "health.metrics_filter",
+    "gpu.smi",
+    "gpu.smiparse",
+    "gpu.none",
+    "threads",
+)
+"""Modules most hosts never import (the HTTP client of the probes, the metrics filter, the nvidia-smi backend,
+the threads of a defunct leader): the bundle carries them as source only, for the remote python to compile on
+first import."""

@@ -1,0 +1,7 @@
+"""``python3 -m gputui.agent``: the collector's remote form on stdio (see ``serve``)."""
+
+import sys
+
+from .serve import main
+
+sys.exit(main())

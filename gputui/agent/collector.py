@@ -1,0 +1,262 @@
+"""The collector for one host: GPU figures, the process trees that hold GPU memory, health, kills.
+
+It runs in-process for the local host (``gputui.transports.local``) and in the remote ``python3`` for SSH
+hosts (``serve``). Errors are data: a missing driver, a lost GPU or a hung NVML call become an ``error``
+string on the host or on that GPU; nothing here ever builds a shell command line.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Iterable
+
+from . import commands
+from .gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
+from .kill import KillContext
+from .kills import KillOperations
+from .processes import FULL_SWEEP_EVERY, ProcessSampler
+from .procfs import in_child_pid_namespace, json_safe, read_boot_id
+from .protocol import MODE_SMI, VERSION, hello, snapshot
+from .wire import wire_text
+
+if TYPE_CHECKING:
+    from .health.prober import HealthProber
+
+DRAIN_DROP_MIB = 8
+"""A GPU whose used memory fell by more than this since the last sample is draining."""
+DRAIN_WINDOW_S = 5.0
+"""After the last drop, how long process lists stay on the draining cadence."""
+DRAIN_PROCESS_INTERVAL_S = 0.5
+"""Seconds between process lists while a GPU drains (unless the configured interval is already shorter)."""
+
+
+class Agent:
+    """The collector for one host.
+
+    Args:
+        target: The name the client uses for this host (echoed in every snapshot).
+        read_only: Refuse every kill.
+        memory_interval_s: Seconds between memory samples (the cheap part).
+        process_interval_s: Seconds between process samples (NVML process lists + the /proc walk);
+            while a GPU drains (its used memory fell within ``DRAIN_WINDOW_S``), at most
+            ``DRAIN_PROCESS_INTERVAL_S`` (never below the memory interval).
+        health_urls: Health endpoints to probe from this host (at most ``HEALTH_MAX_URLS``).
+        discover_health: Also probe the /health URLs of sglang/vLLM launchers found in the process list.
+        health_generate: Probe generating endpoints (``/health_generate``) too, at most every
+            ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+        use_psutil: Use psutil for process details when importable (False: read /proc only).
+        use_pynvml: Use NVML when the bindings import and the library loads (False: nvidia-smi, if present).
+        nvml_deadline_s: Seconds each device's NVML calls may take per sample.
+        full_sweep_every: Read every pid's stat on every Nth process sample (1: always); forced samples
+            always do.
+        telemetry_interval_s: Seconds between reads of utilisation, temperature and power (0: every
+            sample); memory is read on every sample.
+
+    A bad health setting is an ERROR row of the health list (``HealthProber``), never a collector that does
+    not start: the host's GPUs are shown whatever the health URLs are. The prober and its modules are loaded
+    once something is to be probed or discovered.
+    """
+
+    def __init__(
+        self,
+        target: str = "local",
+        read_only: bool = False,
+        memory_interval_s: float = 1.0,
+        process_interval_s: float = 3.0,
+        health_urls: Iterable[str] = (),
+        discover_health: bool = True,
+        health_generate: bool = False,
+        use_psutil: bool = True,
+        use_pynvml: bool = True,
+        nvml_deadline_s: float = NVML_DEADLINE_S,
+        full_sweep_every: int = FULL_SWEEP_EVERY,
+        telemetry_interval_s: float = TELEMETRY_INTERVAL_S,
+    ) -> None:
+        self.target = target
+        self.read_only = bool(read_only)
+        self.memory_interval_s = float(memory_interval_s)
+        self.process_interval_s = float(process_interval_s)
+        self.discover_health = bool(discover_health)
+        self.health_urls: tuple[str, ...] = ()
+        self._health_settings = (list(health_urls), self.discover_health, bool(health_generate))
+        self._health: HealthProber | None = None
+        self._health_lock = threading.Lock()
+        if self._health_settings[0] or health_generate:
+            self.health  # noqa: B018 - configured endpoints are probed from the start
+        self.hostname = json_safe(socket.gethostname())
+        self.boot_id = read_boot_id()
+        self.pid = os.getpid()
+        self.child_pid_namespace = in_child_pid_namespace()
+        self._lock = threading.RLock()
+        self.processes = ProcessSampler(use_psutil, self.child_pid_namespace, full_sweep_every)
+        self._processes_time: float | None = None
+        self._processes_mono = -1e18
+        self.last_sample_mono: float | None = None
+        self._last_used_mib: dict[Any, int] = {}
+        self._draining_until_mono = -1e18
+        self.kills = KillOperations(
+            KillContext(self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
+        )
+        # Started here, so that the hello already says whether there is a driver.
+        self._backend: Any = open_backend(
+            use_pynvml, self.memory_interval_s, nvml_deadline_s, telemetry_interval_s
+        )
+
+    @property
+    def mode(self) -> str:
+        return self._backend.mode
+
+    @property
+    def use_psutil(self) -> bool:
+        return self.processes.details.use_psutil
+
+    @property
+    def health(self) -> HealthProber:
+        """The health prober, made on first use with the settings the collector was started with."""
+        with self._health_lock:
+            if self._health is None:
+                from .health.prober import HealthProber
+
+                urls, discover, generate = self._health_settings
+                self._health = HealthProber(urls, discover=discover, generate=generate)
+                self.health_urls = tuple(self._health.config()["urls"])
+            return self._health
+
+    def _health_samples(self) -> list[dict[str, Any]]:
+        prober = self._health
+        return [] if prober is None else prober.samples()
+
+    def hello(self) -> dict[str, Any]:
+        return hello(
+            self.mode,
+            self.boot_id,
+            self.hostname,
+            agent_version=VERSION,
+            error=self._backend.host_error,
+            python=".".join(str(part) for part in sys.version_info[:3]),
+            psutil=self.use_psutil,
+            pynvml=getattr(self._backend, "bindings", None),
+            pid=self.pid,
+            pid_namespace="child" if self.child_pid_namespace else "host",
+        )
+
+    # -- sampling ------------------------------------------------------------------------------------------
+
+    def sample(self, force_processes: bool = False) -> dict[str, Any]:
+        """One host snapshot as a dict (``protocol.snapshot``, the ``model.HostSnapshot`` shape).
+
+        Memory figures are read every time; the process part (NVML process lists and the /proc walk) only
+        when ``process_interval_s`` has passed or ``force_processes`` is set, else the last one is reused.
+        """
+        with self._lock:
+            now_mono = time.monotonic()
+            due = self._process_interval_now(now_mono)
+            want_processes = force_processes or now_mono - self._processes_mono >= due
+            gpus = self._backend.poll(want_processes)
+            self._note_drain(gpus, now_mono)
+            now = time.time()
+            self.last_sample_mono = time.monotonic()
+            sampler = self.processes
+            if want_processes:
+                self._processes_mono = now_mono
+                self._processes_time = now
+                sampler.sample(gpus, now, full=force_processes)
+                if sampler.last_sweep_full and (self.discover_health or self._health is not None):
+                    # Returns at once: the launcher scan of /proc runs on the prober's own thread. It reads
+                    # every pid's cmdline (as costly as a full sweep), so it runs with the full sweeps only:
+                    # a new launcher is found within full_sweep_every process intervals.
+                    self.health.update_discovered()
+            for gpu in gpus:
+                if "processes" not in gpu:
+                    gpu["processes"] = [dict(p) for p in sampler.gpu_processes.get(gpu["index"], [])]
+            holders = sampler.device_holders
+            return snapshot(
+                self.target,
+                self.hostname,
+                self.boot_id,
+                now,
+                self.mode,
+                gpus=gpus,
+                processes=[dict(p) for p in sampler.processes],
+                error=self._backend.host_error,
+                driver_version=self._backend.driver_version,
+                cuda_driver_version=self._backend.cuda_driver_version,
+                agent_version=VERSION,
+                agent_pid=self.pid,
+                processes_time=self._processes_time,
+                processes_omitted=sampler.omitted,
+                device_holders=None if holders is None else list(holders),
+                health=self._health_samples(),
+            )
+
+    def _process_interval_now(self, now_mono: float) -> float:
+        """The process interval, shortened while some GPU drains: who still holds memory matters then."""
+        if now_mono < self._draining_until_mono:
+            return min(self.process_interval_s, max(self.memory_interval_s, DRAIN_PROCESS_INTERVAL_S))
+        return self.process_interval_s
+
+    def _note_drain(self, gpus: list[dict[str, Any]], now_mono: float) -> None:
+        used: dict[Any, int] = {}
+        for gpu in gpus:
+            mib = gpu.get("memory_used_mib")
+            if isinstance(mib, int):
+                key = gpu.get("uuid") or gpu.get("index")
+                used[key] = mib
+                before = self._last_used_mib.get(key)
+                if before is not None and before - mib > DRAIN_DROP_MIB:
+                    self._draining_until_mono = now_mono + DRAIN_WINDOW_S
+        self._last_used_mib = used
+
+    @property
+    def draining(self) -> bool:
+        """Whether some GPU's memory fell within the last ``DRAIN_WINDOW_S`` (process lists come faster)."""
+        return time.monotonic() < self._draining_until_mono
+
+    def error_snapshot(self, error: str) -> dict[str, Any]:
+        """A snapshot that carries only this host's identity and an error."""
+        return snapshot(
+            self.target,
+            self.hostname,
+            self.boot_id,
+            time.time(),
+            self.mode,
+            error=wire_text(error, 1024),
+            agent_version=VERSION,
+            agent_pid=self.pid,
+            health=self._health_samples(),
+        )
+
+    def set_intervals(self, memory_interval_s: float | None, process_interval_s: float | None) -> None:
+        """Change the sample intervals (None: leave one as it is)."""
+        with self._lock:
+            if memory_interval_s is not None:
+                self.memory_interval_s = memory_interval_s
+                if self.mode == MODE_SMI:
+                    self._backend.interval_s = memory_interval_s
+            if process_interval_s is not None:
+                self.process_interval_s = process_interval_s
+
+    # -- commands and kills ---------------------------------------------------------------------------------
+
+    def handle(self, command: Any) -> dict[str, Any]:
+        """Run one protocol command; returns the reply message (never raises)."""
+        return commands.handle(self, command)
+
+    def escalations_pending(self) -> bool:
+        """Whether a kill operation is still waiting, escalating or confirming."""
+        return self.kills.pending()
+
+    def wait_for_escalations(self, timeout_s: float | None = None) -> bool:
+        """Wait until every kill operation is done (``KillOperations.wait``); True when they are."""
+        return self.kills.wait(timeout_s)
+
+    def close(self) -> None:
+        if self._health is not None:
+            self._health.close()
+        self._backend.close()
+        with self._lock:
+            self.processes.close()

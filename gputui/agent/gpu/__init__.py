@@ -1,0 +1,92 @@
+"""The GPU backends behind one interface: NVML, nvidia-smi, or none.
+
+NVML through pynvml whenever the bindings import (the host's own, else the copy shipped with the collector)
+and the library loads; the driver's ``nvidia-smi`` only where the NVML library itself cannot be loaded;
+nothing where neither works, the host error saying why. A backend's module is imported only when it is
+chosen: a host in NVML mode never imports the nvidia-smi code, and the reverse.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+NVML_DEADLINE_S = 2.0
+"""Seconds every device's NVML calls of one sample may take before that device is reported as timed out."""
+TELEMETRY_INTERVAL_S = 1.0
+"""Utilisation, temperature and power are read at most this often (and with every process list); memory,
+what a clean-slate check watches at up to 10 Hz, on every sample."""
+
+
+class Backend(Protocol):
+    """What the collector needs of a GPU backend.
+
+    Attributes:
+        mode: How it reads the host (``protocol.MODE_NVML``, ``MODE_SMI``, ``MODE_NONE``).
+        host_error: Why the host's GPUs cannot be read now (no driver, library not found), else None.
+        driver_version: The driver's version, None while unknown.
+        cuda_driver_version: The CUDA version the driver supports ("12.4"), None while unknown.
+    """
+
+    mode: str
+    host_error: str | None
+    driver_version: str | None
+    cuda_driver_version: str | None
+
+    def start(self) -> None:
+        """Open the device access now (bounded), so that the hello says whether there is a driver."""
+
+    def poll(self, want_processes: bool) -> list[dict[str, Any]]:
+        """One sample of every GPU: Gpu dicts, with ``processes`` only when ``want_processes``."""
+
+    def close(self) -> None:
+        """Stop its threads and child processes; returns at once when a call is stuck."""
+
+
+def which(name: str) -> str | None:
+    """The executable ``name`` on PATH, as a shell would find it."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def open_backend(
+    use_pynvml: bool, smi_interval_s: float, nvml_deadline_s: float, telemetry_interval_s: float
+) -> Backend:
+    """The started backend for this host.
+
+    Args:
+        use_pynvml: Try NVML first (False: nvidia-smi, if present).
+        smi_interval_s: Seconds between nvidia-smi's samples, in nvidia-smi mode.
+        nvml_deadline_s: Seconds each device's NVML calls may take per sample.
+        telemetry_interval_s: Seconds between NVML reads of utilisation, temperature and power.
+    """
+    nvml: Any = None
+    if use_pynvml:
+        from . import nvmlapi
+
+        if nvmlapi.pynvml is not None:
+            from .nvml import NvmlBackend
+
+            nvml = NvmlBackend(nvml_deadline_s, telemetry_interval_s)
+            nvml.start()
+            if not nvml.library_missing:
+                return nvml
+    smi = which("nvidia-smi")
+    if smi is not None:
+        if nvml is not None:
+            nvml.close()
+        from .smi import SmiBackend
+
+        backend = SmiBackend(smi, smi_interval_s)
+        backend.start()
+        return backend
+    if nvml is not None:
+        return nvml  # its host error names the library it cannot load; it tries again every few seconds
+    from .none import NoBackend
+
+    if use_pynvml:
+        return NoBackend("no NVML: pynvml cannot be imported and nvidia-smi is not on PATH")
+    return NoBackend("nvidia-smi is not on PATH (NVML not used)")

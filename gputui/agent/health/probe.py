@@ -1,0 +1,83 @@
+"""Probing one health URL once: the HTTP exchange, and what its answer means."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from ..protocol import HEALTH_STATE_ERROR, HEALTH_STATE_TIMEOUT, HEALTH_STATE_UNHEALTHY, HEALTH_STATE_UP
+from ..textpolicy import visible_text
+from . import HEALTH_BODY_CAP_BYTES, HEALTH_DEFAULT_DEADLINE_S, HEALTH_DETAIL_MAX_CHARS
+from .http import HealthProbeFailure, health_connect, health_exchange, health_parse_url, health_wrap_tls
+
+
+def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | None]:
+    excerpt = body.strip()
+    if 200 <= code < 300:
+        return HEALTH_STATE_UP, None
+    # The body says more than the reason phrase, and the detail line is short: one or the other.
+    if excerpt:
+        detail = f"HTTP {code}: {visible_text(excerpt, HEALTH_DETAIL_MAX_CHARS)}"
+    else:
+        detail = f"HTTP {code} {visible_text(reason, HEALTH_DETAIL_MAX_CHARS)}".strip()
+    if code >= 500 or code == 429:
+        return HEALTH_STATE_UNHEALTHY, detail
+    if 300 <= code < 400:
+        return HEALTH_STATE_ERROR, "redirect not followed: " + detail
+    return HEALTH_STATE_ERROR, detail
+
+
+def probe_url(
+    url: str,
+    deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
+    body_cap_bytes: int = HEALTH_BODY_CAP_BYTES,
+    ssl_context: Any = None,
+) -> dict[str, Any]:
+    """Probe one health URL once, blocking for at most ``deadline_s`` (plus scheduling noise).
+
+    The deadline covers everything: name lookup, connect, TLS handshake, request, headers and body. No
+    proxy from the environment is used (the URL is the GPU host's own endpoint) and redirects are not
+    followed.
+
+    Args:
+        url: An http:// or https:// URL; anything else is an ERROR "unsupported URL".
+        deadline_s: Total deadline in seconds.
+        body_cap_bytes: At most this many body bytes are read.
+        ssl_context: An ``ssl.SSLContext`` for https; default: the system's verifying context.
+
+    Returns:
+        ``{"state", "code", "latency_ms", "detail"}``: the state name, the HTTP status code (None when
+        none was read), milliseconds until the answer or failure, and a sanitised detail line (None when UP).
+    """
+    started = time.monotonic()
+    deadline = started + deadline_s
+    code: int | None = None
+    sock: socket.socket | None = None
+    try:
+        target = health_parse_url(url)
+        sock = health_connect(target, deadline, deadline_s)
+        if target.scheme == "https":
+            sock = health_wrap_tls(sock, target, deadline, ssl_context)
+        code, reason, body = health_exchange(sock, target, deadline, deadline_s, body_cap_bytes)
+        state, detail = _health_classify(code, reason, body)
+    except HealthProbeFailure as failure:
+        state, detail = failure.state, failure.detail
+        code = failure.code if failure.code is not None else code
+    except socket.timeout:
+        state, detail = HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s"
+    except Exception as exc:  # one bad endpoint must never take the agent down
+        state, detail = HEALTH_STATE_ERROR, f"probe failed: {type(exc).__name__}: {exc}"
+    finally:
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+    latency_ms = round((time.monotonic() - started) * 1000.0, 1)
+    return {
+        "state": state,
+        "code": code,
+        "latency_ms": latency_ms,
+        "detail": None if detail is None else visible_text(detail, HEALTH_DETAIL_MAX_CHARS),
+    }

@@ -1,0 +1,486 @@
+"""The collector's protocol: the one source of its versions, names and message shapes.
+
+The collector (this package), the client's model and analysis, the kill planner, the simulator, the reduced
+(no python3) mode and the UI all take these names from here; nothing else spells them. A message is one JSON
+object per line: the collector writes ``hello`` once, then ``snapshot`` lines, and a ``reply`` to each
+command it reads (``{"cmd": NAME, "id": N, ...}``). The builders below make every dict of a given kind the
+same shape, whichever side builds it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+VERSION = "0.1.0"
+"""The release: the package's version (``pyproject.toml`` reads it from here) and the collector's."""
+PROTOCOL_VERSION = 1
+"""Version of the JSON-lines protocol; a client refuses a collector that speaks another one."""
+
+# ----------------------------------------------------------------------------------------------------------
+# Messages and commands
+
+MSG_HELLO = "hello"
+MSG_SNAPSHOT = "snapshot"
+MSG_REPLY = "reply"
+
+CMD_HELLO = "hello"
+CMD_CONFIGURE = "configure"
+"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "health_urls", "discover_health",
+"health_generate"}``, every key optional: a bad value changes nothing."""
+CMD_SAMPLE = "sample"
+"""A full snapshot now (process list included): ``{"snapshot": {...}}``."""
+CMD_CALIBRATE = "calibrate"
+"""Each GPU's used memory by key (uuid, else ``index:N``): ``{"memory_used_mib": {...}}``."""
+CMD_PROCESS = "process"
+"""``{"cmd": "process", "pid": P, "start_ticks": T}``: one process's whole command line, which snapshots
+cut."""
+CMD_HEALTH = "health"
+"""``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S, "deadline_s": S,
+"discover_now": bool}``, every key optional: changes what is probed; answers ``{"config", "samples"}``."""
+CMD_QUIT = "quit"
+
+KILL_COMMAND = "kill"
+"""``{"cmd": "kill", "targets": [{"pid", "start_ticks"}], "members": [...], "boot_id", "signal", "tree",
+"escalate_s", "wait_s", "detach"}``: checks and signals at once; the wait, the escalation and the
+confirmation then run in the collector whether or not the client stays. ``members``: the trees' processes as
+the client listed them (signalled too, should their root be gone by now). ``detach`` answers right after the
+signals, else at the end."""
+KILL_WAIT_COMMAND = "kill_wait"
+"""``{"cmd": "kill_wait", "op": N, "since": I, "timeout_s": S}``: operation N's outcomes from index I on, once
+it is done or after S seconds, whichever comes first."""
+KILL_ABANDON_COMMAND = "kill_abandon"
+"""``{"cmd": "kill_abandon", "op": N, "since": I}``: cancel N's escalation if it is not under way yet; every
+process it leaves is reported as abandoned."""
+KILL_COMMANDS = (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND)
+"""The commands that may take seconds: the remote loop runs each on a thread of its own."""
+COMMANDS = (
+    CMD_HELLO,
+    CMD_CONFIGURE,
+    CMD_SAMPLE,
+    CMD_CALIBRATE,
+    CMD_PROCESS,
+    CMD_HEALTH,
+    CMD_QUIT,
+) + KILL_COMMANDS
+
+SIGNAL_NAMES = ("TERM", "INT", "KILL")
+"""The signals a kill may ask for."""
+
+PROCESSES_SAME = "processes_same"
+"""A stream snapshot line marked with this (true) left out its process lists: they are the ones of the line
+before it, which has the same ``processes_time``."""
+
+# ----------------------------------------------------------------------------------------------------------
+# Limits the collector holds its commands and arguments to
+
+INTERVAL_MIN_S = 0.05
+"""The shortest sample interval (``check --wait`` samples every 0.09 s): shorter would only spin the CPU."""
+INTERVAL_MAX_S = 3600.0
+ESCALATE_MAX_S = 3600.0
+"""The longest escalation delay a kill may ask for."""
+
+# ----------------------------------------------------------------------------------------------------------
+# How a host is read (``mode`` in the hello and in every snapshot)
+
+MODE_NVML = "nvml"
+"""NVML through pynvml (the bindings installed there, else the ones shipped with the collector)."""
+MODE_SMI = "smi"
+"""The driver's ``nvidia-smi`` (the NVML library cannot be loaded there) and /proc."""
+MODE_NONE = "none"
+"""Neither: no GPU figures, the host error says why."""
+MODE_REDUCED = "ps"
+"""No python3 there: ``nvidia-smi`` and ``ps`` from a POSIX sh loop, monitoring only."""
+MODE_SIM = "sim"
+"""A simulated host (``--demo``)."""
+MODE_PROMETHEUS = "prometheus"
+"""A fleet host read from DCGM exporter metrics in Prometheus."""
+MODE_LABELS = {
+    MODE_NVML: "NVML",
+    MODE_SMI: "nvidia-smi",
+    MODE_NONE: "no NVML",
+    MODE_REDUCED: "reduced",
+}
+"""How a host line names the way a collector reads its host (the simulator and the fleet source are not
+collectors: they have no label)."""
+
+# ----------------------------------------------------------------------------------------------------------
+# Kills: stages and results of an outcome
+
+STAGE_INTENT = "intent"
+"""Audit log only: what the client asked for, written before the command is sent."""
+STAGE_CHECK = "check"
+"""Identity and safety checks: nothing was sent."""
+STAGE_SIGNAL = "signal"
+"""The requested signal (TERM, INT or KILL)."""
+STAGE_WAIT = "wait"
+"""Watching what was signalled go, for the escalation delay (or the wait of a kill without escalation)."""
+STAGE_ESCALATE = "escalate"
+"""KILL to what outlived the escalation delay."""
+STAGE_CONFIRM = "confirm"
+"""After the escalated KILL: gone, or not."""
+STAGE_ABANDON = "abandon"
+"""The client gave up on an escalation before it was under way."""
+STAGE_REQUEST = "request"
+"""Audit log only: a command whose reply never came."""
+KILL_STAGES = (
+    STAGE_INTENT,
+    STAGE_CHECK,
+    STAGE_SIGNAL,
+    STAGE_WAIT,
+    STAGE_ESCALATE,
+    STAGE_CONFIRM,
+    STAGE_ABANDON,
+    STAGE_REQUEST,
+)
+SIGNALLING_STAGES = frozenset({STAGE_SIGNAL, STAGE_ESCALATE})
+"""Stages whose outcome says what a signal did; in the others ``signal`` is null or only context."""
+
+RESULT_REQUESTED = "requested"
+"""Audit log only (stage intent): asked for, not sent yet."""
+RESULT_SENT = "sent"
+"""Delivered; whether the process went is told by a later stage."""
+RESULT_EXITED = "exited"
+"""Gone after the requested signal."""
+RESULT_KILLED = "killed"
+"""Gone after the escalated KILL."""
+RESULT_REAPED = "reaped"
+"""A zombie of the job, reaped once its parent (signalled in the same operation) was gone."""
+RESULT_GONE = "gone"
+"""It had already exited before its signal."""
+RESULT_REFUSED = "refused"
+RESULT_CHANGED = "changed"
+"""The pid now names another process (reused, or the host rebooted): not signalled."""
+RESULT_DENIED = "denied"
+RESULT_UNINTERRUPTIBLE = "uninterruptible"
+"""Still there in uninterruptible sleep (D): it may not die until its I/O or driver call returns."""
+RESULT_STILL_ALIVE = "still_alive"
+RESULT_ABANDONED = "abandoned"
+"""Still alive when the client gave up on its escalation: the KILL was not sent."""
+RESULT_ERROR = "error"
+RESULT_UNKNOWN = "unknown"
+"""Audit log only (stage request): no reply came, so a signal may or may not have been sent."""
+KILL_RESULTS = (
+    RESULT_REQUESTED,
+    RESULT_SENT,
+    RESULT_EXITED,
+    RESULT_KILLED,
+    RESULT_REAPED,
+    RESULT_GONE,
+    RESULT_REFUSED,
+    RESULT_CHANGED,
+    RESULT_DENIED,
+    RESULT_UNINTERRUPTIBLE,
+    RESULT_STILL_ALIVE,
+    RESULT_ABANDONED,
+    RESULT_ERROR,
+    RESULT_UNKNOWN,
+)
+RESULTS_GONE = frozenset({RESULT_EXITED, RESULT_KILLED, RESULT_REAPED, RESULT_GONE})
+"""Final results that mean the targeted process is no more."""
+
+# ----------------------------------------------------------------------------------------------------------
+# Health endpoints: the state of a probe
+
+HEALTH_STATE_UP = "UP"
+"""A 2xx answer with its whole body (up to the read cap) inside the deadline."""
+HEALTH_STATE_UNHEALTHY = "UNHEALTHY"
+"""A 5xx answer (sglang answers 503 when its scheduler is wedged), and 429 (shedding load)."""
+HEALTH_STATE_DOWN = "DOWN"
+"""Connection refused: nothing listens on the port."""
+HEALTH_STATE_TIMEOUT = "TIMEOUT"
+"""The total deadline (lookup + connect + TLS + headers + body) passed."""
+HEALTH_STATE_ERROR = "ERROR"
+"""The probe cannot tell: bad URL, unresolvable name, TLS failure, a connection closed or reset without an
+answer (a prohibited SSH forward), a redirect, or a 4xx other than 429 (a configuration problem)."""
+HEALTH_STATES = (
+    HEALTH_STATE_UP,
+    HEALTH_STATE_UNHEALTHY,
+    HEALTH_STATE_DOWN,
+    HEALTH_STATE_TIMEOUT,
+    HEALTH_STATE_ERROR,
+)
+"""The states the collector's probe sends."""
+
+# Server states the collector does not send: the client derives them from health, the server's metrics and
+# its launcher's age (``gputui.core.servers``). They belong beside the five above.
+HEALTH_STATE_STARTING = "STARTING"
+"""Refused or 503 while the launcher is young and has not served yet: loading weights, compiling, warming."""
+HEALTH_STATE_BUSY = "BUSY"
+"""Health failing (503, timeout) while tokens are being generated: working, not dead. Do not kill."""
+HEALTH_STATE_STALLED = "STALLED"
+"""Requests running or waiting and no token generated for the stall window, whatever /health says."""
+
+# ----------------------------------------------------------------------------------------------------------
+# Builders: every message and dict of one kind, one shape
+
+
+def hello(mode: str, boot_id: str | None, hostname: str | None, **details: Any) -> dict[str, Any]:
+    """The first line a collector writes: protocol version, how it reads the host, which host and boot.
+
+    ``details`` are the collector's own (agent_version, error, python, pid, ...); a reader ignores what it
+    does not know.
+    """
+    message = {
+        "t": MSG_HELLO,
+        "protocol": PROTOCOL_VERSION,
+        "mode": mode,
+        "boot_id": boot_id,
+        "hostname": hostname,
+    }
+    message.update(details)
+    return message
+
+
+def reply(command_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a command that succeeded."""
+    return {"t": MSG_REPLY, "id": command_id, "ok": True, "result": result}
+
+
+def error_reply(command_id: Any, error: str) -> dict[str, Any]:
+    """The answer to a command that was refused or failed: one line of ``error``."""
+    return {"t": MSG_REPLY, "id": command_id, "ok": False, "error": error}
+
+
+SNAPSHOT_FIELDS = (
+    "target",
+    "hostname",
+    "boot_id",
+    "time",
+    "error",
+    "driver_version",
+    "cuda_driver_version",
+    "mode",
+    "agent_version",
+    "agent_pid",
+    "processes_time",
+    "gpus",
+    "processes",
+    "processes_omitted",
+    "device_holders",
+    "findings",
+    "health",
+    "verdict",
+)
+"""The keys of a snapshot dict (``model.HostSnapshot``'s fields, in its order)."""
+
+
+def snapshot(
+    target: str,
+    hostname: str | None,
+    boot_id: str | None,
+    time: float | None,
+    mode: str,
+    gpus: Iterable[dict[str, Any]] = (),
+    processes: Iterable[dict[str, Any]] = (),
+    error: str | None = None,
+    driver_version: str | None = None,
+    cuda_driver_version: str | None = None,
+    agent_version: str | None = None,
+    agent_pid: int | None = None,
+    processes_time: float | None = None,
+    processes_omitted: int = 0,
+    device_holders: list[dict[str, Any]] | None = None,
+    health: Iterable[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """One host's snapshot as a dict: what a collector saw, with no findings or verdict (the client's)."""
+    return {
+        "target": target,
+        "hostname": hostname,
+        "boot_id": boot_id,
+        "time": time,
+        "error": error,
+        "driver_version": driver_version,
+        "cuda_driver_version": cuda_driver_version,
+        "mode": mode,
+        "agent_version": agent_version,
+        "agent_pid": agent_pid,
+        "processes_time": processes_time,
+        "gpus": list(gpus),
+        "processes": list(processes),
+        "processes_omitted": processes_omitted,
+        "device_holders": device_holders,
+        "findings": [],
+        "health": list(health),
+        "verdict": None,
+    }
+
+
+def snapshot_message(snapshot: dict[str, Any]) -> dict[str, Any]:
+    return {"t": MSG_SNAPSHOT, "snapshot": snapshot}
+
+
+OUTCOME_FIELDS = (
+    "pid",
+    "start_ticks",
+    "name",
+    "user",
+    "cmdline",
+    "cmdline_truncated",
+    "gpu_mib",
+    "stage",
+    "signal",
+    "result",
+    "detail",
+)
+
+
+def outcome(
+    pid: int,
+    start_ticks: int | None,
+    stage: str,
+    signal: str | None,
+    result: str,
+    detail: str = "",
+    name: str | None = None,
+    user: str | None = None,
+    cmdline: Iterable[str] = (),
+    cmdline_truncated: bool = False,
+    gpu_mib: int | None = None,
+) -> dict[str, Any]:
+    """One stage of what a kill did to one process (``stage`` from ``KILL_STAGES``, ``result`` from
+    ``KILL_RESULTS``; ``signal`` the one that stage sent or concerns, None for checks and waits)."""
+    return {
+        "pid": pid,
+        "start_ticks": start_ticks,
+        "name": name,
+        "user": user,
+        "cmdline": list(cmdline),
+        "cmdline_truncated": cmdline_truncated,
+        "gpu_mib": gpu_mib,
+        "stage": stage,
+        "signal": signal,
+        "result": result,
+        "detail": detail,
+    }
+
+
+def pending(
+    pid: int, start_ticks: int | None, name: str | None, signal: str | None, due_in_s: float | None
+) -> dict[str, Any]:
+    """A signalled process a kill operation still watches: what it gets next (KILL; None: a look) and when."""
+    return {"pid": pid, "start_ticks": start_ticks, "name": name, "signal": signal, "due_in_s": due_in_s}
+
+
+KILL_REPLY_FIELDS = ("op", "outcomes", "count", "done", "pending", "escalate_s", "wait_s", "elapsed_s")
+
+
+def kill_reply(
+    op: int,
+    outcomes: list[dict[str, Any]],
+    count: int,
+    done: bool,
+    pending: list[dict[str, Any]],
+    escalate_s: float | None,
+    wait_s: float | None,
+    elapsed_s: float,
+) -> dict[str, Any]:
+    """The result of ``kill``, ``kill_wait`` and ``kill_abandon``: outcomes from the asked index on, how many
+    there are in all (the next ``since``), whether the operation is done, and what it still watches."""
+    return {
+        "op": op,
+        "outcomes": outcomes,
+        "count": count,
+        "done": done,
+        "pending": pending,
+        "escalate_s": escalate_s,
+        "wait_s": wait_s,
+        "elapsed_s": elapsed_s,
+    }
+
+
+def kill_command(
+    targets: Iterable[tuple[int, int | None]],
+    members: Iterable[tuple[int, int | None]],
+    boot_id: str | None,
+    signal: str,
+    tree: bool,
+    escalate_s: float | None,
+    wait_s: float | None,
+    detach: bool,
+) -> dict[str, Any]:
+    """The ``kill`` command for (pid, start_ticks) targets and, for a tree kill, the members listed with
+    them."""
+    return {
+        "cmd": KILL_COMMAND,
+        "boot_id": boot_id,
+        "targets": [{"pid": pid, "start_ticks": ticks} for pid, ticks in targets],
+        "members": [{"pid": pid, "start_ticks": ticks} for pid, ticks in members],
+        "signal": signal,
+        "tree": tree,
+        "escalate_s": escalate_s,
+        "wait_s": wait_s,
+        "detach": detach,
+    }
+
+
+def kill_wait_command(op: int, since: int, timeout_s: float) -> dict[str, Any]:
+    return {"cmd": KILL_WAIT_COMMAND, "op": op, "since": since, "timeout_s": timeout_s}
+
+
+def kill_abandon_command(op: int, since: int) -> dict[str, Any]:
+    return {"cmd": KILL_ABANDON_COMMAND, "op": op, "since": since}
+
+
+HEALTH_SAMPLE_FIELDS = (
+    "url",
+    "state",
+    "code",
+    "latency_ms",
+    "since",
+    "last_ok",
+    "consecutive_failures",
+    "detail",
+    "discovered",
+    "checked_at",
+)
+
+
+def health_sample(
+    url: str,
+    state: str | None,
+    code: int | None = None,
+    latency_ms: float | None = None,
+    since: float | None = None,
+    last_ok: float | None = None,
+    consecutive_failures: int = 0,
+    detail: str | None = None,
+    discovered: bool = False,
+    checked_at: float | None = None,
+) -> dict[str, Any]:
+    """The latest state of one health endpoint: ``state`` from ``HEALTH_STATES`` (None: not probed yet),
+    ``since`` when it began, ``last_ok`` the last UP and ``checked_at`` the last probe (epoch seconds)."""
+    return {
+        "url": url,
+        "state": state,
+        "code": code,
+        "latency_ms": latency_ms,
+        "since": since,
+        "last_ok": last_ok,
+        "consecutive_failures": consecutive_failures,
+        "detail": detail,
+        "discovered": discovered,
+        "checked_at": checked_at,
+    }
+
+
+def health_config(
+    urls: list[str],
+    discovered_urls: list[str],
+    generate: bool,
+    discover: bool,
+    interval_s: float,
+    deadline_s: float,
+    generate_min_interval_s: float,
+) -> dict[str, Any]:
+    """The health settings in force (the ``config`` of the ``health`` command's answer): the configured and
+    the discovered URLs (credentials redacted), whether generating endpoints are probed and launchers looked
+    for, and the intervals in seconds."""
+    return {
+        "urls": urls,
+        "discovered_urls": discovered_urls,
+        "generate": generate,
+        "discover": discover,
+        "interval_s": interval_s,
+        "deadline_s": deadline_s,
+        "generate_min_interval_s": generate_min_interval_s,
+    }

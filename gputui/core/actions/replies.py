@@ -1,0 +1,167 @@
+"""What the collector answers about a kill: outcomes, what it still watches, and whether it is done."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gputui.agent.protocol import RESULTS_GONE
+
+
+@dataclass(frozen=True)
+class KillOutcome:
+    """One stage of what happened to one process.
+
+    Attributes:
+        stage: One of the agent's ``KILL_STAGES``.
+        signal: The signal that stage sent (``SIGNALLING_STAGES``) or concerns; None for checks and waits.
+        result: One of the agent's ``KILL_RESULTS``.
+        detail: One human line (untrusted text from the agent).
+    """
+
+    pid: int
+    start_ticks: int | None
+    name: str | None
+    stage: str
+    signal: str | None
+    result: str
+    detail: str = ""
+    user: str | None = None
+    cmdline: tuple[str, ...] = ()
+    gpu_mib: int | None = None
+
+
+def _opt_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_outcomes(result: dict[str, Any]) -> list[KillOutcome]:
+    """The outcomes of a ``kill`` reply's result, in the agent's order.
+
+    Raises:
+        ValueError: The result has no outcome list, or an outcome has no pid (one-line message).
+    """
+    raw = result.get("outcomes") if isinstance(result, dict) else None
+    if not isinstance(raw, list):
+        raise ValueError("the agent's kill reply has no outcome list")
+    outcomes = []
+    for item in raw:
+        if not isinstance(item, dict) or _opt_int(item.get("pid")) is None:
+            raise ValueError("the agent's kill reply has an outcome without a pid")
+        cmdline = item.get("cmdline")
+        outcomes.append(
+            KillOutcome(
+                pid=int(item["pid"]),
+                start_ticks=_opt_int(item.get("start_ticks")),
+                name=_opt_str(item.get("name")),
+                stage=str(item.get("stage") or ""),
+                signal=_opt_str(item.get("signal")),
+                result=str(item.get("result") or "error"),
+                detail=str(item.get("detail") or ""),
+                user=_opt_str(item.get("user")),
+                cmdline=tuple(str(a) for a in cmdline) if isinstance(cmdline, list) else (),
+                gpu_mib=_opt_int(item.get("gpu_mib")),
+            )
+        )
+    return outcomes
+
+
+def final_outcomes(outcomes: Iterable[KillOutcome]) -> dict[int, KillOutcome]:
+    """pid -> the last stage reported for it (what finally happened)."""
+    last: dict[int, KillOutcome] = {}
+    for outcome in outcomes:
+        last[outcome.pid] = outcome
+    return last
+
+
+def all_gone(outcomes: Iterable[KillOutcome]) -> bool:
+    """Whether every process ended gone (exited, killed, reaped, or already gone before its signal)."""
+    final = final_outcomes(outcomes)
+    return bool(final) and all(o.result in RESULTS_GONE for o in final.values())
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A signalled process the agent is still watching.
+
+    Attributes:
+        pid: Process id.
+        start_ticks: Its start time in clock ticks.
+        name: Its name (untrusted text).
+        signal: What it gets when the delay is up ("KILL"), None when the agent only looks then.
+        due_in_s: Seconds until then, None when not known.
+    """
+
+    pid: int
+    start_ticks: int | None
+    name: str | None
+    signal: str | None
+    due_in_s: float | None
+
+
+@dataclass(frozen=True)
+class KillReply:
+    """One answer about a kill operation.
+
+    Attributes:
+        op: The agent's operation id (for ``kill_wait`` and ``kill_abandon``).
+        outcomes: The outcomes this answer adds.
+        count: How many outcomes the operation has reported so far (the next ``since``).
+        done: Nothing is pending any more.
+        pending: What the agent still watches or will KILL.
+        elapsed_s: Seconds since the operation started (to its end once done).
+    """
+
+    op: int | None
+    outcomes: tuple[KillOutcome, ...]
+    count: int
+    done: bool
+    pending: tuple[Pending, ...] = ()
+    elapsed_s: float | None = None
+
+
+def parse_reply(result: dict[str, Any]) -> KillReply:
+    """A ``kill`` / ``kill_wait`` / ``kill_abandon`` result.
+
+    Raises:
+        ValueError: No outcome list, or an outcome without a pid (one-line message).
+    """
+    outcomes = tuple(parse_outcomes(result))
+    pending = []
+    for item in result.get("pending") or ():
+        if isinstance(item, dict) and _opt_int(item.get("pid")) is not None:
+            due = item.get("due_in_s")
+            pending.append(
+                Pending(
+                    pid=int(item["pid"]),
+                    start_ticks=_opt_int(item.get("start_ticks")),
+                    name=_opt_str(item.get("name")),
+                    signal=_opt_str(item.get("signal")),
+                    due_in_s=_opt_float(due),
+                )
+            )
+    count = _opt_int(result.get("count"))
+    elapsed = result.get("elapsed_s")
+    return KillReply(
+        op=_opt_int(result.get("op")),
+        outcomes=outcomes,
+        count=len(outcomes) if count is None else count,
+        # An agent that does not say is one that answered at the end (the kill command without detach).
+        done=bool(result.get("done", True)),
+        pending=tuple(pending),
+        elapsed_s=_opt_float(elapsed),
+    )

@@ -1,0 +1,225 @@
+"""The clean-slate verdict: is every GPU of a host back at its idle baseline, nothing left of its GPU jobs?
+
+Nothing here does I/O or reads a clock; a host error, a host without GPUs and a GPU that cannot be read give a
+verdict that cannot tell (``known`` False), never a clean one.
+"""
+
+from __future__ import annotations
+
+from gputui.core.analysis.baselines import Baselines
+from gputui.core.analysis.findings import ghost_suspects
+from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_label, proc_table, shown
+from gputui.core.model import (
+    STATE_UNINTERRUPTIBLE,
+    STATE_ZOMBIE,
+    Gpu,
+    GpuVerdict,
+    HostSnapshot,
+    Proc,
+    Verdict,
+)
+from gputui.core.textsafe import visible
+
+MAX_HOLDERS_IN_REASON = 3
+
+
+def memory_at_baseline(snapshot: HostSnapshot, baselines: Baselines) -> bool:
+    """Whether every GPU's memory alone is back at its baseline (+ tolerance).
+
+    The cheap test for a fast memory-only sample while memory drains: such a sample carries the last process
+    list, which may be a process interval old, so the full verdict on it would wait for the next process
+    sample. A True here only says it is worth taking a full sample to confirm with ``clean_slate``.
+    """
+    if snapshot.error is not None or not snapshot.gpus:
+        return False
+    return all(
+        gpu.error is None
+        and gpu.memory_used_mib is not None
+        and gpu.memory_used_mib <= baselines.for_gpu(gpu) + baselines.tolerance_mib
+        for gpu in snapshot.gpus
+    )
+
+
+def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: Baselines) -> Verdict:
+    """The verdict of a host that cannot be judged: a host error, or no GPU at all."""
+    cause = snapshot.error or "no GPUs found"
+    return Verdict(
+        clean=False,
+        known=False,
+        reasons=(visible(cause, 200),),
+        baseline_mib=keyed,
+        tolerance_mib=baselines.tolerance_mib,
+    )
+
+
+def _unreadable_reason(gpu: Gpu) -> str | None:
+    """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
+    if gpu.error is not None:
+        return f"GPU{gpu.index} error: {visible(gpu.error, 80)}"
+    if gpu.memory_used_mib is None:
+        return f"GPU{gpu.index} memory could not be read"
+    return None
+
+
+MEMORY_ONLY = "memory only"
+"""How a memory-only verdict names itself in its reasons."""
+
+
+def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
+    """Is every GPU's memory back at its idle baseline? For sources that list no processes (the fleet view).
+
+    The same per-GPU rule as ``clean_slate`` on memory alone: a process still listed, a zombie or a D-state
+    process left from a GPU tree cannot be seen here, so a clean memory verdict is not a clean slate. A GPU
+    with an error or without a figure, a host error and a host without GPUs give ``known=False``.
+    """
+    keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
+    if snapshot.error is not None or not snapshot.gpus:
+        return _unknown_verdict(snapshot, keyed, baselines)
+    gpu_verdicts: list[GpuVerdict] = []
+    reasons: list[str] = []
+    unreadable = False
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        baseline = baselines.for_gpu(gpu)
+        reason = _unreadable_reason(gpu)
+        unreadable = unreadable or reason is not None
+        used = gpu.memory_used_mib
+        if reason is None and used is not None and used > baseline + baselines.tolerance_mib:
+            over = used - baseline
+            reason = f"GPU{gpu.index} {used} MiB, {over} MiB over its {baseline} MiB baseline ({MEMORY_ONLY})"
+        gpu_reasons = () if reason is None else (reason,)
+        gpu_verdicts.append(
+            GpuVerdict(
+                index=gpu.index,
+                used_mib=used,
+                baseline_mib=baseline,
+                clean=reason is None,
+                reasons=gpu_reasons,
+            )
+        )
+        reasons.extend(gpu_reasons)
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+
+
+def _known_verdict(
+    reasons: list[str],
+    keyed: dict[str, int],
+    baselines: Baselines,
+    gpu_verdicts: list[GpuVerdict],
+    known: bool,
+) -> Verdict:
+    """The verdict of a host that could be sampled: clean when nothing gave a reason; ``known`` False when a
+    GPU could not be read (cannot tell, never clean)."""
+    return Verdict(
+        clean=not reasons,
+        reasons=tuple(reasons),
+        baseline_mib=keyed,
+        tolerance_mib=baselines.tolerance_mib,
+        gpus=tuple(gpu_verdicts),
+        known=known,
+    )
+
+
+def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
+    """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
+
+    Clean when every GPU's used memory is at most its baseline + tolerance, no GPU lists a process, and no
+    zombie or D-state process remains in a GPU process tree. A host error, a host without GPUs, and a GPU
+    whose memory cannot be read (lost, timed out) give ``known=False``: "cannot tell", never clean. The
+    reasons say why without that prefix; whoever shows the verdict says "cannot tell" once.
+    """
+    keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
+    if snapshot.error is not None or not snapshot.gpus:
+        return _unknown_verdict(snapshot, keyed, baselines)
+    table = proc_table(snapshot)
+    forest = build_forest(snapshot)
+    unreadable = False
+    gpu_verdicts: list[GpuVerdict] = []
+    reasons: list[str] = []
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        baseline = baselines.for_gpu(gpu)
+        used = gpu.memory_used_mib
+        gpu_reasons: list[str] = []
+        reason = _unreadable_reason(gpu)
+        if reason is not None:
+            gpu_reasons.append(reason)
+            unreadable = True
+        elif used is not None:  # always, once readable: said for the type checker
+            holders = _gpu_holders(gpu, table)
+            over = used > baseline + baselines.tolerance_mib
+            if holders:
+                texts = []
+                for pid, proc, mib, is_visible in holders[:MAX_HOLDERS_IN_REASON]:
+                    if is_visible:
+                        texts.append(_holder_text(pid, proc, table, mib, len(holders) > 1))
+                    else:
+                        texts.append(f"pid {pid} (not visible here: another PID namespace)")
+                if len(holders) > MAX_HOLDERS_IN_REASON:
+                    texts.append(f"and {len(holders) - MAX_HOLDERS_IN_REASON} more")
+                held_by = ", ".join(texts)
+                if over:
+                    gpu_reasons.append(f"GPU{gpu.index} {used} MiB held by {held_by}")
+                else:
+                    gpu_reasons.append(f"GPU{gpu.index} {used} MiB but {held_by} still listed")
+            elif over:
+                suspects = ghost_suspects(snapshot, gpu)
+                excess = used - baseline
+                text = f"GPU{gpu.index} {excess} MiB over baseline with no process listed (ghost memory)"
+                if suspects:
+                    text += "; " + "; ".join(s for _, s in suspects[:MAX_HOLDERS_IN_REASON])
+                gpu_reasons.append(text)
+        gpu_verdicts.append(
+            GpuVerdict(
+                index=gpu.index,
+                used_mib=used,
+                baseline_mib=baseline,
+                clean=not gpu_reasons,
+                reasons=tuple(gpu_reasons),
+            )
+        )
+        reasons.extend(gpu_reasons)
+    for node in flatten(forest):
+        if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
+            reasons.append(_remnant_reason(node.proc, table))
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+
+
+def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
+    """(pid, Proc or None, MiB or None, visible) for every process listed on this GPU, most memory first."""
+    holders: dict[int, tuple[int, Proc | None, int | None, bool]] = {}
+    for listed in gpu.processes:
+        proc = table.get(listed.pid) if listed.visible else None
+        mib = listed.used_mib
+        if listed.pid in holders and holders[listed.pid][3] == listed.visible:
+            previous = holders[listed.pid][2]
+            mib = None if mib is None or previous is None else max(mib, previous)
+        holders[listed.pid] = (listed.pid, proc, mib, listed.visible)
+    for pid, proc in table.items():
+        mib = proc.gpu_memory_mib.get(gpu.index)
+        if mib is not None and pid not in holders:
+            holders[pid] = (pid, proc, mib, True)
+    return sorted(holders.values(), key=lambda h: (-(h[2] or 0), h[0]))
+
+
+def _holder_text(pid: int, proc: Proc | None, table: dict[int, Proc], mib: int | None, show_mib: bool) -> str:
+    notes: list[str] = []
+    if proc is not None:
+        notes.append(shown(proc.name))
+        if proc.state == STATE_ZOMBIE:
+            notes.append("defunct")
+        elif proc.state == STATE_UNINTERRUPTIBLE:
+            notes.append("uninterruptible")
+        parent = table.get(proc.ppid) if proc.ppid is not None else None
+        if parent is not None and parent.state == STATE_ZOMBIE:
+            notes.append(f"defunct parent {parent.pid}")
+        elif is_init_like(parent, proc.ppid):
+            notes.append("orphan")
+    if show_mib and mib is not None:
+        notes.append(f"{mib} MiB")
+    return f"pid {pid} ({', '.join(notes)})" if notes else f"pid {pid}"
+
+
+def _remnant_reason(proc: Proc, table: dict[int, Proc]) -> str:
+    if proc.state == STATE_ZOMBIE:
+        parent = table.get(proc.ppid) if proc.ppid is not None else None
+        return f"pid {proc_label(proc)} is defunct; parent {proc_label(parent, proc.ppid)} has not reaped it"
+    return f"pid {proc_label(proc)} is in uninterruptible sleep (D) and may not die"

@@ -1,0 +1,195 @@
+"""The clean-slate check as one pure state machine, shared by the TUI's ``c``/``X`` and ``check --wait``.
+
+A check watches a host's memory samples until every GPU is back at its baseline, then confirms with a fresh
+full sample before it says CLEAN. The rules, in the order they apply:
+
+* Memory alone decides when to look (``memory_at_baseline``): a streamed sample's process list may be up to a
+  process interval old, in either direction, so it can neither declare the slate clean nor hold it back.
+* While a kill on the host is under way there is no receipt: its escalation may still be due.
+* The confirming sample must list processes no older than the clean memory sample it confirms, its verdict
+  must be clean, and no zombie of a job killed here may be listed. Then the receipt's time is the time the
+  clean memory sample arrived, not the time of the answer.
+* Past the deadline the check ends, not clean.
+
+Each function takes a ``CleanCheck`` and returns the next one; nothing here does IO or reads a clock, so the
+callers feed it their own times (the TUI its display clock, the CLI ``time.monotonic``) and do the sampling.
+The drain curve (memory above baseline, summed over the GPUs, at each memory sample) is kept for the
+receipt, bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from gputui.core.analysis import Baselines, job_remnants, memory_at_baseline
+from gputui.core.model import HostSnapshot
+
+DRAIN_POINTS_MAX = 256
+"""Points kept for the drain curve; when full, every other one is dropped (the curve keeps its whole span at
+half the resolution), so a check of any length costs at most this many."""
+STALE_LIST = "the confirming sample's process list is older than the clean memory sample"
+
+
+@dataclass(frozen=True)
+class DrainPoint:
+    """One memory sample during a check.
+
+    Attributes:
+        at_s: When it arrived (the caller's clock).
+        above_mib: Memory above the baselines (tolerance included), summed over the GPUs, MiB.
+    """
+
+    at_s: float
+    above_mib: int
+
+
+@dataclass(frozen=True)
+class CleanCheck:
+    """One clean-slate check.
+
+    Attributes:
+        started_s: When it started (the caller's clock, as every time here).
+        timeout_s: It ends, not clean, this long after ``started_s``.
+        trigger: The key that started it: "c", "X" (a kill of every GPU job, then the check), or "--wait".
+        finished_s: When the clean memory sample that a fresh full sample confirmed arrived, or when the
+            deadline passed; None while it runs.
+        clean: True clean, False the deadline passed first; None while it runs.
+        kill_s: When the last kill during the check sent its signals; None: no kill.
+        kill_pending: A kill on the host is under way: no receipt until it is done.
+        asked_s: A confirming sample was asked for the clean memory sample that arrived at this time; None:
+            none asked (the next clean memory sample asks).
+        asked_memory_time: That memory sample's own time (the host's clock): the confirming sample must list
+            processes no older than it.
+        note: Why the last confirming sample did not confirm ("" when none came back yet).
+        drain: The drain curve, oldest first (at most ``DRAIN_POINTS_MAX`` points).
+    """
+
+    started_s: float
+    timeout_s: float
+    trigger: str = "c"
+    finished_s: float | None = None
+    clean: bool | None = None
+    kill_s: float | None = None
+    kill_pending: bool = False
+    asked_s: float | None = None
+    asked_memory_time: float | None = None
+    note: str = ""
+    drain: tuple[DrainPoint, ...] = ()
+
+    @property
+    def running(self) -> bool:
+        """Neither clean nor timed out yet."""
+        return self.finished_s is None
+
+    @property
+    def confirming(self) -> bool:
+        """A confirming sample is on its way."""
+        return self.asked_s is not None
+
+    def drain_since_kill(self) -> tuple[DrainPoint, ...]:
+        """The drain curve from the kill (or the start, without one) to the end of the check, starting with
+        the last sample taken before it (what the GPUs held when the signals went out)."""
+        since = self.kill_s if self.kill_s is not None else self.started_s
+        before = [i for i, p in enumerate(self.drain) if p.at_s <= since]
+        return self.drain[before[-1] if before else 0:]
+
+
+def start(now_s: float, timeout_s: float, trigger: str = "c", kill_pending: bool = False) -> CleanCheck:
+    """A new check, started at ``now_s``."""
+    return CleanCheck(started_s=now_s, timeout_s=timeout_s, trigger=trigger, kill_pending=kill_pending)
+
+
+def above_baseline_mib(snapshot: HostSnapshot, baselines: Baselines) -> int:
+    """Memory above the baselines (tolerance included), summed over the GPUs that report it, MiB."""
+    total = 0
+    for gpu in snapshot.gpus:
+        if gpu.memory_used_mib is not None:
+            total += max(0, gpu.memory_used_mib - baselines.for_gpu(gpu) - baselines.tolerance_mib)
+    return total
+
+
+def _with_point(drain: tuple[DrainPoint, ...], point: DrainPoint) -> tuple[DrainPoint, ...]:
+    if drain and drain[-1].at_s == point.at_s:
+        return (*drain[:-1], point)  # the same moment again (a frozen clock): replaced, not appended
+    if len(drain) >= DRAIN_POINTS_MAX:
+        drain = drain[::2]
+    return (*drain, point)
+
+
+def memory_sample(
+    check: CleanCheck, snapshot: HostSnapshot, baselines: Baselines, now_s: float
+) -> tuple[CleanCheck, bool]:
+    """A streamed sample arrived at ``now_s``.
+
+    Returns:
+        The next check, and whether to take a fresh full sample now and hand it to ``confirming_sample``.
+    """
+    if not check.running:
+        return check, False
+    check = replace(check, drain=_with_point(check.drain, DrainPoint(now_s, above_baseline_mib(snapshot,
+                                                                                                 baselines))))
+    if check.confirming or check.kill_pending or not memory_at_baseline(snapshot, baselines):
+        return check, False
+    return replace(check, asked_s=now_s, asked_memory_time=snapshot.time), True
+
+
+def confirming_sample(
+    check: CleanCheck,
+    fresh: HostSnapshot | None,
+    killed_members: Collection[tuple[int, int | None]] = (),
+    error: str = "",
+) -> CleanCheck:
+    """The fresh full sample asked for by ``memory_sample`` came back (``fresh``, analysed) or could not be
+    taken (None; ``error`` says why).
+
+    Args:
+        check: The check that asked.
+        fresh: The analysed full sample.
+        killed_members: (pid, start ticks) of the processes of jobs killed on the host: a zombie of them
+            still listed holds the receipt back.
+        error: Why there is no sample.
+
+    Returns:
+        The finished check (clean, at the time of the memory sample that asked), or the running one, ready
+        to ask again on the next clean memory sample.
+    """
+    if not check.running or check.asked_s is None:
+        return check
+    asked_s, memory_time = check.asked_s, check.asked_memory_time
+    waiting = replace(check, asked_s=None, asked_memory_time=None)
+    if fresh is None:
+        return replace(waiting, note=error or "no confirming sample")
+    listed_s = fresh.processes_time
+    if listed_s is None or (memory_time is not None and listed_s < memory_time):
+        return replace(waiting, note=STALE_LIST)
+    verdict = fresh.verdict
+    if verdict is None or not verdict.clean:
+        reason = "no verdict" if verdict is None else (verdict.reasons[0] if verdict.reasons else "not clean")
+        return replace(waiting, note=reason)
+    if check.kill_pending:
+        return replace(waiting, note="a kill is under way")
+    if job_remnants(fresh, list(killed_members)):
+        return replace(waiting, note="a zombie of a killed job is still listed")
+    return replace(waiting, finished_s=asked_s, clean=True, note="")
+
+
+def kill_sent(check: CleanCheck, now_s: float) -> CleanCheck:
+    """A kill on the host sent its signals at ``now_s``: the receipt waits for it and counts from it."""
+    if not check.running:
+        return check
+    return replace(check, kill_s=now_s, kill_pending=True)
+
+
+def kills_settled(check: CleanCheck, still_under_way: bool) -> CleanCheck:
+    """A kill on the host ended; ``still_under_way``: another one is not done yet."""
+    if not check.running:
+        return check
+    return replace(check, kill_pending=still_under_way)
+
+
+def tick(check: CleanCheck, now_s: float) -> CleanCheck:
+    """Time passed: past its deadline a running check ends, not clean."""
+    if check.running and now_s - check.started_s > check.timeout_s:
+        return replace(check, finished_s=now_s, clean=False, asked_s=None, asked_memory_time=None)
+    return check

@@ -1,0 +1,67 @@
+"""The fleet as the fleet view sees it: each host's snapshot in the common shape, and what only DCGM tells."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gputui.core.model import HostSnapshot
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG GPU instance as DCGM reports it (``GPU_I_ID``, ``GPU_I_PROFILE``)."""
+
+    instance_id: str
+    profile: str | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    utilization_pct: int | None = None
+
+
+@dataclass(frozen=True)
+class FleetHost:
+    """One host of the fleet: its snapshot in the common shape, plus what only the fleet view shows.
+
+    Attributes:
+        name: The host label's value (``Hostname`` by default), else the exporter's ``instance``.
+        snapshot: ``mode`` "prometheus"; ``time`` the newest sample's own time; ``error`` says why there are
+            no figures (stale, exporter down); ``findings`` the XID errors; ``health`` the servers.
+        ssh_host: The name an SSH target is made from: the host label's value, else ``instance`` without
+            its port.
+        data_time: Epoch seconds (Prometheus's clock) of the newest sample of the host, None when unknown.
+        age_s: How old that sample was when the query was evaluated.
+        stale: No current data: the exporter died, its series went stale, or the data is too old.
+        exporter_up: ``up`` of the host's exporter scrape target(s); None when Prometheus has no ``up`` for
+            them (federated data, a matcher that leaves them out).
+        instances: The exporter ``instance`` labels the host's series came from.
+        xid: GPU index -> last XID error code, for GPUs whose last XID is not 0.
+        mig: GPU index -> its MIG instances.
+        gone: The host has no series in Prometheus any more; it is known from an earlier refresh.
+    """
+
+    name: str
+    snapshot: HostSnapshot
+    ssh_host: str
+    data_time: float | None = None
+    age_s: float | None = None
+    stale: bool = False
+    exporter_up: bool | None = None
+    instances: tuple[str, ...] = ()
+    xid: dict[int, int] = field(default_factory=dict)
+    mig: dict[int, tuple[MigInstance, ...]] = field(default_factory=dict)
+    gone: bool = False
+
+
+@dataclass(frozen=True)
+class FleetSample:
+    """One refresh: every host, in name order.
+
+    Attributes:
+        eval_time: Epoch seconds (Prometheus's clock) the query was evaluated at; None when the answer had no
+            series at all.
+        ignored_series: Series that named no host or no GPU (left out).
+    """
+
+    hosts: tuple[FleetHost, ...]
+    eval_time: float | None = None
+    ignored_series: int = 0

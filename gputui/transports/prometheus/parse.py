@@ -1,0 +1,306 @@
+"""An answer turned into the fleet: each host's GPUs, MIG instances, XID findings, servers and staleness."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
+from gputui.core.analysis import age_text
+from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
+from gputui.core.textsafe import visible
+from gputui.transports.prometheus.fleet import FleetHost, FleetSample, MigInstance
+from gputui.transports.prometheus.query import (
+    DEFAULT_HOST_LABEL,
+    DEFAULT_STALE_AFTER_S,
+    INSTANCE,
+    LOOKBACK,
+    SERVER_METRICS,
+    PrometheusError,
+)
+from gputui.transports.prometheus.series import GpuParts, HostParts, Parser, Series, host_part, whole
+
+
+def _figure(figures: Mapping[str, Series], name: str) -> float | None:
+    series = figures.get(name)
+    return None if series is None else series.value
+
+
+def _memory(figures: Mapping[str, Series]) -> tuple[int | None, int | None, int | None]:
+    """(used, total, reserved) MiB: DCGM's used excludes the reserved part, as nvidia-smi's does."""
+    used = _figure(figures, "used")
+    free = _figure(figures, "free")
+    reserved = _figure(figures, "reserved")
+    total = None if used is None or free is None else used + free + (reserved or 0)
+    return whole(used), whole(total), whole(reserved)
+
+
+def _mig_instances(parts: GpuParts) -> tuple[MigInstance, ...]:
+    out = []
+    for mig_id in sorted(parts.mig, key=lambda i: (len(i), i)):
+        figures = parts.mig[mig_id]
+        used, total, _ = _memory(figures)
+        out.append(
+            MigInstance(
+                instance_id=mig_id,
+                profile=parts.mig_profiles.get(mig_id),
+                memory_used_mib=used,
+                memory_total_mib=total,
+                utilization_pct=whole(_figure(figures, "util")),
+            )
+        )
+    return tuple(out)
+
+
+def _sum(values: Iterable[int | None]) -> int | None:
+    total = 0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
+
+
+def _mig_max(parts: GpuParts, figure: str) -> float | None:
+    """The largest ``figure`` any MIG instance of the GPU reports (device-wide ones repeat per instance)."""
+    values = [v for figures in parts.mig.values() if (v := _figure(figures, figure)) is not None]
+    return max(values, default=None)
+
+
+def _build_gpu(
+    parts: GpuParts, index: int, stale: bool, stale_reason: str
+) -> tuple[Gpu, int | None, tuple[MigInstance, ...]]:
+    """The model's GPU from its parts (no figures when stale), its last XID (None: no error) and its MIG
+    instances."""
+    labels = parts.labels
+    name, uuid, pci_bus_id = labels.get("modelName"), labels.get("UUID"), labels.get("pci_bus_id")
+    if stale:
+        return Gpu(index=index, name=name, uuid=uuid, pci_bus_id=pci_bus_id, error=stale_reason), None, ()
+    figures = parts.figures
+    used, total, reserved = _memory(figures)
+    instances = _mig_instances(parts) if parts.mig else ()
+    xid = _figure(figures, "xid")
+    temp = _figure(figures, "temp")
+    power = _figure(figures, "power")
+    if instances:
+        if used is None:
+            # MIG without GPU-level memory series: the GPU holds what its instances hold.
+            used = _sum(i.memory_used_mib for i in instances)
+            total = _sum(i.memory_total_mib for i in instances)
+        xid = _mig_max(parts, "xid") if xid is None else xid
+        temp = _mig_max(parts, "temp") if temp is None else temp
+        power = _mig_max(parts, "power") if power is None else power
+    gpu = Gpu(
+        index=index,
+        name=name,
+        uuid=uuid,
+        pci_bus_id=pci_bus_id,
+        memory_used_mib=used,
+        memory_total_mib=total,
+        memory_reserved_mib=reserved,
+        utilization_pct=whole(_figure(figures, "util")),
+        temperature_c=whole(temp),
+        power_w=None if power is None else round(power, 1),
+        error=None if used is not None else "DCGM sent no memory figure for this GPU",
+    )
+    code = whole(xid)
+    return gpu, (code if code else None), instances
+
+
+def last_is(age_s: float | None) -> str:
+    """ "; the last is 12 s old", or nothing when the age is not known."""
+    return "" if age_s is None else f"; the last is {age_text(age_s)} old"
+
+
+def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
+    """The finding that says a GPU's last XID error is not 0 (the SSH view and ``dmesg`` tell more)."""
+    return Finding(
+        kind="xid",
+        target=target,
+        gpu_index=gpu_index,
+        detail=f"GPU{gpu_index} reported XID {code} (DCGM_FI_DEV_XID_ERRORS)",
+        action="look at the host's kernel log (dmesg | grep -i xid); open it over SSH for its processes",
+    )
+
+
+def _index_gpus(parts: Iterable[GpuParts]) -> list[tuple[int, GpuParts]]:
+    """GPUs in index order; a GPU without a ``gpu`` label gets the next free index (by its key)."""
+    known = sorted((p for p in parts if p.index is not None), key=lambda p: (p.index, p.key))
+    taken = {p.index for p in known}
+    out: list[tuple[int, GpuParts]] = [(p.index, p) for p in known if p.index is not None]
+    next_index = 0
+    for p in sorted((p for p in parts if p.index is None), key=lambda p: p.key):
+        while next_index in taken:
+            next_index += 1
+        taken.add(next_index)
+        out.append((next_index, p))
+    out.sort(key=lambda pair: pair[0])
+    return out
+
+
+def _servers_by_host(
+    parser: Parser, aliases: Mapping[str, str | None]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """host name -> server instance -> {"kind", figure: value}: each server attached to the host it runs on.
+
+    A series with the host label names its host; else its ``instance`` without the port must name exactly one
+    host (or that host's exporter address). Anything else is left out: several hosts behind one address
+    (loopback, a NAT) cannot be told apart.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for series in parser.servers:
+        kind, figure = SERVER_METRICS[series.labels.get("__name__", "")]
+        host = series.labels.get(parser.host_label)
+        instance = series.labels.get(INSTANCE) or ""
+        if not host or host not in parser.hosts:
+            host = aliases.get(host_part(instance)) if instance else None
+        if not host:
+            continue
+        entry = out.setdefault(host, {}).setdefault(instance or kind, {"kind": kind})
+        if series.value is not None:
+            entry[figure] = entry.get(figure, 0.0) + series.value
+    return out
+
+
+def _alias_map(parser: Parser) -> dict[str, str | None]:
+    """Address or name -> the one host it stands for (None: it stands for several)."""
+    aliases: dict[str, str | None] = {}
+    for host in parser.hosts.values():
+        names = {host.name, host.ssh_host} | {host_part(i) for i in host.instances}
+        for alias in names:
+            if not alias:
+                continue
+            aliases[alias] = host.name if aliases.get(alias, host.name) == host.name else None
+    return aliases
+
+
+def server_detail(kind: str, figures: Mapping[str, Any]) -> str:
+    """ "vllm: 3 running, 1 waiting" (a figure the server did not send is left out)."""
+    parts = [f"{int(figures[f])} {f}" for f in ("running", "waiting") if figures.get(f) is not None]
+    return f"{kind}: " + (", ".join(parts) if parts else "no request figures")
+
+
+def parse_answer(
+    document: Mapping[str, Any],
+    host_label: str = DEFAULT_HOST_LABEL,
+    stale_after_s: float = DEFAULT_STALE_AFTER_S,
+    known_servers: Mapping[str, tuple[str, str]] | None = None,
+    list_down_targets: bool = True,
+    claimed_instances: Iterable[str] = (),
+) -> FleetSample:
+    """The fleet in one ``/api/v1/query`` answer of ``build_query``'s expression.
+
+    Args:
+        document: The decoded JSON answer.
+        host_label: The label that names a host (``instance`` when a series lacks it).
+        stale_after_s: A GPU whose newest sample is older than this has no current data.
+        known_servers: Server instance -> (host, kind) from earlier answers: a server whose gauges went away
+            while its ``up`` is 0 is shown DOWN on its host.
+        list_down_targets: List a target of a DCGM scrape job that is down and has left no series in the
+            lookback as a host of its own (named by its ``instance``). Off when a label matcher narrows the
+            fleet: whether it would select such a target cannot be told.
+        claimed_instances: Exporter addresses of hosts known from earlier answers (not listed again).
+
+    Raises:
+        PrometheusError: the answer is not an instant vector.
+    """
+    data = document.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or data.get("resultType") != "vector" or not isinstance(result, list):
+        raise PrometheusError("prometheus: the answer is not an instant vector")
+    parser = Parser(host_label, stale_after_s)
+    try:
+        parser.feed(result)
+        if list_down_targets:
+            _add_down_targets(parser, set(claimed_instances))
+        now = parser.eval_time
+        servers = _servers_by_host(parser, _alias_map(parser))
+        for instance, (host_name, kind) in (known_servers or {}).items():
+            if host_name in parser.hosts and parser.up.get(instance) is False:
+                servers.setdefault(host_name, {}).setdefault(instance, {"kind": kind})
+        hosts = [_build_host(parser.hosts[n], parser, now, servers.get(n, {})) for n in sorted(parser.hosts)]
+    except (TypeError, AttributeError, ValueError) as exc:
+        cause = f"{type(exc).__name__}: {visible(str(exc), 80)}"
+        raise PrometheusError(f"prometheus: malformed answer ({cause})") from None
+    return FleetSample(hosts=tuple(hosts), eval_time=now, ignored_series=parser.ignored)
+
+
+def _add_down_targets(parser: Parser, claimed: set[str]) -> None:
+    """A host for each target of a DCGM job that is down and that no host's series name."""
+    claimed |= {instance for host in parser.hosts.values() for instance in host.instances}
+    for instance, job in parser.down_targets:
+        if job in parser.dcgm_jobs and instance not in claimed and instance not in parser.hosts:
+            parser.hosts[instance] = HostParts(instance, host_part(instance), instances={instance})
+
+
+def _build_host(
+    parts: HostParts, parser: Parser, now: float | None, servers: Mapping[str, Mapping[str, Any]]
+) -> FleetHost:
+    ups = [parser.up[i] for i in sorted(parts.instances) if i in parser.up]
+    exporter_up = None if not ups else any(ups)  # one working scrape of a duplicated exporter is enough
+    # A GPU's data is as old as its newest sample; without a current one, as old as the last time its
+    # exporter was up.
+    last_up = max((parser.up_time[i] for i in parts.instances if i in parser.up_time), default=None)
+    newest = max((t for g in parts.gpus.values() for t in g.times), default=last_up)
+    host_age = None if newest is None or now is None else max(0.0, now - newest)
+    gpus: list[Gpu] = []
+    xid: dict[int, int] = {}
+    mig: dict[int, tuple[MigInstance, ...]] = {}
+    stale_count = 0
+    for index, gpu_parts in _index_gpus(parts.gpus.values()):
+        gpu_newest = max(gpu_parts.times, default=last_up)
+        age = None if gpu_newest is None or now is None else max(0.0, now - gpu_newest)
+        too_old = age is not None and age > parser.stale_after_s
+        stale = not gpu_parts.live or too_old
+        reason = f"no current data{last_is(age)}"
+        gpu, code, instances = _build_gpu(gpu_parts, index, stale, reason)
+        stale_count += stale
+        gpus.append(gpu)
+        if code:
+            xid[index] = code
+        if instances:
+            mig[index] = instances
+    host_stale = stale_count == len(gpus) if gpus else exporter_up is False
+    error = None
+    if host_stale:
+        why = "its exporter is down (up=0)" if exporter_up is False else "its series went stale"
+        error = f"no current data: {why}{last_is(host_age)}"
+        if not gpus:
+            error += f", and Prometheus has none of its GPU series in the last {LOOKBACK}"
+        gpus = [replace(g, error=None) for g in gpus]  # one host-level reason, not eight copies
+    elif exporter_up is False:
+        error = "its exporter is down (up=0), but Prometheus still serves its last data"
+    health = tuple(
+        HealthSample(
+            url=instance,
+            state=None
+            if parser.up.get(instance) is None
+            else (HEALTH_STATE_UP if parser.up[instance] else HEALTH_STATE_DOWN),
+            detail=server_detail(str(figures["kind"]), figures),
+            checked_at=now,
+        )
+        for instance, figures in sorted(servers.items())
+    )
+    snapshot = HostSnapshot(
+        target=parts.name,
+        hostname=parts.ssh_host,
+        time=newest,
+        error=error,
+        mode=MODE_PROMETHEUS,
+        gpus=tuple(gpus),
+        findings=tuple(xid_finding(parts.name, i, c) for i, c in sorted(xid.items())),
+        health=health,
+    )
+    return FleetHost(
+        name=parts.name,
+        snapshot=snapshot,
+        ssh_host=parts.ssh_host,
+        data_time=newest,
+        age_s=host_age,
+        stale=host_stale,
+        exporter_up=exporter_up,
+        instances=tuple(sorted(parts.instances)),
+        xid=xid,
+        mig=mig,
+    )

@@ -1,0 +1,310 @@
+"""``SimLink``: a simulated host behind the ``HostLink`` interface, driven by the collector's commands."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import asdict, replace
+from typing import Any
+
+from gputui.agent import protocol
+from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, Proc
+from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.sim.kills import SimKill, SimKills, optional_seconds
+from gputui.transports.sim.scenario import (
+    BOOT_EPOCH_S,
+    DRAIN_S,
+    GPU_COUNT,
+    GPU_NAME,
+    GPU_TOTAL_MIB,
+    HEALTH_PROBE_S,
+    HEALTHY_TARGET,
+    IDLE_MIB,
+    LAUNCHER_PID,
+    POWER_LIMIT_W,
+    VLLM_PID,
+    Clock,
+    SimProc,
+    drain_s,
+    healthy_processes,
+    wedge_processes,
+)
+
+
+class SimLink(SimKills, HostLink):
+    """A simulated host, driven by the same commands as a real agent.
+
+    Args:
+        target: The host's name; ``gpu-node-08`` is the healthy host, anything else replays the wedge.
+        options: Intervals and read-only mode, as for any link.
+        clock: Epoch seconds source for every time in the snapshots (default ``time.time``).
+        wedged_at_s: Scenario seconds of serving before the schedulers wedge (0: wedged from the start).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        options: LinkOptions | None = None,
+        clock: Clock | None = None,
+        wedged_at_s: float = 0.0,
+    ) -> None:
+        self.target = target
+        self._options = options or LinkOptions()
+        self._clock: Clock = clock or time.time
+        self._wedged_at_s = wedged_at_s
+        self._memory_interval_s = self._options.memory_interval_s
+        self._process_interval_s = self._options.process_interval_s
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closed = threading.Event()
+        self._opened = False
+        self._next_due_monotonic = 0.0
+        self._start_s = self._clock()
+        self._healthy = target == HEALTHY_TARGET
+        self._procs: dict[int, SimProc] = {
+            p.pid: p for p in (healthy_processes() if self._healthy else wedge_processes())
+        }
+        self._draining: list[tuple[int, int, float]] = []
+        """(gpu index, MiB, epoch seconds the holder died): memory on its way back to the driver."""
+        self._server_pid = VLLM_PID if self._healthy else LAUNCHER_PID
+        self._server_dead_at: float | None = None
+        """When the process serving the host's /health died: from then on it is DOWN."""
+        self._ops: dict[int, SimKill] = {}
+        self._next_op = 0
+        self.boot_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{target}.gputui.transports.sim"))
+        self.agent_pid = 4999 if not self._healthy else 5999
+
+    # -- HostLink ---------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        if self._closed.is_set():
+            raise LinkError(f"{self.target}: link closed")
+        self._opened = True
+
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        if not self._opened:
+            raise LinkError(f"{self.target}: link not open")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._closed.is_set():
+                raise LinkError(f"{self.target}: link closed")
+            now = time.monotonic()
+            if now >= self._next_due_monotonic:
+                with self._lock:
+                    self._next_due_monotonic = now + self._memory_interval_s
+                    return self._snapshot()
+            if now >= deadline:
+                return None
+            # A configure command sets _wake so a shorter interval takes effect at once.
+            self._wake.wait(min(self._next_due_monotonic, deadline) - now)
+            self._wake.clear()
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        if self._closed.is_set():
+            raise LinkError(f"{self.target}: link closed")
+        name = command.get("cmd")
+        if name == protocol.CMD_CONFIGURE:
+            with self._lock:
+                if command.get("memory_interval_s") is not None:
+                    self._memory_interval_s = float(command["memory_interval_s"])
+                if command.get("process_interval_s") is not None:
+                    self._process_interval_s = float(command["process_interval_s"])
+                self._next_due_monotonic = min(
+                    self._next_due_monotonic, time.monotonic() + self._memory_interval_s
+                )
+            self._wake.set()
+            return {}
+        if name == protocol.CMD_SAMPLE:
+            with self._lock:
+                return {"snapshot": self._snapshot().to_dict()}
+        if name == protocol.CMD_CALIBRATE:
+            with self._lock:
+                snap = self._snapshot()
+            return {"memory_used_mib": {g.key: g.memory_used_mib for g in snap.gpus}}
+        if name == protocol.KILL_COMMAND:
+            return self._kill(command)
+        if name == protocol.KILL_WAIT_COMMAND:
+            op = self._op(command)
+            self._wait_op(op, optional_seconds(command.get("timeout_s")))
+            return self._reply(op, command.get("since"))
+        if name == protocol.KILL_ABANDON_COMMAND:
+            op = self._op(command)
+            with self._lock:
+                self._settle()
+                if not op.done:
+                    self._finish(op, self._clock(), abandoned=True)
+            return self._reply(op, command.get("since"))
+        if name == protocol.CMD_HEALTH:
+            with self._lock:
+                samples = [asdict(sample) for sample in self._health(self._clock())]
+            found = [sample["url"] for sample in samples if sample["discovered"]]
+            config = protocol.health_config(
+                [],
+                found,
+                False,
+                True,
+                HEALTH_PROBE_S,
+                HEALTH_DEFAULT_DEADLINE_S,
+                HEALTH_GENERATE_MIN_INTERVAL_S,
+            )
+            return {"config": config, "samples": samples}
+        if name == protocol.CMD_QUIT:
+            return {}
+        raise LinkError(f"{self.target}: unknown command {name!r}")
+
+    def close(self) -> None:
+        self._closed.set()
+        self._wake.set()
+
+    # -- the scenario ----------------------------------------------------------------------------------
+
+    @property
+    def memory_interval_s(self) -> float:
+        """Seconds between snapshots now (changed by ``configure``)."""
+        return self._memory_interval_s
+
+    def _advance(self, now_s: float) -> None:
+        """Apply the story's scheduled events up to ``now_s``. Called with the lock held."""
+        if self._healthy:
+            return
+        wedge_s = self._start_s + self._wedged_at_s
+        if now_s >= wedge_s:
+            for proc in self._procs.values():
+                if proc.defunct_on_wedge and proc.state != "Z":
+                    proc.state = "Z"
+                    proc.state_since = wedge_s
+                    proc.rss_kib = 0
+
+    def _gpu_used_mib(self, index: int, now_s: float) -> int:
+        used = float(IDLE_MIB)
+        for proc in self._procs.values():
+            used += proc.gpu_mib.get(index, 0)
+        for gpu, mib, died_s in self._draining:
+            if gpu == index:
+                used += mib * max(0.0, 1.0 - (now_s - died_s) / drain_s(gpu))
+        return int(round(used))
+
+    def _gpu(self, index: int, now_s: float) -> Gpu:
+        used_mib = self._gpu_used_mib(index, now_s)
+        holders = tuple(
+            GpuProcess(pid=p.pid, used_mib=p.gpu_mib[index])
+            for p in sorted(self._procs.values(), key=lambda p: p.pid)
+            if index in p.gpu_mib
+        )
+        busy = any(p.state != "Z" for p in self._procs.values() if index in p.gpu_mib)
+        scenario_s = int(now_s - self._start_s)
+        if busy:
+            util_pct = 78 + (index * 7 + scenario_s * 3) % 19
+            power_w = 310.0 + (index * 13 + scenario_s * 5) % 70
+            temp_c = 66 + (index * 3 + scenario_s) % 9
+        elif used_mib > IDLE_MIB + 64:
+            util_pct, power_w, temp_c = 0, 96.0 + index, 51 + index % 3
+        else:
+            util_pct, power_w, temp_c = 0, 21.0 + index % 4, 34 + index % 4
+        return Gpu(
+            index=index,
+            name=GPU_NAME,
+            uuid="GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"gpu{index}.{self.target}.gputui.sim")),
+            pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
+            memory_used_mib=used_mib,
+            memory_total_mib=GPU_TOTAL_MIB,
+            memory_reserved_mib=476,
+            utilization_pct=util_pct,
+            memory_utilization_pct=util_pct // 2 if busy else 0,
+            temperature_c=temp_c,
+            power_w=power_w,
+            power_limit_w=POWER_LIMIT_W,
+            processes=holders,
+        )
+
+    def _health(self, now_s: float) -> tuple[HealthSample, ...]:
+        # The agent probes every few seconds, not on every sample: checked_at says which probe this is.
+        probed_s = self._start_s + HEALTH_PROBE_S * ((now_s - self._start_s) // HEALTH_PROBE_S)
+        samples = self._health_at(now_s)
+        return tuple(replace(sample, checked_at=probed_s) for sample in samples)
+
+    def _health_at(self, now_s: float) -> tuple[HealthSample, ...]:
+        url = "http://127.0.0.1:8000/health" if self._healthy else "http://127.0.0.1:30000/health"
+        wedge_s = now_s if self._healthy else self._start_s + self._wedged_at_s
+        if self._server_dead_at is not None:
+            # Nothing listens on the port any more, whichever way the server went.
+            return (
+                HealthSample(
+                    url=url,
+                    state=protocol.HEALTH_STATE_DOWN,
+                    since=self._server_dead_at,
+                    last_ok=min(wedge_s, self._server_dead_at),
+                    consecutive_failures=1,
+                    detail="connection refused",
+                    discovered=True,
+                    checked_at=now_s,
+                ),
+            )
+        if not self._healthy and now_s >= wedge_s:
+            return (
+                HealthSample(
+                    url=url,
+                    state=protocol.HEALTH_STATE_UNHEALTHY,
+                    code=503,
+                    latency_ms=20_004.0,
+                    since=wedge_s,
+                    last_ok=wedge_s,
+                    consecutive_failures=1 + int((now_s - wedge_s) // 5),
+                    detail="503 Service Unavailable",
+                    discovered=True,
+                    checked_at=now_s,
+                ),
+            )
+        return (
+            HealthSample(
+                url=url,
+                state=protocol.HEALTH_STATE_UP,
+                code=200,
+                latency_ms=3.1 if self._healthy else 4.2,
+                since=self._start_s,
+                last_ok=now_s,
+                discovered=True,
+                checked_at=now_s,
+            ),
+        )
+
+    def _snapshot(self) -> HostSnapshot:
+        """The host as it is now. Called with the lock held."""
+        now_s = self._clock()
+        self._advance(now_s)
+        self._settle()
+        self._draining = [d for d in self._draining if now_s - d[2] < DRAIN_S]
+        procs = tuple(
+            Proc(
+                pid=p.pid,
+                ppid=p.ppid,
+                user=p.user,
+                uid=p.uid,
+                state=p.state,
+                name=p.name,
+                cmdline=() if p.state == "Z" else p.cmdline,
+                start_ticks=p.start_ticks,
+                create_time=BOOT_EPOCH_S + p.start_offset_s,
+                state_since=p.state_since,
+                rss_kib=p.rss_kib,
+                gpu_memory_mib=dict(p.gpu_mib),
+            )
+            for p in sorted(self._procs.values(), key=lambda p: p.pid)
+        )
+        return HostSnapshot(
+            target=self.target,
+            hostname=self.target,
+            boot_id=self.boot_id,
+            time=now_s,
+            driver_version="580.82.07",
+            cuda_driver_version="13.0",
+            mode=protocol.MODE_SIM,
+            agent_version="sim",
+            agent_pid=self.agent_pid,
+            processes_time=now_s,
+            gpus=tuple(self._gpu(i, now_s) for i in range(GPU_COUNT)),
+            processes=procs,
+            health=self._health(now_s),
+        )

@@ -1,0 +1,232 @@
+"""The demo's story: two simulated hosts, their processes and GPUs, every figure deterministic.
+
+* the wedge (any target except ``gpu-node-08``): eight 48 GiB "NVIDIA RTX PRO 6000 Blackwell" GPUs, an sglang
+  launcher started under ``nsys`` with eight scheduler workers (~40 GiB each) and a detokenizer. After
+  ``wedged_at_s`` seconds of serving, the schedulers turn defunct (``Z``) while their GPU memory stays held,
+  and ``/health`` answers 503. Killing the launcher reaps the zombies; their memory drains to the 3 MiB idle
+  baseline over ``DRAIN_S`` seconds.
+* the healthy host (``gpu-node-08``): a vLLM server on four of eight GPUs, plus a process whose name and
+  arguments are hostile text (markup, terminal escapes, a bidi override, a 100 KB argument) to keep every
+  renderer honest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Clock = Callable[[], float]
+"""Returns wall-clock epoch seconds."""
+
+HEALTHY_TARGET = "gpu-node-08"
+"""The demo host that stays healthy; every other simulated target replays the wedge."""
+
+GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
+GPU_TOTAL_MIB = 49152
+IDLE_MIB = 3
+"""What an idle GPU reports as used: the driver's own footprint."""
+DRAIN_S = 2.0
+"""Seconds within which a dead holder's GPU memory is back with the driver (GPU 7 takes this long)."""
+
+
+def drain_s(gpu_index: int) -> float:
+    """Seconds GPU ``gpu_index`` takes to release a dead holder's memory: GPU 0 is quickest (1.3 s), GPU 7
+    takes ``DRAIN_S``, so a clean-slate check sees the GPUs come back one after another."""
+    return DRAIN_S * (0.65 + 0.05 * min(gpu_index, 7))
+
+
+GPU_COUNT = 8
+HEALTH_PROBE_S = 2.0
+"""Seconds between the simulated agent's health probes."""
+POWER_LIMIT_W = 600.0
+CLOCK_TICKS_PER_S = 100
+BOOT_EPOCH_S = 1_780_000_000.0
+"""Epoch seconds at which the simulated hosts booted (start ticks count from here)."""
+
+SGLANG_CMDLINE = (
+    "python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    "/models/GLM-5-NVFP4",
+    "--tp",
+    "8",
+    "--port",
+    "30000",
+    "--enable-layerwise-nvtx-marker",
+)
+NSYS_CMDLINE = (
+    "nsys",
+    "profile",
+    "--trace=cuda,nvtx",
+    "--cuda-graph-trace=node",
+    "-o",
+    "/tmp/glm5_decode",  # noqa: S108 (a string shown, never a path used)
+    *SGLANG_CMDLINE,
+)
+VLLM_CMDLINE = (
+    "python3",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    "/models/Qwen3-32B",
+    "--tensor-parallel-size",
+    "4",
+    "--port",
+    "8000",
+)
+
+HOSTILE_TEXTS = (
+    "[bold]x[/]",
+    "[@click=app.quit]x[/]",
+    "\x1b]0;t\x07",
+    "\x1b[2J",
+    "\u202eexe.txt",
+    "[Bold]",
+    "[$x]",
+    "[/]",
+    "\x9bJ",
+)
+"""Markup, terminal escapes and a bidi override, as machines may report them in names and arguments."""
+HOSTILE_LONG_ARG_CHARS = 100_000
+
+SCHEDULER_PID_BASE = 4240
+"""Scheduler TP<i> has pid SCHEDULER_PID_BASE + i."""
+LAUNCHER_PID = 4200
+VLLM_PID = 5100
+"""The healthy host's server: its /health answers while it lives."""
+NSYS_PID = 4100
+DETOKENIZER_PID = 4250
+SCHEDULER_HELD_MIB = (41236, 41228, 41236, 41236, 41240, 41236, 41232, 41236)
+
+
+@dataclass
+class SimProc:
+    """A simulated process. Mutable: the scenario and kills change it."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: tuple[str, ...]
+    user: str = "root"
+    uid: int = 0
+    state: str = "S"
+    gpu_mib: dict[int, int] = field(default_factory=dict)
+    ignores_term: bool = False
+    defunct_on_wedge: bool = False
+    start_offset_s: float = 1000.0
+    state_since: float | None = None
+    rss_kib: int = 1_048_576
+
+    @property
+    def start_ticks(self) -> int:
+        return int(self.start_offset_s * CLOCK_TICKS_PER_S)
+
+
+class ManualClock:
+    """A clock that moves only when told to: for deterministic tests and snapshots.
+
+    Args:
+        start_s: Epoch seconds it reads at first.
+    """
+
+    def __init__(self, start_s: float = BOOT_EPOCH_S + 86_400.0) -> None:
+        self._now_s = start_s
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now_s
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        with self._lock:
+            self._now_s += seconds
+
+
+def wedge_processes() -> list[SimProc]:
+    procs = [
+        SimProc(NSYS_PID, 3811, "nsys", NSYS_CMDLINE, start_offset_s=80_000.0, rss_kib=412_000),
+        SimProc(
+            LAUNCHER_PID,
+            NSYS_PID,
+            "python3",
+            SGLANG_CMDLINE,
+            start_offset_s=80_001.0,
+            rss_kib=3_200_000,
+        ),
+    ]
+    for tp in range(GPU_COUNT):
+        procs.append(
+            SimProc(
+                SCHEDULER_PID_BASE + tp,
+                LAUNCHER_PID,
+                f"sglang::scheduler_TP{tp}",
+                (),
+                gpu_mib={tp: SCHEDULER_HELD_MIB[tp]},
+                defunct_on_wedge=True,
+                start_offset_s=80_009.0 + tp / 10,
+                rss_kib=9_800_000,
+            )
+        )
+    procs.append(
+        SimProc(
+            DETOKENIZER_PID,
+            LAUNCHER_PID,
+            "sglang::detokenizer",
+            (),
+            ignores_term=True,
+            start_offset_s=80_010.0,
+            rss_kib=640_000,
+        )
+    )
+    return procs
+
+
+def healthy_processes() -> list[SimProc]:
+    procs = [
+        SimProc(VLLM_PID, 2901, "python3", VLLM_CMDLINE, user="svc-llm", uid=1001, start_offset_s=40_000.0),
+        SimProc(5110, 5100, "VLLM::EngineCore", (), user="svc-llm", uid=1001, start_offset_s=40_004.0),
+    ]
+    for tp in range(4):
+        procs.append(
+            SimProc(
+                5120 + tp,
+                5110,
+                f"VLLM::Worker_TP{tp}",
+                (),
+                user="svc-llm",
+                uid=1001,
+                gpu_mib={tp: 44236},
+                start_offset_s=40_006.0 + tp / 10,
+                rss_kib=7_400_000,
+            )
+        )
+    hostile_argv = ("python3", *HOSTILE_TEXTS, "A" * HOSTILE_LONG_ARG_CHARS)
+    procs.append(
+        SimProc(
+            5400,
+            3000,
+            "[bold]x[/]",
+            hostile_argv,
+            user="[@click=app.quit]x[/]",
+            uid=1002,
+            gpu_mib={6: 1024},
+            start_offset_s=60_000.0,
+            rss_kib=300_000,
+        )
+    )
+    procs.append(
+        SimProc(
+            5401,
+            5400,
+            "\x1b]0;t\x07\x1b[2J",
+            ("\u202eexe.txt", "[$x]"),
+            user="[Bold]",
+            uid=1003,
+            start_offset_s=60_001.0,
+            rss_kib=20_000,
+        )
+    )
+    return procs

@@ -1,0 +1,444 @@
+"""The monitor: one host's GPUs, health, findings and processes, its clean slate, and every host in a bar.
+
+Wide (100 columns and more): the GPUs and, beside them, the health endpoints over the findings share the
+width in halves; the process tree takes the whole width below them, so its commands have room. Narrower,
+everything is stacked; at 60 columns and less (a tmux side pane) lines are compact.
+
+The screen holds the view (which host is shown, pause, sort, filter, the layout) as reactives; the app holds
+the hosts and tells the screen when one changed (``hosts_changed``). While paused, the panels keep the
+snapshots they showed (a kill is planned from what is on screen); the host bar and the clean-slate line stay
+live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import TYPE_CHECKING, cast
+
+from textual import events
+from textual.app import ComposeResult
+from textual.containers import Container, Horizontal, Vertical
+from textual.css.query import NoMatches
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer, Input
+
+from gputui.core.analysis import ProcNode, build_forest, flatten
+from gputui.core.model import HostSnapshot
+from gputui.core.textsafe import visible
+from gputui.ui import keymap
+from gputui.ui.hosts import HostState
+from gputui.ui.screens.gpu_detail import GpuDetailScreen
+from gputui.ui.screens.help import HelpScreen
+from gputui.ui.widgets.border import set_border_subtitle, set_border_title
+from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.filter_bar import FilterBar
+from gputui.ui.widgets.findings_list import FindingsList
+from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.health_panel import HealthPanel
+from gputui.ui.widgets.host_bar import HostBar
+from gputui.ui.widgets.hosts_overview import HostsOverview
+from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
+
+if TYPE_CHECKING:
+    from gputui.ui.app import GpuTuiApp
+
+STACKED_BELOW_CELLS = 100
+"""Narrower than this, the panels are stacked instead of the GPUs beside the health and findings."""
+NARROW_MAX_CELLS = 60
+"""At or below this width (a tmux side pane) the panels show their compact lines."""
+HOSTS_REDRAW_S = 0.25
+"""The host bar and the overview are redrawn at most this often: with many hosts, redrawing them on every
+snapshot of every host costs O(hosts²) per second."""
+FINDINGS_MIN_ROWS = 7
+"""Rows (border included) the findings get at least beside the GPUs."""
+_KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keymap.MONITOR)}
+
+
+def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
+    """The GPU process trees in pre-order, then any other listed process (a zombie or D-state process
+    outside those trees) as a root of its own, so every finding's process has a row to jump to."""
+    nodes = flatten(build_forest(snapshot))
+    shown = {node.proc.pid for node in nodes}
+    nodes.extend(ProcNode(proc) for proc in snapshot.processes if proc.pid not in shown)
+    return nodes
+
+
+class MonitorScreen(Screen[None]):
+    """The host view of the app (``GpuTuiApp`` pushes it first and feeds it)."""
+
+    BINDINGS = keymap.bindings(keymap.MONITOR)
+
+    active_index: reactive[int] = reactive(0)
+    """The host the panels show, an index into the app's hosts."""
+    paused: reactive[bool] = reactive(False)
+    """The panels keep what they show (the host bar and the clean-slate line stay live)."""
+    sort_mode: reactive[str] = reactive(SORT_MODES[0])
+    """The process order, one of ``SORT_MODES``."""
+    filter_text: reactive[str] = reactive("")
+    """Only processes whose pid, user or command contain this are listed (case-insensitive)."""
+    narrow: reactive[bool] = reactive(False)
+    """A tmux side pane: compact lines everywhere."""
+    stacked: reactive[bool] = reactive(False)
+    """Too narrow for panels side by side: one above the other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._shown: dict[str, HostSnapshot | None] = {}
+        """Per host, the snapshot the panels show: the newest one, or the one they froze on while paused."""
+        self._hosts_dirty = False
+        """The host bar and overview lag behind the hosts' state (see ``HOSTS_REDRAW_S``)."""
+        self._hosts_timer_pending = False
+
+    @property
+    def gputui(self) -> GpuTuiApp:
+        from gputui.ui.app import GpuTuiApp
+
+        return cast(GpuTuiApp, self.app)
+
+    @property
+    def active(self) -> HostState | None:
+        """The host the panels show (None before any host, in the fleet view)."""
+        hosts = self.gputui.hosts
+        return hosts[self.active_index] if 0 <= self.active_index < len(hosts) else None
+
+    def shown_snapshot(self, host: HostState) -> HostSnapshot | None:
+        """What the panels show (or would show) of ``host``."""
+        return self._shown.get(host.target, host.snapshot)
+
+    # -- composition and layout ------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="body"):
+            yield HostBar(id="hostbar")
+            yield HostsOverview(id="overview")
+            with Container(id="main"):
+                with Horizontal(id="top"):
+                    yield GpuPanel(id="gpus", selectable=True)
+                    with Vertical(id="side"):
+                        yield HealthPanel(id="health")
+                        yield FindingsList(id="findings")
+                yield ProcessTable(id="procs")
+            yield CleanSlateLine(id="clean")
+            yield FilterBar(id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(GpuPanel).border_title = "GPUs"
+        self.query_one(HealthPanel).border_title = "Health"
+        self.query_one(FindingsList).border_title = "Findings"
+        self._layout_for(self.app.size.width)
+        self.query_one(ProcessTable).focus()
+        self._show_active()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_for(event.size.width)
+
+    def _layout_for(self, width: int) -> None:
+        self.narrow = width <= NARROW_MAX_CELLS
+        self.stacked = width < STACKED_BELOW_CELLS
+
+    def watch_narrow(self, narrow: bool) -> None:
+        self.query_one("#body").set_class(narrow, "-narrow")
+        self.query_one(HealthPanel).compact = narrow
+        self.query_one(FindingsList).compact = narrow
+        self._show_active()
+
+    def watch_stacked(self, stacked: bool) -> None:
+        self.query_one("#body").set_class(stacked, "-stacked")
+        self._size_top()
+
+    def watch_active_index(self) -> None:
+        self._show_active()
+
+    def watch_sort_mode(self) -> None:
+        self._show_active()
+
+    def watch_filter_text(self) -> None:
+        self._show_active()
+
+    def watch_paused(self, paused: bool) -> None:
+        if paused:
+            self._shown = {host.target: host.snapshot for host in self.gputui.hosts}
+        else:
+            self._shown.clear()  # back to the newest data of every host
+        self._show_active()
+
+    def _size_top(self) -> None:
+        """Beside each other, the GPUs and the health over the findings are as tall as the taller needs."""
+        top = self.query_one("#top")
+        height: str | int = "auto"
+        if not self.stacked:
+            gpu_rows = 3 + max(1, len(self.query_one(GpuPanel).gpus))
+            health_rows = 2 + max(1, self.query_one(HealthPanel).rows)
+            findings_rows = 2 + max(FINDINGS_MIN_ROWS - 2, self.query_one(FindingsList).lines)
+            # Findings may take the band up to half the screen; past that they scroll.
+            most = max(gpu_rows, self.size.height // 2)
+            height = max(gpu_rows, min(most, health_rows + findings_rows))
+        if str(top.styles.height) != str(height):
+            top.styles.height = height
+
+    # -- what the app tells the screen -----------------------------------------------------------------
+
+    def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
+        """New data for these hosts (each with whether the user asked for it: shown even while paused)."""
+        active = self.active
+        for host, forced in changed:
+            if self.paused and forced:
+                self._shown[host.target] = host.snapshot
+        if any(host is active for host, _ in changed):
+            self._show_active(hosts_now=False)
+        else:
+            self._show_hosts()
+
+    def host_changed(self, host: HostState) -> None:
+        """Something but data changed about ``host`` (an error, tags, a kill, a check)."""
+        if host is self.active:
+            self._show_active()
+        else:
+            self._show_hosts_now()
+
+    def tick(self) -> None:
+        """Once a second: ages in the host bar, the progress of a running check."""
+        self._show_hosts_now()
+        host = self.active
+        if host is not None and host.check is not None and host.check.running:
+            verdict = None if host.snapshot is None else host.snapshot.verdict
+            with suppress(NoMatches):
+                self.query_one(CleanSlateLine).show(verdict, host.check, self.gputui.clock())
+
+    # -- drawing ---------------------------------------------------------------------------------------
+
+    def _show_hosts(self) -> None:
+        """Redraw the host bar and overview soon: many snapshots within ``HOSTS_REDRAW_S`` cost one redraw."""
+        self._hosts_dirty = True
+        if self._hosts_timer_pending:
+            return
+        # One timer at a time: a redraw in between (the tick, a key) clears the flag but not the timer, and a
+        # fresh timer per cleared flag would let every tick start another chain of redraws.
+        self._hosts_timer_pending = True
+        self.set_timer(HOSTS_REDRAW_S, self._flush_hosts)
+
+    def _flush_hosts(self) -> None:
+        self._hosts_timer_pending = False
+        if self._hosts_dirty:
+            self._show_hosts_now()
+
+    def _show_hosts_now(self) -> None:
+        self._hosts_dirty = False
+        app = self.gputui
+        statuses = [app.host_status(h) for h in app.hosts]
+        try:
+            self.query_one("#body").set_class(len(statuses) > 1, "-multi")
+            self.query_one(HostBar).show(statuses, self.active_index, self.paused)
+            self.query_one(HostsOverview).show(statuses, self.active_index)
+        except NoMatches:  # not composed yet, or being torn down (quitting): nothing to show
+            pass
+
+    def _show_active(self, hosts_now: bool = True) -> None:
+        """Redraw every panel from the shown host's snapshot.
+
+        Args:
+            hosts_now: Redraw the host bar and overview now (a key was pressed), else soon (new data).
+        """
+        try:
+            self._show_active_now(hosts_now)
+        except NoMatches:  # not composed yet, or being torn down (quitting): nothing to show
+            pass
+
+    def _show_active_now(self, hosts_now: bool) -> None:
+        host = self.active
+        if host is None:
+            return
+        app = self.gputui
+        snapshot = self.shown_snapshot(host)
+        now_s = app.clock()
+        gpus = self.query_one(GpuPanel)
+        procs = self.query_one(ProcessTable)
+        health = self.query_one(HealthPanel)
+        with app.batch_update():
+            if hosts_now:
+                self._show_hosts_now()
+            else:
+                self._show_hosts()
+            title = visible(host.target, 40)
+            if snapshot is not None and snapshot.driver_version:
+                title += f" · driver {visible(snapshot.driver_version, 20)}"
+            title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
+            read_only = " · READ-ONLY" if app.settings.read_only else ""
+            flags = read_only + (" · ⏸ PAUSED" if self.paused else "")
+            set_border_title(gpus, f"GPUs · {title}{flags}")
+            filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
+            tagged = f" · {len(host.tagged)} tagged" if host.tagged else ""
+            set_border_title(procs, f"Processes · sort: {self.sort_mode}{filt}{tagged}")
+            verdict = None if host.snapshot is None else host.snapshot.verdict
+            self.query_one(CleanSlateLine).show(verdict, host.check, now_s)
+            if snapshot is None:
+                message = host.error or "connecting…"
+                if host.halted:
+                    message = "not retrying (r: try again) · " + message
+                gpus.show((), {}, {}, message=visible(message, 200))
+                procs.show((), compact=self.narrow)
+                health.show((), now_s=now_s)
+                self.query_one(FindingsList).show(())
+                self._size_top()
+                return
+            baselines = {}
+            if snapshot.verdict is not None:
+                baselines = {
+                    g.index: g.baseline_mib + snapshot.verdict.tolerance_mib for g in snapshot.verdict.gpus
+                }
+            history = {index: host.history.memory_mib(index) for index in host.history.indexes()}
+            message = "" if snapshot.error is None else visible(snapshot.error, 200)
+            gpus.show(snapshot.gpus, history, baselines, message=message)
+            procs.show(
+                table_nodes(snapshot),
+                tagged=host.tagged,
+                filter_text=self.filter_text,
+                sort_mode=self.sort_mode,
+                compact=self.narrow,
+            )
+            empty = procs.row_count == 0 and not self.filter_text
+            set_border_subtitle(procs, "no GPU processes" if empty else "")
+            health.show(snapshot.health, host.health_history.as_dict(), now_s=now_s)
+            self.query_one(FindingsList).show(snapshot.findings, snapshot)
+            self._size_top()
+
+    # -- keys ------------------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        key = _KEYS_BY_ACTION.get(action)
+        if key is None:
+            return True
+        app = self.gputui
+        return keymap.available(
+            key, read_only=app.settings.read_only, hosts=len(app.hosts), fleet=app.fleet is not None
+        )
+
+    def _selected_pids(self, host: HostState) -> list[int]:
+        if host.tagged:
+            return sorted(host.tagged)
+        pid = self.query_one(ProcessTable).selected_pid
+        return [] if pid is None else [pid]
+
+    def _kill(self, signal: str, tree: bool = False, all_gpu: bool = False) -> None:
+        host = self.active
+        if host is None:
+            return
+        pids = [] if all_gpu else self._selected_pids(host)
+        self.gputui.kills.request(host, self.shown_snapshot(host), pids, signal, tree=tree, all_gpu=all_gpu)
+
+    def action_kill(self, signal: str = "TERM") -> None:
+        """Signal the tagged processes (or the selected one)."""
+        self._kill(signal if signal in ("TERM", "KILL", "INT") else "TERM")
+
+    def action_kill_tree(self) -> None:
+        """TERM the selected trees, children first, then KILL what is left after the escalation delay."""
+        self._kill("TERM", tree=True)
+
+    def action_kill_all(self) -> None:
+        """Kill every GPU process tree on the shown host, then watch for the clean slate."""
+        self._kill("TERM", tree=True, all_gpu=True)
+
+    def action_tag(self) -> None:
+        host = self.active
+        procs = self.query_one(ProcessTable)
+        pid = procs.selected_pid
+        if host is None or pid is None:
+            return
+        host.tagged.symmetric_difference_update({pid})
+        self._show_active()
+        procs.action_cursor_down()
+
+    def action_check(self) -> None:
+        """Sample fast until every GPU is back at its baseline (or the deadline), then show a receipt."""
+        if self.active is not None:
+            self.gputui.checks.start(self.active)
+
+    def action_filter(self) -> None:
+        self.query_one("#body").add_class("-filtering")
+        self.query_one(FilterBar).focus()
+
+    def action_sort(self) -> None:
+        self.sort_mode = SORT_MODES[(SORT_MODES.index(self.sort_mode) + 1) % len(SORT_MODES)]
+
+    def action_refresh(self) -> None:
+        """Take a sample now; on a host that stopped retrying, try to connect once more."""
+        host = self.active
+        if host is None:
+            return
+        app = self.gputui
+        if host.halted:
+            app.say(f"{visible(host.target, 40)}: trying again", title="reconnect")
+            app.hosts.retry(host)
+            self._show_active()
+            return
+        app.hosts.sample_now(host)
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+
+    def action_next_host(self) -> None:
+        hosts = len(self.gputui.hosts)
+        if hosts:
+            self.active_index = (self.active_index + 1) % hosts
+
+    def action_host(self, index: int) -> None:
+        if 0 <= index < len(self.gputui.hosts):
+            self.active_index = index
+
+    def action_focus_findings(self) -> None:
+        self.query_one(FindingsList).focus()
+
+    def action_focus_gpus(self) -> None:
+        self.query_one(GpuPanel).focus()
+
+    def action_fleet(self) -> None:
+        """Back to the fleet view."""
+        self.gputui.show_fleet()
+
+    def action_help(self) -> None:
+        app = self.gputui
+        rows = keymap.help_rows(
+            keymap.MONITOR_HELP_SCOPES, read_only=app.settings.read_only, hosts=len(app.hosts),
+            fleet=app.fleet is not None, escalate_s=app.settings.escalate_s,
+        )
+        app.push_screen(HelpScreen(rows, app.settings.read_only))
+
+    # -- messages from the widgets ---------------------------------------------------------------------
+
+    def on_findings_list_jump_to_process(self, message: FindingsList.JumpToProcess) -> None:
+        procs = self.query_one(ProcessTable)
+        if not procs.select_pid(message.pid) and self.filter_text:
+            self.filter_text = ""
+            self.query_one(FilterBar).value = ""
+        if procs.select_pid(message.pid):
+            procs.focus()
+        else:
+            self.gputui.say(f"pid {message.pid} is not listed any more", severity="warning")
+
+    def on_findings_list_left(self, _message: FindingsList.Left) -> None:
+        self.query_one(ProcessTable).focus()
+
+    def on_gpu_panel_left(self, _message: GpuPanel.Left) -> None:
+        self.query_one(ProcessTable).focus()
+
+    def on_gpu_panel_opened(self, message: GpuPanel.Opened) -> None:
+        host = self.active
+        if host is not None:
+            self.app.push_screen(GpuDetailScreen(host.target, message.index))
+
+    def on_health_panel_rows_changed(self, _message: HealthPanel.RowsChanged) -> None:
+        self._size_top()
+
+    def on_findings_list_lines_changed(self, _message: FindingsList.LinesChanged) -> None:
+        self._size_top()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.filter_text = event.value
+
+    def on_filter_bar_closed(self, _message: FilterBar.Closed) -> None:
+        self.query_one("#body").remove_class("-filtering")
+        self.query_one(ProcessTable).focus()

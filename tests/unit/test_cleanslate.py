@@ -1,0 +1,108 @@
+"""The clean-slate state machine's rules, one by one (the TUI's ``c`` and ``check --wait`` both run it)."""
+
+from __future__ import annotations
+
+from gputui.core import cleanslate
+from gputui.core.analysis import Baselines, analyze
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
+
+BASELINES = Baselines()
+T0 = 1_800_000_000.0
+
+
+def _snapshot(used_mib: tuple[int, ...], at_s: float, listed_s: float | None = None,
+              holders: tuple[int, ...] = (), processes: tuple[Proc, ...] = ()) -> HostSnapshot:
+    gpus = tuple(
+        Gpu(index=i, uuid=f"GPU-{i}", memory_used_mib=used, memory_total_mib=49152,
+            processes=tuple(GpuProcess(pid=pid, used_mib=0) for pid in holders) if i == 0 else ())
+        for i, used in enumerate(used_mib)
+    )
+    listed = at_s if listed_s is None else listed_s
+    snapshot = HostSnapshot(target="h", boot_id="b", time=at_s, processes_time=listed, gpus=gpus,
+                            processes=processes)
+    return analyze(snapshot, BASELINES, now=at_s)
+
+
+def _started() -> cleanslate.CleanCheck:
+    return cleanslate.start(T0, timeout_s=60.0)
+
+
+def test_memory_above_baseline_asks_nothing_and_is_recorded_for_the_drain_curve() -> None:
+    check, ask = cleanslate.memory_sample(_started(), _snapshot((40_000, 3), T0 + 1), BASELINES, T0 + 1)
+    assert not ask
+    assert check.drain == (cleanslate.DrainPoint(T0 + 1, 40_000 - 5),)
+
+
+def test_a_clean_memory_sample_asks_once_and_a_clean_fresh_sample_makes_the_receipt_at_its_time() -> None:
+    check, ask = cleanslate.memory_sample(_started(), _snapshot((3, 3), T0 + 2), BASELINES, T0 + 2)
+    assert ask
+    assert check.confirming
+    check, again = cleanslate.memory_sample(check, _snapshot((3, 3), T0 + 3), BASELINES, T0 + 3)
+    assert not again  # one confirming sample at a time
+    check = cleanslate.confirming_sample(check, _snapshot((3, 3), T0 + 4))
+    assert check.clean is True
+    assert check.finished_s == T0 + 2  # when the clean memory sample arrived, not when the answer did
+
+
+def test_a_fresh_sample_listing_processes_older_than_the_memory_sample_does_not_confirm() -> None:
+    check, _ = cleanslate.memory_sample(_started(), _snapshot((3, 3), T0 + 5), BASELINES, T0 + 5)
+    check = cleanslate.confirming_sample(check, _snapshot((3, 3), T0 + 6, listed_s=T0 + 4))
+    assert check.running
+    assert check.note == cleanslate.STALE_LIST
+    assert not check.confirming  # the next clean memory sample asks again
+    _, ask = cleanslate.memory_sample(check, _snapshot((3, 3), T0 + 7), BASELINES, T0 + 7)
+    assert ask
+
+
+def test_a_fresh_sample_that_still_lists_a_holder_does_not_confirm() -> None:
+    check, _ = cleanslate.memory_sample(_started(), _snapshot((3, 3), T0 + 2), BASELINES, T0 + 2)
+    late = Proc(pid=77, ppid=1, state="S", name="late", start_ticks=1)
+    check = cleanslate.confirming_sample(check, _snapshot((3, 3), T0 + 3, holders=(77,), processes=(late,)))
+    assert check.running
+    assert "77" in check.note
+
+
+def test_no_receipt_while_a_kill_is_under_way_or_a_zombie_of_a_killed_job_is_listed() -> None:
+    check = cleanslate.kill_sent(_started(), T0 + 1)
+    check, ask = cleanslate.memory_sample(check, _snapshot((3, 3), T0 + 2), BASELINES, T0 + 2)
+    assert not ask  # the kill's escalation may still be due
+    check = cleanslate.kills_settled(check, still_under_way=False)
+    check, ask = cleanslate.memory_sample(check, _snapshot((3, 3), T0 + 3), BASELINES, T0 + 3)
+    assert ask
+    zombie = Proc(pid=50, ppid=1, state="Z", name="worker", start_ticks=9)
+    check = cleanslate.confirming_sample(check, _snapshot((3, 3), T0 + 4, processes=(zombie,)),
+                                         killed_members=[(50, 9)])
+    assert check.running
+    assert "zombie" in check.note
+
+
+def test_a_missing_confirming_sample_keeps_the_check_running_with_its_reason() -> None:
+    check, _ = cleanslate.memory_sample(_started(), _snapshot((3, 3), T0 + 2), BASELINES, T0 + 2)
+    check = cleanslate.confirming_sample(check, None, error="h: no reply to sample within 30.0 s")
+    assert check.running
+    assert check.note == "h: no reply to sample within 30.0 s"
+
+
+def test_the_deadline_ends_it_not_clean_and_a_finished_check_stays_finished() -> None:
+    check = cleanslate.tick(_started(), T0 + 60.0)
+    assert check.running
+    check = cleanslate.tick(check, T0 + 60.5)
+    assert (check.clean, check.finished_s) == (False, T0 + 60.5)
+    after, ask = cleanslate.memory_sample(check, _snapshot((3, 3), T0 + 61), BASELINES, T0 + 61)
+    assert after is check
+    assert not ask
+
+
+def test_the_drain_curve_is_bounded_and_starts_at_the_kill() -> None:
+    check = _started()
+    for step in range(3 * cleanslate.DRAIN_POINTS_MAX):
+        check, _ = cleanslate.memory_sample(check, _snapshot((40_000 - step, 3), T0 + step), BASELINES,
+                                            T0 + step)
+        if step == 100:
+            check = cleanslate.kill_sent(check, T0 + step)
+    assert len(check.drain) <= cleanslate.DRAIN_POINTS_MAX
+    assert check.drain[0].at_s == T0  # the whole span, at a lower resolution
+    since_kill = check.drain_since_kill()
+    assert T0 + 90 <= since_kill[0].at_s <= T0 + 100  # the last sample kept before the signals went out
+    assert since_kill[1].at_s > T0 + 100
+    assert since_kill[-1].at_s == T0 + 3 * cleanslate.DRAIN_POINTS_MAX - 1
