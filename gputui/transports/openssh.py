@@ -20,13 +20,15 @@ word ``parse_target`` validated (after ``--``), and the collector command of ``s
 - ControlMaster: an existing master (the user's ControlPath) is used; ``ControlMaster=no`` keeps ssh from
   ever starting one, and nothing here stops one.
 - Every ssh runs in a process group of its own with its ProxyCommand; closing the link ends the group, so no
-  ssh or proxy process outlives it. The remote collector ends on its closed stdin.
+  ssh or proxy process outlives it, and gputui's exit ends any group still running (``end_at_exit``). The
+  remote collector ends on its closed stdin.
 - ssh's own failures (exit status 255) become one line from its stderr: auth and host-key failures are
   permanent (no retry storm), network failures are retried with backoff by the caller.
 """
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
 import re
@@ -169,6 +171,8 @@ class SshProcess:
             os.close(self._wake_w)
             raise
         self.pid = self._proc.pid
+        with _running_lock:
+            _running.add(self)
         stdin, stdout, stderr = self._proc.stdin, self._proc.stdout, self._proc.stderr
         if stdin is None or stdout is None or stderr is None:  # never: all three are pipes
             raise OSError("ssh started without its pipes")
@@ -372,10 +376,30 @@ class SshProcess:
             if self._reaped:
                 return
             self._reaped = True
+        with _running_lock:
+            _running.discard(self)
         try:
             self._proc.wait(REAP_S)
         except (subprocess.TimeoutExpired, ChildProcessError):
             pass
+
+
+_running: set[SshProcess] = set()
+"""Every ssh started and not yet reaped: ``end_at_exit`` ends them."""
+_running_lock = threading.Lock()
+
+
+@atexit.register
+def end_at_exit() -> None:
+    """End every ssh still running when gputui exits.
+
+    Quitting closes the links on daemon threads and does not wait for them: the close of a hung host's link
+    may still be waiting for its ssh to end politely, and an ssh in a session of its own outlives its parent
+    (with a host that never answers, for as long as TCP keeps the connection).
+    """
+    with _running_lock:
+        procs = list(_running)
+    end_processes(procs, 0.0)
 
 
 def end_processes(procs: list[SshProcess], polite_s: float) -> None:

@@ -7,8 +7,13 @@ runaway collectors, no python3 and quitting while a host hangs are tested for bo
 
 from __future__ import annotations
 
+import os
+import pty
+import select
 import signal
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +23,7 @@ from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink, accept_host_key
+from tests.fakenvml.plugin import FakeNvml
 from tests.integration.openssh_peers import (
     kill_quietly,
     processes_running,
@@ -35,6 +41,7 @@ from tests.integration.sshd import (
     stand_in_agent,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=3.0)
 HANG_GUARD_S = 30.0
 
@@ -253,3 +260,64 @@ def test_collector_ends_when_its_ssh_ends(host_a: SshdServer, ssh_client: Client
         link.close()
     assert ssh_children() == []
     assert wait_until_gone(sessions) == []
+
+
+def test_quitting_the_app_while_the_host_hangs_leaves_no_ssh_behind(
+    host_a: SshdServer, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    ssh_client.trust(host_a)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "XDG_STATE_HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "gputui.cli", "--ssh-client", "openssh", "--interval", "0.5", "host-a"]
+    master, slave = pty.openpty()
+    app = subprocess.Popen(  # noqa: S603 - this interpreter and fixed words
+        argv, cwd=REPO, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+    )
+    os.close(slave)
+    drained = threading.Event()
+    drain = threading.Thread(target=_drain, args=(master, drained), daemon=True)
+    drain.start()
+    ours = str(ssh_client.config)  # every ssh of the app is run with -F this file
+    hung: list[subprocess.Popen[bytes]] = []
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while "Starting session" not in host_a.log() or not processes_running(ours):
+            assert app.poll() is None
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(1.0)  # the collector streams
+        # The host hangs: its session, and its listener for any reconnect.
+        assert host_a.signal_sessions(signal.SIGSTOP) > 0
+        assert host_a.proc is not None
+        hung.append(host_a.proc)
+        host_a.proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.5)
+        started = time.monotonic()
+        os.write(master, b"q")
+        assert app.wait(HANG_GUARD_S) == 0
+        # The spec is 2 s; allow scheduling noise on a loaded machine.
+        assert time.monotonic() - started < 2.5
+        # Its ssh ended with it, though the host never answers again.
+        assert wait_until_gone(processes_running(ours), 5.0) == []
+    finally:
+        for proc in hung:
+            proc.send_signal(signal.SIGCONT)
+        host_a.signal_sessions(signal.SIGCONT)
+        if app.poll() is None:
+            app.kill()
+            app.wait()
+        kill_quietly(processes_running(ours))
+        drained.set()
+        drain.join(5.0)
+        os.close(master)
+
+
+def _drain(master: int, stop: threading.Event) -> None:
+    """Read the app's screen output so its writes never block on a full pty."""
+    while not stop.is_set():
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                if not os.read(master, 65536):
+                    return
+            except OSError:
+                return
