@@ -304,3 +304,37 @@ def test_unknown_key_over_the_system_client_is_one_line_until_accepted(
     assert not ssh_client.known_hosts.exists()
     _snapshot_of("host-a", "--ssh-client", "openssh", "--accept-new")
     assert ssh_client.known_hosts.read_text() == server.known_hosts_line() + "\n"
+
+
+def test_the_config_file_chooses_the_client_per_host_and_the_flag_overrides_it(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    bastion, behind, plain = sshd_factory(), sshd_factory(), sshd_factory()
+    ssh_client.add_host("bastion", bastion)
+    ssh_client.add_host("plain", plain)
+    # Reached only through a ProxyCommand (ssh -W through the bastion): the system client's job.
+    ssh_client.add_lines(
+        "Host behind",
+        "  HostName gpu-behind.invalid",
+        f"  Port {behind.port}",
+        f"  ProxyCommand ssh -F {ssh_client.config} -W 127.0.0.1:%p bastion",
+    )
+    for server in (bastion, plain):
+        ssh_client.trust(server)
+    ssh_client.trust(behind, name=f"[gpu-behind.invalid]:{behind.port}")
+    config = tmp_path / "config.toml"
+    config.write_text('[hosts."behind"]\nssh_client = "openssh"\n')
+
+    done = _gputui("snapshot", "--json", "--no-discover", "--config", str(config), "behind", "plain")
+    assert done.returncode == 0, done.stderr
+    assert [(h["target"], h["error"], len(h["gpus"])) for h in json.loads(done.stdout)["hosts"]] == [
+        ("behind", None, 8),
+        ("plain", None, 8),
+    ]
+    # The flag is this run's word for every host: paramiko cannot take the ProxyCommand, and says so.
+    done = _gputui("snapshot", "--ssh-client", "paramiko", "--config", str(config), "behind")
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("gputui: behind: ")
+    assert "ProxyCommand" in line
+    assert line.endswith("use --ssh-client openssh")
