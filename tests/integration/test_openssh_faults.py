@@ -130,24 +130,6 @@ def test_an_accepted_key_that_is_not_the_one_presented_next_is_refused(
     assert "\n" not in str(refused)
 
 
-def test_accept_new_records_the_key_as_ssh_config_says(host_a: SshdServer, ssh_client: ClientHome) -> None:
-    ssh_client.add_host("hashed", host_a, "HashKnownHosts yes")
-    accept_new = LinkOptions(memory_interval_s=0.5, connect_timeout_s=3.0, accept_new=True)
-    _opens("hashed", accept_new)
-    text = ssh_client.known_hosts.read_text()
-    assert text.startswith("|1|")
-    assert str(host_a.port) not in text
-    found = subprocess.run(
-        ["ssh-keygen", "-F", host_a.known_hosts_name, "-f", str(ssh_client.known_hosts)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert found.returncode == 0
-    _opens("hashed")
-    assert ssh_client.known_hosts.read_text() == text
-
-
 def test_changed_key_is_refused_every_time_even_with_accept_new(
     host_a: SshdServer, ssh_client: ClientHome, tmp_path: Path
 ) -> None:
