@@ -20,7 +20,7 @@ import psutil
 from gputui.core.model import HostSnapshot
 from gputui.transports.base import LinkOptions
 from gputui.transports.ssh import SshLink
-from tests.integration.sshd import ClientHome, keygen
+from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, keygen
 
 DEADLINE_S = 30.0
 
@@ -105,6 +105,24 @@ def control_master(client: ClientHome, alias: str, socket_path: Path) -> Iterato
             master.wait(DEADLINE_S)
         if master.stderr is not None:
             master.stderr.close()
+
+
+def behind_a_proxy_command(
+    sshd_factory: SshdFactory, client: ClientHome, alias: str
+) -> tuple[SshdServer, SshdServer]:
+    """A trusted host ``alias`` reached only through a ProxyCommand (``ssh -W`` through a trusted bastion):
+    its HostName does not resolve. Returns (bastion, host)."""
+    bastion, host = sshd_factory(), sshd_factory()
+    client.add_host("bastion", bastion)
+    client.trust(bastion)
+    client.add_lines(
+        f"Host {alias}",
+        "  HostName gpu-behind.invalid",
+        f"  Port {host.port}",
+        f"  ProxyCommand ssh -F {client.config} -W 127.0.0.1:%p bastion",
+    )
+    client.trust(host, name=f"[gpu-behind.invalid]:{host.port}")
+    return bastion, host
 
 
 def proxy_script(path: Path, body: str) -> Path:

@@ -22,6 +22,7 @@ from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SetupFailed, SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.openssh_peers import (
+    behind_a_proxy_command,
     make_ca,
     processes_running,
     read_once,
@@ -80,17 +81,7 @@ def test_collector_streams_over_the_system_ssh_client(
 def test_host_reached_only_through_a_proxy_command(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
 ) -> None:
-    bastion, target = sshd_factory(), sshd_factory()
-    ssh_client.add_host("bastion", bastion)
-    ssh_client.trust(bastion)
-    # The name does not resolve: only the ProxyCommand (ssh -W through the bastion) reaches the host.
-    ssh_client.add_lines(
-        "Host behind",
-        "  HostName gpu-behind.invalid",
-        f"  Port {target.port}",
-        f"  ProxyCommand ssh -F {ssh_client.config} -W 127.0.0.1:%p bastion",
-    )
-    ssh_client.trust(target, name=f"[gpu-behind.invalid]:{target.port}")
+    bastion, target = behind_a_proxy_command(sshd_factory, ssh_client, "behind")
 
     with pytest.raises(SetupFailed) as refused:
         SshLink("behind", OPTIONS, client="paramiko").open()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
-from tests.integration.openssh_peers import control_master
+from tests.integration.openssh_peers import behind_a_proxy_command, control_master
 from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
 from tests.integration.sshd import (
     ClientHome,
@@ -309,19 +309,10 @@ def test_unknown_key_over_the_system_client_is_one_line_until_accepted(
 def test_the_config_file_chooses_the_client_per_host_and_the_flag_overrides_it(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
 ) -> None:
-    bastion, behind, plain = sshd_factory(), sshd_factory(), sshd_factory()
-    ssh_client.add_host("bastion", bastion)
+    behind_a_proxy_command(sshd_factory, ssh_client, "behind")  # the system client's job
+    plain = sshd_factory()
     ssh_client.add_host("plain", plain)
-    # Reached only through a ProxyCommand (ssh -W through the bastion): the system client's job.
-    ssh_client.add_lines(
-        "Host behind",
-        "  HostName gpu-behind.invalid",
-        f"  Port {behind.port}",
-        f"  ProxyCommand ssh -F {ssh_client.config} -W 127.0.0.1:%p bastion",
-    )
-    for server in (bastion, plain):
-        ssh_client.trust(server)
-    ssh_client.trust(behind, name=f"[gpu-behind.invalid]:{behind.port}")
+    ssh_client.trust(plain)
     config = tmp_path / "config.toml"
     config.write_text('[hosts."behind"]\nssh_client = "openssh"\n')
 
