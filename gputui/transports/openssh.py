@@ -76,7 +76,7 @@ STDERR_READ_BYTES = 1024 * 1024
 SSH_FAILED = 255
 """ssh's own exit status for its failures; any other status is the remote command's."""
 FIXED_OPTIONS = (
-    "BatchMode=yes",  # never a prompt: a worker thread cannot answer one
+    "BatchMode=yes",  # never a prompt: a background thread cannot answer one
     "ControlMaster=no",  # use the user's running master, never become one
     "ClearAllForwardings=yes",  # the user's port forwards belong to their own sessions
     "RemoteCommand=none",  # the collector is the command
@@ -617,7 +617,7 @@ class OpenSshSession:
             procs, self._procs = self._procs, []
         end_processes(procs, POLITE_S)
 
-    # -- helpers ------------------------------------------------------------------------------------------
+    # -- its steps -------------------------------------------------------------------------------------------
 
     def _spawn(self, argv: list[str]) -> SshProcess:
         ended = self.ended
