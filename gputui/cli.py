@@ -18,6 +18,7 @@ import difflib
 import errno
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -377,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if meant is not None:
             print(f"gputui: unknown command {args.targets[0]!r} (did you mean {meant}?)", file=sys.stderr)
             return EXIT_ERROR
+    _exit_cleanly_on_termination()
     try:
         status = _run(command, args)
         sys.stdout.flush()
@@ -388,6 +390,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO):
             return _quiet_output_failure(exc)
         raise
+
+
+def _exit_cleanly_on_termination() -> None:
+    """Make SIGTERM and SIGHUP (its terminal closed) end gputui through its exit path.
+
+    Python's default for both ends the process at once, without exit handlers: the system ``ssh`` processes
+    that carry remote collectors run in sessions of their own and would outlive gputui while their host
+    hangs. A signal the user set to be ignored (``nohup``) stays ignored.
+    """
+
+    def end(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, end)
 
 
 if __name__ == "__main__":

@@ -244,9 +244,20 @@ def test_collector_ends_when_its_ssh_ends(host_a: SshdServer, ssh_client: Client
     assert wait_until_gone(sessions) == []
 
 
+@pytest.mark.parametrize(
+    ("ending", "status"),
+    [("q", 0), (signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGHUP, 128 + signal.SIGHUP)],
+    ids=["q", "sigterm", "sighup"],
+)
 def test_quitting_the_app_while_the_host_hangs_leaves_no_ssh_behind(
-    host_a: SshdServer, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+    host_a: SshdServer,
+    ssh_client: ClientHome,
+    fake_nvml: FakeNvml,
+    tmp_path: Path,
+    ending: str | signal.Signals,
+    status: int,
 ) -> None:
+    """Pressing q, a kill, or the terminal closing (SIGHUP): the app's ssh processes end with it."""
     ssh_client.trust(host_a)
     env = {**os.environ, "PYTHONPATH": str(REPO), "TERM": "xterm-256color", "XDG_STATE_HOME": str(tmp_path)}
     argv = [sys.executable, "-m", "gputui.cli", "--ssh-client", "openssh", "--interval", "0.5", "host-a"]
@@ -274,8 +285,11 @@ def test_quitting_the_app_while_the_host_hangs_leaves_no_ssh_behind(
         host_a.proc.send_signal(signal.SIGSTOP)
         time.sleep(0.5)
         started = time.monotonic()
-        os.write(master, b"q")
-        assert app.wait(HANG_GUARD_S) == 0
+        if isinstance(ending, str):
+            os.write(master, ending.encode())
+        else:
+            app.send_signal(ending)
+        assert app.wait(HANG_GUARD_S) == status
         # The spec is 2 s; allow scheduling noise on a loaded machine.
         assert time.monotonic() - started < 2.5
         # Its ssh ended with it, though the host never answers again.
