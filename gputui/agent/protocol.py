@@ -66,6 +66,10 @@ COMMANDS = (
 SIGNAL_NAMES = ("TERM", "INT", "KILL")
 """The signals a kill may ask for."""
 
+PROCESS_LIVE_THREADS = "live_threads"
+"""The key of a process dict that holds, for a zombie-state (Z) process, its threads still alive
+(:func:`live_threads`); null for every other process and where they could not be read."""
+
 PROCESSES_SAME = "processes_same"
 """A stream snapshot line marked with this (true) left out its process lists: they are the ones of the line
 before it, which has the same ``processes_time``."""
@@ -303,6 +307,13 @@ def snapshot(
         "health": list(health),
         "verdict": None,
     }
+
+
+def live_threads(live: int, states: dict[str, int], omitted: int) -> dict[str, Any]:
+    """The threads of a zombie-state process that have not exited, leader excluded: how many, how many in
+    each state letter (``D``: uninterruptible, usually in a driver), and how many thread entries were not
+    read (over the collector's cap). ``live == 0``: a true zombie, which holds no memory."""
+    return {"live": live, "states": dict(sorted(states.items())), "omitted": omitted}
 
 
 def snapshot_message(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from gputui.agent.protocol import MODE_LABELS, PROCESSES_SAME
+from gputui.agent.protocol import MODE_LABELS, PROCESS_LIVE_THREADS, PROCESSES_SAME
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -122,6 +122,33 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class LiveThreads:
+    """The threads of a zombie-state process that have not exited (``protocol.live_threads``).
+
+    Attributes:
+        live: How many (leader excluded). 0: a true zombie, whose memory is already freed.
+        states: State letter -> how many of them are in it (``D``: uninterruptible, usually in a driver).
+        omitted: Thread entries the collector did not read (over its cap).
+    """
+
+    live: int
+    states: dict[str, int] = field(default_factory=dict)
+    omitted: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LiveThreads | None:
+        if not isinstance(data, dict):
+            return None
+        states = data.get("states")
+        pairs = states.items() if isinstance(states, dict) else ()
+        return cls(
+            live=max(0, _opt_int(data.get("live")) or 0),
+            states={str(k): max(0, _opt_int(v) or 0) for k, v in pairs},
+            omitted=max(0, _opt_int(data.get("omitted")) or 0),
+        )
+
+
+@dataclass(frozen=True)
 class Proc:
     """One host process: a GPU process, one of their ancestors or descendants, or a zombie/D-state process.
 
@@ -140,6 +167,8 @@ class Proc:
             middle parent died still belongs to its launcher's tree through this.
         sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
         cgroup: The cgroup that tells its job apart (``gputui.agent.procfs.parse_cgroup``), None when unknown.
+        live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
+            other process, or when they could not be read.
     """
 
     pid: int
@@ -158,10 +187,19 @@ class Proc:
     pgid: int | None = None
     sid: int | None = None
     cgroup: str | None = None
+    live_threads: LiveThreads | None = None
 
     @property
     def is_zombie(self) -> bool:
         return self.state == STATE_ZOMBIE
+
+    @property
+    def is_defunct_leader(self) -> bool:
+        """State Z with threads still alive: the process has not exited (it holds its files and GPU memory)
+        and can be signalled, unlike a true zombie."""
+        threads = self.live_threads
+        alive = threads is not None and (threads.live > 0 or threads.omitted > 0)
+        return self.state == STATE_ZOMBIE and alive
 
     @property
     def is_uninterruptible(self) -> bool:
@@ -196,6 +234,7 @@ class Proc:
             pgid=_opt_int(data.get("pgid")),
             sid=_opt_int(data.get("sid")),
             cgroup=_opt_str(data.get("cgroup")),
+            live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
         )
 
 
@@ -217,8 +256,8 @@ class Finding:
     """Something stuck, dead or unaccounted for.
 
     Attributes:
-        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, orphan, uninterruptible, ghost_memory,
-            invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
+        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, defunct_leader, orphan, uninterruptible,
+            ghost_memory, invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
         target: The host target the finding belongs to.
         detail: One human line.
         action: The suggested action, one human line.

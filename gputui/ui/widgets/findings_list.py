@@ -25,6 +25,7 @@ from gputui.ui.widgets.fmt import command_text, duration, safe_text, screen_rows
 
 _KIND_STYLES = {
     "zombie": "bold white on red",
+    "defunct_leader": "bold white on dark_red",
     "uninterruptible": "bold black on yellow",
     "ghost_memory": "bold white on magenta",
     "orphan": "bold black on cyan",
