@@ -287,13 +287,21 @@ class Finding:
 
 @dataclass(frozen=True)
 class HealthSample:
-    """The state of one health endpoint as the agent last probed it.
+    """The state of one health endpoint as the agent last probed it, with the server's metrics beside it.
 
     Attributes:
-        state: UP, UNHEALTHY, DOWN, TIMEOUT or ERROR (None: not probed yet).
+        state: UP, UNHEALTHY, DOWN, TIMEOUT or ERROR as probed (None: not probed yet); once judged by the
+            client (``gputui.core.servers.ServerWatch``) also STARTING, BUSY or STALLED.
         since: Epoch seconds at which the current state began.
         last_ok: Epoch seconds of the last UP, or None.
-        detail: Short sanitised excerpt of an error or body.
+        detail: Short sanitised excerpt of an error or body; for a state the client derived, why.
+        metrics_url: The metrics endpoint read beside it (None: none).
+        metrics_text: Its last body, cut down on the host to the series the client reads (None: not read).
+        metrics_at: Epoch seconds of that read.
+        metrics_dropped: Names the host dropped over a cap: unknown, never partial.
+        metrics_error: Why the last read failed.
+        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known).
+        metrics: The client's reading (``gputui.core.servers.METRICS_JSON_KEYS``), None before it is judged.
     """
 
     url: str
@@ -306,6 +314,18 @@ class HealthSample:
     detail: str | None = None
     discovered: bool = False
     checked_at: float | None = None
+    metrics_url: str | None = None
+    metrics_text: str | None = None
+    metrics_at: float | None = None
+    metrics_dropped: tuple[str, ...] = ()
+    metrics_error: str | None = None
+    launcher_age_s: float | None = None
+    metrics: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["metrics_dropped"] = list(self.metrics_dropped)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HealthSample:
@@ -320,6 +340,13 @@ class HealthSample:
             detail=_opt_str(data.get("detail")),
             discovered=bool(data.get("discovered", False)),
             checked_at=_opt_float(data.get("checked_at")),
+            metrics_url=_opt_str(data.get("metrics_url")),
+            metrics_text=_opt_str(data.get("metrics_text")),
+            metrics_at=_opt_float(data.get("metrics_at")),
+            metrics_dropped=tuple(str(n) for n in (data.get("metrics_dropped") or ()) if isinstance(n, str)),
+            metrics_error=_opt_str(data.get("metrics_error")),
+            launcher_age_s=_opt_float(data.get("launcher_age_s")),
+            metrics=dict(data["metrics"]) if isinstance(data.get("metrics"), dict) else None,
         )
 
 
@@ -451,7 +478,7 @@ class HostSnapshot:
             None if self.device_holders is None else [asdict(h) for h in self.device_holders]
         )
         data["findings"] = [asdict(f) for f in self.findings]
-        data["health"] = [asdict(h) for h in self.health]
+        data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
         return data
 

@@ -81,3 +81,48 @@ def probe_url(
         "latency_ms": latency_ms,
         "detail": None if detail is None else visible_text(detail, HEALTH_DETAIL_MAX_CHARS),
     }
+
+
+def fetch_metrics(
+    url: str, deadline_s: float = HEALTH_DEFAULT_DEADLINE_S, ssl_context: Any = None
+) -> dict[str, Any]:
+    """Read a server's ``/metrics`` once, bounded like a health probe, and cut it down on this host.
+
+    The deadline covers the whole exchange; at most ``METRICS_BODY_CAP_BYTES`` of the body are read (a longer
+    one is cut, and the series being read at the cut dropped: ``metrics_filter``).
+
+    Returns:
+        ``{"text", "dropped", "error"}``: the filtered exposition (None when the read failed), the names a cap
+        or the cut dropped, and why the read failed (None when it did not).
+    """
+    from .metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+
+    started = time.monotonic()
+    deadline = started + deadline_s
+    sock: socket.socket | None = None
+    error: str | None = None
+    try:
+        target = health_parse_url(url)
+        sock = health_connect(target, deadline, deadline_s)
+        if target.scheme == "https":
+            sock = health_wrap_tls(sock, target, deadline, ssl_context)
+        code, _reason, body = health_exchange(sock, target, deadline, deadline_s, METRICS_BODY_CAP_BYTES + 1)
+        if not 200 <= code < 300:
+            error = f"HTTP {code}"
+        else:
+            truncated = len(body) > METRICS_BODY_CAP_BYTES
+            text, dropped = filter_metrics(body[:METRICS_BODY_CAP_BYTES], truncated)
+            return {"text": text.decode("utf-8", "replace"), "dropped": dropped, "error": None}
+    except HealthProbeFailure as failure:
+        error = failure.detail
+    except socket.timeout:
+        error = f"no whole answer within {deadline_s:g}s"
+    except Exception as exc:  # one bad endpoint must never take the agent down
+        error = f"read failed: {type(exc).__name__}: {exc}"
+    finally:
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+    return {"text": None, "dropped": [], "error": visible_text(error, HEALTH_DETAIL_MAX_CHARS)}
