@@ -11,16 +11,30 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from gputui.agent.protocol import HEALTH_STATE_BUSY as BUSY
 from gputui.agent.protocol import HEALTH_STATE_DOWN as DOWN
 from gputui.agent.protocol import HEALTH_STATE_ERROR as ERROR
+from gputui.agent.protocol import HEALTH_STATE_STALLED as STALLED
+from gputui.agent.protocol import HEALTH_STATE_STARTING as STARTING
 from gputui.agent.protocol import HEALTH_STATE_TIMEOUT as TIMEOUT
 from gputui.agent.protocol import HEALTH_STATE_UNHEALTHY as UNHEALTHY
 from gputui.agent.protocol import HEALTH_STATE_UP as UP
 from gputui.core.model import HealthSample
 from gputui.core.textsafe import visible
 
-STATE_SEVERITY: dict[str | None, int] = {UP: 0, None: 1, ERROR: 2, UNHEALTHY: 3, TIMEOUT: 4, DOWN: 5}
-"""Higher is worse; a state this client does not know ranks as ERROR."""
+STATE_SEVERITY: dict[str | None, int] = {
+    UP: 0,
+    STARTING: 1,
+    BUSY: 1,
+    None: 1,
+    ERROR: 2,
+    UNHEALTHY: 3,
+    TIMEOUT: 4,
+    STALLED: 5,
+    DOWN: 5,
+}
+"""Higher is worse; a state this client does not know ranks as ERROR. A server that is starting or busy is
+working; a stalled one is as bad as a dead one: requests hang."""
 
 URL_MAX_CHARS = 100
 DETAIL_MAX_CHARS = 120

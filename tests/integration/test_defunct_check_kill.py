@@ -46,7 +46,9 @@ def stuck(program: Path, fake_nvml: Any) -> Iterator[dict[str, int]]:
         yield pids
 
 
-def test_check_tells_the_defunct_leader_from_the_true_zombie(env: dict[str, str], stuck: dict[str, int]) -> None:
+def test_check_tells_the_defunct_leader_from_the_true_zombie(
+    env: dict[str, str], stuck: dict[str, int]
+) -> None:
     status, snapshot, document = check_json(env)
     assert status == 1  # GPU0 held: not clean
     leader, zombie = stuck["leader"], stuck["zombie"]

@@ -104,20 +104,24 @@ def _serving(sample: HealthSample) -> bool:
 def test_each_state_is_reached_and_left(peer: MetricsPeer, watched: Watched, engine: str) -> None:
     peer.set(engine=engine, running=2, waiting=1, kv_cache_usage=0.25, tokens_per_scrape=40)
     up = watched.until("UP and generating", _serving)
-    assert up.metrics is not None and tuple(up.metrics) == METRICS_JSON_KEYS
+    assert up.metrics is not None
+    assert tuple(up.metrics) == METRICS_JSON_KEYS
     assert (up.metrics["engine"], up.metrics["running"], up.metrics["waiting"]) == (engine, 2, 1)
     assert up.metrics["kv_cache_usage"] == 0.25
-    assert up.metrics_text is not None and len(up.metrics_text) < 16384  # cut down on the host
+    assert up.metrics_text is not None
+    assert len(up.metrics_text) < 16384
     # The counter stops with requests pending: STALLED, whatever /health says.
     peer.set(tokens_per_scrape=0)
     stalled = watched.until("STALLED", lambda s: s.state == HEALTH_STATE_STALLED)
-    assert stalled.detail is not None and "no token generated for" in stalled.detail
+    assert stalled.detail is not None
+    assert "no token generated for" in stalled.detail
     peer.set(tokens_per_scrape=40)
     watched.until("UP again once tokens flow", _serving)
     # Health failing while tokens flow: BUSY, not dead.
     peer.set(health="503")
     busy = watched.until("BUSY", lambda s: s.state == HEALTH_STATE_BUSY)
-    assert busy.detail is not None and "do not kill" in busy.detail
+    assert busy.detail is not None
+    assert "do not kill" in busy.detail
     # The metrics endpoint vanishes: metrics blank, the state from health alone.
     peer.set(metrics="404")
     unhealthy = watched.until(
