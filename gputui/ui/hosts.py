@@ -87,9 +87,8 @@ class HostState:
         return None if self.poller is None else self.poller.link
 
     def apply(self, snapshot: HostSnapshot, now_s: float) -> list[Notice]:
-        """Take ``snapshot`` as the host's newest data, its servers judged; returns what the user should be
-        told (state changes of the servers, STALLED and BUSY included)."""
-        snapshot = self.servers.apply(snapshot)
+        """Take ``snapshot`` (analysed, its servers judged: ``Hosts.analyze``) as the host's newest data;
+        returns what the user should be told (state changes of the servers, STALLED and BUSY included)."""
         notices: list[Notice] = []
         previous = self.snapshot
         name = visible(self.target, 40)
@@ -323,7 +322,9 @@ class Hosts:
             host.poller.start()
 
     def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
-        return analyze(snapshot, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
+        """Findings, verdict and server states of a snapshot, on the thread that took it."""
+        judged = host.servers.apply(snapshot)
+        return analyze(judged, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
 
     def deliver(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
         """Hand an analysed snapshot to the app (any thread): the newest replaces one not yet applied."""

@@ -12,7 +12,6 @@ from textual.geometry import Region
 
 from gputui.core.health_view import HealthHistory
 from gputui.core.model import HealthSample
-from gputui.core.servers import ServerState
 from gputui.ui.widgets.health_panel import HealthPanel, endpoint_block, endpoint_line, health_dot
 
 NOW_S = 1_800_000_000.0
@@ -204,7 +203,7 @@ def test_health_dot() -> None:
     assert dot("ERROR").plain == "▲"
 
 
-def _server_samples() -> tuple[list[HealthSample], dict[str, ServerState]]:
+def _server_samples() -> tuple[list[HealthSample], dict[str, tuple[float | None, ...]]]:
     """A STALLED sglang server and a BUSY vLLM one, as a ``ServerWatch`` judges them."""
     stalled_url, busy_url = SGLANG, "http://127.0.0.1:8000/health"
     metrics_stalled = {"engine": "sglang", "running": 2, "waiting": 3, "kv_cache_usage": 0.45,
@@ -221,29 +220,24 @@ def _server_samples() -> tuple[list[HealthSample], dict[str, ServerState]]:
         detail="busy: health HTTP 503 but generating 1234 tokens/s; not dead, do not kill",
         metrics_url="http://127.0.0.1:8000/metrics", metrics=metrics_busy,
     )
-    servers = {
-        stalled_url: ServerState("STALLED", NOW_S - 40, "UP", stalled.detail or "", None,
-                                 (900.0, 1200.0, 400.0, 0.0, 0.0, 0.0)),
-        busy_url: ServerState("BUSY", NOW_S - 12, "UNHEALTHY", busy.detail or "", None,
-                              (None, 1000.0, 1234.0)),
-    }
-    return [stalled, busy], servers
+    tokens = {stalled_url: (900.0, 1200.0, 400.0, 0.0, 0.0, 0.0), busy_url: (None, 1000.0, 1234.0)}
+    return [stalled, busy], tokens
 
 
 @pytest.mark.parametrize("width", [50, 120, 200])
 async def test_stalled_and_busy_servers_stand_out_with_their_figures(width: int) -> None:
-    shown, servers = _server_samples()
+    shown, tokens = _server_samples()
     app = PanelApp()
     async with app.run_test(size=(width, 20)) as pilot:
         panel = app.query_one(HealthPanel)
-        panel.show(shown[:1], {SGLANG: ("UP", "UP", "STALLED")}, now_s=NOW_S, servers=servers)
+        panel.show(shown[:1], {SGLANG: ("UP", "UP", "STALLED")}, now_s=NOW_S, tokens=tokens)
         await pilot.pause()
         text = " ".join(" ".join(screen_lines(panel)).split())
         assert screen_lines(panel)[0].startswith("STALLED   200 since ")
         assert "sglang · 2 running · 3 waiting · KV 45% · 0 tok/s" in text
         assert "no token generated for 40 s (health UP)" in text
         assert "failures" not in text
-        panel.show(shown, {}, now_s=NOW_S, servers=servers)
+        panel.show(shown, {}, now_s=NOW_S, tokens=tokens)
         panel.compact = True
         await pilot.pause()
         lines = screen_lines(panel)
@@ -255,12 +249,12 @@ async def test_stalled_and_busy_servers_stand_out_with_their_figures(width: int)
 
 
 def test_server_states_are_coloured_apart_and_tokens_get_a_sparkline() -> None:
-    shown, servers = _server_samples()
-    block = endpoint_block(shown[0], (), NOW_S, 120, servers[SGLANG])
+    shown, tokens = _server_samples()
+    block = endpoint_block(shown[0], (), NOW_S, 120, tokens[SGLANG])
     styles = {block.plain[span.start : span.end].strip(): str(span.style) for span in block.spans}
     assert styles["STALLED"] == "bold white on red"
     assert "tok/s ▆█▃▁▁▁" in block.plain  # the tokens/s history, falling to nothing
-    busy = endpoint_block(shown[1], (), NOW_S, 120, servers[shown[1].url])
+    busy = endpoint_block(shown[1], (), NOW_S, 120, tokens[shown[1].url])
     styles = {busy.plain[span.start : span.end].strip(): str(span.style) for span in busy.spans}
     assert styles["BUSY"] == "bold black on yellow"
     assert "tok/s ·▇█" in busy.plain  # a reading without a rate is a dot

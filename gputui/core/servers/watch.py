@@ -10,6 +10,7 @@ TUI keeps one watch for its whole session (tokens/s and the stall window need su
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -47,7 +48,8 @@ def read_metrics(sample: HealthSample) -> tuple[ServerMetrics | None, str | None
 
 
 class ServerWatch:
-    """The trackers of every endpoint of every host, by (target, URL).
+    """The trackers of every endpoint of every host, by (target, URL). Thread-safe: each host's snapshots
+    may be judged on the thread that took them.
 
     Args:
         stall_after_s: The stall window of hosts without one of their own, in seconds.
@@ -60,15 +62,18 @@ class ServerWatch:
         self.stall_after_s = DEFAULT_STALL_AFTER_S if stall_after_s is None else float(stall_after_s)
         self.host_stall_after_s = dict(host_stall_after_s or {})
         self._trackers: dict[tuple[str, str], ServerStateTracker] = {}
+        self._lock = threading.Lock()
 
     def state(self, target: str, url: str) -> ServerState | None:
         """The endpoint's state after the last snapshot applied, None for one not seen."""
-        tracker = self._trackers.get((target, url))
-        return None if tracker is None else tracker.current
+        with self._lock:
+            tracker = self._trackers.get((target, url))
+            return None if tracker is None else tracker.current
 
     def states(self, target: str) -> dict[str, ServerState]:
         """URL -> state of every endpoint of ``target`` now watched."""
-        return {url: tracker.current for (host, url), tracker in self._trackers.items() if host == target}
+        with self._lock:
+            return {url: tracker.current for (host, url), tracker in self._trackers.items() if host == target}
 
     def apply(self, snapshot: HostSnapshot, now: float | None = None) -> HostSnapshot:
         """``snapshot`` with its health entries judged; endpoints it no longer lists are forgotten.
@@ -78,6 +83,10 @@ class ServerWatch:
             now: Epoch seconds on the collector's clock (default the snapshot's time, else the clock).
         """
         now_s = now if now is not None else snapshot.time if snapshot.time is not None else time.time()
+        with self._lock:
+            return self._apply_locked(snapshot, now_s)
+
+    def _apply_locked(self, snapshot: HostSnapshot, now_s: float) -> HostSnapshot:
         target = snapshot.target
         judged: list[HealthSample] = []
         for sample in snapshot.health:

@@ -305,7 +305,7 @@ class MonitorScreen(Screen[None]):
                 snapshot.health,
                 host.health_history.as_dict(),
                 now_s=now_s,
-                servers=host.servers.states(host.target),
+                tokens=host.health_history.tokens_per_s(),
             )
             self.query_one(FindingsList).show(snapshot.findings, snapshot)
             self._size_top()

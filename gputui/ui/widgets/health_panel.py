@@ -23,7 +23,6 @@ from gputui.core.health_view import (
     worst_state,
 )
 from gputui.core.model import HealthSample
-from gputui.core.servers import ServerState
 from gputui.ui.widgets.fmt import DASH, SPARK_CHARS, duration, safe_text, screen_rows
 
 STATE_STYLES: dict[str | None, str] = {
@@ -89,7 +88,9 @@ def tokens_strip(history: Sequence[float | None], width_cells: int) -> Text:
     return strip
 
 
-def metrics_text(sample: HealthSample, server: ServerState | None, compact: bool = False) -> Text | None:
+def metrics_text(
+    sample: HealthSample, history: Sequence[float | None] = (), compact: bool = False
+) -> Text | None:
     """What the server is doing: ``vllm · 2 running · 1 waiting · KV 45% · 1234 tok/s ▁▃▅▇`` (compact:
     ``2r 1w KV45% 1234t/s``); None when it has no metrics endpoint."""
     metrics = sample.metrics or {}
@@ -112,7 +113,6 @@ def metrics_text(sample: HealthSample, server: ServerState | None, compact: bool
         return line
     line.append_text(safe_text(str(metrics["engine"]), 10, style="bold"))
     line.append(" · {} running · {} waiting · KV {} · {} tok/s".format(*figures))
-    history = () if server is None else server.tokens_per_s_history
     if any(value is not None for value in history):
         line.append(" ")
         line.append_text(tokens_strip(history, min(len(history), TOKENS_STRIP_CELLS)))
@@ -199,7 +199,7 @@ def endpoint_block(
     states: Sequence[str | None],
     now_s: float,
     width: int,
-    server: ServerState | None = None,
+    tokens: Sequence[float | None] = (),
 ) -> Text:
     """One endpoint in full: its state line, its URL, what the server is doing, then what is wrong (if
     anything).
@@ -214,7 +214,7 @@ def endpoint_block(
     block.append_text(safe_text(sample.url, 200, style="bold"))
     if sample.discovered:
         block.append(" (discovered)", style="dim")
-    doing = metrics_text(sample, server)
+    doing = metrics_text(sample, tokens)
     if doing is not None:
         block.append("\n  ")
         block.append_text(doing)
@@ -238,7 +238,7 @@ def endpoint_line(sample: HealthSample, states: Sequence[str | None], now_s: flo
     ``STALLED 200 since 16:41:02 (3 min 05 s) · 20 ms ▁▁██ 2r 3w KV45% 0t/s http://127.0.0.1:30000/health``
     """
     line = state_line(sample, states, now_s, width=10_000, strip_max=COMPACT_STRIP_CELLS)
-    doing = metrics_text(sample, None, compact=True)
+    doing = metrics_text(sample, compact=True)
     if doing is not None:
         line.append(" ")
         line.append_text(doing)
@@ -280,7 +280,7 @@ class HealthPanel(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._samples: tuple[HealthSample, ...] = ()
         self._history: dict[str, tuple[str | None, ...]] = {}
-        self._servers: dict[str, ServerState] = {}
+        self._tokens: dict[str, tuple[float | None, ...]] = {}
         self._now_s: float | None = None
         self._shown: Text | None = None
         """The text of the last ``show``: an equal one is not repainted."""
@@ -299,19 +299,19 @@ class HealthPanel(Widget):
         samples: Sequence[HealthSample],
         history: Mapping[str, Sequence[str | None]] | None = None,
         now_s: float | None = None,
-        servers: Mapping[str, ServerState] | None = None,
+        tokens: Mapping[str, Sequence[float | None]] | None = None,
     ) -> None:
         """Show these samples.
 
         Args:
             samples: The host's health samples (``HostSnapshot.health``), judged (``core.servers``).
             history: URL → its last probe states, oldest first (``HealthHistory.as_dict()``).
-            servers: URL → its server's state (``ServerWatch.states``): the tokens/s history.
+            tokens: URL → its server's tokens/s readings, oldest first (``HealthHistory.tokens_per_s()``).
             now_s: The time to measure "since" against (epoch seconds); default: the clock when rendered.
         """
         self._samples = tuple(samples)
         self._history = {url: tuple(states) for url, states in (history or {}).items()}
-        self._servers = dict(servers or {})
+        self._tokens = {url: tuple(values) for url, values in (tokens or {}).items()}
         self._now_s = now_s
         self._redraw()
 
@@ -346,7 +346,7 @@ class HealthPanel(Widget):
         width = self.content_size.width or 80
         history = self._history
         blocks = [
-            endpoint_block(s, history.get(s.url, ()), now_s, width, self._servers.get(s.url))
+            endpoint_block(s, history.get(s.url, ()), now_s, width, self._tokens.get(s.url, ()))
             for s in self._samples
         ]
         lines = sum(block.plain.count("\n") + 1 for block in blocks)
