@@ -242,8 +242,8 @@ def _defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Findi
             )
         else:
             action = (
-                f"wait for the threads to leave the driver (kill {proc.pid} may still help threads not yet "
-                "in D); signalling the parent frees nothing"
+                f"wait for the threads to leave the driver; kill {proc.pid}: it may still help threads not "
+                "yet in D; signalling the parent frees nothing"
             )
     else:
         action = f"kill {proc.pid}: its live threads hold the process; signalling the parent frees nothing"
