@@ -310,3 +310,30 @@ def test_gpus_come_back_one_after_another():
     used = [g.memory_used_mib for g in _snap(link).gpus]
     assert used[:2] == [IDLE_MIB, IDLE_MIB]  # GPU0 and GPU1 release within 1.3 and 1.4 s
     assert all(mib > IDLE_MIB for mib in used[2:])
+
+
+def _judged_states(target: str, seconds: int, **kwargs) -> list[str | None]:
+    """The server's judged state after each simulated second, as the TUI's watch sees it."""
+    from gputui.core.servers import ServerWatch
+
+    link, clock = _link(target, **kwargs)
+    watch = ServerWatch()
+    states = []
+    for _ in range(seconds):
+        (sample,) = watch.apply(_snap(link)).health
+        states.append(sample.state)
+        clock.advance(1.0)
+    return states
+
+
+def test_the_wedged_server_stalls_and_the_healthy_one_is_busy_for_a_while():
+    wedged = _judged_states("gpu-node-07", 50, wedged_at_s=6.0)
+    assert wedged[:6] == ["UP"] * 6
+    # The counter stops at the wedge: health failing with tokens a moment ago is BUSY, then STALLED for good.
+    assert wedged[6] == "BUSY"
+    assert "STALLED" in wedged
+    assert set(wedged[wedged.index("STALLED"):]) == {"STALLED"}
+    healthy = _judged_states("gpu-node-08", 100)
+    assert set(healthy[:15]) == {"UP"}
+    assert set(healthy[16:90]) == {"BUSY"}  # /health times out while tokens keep flowing
+    assert healthy[-1] == "UP"

@@ -15,6 +15,8 @@ from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.sim.kills import SimKill, SimKills, optional_seconds
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,
+    BUSY_FROM_S,
+    BUSY_UNTIL_S,
     DRAIN_S,
     GPU_COUNT,
     GPU_NAME,
@@ -271,6 +273,21 @@ class SimLink(SimKills, HostLink):
                     last_ok=min(wedge_s, self._server_dead_at),
                     consecutive_failures=1,
                     detail="connection refused",
+                    discovered=True,
+                    checked_at=now_s,
+                ),
+            )
+        busy_s = self._start_s + BUSY_FROM_S
+        if self._healthy and busy_s <= now_s < self._start_s + BUSY_UNTIL_S:
+            return (
+                HealthSample(
+                    url=url,
+                    state=protocol.HEALTH_STATE_TIMEOUT,
+                    latency_ms=HEALTH_DEFAULT_DEADLINE_S * 1000,
+                    since=busy_s,
+                    last_ok=busy_s,
+                    consecutive_failures=1 + int((now_s - busy_s) // HEALTH_PROBE_S),
+                    detail=f"no response within {HEALTH_DEFAULT_DEADLINE_S:g}s",
                     discovered=True,
                     checked_at=now_s,
                 ),

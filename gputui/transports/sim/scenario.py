@@ -10,7 +10,8 @@
   seconds, and the launcher's death reaps TP0.
 * the healthy host (``gpu-node-08``): a vLLM server on four of eight GPUs, plus a process whose name and
   arguments are hostile text (markup, terminal escapes, a bidi override, a 100 KB argument) to keep every
-  renderer honest.
+  renderer honest. Between ``BUSY_FROM_S`` and ``BUSY_UNTIL_S`` of the scenario its ``/health`` times out
+  under load while it keeps generating: BUSY, not dead.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def drain_s(gpu_index: int) -> float:
     return DRAIN_S * (0.65 + 0.05 * min(gpu_index, 7))
 
 
+BUSY_FROM_S = 15.0
+BUSY_UNTIL_S = 90.0
+"""Scenario seconds during which the healthy host's /health times out while its tokens keep flowing."""
 GPU_COUNT = 8
 HEALTH_PROBE_S = 2.0
 """Seconds between the simulated agent's health probes."""

@@ -89,10 +89,11 @@ def tokens_strip(history: Sequence[float | None], width_cells: int) -> Text:
 
 
 def metrics_text(
-    sample: HealthSample, history: Sequence[float | None] = (), compact: bool = False
+    sample: HealthSample, history: Sequence[float | None] = (), compact: bool = False, width: int = 10_000
 ) -> Text | None:
     """What the server is doing: ``vllm · 2 running · 1 waiting · KV 45% · 1234 tok/s ▁▃▅▇`` (compact:
-    ``2r 1w KV45% 1234t/s``); None when it has no metrics endpoint."""
+    ``2r 1w KV45% 1234t/s``); None when it has no metrics endpoint. The sparkline takes what is left of
+    ``width`` after the figures (indented by two), and is left out when fewer than ``STRIP_MIN_CELLS`` are."""
     metrics = sample.metrics or {}
     if sample.metrics_url is None and not metrics.get("engine"):
         return None
@@ -113,9 +114,10 @@ def metrics_text(
         return line
     line.append_text(safe_text(str(metrics["engine"]), 10, style="bold"))
     line.append(" · {} running · {} waiting · KV {} · {} tok/s".format(*figures))
-    if any(value is not None for value in history):
+    room = min(len(history), TOKENS_STRIP_CELLS, width - 2 - line.cell_len - 1)
+    if room >= STRIP_MIN_CELLS and any(value is not None for value in history[-room:]):
         line.append(" ")
-        line.append_text(tokens_strip(history, min(len(history), TOKENS_STRIP_CELLS)))
+        line.append_text(tokens_strip(history, room))
     return line
 
 
@@ -214,7 +216,7 @@ def endpoint_block(
     block.append_text(safe_text(sample.url, 200, style="bold"))
     if sample.discovered:
         block.append(" (discovered)", style="dim")
-    doing = metrics_text(sample, tokens)
+    doing = metrics_text(sample, tokens, width=width)
     if doing is not None:
         block.append("\n  ")
         block.append_text(doing)
