@@ -455,31 +455,17 @@ class KillOperation:
 
     def _still_alive(self, pid: int, ticks: int, stage: str, signal_name: str | None, detail: str) -> None:
         stat = read_stat(pid)
+        result = RESULT_STILL_ALIVE
         if stat is not None and stat.state == "Z":
             from .threads import zombie_threads_summary
 
             threads = zombie_threads_summary(pid, ticks)
             states = threads["states"] if threads is not None else {}
-            self._log.say(
-                pid,
-                ticks,
-                stat,
-                stage,
-                signal_name,
-                RESULT_UNINTERRUPTIBLE if states.get("D") else RESULT_STILL_ALIVE,
-                "defunct leader: its threads live on ("
-                + ", ".join(f"{count} {state}" for state, count in states.items())
-                + "); memory is released when they exit",
-            )
+            if states.get("D"):
+                result = RESULT_UNINTERRUPTIBLE
+            listed = ", ".join(f"{count} {state}" for state, count in states.items())
+            detail = f"defunct leader: its threads live on ({listed}); memory is released when they exit"
         elif stat is not None and stat.state == "D":
-            self._log.say(
-                pid,
-                ticks,
-                stat,
-                stage,
-                signal_name,
-                RESULT_UNINTERRUPTIBLE,
-                "in uninterruptible sleep (D): it may not die until its I/O completes",
-            )
-        else:
-            self._log.say(pid, ticks, stat, stage, signal_name, RESULT_STILL_ALIVE, detail)
+            result = RESULT_UNINTERRUPTIBLE
+            detail = "in uninterruptible sleep (D): it may not die until its I/O completes"
+        self._log.say(pid, ticks, stat, stage, signal_name, result, detail)

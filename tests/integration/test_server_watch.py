@@ -41,15 +41,6 @@ REACH_S = 30.0
 """Generous bound for a state to be reached on a loaded machine (a few probe intervals are enough)."""
 
 
-@pytest.fixture
-def peer() -> Iterator[MetricsPeer]:
-    running = MetricsPeer()
-    try:
-        yield running
-    finally:
-        running.close()
-
-
 class Watched:
     """One endpoint probed by the collector's prober and judged by a client's watch."""
 

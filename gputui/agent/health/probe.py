@@ -28,6 +28,28 @@ def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | No
     return HEALTH_STATE_ERROR, detail
 
 
+def _get(url: str, deadline_s: float, body_cap_bytes: int, ssl_context: Any) -> tuple[int, str, bytes]:
+    """One bounded GET of ``url`` (see :func:`probe_url`): (status code, reason phrase, body up to the cap).
+
+    Raises:
+        HealthProbeFailure, socket.timeout, or whatever else the exchange meets; the socket is closed.
+    """
+    deadline = time.monotonic() + deadline_s
+    sock: socket.socket | None = None
+    try:
+        target = health_parse_url(url)
+        sock = health_connect(target, deadline, deadline_s)
+        if target.scheme == "https":
+            sock = health_wrap_tls(sock, target, deadline, ssl_context)
+        return health_exchange(sock, target, deadline, deadline_s, body_cap_bytes)
+    finally:
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
 def probe_url(
     url: str,
     deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
@@ -51,29 +73,17 @@ def probe_url(
         none was read), milliseconds until the answer or failure, and a sanitised detail line (None when UP).
     """
     started = time.monotonic()
-    deadline = started + deadline_s
     code: int | None = None
-    sock: socket.socket | None = None
     try:
-        target = health_parse_url(url)
-        sock = health_connect(target, deadline, deadline_s)
-        if target.scheme == "https":
-            sock = health_wrap_tls(sock, target, deadline, ssl_context)
-        code, reason, body = health_exchange(sock, target, deadline, deadline_s, body_cap_bytes)
+        code, reason, body = _get(url, deadline_s, body_cap_bytes, ssl_context)
         state, detail = _health_classify(code, reason, body)
     except HealthProbeFailure as failure:
         state, detail = failure.state, failure.detail
-        code = failure.code if failure.code is not None else code
+        code = failure.code
     except socket.timeout:
         state, detail = HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s"
     except Exception as exc:  # one bad endpoint must never take the agent down
         state, detail = HEALTH_STATE_ERROR, f"probe failed: {type(exc).__name__}: {exc}"
-    finally:
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
     latency_ms = round((time.monotonic() - started) * 1000.0, 1)
     return {
         "state": state,
@@ -97,16 +107,9 @@ def fetch_metrics(
     """
     from .metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
 
-    started = time.monotonic()
-    deadline = started + deadline_s
-    sock: socket.socket | None = None
     error: str | None = None
     try:
-        target = health_parse_url(url)
-        sock = health_connect(target, deadline, deadline_s)
-        if target.scheme == "https":
-            sock = health_wrap_tls(sock, target, deadline, ssl_context)
-        code, _reason, body = health_exchange(sock, target, deadline, deadline_s, METRICS_BODY_CAP_BYTES + 1)
+        code, _reason, body = _get(url, deadline_s, METRICS_BODY_CAP_BYTES + 1, ssl_context)
         if not 200 <= code < 300:
             error = f"HTTP {code}"
         else:
@@ -119,10 +122,4 @@ def fetch_metrics(
         error = f"no whole answer within {deadline_s:g}s"
     except Exception as exc:  # one bad endpoint must never take the agent down
         error = f"read failed: {type(exc).__name__}: {exc}"
-    finally:
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
     return {"text": None, "dropped": [], "error": visible_text(error, HEALTH_DETAIL_MAX_CHARS)}

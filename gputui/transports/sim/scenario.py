@@ -20,17 +20,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gputui.agent.health.metrics_filter import (
-    METRICS_SGLANG_GEN_THROUGHPUT,
-    METRICS_SGLANG_GENERATION_TOKENS,
-    METRICS_SGLANG_RUNNING,
-    METRICS_SGLANG_TOKEN_USAGE,
-    METRICS_SGLANG_WAITING,
-    METRICS_VLLM_GENERATION_TOKENS,
-    METRICS_VLLM_KV_CACHE_USAGE,
-    METRICS_VLLM_RUNNING,
-    METRICS_VLLM_WAITING,
-)
+from gputui.agent.health import metrics_filter as names
 
 Clock = Callable[[], float]
 """Returns wall-clock epoch seconds."""
@@ -119,18 +109,18 @@ def metrics_text(load: SimServerLoad, tokens_total: float, throughput: float) ->
     """A server's Prometheus text as the collector sends it (cut down to the names gputui reads)."""
     if load.engine == "vllm":
         lines = [
-            f'{METRICS_VLLM_RUNNING}{{engine="0",model_name="qwen3"}} {load.running}',
-            f'{METRICS_VLLM_WAITING}{{engine="0",model_name="qwen3"}} {load.waiting}',
-            f'{METRICS_VLLM_KV_CACHE_USAGE}{{engine="0",model_name="qwen3"}} {load.kv_cache_usage}',
-            f'{METRICS_VLLM_GENERATION_TOKENS}{{engine="0",model_name="qwen3"}} {tokens_total:.1f}',
+            f'{names.METRICS_VLLM_RUNNING}{{engine="0",model_name="qwen3"}} {load.running}',
+            f'{names.METRICS_VLLM_WAITING}{{engine="0",model_name="qwen3"}} {load.waiting}',
+            f'{names.METRICS_VLLM_KV_CACHE_USAGE}{{engine="0",model_name="qwen3"}} {load.kv_cache_usage}',
+            f'{names.METRICS_VLLM_GENERATION_TOKENS}{{engine="0",model_name="qwen3"}} {tokens_total:.1f}',
         ]
     else:
         lines = [
-            f'{METRICS_SGLANG_RUNNING}{{model_name="glm5"}} {load.running}',
-            f'{METRICS_SGLANG_WAITING}{{model_name="glm5"}} {load.waiting}',
-            f'{METRICS_SGLANG_TOKEN_USAGE}{{model_name="glm5"}} {load.kv_cache_usage}',
-            f'{METRICS_SGLANG_GENERATION_TOKENS}{{model_name="glm5"}} {tokens_total:.1f}',
-            f'{METRICS_SGLANG_GEN_THROUGHPUT}{{model_name="glm5"}} {throughput}',
+            f'{names.METRICS_SGLANG_RUNNING}{{model_name="glm5"}} {load.running}',
+            f'{names.METRICS_SGLANG_WAITING}{{model_name="glm5"}} {load.waiting}',
+            f'{names.METRICS_SGLANG_TOKEN_USAGE}{{model_name="glm5"}} {load.kv_cache_usage}',
+            f'{names.METRICS_SGLANG_GENERATION_TOKENS}{{model_name="glm5"}} {tokens_total:.1f}',
+            f'{names.METRICS_SGLANG_GEN_THROUGHPUT}{{model_name="glm5"}} {throughput}',
         ]
     return "\n".join(lines) + "\n"
 
