@@ -165,3 +165,33 @@ def test_snapshot_and_check_carry_the_metrics_and_check_fails_an_unhealthy_serve
     assert status == 1
     reasons = document["hosts"][0]["verdict"]["reasons"]
     assert any(r.startswith(f"server {peer.url('/health')} is UNHEALTHY") for r in reasons), reasons
+
+
+def test_the_collector_on_python38_carries_the_cut_metrics_in_its_samples(peer: MetricsPeer) -> None:
+    """The collector as SSH runs it, on the oldest Python it supports: configured by a ``configure`` command
+    as the SSH link sends it, it reads the metrics beside the health probe and ships them cut down."""
+    from gputui.agent import protocol
+    from tests.integration._procs import agent_process, wait_for
+    from tests.interpreters import python38
+
+    peer.set(engine="sglang", running=3, waiting=2, tokens_per_scrape=7)
+    with agent_process("--no-discover", python=python38()) as collector:
+        collector.result({"cmd": protocol.CMD_CONFIGURE, "health_urls": [peer.url("/health")],
+                          "metrics_urls": [peer.url("/metrics")]})
+
+        def read() -> dict | None:
+            (sample,) = collector.result({"cmd": protocol.CMD_HEALTH})["samples"]
+            return sample if sample["metrics_at"] is not None else None
+
+        wait_for(read, "the first metrics read")
+        sample = read()
+        snapshot = collector.result({"cmd": protocol.CMD_SAMPLE})["snapshot"]
+    assert sample is not None
+    assert sample["metrics_url"] == peer.url("/metrics")
+    assert sample["metrics_error"] is None
+    assert "sglang:num_running_reqs" in sample["metrics_text"]
+    assert "_bucket" not in sample["metrics_text"]  # the histograms stayed on the host
+    (judged,) = ServerWatch().apply(HostSnapshot.from_dict(snapshot)).health
+    metrics = judged.metrics
+    assert metrics is not None
+    assert (metrics["engine"], metrics["running"], metrics["waiting"]) == ("sglang", 3, 2)
