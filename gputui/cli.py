@@ -122,6 +122,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="health endpoint probed on the GPU host itself (repeatable)",
     )
     parser.add_argument(
+        "--metrics", action="append", default=[], metavar="URL",
+        help="server metrics endpoint read on the GPU host beside the health URL of its origin (repeatable)",
+    )
+    parser.add_argument(
         "--health-generate", action="store_true",
         help="also probe token-generating endpoints (/health_generate), at most every 10 s",
     )

@@ -27,6 +27,8 @@ def options_from_args(args: argparse.Namespace) -> LinkOptions:
         accept_new=args.accept_new,
         health_urls=tuple(dict.fromkeys([*config.health_urls, *args.health])),
         host_health_urls=dict(config.host_health_urls),
+        metrics_urls=tuple(dict.fromkeys([*config.metrics_urls, *getattr(args, "metrics", [])])),
+        host_metrics_urls=dict(config.host_metrics_urls),
         discover_health=not args.no_discover,
         health_generate=args.health_generate,
         connect_timeout_s=args.connect_timeout,
