@@ -17,6 +17,7 @@ import argparse
 import errno
 import math
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 from gputui import __version__
 from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
+from gputui.transports.base import SSH_CLIENTS
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
 KILL_DESCRIPTION = """\
@@ -119,6 +121,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help="health endpoint probed on the GPU host itself (repeatable)",
     )
     parser.add_argument(
+        "--metrics", action="append", default=[], metavar="URL",
+        help="server metrics endpoint read on the GPU host beside the health URL of its origin (repeatable)",
+    )
+    parser.add_argument(
         "--health-generate", action="store_true",
         help="also probe token-generating endpoints (/health_generate), at most every 10 s",
     )
@@ -136,6 +142,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-F", "--ssh-config", default=None, metavar="FILE",
         help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
+    )
+    parser.add_argument(
+        "--ssh-client", choices=SSH_CLIENTS, default=None,
+        help="what reaches remote hosts: paramiko (built in; the default), openssh (the system ssh: "
+        "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where the ssh config "
+        "needs it); overrides ssh_client in the config",
     )
     parser.add_argument(
         "--connect-timeout", type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S), default=10.0,
@@ -376,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if meant is not None:
             print(f"gputui: unknown command {args.targets[0]!r} (did you mean {meant}?)", file=sys.stderr)
             return EXIT_ERROR
+    _exit_cleanly_on_termination()
     try:
         status = _run(command, args)
         sys.stdout.flush()
@@ -387,6 +400,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if exc.errno in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO):
             return _quiet_output_failure(exc)
         raise
+
+
+def _exit_cleanly_on_termination() -> None:
+    """Make SIGTERM and SIGHUP (its terminal closed) end gputui through its exit path.
+
+    Python's default for both ends the process at once, without exit handlers: the system ``ssh`` processes
+    that carry remote collectors run in sessions of their own and would outlive gputui while their host
+    hangs. A signal the user set to be ignored (``nohup``) stays ignored.
+    """
+
+    def end(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, end)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gputui.cli import build_parser  # noqa: E402
 from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
+from gputui.core.servers import DEFAULT_STALL_AFTER_S  # noqa: E402
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
 from gputui.ui.screens.gpu_detail import GpuDetailScreen  # noqa: E402
 
@@ -39,14 +40,16 @@ async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untype
 
 
 async def _serve_then_wedge(pilot, clock: ManualClock) -> None:  # type: ignore[no-untyped-def]
-    """Let the demo host serve for a few (simulated) seconds, then wedge: the history shows both."""
+    """Let the demo host serve for a few (simulated) seconds, then wedge, and stay until its server has
+    generated nothing for the stall window: the history shows both, the server reads STALLED."""
     app = pilot.app
     await _until(pilot, lambda: all(h.snapshot is not None for h in app.hosts), "first snapshots")
-    for _ in range(int(DEMO_WEDGE_AFTER_S) + 3):
+    for _ in range(int(DEMO_WEDGE_AFTER_S + DEFAULT_STALL_AFTER_S) + 4):
         clock.advance(1.0)
         await pilot.pause(0.15)
     host = app.hosts[0]
     await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID + 40).state == "Z", "the wedge")
+    await _until(pilot, lambda: host.snapshot.health[0].state == "STALLED", "the stalled server")
 
 
 async def fleet_screenshot(out_dir: Path) -> None:

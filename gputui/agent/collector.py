@@ -48,6 +48,7 @@ class Agent:
         discover_health: Also probe the /health URLs of sglang/vLLM launchers found in the process list.
         health_generate: Probe generating endpoints (``/health_generate``) too, at most every
             ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+        metrics_urls: Servers' metrics endpoints, each read beside the health URL of its origin.
         use_psutil: Use psutil, where installed, to read who a process is in the kill path (False: /proc
             only). Samples always read /proc.
         use_pynvml: Use NVML when the bindings import and the library loads (False: nvidia-smi, if present).
@@ -71,6 +72,7 @@ class Agent:
         health_urls: Iterable[str] = (),
         discover_health: bool = True,
         health_generate: bool = False,
+        metrics_urls: Iterable[str] = (),
         use_psutil: bool = True,
         use_pynvml: bool = True,
         nvml_deadline_s: float = NVML_DEADLINE_S,
@@ -83,7 +85,9 @@ class Agent:
         self.process_interval_s = float(process_interval_s)
         self.discover_health = bool(discover_health)
         self.health_urls: tuple[str, ...] = ()
-        self._health_settings = (list(health_urls), self.discover_health, bool(health_generate))
+        self._health_settings = (
+            list(health_urls), self.discover_health, bool(health_generate), list(metrics_urls)
+        )
         self._health: HealthProber | None = None
         self._health_lock = threading.Lock()
         if self._health_settings[0] or health_generate:
@@ -124,8 +128,10 @@ class Agent:
             if self._health is None:
                 from .health.prober import HealthProber
 
-                urls, discover, generate = self._health_settings
-                self._health = HealthProber(urls, discover=discover, generate=generate)
+                urls, discover, generate, metrics_urls = self._health_settings
+                self._health = HealthProber(
+                    urls, discover=discover, generate=generate, metrics_urls=metrics_urls
+                )
                 self._health.read_processes = self.launcher_processes
                 self.health_urls = tuple(self._health.config()["urls"])
             return self._health

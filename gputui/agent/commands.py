@@ -132,7 +132,7 @@ def idle_health_config(discover: bool) -> dict[str, Any]:
 def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     """Intervals, and the health settings the SSH link sends right after the hello.
 
-    Keys (all optional): memory_interval_s, process_interval_s, health_urls (list of URLs),
+    Keys (all optional): memory_interval_s, process_interval_s, health_urls and metrics_urls (lists of URLs),
     discover_health (bool), health_generate (bool). A bad value changes nothing.
     """
     updates: dict[str, float] = {}
@@ -144,12 +144,13 @@ def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
                     f"{key} must be a number of seconds from {INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g}"
                 )
             updates[key] = value
-    health_keys = ("health_urls", "discover_health", "health_generate")
+    health_keys = ("health_urls", "metrics_urls", "discover_health", "health_generate")
     if any(command.get(key) is not None for key in health_keys):
         try:
             # Validates everything before changing anything; the intervals are applied only after.
             config = agent.health.configure(
                 urls=command.get("health_urls"),
+                metrics_urls=command.get("metrics_urls"),
                 discover=command.get("discover_health"),
                 generate=command.get("health_generate"),
             )

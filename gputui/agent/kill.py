@@ -33,7 +33,7 @@ from .protocol import (
     kill_reply,
     pending,
 )
-from .signals import alive, send_signal_checked, wait_gone
+from .signals import alive, defunct_leader, send_signal_checked, wait_gone
 
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
@@ -259,7 +259,7 @@ class KillOperation:
                 self._queued.add((pid, ticks))
                 self._log.say(pid, ticks, stat, STAGE_CHECK, None, RESULT_REFUSED, refusal)
                 continue
-            if stat.state == "Z":
+            if stat.state == "Z" and not defunct_leader(pid, ticks):
                 asked_zombies.append(stat)
                 continue
             members = guard.tree_members(pid, table) if self.tree else []
@@ -269,7 +269,7 @@ class KillOperation:
                 if key in self._queued:
                     continue
                 self._queued.add(key)
-                if member_stat.state == "Z":
+                if member_stat.state == "Z" and not defunct_leader(*key):
                     self._zombies[key] = member_stat.ppid
                 else:
                     ordered.append(key)
@@ -455,15 +455,17 @@ class KillOperation:
 
     def _still_alive(self, pid: int, ticks: int, stage: str, signal_name: str | None, detail: str) -> None:
         stat = read_stat(pid)
-        if stat is not None and stat.state == "D":
-            self._log.say(
-                pid,
-                ticks,
-                stat,
-                stage,
-                signal_name,
-                RESULT_UNINTERRUPTIBLE,
-                "in uninterruptible sleep (D): it may not die until its I/O completes",
-            )
-        else:
-            self._log.say(pid, ticks, stat, stage, signal_name, RESULT_STILL_ALIVE, detail)
+        result = RESULT_STILL_ALIVE
+        if stat is not None and stat.state == "Z":
+            from .threads import zombie_threads_summary
+
+            threads = zombie_threads_summary(pid, ticks)
+            states = threads["states"] if threads is not None else {}
+            if states.get("D"):
+                result = RESULT_UNINTERRUPTIBLE
+            listed = ", ".join(f"{count} {state}" for state, count in states.items())
+            detail = f"defunct leader: its threads live on ({listed}); memory is released when they exit"
+        elif stat is not None and stat.state == "D":
+            result = RESULT_UNINTERRUPTIBLE
+            detail = "in uninterruptible sleep (D): it may not die until its I/O completes"
+        self._log.say(pid, ticks, stat, stage, signal_name, result, detail)

@@ -18,6 +18,7 @@ from .procfs import (
     scan_proc,
 )
 from .proctree import ancestors_of, scan_trees, table_facts, tree_members, tree_root
+from .protocol import PROCESS_LIVE_THREADS
 from .statfds import StatFds
 from .wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
 
@@ -198,6 +199,7 @@ class ProcessSampler:
                     "pgid": stat.pgrp,
                     "sid": stat.session,
                     "cgroup": details["cgroup"],
+                    PROCESS_LIVE_THREADS: _live_threads(stat),
                 }
             )
         processes.sort(key=lambda proc: proc["pid"])
@@ -252,6 +254,15 @@ class ProcessSampler:
 
     def close(self) -> None:
         self._stat_fds.close()
+
+
+def _live_threads(stat: ProcStat) -> dict[str, Any] | None:
+    """A zombie-state process's live threads (a defunct leader's, or none: a true zombie); None otherwise."""
+    if stat.state != "Z":
+        return None
+    from .threads import zombie_threads_summary  # only hosts with a zombie listed load it
+
+    return zombie_threads_summary(stat.pid, stat.start_ticks)
 
 
 def ghost_suspected(gpus: list[dict[str, Any]]) -> bool:

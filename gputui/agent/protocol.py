@@ -25,8 +25,8 @@ MSG_REPLY = "reply"
 
 CMD_HELLO = "hello"
 CMD_CONFIGURE = "configure"
-"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "health_urls", "discover_health",
-"health_generate"}``, every key optional: a bad value changes nothing."""
+"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "health_urls", "metrics_urls",
+"discover_health", "health_generate"}``, every key optional: a bad value changes nothing."""
 CMD_SAMPLE = "sample"
 """A full snapshot now (process list included): ``{"snapshot": {...}}``."""
 CMD_CALIBRATE = "calibrate"
@@ -35,8 +35,9 @@ CMD_PROCESS = "process"
 """``{"cmd": "process", "pid": P, "start_ticks": T}``: one process's whole command line, which snapshots
 cut."""
 CMD_HEALTH = "health"
-"""``{"cmd": "health", "urls": [...], "generate": bool, "discover": bool, "interval_s": S, "deadline_s": S,
-"discover_now": bool}``, every key optional: changes what is probed; answers ``{"config", "samples"}``."""
+"""``{"cmd": "health", "urls": [...], "metrics_urls": [...], "generate": bool, "discover": bool,
+"interval_s": S, "deadline_s": S, "discover_now": bool}``, every key optional: changes what is probed;
+answers ``{"config", "samples"}``. A metrics URL is read beside the health URL of the same origin."""
 CMD_QUIT = "quit"
 
 KILL_COMMAND = "kill"
@@ -65,6 +66,10 @@ COMMANDS = (
 
 SIGNAL_NAMES = ("TERM", "INT", "KILL")
 """The signals a kill may ask for."""
+
+PROCESS_LIVE_THREADS = "live_threads"
+"""The key of a process dict that holds, for a zombie-state (Z) process, its threads still alive
+(:func:`live_threads`); null for every other process and where they could not be read."""
 
 PROCESSES_SAME = "processes_same"
 """A stream snapshot line marked with this (true) left out its process lists: they are the ones of the line
@@ -305,6 +310,13 @@ def snapshot(
     }
 
 
+def live_threads(live: int, states: dict[str, int], omitted: int) -> dict[str, Any]:
+    """The threads of a zombie-state process that have not exited, leader excluded: how many, how many in
+    each state letter (``D``: uninterruptible, usually in a driver), and how many thread entries were not
+    read (over the collector's cap). ``live == 0``: a true zombie, which holds no memory."""
+    return {"live": live, "states": dict(sorted(states.items())), "omitted": omitted}
+
+
 def snapshot_message(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {"t": MSG_SNAPSHOT, "snapshot": snapshot}
 
@@ -432,6 +444,13 @@ HEALTH_SAMPLE_FIELDS = (
     "detail",
     "discovered",
     "checked_at",
+    "metrics_url",
+    "metrics_text",
+    "metrics_at",
+    "metrics_dropped",
+    "metrics_error",
+    "launcher_age_s",
+    "metrics",
 )
 
 
@@ -446,9 +465,22 @@ def health_sample(
     detail: str | None = None,
     discovered: bool = False,
     checked_at: float | None = None,
+    metrics_url: str | None = None,
+    metrics_text: str | None = None,
+    metrics_at: float | None = None,
+    metrics_dropped: Iterable[str] = (),
+    metrics_error: str | None = None,
+    launcher_age_s: float | None = None,
 ) -> dict[str, Any]:
     """The latest state of one health endpoint: ``state`` from ``HEALTH_STATES`` (None: not probed yet),
-    ``since`` when it began, ``last_ok`` the last UP and ``checked_at`` the last probe (epoch seconds)."""
+    ``since`` when it began, ``last_ok`` the last UP and ``checked_at`` the last probe (epoch seconds).
+
+    The server's metrics beside it: ``metrics_url`` (None: none read), ``metrics_text`` its last body cut down
+    on the host to the series the client reads (``health.metrics_filter``), ``metrics_at`` when it was read,
+    ``metrics_dropped`` the names cut by a cap, ``metrics_error`` why the last read failed (the text is then
+    None), and ``launcher_age_s`` the age of the launcher that serves the endpoint (None: not known).
+    ``metrics`` is the client's reading of them (``gputui.core.servers.metrics_json``): null from a collector.
+    """
     return {
         "url": url,
         "state": state,
@@ -460,6 +492,13 @@ def health_sample(
         "detail": detail,
         "discovered": discovered,
         "checked_at": checked_at,
+        "metrics_url": metrics_url,
+        "metrics_text": metrics_text,
+        "metrics_at": metrics_at,
+        "metrics_dropped": list(metrics_dropped),
+        "metrics_error": metrics_error,
+        "launcher_age_s": launcher_age_s,
+        "metrics": None,
     }
 
 
@@ -471,12 +510,14 @@ def health_config(
     interval_s: float,
     deadline_s: float,
     generate_min_interval_s: float,
+    metrics_urls: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The health settings in force (the ``config`` of the ``health`` command's answer): the configured and
     the discovered URLs (credentials redacted), whether generating endpoints are probed and launchers looked
-    for, and the intervals in seconds."""
+    for, the intervals in seconds, and the configured metrics URLs."""
     return {
         "urls": urls,
+        "metrics_urls": list(metrics_urls),
         "discovered_urls": discovered_urls,
         "generate": generate,
         "discover": discover,

@@ -183,6 +183,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help="also probe generating endpoints (/health_generate), at most every "
         f"{HEALTH_GENERATE_MIN_INTERVAL_S:g} s",
     )
+    parser.add_argument(
+        "--metrics", action="append", default=[], metavar="URL",
+        help="server metrics URL read beside the health URL of its origin (repeatable)",
+    )
     parser.add_argument("--no-discover", action="store_true", help="do not probe launchers' /health URLs")
     parser.add_argument(
         "--no-psutil", action="store_true", help="read /proc directly even if psutil is present"
@@ -223,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             memory_interval_s=args.interval,
             process_interval_s=args.process_interval,
             health_urls=args.health,
+            metrics_urls=args.metrics,
             discover_health=not args.no_discover,
             health_generate=args.health_generate,
             use_psutil=not args.no_psutil,

@@ -17,10 +17,22 @@ KILL_POLL_S = 0.05
 """How often a kill operation looks whether what it signalled is gone."""
 
 
+def defunct_leader(pid: int, ticks: int) -> bool:
+    """Whether (pid, start_ticks) is in state Z with threads still alive: a defunct leader, which has not
+    exited (it holds its files and GPU memory) and can still be signalled."""
+    from .threads import zombie_live_threads  # read only for a process in state Z
+
+    found = zombie_live_threads(pid, ticks)
+    return found is not None and bool(found["threads"] or found["omitted"])
+
+
 def alive(pid: int, ticks: int) -> bool:
-    """Whether the process (pid, start_ticks) still exists and has not exited (a zombie counts as gone)."""
+    """Whether the process (pid, start_ticks) still exists and has not exited: a true zombie counts as gone,
+    a defunct leader (state Z, threads alive) as there."""
     stat = read_stat(pid)
-    return stat is not None and stat.start_ticks == ticks and stat.state not in ("Z", "X")
+    if stat is None or stat.start_ticks != ticks or stat.state == "X":
+        return False
+    return stat.state != "Z" or defunct_leader(pid, ticks)
 
 
 def present(pid: int, ticks: int) -> bool:

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from .procfs import ProcStat, parse_stat, read_small
+from .protocol import live_threads
 
 THREADS_PROBE_MAX = 4096
 """At most this many threads' stat files are read for one process; the rest are counted as ``omitted``."""
@@ -71,3 +72,21 @@ def zombie_live_threads(
         if stat is not None and stat.state not in THREAD_GONE_STATES:
             threads.append({"tid": tid, "state": stat.state})
     return {"threads": threads, "omitted": max(0, len(tids) - max_threads)}
+
+
+def zombie_threads_summary(
+    pid: int, start_ticks: int | None = None, proc_root: str = "/proc"
+) -> dict[str, Any] | None:
+    """What a snapshot carries of a zombie-state process's threads (``protocol.live_threads``): counts.
+
+    Returns:
+        None when :func:`zombie_live_threads` is None; else ``{"live": N, "states": {letter: count},
+        "omitted": M}``. A true zombie is ``{"live": 0, "states": {}, "omitted": 0}``.
+    """
+    found = zombie_live_threads(pid, start_ticks, proc_root)
+    if found is None:
+        return None
+    states: dict[str, int] = {}
+    for thread in found["threads"]:
+        states[thread["state"]] = states.get(thread["state"], 0) + 1
+    return live_threads(len(found["threads"]), states, found["omitted"])

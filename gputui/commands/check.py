@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TextIO
 
 from gputui.agent.protocol import CMD_CONFIGURE
@@ -24,6 +25,7 @@ from gputui.core.analysis import (
     gpu_memory_by_pid,
 )
 from gputui.core.model import HostSnapshot, Verdict, snapshots_document
+from gputui.core.servers import failing_servers, judge_once
 from gputui.core.state import StateError, load_baselines, save_baselines
 from gputui.core.textsafe import json_visible, visible
 from gputui.transports.base import HostLink, LinkError, full_sample, one_shot_sample
@@ -279,6 +281,7 @@ def _check_target(
             waited = 0.0
     finally:
         link.close()
+    analysed = judge_servers(analysed)
     status = _status(analysed.verdict)
     if not args.json:
         for line in format_check(analysed, out, header):
@@ -288,6 +291,17 @@ def _check_target(
             if last is not None:
                 print(last, file=out)
     return status, analysed, waited
+
+
+def judge_servers(snapshot: HostSnapshot) -> HostSnapshot:
+    """The snapshot with its servers judged (``core.servers``) and, when one is UNHEALTHY or STALLED, a
+    verdict that is not clean and says which: the GPUs may be free, but the server on them is not serving."""
+    judged = judge_once(snapshot)
+    failing = failing_servers(judged.health)
+    verdict = judged.verdict
+    if not failing or verdict is None or not verdict.known:
+        return judged
+    return replace(judged, verdict=replace(verdict, clean=False, reasons=verdict.reasons + tuple(failing)))
 
 
 def wait_line(waited_s: float | None, wait_s: float, known: bool) -> str | None:

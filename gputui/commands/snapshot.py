@@ -12,6 +12,7 @@ from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
 from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
+from gputui.core.servers import judge_once
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import LinkError, one_shot_sample
 
@@ -41,7 +42,7 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
-        return one_shot_sample(link, target)
+        return judge_once(one_shot_sample(link, target))
     finally:
         link.close()
 
@@ -73,6 +74,15 @@ def format_health_line(sample: HealthSample) -> str:
     line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {_clock(sample.since)}"
     if sample.detail and sample.state != HEALTH_STATE_UP:
         line += f"  {visible(sample.detail, HEALTH_DETAIL_WIDTH)}"
+    metrics = sample.metrics or {}
+    if metrics.get("engine"):
+        kv = metrics.get("kv_cache_usage")
+        line += (
+            f"\n    {visible(str(metrics['engine']), 10)}: {_num(metrics.get('running'))} running, "
+            f"{_num(metrics.get('waiting'))} waiting, KV {_num(None if kv is None else kv * 100, '%')}"
+        )
+    elif sample.metrics_error:
+        line += f"\n    metrics: {visible(sample.metrics_error, HEALTH_DETAIL_WIDTH)}"
     return line
 
 

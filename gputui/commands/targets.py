@@ -1,11 +1,15 @@
-"""From a target word on the command line to a live link: local, simulated, or SSH."""
+"""From a target word on the command line to a live link: local, simulated, or SSH.
+
+An SSH link goes through paramiko or the system ssh client as ``--ssh-client`` or the config's ``ssh_client``
+say; with ``auto``, ``SshLink`` chooses at every open from the host's resolved ssh config.
+"""
 
 from __future__ import annotations
 
 import argparse
 
 from gputui.core.config import Config
-from gputui.transports.base import HostLink, LinkOptions
+from gputui.transports.base import SSH_CLIENTS, HostLink, LinkOptions
 
 LOCAL_TARGET = "local"
 DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
@@ -15,6 +19,7 @@ DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
 def options_from_args(args: argparse.Namespace) -> LinkOptions:
     """LinkOptions from the common command-line flags and the config file loaded into ``args.config``."""
     config: Config = getattr(args, "config", None) or Config()
+    ssh_client = getattr(args, "ssh_client", None)  # the flag beats the config's global and per-host values
     return LinkOptions(
         memory_interval_s=args.interval,
         process_interval_s=args.process_interval,
@@ -22,10 +27,14 @@ def options_from_args(args: argparse.Namespace) -> LinkOptions:
         accept_new=args.accept_new,
         health_urls=tuple(dict.fromkeys([*config.health_urls, *args.health])),
         host_health_urls=dict(config.host_health_urls),
+        metrics_urls=tuple(dict.fromkeys([*config.metrics_urls, *getattr(args, "metrics", [])])),
+        host_metrics_urls=dict(config.host_metrics_urls),
         discover_health=not args.no_discover,
         health_generate=args.health_generate,
         connect_timeout_s=args.connect_timeout,
         extra={"ssh_config": args.ssh_config} if getattr(args, "ssh_config", None) else {},
+        ssh_client=ssh_client or config.ssh_client or SSH_CLIENTS[0],
+        host_ssh_clients={} if ssh_client else dict(config.host_ssh_clients),
     )
 
 

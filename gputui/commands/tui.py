@@ -54,6 +54,8 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         clock: Epoch seconds source for the app and the demo hosts (screenshots freeze it); default: now.
     """
     from gputui.core.analysis import Baselines
+    from gputui.core.config import Config
+    from gputui.core.servers import ServerWatch
     from gputui.core.state import load_baselines
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.theme import ThemeStore
@@ -94,6 +96,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
 
         fleet = build_fleet_screen(args, clock)
     theme = getattr(args, "theme", None)
+    config: Config = getattr(args, "config", None) or Config()
     return GpuTuiApp(
         targets,
         link_factory,
@@ -109,4 +112,5 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         theme=None if theme is None else resolve_theme(theme),
         # Screenshots (a frozen clock) neither read nor change the user's choice.
         theme_store=ThemeStore() if clock is None else None,
+        servers=ServerWatch(config.stall_after_s, config.host_stall_after_s),
     )

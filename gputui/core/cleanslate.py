@@ -14,7 +14,9 @@ full sample before it says CLEAN. The rules, in the order they apply:
 Each function takes a ``CleanCheck`` and returns the next one; nothing here does IO or reads a clock, so the
 callers feed it their own times (the TUI its display clock, the CLI ``time.monotonic``) and do the sampling.
 The drain curve (memory above baseline, summed over the GPUs, at each memory sample) is kept for the
-receipt, bounded.
+receipt, bounded, and so is the driver's teardown: memory still above baseline once no GPU process is listed
+is the driver releasing what the last holder left (it frees a process's memory as its device files close,
+which can take seconds on a large context), not a process to kill.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class CleanCheck:
             processes no older than it.
         note: Why the last confirming sample did not confirm ("" when none came back yet).
         drain: The drain curve, oldest first (at most ``DRAIN_POINTS_MAX`` points).
+        holders_gone_s: When memory above baseline was first seen with no GPU process listed: the driver
+            tearing down what the last holder left. None while a holder is listed or nothing is above.
+        teardown_s: How long that teardown took, once memory was back at baseline; None until then.
     """
 
     started_s: float
@@ -76,6 +81,8 @@ class CleanCheck:
     asked_memory_time: float | None = None
     note: str = ""
     drain: tuple[DrainPoint, ...] = ()
+    holders_gone_s: float | None = None
+    teardown_s: float | None = None
 
     @property
     def running(self) -> bool:
@@ -86,6 +93,12 @@ class CleanCheck:
     def confirming(self) -> bool:
         """A confirming sample is on its way."""
         return self.asked_s is not None
+
+    def tearing_down_for_s(self, now_s: float) -> float | None:
+        """Seconds the driver has been releasing memory with no holder listed; None when it is not."""
+        if self.holders_gone_s is None or self.teardown_s is not None:
+            return None
+        return max(0.0, now_s - self.holders_gone_s)
 
     def drain_since_kill(self) -> tuple[DrainPoint, ...]:
         """The drain curve from the kill (or the start, without one) to the end of the check, starting with
@@ -127,11 +140,23 @@ def memory_sample(
     """
     if not check.running:
         return check, False
-    check = replace(check, drain=_with_point(check.drain, DrainPoint(now_s, above_baseline_mib(snapshot,
-                                                                                                 baselines))))
+    above = above_baseline_mib(snapshot, baselines)
+    check = replace(check, drain=_with_point(check.drain, DrainPoint(now_s, above)))
+    check = _teardown(check, snapshot, above, now_s)
     if check.confirming or check.kill_pending or not memory_at_baseline(snapshot, baselines):
         return check, False
     return replace(check, asked_s=now_s, asked_memory_time=snapshot.time), True
+
+
+def _teardown(check: CleanCheck, snapshot: HostSnapshot, above_mib: int, now_s: float) -> CleanCheck:
+    """Start, go on with or end the driver's teardown: memory above baseline and no GPU process listed."""
+    if any(gpu.processes for gpu in snapshot.gpus):
+        return replace(check, holders_gone_s=None, teardown_s=None)
+    if above_mib > 0:
+        return check if check.holders_gone_s is not None else replace(check, holders_gone_s=now_s)
+    if check.holders_gone_s is not None and check.teardown_s is None:
+        return replace(check, teardown_s=max(0.0, now_s - check.holders_gone_s))
+    return check
 
 
 def confirming_sample(

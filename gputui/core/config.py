@@ -5,9 +5,15 @@
 
     # probed on every host
     health = ["http://127.0.0.1:30000/health"]
+    metrics = ["http://127.0.0.1:30000/metrics"]   # read beside the health URL of the same origin
+    stall_after_s = 30             # requests pending and no token generated this long: STALLED
+    ssh_client = "auto"            # paramiko (default), openssh (the system ssh), or auto
 
     [hosts."gpu-node-07"]
     health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]
+    metrics = ["http://127.0.0.1:8000/metrics"]
+    stall_after_s = 120            # a slow model: a longer window on this host
+    ssh_client = "openssh"         # this host only (--ssh-client overrides both)
 
     [groups]                       # gputui @a100 opens these hosts
     a100 = ["gpu-a", "gpu-b"]
@@ -35,9 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gputui.transports.base import SSH_CLIENTS
+
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""
-HOST_KEYS = frozenset({"health"})
+HOST_KEYS = frozenset({"health", "metrics", "stall_after_s", "ssh_client"})
+STALL_AFTER_MIN_S = 1.0
+STALL_AFTER_MAX_S = 86400.0
+"""The range of ``stall_after_s``: under a second is noise between two reads, over a day is never."""
 TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet"}
 FLEET_TEXT_KEYS = frozenset({"prometheus", "match", "host_label", "ssh_target"})
 FLEET_SECONDS_KEYS = frozenset({"stale_after_s", "refresh_s"})
@@ -54,16 +65,29 @@ class Config:
     Attributes:
         health_urls: Probed on every host.
         host_health_urls: Host target -> URLs probed on that host only.
+        metrics_urls: Servers' metrics endpoints read on every host.
+        host_metrics_urls: Host target -> metrics URLs read on that host only.
+        stall_after_s: Seconds of a flat token counter with requests pending before a server is STALLED
+            (None: the default).
+        host_stall_after_s: Host target -> its own stall window.
         path: The file read, or None when there was none.
     """
 
     health_urls: tuple[str, ...] = ()
     host_health_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    metrics_urls: tuple[str, ...] = ()
+    host_metrics_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    stall_after_s: float | None = None
+    host_stall_after_s: dict[str, float] = field(default_factory=dict)
     path: Path | None = None
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Group name -> host targets (``gputui @name``)."""
     fleet: dict[str, str | float] = field(default_factory=dict)
     """The ``[fleet]`` settings given: ``FLEET_TEXT_KEYS`` hold text, ``FLEET_SECONDS_KEYS`` seconds."""
+    ssh_client: str | None = None
+    """The SSH client for every host (``SSH_CLIENTS``), or None when not set."""
+    host_ssh_clients: dict[str, str] = field(default_factory=dict)
+    """Host target -> the SSH client for that host only."""
 
 
 def default_config_path() -> Path:
@@ -71,12 +95,32 @@ def default_config_path() -> Path:
     return Path(base) / "gputui" / "config.toml"
 
 
-def _urls(value: Any, where: str, path: Path) -> tuple[str, ...]:
+def _urls(value: Any, where: str, path: Path, key: str = "health") -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{path}: {where}health must be a URL or a list of URLs")
+        raise ConfigError(f"{path}: {where}{key} must be a URL or a list of URLs")
     return tuple(value)
+
+
+def _ssh_client(value: Any, where: str, path: Path) -> str:
+    if value not in SSH_CLIENTS:
+        choices = ", ".join(f'"{name}"' for name in SSH_CLIENTS)
+        raise ConfigError(f"{path}: {where}ssh_client must be one of {choices}")
+    return str(value)
+
+
+def _stall_after(value: Any, where: str, path: Path) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not STALL_AFTER_MIN_S <= value <= STALL_AFTER_MAX_S
+    ):
+        raise ConfigError(
+            f"{path}: {where}stall_after_s must be a number of seconds from {STALL_AFTER_MIN_S:g} to "
+            f"{STALL_AFTER_MAX_S:g}"
+        )
+    return float(value)
 
 
 def _check_keys(table: dict[str, Any], allowed: frozenset[str], where: str, path: Path) -> None:
@@ -142,18 +186,34 @@ def load_config(path: Path | None = None) -> Config:
     if not isinstance(hosts, dict):
         raise ConfigError(f"{path}: hosts must be a table of [hosts.\"NAME\"] sections")
     host_health: dict[str, tuple[str, ...]] = {}
+    host_clients: dict[str, str] = {}
+    host_metrics: dict[str, tuple[str, ...]] = {}
+    host_stall: dict[str, float] = {}
     for name, table in hosts.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: hosts.{name!r} must be a table")
-        _check_keys(table, HOST_KEYS, f"hosts.{name!r}.", path)
+        where = f"hosts.{name!r}."
+        _check_keys(table, HOST_KEYS, where, path)
         if "health" in table:
-            host_health[name] = _urls(table["health"], f"hosts.{name!r}.", path)
+            host_health[name] = _urls(table["health"], where, path)
+        if "metrics" in table:
+            host_metrics[name] = _urls(table["metrics"], where, path, "metrics")
+        if "stall_after_s" in table:
+            host_stall[name] = _stall_after(table["stall_after_s"], where, path)
+        if "ssh_client" in table:
+            host_clients[name] = _ssh_client(table["ssh_client"], where, path)
     return Config(
         health_urls=_urls(data["health"], "", path) if "health" in data else (),
         host_health_urls=host_health,
+        metrics_urls=_urls(data["metrics"], "", path, "metrics") if "metrics" in data else (),
+        host_metrics_urls=host_metrics,
+        stall_after_s=_stall_after(data["stall_after_s"], "", path) if "stall_after_s" in data else None,
+        host_stall_after_s=host_stall,
         path=path,
         groups=_groups(data.get("groups", {}), path),
         fleet=_fleet(data.get("fleet", {}), path),
+        ssh_client=_ssh_client(data["ssh_client"], "", path) if "ssh_client" in data else None,
+        host_ssh_clients=host_clients,
     )
 
 

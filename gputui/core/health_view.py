@@ -11,16 +11,30 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from gputui.agent.protocol import HEALTH_STATE_BUSY as BUSY
 from gputui.agent.protocol import HEALTH_STATE_DOWN as DOWN
 from gputui.agent.protocol import HEALTH_STATE_ERROR as ERROR
+from gputui.agent.protocol import HEALTH_STATE_STALLED as STALLED
+from gputui.agent.protocol import HEALTH_STATE_STARTING as STARTING
 from gputui.agent.protocol import HEALTH_STATE_TIMEOUT as TIMEOUT
 from gputui.agent.protocol import HEALTH_STATE_UNHEALTHY as UNHEALTHY
 from gputui.agent.protocol import HEALTH_STATE_UP as UP
 from gputui.core.model import HealthSample
 from gputui.core.textsafe import visible
 
-STATE_SEVERITY: dict[str | None, int] = {UP: 0, None: 1, ERROR: 2, UNHEALTHY: 3, TIMEOUT: 4, DOWN: 5}
-"""Higher is worse; a state this client does not know ranks as ERROR."""
+STATE_SEVERITY: dict[str | None, int] = {
+    UP: 0,
+    STARTING: 1,
+    BUSY: 1,
+    None: 1,
+    ERROR: 2,
+    UNHEALTHY: 3,
+    TIMEOUT: 4,
+    STALLED: 5,
+    DOWN: 5,
+}
+"""Higher is worse; a state this client does not know ranks as ERROR. A server that is starting or busy is
+working; a stalled one is as bad as a dead one: requests hang."""
 
 URL_MAX_CHARS = 100
 DETAIL_MAX_CHARS = 120
@@ -129,16 +143,24 @@ class HealthHistory:
     """
 
     def __init__(self, max_len: int = DEFAULT_HISTORY_LEN) -> None:
-        """Args: max_len: Probes remembered per URL."""
+        """Args: max_len: Probes (and metrics readings) remembered per URL."""
         self.max_len = max(1, max_len)
         self._states: dict[str, deque[str | None]] = {}
         self._last_checked: dict[str, float | None] = {}
+        self._tokens: dict[str, deque[float | None]] = {}
+        self._last_read: dict[str, float | None] = {}
 
     def update(self, samples: Iterable[HealthSample]) -> None:
-        """Record the probes of one snapshot; URLs no longer listed are forgotten."""
+        """Record the probes (and the tokens/s of each metrics reading) of one snapshot; URLs no longer listed
+        are forgotten."""
         seen: set[str] = set()
         for sample in samples:
             seen.add(sample.url)
+            if sample.metrics_at is not None and self._last_read.get(sample.url) != sample.metrics_at:
+                self._last_read[sample.url] = sample.metrics_at
+                rate = (sample.metrics or {}).get("generation_tokens_per_s")
+                tokens = self._tokens.setdefault(sample.url, deque(maxlen=self.max_len))
+                tokens.append(float(rate) if isinstance(rate, (int, float)) else None)
             states = self._states.setdefault(sample.url, deque(maxlen=self.max_len))
             if sample.checked_at is None:
                 continue
@@ -149,10 +171,16 @@ class HealthHistory:
             if url not in seen:
                 del self._states[url]
                 self._last_checked.pop(url, None)
+                self._tokens.pop(url, None)
+                self._last_read.pop(url, None)
 
     def states(self, url: str) -> tuple[str | None, ...]:
         """The remembered states of ``url``, oldest first."""
         return tuple(self._states.get(url, ()))
+
+    def tokens_per_s(self) -> dict[str, tuple[float | None, ...]]:
+        """URL -> its tokens/s readings, oldest first (None: a reading without a rate)."""
+        return {url: tuple(values) for url, values in self._tokens.items()}
 
     def as_dict(self) -> dict[str, tuple[str | None, ...]]:
         """URL → states, oldest first (what the health panel takes)."""

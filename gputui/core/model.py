@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from gputui.agent.protocol import MODE_LABELS, PROCESSES_SAME
+from gputui.agent.protocol import MODE_LABELS, PROCESS_LIVE_THREADS, PROCESSES_SAME
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -122,6 +122,33 @@ class Gpu:
 
 
 @dataclass(frozen=True)
+class LiveThreads:
+    """The threads of a zombie-state process that have not exited (``protocol.live_threads``).
+
+    Attributes:
+        live: How many (leader excluded). 0: a true zombie, whose memory is already freed.
+        states: State letter -> how many of them are in it (``D``: uninterruptible, usually in a driver).
+        omitted: Thread entries the collector did not read (over its cap).
+    """
+
+    live: int
+    states: dict[str, int] = field(default_factory=dict)
+    omitted: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LiveThreads | None:
+        if not isinstance(data, dict):
+            return None
+        states = data.get("states")
+        pairs = states.items() if isinstance(states, dict) else ()
+        return cls(
+            live=max(0, _opt_int(data.get("live")) or 0),
+            states={str(k): max(0, _opt_int(v) or 0) for k, v in pairs},
+            omitted=max(0, _opt_int(data.get("omitted")) or 0),
+        )
+
+
+@dataclass(frozen=True)
 class Proc:
     """One host process: a GPU process, one of their ancestors or descendants, or a zombie/D-state process.
 
@@ -140,6 +167,8 @@ class Proc:
             middle parent died still belongs to its launcher's tree through this.
         sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
         cgroup: The cgroup that tells its job apart (``gputui.agent.procfs.parse_cgroup``), None when unknown.
+        live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
+            other process, or when they could not be read.
     """
 
     pid: int
@@ -158,10 +187,19 @@ class Proc:
     pgid: int | None = None
     sid: int | None = None
     cgroup: str | None = None
+    live_threads: LiveThreads | None = None
 
     @property
     def is_zombie(self) -> bool:
         return self.state == STATE_ZOMBIE
+
+    @property
+    def is_defunct_leader(self) -> bool:
+        """State Z with threads still alive: the process has not exited (it holds its files and GPU memory)
+        and can be signalled, unlike a true zombie."""
+        threads = self.live_threads
+        alive = threads is not None and (threads.live > 0 or threads.omitted > 0)
+        return self.state == STATE_ZOMBIE and alive
 
     @property
     def is_uninterruptible(self) -> bool:
@@ -196,6 +234,7 @@ class Proc:
             pgid=_opt_int(data.get("pgid")),
             sid=_opt_int(data.get("sid")),
             cgroup=_opt_str(data.get("cgroup")),
+            live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
         )
 
 
@@ -217,8 +256,8 @@ class Finding:
     """Something stuck, dead or unaccounted for.
 
     Attributes:
-        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, orphan, uninterruptible, ghost_memory,
-            invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
+        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, defunct_leader, orphan, uninterruptible,
+            ghost_memory, invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
         target: The host target the finding belongs to.
         detail: One human line.
         action: The suggested action, one human line.
@@ -248,13 +287,21 @@ class Finding:
 
 @dataclass(frozen=True)
 class HealthSample:
-    """The state of one health endpoint as the agent last probed it.
+    """The state of one health endpoint as the agent last probed it, with the server's metrics beside it.
 
     Attributes:
-        state: UP, UNHEALTHY, DOWN, TIMEOUT or ERROR (None: not probed yet).
+        state: UP, UNHEALTHY, DOWN, TIMEOUT or ERROR as probed (None: not probed yet); once judged by the
+            client (``gputui.core.servers.ServerWatch``) also STARTING, BUSY or STALLED.
         since: Epoch seconds at which the current state began.
         last_ok: Epoch seconds of the last UP, or None.
-        detail: Short sanitised excerpt of an error or body.
+        detail: Short sanitised excerpt of an error or body; for a state the client derived, why.
+        metrics_url: The metrics endpoint read beside it (None: none).
+        metrics_text: Its last body, cut down on the host to the series the client reads (None: not read).
+        metrics_at: Epoch seconds of that read.
+        metrics_dropped: Names the host dropped over a cap: unknown, never partial.
+        metrics_error: Why the last read failed.
+        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known).
+        metrics: The client's reading (``gputui.core.servers.METRICS_JSON_KEYS``), None before it is judged.
     """
 
     url: str
@@ -267,6 +314,18 @@ class HealthSample:
     detail: str | None = None
     discovered: bool = False
     checked_at: float | None = None
+    metrics_url: str | None = None
+    metrics_text: str | None = None
+    metrics_at: float | None = None
+    metrics_dropped: tuple[str, ...] = ()
+    metrics_error: str | None = None
+    launcher_age_s: float | None = None
+    metrics: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["metrics_dropped"] = list(self.metrics_dropped)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HealthSample:
@@ -281,6 +340,13 @@ class HealthSample:
             detail=_opt_str(data.get("detail")),
             discovered=bool(data.get("discovered", False)),
             checked_at=_opt_float(data.get("checked_at")),
+            metrics_url=_opt_str(data.get("metrics_url")),
+            metrics_text=_opt_str(data.get("metrics_text")),
+            metrics_at=_opt_float(data.get("metrics_at")),
+            metrics_dropped=tuple(str(n) for n in (data.get("metrics_dropped") or ()) if isinstance(n, str)),
+            metrics_error=_opt_str(data.get("metrics_error")),
+            launcher_age_s=_opt_float(data.get("launcher_age_s")),
+            metrics=dict(data["metrics"]) if isinstance(data.get("metrics"), dict) else None,
         )
 
 
@@ -412,7 +478,7 @@ class HostSnapshot:
             None if self.device_holders is None else [asdict(h) for h in self.device_holders]
         )
         data["findings"] = [asdict(f) for f in self.findings]
-        data["health"] = [asdict(h) for h in self.health]
+        data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
         return data
 

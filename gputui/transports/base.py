@@ -14,6 +14,10 @@ from typing import Any
 from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE
 from gputui.core.model import HostSnapshot, Proc
 
+SSH_CLIENTS = ("paramiko", "openssh", "auto")
+"""What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (paramiko,
+and the system client for a host whose ssh config needs what only it can do)."""
+
 
 class LinkError(Exception):
     """A host could not be reached or answered badly. ``str()`` is one readable line naming the cause."""
@@ -34,6 +38,11 @@ class LinkOptions:
             10 s; off by default so the monitor never loads the server it watches.
         connect_timeout_s: Deadline for connecting and the handshake.
         host_health_urls: Target -> health URLs probed on that host only (from the config file).
+        ssh_client: One of ``SSH_CLIENTS``: how remote hosts are reached.
+        host_ssh_clients: Target -> the ``SSH_CLIENTS`` entry for that host (from the config file).
+        metrics_urls: Servers' metrics endpoints read by the agent on that host (beside the health URL of
+            the same origin).
+        host_metrics_urls: Target -> metrics URLs read on that host only (from the config file).
     """
 
     memory_interval_s: float = 1.0
@@ -45,13 +54,18 @@ class LinkOptions:
     health_generate: bool = False
     connect_timeout_s: float = 10.0
     host_health_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    metrics_urls: tuple[str, ...] = ()
+    host_metrics_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    ssh_client: str = "paramiko"
+    host_ssh_clients: dict[str, str] = field(default_factory=dict)
 
     def for_target(self, target: str) -> LinkOptions:
-        """These options with the health URLs configured for ``target`` added."""
-        own = self.host_health_urls.get(target, ())
-        extra_urls = tuple(url for url in own if url not in self.health_urls)
-        return replace(self, health_urls=self.health_urls + extra_urls) if extra_urls else self
+        """These options with the health and metrics URLs and the SSH client configured for ``target``."""
+        health = tuple(dict.fromkeys(self.health_urls + self.host_health_urls.get(target, ())))
+        metrics = tuple(dict.fromkeys(self.metrics_urls + self.host_metrics_urls.get(target, ())))
+        client = self.host_ssh_clients.get(target, self.ssh_client)
+        return replace(self, health_urls=health, metrics_urls=metrics, ssh_client=client)
 
 
 class HostLink(abc.ABC):
@@ -124,6 +138,13 @@ def one_shot_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> Hos
     return snapshot
 
 
+def _first_read_pending(sample: dict[str, Any]) -> bool:
+    """Whether an endpoint's first probe (or the first read of its metrics) is still to come."""
+    if sample.get("state") is None:
+        return not sample.get("detail")  # one that is never probed has its detail at once
+    return bool(sample.get("metrics_url")) and sample.get("metrics_at") is None
+
+
 def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> bool:
     """Have the agent look for launchers now, then wait until it probed each endpoint once (or ``timeout_s``).
 
@@ -152,7 +173,7 @@ def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> bool:
         samples = result.get("samples")
         if not isinstance(samples, list):
             return False
-        if not [s for s in samples if isinstance(s, dict) and s.get("state") is None and not s.get("detail")]:
+        if not [s for s in samples if isinstance(s, dict) and _first_read_pending(s)]:
             return bool(samples)
         time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
 

@@ -50,13 +50,22 @@ class UnknownHostKey(HostKeyError):
         hop: The target word of the host whose key this is (differs from ``target`` for a ProxyJump hop); pass
             it with ``key`` to ``gputui.transports.ssh.accept_host_key`` after the user confirmed.
         lookup_name: The known_hosts name (``host`` or ``[host]:port``).
-        key: The presented paramiko key.
+        key: The presented paramiko key, or what the system ssh client refused
+            (``gputui.transports.openssh.OfferedHostKey``).
         key_type: Its type, e.g. ``ssh-ed25519``.
+        blob: The public key blob, when known (the system ssh client names the key by fingerprint only).
         fingerprint: ``SHA256:...`` as OpenSSH prints it.
     """
 
     def __init__(
-        self, target: str, hop: str, lookup_name: str, key: object, key_type: str, blob: bytes
+        self,
+        target: str,
+        hop: str,
+        lookup_name: str,
+        key: object,
+        key_type: str,
+        blob: bytes | None,
+        fingerprint: str | None = None,
     ) -> None:
         self.target = target
         self.hop = hop
@@ -64,7 +73,11 @@ class UnknownHostKey(HostKeyError):
         self.key = key
         self.key_type = key_type
         self.blob = blob
-        self.fingerprint = fingerprint_sha256(blob)
+        if fingerprint is None:
+            if blob is None:
+                raise ValueError("an unknown host key needs its blob or its fingerprint")
+            fingerprint = fingerprint_sha256(blob)
+        self.fingerprint = fingerprint
         via = "" if hop == target else f" (jump host {hop})"
         super().__init__(
             f"{target}: unknown host key for {lookup_name}{via}: {key_type} {self.fingerprint}; "
@@ -75,9 +88,27 @@ class UnknownHostKey(HostKeyError):
 class ChangedHostKey(HostKeyError):
     """The host presents a key other than the one recorded for it: refused, always."""
 
+    @classmethod
+    def at(cls, target: str, name: str, key_type: str, fingerprint: str, where: str) -> ChangedHostKey:
+        """The refusal of ``key_type fingerprint`` for ``name``, another key being recorded at ``where``."""
+        return cls(
+            f"{target}: HOST KEY CHANGED for {name}: it presents {key_type} {fingerprint} but {where} "
+            "records another key; refusing to connect (remove that line if the change is expected)"
+        )
+
 
 class RevokedHostKey(HostKeyError):
     """The presented key is marked ``@revoked``: refused, always."""
+
+    @classmethod
+    def at(
+        cls, target: str, name: str, key_type: str, fingerprint: str | None, where: str | None
+    ) -> RevokedHostKey:
+        """The refusal of ``key_type fingerprint`` for ``name``, marked ``@revoked`` in ``where`` (the
+        system ssh client names neither the fingerprint nor the line)."""
+        key = f"{key_type} {fingerprint}" if fingerprint else key_type
+        place = f" in {where}" if where else ""
+        return cls(f"{target}: the host key of {name} ({key}) is marked @revoked{place}; refusing to connect")
 
 
 @dataclass(frozen=True)

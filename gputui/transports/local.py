@@ -53,6 +53,7 @@ class LocalLink(HostLink):
                 health_urls=self._options.health_urls,
                 discover_health=self._options.discover_health,
                 health_generate=self._options.health_generate,
+                metrics_urls=self._options.metrics_urls,
                 **self._agent_kwargs,
             )
         except Exception as exc:  # the collector failing to start is a host error, one line

@@ -23,6 +23,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,9 @@ class SshSettings:
         identity_agent: ``IdentityAgent`` (``SSH_AUTH_SOCK``, ``none`` or a socket path), or None.
         strict_host_key_checking: ``StrictHostKeyChecking`` lower-cased (``ask`` when unset; ``yes`` and
             ``ask`` both refuse unknown keys here, as nothing can be asked on a worker thread).
+        certificate_files: ``CertificateFile`` paths, ``~`` expanded (used by the OpenSSH client only).
+        gssapi_authentication: ``GSSAPIAuthentication yes`` (Kerberos; the OpenSSH client only).
+        control_path: ``ControlPath`` as ``ssh -G`` expands it, or None when unset or ``none``.
         resolver: ``ssh -G`` or ``paramiko``.
     """
 
@@ -163,12 +167,76 @@ class SshSettings:
     server_alive_interval_s: float | None = None
     identity_agent: str | None = None
     strict_host_key_checking: str = "ask"
+    certificate_files: tuple[str, ...] = ()
+    gssapi_authentication: bool = False
+    control_path: str | None = None
     resolver: str = "ssh -G"
 
     @property
     def accepts_new_host_keys(self) -> bool:
         """``StrictHostKeyChecking accept-new`` (or ``no``): record unknown host keys; changed ones never."""
         return self.strict_host_key_checking in ("accept-new", "no", "off")
+
+    def step_timeout_s(self, link_timeout_s: float) -> float:
+        """The deadline of each connecting step: the link's, or ``ConnectTimeout`` when that is shorter."""
+        timeout_s = link_timeout_s
+        if self.connect_timeout_s:
+            timeout_s = min(timeout_s, self.connect_timeout_s)
+        return max(0.1, timeout_s)
+
+    def openssh_only(self) -> tuple[str, ...]:
+        """What this configuration asks for that only the OpenSSH client carries out, one phrase each.
+
+        GSSAPIAuthentication counts only on a machine set up for Kerberos: Debian and Ubuntu turn it on for
+        every host in /etc/ssh/ssh_config, where it does nothing without a ticket. A ControlPath counts when
+        its socket exists: a master the user started, which only the system ssh can share.
+        """
+        needs: list[str] = []
+        if self.proxy_command:
+            needs.append("ProxyCommand")
+        if self.certificate_files:
+            needs.append("CertificateFile")
+        if self.gssapi_authentication and kerberos_configured():
+            needs.append("GSSAPIAuthentication")
+        if self.control_path and _is_socket(self.control_path):
+            needs.append("a running ControlMaster")
+        return tuple(needs)
+
+
+KERBEROS_CONFIG = "/etc/krb5.conf"
+
+
+def kerberos_configured() -> bool:
+    """Whether this machine has a Kerberos setup GSSAPI could use (a credential cache or a krb5.conf)."""
+    if os.environ.get("KRB5CCNAME") or os.environ.get("KRB5_CONFIG"):
+        return True
+    return os.path.exists(KERBEROS_CONFIG)
+
+
+def _is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def config_file(config_path: str | None) -> str | None:
+    """The ssh config file used instead of the defaults (``ssh -F``): ``config_path``, else
+    ``$GPUTUI_SSH_CONFIG``; None for the defaults."""
+    return config_path or os.environ.get(CONFIG_ENV) or None
+
+
+def target_words(spec: TargetSpec) -> list[str]:
+    """``ssh`` arguments naming the target of ``spec``: ``-p PORT``, ``-l USER``, ``--``, the host word.
+
+    Every part was validated by ``parse_target``; ``--`` keeps the host word from ever being an option.
+    """
+    words: list[str] = []
+    if spec.port is not None:
+        words += ["-p", str(spec.port)]
+    if spec.user is not None:
+        words += ["-l", spec.user]
+    return [*words, "--", spec.host]
 
 
 def openssh_available() -> bool:
@@ -201,6 +269,10 @@ def _seconds(value: str | None) -> float | None:
     return seconds if seconds > 0 else None
 
 
+def _paths(values: list[str]) -> tuple[str, ...]:
+    return tuple(_expand(p) for p in values if p.lower() != "none")
+
+
 def _hops(value: str | None) -> tuple[str, ...]:
     if value is None or value.strip().lower() in ("", "none"):
         return ()
@@ -231,7 +303,7 @@ def _settings_from_options(
         hostname=first("hostname") or spec.host,
         port=port,
         user=first("user") or spec.user or getpass.getuser(),
-        identity_files=tuple(_expand(p) for p in identity_files if p.lower() != "none"),
+        identity_files=_paths(identity_files),
         identities_only=_yes(first("identitiesonly")),
         proxy_jump=_hops(first("proxyjump")),
         proxy_command=_opt(first("proxycommand")),
@@ -249,6 +321,9 @@ def _settings_from_options(
         server_alive_interval_s=_seconds(first("serveraliveinterval")),
         identity_agent=_opt(first("identityagent")),
         strict_host_key_checking=(first("stricthostkeychecking") or "ask").strip().lower(),
+        certificate_files=_paths(options.get("certificatefile", [])),
+        gssapi_authentication=_yes(first("gssapiauthentication")),
+        control_path=_opt(first("controlpath")),
         resolver=resolver,
     )
 
@@ -261,11 +336,7 @@ def resolve_with_openssh(target: str, spec: TargetSpec, config_path: str | None)
     argv = [ssh, "-G"]
     if config_path:
         argv += ["-F", config_path]
-    if spec.port is not None:
-        argv += ["-p", str(spec.port)]
-    if spec.user is not None:
-        argv += ["-l", spec.user]
-    argv.append(spec.host)
+    argv += target_words(spec)
     try:
         done = subprocess.run(  # noqa: S603 - fixed argv, validated host word
             argv, capture_output=True, timeout=SSH_G_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False
@@ -372,8 +443,7 @@ def resolve(target: str, config_path: str | None = None, use_openssh: bool | Non
         LinkError: A bad target (``BadTarget``) or config, one line.
     """
     spec = parse_target(target)
-    if config_path is None:
-        config_path = os.environ.get(CONFIG_ENV) or None
+    config_path = config_file(config_path)
     if use_openssh is None:
         use_openssh = openssh_available()
     if use_openssh:

@@ -23,6 +23,7 @@ from textual.screen import Screen
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
 from gputui.core.analysis import Baselines
+from gputui.core.servers import ServerWatch
 from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink
 from gputui.transports.hostkeys import UnknownHostKey
@@ -88,6 +89,7 @@ class GpuTuiApp(App[int]):
             added as they are opened.
         theme: The Textual theme to start with (None: the one last chosen, else Textual's default).
         theme_store: Where the chosen theme is kept between runs (None: nowhere).
+        servers: The inference servers' state machines, with their stall windows (default: 30 s everywhere).
     """
 
     CSS_PATH = "app.tcss"
@@ -116,6 +118,7 @@ class GpuTuiApp(App[int]):
         fleet: FleetScreen | None = None,
         theme: str | None = None,
         theme_store: ThemeStore | None = None,
+        servers: ServerWatch | None = None,
     ) -> None:
         super().__init__()
         if not targets and fleet is None:
@@ -134,6 +137,7 @@ class GpuTuiApp(App[int]):
             accept_host_key or ssh_hostkeys.accept_host_key,
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
+            servers=servers,
         )
         for target in targets:
             self.hosts.add(target)

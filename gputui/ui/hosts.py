@@ -28,6 +28,7 @@ from gputui.core.cleanslate import CleanCheck
 from gputui.core.health_view import UP, HealthHistory, health_transitions
 from gputui.core.history import GpuHistory
 from gputui.core.model import HostSnapshot
+from gputui.core.servers import ServerWatch
 from gputui.core.textsafe import visible
 from gputui.transports.base import HostLink, LinkError, full_sample
 from gputui.transports.freshness import LatestInbox, link_state, stale_after_s
@@ -70,6 +71,8 @@ class HostState:
     """The last error cannot be fixed by retrying (auth, host key, bad target): the poller waits for ``r``."""
     history: GpuHistory = field(default_factory=GpuHistory)
     health_history: HealthHistory = field(default_factory=HealthHistory)
+    servers: ServerWatch = field(default_factory=ServerWatch)
+    """The servers' state machines (shared by every host: keyed by target and URL)."""
     tagged: set[int] = field(default_factory=set)
     check: CleanCheck | None = None
     kills: dict[int, PendingKill] = field(default_factory=dict)
@@ -84,7 +87,8 @@ class HostState:
         return None if self.poller is None else self.poller.link
 
     def apply(self, snapshot: HostSnapshot, now_s: float) -> list[Notice]:
-        """Take ``snapshot`` as the host's newest data; returns what the user should be told."""
+        """Take ``snapshot`` (analysed, its servers judged: ``Hosts.analyze``) as the host's newest data;
+        returns what the user should be told (state changes of the servers, STALLED and BUSY included)."""
         notices: list[Notice] = []
         previous = self.snapshot
         name = visible(self.target, 40)
@@ -270,8 +274,10 @@ class Hosts:
         *,
         retry_base_s: float = 1.0,
         retry_cap_s: float = 30.0,
+        servers: ServerWatch | None = None,
     ) -> None:
         self.link_factory = link_factory
+        self.servers = servers or ServerWatch()
         self._make_baselines = make_baselines
         self.post = post
         self._accept_host_key = accept_host_key
@@ -289,7 +295,7 @@ class Hosts:
         """A host (its poller not started yet); the same one when the target is known."""
         host = self._by_target.get(target)
         if host is None:
-            host = HostState(target, self._make_baselines(target))
+            host = HostState(target, self._make_baselines(target), servers=self.servers)
             self._all.append(host)
             self._by_target[target] = host
         return host
@@ -316,7 +322,9 @@ class Hosts:
             host.poller.start()
 
     def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
-        return analyze(snapshot, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
+        """Findings, verdict and server states of a snapshot, on the thread that took it."""
+        judged = host.servers.apply(snapshot)
+        return analyze(judged, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
 
     def deliver(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
         """Hand an analysed snapshot to the app (any thread): the newest replaces one not yet applied."""

@@ -21,12 +21,14 @@
  * (GPU_IS_LOST|NOT_SUPPORTED|UNKNOWN|...) hang_ms.
  *
  * Driver semantics: a plain holder counts (in used memory and in the process
- * list) only while /proc/<pid>/stat exists and its state is not 'Z'.
+ * list) only while the process has a thread that has not exited: its leader
+ * not in state Z, or a defunct leader (Z) whose other threads live on.
  * "invisible" holders count regardless of /proc; "ghost" holders count in
  * used memory but are never listed.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -522,10 +524,11 @@ static int refresh_locked(void)
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static int pid_alive(unsigned int pid)
+/* The state letter of /proc/<pid>/task/<tid>/stat (tid == pid: the leader), or 0. */
+static char task_state(unsigned int pid, unsigned int tid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    char path[96], buf[512];
+    snprintf(path, sizeof(path), "/proc/%u/task/%u/stat", pid, tid);
     FILE *f = fopen(path, "r");
     if (!f)
         return 0;
@@ -535,7 +538,37 @@ static int pid_alive(unsigned int pid)
     char *p = strrchr(buf, ')');
     if (!p || p[1] != ' ')
         return 0;
-    return p[2] != 'Z' && p[2] != 'X' && p[2] != 'x';
+    return p[2];
+}
+
+static int exited(char state)
+{
+    return state == 0 || state == 'Z' || state == 'X' || state == 'x';
+}
+
+/* A process holds its memory until every thread has exited: a leader in Z whose
+ * other threads live on (a defunct leader) still holds it, a true zombie not. */
+static int pid_alive(unsigned int pid)
+{
+    char state = task_state(pid, pid);
+    if (state == 0)
+        return 0;
+    if (!exited(state))
+        return 1;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%u/task", pid);
+    DIR *dir = opendir(path);
+    if (!dir)
+        return 0;
+    int live = 0;
+    struct dirent *entry;
+    while (!live && (entry = readdir(dir)) != NULL) {
+        unsigned int tid = (unsigned int)strtoul(entry->d_name, NULL, 10);
+        if (tid != 0 && tid != pid && !exited(task_state(pid, tid)))
+            live = 1;
+    }
+    closedir(dir);
+    return live;
 }
 
 static int holder_counts(const struct holder *h)

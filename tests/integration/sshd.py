@@ -144,6 +144,16 @@ class SshdServer:
             with self.config_path.open("a") as fh:
                 fh.write("PerSourcePenalties no\n")
 
+    def authorize(self, *public_keys: Path) -> None:
+        """Let ``public_keys`` log in too (besides the usual client key); restarts a running server."""
+        combined = self.root / "authorized_keys"
+        combined.write_text("".join(Path(p).read_text() for p in (self.authorized_pub, *public_keys)))
+        self.authorized_pub = combined
+        self._write_config()
+        if self.proc is not None:
+            self.stop()
+            self.start()
+
     def start(self) -> None:
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
@@ -472,8 +482,9 @@ if BEHAVIOUR == "hang_before_hello":
     time.sleep(3600)
 if BEHAVIOUR == "banner_then_hello":
     out.write(b"Welcome to the cluster!\nlast login: yesterday\n")
-emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
+# Set before the hello goes out: a client may send its first command the moment it reads the hello.
 hello_sent.set()
+emit({"t": "hello", "protocol": PROTOCOL, "mode": "stand-in", "boot_id": boot_id(), "pid": 1})
 if BEHAVIOUR in ("hang_after_hello", "ignore_commands_hang"):
     time.sleep(3600)
 if BEHAVIOUR == "flood_no_newline":

@@ -364,7 +364,7 @@ def test_samples_have_the_model_shape(peer: HttpPeer, make_prober: Callable[...,
     sample = prober.samples()[0]
     assert tuple(sample) == HEALTH_SAMPLE_FIELDS
     assert HEALTH_SAMPLE_FIELDS == tuple(f.name for f in dataclasses.fields(HealthSample))
-    assert dataclasses.asdict(HealthSample.from_dict(sample)) == sample
+    assert HealthSample.from_dict(sample).to_dict() == sample
     assert sample["code"] == 200
     assert sample["consecutive_failures"] == 0
     assert sample["discovered"] is False

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -46,15 +45,6 @@ T0 = 1_700_000_000.0
 OLD_LAUNCHER_S = 7200.0
 HEALTH_DEADLINE_S = 0.5
 METRICS_DEADLINE_S = 1.0
-
-
-@pytest.fixture
-def peer() -> Iterator[MetricsPeer]:
-    running = MetricsPeer()
-    try:
-        yield running
-    finally:
-        running.close()
 
 
 class Watch:

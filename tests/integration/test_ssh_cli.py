@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
+from tests.integration.openssh_peers import behind_a_proxy_command, control_master
 from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
 from tests.integration.sshd import (
     ClientHome,
@@ -251,3 +252,80 @@ def test_a_lost_gpu_in_nvidia_smi_mode_cannot_tell(
     assert "GPU1  – MiB  ✗ error: GPU is lost" in done.stdout
     assert "clean: " not in done.stdout
     assert done.stdout.count("cannot tell") == 1
+
+
+def _logins(server: SshdServer) -> int:
+    return server.log().count("Accepted publickey")
+
+
+def _snapshot_of(target: str, *flags: str) -> dict[str, object]:
+    done = _gputui("snapshot", "--json", "--no-discover", *flags, target)
+    assert done.returncode == 0, done.stderr
+    host: dict[str, object] = json.loads(done.stdout)["hosts"][0]
+    assert host["error"] is None
+    return host
+
+
+def test_runs_share_the_user_s_running_control_master_and_leave_it_running(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    server = sshd_factory()
+    socket_path = tmp_path / "cm.sock"
+    ssh_client.add_host(
+        "gpu-cm", server, f"ControlPath {socket_path}", "ControlMaster auto", "ControlPersist 60"
+    )
+    ssh_client.trust(server)
+    # No master running: each run logs in by itself, and none starts a master (whatever the config says).
+    for flags in (["--ssh-client", "openssh"], ["--ssh-client", "auto"]):
+        _snapshot_of("gpu-cm", *flags)
+        assert not socket_path.exists()
+    assert _logins(server) == 2
+    with control_master(ssh_client, "gpu-cm", socket_path) as master:
+        assert _logins(server) == 3
+        # Through the master: the system client as asked, and auto because a master runs.
+        for flags in (["--ssh-client", "openssh"], ["--ssh-client", "openssh"], ["--ssh-client", "auto"]):
+            assert len(_snapshot_of("gpu-cm", *flags)["gpus"]) == 8  # type: ignore[arg-type]
+        assert _logins(server) == 3  # one sshd login for every run
+        assert master.poll() is None
+        assert socket_path.exists()
+
+
+def test_unknown_key_over_the_system_client_is_one_line_until_accepted(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    done = _gputui("snapshot", "--ssh-client", "openssh", "host-a")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert fingerprint_by_ssh_keygen(server.host_pub) in lines[0]
+    assert "--accept-new" in lines[0]
+    assert not ssh_client.known_hosts.exists()
+    _snapshot_of("host-a", "--ssh-client", "openssh", "--accept-new")
+    assert ssh_client.known_hosts.read_text() == server.known_hosts_line() + "\n"
+
+
+def test_the_config_file_chooses_the_client_per_host_and_the_flag_overrides_it(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    behind_a_proxy_command(sshd_factory, ssh_client, "behind")  # the system client's job
+    plain = sshd_factory()
+    ssh_client.add_host("plain", plain)
+    ssh_client.trust(plain)
+    config = tmp_path / "config.toml"
+    config.write_text('[hosts."behind"]\nssh_client = "openssh"\n')
+
+    done = _gputui("snapshot", "--json", "--no-discover", "--config", str(config), "behind", "plain")
+    assert done.returncode == 0, done.stderr
+    assert [(h["target"], h["error"], len(h["gpus"])) for h in json.loads(done.stdout)["hosts"]] == [
+        ("behind", None, 8),
+        ("plain", None, 8),
+    ]
+    # The flag is this run's word for every host: paramiko cannot take the ProxyCommand, and says so.
+    done = _gputui("snapshot", "--ssh-client", "paramiko", "--config", str(config), "behind")
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("gputui: behind: ")
+    assert "ProxyCommand" in line
+    assert line.endswith("use --ssh-client openssh")

@@ -1,4 +1,5 @@
-"""Targets resolved like OpenSSH (``ssh -G`` and the paramiko fallback) and ProxyJump through real sshd's."""
+"""Targets resolved like OpenSSH (``ssh -G`` and the paramiko fallback) and ProxyJump through real sshd's
+(a chain of hops with either SSH client)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import UnknownHostKey
-from gputui.transports.ssh import SshLink
+from gputui.transports.ssh import SetupFailed, SshLink
+from tests.integration.openssh_peers import ssh_children
 from tests.integration.sshd import ClientHome, SshdFactory, stand_in_agent
 
 FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=5.0)
@@ -92,8 +94,9 @@ def test_proxy_jump_goes_through_the_jump_host(
         link.close()
 
 
+@pytest.mark.parametrize("client", ["paramiko", "openssh"])
 def test_proxy_jump_chain_of_two_hops(
-    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str
+    sshd_factory: SshdFactory, ssh_client: ClientHome, resolver: str, client: str
 ) -> None:
     first, second, node = sshd_factory(), sshd_factory(), sshd_factory()
     ssh_client.add_host("hop-1", first)
@@ -101,14 +104,17 @@ def test_proxy_jump_chain_of_two_hops(
     ssh_client.add_host("deep-node", node, "ProxyJump hop-1,hop-2")
     for server in (first, second, node):
         ssh_client.trust(server)
-    link = SshLink("deep-node", FAST, source=stand_in_agent())
+    link = SshLink("deep-node", FAST, source=stand_in_agent(), client=client)
     link.open()
     try:
+        assert link.client_used == client
         assert _snapshot(link) is not None
         assert first.session_processes()
         assert second.session_processes()
+        assert [s.log().count("Accepted publickey") for s in (first, second, node)] == [1, 1, 1]
     finally:
         link.close()
+    assert ssh_children() == []  # over the system client: the hops' ssh processes ended with the link
 
 
 def test_every_hop_has_its_host_key_checked(
@@ -142,10 +148,16 @@ def test_unreachable_target_behind_a_jump_host_is_one_line(
     assert "\n" not in str(caught.value)
 
 
-def test_proxy_command_is_refused_clearly(ssh_client: ClientHome, resolver: str) -> None:
+def test_proxy_command_is_refused_naming_the_client_that_runs_it(
+    ssh_client: ClientHome, resolver: str
+) -> None:
     ssh_client.add_lines("Host via-command", "  HostName 127.0.0.1", "  ProxyCommand nc %h %p")
-    with pytest.raises(LinkError, match="ProxyCommand is not supported"):
+    with pytest.raises(SetupFailed) as caught:
         SshLink("via-command", FAST).open()
+    assert str(caught.value) == (
+        "via-command: via-command is reached through a ProxyCommand, which only the system ssh client runs: "
+        "use --ssh-client openssh"
+    )
 
 
 def test_config_path_from_link_options(

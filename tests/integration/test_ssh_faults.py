@@ -19,10 +19,17 @@ import pytest
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink
+from tests.integration.openssh_peers import ssh_children
 from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, host_without_python, stand_in_agent
 
 FAST = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=3.0)
 HANG_GUARD_S = 30.0
+
+
+@pytest.fixture(params=["paramiko", "openssh"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """The SSH client of the links of a test that holds for both (the others pin one)."""
+    return str(request.param)
 
 
 @pytest.fixture
@@ -85,6 +92,7 @@ def _open_error(link: SshLink) -> tuple[LinkError, float]:
     started = time.monotonic()
     with pytest.raises(LinkError) as caught:
         link.open()
+    assert ssh_children() == []  # over the system client: its ssh ended with the failed open
     return caught.value, time.monotonic() - started
 
 
@@ -103,55 +111,74 @@ def _open_and_read(link: SshLink) -> object:
 
 
 def test_port_without_banner_fails_at_the_banner_deadline(
-    ssh_client: ClientHome, silent_listener: int
+    ssh_client: ClientHome, silent_listener: int, transport: str
 ) -> None:
-    options = LinkOptions(connect_timeout_s=1.0)
-    error, elapsed = _open_error(SshLink(f"127.0.0.1:{silent_listener}", options))
-    assert "no SSH handshake" in str(error)
-    assert "within 1.0 s" in str(error)
+    target = f"127.0.0.1:{silent_listener}"
+    error, elapsed = _open_error(SshLink(target, LinkOptions(connect_timeout_s=1.0), client=transport))
+    said = {
+        "paramiko": f"{target}: no SSH handshake with 127.0.0.1 port {silent_listener} within 1.0 s",
+        # ssh's own words: the failure, then its closing line.
+        "openssh": f"{target}: Connection timed out during banner exchange (Connection to 127.0.0.1 port "
+        f"{silent_listener} timed out)",
+    }
+    assert str(error).startswith(said[transport])
+    assert worth_retrying(error)
     assert elapsed < HANG_GUARD_S
 
 
-def test_unresolvable_name_fails_within_the_connect_deadline(ssh_client: ClientHome) -> None:
-    error, elapsed = _open_error(SshLink("gpu-node.invalid", LinkOptions(connect_timeout_s=2.0)))
-    assert "gpu-node.invalid" in str(error)
-    assert "resolve" in str(error)
+def test_unresolvable_name_fails_within_the_connect_deadline(ssh_client: ClientHome, transport: str) -> None:
+    error, elapsed = _open_error(
+        SshLink("gpu-node.invalid", LinkOptions(connect_timeout_s=2.0), client=transport)
+    )
+    said = {
+        "paramiko": "gpu-node.invalid: cannot resolve gpu-node.invalid",
+        "openssh": "gpu-node.invalid: ssh: Could not resolve hostname gpu-node.invalid",
+    }
+    assert str(error).startswith(said[transport])
+    assert worth_retrying(error)
     assert elapsed < HANG_GUARD_S
 
 
 def test_listener_that_never_accepts_fails_at_the_connect_deadline(
-    ssh_client: ClientHome, full_backlog_listener: int
+    ssh_client: ClientHome, full_backlog_listener: int, transport: str
 ) -> None:
-    error, elapsed = _open_error(
-        SshLink(f"127.0.0.1:{full_backlog_listener}", LinkOptions(connect_timeout_s=1.0))
-    )
-    assert "cannot connect" in str(error) or "no SSH handshake" in str(error)
+    target = f"127.0.0.1:{full_backlog_listener}"
+    error, elapsed = _open_error(SshLink(target, LinkOptions(connect_timeout_s=1.0), client=transport))
+    assert str(error).startswith(f"{target}: ")
+    if transport == "paramiko":
+        assert "cannot connect" in str(error) or "no SSH handshake" in str(error)
+    else:
+        assert "timed out" in str(error)
+    assert worth_retrying(error)
     assert elapsed < HANG_GUARD_S
 
 
 def test_auth_failure_is_one_clear_line_after_one_connection(
-    host_a: SshdServer, ssh_client: ClientHome, ssh_keys: dict[str, Path]
+    host_a: SshdServer, ssh_client: ClientHome, ssh_keys: dict[str, Path], transport: str
 ) -> None:
     ssh_client.add_host(
         "wrong-key", host_a, f"IdentityFile {ssh_keys['other']}", f"IdentityFile {ssh_keys['encrypted']}"
     )
     # Only the unauthorized and the encrypted key are offered; IdentitiesOnly keeps any agent out.
     ssh_client.use_key(ssh_keys["other"])
-    error, _ = _open_error(SshLink("wrong-key", FAST))
+    error, _ = _open_error(SshLink("wrong-key", FAST, client=transport))
     message = str(error)
     assert isinstance(error, AuthFailed)
     assert not worth_retrying(error)
     assert "\n" not in message
-    assert message.startswith("wrong-key: authentication failed for")
-    assert f"{ssh_keys['other']} (rejected)" in message
-    assert f"{ssh_keys['encrypted']} (encrypted, not in ssh-agent: skipped)" in message
+    assert message.startswith("wrong-key: authentication failed")
+    if transport == "paramiko":
+        assert f"{ssh_keys['other']} (rejected)" in message
+        assert f"{ssh_keys['encrypted']} (encrypted, not in ssh-agent: skipped)" in message
+    else:
+        assert message.endswith("Permission denied (publickey).")
     assert host_a.log().count("Connection from 127.0.0.1") == 2  # fixture's readiness probe + this one
 
 
 def test_stale_within_three_intervals_then_reconnect_when_sshd_returns(
-    host_a: SshdServer, ssh_client: ClientHome
+    host_a: SshdServer, ssh_client: ClientHome, transport: str
 ) -> None:
-    link = SshLink("host-a", FAST, source=stand_in_agent())
+    link = SshLink("host-a", FAST, source=stand_in_agent(), client=transport)
     link.open()
     try:
         boot_id = link.boot_id
@@ -177,8 +204,10 @@ def test_stale_within_three_intervals_then_reconnect_when_sshd_returns(
         link.close()
 
 
-def test_hung_host_goes_stale_and_close_returns_quickly(host_a: SshdServer, ssh_client: ClientHome) -> None:
-    link = SshLink("host-a", FAST, source=stand_in_agent())
+def test_hung_host_goes_stale_and_close_returns_quickly(
+    host_a: SshdServer, ssh_client: ClientHome, transport: str
+) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent(), client=transport)
     link.open()
     try:
         _next(link)
@@ -191,13 +220,21 @@ def test_hung_host_goes_stale_and_close_returns_quickly(host_a: SshdServer, ssh_
         link.close()
         # Quitting while the host hangs: the spec is 2 s; allow scheduling noise on a loaded machine.
         assert time.monotonic() - started < 2.5
+        assert ssh_children() == []  # over the system client: its ssh ended with the link
     finally:
         host_a.signal_sessions(signal.SIGCONT)
         link.close()
 
 
-def test_close_while_open_hangs_after_login(host_a: SshdServer, ssh_client: ClientHome) -> None:
-    link = SshLink("host-a", LinkOptions(connect_timeout_s=20.0), source=stand_in_agent("hang_before_hello"))
+def test_close_while_open_hangs_after_login(
+    host_a: SshdServer, ssh_client: ClientHome, transport: str
+) -> None:
+    link = SshLink(
+        "host-a",
+        LinkOptions(connect_timeout_s=20.0),
+        source=stand_in_agent("hang_before_hello"),
+        client=transport,
+    )
     errors: list[BaseException] = []
 
     def opener() -> None:
@@ -218,22 +255,24 @@ def test_close_while_open_hangs_after_login(host_a: SshdServer, ssh_client: Clie
     thread.join(HANG_GUARD_S)
     assert not thread.is_alive()
     assert errors
+    assert ssh_children() == []
 
 
 @pytest.mark.parametrize(
     ("behaviour", "expected"),
     [
-        ("hang_before_hello", r"^host-a: no hello from the collector within 2\.0 s$"),
+        # Over the system ssh, the deadline holds its connecting too: twice the connect timeout.
+        ("hang_before_hello", r"^host-a: no hello from the collector within [24]\.0 s$"),
         ("hang_after_hello", r"^host-a: no data for \d+\.\d s$"),
         ("flood_no_newline", r"^host-a: the collector sent a line over 16 MiB$"),
         ("not_json", r"^host-a: the collector sent a line that is not a JSON object: .*x1b"),
     ],
 )
 def test_runaway_or_silent_collector_breaks_the_link_cleanly(
-    host_a: SshdServer, ssh_client: ClientHome, behaviour: str, expected: str
+    host_a: SshdServer, ssh_client: ClientHome, behaviour: str, expected: str, transport: str
 ) -> None:
     options = LinkOptions(memory_interval_s=0.5, connect_timeout_s=2.0)
-    link = SshLink("host-a", options, source=stand_in_agent(behaviour))
+    link = SshLink("host-a", options, source=stand_in_agent(behaviour), client=transport)
     try:
         with pytest.raises(LinkError, match=expected):
             _open_and_read(link)
@@ -245,9 +284,9 @@ def test_runaway_or_silent_collector_breaks_the_link_cleanly(
 
 @pytest.mark.parametrize("behaviour", ["flood_lines", "flood_stderr", "banner_then_hello"])
 def test_heavy_output_and_login_banners_do_not_deadlock(
-    host_a: SshdServer, ssh_client: ClientHome, behaviour: str
+    host_a: SshdServer, ssh_client: ClientHome, behaviour: str, transport: str
 ) -> None:
-    link = SshLink("host-a", FAST, source=stand_in_agent(behaviour))
+    link = SshLink("host-a", FAST, source=stand_in_agent(behaviour), client=transport)
     link.open()
     try:
         first = _next(link)
@@ -261,9 +300,9 @@ def test_heavy_output_and_login_banners_do_not_deadlock(
 
 
 def test_request_to_a_collector_that_ignores_commands_times_out(
-    host_a: SshdServer, ssh_client: ClientHome
+    host_a: SshdServer, ssh_client: ClientHome, transport: str
 ) -> None:
-    link = SshLink("host-a", FAST, source=stand_in_agent("ignore_commands"))
+    link = SshLink("host-a", FAST, source=stand_in_agent("ignore_commands"), client=transport)
     link.open()
     try:
         with pytest.raises(LinkError, match=r"^host-a: no reply to echo within 1\.0 s$"):
@@ -273,8 +312,10 @@ def test_request_to_a_collector_that_ignores_commands_times_out(
         link.close()
 
 
-def test_agent_error_reply_is_a_link_error(host_a: SshdServer, ssh_client: ClientHome) -> None:
-    link = SshLink("host-a", FAST, source=stand_in_agent())
+def test_agent_error_reply_is_a_link_error(
+    host_a: SshdServer, ssh_client: ClientHome, transport: str
+) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent(), client=transport)
     link.open()
     try:
         with pytest.raises(LinkError, match=r"^host-a: frobnicate failed: stand-in: unknown command$"):
@@ -283,8 +324,8 @@ def test_agent_error_reply_is_a_link_error(host_a: SshdServer, ssh_client: Clien
         link.close()
 
 
-def test_protocol_mismatch_is_refused(host_a: SshdServer, ssh_client: ClientHome) -> None:
-    link = SshLink("host-a", FAST, source=stand_in_agent(protocol=99))
+def test_protocol_mismatch_is_refused(host_a: SshdServer, ssh_client: ClientHome, transport: str) -> None:
+    link = SshLink("host-a", FAST, source=stand_in_agent(protocol=99), client=transport)
     with pytest.raises(
         LinkError, match=r"^host-a: the collector speaks protocol 99, this gputui speaks 1$"
     ) as caught:
@@ -294,11 +335,11 @@ def test_protocol_mismatch_is_refused(host_a: SshdServer, ssh_client: ClientHome
 
 
 def test_new_boot_id_on_reconnect_is_visible(
-    host_a: SshdServer, ssh_client: ClientHome, tmp_path: Path
+    host_a: SshdServer, ssh_client: ClientHome, tmp_path: Path, transport: str
 ) -> None:
     boot_file = tmp_path / "boot_id"
     boot_file.write_text("boot-one\n")
-    link = SshLink("host-a", FAST, source=stand_in_agent(boot_id_file=str(boot_file)))
+    link = SshLink("host-a", FAST, source=stand_in_agent(boot_id_file=str(boot_file)), client=transport)
     link.open()
     try:
         assert link.boot_id == "boot-one"
@@ -320,12 +361,12 @@ GPU_CSV = (
 
 
 def test_no_python3_falls_back_to_the_reduced_sh_collector(
-    sshd_factory: SshdFactory, ssh_client: ClientHome
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str
 ) -> None:
     server = host_without_python(sshd_factory, ssh_client, "no-python", GPU_CSV)
     assert server.smi_dir is not None
     (server.smi_dir / "apps.csv").write_text(f"GPU-aaaa-0000, {os.getpid()}, 20480\n")
-    link = SshLink("no-python", FAST)
+    link = SshLink("no-python", FAST, client=transport)
     link.open()
     try:
         assert link.reduced is True
@@ -352,10 +393,10 @@ def test_no_python3_falls_back_to_the_reduced_sh_collector(
 
 
 def test_no_python3_and_no_driver_reports_the_driver(
-    sshd_factory: SshdFactory, ssh_client: ClientHome
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str
 ) -> None:
     host_without_python(sshd_factory, ssh_client, "no-python")
-    link = SshLink("no-python", FAST)
+    link = SshLink("no-python", FAST, client=transport)
     link.open()
     try:
         snapshot = _next(link)
@@ -367,12 +408,12 @@ def test_no_python3_and_no_driver_reports_the_driver(
 
 
 def test_no_python3_and_no_shell_tools_is_one_lasting_error(
-    sshd_factory: SshdFactory, ssh_client: ClientHome
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str
 ) -> None:
     server = sshd_factory(python="empty")
     ssh_client.add_host("bare-metal", server)
     ssh_client.trust(server)
-    link = SshLink("bare-metal", FAST)
+    link = SshLink("bare-metal", FAST, client=transport)
     with pytest.raises(
         LinkError, match=r"^bare-metal: no python3 on host, and the reduced collector \(sh\) failed: "
     ) as caught:
@@ -382,13 +423,15 @@ def test_no_python3_and_no_shell_tools_is_one_lasting_error(
     link.close()
 
 
-def test_many_hosts_open_in_parallel(sshd_factory: SshdFactory, ssh_client: ClientHome) -> None:
+def test_many_hosts_open_in_parallel(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str
+) -> None:
     servers = [sshd_factory(), sshd_factory()]
     for i, server in enumerate(servers):
         ssh_client.add_host(f"node-{i}", server)
         ssh_client.trust(server)
     targets = ["node-0", "node-1", "node-0", "node-1"]
-    links = [SshLink(t, FAST, source=stand_in_agent()) for t in targets]
+    links = [SshLink(t, FAST, source=stand_in_agent(), client=transport) for t in targets]
     errors: list[BaseException] = []
 
     def run(link: SshLink) -> None:

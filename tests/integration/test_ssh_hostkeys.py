@@ -19,8 +19,8 @@ ACCEPT_NEW = LinkOptions(
 )
 
 
-def _opens(target: str, options: LinkOptions = OPTIONS) -> None:
-    link = SshLink(target, options)
+def _opens(target: str, options: LinkOptions = OPTIONS, client: str = "paramiko") -> None:
+    link = SshLink(target, options, client=client)
     try:
         link.open()
         assert link.next_snapshot(15.0) is not None
@@ -54,12 +54,13 @@ def test_unknown_key_is_refused_with_its_fingerprint_and_nothing_written(
     assert "Accepted publickey" not in server.log()
 
 
+@pytest.mark.parametrize("client", ["paramiko", "openssh"])  # the system ssh records the key itself
 def test_accept_new_records_the_key_hashed_when_config_says_so(
-    sshd_factory: SshdFactory, ssh_client: ClientHome
+    sshd_factory: SshdFactory, ssh_client: ClientHome, client: str
 ) -> None:
     server = sshd_factory()
     ssh_client.add_host("host-a", server, "HashKnownHosts yes")
-    _opens("host-a", ACCEPT_NEW)
+    _opens("host-a", ACCEPT_NEW, client)
     text = ssh_client.known_hosts.read_text()
     assert text.startswith("|1|")
     assert str(server.port) not in text
@@ -70,7 +71,7 @@ def test_accept_new_records_the_key_hashed_when_config_says_so(
     )
     assert found.returncode == 0
     # Now known: a plain open works and nothing more is written.
-    _opens("host-a")
+    _opens("host-a", client=client)
     assert ssh_client.known_hosts.read_text() == text
 
 

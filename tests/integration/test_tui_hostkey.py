@@ -1,8 +1,14 @@
-"""The app meets a real sshd whose key is unknown: it asks, records the key only on 'a', then goes live."""
+"""The app meets a real sshd whose key is unknown: it asks, records the key only on 'a', then goes live.
+
+With either SSH client: paramiko's link records the key shown; the system ssh client's next connection
+records it (StrictHostKeyChecking=accept-new for that connection) and checks it is the key shown.
+"""
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 
 from gputui.cli import build_parser
 from gputui.commands.tui import build_app
@@ -23,21 +29,27 @@ async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untype
         waited_s += 0.1
 
 
-def _app(ssh_client: ClientHome):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=["paramiko", "openssh"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _app(ssh_client: ClientHome, transport: str):  # type: ignore[no-untyped-def]
     args = build_parser(None).parse_args(
         ["-F", str(ssh_client.config), "--interval", "0.3", "--process-interval", "0.3", "host-a"]
+        + ["--ssh-client", transport]
     )
     args.config = Config()
     return build_app(args)
 
 
 def test_accepting_the_unknown_key_writes_known_hosts_and_the_host_goes_live(
-    sshd_factory: SshdFactory, ssh_client: ClientHome
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str
 ) -> None:
     server = sshd_factory()
     ssh_client.add_host("host-a", server)
     ssh_client.known_hosts.write_text("# nothing yet\n")
-    app = _app(ssh_client)
+    app = _app(ssh_client, transport)
 
     async def run() -> None:
         async with app.run_test(size=(120, 40)) as pilot:
@@ -58,11 +70,13 @@ def test_accepting_the_unknown_key_writes_known_hosts_and_the_host_goes_live(
     assert ssh_client.known_hosts.read_text() == "# nothing yet\n" + server.known_hosts_line() + "\n"
 
 
-def test_refusing_the_unknown_key_writes_nothing(sshd_factory: SshdFactory, ssh_client: ClientHome) -> None:
+def test_refusing_the_unknown_key_writes_nothing(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str
+) -> None:
     server = sshd_factory()
     ssh_client.add_host("host-a", server)
     ssh_client.known_hosts.write_text("# nothing yet\n")
-    app = _app(ssh_client)
+    app = _app(ssh_client, transport)
 
     async def run() -> None:
         async with app.run_test(size=(120, 40)) as pilot:

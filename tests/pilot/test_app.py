@@ -80,7 +80,7 @@ async def test_shows_the_wedged_host(make_app):
         state = _procs(app).get_cell(str(SCHEDULER_PID_BASE), "state")
         assert state.plain.strip() == "Z"
         assert "red" in str(state.style)  # zombies stand out
-        assert _clean_line(app).startswith("NOT CLEAN: GPU0")
+        assert _clean_line(app).startswith("NOT CLEAN: GPU1")  # GPU0's scheduler exited whole: freed
         assert len(app.query_one(FindingsList).findings) >= 8
         gpu_text = str(app.query_one(GpuPanel).render())
         assert "41239/49152" in gpu_text
@@ -146,7 +146,7 @@ async def test_confirmation_lists_pid_user_command_and_gpu_memory(make_app):
     app = make_app()
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
-        await _select(pilot, app, SCHEDULER_PID_BASE + 3)  # a zombie: its parent is offered instead
+        await _select(pilot, app, SCHEDULER_PID_BASE)  # a true zombie: its parent is offered instead
         await pilot.press("K")
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
@@ -193,10 +193,11 @@ async def test_x_then_drain_gives_the_clean_receipt(make_app, clock: ManualClock
         await wait_for(pilot, lambda: not _listed(app, LAUNCHER_PID), "launcher gone")
         assert app.hosts[0].check is not None
         assert app.factory.links["gpu-node-07"].memory_interval_s == FAST_MEMORY_INTERVAL_S
-        await wait_for(pilot, lambda: "checking… 0/8 GPUs at baseline" in _clean_line(app), "progress line")
+        # GPU0 is back already: its scheduler exited whole at the wedge.
+        await wait_for(pilot, lambda: "checking… 1/8 GPUs at baseline" in _clean_line(app), "progress line")
         clock.advance(DRAIN_S / 2)
         await pilot.pause(0.3)
-        assert "checking… 0/8" in _clean_line(app)  # half drained: nothing at baseline yet
+        assert "checking… 1/8" in _clean_line(app)  # half drained: nothing else at baseline yet
         clock.advance(DRAIN_S)
         await wait_for(pilot, lambda: "CLEAN ✓ 8/8 GPUs at baseline" in _clean_line(app), "receipt")
         assert "3.0 s since the kill · 3.0 s since X" in _clean_line(app)

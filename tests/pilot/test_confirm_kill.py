@@ -10,7 +10,9 @@ from gputui.ui.widgets.process_table import ProcessTable
 from .conftest import wait_for
 
 WIDE = (120, 40)
-ZOMBIES = range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8)
+DEFUNCT_LEADERS = range(SCHEDULER_PID_BASE + 1, SCHEDULER_PID_BASE + 8)
+"""The demo's schedulers TP1-TP7: defunct leaders whose threads hold their memory (TP0 is a true zombie)."""
+HELD_MIB = 288_644
 
 
 def test_pid_ranges() -> None:
@@ -41,13 +43,12 @@ def test_notes_of_one_parents_zombies_collapse_and_others_stay() -> None:
     ]
 
 
-async def test_kill_all_shows_what_the_launcher_frees_and_one_zombie_line(make_app) -> None:
+async def test_kill_all_lists_the_defunct_leaders_with_their_memory_and_one_zombie_line(make_app) -> None:
     app = make_app()
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
         snapshot = app.hosts[0].snapshot
-        zombie_mib = sum(snapshot.process(pid).gpu_total_mib for pid in ZOMBIES)
-        assert zombie_mib == 329_880
+        assert sum(snapshot.process(pid).gpu_total_mib for pid in DEFUNCT_LEADERS) == HELD_MIB
         await pilot.press("X")
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
@@ -55,11 +56,13 @@ async def test_kill_all_shows_what_the_launcher_frees_and_one_zombie_line(make_a
         rows = {
             line.split()[0]: line.split() for line in _table_lines(plan_table(screen.plan, screen.snapshot))
         }
-        assert rows[str(LAUNCHER_PID)][2:4] == ["329", "880"]  # its zombie children's memory
+        # The defunct leaders are signalled themselves, each with what it holds; the launcher frees nothing.
+        assert rows[str(SCHEDULER_PID_BASE + 1)][2:4] == ["41", "228"]
+        assert rows[str(LAUNCHER_PID)][2] == "0"
         assert rows[str(NSYS_PID)][2] == "0"
-        assert str(screen.query_one("#confirm-total").render()) == "frees ≈ 329 880 MiB on 8 GPUs"
+        assert str(screen.query_one("#confirm-total").render()) == "frees ≈ 288 644 MiB on 7 GPUs"
         notes = str(screen.query_one("#confirm-notes").render())
-        assert "• 8 zombies (4240–4247) go when their parent 4200 is signalled" in notes
+        assert "• pid 4240 is a zombie: it goes when its parent 4200 is signalled" in notes
         assert "pid 4241 is a zombie" not in notes
         await pilot.press("escape")
 
@@ -74,11 +77,13 @@ async def test_tagged_zombies_collapse_into_their_parents_line(make_app) -> None
         await pilot.press("K")
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
-        assert [t.pid for t in screen.plan.targets] == [LAUNCHER_PID]
+        # The true zombie (TP0) is routed to its parent; the defunct leaders TP1 and TP2 are signalled.
+        assert [t.pid for t in screen.plan.targets] == [LAUNCHER_PID, SCHEDULER_PID_BASE + 1,
+                                                        SCHEDULER_PID_BASE + 2]
         await pilot.pause()
         notes = str(screen.query_one("#confirm-notes").render())
-        assert notes == "• 3 zombies (4240–4242) cannot be signalled: their parent 4200 is, instead"
-        assert str(screen.query_one("#confirm-total").render()) == "frees ≈ 329 880 MiB on 8 GPUs"
+        assert notes == "• pid 4240 is a zombie: its parent 4200 will be signalled instead"
+        assert str(screen.query_one("#confirm-total").render()) == "frees ≈ 82 464 MiB on 2 GPUs"
 
 
 async def test_a_process_without_gpu_memory_frees_nothing(make_app) -> None:

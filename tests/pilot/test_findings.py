@@ -45,50 +45,52 @@ def test_same_kind_and_action_pid_share_a_row_in_first_place() -> None:
     assert text.overflow == "ellipsis"
 
 
-async def test_the_demo_zombies_are_one_row_that_jumps_to_their_parent(make_app, clock: ManualClock) -> None:
+async def test_the_demo_zombie_jumps_to_its_parent_and_the_defunct_leaders_share_a_row(
+    make_app, clock: ManualClock
+) -> None:
     app = make_app()
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
         findings = app.query_one(FindingsList)
-        await wait_for(pilot, lambda: len(findings.findings) == 8, "the eight zombie findings")
-        assert findings.option_count == 1
-        row = findings.rows[0]
-        assert {f.pid for f in row.findings} == set(range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8))
+        await wait_for(pilot, lambda: len(findings.findings) == 8, "the eight findings")
+        assert findings.option_count == 2
+        assert [row.findings[0].kind for row in findings.rows] == ["zombie", "defunct_leader"]
+        assert [f.pid for f in findings.rows[1].findings] == list(range(SCHEDULER_PID_BASE + 1,
+                                                                        SCHEDULER_PID_BASE + 8))
         clock.advance(20.0)
 
-        def line() -> str:
-            return str(findings.get_option_at_index(0).prompt)
+        def line(index: int = 0) -> str:
+            return str(findings.get_option_at_index(index).prompt)
 
-        await wait_for(pilot, lambda: "for 20 s" in line(), "the zombies' age")
-        assert line().startswith(f" zombie  8 zombies under pid {LAUNCHER_PID} for 20 s: python3 -m sglang")
-        assert line().endswith(f"→ signal or kill {LAUNCHER_PID}, not the zombies")
+        await wait_for(pilot, lambda: "for 20 s" in line(), "the zombie's age")
+        assert line().startswith(f" zombie  pid {SCHEDULER_PID_BASE} (sglang::scheduler_TP0) has been")
+        assert f"signal or kill its parent {LAUNCHER_PID}" in line()
+        assert line(1).startswith(" defunct_leader  7 defunct leaders (4241–4247) for 20 s, 14 threads alive "
+                                  "(14 in D), holding 288644 MiB: threads stuck in the driver")
+        assert "→ kill them, not their parent; wait for the threads to leave the driver" in line(1)
         assert findings.border_title == "Findings (8)"
         await pilot.press("f")  # the first row is highlighted on focus: Enter acts on it
         await pilot.pause()
         assert findings.highlighted == 0
-        tooltip = str(findings.tooltip)
-        for pid in range(SCHEDULER_PID_BASE, SCHEDULER_PID_BASE + 8):
-            assert f"pid {pid} (sglang::scheduler_TP{pid - SCHEDULER_PID_BASE})" in tooltip
+        assert f"pid {SCHEDULER_PID_BASE} (sglang::scheduler_TP0)" in str(findings.tooltip)
         await pilot.press("enter")
         await wait_for(pilot, lambda: app.focused is app.query_one(ProcessTable), "focus on the table")
-        assert app.query_one(ProcessTable).selected_pid == LAUNCHER_PID
+        assert app.query_one(ProcessTable).selected_pid == SCHEDULER_PID_BASE  # a single finding: itself
         # Wide, a row wraps within the panel: nothing of it is cut at the edge.
         width = findings.scrollable_content_region.width
         shown = [findings.render_line(y).text for y in range(findings.lines)]
         assert all(findings.render_line(y).cell_length <= width for y in range(findings.lines))
-        assert findings.lines == 3
-        assert "".join(line.strip() for line in shown).replace(" ", "") == line().replace(" ", "").replace(
-            "\n", ""
-        )
+        whole = "".join(text.strip() for text in shown).replace(" ", "")
+        assert line().replace(" ", "").replace("\n", "") in whole
         # In a side pane, each line of a row is one screen line, cut with "…".
         await pilot.resize_terminal(50, 40)
         await wait_for(pilot, lambda: findings.compact, "the compact list")
         await pilot.pause(0.2)
         width = findings.scrollable_content_region.width
-        assert findings.lines == 2
+        assert findings.lines == 2 * 2
         assert findings.render_line(0).text.rstrip().endswith("…")
         assert findings.render_line(0).cell_length <= width
-        assert "signal or kill 4200" in findings.render_line(1).text
+        assert "signal or kill its parent 4200" in findings.render_line(1).text
 
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
+import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
@@ -199,3 +201,70 @@ def test_health_dot() -> None:
     assert dot("TIMEOUT", "DOWN", "UP").plain == "✖"
     assert "red" in str(dot("DOWN").style)
     assert dot("ERROR").plain == "▲"
+
+
+def _server_samples() -> tuple[list[HealthSample], dict[str, tuple[float | None, ...]]]:
+    """A STALLED sglang server and a BUSY vLLM one, as a ``ServerWatch`` judges them."""
+    stalled_url, busy_url = SGLANG, "http://127.0.0.1:8000/health"
+    metrics_stalled = {"engine": "sglang", "running": 2, "waiting": 3, "kv_cache_usage": 0.45,
+                       "generation_tokens_per_s": 0.0}
+    metrics_busy = {"engine": "vllm", "running": 8, "waiting": 0, "kv_cache_usage": 0.9,
+                    "generation_tokens_per_s": 1234.0}
+    stalled = HealthSample(
+        url=stalled_url, state="STALLED", code=200, latency_ms=4.0, since=NOW_S - 40, checked_at=NOW_S,
+        detail="stalled: 2 running, 3 waiting, no token generated for 40 s (health UP)",
+        metrics_url="http://127.0.0.1:30000/metrics", metrics=metrics_stalled,
+    )
+    busy = HealthSample(
+        url=busy_url, state="BUSY", code=503, latency_ms=20_000.0, since=NOW_S - 12, checked_at=NOW_S,
+        detail="busy: health HTTP 503 but generating 1234 tokens/s; not dead, do not kill",
+        metrics_url="http://127.0.0.1:8000/metrics", metrics=metrics_busy,
+    )
+    tokens = {stalled_url: (900.0, 1200.0, 400.0, 0.0, 0.0, 0.0), busy_url: (None, 1000.0, 1234.0)}
+    return [stalled, busy], tokens
+
+
+@pytest.mark.parametrize("width", [50, 120, 200])
+async def test_stalled_and_busy_servers_stand_out_with_their_figures(width: int) -> None:
+    shown, tokens = _server_samples()
+    app = PanelApp()
+    async with app.run_test(size=(width, 20)) as pilot:
+        panel = app.query_one(HealthPanel)
+        panel.show(shown[:1], {SGLANG: ("UP", "UP", "STALLED")}, now_s=NOW_S, tokens=tokens)
+        await pilot.pause()
+        text = " ".join(" ".join(screen_lines(panel)).split())
+        assert screen_lines(panel)[0].startswith("STALLED   200 since ")
+        assert "sglang · 2 running · 3 waiting · KV 45% · 0 tok/s" in text
+        assert "no token generated for 40 s (health UP)" in text
+        assert "failures" not in text
+        panel.show(shown, {}, now_s=NOW_S, tokens=tokens)
+        panel.compact = True
+        await pilot.pause()
+        lines = screen_lines(panel)
+        assert lines[0].startswith("STALLED   200 since ")
+        assert lines[1].startswith("BUSY      503 since ")
+        if width >= 120:
+            assert "2r 3w KV45% 0t/s" in lines[0]
+            assert "8r 0w KV90% 1234t/s" in lines[1]
+
+
+def test_server_states_are_coloured_apart_and_tokens_get_a_sparkline() -> None:
+    shown, tokens = _server_samples()
+    block = endpoint_block(shown[0], (), NOW_S, 120, tokens[SGLANG])
+    styles = {block.plain[span.start : span.end].strip(): str(span.style) for span in block.spans}
+    assert styles["STALLED"] == "bold white on red"
+    assert "tok/s ▆█▃▁▁▁" in block.plain  # the tokens/s history, falling to nothing
+    busy = endpoint_block(shown[1], (), NOW_S, 120, tokens[shown[1].url])
+    styles = {busy.plain[span.start : span.end].strip(): str(span.style) for span in busy.spans}
+    assert styles["BUSY"] == "bold black on yellow"
+    assert "tok/s ·▇█" in busy.plain  # a reading without a rate is a dot
+    assert health_dot(shown).plain == "✖"  # a stalled server is as bad as a dead one
+    assert health_dot(shown[1:]).plain == "▲"
+
+
+def test_a_metrics_read_that_failed_says_why() -> None:
+    sample = HealthSample(url=SGLANG, state="UP", code=200, checked_at=NOW_S,
+                          metrics_url="http://127.0.0.1:30000/metrics", metrics_error="HTTP 404")
+    assert "metrics: HTTP 404" in endpoint_block(sample, (), NOW_S, 120).plain
+    assert "metrics" not in endpoint_block(replace(sample, metrics_url=None, metrics_error=None), (), NOW_S,
+                                           120).plain

@@ -63,7 +63,7 @@ async def test_q_during_an_escalation_says_what_is_pending_and_leaves_once_it_is
     assert _stages(app, DETOKENIZER_PID) == [
         ("intent", "requested"), ("signal", "sent"), ("escalate", "sent"), ("confirm", "killed")
     ]
-    assert any(n[2].startswith("killed (KILL): 4250 sglang::detokenizer") for n in app.notices)
+    assert any("killed (KILL): 4250 sglang::detokenizer" in n[2] for n in app.notices)
     assert DETOKENIZER_PID not in app.factory.links["gpu-node-07"]._procs
 
 
@@ -116,7 +116,7 @@ async def test_the_receipt_waits_for_the_kill_to_finish(make_app, clock: ManualC
         receipt = str(line.render())
         assert " since the kill · " in receipt
         assert " since X · drain " in receipt
-        assert receipt.endswith(" MiB → baseline")
+        assert " MiB → baseline" in receipt
     assert not any("None" in message for _, _, message in app.notices)
 
 
@@ -149,7 +149,7 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
 
 
 async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(make_app) -> None:
-    """After the kill, a daemon the job had started with setsid (adopted by init) still holds GPU0."""
+    """After the kill, a daemon the job had started with setsid (adopted by init) still holds GPU1."""
     from gputui.transports.sim import SimProc
     from gputui.ui.widgets.findings_list import FindingsList
 
@@ -160,7 +160,7 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
         link = app.factory.links["gpu-node-07"]
         with link._lock:
-            link._procs[4300] = SimProc(4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={0: 2048},
+            link._procs[4300] = SimProc(4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={1: 2048},
                                          start_offset_s=80_020.0)
 
         def survivors() -> list:  # type: ignore[type-arg]

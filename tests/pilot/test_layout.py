@@ -49,7 +49,7 @@ async def test_the_panels_share_the_width_and_nothing_important_is_cut(make_app,
         assert (WHOLE_LAUNCHER if columns >= 200 else LAUNCHER) in rows[str(LAUNCHER_PID)]
         assert "nsys profile --trace=cuda,nvtx" in rows[str(NSYS_PID)]
         assert "[sglang::scheduler_TP0] <defunct>" in rows[str(SCHEDULER_PID_BASE)]
-        assert "0:41236" in rows[str(SCHEDULER_PID_BASE)]  # the per-GPU column, "gpu:MiB"
+        assert "1:41228" in rows[str(SCHEDULER_PID_BASE + 1)]  # the per-GPU column, "gpu:MiB"
         # The health state line comes first and whole.
         state_line = _lines(health)[1].strip("│")
         assert re.match(r"UNHEALTHY 503 since \d\d:\d\d:\d\d \([0-9.]+ s\) · 20\.0 s", state_line), state_line
@@ -58,11 +58,12 @@ async def test_the_panels_share_the_width_and_nothing_important_is_cut(make_app,
         width = findings.scrollable_content_region.width
         texts = [findings.render_line(y).text for y in range(findings.lines)]
         assert all(len(text) <= width for text in texts)
-        assert "signal or kill 4200, not the zombies" in "".join(texts)
+        assert "signal or kill its parent 4200" in "".join(texts)
         assert findings.outer_size.height >= findings.lines + 2
         gpu_lines = [line.strip("│") for line in _lines(gpus)[1:-1]]
         assert gpu_lines[0].split()[:7] == ["#", "memory", "used/total", "mem", "util", "temp", "power"]
-        assert "41239/49152" in gpu_lines[1]
+        assert "3/49152" in gpu_lines[1]  # GPU0: its scheduler exited whole, its memory is back
+        assert "41231/49152" in gpu_lines[2]
         assert all(not line.rstrip().endswith("…") for line in gpu_lines)
 
 

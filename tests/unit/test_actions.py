@@ -392,11 +392,12 @@ def test_a_run_writes_the_intent_before_the_kill_and_every_outcome_after(tmp_pat
     assert (DETOKENIZER_PID, "confirm", "killed") in logged
     finals = final_outcomes(run.outcomes).values()
     assert all(final.result in ("exited", "killed", "reaped") for final in finals)
-    # What the kill took down: one job, its members, its GPUs (those of its defunct schedulers).
+    # What the kill took down: one job, its members, its GPUs (those its defunct leaders held; TP0 exited
+    # whole at the wedge and held none).
     (job,) = killed_jobs(plan, run.outcomes, snapshot)
     assert job.root_pid == LAUNCHER_PID
     assert (SCHEDULER_PID_BASE, snapshot.process(SCHEDULER_PID_BASE).start_ticks) in job.members
-    assert job.gpus == frozenset(range(8))
+    assert job.gpus == frozenset(range(1, 8))
 
 
 def test_a_run_whose_audit_log_cannot_be_written_sends_nothing(tmp_path: Path) -> None:

@@ -106,3 +106,25 @@ def test_the_drain_curve_is_bounded_and_starts_at_the_kill() -> None:
     assert T0 + 90 <= since_kill[0].at_s <= T0 + 100  # the last sample kept before the signals went out
     assert since_kill[1].at_s > T0 + 100
     assert since_kill[-1].at_s == T0 + 3 * cleanslate.DRAIN_POINTS_MAX - 1
+
+
+def test_the_receipt_says_how_long_the_driver_tore_down_after_the_last_holder() -> None:
+    cs = cleanslate
+
+    def sample(used_mib: int, holder: bool) -> HostSnapshot:
+        processes = (GpuProcess(pid=7, used_mib=used_mib - 3),) if holder else ()
+        gpu = Gpu(index=0, memory_used_mib=used_mib, processes=processes)
+        return HostSnapshot(target="h", time=1.0, gpus=(gpu,))
+
+    check = cs.start(0.0, 60.0)
+    for now_s, used, holder in ((1.0, 40_000, True), (2.0, 40_000, False), (3.5, 20_000, False)):
+        check, _ = cs.memory_sample(check, sample(used, holder), Baselines(), now_s)
+    assert check.holders_gone_s == 2.0
+    assert check.tearing_down_for_s(4.0) == 2.0
+    check, ask = cs.memory_sample(check, sample(3, False), Baselines(), 5.0)
+    assert ask
+    assert check.teardown_s == 3.0
+    assert check.tearing_down_for_s(6.0) is None
+    # A holder listed again (a restarted server) ends the teardown: its memory is held, not being released.
+    check, _ = cs.memory_sample(check, sample(30_000, True), Baselines(), 6.0)
+    assert (check.holders_gone_s, check.teardown_s) == (None, None)

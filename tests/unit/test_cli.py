@@ -99,6 +99,7 @@ def test_version() -> None:
         (["check", "--baseline-mib", "-3"], "--baseline-mib: must be a whole number of MiB from 0 to 1048"),
         (["check", "--tolerance-mib", "99999999999"], "--tolerance-mib: must be a whole number of MiB"),
         (["kill", "--signal", "HUP", "1"], "invalid choice"),
+        (["snapshot", "--ssh-client", "putty", "host-a"], "--ssh-client: invalid choice: 'putty'"),
         (["--no-such-flag"], "unrecognized arguments"),
         (["--demo", "kill", "1e3"], "not a process id: '1e3' (process ids are decimal numbers)"),
         (["--demo", "kill", "0x10"], "not a process id: '0x10'"),

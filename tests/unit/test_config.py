@@ -53,6 +53,9 @@ def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
         ("health = 3", "health must be a URL or a list of URLs"),
         ("hosts = 3", "hosts must be a table"),
         ('[hosts]\na = 3', "hosts.'a' must be a table"),
+        ('ssh_client = "putty"', 'ssh_client must be one of "paramiko", "openssh", "auto"'),
+        ("ssh_client = 1", "ssh_client must be one of"),
+        ('[hosts."a"]\nssh_client = "OpenSSH"', "hosts.'a'.ssh_client must be one of"),
     ],
 )
 def test_bad_files_are_one_clear_error(tmp_path: Path, text: str, fragment: str) -> None:
@@ -90,3 +93,24 @@ def test_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) -> Non
     lines = done.stderr.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith(f"gputui: {path}: not valid TOML")
+
+
+def test_ssh_client_globally_per_host_and_from_the_flag(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('ssh_client = "auto"\n[hosts."gpu-bastioned"]\nssh_client = "openssh"\n')
+    config = load_config(path)
+    assert (config.ssh_client, config.host_ssh_clients) == ("auto", {"gpu-bastioned": "openssh"})
+    args = build_parser("snapshot").parse_args(["gpu-a"])
+    args.config = config
+    options = options_from_args(args)
+    assert options.for_target("gpu-a").ssh_client == "auto"
+    assert options.for_target("gpu-bastioned").ssh_client == "openssh"
+    # The flag is the user's word for this run: it beats the file, per host too.
+    args = build_parser("snapshot").parse_args(["--ssh-client", "paramiko", "gpu-a"])
+    args.config = config
+    options = options_from_args(args)
+    assert options.for_target("gpu-bastioned").ssh_client == "paramiko"
+    # Nothing said anywhere: paramiko.
+    args = build_parser("snapshot").parse_args(["gpu-a"])
+    args.config = Config()
+    assert options_from_args(args).for_target("gpu-a").ssh_client == "paramiko"

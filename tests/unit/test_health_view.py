@@ -143,3 +143,17 @@ def test_no_textual_or_rich_import() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "False False"
+
+
+def test_history_keeps_tokens_per_s_once_per_metrics_reading() -> None:
+    from gputui.core.health_view import HealthHistory
+    from gputui.core.model import HealthSample
+
+    url = "http://127.0.0.1:30000/health"
+    kept = HealthHistory(max_len=3)
+    for at, rate in ((1.0, None), (1.0, None), (2.0, 50.0), (3.0, 0.0), (4.0, 10.0)):
+        metrics = {"generation_tokens_per_s": rate}
+        kept.update([HealthSample(url=url, state="UP", checked_at=at, metrics_at=at, metrics=metrics)])
+    assert kept.tokens_per_s() == {url: (50.0, 0.0, 10.0)}
+    kept.update([])
+    assert kept.tokens_per_s() == {}

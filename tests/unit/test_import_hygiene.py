@@ -22,8 +22,9 @@ DATA_LAYER = (
 
 SSH_SHARED = (
     "gputui.transports.ssh.stream", "gputui.transports.ssh.payload", "gputui.transports.ssh.reduced",
+    "gputui.transports.ssh.link", "gputui.transports.ssh.hostkeys", "gputui.transports.openssh",
 )
-"""The parts of the SSH transport a transport over the system ssh client shares: no paramiko in them."""
+"""The SSH link as the system ssh client runs it: paramiko is loaded only by a link that logs in with it."""
 
 
 def packages_loaded_by(modules: tuple[str, ...]) -> set[str]:

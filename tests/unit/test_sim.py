@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gputui.core.model import HostSnapshot
+from gputui.core.model import HostSnapshot, LiveThreads
+from gputui.core.servers import parse_server_metrics
 from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.sim import (
     DETOKENIZER_PID,
@@ -50,16 +51,26 @@ def test_wedged_host_matches_the_story():
     assert len(snap.gpus) == 8
     assert {g.name for g in snap.gpus} == {"NVIDIA RTX PRO 6000 Blackwell"}
     assert {g.memory_total_mib for g in snap.gpus} == {GPU_TOTAL_MIB}
-    assert all(40_000 < g.memory_used_mib < 42_000 for g in snap.gpus)
+    # TP0 exited whole (a true zombie: its memory is back); the other seven are defunct leaders whose threads
+    # are stuck in the driver, holding theirs.
+    assert snap.gpus[0].memory_used_mib == IDLE_MIB
+    assert all(40_000 < g.memory_used_mib < 42_000 for g in snap.gpus[1:])
     schedulers = [snap.process(SCHEDULER_PID_BASE + i) for i in range(8)]
     assert [p.name for p in schedulers] == [f"sglang::scheduler_TP{i}" for i in range(8)]
     assert all(p.state == "Z" and p.ppid == LAUNCHER_PID for p in schedulers)
+    assert [p.is_defunct_leader for p in schedulers] == [False] + [True] * 7
+    assert schedulers[0].live_threads == LiveThreads(0)
+    assert schedulers[1].live_threads == LiveThreads(2, {"D": 2})
+    assert schedulers[0].gpu_memory_mib == {}
     launcher = snap.process(LAUNCHER_PID)
     assert launcher.cmdline[:3] == ("python3", "-m", "sglang.launch_server")
     assert "--tp" in launcher.cmdline
     assert launcher.ppid == NSYS_PID
     assert snap.process(NSYS_PID).name == "nsys"
     assert snap.health[0].code == 503
+    # Its metrics: requests pending, the token counter flat.
+    reading = parse_server_metrics(snap.health[0].metrics_text or "", 1.0)
+    assert (reading.engine, reading.running, reading.waiting) == ("sglang", 8, 5)
 
 
 def test_snapshots_are_deterministic_under_a_frozen_clock():
@@ -81,29 +92,38 @@ def test_serves_then_wedges_on_the_scenario_clock():
     assert [g.memory_used_mib for g in wedged.gpus] == [g.memory_used_mib for g in serving.gpus]
 
 
-def test_zombie_kill_is_refused_and_names_the_parent():
+def test_zombie_kill_is_refused_and_names_the_parent_but_a_defunct_leader_is_signalled():
     link, _ = _link()
     snap = _snap(link)
-    [outcome] = _kill(link, snap, [SCHEDULER_PID_BASE + 3])
+    [outcome] = _kill(link, snap, [SCHEDULER_PID_BASE])
     assert outcome["result"] == "refused"
     assert str(LAUNCHER_PID) in outcome["detail"]
+    [outcome] = _kill(link, snap, [SCHEDULER_PID_BASE + 3])
+    assert outcome["result"] == "sent"
+    assert _snap(link).process(SCHEDULER_PID_BASE + 3) is None
 
 
-def test_killing_the_launcher_reaps_zombies_and_memory_drains_to_baseline():
+def test_killing_the_launcher_frees_nothing_of_the_defunct_leaders_killing_them_drains_it():
     link, clock = _link()
     snap = _snap(link)
     outcomes = _kill(link, snap, [LAUNCHER_PID], wait_s=0.5)
     assert [(o["stage"], o["result"]) for o in outcomes] == [("signal", "sent"), ("wait", "exited")]
     after = _snap(link)
     assert after.process(LAUNCHER_PID) is None
-    assert all(after.process(SCHEDULER_PID_BASE + i) is None for i in range(8))
+    assert after.process(SCHEDULER_PID_BASE) is None  # the true zombie, reaped with its parent
+    leaders = [after.process(SCHEDULER_PID_BASE + i) for i in range(1, 8)]
+    assert all(p is not None and p.is_defunct_leader and p.ppid == 1 for p in leaders)
     # The hung detokenizer ignored nothing here (not signalled): it is orphaned to init.
     assert after.process(DETOKENIZER_PID).ppid == 1
-    assert all(g.memory_used_mib > 40_000 for g in after.gpus)
-    assert all(g.processes == () for g in after.gpus)
+    clock.advance(DRAIN_S * 2)
+    assert all(g.memory_used_mib > 40_000 for g in _snap(link).gpus[1:])  # the parent freed nothing
+    _kill(link, _snap(link), [SCHEDULER_PID_BASE + i for i in range(1, 8)], wait_s=0.5)
+    gone = _snap(link)
+    assert all(g.memory_used_mib > 40_000 for g in gone.gpus[1:])
+    assert all(g.processes == () for g in gone.gpus)
     clock.advance(DRAIN_S / 2)
     half = _snap(link)
-    assert all(IDLE_MIB < g.memory_used_mib < 40_000 for g in half.gpus)
+    assert all(IDLE_MIB < g.memory_used_mib < 40_000 for g in half.gpus[1:])
     clock.advance(DRAIN_S)
     assert [g.memory_used_mib for g in _snap(link).gpus] == [IDLE_MIB] * 8
 
@@ -117,11 +137,13 @@ def test_tree_kill_signals_children_first_and_escalates_the_term_ignorer():
     assert by_pid[DETOKENIZER_PID]["result"] == "killed"
     assert by_pid[DETOKENIZER_PID]["signal"] == "KILL"
     assert by_pid[LAUNCHER_PID]["result"] == "exited"
-    # The defunct schedulers are not signalled: they are reaped with the launcher.
-    for i in range(8):
-        zombie = by_pid[SCHEDULER_PID_BASE + i]
-        assert (zombie["stage"], zombie["signal"], zombie["result"]) == ("wait", None, "reaped")
-        assert zombie["detail"] == f"reaped with its parent {LAUNCHER_PID}"
+    # The true zombie is not signalled: it is reaped with the launcher. The defunct leaders are signalled.
+    zombie = by_pid[SCHEDULER_PID_BASE]
+    assert (zombie["stage"], zombie["signal"], zombie["result"]) == ("wait", None, "reaped")
+    assert zombie["detail"] == f"reaped with its parent {LAUNCHER_PID}"
+    for i in range(1, 8):
+        signalled = [o["result"] for o in outcomes if o["pid"] == SCHEDULER_PID_BASE + i]
+        assert signalled == ["sent", "exited"]
     assert order.index(DETOKENIZER_PID) < order.index(LAUNCHER_PID)  # children are signalled first
     stages = [(o["pid"], o["stage"]) for o in outcomes]
     assert stages.index((LAUNCHER_PID, "wait")) < stages.index((DETOKENIZER_PID, "escalate"))
@@ -244,7 +266,7 @@ def test_calibrate_and_configure():
     link, _ = _link()
     used = link.request({"cmd": "calibrate"}, 1)["memory_used_mib"]
     assert len(used) == 8
-    assert all(v > 40_000 for v in used.values())
+    assert sorted(v > 40_000 for v in used.values()) == [False] + [True] * 7  # GPU0's true zombie freed it
     assert link.request({"cmd": "configure", "memory_interval_s": 0.2}, 1) == {}
     assert link.memory_interval_s == 0.2
     with pytest.raises(LinkError):
@@ -283,8 +305,35 @@ def test_sim_imports_without_textual_or_rich():
 def test_gpus_come_back_one_after_another():
     link, clock = _link()
     snap = _snap(link)
-    _kill(link, snap, [LAUNCHER_PID])
+    _kill(link, snap, [LAUNCHER_PID], tree=True)
     clock.advance(1.45)
     used = [g.memory_used_mib for g in _snap(link).gpus]
     assert used[:2] == [IDLE_MIB, IDLE_MIB]  # GPU0 and GPU1 release within 1.3 and 1.4 s
     assert all(mib > IDLE_MIB for mib in used[2:])
+
+
+def _judged_states(target: str, seconds: int, **kwargs) -> list[str | None]:
+    """The server's judged state after each simulated second, as the TUI's watch sees it."""
+    from gputui.core.servers import ServerWatch
+
+    link, clock = _link(target, **kwargs)
+    watch = ServerWatch()
+    states = []
+    for _ in range(seconds):
+        (sample,) = watch.apply(_snap(link)).health
+        states.append(sample.state)
+        clock.advance(1.0)
+    return states
+
+
+def test_the_wedged_server_stalls_and_the_healthy_one_is_busy_for_a_while():
+    wedged = _judged_states("gpu-node-07", 50, wedged_at_s=6.0)
+    assert wedged[:6] == ["UP"] * 6
+    # The counter stops at the wedge: health failing with tokens a moment ago is BUSY, then STALLED for good.
+    assert wedged[6] == "BUSY"
+    assert "STALLED" in wedged
+    assert set(wedged[wedged.index("STALLED"):]) == {"STALLED"}
+    healthy = _judged_states("gpu-node-08", 100)
+    assert set(healthy[:15]) == {"UP"}
+    assert set(healthy[16:90]) == {"BUSY"}  # /health times out while tokens keep flowing
+    assert healthy[-1] == "UP"

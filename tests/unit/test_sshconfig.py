@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from gputui.transports.sshconfig import (
     openssh_available,
     parse_target,
     resolve,
+    target_words,
 )
 
 
@@ -194,3 +196,51 @@ def test_broken_config_is_one_line(tmp_path: Path) -> None:
         with pytest.raises(LinkError) as caught:
             resolve("x", str(config), use_openssh=use_openssh)
         assert "\n" not in str(caught.value)
+
+
+def test_what_only_the_openssh_client_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("KRB5CCNAME", "KRB5_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("gputui.transports.sshconfig.KERBEROS_CONFIG", str(tmp_path / "no-krb5.conf"))
+    master = tmp_path / "master.sock"
+    config = tmp_path / "config"
+    config.write_text(
+        "Host proxied\n  ProxyCommand nc %h %p\n"
+        f"Host certified\n  CertificateFile {tmp_path}/id-cert.pub\n"
+        "Host kerberos\n  GSSAPIAuthentication yes\n"
+        f"Host shared\n  ControlPath {master}\n"
+        f"Host tokens\n  ControlPath {tmp_path}/%h-%p.sock\n"
+        "Host *\n  GSSAPIAuthentication no\n"
+    )
+    for use_openssh in (True, False):
+
+        def needs(target: str, use_openssh: bool = use_openssh) -> tuple[str, ...]:
+            return resolve(target, str(config), use_openssh=use_openssh).openssh_only()
+
+        assert needs("proxied") == ("ProxyCommand",)
+        assert needs("certified") == ("CertificateFile",)
+        assert needs("plain") == ()
+        # GSSAPI does nothing without Kerberos (Debian turns it on for every host).
+        assert needs("kerberos") == ()
+        assert needs("shared") == ()  # a ControlPath whose master is not running
+    monkeypatch.setenv("KRB5CCNAME", "FILE:/tmp/krb5cc_test")
+    assert resolve("kerberos", str(config), use_openssh=True).openssh_only() == ("GSSAPIAuthentication",)
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(master))
+        assert resolve("shared", str(config), use_openssh=True).openssh_only() == ("a running ControlMaster",)
+        (tmp_path / "tokens-22.sock").write_text("")  # not a socket
+        assert resolve("tokens", str(config), use_openssh=True).openssh_only() == ()
+    settings = resolve("tokens", str(config), use_openssh=True)
+    assert settings.control_path == f"{tmp_path}/tokens-22.sock"  # ssh -G expands the tokens
+
+
+def test_target_words_put_the_host_after_the_end_of_options() -> None:
+    assert target_words(parse_target("ops@gpu-a:2222")) == ["-p", "2222", "-l", "ops", "--", "gpu-a"]
+    assert target_words(parse_target("gpu-a")) == ["--", "gpu-a"]
+
+
+def test_step_deadline_is_the_shorter_of_the_link_s_and_connect_timeout() -> None:
+    settings = SshSettings(target="a", hostname="a", port=22, user="u", connect_timeout_s=4.0)
+    assert settings.step_timeout_s(10.0) == 4.0
+    assert settings.step_timeout_s(2.0) == 2.0
+    assert SshSettings(target="a", hostname="a", port=22, user="u").step_timeout_s(10.0) == 10.0

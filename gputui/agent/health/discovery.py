@@ -118,6 +118,13 @@ def health_launcher_url(cmdline: Iterable[Any]) -> str | None:
     8000) and ``--host`` (unset, 0.0.0.0, :: and localhost become 127.0.0.1). A launcher whose port or host is
     not valid yields nothing rather than a guess.
     """
+    endpoints = health_launcher_endpoints(cmdline)
+    return None if endpoints is None else endpoints[0]
+
+
+def health_launcher_endpoints(cmdline: Iterable[Any]) -> tuple[str, str | None] | None:
+    """The /health and /metrics URLs a launcher serves (:func:`health_launcher_url` for the first); the
+    metrics URL is None for an sglang launcher without ``--enable-metrics`` (vLLM serves it always)."""
     argv = [str(arg) for arg in cmdline]
     if len(argv) == 1 and " " in argv[0]:
         argv = argv[0].split()  # a process that rewrote its title into one string
@@ -135,7 +142,9 @@ def health_launcher_url(cmdline: Iterable[Any]) -> str | None:
     host = _health_url_host(host_text)
     if host is None:
         return None
-    return f"http://{host}:{port}/health"
+    metrics = kind == "vllm" or _health_option(argv, "--enable-metrics")[0]
+    origin = f"http://{host}:{port}"
+    return f"{origin}/health", f"{origin}/metrics" if metrics else None
 
 
 LAUNCHER_NAME_PREFIXES = ("python", "pt_main_thread")
@@ -161,15 +170,27 @@ def discover_health_urls(processes: Iterable[Any]) -> list[str]:
     Returns:
         Distinct URLs in a stable (sorted) order, at most ``HEALTH_MAX_URLS``.
     """
-    urls: set[str] = set()
+    return [launcher[0] for launcher in discover_launchers(processes)]
+
+
+def discover_launchers(processes: Iterable[Any]) -> list[tuple[str, str | None, int | None]]:
+    """``(health URL, metrics URL or None, launcher pid or None)`` of each launcher among ``processes``, by
+    health URL (sorted, at most ``HEALTH_MAX_URLS``); of two launchers of one URL, the lower pid."""
+    found: dict[str, tuple[str, str | None, int | None]] = {}
     for process in processes:
-        cmdline = process.get("cmdline") if isinstance(process, dict) else getattr(process, "cmdline", None)
+        get = process.get if isinstance(process, dict) else lambda key, p=process: getattr(p, key, None)
+        cmdline = get("cmdline")
         if not cmdline or isinstance(cmdline, (str, bytes)):
             continue
-        url = health_launcher_url(cmdline)
-        if url is not None:
-            urls.add(url)
-    return sorted(urls)[:HEALTH_MAX_URLS]
+        endpoints = health_launcher_endpoints(cmdline)
+        if endpoints is None:
+            continue
+        pid = get("pid")
+        pid = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+        known = found.get(endpoints[0])
+        if known is None or (pid is not None and (known[2] is None or pid < known[2])):
+            found[endpoints[0]] = (endpoints[0], endpoints[1], pid)
+    return [found[url] for url in sorted(found)[:HEALTH_MAX_URLS]]
 
 
 def health_read_proc_cmdlines(proc_root: str = "/proc") -> list[dict[str, Any]]:

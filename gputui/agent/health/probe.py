@@ -28,6 +28,28 @@ def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | No
     return HEALTH_STATE_ERROR, detail
 
 
+def _get(url: str, deadline_s: float, body_cap_bytes: int, ssl_context: Any) -> tuple[int, str, bytes]:
+    """One bounded GET of ``url`` (see :func:`probe_url`): (status code, reason phrase, body up to the cap).
+
+    Raises:
+        HealthProbeFailure, socket.timeout, or whatever else the exchange meets; the socket is closed.
+    """
+    deadline = time.monotonic() + deadline_s
+    sock: socket.socket | None = None
+    try:
+        target = health_parse_url(url)
+        sock = health_connect(target, deadline, deadline_s)
+        if target.scheme == "https":
+            sock = health_wrap_tls(sock, target, deadline, ssl_context)
+        return health_exchange(sock, target, deadline, deadline_s, body_cap_bytes)
+    finally:
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+
 def probe_url(
     url: str,
     deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
@@ -51,29 +73,17 @@ def probe_url(
         none was read), milliseconds until the answer or failure, and a sanitised detail line (None when UP).
     """
     started = time.monotonic()
-    deadline = started + deadline_s
     code: int | None = None
-    sock: socket.socket | None = None
     try:
-        target = health_parse_url(url)
-        sock = health_connect(target, deadline, deadline_s)
-        if target.scheme == "https":
-            sock = health_wrap_tls(sock, target, deadline, ssl_context)
-        code, reason, body = health_exchange(sock, target, deadline, deadline_s, body_cap_bytes)
+        code, reason, body = _get(url, deadline_s, body_cap_bytes, ssl_context)
         state, detail = _health_classify(code, reason, body)
     except HealthProbeFailure as failure:
         state, detail = failure.state, failure.detail
-        code = failure.code if failure.code is not None else code
+        code = failure.code
     except socket.timeout:
         state, detail = HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s"
     except Exception as exc:  # one bad endpoint must never take the agent down
         state, detail = HEALTH_STATE_ERROR, f"probe failed: {type(exc).__name__}: {exc}"
-    finally:
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
     latency_ms = round((time.monotonic() - started) * 1000.0, 1)
     return {
         "state": state,
@@ -81,3 +91,35 @@ def probe_url(
         "latency_ms": latency_ms,
         "detail": None if detail is None else visible_text(detail, HEALTH_DETAIL_MAX_CHARS),
     }
+
+
+def fetch_metrics(
+    url: str, deadline_s: float = HEALTH_DEFAULT_DEADLINE_S, ssl_context: Any = None
+) -> dict[str, Any]:
+    """Read a server's ``/metrics`` once, bounded like a health probe, and cut it down on this host.
+
+    The deadline covers the whole exchange; at most ``METRICS_BODY_CAP_BYTES`` of the body are read (a longer
+    one is cut, and the series being read at the cut dropped: ``metrics_filter``).
+
+    Returns:
+        ``{"text", "dropped", "error"}``: the filtered exposition (None when the read failed), the names a cap
+        or the cut dropped, and why the read failed (None when it did not).
+    """
+    from .metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+
+    error: str | None = None
+    try:
+        code, _reason, body = _get(url, deadline_s, METRICS_BODY_CAP_BYTES + 1, ssl_context)
+        if not 200 <= code < 300:
+            error = f"HTTP {code}"
+        else:
+            truncated = len(body) > METRICS_BODY_CAP_BYTES
+            text, dropped = filter_metrics(body[:METRICS_BODY_CAP_BYTES], truncated)
+            return {"text": text.decode("utf-8", "replace"), "dropped": dropped, "error": None}
+    except HealthProbeFailure as failure:
+        error = failure.detail
+    except socket.timeout:
+        error = f"no whole answer within {deadline_s:g}s"
+    except Exception as exc:  # one bad endpoint must never take the agent down
+        error = f"read failed: {type(exc).__name__}: {exc}"
+    return {"text": None, "dropped": [], "error": visible_text(error, HEALTH_DETAIL_MAX_CHARS)}

@@ -19,16 +19,44 @@ from . import (
     HEALTH_MIN_GAP_S,
 )
 from .discovery import (
-    discover_health_urls,
+    discover_launchers,
     health_is_local_url,
     health_local_addresses,
     health_read_proc_cmdlines,
 )
-from .urls import health_is_generating_url, health_scrub, health_shown_url
+from .urls import health_is_generating_url, health_scrub, health_shown_url, url_origin
 
 HEALTH_LOCAL_ADDRESSES_S = 60.0
 """This host's own addresses are read again at most this often."""
 HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
+
+
+def _url_list(urls: Any, name: str) -> list[str] | None:
+    """``urls`` as a list without repeats (None stays None); ValueError for anything but a list of strings."""
+    if urls is None:
+        return None
+    if isinstance(urls, (str, bytes)):
+        raise ValueError(f"{name} must be a list of strings")
+    result: list[str] = []
+    for url in urls:
+        if not isinstance(url, str):
+            raise ValueError(f"{name} must be a list of strings")
+        if url not in result:
+            result.append(url)
+    return result
+
+
+def _started_at(pid: int | None) -> float | None:
+    """Epoch seconds at which process ``pid`` started, None when it cannot be read."""
+    if pid is None:
+        return None
+    from ..procfs import CLOCK_TICKS_PER_S, read_boot_time, read_stat
+
+    stat = read_stat(pid)
+    boot = read_boot_time()
+    if stat is None or boot is None:
+        return None
+    return boot + stat.start_ticks / float(CLOCK_TICKS_PER_S)
 
 
 class _HealthEndpoint:
@@ -46,6 +74,12 @@ class _HealthEndpoint:
         "checked_at",
         "next_due",
         "not_probed",
+        "metrics_url",
+        "metrics_text",
+        "metrics_at",
+        "metrics_dropped",
+        "metrics_error",
+        "launcher_started_at",
     )
 
     def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
@@ -63,6 +97,15 @@ class _HealthEndpoint:
         self.detail: str | None = None
         self.checked_at: float | None = None
         self.next_due = now_monotonic
+        self.metrics_url: str | None = None
+        """Read after each probe of ``url``: a configured metrics URL of the same origin, else the one its
+        launcher serves."""
+        self.metrics_text: str | None = None
+        self.metrics_at: float | None = None
+        self.metrics_dropped: list[str] = []
+        self.metrics_error: str | None = None
+        self.launcher_started_at: float | None = None
+        """Epoch seconds at which the launcher serving ``url`` started (discovered endpoints only)."""
 
 
 class HealthProber:
@@ -79,8 +122,13 @@ class HealthProber:
     row, and URLs past the first ``HEALTH_MAX_URLS`` are one ERROR row. Every URL it reports has its
     credentials redacted (``health_redact_url``); they are sent as basic auth.
 
+    Each endpoint's metrics URL (a configured one of the same origin, else the one its launcher serves) is
+    read right after its health probe, under the same deadline; the body is cut down on this host
+    (``metrics_filter``) before it goes into a sample.
+
     Args:
         urls: Configured URLs (probed whatever discovery finds).
+        metrics_urls: Configured metrics URLs, each read beside the health URL of its origin.
         discover: Add URLs that :meth:`update_discovered` finds in the process list.
         generate: Probe generating endpoints (``/health_generate``) too.
         interval_s: Seconds between probes of one URL.
@@ -99,12 +147,16 @@ class HealthProber:
         interval_s: float = HEALTH_DEFAULT_INTERVAL_S,
         deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
         body_cap_bytes: int = HEALTH_BODY_CAP_BYTES,
+        metrics_urls: Iterable[str] = (),
         ssl_context: Any = None,
         discovered_linger_s: float = HEALTH_DISCOVERED_LINGER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.Condition()
         self._configured: list[str] = []
+        self._metrics_configured: list[str] = []
+        self._discovered_metrics: dict[str, tuple[str | None, float | None]] = {}
+        """Discovered health URL -> (the metrics URL its launcher serves, when the launcher started)."""
         self._ignored: list[str] = []  # configured past HEALTH_MAX_URLS
         self._discovered_seen: dict[str, float] = {}
         self._remote: set[str] = set()  # discovered URLs that are not this host's: listed, never probed
@@ -128,7 +180,9 @@ class HealthProber:
         self._scan_requested = False
         self.read_processes: Callable[[], list[dict[str, Any]]] = health_read_proc_cmdlines
         """Where discovery gets ``{"pid", "cmdline"}`` dicts from (the collector passes its own reader)."""
-        self.configure(urls=list(urls), interval_s=interval_s, deadline_s=deadline_s)
+        self.configure(
+            urls=list(urls), interval_s=interval_s, deadline_s=deadline_s, metrics_urls=list(metrics_urls)
+        )
 
     # -- configuration -------------------------------------------------------------------------------------
 
@@ -139,6 +193,7 @@ class HealthProber:
         discover: bool | None = None,
         interval_s: float | None = None,
         deadline_s: float | None = None,
+        metrics_urls: Iterable[str] | None = None,
     ) -> dict[str, Any]:
         """Change what is probed; None leaves a setting as it is. Returns the settings now in force.
 
@@ -149,16 +204,8 @@ class HealthProber:
             ValueError: With one readable line, for a malformed command (a value of the wrong type; nothing is
                 changed then).
         """
-        new_urls: list[str] | None = None
-        if urls is not None:
-            if isinstance(urls, (str, bytes)):
-                raise ValueError("urls must be a list of strings")
-            new_urls = []
-            for url in urls:
-                if not isinstance(url, str):
-                    raise ValueError("urls must be a list of strings")
-                if url not in new_urls:
-                    new_urls.append(url)
+        new_urls = _url_list(urls, "urls")
+        new_metrics = _url_list(metrics_urls, "metrics_urls")
         for name, value in (("generate", generate), ("discover", discover)):
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false")
@@ -171,6 +218,8 @@ class HealthProber:
             if new_urls is not None:
                 self._configured = new_urls[:HEALTH_MAX_URLS]
                 self._ignored = new_urls[HEALTH_MAX_URLS:]
+            if new_metrics is not None:
+                self._metrics_configured = new_metrics[:HEALTH_MAX_URLS]
             if generate is not None:
                 self._generate = generate
             if discover is not None:
@@ -203,6 +252,7 @@ class HealthProber:
             discover=command.get("discover"),
             interval_s=command.get("interval_s"),
             deadline_s=command.get("deadline_s"),
+            metrics_urls=command.get("metrics_urls"),
         )
         if command.get("discover_now") is True:
             self.discover_now()
@@ -214,7 +264,7 @@ class HealthProber:
         with self._lock:
             if not self._discover or self._closed:
                 return
-        self._apply_discovered(discover_health_urls(self.read_processes()))
+        self._apply_discovered(discover_launchers(self.read_processes()))
 
     def update_discovered(self, processes: Iterable[Any] | None = None) -> None:
         """Look for launchers and add (and retire) discovered URLs; call it at the process-list rate.
@@ -233,9 +283,11 @@ class HealthProber:
                 self._ensure_thread_locked()
                 self._lock.notify_all()
                 return
-        self._apply_discovered(discover_health_urls(processes))
+        self._apply_discovered(discover_launchers(processes))
 
-    def _apply_discovered(self, found: list[str]) -> None:
+    def _apply_discovered(self, launchers: list[tuple[str, str | None, int | None]]) -> None:
+        found = [launcher[0] for launcher in launchers]
+        started = dict((url, _started_at(pid)) for url, _metrics, pid in launchers)
         now = time.monotonic()
         if found and now - self._local_read_mono >= HEALTH_LOCAL_ADDRESSES_S:
             self._local_read_mono = now
@@ -245,8 +297,9 @@ class HealthProber:
         with self._lock:
             if not self._discover:
                 return
-            for url in found:
+            for url, metrics_url, _pid in launchers:
                 self._discovered_seen[url] = now
+                self._discovered_metrics[url] = (metrics_url, started[url])
             self._remote = (self._remote - set(found)) | remote
             for url, seen in list(self._discovered_seen.items()):
                 if now - seen > self._linger_s:
@@ -254,6 +307,8 @@ class HealthProber:
             while len(self._discovered_seen) > HEALTH_MAX_URLS:
                 oldest = min(self._discovered_seen, key=self._discovered_seen.__getitem__)
                 del self._discovered_seen[oldest]
+            for url in [u for u in self._discovered_metrics if u not in self._discovered_seen]:
+                del self._discovered_metrics[url]
             self._sync_endpoints_locked()
 
     def _config_locked(self) -> dict[str, Any]:
@@ -265,6 +320,7 @@ class HealthProber:
             self._interval_s,
             self._deadline_s,
             HEALTH_GENERATE_MIN_INTERVAL_S,
+            [health_shown_url(u) for u in self._metrics_configured],
         )
 
     def _sync_endpoints_locked(self) -> None:
@@ -295,6 +351,10 @@ class HealthProber:
             else:
                 endpoint.discovered = discovered
             endpoint.not_probed = self._not_probed_locked(url, discovered)
+            launcher_metrics, endpoint.launcher_started_at = self._discovered_metrics.get(url, (None, None))
+            origin = url_origin(url)
+            configured = [m for m in self._metrics_configured if url_origin(m) == origin]
+            endpoint.metrics_url = configured[0] if configured else launcher_metrics
         if self._endpoints:
             self._ensure_thread_locked()
         self._lock.notify_all()
@@ -352,6 +412,16 @@ class HealthProber:
                         detail=detail,
                         discovered=endpoint.discovered,
                         checked_at=endpoint.checked_at,
+                        metrics_url=endpoint.metrics_url and health_shown_url(endpoint.metrics_url),
+                        metrics_text=endpoint.metrics_text,
+                        metrics_at=endpoint.metrics_at,
+                        metrics_dropped=endpoint.metrics_dropped,
+                        metrics_error=endpoint.metrics_error,
+                        launcher_age_s=(
+                            None
+                            if endpoint.launcher_started_at is None
+                            else max(0.0, self._clock() - endpoint.launcher_started_at)
+                        ),
                     )
                 )
             return result
@@ -388,9 +458,9 @@ class HealthProber:
                 else:
                     scan = self._start_due_probes_and_wait_locked()
             if scan:
-                found: list[str] | None = None
+                found: list[tuple[str, str | None, int | None]] | None = None
                 try:
-                    found = discover_health_urls(self.read_processes())
+                    found = discover_launchers(self.read_processes())
                 except Exception:  # a /proc oddity must not stop the probes; keep what was found before
                     found = None
                 if found is not None:
@@ -430,10 +500,40 @@ class HealthProber:
             result = probe_url(url, deadline_s, self._body_cap_bytes, self._ssl_context)
         except Exception as exc:  # probe_url should not raise; never kill the thread silently
             result = {"state": HEALTH_STATE_ERROR, "code": None, "latency_ms": None, "detail": str(exc)}
+        try:
+            self._record_probe(url, result)
+            with self._lock:
+                endpoint = self._endpoints.get(url)
+                metrics_url = None if endpoint is None else endpoint.metrics_url
+            if metrics_url is not None:
+                self._read_metrics(url, metrics_url, deadline_s)
+        finally:
+            with self._lock:
+                self._in_flight.discard(url)
+                self._lock.notify_all()
+
+    def _read_metrics(self, url: str, metrics_url: str, deadline_s: float) -> None:
+        """Read the endpoint's metrics after its health probe, under a deadline of its own (same length)."""
+        try:
+            from .probe import fetch_metrics
+
+            read = fetch_metrics(metrics_url, deadline_s, self._ssl_context)
+        except Exception as exc:  # fetch_metrics should not raise; never kill the thread silently
+            read = {"text": None, "dropped": [], "error": str(exc)}
+        now = self._clock()
+        with self._lock:
+            endpoint = self._endpoints.get(url)
+            if endpoint is None or endpoint.metrics_url != metrics_url:
+                return
+            endpoint.metrics_text = read["text"]
+            endpoint.metrics_dropped = list(read["dropped"])
+            endpoint.metrics_error = health_scrub(read["error"], metrics_url)
+            endpoint.metrics_at = now
+
+    def _record_probe(self, url: str, result: dict[str, Any]) -> None:
         finished = time.monotonic()
         now = self._clock()
         with self._lock:
-            self._in_flight.discard(url)
             endpoint = self._endpoints.get(url)
             if endpoint is not None:
                 state = result["state"]

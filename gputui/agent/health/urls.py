@@ -58,3 +58,17 @@ def health_scrub(detail: str | None, url: str) -> str | None:
         if secret:
             detail = detail.replace(secret, "***")
     return detail
+
+
+def url_origin(url: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of ``url`` (port None for the scheme's default), None for a malformed one: a
+    metrics URL belongs to the health URL of the same origin."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if port == {"http": 80, "https": 443}.get(scheme):
+        port = None
+    return scheme, (parts.hostname or "").lower(), port

@@ -178,7 +178,8 @@ def plan_kill(
 
     Returns:
         The plan. A zombie is replaced by its parent (with a note): a zombie cannot be killed, reaping it is
-        the parent's job. Zombie descendants are left out of the listing (they go when their parent does).
+        the parent's job. A defunct leader (state Z, threads alive) has not exited: it is signalled itself.
+        Zombie descendants are left out of the listing (they go when their parent does).
         pid 1 is never in it.
 
     Raises:
@@ -224,7 +225,7 @@ def plan_kill(
             raise PlanError(
                 f"pid {pid} is not a GPU process or part of a GPU process tree on {snapshot.target}"
             )
-        if proc.state == STATE_ZOMBIE:
+        if proc.state == STATE_ZOMBIE and not proc.is_defunct_leader:
             parent = table.get(proc.ppid) if proc.ppid is not None else None
             if proc.ppid in PROTECTED_PIDS or parent is None:
                 notes.append(
@@ -253,7 +254,7 @@ def plan_kill(
                 member = table[pid]
                 if pid in listed_pids or pid in root_pids:
                     continue
-                if member.state == STATE_ZOMBIE:
+                if member.state == STATE_ZOMBIE and not member.is_defunct_leader:
                     if member.ppid is not None:
                         zombies.append(ZombieNote(pid, member.ppid, asked=False))
                         notes.append(zombies[-1].text)

@@ -23,14 +23,36 @@ from gputui.core.analysis.trees import (
     proc_table,
     shown,
 )
-from gputui.core.model import STATE_UNINTERRUPTIBLE, STATE_ZOMBIE, Finding, Gpu, HostSnapshot, Proc
+from gputui.core.model import (
+    STATE_UNINTERRUPTIBLE,
+    STATE_ZOMBIE,
+    Finding,
+    Gpu,
+    HostSnapshot,
+    LiveThreads,
+    Proc,
+)
+from gputui.core.textsafe import visible
 
 GHOST_TOLERANCE_MIB = 64
 """Allowed gap between a GPU's used memory and baseline + listed processes (see the module docstring)."""
 D_STATE_THRESHOLD_S = 5.0
 """Seconds a process must be in uninterruptible sleep before it is a finding (short D states are mere I/O)."""
 
-FINDING_KINDS = ("zombie", "orphan", "uninterruptible", "ghost_memory", "invisible_pid", "survivor", "xid")
+DEFUNCT_RESET_AFTER_S = 600.0
+"""A defunct leader whose threads have been stuck in the driver (D) this long while GPU memory is held: the
+driver or the GPU needs a reset (a thread in a driver call comes out when the call returns)."""
+
+FINDING_KINDS = (
+    "zombie",
+    "defunct_leader",
+    "orphan",
+    "uninterruptible",
+    "ghost_memory",
+    "invisible_pid",
+    "survivor",
+    "xid",
+)
 """``xid`` comes from the fleet source (a GPU's last XID error is not 0), the rest from ``find_problems``
 and ``find_survivors``."""
 
@@ -95,7 +117,9 @@ def find_problems(
 
     for proc in sorted(table.values(), key=lambda p: p.pid):
         age = _state_age(proc, now_s)
-        if proc.state == STATE_ZOMBIE:
+        if proc.is_defunct_leader:
+            findings.append(_defunct_leader_finding(target, proc, age))
+        elif proc.state == STATE_ZOMBIE:
             # init reaps its zombies within moments: only one that lingers says something is wrong.
             reaped_soon = proc.ppid in (None, 0, 1) and (age is None or age < d_state_threshold_s)
             if not reaped_soon:
@@ -178,6 +202,59 @@ def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float 
         detail=f"pid {proc_label(proc)} {been}; its parent {proc_label(parent, proc.ppid)} has not reaped it",
         action=f"signal or kill its parent {proc.ppid}: a zombie itself cannot be killed",
         action_pid=proc.ppid,
+    )
+
+
+def thread_states_text(states: dict[str, int]) -> str:
+    """"2 in D (uninterruptible), 1 in S" from a state letter -> count map."""
+    return ", ".join(
+        f"{count} in {visible(state, 2)}" + (" (uninterruptible)" if state == STATE_UNINTERRUPTIBLE else "")
+        for state, count in states.items()
+    )
+
+
+def _defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Finding:
+    """A leader in state Z whose threads live on: the process has not exited, so it still holds its memory;
+    its parent cannot reap what has not exited, so signalling the parent frees nothing."""
+    threads = proc.live_threads or LiveThreads(live=0)
+    count = threads.live + threads.omitted
+    states = thread_states_text(threads.states)
+    been = "" if age is None or age < 1 else f" for {age_text(age)}"
+    held = proc.gpu_total_mib
+    detail = (
+        f"pid {proc_label(proc)}: its leader has been defunct{been} but {count} thread"
+        f"{'' if count == 1 else 's'} live on ({states or 'states unknown'})"
+    )
+    if held:
+        gpus = ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
+        detail += f", holding {held} MiB on {gpus}"
+    stuck = threads.states.get(STATE_UNINTERRUPTIBLE, 0) > 0
+    if stuck and held:
+        minutes = DEFUNCT_RESET_AFTER_S / 60
+        detail += (
+            f"; threads stuck in the driver: memory is released when they exit; if it is still held after "
+            f"{minutes:.0f} minutes the driver or GPU needs a reset"
+        )
+        if age is not None and age >= DEFUNCT_RESET_AFTER_S:
+            action = (
+                f"held for {age_text(age)}, past {minutes:.0f} minutes: reset the GPU (nvidia-smi -r) or "
+                "reload the driver; signalling the parent frees nothing"
+            )
+        else:
+            action = (
+                f"wait for the threads to leave the driver; kill {proc.pid}: it may still help threads not "
+                "yet in D; signalling the parent frees nothing"
+            )
+    else:
+        action = f"kill {proc.pid}: its live threads hold the process; signalling the parent frees nothing"
+    return Finding(
+        kind="defunct_leader",
+        target=target,
+        pid=proc.pid,
+        gpu_index=min(proc.gpu_memory_mib) if proc.gpu_memory_mib else None,
+        detail=detail,
+        action=action,
+        action_pid=proc.pid,
     )
 
 

@@ -25,8 +25,22 @@ from gputui.core.servers.state import (
     ServerState,
     ServerStateTracker,
 )
+from gputui.core.servers.watch import (
+    DERIVED_STATES,
+    FAILING_STATES,
+    ServerWatch,
+    failing_servers,
+    judge_once,
+    read_metrics,
+)
 
 __all__ = [
+    "DERIVED_STATES",
+    "FAILING_STATES",
+    "ServerWatch",
+    "failing_servers",
+    "judge_once",
+    "read_metrics",
     "DEFAULT_HISTORY_LEN",
     "DEFAULT_STALL_AFTER_S",
     "DEFAULT_STARTING_GRACE_S",

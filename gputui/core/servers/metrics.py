@@ -25,8 +25,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from gputui.agent.health.metrics_filter import (
     METRICS_BODY_CAP_BYTES,
     METRICS_NAMES,
@@ -168,6 +166,9 @@ class _Unreadable(Exception):
 
 def _read_series(name: str, lines: list[bytes]) -> dict[SeriesKey, float]:
     """Every series of one metric: labels → value. Raises _Unreadable with the reason."""
+    # Imported when a server's metrics are first read: the commands that read none (kill) never load it.
+    from prometheus_client.parser import text_string_to_metric_families
+
     text = "\n".join(line.decode("utf-8", "replace") for line in lines) + "\n"
     try:
         families = list(text_string_to_metric_families(text))

@@ -280,6 +280,10 @@ class ServerStateTracker:
             )
         if reading is not None and state in _FAILING_BUT_MAY_BE_BUSY and self._progressing():
             rate = reading.generation_tokens_per_s
-            doing = "generating" if rate is None else f"generating {rate:.0f} tokens/s"
+            if rate:
+                doing = f"generating {rate:.0f} tokens/s"
+            else:  # between two scrapes that moved: a token within the stall window, none since
+                quiet = reading.sampled_at - (self._last_progress_at or reading.sampled_at)
+                doing = f"a token generated {age_text(quiet)} ago"
             return HEALTH_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
         return state, f"{word}{blank}"

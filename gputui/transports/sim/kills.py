@@ -14,6 +14,11 @@ from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.sim.scenario import SimProc
 
 
+def _true_zombie(proc: SimProc) -> bool:
+    """State Z with no thread left: only its parent can make it go. A defunct leader (threads alive) is
+    signalled like a live process: a signal ends its threads as soon as they are out of the driver."""
+    return proc.state == "Z" and not proc.live_threads
+
 class SimKills:
     """The kill half of ``SimLink``: the protocol's kill commands against the simulated processes.
 
@@ -83,7 +88,7 @@ class SimKills:
             self._server_dead_at = now_s
         for child in list(self._procs.values()):
             if child.ppid == proc.pid:
-                if child.state == "Z":
+                if _true_zombie(child):
                     self._die(child, now_s)
                 else:
                     child.ppid = 1
@@ -130,13 +135,13 @@ class SimKills:
             refusal = self._refusal(command, pid, ticks, proc)
             if refusal is not None:
                 op.add(self._outcome(proc, pid, ticks, protocol.STAGE_CHECK, None, *refusal))
-            elif proc is not None and proc.state == "Z":
+            elif proc is not None and _true_zombie(proc):
                 asked_zombies.append(proc)
             elif proc is not None:
                 for member in (self._descendants(pid) if tree else []) + [proc]:
                     if member not in members:
                         members.append(member)
-        signalled = {m.pid for m in members if m.state != "Z"}
+        signalled = {m.pid for m in members if not _true_zombie(m)}
         for zombie in asked_zombies:
             if zombie.ppid in signalled:
                 members.append(zombie)
@@ -144,7 +149,7 @@ class SimKills:
                 parent = f"zombie: cannot be killed; signal its parent {zombie.ppid}"
                 self._say(op, zombie, protocol.STAGE_CHECK, None, protocol.RESULT_REFUSED, parent)
         for member in members:
-            if member.state == "Z":
+            if _true_zombie(member):
                 op.zombies.append((member, member.ppid))
                 continue
             self._say(op, member, protocol.STAGE_SIGNAL, op.signal, protocol.RESULT_SENT)

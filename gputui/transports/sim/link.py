@@ -5,16 +5,18 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
-from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, Proc
+from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.sim.kills import SimKill, SimKills, optional_seconds
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,
+    BUSY_FROM_S,
+    BUSY_UNTIL_S,
     DRAIN_S,
     GPU_COUNT,
     GPU_NAME,
@@ -24,11 +26,15 @@ from gputui.transports.sim.scenario import (
     IDLE_MIB,
     LAUNCHER_PID,
     POWER_LIMIT_W,
+    SGLANG_SERVING,
     VLLM_PID,
+    VLLM_SERVING,
+    WEDGED,
     Clock,
     SimProc,
     drain_s,
     healthy_processes,
+    metrics_text,
     wedge_processes,
 )
 
@@ -138,7 +144,7 @@ class SimLink(SimKills, HostLink):
             return self._reply(op, command.get("since"))
         if name == protocol.CMD_HEALTH:
             with self._lock:
-                samples = [asdict(sample) for sample in self._health(self._clock())]
+                samples = [sample.to_dict() for sample in self._health(self._clock())]
             found = [sample["url"] for sample in samples if sample["discovered"]]
             config = protocol.health_config(
                 [],
@@ -176,6 +182,13 @@ class SimLink(SimKills, HostLink):
                     proc.state = "Z"
                     proc.state_since = wedge_s
                     proc.rss_kib = 0
+                    proc.live_threads = dict(proc.threads_on_wedge)
+                    if not proc.live_threads:
+                        # Its last thread exited: its device files closed, the driver frees its memory (long
+                        # since, for a host wedged before the demo began).
+                        freed_s = wedge_s if self._wedged_at_s > 0 else wedge_s - DRAIN_S
+                        self._draining.extend((gpu, mib, freed_s) for gpu, mib in proc.gpu_mib.items())
+                        proc.gpu_mib = {}
 
     def _gpu_used_mib(self, index: int, now_s: float) -> int:
         used = float(IDLE_MIB)
@@ -223,7 +236,29 @@ class SimLink(SimKills, HostLink):
         # The agent probes every few seconds, not on every sample: checked_at says which probe this is.
         probed_s = self._start_s + HEALTH_PROBE_S * ((now_s - self._start_s) // HEALTH_PROBE_S)
         samples = self._health_at(now_s)
-        return tuple(replace(sample, checked_at=probed_s) for sample in samples)
+        metrics = self._metrics_at(probed_s)
+        return tuple(replace(sample, checked_at=probed_s, **metrics) for sample in samples)
+
+    def _metrics_at(self, probed_s: float) -> dict[str, Any]:
+        """The server's metrics as the collector read them beside the probe at ``probed_s``."""
+        origin = "http://127.0.0.1:8000" if self._healthy else "http://127.0.0.1:30000"
+        server = self._procs.get(self._server_pid)
+        if self._server_dead_at is not None or server is None:
+            return {"metrics_url": origin + "/metrics", "metrics_error": "connection refused"}
+        started_s = BOOT_EPOCH_S + server.start_offset_s
+        load = VLLM_SERVING if self._healthy else SGLANG_SERVING
+        rate = load.generation_tokens_per_s
+        wedge_s = self._start_s + self._wedged_at_s
+        if not self._healthy and probed_s >= wedge_s:
+            text = metrics_text(WEDGED, rate * (wedge_s - started_s), rate)
+        else:
+            text = metrics_text(load, rate * (probed_s - started_s), rate)
+        return {
+            "metrics_url": origin + "/metrics",
+            "metrics_text": text,
+            "metrics_at": probed_s,
+            "launcher_age_s": probed_s - started_s,
+        }
 
     def _health_at(self, now_s: float) -> tuple[HealthSample, ...]:
         url = "http://127.0.0.1:8000/health" if self._healthy else "http://127.0.0.1:30000/health"
@@ -238,6 +273,21 @@ class SimLink(SimKills, HostLink):
                     last_ok=min(wedge_s, self._server_dead_at),
                     consecutive_failures=1,
                     detail="connection refused",
+                    discovered=True,
+                    checked_at=now_s,
+                ),
+            )
+        busy_s = self._start_s + BUSY_FROM_S
+        if self._healthy and busy_s <= now_s < self._start_s + BUSY_UNTIL_S:
+            return (
+                HealthSample(
+                    url=url,
+                    state=protocol.HEALTH_STATE_TIMEOUT,
+                    latency_ms=HEALTH_DEFAULT_DEADLINE_S * 1000,
+                    since=busy_s,
+                    last_ok=busy_s,
+                    consecutive_failures=1 + int((now_s - busy_s) // HEALTH_PROBE_S),
+                    detail=f"no response within {HEALTH_DEFAULT_DEADLINE_S:g}s",
                     discovered=True,
                     checked_at=now_s,
                 ),
@@ -290,6 +340,11 @@ class SimLink(SimKills, HostLink):
                 state_since=p.state_since,
                 rss_kib=p.rss_kib,
                 gpu_memory_mib=dict(p.gpu_mib),
+                live_threads=(
+                    None
+                    if p.state != "Z" or p.live_threads is None
+                    else LiveThreads(sum(p.live_threads.values()), dict(p.live_threads))
+                ),
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )

@@ -2,12 +2,16 @@
 
 * the wedge (any target except ``gpu-node-08``): eight 48 GiB "NVIDIA RTX PRO 6000 Blackwell" GPUs, an sglang
   launcher started under ``nsys`` with eight scheduler workers (~40 GiB each) and a detokenizer. After
-  ``wedged_at_s`` seconds of serving, the schedulers turn defunct (``Z``) while their GPU memory stays held,
-  and ``/health`` answers 503. Killing the launcher reaps the zombies; their memory drains to the 3 MiB idle
-  baseline over ``DRAIN_S`` seconds.
+  ``wedged_at_s`` seconds of serving, the schedulers' leaders turn defunct (``Z``): TP0's last thread exits
+  with it (a true zombie: its memory drains at once), the other seven each keep two threads stuck in the
+  driver (``D``) and hold their memory. ``/health`` answers 503 and the metrics show requests pending with
+  the generated-token counter flat: UNHEALTHY, then STALLED. A kill signals the defunct leaders themselves;
+  once their threads leave the driver, their memory drains to the 3 MiB idle baseline over ``DRAIN_S``
+  seconds, and the launcher's death reaps TP0.
 * the healthy host (``gpu-node-08``): a vLLM server on four of eight GPUs, plus a process whose name and
   arguments are hostile text (markup, terminal escapes, a bidi override, a 100 KB argument) to keep every
-  renderer honest.
+  renderer honest. Between ``BUSY_FROM_S`` and ``BUSY_UNTIL_S`` of the scenario its ``/health`` times out
+  under load while it keeps generating: BUSY, not dead.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from gputui.agent.health import metrics_filter as names
 
 Clock = Callable[[], float]
 """Returns wall-clock epoch seconds."""
@@ -36,6 +42,9 @@ def drain_s(gpu_index: int) -> float:
     return DRAIN_S * (0.65 + 0.05 * min(gpu_index, 7))
 
 
+BUSY_FROM_S = 15.0
+BUSY_UNTIL_S = 90.0
+"""Scenario seconds during which the healthy host's /health times out while its tokens keep flowing."""
 GPU_COUNT = 8
 HEALTH_PROBE_S = 2.0
 """Seconds between the simulated agent's health probes."""
@@ -55,6 +64,7 @@ SGLANG_CMDLINE = (
     "--port",
     "30000",
     "--enable-layerwise-nvtx-marker",
+    "--enable-metrics",
 )
 NSYS_CMDLINE = (
     "nsys",
@@ -76,6 +86,44 @@ VLLM_CMDLINE = (
     "--port",
     "8000",
 )
+
+@dataclass(frozen=True)
+class SimServerLoad:
+    """What a simulated server's metrics say (its counter grows by ``generation_tokens_per_s``)."""
+
+    engine: str
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    generation_tokens_per_s: float
+
+
+SGLANG_SERVING = SimServerLoad("sglang", 6, 0, 0.62, 2400.0)
+VLLM_SERVING = SimServerLoad("vllm", 4, 0, 0.38, 1800.0)
+WEDGED = SimServerLoad("sglang", 8, 5, 0.91, 0.0)
+"""The wedged server's figures: requests pending, the token counter flat (its throughput gauge keeps the
+last value the scheduler logged)."""
+
+
+def metrics_text(load: SimServerLoad, tokens_total: float, throughput: float) -> str:
+    """A server's Prometheus text as the collector sends it (cut down to the names gputui reads)."""
+    if load.engine == "vllm":
+        lines = [
+            f'{names.METRICS_VLLM_RUNNING}{{engine="0",model_name="qwen3"}} {load.running}',
+            f'{names.METRICS_VLLM_WAITING}{{engine="0",model_name="qwen3"}} {load.waiting}',
+            f'{names.METRICS_VLLM_KV_CACHE_USAGE}{{engine="0",model_name="qwen3"}} {load.kv_cache_usage}',
+            f'{names.METRICS_VLLM_GENERATION_TOKENS}{{engine="0",model_name="qwen3"}} {tokens_total:.1f}',
+        ]
+    else:
+        lines = [
+            f'{names.METRICS_SGLANG_RUNNING}{{model_name="glm5"}} {load.running}',
+            f'{names.METRICS_SGLANG_WAITING}{{model_name="glm5"}} {load.waiting}',
+            f'{names.METRICS_SGLANG_TOKEN_USAGE}{{model_name="glm5"}} {load.kv_cache_usage}',
+            f'{names.METRICS_SGLANG_GENERATION_TOKENS}{{model_name="glm5"}} {tokens_total:.1f}',
+            f'{names.METRICS_SGLANG_GEN_THROUGHPUT}{{model_name="glm5"}} {throughput}',
+        ]
+    return "\n".join(lines) + "\n"
+
 
 HOSTILE_TEXTS = (
     "[bold]x[/]",
@@ -99,6 +147,8 @@ VLLM_PID = 5100
 NSYS_PID = 4100
 DETOKENIZER_PID = 4250
 SCHEDULER_HELD_MIB = (41236, 41228, 41236, 41236, 41240, 41236, 41232, 41236)
+STUCK_THREADS = {"D": 2}
+"""The threads a wedged scheduler keeps once its leader is defunct: stuck in the driver."""
 
 
 @dataclass
@@ -115,6 +165,10 @@ class SimProc:
     gpu_mib: dict[int, int] = field(default_factory=dict)
     ignores_term: bool = False
     defunct_on_wedge: bool = False
+    threads_on_wedge: dict[str, int] = field(default_factory=dict)
+    """Threads (state letter -> count) still alive once the leader is defunct: none makes a true zombie."""
+    live_threads: dict[str, int] | None = None
+    """While the process is in state Z: its live threads (empty: a true zombie)."""
     start_offset_s: float = 1000.0
     state_since: float | None = None
     rss_kib: int = 1_048_576
@@ -166,6 +220,7 @@ def wedge_processes() -> list[SimProc]:
                 (),
                 gpu_mib={tp: SCHEDULER_HELD_MIB[tp]},
                 defunct_on_wedge=True,
+                threads_on_wedge={} if tp == 0 else dict(STUCK_THREADS),
                 start_offset_s=80_009.0 + tp / 10,
                 rss_kib=9_800_000,
             )

@@ -3,12 +3,12 @@
 Nothing of gputui is installed on the remote host. ``SshLink.open()`` resolves the target as OpenSSH would
 (``gputui.transports.sshconfig``), logs in with paramiko (``connect``: TCP or ProxyJump hops as
 ``direct-tcpip`` channels, each hop resolved, host-key checked (``hostkeys``) and authenticated (``auth``) on
-its own), then runs ``python3 -u -c <loader>`` and writes the collector's bundle to its stdin (``payload``,
-over ``gputui.transports.bundle``). The command line holds only fixed text and validated numbers; nothing
-from process data or user strings ever becomes part of it (health URLs travel as JSON in a ``configure``
-command). After the bundle, stdin carries JSON-line commands and stdout JSON-line messages (``stream``). A
-host without python3 gets a fixed POSIX sh loop around nvidia-smi and ps instead (``reduced``: monitoring
-only).
+its own) or has the system ssh client do all of that (``gputui.transports.openssh``), then runs
+``python3 -u -c <loader>`` and writes the collector's bundle to its stdin (``payload``, over
+``gputui.transports.bundle``). The command line holds only fixed text and validated numbers; nothing from
+process data or user strings ever becomes part of it (health URLs travel as JSON in a ``configure`` command).
+After the bundle, stdin carries JSON-line commands and stdout JSON-line messages (``stream``). A host without
+python3 gets a fixed POSIX sh loop around nvidia-smi and ps instead (``reduced``: monitoring only).
 
 Every remote read has a deadline: connect, banner, key exchange, auth, channel open and the collector's
 hello are bounded by the connect timeout; after that, a link that delivers no data for
@@ -16,10 +16,10 @@ hello are bounded by the connect timeout; after that, a link that delivers no da
 host stale and opens it again with ``reconnect.Backoff`` between attempts. ``close()`` returns within 2 s
 even when the host hangs.
 
-``stream`` and ``payload`` do not use paramiko: a link over the system ``ssh`` client can run the same
-command and read the same stream over a child process's pipes. This package loads its modules on first use
-of a name, so importing those two does not load paramiko; paramiko itself is loaded without invoke
-(``noinvoke``).
+Only ``connect`` and ``auth`` use paramiko: over the system ``ssh`` client the link runs the same command and
+reads the same stream over a child process's pipes, and loads no paramiko. This package loads its modules on
+first use of a name, so importing the others does not load paramiko either. paramiko itself is
+loaded without invoke (``noinvoke``).
 
 Boot identity: each hello and snapshot carries the remote ``/proc/sys/kernel/random/boot_id``. A client that
 remembers pids compares the boot ids of consecutive snapshots (the TUI forgets tagged processes on a new
@@ -36,7 +36,7 @@ from gputui.transports.ssh.noinvoke import block_invoke
 block_invoke()  # before any module of this package imports paramiko
 
 if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names at run time
-    from gputui.transports.ssh.auth import AuthFailed as AuthFailed
+    from gputui.transports.ssh.errors import AuthFailed as AuthFailed
     from gputui.transports.ssh.errors import SetupFailed as SetupFailed
     from gputui.transports.ssh.hostkeys import accept_host_key as accept_host_key
     from gputui.transports.ssh.link import SshLink as SshLink
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
 
 _HOMES = {
     "AgentPayload": "payload",
-    "AuthFailed": "auth",
+    "AuthFailed": "errors",
     "LINE_CAP_BYTES": "stream",
     "SetupFailed": "errors",
     "SshLink": "link",

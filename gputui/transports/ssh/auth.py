@@ -16,18 +16,11 @@ from typing import Any
 import paramiko
 import paramiko.agent
 
-from gputui.transports.base import LinkError
-from gputui.transports.ssh.errors import shown
+from gputui.transports.ssh.errors import AuthFailed, shown
 from gputui.transports.sshconfig import SshSettings
 
 KEY_DETAIL_CHARS = 60
 """Most characters of a library message quoted for one key in the list of keys tried."""
-
-
-class AuthFailed(LinkError):
-    """No offered key was accepted; the message names the host and every key tried or skipped."""
-
-    permanent = True
 
 
 def authenticate(transport: Any, settings: SshSettings, target: str, timeout_s: float) -> None:

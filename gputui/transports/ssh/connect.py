@@ -2,7 +2,8 @@
 
 Every step has the connect deadline: name lookup, TCP connect, SSH banner, key exchange, authentication and
 the opening of a channel. ProxyJump hops are ``direct-tcpip`` channels of the hop before, each hop resolved
-(``sshconfig``), host-key checked and logged in to on its own. ProxyCommand is refused.
+(``sshconfig``), host-key checked and logged in to on its own. ProxyCommand is refused, naming the client
+that runs it (``--ssh-client openssh``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import known_key_types
 from gputui.transports.ssh.auth import authenticate
 from gputui.transports.ssh.errors import SetupFailed, phase_error
-from gputui.transports.ssh.hostkeys import known_hosts, trust_host_key
+from gputui.transports.ssh.hostkeys import known_hosts, records_unknown_keys, trust_host_key
 from gputui.transports.sshconfig import SshSettings, resolve
 
 READ_POLL_S = 1.0
@@ -84,7 +85,7 @@ class ChannelPipe:
 
 
 class Connection:
-    """One login to a host (through its jump hosts) and the channels run on it.
+    """One login to a host (through its jump hosts) and the channels run on it: paramiko's ``link.Session``.
 
     Every socket, transport and channel is registered as soon as it exists, so that ``close()`` or
     ``abort()`` from another thread ends a connect or a start at any step; one registered after that is
@@ -96,6 +97,8 @@ class Connection:
         config_path: An ssh config file used instead of the defaults (``ssh -F``).
         use_openssh: Force or avoid ``ssh -G`` for resolving hops (default: use it when installed).
     """
+
+    errors: tuple[type[BaseException], ...] = (paramiko.SSHException, OSError, EOFError)
 
     def __init__(
         self, target: str, options: LinkOptions, *, config_path: str | None, use_openssh: bool | None
@@ -109,13 +112,25 @@ class Connection:
         self._sockets: list[socket.socket] = []
         self._transports: list[Any] = []
         self._channels: list[Any] = []
+        self._transport: Any = None
+        """The logged-in transport to the target (the last hop)."""
 
     def timeout_s(self, settings: SshSettings) -> float:
         """The deadline of each step for ``settings``' host: the link's, or ConnectTimeout when shorter."""
-        timeout_s = self.options.connect_timeout_s
-        if settings.connect_timeout_s:
-            timeout_s = min(timeout_s, settings.connect_timeout_s)
-        return max(0.1, timeout_s)
+        return settings.step_timeout_s(self.options.connect_timeout_s)
+
+    def start_timeout_s(self, timeout_s: float) -> float:
+        """Logged in already: the exec, the payload and the hello each get the step deadline."""
+        return timeout_s
+
+    def explain(self, error: LinkError) -> LinkError:
+        return error
+
+    def can_exec_again(self) -> bool:
+        return self._transport is not None and bool(self._transport.is_active())
+
+    def collector_started(self) -> None:
+        self.slow_polls()
 
     # -- what was opened ---------------------------------------------------------------------------------
 
@@ -190,15 +205,18 @@ class Connection:
 
     # -- connecting --------------------------------------------------------------------------------------
 
-    def login(self, settings: SshSettings) -> Any:
-        """An authenticated paramiko transport to ``settings``' host, through its jump hosts if any."""
+    def login(self, settings: SshSettings) -> None:
+        """Log in to ``settings``' host, through its jump hosts if any: the transport ``exec`` runs on."""
         transport = self._connect(settings, None, 0)
         keepalive_s = settings.server_alive_interval_s or DEFAULT_KEEPALIVE_S
         transport.set_keepalive(max(1, math.ceil(keepalive_s)))
-        return transport
+        self._transport = transport
 
-    def exec(self, transport: Any, command: str, timeout_s: float) -> ChannelPipe:
-        """Run ``command`` on a new session channel of ``transport``; LinkError when it cannot start."""
+    def exec(self, command: str, timeout_s: float) -> ChannelPipe:
+        """Run ``command`` on a new session channel of the login; LinkError when it cannot start."""
+        transport = self._transport
+        if transport is None:
+            raise LinkError(f"{self.target}: not logged in")
         try:
             channel = transport.open_session(timeout=timeout_s)
             self._adopt(self._channels, channel)
@@ -213,7 +231,8 @@ class Connection:
             raise LinkError(f"{self.target}: more than {MAX_JUMP_DEPTH} ProxyJump hops (a loop?)")
         if settings.proxy_command:
             raise SetupFailed(
-                f"{self.target}: ProxyCommand is not supported for {settings.target}; use ProxyJump"
+                f"{self.target}: {settings.target} is reached through a ProxyCommand, which only the system "
+                "ssh client runs: use --ssh-client openssh"
             )
         timeout_s = self.timeout_s(settings)
         hops = settings.proxy_jump if jump_override is None else jump_override
@@ -247,7 +266,7 @@ class Connection:
         if not transport.is_active() or transport.host_key is None:
             raise LinkError(f"{self.target}: {handshake_failed}")
         key = transport.get_remote_server_key()
-        record_unknown = self.options.accept_new or settings.accepts_new_host_keys
+        record_unknown = records_unknown_keys(self.options, settings)
         trust_host_key(self.target, settings, name, known, key, record_unknown=record_unknown)
         authenticate(transport, settings, self.target, timeout_s)
         return transport

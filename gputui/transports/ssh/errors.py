@@ -19,6 +19,12 @@ class PythonMissing(SetupFailed):
     """The remote shell found no ``python3``: the reduced collector (``reduced``) may still run there."""
 
 
+class AuthFailed(LinkError):
+    """The host refused every credential offered; the message names the host and what was tried."""
+
+    permanent = True
+
+
 def shown(text: str, limit: int = DETAIL_CHARS) -> str:
     """One safe line for an error message from remote bytes (control characters escaped, length capped)."""
     return visible(text, limit)

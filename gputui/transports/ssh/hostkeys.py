@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputui.transports.base import LinkError
+from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.hostkeys import (
     ChangedHostKey,
     KnownHostLine,
@@ -24,6 +24,12 @@ from gputui.transports.hostkeys import (
 )
 from gputui.transports.ssh.errors import phase_error
 from gputui.transports.sshconfig import SshSettings, resolve
+
+
+def records_unknown_keys(options: LinkOptions, settings: SshSettings) -> bool:
+    """Whether a connection may record an unknown host key instead of refusing it: ``--accept-new``, or the
+    user's own ``StrictHostKeyChecking accept-new`` for that host. A changed or revoked key, never."""
+    return options.accept_new or settings.accepts_new_host_keys
 
 
 def known_hosts(settings: SshSettings) -> tuple[str, list[KnownHostLine]]:
@@ -67,16 +73,9 @@ def trust_host_key(
         return ""
     fingerprint = fingerprint_sha256(blob)
     if verdict.status == "revoked" and verdict.line is not None:
-        raise RevokedHostKey(
-            f"{target}: the host key of {name} ({key_type} {fingerprint}) is marked @revoked in "
-            f"{verdict.line.where}; refusing to connect"
-        )
+        raise RevokedHostKey.at(target, name, key_type, fingerprint, verdict.line.where)
     if verdict.status == "changed" and verdict.line is not None:
-        raise ChangedHostKey(
-            f"{target}: HOST KEY CHANGED for {name}: it presents {key_type} {fingerprint} but "
-            f"{verdict.line.where} records another key; refusing to connect (remove that line if the "
-            "change is expected)"
-        )
+        raise ChangedHostKey.at(target, name, key_type, fingerprint, verdict.line.where)
     if not record_unknown:
         raise UnknownHostKey(target, settings.target, name, key, key_type, blob)
     if not settings.user_known_hosts_files:
@@ -94,15 +93,21 @@ def accept_host_key(
     """Record an unknown host key after the user confirmed it (the TUI's "accept" button).
 
     Pass ``error.hop`` and ``error.key`` of the ``UnknownHostKey`` that was shown. The key is judged as a
-    connect judges it (``trust_host_key``): a changed or revoked key is never recorded.
+    connect judges it (``trust_host_key``): a changed or revoked key is never recorded. A key the system ssh
+    client refused (``OfferedHostKey``) is recorded by ssh itself: the next connection to the target runs
+    with ``StrictHostKeyChecking=accept-new`` and checks that ssh recorded this very key.
 
     Returns:
-        The line appended, or "" when the key was already known.
+        The line appended, or "" when the key was already known or ssh will write it.
 
     Raises:
         ChangedHostKey, RevokedHostKey: The key must not be accepted.
         LinkError: The target cannot be resolved or the file cannot be written.
     """
+    from gputui.transports.openssh import OfferedHostKey
+
+    if isinstance(key, OfferedHostKey):
+        return key.accept()
     settings = resolve(target, config_path, use_openssh)
     name, known = known_hosts(settings)
     return trust_host_key(target, settings, name, known, key, record_unknown=True)

@@ -1,23 +1,27 @@
-"""``SshLink``: the HostLink of one remote host, a collector started over an SSH exec channel."""
+"""``SshLink``: the HostLink of one remote host, a collector started over an SSH session.
+
+The open sequence is the same whichever client logs in: resolve the target, log in, run the collector with
+its payload on stdin, fall back to the reduced collector on a host without python3, wait for the hello, send
+the health settings. What differs is the ``Session``: paramiko's (``connect.Connection``) or the system ssh
+client's (``gputui.transports.openssh.OpenSshSession``), chosen at every open (``client``).
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
-
-import paramiko
+from typing import Any, Protocol
 
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.transports.base import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
-from gputui.transports.ssh.connect import Connection
+from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.errors import PythonMissing, phase_error
 from gputui.transports.ssh.payload import agent_command, agent_payload
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
-from gputui.transports.sshconfig import SshSettings, resolve
+from gputui.transports.sshconfig import SshSettings, openssh_available, resolve
 
 REDUCED_MIN_STALE_S = 10.0
 """The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
@@ -25,23 +29,65 @@ READER_JOIN_S = 0.3
 """How long closing waits for the reader thread (it stops by itself within a second)."""
 SWITCH_JOIN_S = 1.0
 """How long the switch to the reduced collector waits for the first attempt's reader to stop."""
+OPENSSH_FLAG = "--ssh-client openssh"
+
+
+class Session(Protocol):
+    """One login to a host and the commands run over it: what ``SshLink`` needs from an SSH client.
+
+    ``close()`` and ``abort()`` may come from any thread at any step, and end everything the session started;
+    a step that starts something after that fails with the reason (``ended``).
+    """
+
+    errors: tuple[type[BaseException], ...]
+    """What its calls may raise besides LinkError; the link turns them into one line."""
+
+    @property
+    def ended(self) -> str | None:
+        """Why the session was closed or aborted (one error line); None while it is not."""
+
+    def login(self, settings: SshSettings) -> None:
+        """Reach and log in to ``settings``' host (nothing, where each command logs in by itself)."""
+
+    def start_timeout_s(self, timeout_s: float) -> float:
+        """How long a command may take to say hello when each connecting step has ``timeout_s``."""
+
+    def exec(self, command: str, timeout_s: float) -> Pipe:
+        """Run ``command`` on the host; LinkError when it cannot start."""
+
+    def can_exec_again(self) -> bool:
+        """Whether another command can run after the first ended (the reduced collector)."""
+
+    def explain(self, error: LinkError) -> LinkError:
+        """The error to raise for ``error``, met while starting the last command (the client's own words)."""
+
+    def collector_started(self) -> None:
+        """The collector said hello; raises LinkError when the session must not go on after all."""
+
+    def abort(self, reason: str) -> None:
+        """End everything at once (a host that stopped answering)."""
+
+    def close(self) -> None:
+        """End everything, politely for a moment; returns within about 2 s."""
 
 
 class SshLink(HostLink):
     """A link to the collector on one remote host over SSH.
 
-    ``open()`` resolves the target as OpenSSH would (``sshconfig``), logs in (``connect``: ProxyJump hops,
-    host keys, public-key auth), runs the collector (``payload``) and waits for its hello; on a host without
+    ``open()`` resolves the target as OpenSSH would (``sshconfig``), logs in (``connect`` with paramiko, or
+    the system ssh client), runs the collector (``payload``) and waits for its hello; on a host without
     python3 it runs the reduced collector instead (``reduced``). The stream (``stream``) then delivers the
     snapshots and carries the commands. ``open()`` may be called again after ``close()`` or a failure.
 
     Args:
         target: Alias or ``[user@]host[:port]``.
-        options: Intervals, read-only mode, ``accept_new``, connect timeout.
+        options: Intervals, read-only mode, ``accept_new``, connect timeout, ``ssh_client``.
         config_path: An ssh config file used instead of the defaults (``ssh -F``); default
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
         source: Collector source to ship instead of the installed collector (tests use a stand-in).
+        client: ``paramiko``, ``openssh`` (the system ssh client) or ``auto`` (openssh when the resolved
+            config needs it: ``SshSettings.openssh_only``); default ``options.ssh_client``.
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
@@ -49,6 +95,7 @@ class SshLink(HostLink):
         hello: The whole hello message (None while the link is not open).
         reduced: The host has no python3 and the reduced collector runs (monitoring only).
         settings: The resolved SSH settings of the target.
+        client_used: ``paramiko`` or ``openssh``: the client of the last open (None before).
     """
 
     def __init__(
@@ -59,12 +106,17 @@ class SshLink(HostLink):
         config_path: str | None = None,
         use_openssh: bool | None = None,
         source: bytes | None = None,
+        client: str | None = None,
     ) -> None:
         self.target = target
         self.options = options or LinkOptions()
         extra_config = self.options.extra.get("ssh_config")
         self.config_path = config_path or (str(extra_config) if extra_config else None)
         self.use_openssh = use_openssh
+        self.client = client or self.options.ssh_client
+        if self.client not in SSH_CLIENTS:
+            raise ValueError(f"unknown SSH client {self.client!r}")
+        self.client_used: str | None = None
         self._source = source
         self.boot_id: str | None = None
         self.mode: str | None = None
@@ -72,7 +124,9 @@ class SshLink(HostLink):
         self.reduced = False
         self.settings: SshSettings | None = None
         self._lock = threading.Lock()
-        self._connection: Connection | None = None
+        self._opening: object | None = None
+        """The open under way: ``close()`` clears it, so an open still resolving the target stops."""
+        self._session: Session | None = None
         self._stream: CollectorStream | None = None
         """The stream of the last open, kept after it ended so that later calls raise its error."""
         self._closed = False
@@ -89,41 +143,75 @@ class SshLink(HostLink):
     def open(self) -> None:
         """Connect, start the collector and wait for its hello. Raises LinkError (one line)."""
         self._release()
-        connection = Connection(
-            self.target, self.options, config_path=self.config_path, use_openssh=self.use_openssh
-        )
+        opening = object()
         with self._lock:
-            self._connection = connection
+            self._opening = opening
             self._stream = None
             self._closed = False
         self.hello = None
         self.reduced = False
-        try:
-            self._open(connection)
-        except LinkError:
-            self._release(connection)
-            raise
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            self._release(connection)
-            raise phase_error(self.target, "connection failed", exc) from None
-
-    def _open(self, connection: Connection) -> None:
         settings = resolve(self.target, self.config_path, self.use_openssh)
         self.settings = settings
-        timeout_s = connection.timeout_s(settings)
-        transport = connection.login(settings)
+        session = self._new_session(settings)
+        with self._lock:
+            superseded = self._opening is not opening
+            if not superseded:
+                self._session = session
+        if superseded:
+            session.close()
+            raise LinkError(f"{self.target}: link closed")
+        try:
+            self._open(session, settings)
+        except LinkError as exc:
+            self._release(session)
+            raise self._with_hint(exc, settings) from None
+        except session.errors as exc:
+            self._release(session)
+            raise phase_error(self.target, "connection failed", exc) from None
+
+    def _new_session(self, settings: SshSettings) -> Session:
+        """The session of the client this open uses (``client``; ``auto`` asks the resolved settings)."""
+        use_system_ssh = self.client == "openssh" or (
+            self.client == "auto" and bool(settings.openssh_only()) and openssh_available()
+        )
+        if use_system_ssh:
+            from gputui.transports.openssh import OpenSshSession
+
+            self.client_used = "openssh"
+            return OpenSshSession(self.target, self.options, settings, config_path=self.config_path)
+        from gputui.transports.ssh.connect import Connection
+
+        self.client_used = "paramiko"
+        return Connection(
+            self.target, self.options, config_path=self.config_path, use_openssh=self.use_openssh
+        )
+
+    def _with_hint(self, error: LinkError, settings: SshSettings) -> LinkError:
+        """``error``, saying which flag helps when paramiko failed at what only the system ssh does."""
+        if self.client_used != "paramiko" or worth_retrying(error):
+            return error
+        needs = settings.openssh_only()
+        if not needs or OPENSSH_FLAG in str(error):
+            return error
+        error.args = (
+            f"{error} (its ssh config asks for {', '.join(needs)}, which only the system ssh client does: "
+            f"use {OPENSSH_FLAG})",
+        )
+        return error
+
+    def _open(self, session: Session, settings: SshSettings) -> None:
+        timeout_s = settings.step_timeout_s(self.options.connect_timeout_s)
+        session.login(settings)
         payload = agent_payload(self._source)
         command = agent_command(payload, self.options)
         try:
-            stream = self._start(
-                connection, transport, command, self._collector_stream, payload.data, timeout_s
-            )
+            stream = self._start(session, command, self._collector_stream, payload.data, timeout_s)
         except PythonMissing:
-            if not transport.is_active():
+            if not session.can_exec_again():
                 raise
-            stream = self._start_reduced(connection, transport, timeout_s)
+            stream = self._start_reduced(session, timeout_s)
         self._accept_hello(stream)
-        connection.slow_polls()
+        session.collector_started()
         stream.configure(self.options, timeout_s)
 
     def _collector_stream(self, pipe: Pipe) -> CollectorStream:
@@ -133,38 +221,41 @@ class SshLink(HostLink):
 
     def _start(
         self,
-        connection: Connection,
-        transport: Any,
+        session: Session,
         command: str,
         make_stream: Callable[[Pipe], CollectorStream],
         payload: bytes,
         timeout_s: float,
     ) -> CollectorStream:
         """Run ``command``, write ``payload`` to it and wait for the hello of the stream it starts."""
+        start_s = session.start_timeout_s(timeout_s)
         # Past authentication, paramiko's exec request and the payload write wait without deadlines of their
-        # own: a watchdog ends the connection if the host stops answering. Generous: exec, payload write and
-        # hello each have a deadline of timeout_s; this only catches hangs.
-        watchdog = threading.Timer(2 * timeout_s + 1.0, self._abort, args=(connection,))
+        # own: a watchdog ends the session if the host stops answering. Generous: exec, payload write and
+        # hello each have a deadline of start_s; this only catches hangs.
+        watchdog = threading.Timer(2 * start_s + 1.0, self._abort, args=(session,))
         watchdog.daemon = True
         watchdog.start()
         try:
-            stream = make_stream(connection.exec(transport, command, timeout_s))
+            stream = make_stream(session.exec(command, timeout_s))
             with self._lock:
-                if connection is not self._connection:
+                if session is not self._session:
                     raise LinkError(f"{self.target}: link closed")
                 self._stream = stream
-            ended = connection.ended  # the watchdog may have fired before there was a stream to fail
+            ended = session.ended  # the watchdog may have fired before there was a stream to fail
             if ended is not None:
                 stream.fail(LinkError(ended))
-            stream.start(payload, timeout_s)
+            try:
+                stream.start(payload, start_s)
+            except LinkError as exc:
+                raise session.explain(exc) from None
             return stream
         finally:
             watchdog.cancel()
 
-    def _start_reduced(self, connection: Connection, transport: Any, timeout_s: float) -> CollectorStream:
+    def _start_reduced(self, session: Session, timeout_s: float) -> CollectorStream:
         """No python3 there: stream ``nvidia-smi`` and ``ps`` output from a fixed POSIX sh loop instead."""
         with self._lock:
-            if connection is not self._connection:
+            if session is not self._session:
                 raise LinkError(f"{self.target}: link closed")
             first, self._stream = self._stream, None
         if first is not None:
@@ -178,15 +269,15 @@ class SshLink(HostLink):
                 self.target, pipe, nonce, stale_after_s=self.stale_after_s, first_grace_s=self._first_grace_s
             )
 
-        return self._start(connection, transport, command, make_stream, b"", timeout_s)
+        return self._start(session, command, make_stream, b"", timeout_s)
 
-    def _abort(self, connection: Connection) -> None:
+    def _abort(self, session: Session) -> None:
         message = f"{self.target}: no answer within the connect deadline after login"
         with self._lock:
-            stream = self._stream if connection is self._connection else None
+            stream = self._stream if session is self._session else None
         if stream is not None:
             stream.fail(LinkError(message))
-        connection.abort(message)
+        session.abort(message)
 
     def _accept_hello(self, stream: CollectorStream) -> None:
         hello = stream.hello or {}
@@ -218,28 +309,30 @@ class SshLink(HostLink):
         return self._current().request(command, timeout_s)
 
     def close(self) -> None:
-        """Ask the collector to quit, then close the connection; returns within about 2 s."""
+        """Ask the collector to quit, then close the session; returns within about 2 s."""
         with self._lock:
             self._closed = True
-            stream = self._stream if self._connection is not None else None
+            self._opening = None
+            stream = self._stream if self._session is not None else None
         if stream is not None:
             stream.close()
         self._release()
 
-    def _release(self, connection: Connection | None = None) -> None:
-        """End ``connection`` (default: the current one) and its stream; returns within about 2 s."""
+    def _release(self, session: Session | None = None) -> None:
+        """End ``session`` (default: the current one) and its stream; returns within about 2 s."""
         with self._lock:
-            if connection is None:
-                connection = self._connection
-            current = connection is not None and connection is self._connection
+            if session is None:
+                session = self._session
+                self._opening = None
+            current = session is not None and session is self._session
             stream = self._stream if current else None
             if current:
-                self._connection = None
-        if connection is None:
+                self._session = None
+        if session is None:
             return
         if stream is not None:
             stream.fail(LinkError(f"{self.target}: link closed"))
-        connection.close()  # its channel is the stream's pipe
+        session.close()  # its channel or process is the stream's pipe
         if stream is not None:
             stream.join(READER_JOIN_S)
         if current:

@@ -198,11 +198,12 @@ class CollectorStream:
 
         URLs are user strings: they travel as JSON data, never on the command line.
         """
-        if not (options.health_urls or options.health_generate):
+        if not (options.health_urls or options.health_generate or options.metrics_urls):
             return
         command = {
             "cmd": CMD_CONFIGURE,
             "health_urls": list(options.health_urls),
+            "metrics_urls": list(options.metrics_urls),
             "discover_health": options.discover_health,
             "health_generate": options.health_generate,
         }

@@ -7,7 +7,7 @@ are defunct frees all eight GPUs). A total line sums it per GPU: "frees ≈ 329 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -24,7 +24,7 @@ from gputui.core.analysis import gpu_memory_by_pid
 from gputui.core.model import Proc
 from gputui.ui import keymap
 from gputui.ui.jobs import spawn
-from gputui.ui.widgets.fmt import DASH, command_text, safe_text
+from gputui.ui.widgets.fmt import DASH, command_text, pid_ranges, safe_text
 
 if TYPE_CHECKING:
     from gputui.core.actions import KillPlan, KillTarget
@@ -43,35 +43,21 @@ def mib_text(mib: int) -> str:
     return f"{mib:,}".replace(",", " ")
 
 
-def pid_ranges(pids: Iterable[int], max_parts: int = 6) -> str:
-    """``4240–4247`` for a run, ``4240, 4242, 4250–4252`` otherwise; more than ``max_parts`` end in "…"."""
-    ordered = sorted(set(pids))
-    parts: list[str] = []
-    start = previous = None
-    for pid in [*ordered, None]:
-        if previous is not None and pid == previous + 1:
-            previous = pid
-            continue
-        if start is not None and previous is not None:
-            parts.append(str(start) if start == previous else f"{start}–{previous}")
-        start = previous = pid
-    if len(parts) > max_parts:
-        parts = [*parts[:max_parts], "…"]
-    return ", ".join(parts)
-
-
 def freed_mib(plan: KillPlan, snapshot: HostSnapshot | None) -> dict[int, dict[int, int] | None]:
     """Pid of each listed process → {GPU index: MiB} its signal frees; None when nothing says.
 
-    A process frees its own memory and that of its zombie children that the plan does not list (a zombie
-    keeps its memory until its parent reaps it or dies). Without a snapshot, the plan's own figures.
+    A process frees its own memory and whatever the driver still counts for its zombie children that the
+    plan does not list (they go when it does). A defunct leader's memory is not its parent's to free: its
+    threads hold it until they exit, so only signalling it frees it. Without a snapshot, the plan's own
+    figures.
     """
     listed = {t.pid for t in plan.targets}
     held = gpu_memory_by_pid(snapshot) if snapshot is not None else {}
     zombie_children: dict[int, list[int]] = {}
     if snapshot is not None:
         for proc in snapshot.processes:
-            if proc.is_zombie and proc.ppid is not None and proc.pid not in listed:
+            true_zombie = proc.is_zombie and not proc.is_defunct_leader
+            if true_zombie and proc.ppid is not None and proc.pid not in listed:
                 zombie_children.setdefault(proc.ppid, []).append(proc.pid)
     freed: dict[int, dict[int, int] | None] = {}
     for target in plan.targets:

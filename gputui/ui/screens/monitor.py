@@ -301,7 +301,12 @@ class MonitorScreen(Screen[None]):
             )
             empty = procs.row_count == 0 and not self.filter_text
             set_border_subtitle(procs, "no GPU processes" if empty else "")
-            health.show(snapshot.health, host.health_history.as_dict(), now_s=now_s)
+            health.show(
+                snapshot.health,
+                host.health_history.as_dict(),
+                now_s=now_s,
+                tokens=host.health_history.tokens_per_s(),
+            )
             self.query_one(FindingsList).show(snapshot.findings, snapshot)
             self._size_top()
 

@@ -57,6 +57,8 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             style="green",
         )
         line.append_text(drain_text(check))
+        if check.teardown_s is not None:
+            line.append(f" · driver teardown {duration(check.teardown_s)}", style="green")
         return line
     if verdict.clean and check is not None and check.finished_s is None:
         # A clean memory sample is not the receipt: the kill has to be over and a full sample has to agree.
@@ -71,6 +73,10 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
     if check is not None and check.finished_s is None:
         line.append(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
         line.append(f" · {duration(max(0.0, now_s - check.started_s))} · ", style="yellow")
+        tearing = check.tearing_down_for_s(now_s)
+        if tearing is not None:
+            # Nothing left to kill: the memory is on its way back, and for how long says when to worry.
+            line.append(f"no holder left, the driver tearing down for {duration(tearing)} · ", style="yellow")
     elif check is not None and check.clean is False and check.finished_s is not None:
         line.append(f"NOT CLEAN after {duration(check.finished_s - check.started_s)}: ", style="bold red")
     elif not verdict.known:

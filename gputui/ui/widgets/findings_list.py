@@ -21,10 +21,11 @@ from textual.widgets.option_list import Option
 from gputui.core.model import Finding, HostSnapshot
 from gputui.ui import keymap
 from gputui.ui.widgets.border import set_border_title
-from gputui.ui.widgets.fmt import command_text, duration, safe_text, screen_rows
+from gputui.ui.widgets.fmt import command_text, duration, pid_ranges, safe_text, screen_rows
 
 _KIND_STYLES = {
     "zombie": "bold white on red",
+    "defunct_leader": "bold white on dark_red",
     "uninterruptible": "bold black on yellow",
     "ghost_memory": "bold white on magenta",
     "orphan": "bold black on cyan",
@@ -58,15 +59,21 @@ class FindingRow:
         return first.pid if first.pid is not None else first.action_pid
 
 
+SHARED_ROW_KINDS = frozenset({"defunct_leader"})
+"""Kinds whose findings of one host share a row whatever their action's pid: the defunct leaders of a wedged
+server are one story (threads stuck in the driver), each signalled on its own."""
+
+
 def group_findings(findings: Sequence[Finding]) -> list[FindingRow]:
-    """Rows for these findings: same kind + same ``action_pid`` share a row, placed where the first was."""
+    """Rows for these findings: same kind + same ``action_pid`` share a row, placed where the first was (and
+    every finding of a kind in ``SHARED_ROW_KINDS`` one row)."""
     groups: dict[tuple[str, int], list[Finding]] = {}
     order: list[tuple[str, int] | Finding] = []
     for finding in findings:
         if finding.action_pid is None:
             order.append(finding)
             continue
-        key = (finding.kind, finding.action_pid)
+        key = (finding.kind, -1 if finding.kind in SHARED_ROW_KINDS else finding.action_pid)
         if key not in groups:
             groups[key] = []
             order.append(key)
@@ -138,6 +145,12 @@ def group_text(
             line.append(command_text(parent.cmdline, parent.name, PARENT_COMMAND_CHARS), style="dim")
         line.append("\n  → ", style="dim")
         line.append(f"signal or kill {pid}, not the zombies", style="italic")
+    elif first.kind == "defunct_leader":
+        line.append_text(_defunct_leaders_line(row, snapshot))
+        if first.action:
+            line.append("\n  → ", style="dim")
+            line.append("kill them, not their parent; ", style="italic")
+            line.append_text(safe_text(first.action.split(";", 1)[0], max_chars // 2, style="italic"))
     else:
         line.append(f"{count} × ")
         line.append_text(safe_text(first.detail, max_chars))
@@ -145,6 +158,31 @@ def group_text(
             line.append("\n  → ", style="dim")
             line.append_text(safe_text(first.action, max_chars // 2, style="italic"))
     return _fitted(line, wrap)
+
+
+def _defunct_leaders_line(row: FindingRow, snapshot: HostSnapshot | None) -> Text:
+    """"7 defunct leaders (4241–4247) for 20 s, 14 threads alive (14 in D), holding 288644 MiB"."""
+    pids = [f.pid for f in row.findings if f.pid is not None]
+    line = Text(f"{len(row.findings)} defunct leaders ({pid_ranges(pids)})")
+    age_s = _oldest_age_s(row, snapshot)
+    if age_s is not None and age_s >= 1:
+        line.append(f" for {duration(age_s)}")
+    listed = [] if snapshot is None else [snapshot.process(pid) for pid in pids]
+    procs = [proc for proc in listed if proc is not None]
+    states: dict[str, int] = {}
+    for proc in procs:
+        for state, count in (proc.live_threads.states if proc.live_threads else {}).items():
+            states[state] = states.get(state, 0) + count
+    if states:
+        line.append(f", {sum(states.values())} threads alive (")
+        line.append_text(safe_text(", ".join(f"{n} in {s}" for s, n in sorted(states.items())), 60))
+        line.append(")")
+    held = sum(p.gpu_total_mib for p in procs)
+    if held:
+        line.append(f", holding {held} MiB")
+    if states.get("D") and held:
+        line.append(": threads stuck in the driver, memory released when they exit")
+    return line
 
 
 def row_tooltip(row: FindingRow) -> Text:

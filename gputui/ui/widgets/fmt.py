@@ -6,7 +6,7 @@ Every string that came from a machine goes through ``safe_text``: control charac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.text import Text
 
@@ -111,3 +111,20 @@ def duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+def pid_ranges(pids: Iterable[int], max_parts: int = 6) -> str:
+    """``4240–4247`` for a run, ``4240, 4242, 4250–4252`` otherwise; more than ``max_parts`` end in "…"."""
+    ordered = sorted(set(pids))
+    parts: list[str] = []
+    start = previous = None
+    for pid in [*ordered, None]:
+        if previous is not None and pid == previous + 1:
+            previous = pid
+            continue
+        if start is not None and previous is not None:
+            parts.append(str(start) if start == previous else f"{start}–{previous}")
+        start = previous = pid
+    if len(parts) > max_parts:
+        parts = [*parts[:max_parts], "…"]
+    return ", ".join(parts)

@@ -11,8 +11,11 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from gputui.core.health_view import (
+    BUSY,
     DOWN,
     ERROR,
+    STALLED,
+    STARTING,
     TIMEOUT,
     UNHEALTHY,
     UP,
@@ -20,23 +23,30 @@ from gputui.core.health_view import (
     worst_state,
 )
 from gputui.core.model import HealthSample
-from gputui.ui.widgets.fmt import DASH, duration, safe_text, screen_rows
+from gputui.ui.widgets.fmt import DASH, SPARK_CHARS, duration, safe_text, screen_rows
 
 STATE_STYLES: dict[str | None, str] = {
     UP: "bold green",
+    STARTING: "bold cyan",
+    BUSY: "bold black on yellow",
+    STALLED: "bold white on red",
     UNHEALTHY: "bold yellow",
     TIMEOUT: "bold dark_orange",
     DOWN: "bold red",
     ERROR: "bold magenta",
     None: "dim",
 }
-"""Colour of each state; a state this client does not know is shown like ERROR."""
+"""Colour of each state; a state this client does not know is shown like ERROR. STALLED and BUSY are
+reversed, to stand out: one hangs requests behind a 200, the other must not be killed for its 503."""
 
 HISTORY_GLYPHS: dict[str | None, str] = {
     UP: "▁",
+    STARTING: "▂",
+    BUSY: "▃",
     UNHEALTHY: "▅",
     TIMEOUT: "▆",
     ERROR: "▇",
+    STALLED: "█",
     DOWN: "█",
     None: "·",
 }
@@ -50,8 +60,65 @@ BLOCK_LINES_MAX = 6
 """More lines than this in full form and the panel shows one line per endpoint instead."""
 
 
+TOKENS_STRIP_CELLS = 12
+"""Tokens/s readings shown in a block's sparkline (the tracker keeps a few more)."""
+
+
 def _state_style(state: str | None) -> str:
     return STATE_STYLES.get(state, STATE_STYLES[ERROR])
+
+
+def _plain_style(state: str | None) -> str:
+    """The state's colour without bold or a background: for strips of history cells."""
+    style = _state_style(state).replace("bold ", "")
+    return style.split(" on ", 1)[0] if " on " in style else style
+
+
+def tokens_strip(history: Sequence[float | None], width_cells: int) -> Text:
+    """Tokens/s readings as a sparkline scaled to the largest, "·" where a reading had no rate."""
+    recent = list(history)[-width_cells:] if width_cells > 0 else []
+    top = max((v for v in recent if v is not None), default=0.0)
+    strip = Text(" " * (width_cells - len(recent)))
+    for value in recent:
+        if value is None:
+            strip.append("·", style="dim")
+            continue
+        level = 0 if top <= 0 else min(len(SPARK_CHARS) - 1, int(len(SPARK_CHARS) * value / (top * 1.0001)))
+        strip.append(SPARK_CHARS[level], style="cyan")
+    return strip
+
+
+def metrics_text(
+    sample: HealthSample, history: Sequence[float | None] = (), compact: bool = False, width: int = 10_000
+) -> Text | None:
+    """What the server is doing: ``vllm · 2 running · 1 waiting · KV 45% · 1234 tok/s ▁▃▅▇`` (compact:
+    ``2r 1w KV45% 1234t/s``); None when it has no metrics endpoint. The sparkline takes what is left of
+    ``width`` after the figures (indented by two), and is left out when fewer than ``STRIP_MIN_CELLS`` are."""
+    metrics = sample.metrics or {}
+    if sample.metrics_url is None and not metrics.get("engine"):
+        return None
+    if not metrics.get("engine"):
+        why = sample.metrics_error or "not read yet"
+        return safe_text(f"metrics: {why}", 80, style="dim italic")
+    running, waiting = metrics.get("running"), metrics.get("waiting")
+    kv, rate = metrics.get("kv_cache_usage"), metrics.get("generation_tokens_per_s")
+    figures = (
+        DASH if running is None else str(running),
+        DASH if waiting is None else str(waiting),
+        DASH if kv is None else f"{kv * 100:.0f}%",
+        DASH if rate is None else f"{rate:.0f}",
+    )
+    line = Text()
+    if compact:
+        line.append("{}r {}w KV{} {}t/s".format(*figures), style="dim")
+        return line
+    line.append_text(safe_text(str(metrics["engine"]), 10, style="bold"))
+    line.append(" · {} running · {} waiting · KV {} · {} tok/s".format(*figures))
+    room = min(len(history), TOKENS_STRIP_CELLS, width - 2 - line.cell_len - 1)
+    if room >= STRIP_MIN_CELLS and any(value is not None for value in history[-room:]):
+        line.append(" ")
+        line.append_text(tokens_strip(history, room))
+    return line
 
 
 def latency_text(latency_ms: float | None) -> str:
@@ -69,7 +136,7 @@ def history_strip(states: Sequence[str | None], width_cells: int) -> Text:
     strip = Text(" " * (width_cells - len(recent)))
     for state in recent:
         glyph = HISTORY_GLYPHS.get(state, HISTORY_GLYPHS[ERROR])
-        strip.append(glyph, style=_state_style(state).replace("bold ", ""))
+        strip.append(glyph, style=_plain_style(state))
     return strip
 
 
@@ -87,7 +154,7 @@ def health_dot(samples: Iterable[HealthSample]) -> Text:
         glyph = "●"
     elif worst is None:
         glyph = "○"
-    elif worst == DOWN:
+    elif worst in (DOWN, STALLED):
         glyph = "✖"
     else:
         glyph = "▲"
@@ -129,11 +196,19 @@ def state_line(
     return line
 
 
-def endpoint_block(sample: HealthSample, states: Sequence[str | None], now_s: float, width: int) -> Text:
-    """One endpoint in full: its state line, then its URL, then what is wrong (if anything).
+def endpoint_block(
+    sample: HealthSample,
+    states: Sequence[str | None],
+    now_s: float,
+    width: int,
+    tokens: Sequence[float | None] = (),
+) -> Text:
+    """One endpoint in full: its state line, its URL, what the server is doing, then what is wrong (if
+    anything).
 
     ``UNHEALTHY 503 since 16:41:02 (3 min 05 s) · 20.0 s  ▁▁▁▅▅▅``
     ``  http://127.0.0.1:30000/health (discovered)``
+    ``  sglang · 0 running · 3 waiting · KV 0% · 0 tok/s ▇▇▅▁▁▁``
     ``  HTTP 503: Service Unavailable · last ok 16:40:55 · 37 failures``
     """
     block = state_line(sample, states, now_s, width)
@@ -141,13 +216,18 @@ def endpoint_block(sample: HealthSample, states: Sequence[str | None], now_s: fl
     block.append_text(safe_text(sample.url, 200, style="bold"))
     if sample.discovered:
         block.append(" (discovered)", style="dim")
+    doing = metrics_text(sample, tokens, width=width)
+    if doing is not None:
+        block.append("\n  ")
+        block.append_text(doing)
     if sample.state not in (None, UP):
         block.append("\n  ")
-        block.append_text(safe_text(sample.detail, 120, style="italic"))
-        block.append(" · last ok ", style="dim")
-        block.append(DASH if sample.last_ok is None else clock_time(sample.last_ok, now_s), style="dim")
+        block.append_text(safe_text(sample.detail, 160, style="italic"))
         failures = sample.consecutive_failures
-        block.append(f" · {failures} failure{'' if failures == 1 else 's'}", style="dim")
+        if failures:  # a state judged from the metrics (STALLED behind a 200) has no failed probe to count
+            block.append(" · last ok ", style="dim")
+            block.append(DASH if sample.last_ok is None else clock_time(sample.last_ok, now_s), style="dim")
+            block.append(f" · {failures} failure{'' if failures == 1 else 's'}", style="dim")
     elif sample.state is None and sample.detail:
         block.append("\n  ")
         block.append_text(safe_text(sample.detail, 120, style="dim italic"))
@@ -157,9 +237,13 @@ def endpoint_block(sample: HealthSample, states: Sequence[str | None], now_s: fl
 def endpoint_line(sample: HealthSample, states: Sequence[str | None], now_s: float) -> Text:
     """One endpoint on one line, state first, its URL last (where a narrow panel cuts it):
 
-    ``UNHEALTHY 503 since 16:41:02 (3 min 05 s) · 20.0 s ▁▅▅▅ http://127.0.0.1:30000/health``
+    ``STALLED 200 since 16:41:02 (3 min 05 s) · 20 ms ▁▁██ 2r 3w KV45% 0t/s http://127.0.0.1:30000/health``
     """
     line = state_line(sample, states, now_s, width=10_000, strip_max=COMPACT_STRIP_CELLS)
+    doing = metrics_text(sample, compact=True)
+    if doing is not None:
+        line.append(" ")
+        line.append_text(doing)
     line.append(" ")
     line.append_text(safe_text(sample.url, 200))
     return line
@@ -198,6 +282,7 @@ class HealthPanel(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._samples: tuple[HealthSample, ...] = ()
         self._history: dict[str, tuple[str | None, ...]] = {}
+        self._tokens: dict[str, tuple[float | None, ...]] = {}
         self._now_s: float | None = None
         self._shown: Text | None = None
         """The text of the last ``show``: an equal one is not repainted."""
@@ -216,16 +301,19 @@ class HealthPanel(Widget):
         samples: Sequence[HealthSample],
         history: Mapping[str, Sequence[str | None]] | None = None,
         now_s: float | None = None,
+        tokens: Mapping[str, Sequence[float | None]] | None = None,
     ) -> None:
         """Show these samples.
 
         Args:
-            samples: The host's health samples (``HostSnapshot.health``).
+            samples: The host's health samples (``HostSnapshot.health``), judged (``core.servers``).
             history: URL → its last probe states, oldest first (``HealthHistory.as_dict()``).
+            tokens: URL → its server's tokens/s readings, oldest first (``HealthHistory.tokens_per_s()``).
             now_s: The time to measure "since" against (epoch seconds); default: the clock when rendered.
         """
         self._samples = tuple(samples)
         self._history = {url: tuple(states) for url, states in (history or {}).items()}
+        self._tokens = {url: tuple(values) for url, values in (tokens or {}).items()}
         self._now_s = now_s
         self._redraw()
 
@@ -259,7 +347,10 @@ class HealthPanel(Widget):
             return Text("no health endpoints (none set or found)", style="dim")
         width = self.content_size.width or 80
         history = self._history
-        blocks = [endpoint_block(s, history.get(s.url, ()), now_s, width) for s in self._samples]
+        blocks = [
+            endpoint_block(s, history.get(s.url, ()), now_s, width, self._tokens.get(s.url, ()))
+            for s in self._samples
+        ]
         lines = sum(block.plain.count("\n") + 1 for block in blocks)
         full = not self.compact and lines <= BLOCK_LINES_MAX
         # In full, a long URL or detail wraps: nothing is cut. Condensed, every line is cut at the width.

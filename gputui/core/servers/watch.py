@@ -1,0 +1,133 @@
+"""Every server a client watches: one :class:`ServerStateTracker` per endpoint, fed from the snapshots.
+
+The collector sends, per health endpoint, its probe's state and the server's metrics text cut down on the
+host; :class:`ServerWatch` parses the text, feeds the endpoint's tracker and gives the snapshot back with
+each ``health[]`` entry's ``state`` the derived one (STARTING, BUSY, STALLED besides the probe's five), its
+``metrics`` the reading (``metrics_json``), and for a derived state its ``detail`` the tracker's reason. The
+TUI keeps one watch for its whole session (tokens/s and the stall window need successive readings);
+``snapshot`` and ``check`` make one per run, so their tokens/s is null (one reading has no rate).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from gputui.agent.protocol import (
+    HEALTH_STATE_BUSY,
+    HEALTH_STATE_STALLED,
+    HEALTH_STATE_STARTING,
+    HEALTH_STATE_UNHEALTHY,
+)
+from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
+from gputui.core.servers.state import DEFAULT_STALL_AFTER_S, ServerState, ServerStateTracker
+from gputui.core.textsafe import visible
+
+DERIVED_STATES = frozenset({HEALTH_STATE_STARTING, HEALTH_STATE_BUSY, HEALTH_STATE_STALLED})
+"""States the client derives: the probe alone never says them, so their detail is the tracker's reason."""
+FAILING_STATES = (HEALTH_STATE_UNHEALTHY, HEALTH_STATE_STALLED)
+"""Server states that make ``check`` say "not clean": a server answering unhealthy, or one that stopped
+generating with requests pending, whatever its /health says."""
+URL_MAX_CHARS = 100
+DETAIL_MAX_CHARS = 200
+
+
+def read_metrics(sample: HealthSample) -> tuple[ServerMetrics | None, str | None]:
+    """The metrics a sample carries, parsed: ``(reading, None)`` or ``(None, why they are blank)``."""
+    if sample.metrics_url is None:
+        return None, None
+    if sample.metrics_text is None or sample.metrics_at is None:
+        return None, sample.metrics_error
+    try:
+        return parse_server_metrics(sample.metrics_text, sample.metrics_at, sample.metrics_dropped), None
+    except MetricsUnreadable as exc:
+        return None, str(exc)
+
+
+class ServerWatch:
+    """The trackers of every endpoint of every host, by (target, URL). Thread-safe: each host's snapshots
+    may be judged on the thread that took them.
+
+    Args:
+        stall_after_s: The stall window of hosts without one of their own, in seconds.
+        host_stall_after_s: Target -> its own stall window.
+    """
+
+    def __init__(
+        self, stall_after_s: float | None = None, host_stall_after_s: Mapping[str, float] | None = None
+    ) -> None:
+        self.stall_after_s = DEFAULT_STALL_AFTER_S if stall_after_s is None else float(stall_after_s)
+        self.host_stall_after_s = dict(host_stall_after_s or {})
+        self._trackers: dict[tuple[str, str], ServerStateTracker] = {}
+        self._lock = threading.Lock()
+
+    def state(self, target: str, url: str) -> ServerState | None:
+        """The endpoint's state after the last snapshot applied, None for one not seen."""
+        with self._lock:
+            tracker = self._trackers.get((target, url))
+            return None if tracker is None else tracker.current
+
+    def states(self, target: str) -> dict[str, ServerState]:
+        """URL -> state of every endpoint of ``target`` now watched."""
+        with self._lock:
+            return {url: tracker.current for (host, url), tracker in self._trackers.items() if host == target}
+
+    def apply(self, snapshot: HostSnapshot, now: float | None = None) -> HostSnapshot:
+        """``snapshot`` with its health entries judged; endpoints it no longer lists are forgotten.
+
+        Args:
+            snapshot: A host's snapshot as the collector sent it.
+            now: Epoch seconds on the collector's clock (default the snapshot's time, else the clock).
+        """
+        now_s = now if now is not None else snapshot.time if snapshot.time is not None else time.time()
+        with self._lock:
+            return self._apply_locked(snapshot, now_s)
+
+    def _apply_locked(self, snapshot: HostSnapshot, now_s: float) -> HostSnapshot:
+        target = snapshot.target
+        judged: list[HealthSample] = []
+        for sample in snapshot.health:
+            key = (target, sample.url)
+            tracker = self._trackers.get(key)
+            if tracker is None:
+                window = self.host_stall_after_s.get(target, self.stall_after_s)
+                tracker = self._trackers[key] = ServerStateTracker(stall_after_s=window)
+            metrics, error = read_metrics(sample)
+            current = tracker.update(sample, metrics, sample.launcher_age_s, now_s, error)
+            judged.append(_judged(sample, current))
+        listed = {sample.url for sample in snapshot.health}
+        for key in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
+            del self._trackers[key]
+        return replace(snapshot, health=tuple(judged))
+
+
+def _judged(sample: HealthSample, current: ServerState) -> HealthSample:
+    reading = metrics_json(current.metrics)
+    if current.state == sample.state or current.state is None:
+        return replace(sample, metrics=reading)
+    derived = current.state in DERIVED_STATES
+    return replace(
+        sample,
+        state=current.state,
+        since=current.since,
+        detail=current.reason if derived else sample.detail,
+        metrics=reading,
+    )
+
+
+def judge_once(snapshot: HostSnapshot) -> HostSnapshot:
+    """One snapshot judged on its own (``snapshot``, ``check``): one reading, so no rate and no stall."""
+    return ServerWatch().apply(snapshot)
+
+
+def failing_servers(samples: Iterable[HealthSample]) -> list[str]:
+    """One line per server in a failing state (``FAILING_STATES``), for ``check``'s reasons."""
+    lines = []
+    for sample in samples:
+        if sample.state in FAILING_STATES:
+            why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
+            lines.append(f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}")
+    return lines
