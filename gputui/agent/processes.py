@@ -49,6 +49,8 @@ class ProcessSampler:
         self.processes: list[dict[str, Any]] = []
         self.omitted = 0
         self.device_holders: list[dict[str, Any]] | None = None
+        self.job_pids: set[int] = set()
+        """The GPU processes and the rest of their trees, of the last process sample."""
         self._states: dict[tuple[int, int], tuple[str, float]] = {}
         self._partial_sweeps_done = 1 << 30  # process samples since the last full sweep: none yet
         self._children_file = children_file_supported()
@@ -121,6 +123,7 @@ class ProcessSampler:
         # the confirmation must be able to list them.
         facts_of = table_facts(table, self.details.cgroup)
         trees = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
+        self.job_pids = set(trees) | set(gpu_mib)
         # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
         remnants = [
             stat.pid
