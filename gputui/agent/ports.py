@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from .procfs import open_readonly
+from .procfs import fd_links, open_readonly
 from .protocol import PROCESS_LISTEN_PORTS
 
 NET_TCP_FILES = ("/proc/net/tcp", "/proc/net/tcp6")
@@ -101,17 +101,8 @@ def read_listening(paths: Iterable[str] = NET_TCP_FILES) -> dict[int, int] | Non
 def socket_inodes(pid: int) -> set[int]:
     """The socket inodes ``pid`` has open (at most ``MAX_FDS_PER_PROCESS`` fds looked at; empty when its fds
     cannot be read)."""
-    fd_dir = f"/proc/{pid}/fd"
-    try:
-        fds = os.listdir(fd_dir)
-    except OSError:
-        return set()
     inodes: set[int] = set()
-    for fd in fds[:MAX_FDS_PER_PROCESS]:
-        try:
-            link = os.readlink(fd_dir + "/" + fd)
-        except OSError:
-            continue
+    for link in fd_links(pid, MAX_FDS_PER_PROCESS):
         if link.startswith(_SOCKET_PREFIX) and link.endswith("]"):
             try:
                 inodes.add(int(link[len(_SOCKET_PREFIX):-1]))
