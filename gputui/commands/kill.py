@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from gputui.agent.protocol import SIGNALLING_STAGES
 from gputui.commands.check import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.actions import (
@@ -291,7 +292,8 @@ def _execute(
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR
         shown = _show(first.outcomes, out if text else None)
-        _watch_ports(args, target, plan, snapshot, err)
+        if any(o.stage in SIGNALLING_STAGES for o in first.outcomes):
+            _watch_ports(args, target, plan, snapshot, err)
         told = 0
         try:
             while not run.done:

@@ -264,10 +264,13 @@ def load_watched_ports(target: str, boot_id: str | None, path: Path | None = Non
     if not isinstance(entry, dict) or boot_id is None or entry.get("boot_id") != boot_id:
         return ()
     killed_time = entry.get("killed_time")
-    if not isinstance(killed_time, (int, float)) or time.time() - killed_time > WATCHED_PORTS_KEPT_S:
+    if not isinstance(killed_time, (int, float)) or isinstance(killed_time, bool):
         return ()
+    if not -WATCHED_PORTS_KEPT_S <= time.time() - killed_time <= WATCHED_PORTS_KEPT_S:
+        return ()  # too old, or from a clock too far off (NaN too) to say
     ports = entry.get("ports")
-    valid = {p for p in ports if isinstance(p, int) and 0 < p < 65536} if isinstance(ports, list) else set()
+    listed = ports if isinstance(ports, list) else []
+    valid = {p for p in listed if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536}
     return tuple(WatchedPort(port, float(killed_time)) for port in sorted(valid))
 
 
