@@ -18,7 +18,7 @@ from . import commands
 from .gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
 from .kill import KillContext
 from .kills import KillOperations
-from .ports import note_listening
+from .ports import Listeners
 from .processes import FULL_SWEEP_EVERY, ProcessSampler
 from .procfs import in_child_pid_namespace, json_safe, read_boot_id
 from .protocol import MODE_SMI, VERSION, hello, snapshot
@@ -103,6 +103,7 @@ class Agent:
         self.last_sample_mono: float | None = None
         self._last_used_mib: dict[Any, int] = {}
         self._draining_until_mono = -1e18
+        self._listeners = Listeners()
         self._listening_ports: list[int] | None = None
         self.kills = KillOperations(
             KillContext(self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
@@ -173,7 +174,7 @@ class Agent:
                 self._processes_mono = now_mono
                 self._processes_time = now
                 sampler.sample(gpus, now, full=force_processes)
-                self._listening_ports = note_listening(sampler.processes, sampler.job_pids)
+                self._listening_ports = self._listeners.note(sampler.processes, sampler.job_pids)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
                     # Returns at once: the launcher scan of /proc runs on the prober's own thread. It reads
                     # every pid's cmdline (as costly as a full sweep), so it runs with the full sweeps only:

@@ -111,18 +111,42 @@ def socket_inodes(pid: int) -> set[int]:
     return inodes
 
 
-def note_listening(processes: list[dict[str, Any]], job_pids: Iterable[int]) -> list[int] | None:
-    """Mark each listed process of a GPU job with the ports it listens on; returns the host's listening
-    ports (sorted, distinct), None when they cannot be read.
+class Listeners:
+    """Which of the GPU jobs' processes listen on which ports, kept from one process sample to the next.
 
-    Only the jobs' processes (``job_pids``) have their fds read: they are what a kill takes down and what the
-    clean slate waits on; every other listed process gets an empty list.
+    A process's fds are read when it is first seen, and again for every job process when a listening socket
+    appears on the host that was not there before (a new listener may be any of theirs). In between, each
+    sample costs the two table reads alone: a closed listener just leaves the tables.
+
+    Not thread-safe: one owner (the collector's sampling, under its lock).
     """
-    listening = read_listening()
-    wanted = set(job_pids)
-    for proc in processes:
-        ports: set[int] = set()
-        if listening and proc["pid"] in wanted:
-            ports = {listening[inode] for inode in socket_inodes(proc["pid"]) if inode in listening}
-        proc[PROCESS_LISTEN_PORTS] = sorted(ports)
-    return None if listening is None else sorted(set(listening.values()))
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+        self._sockets: dict[tuple[int, Any], set[int]] = {}
+        """(pid, start ticks) -> the listening socket inodes it held when its fds were last read."""
+
+    def note(self, processes: list[dict[str, Any]], job_pids: Iterable[int]) -> list[int] | None:
+        """Mark each listed process of a GPU job with the ports it listens on; returns the host's listening
+        ports (sorted, distinct), None when they cannot be read.
+
+        Only the jobs' processes (``job_pids``) have their fds read: they are what a kill takes down and
+        what the clean slate waits on; every other listed process gets an empty list.
+        """
+        listening = read_listening()
+        known = listening or {}
+        wanted = set(job_pids)
+        reread = bool(set(known) - self._seen)
+        sockets: dict[tuple[int, Any], set[int]] = {}
+        for proc in processes:
+            pid = proc["pid"]
+            held: set[int] = set()
+            if known and pid in wanted:
+                key = (pid, proc.get("start_ticks"))
+                before = self._sockets.get(key)
+                held = {i for i in socket_inodes(pid) if i in known} if reread or before is None else before
+                sockets[key] = held
+            proc[PROCESS_LISTEN_PORTS] = sorted({known[i] for i in held if i in known})
+        self._sockets = sockets
+        self._seen = set(known)
+        return None if listening is None else sorted(set(known.values()))

@@ -102,13 +102,51 @@ def test_real_listeners_of_this_process_are_found_with_their_ports() -> None:
         mine = {v4.getsockname()[1], v6.getsockname()[1]}
         with socket.create_connection(v4.getsockname()[:2]) as client:  # a connection is not a listener
             processes = [{"pid": os.getpid()}, {"pid": 1}]
-            listening = ports.note_listening(processes, [os.getpid()])
+            listening = ports.Listeners().note(processes, [os.getpid()])
             outgoing = client.getsockname()[1]
     assert listening is not None
     assert mine <= set(listening)
     assert outgoing not in listening
     assert mine <= set(processes[0][PROCESS_LISTEN_PORTS])
     assert processes[1][PROCESS_LISTEN_PORTS] == []  # not a job's process: its fds are not read
+
+
+def test_fds_are_read_again_only_for_new_processes_and_new_listeners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The host's tables and a process's sockets as the test sets them (other listeners come and go on a
+    # shared machine, which would make the count of reads depend on them).
+    table = {11: 30000}
+    held = {100: {11, 99}}
+    reads: list[int] = []
+
+    def sockets_of(pid: int) -> set[int]:
+        reads.append(pid)
+        return set(held.get(pid, ()))
+
+    monkeypatch.setattr(ports, "read_listening", lambda: dict(table))
+    monkeypatch.setattr(ports, "socket_inodes", sockets_of)
+    listeners = ports.Listeners()
+
+    def note(start_ticks: int = 1) -> list[int]:
+        processes = [{"pid": 100, "start_ticks": start_ticks}, {"pid": 200, "start_ticks": 5}]
+        listeners.note(processes, [100])
+        assert processes[1][PROCESS_LISTEN_PORTS] == []  # not a job's process
+        return processes[0][PROCESS_LISTEN_PORTS]
+
+    assert note() == [30000]
+    assert reads == [100]
+    assert note() == [30000]
+    assert reads == [100]  # nothing new on the host: the last reading stands
+    table[12] = 30001
+    held[100].add(12)
+    assert note() == [30000, 30001]
+    assert reads == [100, 100]  # a new listener on the host: the jobs' fds are read again
+    del table[12]
+    assert note() == [30000]  # closed: gone from the tables, no read needed
+    assert reads == [100, 100]
+    assert note(start_ticks=2) == [30000]  # the pid reused by another process: read
+    assert reads == [100, 100, 100]
 
 
 SCRIPT = r"""
@@ -119,7 +157,7 @@ server = socket.socket()
 server.bind(("127.0.0.1", 0))
 server.listen()
 processes = [{"pid": os.getpid()}]
-listening = ports.note_listening(processes, [os.getpid()])
+listening = ports.Listeners().note(processes, [os.getpid()])
 print(json.dumps({"port": server.getsockname()[1], "listening": listening, "processes": processes}))
 """
 
