@@ -18,6 +18,7 @@ from .details import psutil_installed
 from .gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
 from .kill import KillContext
 from .kills import KillOperations
+from .ports import Listeners
 from .processes import FULL_SWEEP_EVERY, ProcessSampler
 from .procfs import in_child_pid_namespace, json_safe, read_boot_id
 from .protocol import MODE_SMI, VERSION, hello, snapshot
@@ -104,6 +105,8 @@ class Agent:
         self.last_sample_mono: float | None = None
         self._last_used_mib: dict[Any, int] = {}
         self._draining_until_mono = -1e18
+        self._listeners = Listeners()
+        self._listening_ports: list[int] | None = None
         self.kills = KillOperations(
             KillContext(self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
         )
@@ -201,6 +204,7 @@ class Agent:
                 self._processes_mono = now_mono
                 self._processes_time = now
                 sampler.sample(gpus, now, full=force_processes)
+                self._listening_ports = self._listeners.note(sampler.processes, sampler.job_pids)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every
                     # process intervals.
@@ -226,6 +230,7 @@ class Agent:
                 processes_omitted=sampler.omitted,
                 device_holders=None if holders is None else list(holders),
                 health=self._health_samples(),
+                listening_ports=self._listening_ports,
             )
 
     def _process_interval_now(self, now_mono: float) -> float:

@@ -55,6 +55,8 @@ class ProcessSampler:
         self.processes: list[dict[str, Any]] = []
         self.omitted = 0
         self.device_holders: list[dict[str, Any]] | None = None
+        self.job_pids: set[int] = set()
+        """The GPU processes and the rest of their trees, of the last process sample."""
         self._states: dict[tuple[int, int], tuple[str, float]] = {}
         # Process samples since the last full sweep. A stream's first one lists the GPU trees alone, so that
         # its first snapshot comes before a whole-host sweep; its second one sweeps.
@@ -135,6 +137,7 @@ class ProcessSampler:
         # the confirmation must be able to list them.
         facts_of = table_facts(table, self.details.cgroup)
         trees = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
+        self.job_pids = set(trees) | set(gpu_mib)
         # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
         remnants = [
             stat.pid

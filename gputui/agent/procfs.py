@@ -220,22 +220,26 @@ def in_child_pid_namespace() -> bool:
         return False
 
 
-def nvidia_nodes_open(pid: int) -> set[str]:
-    """The /dev/nvidia* nodes ``pid`` has open (empty when its fds cannot be read)."""
+def fd_links(pid: int, limit: int | None = None) -> list[str]:
+    """What ``pid``'s open fds point to (paths, ``socket:[inode]``, ...), at most ``limit`` of its fds looked
+    at; empty when they cannot be read."""
     fd_dir = f"/proc/{pid}/fd"
     try:
         fds = os.listdir(fd_dir)
     except OSError:
-        return set()
-    devices: set[str] = set()
-    for fd in fds:
+        return []
+    links: list[str] = []
+    for fd in fds[:limit]:
         try:
-            link = os.readlink(fd_dir + "/" + fd)
+            links.append(os.readlink(fd_dir + "/" + fd))
         except OSError:
             continue
-        if link.startswith("/dev/nvidia"):
-            devices.add(link)
-    return devices
+    return links
+
+
+def nvidia_nodes_open(pid: int) -> set[str]:
+    """The /dev/nvidia* nodes ``pid`` has open (empty when its fds cannot be read)."""
+    return {link for link in fd_links(pid) if link.startswith("/dev/nvidia")}
 
 
 def scan_device_holders(table: dict[int, ProcStat]) -> list[dict[str, Any]]:

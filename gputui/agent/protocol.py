@@ -71,9 +71,17 @@ PROCESS_LIVE_THREADS = "live_threads"
 """The key of a process dict that holds, for a zombie-state (Z) process, its threads still alive
 (:func:`live_threads`); null for every other process and where they could not be read."""
 
+PROCESS_LISTEN_PORTS = "listen_ports"
+"""The key of a process dict that holds the TCP ports it has in LISTEN, sorted (read for the processes of
+GPU jobs only; empty for every other process)."""
+
+LISTENING_PORTS = "listening_ports"
+"""The key of a snapshot that holds every TCP port in LISTEN on the host, sorted and distinct (IPv4 and
+IPv6); null where they could not be read or were too many to list (``ports.MAX_LISTENING_SOCKETS``)."""
+
 PROCESSES_SAME = "processes_same"
-"""A stream snapshot line marked with this (true) left out its process lists: they are the ones of the line
-before it, which has the same ``processes_time``."""
+"""A stream snapshot line marked with this (true) left out its process lists and listening ports: they are
+the ones of the line before it, which has the same ``processes_time``."""
 
 # ----------------------------------------------------------------------------------------------------------
 # Limits the collector holds its commands and arguments to
@@ -262,6 +270,7 @@ SNAPSHOT_FIELDS = (
     "processes",
     "processes_omitted",
     "device_holders",
+    LISTENING_PORTS,
     "findings",
     "health",
     "verdict",
@@ -286,6 +295,7 @@ def snapshot(
     processes_omitted: int = 0,
     device_holders: list[dict[str, Any]] | None = None,
     health: Iterable[dict[str, Any]] = (),
+    listening_ports: list[int] | None = None,
 ) -> dict[str, Any]:
     """One host's snapshot as a dict: what a collector saw, with no findings or verdict (the client's)."""
     return {
@@ -304,6 +314,7 @@ def snapshot(
         "processes": list(processes),
         "processes_omitted": processes_omitted,
         "device_holders": device_holders,
+        LISTENING_PORTS: listening_ports,
         "findings": [],
         "health": list(health),
         "verdict": None,

@@ -27,6 +27,7 @@ from .protocol import (
     INTERVAL_MAX_S,
     INTERVAL_MIN_S,
     KILL_COMMANDS,
+    LISTENING_PORTS,
     PROCESSES_SAME,
     error_reply,
     snapshot_message,
@@ -85,6 +86,7 @@ def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
     """
     out = dict(snapshot)
     del out["processes"]
+    del out[LISTENING_PORTS]  # read with the process lists, so just as unchanged
     out[PROCESSES_SAME] = True
     out["gpus"] = [{k: v for k, v in gpu.items() if k != "processes"} for gpu in snapshot["gpus"]]
     return out

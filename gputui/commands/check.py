@@ -24,9 +24,16 @@ from gputui.core.analysis import (
     analyze,
     gpu_memory_by_pid,
 )
+from gputui.core.cleanslate import busy_port_reason, busy_ports
 from gputui.core.model import HostSnapshot, Verdict, snapshots_document
 from gputui.core.servers import failing_servers, judge_once
-from gputui.core.state import StateError, load_baselines, save_baselines
+from gputui.core.state import (
+    StateError,
+    load_baselines,
+    load_watched_ports,
+    save_baselines,
+    save_watched_ports,
+)
 from gputui.core.textsafe import json_visible, visible
 from gputui.transports.base import HostLink, LinkError, full_sample, one_shot_sample
 
@@ -177,7 +184,8 @@ def wait_until_clean(
     wait_s: float,
     args: argparse.Namespace,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[HostSnapshot, float | None]:
+    ports: tuple[cleanslate.WatchedPort, ...] = (),
+) -> tuple[HostSnapshot, float | None, cleanslate.CleanCheck]:
     """Sample at 10+ per second until the host is clean or ``wait_s`` passed, by the rules of
     ``core.cleanslate`` (the same machine as the TUI's ``c``).
 
@@ -185,12 +193,13 @@ def wait_until_clean(
     memory alone; the machine then asks for a full sample (a fresh process list) to confirm it, so a stale
     process list can neither declare it clean early nor hold it back. The agent's intervals are restored
     afterwards. A host that cannot tell at all (no driver, no NVML, no GPUs) ends the wait at once: waiting
-    cannot help.
+    cannot help. ``ports`` (those of jobs ``gputui kill`` took down) must be free too.
 
     Returns:
-        The last analysed snapshot and the seconds it took to become clean (None: not clean in time).
+        The last analysed snapshot, the seconds it took to become clean (None: not clean in time), and the
+        check as it ended (its receipt).
     """
-    check = cleanslate.start(clock(), wait_s, trigger="--wait")
+    check = cleanslate.start(clock(), wait_s, trigger="--wait", ports=ports)
     _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S)
     try:
         snapshot = analyze(full_sample(link, target), baselines)
@@ -200,10 +209,10 @@ def wait_until_clean(
                 snapshot = analyze(full_sample(link, target), baselines)
                 check = cleanslate.confirming_sample(check, snapshot)
             if check.clean and check.finished_s is not None:
-                return snapshot, check.finished_s - check.started_s
+                return snapshot, check.finished_s - check.started_s, check
             check = cleanslate.tick(check, clock())
             if not check.running or cannot_tell_at_all(snapshot):
-                return snapshot, None
+                return snapshot, None, check
             streamed = link.next_snapshot(min(max(0.0, check.started_s + wait_s - clock()), 1.0))
             ask = False
             if streamed is not None:
@@ -256,6 +265,7 @@ def _check_target(
     baselines = resolve_baselines(target, args.baseline_mib, args.tolerance_mib, demo, err)
     link = open_link(target, options_from_args(args), demo=demo)
     waited: float | None = None
+    ports_free = ""
     try:
         link.open()
         snapshot = one_shot_sample(link, target)  # with the health the launchers and configured URLs report
@@ -267,7 +277,8 @@ def _check_target(
             if status == EXIT_CLEAN:
                 baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
             return status, analyze(snapshot, baselines), None
-        analysed = analyze(snapshot, baselines)
+        ports = () if demo else load_watched_ports(target, snapshot.boot_id)
+        analysed = judge_ports(analyze(snapshot, baselines), ports)
         if (
             args.wait is not None
             and analysed.verdict is not None
@@ -276,9 +287,12 @@ def _check_target(
         ):
             if not args.json:
                 print(f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…", file=err)
-            analysed, waited = wait_until_clean(link, target, baselines, args.wait, args)
+            analysed, waited, check = wait_until_clean(link, target, baselines, args.wait, args, ports=ports)
+            ports_free = ports_free_line(check)
+            analysed = judge_ports(analysed, ports)
         elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
             waited = 0.0
+        _forget_free_ports(target, analysed, ports, err)
     finally:
         link.close()
     analysed = judge_servers(analysed)
@@ -289,8 +303,41 @@ def _check_target(
         if args.wait is not None:
             last = wait_line(waited, args.wait, analysed.verdict is not None and analysed.verdict.known)
             if last is not None:
-                print(last, file=out)
+                print(last if not ports_free or waited is None else f"{last}; {ports_free}", file=out)
     return status, analysed, waited
+
+
+def judge_ports(snapshot: HostSnapshot, ports: tuple[cleanslate.WatchedPort, ...]) -> HostSnapshot:
+    """The snapshot with a verdict that is not clean while a port of a killed job is still in LISTEN,
+    saying which and by whom (``cleanslate.busy_ports``)."""
+    verdict = snapshot.verdict
+    busy = busy_ports(snapshot, ports) if ports else None
+    if not busy or verdict is None or not verdict.known:
+        return snapshot
+    reasons = tuple(busy_port_reason(port, listener) for port, listener in busy)
+    return replace(snapshot, verdict=replace(verdict, clean=False, reasons=verdict.reasons + reasons))
+
+
+def ports_free_line(check: cleanslate.CleanCheck) -> str:
+    """``port 30000 free after 1.20 s``: when the killed jobs' ports were first seen free during the wait."""
+    if not check.ports or check.ports_free_s is None:
+        return ""
+    names = ", ".join(str(p.port) for p in check.ports)
+    plural = "s" if len(check.ports) > 1 else ""
+    return f"port{plural} {names} free after {max(0.0, check.ports_free_s - check.started_s):.2f} s"
+
+
+def _forget_free_ports(
+    target: str, snapshot: HostSnapshot, ports: tuple[cleanslate.WatchedPort, ...], err: TextIO
+) -> None:
+    """Stop watching the ports ``snapshot`` shows free: a later listener is the restarted server."""
+    left = cleanslate.ports_left(snapshot, ports)
+    if left == ports:
+        return
+    try:
+        save_watched_ports(target, snapshot.boot_id, left)
+    except StateError as exc:
+        print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
 
 
 def judge_servers(snapshot: HostSnapshot) -> HostSnapshot:

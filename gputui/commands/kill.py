@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any, TextIO
 
+from gputui.agent.protocol import SIGNALLING_STAGES
 from gputui.commands.check import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.actions import (
@@ -42,8 +43,9 @@ from gputui.core.actions import (
     plan_kill,
 )
 from gputui.core.analysis import find_survivors
+from gputui.core.cleanslate import watched_ports
 from gputui.core.model import Finding, HostSnapshot
-from gputui.core.state import StateError
+from gputui.core.state import StateError, load_watched_ports, save_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import HostLink, LinkError, full_sample
 
@@ -290,6 +292,8 @@ def _execute(
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR
         shown = _show(first.outcomes, out if text else None)
+        if any(o.stage in SIGNALLING_STAGES for o in first.outcomes):
+            _watch_ports(args, target, plan, snapshot, err)
         told = 0
         try:
             while not run.done:
@@ -333,6 +337,22 @@ def _execute(
             print(f"survivor: {visible(finding.detail, 300)}", file=out)
         print("every process is gone" if gone else "not every process is gone (see above)", file=out)
     return EXIT_OK if gone else EXIT_PARTIAL
+
+
+def _watch_ports(
+    args: argparse.Namespace, target: str, plan: KillPlan, snapshot: HostSnapshot, err: TextIO
+) -> None:
+    """Hand the killed job's ports to the next ``gputui check`` of the host: it is not clean until they are
+    free. A file that cannot be written costs that, not the kill (one warning line)."""
+    if not plan.ports or getattr(args, "demo", False):
+        return
+    ports = watched_ports(plan.ports, snapshot.time)
+    try:
+        known = load_watched_ports(target, plan.boot_id)
+        save_watched_ports(target, plan.boot_id, (*known, *ports))
+    except StateError as exc:
+        print(f"gputui: warning: the next check cannot wait for ports {', '.join(map(str, plan.ports))}: "
+              f"{visible(str(exc), 300)}", file=err)
 
 
 def _show(outcomes: tuple[KillOutcome, ...] | list[KillOutcome], out: TextIO | None) -> int:

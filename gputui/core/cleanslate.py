@@ -9,6 +9,10 @@ full sample before it says CLEAN. The rules, in the order they apply:
 * The confirming sample must list processes no older than the clean memory sample it confirms, its verdict
   must be clean, and no zombie of a job killed here may be listed. Then the receipt's time is the time the
   clean memory sample arrived, not the time of the answer.
+* A TCP port a killed job served on (its launcher's ``--port``, the ports its processes listened on) that is
+  still in LISTEN on the host holds the receipt back, whatever the GPUs say: the restart needs the port. A
+  listener started after the kill is that restart, not the job. A host that cannot list its listening ports
+  does not hold it back (there is nothing to wait on that could be seen).
 * Past the deadline the check ends, not clean.
 
 Each function takes a ``CleanCheck`` and returns the next one; nothing here does IO or reads a clock, so the
@@ -25,12 +29,72 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from gputui.core.analysis import Baselines, job_remnants, memory_at_baseline
-from gputui.core.model import HostSnapshot
+from gputui.core.model import HostSnapshot, Proc
 
 DRAIN_POINTS_MAX = 256
 """Points kept for the drain curve; when full, every other one is dropped (the curve keeps its whole span at
 half the resolution), so a check of any length costs at most this many."""
 STALE_LIST = "the confirming sample's process list is older than the clean memory sample"
+
+
+@dataclass(frozen=True)
+class WatchedPort:
+    """A TCP port a killed job served on, watched until it is no longer in LISTEN.
+
+    Attributes:
+        port: The port.
+        killed_time: The host's epoch seconds of the sample the kill was planned from: a process listening
+            on the port that started after it is the server restarted, not what the kill left; None: unknown.
+    """
+
+    port: int
+    killed_time: float | None = None
+
+
+def watched_ports(ports: Collection[int], killed_time: float | None) -> tuple[WatchedPort, ...]:
+    """``ports`` (a kill plan's) as watched ports, by port."""
+    return tuple(WatchedPort(port, killed_time) for port in sorted(set(ports)))
+
+
+def _restarted(listener: Proc | None, watched: WatchedPort) -> bool:
+    if listener is None or listener.create_time is None or watched.killed_time is None:
+        return False
+    return listener.create_time > watched.killed_time
+
+
+def busy_ports(
+    snapshot: HostSnapshot, watched: Collection[WatchedPort]
+) -> list[tuple[WatchedPort, Proc | None]] | None:
+    """The watched ports still in LISTEN on the host, each with its listener when a listed process holds it;
+    None when the snapshot cannot tell (no listening ports from its collector)."""
+    listening = snapshot.listening_ports
+    if listening is None:
+        return None
+    busy = []
+    for port in watched:
+        if port.port in listening:
+            listener = snapshot.listener(port.port)
+            if not _restarted(listener, port):
+                busy.append((port, listener))
+    return busy
+
+
+def busy_port_reason(port: WatchedPort, listener: Proc | None) -> str:
+    """``port 30000 still listening (pid 4200 python3)`` (untrusted text: made visible where shown)."""
+    if listener is None:
+        return f"port {port.port} still listening (by a process not listed)"
+    return f"port {port.port} still listening (pid {listener.pid} {listener.name or '?'})"
+
+
+def ports_left(
+    snapshot: HostSnapshot, watched: Collection[WatchedPort]
+) -> tuple[WatchedPort, ...]:
+    """The watched ports a snapshot does not show free (all of them when it cannot tell)."""
+    busy = busy_ports(snapshot, watched)
+    if busy is None:
+        return tuple(watched)
+    still = {port for port, _listener in busy}
+    return tuple(port for port in watched if port in still)
 
 
 @dataclass(frozen=True)
@@ -68,6 +132,9 @@ class CleanCheck:
         holders_gone_s: When memory above baseline was first seen with no GPU process listed: the driver
             tearing down what the last holder left. None while a holder is listed or nothing is above.
         teardown_s: How long that teardown took, once memory was back at baseline; None until then.
+        ports: The TCP ports of the jobs killed on the host, watched until they are free.
+        ports_free_s: When a sample first showed every watched port free; None until then (or none watched).
+        ports_note: Why the last confirming sample was held back by a port ("" when it was not).
     """
 
     started_s: float
@@ -83,6 +150,9 @@ class CleanCheck:
     drain: tuple[DrainPoint, ...] = ()
     holders_gone_s: float | None = None
     teardown_s: float | None = None
+    ports: tuple[WatchedPort, ...] = ()
+    ports_free_s: float | None = None
+    ports_note: str = ""
 
     @property
     def running(self) -> bool:
@@ -108,9 +178,17 @@ class CleanCheck:
         return self.drain[before[-1] if before else 0:]
 
 
-def start(now_s: float, timeout_s: float, trigger: str = "c", kill_pending: bool = False) -> CleanCheck:
-    """A new check, started at ``now_s``."""
-    return CleanCheck(started_s=now_s, timeout_s=timeout_s, trigger=trigger, kill_pending=kill_pending)
+def start(
+    now_s: float,
+    timeout_s: float,
+    trigger: str = "c",
+    kill_pending: bool = False,
+    ports: Collection[WatchedPort] = (),
+) -> CleanCheck:
+    """A new check, started at ``now_s``, watching ``ports`` (those of jobs killed before it) until free."""
+    return CleanCheck(
+        started_s=now_s, timeout_s=timeout_s, trigger=trigger, kill_pending=kill_pending, ports=tuple(ports)
+    )
 
 
 def above_baseline_mib(snapshot: HostSnapshot, baselines: Baselines) -> int:
@@ -143,6 +221,7 @@ def memory_sample(
     above = above_baseline_mib(snapshot, baselines)
     check = replace(check, drain=_with_point(check.drain, DrainPoint(now_s, above)))
     check = _teardown(check, snapshot, above, now_s)
+    check = _ports_seen(check, snapshot, now_s)
     if check.confirming or check.kill_pending or not memory_at_baseline(snapshot, baselines):
         return check, False
     return replace(check, asked_s=now_s, asked_memory_time=snapshot.time), True
@@ -157,6 +236,14 @@ def _teardown(check: CleanCheck, snapshot: HostSnapshot, above_mib: int, now_s: 
     if check.holders_gone_s is not None and check.teardown_s is None:
         return replace(check, teardown_s=max(0.0, now_s - check.holders_gone_s))
     return check
+
+
+def _ports_seen(check: CleanCheck, snapshot: HostSnapshot, now_s: float) -> CleanCheck:
+    """Note when the watched ports were first all seen free."""
+    if not check.ports or check.ports_free_s is not None:
+        return check
+    busy = busy_ports(snapshot, check.ports)
+    return check if busy is None or busy else replace(check, ports_free_s=now_s)
 
 
 def confirming_sample(
@@ -196,14 +283,25 @@ def confirming_sample(
         return replace(waiting, note="a kill is under way")
     if job_remnants(fresh, list(killed_members)):
         return replace(waiting, note="a zombie of a killed job is still listed")
-    return replace(waiting, finished_s=asked_s, clean=True, note="")
+    busy = busy_ports(fresh, check.ports) or []
+    if busy:
+        reason = busy_port_reason(*busy[0])
+        return replace(waiting, note=reason, ports_note=reason)
+    free_s = waiting.ports_free_s
+    if free_s is None and check.ports and fresh.listening_ports is not None:
+        free_s = asked_s
+    return replace(waiting, finished_s=asked_s, clean=True, note="", ports_note="", ports_free_s=free_s)
 
 
-def kill_sent(check: CleanCheck, now_s: float) -> CleanCheck:
-    """A kill on the host sent its signals at ``now_s``: the receipt waits for it and counts from it."""
+def kill_sent(check: CleanCheck, now_s: float, ports: Collection[WatchedPort] = ()) -> CleanCheck:
+    """A kill on the host sent its signals at ``now_s``: the receipt waits for it and counts from it, and
+    for ``ports`` (the killed job's) to be free."""
     if not check.running:
         return check
-    return replace(check, kill_s=now_s, kill_pending=True)
+    known = {p.port for p in check.ports}
+    added = tuple(p for p in ports if p.port not in known)
+    free_s = check.ports_free_s if not added else None
+    return replace(check, kill_s=now_s, kill_pending=True, ports=check.ports + added, ports_free_s=free_s)
 
 
 def kills_settled(check: CleanCheck, still_under_way: bool) -> CleanCheck:

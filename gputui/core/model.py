@@ -13,7 +13,13 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from gputui.agent.protocol import MODE_LABELS, PROCESS_LIVE_THREADS, PROCESSES_SAME
+from gputui.agent.protocol import (
+    LISTENING_PORTS,
+    MODE_LABELS,
+    PROCESS_LISTEN_PORTS,
+    PROCESS_LIVE_THREADS,
+    PROCESSES_SAME,
+)
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -27,6 +33,14 @@ def _opt_int(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _ports(value: Any) -> tuple[int, ...] | None:
+    """TCP ports from a collector: the valid ones (1..65535), sorted and distinct; None when not a list."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    valid = {p for p in value if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536}
+    return tuple(sorted(valid))
 
 
 def _opt_float(value: Any) -> float | None:
@@ -169,6 +183,7 @@ class Proc:
         cgroup: The cgroup that tells its job apart (``gputui.agent.procfs.parse_cgroup``), None when unknown.
         live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
             other process, or when they could not be read.
+        listen_ports: The TCP ports it has in LISTEN, sorted (read for the processes of GPU jobs only).
     """
 
     pid: int
@@ -188,6 +203,7 @@ class Proc:
     sid: int | None = None
     cgroup: str | None = None
     live_threads: LiveThreads | None = None
+    listen_ports: tuple[int, ...] = ()
 
     @property
     def is_zombie(self) -> bool:
@@ -212,6 +228,7 @@ class Proc:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["cmdline"] = list(self.cmdline)
+        data["listen_ports"] = list(self.listen_ports)
         data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
         return data
 
@@ -235,6 +252,7 @@ class Proc:
             sid=_opt_int(data.get("sid")),
             cgroup=_opt_str(data.get("cgroup")),
             live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
+            listen_ports=_ports(data.get(PROCESS_LISTEN_PORTS)) or (),
         )
 
 
@@ -427,6 +445,8 @@ class HostSnapshot:
         error: Host-level error (no driver, unreachable, ...); GPUs may then be empty.
         processes_omitted: Processes the collector left out of ``processes`` to keep its lines small (it lists
             GPU process trees first, then zombie / D-state processes, up to a cap).
+        listening_ports: Every TCP port in LISTEN on the host when the process list was taken, sorted; None
+            when the collector could not tell.
     """
 
     target: str
@@ -444,6 +464,7 @@ class HostSnapshot:
     processes: tuple[Proc, ...] = ()
     processes_omitted: int = 0
     device_holders: tuple[DeviceHolder, ...] | None = None
+    listening_ports: tuple[int, ...] | None = None
     findings: tuple[Finding, ...] = ()
     health: tuple[HealthSample, ...] = ()
     verdict: Verdict | None = None
@@ -453,6 +474,13 @@ class HostSnapshot:
         """How a host line names the way its collector reads the host ("NVML", "nvidia-smi", "reduced");
         None for the simulator, the fleet source and an unknown mode."""
         return MODE_LABELS.get(self.mode or "")
+
+    def listener(self, port: int) -> Proc | None:
+        """The listed process that listens on ``port``, if one does."""
+        for proc in self.processes:
+            if port in proc.listen_ports:
+                return proc
+        return None
 
     def process(self, pid: int) -> Proc | None:
         """The process with this pid in this snapshot, if listed."""
@@ -477,6 +505,7 @@ class HostSnapshot:
         data["device_holders"] = (
             None if self.device_holders is None else [asdict(h) for h in self.device_holders]
         )
+        data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
         data["findings"] = [asdict(f) for f in self.findings]
         data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
@@ -502,9 +531,11 @@ class HostSnapshot:
             by_index = {gpu.index: gpu.processes for gpu in previous.gpus}
             gpus = tuple(Gpu.from_dict(g, by_index.get(int(g["index"]), ())) for g in data.get("gpus") or ())
             processes = previous.processes
+            listening = previous.listening_ports
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
             processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
+            listening = _ports(data.get(LISTENING_PORTS))
         return cls(
             target=str(data.get("target") or ""),
             hostname=_opt_str(data.get("hostname")),
@@ -521,6 +552,7 @@ class HostSnapshot:
             processes=processes,
             processes_omitted=max(0, _opt_int(data.get("processes_omitted")) or 0),
             device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
+            listening_ports=listening,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
             verdict=None if verdict is None else Verdict.from_dict(verdict),

@@ -1,4 +1,5 @@
-"""Files gputui keeps between runs: calibrated GPU baselines and the kill audit log.
+"""Files gputui keeps between runs: calibrated GPU baselines, the kill audit log, and the ports of jobs
+``gputui kill`` took down until a ``gputui check`` sees them free (``watched_ports.json``).
 
 Everything lives under the XDG state directory (``$XDG_STATE_HOME/gputui``, else ``~/.local/state/gputui``).
 ``baselines.json`` maps a host target, then a GPU key (its UUID, else "index:N"), to the idle memory in MiB
@@ -15,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gputui.core.cleanslate import WatchedPort
 
 BASELINES_FILE = "baselines.json"
 AUDIT_FILE = "audit.jsonl"
@@ -242,3 +245,55 @@ def append_line(path: Path, line: str) -> None:
             os.close(fd)
     except OSError as exc:
         raise StateError(f"{path}: cannot append ({exc.strerror or exc})") from None
+
+
+WATCHED_PORTS_FILE = "watched_ports.json"
+WATCHED_PORTS_KEPT_S = 3600.0
+"""A killed job's ports are watched this long at most (a check that never ran must not hold a server
+restarted much later to account)."""
+
+
+def load_watched_ports(target: str, boot_id: str | None, path: Path | None = None) -> tuple[WatchedPort, ...]:
+    """The ports of jobs ``gputui kill`` took down on ``target`` in this boot that no check has seen free
+    yet (``cleanslate.WatchedPort``); none when the file is absent or unusable (it only narrows a verdict)."""
+    file_path = state_dir() / WATCHED_PORTS_FILE if path is None else Path(path)
+    try:
+        document = json.loads(file_path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return ()
+    entry = document.get(target) if isinstance(document, dict) else None
+    if not isinstance(entry, dict) or boot_id is None or entry.get("boot_id") != boot_id:
+        return ()
+    killed_time = entry.get("killed_time")
+    if not isinstance(killed_time, (int, float)) or isinstance(killed_time, bool):
+        return ()
+    if not -WATCHED_PORTS_KEPT_S <= time.time() - killed_time <= WATCHED_PORTS_KEPT_S:
+        return ()  # too old, or from a clock too far off (NaN too) to say
+    ports = entry.get("ports")
+    listed = ports if isinstance(ports, list) else []
+    valid = {p for p in listed if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536}
+    return tuple(WatchedPort(port, float(killed_time)) for port in sorted(valid))
+
+
+def save_watched_ports(
+    target: str, boot_id: str | None, ports: tuple[WatchedPort, ...], path: Path | None = None
+) -> None:
+    """Record (or, with no ports, forget) the watched ports of ``target``, keeping other hosts' entries.
+
+    Raises StateError (one line) when the file cannot be written.
+    """
+    file_path = state_dir() / WATCHED_PORTS_FILE if path is None else Path(path)
+    ensure_state_dir(file_path.parent)
+    try:
+        document = json.loads(file_path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        document = {}
+    if not isinstance(document, dict):
+        document = {}
+    times = [p.killed_time for p in ports if p.killed_time is not None]
+    if ports and boot_id is not None:
+        entry = {"boot_id": boot_id, "killed_time": max(times) if times else time.time()}
+        document[target] = dict(entry, ports=sorted({p.port for p in ports}))
+    elif document.pop(target, None) is None:
+        return
+    atomic_write_text(file_path, json.dumps(document, indent=1, ensure_ascii=False) + "\n", mode=0o600)

@@ -34,7 +34,11 @@ class CleanChecks:
     def start(self, host: HostState, trigger: str = "c") -> None:
         app = self._app
         host.check = cleanslate.start(
-            app.clock(), app.settings.check_timeout_s, trigger, kill_pending=bool(host.kills)
+            app.clock(),
+            app.settings.check_timeout_s,
+            trigger,
+            kill_pending=bool(host.kills),
+            ports=host.watched_ports,
         )
         app.hosts.configure(host, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
         app.host_changed(host)

@@ -24,7 +24,7 @@ from textual.message import Message
 
 from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.analysis import Baselines, KilledJob, analyze
-from gputui.core.cleanslate import CleanCheck
+from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
 from gputui.core.health_view import UP, HealthHistory, health_transitions
 from gputui.core.history import GpuHistory
 from gputui.core.model import HostSnapshot
@@ -79,6 +79,8 @@ class HostState:
     """Kill operations under way on this host, by the app's own number for each."""
     killed_jobs: tuple[KilledJob, ...] = ()
     """Jobs killed here, newest last: what escaped them is a survivor finding. Replaced, never mutated."""
+    watched_ports: tuple[WatchedPort, ...] = ()
+    """The TCP ports of jobs killed here not yet seen free: a clean-slate check waits on them."""
     poller: HostPoller | None = None
 
     @property
@@ -92,7 +94,8 @@ class HostState:
         notices: list[Notice] = []
         previous = self.snapshot
         name = visible(self.target, 40)
-        if previous is not None and previous.boot_id != snapshot.boot_id and self.tagged:
+        reboot = previous is not None and previous.boot_id != snapshot.boot_id
+        if reboot and self.tagged:
             self.tagged.clear()
             notices.append(("warning", "", f"{name} rebooted: tagged processes forgotten"))
         self.history.record(snapshot)
@@ -101,6 +104,7 @@ class HostState:
             notices.append(("information" if recovered else "warning", "health", f"{name}: {line}"))
         self.health_history.update(snapshot.health)
         self.snapshot = snapshot
+        self.watched_ports = () if reboot else ports_left(snapshot, self.watched_ports)
         self.last_ok_s = now_s
         self.error = None
         self.halted = False
@@ -117,6 +121,10 @@ class HostState:
 
     def killed(self, jobs: tuple[KilledJob, ...]) -> None:
         self.killed_jobs = (*self.killed_jobs, *jobs)[-KILLED_JOBS_KEPT:]
+
+    def watch_ports(self, ports: tuple[WatchedPort, ...]) -> None:
+        known = {p.port for p in self.watched_ports}
+        self.watched_ports += tuple(p for p in ports if p.port not in known)
 
     def killed_members(self) -> list[tuple[int, int | None]]:
         return [member for job in self.killed_jobs for member in job.members]

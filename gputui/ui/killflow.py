@@ -264,8 +264,11 @@ class KillFlow:
             delay_s = plan.escalate_s if plan.escalate_s is not None else plan.wait_s
             text += "\n" + pending_summary(message.pending, delay_s)
         app.say(text, severity=severity, title=f"{plan.signal} on {visible(message.target, 40)}")
-        if host.check is not None and any(o.stage in SIGNALLING_STAGES for o in message.outcomes):
-            host.check = cleanslate.kill_sent(host.check, app.clock())
+        if any(o.stage in SIGNALLING_STAGES for o in message.outcomes):
+            ports = cleanslate.watched_ports(plan.ports, entry.snapshot.time)
+            host.watch_ports(ports)
+            if host.check is not None:
+                host.check = cleanslate.kill_sent(host.check, app.clock(), ports)
         host.tagged.clear()
         app.host_changed(host)
 

@@ -96,7 +96,7 @@ class DrainLink(HostLink):
 def test_check_wait_turns_down_steps_2_and_3_and_is_clean_at_step_4() -> None:
     link = DrainLink("gpu-drain", auto=True)
     args = argparse.Namespace(interval=1.0, process_interval=3.0)
-    snapshot, waited_s = wait_until_clean(link, "gpu-drain", Baselines(), 30.0, args, clock=link.now)
+    snapshot, waited_s, _check = wait_until_clean(link, "gpu-drain", Baselines(), 30.0, args, clock=link.now)
     assert link.sampled_at == [0, 2, 3, 4]  # the first look, then one confirmation per clean memory sample
     assert waited_s == CLEAN_STEP
     assert snapshot.time == T0 + CLEAN_STEP

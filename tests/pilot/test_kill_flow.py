@@ -148,6 +148,35 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
         await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
 
 
+async def test_no_receipt_while_the_killed_servers_port_is_still_listening(
+    make_app, clock: ManualClock
+) -> None:
+    """A process that escaped the job keeps the launcher's listening socket: the GPUs are back and the
+    verdict alone is clean, but the check names the port and its listener until it is free."""
+    from gputui.transports.sim import SGLANG_PORT, SimProc
+
+    app = make_app(escalate_s=0.1)
+    async with app.run_test(size=WIDE) as pilot:
+        await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+        link = app.factory.links["gpu-node-07"]
+        await pilot.press("X", "y")
+        await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
+        with link._lock:  # started before the kill, so not the server restarted
+            link._procs[4400] = SimProc(4400, 1, "lingering", ("lingering",), start_offset_s=80_005.0,
+                                        listen_ports=(SGLANG_PORT,))
+        clock.advance(DRAIN_S + 1.0)
+        line = app.query_one(CleanSlateLine)
+        held = f"port {SGLANG_PORT} still listening (pid 4400 lingering)"
+        await wait_for(pilot, lambda: held in str(line.render()), "the port named")
+        assert app.hosts[0].snapshot.verdict.clean
+        assert "CLEAN" not in str(line.render())
+        with link._lock:
+            del link._procs[4400]
+        await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
+        assert f" · port {SGLANG_PORT} free " in str(line.render())
+        assert app.hosts[0].watched_ports == ()
+
+
 async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(make_app) -> None:
     """After the kill, a daemon the job had started with setsid (adopted by init) still holds GPU1."""
     from gputui.transports.sim import SimProc

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -421,3 +421,20 @@ def test_an_abandoned_run_says_what_it_left(tmp_path: Path) -> None:
     run.abandon()
     assert run.done
     assert [(o.pid, o.result) for o in run.left] == [(DETOKENIZER_PID, "abandoned")]
+
+
+def test_a_plan_records_the_jobs_ports_from_port_options_and_listeners() -> None:
+    snapshot = host()
+    procs = {p.pid: p for p in snapshot.processes}
+    procs[100] = replace(procs[100], cmdline=("python3", "-m", "sglang.launch_server", "--port", "30000"))
+    worker_argv = ("python3", "--port=31000", "--port=31001")
+    procs[101] = replace(procs[101], cmdline=worker_argv, listen_ports=(5557,))
+    procs[300] = replace(procs[300], cmdline=("orphan", "--port", "40000"), listen_ports=(40001,))
+    snapshot = replace(snapshot, processes=tuple(procs.values()))
+    plan = plan_kill(snapshot, [100], tree=True)
+    # argparse's reading: the last --port counts; the orphan outside the tree is not the job's.
+    assert plan.ports == (5557, 30000, 31001)
+    bad = replace(snapshot, processes=tuple(
+        replace(p, cmdline=("python3", "--port", "99999")) if p.pid == 100 else p for p in snapshot.processes
+    ))
+    assert plan_kill(bad, [100]).ports == ()  # not a port: nothing to wait for

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gputui.core import cleanslate
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
@@ -128,3 +130,50 @@ def test_the_receipt_says_how_long_the_driver_tore_down_after_the_last_holder() 
     # A holder listed again (a restarted server) ends the teardown: its memory is held, not being released.
     check, _ = cs.memory_sample(check, sample(30_000, True), Baselines(), 6.0)
     assert (check.holders_gone_s, check.teardown_s) == (None, None)
+
+
+def _listening(snapshot: HostSnapshot, ports: tuple[int, ...]) -> HostSnapshot:
+    return replace(snapshot, listening_ports=ports)
+
+
+def test_a_port_of_the_killed_job_still_listening_holds_the_receipt_and_says_by_whom() -> None:
+    watched = cleanslate.watched_ports([30000, 30001], killed_time=T0)
+    check = cleanslate.kills_settled(cleanslate.kill_sent(_started(), T0 + 1, watched), still_under_way=False)
+    assert [p.port for p in check.ports] == [30000, 30001]
+    launcher = Proc(pid=4200, ppid=1, state="S", name="python3", start_ticks=1, create_time=T0 - 600,
+                    listen_ports=(30000,))
+    held = _listening(_snapshot((3, 3), T0 + 2, processes=(launcher,)), (22, 30000))
+    check, ask = cleanslate.memory_sample(check, held, BASELINES, T0 + 2)
+    assert ask  # memory alone decides when to look
+    check = cleanslate.confirming_sample(check, held)
+    assert check.running
+    assert check.note == check.ports_note == "port 30000 still listening (pid 4200 python3)"
+    assert check.ports_free_s is None
+    # A listener no listed process accounts for is still a listener.
+    unknown = _listening(_snapshot((3, 3), T0 + 3), (30001,))
+    check, _ = cleanslate.memory_sample(check, unknown, BASELINES, T0 + 3)
+    check = cleanslate.confirming_sample(check, unknown)
+    assert check.note == "port 30001 still listening (by a process not listed)"
+    free = _listening(_snapshot((3, 3), T0 + 4), (22,))
+    check, _ = cleanslate.memory_sample(check, free, BASELINES, T0 + 4)
+    assert check.ports_free_s == T0 + 4
+    check = cleanslate.confirming_sample(check, free)
+    assert check.clean is True
+    assert check.ports_note == ""
+
+
+def test_the_restarted_server_and_a_host_that_cannot_list_ports_do_not_hold_the_receipt() -> None:
+    watched = cleanslate.watched_ports([30000], killed_time=T0)
+    restarted = Proc(pid=5000, ppid=1, state="S", name="python3", start_ticks=9, create_time=T0 + 5,
+                     listen_ports=(30000,))
+    snapshot = _listening(_snapshot((3, 3), T0 + 6, processes=(restarted,)), (30000,))
+    assert cleanslate.busy_ports(snapshot, watched) == []
+    assert cleanslate.ports_left(snapshot, watched) == ()
+    blind = _snapshot((3, 3), T0 + 6)  # a collector that did not read the tables
+    assert cleanslate.busy_ports(blind, watched) is None
+    assert cleanslate.ports_left(blind, watched) == watched  # not seen free: still watched
+    check = cleanslate.start(T0, 60.0, ports=watched)
+    check, _ = cleanslate.memory_sample(check, blind, BASELINES, T0 + 6)
+    check = cleanslate.confirming_sample(check, blind)
+    assert check.clean is True
+    assert check.ports_free_s is None  # not known when

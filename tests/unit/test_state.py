@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from gputui.core import state
+from gputui.core.cleanslate import watched_ports
 from gputui.core.state import StateError, load_baselines, save_baselines, state_dir
 
 
@@ -110,3 +112,39 @@ def test_append_line_is_owner_only_and_appends(tmp_path: Path) -> None:
     state.append_line(path, "two\n")
     assert path.read_text() == "one\ntwo\n"
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_watched_ports_are_kept_per_host_and_boot_and_forgotten(xdg: Path) -> None:
+    now = time.time()
+    state.save_watched_ports("gpu-a", "boot-1", watched_ports([30000, 30001], now))
+    state.save_watched_ports("gpu-b", "boot-9", watched_ports([8000], now))
+    assert [p.port for p in state.load_watched_ports("gpu-a", "boot-1")] == [30000, 30001]
+    assert state.load_watched_ports("gpu-a", "boot-2") == ()  # rebooted: the job is long gone
+    assert state.load_watched_ports("gpu-a", None) == ()
+    assert state.load_watched_ports("gpu-c", "boot-1") == ()
+    state.save_watched_ports("gpu-a", "boot-1", ())  # seen free
+    assert state.load_watched_ports("gpu-a", "boot-1") == ()
+    assert [p.port for p in state.load_watched_ports("gpu-b", "boot-9")] == [8000]
+    old = now - state.WATCHED_PORTS_KEPT_S - 1
+    state.save_watched_ports("gpu-a", "boot-1", watched_ports([30000], old))
+    assert state.load_watched_ports("gpu-a", "boot-1") == ()  # a check that never came: not held forever
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"\xff\xfe", b"[1, 2]", b'{"gpu-a": 7}', b'{"gpu-a": {"boot_id": "boot-1", "killed_time": "x"}}',
+     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": 1e300, "ports": [22]}}',
+     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": NaN, "ports": [22]}}',
+     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": true, "ports": [22]}}',
+     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": %d, "ports": [0, -1, 70000, true, "80", 22]}}'
+     % int(time.time())],
+)
+def test_a_bad_watched_ports_file_is_no_port_and_is_replaced(xdg: Path, content: bytes) -> None:
+    path = state_dir() / state.WATCHED_PORTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    loaded = state.load_watched_ports("gpu-a", "boot-1")
+    assert [p.port for p in loaded] in ([], [22])
+    state.save_watched_ports("gpu-b", "boot-1", ())
+    state.save_watched_ports("gpu-a", "boot-1", loaded)
+    assert state.load_watched_ports("gpu-a", "boot-1") == loaded

@@ -110,6 +110,13 @@ def _health_launcher_kind(argv: list[str]) -> str | None:
     return None
 
 
+def port_option(cmdline: Iterable[Any]) -> int | None:
+    """The port a command line names with ``--port N`` / ``--port=N`` (the last one, as argparse reads it);
+    None when it names none or not a valid one."""
+    given, text = _health_option([str(arg) for arg in cmdline], "--port")
+    return _health_valid_port(text or "") if given else None
+
+
 def health_launcher_url(cmdline: Iterable[Any]) -> str | None:
     """The /health URL an sglang or vLLM launcher command line serves, or None.
 

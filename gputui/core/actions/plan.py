@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent import protocol
+from gputui.agent.health.discovery import port_option
 from gputui.agent.proctree import deepest_first, related_map, walk
 from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
@@ -97,6 +98,8 @@ class KillPlan:
         notes: Human lines about substitutions and omissions (zombies, invisible pids, graphics holders).
         wait_s: Without escalation, seconds after which the agent says whether each process is gone.
         zombies: The zombies among those notes, as data.
+        ports: The TCP ports the job serves on: each ``--port`` of its command lines and every port its
+            listed processes were seen listening on. The clean slate waits until none is in LISTEN.
     """
 
     target: str
@@ -108,6 +111,7 @@ class KillPlan:
     notes: tuple[str, ...] = ()
     wait_s: float | None = None
     zombies: tuple[ZombieNote, ...] = ()
+    ports: tuple[int, ...] = ()
 
     @property
     def roots(self) -> tuple[KillTarget, ...]:
@@ -277,7 +281,22 @@ def plan_kill(
         notes=tuple(dict.fromkeys(notes)),
         wait_s=None if escalate_s is not None else wait_s,
         zombies=tuple(dict.fromkeys(zombies)),
+        ports=job_ports(targets, snapshot),
     )
+
+
+def job_ports(targets: Iterable[KillTarget], snapshot: HostSnapshot) -> tuple[int, ...]:
+    """The TCP ports of what ``targets`` name: ``--port`` of their command lines (a launcher's, or the
+    wrapper's around it) and the ports they were listening on in ``snapshot``; sorted."""
+    ports: set[int] = set()
+    for target in targets:
+        named = port_option(target.cmdline)
+        if named is not None:
+            ports.add(named)
+        proc = snapshot.process(target.pid)
+        if proc is not None:
+            ports.update(proc.listen_ports)
+    return tuple(sorted(ports))
 
 
 def kill_command(plan: KillPlan, detach: bool = True) -> dict[str, Any]:

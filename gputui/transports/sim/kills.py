@@ -35,6 +35,7 @@ class SimKills:
     _closed: threading.Event
     _procs: dict[int, SimProc]
     _draining: list[tuple[int, int, float]]
+    _closing_ports: list[tuple[int, float]]
     _server_pid: int
     _server_dead_at: float | None
     _ops: dict[int, SimKill]
@@ -84,6 +85,7 @@ class SimKills:
         self._procs.pop(proc.pid, None)
         for gpu, mib in proc.gpu_mib.items():
             self._draining.append((gpu, mib, now_s))
+        self._closing_ports.extend((port, now_s) for port in proc.listen_ports)
         if proc.pid == self._server_pid:
             self._server_dead_at = now_s
         for child in list(self._procs.values()):

@@ -25,6 +25,7 @@ from gputui.transports.sim.scenario import (
     HEALTHY_TARGET,
     IDLE_MIB,
     LAUNCHER_PID,
+    PORT_LINGER_S,
     POWER_LIMIT_W,
     SGLANG_SERVING,
     VLLM_PID,
@@ -74,6 +75,8 @@ class SimLink(SimKills, HostLink):
         }
         self._draining: list[tuple[int, int, float]] = []
         """(gpu index, MiB, epoch seconds the holder died): memory on its way back to the driver."""
+        self._closing_ports: list[tuple[int, float]] = []
+        """(port, epoch seconds its last holder died): in LISTEN for ``PORT_LINGER_S`` more."""
         self._server_pid = VLLM_PID if self._healthy else LAUNCHER_PID
         self._server_dead_at: float | None = None
         """When the process serving the host's /health died: from then on it is DOWN."""
@@ -326,6 +329,9 @@ class SimLink(SimKills, HostLink):
         self._advance(now_s)
         self._settle()
         self._draining = [d for d in self._draining if now_s - d[2] < DRAIN_S]
+        self._closing_ports = [c for c in self._closing_ports if now_s - c[1] < PORT_LINGER_S]
+        listening = {port for p in self._procs.values() for port in p.listen_ports}
+        listening.update(port for port, _died_s in self._closing_ports)
         procs = tuple(
             Proc(
                 pid=p.pid,
@@ -345,6 +351,7 @@ class SimLink(SimKills, HostLink):
                     if p.state != "Z" or p.live_threads is None
                     else LiveThreads(sum(p.live_threads.values()), dict(p.live_threads))
                 ),
+                listen_ports=p.listen_ports,
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )
@@ -361,5 +368,6 @@ class SimLink(SimKills, HostLink):
             processes_time=now_s,
             gpus=tuple(self._gpu(i, now_s) for i in range(GPU_COUNT)),
             processes=procs,
+            listening_ports=tuple(sorted(listening)),
             health=self._health(now_s),
         )

@@ -34,6 +34,8 @@ IDLE_MIB = 3
 """What an idle GPU reports as used: the driver's own footprint."""
 DRAIN_S = 2.0
 """Seconds within which a dead holder's GPU memory is back with the driver (GPU 7 takes this long)."""
+PORT_LINGER_S = 1.0
+"""Seconds a dead process's listening port stays in LISTEN (its socket closes with its last holder)."""
 
 
 def drain_s(gpu_index: int) -> float:
@@ -53,6 +55,7 @@ CLOCK_TICKS_PER_S = 100
 BOOT_EPOCH_S = 1_780_000_000.0
 """Epoch seconds at which the simulated hosts booted (start ticks count from here)."""
 
+SGLANG_PORT = 30000
 SGLANG_CMDLINE = (
     "python3",
     "-m",
@@ -62,7 +65,7 @@ SGLANG_CMDLINE = (
     "--tp",
     "8",
     "--port",
-    "30000",
+    str(SGLANG_PORT),
     "--enable-layerwise-nvtx-marker",
     "--enable-metrics",
 )
@@ -172,6 +175,7 @@ class SimProc:
     start_offset_s: float = 1000.0
     state_since: float | None = None
     rss_kib: int = 1_048_576
+    listen_ports: tuple[int, ...] = ()
 
     @property
     def start_ticks(self) -> int:
@@ -209,6 +213,7 @@ def wedge_processes() -> list[SimProc]:
             SGLANG_CMDLINE,
             start_offset_s=80_001.0,
             rss_kib=3_200_000,
+            listen_ports=(SGLANG_PORT,),
         ),
     ]
     for tp in range(GPU_COUNT):

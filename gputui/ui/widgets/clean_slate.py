@@ -24,6 +24,17 @@ def receipt_times(check: CleanCheck) -> str:
     return f"{duration(max(0.0, end_s - check.kill_s))} since the kill · {since_key}"
 
 
+def ports_free_text(check: CleanCheck) -> str:
+    """``port 30000 free 1.2 s after the kill``: when the killed jobs' ports were first seen free (counted
+    from the key when the check started after the kill); "" when none were watched or it is not known."""
+    if not check.ports or check.ports_free_s is None:
+        return ""
+    plural = "s" if len(check.ports) > 1 else ""
+    names = ", ".join(str(p.port) for p in check.ports)
+    since, what = (check.started_s, check.trigger) if check.kill_s is None else (check.kill_s, "the kill")
+    return f"port{plural} {names} free {duration(max(0.0, check.ports_free_s - since))} after {what}"
+
+
 def drain_text(check: CleanCheck) -> Text:
     """`` · drain ██▇▅▂▁ 329 880 MiB → baseline``: how memory came back, from the kill (or the key) to the
     receipt; empty when nothing was above baseline."""
@@ -59,13 +70,20 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
         line.append_text(drain_text(check))
         if check.teardown_s is not None:
             line.append(f" · driver teardown {duration(check.teardown_s)}", style="green")
+        ports = ports_free_text(check)
+        if ports:
+            line.append(f" · {ports}", style="green")
         return line
     if verdict.clean and check is not None and check.finished_s is None:
         # A clean memory sample is not the receipt: the kill has to be over and a full sample has to agree.
         line = Text(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
         waited = duration(max(0.0, now_s - check.started_s))
         then = "waiting for the kill to finish" if check.kill_pending else "confirming with a full sample"
-        line.append(f" · {waited} · {then}", style="yellow")
+        line.append(f" · {waited} · ", style="yellow")
+        if check.ports_note and not check.kill_pending:
+            line.append_text(safe_text(check.ports_note, 120))  # the listener's name came from the host
+        else:
+            line.append(then, style="yellow")
         return line
     if verdict.clean:
         return Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
