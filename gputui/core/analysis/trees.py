@@ -194,15 +194,43 @@ def gpu_tree_pids(snapshot: HostSnapshot) -> set[int]:
     return {node.proc.pid for node in flatten(build_forest(snapshot))}
 
 
+def _agent_line(snapshot: HostSnapshot, table: dict[int, Proc]) -> set[int]:
+    """The agent and those of its ancestors the snapshot lists."""
+    line: set[int] = set()
+    pid = snapshot.agent_pid
+    while pid is not None and pid in table and pid not in line:
+        line.add(pid)
+        pid = table[pid].ppid
+    return line
+
+
+def _root_off_line(pid: int, root: int, table: dict[int, Proc], line: set[int]) -> int:
+    """``root``, or where the agent's own line of ancestors runs through it, the holder's highest ancestor
+    off that line: what ran gputui (a script that also started the server, the shell of a pipe into
+    ``tee``) is not the holder's job, and neither are its other children."""
+    if root not in line:
+        return root
+    current = pid
+    while current not in line:
+        parent = table[current].ppid
+        if parent is None or parent in line or parent not in table:
+            return current
+        current = parent
+    return current
+
+
 def kill_all_roots(snapshot: HostSnapshot, include_graphics: bool = False) -> tuple[list[int], list[str]]:
     """The roots of what killing every GPU process tree takes, and human notes on what it leaves out.
 
     The job root (``tree_root``) of every visible GPU process, never pid 1 (a container whose init holds
-    GPU memory is stopped from inside). Processes that every GPU lists as graphics only (an X server, a
-    compositor) are left out unless ``include_graphics``: they belong to the desktop, not to a GPU job.
+    GPU memory is stopped from inside) and never the agent or one of its ancestors: where the holder's job
+    would climb to one, the root is the holder's highest ancestor below the agent's line. Processes that
+    every GPU lists as graphics only (an X server, a compositor) are left out unless ``include_graphics``:
+    they belong to the desktop, not to a GPU job.
     """
     table = proc_table(snapshot)
     graphics = graphics_only_pids(snapshot)
+    line = _agent_line(snapshot, table)
     roots: list[int] = []
     notes: list[str] = []
     left_out: list[int] = []
@@ -210,9 +238,13 @@ def kill_all_roots(snapshot: HostSnapshot, include_graphics: bool = False) -> tu
         if pid in graphics and not include_graphics:
             left_out.append(pid)
             continue
-        root = tree_root(pid, table)
+        root = _root_off_line(pid, tree_root(pid, table), table, line)
         if root in (0, 1):
             notes.append(f"pid {proc_label(table.get(root), root)} holds GPU memory: init is never signalled")
+        elif root in line and root != snapshot.agent_pid:
+            notes.append(
+                f"pid {proc_label(table.get(root), root)} holds GPU memory and runs gputui: never signalled"
+            )
         elif root not in roots:
             roots.append(root)
     for pid in left_out:
