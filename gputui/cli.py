@@ -98,7 +98,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         "--read-only", action="store_true", help="never signal anything: kill keys and commands are refused"
     )
     parser.add_argument(
-        "--interval", type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S), default=1.0, metavar="SECONDS",
+        "--interval",
+        type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
+        default=1.0,
+        metavar="SECONDS",
         help=f"memory sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
     parser.add_argument(
@@ -109,48 +112,72 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help=f"process-list sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
     parser.add_argument(
-        "--baseline-mib", type=_mib, default=None, metavar="MIB",
+        "--baseline-mib",
+        type=_mib,
+        default=None,
+        metavar="MIB",
         help="idle baseline per GPU (default: calibrated value, else 3)",
     )
     parser.add_argument(
-        "--tolerance-mib", type=_mib, default=None, metavar="MIB",
+        "--tolerance-mib",
+        type=_mib,
+        default=None,
+        metavar="MIB",
         help="allowed excess over the baseline",
     )
     parser.add_argument(
-        "--health", action="append", default=[], metavar="URL",
+        "--health",
+        action="append",
+        default=[],
+        metavar="URL",
         help="health endpoint probed on the GPU host itself (repeatable)",
     )
     parser.add_argument(
-        "--metrics", action="append", default=[], metavar="URL",
+        "--metrics",
+        action="append",
+        default=[],
+        metavar="URL",
         help="server metrics endpoint read on the GPU host beside the health URL of its origin (repeatable)",
     )
     parser.add_argument(
-        "--health-generate", action="store_true",
+        "--health-generate",
+        action="store_true",
         help="also probe token-generating endpoints (/health_generate), at most every 10 s",
     )
     parser.add_argument(
         "--no-discover", action="store_true", help="do not probe health URLs discovered from launchers"
     )
     parser.add_argument(
-        "--accept-new", action="store_true",
+        "--accept-new",
+        action="store_true",
         help="accept and record unknown SSH host keys (never changed ones)",
     )
     parser.add_argument(
-        "--config", type=Path, default=None, metavar="FILE",
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
         help="gputui config file (default: $XDG_CONFIG_HOME/gputui/config.toml)",
     )
     parser.add_argument(
-        "-F", "--ssh-config", default=None, metavar="FILE",
+        "-F",
+        "--ssh-config",
+        default=None,
+        metavar="FILE",
         help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
     )
     parser.add_argument(
-        "--ssh-client", choices=SSH_CLIENTS, default=None,
+        "--ssh-client",
+        choices=SSH_CLIENTS,
+        default=None,
         help="what reaches remote hosts: paramiko (built in; the default), openssh (the system ssh: "
         "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where the ssh config "
         "needs it); overrides ssh_client in the config",
     )
     parser.add_argument(
-        "--connect-timeout", type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S), default=10.0,
+        "--connect-timeout",
+        type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S),
+        default=10.0,
         metavar="SECONDS",
         help=f"deadline for connecting to a host ({CONNECT_TIMEOUT_MIN_S:g} to {CONNECT_TIMEOUT_MAX_S:g})",
     )
@@ -158,7 +185,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
 
 def _add_no_audit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--no-audit", action="store_true",
+        "--no-audit",
+        action="store_true",
         help="kill even though the audit log cannot be written, and write nothing to it",
     )
 
@@ -176,12 +204,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         _add_no_audit(parser)
         fleet_options.add_arguments(parser)
         parser.add_argument(
-            "--theme", default=None, metavar="NAME",
+            "--theme",
+            default=None,
+            metavar="NAME",
             help="colours: ansi (the terminal's own), or a Textual theme such as textual-dark, nord, "
             "gruvbox; kept for the next run",
         )
         parser.add_argument(
-            "targets", nargs="*", metavar="TARGET",
+            "targets",
+            nargs="*",
+            metavar="TARGET",
             help="local, an ssh alias, [user@]host[:port], @group from the config",
         )
         return parser
@@ -195,11 +227,15 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
         fleet_options.add_arguments(parser)
         parser.add_argument(
-            "--wait", type=_seconds(0.0, WAIT_MAX_S), default=None, metavar="SECONDS",
+            "--wait",
+            type=_seconds(0.0, WAIT_MAX_S),
+            default=None,
+            metavar="SECONDS",
             help=f"sample quickly until clean or the deadline (at most {WAIT_MAX_S:g})",
         )
         parser.add_argument(
-            "--calibrate", action="store_true",
+            "--calibrate",
+            action="store_true",
             help="record the current per-GPU memory of this idle host as its baseline",
         )
         parser.add_argument("targets", nargs="*", metavar="TARGET")
@@ -210,28 +246,36 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser.add_argument("--signal", choices=("INT", "TERM", "KILL"), default="TERM")
         parser.add_argument("--tree", action="store_true", help="signal the job's tree, children first")
         parser.add_argument(
-            "--all-gpu", action="store_true",
+            "--all-gpu",
+            action="store_true",
             help="every GPU job on the host (graphics-only holders such as Xorg left out)",
         )
         parser.add_argument(
-            "--include-graphics", action="store_true",
+            "--include-graphics",
+            action="store_true",
             help="with --all-gpu, also the processes holding graphics memory only (the display stack)",
         )
         escalation = parser.add_mutually_exclusive_group()
         escalation.add_argument(
-            "--escalate", type=_seconds(ESCALATE_MIN_S, ESCALATE_MAX_S), default=None, metavar="SECONDS",
+            "--escalate",
+            type=_seconds(ESCALATE_MIN_S, ESCALATE_MAX_S),
+            default=None,
+            metavar="SECONDS",
             help=f"send KILL to whatever is left after this many seconds (default 5; {ESCALATE_MIN_S:g} to "
             f"{ESCALATE_MAX_S:g})",
         )
         escalation.add_argument(
-            "--no-escalate", action="store_true",
+            "--no-escalate",
+            action="store_true",
             help="no KILL: only say after the delay whether each process is gone",
         )
         _add_no_audit(parser)
         parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
         parser.add_argument(
-            "words", nargs="*", metavar="[TARGET] PID",
+            "words",
+            nargs="*",
+            metavar="[TARGET] PID",
             help="an optional host target, then process ids",
         )
     return parser

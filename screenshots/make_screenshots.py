@@ -58,8 +58,9 @@ async def fleet_screenshot(out_dir: Path) -> None:
     from gputui.ui.widgets.fleet_table import FleetTable
     from tests.data.prometheus import fetcher_of, load_answer, recorded_fleet_app
 
-    app, fleet = recorded_fleet_app(fetcher_of(load_answer("demo.json")), ManualClock(),
-                                    Path(os.environ["XDG_STATE_HOME"]) / "audit")
+    app, fleet = recorded_fleet_app(
+        fetcher_of(load_answer("demo.json")), ManualClock(), Path(os.environ["XDG_STATE_HOME"]) / "audit"
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         table = fleet.query_one(FleetTable)
         await _until(pilot, lambda: table.row_count == 16, "the fleet's rows")

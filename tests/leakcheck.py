@@ -27,7 +27,10 @@ _left: list[str] = []
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--leak-grace", type=float, default=GRACE_S, metavar="SECONDS",
+        "--leak-grace",
+        type=float,
+        default=GRACE_S,
+        metavar="SECONDS",
         help="how long the run's processes may take to end after the last test (default %(default)s)",
     )
 

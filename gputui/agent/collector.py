@@ -87,7 +87,10 @@ class Agent:
         self.discover_health = bool(discover_health)
         self.health_urls: tuple[str, ...] = ()
         self._health_settings = (
-            list(health_urls), self.discover_health, bool(health_generate), list(metrics_urls)
+            list(health_urls),
+            self.discover_health,
+            bool(health_generate),
+            list(metrics_urls),
         )
         self._health: HealthProber | None = None
         self._health_lock = threading.Lock()

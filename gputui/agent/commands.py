@@ -124,7 +124,12 @@ def idle_health_config(discover: bool) -> dict[str, Any]:
     )
 
     return health_config(
-        [], [], False, discover, HEALTH_DEFAULT_INTERVAL_S, HEALTH_DEFAULT_DEADLINE_S,
+        [],
+        [],
+        False,
+        discover,
+        HEALTH_DEFAULT_INTERVAL_S,
+        HEALTH_DEFAULT_DEADLINE_S,
         HEALTH_GENERATE_MIN_INTERVAL_S,
     )
 

@@ -105,7 +105,7 @@ def socket_inodes(pid: int) -> set[int]:
     for link in fd_links(pid, MAX_FDS_PER_PROCESS):
         if link.startswith(_SOCKET_PREFIX) and link.endswith("]"):
             try:
-                inodes.add(int(link[len(_SOCKET_PREFIX):-1]))
+                inodes.add(int(link[len(_SOCKET_PREFIX) : -1]))
             except ValueError:
                 continue
     return inodes

@@ -42,9 +42,7 @@ class ProcessSampler:
     Not thread-safe: one owner, under its own lock (the collector's sampling).
     """
 
-    def __init__(
-        self, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY
-    ) -> None:
+    def __init__(self, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY) -> None:
         self.child_pid_namespace = child_pid_namespace
         self.full_sweep_every = max(1, int(full_sweep_every))
         self.details = ProcDetails(use_psutil=False)

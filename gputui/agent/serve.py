@@ -186,7 +186,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
         f"{HEALTH_GENERATE_MIN_INTERVAL_S:g} s",
     )
     parser.add_argument(
-        "--metrics", action="append", default=[], metavar="URL",
+        "--metrics",
+        action="append",
+        default=[],
+        metavar="URL",
         help="server metrics URL read beside the health URL of its origin (repeatable)",
     )
     parser.add_argument("--no-discover", action="store_true", help="do not probe launchers' /health URLs")

@@ -108,9 +108,9 @@ def _gpu_reason_text(index: int, used: int | None, reason: str) -> str:
     """A per-GPU reason without the "GPU3 41236 MiB " its line already shows."""
     prefix = f"GPU{index} "
     if reason.startswith(prefix):
-        reason = reason[len(prefix):]
+        reason = reason[len(prefix) :]
     if used is not None and reason.startswith(f"{used} MiB "):
-        reason = reason[len(f"{used} MiB "):]
+        reason = reason[len(f"{used} MiB ") :]
     return reason
 
 
@@ -227,8 +227,11 @@ def wait_until_clean(
 
 def _calibrate(snapshot: HostSnapshot, target: str, out: TextIO, err: TextIO, json_out: bool) -> int:
     if snapshot.error is not None or not snapshot.gpus:
-        print(f"gputui: {visible(target, 100)}: cannot calibrate: "
-              f"{visible(snapshot.error or 'no GPUs found', 300)}", file=err)
+        print(
+            f"gputui: {visible(target, 100)}: cannot calibrate: "
+            f"{visible(snapshot.error or 'no GPUs found', 300)}",
+            file=err,
+        )
         return EXIT_ERROR
     broken = [g for g in snapshot.gpus if g.error is not None or g.memory_used_mib is None]
     if broken:

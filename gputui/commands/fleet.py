@@ -43,7 +43,12 @@ CHECK_POLL_S = 1.0
 """How often ``check --wait`` asks again (Prometheus's data changes once per scrape anyway)."""
 MEMORY_ONLY_NOTE = "memory only: processes, zombies and kills need the SSH view"
 UNKNOWN_FIELDS = (
-    "processes", "processes_time", "device_holders", "boot_id", "driver_version", "agent_version"
+    "processes",
+    "processes_time",
+    "device_holders",
+    "boot_id",
+    "driver_version",
+    "agent_version",
 )
 """Snapshot fields DCGM metrics cannot fill: null or empty in every fleet host, said in ``source``."""
 MAX_HOSTS_LISTED = 50
@@ -57,8 +62,9 @@ def _baselines(args: argparse.Namespace, err: TextIO) -> Baselines:
     return baselines
 
 
-def _document(choice: FleetChoice, source: PrometheusSource, sample: FleetSample | None,
-              error: str | None) -> dict[str, Any]:
+def _document(
+    choice: FleetChoice, source: PrometheusSource, sample: FleetSample | None, error: str | None
+) -> dict[str, Any]:
     """The JSON document: ``gputui snapshot --json``'s shape, one entry per host, and a ``source`` object
     saying where the data came from and what it cannot know."""
     document = snapshots_document([] if sample is None else [h.snapshot for h in sample.hosts])

@@ -49,15 +49,24 @@ class FleetChoice:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``--prometheus``, ``--match`` and ``--hosts-file``."""
     parser.add_argument(
-        "--prometheus", nargs="?", const=FROM_CONFIG, default=None, metavar="URL",
+        "--prometheus",
+        nargs="?",
+        const=FROM_CONFIG,
+        default=None,
+        metavar="URL",
         help="read every GPU host from Prometheus (DCGM exporter metrics; no URL: [fleet] prometheus)",
     )
     parser.add_argument(
-        "--match", default=None, metavar="MATCHERS",
+        "--match",
+        default=None,
+        metavar="MATCHERS",
         help="with --prometheus: only the DCGM series these matchers select, e.g. 'instance=~\"gpu-.*\"'",
     )
     parser.add_argument(
-        "--hosts-file", type=Path, default=None, metavar="FILE",
+        "--hosts-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
         help="more targets, one per line (# comments)",
     )
 

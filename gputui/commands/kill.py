@@ -106,8 +106,13 @@ def parse_words(words: list[str], demo: bool) -> tuple[str, list[int]]:
 
 def plan_line(plan: KillPlan) -> str:
     """``gpu-a: SIGTERM (tree), KILL after 5 s``: what the plan sends, and then what."""
-    then = (f", KILL after {plan.escalate_s:g} s" if plan.escalate_s
-            else f", then a look after {plan.wait_s:g} s" if plan.wait_s else "")
+    then = (
+        f", KILL after {plan.escalate_s:g} s"
+        if plan.escalate_s
+        else f", then a look after {plan.wait_s:g} s"
+        if plan.wait_s
+        else ""
+    )
     return f"{visible(plan.target, 60)}: SIG{plan.signal}" + (" (tree)" if plan.tree else "") + then
 
 
@@ -229,8 +234,11 @@ def run_kill(
                 # Not "nothing to signal": without the driver's process list there is no telling what holds
                 # a GPU.
                 cause = visible(snapshot.error or "no GPUs found", 300)
-                print(f"gputui: {visible(target, 100)}: --all-gpu: NVML is unavailable, so there is no GPU "
-                      f"process list to kill from ({cause})", file=err)
+                print(
+                    f"gputui: {visible(target, 100)}: --all-gpu: NVML is unavailable, so there is no GPU "
+                    f"process list to kill from ({cause})",
+                    file=err,
+                )
                 return EXIT_ERROR
             plan = plan_kill(
                 snapshot,
@@ -255,8 +263,11 @@ def run_kill(
             print(line, file=listing)
         if not args.yes:
             if not _is_terminal(stdin):
-                print(f"gputui: {visible(target, 100)}: not a terminal: nothing signalled (pass --yes to "
-                      "signal without asking)", file=err)
+                print(
+                    f"gputui: {visible(target, 100)}: not a terminal: nothing signalled (pass --yes to "
+                    "signal without asking)",
+                    file=err,
+                )
                 return EXIT_ERROR
             if not _confirm(plan, stdin, listing):
                 print("nothing signalled", file=listing)
@@ -285,8 +296,11 @@ def _execute(
         try:
             first = run.start()
         except StateError as exc:
-            print(f"gputui: {visible(target, 100)}: kill refused, nothing signalled: audit log: "
-                  f"{visible(str(exc), 300)} (--no-audit to kill without it)", file=err)
+            print(
+                f"gputui: {visible(target, 100)}: kill refused, nothing signalled: audit log: "
+                f"{visible(str(exc), 300)} (--no-audit to kill without it)",
+                file=err,
+            )
             return EXIT_ERROR
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
@@ -303,18 +317,25 @@ def _execute(
                     break
                 if interrupts.count > told and run.pending:
                     told = interrupts.count
-                    print(f"gputui: {visible(target, 100)}: {pending_line(run.pending)}; waiting for it "
-                          "(Ctrl-C again to abandon)", file=err)
+                    print(
+                        f"gputui: {visible(target, 100)}: {pending_line(run.pending)}; waiting for it "
+                        "(Ctrl-C again to abandon)",
+                        file=err,
+                    )
                 shown += _show(run.wait(POLL_S).outcomes, out if text else None)
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
-            print(f"gputui: {visible(target, 100)}: the collector finishes the kill on its own; its outcome "
-                  "is not known here", file=err)
+            print(
+                f"gputui: {visible(target, 100)}: the collector finishes the kill on its own; its outcome "
+                "is not known here",
+                file=err,
+            )
             return EXIT_ERROR
     if abandoned:
         _show(run.outcomes[shown:], out if text else None)
-        left = ", ".join(f"{o.pid} ({visible(o.name or '?', 24)}): {visible(o.detail or o.result, 120)}"
-                         for o in run.left)
+        left = ", ".join(
+            f"{o.pid} ({visible(o.name or '?', 24)}): {visible(o.detail or o.result, 120)}" for o in run.left
+        )
         print(f"gputui: {visible(target, 100)}: abandoned; left: {left or 'nothing'}", file=err)
     for problem in run.audit_errors:
         print(f"gputui: warning: audit log not written after the signals: {visible(problem, 300)}", file=err)
@@ -351,8 +372,11 @@ def _watch_ports(
         known = load_watched_ports(target, plan.boot_id)
         save_watched_ports(target, plan.boot_id, (*known, *ports))
     except StateError as exc:
-        print(f"gputui: warning: the next check cannot wait for ports {', '.join(map(str, plan.ports))}: "
-              f"{visible(str(exc), 300)}", file=err)
+        print(
+            f"gputui: warning: the next check cannot wait for ports {', '.join(map(str, plan.ports))}: "
+            f"{visible(str(exc), 300)}",
+            file=err,
+        )
 
 
 def _show(outcomes: tuple[KillOutcome, ...] | list[KillOutcome], out: TextIO | None) -> int:

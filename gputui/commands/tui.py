@@ -38,8 +38,10 @@ def run_tui(args: argparse.Namespace) -> int:
         from gputui.ui.theme import theme_names
 
         if theme not in theme_names():
-            print(f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})",
-                  file=sys.stderr)
+            print(
+                f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})",
+                file=sys.stderr,
+            )
             return EXIT_ERROR
     app = build_app(args)
     result = app.run()

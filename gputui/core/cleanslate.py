@@ -86,9 +86,7 @@ def busy_port_reason(port: WatchedPort, listener: Proc | None) -> str:
     return f"port {port.port} still listening (pid {listener.pid} {listener.name or '?'})"
 
 
-def ports_left(
-    snapshot: HostSnapshot, watched: Collection[WatchedPort]
-) -> tuple[WatchedPort, ...]:
+def ports_left(snapshot: HostSnapshot, watched: Collection[WatchedPort]) -> tuple[WatchedPort, ...]:
     """The watched ports a snapshot does not show free (all of them when it cannot tell)."""
     busy = busy_ports(snapshot, watched)
     if busy is None:
@@ -175,7 +173,7 @@ class CleanCheck:
         the last sample taken before it (what the GPUs held when the signals went out)."""
         since = self.kill_s if self.kill_s is not None else self.started_s
         before = [i for i, p in enumerate(self.drain) if p.at_s <= since]
-        return self.drain[before[-1] if before else 0:]
+        return self.drain[before[-1] if before else 0 :]
 
 
 def start(

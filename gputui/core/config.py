@@ -184,7 +184,7 @@ def load_config(path: Path | None = None) -> Config:
     _check_keys(data, TOP_KEYS, "", path)
     hosts = data.get("hosts", {})
     if not isinstance(hosts, dict):
-        raise ConfigError(f"{path}: hosts must be a table of [hosts.\"NAME\"] sections")
+        raise ConfigError(f'{path}: hosts must be a table of [hosts."NAME"] sections')
     host_health: dict[str, tuple[str, ...]] = {}
     host_clients: dict[str, str] = {}
     host_metrics: dict[str, tuple[str, ...]] = {}
@@ -219,7 +219,7 @@ def load_config(path: Path | None = None) -> Config:
 
 def _groups(table: Any, path: Path) -> dict[str, tuple[str, ...]]:
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: groups must be a table of name = [\"host\", ...]")
+        raise ConfigError(f'{path}: groups must be a table of name = ["host", ...]')
     groups: dict[str, tuple[str, ...]] = {}
     for name, members in table.items():
         if not isinstance(members, list) or not all(isinstance(m, str) and m for m in members):

@@ -174,7 +174,7 @@ DASH = "–"
 
 
 def size_text(mib: int | None) -> str:
-    """"24M", "9.5G", "312G": memory in the fleet's columns (MiB below 1 GiB, else GiB)."""
+    """ "24M", "9.5G", "312G": memory in the fleet's columns (MiB below 1 GiB, else GiB)."""
     if mib is None:
         return DASH
     if mib < 1024:
@@ -184,19 +184,19 @@ def size_text(mib: int | None) -> str:
 
 
 def memory_text(row: FleetRow) -> str:
-    """"312G/640G", or the dash."""
+    """ "312G/640G", or the dash."""
     if row.used_mib is None:
         return DASH
     return f"{size_text(row.used_mib)}/{size_text(row.total_mib)}"
 
 
 def baseline_text(row: FleetRow) -> str:
-    """"8/8" GPUs at baseline, or the dash when it cannot be told."""
+    """ "8/8" GPUs at baseline, or the dash when it cannot be told."""
     return DASH if row.at_baseline is None else f"{row.at_baseline}/{row.gpus}"
 
 
 def hottest_text(row: FleetRow, power: bool = True) -> str:
-    """"GPU3 84°C 412W" (the power only with ``power``), or the dash."""
+    """ "GPU3 84°C 412W" (the power only with ``power``), or the dash."""
     if row.hottest is None:
         return DASH
     text = f"GPU{row.hottest[0]} {row.hottest[1]}°C"
@@ -206,7 +206,7 @@ def hottest_text(row: FleetRow, power: bool = True) -> str:
 
 
 def xid_text(row: FleetRow) -> str:
-    """"79@GPU3", "+N" more GPUs with an XID, or the dash."""
+    """ "79@GPU3", "+N" more GPUs with an XID, or the dash."""
     if not row.xid:
         return DASH
     index, code = row.xid[0]

@@ -498,9 +498,7 @@ class HostSnapshot:
         data: dict[str, Any] = {}
         for f in fields(self):
             data[f.name] = getattr(self, f.name)
-        data["gpus"] = [
-            dict(asdict(g), processes=[asdict(p) for p in g.processes]) for g in self.gpus
-        ]
+        data["gpus"] = [dict(asdict(g), processes=[asdict(p) for p in g.processes]) for g in self.gpus]
         data["processes"] = [p.to_dict() for p in self.processes]
         data["device_holders"] = (
             None if self.device_holders is None else [asdict(h) for h in self.device_holders]

@@ -56,8 +56,7 @@ def _json_escape(code: int) -> str:
 
 # What json.dumps(ensure_ascii=False) leaves raw but the policy escapes (it already escapes C0 itself).
 _JSON_TABLE = {
-    code: _json_escape(code)
-    for code in [0x7F, *range(0x80, 0xA0), *range(0xD800, 0xE000), *TEXT_INVISIBLE]
+    code: _json_escape(code) for code in [0x7F, *range(0x80, 0xA0), *range(0xD800, 0xE000), *TEXT_INVISIBLE]
 }
 
 

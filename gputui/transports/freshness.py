@@ -81,9 +81,7 @@ def stale_after_s(interval_s: float, floor_s: float = MIN_STALE_S) -> float:
     return max(floor_s, STALE_FACTOR * interval_s)
 
 
-def link_state(
-    now_s: float, last_ok_s: float | None, error_s: float | None, stale_limit_s: float
-) -> str:
+def link_state(now_s: float, last_ok_s: float | None, error_s: float | None, stale_limit_s: float) -> str:
     """What a host is called: ``connecting``, ``live``, ``stale`` or ``error``.
 
     Args:

@@ -260,7 +260,8 @@ class GpuTuiApp(App[int]):
             else:
                 self.say(
                     f"{visible(target, 40)}: host key refused; not connecting (r asks again)",
-                    severity="warning", title="host key",
+                    severity="warning",
+                    title="host key",
                 )
 
         self.push_screen(HostKeyScreen(target, error), decided)
@@ -269,7 +270,8 @@ class GpuTuiApp(App[int]):
         if message.failure is not None:
             self.say(
                 f"{visible(message.target, 40)}: host key not recorded: {visible(message.failure, 300)}",
-                severity="error", title="host key",
+                severity="error",
+                title="host key",
             )
             return
         error = message.error
@@ -322,13 +324,16 @@ class GpuTuiApp(App[int]):
         if screen is not self.monitor or not len(self.hosts):
             return  # the monitor's commands act on the shown host: none is shown
         for title, help_text, action in keymap.palette_entries(
-            read_only=self.settings.read_only, hosts=len(self.hosts), fleet=self.fleet is not None,
+            read_only=self.settings.read_only,
+            hosts=len(self.hosts),
+            fleet=self.fleet is not None,
             escalate_s=self.settings.escalate_s,
         ):
             yield SystemCommand(title, help_text, partial(self.monitor.run_action, action))
         if len(self.hosts) > 1:
             for index, host in enumerate(self.hosts):
                 yield SystemCommand(
-                    f"Host {index + 1}: {visible(host.target, 40)}", "Show this host",
+                    f"Host {index + 1}: {visible(host.target, 40)}",
+                    "Show this host",
                     partial(self.monitor.run_action, f"host({index})"),
                 )

@@ -82,7 +82,8 @@ class CleanChecks:
                 self._end(host)
                 self._app.say(
                     f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
-                    severity="error", title="clean slate",
+                    severity="error",
+                    title="clean slate",
                 )
                 self._app.host_changed(host)
 

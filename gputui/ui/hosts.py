@@ -429,7 +429,6 @@ class Hosts:
         spawn("host-key", job)
 
 
-
 def _cause(exc: BaseException) -> str:
     """One line for an exception: its message, else its type's name."""
     return str(exc) or type(exc).__name__

@@ -76,24 +76,64 @@ KEYS: tuple[Key, ...] = (
     Key("end", "End", "scroll_bottom", "select the last process", scope=PROCESSES),
     Key("left,right", "←/→", "", "scroll a long command line sideways", scope=PROCESSES, builtin=True),
     Key("space", "Space", "tag", "tag / untag the selected process", "Tag", "Tag / untag process"),
-    Key("k", "k", "kill('TERM')", "SIGTERM the tagged (or selected) processes; after {escalate_s} s, say "
-        "whether they are gone", "TERM", "Kill: SIGTERM selected", destructive=True),
-    Key("K", "K", "kill('KILL')", "SIGKILL the tagged (or selected) processes", "KILL",
-        "Kill: SIGKILL selected", destructive=True),
-    Key("t", "t", "kill_tree", "kill the selected tree: TERM, then KILL after {escalate_s} s", "Tree",
-        "Kill: tree", destructive=True),
-    Key("X", "X", "kill_all", "kill every GPU job on this host (not the display stack), then check for the "
-        "clean slate", "Kill all", "Kill: every GPU process tree", destructive=True),
-    Key("c", "c", "check", "clean-slate check: sample fast until every GPU is at its baseline, then a "
-        "receipt", "Clean?", "Clean-slate check"),
+    Key(
+        "k",
+        "k",
+        "kill('TERM')",
+        "SIGTERM the tagged (or selected) processes; after {escalate_s} s, say whether they are gone",
+        "TERM",
+        "Kill: SIGTERM selected",
+        destructive=True,
+    ),
+    Key(
+        "K",
+        "K",
+        "kill('KILL')",
+        "SIGKILL the tagged (or selected) processes",
+        "KILL",
+        "Kill: SIGKILL selected",
+        destructive=True,
+    ),
+    Key(
+        "t",
+        "t",
+        "kill_tree",
+        "kill the selected tree: TERM, then KILL after {escalate_s} s",
+        "Tree",
+        "Kill: tree",
+        destructive=True,
+    ),
+    Key(
+        "X",
+        "X",
+        "kill_all",
+        "kill every GPU job on this host (not the display stack), then check for the clean slate",
+        "Kill all",
+        "Kill: every GPU process tree",
+        destructive=True,
+    ),
+    Key(
+        "c",
+        "c",
+        "check",
+        "clean-slate check: sample fast until every GPU is at its baseline, then a receipt",
+        "Clean?",
+        "Clean-slate check",
+    ),
     Key("slash", "/", "filter", "filter the processes by pid, user or command", "Filter", "Filter processes"),
     Key("escape", "Esc", "clear_filter", "clear the filter and go back to the list", scope=FILTER),
     Key("s", "s", "sort", "sort the processes: tree, gpu (memory), pid", "Sort", "Sort processes"),
     Key("g", "g", "focus_gpus", "go to the GPUs", "GPUs", "Go to the GPUs"),
     Key("up", "↑/↓", "cursor_up", "choose a GPU", scope=GPUS),
     Key("down", "", "cursor_down", "", scope=GPUS),
-    Key("enter", "Enter", "open", "the GPU's last 10 minutes and the processes holding it", "History",
-        scope=GPUS),
+    Key(
+        "enter",
+        "Enter",
+        "open",
+        "the GPU's last 10 minutes and the processes holding it",
+        "History",
+        scope=GPUS,
+    ),
     Key("escape", "Esc", "leave", "back to the process list", scope=GPUS),
     Key("f", "f", "focus_findings", "go to the findings", "", "Go to the findings"),
     Key("enter", "Enter", "", "jump to the process the finding names", scope=FINDINGS, builtin=True),
@@ -109,19 +149,44 @@ KEYS: tuple[Key, ...] = (
     Key("a", "a", "accept", "accept the unknown host key and remember it", scope=HOST_KEY),
     Key("escape", "Esc", "refuse", "refuse it: nothing is written, nothing connects", scope=HOST_KEY),
     Key("escape,question_mark,q", "Esc, ?, q", "close", "close the help", scope=HELP),
-    Key("q", "q", "quit", "quit (with a kill under way: once it is done; q again abandons it)", "Quit",
-        scope=APP),
+    Key(
+        "q",
+        "q",
+        "quit",
+        "quit (with a kill under way: once it is done; q again abandons it)",
+        "Quit",
+        scope=APP,
+    ),
     Key("ctrl+c", "Ctrl+C", "quit", "quit, as q", scope=APP, priority=True),
     Key("ctrl+p", "Ctrl+P", "", "command palette: every action by name", scope=APP, builtin=True),
-    Key("up,down,pageup,pagedown", "↑/↓, PgUp/PgDn", "", "move between hosts; the GPUs of the host under the "
-        "cursor are shown below", scope=FLEET, builtin=True),
-    Key("enter", "Enter", "open_host", "open the host over SSH in the monitor (processes, zombies, kills, "
-        "the full clean slate)", "Open host", scope=FLEET),
-    Key("slash", "/", "filter", "filter by host, GPU model, server or state (stale, gone)", "Filter",
-        scope=FLEET),
+    Key(
+        "up,down,pageup,pagedown",
+        "↑/↓, PgUp/PgDn",
+        "",
+        "move between hosts; the GPUs of the host under the cursor are shown below",
+        scope=FLEET,
+        builtin=True,
+    ),
+    Key(
+        "enter",
+        "Enter",
+        "open_host",
+        "open the host over SSH in the monitor (processes, zombies, kills, the full clean slate)",
+        "Open host",
+        scope=FLEET,
+    ),
+    Key(
+        "slash",
+        "/",
+        "filter",
+        "filter by host, GPU model, server or state (stale, gone)",
+        "Filter",
+        scope=FLEET,
+    ),
     Key("escape", "Esc", "clear_filter", "clear the filter", scope=FLEET),
-    Key("s", "s", "sort", f"sort: {', '.join(FLEET_SORT_MODES)} (age: oldest data first)", "Sort",
-        scope=FLEET),
+    Key(
+        "s", "s", "sort", f"sort: {', '.join(FLEET_SORT_MODES)} (age: oldest data first)", "Sort", scope=FLEET
+    ),
     Key("r", "r", "refresh", "ask Prometheus now", "Refresh", scope=FLEET),
     Key("question_mark", "?", "help", "this help", "Help", scope=FLEET),
 )
@@ -141,9 +206,7 @@ def bindings(scope: str) -> list[BindingType]:
             continue
         if key.action == "host":
             # One binding per digit, each with its host index.
-            made.extend(
-                Binding(str(n), f"host({n - 1})", f"Host {n}", show=False) for n in range(1, 10)
-            )
+            made.extend(Binding(str(n), f"host({n - 1})", f"Host {n}", show=False) for n in range(1, 10))
             continue
         made.append(
             Binding(key.keys, key.action, key.label or key.help, show=bool(key.label), priority=key.priority)
@@ -172,7 +235,7 @@ def _in_scopes(scopes: Iterable[str]) -> list[Key]:
 
 
 def _where(key: Key) -> str:
-    """"processes: " before a key that works in one part of a screen only."""
+    """ "processes: " before a key that works in one part of a screen only."""
     return "" if key.scope in (MONITOR, APP, FLEET) else f"{key.scope}: "
 
 

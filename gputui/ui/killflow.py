@@ -155,8 +155,13 @@ class KillFlow:
     # -- plan and confirm ------------------------------------------------------------------------------
 
     def request(
-        self, host: HostState, snapshot: HostSnapshot | None, pids: Sequence[int], signal: str,
-        tree: bool = False, all_gpu: bool = False,
+        self,
+        host: HostState,
+        snapshot: HostSnapshot | None,
+        pids: Sequence[int],
+        signal: str,
+        tree: bool = False,
+        all_gpu: bool = False,
     ) -> None:
         """Plan a kill from ``snapshot`` (what the user sees) and ask for confirmation."""
         app, settings = self._app, self._app.settings
@@ -173,7 +178,11 @@ class KillFlow:
         escalates = (tree or all_gpu) and signal != "KILL"
         try:
             plan = plan_kill(
-                snapshot, pids, signal=signal, tree=tree, all_gpu=all_gpu,
+                snapshot,
+                pids,
+                signal=signal,
+                tree=tree,
+                all_gpu=all_gpu,
                 escalate_s=settings.escalate_s if escalates else None,
                 wait_s=None if escalates else settings.escalate_s,
                 read_only=settings.read_only,
@@ -241,8 +250,10 @@ class KillFlow:
                     break
                 entry.pending = run.wait(KILL_POLL_S).pending
         except StateError as exc:
-            error = (f"kill refused, nothing signalled: audit log: {exc} "
-                     "(start gputui with --no-audit to kill without it)")
+            error = (
+                f"kill refused, nothing signalled: audit log: {exc} "
+                "(start gputui with --no-audit to kill without it)"
+            )
         except LinkError as exc:
             if run.started_mono is None:
                 error = f"kill not sent: {exc}"
@@ -323,9 +334,11 @@ class KillFlow:
                 f"{visible(h.target, 40)}: {pending_summary(e.pending)}" for h, e in under_way if e.pending
             ]
             app.say(
-                "quitting once the kill is done · " + ("; ".join(waits) or "finishing it")
+                "quitting once the kill is done · "
+                + ("; ".join(waits) or "finishing it")
                 + " · q again to abandon it",
-                severity="warning", title="kill under way",
+                severity="warning",
+                title="kill under way",
             )
             longest = max((p.due_in_s or 0.0 for _, e in under_way for p in e.pending), default=0.0)
             app.set_timer(longest + QUIT_GRACE_S, self._quit_anyway)

@@ -59,38 +59,102 @@ def synthetic_snapshot(target: str, round_no: int) -> Any:
     from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
 
     now = 1_800_000_000.0 + round_no
-    processes: list[Proc] = [Proc(pid=1000, ppid=1, user="svc", uid=1000, state="S", name="python3",
-                                  cmdline=("python3", "-m", "sglang.launch_server", "--tp", "8"),
-                                  start_ticks=1000, create_time=now - 3600, rss_kib=2_000_000)]
+    processes: list[Proc] = [
+        Proc(
+            pid=1000,
+            ppid=1,
+            user="svc",
+            uid=1000,
+            state="S",
+            name="python3",
+            cmdline=("python3", "-m", "sglang.launch_server", "--tp", "8"),
+            start_ticks=1000,
+            create_time=now - 3600,
+            rss_kib=2_000_000,
+        )
+    ]
     gpus = []
     pid = 1001
     for index in range(GPUS):
         worker = pid
         used = 40_000 + (round_no * 37 + index * 101) % 2000
-        processes.append(Proc(pid=worker, ppid=1000, user="svc", uid=1000, state="S",
-                              name=f"sglang::scheduler_TP{index}",
-                              cmdline=("python3", "-c", "from multiprocessing.spawn import spawn_main"),
-                              start_ticks=pid, create_time=now - 3500, rss_kib=8_000_000,
-                              gpu_memory_mib={index: used}))
+        processes.append(
+            Proc(
+                pid=worker,
+                ppid=1000,
+                user="svc",
+                uid=1000,
+                state="S",
+                name=f"sglang::scheduler_TP{index}",
+                cmdline=("python3", "-c", "from multiprocessing.spawn import spawn_main"),
+                start_ticks=pid,
+                create_time=now - 3500,
+                rss_kib=8_000_000,
+                gpu_memory_mib={index: used},
+            )
+        )
         pid += 1
-        gpus.append(Gpu(index=index, name="NVIDIA RTX PRO 6000 Blackwell", uuid=f"GPU-{target}-{index}",
-                        pci_bus_id=f"00000000:{index + 1:02X}:00.0", memory_used_mib=used + 3,
-                        memory_total_mib=49152, memory_reserved_mib=0, utilization_pct=(round_no + index) % 100,
-                        temperature_c=60, power_w=300.0, power_limit_w=600.0,
-                        processes=(GpuProcess(pid=worker, used_mib=used),)))
+        gpus.append(
+            Gpu(
+                index=index,
+                name="NVIDIA RTX PRO 6000 Blackwell",
+                uuid=f"GPU-{target}-{index}",
+                pci_bus_id=f"00000000:{index + 1:02X}:00.0",
+                memory_used_mib=used + 3,
+                memory_total_mib=49152,
+                memory_reserved_mib=0,
+                utilization_pct=(round_no + index) % 100,
+                temperature_c=60,
+                power_w=300.0,
+                power_limit_w=600.0,
+                processes=(GpuProcess(pid=worker, used_mib=used),),
+            )
+        )
         for _child in range(20):
-            processes.append(Proc(pid=pid, ppid=worker, user="svc", uid=1000, state="S", name="python3",
-                                  cmdline=("python3", "-c", "compile worker"), start_ticks=pid,
-                                  create_time=now - 3400, rss_kib=100_000))
+            processes.append(
+                Proc(
+                    pid=pid,
+                    ppid=worker,
+                    user="svc",
+                    uid=1000,
+                    state="S",
+                    name="python3",
+                    cmdline=("python3", "-c", "compile worker"),
+                    start_ticks=pid,
+                    create_time=now - 3400,
+                    rss_kib=100_000,
+                )
+            )
             pid += 1
     while len(processes) < PROCESSES:
         state = "Z" if len(processes) % 50 == 0 else "S"
-        processes.append(Proc(pid=pid, ppid=1000, user="svc", uid=1000, state=state, name="detokenizer",
-                              cmdline=("python3",), start_ticks=pid, create_time=now - 3000, rss_kib=50_000))
+        processes.append(
+            Proc(
+                pid=pid,
+                ppid=1000,
+                user="svc",
+                uid=1000,
+                state=state,
+                name="detokenizer",
+                cmdline=("python3",),
+                start_ticks=pid,
+                create_time=now - 3000,
+                rss_kib=50_000,
+            )
+        )
         pid += 1
-    return HostSnapshot(target=target, hostname=target, boot_id="boot-" + target, time=now,
-                        driver_version="570.124.06", mode="sim", agent_pid=999, processes_time=now,
-                        gpus=tuple(gpus), processes=tuple(processes))
+    return HostSnapshot(
+        target=target,
+        hostname=target,
+        boot_id="boot-" + target,
+        time=now,
+        driver_version="570.124.06",
+        mode="sim",
+        agent_pid=999,
+        processes_time=now,
+        gpus=tuple(gpus),
+        processes=tuple(processes),
+    )
 
 
 async def _render(args: argparse.Namespace) -> dict:
@@ -100,8 +164,10 @@ async def _render(args: argparse.Namespace) -> dict:
 
     targets = [f"host-{i}" for i in range(HOSTS)]
     rounds = args.rounds
-    prepared = [[analyze(synthetic_snapshot(t, r), Baselines(), now=1_800_000_000.0 + r) for t in targets]
-                for r in range(rounds + 3)]
+    prepared = [
+        [analyze(synthetic_snapshot(t, r), Baselines(), now=1_800_000_000.0 + r) for t in targets]
+        for r in range(rounds + 3)
+    ]
     app = GpuTuiApp(targets, link_factory=IdleLink, read_only=True)
     all_cpu, all_wall, active_cpu, active_wall, rest_cpu = [], [], [], [], []
     async with app.run_test(size=(160, 50)) as pilot:
@@ -132,9 +198,15 @@ async def _render(args: argparse.Namespace) -> dict:
         except Exception:
             rows = None
     med = statistics.median
-    return {"round_cpu_ms": med(all_cpu), "round_wall_ms": med(all_wall), "active_cpu_ms": med(active_cpu),
-            "active_wall_ms": med(active_wall), "others_cpu_ms": med(rest_cpu), "rounds": len(all_cpu),
-            "rows": rows}
+    return {
+        "round_cpu_ms": med(all_cpu),
+        "round_wall_ms": med(all_wall),
+        "active_cpu_ms": med(active_cpu),
+        "active_wall_ms": med(active_wall),
+        "others_cpu_ms": med(rest_cpu),
+        "rounds": len(all_cpu),
+        "rows": rows,
+    }
 
 
 async def _drain(args: argparse.Namespace) -> dict:
@@ -164,7 +236,9 @@ async def _drain(args: argparse.Namespace) -> dict:
         host = app.hosts[0]
         apply_snapshot = host.apply
 
-        def timed_apply(snapshot: Any, now_s: float, apply_snapshot: Any = apply_snapshot, lists: Any = lists) -> Any:
+        def timed_apply(
+            snapshot: Any, now_s: float, apply_snapshot: Any = apply_snapshot, lists: Any = lists
+        ) -> Any:
             # Process-list cadence, from the snapshots the app applies (an instance attribute shadows the
             # method).
             if snapshot.processes_time is not None and (not lists or lists[-1][1] != snapshot.processes_time):
@@ -209,8 +283,12 @@ async def _drain(args: argparse.Namespace) -> dict:
                 clean_times.append(check.finished_s - check.started_s if check and check.finished_s else None)
             await app.action_quit()
         group.close()
-    return {"latencies_ms": latencies, "repeats": args.repeats, "rest_gaps_s": rest_gaps,
-            "check_gaps_s": check_gaps}
+    return {
+        "latencies_ms": latencies,
+        "repeats": args.repeats,
+        "rest_gaps_s": rest_gaps,
+        "check_gaps_s": check_gaps,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
 # --- harness side ----------------------------------------------------------------------------------------
 
 
-def _run_worker(kind: str, env: dict[str, str], *extra: str, timeout_s: float = 600,
-                script: Path = Path(__file__)) -> dict:
+def _run_worker(
+    kind: str, env: dict[str, str], *extra: str, timeout_s: float = 600, script: Path = Path(__file__)
+) -> dict:
     """Run ``script KIND EXTRA...`` in a fresh process; the last JSON line it prints (or {"error": ...})."""
     cmd = [sys.executable, str(script), kind, *extra]
     try:
@@ -254,13 +333,26 @@ def render(args: argparse.Namespace, report: Any, sec: int) -> None:
     if "error" in res:
         report.na(sec, metric, res["error"])
         return
-    report.add(sec, metric + ": one round", res["round_cpu_ms"], "CPU ms/round",
-               compare=f"wall {res['round_wall_ms']:.0f} ms; {res['rounds']} rounds of 8 messages")
-    report.add(sec, "  active host (GPU panel + process tree)", res["active_cpu_ms"], "CPU ms",
-               compare=f"wall {res['active_wall_ms']:.0f} ms, {res['rows']} table rows")
+    report.add(
+        sec,
+        metric + ": one round",
+        res["round_cpu_ms"],
+        "CPU ms/round",
+        compare=f"wall {res['round_wall_ms']:.0f} ms; {res['rounds']} rounds of 8 messages",
+    )
+    report.add(
+        sec,
+        "  active host (GPU panel + process tree)",
+        res["active_cpu_ms"],
+        "CPU ms",
+        compare=f"wall {res['active_wall_ms']:.0f} ms, {res['rows']} table rows",
+    )
     report.add(sec, "  7 other hosts (host bar, overview)", res["others_cpu_ms"], "CPU ms")
-    report.note(sec, "render: GpuTuiApp under App.run_test(size=(160, 50)), snapshots pre-analysed, delivered as "
-                     "Hosts.Sampled messages, timed until the app is idle (pilot.pause)")
+    report.note(
+        sec,
+        "render: GpuTuiApp under App.run_test(size=(160, 50)), snapshots pre-analysed, delivered as "
+        "Hosts.Sampled messages, timed until the app is idle (pilot.pause)",
+    )
 
 
 def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
@@ -274,21 +366,42 @@ def drain_tui(args: argparse.Namespace, report: Any, sec: int) -> None:
         return
     values = res["latencies_ms"]
     value = statistics.median(values)
-    report.add(sec, "drain latency, TUI", value, "ms kill->CLEAN",
-               compare=f"min {min(values):.0f} max {max(values):.0f}, n={len(values)}", target=target,
-               verdict=verdict(value <= TARGET_DRAIN_MS))
+    report.add(
+        sec,
+        "drain latency, TUI",
+        value,
+        "ms kill->CLEAN",
+        compare=f"min {min(values):.0f} max {max(values):.0f}, n={len(values)}",
+        target=target,
+        verdict=verdict(value <= TARGET_DRAIN_MS),
+    )
     rest, fast = res.get("rest_gaps_s") or [], res.get("check_gaps_s") or []
     rest_gap = statistics.median(rest) if rest else None
     fast_gap = statistics.median(fast) if fast else None
-    report.add(1, "TUI process lists at rest", rest_gap, "s between lists",
-               compare=f"{len(rest)} gaps, default intervals", target="> memory interval",
-               verdict=verdict(None if rest_gap is None else rest_gap > 1.5))
-    report.add(1, "TUI process lists while a check drains", fast_gap, "s between lists",
-               compare=f"{len(fast)} gaps after key c", target="< at rest",
-               verdict=verdict(None if fast_gap is None or rest_gap is None else fast_gap < rest_gap / 2),
-               reason="no process list seen during the check")
-    report.note(sec, "TUI: GpuTuiApp + LocalLink under run_test, check started with checks.start (key c), "
-                     "holder of 8 GPUs killed+reaped after 1 s of draining")
+    report.add(
+        1,
+        "TUI process lists at rest",
+        rest_gap,
+        "s between lists",
+        compare=f"{len(rest)} gaps, default intervals",
+        target="> memory interval",
+        verdict=verdict(None if rest_gap is None else rest_gap > 1.5),
+    )
+    report.add(
+        1,
+        "TUI process lists while a check drains",
+        fast_gap,
+        "s between lists",
+        compare=f"{len(fast)} gaps after key c",
+        target="< at rest",
+        verdict=verdict(None if fast_gap is None or rest_gap is None else fast_gap < rest_gap / 2),
+        reason="no process list seen during the check",
+    )
+    report.note(
+        sec,
+        "TUI: GpuTuiApp + LocalLink under run_test, check started with checks.start (key c), "
+        "holder of 8 GPUs killed+reaped after 1 s of draining",
+    )
 
 
 if __name__ == "__main__":

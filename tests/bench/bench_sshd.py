@@ -49,12 +49,17 @@ class BenchSshd:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True,
-                   capture_output=True, timeout=30)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
 
 
-def start(work_dir: Path, python_dir: Path, env: dict[str, str], alias_count: int,
-          alias_prefix: str = "gpu-bench-") -> BenchSshd:
+def start(
+    work_dir: Path, python_dir: Path, env: dict[str, str], alias_count: int, alias_prefix: str = "gpu-bench-"
+) -> BenchSshd:
     """Start sshd on a free loopback port and write a client config with ``alias_count`` aliases to it.
 
     Args:
@@ -110,8 +115,12 @@ def start(work_dir: Path, python_dir: Path, env: dict[str, str], alias_count: in
     # sshd refuses to start without its privilege-separation directory (absent on a fresh container).
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     log = work_dir / "sshd.log"
-    process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(sshd_config)], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+    process = subprocess.Popen(
+        [SSHD, "-D", "-e", "-f", str(sshd_config)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -150,7 +159,9 @@ class LoopbackHosts:
     close: Any
 
 
-def start_hosts(work_dir: Path, python_dir: Path, fake_env: dict[str, str], alias_count: int) -> LoopbackHosts:
+def start_hosts(
+    work_dir: Path, python_dir: Path, fake_env: dict[str, str], alias_count: int
+) -> LoopbackHosts:
     """Start one sshd with the test suite's fixture module (``tests/integration/sshd.py``), else this module's.
 
     Args:
@@ -188,5 +199,6 @@ def start_hosts(work_dir: Path, python_dir: Path, fake_env: dict[str, str], alia
     own = start(work_dir, python_dir, fake_env, alias_count)
     env = {k: v for k, v in os.environ.items() if k not in ("SSH_AUTH_SOCK", "GPUTUI_SSH_RESOLVER")}
     env["GPUTUI_SSH_CONFIG"] = str(own.config_path)
-    return LoopbackHosts(own.aliases, env, f"tests/bench/bench_sshd.py (fixture unusable: {fixture_error})",
-                         own.close)
+    return LoopbackHosts(
+        own.aliases, env, f"tests/bench/bench_sshd.py (fixture unusable: {fixture_error})", own.close
+    )

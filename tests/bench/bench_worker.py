@@ -23,8 +23,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # Audit events Python raises whenever this process starts another program or forks.
 SPAWN_EVENTS = frozenset(
-    {"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen", "os.exec",
-     "os.startfile", "pty.spawn"}
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+        "os.exec",
+        "os.startfile",
+        "pty.spawn",
+    }
 )
 
 
@@ -105,8 +114,9 @@ def work_agent(args: argparse.Namespace) -> dict:
     counter = SpawnCounter()
     from gputui.agent.collector import Agent
 
-    agent = Agent(target="local", read_only=True, memory_interval_s=1.0, process_interval_s=1e9,
-                  discover_health=False)
+    agent = Agent(
+        target="local", read_only=True, memory_interval_s=1.0, process_interval_s=1e9, discover_health=False
+    )
     try:
         hello = agent.hello()
         counter.armed = True
@@ -179,8 +189,13 @@ def work_cadence(args: argparse.Namespace) -> dict:
     defaults = Agent(target="local", read_only=True, discover_health=False)
     default_intervals = (defaults.memory_interval_s, defaults.process_interval_s)
     defaults.close()
-    agent = Agent(target="local", read_only=True, memory_interval_s=args.memory_interval,
-                  process_interval_s=args.process_interval, discover_health=False)
+    agent = Agent(
+        target="local",
+        read_only=True,
+        memory_interval_s=args.memory_interval,
+        process_interval_s=args.process_interval,
+        discover_health=False,
+    )
     records: list[tuple[float, float | None, int | None]] = []
     killed_at: float | None = None
     try:
@@ -299,8 +314,11 @@ def work_gpustat(args: argparse.Namespace) -> dict:
     cpu_ms.sort()
     wall_ms.sort()
     return {
-        "full": {"cpu_ms": cpu_ms[len(cpu_ms) // 2], "wall_ms": wall_ms[len(wall_ms) // 2],
-                 "samples": args.samples},
+        "full": {
+            "cpu_ms": cpu_ms[len(cpu_ms) // 2],
+            "wall_ms": wall_ms[len(wall_ms) // 2],
+            "samples": args.samples,
+        },
         "gpu_processes": processes,
     }
 

@@ -51,8 +51,16 @@ class PipeLink:
 
     def __init__(self, target: str, memory_interval_s: float, process_interval_s: float) -> None:
         self.target = target
-        self._args = ["--target", target, "--read-only", "--no-discover", "--interval", str(memory_interval_s),
-                      "--process-interval", str(process_interval_s)]
+        self._args = [
+            "--target",
+            target,
+            "--read-only",
+            "--no-discover",
+            "--interval",
+            str(memory_interval_s),
+            "--process-interval",
+            str(process_interval_s),
+        ]
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._proc: subprocess.Popen | None = None
 
@@ -60,8 +68,9 @@ class PipeLink:
         from tests.bench.run_bench import agent_stream_command
 
         loader, payload = agent_stream_command()
-        self._proc = subprocess.Popen([*loader, *self._args],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self._proc = subprocess.Popen(
+            [*loader, *self._args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
         assert self._proc.stdin is not None
         self._proc.stdin.write(payload)
         self._proc.stdin.flush()
@@ -140,8 +149,13 @@ def record_stand_in(env: dict[str, str]) -> bytes:
     from tests.bench.run_bench import agent_stream_command
 
     loader, payload = agent_stream_command()
-    proc = subprocess.Popen([*loader, "--read-only", "--no-discover"],
-                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*loader, "--read-only", "--no-discover"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     assert proc.stdin is not None
     assert proc.stdout is not None
     proc.stdin.write(payload)
@@ -179,15 +193,27 @@ def client_main(argv: list[str]) -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--process-interval", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--stand-in", type=Path, default=None,
-                        help="ship this collector source instead of the installed collector (app mode)")
-    parser.add_argument("--profile", type=Path, default=None,
-                        help="write a pyinstrument text profile of the steady window here (needs pyinstrument)")
+    parser.add_argument(
+        "--stand-in",
+        type=Path,
+        default=None,
+        help="ship this collector source instead of the installed collector (app mode)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="write a pyinstrument text profile of the steady window here (needs pyinstrument)",
+    )
     args = parser.parse_args(argv)
     targets = args.targets.split(",")
     if args.mode == "app":
-        progress: dict[str, Any] = {"hosts": len(targets), "first_frame_s": None, "hosts_with_snapshot": 0,
-                                    "errors": {}}
+        progress: dict[str, Any] = {
+            "hosts": len(targets),
+            "first_frame_s": None,
+            "hosts_with_snapshot": 0,
+            "errors": {},
+        }
 
         def watchdog() -> None:
             # The app may not come back (a UI loop that cannot keep up): report where it stood, then leave.
@@ -219,8 +245,13 @@ def client_main(argv: list[str]) -> int:
         from gputui.commands.targets import open_link
         from gputui.transports.base import LinkOptions
 
-        options = LinkOptions(memory_interval_s=args.interval, process_interval_s=args.process_interval,
-                              read_only=True, discover_health=False, connect_timeout_s=60.0)
+        options = LinkOptions(
+            memory_interval_s=args.interval,
+            process_interval_s=args.process_interval,
+            read_only=True,
+            discover_health=False,
+            connect_timeout_s=60.0,
+        )
         links = [open_link(t, options) for t in targets]
     else:
         links = [PipeLink(t, args.interval, args.process_interval) for t in targets]
@@ -256,9 +287,14 @@ def client_main(argv: list[str]) -> int:
         thread.start()
     complete.wait(timeout=120)
     first_frame_s = time.monotonic() - start if len(latest) == len(targets) else None
-    result: dict[str, Any] = {"hosts": len(targets), "first_frame_s": first_frame_s, "errors": errors,
-                              "analysis": analyze is not None, "connect_cpu_s": self_cpu_s(),
-                              "hosts_with_snapshot": len(latest)}
+    result: dict[str, Any] = {
+        "hosts": len(targets),
+        "first_frame_s": first_frame_s,
+        "errors": errors,
+        "analysis": analyze is not None,
+        "connect_cpu_s": self_cpu_s(),
+        "hosts_with_snapshot": len(latest),
+    }
     if first_frame_s is not None:
         time.sleep(args.warmup)
         with lock:
@@ -291,15 +327,22 @@ def client_main(argv: list[str]) -> int:
     return 0
 
 
-async def _app_client(targets: list[str], args: argparse.Namespace, progress: dict[str, Any]) -> dict[str, Any]:
+async def _app_client(
+    targets: list[str], args: argparse.Namespace, progress: dict[str, Any]
+) -> dict[str, Any]:
     """The real app, headless (App.run_test), polling every host over SSH; measured like the link client."""
     start = time.monotonic()
     from gputui.commands.targets import open_link
     from gputui.transports.base import LinkOptions
     from gputui.ui.app import GpuTuiApp
 
-    options = LinkOptions(memory_interval_s=args.interval, process_interval_s=args.process_interval,
-                          read_only=True, discover_health=False, connect_timeout_s=60.0)
+    options = LinkOptions(
+        memory_interval_s=args.interval,
+        process_interval_s=args.process_interval,
+        read_only=True,
+        discover_health=False,
+        connect_timeout_s=60.0,
+    )
     if args.stand_in is not None:
         from gputui.transports.ssh import SshLink
 
@@ -312,8 +355,13 @@ async def _app_client(targets: list[str], args: argparse.Namespace, progress: di
         def link_factory(target: str) -> Any:
             return open_link(target, options)
 
-    app = GpuTuiApp(targets, link_factory=link_factory, read_only=True,
-                    memory_interval_s=args.interval, process_interval_s=args.process_interval)
+    app = GpuTuiApp(
+        targets,
+        link_factory=link_factory,
+        read_only=True,
+        memory_interval_s=args.interval,
+        process_interval_s=args.process_interval,
+    )
     applied = [0]
     for host in app.hosts:
         apply_snapshot = host.apply
@@ -372,8 +420,11 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
     host_counts = [int(n) for n in args.hosts.split(",") if n.strip()]
     duration = 15.0 if args.quick else 60.0
     have_app = (REPO_ROOT / "gputui" / "ui" / "app.py").is_file()
-    app_note = ("the app is measured apart (mode app): link layer alone" if have_app
-                else "gputui/ui/app.py absent: link layer measured")
+    app_note = (
+        "the app is measured apart (mode app): link layer alone"
+        if have_app
+        else "gputui/ui/app.py absent: link layer measured"
+    )
     with fake_host(args.processes, args.holders) as host:
         modes = []
         if (REPO_ROOT / "gputui" / "transports" / "ssh" / "__init__.py").is_file():
@@ -394,14 +445,18 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
 
                     fake_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
                     try:
-                        hosts = bench_sshd.start_hosts(Path(tmp) / "ssh", Path(sys.executable).parent, fake_env,
-                                                       max(host_counts))
+                        hosts = bench_sshd.start_hosts(
+                            Path(tmp) / "ssh", Path(sys.executable).parent, fake_env, max(host_counts)
+                        )
                     except Exception as exc:
                         report.na(sec, "fan-out over SSH", f"sshd: {type(exc).__name__}: {exc}")
                         continue
                     env = dict(hosts.client_env, PYTHONPATH=str(REPO_ROOT))
-                    report.note(sec, f"{mode}: {max(host_counts)} Host aliases -> one sshd on 127.0.0.1 from "
-                                     f"{hosts.source}")
+                    report.note(
+                        sec,
+                        f"{mode}: {max(host_counts)} Host aliases -> one sshd on 127.0.0.1 from "
+                        f"{hosts.source}",
+                    )
                 res: dict[str, Any] = {}
                 extra: list[str] = []
                 if mode == "app-stand-in":
@@ -412,12 +467,30 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                     for count in host_counts:
                         if mode == "app-stand-in" and count != max(host_counts):
                             continue
-                        targets = (hosts.aliases[:count] if hosts else [f"pipe-host-{i:02d}" for i in range(count)])
-                        cmd = [sys.executable, str(Path(__file__)), "client", "--mode", mode.split("-")[0],
-                               "--targets", ",".join(targets), "--duration", str(duration), *extra]
+                        targets = (
+                            hosts.aliases[:count] if hosts else [f"pipe-host-{i:02d}" for i in range(count)]
+                        )
+                        cmd = [
+                            sys.executable,
+                            str(Path(__file__)),
+                            "client",
+                            "--mode",
+                            mode.split("-")[0],
+                            "--targets",
+                            ",".join(targets),
+                            "--duration",
+                            str(duration),
+                            *extra,
+                        ]
                         try:
-                            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                                  timeout=duration + 240, cwd=REPO_ROOT)
+                            proc = subprocess.run(
+                                cmd,
+                                env=env,
+                                capture_output=True,
+                                text=True,
+                                timeout=duration + 240,
+                                cwd=REPO_ROOT,
+                            )
                         except subprocess.TimeoutExpired:
                             report.na(sec, f"{mode} {count} hosts", "client timed out")
                             continue
@@ -429,45 +502,76 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                         res = json.loads(lines[-1])
                         if res["first_frame_s"] is None:
                             err = next(iter(res["errors"].values()), "no complete frame within 120 s")
-                            report.na(sec, f"{mode} {count} hosts", f"{res.get('hosts_with_snapshot')}/{count} "
-                                      f"hosts had a snapshot after 120 s; {len(res['errors'])} failed: {err}")
+                            report.na(
+                                sec,
+                                f"{mode} {count} hosts",
+                                f"{res.get('hosts_with_snapshot')}/{count} "
+                                f"hosts had a snapshot after 120 s; {len(res['errors'])} failed: {err}",
+                            )
                             continue
                         if mode == "app-stand-in":
                             big = count == max(host_counts)
-                            report.add(sec, f"app {count:>2} hosts, stand-in collectors: first frame",
-                                       res["first_frame_s"], "s",
-                                       compare=f"client CPU {res['connect_cpu_s']:.2f} s; agents replaced",
-                                       target=f"<= {TARGET_STAND_IN_FIRST_FRAME_S:g} s" if big else "",
-                                       verdict=verdict(res["first_frame_s"] <= TARGET_STAND_IN_FIRST_FRAME_S)
-                                       if big else "")
-                            report.add(sec, f"app {count:>2} hosts, stand-in collectors: client CPU",
-                                       res["cpu_pct"], "% of a core",
-                                       compare=f"{res['cpu_ms_per_snapshot'] or float('nan'):.2f} ms/snapshot")
+                            report.add(
+                                sec,
+                                f"app {count:>2} hosts, stand-in collectors: first frame",
+                                res["first_frame_s"],
+                                "s",
+                                compare=f"client CPU {res['connect_cpu_s']:.2f} s; agents replaced",
+                                target=f"<= {TARGET_STAND_IN_FIRST_FRAME_S:g} s" if big else "",
+                                verdict=verdict(res["first_frame_s"] <= TARGET_STAND_IN_FIRST_FRAME_S)
+                                if big
+                                else "",
+                            )
+                            report.add(
+                                sec,
+                                f"app {count:>2} hosts, stand-in collectors: client CPU",
+                                res["cpu_pct"],
+                                "% of a core",
+                                compare=f"{res['cpu_ms_per_snapshot'] or float('nan'):.2f} ms/snapshot",
+                            )
                             continue
                         big = count == max(host_counts)
-                        report.add(sec, f"{mode} {count:>2} hosts: first complete frame", res["first_frame_s"], "s",
-                                   compare=f"client CPU {res['connect_cpu_s']:.2f} s to get there",
-                                   target=f"<= {TARGET_FIRST_FRAME_S:.0f} s" if big else "",
-                                   verdict=verdict(res["first_frame_s"] <= TARGET_FIRST_FRAME_S) if big else "")
-                        report.add(sec, f"{mode} {count:>2} hosts: client CPU", res["cpu_pct"], "% of a core",
-                                   compare=f"{res['cpu_ms_per_snapshot'] or float('nan'):.2f} ms/snapshot, "
-                                           f"{res['snapshots_per_host_s']:.2f} snap/host/s",
-                                   target=f"<= {TARGET_CLIENT_CPU_PCT:.0f} %" if big else "",
-                                   verdict=verdict(res["cpu_pct"] <= TARGET_CLIENT_CPU_PCT) if big else "")
-                        report.add(sec, f"{mode} {count:>2} hosts: client RSS", res["rss_mib"], "MiB",
-                                   compare=f"peak {res['hwm_mib']:.0f} MiB, {res['threads']} threads",
-                                   target=f"<= {TARGET_CLIENT_RSS_MIB:.0f} MB" if big else "",
-                                   verdict=verdict(res["hwm_mib"] <= TARGET_CLIENT_RSS_MIB) if big else "")
+                        report.add(
+                            sec,
+                            f"{mode} {count:>2} hosts: first complete frame",
+                            res["first_frame_s"],
+                            "s",
+                            compare=f"client CPU {res['connect_cpu_s']:.2f} s to get there",
+                            target=f"<= {TARGET_FIRST_FRAME_S:.0f} s" if big else "",
+                            verdict=verdict(res["first_frame_s"] <= TARGET_FIRST_FRAME_S) if big else "",
+                        )
+                        report.add(
+                            sec,
+                            f"{mode} {count:>2} hosts: client CPU",
+                            res["cpu_pct"],
+                            "% of a core",
+                            compare=f"{res['cpu_ms_per_snapshot'] or float('nan'):.2f} ms/snapshot, "
+                            f"{res['snapshots_per_host_s']:.2f} snap/host/s",
+                            target=f"<= {TARGET_CLIENT_CPU_PCT:.0f} %" if big else "",
+                            verdict=verdict(res["cpu_pct"] <= TARGET_CLIENT_CPU_PCT) if big else "",
+                        )
+                        report.add(
+                            sec,
+                            f"{mode} {count:>2} hosts: client RSS",
+                            res["rss_mib"],
+                            "MiB",
+                            compare=f"peak {res['hwm_mib']:.0f} MiB, {res['threads']} threads",
+                            target=f"<= {TARGET_CLIENT_RSS_MIB:.0f} MB" if big else "",
+                            verdict=verdict(res["hwm_mib"] <= TARGET_CLIENT_RSS_MIB) if big else "",
+                        )
                     what = {
                         "app": "GpuTuiApp headless (run_test 160x50) over SSH links",
                         "app-stand-in": "the same app, each host's collector replaced by a replay of the real "
-                                        "agent's hello and first snapshot (a bare python3, no pynvml/psutil/NVML): "
-                                        "the first frame without the cost of 64 collector starts on these cores",
+                        "agent's hello and first snapshot (a bare python3, no pynvml/psutil/NVML): "
+                        "the first frame without the cost of 64 collector starts on these cores",
                     }.get(mode, app_note)
                     what += "; every agent and sshd session runs on this same 2-core box"
-                    report.note(sec, f"{mode}: {what}; analysis {'on' if res.get('analysis') else 'absent'}; "
-                                     f"1 s memory / 3 s processes; {duration:.0f} s steady window after 3 s; "
-                                     f"{res.get('processes_per_snapshot', '?')} processes per snapshot")
+                    report.note(
+                        sec,
+                        f"{mode}: {what}; analysis {'on' if res.get('analysis') else 'absent'}; "
+                        f"1 s memory / 3 s processes; {duration:.0f} s steady window after 3 s; "
+                        f"{res.get('processes_per_snapshot', '?')} processes per snapshot",
+                    )
                 finally:
                     if hosts is not None:
                         hosts.close()

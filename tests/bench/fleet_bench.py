@@ -58,7 +58,7 @@ def _changed(document: dict[str, Any], round_no: int) -> dict[str, Any]:
         if metric.get("__name__") == "DCGM_FI_DEV_FB_USED" and metric.get("gpu") == "3" and host in wanted:
             item["value"][1] = str(1000 + (round_no * 7919) % 70000)
         elif metric.get("gputui_part") == "time" and host.startswith("node-"):
-            age = (round_no * 5 + int(host[len("node-"):])) % 15 + 0.5
+            age = (round_no * 5 + int(host[len("node-") :])) % 15 + 0.5
             item["value"][1] = str(float(item["value"][0]) - age)
     return changed
 
@@ -70,7 +70,9 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
     from tests.data.prometheus import scaled_answer
 
     raw = json.dumps(scaled_answer(HOSTS)).encode()
-    source = PrometheusSource(FleetSettings(url="http://bench"), fetcher=lambda url, query, timeout: json.loads(raw))
+    source = PrometheusSource(
+        FleetSettings(url="http://bench"), fetcher=lambda url, query, timeout: json.loads(raw)
+    )
     decode, parse, verdicts, rows, total = [], [], [], [], []
     for _ in range(args.repeats):
         t0 = time.process_time()
@@ -89,9 +91,16 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
         rows.append((t4 - t3) * 1000)
         total.append((t4 - t1) * 1000)
     med = statistics.median
-    return {"total_ms": med(total), "decode_ms": med(decode), "parse_ms": med(parse), "verdicts_ms": med(verdicts),
-            "rows_ms": med(rows), "bytes": len(raw), "series": len(json.loads(raw)["data"]["result"]),
-            "repeats": args.repeats}
+    return {
+        "total_ms": med(total),
+        "decode_ms": med(decode),
+        "parse_ms": med(parse),
+        "verdicts_ms": med(verdicts),
+        "rows_ms": med(rows),
+        "bytes": len(raw),
+        "series": len(json.loads(raw)["data"]["result"]),
+        "repeats": args.repeats,
+    }
 
 
 async def _render(args: argparse.Namespace) -> dict[str, Any]:
@@ -105,8 +114,13 @@ async def _render(args: argparse.Namespace) -> dict[str, Any]:
 
     base = scaled_answer(HOSTS)
     samples = [analyze_fleet(parse_answer(_changed(base, r)), Baselines()) for r in range(args.rounds + 1)]
-    fleet = FleetScreen(lambda: samples[0], source_name="prometheus http://bench", ssh_target=lambda h: h.name,
-                        refresh_s=3600.0, stale_after_s=90.0)
+    fleet = FleetScreen(
+        lambda: samples[0],
+        source_name="prometheus http://bench",
+        ssh_target=lambda h: h.name,
+        refresh_s=3600.0,
+        stale_after_s=90.0,
+    )
     app = GpuTuiApp([], lambda target: None, fleet=fleet, read_only=True)  # type: ignore[arg-type, return-value]
 
     async def apply(sample: Any) -> tuple[float, float]:
@@ -142,9 +156,16 @@ async def _render(args: argparse.Namespace) -> dict[str, Any]:
             sort_key_cpu.append((time.process_time() - cpu0) * 1000)
         rows = table.row_count
     med = statistics.median
-    return {"first_cpu_ms": first_cpu, "first_wall_ms": first_wall, "steady_cpu_ms": med(steady),
-            "steady_wall_ms": med(steady_wall), "sorted_cpu_ms": med(sorted_cpu), "sort_key_cpu_ms": med(sort_key_cpu),
-            "rows": rows, "rounds": len(steady)}
+    return {
+        "first_cpu_ms": first_cpu,
+        "first_wall_ms": first_wall,
+        "steady_cpu_ms": med(steady),
+        "steady_wall_ms": med(steady_wall),
+        "sorted_cpu_ms": med(sorted_cpu),
+        "sort_key_cpu_ms": med(sort_key_cpu),
+        "rows": rows,
+        "rounds": len(steady),
+    }
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -170,8 +191,9 @@ async def _loop(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(0, LOOP_HOSTS, 3):
                 exporters.set(f"gpu-{i:03d}", 3, used=40000 + i, util=90)
             server = fleet.prometheus()
-            server.wait_until(lambda: len(server.query("DCGM_FI_DEV_FB_USED")) >= LOOP_HOSTS * 8, "every GPU",
-                              timeout_s=120)
+            server.wait_until(
+                lambda: len(server.query("DCGM_FI_DEV_FB_USED")) >= LOOP_HOSTS * 8, "every GPU", timeout_s=120
+            )
             time.sleep(3.0)
             assert server.process is not None
             prom_pid = server.process.pid
@@ -194,9 +216,13 @@ async def _loop(args: argparse.Namespace) -> dict[str, Any]:
             busy_cpu = _proc_cpu_s(prom_pid) - busy0
             queries = len(walls)
             # The TUI on it, refreshing every second.
-            screen = FleetScreen(lambda: analyze_fleet(source.sample(), Baselines()),
-                                 source_name=f"prometheus {server.url}", ssh_target=lambda h: h.name,
-                                 refresh_s=1.0, stale_after_s=90.0)
+            screen = FleetScreen(
+                lambda: analyze_fleet(source.sample(), Baselines()),
+                source_name=f"prometheus {server.url}",
+                ssh_target=lambda h: h.name,
+                refresh_s=1.0,
+                stale_after_s=90.0,
+            )
             app = GpuTuiApp([], lambda target: None, fleet=screen, read_only=True)  # type: ignore[arg-type, return-value]
             async with app.run_test(size=(160, 50)) as pilot:
                 while screen.answers == 0:
@@ -208,10 +234,18 @@ async def _loop(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             fleet.close()
     med = statistics.median
-    return {"wall_s": med(walls), "wall_max_s": max(walls), "client_cpu_ms": med(cpus), "bytes": size,
-            "queries": queries, "prom_cpu_ms_per_query": 1000 * (busy_cpu - idle_cpu) / queries,
-            "prom_idle_pct": 100 * idle_cpu / window, "tui_cpu_pct": tui_cpu_pct, "tui_answers": tui_answers,
-            "window_s": window}
+    return {
+        "wall_s": med(walls),
+        "wall_max_s": max(walls),
+        "client_cpu_ms": med(cpus),
+        "bytes": size,
+        "queries": queries,
+        "prom_cpu_ms_per_query": 1000 * (busy_cpu - idle_cpu) / queries,
+        "prom_idle_pct": 100 * idle_cpu / window,
+        "tui_cpu_pct": tui_cpu_pct,
+        "tui_answers": tui_answers,
+        "window_s": window,
+    }
 
 
 def worker_main(kind: str, argv: list[str]) -> int:
@@ -252,9 +286,15 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
     if "error" in res:
         report.na(sec, f"fleet {size}: client CPU per refresh", res["error"], target=target)
     else:
-        report.add(sec, f"fleet {size}: client CPU per refresh", res["total_ms"], "CPU ms/refresh",
-                   compare=f"{res['bytes'] / 1e6:.1f} MB answer, {res['series']} series", target=target,
-                   verdict=verdict(res["total_ms"] <= TARGET_REFRESH_CPU_MS))
+        report.add(
+            sec,
+            f"fleet {size}: client CPU per refresh",
+            res["total_ms"],
+            "CPU ms/refresh",
+            compare=f"{res['bytes'] / 1e6:.1f} MB answer, {res['series']} series",
+            target=target,
+            verdict=verdict(res["total_ms"] <= TARGET_REFRESH_CPU_MS),
+        )
         report.add(sec, "  JSON decode (stdlib)", res["decode_ms"], "CPU ms")
         report.add(sec, "  parse into hosts", res["parse_ms"], "CPU ms")
         report.add(sec, "  memory-only verdicts", res["verdicts_ms"], "CPU ms")
@@ -264,12 +304,23 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
     if "error" in res:
         report.na(sec, f"fleet {size}: render one refresh", res["error"], target=target)
     else:
-        report.add(sec, f"fleet {size}: render one refresh", res["steady_cpu_ms"], "CPU ms/refresh",
-                   compare=f"wall {res['steady_wall_ms']:.0f} ms, every age and {CHANGED_PER_ROUND} hosts' memory "
-                           f"changed, {res['rows']} rows",
-                   target=target, verdict=verdict(res["steady_cpu_ms"] <= TARGET_RENDER_MS))
-        report.add(sec, "  first answer (every row added)", res["first_cpu_ms"], "CPU ms",
-                   compare=f"wall {res['first_wall_ms']:.0f} ms")
+        report.add(
+            sec,
+            f"fleet {size}: render one refresh",
+            res["steady_cpu_ms"],
+            "CPU ms/refresh",
+            compare=f"wall {res['steady_wall_ms']:.0f} ms, every age and {CHANGED_PER_ROUND} hosts' memory "
+            f"changed, {res['rows']} rows",
+            target=target,
+            verdict=verdict(res["steady_cpu_ms"] <= TARGET_RENDER_MS),
+        )
+        report.add(
+            sec,
+            "  first answer (every row added)",
+            res["first_cpu_ms"],
+            "CPU ms",
+            compare=f"wall {res['first_wall_ms']:.0f} ms",
+        )
         report.add(sec, "  refresh sorted by memory (order changes)", res["sorted_cpu_ms"], "CPU ms")
         report.add(sec, "  key s (sort again)", res["sort_key_cpu_ms"], "CPU ms")
     res = _run_worker("loop", "--window", "10" if args.quick else "30")
@@ -278,16 +329,41 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
     if "error" in res:
         report.na(sec, loop, res["error"], target=target)
     else:
-        report.add(sec, loop, res["wall_s"], "s wall", compare=f"max {res['wall_max_s']:.2f} s, n={res['queries']}",
-                   target=target, verdict=verdict(res["wall_s"] <= TARGET_LOOP_S))
-        report.add(sec, "  client CPU per refresh", res["client_cpu_ms"], "CPU ms",
-                   compare=f"answer {res['bytes'] / 1e3:.0f} kB")
-        report.add(sec, "  Prometheus CPU per query", res["prom_cpu_ms_per_query"], "CPU ms",
-                   compare=f"scraping alone {res['prom_idle_pct']:.1f} % of a core")
-        report.add(sec, "  TUI on it at a 1 s refresh", res["tui_cpu_pct"], "% of a core",
-                   compare=f"{res['tui_answers']} answers in {res['window_s']:.0f} s")
-    report.note(sec, f"fleet: client and render from tests/data/prometheus/fleet.json grown to {HOSTS} hosts; "
-                     f"loop: {LOOP_HOSTS} fake DCGM exporters, Prometheus at a 1 s scrape interval, on this box")
+        report.add(
+            sec,
+            loop,
+            res["wall_s"],
+            "s wall",
+            compare=f"max {res['wall_max_s']:.2f} s, n={res['queries']}",
+            target=target,
+            verdict=verdict(res["wall_s"] <= TARGET_LOOP_S),
+        )
+        report.add(
+            sec,
+            "  client CPU per refresh",
+            res["client_cpu_ms"],
+            "CPU ms",
+            compare=f"answer {res['bytes'] / 1e3:.0f} kB",
+        )
+        report.add(
+            sec,
+            "  Prometheus CPU per query",
+            res["prom_cpu_ms_per_query"],
+            "CPU ms",
+            compare=f"scraping alone {res['prom_idle_pct']:.1f} % of a core",
+        )
+        report.add(
+            sec,
+            "  TUI on it at a 1 s refresh",
+            res["tui_cpu_pct"],
+            "% of a core",
+            compare=f"{res['tui_answers']} answers in {res['window_s']:.0f} s",
+        )
+    report.note(
+        sec,
+        f"fleet: client and render from tests/data/prometheus/fleet.json grown to {HOSTS} hosts; "
+        f"loop: {LOOP_HOSTS} fake DCGM exporters, Prometheus at a 1 s scrape interval, on this box",
+    )
 
 
 def main() -> int:

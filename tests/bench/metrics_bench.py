@@ -114,9 +114,18 @@ def _entry_bytes(protocol: Any, text: str | None, dropped: list[str]) -> int:
     """Bytes of one endpoint's entry in a snapshot line (compact JSON, as the collector writes it)."""
     url = "http://127.0.0.1:8000"
     entry = protocol.health_sample(
-        url + "/health", "UP", code=200, latency_ms=3.1, since=1.7e9, last_ok=1.7e9, checked_at=1.7e9,
-        metrics_url=None if text is None else url + "/metrics", metrics_text=text,
-        metrics_at=None if text is None else 1.7e9, metrics_dropped=dropped, launcher_age_s=3600.0,
+        url + "/health",
+        "UP",
+        code=200,
+        latency_ms=3.1,
+        since=1.7e9,
+        last_ok=1.7e9,
+        checked_at=1.7e9,
+        metrics_url=None if text is None else url + "/metrics",
+        metrics_text=text,
+        metrics_at=None if text is None else 1.7e9,
+        metrics_dropped=dropped,
+        launcher_age_s=3600.0,
     )
     return len(json.dumps(entry, separators=(",", ":")))
 
@@ -140,8 +149,15 @@ def worker_main(argv: list[str]) -> int:
 
 def _json_line(cmd: list[str], what: str, stdin: bytes = b"") -> dict[str, Any]:
     try:
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, timeout=600, cwd=REPO_ROOT,
-                              env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), check=False)
+        proc = subprocess.run(
+            cmd,
+            input=stdin,
+            capture_output=True,
+            timeout=600,
+            cwd=REPO_ROOT,
+            env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"{what} timed out"}
     lines = [line for line in proc.stdout.decode().splitlines() if line.startswith("{")]
@@ -162,8 +178,14 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
     scratch = tempfile.TemporaryDirectory(prefix="gputui-metrics-bench-")
     try:
         for engine in ENGINES:
-            peer.set(engine=engine, running=6, waiting=2, kv_cache_usage=0.42, throughput=850.0,
-                     tokens_per_scrape=4000)
+            peer.set(
+                engine=engine,
+                running=6,
+                waiting=2,
+                kv_cache_usage=0.42,
+                throughput=850.0,
+                tokens_per_scrape=4000,
+            )
             for _ in range(3):  # counters and histograms of a server that has been working
                 body, _ = fetch_body(peer.url("/metrics"), 10.0, 1 << 22)
             body_path = Path(scratch.name) / f"{engine}.metrics"
@@ -174,33 +196,66 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                 if python is None:
                     report.na(sec, metric + " (Python 3.8)", "no Python 3.8 installed", target=target)
                     continue
-                res = _json_line([python, "-c", COLLECTOR_WORKER, peer.url("/metrics"), repeats],
-                                 f"collector worker ({python})", body)
+                res = _json_line(
+                    [python, "-c", COLLECTOR_WORKER, peer.url("/metrics"), repeats],
+                    f"collector worker ({python})",
+                    body,
+                )
                 if "error" in res:
                     report.na(sec, metric, res["error"], target=target)
                     continue
                 total = res["probe_ms"]
-                report.add(sec, f"{metric} (Python {res['python']})", total, "CPU ms/sample",
-                           compare=f"of which the filter {res['filter_ms']:.2f} ms",
-                           target=target, verdict=verdict(total <= TARGET_PROBE_CPU_MS and res["state"] == "UP"))
-            res = _json_line([sys.executable, str(Path(__file__)), "client", "--body", str(body_path),
-                              "--repeats", repeats], "client worker")
+                report.add(
+                    sec,
+                    f"{metric} (Python {res['python']})",
+                    total,
+                    "CPU ms/sample",
+                    compare=f"of which the filter {res['filter_ms']:.2f} ms",
+                    target=target,
+                    verdict=verdict(total <= TARGET_PROBE_CPU_MS and res["state"] == "UP"),
+                )
+            res = _json_line(
+                [
+                    sys.executable,
+                    str(Path(__file__)),
+                    "client",
+                    "--body",
+                    str(body_path),
+                    "--repeats",
+                    repeats,
+                ],
+                "client worker",
+            )
             if "error" in res:
                 report.na(sec, f"{engine} metrics on the wire", res["error"])
                 continue
-            report.add(sec, f"{engine} metrics on the wire per sample", res["wire_bytes"], "bytes",
-                       compare=f"filtered {res['filtered_bytes']} B of a {res['body_bytes']} B body",
-                       target=f"<= {TARGET_WIRE_BYTES}", verdict=verdict(res["wire_bytes"] <= TARGET_WIRE_BYTES))
-            report.add(sec, f"{engine} client parse + state update", res["parse_ms"], "CPU ms/sample",
-                       target=f"<= {TARGET_PARSE_CPU_MS:g} ms",
-                       verdict=verdict(res["parse_ms"] <= TARGET_PARSE_CPU_MS))
+            report.add(
+                sec,
+                f"{engine} metrics on the wire per sample",
+                res["wire_bytes"],
+                "bytes",
+                compare=f"filtered {res['filtered_bytes']} B of a {res['body_bytes']} B body",
+                target=f"<= {TARGET_WIRE_BYTES}",
+                verdict=verdict(res["wire_bytes"] <= TARGET_WIRE_BYTES),
+            )
+            report.add(
+                sec,
+                f"{engine} client parse + state update",
+                res["parse_ms"],
+                "CPU ms/sample",
+                target=f"<= {TARGET_PARSE_CPU_MS:g} ms",
+                verdict=verdict(res["parse_ms"] <= TARGET_PARSE_CPU_MS),
+            )
             report.add(sec, "  the same parse given the whole body", res["parse_whole_ms"], "CPU ms")
             report.add(sec, "  prometheus_client parser alone, whole body", res["library_whole_ms"], "CPU ms")
     finally:
         peer.close()
         scratch.cleanup()
-    report.note(sec, "metrics: fake vLLM/sglang server on loopback (tests/integration/metrics_server.py), "
-                     "bodies by prometheus_client; CPU per sample is a median over batches of 10")
+    report.note(
+        sec,
+        "metrics: fake vLLM/sglang server on loopback (tests/integration/metrics_server.py), "
+        "bodies by prometheus_client; CPU per sample is a median over batches of 10",
+    )
 
 
 def main() -> int:

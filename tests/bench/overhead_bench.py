@@ -111,8 +111,14 @@ def pid_count() -> int:
 
 def child_cpu_ms(cmd: list[str], env: dict[str, str], timeout_s: float = 120) -> float | None:
     """CPU (user + system, threads included) of one run of ``cmd``; None when it failed."""
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, cwd=REPO_ROOT)
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+    )
     deadline = time.monotonic() + timeout_s
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -163,7 +169,10 @@ def oneshot(args: argparse.Namespace, report: Report, sec: int, peer_python: str
         with fake_host(max(0, total - pid_count() - args.holders), args.holders) as host:
             env = host.env()
             env["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="gputui-bench-noconfig-")
-            commands = {"gputui": gputui_command() + ["snapshot", "--json"], "floor": [sys.executable, "-c", FLOOR]}
+            commands = {
+                "gputui": gputui_command() + ["snapshot", "--json"],
+                "floor": [sys.executable, "-c", FLOOR],
+            }
             if peer_python is not None:
                 commands["nvitop"] = [nvitop, "-1"]
             pids = pid_count()
@@ -171,23 +180,41 @@ def oneshot(args: argparse.Namespace, report: Report, sec: int, peer_python: str
             shutil.rmtree(env["XDG_CONFIG_HOME"], ignore_errors=True)
         ours = runs["gputui"]
         if not ours:
-            report.na(sec, f"snapshot --json, {label} pids", "gputui snapshot failed", target=f"<= {target:g}x")
+            report.na(
+                sec, f"snapshot --json, {label} pids", "gputui snapshot failed", target=f"<= {target:g}x"
+            )
             continue
         if "nvitop" in runs and len(runs["nvitop"]) == len(ours):
             ratio = median_ratio(ours, runs["nvitop"])
-            report.add(sec, f"snapshot --json / nvitop -1, {label} host pids", ratio, "x CPU",
-                       compare=f"gputui {statistics.median(ours):.0f} ms, nvitop {statistics.median(runs['nvitop']):.0f}"
-                               f" ms; {pids} pids, n={len(ours)}",
-                       target=f"<= {target:g}x", verdict=verdict(ratio <= target))
+            report.add(
+                sec,
+                f"snapshot --json / nvitop -1, {label} host pids",
+                ratio,
+                "x CPU",
+                compare=f"gputui {statistics.median(ours):.0f} ms, nvitop {statistics.median(runs['nvitop']):.0f}"
+                f" ms; {pids} pids, n={len(ours)}",
+                target=f"<= {target:g}x",
+                verdict=verdict(ratio <= target),
+            )
         else:
-            report.na(sec, f"snapshot --json / nvitop -1, {label} host pids",
-                      "--no-peers" if peer_python is None else "nvitop -1 failed", target=f"<= {target:g}x")
+            report.na(
+                sec,
+                f"snapshot --json / nvitop -1, {label} host pids",
+                "--no-peers" if peer_python is None else "nvitop -1 failed",
+                target=f"<= {target:g}x",
+            )
         if total == 400 and len(runs["floor"]) == len(ours):
             ratio = median_ratio(ours, runs["floor"])
-            report.add(sec, f"snapshot --json / the floor, {label} host pids", ratio, "x CPU",
-                       compare=f"floor {statistics.median(runs['floor']):.0f} ms (python, pynvml, 8 x memory + "
-                               f"process lists)", target=floor_target,
-                       verdict=verdict(ratio <= TARGET_ONESHOT_FLOOR))
+            report.add(
+                sec,
+                f"snapshot --json / the floor, {label} host pids",
+                ratio,
+                "x CPU",
+                compare=f"floor {statistics.median(runs['floor']):.0f} ms (python, pynvml, 8 x memory + "
+                f"process lists)",
+                target=floor_target,
+                verdict=verdict(ratio <= TARGET_ONESHOT_FLOOR),
+            )
 
 
 # --- remote one-shot --------------------------------------------------------------------------------------
@@ -206,8 +233,10 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
     from tests.bench.bench_sshd import start_hosts
 
     rounds = 5 if args.quick else 11
-    with fake_host(args.processes, args.holders) as host, \
-            tempfile.TemporaryDirectory(prefix="gputui-bench-remote-") as tmp_name:
+    with (
+        fake_host(args.processes, args.holders) as host,
+        tempfile.TemporaryDirectory(prefix="gputui-bench-remote-") as tmp_name,
+    ):
         tmp = Path(tmp_name)
         measure_py, log = tmp / "measure.py", tmp / "remote-cpu.log"
         measure_py.write_text(MEASURE)
@@ -215,8 +244,10 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
         remote_bin.mkdir()
         for name, real in (("python3", bare), ("nvitop", str(PEERS_VENV / "bin" / "nvitop"))):
             wrapper = remote_bin / name
-            wrapper.write_text(f'#!/bin/sh\nexec "{sys.base_exec_prefix}/bin/python3" -S -E "{measure_py}" '
-                               f'"{log}" "{real}" "$@"\n')
+            wrapper.write_text(
+                f'#!/bin/sh\nexec "{sys.base_exec_prefix}/bin/python3" -S -E "{measure_py}" '
+                f'"{log}" "{real}" "$@"\n'
+            )
             wrapper.chmod(0o755)
         fake_env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
         hosts = start_hosts(tmp / "sshd", remote_bin, fake_env, 1)
@@ -226,7 +257,16 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
             config = env.get("GPUTUI_SSH_CONFIG") or str(Path(env["HOME"]) / ".ssh" / "config")
             commands = {
                 "gputui": gputui_command() + ["-F", config, "snapshot", "--json", alias],
-                "nvitop": ["ssh", "-F", config, "-o", "BatchMode=yes", alias, str(remote_bin / "nvitop"), "-1"],
+                "nvitop": [
+                    "ssh",
+                    "-F",
+                    config,
+                    "-o",
+                    "BatchMode=yes",
+                    alias,
+                    str(remote_bin / "nvitop"),
+                    "-1",
+                ],
             }
             totals: dict[str, list[float]] = {"gputui": [], "nvitop": []}
             clients: dict[str, list[float]] = {"gputui": [], "nvitop": []}
@@ -244,18 +284,31 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
         finally:
             hosts.close()
     if not totals["gputui"] or len(totals["gputui"]) != len(totals["nvitop"]):
-        report.na(sec, label, f"runs failed (gputui {len(totals['gputui'])}, nvitop {len(totals['nvitop'])})",
-                  target=target)
+        report.na(
+            sec,
+            label,
+            f"runs failed (gputui {len(totals['gputui'])}, nvitop {len(totals['nvitop'])})",
+            target=target,
+        )
         return
     ratio = median_ratio(totals["gputui"], totals["nvitop"])
-    report.add(sec, label, ratio, "x CPU",
-               compare=f"gputui {statistics.median(totals['gputui']):.0f} ms (client "
-                       f"{statistics.median(clients['gputui']):.0f}), nvitop {statistics.median(totals['nvitop']):.0f}"
-                       f" ms (ssh {statistics.median(clients['nvitop']):.0f}); n={len(totals['gputui'])}",
-               target=target, verdict=verdict(ratio <= TARGET_REMOTE_ONESHOT))
-    report.note(sec, f"remote one-shot: {hosts.source}; the remote python3 is a bare python (no pynvml, no "
-                     "psutil: the shipped pynvml is used), nvitop from the peers virtualenv; sshd's own CPU is "
-                     "in neither figure")
+    report.add(
+        sec,
+        label,
+        ratio,
+        "x CPU",
+        compare=f"gputui {statistics.median(totals['gputui']):.0f} ms (client "
+        f"{statistics.median(clients['gputui']):.0f}), nvitop {statistics.median(totals['nvitop']):.0f}"
+        f" ms (ssh {statistics.median(clients['nvitop']):.0f}); n={len(totals['gputui'])}",
+        target=target,
+        verdict=verdict(ratio <= TARGET_REMOTE_ONESHOT),
+    )
+    report.note(
+        sec,
+        f"remote one-shot: {hosts.source}; the remote python3 is a bare python (no pynvml, no "
+        "psutil: the shipped pynvml is used), nvitop from the peers virtualenv; sshd's own CPU is "
+        "in neither figure",
+    )
 
 
 # --- collector start --------------------------------------------------------------------------------------
@@ -275,8 +328,13 @@ def collector_start(args: argparse.Namespace, report: Report, sec: int) -> None:
     cpu_ms: list[float] = []
     with fake_host(args.processes, args.holders) as host:
         for _ in range(runs + 1):
-            proc = subprocess.Popen([bare, *command[1:], "--read-only"], env=host.env(), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [bare, *command[1:], "--read-only"],
+                env=host.env(),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
             assert proc.stdin is not None
             assert proc.stdout is not None
             proc.stdin.write(payload)
@@ -292,9 +350,15 @@ def collector_start(args: argparse.Namespace, report: Report, sec: int) -> None:
                 return
             cpu_ms.append((usage.ru_utime + usage.ru_stime) * 1000)
     value = statistics.median(cpu_ms[1:])
-    report.add(sec, label, value, "CPU ms", compare=f"python without pynvml/psutil; {runs} starts; "
-                                                    f"payload {len(payload)} B",
-               target=target, verdict=verdict(value <= TARGET_COLLECTOR_START_MS))
+    report.add(
+        sec,
+        label,
+        value,
+        "CPU ms",
+        compare=f"python without pynvml/psutil; {runs} starts; payload {len(payload)} B",
+        target=target,
+        verdict=verdict(value <= TARGET_COLLECTOR_START_MS),
+    )
 
 
 # --- the TUIs in a real terminal ------------------------------------------------------------------------
@@ -310,8 +374,9 @@ class Tmux:
         self._tmux("new-session", "-d", "-s", "keep", "cat")
 
     def _tmux(self, *words: str) -> str:
-        done = subprocess.run(["tmux", "-L", self.socket, *words], capture_output=True, text=True, timeout=30,
-                              check=False)
+        done = subprocess.run(
+            ["tmux", "-L", self.socket, *words], capture_output=True, text=True, timeout=30, check=False
+        )
         return done.stdout.strip()
 
     def run(self, command: list[str], env: dict[str, str], width: int = 160, height: int = 50) -> int:
@@ -319,8 +384,17 @@ class Tmux:
         self.sessions += 1
         exports = " ".join(f"{k}={_quote(v)}" for k, v in sorted(env.items()))
         line = f"env -i {exports} {' '.join(_quote(w) for w in command)}"
-        self._tmux("new-session", "-d", "-s", f"s{self.sessions}", "-x", str(width), "-y", str(height),
-                   f"exec {line}")
+        self._tmux(
+            "new-session",
+            "-d",
+            "-s",
+            f"s{self.sessions}",
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            f"exec {line}",
+        )
         return int(self._tmux("display-message", "-p", "-t", f"s{self.sessions}", "#{pane_pid}"))
 
     def screen(self) -> str:
@@ -339,8 +413,14 @@ def _quote(word: str) -> str:
 @contextlib.contextmanager
 def detached(argv: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """A process in a session of its own (outside the bench's tree), killed on the way out."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env=env)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     try:
         yield proc
     finally:
@@ -355,8 +435,10 @@ def wedged(tmp: Path, port: int) -> Iterator[None]:
     script = tmp / "sglang" / "launch_server.py"
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(LAUNCHER)
-    with detached([sys.executable, "-c", ZOMBIE_PARENT]), \
-            detached([sys.base_exec_prefix + "/bin/python3", str(script), "--port", str(port)]):
+    with (
+        detached([sys.executable, "-c", ZOMBIE_PARENT]),
+        detached([sys.base_exec_prefix + "/bin/python3", str(script), "--port", str(port)]),
+    ):
         time.sleep(0.5)
         yield
 
@@ -364,13 +446,20 @@ def wedged(tmp: Path, port: int) -> Iterator[None]:
 def terminal_env(host: FakeHost, home: Path) -> dict[str, str]:
     """What a TUI in tmux gets: the fake NVML, a home of its own (no config, no cache), a terminal."""
     env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "PYTHONPATH")}
-    env.update(TERM="xterm-256color", HOME=str(home), XDG_CONFIG_HOME=str(home / "config"),
-               XDG_CACHE_HOME=str(home / "cache"), PATH="/usr/local/bin:/usr/bin:/bin", LANG="C.UTF-8")
+    env.update(
+        TERM="xterm-256color",
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        PATH="/usr/local/bin:/usr/bin:/bin",
+        LANG="C.UTF-8",
+    )
     return env
 
 
-def tui_window(tmux: Tmux, command: list[str], env: dict[str, str], settle_s: float, window_s: float
-               ) -> tuple[float, float, str] | None:
+def tui_window(
+    tmux: Tmux, command: list[str], env: dict[str, str], settle_s: float, window_s: float
+) -> tuple[float, float, str] | None:
     """(% of a core over ``window_s`` after ``settle_s``, VmRSS MiB at the end, the screen) of one TUI."""
     pid = tmux.run(command, env)
     time.sleep(settle_s)
@@ -401,31 +490,54 @@ def tui(args: argparse.Namespace, report: Report, sec: int, peer_python: str | N
     settle_s, window_s = (5.0, 10.0) if args.quick else (10.0, 60.0)
     tmux = Tmux()
     try:
-        with fake_host(args.processes, args.holders) as host, \
-                tempfile.TemporaryDirectory(prefix="gputui-bench-tui-") as tmp_name:
+        with (
+            fake_host(args.processes, args.holders) as host,
+            tempfile.TemporaryDirectory(prefix="gputui-bench-tui-") as tmp_name,
+        ):
             tmp = Path(tmp_name)
             env = terminal_env(host, tmp)
-            for scene, target in (("clean host", TARGET_TUI_CLEAN), ("finding + health on screen",
-                                                                      TARGET_TUI_FINDING)):
+            for scene, target in (
+                ("clean host", TARGET_TUI_CLEAN),
+                ("finding + health on screen", TARGET_TUI_FINDING),
+            ):
                 with contextlib.ExitStack() as stack:
                     if scene != "clean host":
                         stack.enter_context(wedged(tmp, free_port()))
                     ours = tui_window(tmux, gputui_command(), env, settle_s, window_s)
                     theirs = None
                     if peer_python is not None:
-                        theirs = tui_window(tmux, [str(PEERS_VENV / "bin" / "nvitop")], env, settle_s, window_s)
+                        theirs = tui_window(
+                            tmux, [str(PEERS_VENV / "bin" / "nvitop")], env, settle_s, window_s
+                        )
                 label = f"TUI / nvitop's TUI, {scene}"
                 if ours is None or theirs is None:
-                    report.na(sec, label, "--no-peers" if peer_python is None else "a TUI did not run",
-                              target=f"<= {target:g}x")
+                    report.na(
+                        sec,
+                        label,
+                        "--no-peers" if peer_python is None else "a TUI did not run",
+                        target=f"<= {target:g}x",
+                    )
                     continue
                 ratio = ours[0] / theirs[0] if theirs[0] > 0 else float("inf")
-                finding = "" if scene == "clean host" else (
-                    "; finding on screen" if "zombie" in ours[2] else "; NO finding seen on gputui's screen")
-                report.add(sec, label, ratio, "x CPU",
-                           compare=f"gputui {ours[0]:.2f} % (1 s), nvitop {theirs[0]:.2f} % of a core (its default); "
-                                   f"{window_s:.0f} s{finding}",
-                           target=f"<= {target:g}x", verdict=verdict(ratio <= target))
+                finding = (
+                    ""
+                    if scene == "clean host"
+                    else (
+                        "; finding on screen"
+                        if "zombie" in ours[2]
+                        else "; NO finding seen on gputui's screen"
+                    )
+                )
+                report.add(
+                    sec,
+                    label,
+                    ratio,
+                    "x CPU",
+                    compare=f"gputui {ours[0]:.2f} % (1 s), nvitop {theirs[0]:.2f} % of a core (its default); "
+                    f"{window_s:.0f} s{finding}",
+                    target=f"<= {target:g}x",
+                    verdict=verdict(ratio <= target),
+                )
                 report.add(sec, f"  TUI RSS, {scene}", ours[1], "MiB", compare=f"nvitop {theirs[1]:.1f} MiB")
     finally:
         tmux.close()
@@ -442,8 +554,10 @@ def soak(args: argparse.Namespace, report: Report, sec: int) -> None:
     tmux = Tmux()
     samples: list[tuple[float, float, int, int]] = []
     try:
-        with fake_host(args.processes, args.holders) as host, \
-                tempfile.TemporaryDirectory(prefix="gputui-bench-soak-") as tmp_name:
+        with (
+            fake_host(args.processes, args.holders) as host,
+            tempfile.TemporaryDirectory(prefix="gputui-bench-soak-") as tmp_name,
+        ):
             tmp = Path(tmp_name)
             env = terminal_env(host, tmp)
             with wedged(tmp, free_port()):
@@ -466,19 +580,29 @@ def soak(args: argparse.Namespace, report: Report, sec: int) -> None:
         report.na(sec, label, "the TUI ended early", target=target)
         return
     growth = after[-1][1] - after[0][1]
-    report.add(sec, label, growth, "MiB",
-               compare=f"minute {from_s / 60:.1f} -> {after[-1][0] / 60:.1f} at --interval 0.5; RSS "
-                       f"{after[0][1]:.1f} -> {after[-1][1]:.1f} MiB; fds {after[0][2]}->{after[-1][2]}, threads "
-                       f"{after[0][3]}->{after[-1][3]}" + ("" if "zombie" in screen else "; NO finding on screen"),
-               target=target, verdict=verdict(growth <= TARGET_SOAK_GROWTH_MIB))
+    report.add(
+        sec,
+        label,
+        growth,
+        "MiB",
+        compare=f"minute {from_s / 60:.1f} -> {after[-1][0] / 60:.1f} at --interval 0.5; RSS "
+        f"{after[0][1]:.1f} -> {after[-1][1]:.1f} MiB; fds {after[0][2]}->{after[-1][2]}, threads "
+        f"{after[0][3]}->{after[-1][3]}" + ("" if "zombie" in screen else "; NO finding on screen"),
+        target=target,
+        verdict=verdict(growth <= TARGET_SOAK_GROWTH_MIB),
+    )
 
 
 def compile_tree() -> None:
     """Bytecode for every gputui module, as an installed package has it (the peers' pip install compiled
     theirs): a run with PYTHONDONTWRITEBYTECODE set would otherwise compile the sources on every start."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "gputui")], check=False,
-                   stdout=subprocess.DEVNULL, timeout=300, env={k: v for k, v in os.environ.items()
-                                                              if k != "PYTHONDONTWRITEBYTECODE"})
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO_ROOT / "gputui")],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+    )
 
 
 def run(args: argparse.Namespace, report: Report, sec: int) -> None:

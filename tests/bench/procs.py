@@ -71,8 +71,12 @@ class DetachedGroup:
     def __init__(self, count: int) -> None:
         with tempfile.TemporaryDirectory(prefix="gputui-bench-group-") as tmp:
             pid_file = Path(tmp) / "pids"
-            subprocess.run([sys.executable, "-c", _SERVER, str(count), str(pid_file), str(os.getpid())],
-                           check=True, timeout=30, stdin=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-c", _SERVER, str(count), str(pid_file), str(os.getpid())],
+                check=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            )
             deadline = time.monotonic() + 60
             while not pid_file.exists():
                 if time.monotonic() > deadline:

@@ -94,8 +94,17 @@ class Report:
     rows: list[Row] = field(default_factory=list)
     notes: dict[int, list[str]] = field(default_factory=dict)
 
-    def add(self, section: int, metric: str, value: float | None, unit: str, compare: str = "",
-            target: str = "", verdict: str = "", reason: str = "") -> Row:
+    def add(
+        self,
+        section: int,
+        metric: str,
+        value: float | None,
+        unit: str,
+        compare: str = "",
+        target: str = "",
+        verdict: str = "",
+        reason: str = "",
+    ) -> Row:
         if value is None and not verdict:
             verdict = "n/a"
         row = Row(section, metric, value, unit, compare, target, verdict, reason)
@@ -135,15 +144,19 @@ def render_table(report: Report) -> str:
     lines = []
     for row in report.rows:
         result = row.verdict + (f" ({row.reason})" if row.value is None and row.reason else "")
-        lines.append((str(row.section), row.metric, fmt_value(row.value), row.unit, row.compare, row.target,
-                      result))
-    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
-              for i, h in enumerate(header)]
+        lines.append(
+            (str(row.section), row.metric, fmt_value(row.value), row.unit, row.compare, row.target, result)
+        )
+    widths = [
+        max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)
+    ]
     # The last column carries n/a reasons; it is not padded.
     out = ["  ".join(h.ljust(w) for h, w in zip(header[:-1], widths[:-1], strict=True)) + "  " + header[-1]]
     out.append("-" * (sum(widths[:-1]) + 2 * (len(widths) - 1) + len(header[-1])))
     for line in lines:
-        out.append("  ".join(c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)) + "  " + line[-1])
+        out.append(
+            "  ".join(c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)) + "  " + line[-1]
+        )
     for section in sorted(report.notes):
         for text in report.notes[section]:
             out.append(f"  [{section}] {text}")
@@ -231,13 +244,15 @@ def fake_host(process_count: int, holder_count: int) -> Iterator[FakeHost]:
             host.close()
 
 
-def run_worker(host: FakeHost, kind: str, *extra: str, python: str | None = None,
-               timeout_s: float = 300) -> dict:
+def run_worker(
+    host: FakeHost, kind: str, *extra: str, python: str | None = None, timeout_s: float = 300
+) -> dict:
     """Run one worker in a fresh process under the fake NVML; its JSON result (or {"error": ...})."""
     cmd = [python or sys.executable, str(WORKER), kind, *extra]
     try:
-        proc = subprocess.run(cmd, env=host.env(), capture_output=True, text=True, timeout=timeout_s,
-                              check=False, cwd=REPO_ROOT)
+        proc = subprocess.run(
+            cmd, env=host.env(), capture_output=True, text=True, timeout=timeout_s, check=False, cwd=REPO_ROOT
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"worker {kind} timed out after {timeout_s:.0f} s"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -247,8 +262,9 @@ def run_worker(host: FakeHost, kind: str, *extra: str, python: str | None = None
     return json.loads(lines[-1])
 
 
-def repeat_worker(host: FakeHost, kind: str, repeats: int, *extra: str, python: str | None = None
-                  ) -> tuple[list[dict], str | None]:
+def repeat_worker(
+    host: FakeHost, kind: str, repeats: int, *extra: str, python: str | None = None
+) -> tuple[list[dict], str | None]:
     results = []
     for _ in range(repeats):
         result = run_worker(host, kind, *extra, python=python)
@@ -267,10 +283,18 @@ def ensure_peers_venv(report: Report, section: int) -> str | None:
     report.note(section, f"creating the peers virtualenv {PEERS_VENV} ({' '.join(PEER_PACKAGES)})")
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     try:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(PEERS_VENV)], check=True,
-                       capture_output=True, timeout=300)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES], check=True,
-                       capture_output=True, timeout=600)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--clear", str(PEERS_VENV)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *PEER_PACKAGES],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
         detail = getattr(exc, "stderr", b"") or b""
         report.note(section, f"peers virtualenv failed: {exc} {detail.decode(errors='replace')[-300:]}")
@@ -309,9 +333,12 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
     repeats = 3 if args.quick else 5
     samples = 20 if args.quick else 50
     with fake_host(args.processes, args.holders) as host:
-        report.note(sec, f"fake NVML: {host.gpu_count} GPUs, {len(host.idle_pids)} idle `sleep` processes under "
-                         f"one server, {len(host.holder_pids)} GPU holders under another; process table now "
-                         f"{sum(1 for p in Path('/proc').iterdir() if p.name.isdigit())} pids")
+        report.note(
+            sec,
+            f"fake NVML: {host.gpu_count} GPUs, {len(host.idle_pids)} idle `sleep` processes under "
+            f"one server, {len(host.holder_pids)} GPU holders under another; process table now "
+            f"{sum(1 for p in Path('/proc').iterdir() if p.name.isdigit())} pids",
+        )
         peers: dict[str, float] = {}
 
         floor, error = repeat_worker(host, "pynvml", repeats, "--samples", str(samples))
@@ -319,10 +346,20 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
             report.na(sec, "pynvml floor: memory+process lists x8", error)
         else:
             peers["pynvml"] = median([r["full"]["cpu_ms"] for r in floor])
-            report.add(sec, "pynvml floor: memory+process lists x8", peers["pynvml"], "CPU ms/sample",
-                       compare="floor (bare NVML calls)")
-            report.add(sec, "pynvml floor: memory info x8", median([r["memory"]["cpu_ms"] for r in floor]),
-                       "CPU ms/sample", compare="floor")
+            report.add(
+                sec,
+                "pynvml floor: memory+process lists x8",
+                peers["pynvml"],
+                "CPU ms/sample",
+                compare="floor (bare NVML calls)",
+            )
+            report.add(
+                sec,
+                "pynvml floor: memory info x8",
+                median([r["memory"]["cpu_ms"] for r in floor]),
+                "CPU ms/sample",
+                compare="floor",
+            )
 
         peer_python = None if args.no_peers else ensure_peers_venv(report, sec)
         if args.no_peers:
@@ -332,37 +369,59 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
             report.na(sec, "nvitop 1.7.2 API snapshot", "peers virtualenv could not be created")
             report.na(sec, "gpustat 1.1.1 --json one-shot", "peers virtualenv could not be created")
         else:
-            nvitop, error = repeat_worker(host, "nvitop", repeats, "--samples", str(samples),
-                                          python=peer_python)
+            nvitop, error = repeat_worker(
+                host, "nvitop", repeats, "--samples", str(samples), python=peer_python
+            )
             if error:
                 report.na(sec, "nvitop 1.7.2 API snapshot", error)
             else:
                 peers["nvitop"] = median([r["full"]["cpu_ms"] for r in nvitop])
-                report.add(sec, "nvitop 1.7.2 API snapshot", peers["nvitop"], "CPU ms/sample",
-                           compare=f"{nvitop[0]['gpu_processes']} GPU procs seen")
+                report.add(
+                    sec,
+                    "nvitop 1.7.2 API snapshot",
+                    peers["nvitop"],
+                    "CPU ms/sample",
+                    compare=f"{nvitop[0]['gpu_processes']} GPU procs seen",
+                )
                 missing = sorted({m for r in nvitop for m in r.get("missing_symbols", [])})
                 if missing:
-                    report.note(sec, "nvitop asked the fake NVML for missing symbol(s): " + ", ".join(missing)
-                                + " (nvitop treats them as N/A; figures kept)")
+                    report.note(
+                        sec,
+                        "nvitop asked the fake NVML for missing symbol(s): "
+                        + ", ".join(missing)
+                        + " (nvitop treats them as N/A; figures kept)",
+                    )
             gpustat_runs = 3 if args.quick else 5
-            gpustat, error = repeat_worker(host, "gpustat", 1, "--samples", str(gpustat_runs),
-                                           python=peer_python)
+            gpustat, error = repeat_worker(
+                host, "gpustat", 1, "--samples", str(gpustat_runs), python=peer_python
+            )
             if error:
                 report.na(sec, "gpustat 1.1.1 --json one-shot", error)
             else:
                 peers["gpustat"] = gpustat[0]["full"]["cpu_ms"]
-                report.add(sec, "gpustat 1.1.1 --json one-shot", peers["gpustat"], "CPU ms/run",
-                           compare=f"wall {gpustat[0]['full']['wall_ms']:.0f} ms (sleeps 0.1 s/GPU)")
+                report.add(
+                    sec,
+                    "gpustat 1.1.1 --json one-shot",
+                    peers["gpustat"],
+                    "CPU ms/run",
+                    compare=f"wall {gpustat[0]['full']['wall_ms']:.0f} ms (sleeps 0.1 s/GPU)",
+                )
                 once = run_worker(host, "gpustat_once", python=peer_python)
                 if once.get("missing_symbols"):
-                    report.note(sec, "gpustat asked the fake NVML for missing symbol(s): "
-                                + ", ".join(once["missing_symbols"]))
+                    report.note(
+                        sec,
+                        "gpustat asked the fake NVML for missing symbol(s): "
+                        + ", ".join(once["missing_symbols"]),
+                    )
                 elif "error" in once:
                     report.note(sec, f"gpustat symbol probe failed: {once['error']}")
 
         if not have_module("gputui.agent"):
-            for metric in ("gputui agent: full sample", "gputui agent: memory-only sample",
-                           "gputui agent: processes spawned"):
+            for metric in (
+                "gputui agent: full sample",
+                "gputui agent: memory-only sample",
+                "gputui agent: processes spawned",
+            ):
                 report.na(sec, metric, "gputui.agent not in the tree yet")
             report.na(sec, "process-list cadence", "gputui.agent not in the tree yet")
             return
@@ -374,9 +433,12 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
             full_ms = median([r["full"]["cpu_ms"] for r in agent])
             mem_ms = median([r["memory"]["cpu_ms"] for r in agent])
             first = agent[0]
-            report.note(sec, f"agent mode={first['mode']}, {first['gpus']} GPUs, "
-                             f"{first['gpu_processes']} GPU process entries, {first['processes_listed']} "
-                             f"processes in the snapshot")
+            report.note(
+                sec,
+                f"agent mode={first['mode']}, {first['gpus']} GPUs, "
+                f"{first['gpu_processes']} GPU process entries, {first['processes_listed']} "
+                f"processes in the snapshot",
+            )
             comparisons, oks = [], []
             if "nvitop" in peers:
                 ratio = full_ms / peers["nvitop"]
@@ -388,32 +450,63 @@ def section_collector(args: argparse.Namespace, report: Report) -> None:
                 oks.append(ratio <= TARGET_VS_GPUSTAT)
             if "pynvml" in peers:
                 comparisons.append(f"{full_ms / peers['pynvml']:.0f}x floor")
-            report.add(sec, "gputui agent: full sample", full_ms, "CPU ms/sample", compare=", ".join(comparisons),
-                       target="<=1/3 nvitop, <=1/10 gpustat", verdict=verdict(all(oks) if oks else None),
-                       reason="" if oks else "no peer measured")
+            report.add(
+                sec,
+                "gputui agent: full sample",
+                full_ms,
+                "CPU ms/sample",
+                compare=", ".join(comparisons),
+                target="<=1/3 nvitop, <=1/10 gpustat",
+                verdict=verdict(all(oks) if oks else None),
+                reason="" if oks else "no peer measured",
+            )
             mem_ratio = mem_ms / full_ms
             refreshed = any(r["memory_only_refreshed_processes"] for r in agent)
-            report.add(sec, "gputui agent: memory-only sample", mem_ms, "CPU ms/sample",
-                       compare=f"{mem_ratio:.3f}x full", target="<=1/10 of full",
-                       verdict="FAIL" if refreshed else verdict(mem_ratio <= TARGET_MEMORY_VS_FULL))
+            report.add(
+                sec,
+                "gputui agent: memory-only sample",
+                mem_ms,
+                "CPU ms/sample",
+                compare=f"{mem_ratio:.3f}x full",
+                target="<=1/10 of full",
+                verdict="FAIL" if refreshed else verdict(mem_ratio <= TARGET_MEMORY_VS_FULL),
+            )
             if all(r.get("memory_telemetry") for r in agent):
                 tel_ms = median([r["memory_telemetry"]["cpu_ms"] for r in agent])
-                report.add(sec, "  memory + telemetry sample (each 1 s one)", tel_ms, "CPU ms/sample",
-                           compare=f"{tel_ms / full_ms:.3f}x full; util/temp/power read too")
+                report.add(
+                    sec,
+                    "  memory + telemetry sample (each 1 s one)",
+                    tel_ms,
+                    "CPU ms/sample",
+                    compare=f"{tel_ms / full_ms:.3f}x full; util/temp/power read too",
+                )
             if all(r.get("interval_process") for r in agent):
                 every = first.get("full_sweep_every")
-                report.add(sec, "  process sample on the agent's schedule", median(
-                    [r["interval_process"]["cpu_ms"] for r in agent]), "CPU ms/sample",
-                    compare=f"a whole-host sweep every {every}, GPU trees between")
+                report.add(
+                    sec,
+                    "  process sample on the agent's schedule",
+                    median([r["interval_process"]["cpu_ms"] for r in agent]),
+                    "CPU ms/sample",
+                    compare=f"a whole-host sweep every {every}, GPU trees between",
+                )
             if refreshed:
-                report.note(sec, "memory-only loop refreshed the process list (processes_time changed): "
-                                 "the agent does not keep process lists apart from memory samples")
+                report.note(
+                    sec,
+                    "memory-only loop refreshed the process list (processes_time changed): "
+                    "the agent does not keep process lists apart from memory samples",
+                )
             spawns = [e for r in agent for e in r["spawn_events"]]
             children_cpu = sum(r["children_cpu_s"] for r in agent)
             ok = not spawns and children_cpu == 0
-            report.add(sec, "gputui agent: processes spawned", float(len(spawns)), "over all samples",
-                       compare=f"children CPU {children_cpu * 1000:.0f} ms", target="0",
-                       verdict=verdict(ok))
+            report.add(
+                sec,
+                "gputui agent: processes spawned",
+                float(len(spawns)),
+                "over all samples",
+                compare=f"children CPU {children_cpu * 1000:.0f} ms",
+                target="0",
+                verdict=verdict(ok),
+            )
             if spawns:
                 report.note(sec, f"spawn audit events during sampling: {sorted(set(spawns))}")
             strace_check(host, report, sec)
@@ -424,12 +517,26 @@ def strace_check(host: FakeHost, report: Report, sec: int) -> None:
     """Cross-check 'no process spawned per poll' at the syscall level: fork/vfork/non-thread clones."""
     strace = shutil.which("strace")
     if not strace:
-        report.note(sec, "strace not installed: spawn check relies on Python audit events and RUSAGE_CHILDREN")
+        report.note(
+            sec, "strace not installed: spawn check relies on Python audit events and RUSAGE_CHILDREN"
+        )
         return
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "strace.log"
-        cmd = [strace, "-f", "-qq", "-o", str(log), "-e", "trace=fork,vfork,clone,clone3",
-               sys.executable, str(WORKER), "agent", "--samples", "10"]
+        cmd = [
+            strace,
+            "-f",
+            "-qq",
+            "-o",
+            str(log),
+            "-e",
+            "trace=fork,vfork,clone,clone3",
+            sys.executable,
+            str(WORKER),
+            "agent",
+            "--samples",
+            "10",
+        ]
         proc = subprocess.run(cmd, env=host.env(), capture_output=True, text=True, timeout=300, check=False)
         if proc.returncode != 0 or not log.exists():
             report.note(sec, f"strace cross-check could not run: {proc.stderr.strip()[-200:]}")
@@ -437,8 +544,11 @@ def strace_check(host: FakeHost, report: Report, sec: int) -> None:
         calls = [line for line in log.read_text().splitlines() if "(" in line and "resumed" not in line]
         threads = [c for c in calls if "CLONE_THREAD" in c]
         spawns = [c for c in calls if c not in threads]
-        report.note(sec, f"strace cross-check (whole worker: imports, NVML init, 13 full + 43 memory-only samples): {len(spawns)} "
-                         f"process-creating syscalls, {len(threads)} thread clones")
+        report.note(
+            sec,
+            f"strace cross-check (whole worker: imports, NVML init, 13 full + 43 memory-only samples): {len(spawns)} "
+            f"process-creating syscalls, {len(threads)} thread clones",
+        )
 
 
 def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec: int) -> None:
@@ -449,18 +559,35 @@ def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec:
     duration = 6.0 if args.quick else 12.0
     drain_at = duration / 2
     # The idle holders keep memory non-zero after the kill: draining, not drained.
-    result = run_worker(host, "cadence", "--duration", str(duration), "--memory-interval", str(memory_interval),
-                        "--process-interval", str(process_interval), "--drain-at", str(drain_at),
-                        "--holder-pid", str(holder_pid))
+    result = run_worker(
+        host,
+        "cadence",
+        "--duration",
+        str(duration),
+        "--memory-interval",
+        str(memory_interval),
+        "--process-interval",
+        str(process_interval),
+        "--drain-at",
+        str(drain_at),
+        "--holder-pid",
+        str(holder_pid),
+    )
     group.close()
     host.write_state(host.holder_pids)
     if "error" in result:
         report.na(sec, "process-list cadence", result["error"])
         return
     default_mem, default_proc = result["default_memory_interval_s"], result["default_process_interval_s"]
-    report.add(sec, "default process/memory interval", default_proc / default_mem, "ratio",
-               compare=f"{default_proc:g} s / {default_mem:g} s", target=">1",
-               verdict=verdict(default_proc > default_mem))
+    report.add(
+        sec,
+        "default process/memory interval",
+        default_proc / default_mem,
+        "ratio",
+        compare=f"{default_proc:g} s / {default_mem:g} s",
+        target=">1",
+        verdict=verdict(default_proc > default_mem),
+    )
     killed_at = result["killed_at"]
     before, after = [], []
     last_time = None
@@ -475,18 +602,31 @@ def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec:
     rest_gap = median(gaps(before)) if len(before) > 2 else None
     drain_gap = median(gaps(after)) if len(after) > 2 else None
     samples = len(result["records"])
-    report.add(sec, "process list refresh at rest", rest_gap, "s between lists",
-               compare=f"memory every {memory_interval} s ({samples} samples)",
-               target=f"> {memory_interval} s", verdict=verdict(None if rest_gap is None
-                                                                 else rest_gap > memory_interval * 1.5))
-    report.add(sec, "process list refresh while draining", drain_gap, "s between lists",
-               compare=f"vs {fmt_value(rest_gap)} s at rest (agent alone, configured {process_interval} s)",
-               target="< rest", verdict=verdict(None if drain_gap is None or rest_gap is None
-                                                else drain_gap < rest_gap * 0.75),
-               reason="fewer than 3 lists after the kill")
-    report.note(sec, "cadence: agent sampled on its own, memory 0.2 s / processes 1.0 s configured; a holder "
-                     "killed mid-run makes memory drain. Faster lists while draining may instead come from "
-                     "the client's configure command (check --wait): see section 4.")
+    report.add(
+        sec,
+        "process list refresh at rest",
+        rest_gap,
+        "s between lists",
+        compare=f"memory every {memory_interval} s ({samples} samples)",
+        target=f"> {memory_interval} s",
+        verdict=verdict(None if rest_gap is None else rest_gap > memory_interval * 1.5),
+    )
+    report.add(
+        sec,
+        "process list refresh while draining",
+        drain_gap,
+        "s between lists",
+        compare=f"vs {fmt_value(rest_gap)} s at rest (agent alone, configured {process_interval} s)",
+        target="< rest",
+        verdict=verdict(None if drain_gap is None or rest_gap is None else drain_gap < rest_gap * 0.75),
+        reason="fewer than 3 lists after the kill",
+    )
+    report.note(
+        sec,
+        "cadence: agent sampled on its own, memory 0.2 s / processes 1.0 s configured; a holder "
+        "killed mid-run makes memory drain. Faster lists while draining may instead come from "
+        "the client's configure command (check --wait): see section 4.",
+    )
 
 
 # --- section 2: remote cost ----------------------------------------------------------------------------
@@ -519,8 +659,12 @@ def bare_python(report: Report, sec: int) -> str | None:
     if not python.exists():
         base = getattr(sys, "_base_executable", None) or sys.executable
         try:
-            subprocess.run([base, "-m", "venv", "--without-pip", str(python.parents[1])], check=True,
-                           capture_output=True, timeout=300)
+            subprocess.run(
+                [base, "-m", "venv", "--without-pip", str(python.parents[1])],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
         except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
             report.note(sec, f"bare virtualenv failed: {exc}")
             return None
@@ -547,9 +691,13 @@ def collector_start(args: argparse.Namespace, host: FakeHost, report: Report, se
         for label, chosen in (("bytecode shipped", payload), ("source compiled there", other)):
             cpu_ms: list[float] = []
             for _ in range(runs):
-                proc = subprocess.Popen([python, "-u", "-c", loader(chosen), "--read-only"],
-                                        env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL)
+                proc = subprocess.Popen(
+                    [python, "-u", "-c", loader(chosen), "--read-only"],
+                    env=host.env(),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                )
                 assert proc.stdin is not None
                 assert proc.stdout is not None
                 proc.stdin.write(chosen.data)
@@ -564,18 +712,32 @@ def collector_start(args: argparse.Namespace, host: FakeHost, report: Report, se
                     report.na(sec, f"collector start, {label}{suffix}", "no first snapshot")
                     break
             else:
-                report.add(sec, f"collector start, {label}{suffix}", median(cpu_ms), "CPU ms",
-                           compare=f"exec, hello, first snapshot, quit; {runs} starts; payload {len(chosen.data)} B")
+                report.add(
+                    sec,
+                    f"collector start, {label}{suffix}",
+                    median(cpu_ms),
+                    "CPU ms",
+                    compare=f"exec, hello, first snapshot, quit; {runs} starts; payload {len(chosen.data)} B",
+                )
 
 
 def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: int, duration: float) -> None:
     """The agent's JSON-lines stream over a pipe: the same bytes SSH carries inside its channel."""
     interval, process_interval = 0.25, 0.75
     loader, payload = agent_stream_command()
-    cmd = loader + ["--target", "bench", "--read-only", "--no-discover",
-                    "--interval", str(interval), "--process-interval", str(process_interval)]
-    proc = subprocess.Popen(cmd, env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    cmd = loader + [
+        "--target",
+        "bench",
+        "--read-only",
+        "--no-discover",
+        "--interval",
+        str(interval),
+        "--process-interval",
+        str(process_interval),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=host.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert proc.stdin
     assert proc.stdout
     proc.stdin.write(payload)
@@ -610,8 +772,14 @@ def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: i
             (with_processes if fresh else memory_only).append(len(line))
             if not fresh:
                 # What this line would weigh if an unchanged process list were not re-sent.
-                slim = dict(msg, snapshot=dict(msg["snapshot"], processes=[],
-                                               gpus=[dict(g, processes=[]) for g in msg["snapshot"]["gpus"]]))
+                slim = dict(
+                    msg,
+                    snapshot=dict(
+                        msg["snapshot"],
+                        processes=[],
+                        gpus=[dict(g, processes=[]) for g in msg["snapshot"]["gpus"]],
+                    ),
+                )
                 memory_only_slim.append(len(json.dumps(slim, ensure_ascii=False).encode()) + 1)
             last_processes_time = processes_time
             if time.monotonic() - start >= duration:
@@ -632,20 +800,42 @@ def pipe_stream(args: argparse.Namespace, host: FakeHost, report: Report, sec: i
         report.na(sec, "stream bytes per sample (pipe)", (err or ["no snapshot lines"])[-1][:200])
         return
     all_sizes = sizes["snapshot"][1:]
-    report.add(sec, "stream bytes per sample (pipe)", median(all_sizes), "bytes/sample",
-               compare=f"mean {statistics.mean(all_sizes):.0f}, {snapshots_counted} samples")
+    report.add(
+        sec,
+        "stream bytes per sample (pipe)",
+        median(all_sizes),
+        "bytes/sample",
+        compare=f"mean {statistics.mean(all_sizes):.0f}, {snapshots_counted} samples",
+    )
     if with_processes:
         report.add(sec, "  sample with a fresh process list", median(with_processes), "bytes")
     if memory_only:
-        report.add(sec, "  memory-only sample", median(memory_only), "bytes",
-                   compare=f"{median(memory_only_slim):.0f} B without the unchanged process lists")
-    report.add(sec, "stream bytes per second (pipe)", sum(all_sizes) / duration, "B/s",
-               compare=f"at {interval} s memory / {process_interval} s processes")
-    report.add(sec, "agent CPU per sample (pipe, remote side)", (cpu_end - cpu_start) * 1000 / snapshots_counted,
-               "CPU ms/sample", compare=f"{(cpu_end - cpu_start) / duration * 100:.1f}% of a core at "
-                                        f"{interval} s")
-    report.note(sec, f"pipe: `python3 -u -c <loader>` as SSH runs it, payload on stdin, {len(payload)} bytes "
-                     f"shipped once (source and bytecode, compressed); hello {sizes.get('hello', [0])[0]} bytes; {args.processes} idle procs")
+        report.add(
+            sec,
+            "  memory-only sample",
+            median(memory_only),
+            "bytes",
+            compare=f"{median(memory_only_slim):.0f} B without the unchanged process lists",
+        )
+    report.add(
+        sec,
+        "stream bytes per second (pipe)",
+        sum(all_sizes) / duration,
+        "B/s",
+        compare=f"at {interval} s memory / {process_interval} s processes",
+    )
+    report.add(
+        sec,
+        "agent CPU per sample (pipe, remote side)",
+        (cpu_end - cpu_start) * 1000 / snapshots_counted,
+        "CPU ms/sample",
+        compare=f"{(cpu_end - cpu_start) / duration * 100:.1f}% of a core at {interval} s",
+    )
+    report.note(
+        sec,
+        f"pipe: `python3 -u -c <loader>` as SSH runs it, payload on stdin, {len(payload)} bytes "
+        f"shipped once (source and bytecode, compressed); hello {sizes.get('hello', [0])[0]} bytes; {args.processes} idle procs",
+    )
 
 
 def ssh_stream(args: argparse.Namespace, report: Report, sec: int, duration: float) -> None:
@@ -685,12 +875,21 @@ def section_fanout(args: argparse.Namespace, report: Report) -> None:
 def section_drain(args: argparse.Namespace, report: Report) -> None:
     sec = 4
     if not have_module("gputui.commands.check"):
-        report.na(sec, "drain latency, check --wait", "gputui/commands/check.py not in the tree yet",
-                  target=f"<= {TARGET_DRAIN_MS:.0f} ms")
+        report.na(
+            sec,
+            "drain latency, check --wait",
+            "gputui/commands/check.py not in the tree yet",
+            target=f"<= {TARGET_DRAIN_MS:.0f} ms",
+        )
     else:
         drain_check_wait(args, report, sec)
     if not have_module("gputui.ui.app"):
-        report.na(sec, "drain latency, TUI", "gputui/ui/app.py not in the tree yet", target=f"<= {TARGET_DRAIN_MS:.0f} ms")
+        report.na(
+            sec,
+            "drain latency, TUI",
+            "gputui/ui/app.py not in the tree yet",
+            target=f"<= {TARGET_DRAIN_MS:.0f} ms",
+        )
     else:
         try:
             from tests.bench import app_bench
@@ -715,8 +914,9 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int) -> None
             env = host.env()
             env["PYTHONUNBUFFERED"] = "1"  # what a terminal sees: each line as it is printed
             cmd = [sys.executable, "-m", "gputui.cli", "check", "--wait", "20", "local"]
-            check = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     cwd=REPO_ROOT)
+            check = subprocess.Popen(
+                cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO_ROOT
+            )
             assert check.stdout
             lines: list[tuple[float, str]] = []
 
@@ -731,7 +931,8 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int) -> None
             if check.poll() is not None:
                 reader.join(2)
                 failure = f"check exited {check.returncode} before the kill: " + (
-                    lines[-1][1] if lines else "no output")
+                    lines[-1][1] if lines else "no output"
+                )
                 group.close()
                 break
             seen_before = len(lines)
@@ -760,9 +961,15 @@ def drain_check_wait(args: argparse.Namespace, report: Report, sec: int) -> None
         report.na(sec, label, failure or "no run completed", target=target)
         return
     value = median(latencies_print)
-    report.add(sec, label, value, "ms kill->verdict line",
-               compare=f"min {min(latencies_print):.0f} max {max(latencies_print):.0f}, n={len(latencies_print)}",
-               target=target, verdict=verdict(value <= TARGET_DRAIN_MS))
+    report.add(
+        sec,
+        label,
+        value,
+        "ms kill->verdict line",
+        compare=f"min {min(latencies_print):.0f} max {max(latencies_print):.0f}, n={len(latencies_print)}",
+        target=target,
+        verdict=verdict(value <= TARGET_DRAIN_MS),
+    )
     report.add(sec, "  kill -> check exits", median(latencies_exit), "ms")
     if clean_after:
         report.note(sec, f"check --wait printed: {clean_after[0]!r}")
@@ -818,23 +1025,39 @@ OVERHEAD_PARTS = ("oneshot", "remote", "start", "tui", "soak")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats and shorter runs")
-    parser.add_argument("--section", type=int, action="append", choices=sorted(SECTIONS),
-                        help="run only this section (repeatable)")
+    parser.add_argument(
+        "--section",
+        type=int,
+        action="append",
+        choices=sorted(SECTIONS),
+        help="run only this section (repeatable)",
+    )
     parser.add_argument("--no-peers", action="store_true", help="skip gpustat/nvitop (no peers virtualenv)")
     parser.add_argument("--processes", type=int, default=300, help="idle processes on the fake host")
     parser.add_argument("--holders", type=int, default=8, help="of them, how many hold GPU memory")
     parser.add_argument("--hosts", type=str, default="1,8,32,64", help="fan-out host counts")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
-    parser.add_argument("--overhead", action="append", choices=OVERHEAD_PARTS,
-                        help="section 8: run only this part (repeatable)")
-    parser.add_argument("--soak-minutes", type=float, default=None,
-                        help="section 8 soak length (default 6, 2 with --quick; 60 for the full hour)")
+    parser.add_argument(
+        "--overhead",
+        action="append",
+        choices=OVERHEAD_PARTS,
+        help="section 8: run only this part (repeatable)",
+    )
+    parser.add_argument(
+        "--soak-minutes",
+        type=float,
+        default=None,
+        help="section 8 soak length (default 6, 2 with --quick; 60 for the full hour)",
+    )
     args = parser.parse_args(argv)
     report = Report()
     started = dt.datetime.now(dt.UTC)
     load = os.getloadavg()
-    print(f"gputui bench {started:%Y-%m-%d %H:%M} UTC  python {sys.version.split()[0]}  cpus {os.cpu_count()}  "
-          f"load {load[0]:.2f} {load[1]:.2f}  {'quick' if args.quick else 'full'}", flush=True)
+    print(
+        f"gputui bench {started:%Y-%m-%d %H:%M} UTC  python {sys.version.split()[0]}  cpus {os.cpu_count()}  "
+        f"load {load[0]:.2f} {load[1]:.2f}  {'quick' if args.quick else 'full'}",
+        flush=True,
+    )
     for number in args.section or sorted(SECTIONS):
         title, run = SECTIONS[number]
         print(f"-- section {number}: {title}", file=sys.stderr, flush=True)
@@ -846,9 +1069,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"   section {number} took {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     print(render_table(report), flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"started": started.isoformat(), "load": load, "quick": args.quick,
-                                         "rows": [row.__dict__ for row in report.rows],
-                                         "notes": report.notes}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "started": started.isoformat(),
+                    "load": load,
+                    "quick": args.quick,
+                    "rows": [row.__dict__ for row in report.rows],
+                    "notes": report.notes,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -100,9 +100,10 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
         report.na(sec, "bytes per sample over SSH", f"fixture not importable: {type(exc).__name__}: {exc}")
         return
     interval, process_interval = 0.25, 0.75
-    with fake_host(args.processes, args.holders) as host, tempfile.TemporaryDirectory(
-        prefix="gputui-bench-ssh-"
-    ) as tmp:
+    with (
+        fake_host(args.processes, args.holders) as host,
+        tempfile.TemporaryDirectory(prefix="gputui-bench-ssh-") as tmp,
+    ):
         work = Path(tmp)
         env = host.env()
         key = work / "id_client"
@@ -113,8 +114,12 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
             root=work / "sshd",
             authorized_pub=Path(f"{key}.pub"),
             python_dir=bin_dir,
-            env={"HOME": str(work / "remote-home"), "LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"],
-                 "FAKE_NVML_STATE": env["FAKE_NVML_STATE"], "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"},
+            env={
+                "HOME": str(work / "remote-home"),
+                "LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"],
+                "FAKE_NVML_STATE": env["FAKE_NVML_STATE"],
+                "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            },
         )
         server.start()
         relay = CountingRelay(server.port)
@@ -130,8 +135,13 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
             from gputui.commands.targets import open_link
             from gputui.transports.base import LinkOptions
 
-            options = LinkOptions(memory_interval_s=interval, process_interval_s=process_interval, read_only=True,
-                                  discover_health=False, connect_timeout_s=30.0)
+            options = LinkOptions(
+                memory_interval_s=interval,
+                process_interval_s=process_interval,
+                read_only=True,
+                discover_health=False,
+                connect_timeout_s=30.0,
+            )
             link = open_link("gpu-bench-relay", options)
             t_open = time.monotonic()
             link.open()
@@ -169,17 +179,39 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
     if not snapshots:
         report.na(sec, "bytes per sample over SSH", "no snapshot in the window")
         return
-    report.add(sec, "wire bytes per sample over SSH", (down1 - down0) / snapshots, "bytes/sample",
-               compare=f"+{(up1 - up0) / snapshots:.0f} B/sample upstream, {snapshots} samples")
-    report.add(sec, "wire bytes per second over SSH", (down1 - down0 + up1 - up0) / elapsed, "B/s",
-               compare=f"at {interval} s memory / {process_interval} s processes")
-    report.add(sec, "SSH setup until the first snapshot", float(setup_down + setup_up), "bytes",
-               compare=f"{setup_up} up (incl. the collector payload) / {setup_down} down")
+    report.add(
+        sec,
+        "wire bytes per sample over SSH",
+        (down1 - down0) / snapshots,
+        "bytes/sample",
+        compare=f"+{(up1 - up0) / snapshots:.0f} B/sample upstream, {snapshots} samples",
+    )
+    report.add(
+        sec,
+        "wire bytes per second over SSH",
+        (down1 - down0 + up1 - up0) / elapsed,
+        "B/s",
+        compare=f"at {interval} s memory / {process_interval} s processes",
+    )
+    report.add(
+        sec,
+        "SSH setup until the first snapshot",
+        float(setup_down + setup_up),
+        "bytes",
+        compare=f"{setup_up} up (incl. the collector payload) / {setup_down} down",
+    )
     if cpu0 is not None and cpu1 is not None:
-        report.add(sec, "agent CPU per sample (SSH, remote side)", (cpu1 - cpu0) * 1000 / snapshots, "CPU ms/sample",
-                   compare=f"{(cpu1 - cpu0) / elapsed * 100:.1f}% of a core at {interval} s")
+        report.add(
+            sec,
+            "agent CPU per sample (SSH, remote side)",
+            (cpu1 - cpu0) * 1000 / snapshots,
+            "CPU ms/sample",
+            compare=f"{(cpu1 - cpu0) / elapsed * 100:.1f}% of a core at {interval} s",
+        )
     else:
         report.na(sec, "agent CPU per sample (SSH, remote side)", "agent process not found under sshd")
-    report.note(sec, "ssh: sshd from tests/integration/sshd.py, link via gputui.commands.targets.open_link through a "
-                     "byte-counting loopback relay (what crosses the network, SSH framing included)")
-
+    report.note(
+        sec,
+        "ssh: sshd from tests/integration/sshd.py, link via gputui.commands.targets.open_link through a "
+        "byte-counting loopback relay (what crosses the network, SSH framing included)",
+    )

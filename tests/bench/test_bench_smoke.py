@@ -18,16 +18,34 @@ def test_section_one_prints_a_table_of_measured_figures(tmp_path: Path) -> None:
     rows_path = tmp_path / "rows.json"
     env = dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run(
-        [sys.executable, str(RUN_BENCH), "--section", "1", "--quick", "--no-peers", "--processes", "40",
-         "--json", str(rows_path)],
-        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env, check=False,
+        [
+            sys.executable,
+            str(RUN_BENCH),
+            "--section",
+            "1",
+            "--quick",
+            "--no-peers",
+            "--processes",
+            "40",
+            "--json",
+            str(rows_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+        env=env,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     header = next(line for line in proc.stdout.splitlines() if line.startswith("sec "))
     assert header.split()[:4] == ["sec", "metric", "median", "unit"]
     rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
-    for metric in ("pynvml floor: memory+process lists x8", "gputui agent: full sample",
-                   "gputui agent: memory-only sample"):
+    for metric in (
+        "pynvml floor: memory+process lists x8",
+        "gputui agent: full sample",
+        "gputui agent: memory-only sample",
+    ):
         value = rows[metric]["value"]
         assert isinstance(value, float), rows[metric]
         assert math.isfinite(value), rows[metric]
@@ -46,12 +64,18 @@ def test_the_metrics_section_prints_measured_figures(tmp_path: Path) -> None:
     rows_path = tmp_path / "rows.json"
     proc = subprocess.run(
         [sys.executable, str(RUN_BENCH), "--section", "7", "--quick", "--json", str(rows_path)],
-        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
     for engine in ("vllm", "sglang"):
-        probes = [row for metric, row in rows.items() if metric.startswith(f"{engine} metrics probe + filter")]
+        probes = [
+            row for metric, row in rows.items() if metric.startswith(f"{engine} metrics probe + filter")
+        ]
         assert probes
         for row in probes + [rows[f"{engine} client parse + state update"]]:
             assert isinstance(row["value"], float), row
@@ -66,9 +90,26 @@ def test_the_overhead_section_prints_the_collector_start_with_its_target(tmp_pat
     rows_path = tmp_path / "rows.json"
     env = dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run(
-        [sys.executable, str(RUN_BENCH), "--section", "8", "--overhead", "start", "--quick", "--no-peers",
-         "--processes", "40", "--json", str(rows_path)],
-        capture_output=True, text=True, timeout=600, cwd=REPO_ROOT, env=env, check=False,
+        [
+            sys.executable,
+            str(RUN_BENCH),
+            "--section",
+            "8",
+            "--overhead",
+            "start",
+            "--quick",
+            "--no-peers",
+            "--processes",
+            "40",
+            "--json",
+            str(rows_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+        env=env,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = json.loads(rows_path.read_text())["rows"]

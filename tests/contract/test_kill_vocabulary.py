@@ -63,8 +63,12 @@ def real(fake_nvml_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
             url = peer.url("/status/503")
             args = ("--health", url, "--no-discover")
             with agent_process(*args, python=python38(), env=fake.env()) as collector:
-                pids = {"init": 1, "launcher": server.pid, "zombie": server["scheduler_TP0"],
-                        "ignorer": server["detokenizer"]}
+                pids = {
+                    "init": 1,
+                    "launcher": server.pid,
+                    "zombie": server["scheduler_TP0"],
+                    "ignorer": server["detokenizer"],
+                }
                 wait_for(lambda: _probed(collector.result({"cmd": protocol.CMD_HEALTH})), "the first probe")
                 health = collector.result({"cmd": protocol.CMD_HEALTH})
                 sample = collector.result({"cmd": protocol.CMD_SAMPLE})["snapshot"]
@@ -137,12 +141,16 @@ def test_each_role_goes_through_the_same_stages(real: dict[str, Any], simulated:
     assert real_roles == sim_roles
     assert real_roles == {
         "init": [(protocol.STAGE_CHECK, None, protocol.RESULT_REFUSED)],
-        "launcher": [(protocol.STAGE_SIGNAL, "TERM", protocol.RESULT_SENT),
-                     (protocol.STAGE_WAIT, None, protocol.RESULT_EXITED)],
+        "launcher": [
+            (protocol.STAGE_SIGNAL, "TERM", protocol.RESULT_SENT),
+            (protocol.STAGE_WAIT, None, protocol.RESULT_EXITED),
+        ],
         "zombie": [(protocol.STAGE_WAIT, None, protocol.RESULT_REAPED)],
-        "ignorer": [(protocol.STAGE_SIGNAL, "TERM", protocol.RESULT_SENT),
-                    (protocol.STAGE_ESCALATE, "KILL", protocol.RESULT_SENT),
-                    (protocol.STAGE_CONFIRM, "KILL", protocol.RESULT_KILLED)],
+        "ignorer": [
+            (protocol.STAGE_SIGNAL, "TERM", protocol.RESULT_SENT),
+            (protocol.STAGE_ESCALATE, "KILL", protocol.RESULT_SENT),
+            (protocol.STAGE_CONFIRM, "KILL", protocol.RESULT_KILLED),
+        ],
     }
 
 
@@ -178,10 +186,14 @@ def test_every_name_comes_from_the_protocol_and_details_agree(
             by_pid[(pids["zombie"], protocol.STAGE_WAIT)].replace(str(pids["launcher"]), "LAUNCHER"),
             by_pid[(pids["ignorer"], protocol.STAGE_ESCALATE)],
         )
-    assert details[id(real)] == details[id(simulated)] == (
-        "pid 1 (init) is never signalled",
-        "reaped with its parent LAUNCHER",
-        f"still alive after {ESCALATE_S:g} s: escalated",
+    assert (
+        details[id(real)]
+        == details[id(simulated)]
+        == (
+            "pid 1 (init) is never signalled",
+            "reaped with its parent LAUNCHER",
+            f"still alive after {ESCALATE_S:g} s: escalated",
+        )
     )
 
 

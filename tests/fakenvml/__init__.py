@@ -90,9 +90,7 @@ def _check_value(value: str) -> str:
 def _quote(value: str | bytes) -> str:
     if isinstance(value, bytes):
         # Any bytes (invalid UTF-8 included) as the library reads them back: \xHH for all but plain ASCII.
-        return "".join(
-            chr(b) if 0x21 <= b < 0x7F and b not in b'"#\\' else f"\\x{b:02x}" for b in value
-        )
+        return "".join(chr(b) if 0x21 <= b < 0x7F and b not in b'"#\\' else f"\\x{b:02x}" for b in value)
     _check_value(value)
     if any(c.isspace() for c in value):
         return f'"{value}"'

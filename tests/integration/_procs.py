@@ -368,4 +368,3 @@ class Binary(Script):
 
     def __init__(self, binary: Path, roles: Sequence[str], args: Sequence[str] = ()) -> None:
         super().__init__("", roles, python=str(binary), argv_extra=args)
-

@@ -62,8 +62,13 @@ def gpu_uuid(host: str, index: int) -> str:
 
 def idle_figures() -> dict[str, float]:
     return {
-        "used": IDLE_MIB, "free": TOTAL_MIB - RESERVED_MIB - IDLE_MIB, "reserved": RESERVED_MIB,
-        "util": 0, "temp": 31, "power": 71.5, "xid": 0,
+        "used": IDLE_MIB,
+        "free": TOTAL_MIB - RESERVED_MIB - IDLE_MIB,
+        "reserved": RESERVED_MIB,
+        "util": 0,
+        "temp": 31,
+        "power": 71.5,
+        "xid": 0,
     }
 
 

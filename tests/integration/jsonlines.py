@@ -25,8 +25,12 @@ class JsonLinesChild:
         self.what = what
         self.timeout_s = timeout_s
         self.process = subprocess.Popen(
-            [sys.executable, "-m", module, *args], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            text=True, bufsize=1,
+            [sys.executable, "-m", module, *args],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
         )
         self.hello = self._read_line()
 
@@ -60,8 +64,9 @@ class JsonLinesChild:
             self.process.wait(5)
 
 
-def serve_commands(answer: Callable[[dict[str, Any]], dict[str, Any]], stdin: TextIO = sys.stdin,
-                   out: TextIO = sys.stdout) -> None:
+def serve_commands(
+    answer: Callable[[dict[str, Any]], dict[str, Any]], stdin: TextIO = sys.stdin, out: TextIO = sys.stdout
+) -> None:
     """The script side: answer each command with ``answer(command)`` until ``quit`` or the end of stdin."""
     for line in stdin:
         try:

@@ -66,40 +66,119 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 # Bucket bounds as the engines define them (vLLM's latency and token-count buckets, sglang's latencies).
-_LATENCY_S = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-              20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+_LATENCY_S = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
 _TOKENS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000]
 _VLLM_HISTOGRAMS = [
     ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _LATENCY_S),
     ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _LATENCY_S),
     ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _LATENCY_S),
     ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _LATENCY_S),
-    ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
-     _LATENCY_S),
-    ("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
-     _LATENCY_S),
+    (
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        _LATENCY_S,
+    ),
+    (
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        _LATENCY_S,
+    ),
     ("vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.", _LATENCY_S),
     ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", _TOKENS),
     ("vllm:request_generation_tokens", "Number of generation tokens processed.", _TOKENS),
     ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", _TOKENS),
-    ("vllm:request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
-     _TOKENS),
+    (
+        "vllm:request_max_num_generation_tokens",
+        "Histogram of maximum number of requested generation tokens.",
+        _TOKENS,
+    ),
     ("vllm:request_params_n", "Histogram of the n request parameter.", [1, 2, 5, 10, 20]),
     ("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", _TOKENS),
 ]
 # sglang's finer latency buckets.
-_SGLANG_LATENCY_S = sorted({*_LATENCY_S, 0.15, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9, 1.5, 2.0, 3.0, 4.0, 6.0,
-                            8.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0})
+_SGLANG_LATENCY_S = sorted(
+    {
+        *_LATENCY_S,
+        0.15,
+        0.2,
+        0.3,
+        0.4,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        1.5,
+        2.0,
+        3.0,
+        4.0,
+        6.0,
+        8.0,
+        15.0,
+        30.0,
+        60.0,
+        120.0,
+        300.0,
+        600.0,
+        1200.0,
+    }
+)
 # The API server's own instrumentation (prometheus-fastapi-instrumentator) and the Python runtime: the
 # bulk every body carries beside the engine's figures.
 _HANDLERS = ["/v1/completions", "/v1/chat/completions", "/health"]
-_HTTP_S = [0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 7.5,
-           10.0, 30.0, 60.0]
+_HTTP_S = [
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    3.0,
+    3.5,
+    4.0,
+    4.5,
+    5.0,
+    7.5,
+    10.0,
+    30.0,
+    60.0,
+]
 _SGLANG_HISTOGRAMS = [
     ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _SGLANG_LATENCY_S),
     ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _SGLANG_LATENCY_S),
-    ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-     _SGLANG_LATENCY_S),
+    (
+        "sglang:e2e_request_latency_seconds",
+        "Histogram of End-to-end request latency in seconds",
+        _SGLANG_LATENCY_S,
+    ),
     ("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", _SGLANG_LATENCY_S),
     ("sglang:per_stage_req_latency_seconds", "The latency of each stage of requests.", _SGLANG_LATENCY_S),
     ("sglang:prompt_tokens_histogram", "Histogram of prompt token length.", _TOKENS),
@@ -123,20 +202,41 @@ def _histogram(name: str, doc: str, bounds: list[float], labels: dict[str, str],
 
 def _runtime_families(requests: int) -> Iterator[Metric]:
     for generation in range(3):
-        gc = CounterMetricFamily("python_gc_objects_collected", "Objects collected during gc",
-                                 labels=["generation"])
+        gc = CounterMetricFamily(
+            "python_gc_objects_collected", "Objects collected during gc", labels=["generation"]
+        )
         gc.add_metric([str(generation)], float(1000 * (generation + 1)))
         yield gc
-    yield _histogram("http_request_duration_highr_seconds",
-                     "Latency with many buckets but no API specific labels.", _HTTP_S, {}, requests)
+    yield _histogram(
+        "http_request_duration_highr_seconds",
+        "Latency with many buckets but no API specific labels.",
+        _HTTP_S,
+        {},
+        requests,
+    )
     for handler in _HANDLERS:
         labels = {"handler": handler, "method": "POST" if handler.startswith("/v1/c") else "GET"}
-        yield _histogram("http_request_duration_seconds", "Latency with only few buckets by handler.",
-                         _HTTP_S, labels, requests)
-        yield _histogram("http_request_size_bytes", "Content length of incoming requests by handler.",
-                         [float(b) for b in _TOKENS], labels, requests)
-        yield _histogram("http_response_size_bytes", "Content length of outgoing responses by handler.",
-                         [float(b) for b in _TOKENS], labels, requests)
+        yield _histogram(
+            "http_request_duration_seconds",
+            "Latency with only few buckets by handler.",
+            _HTTP_S,
+            labels,
+            requests,
+        )
+        yield _histogram(
+            "http_request_size_bytes",
+            "Content length of incoming requests by handler.",
+            [float(b) for b in _TOKENS],
+            labels,
+            requests,
+        )
+        yield _histogram(
+            "http_response_size_bytes",
+            "Content length of outgoing responses by handler.",
+            [float(b) for b in _TOKENS],
+            labels,
+            requests,
+        )
 
 
 def _counters(engines: int) -> list[float]:
@@ -158,11 +258,14 @@ def _vllm_families(settings: dict[str, Any], tokens: list[float]) -> Iterator[Me
         for labels in engines:
             family.add_metric(list(labels.values()), float(value))
         yield family
-    preemptions = CounterMetricFamily("vllm:num_preemptions",
-                                      "Cumulative number of preemption from the engine.",
-                                      labels=["engine", "model_name"])
-    generated = CounterMetricFamily("vllm:generation_tokens", "Number of generation tokens processed.",
-                                    labels=["engine", "model_name"])
+    preemptions = CounterMetricFamily(
+        "vllm:num_preemptions",
+        "Cumulative number of preemption from the engine.",
+        labels=["engine", "model_name"],
+    )
+    generated = CounterMetricFamily(
+        "vllm:generation_tokens", "Number of generation tokens processed.", labels=["engine", "model_name"]
+    )
     for labels, count in zip(engines, tokens, strict=True):
         preemptions.add_metric(list(labels.values()), 0.0)
         generated.add_metric(list(labels.values()), count)
@@ -176,8 +279,11 @@ def _vllm_families(settings: dict[str, Any], tokens: list[float]) -> Iterator[Me
 
 def _sglang_families(settings: dict[str, Any], tokens: list[float]) -> Iterator[Metric]:
     names = ["model_name", "engine_type", "tp_rank", "pp_rank", "dp_rank"]
-    schedulers = [[MODEL, "unified", str(rank), "0", str(dp)]
-                  for dp in range(settings["engines"]) for rank in range(settings["ranks"])]
+    schedulers = [
+        [MODEL, "unified", str(rank), "0", str(dp)]
+        for dp in range(settings["engines"])
+        for rank in range(settings["ranks"])
+    ]
     gauges = [
         ("sglang:num_running_reqs", "The number of running requests.", settings["running"]),
         ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", settings["waiting"]),
@@ -190,8 +296,9 @@ def _sglang_families(settings: dict[str, Any], tokens: list[float]) -> Iterator[
         for labels in schedulers:
             family.add_metric(labels, float(value))
         yield family
-    generated = CounterMetricFamily("sglang:generation_tokens", "Number of generation tokens processed.",
-                                    labels=["model_name"])
+    generated = CounterMetricFamily(
+        "sglang:generation_tokens", "Number of generation tokens processed.", labels=["model_name"]
+    )
     generated.add_metric([MODEL], sum(tokens))
     if settings["metrics"] != "no_counter":
         yield generated
@@ -286,8 +393,9 @@ class _Listener:
         if on and self.server is None:
             self.server = QuietServer(("127.0.0.1", self.port), _Handler)
             self.port = self.server.server_address[1]
-            threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
-                             daemon=True).start()
+            threading.Thread(
+                target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+            ).start()
         elif not on and self.server is not None:
             self.server.shutdown()
             self.server.server_close()

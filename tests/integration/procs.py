@@ -321,8 +321,9 @@ def audit_lines(env: dict[str, str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def run_gputui(args: Sequence[str], env: dict[str, str], timeout_s: float = 90.0,
-               stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+def run_gputui(
+    args: Sequence[str], env: dict[str, str], timeout_s: float = 90.0, stdin: int | None = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (the local link runs the agent inside it)."""
     return subprocess.run(
         [sys.executable, "-m", "gputui.cli", *args],

@@ -37,8 +37,9 @@ def _free_port() -> int:
 class PrometheusServer:
     """One Prometheus scraping ``jobs`` (job name -> list of ``(address, extra labels)``) every second."""
 
-    def __init__(self, directory: Path, jobs: dict[str, list[tuple[str, dict[str, str]]]],
-                 scrape_interval: str = "1s") -> None:
+    def __init__(
+        self, directory: Path, jobs: dict[str, list[tuple[str, dict[str, str]]]], scrape_interval: str = "1s"
+    ) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.config_path = directory / "prometheus.yml"
@@ -56,8 +57,11 @@ class PrometheusServer:
     def _write_config(self) -> None:
         # JSON is YAML: no YAML library needed.
         config = {
-            "global": {"scrape_interval": self.scrape_interval, "scrape_timeout": self.scrape_interval,
-                       "evaluation_interval": "1m"},
+            "global": {
+                "scrape_interval": self.scrape_interval,
+                "scrape_timeout": self.scrape_interval,
+                "evaluation_interval": "1m",
+            },
             "scrape_configs": [
                 {
                     "job_name": job,
@@ -73,10 +77,17 @@ class PrometheusServer:
         log = self.log_path.open("wb")
         try:
             self.process = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={self.config_path}", f"--storage.tsdb.path={self.storage}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=1h",
-                 "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    PROMETHEUS,
+                    f"--config.file={self.config_path}",
+                    f"--storage.tsdb.path={self.storage}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--storage.tsdb.retention.time=1h",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
             )
         finally:
             log.close()

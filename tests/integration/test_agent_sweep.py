@@ -158,8 +158,10 @@ def test_a_partial_sample_lists_what_the_full_one_listed() -> None:
 def test_a_partial_sample_sees_new_children_and_zombies_below_a_gpu_process(tmp_path: Path) -> None:
     gpu = GpuStandIn()
     trigger, report = tmp_path / "go", tmp_path / "children.json"
-    with script(LATE_CHILDREN, ["holder"], argv_extra=[str(trigger), str(report)]) as late, \
-            agent_with(gpu) as agent:
+    with (
+        script(LATE_CHILDREN, ["holder"], argv_extra=[str(trigger), str(report)]) as late,
+        agent_with(gpu) as agent,
+    ):
         holder = late.pids["holder"]
         gpu.holders[holder] = 2000
         agent.sample(force_processes=True)
@@ -208,8 +210,11 @@ def test_a_zombie_outside_every_gpu_tree_is_listed_by_the_next_full_sweep_at_the
 
 def test_the_first_snapshot_lists_the_gpu_trees_and_the_next_one_sweeps_the_host() -> None:
     gpu = GpuStandIn()
-    with script(TREE, ["root", "A", "G"]) as tree, script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, \
-            agent_with(gpu) as agent:
+    with (
+        script(TREE, ["root", "A", "G"]) as tree,
+        script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker,
+        agent_with(gpu) as agent,
+    ):
         gpu.holders[tree.pids["A"]] = 1000
         zombie = maker.pids["zombie"]
         wait_for(lambda: state_of(zombie) == "Z", "the zombie")
@@ -284,7 +289,11 @@ def test_kept_schedstat_fds_read_what_a_fresh_scan_reads_and_close_when_the_proc
             assert fresh is not None
             kept = again[pid]
             assert (kept.name, kept.ppid, kept.pgrp, kept.start_ticks) == (
-                fresh.name, fresh.ppid, fresh.pgrp, fresh.start_ticks)
+                fresh.name,
+                fresh.ppid,
+                fresh.pgrp,
+                fresh.start_ticks,
+            )
     finally:
         child.kill()
         child.wait()

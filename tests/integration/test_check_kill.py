@@ -66,7 +66,6 @@ def check_json(env: dict[str, str], *extra: str) -> tuple[int, HostSnapshot, dic
     return result.returncode, HostSnapshot.from_dict(host), document
 
 
-
 # -- check --------------------------------------------------------------------------------------------------
 
 
@@ -275,7 +274,11 @@ def test_tree_kill_with_escalation_then_wait_reports_clean(env: dict[str, str], 
         assert status == 1
         waiter = subprocess.Popen(
             [sys.executable, "-m", "gputui.cli", "check", "--wait", "20", "--no-discover"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             status, payload, stderr = kill_json(env, "--yes", "--tree", "--escalate", "1", str(server.pid))
@@ -293,7 +296,9 @@ def test_tree_kill_with_escalation_then_wait_reports_clean(env: dict[str, str], 
         stubborn = server["scheduler_TP2"]
         stages = [(o["stage"], o["signal"], o["result"]) for o in outcomes if o["pid"] == stubborn]
         assert stages == [
-            ("signal", "TERM", "sent"), ("escalate", "KILL", "sent"), ("confirm", "KILL", "killed")
+            ("signal", "TERM", "sent"),
+            ("escalate", "KILL", "sent"),
+            ("confirm", "KILL", "killed"),
         ]
         assert all(is_gone(p, server.ticks[p]) for p in server.all_pids)
         # The planned listing showed all that the agent signalled (the orphan via the launcher's group).
@@ -335,8 +340,9 @@ def test_zombie_is_routed_to_its_parent(env: dict[str, str], fake_nvml: Any) -> 
 
 def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, str], fake_nvml: Any) -> None:
     """13: the confirmation lists pid P; P exits and a new process gets P before "y" -> "process changed"."""
-    sleeper = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"],
-                               start_new_session=True)
+    sleeper = subprocess.Popen(
+        [sys.executable, "-S", "-c", "import time; time.sleep(600)"], start_new_session=True
+    )
     victim = sleeper.pid
     fake_nvml.state.add_holder(0, victim, WORKER_MIB)
     fake_nvml.write()
@@ -344,7 +350,12 @@ def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, s
         master, slave = pty.openpty()
         cli = subprocess.Popen(
             [sys.executable, "-m", "gputui.cli", "kill", "--no-discover", str(victim)],
-            cwd=REPO, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            cwd=REPO,
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
         )
         os.close(slave)
         impostor: subprocess.Popen[bytes] | None = None
@@ -405,8 +416,9 @@ def _start_with_pid(pid: int) -> subprocess.Popen[bytes]:
     """Start a sleeper that gets exactly ``pid`` (pid reuse made on purpose via ns_last_pid; needs root)."""
     for _ in range(50):
         Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
-        proc = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(600)"],
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-c", "import time; time.sleep(600)"], start_new_session=True
+        )
         if proc.pid == pid:
             return proc
         proc.kill()
@@ -432,8 +444,14 @@ def test_pid_1_and_the_agents_own_ancestors_are_refused(env: dict[str, str], fak
         "print(cli.stdout.replace(chr(10), ' '), flush=True)\n"
         "worker.kill(); worker.wait()\n"
     )
-    runner = subprocess.Popen([sys.executable, "-c", runner_code], cwd=REPO, env=env, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    runner = subprocess.Popen(
+        [sys.executable, "-c", runner_code],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert runner.stdin is not None
         assert runner.stdout is not None
@@ -541,14 +559,16 @@ def test_no_terminal_and_no_yes_refuses(env: dict[str, str], fake_nvml: Any) -> 
 
 @pytest.mark.parametrize(
     ("words", "message"),
-    [(["local", "12x"], "gputui: kill: not a process id: '12x' (process ids are decimal numbers)"),
-     (["4242", "-"], "gputui: kill: not a process id: '-' (process ids are decimal numbers)"),
-     ([], "gputui: kill: name at least one process id, or use --all-gpu"),
-     (["99999999"], "gputui: kill: not a process id: '99999999' (from 1 to 4194304)"),
-     # Numbers in other spellings were taken for host names and connected to:
-     (["1e3"], "gputui: kill: not a process id: '1e3' (process ids are decimal numbers)"),
-     (["0x10", "5"], "gputui: kill: not a process id: '0x10' (process ids are decimal numbers)"),
-     (["+5"], "gputui: kill: not a process id: '+5' (process ids are decimal numbers)")],
+    [
+        (["local", "12x"], "gputui: kill: not a process id: '12x' (process ids are decimal numbers)"),
+        (["4242", "-"], "gputui: kill: not a process id: '-' (process ids are decimal numbers)"),
+        ([], "gputui: kill: name at least one process id, or use --all-gpu"),
+        (["99999999"], "gputui: kill: not a process id: '99999999' (from 1 to 4194304)"),
+        # Numbers in other spellings were taken for host names and connected to:
+        (["1e3"], "gputui: kill: not a process id: '1e3' (process ids are decimal numbers)"),
+        (["0x10", "5"], "gputui: kill: not a process id: '0x10' (process ids are decimal numbers)"),
+        (["+5"], "gputui: kill: not a process id: '+5' (process ids are decimal numbers)"),
+    ],
 )
 def test_bad_pid_words_are_one_line(env: dict[str, str], words: list[str], message: str) -> None:
     result = run_gputui(["kill", "--yes", *words], env)
@@ -606,10 +626,22 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
         raise AssertionError("this test starts processes as other users: run the suite as root (CI does)")
     shared, state_path = shared_copy(fake_nvml)
     sleep_code = "import time; time.sleep(600)"
-    foreign = subprocess.Popen([SYSTEM_PYTHON, "-S", "-c", sleep_code], user=OTHER_UID, group=OTHER_UID,
-                               extra_groups=[], start_new_session=True, cwd="/")
-    own = subprocess.Popen([SYSTEM_PYTHON, "-S", "-c", sleep_code], user=CLI_UID, group=CLI_UID,
-                           extra_groups=[], start_new_session=True, cwd="/")
+    foreign = subprocess.Popen(
+        [SYSTEM_PYTHON, "-S", "-c", sleep_code],
+        user=OTHER_UID,
+        group=OTHER_UID,
+        extra_groups=[],
+        start_new_session=True,
+        cwd="/",
+    )
+    own = subprocess.Popen(
+        [SYSTEM_PYTHON, "-S", "-c", sleep_code],
+        user=CLI_UID,
+        group=CLI_UID,
+        extra_groups=[],
+        start_new_session=True,
+        cwd="/",
+    )
     try:
         fake_nvml.state.add_holder(0, foreign.pid, 1000)
         fake_nvml.state.add_holder(1, own.pid, 2000)
@@ -626,10 +658,26 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
             "USER": "root",  # misleading on purpose: the audit must name the real uid's user
         }
         cli = subprocess.run(
-            [SYSTEM_PYTHON, "-m", "gputui.cli", "kill", "--yes", "--json", "--no-discover",
-             str(foreign.pid), str(own.pid)],
-            cwd="/", env=env, user=CLI_UID, group=CLI_UID, extra_groups=[], capture_output=True, text=True,
-            timeout=90, check=False,
+            [
+                SYSTEM_PYTHON,
+                "-m",
+                "gputui.cli",
+                "kill",
+                "--yes",
+                "--json",
+                "--no-discover",
+                str(foreign.pid),
+                str(own.pid),
+            ],
+            cwd="/",
+            env=env,
+            user=CLI_UID,
+            group=CLI_UID,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
         )
         assert cli.stdout, cli.stderr
         payload = json.loads(cli.stdout)
@@ -643,8 +691,11 @@ def test_another_users_process_is_denied_and_the_rest_of_the_batch_proceeds(fake
         audit_path = shared / "state" / "gputui" / "audit.jsonl"
         audit = [json.loads(x) for x in audit_path.read_text().splitlines()]
         assert {(a["pid"], a["result"]) for a in audit} == {
-            (foreign.pid, "requested"), (foreign.pid, "denied"),
-            (own.pid, "requested"), (own.pid, "sent"), (own.pid, "exited"),
+            (foreign.pid, "requested"),
+            (foreign.pid, "denied"),
+            (own.pid, "requested"),
+            (own.pid, "sent"),
+            (own.pid, "exited"),
         }
         assert {a["local_user"] for a in audit} != {"root"}
     finally:

@@ -22,7 +22,11 @@ def run_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
     with tempfile.TemporaryDirectory() as state:  # no calibration recorded by whoever runs the tests
         return subprocess.run(
             [sys.executable, "-m", "gputui.cli", "snapshot", *args],
-            cwd=REPO, env=dict(env, XDG_STATE_HOME=state), capture_output=True, text=True, timeout=120,
+            cwd=REPO,
+            env=dict(env, XDG_STATE_HOME=state),
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=False,
         )
 
@@ -41,24 +45,35 @@ def expected_gpus(state: FakeNvmlState, alive: set[int]) -> list[dict[str, Any]]
     gpus = []
     for index, gpu in enumerate(state.gpus):
         holders = [h for h in state.holders if h.gpu == index and h.pid in alive]
-        gpus.append({
-            "index": index,
-            "name": gpu.name,
-            "memory_used_mib": gpu.baseline_mib + sum(h.mib for h in holders),
-            "memory_total_mib": gpu.total_mib,
-            "memory_reserved_mib": gpu.reserved_mib,
-            "utilization_pct": gpu.util_pct,
-            "temperature_c": gpu.temp_c,
-            "power_w": gpu.power_mw / 1000,
-            "power_limit_w": gpu.power_limit_mw / 1000,
-            "processes": sorted(h.pid for h in holders),
-        })
+        gpus.append(
+            {
+                "index": index,
+                "name": gpu.name,
+                "memory_used_mib": gpu.baseline_mib + sum(h.mib for h in holders),
+                "memory_total_mib": gpu.total_mib,
+                "memory_reserved_mib": gpu.reserved_mib,
+                "utilization_pct": gpu.util_pct,
+                "temperature_c": gpu.temp_c,
+                "power_w": gpu.power_mw / 1000,
+                "power_limit_w": gpu.power_limit_mw / 1000,
+                "processes": sorted(h.pid for h in holders),
+            }
+        )
     return gpus
 
 
 def reported_gpus(host: dict[str, Any]) -> list[dict[str, Any]]:
-    keys = ("index", "name", "memory_used_mib", "memory_total_mib", "memory_reserved_mib", "utilization_pct",
-            "temperature_c", "power_w", "power_limit_w")
+    keys = (
+        "index",
+        "name",
+        "memory_used_mib",
+        "memory_total_mib",
+        "memory_reserved_mib",
+        "utilization_pct",
+        "temperature_c",
+        "power_w",
+        "power_limit_w",
+    )
     return [
         dict({k: g[k] for k in keys}, processes=sorted(p["pid"] for p in g["processes"]))
         for g in host["gpus"]
@@ -138,8 +153,15 @@ def test_table_shows_hostile_strings_as_visible_escapes() -> None:
     snapshot = HostSnapshot(
         target="local",
         hostname="node\x1b[2J",
-        gpus=(Gpu(index=0, name="[bold]GPU\x9b", memory_used_mib=None, memory_total_mib=49152,
-                  processes=(GpuProcess(pid=42, used_mib=None), GpuProcess(pid=43, visible=False))),),
+        gpus=(
+            Gpu(
+                index=0,
+                name="[bold]GPU\x9b",
+                memory_used_mib=None,
+                memory_total_mib=49152,
+                processes=(GpuProcess(pid=42, used_mib=None), GpuProcess(pid=43, visible=False)),
+            ),
+        ),
         processes=(Proc(pid=42, user="ev\u202eil\u200b", name="x", cmdline=("python", HOSTILE_ARG)),),
     )
     text = "\n".join(format_table(snapshot))

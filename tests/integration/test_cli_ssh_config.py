@@ -28,9 +28,23 @@ def test_snapshot_reads_hosts_from_the_file_given_with_F(
 
     def snapshot(*extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "gputui.cli", "snapshot", "--json", "--connect-timeout", "5", *extra,
-             "only-in-that-file"],
-            capture_output=True, text=True, timeout=120, env=env, cwd=str(REPO), stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "gputui.cli",
+                "snapshot",
+                "--json",
+                "--connect-timeout",
+                "5",
+                *extra,
+                "only-in-that-file",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=str(REPO),
+            stdin=subprocess.DEVNULL,
         )
 
     without = snapshot()

@@ -101,8 +101,10 @@ def test_eight_gpus_report_every_figure(fake_nvml: FakeNvml) -> None:
 @pytest.mark.parametrize("proc_source", ["psutil", "proc"])
 def test_holder_tree_with_ancestors_and_descendants(fake_nvml: FakeNvml, proc_source: str) -> None:
     args = ["--no-psutil"] if proc_source == "proc" else []
-    with script(CHAIN, ["root", "holder", "leaf"]) as chain, \
-            agent_process(*args, env=fake_nvml.env()) as agent:
+    with (
+        script(CHAIN, ["root", "holder", "leaf"]) as chain,
+        agent_process(*args, env=fake_nvml.env()) as agent,
+    ):
         assert agent.hello["psutil"] is (proc_source == "psutil")
         root, holder, leaf = chain.pids["root"], chain.pids["holder"], chain.pids["leaf"]
         fake_nvml.state.add_holder(2, holder, 1000)
@@ -134,8 +136,11 @@ def test_holder_tree_with_ancestors_and_descendants(fake_nvml: FakeNvml, proc_so
 
 
 def test_graphics_and_compute_lists_are_both_reported(fake_nvml: FakeNvml) -> None:
-    with script(SLEEPER, ["sleeper"]) as first, script(SLEEPER, ["sleeper"]) as second, \
-            agent_process(env=fake_nvml.env()) as agent:
+    with (
+        script(SLEEPER, ["sleeper"]) as first,
+        script(SLEEPER, ["sleeper"]) as second,
+        agent_process(env=fake_nvml.env()) as agent,
+    ):
         a, b = first.pids["sleeper"], second.pids["sleeper"]
         fake_nvml.state.add_holder(7, a, 600)
         fake_nvml.state.add_holder(7, b, 250, "graphics")
@@ -256,10 +261,16 @@ def test_memory_returns_to_baseline_after_the_holder_is_killed(fake_nvml: FakeNv
         before = agent.sample()
         assert gpus_by_index(before)[0]["memory_used_mib"] == 5003
         assert procs_by_pid(before)[pid]["gpu_memory_mib"] == {"0": 5000}
-        outcomes = agent.result({
-            "cmd": "kill", "boot_id": before["boot_id"], "signal": "TERM", "tree": False,
-            "escalate_s": 10.0, "targets": [{"pid": pid, "start_ticks": ticks}],
-        })["outcomes"]
+        outcomes = agent.result(
+            {
+                "cmd": "kill",
+                "boot_id": before["boot_id"],
+                "signal": "TERM",
+                "tree": False,
+                "escalate_s": 10.0,
+                "targets": [{"pid": pid, "start_ticks": ticks}],
+            }
+        )["outcomes"]
         assert [o["result"] for o in outcomes] == ["sent", "exited"]
         assert outcomes[0]["gpu_mib"] == 5000
         wait_for(lambda: is_gone(pid), "the holder to die")
@@ -377,7 +388,10 @@ def test_memory_samples_keep_the_last_telemetry_until_its_interval_or_a_process_
 def test_a_bad_telemetry_interval_is_one_line_and_exit_2() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "gputui.agent", "--telemetry-interval", "-1"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 2
     assert proc.stderr == "gputui-agent: --telemetry-interval must be 0 or a positive number\n"
@@ -435,14 +449,22 @@ def test_configure_rejects_bad_intervals(fake_nvml: FakeNvml) -> None:
             assert reply["error"] == "memory_interval_s must be a number of seconds from 0.05 to 3600"
         # An escalation nobody could wait for is refused before anything is signalled.
         reply = agent.send({"cmd": "kill", "escalate_s": 1e10, "targets": [{"pid": 1, "start_ticks": 1}]})
-        assert reply == {"t": "reply", "id": reply["id"], "ok": False,
-                         "error": "escalate_s must be seconds up to 3600, or null"}
+        assert reply == {
+            "t": "reply",
+            "id": reply["id"],
+            "ok": False,
+            "error": "escalate_s must be seconds up to 3600, or null",
+        }
 
 
 def test_the_remote_form_refuses_a_busy_loop_interval() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "gputui.agent", "--once", "--interval", "1e-300"],
-        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 2
     assert done.stderr == "gputui-agent: --interval must be a number of seconds from 0.05 to 3600\n"
@@ -462,8 +484,10 @@ def test_shipped_agent_runs_on_python38_without_nvml_or_psutil() -> None:
     """The remote form on Python 3.8 with NVML off and neither psutil nor nvidia-smi: /proc still tells."""
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
     env["PATH"] = "/nonexistent"  # no nvidia-smi either
-    with script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker, \
-            agent_process("--no-pynvml", "--no-psutil", python=python38(), env=env) as agent:
+    with (
+        script(ZOMBIE_MAKER, ["parent", "zombie"]) as maker,
+        agent_process("--no-pynvml", "--no-psutil", python=python38(), env=env) as agent,
+    ):
         assert agent.hello["python"].startswith("3.8.")
         assert agent.hello["mode"] == "none"
         assert "nvidia-smi" in agent.hello["error"]
@@ -479,8 +503,10 @@ def test_shipped_agent_runs_on_python38_without_nvml_or_psutil() -> None:
 def test_python38_streams_full_nvml_figures_with_the_shipped_bindings(fake_nvml: FakeNvml) -> None:
     """A python3 with no pynvml of its own (3.8 here): the collector's own copy reads every GPU and its
     processes through NVML, in the stream a client reads."""
-    with script(CHAIN, ["root", "holder", "leaf"]) as chain, \
-            agent_process("--interval", "0.2", python=python38(), env=fake_nvml.env()) as agent:
+    with (
+        script(CHAIN, ["root", "holder", "leaf"]) as chain,
+        agent_process("--interval", "0.2", python=python38(), env=fake_nvml.env()) as agent,
+    ):
         assert agent.hello["python"].startswith("3.8.")
         assert (agent.hello["mode"], agent.hello["pynvml"], agent.hello["error"]) == ("nvml", "bundled", None)
         holder = chain.pids["holder"]
@@ -528,8 +554,15 @@ agent.close()
 def test_memory_info_falls_back_to_v1_on_an_old_driver(fake_nvml: FakeNvml) -> None:
     fake_nvml.state.gpus[0].reserved_mib = 500
     fake_nvml.write()
-    done = subprocess.run([sys.executable, "-c", V1_FALLBACK], cwd=REPO, env=fake_nvml.env(),
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", V1_FALLBACK],
+        cwd=REPO,
+        env=fake_nvml.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     for snapshot in json.loads(done.stdout):
         gpu0 = gpus_by_index(snapshot)[0]

@@ -53,7 +53,11 @@ def test_stdin_closed_before_the_hello_ends_the_collector_and_its_children(tmp_p
     env, smi_pids = _hanging_smi(tmp_path)
     collector = subprocess.Popen(
         [sys.executable, "-u", "-c", BOOTSTRAP, "--no-pynvml", "--no-discover"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd="/",
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd="/",
         start_new_session=True,
     )
     try:
@@ -95,7 +99,10 @@ def test_parent_death_ends_the_collector_even_with_its_stdin_still_open() -> Non
     env = dict(os.environ, PATH="/nonexistent")
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, json.dumps(argv), str(read_end)],
-        stdout=subprocess.PIPE, pass_fds=(read_end,), env=env, start_new_session=True,
+        stdout=subprocess.PIPE,
+        pass_fds=(read_end,),
+        env=env,
+        start_new_session=True,
     )
     os.close(read_end)
     collector_pid = 0

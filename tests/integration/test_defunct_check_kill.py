@@ -56,8 +56,10 @@ def test_check_tells_the_defunct_leader_from_the_true_zombie(
     defunct = by_pid[("defunct_leader", leader)]
     assert "1 thread live on (1 in D (uninterruptible))" in defunct.detail
     assert f"holding {HELD_MIB} MiB on GPU0" in defunct.detail
-    assert "threads stuck in the driver: memory is released when they exit; if it is still held after 10 " \
+    assert (
+        "threads stuck in the driver: memory is released when they exit; if it is still held after 10 "
         "minutes the driver or GPU needs a reset" in defunct.detail
+    )
     assert "signalling the parent frees nothing" in defunct.action
     assert defunct.action_pid == leader
     assert ("zombie", leader) not in by_pid

@@ -60,7 +60,9 @@ def test_a_defunct_leader_shows_its_live_thread_and_a_true_zombie_none(
         # What ps shows for both: Z, <defunct>.
         assert state_of(pids["leader"]) == state_of(pids["zombie"]) == "Z"
         assert zombie_live_threads(pids["leader"]) == {
-            "threads": [{"tid": pids["worker"], "state": worker_state}], "omitted": 0}
+            "threads": [{"tid": pids["worker"], "state": worker_state}],
+            "omitted": 0,
+        }
         assert zombie_live_threads(pids["zombie"]) == {"threads": [], "omitted": 0}
         # Identity: the right start time matches, another reads as gone.
         ticks = start_ticks(pids["leader"])
@@ -100,7 +102,9 @@ def test_names_that_look_like_fields_and_broken_stat_files(tmp_path: Path) -> No
     _fake_task(tmp_path, 40, 44, _stat(44, "t", "Z"))  # an exited thread, not yet reaped
     (tmp_path / "40" / "task" / "self-ish").mkdir()
     assert zombie_live_threads(40, proc_root=str(tmp_path)) == {
-        "threads": [{"tid": 41, "state": "D"}], "omitted": 0}
+        "threads": [{"tid": 41, "state": "D"}],
+        "omitted": 0,
+    }
     assert zombie_live_threads(40, start_ticks=777, proc_root=str(tmp_path)) is not None
     _fake_task(tmp_path, 50, 50, "garbage without parentheses")
     assert zombie_live_threads(50, proc_root=str(tmp_path)) is None
@@ -123,8 +127,14 @@ def stuck(program: Path) -> Iterator[dict[str, int]]:
 
 def test_the_probe_runs_on_python_38_as_it_does_here(stuck: dict[str, int]) -> None:
     pids = [str(stuck["leader"]), str(stuck["zombie"]), str(os.getpid())]
-    done = subprocess.run([python38(), "-c", PROBE_ON_38, *pids], capture_output=True, text=True, cwd=REPO,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [python38(), "-c", PROBE_ON_38, *pids],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == [zombie_live_threads(int(pid)) for pid in pids]
     assert json.loads(done.stdout)[0]["threads"] == [{"tid": stuck["worker"], "state": "D"}]

@@ -27,8 +27,16 @@ def running(argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
 
 @pytest.mark.parametrize(
     ("name", "may_be_launcher"),
-    [("python3", True), ("python3.11", True), ("pt_main_thread", True), ("sglang", True),
-     ("VLLM::EngineCor", True), ("sleep", False), ("bash", False), ("sshd", False)],
+    [
+        ("python3", True),
+        ("python3.11", True),
+        ("pt_main_thread", True),
+        ("sglang", True),
+        ("VLLM::EngineCor", True),
+        ("sleep", False),
+        ("bash", False),
+        ("sshd", False),
+    ],
 )
 def test_launcher_like_names(name: str, may_be_launcher: bool) -> None:
     assert health_launcher_like_name(name) is may_be_launcher

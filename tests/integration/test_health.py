@@ -682,6 +682,7 @@ def test_discovery_probes_only_this_hosts_own_addresses(
 ) -> None:
     """Any user's process can claim to be a launcher listening anywhere: only this host's addresses are
     probed. Elsewhere, the launcher is listed as found but not probed (no connection, no name lookup)."""
+
     def launcher(host: str) -> dict[str, Any]:
         argv = ["python", "-m", "sglang.launch_server", "--host", host, "--port", str(peer.http_port)]
         return {"pid": 1, "cmdline": argv}
@@ -795,9 +796,7 @@ def test_agent_streams_health_and_takes_it_from_configure_and_health_commands(
         reply = agent.send({"cmd": "configure", "health_urls": [unhealthy, hang], "discover_health": False})
         assert reply["ok"], reply
         # The hanging probe (30 s deadline) never holds up the stream or the other endpoint.
-        streamed = [
-            _next_with(agent, lambda s: (_health_of(s, unhealthy) or {}).get("state") == "UNHEALTHY")
-        ]
+        streamed = [_next_with(agent, lambda s: (_health_of(s, unhealthy) or {}).get("state") == "UNHEALTHY")]
         streamed += [agent.next_snapshot() for _ in range(4)]
         for snapshot in streamed:
             assert [h["url"] for h in snapshot["health"]] == [unhealthy, hang]
@@ -881,7 +880,11 @@ def run_snapshot_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedPro
     with tempfile.TemporaryDirectory() as state:  # no calibration recorded by whoever runs the tests
         return subprocess.run(
             [sys.executable, "-m", "gputui.cli", "snapshot", "--no-discover", *args],
-            cwd=REPO, env=dict(env, XDG_STATE_HOME=state), capture_output=True, text=True, timeout=120,
+            cwd=REPO,
+            env=dict(env, XDG_STATE_HOME=state),
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=False,
         )
 
@@ -920,8 +923,12 @@ def test_cli_discovers_launchers_like_the_tui_and_no_discover_turns_it_off(
         with tempfile.TemporaryDirectory() as state:
             done = subprocess.run(
                 [sys.executable, "-m", "gputui.cli", command, "--json", *extra],
-                cwd=REPO, env=dict(fake_nvml.env(), XDG_STATE_HOME=state), capture_output=True, text=True,
-                timeout=120, check=False,
+                cwd=REPO,
+                env=dict(fake_nvml.env(), XDG_STATE_HOME=state),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
             )
         assert done.returncode == 0, done.stdout + done.stderr
         return json.loads(done.stdout)["hosts"][0]["health"]
@@ -1026,7 +1033,10 @@ def test_health_probed_on_the_remote_side_through_ssh(
     ssh_client.trust(server)
     url = peer.url("/health")
     options = LinkOptions(
-        memory_interval_s=0.3, process_interval_s=0.3, connect_timeout_s=10.0, health_urls=(url,),
+        memory_interval_s=0.3,
+        process_interval_s=0.3,
+        connect_timeout_s=10.0,
+        health_urls=(url,),
         discover_health=False,
     )
     link = SshLink("host-a", options)
@@ -1056,9 +1066,22 @@ def test_credentials_travel_as_data_and_are_never_printed_over_ssh(
     url = f"http://{AUTH_USER}:{secret}@127.0.0.1:{peer.http_port}/auth"
     with tempfile.TemporaryDirectory() as state:
         done = subprocess.run(
-            [sys.executable, "-m", "gputui.cli", "snapshot", "--json", "--no-discover", "--health", url,
-             "host-a"],
-            cwd=REPO, env=dict(os.environ, XDG_STATE_HOME=state), capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "gputui.cli",
+                "snapshot",
+                "--json",
+                "--no-discover",
+                "--health",
+                url,
+                "host-a",
+            ],
+            cwd=REPO,
+            env=dict(os.environ, XDG_STATE_HOME=state),
+            capture_output=True,
+            text=True,
+            timeout=120,
             check=False,
         )
     assert done.returncode == 0, done.stderr

@@ -48,7 +48,10 @@ class Waiters:
     def start(self, argv: list[str]) -> int:
         # An empty environment: argv and environment together must fit in ARG_MAX (a quarter of the stack).
         proc = subprocess.Popen(
-            [str(self.binary), *argv], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, env={},
+            [str(self.binary), *argv],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env={},
             start_new_session=True,
         )
         self.procs.append(proc)
@@ -90,8 +93,13 @@ def host_a(sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvm
 
 def _gputui(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gputui.cli", *args], capture_output=True, text=True, timeout=240,
-        cwd=str(REPO), stdin=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        [sys.executable, "-m", "gputui.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
 
 
@@ -195,8 +203,11 @@ def test_a_host_with_more_stuck_processes_than_a_line_holds_says_how_many_are_le
     from tests.integration._procs import ZOMBIE_MAKER, script, state_of, wait_for
 
     roles = ["parent", "zombie"]
-    with script(ZOMBIE_MAKER, roles) as one, script(ZOMBIE_MAKER, roles) as two, \
-            script(ZOMBIE_MAKER, roles) as three:
+    with (
+        script(ZOMBIE_MAKER, roles) as one,
+        script(ZOMBIE_MAKER, roles) as two,
+        script(ZOMBIE_MAKER, roles) as three,
+    ):
         zombies = {s.pids["zombie"] for s in (one, two, three)}
         # The parent says its child's pid right after the fork: the child may not have exited yet.
         wait_for(lambda: all(state_of(pid) == "Z" for pid in zombies), "the three zombies")

@@ -32,8 +32,14 @@ AGENT_UID = 65533  # an unprivileged uid that is not nobody
 
 
 def kill(agent, targets, **options):
-    command = {"cmd": "kill", "boot_id": agent.hello["boot_id"], "signal": "TERM", "tree": False,
-               "escalate_s": None, "targets": targets}
+    command = {
+        "cmd": "kill",
+        "boot_id": agent.hello["boot_id"],
+        "signal": "TERM",
+        "tree": False,
+        "escalate_s": None,
+        "targets": targets,
+    }
     command.update(options)
     return agent.result(command)["outcomes"]
 
@@ -109,8 +115,10 @@ def test_a_refused_tree_root_is_never_expanded() -> None:
 def test_processes_in_the_agents_process_group_are_refused() -> None:
     # Here the agent shares this test's session and process group (as the TUI's in-process agent shares the
     # TUI's): a sibling started by this test is in both, and must never be signalled.
-    with script(SLEEPER, ["sleeper"], new_session=False) as sibling, \
-            agent_process(new_session=False) as agent:
+    with (
+        script(SLEEPER, ["sleeper"], new_session=False) as sibling,
+        agent_process(new_session=False) as agent,
+    ):
         pid = sibling.pids["sleeper"]
         outcomes = kill(agent, [target(pid)], signal="KILL")
         assert [o["result"] for o in outcomes] == ["refused"]
@@ -121,8 +129,10 @@ def test_processes_in_the_agents_process_group_are_refused() -> None:
 def test_a_job_of_the_agents_session_in_its_own_group_can_be_killed() -> None:
     # `python -m sglang.launch_server ... &` from the shell that later runs gputui: same session, its own
     # process group (job control). It is not gputui's ancestor, so it is the user's to kill.
-    with script(SLEEPER, ["sleeper"], new_session=False, new_group=True) as job, \
-            agent_process(new_session=False) as agent:
+    with (
+        script(SLEEPER, ["sleeper"], new_session=False, new_group=True) as job,
+        agent_process(new_session=False) as agent,
+    ):
         pid = job.pids["sleeper"]
         assert os.getsid(pid) == os.getsid(0)
         assert os.getpgid(pid) != os.getpgid(0)
@@ -168,7 +178,9 @@ def test_term_ignoring_process_is_escalated_to_kill_with_each_stage_reported() -
         outcomes = kill(agent, [target(pid)], escalate_s=0.5)
         stages = [(o["stage"], o["signal"], o["result"]) for o in outcomes]
         assert stages == [
-            ("signal", "TERM", "sent"), ("escalate", "KILL", "sent"), ("confirm", "KILL", "killed")
+            ("signal", "TERM", "sent"),
+            ("escalate", "KILL", "sent"),
+            ("confirm", "KILL", "killed"),
         ]
         assert all(o["pid"] == pid and o["start_ticks"] == ticks for o in outcomes)
         assert is_gone(pid, ticks)
@@ -186,13 +198,17 @@ def test_kill_with_a_deadline_reports_exited() -> None:
         pid = ignorer.pids["ignorer"]
         outcomes = kill(agent, [target(pid)], signal="KILL", escalate_s=20.0)
         assert [(o["stage"], o["signal"], o["result"]) for o in outcomes] == [
-            ("signal", "KILL", "sent"), ("wait", None, "exited")
+            ("signal", "KILL", "sent"),
+            ("wait", None, "exited"),
         ]
 
 
 def test_a_bare_pid_without_start_time_is_refused_while_the_rest_proceeds() -> None:
-    with script(SLEEPER, ["sleeper"]) as bare, script(SLEEPER, ["sleeper"]) as checked, \
-            agent_process() as agent:
+    with (
+        script(SLEEPER, ["sleeper"]) as bare,
+        script(SLEEPER, ["sleeper"]) as checked,
+        agent_process() as agent,
+    ):
         bare_pid, checked_pid = bare.pids["sleeper"], checked.pids["sleeper"]
         outcomes = kill(agent, [{"pid": bare_pid}, target(checked_pid)])
         by_pid = {o["pid"]: o for o in outcomes}
@@ -253,9 +269,11 @@ def test_another_users_process_is_denied_while_the_rest_of_the_batch_proceeds() 
     it is refused by the kernel with EPERM, so nothing is delivered).
     """
     if os.geteuid() == 0:
-        with script(SLEEPER, ["sleeper"], python=SYSTEM_PYTHON, user=OTHER_UID) as foreign, \
-                script(SLEEPER, ["sleeper"], python=SYSTEM_PYTHON, user=AGENT_UID) as own, \
-                agent_process(python=SYSTEM_PYTHON, user=AGENT_UID) as agent:
+        with (
+            script(SLEEPER, ["sleeper"], python=SYSTEM_PYTHON, user=OTHER_UID) as foreign,
+            script(SLEEPER, ["sleeper"], python=SYSTEM_PYTHON, user=AGENT_UID) as own,
+            agent_process(python=SYSTEM_PYTHON, user=AGENT_UID) as agent,
+        ):
             assert pwd.getpwuid(OTHER_UID).pw_uid == OTHER_UID
             check_denied_and_proceeds(agent, foreign.pids["sleeper"], own.pids["sleeper"])
     else:

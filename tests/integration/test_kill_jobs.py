@@ -63,7 +63,6 @@ def check_snapshot(env: dict[str, str]) -> HostSnapshot:
     return HostSnapshot.from_dict(host)
 
 
-
 def tree_pids(snapshot: HostSnapshot, root: int) -> set[int]:
     (tree,) = [t for t in build_forest(snapshot) if t.proc.pid == root]
     return {n.proc.pid for n in flatten([tree])}
@@ -77,10 +76,15 @@ def register(fake: Any, holders: list[tuple[int, int, int, str]]) -> None:
 
 def cron_like(name: str, jobs_setsid: bool) -> dict[str, Any]:
     """A daemon (adopted by init) running ``sh -c '<gpu job>; exit 0'`` next to an unrelated job."""
-    return node(name, daemon=True, setsid=True, children=[
-        node("job_sh", sh=True, setsid=jobs_setsid, children=[node("gpu_job", "python3")]),
-        node("sibling", "logrotate"),
-    ])
+    return node(
+        name,
+        daemon=True,
+        setsid=True,
+        children=[
+            node("job_sh", sh=True, setsid=jobs_setsid, children=[node("gpu_job", "python3")]),
+            node("sibling", "logrotate"),
+        ],
+    )
 
 
 # -- the job rule --------------------------------------------------------------------------------------------
@@ -118,8 +122,10 @@ def writable_cgroup2() -> Path:
         fstype = fields[fields.index("-") + 1]
         if fstype == "cgroup2" and os.access(fields[4], os.W_OK):
             return Path(fields[4])
-    raise AssertionError("this test moves a process into a cgroup of its own: it needs a writable cgroup v2 "
-                         "hierarchy (run the suite as root on a host with one, as CI does)")
+    raise AssertionError(
+        "this test moves a process into a cgroup of its own: it needs a writable cgroup v2 "
+        "hierarchy (run the suite as root on a host with one, as CI does)"
+    )
 
 
 @contextmanager
@@ -136,8 +142,10 @@ def own_cgroup(name: str) -> Iterator[Path]:
 def test_a_process_in_a_cgroup_of_its_own_is_a_job_of_its_own(env: dict[str, str], fake_nvml: Any) -> None:
     """Same session as the script that started it, but a service manager put it in a cgroup of its own."""
     spec = node("launch_sh", sh=True, children=[node("gpu_job", "python3")])
-    with proc_tree(node("runner", setsid=True, children=[spec])) as tree, \
-            own_cgroup(f"gputui-test-{os.getpid()}") as cgroup:
+    with (
+        proc_tree(node("runner", setsid=True, children=[spec])) as tree,
+        own_cgroup(f"gputui-test-{os.getpid()}") as cgroup,
+    ):
         register(fake_nvml, [(0, tree["gpu_job"], WORKER_MIB, "compute")])
         assert [t.proc.pid for t in build_forest(check_snapshot(env))] == [tree["runner"]]
         (cgroup / "cgroup.procs").write_text(str(tree["gpu_job"]))
@@ -152,10 +160,18 @@ def test_a_process_in_a_cgroup_of_its_own_is_a_job_of_its_own(env: dict[str, str
 
 def test_the_display_stack_stays_out_of_kill_all(env: dict[str, str], fake_nvml: Any) -> None:
     """28: a desktop (gdm3 -> session worker -> Xorg + gnome-shell, type G memory) next to a compute job."""
-    desktop = node("gdm3", daemon=True, setsid=True, children=[
-        node("session_worker", "gdm-session-worker",
-             children=[node("xorg", "Xorg"), node("shell", "gnome-shell")]),
-    ])
+    desktop = node(
+        "gdm3",
+        daemon=True,
+        setsid=True,
+        children=[
+            node(
+                "session_worker",
+                "gdm-session-worker",
+                children=[node("xorg", "Xorg"), node("shell", "gnome-shell")],
+            ),
+        ],
+    )
     with proc_tree(desktop) as tree, launcher(sglang_workers(2), fake_nvml) as server:
         register(fake_nvml, [(0, tree["xorg"], 300, "graphics"), (0, tree["shell"], 200, "graphics")])
         snapshot = check_snapshot(env)
@@ -186,13 +202,25 @@ def test_an_nsys_wrapped_sglang_server_from_a_login_shell_is_one_job(
 ) -> None:
     """Keeps what works: nsys is the root, the launcher, schedulers and detokenizer its members; the login
     shell is not part of it, and the defunct scheduler goes with its parent (exit 0)."""
-    server = node("nsys", children=[node("launcher", "python3", children=[
-        node("tp0", "scheduler_TP0"), node("tp1", "scheduler_TP1"), node("tp2", "scheduler_TP2", mode="exit"),
-        node("detokenizer"),
-    ])])
+    server = node(
+        "nsys",
+        children=[
+            node(
+                "launcher",
+                "python3",
+                children=[
+                    node("tp0", "scheduler_TP0"),
+                    node("tp1", "scheduler_TP1"),
+                    node("tp2", "scheduler_TP2", mode="exit"),
+                    node("detokenizer"),
+                ],
+            )
+        ],
+    )
     with proc_tree(server, login_shell=True) as tree:
-        register(fake_nvml, [(0, tree["tp0"], WORKER_MIB, "compute"),
-                             (1, tree["tp1"], WORKER_MIB, "compute")])
+        register(
+            fake_nvml, [(0, tree["tp0"], WORKER_MIB, "compute"), (1, tree["tp1"], WORKER_MIB, "compute")]
+        )
         snapshot = check_snapshot(env)
         assert [t.proc.pid for t in build_forest(snapshot)] == [tree["nsys"]]
         job = {tree[r] for r in ("nsys", "launcher", "tp0", "tp1", "tp2", "detokenizer")}
@@ -257,18 +285,27 @@ def test_a_setsid_daemon_that_escaped_the_job_is_named_as_its_survivor(
     env: dict[str, str], fake_nvml: Any
 ) -> None:
     """After the tree is gone, what escaped it (setsid + double fork) and still holds memory is reported."""
-    spec = node("launcher", "python3", daemon=True, setsid=True, children=[
-        node("tp0", "scheduler_TP0"),
-        node("detokenizer", escape=node("escapee", "cache_daemon")),
-    ])
+    spec = node(
+        "launcher",
+        "python3",
+        daemon=True,
+        setsid=True,
+        children=[
+            node("tp0", "scheduler_TP0"),
+            node("detokenizer", escape=node("escapee", "cache_daemon")),
+        ],
+    )
     with proc_tree(spec) as tree:
         register(fake_nvml, [(0, tree["tp0"], WORKER_MIB, "compute"), (0, tree["escapee"], 1024, "compute")])
         status, payload, stderr = kill_json(env, "--yes", "--tree", str(tree["launcher"]))
         assert status == 0, (payload, stderr)
         assert tree["escapee"] not in {o["pid"] for o in payload["outcomes"]}
         (survivor,) = payload["survivors"]
-        assert (survivor["kind"], survivor["pid"], survivor["action_pid"]) == ("survivor", tree["escapee"],
-                                                                                tree["escapee"])
+        assert (survivor["kind"], survivor["pid"], survivor["action_pid"]) == (
+            "survivor",
+            tree["escapee"],
+            tree["escapee"],
+        )
         assert f"a survivor of the job of pid {tree['launcher']} (python3)" in survivor["detail"]
         assert "holds 1024 MiB on GPU0" in survivor["detail"]
         assert state_of(tree["escapee"]) in ALIVE
@@ -288,7 +325,11 @@ class Cli:
     def __init__(self, env: dict[str, str], *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gputui.cli", "kill", "--no-discover", *args],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=REPO,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         self.out = b""
         self.err = b""
@@ -348,18 +389,27 @@ def test_ctrl_c_during_the_escalation_says_what_is_pending_and_finishes_it(
         assert f"{stubborn}  confirm  KILL  killed".encode() in run.out
         assert b"every process is gone" in run.out
         assert all(is_gone(p, server.ticks[p]) for p in server.all_pids)
-    stages = [(line["stage"], line["signal"], line["result"]) for line in audit_lines(env)
-              if line["pid"] == stubborn]
-    assert stages == [("intent", "TERM", "requested"), ("signal", "TERM", "sent"),
-                      ("escalate", "KILL", "sent"), ("confirm", "KILL", "killed")]
+    stages = [
+        (line["stage"], line["signal"], line["result"])
+        for line in audit_lines(env)
+        if line["pid"] == stubborn
+    ]
+    assert stages == [
+        ("intent", "TERM", "requested"),
+        ("signal", "TERM", "sent"),
+        ("escalate", "KILL", "sent"),
+        ("confirm", "KILL", "killed"),
+    ]
 
 
 def test_a_second_ctrl_c_abandons_the_escalation_and_says_what_was_left(
     env: dict[str, str], fake_nvml: Any
 ) -> None:
     workers = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
-    with launcher(workers, fake_nvml) as server, \
-            cli(env, "--yes", "--tree", "--escalate", "60", str(server.pid)) as run:
+    with (
+        launcher(workers, fake_nvml) as server,
+        cli(env, "--yes", "--tree", "--escalate", "60", str(server.pid)) as run,
+    ):
         stubborn = server["scheduler_TP1"]
         run.read_until(f"{server.pid}  signal   TERM  sent".encode())
         run.proc.send_signal(signal.SIGINT)
@@ -404,21 +454,39 @@ def test_an_unwritable_audit_directory_refuses_the_kill(fake_nvml: Any) -> None:
     if os.geteuid() != 0:
         raise AssertionError("this test runs the CLI as another user: run the suite as root (CI does)")
     shared, state_path = shared_copy(fake_nvml)
-    victim = subprocess.Popen([SYSTEM_PYTHON, "-S", "-c", "import time; time.sleep(600)"], user=CLI_UID,
-                              group=CLI_UID, extra_groups=[], start_new_session=True, cwd="/")
+    victim = subprocess.Popen(
+        [SYSTEM_PYTHON, "-S", "-c", "import time; time.sleep(600)"],
+        user=CLI_UID,
+        group=CLI_UID,
+        extra_groups=[],
+        start_new_session=True,
+        cwd="/",
+    )
     try:
         fake_nvml.state.add_holder(0, victim.pid, 1000)
         fake_nvml.state.write(state_path)
         state_path.chmod(0o644)
         locked = shared / "locked"
         (locked / "gputui").mkdir(parents=True, mode=0o755)  # root's, read-only for the CLI's user
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(locked), "LD_LIBRARY_PATH": str(shared),
-               "FAKE_NVML_STATE": str(state_path), "XDG_STATE_HOME": str(locked),
-               "PYTHONPATH": str(shared / "py")}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(locked),
+            "LD_LIBRARY_PATH": str(shared),
+            "FAKE_NVML_STATE": str(state_path),
+            "XDG_STATE_HOME": str(locked),
+            "PYTHONPATH": str(shared / "py"),
+        }
         cli = subprocess.run(
             [SYSTEM_PYTHON, "-m", "gputui.cli", "kill", "--yes", "--no-discover", str(victim.pid)],
-            cwd="/", env=env, user=CLI_UID, group=CLI_UID, extra_groups=[], capture_output=True, text=True,
-            timeout=90, check=False,
+            cwd="/",
+            env=env,
+            user=CLI_UID,
+            group=CLI_UID,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
         )
         assert cli.returncode == 2, cli.stdout + cli.stderr
         (line,) = cli.stderr.splitlines()
@@ -449,8 +517,12 @@ def test_q_in_the_tui_during_an_escalation_finishes_it_then_leaves(
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
         tui = subprocess.Popen(
             [sys.executable, "-m", "gputui.cli", "--no-discover", "--interval", "0.5"],
-            cwd=REPO, env=dict(env, TERM="xterm-256color", COLUMNS="140", LINES="40"),
-            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+            cwd=REPO,
+            env=dict(env, TERM="xterm-256color", COLUMNS="140", LINES="40"),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
         )
         os.close(slave)
         screen = b""
@@ -502,5 +574,9 @@ def test_q_in_the_tui_during_an_escalation_finishes_it_then_leaves(
                 tui.wait()
         assert is_gone(stubborn, server.ticks[stubborn])
     stages = [(line["stage"], line["result"]) for line in audit_lines(env) if line["pid"] == stubborn]
-    assert stages == [("intent", "requested"), ("signal", "sent"), ("escalate", "sent"),
-                      ("confirm", "killed")]
+    assert stages == [
+        ("intent", "requested"),
+        ("signal", "sent"),
+        ("escalate", "sent"),
+        ("confirm", "killed"),
+    ]

@@ -116,7 +116,10 @@ def server_tree(port: int, release: Path) -> Iterator[dict[str, int]]:
     """The launcher, its worker and the lingering process; every one of them gone afterwards."""
     starter = subprocess.Popen(
         [sys.executable, "-S", "-c", LAUNCHER, "--port", str(port), "--release", str(release)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True, cwd="/",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+        cwd="/",
     )
     try:
         pids = _report(starter)
@@ -176,7 +179,11 @@ def test_check_waits_for_the_killed_servers_ports(
         # It turns clean once the last holder of the port lets it go, and says when the ports came free.
         waiter = subprocess.Popen(
             [sys.executable, "-m", "gputui.cli", "check", "--wait", "30", "--no-discover"],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         try:
             time.sleep(1.0)

@@ -47,8 +47,13 @@ print(json.dumps(out))
 
 def test_local_link_paces_samples_and_forwards_commands(fake_nvml: FakeNvml) -> None:
     done = subprocess.run(
-        [sys.executable, "-c", LINK_SCRIPT], cwd=REPO, env=fake_nvml.env(), capture_output=True, text=True,
-        timeout=120, check=False,
+        [sys.executable, "-c", LINK_SCRIPT],
+        cwd=REPO,
+        env=fake_nvml.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)

@@ -117,8 +117,12 @@ def test_snapshot_command_on_an_old_driver(
         with tempfile.TemporaryDirectory() as state:
             done = subprocess.run(
                 [sys.executable, "-m", "gputui.cli", "snapshot", "--json", "--no-discover"],
-                cwd=REPO, env=dict(fake.env(), XDG_STATE_HOME=state), capture_output=True, text=True,
-                timeout=120, check=False,
+                cwd=REPO,
+                env=dict(fake.env(), XDG_STATE_HOME=state),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
             )
     assert done.returncode == 0, done.stderr
     host = json.loads(done.stdout)["hosts"][0]

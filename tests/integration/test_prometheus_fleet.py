@@ -44,13 +44,22 @@ def _env(home: Path) -> dict[str, str]:
 
 def _gputui(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gputui.cli", *args], capture_output=True, text=True, timeout=120,
-        cwd=str(REPO), stdin=subprocess.DEVNULL, env=_env(home),
+        [sys.executable, "-m", "gputui.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+        env=_env(home),
     )
 
 
-def _sample_until(source: PrometheusSource, condition: Callable[[dict[str, FleetHost]], bool], what: str,
-                  timeout_s: float = DEADLINE_S) -> dict[str, FleetHost]:
+def _sample_until(
+    source: PrometheusSource,
+    condition: Callable[[dict[str, FleetHost]], bool],
+    what: str,
+    timeout_s: float = DEADLINE_S,
+) -> dict[str, FleetHost]:
     """Ask the source (as the TUI's poller does) until ``condition`` holds for its hosts."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -69,11 +78,13 @@ def _gpu_used(hosts: dict[str, FleetHost], host: str, index: int) -> int | None:
 
 
 def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_path: Path) -> None:
-    exporters = prometheus_fleet.exporter([
-        {"name": "gpu-a", "gpus": 8},
-        {"name": "gpu-b", "gpus": 2, "mig": {"1": ["3g.40gb", "3g.40gb"]}},
-        {"name": "vllm-a", "kind": "vllm"},
-    ])
+    exporters = prometheus_fleet.exporter(
+        [
+            {"name": "gpu-a", "gpus": 8},
+            {"name": "gpu-b", "gpus": 2, "mig": {"1": ["3g.40gb", "3g.40gb"]}},
+            {"name": "vllm-a", "kind": "vllm"},
+        ]
+    )
     server = prometheus_fleet.prometheus({"vllm-a": "gpu-a"})
     exporters.set("vllm-a", running=2, waiting=5)
     source = PrometheusSource(FleetSettings(url=server.url))
@@ -114,7 +125,10 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
     # check --wait sees the fleet come clean once the exporter says so.
     waiting = subprocess.Popen(
         [sys.executable, "-m", "gputui.cli", "check", "--prometheus", server.url, "--wait", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(REPO),
         env=_env(tmp_path),
     )
     try:
@@ -208,8 +222,9 @@ def test_a_server_that_misbehaves_costs_one_line_within_the_deadline(behaviour: 
         peer.close()
 
 
-async def test_the_tui_stays_live_when_prometheus_stops(prometheus_fleet: Fleet, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_tui_stays_live_when_prometheus_stops(
+    prometheus_fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     prometheus_fleet.exporter([{"name": f"gpu-{c}", "gpus": 4} for c in "abc"])
     server = prometheus_fleet.prometheus()
@@ -218,9 +233,13 @@ async def test_the_tui_stays_live_when_prometheus_stops(prometheus_fleet: Fleet,
     def read() -> FleetSample:
         return analyze_fleet(source.sample(), Baselines())
 
-    fleet = FleetScreen(read, source_name=f"prometheus {server.url}",
-                        ssh_target=lambda host: ssh_target_for("{host}", host), refresh_s=0.3,
-                        stale_after_s=90.0)
+    fleet = FleetScreen(
+        read,
+        source_name=f"prometheus {server.url}",
+        ssh_target=lambda host: ssh_target_for("{host}", host),
+        refresh_s=0.3,
+        stale_after_s=90.0,
+    )
     app = GpuTuiApp([], lambda target: None, fleet=fleet, audit_dir=tmp_path / "audit")  # type: ignore[arg-type, return-value]
     async with app.run_test(size=(120, 40)) as pilot:
         table = fleet.query_one(FleetTable)
@@ -238,4 +257,3 @@ async def test_the_tui_stays_live_when_prometheus_stops(prometheus_fleet: Fleet,
         await pilot.press("slash", "g", "p", "u", "-", "b", "enter")
         await wait_for(pilot, lambda: table.row_count == 1, "the filter")
         await wait_for(pilot, lambda: fleet.answers > answers + 1, "more (failed) answers")  # still asking
-

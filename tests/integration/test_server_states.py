@@ -60,8 +60,13 @@ class Watch:
     def tick(self, launcher_age_s: float | None = OLD_LAUNCHER_S) -> ServerState:
         self.now += TICK_S
         probe = probe_url(self.peer.url("/health"), deadline_s=HEALTH_DEADLINE_S)
-        health = HealthSample(url=self.peer.url("/health"), state=probe["state"], code=probe["code"],
-                              detail=probe["detail"], checked_at=self.now)
+        health = HealthSample(
+            url=self.peer.url("/health"),
+            state=probe["state"],
+            code=probe["code"],
+            detail=probe["detail"],
+            checked_at=self.now,
+        )
         metrics = None
         self.metrics_error = None
         try:
@@ -101,7 +106,12 @@ def test_starting_then_up_then_busy_through_a_failing_health_then_up(peer: Metri
     assert state.reason == "busy: health HTTP 503 but generating 10 tokens/s; not dead, do not kill"
     assert state.metrics is not None
     assert state.metrics.to_dict() == {
-        "engine": "vllm", "running": 2, "waiting": 0, "kv_cache_usage": 0.0, "generation_tokens_per_s": 10.0}
+        "engine": "vllm",
+        "running": 2,
+        "waiting": 0,
+        "kv_cache_usage": 0.0,
+        "generation_tokens_per_s": 10.0,
+    }
     peer.set(health="200")
     state = watch.tick(launcher_age_s=65.0)
     assert (state.state, state.previous_state) == (HEALTH_STATE_UP, HEALTH_STATE_BUSY)
@@ -115,8 +125,9 @@ def test_starting_then_up_then_busy_through_a_failing_health_then_up(peer: Metri
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_up_then_stalled_while_health_says_200_then_up(peer: MetricsPeer, engine: str) -> None:
     """The engine stops generating behind a /health that keeps answering 200."""
-    peer.set(engine=engine, engines=2, ranks=2, running=2, waiting=3, kv_cache_usage=0.0,
-             tokens_per_scrape=100)
+    peer.set(
+        engine=engine, engines=2, ranks=2, running=2, waiting=3, kv_cache_usage=0.0, tokens_per_scrape=100
+    )
     watch = Watch(peer)
     assert watch.ticks(2) == [HEALTH_STATE_UP, HEALTH_STATE_UP]
     peer.set(tokens_per_scrape=0)
@@ -252,14 +263,16 @@ for truncated in (False, True):
 
 
 def test_the_filter_runs_on_python_38_as_it_does_here(peer: MetricsPeer) -> None:
-    peer.set(engine="sglang", running=4, waiting=2, kv_cache_usage=0.25, throughput=120.0,
-             tokens_per_scrape=10)
+    peer.set(
+        engine="sglang", running=4, waiting=2, kv_cache_usage=0.25, throughput=120.0, tokens_per_scrape=10
+    )
     body, truncated = fetch_body(peer.url("/metrics"), METRICS_DEADLINE_S, METRICS_BODY_CAP_BYTES)
     assert not truncated
     assert len(body) > 40_000
     cut = body[: body.index(b"sglang:generation_tokens_total{") + 40]
-    done = subprocess.run([python38(), "-c", FILTER_ON_38], input=cut, capture_output=True, cwd=REPO,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [python38(), "-c", FILTER_ON_38], input=cut, capture_output=True, cwd=REPO, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr.decode()
     whole, at_cut = (json.loads(line) for line in done.stdout.decode().splitlines())
     for answer, flag in ((whole, False), (at_cut, True)):

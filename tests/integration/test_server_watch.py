@@ -139,8 +139,12 @@ def _cli(fake_nvml: FakeNvml, *args: str) -> tuple[int, dict]:
     with tempfile.TemporaryDirectory() as state:
         done = subprocess.run(
             [sys.executable, "-m", "gputui.cli", *args, "--json", "--no-discover"],
-            cwd=REPO, env=dict(fake_nvml.env(), XDG_STATE_HOME=state), capture_output=True, text=True,
-            timeout=120, check=False,
+            cwd=REPO,
+            env=dict(fake_nvml.env(), XDG_STATE_HOME=state),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
     assert done.stdout, done.stderr
     return done.returncode, json.loads(done.stdout)
@@ -155,8 +159,13 @@ def test_snapshot_and_check_carry_the_metrics_and_check_fails_an_unhealthy_serve
     assert status == 0
     (sample,) = document["hosts"][0]["health"]
     # One reading has no rate: tokens/s is null in a one-shot command.
-    assert sample["metrics"] == {"engine": "vllm", "running": 3, "waiting": 4, "kv_cache_usage": 0.5,
-                                 "generation_tokens_per_s": None}
+    assert sample["metrics"] == {
+        "engine": "vllm",
+        "running": 3,
+        "waiting": 4,
+        "kv_cache_usage": 0.5,
+        "generation_tokens_per_s": None,
+    }
     assert sample["state"] == HEALTH_STATE_UP
     status, document = _cli(fake_nvml, "check", *endpoints)
     assert status == 0, document["hosts"][0]["verdict"]
@@ -176,8 +185,13 @@ def test_the_collector_on_python38_carries_the_cut_metrics_in_its_samples(peer: 
 
     peer.set(engine="sglang", running=3, waiting=2, tokens_per_scrape=7)
     with agent_process("--no-discover", python=python38()) as collector:
-        collector.result({"cmd": protocol.CMD_CONFIGURE, "health_urls": [peer.url("/health")],
-                          "metrics_urls": [peer.url("/metrics")]})
+        collector.result(
+            {
+                "cmd": protocol.CMD_CONFIGURE,
+                "health_urls": [peer.url("/health")],
+                "metrics_urls": [peer.url("/metrics")],
+            }
+        )
 
         def read() -> dict | None:
             (sample,) = collector.result({"cmd": protocol.CMD_HEALTH})["samples"]

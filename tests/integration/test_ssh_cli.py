@@ -130,7 +130,11 @@ def _remote_host(
 def _kill_over_ssh(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "gputui.cli", "kill", "--no-discover", *args],
-        cwd=str(REPO), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        cwd=str(REPO),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -173,7 +177,10 @@ def test_ctrl_c_during_a_remote_escalation_waits_for_the_collector_to_finish_it(
         assert is_gone(stubborn)
     audit = [json.loads(x) for x in (tmp_path / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
     assert [(a["stage"], a["result"]) for a in audit if a["pid"] == stubborn] == [
-        ("intent", "requested"), ("signal", "sent"), ("escalate", "sent"), ("confirm", "killed")
+        ("intent", "requested"),
+        ("signal", "sent"),
+        ("escalate", "sent"),
+        ("confirm", "killed"),
     ]
     assert {a["host"] for a in audit} == {"host-a"}
 
@@ -197,7 +204,8 @@ def test_a_client_killed_during_a_remote_escalation_leaves_it_to_the_collector(
         wait_for(lambda: not server.session_processes(), "the collector to leave once done", timeout_s=60)
     audit = [json.loads(x) for x in (tmp_path / "state" / "gputui" / "audit.jsonl").read_text().splitlines()]
     assert [(a["stage"], a["result"]) for a in audit if a["pid"] == stubborn] == [
-        ("intent", "requested"), ("signal", "sent")
+        ("intent", "requested"),
+        ("signal", "sent"),
     ]
 
 

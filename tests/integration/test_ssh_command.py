@@ -49,7 +49,12 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
     assert match is not None, command
     assert match.groups()[:4] == ("321", "12345", "678", "a70d0d0a")
     assert shlex.split(command)[5:] == [
-        "0.25", "--process-interval", "2.0", "--elide-unchanged", "--read-only", "--no-discover"
+        "0.25",
+        "--process-interval",
+        "2.0",
+        "--elide-unchanged",
+        "--read-only",
+        "--no-discover",
     ]
     assert "pwned" not in command
     assert "$" not in command
@@ -105,11 +110,20 @@ def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
     assert sum(int(size) for size in match.groups()[:3]) == len(payload.data)
 
 
-def _run(payload: Bundle, *args: str, python: str = sys.executable, env: dict[str, str] | None = None,
-         stdin_rest: bytes = b"rest of stdin") -> subprocess.CompletedProcess[bytes]:
+def _run(
+    payload: Bundle,
+    *args: str,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
+    stdin_rest: bytes = b"rest of stdin",
+) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [python, "-u", "-c", loader(payload), *args], input=payload.data + stdin_rest,
-        capture_output=True, timeout=120, cwd="/", env=env,
+        [python, "-u", "-c", loader(payload), *args],
+        input=payload.data + stdin_rest,
+        capture_output=True,
+        timeout=120,
+        cwd="/",
+        env=env,
     )
 
 

@@ -110,8 +110,12 @@ def make_app(clock: ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """Build the app over simulated hosts; the audit log goes to the test's directory."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
-    def make(targets=("gpu-node-07",), read_only: bool = False, factory_type: type[SimFactory] = SimFactory,  # type: ignore[no-untyped-def]
-             **kwargs: Any) -> GpuTuiApp:
+    def make(
+        targets=("gpu-node-07",),
+        read_only: bool = False,
+        factory_type: type[SimFactory] = SimFactory,  # type: ignore[no-untyped-def]
+        **kwargs: Any,
+    ) -> GpuTuiApp:
         factory = factory_type(clock, read_only=read_only)
         options: dict[str, Any] = {
             "clock": clock,

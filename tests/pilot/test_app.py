@@ -294,8 +294,24 @@ async def test_help_lists_the_keys(make_app):
         assert isinstance(app.screen, HelpScreen)
         shown = app.export_screenshot().replace("&#160;", " ")
         keys = [key for key, _ in app.screen.keys]
-        for key in ("k", "K", "t", "X", "c", "/", "s", "g", "Home", "End", "←/→", "r", "p", "?", "q",
-                    "Ctrl+C"):
+        for key in (
+            "k",
+            "K",
+            "t",
+            "X",
+            "c",
+            "/",
+            "s",
+            "g",
+            "Home",
+            "End",
+            "←/→",
+            "r",
+            "p",
+            "?",
+            "q",
+            "Ctrl+C",
+        ):
             assert key in keys
         assert "Tab" not in keys  # one host: nothing to switch to
         assert "back to the fleet view" not in shown

@@ -54,12 +54,23 @@ class DrainLink(HostLink):
         late = fresh and step == 2
         listed_s = self.now() - 0.5 if fresh and step == 3 else self.now() if fresh else T0 - 30.0
         gpus = tuple(
-            Gpu(index=i, uuid=f"GPU-drain-{i}", memory_used_mib=used, memory_total_mib=49152,
-                processes=(GpuProcess(pid=LATE_PID, used_mib=0),) if late and i == 0 else ())
+            Gpu(
+                index=i,
+                uuid=f"GPU-drain-{i}",
+                memory_used_mib=used,
+                memory_total_mib=49152,
+                processes=(GpuProcess(pid=LATE_PID, used_mib=0),) if late and i == 0 else (),
+            )
             for i, used in enumerate(MEMORY[step])
         )
-        return HostSnapshot(target=self.target, hostname=self.target, boot_id="boot-drain", time=self.now(),
-                            processes_time=listed_s, gpus=gpus)
+        return HostSnapshot(
+            target=self.target,
+            hostname=self.target,
+            boot_id="boot-drain",
+            time=self.now(),
+            processes_time=listed_s,
+            gpus=gpus,
+        )
 
     def advance(self) -> None:
         with self._changed:
@@ -111,8 +122,14 @@ async def test_c_turns_down_the_same_steps_and_gives_the_same_receipt(tmp_path: 
         links[target] = DrainLink(target, auto=False)
         return links[target]
 
-    app = GpuTuiApp(["gpu-drain"], factory, clock=lambda: links["gpu-drain"].now(),
-                    memory_interval_s=0.05, notify_timeout_s=60.0, audit_dir=tmp_path / "audit")
+    app = GpuTuiApp(
+        ["gpu-drain"],
+        factory,
+        clock=lambda: links["gpu-drain"].now(),
+        memory_interval_s=0.05,
+        notify_timeout_s=60.0,
+        audit_dir=tmp_path / "audit",
+    )
     async with app.run_test(size=(120, 40)) as pilot:
         host = app.hosts[0]
         await wait_for(pilot, lambda: host.snapshot is not None, "step 0")

@@ -78,8 +78,11 @@ async def test_tagged_zombies_collapse_into_their_parents_line(make_app) -> None
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
         # The true zombie (TP0) is routed to its parent; the defunct leaders TP1 and TP2 are signalled.
-        assert [t.pid for t in screen.plan.targets] == [LAUNCHER_PID, SCHEDULER_PID_BASE + 1,
-                                                        SCHEDULER_PID_BASE + 2]
+        assert [t.pid for t in screen.plan.targets] == [
+            LAUNCHER_PID,
+            SCHEDULER_PID_BASE + 1,
+            SCHEDULER_PID_BASE + 2,
+        ]
         await pilot.pause()
         notes = str(screen.query_one("#confirm-notes").render())
         assert notes == "• pid 4240 is a zombie: its parent 4200 will be signalled instead"

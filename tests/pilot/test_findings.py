@@ -55,8 +55,9 @@ async def test_the_demo_zombie_jumps_to_its_parent_and_the_defunct_leaders_share
         await wait_for(pilot, lambda: len(findings.findings) == 8, "the eight findings")
         assert findings.option_count == 2
         assert [row.findings[0].kind for row in findings.rows] == ["zombie", "defunct_leader"]
-        assert [f.pid for f in findings.rows[1].findings] == list(range(SCHEDULER_PID_BASE + 1,
-                                                                        SCHEDULER_PID_BASE + 8))
+        assert [f.pid for f in findings.rows[1].findings] == list(
+            range(SCHEDULER_PID_BASE + 1, SCHEDULER_PID_BASE + 8)
+        )
         clock.advance(20.0)
 
         def line(index: int = 0) -> str:
@@ -65,8 +66,10 @@ async def test_the_demo_zombie_jumps_to_its_parent_and_the_defunct_leaders_share
         await wait_for(pilot, lambda: "for 20 s" in line(), "the zombie's age")
         assert line().startswith(f" zombie  pid {SCHEDULER_PID_BASE} (sglang::scheduler_TP0) has been")
         assert f"signal or kill its parent {LAUNCHER_PID}" in line()
-        assert line(1).startswith(" defunct_leader  7 defunct leaders (4241–4247) for 20 s, 14 threads alive "
-                                  "(14 in D), holding 288644 MiB: threads stuck in the driver")
+        assert line(1).startswith(
+            " defunct_leader  7 defunct leaders (4241–4247) for 20 s, 14 threads alive "
+            "(14 in D), holding 288644 MiB: threads stuck in the driver"
+        )
         assert "→ kill them, not their parent; wait for the threads to leave the driver" in line(1)
         assert findings.border_title == "Findings (8)"
         await pilot.press("f")  # the first row is highlighted on focus: Enter acts on it
@@ -93,7 +96,6 @@ async def test_the_demo_zombie_jumps_to_its_parent_and_the_defunct_leaders_share
         assert "signal or kill its parent 4200" in findings.render_line(1).text
 
 
-
 class OneList(App[None]):
     def compose(self) -> ComposeResult:
         yield FindingsList()
@@ -105,6 +107,7 @@ async def test_a_ticking_age_rewrites_its_row_without_a_new_layout(monkeypatch) 
     app = OneList()
     async with app.run_test(size=WIDE) as pilot:
         findings = app.query_one(FindingsList)
+
         def stuck(age_s: int) -> list[Finding]:
             return [
                 Finding(kind="uninterruptible", target="h", pid=pid, detail=f"pid {pid} in D for {age} s")

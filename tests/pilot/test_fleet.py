@@ -41,8 +41,9 @@ class RecordedPrometheus:
             return self.document
 
 
-def fleet_app(clock: ManualClock, tmp_path: Path, document: dict[str, Any] | None = None
-              ) -> tuple[GpuTuiApp, FleetScreen, RecordedPrometheus]:
+def fleet_app(
+    clock: ManualClock, tmp_path: Path, document: dict[str, Any] | None = None
+) -> tuple[GpuTuiApp, FleetScreen, RecordedPrometheus]:
     prometheus = RecordedPrometheus(document or load_answer())
     app, fleet = recorded_fleet_app(prometheus, clock, tmp_path / "audit", refresh_s=0.05)
     return app, fleet, prometheus

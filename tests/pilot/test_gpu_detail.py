@@ -111,7 +111,6 @@ async def test_the_kill_confirmation_reads_the_whole_command_of_a_cut_one(make_a
         await pilot.press("escape")
 
 
-
 def test_a_chart_is_on_a_fixed_scale_and_keeps_the_peak_of_each_stretch() -> None:
     assert chart_rows([50.0, 50.0], top=100.0, width=4, height=2) == ["    ", "  ██"]
     assert chart_rows([100.0], top=100.0, width=2, height=2) == [" █", " █"]

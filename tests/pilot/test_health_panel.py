@@ -206,19 +206,41 @@ def test_health_dot() -> None:
 def _server_samples() -> tuple[list[HealthSample], dict[str, tuple[float | None, ...]]]:
     """A STALLED sglang server and a BUSY vLLM one, as a ``ServerWatch`` judges them."""
     stalled_url, busy_url = SGLANG, "http://127.0.0.1:8000/health"
-    metrics_stalled = {"engine": "sglang", "running": 2, "waiting": 3, "kv_cache_usage": 0.45,
-                       "generation_tokens_per_s": 0.0}
-    metrics_busy = {"engine": "vllm", "running": 8, "waiting": 0, "kv_cache_usage": 0.9,
-                    "generation_tokens_per_s": 1234.0}
+    metrics_stalled = {
+        "engine": "sglang",
+        "running": 2,
+        "waiting": 3,
+        "kv_cache_usage": 0.45,
+        "generation_tokens_per_s": 0.0,
+    }
+    metrics_busy = {
+        "engine": "vllm",
+        "running": 8,
+        "waiting": 0,
+        "kv_cache_usage": 0.9,
+        "generation_tokens_per_s": 1234.0,
+    }
     stalled = HealthSample(
-        url=stalled_url, state="STALLED", code=200, latency_ms=4.0, since=NOW_S - 40, checked_at=NOW_S,
+        url=stalled_url,
+        state="STALLED",
+        code=200,
+        latency_ms=4.0,
+        since=NOW_S - 40,
+        checked_at=NOW_S,
         detail="stalled: 2 running, 3 waiting, no token generated for 40 s (health UP)",
-        metrics_url="http://127.0.0.1:30000/metrics", metrics=metrics_stalled,
+        metrics_url="http://127.0.0.1:30000/metrics",
+        metrics=metrics_stalled,
     )
     busy = HealthSample(
-        url=busy_url, state="BUSY", code=503, latency_ms=20_000.0, since=NOW_S - 12, checked_at=NOW_S,
+        url=busy_url,
+        state="BUSY",
+        code=503,
+        latency_ms=20_000.0,
+        since=NOW_S - 12,
+        checked_at=NOW_S,
         detail="busy: health HTTP 503 but generating 1234 tokens/s; not dead, do not kill",
-        metrics_url="http://127.0.0.1:8000/metrics", metrics=metrics_busy,
+        metrics_url="http://127.0.0.1:8000/metrics",
+        metrics=metrics_busy,
     )
     tokens = {stalled_url: (900.0, 1200.0, 400.0, 0.0, 0.0, 0.0), busy_url: (None, 1000.0, 1234.0)}
     return [stalled, busy], tokens
@@ -263,8 +285,16 @@ def test_server_states_are_coloured_apart_and_tokens_get_a_sparkline() -> None:
 
 
 def test_a_metrics_read_that_failed_says_why() -> None:
-    sample = HealthSample(url=SGLANG, state="UP", code=200, checked_at=NOW_S,
-                          metrics_url="http://127.0.0.1:30000/metrics", metrics_error="HTTP 404")
+    sample = HealthSample(
+        url=SGLANG,
+        state="UP",
+        code=200,
+        checked_at=NOW_S,
+        metrics_url="http://127.0.0.1:30000/metrics",
+        metrics_error="HTTP 404",
+    )
     assert "metrics: HTTP 404" in endpoint_block(sample, (), NOW_S, 120).plain
-    assert "metrics" not in endpoint_block(replace(sample, metrics_url=None, metrics_error=None), (), NOW_S,
-                                           120).plain
+    assert (
+        "metrics"
+        not in endpoint_block(replace(sample, metrics_url=None, metrics_error=None), (), NOW_S, 120).plain
+    )

@@ -61,7 +61,10 @@ async def test_q_during_an_escalation_says_what_is_pending_and_leaves_once_it_is
         await _until_exit(pilot, app)
     assert app.return_code == 0
     assert _stages(app, DETOKENIZER_PID) == [
-        ("intent", "requested"), ("signal", "sent"), ("escalate", "sent"), ("confirm", "killed")
+        ("intent", "requested"),
+        ("signal", "sent"),
+        ("escalate", "sent"),
+        ("confirm", "killed"),
     ]
     assert any("killed (KILL): 4250 sglang::detokenizer" in n[2] for n in app.notices)
     assert DETOKENIZER_PID not in app.factory.links["gpu-node-07"]._procs
@@ -162,8 +165,9 @@ async def test_no_receipt_while_the_killed_servers_port_is_still_listening(
         await pilot.press("X", "y")
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
         with link._lock:  # started before the kill, so not the server restarted
-            link._procs[4400] = SimProc(4400, 1, "lingering", ("lingering",), start_offset_s=80_005.0,
-                                        listen_ports=(SGLANG_PORT,))
+            link._procs[4400] = SimProc(
+                4400, 1, "lingering", ("lingering",), start_offset_s=80_005.0, listen_ports=(SGLANG_PORT,)
+            )
         clock.advance(DRAIN_S + 1.0)
         line = app.query_one(CleanSlateLine)
         held = f"port {SGLANG_PORT} still listening (pid 4400 lingering)"
@@ -189,8 +193,9 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
         link = app.factory.links["gpu-node-07"]
         with link._lock:
-            link._procs[4300] = SimProc(4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={1: 2048},
-                                         start_offset_s=80_020.0)
+            link._procs[4300] = SimProc(
+                4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={1: 2048}, start_offset_s=80_020.0
+            )
 
         def survivors() -> list:  # type: ignore[type-arg]
             snapshot = app.hosts[0].snapshot

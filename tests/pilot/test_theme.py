@@ -55,7 +55,11 @@ async def test_a_kept_theme_that_no_longer_exists_is_ignored(make_app, tmp_path:
 def test_an_unknown_theme_is_one_line_and_exit_status_2() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "gputui.cli", "--demo", "--theme", "[b]nope"],
-        capture_output=True, text=True, timeout=60, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

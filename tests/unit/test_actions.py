@@ -30,10 +30,24 @@ from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_B
 MIB = 40960
 
 
-def proc(pid: int, ppid: int, name: str, state: str = "S", gpu: dict[int, int] | None = None,
-         cmdline: tuple[str, ...] = ()) -> Proc:
-    return Proc(pid=pid, ppid=ppid, user="alice", state=state, name=name, cmdline=cmdline or (name, "--x"),
-                start_ticks=pid * 7, gpu_memory_mib=dict(gpu or {}))
+def proc(
+    pid: int,
+    ppid: int,
+    name: str,
+    state: str = "S",
+    gpu: dict[int, int] | None = None,
+    cmdline: tuple[str, ...] = (),
+) -> Proc:
+    return Proc(
+        pid=pid,
+        ppid=ppid,
+        user="alice",
+        state=state,
+        name=name,
+        cmdline=cmdline or (name, "--x"),
+        start_ticks=pid * 7,
+        gpu_memory_mib=dict(gpu or {}),
+    )
 
 
 def host(extra: list[Proc] | None = None, invisible: bool = False) -> HostSnapshot:
@@ -57,8 +71,14 @@ def host(extra: list[Proc] | None = None, invisible: bool = False) -> HostSnapsh
     if invisible:
         hidden = (GpuProcess(9999, 1024, visible=False),)
         gpu_list.append(Gpu(index=3, memory_used_mib=1027, processes=hidden))
-    return HostSnapshot(target="node7", boot_id="boot-1", time=1.0, agent_pid=4000, gpus=tuple(gpu_list),
-                        processes=tuple(procs))
+    return HostSnapshot(
+        target="node7",
+        boot_id="boot-1",
+        time=1.0,
+        agent_pid=4000,
+        gpus=tuple(gpu_list),
+        processes=tuple(procs),
+    )
 
 
 def test_single_pid_plan_carries_identity_and_listing_fields() -> None:
@@ -69,7 +89,12 @@ def test_single_pid_plan_carries_identity_and_listing_fields() -> None:
     assert not plan.tree
     (target,) = plan.targets
     assert (target.pid, target.start_ticks, target.name, target.user, target.gpu_mib) == (
-        101, 707, "scheduler_TP0", "alice", MIB)
+        101,
+        707,
+        "scheduler_TP0",
+        "alice",
+        MIB,
+    )
     assert target.cmdline == ("scheduler_TP0", "--x")
     assert kill_command(plan) == {
         "cmd": "kill",
@@ -146,8 +171,9 @@ def test_read_only_refuses() -> None:
         plan_kill(host(), [101], read_only=True)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [({"signal": "HUP"}, "unknown signal"),
-                                               ({"escalate_s": 0.0}, "positive")])
+@pytest.mark.parametrize(
+    ("kwargs", "match"), [({"signal": "HUP"}, "unknown signal"), ({"escalate_s": 0.0}, "positive")]
+)
 def test_bad_signal_or_escalation(kwargs: dict, match: str) -> None:
     with pytest.raises(PlanError, match=match):
         plan_kill(host(), [101], **kwargs)
@@ -155,7 +181,8 @@ def test_bad_signal_or_escalation(kwargs: dict, match: str) -> None:
 
 def test_gpu_mib_is_none_when_the_driver_will_not_say() -> None:
     snapshot = HostSnapshot(
-        target="t", gpus=(Gpu(index=0, memory_used_mib=10, processes=(GpuProcess(5, None),)),),
+        target="t",
+        gpus=(Gpu(index=0, memory_used_mib=10, processes=(GpuProcess(5, None),)),),
         processes=(proc(5, 1, "x"),),
     )
     assert plan_kill(snapshot, [5]).targets[0].gpu_mib is None
@@ -164,14 +191,43 @@ def test_gpu_mib_is_none_when_the_driver_will_not_say() -> None:
 
 REPLY = {
     "outcomes": [
-        {"pid": 101, "start_ticks": 707, "name": "w", "user": "alice", "cmdline": ["python3", "w.py"],
-         "gpu_mib": MIB, "stage": "signal", "signal": "TERM", "result": "sent", "detail": ""},
-        {"pid": 101, "start_ticks": 707, "name": "w", "stage": "escalate", "signal": "KILL",
-         "result": "sent"},
-        {"pid": 101, "start_ticks": 707, "name": "w", "stage": "confirm", "signal": "KILL",
-         "result": "killed"},
-        {"pid": 102, "start_ticks": 714, "name": "v", "stage": "check", "signal": None, "result": "changed",
-         "detail": "process changed: pid 102 now belongs to another process"},
+        {
+            "pid": 101,
+            "start_ticks": 707,
+            "name": "w",
+            "user": "alice",
+            "cmdline": ["python3", "w.py"],
+            "gpu_mib": MIB,
+            "stage": "signal",
+            "signal": "TERM",
+            "result": "sent",
+            "detail": "",
+        },
+        {
+            "pid": 101,
+            "start_ticks": 707,
+            "name": "w",
+            "stage": "escalate",
+            "signal": "KILL",
+            "result": "sent",
+        },
+        {
+            "pid": 101,
+            "start_ticks": 707,
+            "name": "w",
+            "stage": "confirm",
+            "signal": "KILL",
+            "result": "killed",
+        },
+        {
+            "pid": 102,
+            "start_ticks": 714,
+            "name": "v",
+            "stage": "check",
+            "signal": None,
+            "result": "changed",
+            "detail": "process changed: pid 102 now belongs to another process",
+        },
     ]
 }
 
@@ -283,9 +339,12 @@ def test_tree_listing_includes_a_double_forked_group_member() -> None:
 def test_pid_1_holding_gpu_memory_is_never_in_a_kill_all_plan() -> None:
     """A container whose init is the server: shown as a tree, never planned (today's "(in tree of 1)")."""
     snapshot = HostSnapshot(
-        target="c", boot_id="b",
-        gpus=(Gpu(index=0, memory_used_mib=MIB, processes=(GpuProcess(1, MIB),)),
-              Gpu(index=1, memory_used_mib=MIB, processes=(GpuProcess(7, MIB),))),
+        target="c",
+        boot_id="b",
+        gpus=(
+            Gpu(index=0, memory_used_mib=MIB, processes=(GpuProcess(1, MIB),)),
+            Gpu(index=1, memory_used_mib=MIB, processes=(GpuProcess(7, MIB),)),
+        ),
         processes=(proc(1, 0, "python3", gpu={0: MIB}), proc(7, 1, "worker", gpu={1: MIB})),
     )
     plan = plan_kill(snapshot, [], all_gpu=True)
@@ -336,9 +395,12 @@ def test_a_cron_daemons_job_is_planned_without_the_daemon_or_its_other_children(
         proc(711, 710, "python3", gpu={0: MIB}),
         proc(720, 700, "sh", cmdline=("sh", "-c", "backup.sh")),
     )
-    snapshot = HostSnapshot(target="t", boot_id="b",
-                            gpus=(Gpu(index=0, memory_used_mib=MIB, processes=(GpuProcess(711, MIB),)),),
-                            processes=procs)
+    snapshot = HostSnapshot(
+        target="t",
+        boot_id="b",
+        gpus=(Gpu(index=0, memory_used_mib=MIB, processes=(GpuProcess(711, MIB),)),),
+        processes=procs,
+    )
     plan = plan_kill(snapshot, [], all_gpu=True)
     assert [t.pid for t in plan.targets] == [711, 710]
 
@@ -347,11 +409,19 @@ def test_a_cron_daemons_job_is_planned_without_the_daemon_or_its_other_children(
 
 
 def test_parse_reply_with_pending_escalation() -> None:
-    reply = parse_reply({
-        "op": 3, "outcomes": REPLY["outcomes"][:1], "count": 1, "done": False, "elapsed_s": 0.01,
-        "pending": [{"pid": 101, "start_ticks": 707, "name": "w", "signal": "KILL", "due_in_s": 4.5},
-                    {"nonsense": True}],
-    })
+    reply = parse_reply(
+        {
+            "op": 3,
+            "outcomes": REPLY["outcomes"][:1],
+            "count": 1,
+            "done": False,
+            "elapsed_s": 0.01,
+            "pending": [
+                {"pid": 101, "start_ticks": 707, "name": "w", "signal": "KILL", "due_in_s": 4.5},
+                {"nonsense": True},
+            ],
+        }
+    )
     assert (reply.op, reply.count, reply.done, reply.elapsed_s) == (3, 1, False, 0.01)
     assert [(p.pid, p.signal, p.due_in_s) for p in reply.pending] == [(101, "KILL", 4.5)]
     # A kill answered at its end (no "done" key) is done.
@@ -387,7 +457,7 @@ def test_a_run_writes_the_intent_before_the_kill_and_every_outcome_after(tmp_pat
         run.wait(1.0)
     lines = [json.loads(x) for x in audit.path.read_text().splitlines()]
     assert [line["stage"] for line in lines[: len(plan.targets)]] == ["intent"] * len(plan.targets)
-    logged = [(line["pid"], line["stage"], line["result"]) for line in lines[len(plan.targets):]]
+    logged = [(line["pid"], line["stage"], line["result"]) for line in lines[len(plan.targets) :]]
     assert logged == [(o.pid, o.stage, o.result) for o in run.outcomes]
     assert (DETOKENIZER_PID, "confirm", "killed") in logged
     finals = final_outcomes(run.outcomes).values()
@@ -434,7 +504,11 @@ def test_a_plan_records_the_jobs_ports_from_port_options_and_listeners() -> None
     plan = plan_kill(snapshot, [100], tree=True)
     # argparse's reading: the last --port counts; the orphan outside the tree is not the job's.
     assert plan.ports == (5557, 30000, 31001)
-    bad = replace(snapshot, processes=tuple(
-        replace(p, cmdline=("python3", "--port", "99999")) if p.pid == 100 else p for p in snapshot.processes
-    ))
+    bad = replace(
+        snapshot,
+        processes=tuple(
+            replace(p, cmdline=("python3", "--port", "99999")) if p.pid == 100 else p
+            for p in snapshot.processes
+        ),
+    )
     assert plan_kill(bad, [100]).ports == ()  # not a port: nothing to wait for

@@ -16,9 +16,7 @@ from gputui.agent.protocol import PROCESS_LISTEN_PORTS
 from tests.interpreters import python38
 
 REPO = Path(__file__).resolve().parents[2]
-HEADER = (
-    b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
-)
+HEADER = b"  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 
 
 def _line(slot: int, local: str, state: str, inode: str, remote: str = "00000000:0000") -> bytes:

@@ -89,8 +89,9 @@ def test_worker_bounds_a_hung_call_and_refuses_while_stuck() -> None:
 def table_of(*rows: tuple[int, int, int, str]) -> dict[int, ProcStat]:
     """(pid, ppid, pgid, name) rows as a /proc table; session = pgid, state S."""
     return {
-        pid: ProcStat(pid=pid, name=name, state="S", ppid=ppid, pgrp=pgid, session=pgid, start_ticks=pid,
-                      rss_pages=0)
+        pid: ProcStat(
+            pid=pid, name=name, state="S", ppid=ppid, pgrp=pgid, session=pgid, start_ticks=pid, rss_pages=0
+        )
         for pid, ppid, pgid, name in rows
     }
 

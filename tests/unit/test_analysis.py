@@ -27,16 +27,40 @@ def gpus(count: int = 8, used: int = 3) -> list[Gpu]:
     ]
 
 
-def proc(pid: int, ppid: int, name: str, cmdline: tuple[str, ...] = (), state: str = "S",
-         gpu: dict[int, int] | None = None, since: float | None = NOW - 100) -> Proc:
-    return Proc(pid=pid, ppid=ppid, user="alice", uid=1000, state=state, name=name,
-                cmdline=cmdline or (name,), start_ticks=pid * 10, state_since=since,
-                gpu_memory_mib=dict(gpu or {}))
+def proc(
+    pid: int,
+    ppid: int,
+    name: str,
+    cmdline: tuple[str, ...] = (),
+    state: str = "S",
+    gpu: dict[int, int] | None = None,
+    since: float | None = NOW - 100,
+) -> Proc:
+    return Proc(
+        pid=pid,
+        ppid=ppid,
+        user="alice",
+        uid=1000,
+        state=state,
+        name=name,
+        cmdline=cmdline or (name,),
+        start_ticks=pid * 10,
+        state_since=since,
+        gpu_memory_mib=dict(gpu or {}),
+    )
 
 
 def snap(gpu_list: list[Gpu], procs: list[Proc], **kw: object) -> HostSnapshot:
-    return HostSnapshot(target="node7", hostname="node7", boot_id="b", time=NOW, processes_time=NOW,
-                        gpus=tuple(gpu_list), processes=tuple(procs), **kw)  # type: ignore[arg-type]
+    return HostSnapshot(
+        target="node7",
+        hostname="node7",
+        boot_id="b",
+        time=NOW,
+        processes_time=NOW,
+        gpus=tuple(gpu_list),
+        processes=tuple(procs),
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def with_holders(gpu_list: list[Gpu], holders: dict[int, list[GpuProcess]], baseline: int = 3) -> list[Gpu]:
@@ -44,8 +68,15 @@ def with_holders(gpu_list: list[Gpu], holders: dict[int, list[GpuProcess]], base
     for g in gpu_list:
         listed = holders.get(g.index, [])
         used = baseline + sum(p.used_mib or 0 for p in listed)
-        out.append(Gpu(index=g.index, uuid=g.uuid, memory_used_mib=used, memory_total_mib=49152,
-                       processes=tuple(listed)))
+        out.append(
+            Gpu(
+                index=g.index,
+                uuid=g.uuid,
+                memory_used_mib=used,
+                memory_total_mib=49152,
+                processes=tuple(listed),
+            )
+        )
     return out
 
 
@@ -125,8 +156,9 @@ def test_trees_are_ordered_by_memory_and_stop_at_each_boundary_kind() -> None:
         proc(31, 30, "sh", ("sh", "-c", "python3 train.py")),
         proc(32, 31, "python3", gpu={2: 500}),
     ]
-    gpu_list = with_holders(gpus(3), {0: [GpuProcess(13, 100)], 1: [GpuProcess(21, 9000)],
-                                      2: [GpuProcess(32, 500)]})
+    gpu_list = with_holders(
+        gpus(3), {0: [GpuProcess(13, 100)], 1: [GpuProcess(21, 9000)], 2: [GpuProcess(32, 500)]}
+    )
     forest = build_forest(snap(gpu_list, procs))
     assert [n.proc.pid for n in forest] == [21, 31, 12]
     assert [n.proc.pid for n in flatten(forest)] == [21, 31, 32, 12, 13]
@@ -458,8 +490,10 @@ def test_memory_at_baseline_judges_memory_alone() -> None:
     # verdict on a fresh sample confirms.
     stale = sglang_host()
     drained = snap(
-        [Gpu(index=g.index, uuid=g.uuid, memory_used_mib=3, memory_total_mib=49152, processes=g.processes)
-         for g in stale.gpus],
+        [
+            Gpu(index=g.index, uuid=g.uuid, memory_used_mib=3, memory_total_mib=49152, processes=g.processes)
+            for g in stale.gpus
+        ],
         list(stale.processes),
     )
     assert not memory_at_baseline(stale, Baselines())
@@ -494,16 +528,46 @@ def survivor_host(extra: list[Proc], holders: dict[int, list[GpuProcess]], **kw:
 def killed(**kw: object):  # type: ignore[no-untyped-def]
     from gputui.core.analysis import KilledJob
 
-    job = {"root_pid": 100, "root_name": "python3", "start_ticks": 1000, "uid": 1000, "cgroup": None,
-           "gpus": frozenset({0, 1}), "members": frozenset({(100, 1000), (101, 1010)}), "boot_id": "b"}
+    job = {
+        "root_pid": 100,
+        "root_name": "python3",
+        "start_ticks": 1000,
+        "uid": 1000,
+        "cgroup": None,
+        "gpus": frozenset({0, 1}),
+        "members": frozenset({(100, 1000), (101, 1010)}),
+        "boot_id": "b",
+    }
     job.update(kw)
     return KilledJob(**job)  # type: ignore[arg-type]
 
 
-def p(pid: int, ppid: int, name: str, ticks: int, *, sid: int | None = None, uid: int = 1000,
-      gpu: dict[int, int] | None = None, cgroup: str | None = None, state: str = "S") -> Proc:
-    return Proc(pid=pid, ppid=ppid, user="alice", uid=uid, state=state, name=name, cmdline=(name,),
-                start_ticks=ticks, sid=sid, pgid=sid, cgroup=cgroup, gpu_memory_mib=dict(gpu or {}))
+def p(
+    pid: int,
+    ppid: int,
+    name: str,
+    ticks: int,
+    *,
+    sid: int | None = None,
+    uid: int = 1000,
+    gpu: dict[int, int] | None = None,
+    cgroup: str | None = None,
+    state: str = "S",
+) -> Proc:
+    return Proc(
+        pid=pid,
+        ppid=ppid,
+        user="alice",
+        uid=uid,
+        state=state,
+        name=name,
+        cmdline=(name,),
+        start_ticks=ticks,
+        sid=sid,
+        pgid=sid,
+        cgroup=cgroup,
+        gpu_memory_mib=dict(gpu or {}),
+    )
 
 
 def test_a_setsid_daemon_the_job_left_behind_is_a_survivor() -> None:
@@ -537,9 +601,11 @@ def test_what_is_not_a_survivor() -> None:
         p(960, 1, "zombie", 1020, sid=960, state="Z"),
         p(900, 1, "bash", 1015, sid=900),
     ]
-    holders = {0: [GpuProcess(600, 10), GpuProcess(700, 10), GpuProcess(101, 10)],
-               1: [GpuProcess(910, 10), GpuProcess(950, 10, type="graphics")],
-               5: [GpuProcess(800, 10)]}
+    holders = {
+        0: [GpuProcess(600, 10), GpuProcess(700, 10), GpuProcess(101, 10)],
+        1: [GpuProcess(910, 10), GpuProcess(950, 10, type="graphics")],
+        5: [GpuProcess(800, 10)],
+    }
     assert find_survivors(survivor_host(others, holders), [killed()]) == []
     # A job from another boot says nothing about this one.
     escapee = [p(500, 1, "d", 1020, sid=500, gpu={0: 10})]
@@ -550,8 +616,10 @@ def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
     from gputui.core.analysis import find_survivors
 
     unit = "/system.slice/train.service"
-    procs = [p(500, 450, "helper", 1020, sid=450, gpu={3: 10}, cgroup=unit),  # not orphaned, not on its GPUs
-             p(600, 1, "stranger", 1020, sid=600, gpu={0: 10}, cgroup="/user.slice")]
+    procs = [
+        p(500, 450, "helper", 1020, sid=450, gpu={3: 10}, cgroup=unit),  # not orphaned, not on its GPUs
+        p(600, 1, "stranger", 1020, sid=600, gpu={0: 10}, cgroup="/user.slice"),
+    ]
     host = survivor_host(procs, {3: [GpuProcess(500, 10)], 0: [GpuProcess(600, 10)]})
     found = find_survivors(host, [killed(cgroup=unit)])
     assert [(f.pid, f.detail.endswith("(in the job's cgroup)")) for f in found] == [(500, True)]
@@ -560,8 +628,9 @@ def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
 def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
     from gputui.core.analysis import find_survivors
 
-    host = survivor_host([p(500, 1, "d", 1020, sid=500)], {},
-                         device_holders=(DeviceHolder(500, "d", "/dev/nvidia1"),))
+    host = survivor_host(
+        [p(500, 1, "d", 1020, sid=500)], {}, device_holders=(DeviceHolder(500, "d", "/dev/nvidia1"),)
+    )
     (finding,) = find_survivors(host, [killed()])
     assert "has a /dev/nvidia* node open" in finding.detail
 
@@ -569,7 +638,14 @@ def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
 def test_job_remnants_are_the_killed_processes_still_defunct_or_stuck() -> None:
     from gputui.core.analysis import job_remnants
 
-    host = survivor_host([p(101, 1, "w", 1010, state="Z"), p(102, 1, "x", 1011, state="S"),
-                          p(103, 1, "y", 1012, state="D"), p(104, 1, "z", 9999, state="Z")], {})
+    host = survivor_host(
+        [
+            p(101, 1, "w", 1010, state="Z"),
+            p(102, 1, "x", 1011, state="S"),
+            p(103, 1, "y", 1012, state="D"),
+            p(104, 1, "z", 9999, state="Z"),
+        ],
+        {},
+    )
     members = {(101, 1010), (102, 1011), (103, 1012), (104, 1013)}
     assert [r.pid for r in job_remnants(host, members)] == [101, 103]

@@ -12,16 +12,27 @@ BASELINES = Baselines()
 T0 = 1_800_000_000.0
 
 
-def _snapshot(used_mib: tuple[int, ...], at_s: float, listed_s: float | None = None,
-              holders: tuple[int, ...] = (), processes: tuple[Proc, ...] = ()) -> HostSnapshot:
+def _snapshot(
+    used_mib: tuple[int, ...],
+    at_s: float,
+    listed_s: float | None = None,
+    holders: tuple[int, ...] = (),
+    processes: tuple[Proc, ...] = (),
+) -> HostSnapshot:
     gpus = tuple(
-        Gpu(index=i, uuid=f"GPU-{i}", memory_used_mib=used, memory_total_mib=49152,
-            processes=tuple(GpuProcess(pid=pid, used_mib=0) for pid in holders) if i == 0 else ())
+        Gpu(
+            index=i,
+            uuid=f"GPU-{i}",
+            memory_used_mib=used,
+            memory_total_mib=49152,
+            processes=tuple(GpuProcess(pid=pid, used_mib=0) for pid in holders) if i == 0 else (),
+        )
         for i, used in enumerate(used_mib)
     )
     listed = at_s if listed_s is None else listed_s
-    snapshot = HostSnapshot(target="h", boot_id="b", time=at_s, processes_time=listed, gpus=gpus,
-                            processes=processes)
+    snapshot = HostSnapshot(
+        target="h", boot_id="b", time=at_s, processes_time=listed, gpus=gpus, processes=processes
+    )
     return analyze(snapshot, BASELINES, now=at_s)
 
 
@@ -72,8 +83,9 @@ def test_no_receipt_while_a_kill_is_under_way_or_a_zombie_of_a_killed_job_is_lis
     check, ask = cleanslate.memory_sample(check, _snapshot((3, 3), T0 + 3), BASELINES, T0 + 3)
     assert ask
     zombie = Proc(pid=50, ppid=1, state="Z", name="worker", start_ticks=9)
-    check = cleanslate.confirming_sample(check, _snapshot((3, 3), T0 + 4, processes=(zombie,)),
-                                         killed_members=[(50, 9)])
+    check = cleanslate.confirming_sample(
+        check, _snapshot((3, 3), T0 + 4, processes=(zombie,)), killed_members=[(50, 9)]
+    )
     assert check.running
     assert "zombie" in check.note
 
@@ -98,8 +110,9 @@ def test_the_deadline_ends_it_not_clean_and_a_finished_check_stays_finished() ->
 def test_the_drain_curve_is_bounded_and_starts_at_the_kill() -> None:
     check = _started()
     for step in range(3 * cleanslate.DRAIN_POINTS_MAX):
-        check, _ = cleanslate.memory_sample(check, _snapshot((40_000 - step, 3), T0 + step), BASELINES,
-                                            T0 + step)
+        check, _ = cleanslate.memory_sample(
+            check, _snapshot((40_000 - step, 3), T0 + step), BASELINES, T0 + step
+        )
         if step == 100:
             check = cleanslate.kill_sent(check, T0 + step)
     assert len(check.drain) <= cleanslate.DRAIN_POINTS_MAX
@@ -140,8 +153,15 @@ def test_a_port_of_the_killed_job_still_listening_holds_the_receipt_and_says_by_
     watched = cleanslate.watched_ports([30000, 30001], killed_time=T0)
     check = cleanslate.kills_settled(cleanslate.kill_sent(_started(), T0 + 1, watched), still_under_way=False)
     assert [p.port for p in check.ports] == [30000, 30001]
-    launcher = Proc(pid=4200, ppid=1, state="S", name="python3", start_ticks=1, create_time=T0 - 600,
-                    listen_ports=(30000,))
+    launcher = Proc(
+        pid=4200,
+        ppid=1,
+        state="S",
+        name="python3",
+        start_ticks=1,
+        create_time=T0 - 600,
+        listen_ports=(30000,),
+    )
     held = _listening(_snapshot((3, 3), T0 + 2, processes=(launcher,)), (22, 30000))
     check, ask = cleanslate.memory_sample(check, held, BASELINES, T0 + 2)
     assert ask  # memory alone decides when to look
@@ -164,8 +184,9 @@ def test_a_port_of_the_killed_job_still_listening_holds_the_receipt_and_says_by_
 
 def test_the_restarted_server_and_a_host_that_cannot_list_ports_do_not_hold_the_receipt() -> None:
     watched = cleanslate.watched_ports([30000], killed_time=T0)
-    restarted = Proc(pid=5000, ppid=1, state="S", name="python3", start_ticks=9, create_time=T0 + 5,
-                     listen_ports=(30000,))
+    restarted = Proc(
+        pid=5000, ppid=1, state="S", name="python3", start_ticks=9, create_time=T0 + 5, listen_ports=(30000,)
+    )
     snapshot = _listening(_snapshot((3, 3), T0 + 6, processes=(restarted,)), (30000,))
     assert cleanslate.busy_ports(snapshot, watched) == []
     assert cleanslate.ports_left(snapshot, watched) == ()

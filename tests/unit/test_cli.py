@@ -19,7 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gputui.cli", *args],
-        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -55,8 +59,21 @@ def test_options_may_follow_positionals() -> None:
 
 def test_common_flags_reach_the_link_options() -> None:
     args = build_parser("snapshot").parse_args(
-        ["--interval", "0.5", "--process-interval", "2", "--read-only", "--health", "http://127.0.0.1:1/health",
-         "--no-discover", "--health-generate", "--accept-new", "-F", "/tmp/cfg", "host-a"]
+        [
+            "--interval",
+            "0.5",
+            "--process-interval",
+            "2",
+            "--read-only",
+            "--health",
+            "http://127.0.0.1:1/health",
+            "--no-discover",
+            "--health-generate",
+            "--accept-new",
+            "-F",
+            "/tmp/cfg",
+            "host-a",
+        ]
     )
     options = options_from_args(args)
     assert options.memory_interval_s == 0.5
@@ -135,7 +152,11 @@ def _demo_kill(state_home: Path, *args: str) -> subprocess.CompletedProcess[str]
 
     return subprocess.run(
         [sys.executable, "-m", "gputui.cli", "kill", "--demo", "--yes", *args],
-        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
         env=dict(os.environ, XDG_STATE_HOME=str(state_home)),
     )
 
@@ -165,7 +186,8 @@ def test_kill_without_escalation_says_after_the_delay_that_it_is_still_alive(tmp
     document = json.loads(done.stdout)
     assert (document["plan"]["escalate_s"], document["plan"]["wait_s"]) == (None, 5.0)
     assert [(o["stage"], o["signal"], o["result"]) for o in document["outcomes"]] == [
-        ("signal", "TERM", "sent"), ("wait", None, "still_alive")
+        ("signal", "TERM", "sent"),
+        ("wait", None, "still_alive"),
     ]
     assert document["outcomes"][-1]["detail"] == "still alive 5 s after TERM"
     assert document["all_gone"] is False
@@ -201,8 +223,12 @@ def test_config_must_be_a_small_regular_file(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     big = tmp_path / "big.toml"
     big.write_text("# " + "x" * (1024 * 1024) + "\n")
-    for path, why in (("/dev/zero", "not a regular file"), (str(fifo), "not a regular file"),
-                      (str(tmp_path), "not a regular file"), (str(big), "larger than 1024 KiB")):
+    for path, why in (
+        ("/dev/zero", "not a regular file"),
+        (str(fifo), "not a regular file"),
+        (str(tmp_path), "not a regular file"),
+        (str(big), "larger than 1024 KiB"),
+    ):
         done = _run("--config", path, "snapshot", "--demo")
         assert done.returncode == 2, path
         assert done.stderr == f"gputui: {path}: {why}\n"
@@ -213,7 +239,12 @@ def test_output_to_a_closed_pipe_or_a_full_disk_ends_quietly() -> None:
     os.close(reader)  # nobody reads: the first write gets EPIPE
     done = subprocess.run(
         [sys.executable, "-m", "gputui.cli", "snapshot", "--demo", "--json"],
-        stdout=writer, stderr=subprocess.PIPE, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
     )
     os.close(writer)
     assert done.returncode == 2
@@ -221,7 +252,11 @@ def test_output_to_a_closed_pipe_or_a_full_disk_ends_quietly() -> None:
     with open("/dev/full", "w") as full:
         done = subprocess.run(
             [sys.executable, "-m", "gputui.cli", "check", "--demo"],
-            stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, cwd=str(REPO),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            cwd=str(REPO),
             stdin=subprocess.DEVNULL,
         )
     assert done.returncode == 2

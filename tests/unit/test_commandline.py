@@ -11,8 +11,16 @@ from gputui.core.commandline import command_words, program_name
     ("argv", "name", "words"),
     [
         (
-            ("/root/.pyenv/versions/3.11.7/bin/python3", "-u", "-X", "dev", "-m",
-             "sglang.srt.managers.scheduler", "--tp-rank", "3"),
+            (
+                "/root/.pyenv/versions/3.11.7/bin/python3",
+                "-u",
+                "-X",
+                "dev",
+                "-m",
+                "sglang.srt.managers.scheduler",
+                "--tp-rank",
+                "3",
+            ),
             "python3",
             ["python3", "-m", "sglang.srt.managers.scheduler", "--tp-rank", "3"],
         ),

@@ -52,7 +52,7 @@ def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
         ('[hosts."a"]\nport = 3', "unknown setting hosts.'a'.'port'"),
         ("health = 3", "health must be a URL or a list of URLs"),
         ("hosts = 3", "hosts must be a table"),
-        ('[hosts]\na = 3', "hosts.'a' must be a table"),
+        ("[hosts]\na = 3", "hosts.'a' must be a table"),
         ('ssh_client = "putty"', 'ssh_client must be one of "paramiko", "openssh", "auto"'),
         ("ssh_client = 1", "ssh_client must be one of"),
         ('[hosts."a"]\nssh_client = "OpenSSH"', "hosts.'a'.ssh_client must be one of"),
@@ -86,7 +86,11 @@ def test_cli_reports_a_bad_config_in_one_line_and_exits_2(tmp_path: Path) -> Non
     path.write_text("health = [\n")
     done = subprocess.run(
         [sys.executable, "-m", "gputui.cli", "snapshot", "--demo", "--config", str(path)],
-        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 2
     assert done.stdout == ""

@@ -10,8 +10,16 @@ NOW_S = 1_800_000_000.0
 
 
 def _host(threads: LiveThreads | None, defunct_for_s: float) -> HostSnapshot:
-    leader = Proc(pid=40, ppid=10, state="Z", name="scheduler", start_ticks=5, gpu_memory_mib={0: 2048},
-                  state_since=NOW_S - defunct_for_s, live_threads=threads)
+    leader = Proc(
+        pid=40,
+        ppid=10,
+        state="Z",
+        name="scheduler",
+        start_ticks=5,
+        gpu_memory_mib={0: 2048},
+        state_since=NOW_S - defunct_for_s,
+        live_threads=threads,
+    )
     parent = Proc(pid=10, ppid=1, state="S", name="launcher", start_ticks=4)
     gpu = Gpu(index=0, memory_used_mib=2051, processes=(GpuProcess(pid=40, used_mib=2048),))
     return HostSnapshot(target="h", time=NOW_S, gpus=(gpu,), processes=(parent, leader))

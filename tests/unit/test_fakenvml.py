@@ -576,7 +576,7 @@ def test_older_driver_builds_lack_exactly_their_symbols(
 
 
 def test_a_name_can_hold_any_bytes(fake_nvml: FakeNvml) -> None:
-    fake_nvml.state.gpus[1].name = b"Tesla \xff\xfe \"#\\ V100"
+    fake_nvml.state.gpus[1].name = b'Tesla \xff\xfe "#\\ V100'
     fake_nvml.write()
     got = run_py(
         fake_nvml,
@@ -588,7 +588,7 @@ def test_a_name_can_hold_any_bytes(fake_nvml: FakeNvml) -> None:
         out({"raw": list(buf.value)})
         """,
     )
-    assert bytes(got["raw"]) == b"Tesla \xff\xfe \"#\\ V100"
+    assert bytes(got["raw"]) == b'Tesla \xff\xfe "#\\ V100'
 
 
 def test_build_fails_loudly_without_compiler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,7 +36,8 @@ def _fleet() -> dict[str, object]:
 
 def test_memory_verdict_judges_memory_alone_and_says_so() -> None:
     snapshot = HostSnapshot(
-        target="h", mode="prometheus",
+        target="h",
+        mode="prometheus",
         gpus=(Gpu(index=0, memory_used_mib=3), Gpu(index=1, memory_used_mib=41236), Gpu(index=2)),
     )
     verdict = memory_verdict(snapshot, Baselines())
@@ -119,8 +120,14 @@ def test_ssh_targets_from_labels() -> None:
 @pytest.mark.parametrize(
     "label",
     [
-        "-oProxyCommand=touch /tmp/x", "gpu a", "gpu;rm -rf ~", "$(id)", "gpu-\x1b]0;x\x07",
-        "root@gpu", "gpu:22", "",
+        "-oProxyCommand=touch /tmp/x",
+        "gpu a",
+        "gpu;rm -rf ~",
+        "$(id)",
+        "gpu-\x1b]0;x\x07",
+        "root@gpu",
+        "gpu:22",
+        "",
     ],
 )
 def test_hostile_host_labels_never_become_ssh_targets(label: str) -> None:
@@ -214,6 +221,7 @@ def test_a_paused_poller_asks_nothing_until_resumed() -> None:
 
 def test_resuming_a_running_poller_does_not_ask_twice() -> None:
     calls: list[int] = []
+
     def read() -> FleetSample:
         calls.append(1)
         return FleetSample(hosts=())

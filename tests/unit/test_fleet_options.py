@@ -19,7 +19,11 @@ REPO = Path(__file__).resolve().parents[2]
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gputui.cli", *args],
-        capture_output=True, text=True, timeout=60, cwd=str(REPO), stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
     )
 
@@ -43,7 +47,12 @@ def test_groups_and_hosts_file_expand_in_order_without_repeats(tmp_path: Path) -
     hosts = tmp_path / "hosts"
     hosts.write_text("# the rack\ngpu-d\n\n  gpu-a   # again\n@h100\nroot@10.0.0.7:2222\n")
     assert expand_targets(["local", "@a100", "@h100"], hosts, config) == [
-        "local", "gpu-a", "gpu-b", "gpu-c", "gpu-d", "root@10.0.0.7:2222",
+        "local",
+        "gpu-a",
+        "gpu-b",
+        "gpu-c",
+        "gpu-d",
+        "root@10.0.0.7:2222",
     ]
     # Typed twice stays twice: the TUI refuses it as before.
     assert expand_targets(["gpu-a", "gpu-a"], None, config) == ["gpu-a", "gpu-a"]
@@ -115,8 +124,11 @@ def test_the_fleet_is_chosen_by_flag_or_config(tmp_path: Path) -> None:
         (["--prometheus", "http://p:9090", "--demo"], None, "--demo simulates hosts"),
         (["--prometheus", "http://p:9090", "--calibrate"], "check", "--calibrate records one idle host"),
         (["--match", 'job="x"'], "check", "--match selects DCGM series: it needs --prometheus"),
-        (["--prometheus", "http://p:9090", "--match", "up or vector(1)"], "check",
-         "--match: not a label matcher"),
+        (
+            ["--prometheus", "http://p:9090", "--match", "up or vector(1)"],
+            "check",
+            "--match: not a label matcher",
+        ),
     ],
 )
 def test_fleet_option_mistakes(argv: list[str], command: str | None, expected: str) -> None:
@@ -129,10 +141,10 @@ def test_fleet_option_mistakes(argv: list[str], command: str | None, expected: s
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('[fleet]\nprometheus = 9090\n', "fleet.prometheus must be a string"),
-        ('[fleet]\nrefresh_s = 0\n', "fleet.refresh_s must be a number of seconds above 0"),
-        ('[fleet]\nrefresh_s = 1e300\n', "fleet.refresh_s must be a number of seconds above 0"),
-        ('[fleet]\nport = 1\n', "unknown setting fleet.'port'"),
+        ("[fleet]\nprometheus = 9090\n", "fleet.prometheus must be a string"),
+        ("[fleet]\nrefresh_s = 0\n", "fleet.refresh_s must be a number of seconds above 0"),
+        ("[fleet]\nrefresh_s = 1e300\n", "fleet.refresh_s must be a number of seconds above 0"),
+        ("[fleet]\nport = 1\n", "unknown setting fleet.'port'"),
         ('[groups]\na = "gpu-a"\n', "groups.'a' must be a list of host targets"),
         ("groups = 3\n", "groups must be a table"),
     ],

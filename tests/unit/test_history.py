@@ -9,8 +9,15 @@ START_S = 1_800_000_000.0
 
 
 def _snapshot(at_s: float | None, used_mib: int | None, error: str | None = None) -> HostSnapshot:
-    gpu = Gpu(index=0, memory_used_mib=used_mib, memory_total_mib=1000, utilization_pct=50, power_w=None,
-              temperature_c=40, error=error)
+    gpu = Gpu(
+        index=0,
+        memory_used_mib=used_mib,
+        memory_total_mib=1000,
+        utilization_pct=50,
+        power_w=None,
+        temperature_c=40,
+        error=error,
+    )
     return HostSnapshot(target="h", time=at_s, gpus=(gpu,))
 
 

@@ -13,16 +13,31 @@ from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
 
 DATA_LAYER = (
-    "gputui.core.model", "gputui.agent", "gputui.core.analysis", "gputui.core.actions", "gputui.core.config",
-    "gputui.core.state", "gputui.core.servers", "gputui.core.cleanslate", "gputui.core.history",
-    "gputui.core.commandline", "gputui.transports.freshness", "gputui.commands.check",
-    "gputui.core.fleet", "gputui.commands.fleet_options", "gputui.transports.prometheus",
+    "gputui.core.model",
+    "gputui.agent",
+    "gputui.core.analysis",
+    "gputui.core.actions",
+    "gputui.core.config",
+    "gputui.core.state",
+    "gputui.core.servers",
+    "gputui.core.cleanslate",
+    "gputui.core.history",
+    "gputui.core.commandline",
+    "gputui.transports.freshness",
+    "gputui.commands.check",
+    "gputui.core.fleet",
+    "gputui.commands.fleet_options",
+    "gputui.transports.prometheus",
 )
 
 
 SSH_SHARED = (
-    "gputui.transports.ssh.stream", "gputui.transports.ssh.payload", "gputui.transports.ssh.reduced",
-    "gputui.transports.ssh.link", "gputui.transports.ssh.hostkeys", "gputui.transports.openssh",
+    "gputui.transports.ssh.stream",
+    "gputui.transports.ssh.payload",
+    "gputui.transports.ssh.reduced",
+    "gputui.transports.ssh.link",
+    "gputui.transports.ssh.hostkeys",
+    "gputui.transports.openssh",
 )
 """The SSH link as the system ssh client runs it: paramiko is loaded only by a link that logs in with it."""
 
@@ -124,15 +139,26 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
     )
     env = {"PATH": "/nonexistent", "LD_LIBRARY_PATH": "/nonexistent"}
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
     assert "gputui.agent.collector" in loaded
     assert "gputui.agent.gpu.nvml" in loaded
-    unused = {"ssl", "gputui.agent.health.http", "gputui.agent.health.probe", "gputui.agent.health.prober",
-              "gputui.agent.gpu.smi", "gputui.agent.gpu.smiparse"}
+    unused = {
+        "ssl",
+        "gputui.agent.health.http",
+        "gputui.agent.health.probe",
+        "gputui.agent.health.prober",
+        "gputui.agent.gpu.smi",
+        "gputui.agent.gpu.smiparse",
+    }
     assert not loaded & unused, sorted(loaded & unused)
     client = {m for m in loaded if m.startswith("gputui.") and not m.startswith("gputui.agent")}
     assert client == set(), client
@@ -140,10 +166,17 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
 
 ONE_SHOT_UNUSED = (
     "psutil",  # the kill path's, not a sample's
-    "socket", "ssl", "gputui.agent.health.prober", "gputui.agent.health.http", "gputui.agent.health.probe",
-    "tomllib", "tomli",  # no config file to read
+    "socket",
+    "ssl",
+    "gputui.agent.health.prober",
+    "gputui.agent.health.http",
+    "gputui.agent.health.probe",
+    "tomllib",
+    "tomli",  # no config file to read
     "difflib",  # no mistyped command to name
-    "paramiko", "textual", "rich",
+    "paramiko",
+    "textual",
+    "rich",
 )
 """What ``gputui snapshot --json`` of the local host, with no config file and no launcher running, must not
 load: each is an import its output does not need."""
@@ -159,7 +192,12 @@ def test_a_local_one_shot_loads_only_what_it_uses(fake_nvml: FakeNvml, tmp_path:
     )
     env = dict(fake_nvml.env(), XDG_CONFIG_HOME=str(tmp_path / "no-config"))
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
         check=False,
     )
     report = json.loads(done.stderr.strip().splitlines()[-1])

@@ -74,12 +74,14 @@ def test_the_sort_keys_name_every_order() -> None:
 
 
 def test_read_only_and_one_host_leave_out_what_does_not_work() -> None:
-    rows = dict(keymap.help_rows(keymap.MONITOR_HELP_SCOPES, read_only=True, hosts=1, fleet=False,
-                                 escalate_s=2.0))
+    rows = dict(
+        keymap.help_rows(keymap.MONITOR_HELP_SCOPES, read_only=True, hosts=1, fleet=False, escalate_s=2.0)
+    )
     assert not {"k", "K", "t", "X", "Tab", "1–9"} & set(rows)
     assert "c" in rows
-    listed = keymap.help_rows(keymap.MONITOR_HELP_SCOPES, read_only=False, hosts=2, fleet=True,
-                              escalate_s=2.0)
+    listed = keymap.help_rows(
+        keymap.MONITOR_HELP_SCOPES, read_only=False, hosts=2, fleet=True, escalate_s=2.0
+    )
     assert ("t", "kill the selected tree: TERM, then KILL after 2 s") in listed
     assert {"Tab", "1–9"} <= {key for key, _ in listed}
     assert ("Esc", "back to the fleet view (a host opened from it)") in listed

@@ -34,8 +34,11 @@ def test_a_real_body_shrinks_to_the_named_series_and_their_type_lines() -> None:
     lines = text.decode().splitlines()
     samples = [line for line in lines if not line.startswith("#")]
     assert {line.split("{")[0] for line in samples} == {
-        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-        "vllm:generation_tokens_total", "vllm:num_preemptions_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:generation_tokens_total",
+        "vllm:num_preemptions_total",
     }
     assert "# TYPE vllm:generation_tokens_total counter" in lines
     assert "# TYPE vllm:num_requests_running gauge" in lines
@@ -52,8 +55,12 @@ def test_names_that_only_share_a_prefix_are_not_kept() -> None:
 
 
 def test_crlf_blanks_and_leading_spaces_are_tolerated() -> None:
-    body = (b"\r\n  " + RUNNING.encode() + b"\r\n\r\n# TYPE vllm:num_requests_waiting gauge\r\n"
-            + WAITING.encode())
+    body = (
+        b"\r\n  "
+        + RUNNING.encode()
+        + b"\r\n\r\n# TYPE vllm:num_requests_waiting gauge\r\n"
+        + WAITING.encode()
+    )
     groups, dropped = select_metric_lines(body)
     assert dropped == []
     assert groups[METRICS_VLLM_RUNNING] == [RUNNING.encode()]
@@ -63,7 +70,9 @@ def test_crlf_blanks_and_leading_spaces_are_tolerated() -> None:
 def test_an_openmetrics_type_line_counts_for_its_total_series() -> None:
     groups, _ = select_metric_lines(_body("# TYPE vllm:generation_tokens counter", TOKENS))
     assert groups[METRICS_VLLM_GENERATION_TOKENS] == [
-        b"# TYPE vllm:generation_tokens counter", TOKENS.encode()]
+        b"# TYPE vllm:generation_tokens counter",
+        TOKENS.encode(),
+    ]
 
 
 def test_a_cut_body_loses_its_partial_line_and_the_name_being_read() -> None:
@@ -126,15 +135,19 @@ def test_the_output_cap_drops_whole_names() -> None:
 
 
 def test_hostile_bytes_never_break_the_filter() -> None:
-    body = (b"\x00\xff\xfe garbage\n# TYPE\n#\n# TYPE vllm:num_requests_running\n{}\n"
-            + RUNNING.encode() + b"\x1b[2J\n" + b"vllm:num_requests_waiting\xff 1\n")
+    body = (
+        b"\x00\xff\xfe garbage\n# TYPE\n#\n# TYPE vllm:num_requests_running\n{}\n"
+        + RUNNING.encode()
+        + b"\x1b[2J\n"
+        + b"vllm:num_requests_waiting\xff 1\n"
+    )
     text, dropped = filter_metrics(body)
     assert dropped == []
     assert text.splitlines() == [RUNNING.encode() + b"\x1b[2J", b"vllm:num_requests_waiting\xff 1"]
 
 
 def test_metric_line_name() -> None:
-    assert metric_line_name(b"  vllm:a_b{x=\"1\"} 2") == b"vllm:a_b"
+    assert metric_line_name(b'  vllm:a_b{x="1"} 2') == b"vllm:a_b"
     assert metric_line_name(b"sglang:token_usage 0.5") == b"sglang:token_usage"
     assert metric_line_name(b"# TYPE x gauge") is None
     assert metric_line_name(b"") is None

@@ -87,8 +87,14 @@ procs = st.builds(
     sid=opt_int,
 )
 findings = st.builds(
-    Finding, kind=text, target=text, detail=text, action=text,
-    pid=opt_int, gpu_index=opt_int, action_pid=opt_int,
+    Finding,
+    kind=text,
+    target=text,
+    detail=text,
+    action=text,
+    pid=opt_int,
+    gpu_index=opt_int,
+    action_pid=opt_int,
 )
 health = st.builds(
     HealthSample,
@@ -110,8 +116,14 @@ verdicts = st.none() | st.builds(
     baseline_mib=st.dictionaries(text, st.integers(0, 1000), max_size=3),
     tolerance_mib=st.integers(0, 100),
     gpus=st.lists(
-        st.builds(GpuVerdict, index=st.integers(0, 63), used_mib=opt_int, baseline_mib=st.integers(0, 100),
-                  clean=st.booleans(), reasons=st.lists(text, max_size=2).map(tuple)),
+        st.builds(
+            GpuVerdict,
+            index=st.integers(0, 63),
+            used_mib=opt_int,
+            baseline_mib=st.integers(0, 100),
+            clean=st.booleans(),
+            reasons=st.lists(text, max_size=2).map(tuple),
+        ),
         max_size=3,
     ).map(tuple),
     known=st.booleans(),
@@ -131,7 +143,8 @@ snapshots = st.builds(
     processes_time=opt_float,
     gpus=st.lists(gpus, max_size=3).map(tuple),
     processes=st.lists(procs, max_size=3).map(tuple),
-    device_holders=st.none() | st.lists(
+    device_holders=st.none()
+    | st.lists(
         st.builds(DeviceHolder, pid=st.integers(1, 2**22), name=opt_text, device=opt_text), max_size=2
     ).map(tuple),
     findings=st.lists(findings, max_size=2).map(tuple),

@@ -33,9 +33,12 @@ def _series(
     """The current series of ``host`` named ``name`` (None: its own sample times), optionally of one GPU."""
     part = None if name is not None else "time"
     return [
-        item for item in document["data"]["result"]
-        if item["metric"].get("Hostname") == host and item["metric"].get("__name__") == name
-        and item["metric"].get(PART_LABEL) == part and (gpu is None or item["metric"].get("gpu") == gpu)
+        item
+        for item in document["data"]["result"]
+        if item["metric"].get("Hostname") == host
+        and item["metric"].get("__name__") == name
+        and item["metric"].get(PART_LABEL) == part
+        and (gpu is None or item["metric"].get("gpu") == gpu)
     ]
 
 
@@ -290,9 +293,18 @@ def test_a_host_that_leaves_prometheus_stays_listed_as_gone() -> None:
     [
         ({"status": "success", "data": {"resultType": "matrix", "result": []}}, "not an instant vector"),
         ({"status": "success"}, "not an instant vector"),
-        ({"status": "success", "data": {"resultType": "vector", "result": [
-            {"metric": {"__name__": FB_USED, "Hostname": ["x"], "gpu": "0"}, "value": [1, "3"]}]}},
-         "malformed answer"),
+        (
+            {
+                "status": "success",
+                "data": {
+                    "resultType": "vector",
+                    "result": [
+                        {"metric": {"__name__": FB_USED, "Hostname": ["x"], "gpu": "0"}, "value": [1, "3"]}
+                    ],
+                },
+            },
+            "malformed answer",
+        ),
     ],
 )
 def test_answers_that_are_not_a_fleet_are_one_line(document: dict[str, Any], expected: str) -> None:
@@ -324,7 +336,7 @@ def test_the_query_marks_its_timestamp_parts_and_narrows_only_dcgm_series() -> N
 
 @pytest.mark.parametrize(
     "text",
-    ['instance=~"gpu-.*"', '{job="dcgm"}', "Hostname!='a', instance!~\"b\\\"c\",", ""],
+    ['instance=~"gpu-.*"', '{job="dcgm"}', 'Hostname!=\'a\', instance!~"b\\"c",', ""],
 )
 def test_label_matchers_that_are_accepted(text: str) -> None:
     parse_matcher(text)

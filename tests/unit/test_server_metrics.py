@@ -69,8 +69,19 @@ def test_the_older_vllm_cache_name_is_read_and_the_newer_preferred() -> None:
 
 
 def test_sglang_ranks_of_one_group_count_once_and_groups_add_up() -> None:
-    body = render_metrics(dict(_DEFAULTS, engine="sglang", engines=2, ranks=4, running=5, waiting=2,
-                               kv_cache_usage=0.5, throughput=40.0), [700.0, 300.0])
+    body = render_metrics(
+        dict(
+            _DEFAULTS,
+            engine="sglang",
+            engines=2,
+            ranks=4,
+            running=5,
+            waiting=2,
+            kv_cache_usage=0.5,
+            throughput=40.0,
+        ),
+        [700.0, 300.0],
+    )
     metrics = parse_server_metrics(body.decode(), 1.0)
     assert metrics.engine == "sglang"
     assert (metrics.running, metrics.waiting) == (10, 4)  # 2 data-parallel groups, not 8 ranks
@@ -87,8 +98,11 @@ def test_a_whole_body_parses_like_its_filtered_cut() -> None:
 
 
 def test_a_malformed_line_blanks_only_its_metric() -> None:
-    text = _replace(VLLM, 'vllm:num_requests_running{engine="1",model_name="m"} 1.0',
-                    'vllm:num_requests_running{engine="1" model_name="m"} 1.0')
+    text = _replace(
+        VLLM,
+        'vllm:num_requests_running{engine="1",model_name="m"} 1.0',
+        'vllm:num_requests_running{engine="1" model_name="m"} 1.0',
+    )
     metrics = parse_server_metrics(text, 1.0)
     assert metrics.running is None  # one engine unreadable: the sum would be wrong
     assert metrics.waiting == 3
@@ -98,8 +112,11 @@ def test_a_malformed_line_blanks_only_its_metric() -> None:
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "1e400", "-1"])
 def test_nan_infinite_and_negative_figures_blank_their_metric(value: str) -> None:
-    text = _replace(VLLM, "vllm:kv_cache_usage_perc{engine=\"1\",model_name=\"m\"} 0.75",
-                    f"vllm:kv_cache_usage_perc{{engine=\"1\",model_name=\"m\"}} {value}")
+    text = _replace(
+        VLLM,
+        'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.75',
+        f'vllm:kv_cache_usage_perc{{engine="1",model_name="m"}} {value}',
+    )
     metrics = parse_server_metrics(text, 1.0)
     assert metrics.kv_cache_usage is None
     assert metrics.unreadable[0][0] == METRICS_VLLM_KV_CACHE_USAGE
@@ -136,8 +153,11 @@ def test_a_type_line_without_samples_is_not_a_zero() -> None:
 
 
 def test_names_the_collector_dropped_are_unknown() -> None:
-    metrics = parse_server_metrics(VLLM.replace("vllm:num_requests_running", "vllm:x"), 1.0,
-                                   dropped=[METRICS_VLLM_RUNNING, "something:else"])
+    metrics = parse_server_metrics(
+        VLLM.replace("vllm:num_requests_running", "vllm:x"),
+        1.0,
+        dropped=[METRICS_VLLM_RUNNING, "something:else"],
+    )
     assert metrics.running is None
     assert metrics.unreadable == ((METRICS_VLLM_RUNNING, "over a size cap"),)
 
@@ -169,8 +189,13 @@ def test_hostile_label_values_are_only_keys() -> None:
     text = 'vllm:generation_tokens_total{engine="\\x1b]0;t\\x07",model_name="[bold]x\\n"} 5\n'
     metrics = parse_server_metrics(text, 1.0)
     assert metrics.generation_tokens_total == 5
-    assert metrics.to_dict() == {"engine": "vllm", "running": None, "waiting": None, "kv_cache_usage": None,
-                                 "generation_tokens_per_s": None}
+    assert metrics.to_dict() == {
+        "engine": "vllm",
+        "running": None,
+        "waiting": None,
+        "kv_cache_usage": None,
+        "generation_tokens_per_s": None,
+    }
 
 
 def _reading(at: float, **series: float) -> ServerMetrics:
@@ -218,16 +243,24 @@ def test_the_json_shape_is_exactly_the_documented_one() -> None:
     first = parse_server_metrics(VLLM, 100.0)
     later = with_rate(first, parse_server_metrics(VLLM.replace("1000.0", "1123.0"), 110.0))
     assert list(later.to_dict()) == list(METRICS_JSON_KEYS)
-    assert later.to_dict() == {"engine": "vllm", "running": 3, "waiting": 3, "kv_cache_usage": 0.75,
-                               "generation_tokens_per_s": 12.3}
+    assert later.to_dict() == {
+        "engine": "vllm",
+        "running": 3,
+        "waiting": 3,
+        "kv_cache_usage": 0.75,
+        "generation_tokens_per_s": 12.3,
+    }
     assert metrics_json(None) == dict.fromkeys(METRICS_JSON_KEYS)
     assert metrics_json(later) == later.to_dict()
 
 
 _NAME = st.sampled_from(METRICS_NAMES)
 _TAIL = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
-_LINE = st.one_of(_TAIL, st.builds(lambda n, t: n + t, _NAME, _TAIL),
-                  st.builds(lambda n, t: f"# TYPE {n} {t}", _NAME, _TAIL))
+_LINE = st.one_of(
+    _TAIL,
+    st.builds(lambda n, t: n + t, _NAME, _TAIL),
+    st.builds(lambda n, t: f"# TYPE {n} {t}", _NAME, _TAIL),
+)
 
 
 @settings(max_examples=300, deadline=None)

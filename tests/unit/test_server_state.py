@@ -30,8 +30,9 @@ def health(state: str | None, at: float, code: int | None = None, detail: str | 
     return HealthSample(url=URL, state=state, code=code, checked_at=at, detail=detail)
 
 
-def metrics(at: float, tokens: float | None, running: int = 0, waiting: int = 0,
-            throughput: float | None = None) -> ServerMetrics:
+def metrics(
+    at: float, tokens: float | None, running: int = 0, waiting: int = 0, throughput: float | None = None
+) -> ServerMetrics:
     lines = [f"sglang:num_running_reqs {running}", f"sglang:num_queue_reqs {waiting}"]
     if tokens is not None:
         lines.append(f"sglang:generation_tokens_total {tokens}")
@@ -41,9 +42,16 @@ def metrics(at: float, tokens: float | None, running: int = 0, waiting: int = 0,
 
 
 def test_the_vocabulary_is_one_list_with_the_collectors_five() -> None:
-    assert set(SERVER_STATES) == {HEALTH_STATE_STARTING, HEALTH_STATE_UP, HEALTH_STATE_BUSY,
-                                  HEALTH_STATE_STALLED, HEALTH_STATE_UNHEALTHY, HEALTH_STATE_DOWN,
-                                  HEALTH_STATE_TIMEOUT, HEALTH_STATE_ERROR}
+    assert set(SERVER_STATES) == {
+        HEALTH_STATE_STARTING,
+        HEALTH_STATE_UP,
+        HEALTH_STATE_BUSY,
+        HEALTH_STATE_STALLED,
+        HEALTH_STATE_UNHEALTHY,
+        HEALTH_STATE_DOWN,
+        HEALTH_STATE_TIMEOUT,
+        HEALTH_STATE_ERROR,
+    }
     assert len(SERVER_STATES) == 8
 
 
@@ -88,8 +96,9 @@ def test_stalled_needs_pending_work_and_a_flat_counter_for_the_whole_window() ->
 def test_waiting_alone_with_nothing_running_can_stall() -> None:
     tracker = ServerStateTracker(stall_after_s=10.0)
     for i in range(4):
-        state = tracker.update(health(HEALTH_STATE_UP, T0 + 5 * i), metrics(T0 + 5 * i, 0.0, waiting=3), None,
-                               T0 + 5 * i)
+        state = tracker.update(
+            health(HEALTH_STATE_UP, T0 + 5 * i), metrics(T0 + 5 * i, 0.0, waiting=3), None, T0 + 5 * i
+        )
     assert state.state == HEALTH_STATE_STALLED
     assert state.reason.startswith("stalled: 0 running, 3 waiting")
 
@@ -99,14 +108,16 @@ def test_the_engines_own_throughput_moving_is_progress() -> None:
     tracker = ServerStateTracker(stall_after_s=10.0)
     for i in range(6):
         t = T0 + 5 * i
-        state = tracker.update(health(HEALTH_STATE_UP, t), metrics(t, 500.0, running=4, throughput=30.0 + i),
-                               None, t)
+        state = tracker.update(
+            health(HEALTH_STATE_UP, t), metrics(t, 500.0, running=4, throughput=30.0 + i), None, t
+        )
     assert state.state == HEALTH_STATE_UP
     # The figure freezes (the scheduler stopped logging): stalled after the window.
     for i in range(6, 9):
         t = T0 + 5 * i
-        state = tracker.update(health(HEALTH_STATE_UP, t), metrics(t, 500.0, running=4, throughput=35.0),
-                               None, t)
+        state = tracker.update(
+            health(HEALTH_STATE_UP, t), metrics(t, 500.0, running=4, throughput=35.0), None, t
+        )
     assert state.state == HEALTH_STATE_STALLED
 
 
@@ -135,8 +146,11 @@ def test_busy_when_health_fails_but_tokens_advance_and_not_after() -> None:
     states = []
     for _ in range(5):
         t += 5
-        states.append(tracker.update(health(HEALTH_STATE_UNHEALTHY, t, 503), metrics(t, last, running=1),
-                                     3600.0, t).state)
+        states.append(
+            tracker.update(
+                health(HEALTH_STATE_UNHEALTHY, t, 503), metrics(t, last, running=1), 3600.0, t
+            ).state
+        )
     assert states == [HEALTH_STATE_BUSY] * 3 + [HEALTH_STATE_STALLED] * 2
     # With nothing pending, a failing health with a flat counter is just UNHEALTHY.
     t += 5
@@ -149,8 +163,9 @@ def test_errors_and_refusals_are_never_busy() -> None:
     for failing in (HEALTH_STATE_ERROR, HEALTH_STATE_DOWN):
         tracker = ServerStateTracker()
         tracker.update(health(HEALTH_STATE_UP, T0), metrics(T0, 0.0, running=1), None, T0)
-        state = tracker.update(health(failing, T0 + 5, detail="x"), metrics(T0 + 5, 500.0, running=1), None,
-                               T0 + 5)
+        state = tracker.update(
+            health(failing, T0 + 5, detail="x"), metrics(T0 + 5, 500.0, running=1), None, T0 + 5
+        )
         assert state.state == failing
 
 
@@ -182,8 +197,11 @@ def test_a_warm_up_before_the_first_answer_is_starting_not_stalled() -> None:
     states = []
     for i in range(14):
         t = T0 + 5 * i
-        states.append(tracker.update(health(HEALTH_STATE_UNHEALTHY, t, 503), metrics(t, 0.0, running=1),
-                                     30.0 + 5 * i, t).state)
+        states.append(
+            tracker.update(
+                health(HEALTH_STATE_UNHEALTHY, t, 503), metrics(t, 0.0, running=1), 30.0 + 5 * i, t
+            ).state
+        )
     # Young and never served: starting; past the grace, the same picture is a stall.
     assert states == [HEALTH_STATE_STARTING] * 6 + [HEALTH_STATE_STALLED] * 8
 

@@ -24,10 +24,14 @@ METRICS = "http://127.0.0.1:30000/metrics"
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["vllm", "serve", "m", "--port", "9000"],
-         ("http://127.0.0.1:9000/health", "http://127.0.0.1:9000/metrics")),
-        (["python3", "-m", "sglang.launch_server", "--port", "30001"],
-         ("http://127.0.0.1:30001/health", None)),
+        (
+            ["vllm", "serve", "m", "--port", "9000"],
+            ("http://127.0.0.1:9000/health", "http://127.0.0.1:9000/metrics"),
+        ),
+        (
+            ["python3", "-m", "sglang.launch_server", "--port", "30001"],
+            ("http://127.0.0.1:30001/health", None),
+        ),
         (["python3", "-m", "sglang.launch_server", "--enable-metrics"], (URL, METRICS)),
         (["python3", "-m", "sglang.launch_server", "--enable-metrics", "--port", "x"], None),
     ],
@@ -37,12 +41,17 @@ def test_a_launcher_serves_metrics_as_its_engine_does(argv: list[str], expected:
 
 
 def test_discovered_launchers_carry_their_metrics_url_and_pid() -> None:
-    launchers = discover_launchers([
-        {"pid": 30, "cmdline": ["vllm", "serve", "m"]},
-        {"pid": 20, "cmdline": ["vllm", "serve", "m"]},  # the same URL: the lower pid (the parent) is kept
-        {"pid": 40, "cmdline": ["python3", "-m", "sglang.launch_server", "--enable-metrics"]},
-        {"pid": 50, "cmdline": "vllm serve"},  # not an argv
-    ])
+    launchers = discover_launchers(
+        [
+            {"pid": 30, "cmdline": ["vllm", "serve", "m"]},
+            {
+                "pid": 20,
+                "cmdline": ["vllm", "serve", "m"],
+            },  # the same URL: the lower pid (the parent) is kept
+            {"pid": 40, "cmdline": ["python3", "-m", "sglang.launch_server", "--enable-metrics"]},
+            {"pid": 50, "cmdline": "vllm serve"},  # not an argv
+        ]
+    )
     vllm = ("http://127.0.0.1:8000/health", "http://127.0.0.1:8000/metrics", 20)
     assert launchers == [(URL, METRICS, 40), vllm]
 
@@ -87,26 +96,40 @@ def test_bad_metrics_settings_are_one_line(tmp_path: Path, text: str, fragment: 
 
 def _vllm(running: int, waiting: int, tokens: int) -> str:
     return (
-        f"vllm:num_requests_running{{engine=\"0\"}} {running}\n"
-        f"vllm:num_requests_waiting{{engine=\"0\"}} {waiting}\n"
-        f"vllm:kv_cache_usage_perc{{engine=\"0\"}} 0.5\n"
-        f"vllm:generation_tokens_total{{engine=\"0\"}} {tokens}\n"
+        f'vllm:num_requests_running{{engine="0"}} {running}\n'
+        f'vllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+        f'vllm:kv_cache_usage_perc{{engine="0"}} 0.5\n'
+        f'vllm:generation_tokens_total{{engine="0"}} {tokens}\n'
     )
 
 
 def _snapshot(
     now: float, text: str | None, state: str = HEALTH_STATE_UP, error: str | None = None
 ) -> HostSnapshot:
-    sample = HealthSample(url=URL, state=state, code=200, since=T0, checked_at=now, metrics_url=METRICS,
-                          metrics_text=text, metrics_at=None if text is None else now, metrics_error=error)
+    sample = HealthSample(
+        url=URL,
+        state=state,
+        code=200,
+        since=T0,
+        checked_at=now,
+        metrics_url=METRICS,
+        metrics_text=text,
+        metrics_at=None if text is None else now,
+        metrics_error=error,
+    )
     return HostSnapshot(target="h", time=now, health=(sample,))
 
 
 def test_the_watch_keeps_a_rate_and_a_stall_and_forgets_what_is_gone() -> None:
     watch = ServerWatch(stall_after_s=30, host_stall_after_s={"other": 600})
     (first,) = watch.apply(_snapshot(T0, _vllm(2, 1, 100))).health
-    assert first.metrics == {"engine": "vllm", "running": 2, "waiting": 1, "kv_cache_usage": 0.5,
-                             "generation_tokens_per_s": None}
+    assert first.metrics == {
+        "engine": "vllm",
+        "running": 2,
+        "waiting": 1,
+        "kv_cache_usage": 0.5,
+        "generation_tokens_per_s": None,
+    }
     (second,) = watch.apply(_snapshot(T0 + 10, _vllm(2, 1, 600))).health
     assert second.metrics is not None
     assert second.metrics["generation_tokens_per_s"] == 50.0

@@ -111,69 +111,106 @@ CG = "/system.slice/cron.service"
 JOBS: list[tuple[str, dict[int, proctree.JobFacts], int, int]] = [
     (
         "cron daemon that keeps its jobs in its own session: its name stops the climb",
-        facts(INIT, (100, 1, "cron", ["/usr/sbin/cron", "-f"], 100, 100, CG),
-              (200, 100, "sh", ["sh", "-c", "python3 job.py; exit"], 100, 100, CG),
-              (300, 200, "python3", ["python3", "job.py"], 100, 100, CG),
-              (210, 100, "sh", ["sh", "-c", "logrotate"], 100, 100, CG)),
-        300, 200,
+        facts(
+            INIT,
+            (100, 1, "cron", ["/usr/sbin/cron", "-f"], 100, 100, CG),
+            (200, 100, "sh", ["sh", "-c", "python3 job.py; exit"], 100, 100, CG),
+            (300, 200, "python3", ["python3", "job.py"], 100, 100, CG),
+            (210, 100, "sh", ["sh", "-c", "logrotate"], 100, 100, CG),
+        ),
+        300,
+        200,
     ),
     (
         "an unknown daemon whose jobs get sessions of their own: the session stops the climb",
-        facts(INIT, (100, 1, "jobrunnerd", ["jobrunnerd"], 100, 100, CG),
-              (200, 100, "sh", ["sh", "-c", "python3 job.py; exit"], 200, 200, CG),
-              (300, 200, "python3", ["python3", "job.py"], 200, 200, CG)),
-        300, 200,
+        facts(
+            INIT,
+            (100, 1, "jobrunnerd", ["jobrunnerd"], 100, 100, CG),
+            (200, 100, "sh", ["sh", "-c", "python3 job.py; exit"], 200, 200, CG),
+            (300, 200, "python3", ["python3", "job.py"], 200, 200, CG),
+        ),
+        300,
+        200,
     ),
     (
         "a daemonised launcher leads its workers' session: it is the root",
-        facts(INIT, (100, 1, "python3", ["python3", "-m", "sglang.launch_server"], 100, 100, "/"),
-              (101, 100, "scheduler_TP0", [], 100, 100, "/")),
-        101, 100,
+        facts(
+            INIT,
+            (100, 1, "python3", ["python3", "-m", "sglang.launch_server"], 100, 100, "/"),
+            (101, 100, "scheduler_TP0", [], 100, 100, "/"),
+        ),
+        101,
+        100,
     ),
     (
         "a nohup'ed launcher whose login shell is gone leads its process group: it is the root",
-        facts(INIT, (100, 1, "python3", ["python3", "serve.py"], 50, 100, "/"),
-              (101, 100, "worker", [], 50, 100, "/")),
-        101, 100,
+        facts(
+            INIT,
+            (100, 1, "python3", ["python3", "serve.py"], 50, 100, "/"),
+            (101, 100, "worker", [], 50, 100, "/"),
+        ),
+        101,
+        100,
     ),
     (
         "a process init adopted that leads neither the session nor the group: a daemon, not the job",
-        facts(INIT, (100, 1, "helperd", ["helperd"], 50, 50, "/"),
-              (101, 100, "python3", ["python3", "x.py"], 50, 50, "/")),
-        101, 101,
+        facts(
+            INIT,
+            (100, 1, "helperd", ["helperd"], 50, 50, "/"),
+            (101, 100, "python3", ["python3", "x.py"], 50, 50, "/"),
+        ),
+        101,
+        101,
     ),
     (
         "another cgroup above: the job stops below it",
-        facts(INIT, (100, 1, "sh", ["sh", "-c", "run"], 100, 100, "/system.slice/a.service"),
-              (101, 100, "python3", ["python3", "x.py"], 100, 100, "/system.slice/b.service")),
-        101, 101,
+        facts(
+            INIT,
+            (100, 1, "sh", ["sh", "-c", "run"], 100, 100, "/system.slice/a.service"),
+            (101, 100, "python3", ["python3", "x.py"], 100, 100, "/system.slice/b.service"),
+        ),
+        101,
+        101,
     ),
     (
         "nsys under a login shell: nsys is the root, the launcher and workers below it",
-        facts(INIT, (40, 1, "sshd", ["sshd: alice"], 40, 40, "/"),
-              (50, 40, "bash", ["-bash"], 50, 50, "/"),
-              (60, 50, "nsys", ["nsys", "profile", "python3"], 50, 60, "/"),
-              (70, 60, "python3", ["python3", "-m", "sglang.launch_server"], 50, 60, "/"),
-              (71, 70, "scheduler_TP0", [], 50, 60, "/")),
-        71, 60,
+        facts(
+            INIT,
+            (40, 1, "sshd", ["sshd: alice"], 40, 40, "/"),
+            (50, 40, "bash", ["-bash"], 50, 50, "/"),
+            (60, 50, "nsys", ["nsys", "profile", "python3"], 50, 60, "/"),
+            (70, 60, "python3", ["python3", "-m", "sglang.launch_server"], 50, 60, "/"),
+            (71, 70, "scheduler_TP0", [], 50, 60, "/"),
+        ),
+        71,
+        60,
     ),
     (
         "the display stack: an X server's parents are the display manager's",
-        facts(INIT, (100, 1, "gdm3", ["/usr/sbin/gdm3"], 100, 100, "/"),
-              (110, 100, "gdm-session-wor", ["gdm-session-worker"], 100, 100, "/"),
-              (120, 110, "Xorg", ["/usr/lib/xorg/Xorg", "vt2"], 100, 100, "/")),
-        120, 120,
+        facts(
+            INIT,
+            (100, 1, "gdm3", ["/usr/sbin/gdm3"], 100, 100, "/"),
+            (110, 100, "gdm-session-wor", ["gdm-session-worker"], 100, 100, "/"),
+            (120, 110, "Xorg", ["/usr/lib/xorg/Xorg", "vt2"], 100, 100, "/"),
+        ),
+        120,
+        120,
     ),
     (
         "pid 1 holding GPU memory is its own root (and never in a plan)",
         facts(INIT),
-        1, 1,
+        1,
+        1,
     ),
     (
         "sessions and cgroups unknown (an old collector): the names alone decide",
-        facts((1, 0, "init", [], None, None, None), (100, 1, "bash", ["bash", "run.sh"], None, None, None),
-              (101, 100, "python3", ["python3"], None, None, None)),
-        101, 100,
+        facts(
+            (1, 0, "init", [], None, None, None),
+            (100, 1, "bash", ["bash", "run.sh"], None, None, None),
+            (101, 100, "python3", ["python3"], None, None, None),
+        ),
+        101,
+        100,
     ),
 ]
 
@@ -190,8 +227,16 @@ def test_the_client_roots_trees_by_the_same_rule(
     from gputui.core.model import Gpu, GpuProcess, HostSnapshot
 
     procs = tuple(
-        Proc(pid=f.pid, ppid=f.ppid, name=f.name, cmdline=tuple(f.cmdline or ()), sid=f.session, pgid=f.pgrp,
-             cgroup=f.cgroup, gpu_memory_mib={0: 100} if f.pid == holder else {})
+        Proc(
+            pid=f.pid,
+            ppid=f.ppid,
+            name=f.name,
+            cmdline=tuple(f.cmdline or ()),
+            sid=f.session,
+            pgid=f.pgrp,
+            cgroup=f.cgroup,
+            gpu_memory_mib={0: 100} if f.pid == holder else {},
+        )
         for f in table.values()
     )
     gpu = Gpu(index=0, processes=(GpuProcess(pid=holder, used_mib=100),))

@@ -160,7 +160,8 @@ def test_without_escalation_a_term_ignorer_is_reported_still_running():
     # With a wait, the agent says after it that the process is still there.
     outcomes = _kill(link, _snap(link), [DETOKENIZER_PID], wait_s=0.05)
     assert [(o["stage"], o["signal"], o["result"]) for o in outcomes] == [
-        ("signal", "TERM", "sent"), ("wait", None, "still_alive")
+        ("signal", "TERM", "sent"),
+        ("wait", None, "still_alive"),
     ]
     assert outcomes[-1]["detail"] == "still alive 0.05 s after TERM"
 
@@ -169,8 +170,15 @@ def _detached_tree_kill(link: SimLink, escalate_s: float) -> dict:
     """The launcher's tree, TERM then KILL after ``escalate_s``; the first answer, right after the signals."""
     snap = _snap(link)
     launcher = {"pid": LAUNCHER_PID, "start_ticks": snap.process(LAUNCHER_PID).start_ticks}
-    command = {"cmd": "kill", "boot_id": snap.boot_id, "signal": "TERM", "tree": True,
-               "escalate_s": escalate_s, "detach": True, "targets": [launcher]}
+    command = {
+        "cmd": "kill",
+        "boot_id": snap.boot_id,
+        "signal": "TERM",
+        "tree": True,
+        "escalate_s": escalate_s,
+        "detach": True,
+        "targets": [launcher],
+    }
     return link.request(command, 5)
 
 
@@ -332,7 +340,7 @@ def test_the_wedged_server_stalls_and_the_healthy_one_is_busy_for_a_while():
     # The counter stops at the wedge: health failing with tokens a moment ago is BUSY, then STALLED for good.
     assert wedged[6] == "BUSY"
     assert "STALLED" in wedged
-    assert set(wedged[wedged.index("STALLED"):]) == {"STALLED"}
+    assert set(wedged[wedged.index("STALLED") :]) == {"STALLED"}
     healthy = _judged_states("gpu-node-08", 100)
     assert set(healthy[:15]) == {"UP"}
     assert set(healthy[16:90]) == {"BUSY"}  # /health times out while tokens keep flowing

@@ -85,8 +85,10 @@ def test_extra_columns_are_ignored() -> None:
 
 
 def test_header_blank_and_junk_lines_give_no_gpu() -> None:
-    header = "index, name, uuid, pci.bus_id, memory.used [MiB], memory.total [MiB], utilization.gpu [%], " \
-             "temperature.gpu, power.draw [W], power.limit [W]"
+    header = (
+        "index, name, uuid, pci.bus_id, memory.used [MiB], memory.total [MiB], utilization.gpu [%], "
+        "temperature.gpu, power.draw [W], power.limit [W]"
+    )
     assert parse_smi_gpu_output(header + "\n") == []
     assert parse_smi_gpu_output("") == []
     assert parse_smi_gpu_line("No devices were found") is None
@@ -121,7 +123,10 @@ def test_a_lost_gpu_is_an_error_row_at_its_place_in_bus_order() -> None:
     # nvidia-smi renumbers what it can read (0, 1, 2): the lost GPU then takes the first free index.
     renumbered = parse_smi_gpu_output("\n".join([_line(0, 0x17), _line(1, 0x2A), _line(2, 0x5D), LOST_3B]))
     assert [(g["index"], g.get("error")) for g in renumbered] == [
-        (0, None), (1, None), (2, None), (3, "GPU is lost")
+        (0, None),
+        (1, None),
+        (2, None),
+        (3, "GPU is lost"),
     ]
     # The same bus as a listed GPU is that GPU, already shown.
     assert len(parse_smi_gpu_output("\n".join([_line(0, 0x3B), LOST_3B]))) == 1
@@ -147,8 +152,10 @@ def test_compute_apps() -> None:
         "GPU-a, 4242, 40960\nGPU-a, 4243, [N/A]\nGPU-b, [N/A], 3\n\nGPU-c, x, 1\nshort\nGPU-b, 99, 12 MiB\n"
     )
     assert apps == {
-        "GPU-a": [{"pid": 4242, "used_mib": 40960, "type": "compute"},
-                  {"pid": 4243, "used_mib": None, "type": "compute"}],
+        "GPU-a": [
+            {"pid": 4242, "used_mib": 40960, "type": "compute"},
+            {"pid": 4243, "used_mib": None, "type": "compute"},
+        ],
         "GPU-b": [{"pid": 99, "used_mib": 12, "type": "compute"}],
     }
 
@@ -183,9 +190,15 @@ def test_any_text_parses_without_raising(text: str) -> None:
 numbers = st.integers(min_value=0, max_value=10**6)
 missing = st.sampled_from(MISSING)
 name_parts = st.lists(
-    st.text(alphabet=st.characters(blacklist_characters=',"\n\r', blacklist_categories=("Cs",)), min_size=1,
-            max_size=12).map(str.strip).filter(lambda s: s and not s.startswith(("GPU-", "MIG-", "["))),
-    min_size=1, max_size=3,
+    st.text(
+        alphabet=st.characters(blacklist_characters=',"\n\r', blacklist_categories=("Cs",)),
+        min_size=1,
+        max_size=12,
+    )
+    .map(str.strip)
+    .filter(lambda s: s and not s.startswith(("GPU-", "MIG-", "["))),
+    min_size=1,
+    max_size=3,
 )
 
 
@@ -203,8 +216,19 @@ name_parts = st.lists(
 def test_generated_lines_keep_every_value_or_none(
     index: int, name: list[str], used: Any, total: Any, util: Any, temp: Any, power: Any, extra: list[str]
 ) -> None:
-    fields = [str(index), ", ".join(name), f"GPU-{index:04d}", f"00000000:{index:02X}:00.0", str(used),
-              str(total), str(util), str(temp), str(power), "600.00", *extra]
+    fields = [
+        str(index),
+        ", ".join(name),
+        f"GPU-{index:04d}",
+        f"00000000:{index:02X}:00.0",
+        str(used),
+        str(total),
+        str(util),
+        str(temp),
+        str(power),
+        "600.00",
+        *extra,
+    ]
     gpu = parse_smi_gpu_line(", ".join(fields))
     assert gpu is not None
     _check_typed(gpu)
@@ -222,7 +246,7 @@ def test_generated_lines_keep_every_value_or_none(
 
 # -- the long-lived process, with a fake nvidia-smi --------------------------------------------------------
 
-FAKE_SMI = r'''#!{python}
+FAKE_SMI = r"""#!{python}
 import os, sys, time
 here = os.environ["FAKE_SMI_DIR"]
 def read(name):
@@ -252,7 +276,7 @@ elif "-lms" in args:
         sys.stdout.write(read("gpus"))
         sys.stdout.flush()
         time.sleep(period_s)
-'''
+"""
 
 
 def make_fake_smi(tmp_path: Path) -> tuple[Path, dict[str, str]]:
@@ -295,8 +319,10 @@ def test_nvidia_smi_mode_only_where_the_nvml_library_cannot_be_loaded(
 def test_long_lived_nvidia_smi_mode(tmp_path: Path) -> None:
     data, env = make_fake_smi(tmp_path)
     (data / "gpus").write_text(gpu_lines(["3", "3"]))
-    with script(SLEEPER, ["sleeper"]) as holder, \
-            agent_process("--no-pynvml", "--interval", "0.1", env=env) as agent:
+    with (
+        script(SLEEPER, ["sleeper"]) as holder,
+        agent_process("--no-pynvml", "--interval", "0.1", env=env) as agent,
+    ):
         pid = holder.pids["sleeper"]
         assert agent.hello["mode"] == "smi"
         assert agent.hello["error"] is None
@@ -309,8 +335,10 @@ def test_long_lived_nvidia_smi_mode(tmp_path: Path) -> None:
 
         (data / "apps").write_text(f"GPU-0001, {pid}, 30000\n")
         (data / "gpus").write_text(gpu_lines(["3", "30003"]))
-        wait_for(lambda: [g["memory_used_mib"] for g in agent.sample()["gpus"]] == [3, 30003],
-                 "the long-lived nvidia-smi to report the new figure")
+        wait_for(
+            lambda: [g["memory_used_mib"] for g in agent.sample()["gpus"]] == [3, 30003],
+            "the long-lived nvidia-smi to report the new figure",
+        )
         snapshot = agent.sample()
         gpu1 = snapshot["gpus"][1]
         assert gpu1["processes"] == [{"pid": pid, "used_mib": 30000, "type": "compute", "visible": True}]
@@ -323,7 +351,10 @@ def test_long_lived_nvidia_smi_mode(tmp_path: Path) -> None:
         assert len(loops) == 1, calls  # one long-lived process, not one per sample
         assert loops[0].split() == [
             "--query-gpu=index,name,uuid,pci.bus_id,memory.used,memory.total,utilization.gpu,temperature.gpu,"
-            "power.draw,power.limit", "--format=csv,noheader,nounits", "-lms", "100",
+            "power.draw,power.limit",
+            "--format=csv,noheader,nounits",
+            "-lms",
+            "100",
         ]
         assert any(c.startswith("--query-compute-apps=gpu_uuid,pid,used_memory") for c in calls)
 
@@ -334,8 +365,10 @@ def test_long_lived_nvidia_smi_mode(tmp_path: Path) -> None:
         def host_error() -> str | None:
             return agent.sample()["error"]
 
-        wait_for(lambda: (host_error() or "").startswith("NVIDIA driver not loaded (nvidia-smi exit 9)"),
-                 "the exit status 9 to become a host error")
+        wait_for(
+            lambda: (host_error() or "").startswith("NVIDIA driver not loaded (nvidia-smi exit 9)"),
+            "the exit status 9 to become a host error",
+        )
         snapshot = agent.sample()
         assert snapshot["gpus"] == []
         assert agent.proc.poll() is None
@@ -395,8 +428,10 @@ def test_silent_nvidia_smi_is_a_host_error_not_an_empty_host(tmp_path: Path) -> 
     data, env = make_fake_smi(tmp_path)
     (data / "gpus").write_text("")  # the loop runs but prints nothing, like a hung driver call
     with agent_process("--no-pynvml", "--interval", "0.1", env=env) as agent:
-        wait_for(lambda: (agent.sample()["error"] or "").startswith("nvidia-smi has printed no GPU line"),
-                 "the silence to be reported")
+        wait_for(
+            lambda: (agent.sample()["error"] or "").startswith("nvidia-smi has printed no GPU line"),
+            "the silence to be reported",
+        )
         (data / "gpus").write_text(gpu_lines(["3"]))
         wait_for(lambda: agent.sample()["error"] is None, "the first line to clear the error")
         assert [g["memory_used_mib"] for g in agent.sample()["gpus"]] == [3]

@@ -74,11 +74,7 @@ def _write_config(tmp_path: Path) -> Path:
     confd = tmp_path / "conf.d"
     confd.mkdir()
     (confd / "10-jump.conf").write_text(
-        "Host jumpbox\n"
-        "  HostName 127.0.0.5\n"
-        "  Port 2201\n"
-        "  User jumper\n"
-        f"  IdentityFile {keys}/jump_key\n"
+        f"Host jumpbox\n  HostName 127.0.0.5\n  Port 2201\n  User jumper\n  IdentityFile {keys}/jump_key\n"
     )
     (confd / "20-nodes.conf").write_text(
         "Host gpu-a\n"

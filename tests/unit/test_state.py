@@ -132,12 +132,18 @@ def test_watched_ports_are_kept_per_host_and_boot_and_forgotten(xdg: Path) -> No
 
 @pytest.mark.parametrize(
     "content",
-    [b"", b"\xff\xfe", b"[1, 2]", b'{"gpu-a": 7}', b'{"gpu-a": {"boot_id": "boot-1", "killed_time": "x"}}',
-     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": 1e300, "ports": [22]}}',
-     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": NaN, "ports": [22]}}',
-     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": true, "ports": [22]}}',
-     b'{"gpu-a": {"boot_id": "boot-1", "killed_time": %d, "ports": [0, -1, 70000, true, "80", 22]}}'
-     % int(time.time())],
+    [
+        b"",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"gpu-a": 7}',
+        b'{"gpu-a": {"boot_id": "boot-1", "killed_time": "x"}}',
+        b'{"gpu-a": {"boot_id": "boot-1", "killed_time": 1e300, "ports": [22]}}',
+        b'{"gpu-a": {"boot_id": "boot-1", "killed_time": NaN, "ports": [22]}}',
+        b'{"gpu-a": {"boot_id": "boot-1", "killed_time": true, "ports": [22]}}',
+        b'{"gpu-a": {"boot_id": "boot-1", "killed_time": %d, "ports": [0, -1, 70000, true, "80", 22]}}'
+        % int(time.time()),
+    ],
 )
 def test_a_bad_watched_ports_file_is_no_port_and_is_replaced(xdg: Path, content: bytes) -> None:
     path = state_dir() / state.WATCHED_PORTS_FILE

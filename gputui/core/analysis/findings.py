@@ -206,7 +206,7 @@ def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float 
 
 
 def thread_states_text(states: dict[str, int]) -> str:
-    """"2 in D (uninterruptible), 1 in S" from a state letter -> count map."""
+    """ "2 in D (uninterruptible), 1 in S" from a state letter -> count map."""
     return ", ".join(
         f"{count} in {visible(state, 2)}" + (" (uninterruptible)" if state == STATE_UNINTERRUPTIBLE else "")
         for state, count in states.items()

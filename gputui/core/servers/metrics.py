@@ -76,8 +76,15 @@ class EngineMetricNames:
     def all_names(self) -> frozenset[str]:
         """Every name this engine's figures are read from."""
         optional = (self.preemptions, self.engine_tokens_per_s)
-        return frozenset((self.running, self.waiting, self.generation_tokens, *self.kv_cache_usage,
-                          *(name for name in optional if name is not None)))
+        return frozenset(
+            (
+                self.running,
+                self.waiting,
+                self.generation_tokens,
+                *self.kv_cache_usage,
+                *(name for name in optional if name is not None),
+            )
+        )
 
 
 ENGINE_METRIC_NAMES = (

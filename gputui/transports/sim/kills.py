@@ -19,6 +19,7 @@ def _true_zombie(proc: SimProc) -> bool:
     signalled like a live process: a signal ends its threads as soon as they are out of the driver."""
     return proc.state == "Z" and not proc.live_threads
 
+
 class SimKills:
     """The kill half of ``SimLink``: the protocol's kill commands against the simulated processes.
 

@@ -90,6 +90,7 @@ VLLM_CMDLINE = (
     "8000",
 )
 
+
 @dataclass(frozen=True)
 class SimServerLoad:
     """What a simulated server's metrics say (its counter grows by ``generation_tokens_per_s``)."""

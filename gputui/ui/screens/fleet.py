@@ -40,7 +40,6 @@ TICK_S = 1.0
 """Ages are redrawn this often while no fresh answer comes (Prometheus down or slow)."""
 
 
-
 class FleetScreen(Screen[None]):
     """The fleet overview.
 
@@ -165,9 +164,7 @@ class FleetScreen(Screen[None]):
 
     def _show(self) -> None:
         since = 0.0 if self._sample_received_s is None else self._clock() - self._sample_received_s
-        self._rows = {
-            name: summarize(host, since, self._stale_after_s) for name, host in self._hosts.items()
-        }
+        self._rows = {name: summarize(host, since, self._stale_after_s) for name, host in self._hosts.items()}
         needle = self.filter_text.strip().lower()
         shown = [row for name, row in self._rows.items() if matches(row, self._hosts[name], needle)]
         shown.sort(key=sort_key(self.sort_mode))
@@ -176,8 +173,13 @@ class FleetScreen(Screen[None]):
             table.show(shown)
             answer_age = None if self._sample_received_s is None else since
             summary = summary_text(
-                self._source_name, list(self._rows.values()), len(shown), self.sort_mode, self.filter_text,
-                self._error, answer_age,
+                self._source_name,
+                list(self._rows.values()),
+                len(shown),
+                self.sort_mode,
+                self.filter_text,
+                self._error,
+                answer_age,
             )
             self.query_one(FleetSummary).show(summary)
             self._show_detail(table.selected_host)

@@ -67,9 +67,7 @@ def series_text(series: Series, points: Sequence[GpuPoint]) -> Text:
         return line
     line.append(f"{_figure(values[-1])} {series.unit} now", style="bold")
     span_s = points[-1].at_s - points[0].at_s if len(points) > 1 else 0.0
-    line.append(
-        f" · {_figure(min(values))}–{_figure(max(values))} over {duration(span_s)}", style="dim"
-    )
+    line.append(f" · {_figure(min(values))}–{_figure(max(values))} over {duration(span_s)}", style="dim")
     return line
 
 
@@ -209,4 +207,3 @@ class GpuDetailScreen(Screen[None]):
 
     def action_close(self) -> None:
         self.app.pop_screen()
-

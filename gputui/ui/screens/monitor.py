@@ -406,8 +406,11 @@ class MonitorScreen(Screen[None]):
     def action_help(self) -> None:
         app = self.gputui
         rows = keymap.help_rows(
-            keymap.MONITOR_HELP_SCOPES, read_only=app.settings.read_only, hosts=len(app.hosts),
-            fleet=app.fleet is not None, escalate_s=app.settings.escalate_s,
+            keymap.MONITOR_HELP_SCOPES,
+            read_only=app.settings.read_only,
+            hosts=len(app.hosts),
+            fleet=app.fleet is not None,
+            escalate_s=app.settings.escalate_s,
         )
         app.push_screen(HelpScreen(rows, app.settings.read_only))
 

@@ -161,7 +161,7 @@ def group_text(
 
 
 def _defunct_leaders_line(row: FindingRow, snapshot: HostSnapshot | None) -> Text:
-    """"7 defunct leaders (4241–4247) for 20 s, 14 threads alive (14 in D), holding 288644 MiB"."""
+    """ "7 defunct leaders (4241–4247) for 20 s, 14 threads alive (14 in D), holding 288644 MiB"."""
     pids = [f.pid for f in row.findings if f.pid is not None]
     line = Text(f"{len(row.findings)} defunct leaders ({pid_ranges(pids)})")
     age_s = _oldest_age_s(row, snapshot)

@@ -42,13 +42,25 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
         fixed = (("base", " base", 5), ("memory", "   memory", 10), ("age", " age", 13))
     elif width < WIDE_MIN_CELLS:
         fixed = (
-            ("base", " base", 5), ("bar", " mem", 9), ("memory", "    used", 10), ("util", " util", 5),
-            ("hottest", " hottest", 11), ("xid", " xid", 9), ("age", " age", 12), ("server", " server", 32),
+            ("base", " base", 5),
+            ("bar", " mem", 9),
+            ("memory", "    used", 10),
+            ("util", " util", 5),
+            ("hottest", " hottest", 11),
+            ("xid", " xid", 9),
+            ("age", " age", 12),
+            ("server", " server", 32),
         )
     else:
         fixed = (
-            ("base", " base", 5), ("bar", " mem", 17), ("memory", "    used", 10), ("util", " util", 5),
-            ("hottest", " hottest", 16), ("xid", " xid", 12), ("age", " age", 14), ("server", " server", 40),
+            ("base", " base", 5),
+            ("bar", " mem", 17),
+            ("memory", "    used", 10),
+            ("util", " util", 5),
+            ("hottest", " hottest", 16),
+            ("xid", " xid", 12),
+            ("age", " age", 14),
+            ("server", " server", 40),
         )
     host = max(HOST_MIN_CELLS, min(HOST_MAX_CELLS, width - sum(cells for _, _, cells in fixed) - 2))
     return (("host", " host", host), *fixed)

@@ -78,7 +78,7 @@ def resample(values: Sequence[float], width_cells: int) -> list[float]:
     if len(values) <= width_cells:
         return values
     step = len(values) / width_cells
-    return [max(values[int(i * step):int((i + 1) * step) or 1]) for i in range(width_cells)]
+    return [max(values[int(i * step) : int((i + 1) * step) or 1]) for i in range(width_cells)]
 
 
 def curve(values: Sequence[int], width_cells: int) -> str:

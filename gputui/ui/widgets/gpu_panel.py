@@ -52,7 +52,11 @@ class GpuPanel(Widget):
         """The user left the panel (Esc)."""
 
     def __init__(
-        self, *, id: str | None = None, classes: str | None = None, selectable: bool = False  # noqa: A002
+        self,
+        *,
+        id: str | None = None,
+        classes: str | None = None,
+        selectable: bool = False,  # noqa: A002
     ) -> None:
         super().__init__(id=id, classes=classes)
         self.can_focus = selectable

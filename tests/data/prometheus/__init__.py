@@ -29,8 +29,9 @@ def load_answer(name: str = "fleet.json") -> dict[str, Any]:
     return json.loads((HERE / name).read_text())
 
 
-def recorded_fleet_app(fetch: Fetch, clock: Callable[[], float], audit_dir: Path,
-                       refresh_s: float = 3600.0) -> tuple[GpuTuiApp, FleetScreen]:
+def recorded_fleet_app(
+    fetch: Fetch, clock: Callable[[], float], audit_dir: Path, refresh_s: float = 3600.0
+) -> tuple[GpuTuiApp, FleetScreen]:
     """The app on the fleet view, asking ``fetch`` instead of Prometheus; hosts open as simulated ones."""
     from gputui.core.analysis import Baselines
     from gputui.core.fleet import analyze_fleet, ssh_target_for
@@ -51,8 +52,14 @@ def recorded_fleet_app(fetch: Fetch, clock: Callable[[], float], audit_dir: Path
     )
     options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05)
     app = GpuTuiApp(
-        [], lambda target: SimLink(target, options, clock=clock), clock=clock, memory_interval_s=0.05,
-        process_interval_s=0.05, notify_timeout_s=600.0, audit_dir=audit_dir, fleet=fleet,
+        [],
+        lambda target: SimLink(target, options, clock=clock),
+        clock=clock,
+        memory_interval_s=0.05,
+        process_interval_s=0.05,
+        notify_timeout_s=600.0,
+        audit_dir=audit_dir,
+        fleet=fleet,
     )
     return app, fleet
 
@@ -67,8 +74,11 @@ def _series_of(document: Mapping[str, Any], host: str) -> tuple[list[dict[str, A
     result = document["data"]["result"]
     mine = [item for item in result if item["metric"].get("Hostname") == host]
     instance = mine[0]["metric"]["instance"]
-    ups = [item for item in result if item["metric"].get("__name__") == "up"
-           and item["metric"].get("instance") == instance]
+    ups = [
+        item
+        for item in result
+        if item["metric"].get("__name__") == "up" and item["metric"].get("instance") == instance
+    ]
     return mine + ups, instance
 
 

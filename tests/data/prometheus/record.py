@@ -37,8 +37,9 @@ HERE = Path(__file__).parent
 Figures = list[tuple[str, "int | None", dict[str, float]]]
 
 
-def _record(hosts: list[dict], servers: dict[str, str], figures: Figures, series: int, dead: str,
-            after_s: float) -> dict:
+def _record(
+    hosts: list[dict], servers: dict[str, str], figures: Figures, series: int, dead: str, after_s: float
+) -> dict:
     """Serve ``hosts`` (server endpoints labelled with the host they run on), set ``figures``, wait until
     Prometheus has ``series`` FB_USED series and a few samples of each, stop ``dead``'s exporter, and return
     the answer to gputui's query ``after_s`` after Prometheus marked its series stale."""
@@ -83,11 +84,22 @@ def record_demo() -> dict:
     figures: Figures = []
     for name in ("h100-02", "h100-05", "a100-03", "a100-07"):
         for gpu in range(8):
-            figures.append((name, gpu, {"used": rnd.randint(60000, 78000), "util": rnd.randint(70, 100),
-                                        "temp": rnd.randint(60, 86), "power": rnd.uniform(380, 690)}))
+            figures.append(
+                (
+                    name,
+                    gpu,
+                    {
+                        "used": rnd.randint(60000, 78000),
+                        "util": rnd.randint(70, 100),
+                        "temp": rnd.randint(60, 86),
+                        "power": rnd.uniform(380, 690),
+                    },
+                )
+            )
     for gpu in (0, 1, 2):
-        figures.append(("h100-07", gpu, {"used": rnd.randint(20000, 40000), "util": rnd.randint(10, 40),
-                                         "temp": 55}))
+        figures.append(
+            ("h100-07", gpu, {"used": rnd.randint(20000, 40000), "util": rnd.randint(10, 40), "temp": 55})
+        )
     figures += [
         ("a100-07", 5, {"xid": 79}),
         ("vllm-h100-02", None, {"running": 12, "waiting": 3}),
