@@ -26,6 +26,7 @@ from gputui.transports.prometheus import (
     PrometheusError,
     PrometheusSource,
 )
+from gputui.transports.prometheus.query import LOOKBACK_STEP
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.fleet import FleetScreen
 from gputui.ui.widgets.fleet_summary import FleetSummary
@@ -153,7 +154,9 @@ def test_a_killed_exporter_goes_stale_with_the_age_of_its_data(
     server = prometheus_fleet.prometheus()
     source = PrometheusSource(FleetSettings(url=server.url))
     _sample_until(source, lambda h: {"gpu-a", "gpu-b"} <= set(h), "both hosts")
-    time.sleep(3.0)  # a few samples of gpu-b, as any exporter that ran for a while
+    # A few samples of gpu-b, as any exporter that ran for a while: at least one step of the subquery that
+    # finds when a target was last up must fall while it is up, or a dead exporter's data has no age.
+    time.sleep(float(LOOKBACK_STEP.rstrip("s")) + 1.5)
     doomed.kill()
     killed_at = time.time()
     hosts = _sample_until(source, lambda h: h["gpu-b"].stale, "gpu-b stale")
