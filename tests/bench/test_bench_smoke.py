@@ -9,47 +9,46 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 RUN_BENCH = Path(__file__).with_name("run_bench.py")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_section_one_prints_a_table_of_measured_figures(tmp_path: Path) -> None:
+def _run_bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """``run_bench.py ARGS`` with its cache under ``tmp_path``: the finished run and the rows it wrote."""
     rows_path = tmp_path / "rows.json"
-    env = dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache"))
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(RUN_BENCH),
-            "--section",
-            "1",
-            "--quick",
-            "--no-peers",
-            "--processes",
-            "40",
-            "--json",
-            str(rows_path),
-        ],
+        [sys.executable, str(RUN_BENCH), *args, "--json", str(rows_path)],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=REPO_ROOT,
-        env=env,
+        env=dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache")),
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc, json.loads(rows_path.read_text())["rows"]
+
+
+def _assert_measured(row: dict[str, Any]) -> None:
+    """A figure that was measured: a finite positive number, never a placeholder."""
+    assert isinstance(row["value"], float), row
+    assert math.isfinite(row["value"]), row
+    assert row["value"] > 0, row
+
+
+def test_section_one_prints_a_table_of_measured_figures(tmp_path: Path) -> None:
+    proc, listed = _run_bench(tmp_path, "--section", "1", "--quick", "--no-peers", "--processes", "40")
     header = next(line for line in proc.stdout.splitlines() if line.startswith("sec "))
     assert header.split()[:4] == ["sec", "metric", "median", "unit"]
-    rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
+    rows = {row["metric"]: row for row in listed}
     for metric in (
         "pynvml floor: memory+process lists x8",
         "gputui agent: full sample",
         "gputui agent: memory-only sample",
     ):
-        value = rows[metric]["value"]
-        assert isinstance(value, float), rows[metric]
-        assert math.isfinite(value), rows[metric]
-        assert value > 0, rows[metric]
+        _assert_measured(rows[metric])
         # The same figure is on the printed table, as a number.
         line = next(line for line in proc.stdout.splitlines() if metric in line)
         assert re.search(r"\s\d+(\.\d+)?\s+CPU ms/sample", line), line
@@ -61,61 +60,25 @@ def test_section_one_prints_a_table_of_measured_figures(tmp_path: Path) -> None:
 
 
 def test_the_metrics_section_prints_measured_figures(tmp_path: Path) -> None:
-    rows_path = tmp_path / "rows.json"
-    proc = subprocess.run(
-        [sys.executable, str(RUN_BENCH), "--section", "7", "--quick", "--json", str(rows_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO_ROOT,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
+    _, listed = _run_bench(tmp_path, "--section", "7", "--quick")
+    rows = {row["metric"]: row for row in listed}
     for engine in ("vllm", "sglang"):
         probes = [
             row for metric, row in rows.items() if metric.startswith(f"{engine} metrics probe + filter")
         ]
         assert probes
         for row in probes + [rows[f"{engine} client parse + state update"]]:
-            assert isinstance(row["value"], float), row
-            assert math.isfinite(row["value"]), row
-            assert row["value"] > 0, row
+            _assert_measured(row)
         wire = rows[f"{engine} metrics on the wire per sample"]
         assert 0 < wire["value"] < 2048, wire  # a few hundred bytes of a ~50 KB body
         assert re.search(r"of a \d{5} B body", wire["compare"]), wire
 
 
 def test_the_overhead_section_prints_the_collector_start_with_its_target(tmp_path: Path) -> None:
-    rows_path = tmp_path / "rows.json"
-    env = dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache"))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(RUN_BENCH),
-            "--section",
-            "8",
-            "--overhead",
-            "start",
-            "--quick",
-            "--no-peers",
-            "--processes",
-            "40",
-            "--json",
-            str(rows_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO_ROOT,
-        env=env,
-        check=False,
+    _, rows = _run_bench(
+        tmp_path, "--section", "8", "--overhead", "start", "--quick", "--no-peers", "--processes", "40"
     )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(rows_path.read_text())["rows"]
     start = next(row for row in rows if row["metric"].startswith("collector start"))
-    assert isinstance(start["value"], float), start
-    assert math.isfinite(start["value"]), start
-    assert start["value"] > 0, start
+    _assert_measured(start)
     assert start["target"] == "<= 50 ms", start
     assert start["verdict"] in ("PASS", "FAIL"), start
