@@ -26,7 +26,7 @@ from typing import Any
 from gputui import __version__
 from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
-from gputui.transports.base import SSH_CLIENTS
+from gputui.core.link import SSH_CLIENTS
 
 SUBCOMMANDS = ("snapshot", "check", "kill")
 KILL_DESCRIPTION = """\
@@ -355,9 +355,9 @@ def _known_host(word: str, args: argparse.Namespace) -> bool:
         return True
     if word in _etc_hosts_names():
         return True
-    from gputui.transports.base import LinkError
-    from gputui.transports.hostkeys import known_key_types, load_known_hosts, lookup_name
-    from gputui.transports.sshconfig import resolve
+    from gputui.core.link import LinkError
+    from gputui.transports.ssh.config import resolve
+    from gputui.transports.ssh.knownhosts import known_key_types, load_known_hosts, lookup_name
 
     try:
         settings = resolve(word, getattr(args, "ssh_config", None))

@@ -2,7 +2,7 @@
 
 A package that imports nothing outside the standard library (pynvml and psutil when the host has them) and
 runs on Python 3.8 or newer. It runs in-process for the local host (``gputui.transports.local``) and is
-shipped over SSH for remote hosts (``gputui.transports.bundle``: its modules, and the client's own pynvml,
+shipped over SSH for remote hosts (``gputui.transports.ssh.bundle``: its modules, and the client's own pynvml,
 served by a small importer in the remote ``python3``, nothing installed there). It never imports the client.
 
 * ``protocol``: versions, command, stage, result, state and mode names, and the message shapes;
@@ -26,7 +26,7 @@ SHIPPED_AS_SOURCE = (
     "gpu.smi",
     "gpu.smiparse",
     "gpu.none",
-    "threads",
+    "proc.threads",
 )
 """Modules most hosts never import (the HTTP client of the probes, the metrics filter, the nvidia-smi backend,
 the threads of a defunct leader): the bundle carries them as source only, for the remote python to compile on

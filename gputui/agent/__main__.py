@@ -2,6 +2,6 @@
 
 import sys
 
-from .serve import main
+from gputui.agent.remote.serve import main
 
 sys.exit(main())

@@ -13,19 +13,19 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
-from . import commands
-from .details import psutil_installed
-from .gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
-from .kill import KillContext
-from .kills import KillOperations
-from .ports import Listeners
-from .processes import FULL_SWEEP_EVERY, ProcessSampler
-from .procfs import in_child_pid_namespace, json_safe, read_boot_id
-from .protocol import MODE_SMI, VERSION, hello, snapshot
-from .wire import wire_text
+from gputui.agent import answers as commands
+from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
+from gputui.agent.kill.operation import KillContext
+from gputui.agent.kill.operations import KillOperations
+from gputui.agent.proc.details import psutil_installed
+from gputui.agent.proc.ports import Listeners
+from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
+from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
+from gputui.agent.protocol import MODE_SMI, VERSION, hello, snapshot
+from gputui.agent.wire import wire_text
 
 if TYPE_CHECKING:
-    from .health.prober import HealthProber
+    from gputui.agent.health.prober import HealthProber
 
 DRAIN_DROP_MIB = 8
 """A GPU whose used memory fell by more than this since the last sample is draining."""
@@ -132,7 +132,7 @@ class Agent:
         """The health prober, made on first use with the settings the collector was started with."""
         with self._health_lock:
             if self._health is None:
-                from .health.prober import HealthProber
+                from gputui.agent.health.prober import HealthProber
 
                 urls, discover, generate, metrics_urls = self._health_settings
                 self._health = HealthProber(
@@ -157,7 +157,7 @@ class Agent:
         """Add (and retire) discovered health URLs. The prober, its thread and the HTTP modules are loaded
         once a launcher is found (or something is configured), not for a host that runs none."""
         if self._health is None:
-            from .health.discovery import discover_health_urls
+            from gputui.agent.health.discovery import discover_health_urls
 
             if not discover_health_urls(processes):
                 return

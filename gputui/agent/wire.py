@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .textpolicy import TEXT_ELLIPSIS
+from gputui.agent.textpolicy import TEXT_ELLIPSIS
 
 MIB = 1024 * 1024
 WIRE_CMDLINE_BYTES = 4096

@@ -25,6 +25,7 @@ from gputui.core.analysis import (
     gpu_memory_by_pid,
 )
 from gputui.core.cleanslate import busy_port_reason, busy_ports
+from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, Verdict, snapshots_document
 from gputui.core.servers import failing_servers, judge_once
 from gputui.core.state import (
@@ -35,7 +36,6 @@ from gputui.core.state import (
     save_watched_ports,
 )
 from gputui.core.textsafe import json_visible, visible
-from gputui.transports.base import HostLink, LinkError, full_sample, one_shot_sample
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -365,7 +365,7 @@ def wait_line(waited_s: float | None, wait_s: float, known: bool) -> str | None:
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run ``gputui check``; returns the exit status (0 clean, 1 not clean, 2 could not tell)."""
     if getattr(args, "fleet", None) is not None:
-        from gputui.commands.fleet import run_fleet_check
+        from gputui.commands.fleet_report import run_fleet_check
 
         return run_fleet_check(args, out, err)
     out = sys.stdout if out is None else out

@@ -165,7 +165,7 @@ def expand_targets(words: list[str], hosts_file: Path | None, config: Config) ->
 
 def _fleet_choice(args: argparse.Namespace, config: Config) -> FleetChoice:
     # Imported here: every other command line starts without the Prometheus client and the analysis.
-    from gputui.core.fleet import DEFAULT_REFRESH_S, DEFAULT_SSH_TARGET, check_template
+    from gputui.core.fleet_rows import DEFAULT_REFRESH_S, DEFAULT_SSH_TARGET, check_template
     from gputui.transports.prometheus import (
         DEFAULT_HOST_LABEL,
         DEFAULT_STALE_AFTER_S,

@@ -44,10 +44,10 @@ from gputui.core.actions import (
 )
 from gputui.core.analysis import find_survivors
 from gputui.core.cleanslate import watched_ports
+from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Finding, HostSnapshot
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
-from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1

@@ -11,10 +11,10 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
+from gputui.core.link import LinkError, one_shot_sample
 from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.core.servers import judge_once
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
-from gputui.transports.base import LinkError, one_shot_sample
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -148,7 +148,7 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
     the cause is one line on stderr. With ``--json`` the document is printed even then (errors are data).
     """
     if getattr(args, "fleet", None) is not None:
-        from gputui.commands.fleet import run_fleet_snapshot
+        from gputui.commands.fleet_report import run_fleet_snapshot
 
         return run_fleet_snapshot(args, out, err)
     out = out or sys.stdout

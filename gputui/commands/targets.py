@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from gputui.core.config import Config
-from gputui.transports.base import SSH_CLIENTS, HostLink, LinkOptions
+from gputui.core.link import SSH_CLIENTS, HostLink, LinkOptions
 
 LOCAL_TARGET = "local"
 DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
+from gputui.core.link import HostLink
 from gputui.core.textsafe import visible
-from gputui.transports.base import HostLink
 
 if TYPE_CHECKING:
     from gputui.ui.app import GpuTuiApp
@@ -94,7 +94,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
 
     fleet = None
     if getattr(args, "fleet", None) is not None:
-        from gputui.commands.fleet import build_fleet_screen
+        from gputui.commands.fleet_report import build_fleet_screen
 
         fleet = build_fleet_screen(args, clock)
     theme = getattr(args, "theme", None)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gputui.transports.base import SSH_CLIENTS
+from gputui.core.link import SSH_CLIENTS
 
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""

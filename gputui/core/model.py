@@ -175,12 +175,13 @@ class Proc:
         cmdline: The argv list; may be empty (kernel threads, zombies).
         cmdline_truncated: The collector cut ``cmdline`` to keep its stream lines small (a process may carry
             megabytes of argv); the whole text is one ``process`` command away
-            (``gputui.transports.base.process_text``).
+            (``gputui.core.link.process_text``).
         pgid: Its process group id (field 5 of /proc/<pid>/stat), None when the collector did not say. A tree
             kill also signals the members of groups led by tree members, so a double-forked grandchild whose
             middle parent died still belongs to its launcher's tree through this.
         sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
-        cgroup: The cgroup that tells its job apart (``gputui.agent.procfs.parse_cgroup``), None when unknown.
+        cgroup: The cgroup that tells its job apart (``gputui.agent.proc.procfs.parse_cgroup``), None when
+            unknown.
         live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
             other process, or when they could not be read.
         listen_ports: The TCP ports it has in LISTEN, sorted (read for the processes of GPU jobs only).

@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 from gputui.agent.collector import Agent
+from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import HostLink, LinkError, LinkOptions
 
 LOCAL_TARGET = "local"
 

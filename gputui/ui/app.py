@@ -23,19 +23,19 @@ from textual.screen import Screen
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
 from gputui.core.analysis import Baselines
+from gputui.core.link import HostLink
 from gputui.core.servers import ServerWatch
 from gputui.core.textsafe import visible
-from gputui.transports.base import HostLink
-from gputui.transports.hostkeys import UnknownHostKey
-from gputui.transports.ssh import hostkeys as ssh_hostkeys
+from gputui.transports.ssh import trust as ssh_hostkeys
+from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui import keymap
-from gputui.ui.cleancheck import CleanChecks
-from gputui.ui.hosts import HostKeyAcceptor, Hosts, HostState
-from gputui.ui.killflow import KillFlow
 from gputui.ui.screens.fleet import FleetScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.screens.monitor import MonitorScreen
+from gputui.ui.session.cleancheck import CleanChecks
+from gputui.ui.session.hosts import HostKeyAcceptor, Hosts, HostState
+from gputui.ui.session.killflow import KillFlow
 from gputui.ui.theme import ThemeStore
 from gputui.ui.widgets.host_bar import HostStatus
 
@@ -82,7 +82,7 @@ class GpuTuiApp(App[int]):
         audit_dir: Where the audit log goes (None: the XDG state directory).
         audit: Write the audit log (False: ``--no-audit``, and the demo, whose kills are simulated).
         accept_host_key: Records a host key the user accepted, called with ``UnknownHostKey.hop`` and
-            ``.key`` on a thread (default ``gputui.transports.ssh.hostkeys.accept_host_key``).
+            ``.key`` on a thread (default ``gputui.transports.ssh.trust.accept_host_key``).
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
         retry_cap_s: Largest reconnect delay, seconds.
         fleet: The fleet view, shown first; ``targets`` may then be empty, and hosts opened from it are

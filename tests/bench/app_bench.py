@@ -160,7 +160,7 @@ def synthetic_snapshot(target: str, round_no: int) -> Any:
 async def _render(args: argparse.Namespace) -> dict:
     from gputui.core.analysis import Baselines, analyze
     from gputui.ui.app import GpuTuiApp
-    from gputui.ui.hosts import Hosts
+    from gputui.ui.session.hosts import Hosts
 
     targets = [f"host-{i}" for i in range(HOSTS)]
     rounds = args.rounds
@@ -210,7 +210,7 @@ async def _render(args: argparse.Namespace) -> dict:
 
 
 async def _drain(args: argparse.Namespace) -> dict:
-    from gputui.transports.base import LinkOptions
+    from gputui.core.link import LinkOptions
     from gputui.transports.local import LocalLink
     from gputui.ui.app import GpuTuiApp
     from tests.bench.procs import DetachedGroup

@@ -243,7 +243,7 @@ def client_main(argv: list[str]) -> int:
         pass
     if args.mode == "ssh":
         from gputui.commands.targets import open_link
-        from gputui.transports.base import LinkOptions
+        from gputui.core.link import LinkOptions
 
         options = LinkOptions(
             memory_interval_s=args.interval,
@@ -333,7 +333,7 @@ async def _app_client(
     """The real app, headless (App.run_test), polling every host over SSH; measured like the link client."""
     start = time.monotonic()
     from gputui.commands.targets import open_link
-    from gputui.transports.base import LinkOptions
+    from gputui.core.link import LinkOptions
     from gputui.ui.app import GpuTuiApp
 
     options = LinkOptions(

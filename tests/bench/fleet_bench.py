@@ -65,7 +65,7 @@ def _changed(document: dict[str, Any], round_no: int) -> dict[str, Any]:
 
 def _client(args: argparse.Namespace) -> dict[str, Any]:
     from gputui.core.analysis import Baselines
-    from gputui.core.fleet import analyze_fleet, sort_key, summarize
+    from gputui.core.fleet_rows import analyze_fleet, sort_key, summarize
     from gputui.transports.prometheus import FleetSettings, PrometheusSource
     from tests.data.prometheus import scaled_answer
 
@@ -105,7 +105,7 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _render(args: argparse.Namespace) -> dict[str, Any]:
     from gputui.core.analysis import Baselines
-    from gputui.core.fleet import FleetUpdate, analyze_fleet
+    from gputui.core.fleet_rows import FleetUpdate, analyze_fleet
     from gputui.transports.prometheus import parse_answer
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.screens.fleet import FleetScreen
@@ -178,7 +178,7 @@ async def _loop(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
     from gputui.core.analysis import Baselines
-    from gputui.core.fleet import analyze_fleet
+    from gputui.core.fleet_rows import analyze_fleet
     from gputui.transports.prometheus import FleetSettings, PrometheusSource, build_query, fetch
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.screens.fleet import FleetScreen

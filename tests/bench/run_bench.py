@@ -634,7 +634,7 @@ def cadence_check(args: argparse.Namespace, host: FakeHost, report: Report, sec:
 
 def agent_stream_command() -> tuple[list[str], bytes]:
     """The remote command line SSH runs (python3 -u -c <loader>) and the bundle its stdin gets first."""
-    from gputui.transports.bundle import bundle_for, loader
+    from gputui.transports.ssh.bundle import bundle_for, loader
 
     payload = bundle_for()
     return [sys.executable, "-u", "-c", loader(payload)], payload.data
@@ -680,7 +680,7 @@ def collector_start(args: argparse.Namespace, host: FakeHost, report: Report, se
     """
     from dataclasses import replace
 
-    from gputui.transports.bundle import bundle_for, loader
+    from gputui.transports.ssh.bundle import bundle_for, loader
 
     payload = bundle_for()
     other = replace(payload, magic_hex="00000000")

@@ -133,7 +133,7 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
         link = None
         try:
             from gputui.commands.targets import open_link
-            from gputui.transports.base import LinkOptions
+            from gputui.core.link import LinkOptions
 
             options = LinkOptions(
                 memory_interval_s=interval,

@@ -17,10 +17,10 @@ import pytest
 
 from gputui.agent import protocol
 from gputui.core.actions import parse_outcomes
+from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot, Proc
-from gputui.transports.base import LinkOptions
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
-from gputui.ui.killflow import outcome_summary
+from gputui.ui.session.killflow import outcome_summary
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import agent_process, start_ticks, wait_for
 from tests.integration.httpserver import HttpPeer

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gputui.transports.bundle import bundle_for, loader
+from gputui.transports.ssh.bundle import bundle_for, loader
 
 REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 30.0

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import LinkOptions
 from gputui.transports.ssh import SshLink
 from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, keygen
 

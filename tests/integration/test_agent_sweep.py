@@ -24,9 +24,9 @@ import pytest
 
 from gputui.agent import collector
 from gputui.agent.collector import Agent
-from gputui.agent.procfs import children_file_supported, read_stat, scan_proc
-from gputui.agent.proctree import ancestors_of, scan_trees, tree_members, tree_root
-from gputui.agent.statfds import StatFds
+from gputui.agent.proc.procfs import children_file_supported, read_stat, scan_proc
+from gputui.agent.proc.proctree import ancestors_of, scan_trees, tree_members, tree_root
+from gputui.agent.proc.statfds import StatFds
 from tests.integration._procs import CHAIN, TREE, ZOMBIE_MAKER, script, state_of, wait_for
 
 # The GPU process forks a zombie and a sleeping child only once the test creates the trigger file, so both

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.base import LinkOptions
+from gputui.core.link import LinkOptions
 from gputui.transports.ssh import SshLink
 from tests.integration._procs import AGENT_PAYLOAD, BOOTSTRAP, REPO, is_gone, wait_for
 from tests.integration.sshd import ClientHome, SshdFactory

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import pytest
 
 from gputui.agent.protocol import CMD_CALIBRATE, MODE_NVML, PROTOCOL_VERSION
-from gputui.transports.base import LinkError, LinkOptions
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.ssh.errors import PythonMissing
 from gputui.transports.ssh.payload import agent_command, agent_payload
 from gputui.transports.ssh.stream import CollectorStream

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.agent.threads import zombie_live_threads
+from gputui.agent.proc.threads import zombie_live_threads
 from tests.integration._procs import (
     REPO,
     is_gone,
@@ -113,7 +113,7 @@ def test_names_that_look_like_fields_and_broken_stat_files(tmp_path: Path) -> No
 
 PROBE_ON_38 = """
 import json, sys
-from gputui.agent.threads import zombie_live_threads
+from gputui.agent.proc.threads import zombie_live_threads
 print(json.dumps([zombie_live_threads(int(pid)) for pid in sys.argv[1:]]))
 """
 

@@ -39,10 +39,10 @@ from gputui.agent.health.prober import HEALTH_NOT_PROBED_GENERATE, HealthProber
 from gputui.agent.health.urls import health_redact_url
 from gputui.agent.protocol import HEALTH_SAMPLE_FIELDS
 from gputui.commands.snapshot import format_health_line
+from gputui.core.link import LinkOptions
 from gputui.core.model import HealthSample, HostSnapshot
-from gputui.transports.base import LinkOptions
-from gputui.transports.bundle import Bundle, boot_source, build, collector_modules, loader
 from gputui.transports.ssh import SshLink
+from gputui.transports.ssh.bundle import Bundle, boot_source, build, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, agent_process
 from tests.integration.httpserver import (

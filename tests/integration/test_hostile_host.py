@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from gputui.agent.serve import Writer
+from gputui.agent.remote.serve import Writer
 from gputui.agent.wire import PROCESS_TEXT_BYTES, WIRE_CMDLINE_BYTES
+from gputui.core.link import LinkOptions, full_sample, process_text
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import LinkOptions, full_sample, process_text
 from gputui.transports.ssh import LINE_CAP_BYTES, SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, build_vfork_waiter, state_of, wait_for
@@ -198,8 +198,8 @@ def test_the_collector_writes_whole_lines_when_stdout_takes_part_of_them() -> No
 def test_a_host_with_more_stuck_processes_than_a_line_holds_says_how_many_are_left_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gputui.agent import processes
     from gputui.agent.collector import Agent
+    from gputui.agent.proc import processes
     from tests.integration._procs import ZOMBIE_MAKER, script, state_of, wait_for
 
     roles = ["parent", "zombie"]

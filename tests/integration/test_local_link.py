@@ -11,7 +11,7 @@ from tests.integration._procs import REPO
 
 LINK_SCRIPT = r"""
 import json, sys, time
-from gputui.transports.base import LinkError, LinkOptions
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.local import LocalLink
 
 out = {}

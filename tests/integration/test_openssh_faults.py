@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.hostkeys import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink, accept_host_key
+from gputui.transports.ssh.knownhosts import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.openssh_peers import (
     kill_quietly,

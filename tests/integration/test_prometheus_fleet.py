@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gputui.core.analysis import Baselines
-from gputui.core.fleet import analyze_fleet, ssh_target_for
+from gputui.core.fleet_rows import analyze_fleet, ssh_target_for
 from gputui.core.model import HostSnapshot
 from gputui.transports.prometheus import (
     FleetHost,

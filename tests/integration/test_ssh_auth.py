@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.base import LinkOptions
+from gputui.core.link import LinkOptions
 from gputui.transports.ssh import AuthFailed, SshLink
 from tests.integration.sshd import ClientHome, SshdFactory, SshdServer, stand_in_agent
 

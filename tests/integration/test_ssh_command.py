@@ -19,10 +19,9 @@ from pathlib import Path
 import pytest
 
 from gputui.agent.protocol import MODE_NVML
-from gputui.transports import bundle
-from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.bundle import Bundle, bundle_for, bundle_of_source, collector_modules, loader
-from gputui.transports.ssh import agent_command
+from gputui.core.link import LinkError, LinkOptions
+from gputui.transports.ssh import agent_command, bundle
+from gputui.transports.ssh.bundle import Bundle, bundle_for, bundle_of_source, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml
 from tests.interpreters import python38
 
@@ -89,19 +88,19 @@ def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
         ".".join(("gputui", "agent", *p.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
         for p in package.rglob("*.py")
     }
-    assert shipped == on_disk - {"gputui.agent.boot"}
+    assert shipped == on_disk - {"gputui.agent.remote.boot"}
     assert modules["gputui"] == (True, "<gputui-bundle>/gputui/__init__.py", b"")  # not the client's package
     pynvml_spec = importlib.util.find_spec("pynvml")
     assert pynvml_spec is not None
     assert pynvml_spec.origin is not None
     assert modules["pynvml"][2] == Path(pynvml_spec.origin).read_bytes()
-    assert modules["gputui.agent.kill"][1] == "<gputui-bundle>/gputui/agent/kill.py"
+    assert modules["gputui.agent.kill.operation"][1] == "<gputui-bundle>/gputui/agent/kill.py"
     codes = marshal.loads(zlib.decompress(payload.code_zlib))  # noqa: S302 - our own bytes
     # Compiled here for a remote python of this one's version: what every host imports, the shipped pynvml
     # (most remote pythons have none of their own) included, not what few hosts import.
     assert {"gputui.agent.collector", "pynvml"} <= set(codes)
     assert not {"gputui.agent.health.http", "gputui.agent.gpu.smi"} & set(codes)
-    kill_code = marshal.loads(codes["gputui.agent.kill"])  # noqa: S302 - each module marshalled on its own
+    kill_code = marshal.loads(codes["gputui.agent.kill.operation"])  # noqa: S302 - each module marshalled on its own
     assert kill_code.co_filename == "<gputui-bundle>/gputui/agent/kill.py"
     assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()
     assert zlib.decompress(payload.boot_zlib) == (package / "boot.py").read_bytes()

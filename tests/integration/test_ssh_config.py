@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.hostkeys import UnknownHostKey
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.ssh import SetupFailed, SshLink
+from gputui.transports.ssh.knownhosts import UnknownHostKey
 from tests.integration.openssh_peers import ssh_children
 from tests.integration.sshd import ClientHome, SshdFactory, stand_in_agent
 

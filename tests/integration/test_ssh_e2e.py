@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import LinkOptions
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import CHAIN, script

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.base import LinkError, LinkOptions
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink
 from tests.integration.openssh_peers import ssh_children

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
-from gputui.transports.base import HostLink, LinkError, LinkOptions
+from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.transports.sim import ManualClock, SimLink
 from gputui.ui.app import GpuTuiApp
 

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from gputui.transports.base import LinkError, LinkOptions
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.sim import (
     DETOKENIZER_PID,
     DRAIN_S,
@@ -18,9 +18,9 @@ from gputui.transports.sim import (
     ManualClock,
 )
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.cleancheck import FAST_MEMORY_INTERVAL_S
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.help import HelpScreen
+from gputui.ui.session.cleancheck import FAST_MEMORY_INTERVAL_S
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.findings_list import FindingsList

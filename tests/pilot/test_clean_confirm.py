@@ -12,8 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from gputui.core.link import HostLink
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot
-from gputui.transports.base import HostLink
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.clean_slate import CleanSlateLine

@@ -20,8 +20,8 @@ from typing import Any
 
 from gputui.commands.check import wait_until_clean
 from gputui.core.analysis import Baselines
+from gputui.core.link import HostLink
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot
-from gputui.transports.base import HostLink
 from gputui.ui.app import GpuTuiApp
 
 from .conftest import wait_for

@@ -17,11 +17,11 @@ from textual.message import Message
 
 from gputui.agent.protocol import MODE_LABELS, MODE_NVML, MODE_REDUCED, MODE_SMI
 from gputui.core.analysis import Baselines, analyze
+from gputui.core.link import HostLink
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import HostLink
 from gputui.transports.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
 from gputui.ui.app import GpuTuiApp
-from gputui.ui.hosts import Hosts, HostState
+from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.gpu_panel import GpuPanel

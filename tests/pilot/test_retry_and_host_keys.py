@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gputui.transports.base import HostLink, LinkError, LinkOptions
-from gputui.transports.hostkeys import ChangedHostKey, UnknownHostKey, fingerprint_sha256
+from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.transports.sim import ManualClock, SimLink
 from gputui.transports.ssh import AuthFailed, SetupFailed
+from gputui.transports.ssh.knownhosts import ChangedHostKey, UnknownHostKey, fingerprint_sha256
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.widgets.gpu_panel import GpuPanel

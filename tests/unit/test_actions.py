@@ -22,9 +22,9 @@ from gputui.core.actions import (
     parse_reply,
     plan_kill,
 )
+from gputui.core.link import LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
 from gputui.core.state import StateError
-from gputui.transports.base import LinkOptions
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 
 MIB = 40960

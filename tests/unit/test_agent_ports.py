@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.agent import ports
+from gputui.agent.proc import ports
 from gputui.agent.protocol import PROCESS_LISTEN_PORTS
 from tests.interpreters import python38
 
@@ -150,7 +150,7 @@ def test_fds_are_read_again_only_for_new_processes_and_new_listeners(
 SCRIPT = r"""
 import json, os, socket, sys
 sys.path.insert(0, sys.argv[1])
-from gputui.agent import ports
+from gputui.agent.proc import ports
 server = socket.socket()
 server.bind(("127.0.0.1", 0))
 server.listen()

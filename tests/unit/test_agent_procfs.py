@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gputui.agent.calls import CallTimeout, Worker
-from gputui.agent.procfs import ProcStat, parse_stat, read_stat, scan_proc
-from gputui.agent.proctree import ancestors_of, tree_members, tree_root
+from gputui.agent.proc.procfs import ProcStat, parse_stat, read_stat, scan_proc
+from gputui.agent.proc.proctree import ancestors_of, tree_members, tree_root
 
 STAT_TAIL = (
     "S 4200 4242 4100 34816 4242 4194560 1042 0 0 0 7 3 0 0 20 0 1 0 123456 99999 321 18446744073709551615"

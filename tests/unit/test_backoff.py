@@ -52,10 +52,10 @@ def test_bad_parameters_are_refused(base_s: float, cap_s: float) -> None:
 
 
 def test_only_errors_a_retry_can_fix_are_worth_retrying() -> None:
-    from gputui.transports.base import LinkError
-    from gputui.transports.hostkeys import ChangedHostKey, UnknownHostKey
+    from gputui.core.link import LinkError
     from gputui.transports.ssh import AuthFailed, SetupFailed
-    from gputui.transports.sshconfig import BadTarget
+    from gputui.transports.ssh.config import BadTarget
+    from gputui.transports.ssh.knownhosts import ChangedHostKey, UnknownHostKey
 
     assert worth_retrying(LinkError("gpu1: no data for 3.2 s"))
     assert worth_retrying(TimeoutError())

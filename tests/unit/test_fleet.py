@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from gputui.commands.fleet import fleet_status, format_fleet_check, format_fleet_table, host_status
+from gputui.commands.fleet_report import fleet_status, format_fleet_check, format_fleet_table, host_status
 from gputui.core.analysis import Baselines, memory_verdict
-from gputui.core.fleet import (
+from gputui.core.fleet_rows import (
     SORT_MODES,
     FleetPoller,
     analyze_fleet,
@@ -25,7 +25,7 @@ from gputui.core.fleet import (
 )
 from gputui.core.model import Gpu, HostSnapshot
 from gputui.transports.prometheus import FleetSample, PrometheusError, parse_answer
-from gputui.transports.sshconfig import BadTarget
+from gputui.transports.ssh.config import BadTarget
 from tests.data.prometheus import load_answer
 
 
@@ -238,7 +238,7 @@ def test_resuming_a_running_poller_does_not_ask_twice() -> None:
 
 
 def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from gputui.core.fleet import fleet_baselines
+    from gputui.core.fleet_rows import fleet_baselines
     from gputui.core.state import save_baselines
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))

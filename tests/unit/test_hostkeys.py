@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.hostkeys import (
+from gputui.transports.ssh.knownhosts import (
     HostKeyCheck,
     check_host_key,
     fingerprint_sha256,

@@ -22,10 +22,10 @@ DATA_LAYER = (
     "gputui.core.servers",
     "gputui.core.cleanslate",
     "gputui.core.history",
-    "gputui.core.commandline",
+    "gputui.core.cmdline",
     "gputui.transports.freshness",
     "gputui.commands.check",
-    "gputui.core.fleet",
+    "gputui.core.fleet_rows",
     "gputui.commands.fleet_options",
     "gputui.transports.prometheus",
 )
@@ -36,8 +36,8 @@ SSH_SHARED = (
     "gputui.transports.ssh.payload",
     "gputui.transports.ssh.reduced",
     "gputui.transports.ssh.link",
-    "gputui.transports.ssh.hostkeys",
-    "gputui.transports.openssh",
+    "gputui.transports.ssh.trust",
+    "gputui.transports.ssh.openssh.link",
 )
 """The SSH link as the system ssh client runs it: paramiko is loaded only by a link that logs in with it."""
 
@@ -131,7 +131,7 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
     unloaded: a host loads them only when it probes an endpoint or has no NVML."""
     code = (
         "import sys\n"
-        "from gputui.agent import collector, serve\n"
+        "from gputui.agent import collector\nfrom gputui.agent.remote import serve\n"
         "agent = collector.Agent(use_pynvml=True, discover_health=False)\n"
         "agent.sample(force_processes=True)\n"
         "agent.close()\n"

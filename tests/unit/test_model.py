@@ -240,7 +240,7 @@ def _listed_snapshot(processes_time: float | None = 100.5) -> HostSnapshot:
 
 
 def test_a_line_without_unchanged_process_lists_takes_them_from_the_previous_snapshot() -> None:
-    from gputui.agent.serve import elide_unchanged_processes
+    from gputui.agent.remote.serve import elide_unchanged_processes
 
     full = _listed_snapshot()
     data = json.loads(json.dumps(full.to_dict()))
@@ -257,7 +257,7 @@ def test_a_line_without_unchanged_process_lists_takes_them_from_the_previous_sna
 
 
 def test_unchanged_process_lists_without_the_earlier_list_are_a_malformed_line() -> None:
-    from gputui.agent.serve import elide_unchanged_processes
+    from gputui.agent.remote.serve import elide_unchanged_processes
 
     elided = elide_unchanged_processes(_listed_snapshot().to_dict())
     for previous in (None, _listed_snapshot(processes_time=99.0), _listed_snapshot(processes_time=None)):

@@ -6,10 +6,10 @@ here are the stderr texts those peers do not produce, such as bytes a ProxyComma
 
 from __future__ import annotations
 
-from gputui.transports.base import LinkError
-from gputui.transports.openssh import explain_failure
+from gputui.core.link import LinkError
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SetupFailed
+from gputui.transports.ssh.openssh.link import explain_failure
 
 
 def test_the_last_telling_line_is_shown_escaped_on_one_line() -> None:

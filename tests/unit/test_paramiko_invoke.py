@@ -22,7 +22,8 @@ def run_fresh(code: str) -> dict:
 def test_the_ssh_transport_loads_paramiko_without_invoke() -> None:
     loaded = run_fresh(
         "import json, sys\n"
-        "import gputui.transports.ssh.link, gputui.transports.ssh.connect, gputui.transports.ssh.auth\n"
+        "import gputui.transports.ssh.link, gputui.transports.ssh.paramiko.connect\n"
+        "import gputui.transports.ssh.paramiko.auth\n"
         "print(json.dumps(sorted(m for m in sys.modules if sys.modules[m] is not None)))\n"
     )
     assert "paramiko" in loaded
@@ -40,7 +41,7 @@ def test_the_paramiko_resolver_still_runs_match_exec_after_the_transport_loaded(
     found = run_fresh(
         "import json\n"
         "import gputui.transports.ssh.link\n"
-        "from gputui.transports.sshconfig import resolve\n"
+        "from gputui.transports.ssh.config import resolve\n"
         f"yes = resolve('yes-host', {str(config)!r}, use_openssh=False)\n"
         f"no = resolve('no-host', {str(config)!r}, use_openssh=False)\n"
         "print(json.dumps([yes.resolver, yes.hostname, no.hostname]))\n"

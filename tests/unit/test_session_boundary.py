@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.agent import procfs, proctree
+from gputui.agent.proc import procfs, proctree
 from gputui.core import analysis
 from gputui.core.model import Proc
 

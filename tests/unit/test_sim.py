@@ -9,9 +9,9 @@ import time
 
 import pytest
 
+from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot, LiveThreads
 from gputui.core.servers import parse_server_metrics
-from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.sim import (
     DETOKENIZER_PID,
     DRAIN_S,

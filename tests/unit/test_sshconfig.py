@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.sshconfig import (
+from gputui.transports.ssh.config import (
     BadTarget,
     SshSettings,
     TargetSpec,
@@ -186,7 +186,7 @@ def test_bad_target_is_refused_before_any_resolver_runs(tmp_path: Path) -> None:
 def test_broken_config_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "config"
     config.write_text("Host x\n  Port notanumber\n")
-    from gputui.transports.base import LinkError
+    from gputui.core.link import LinkError
 
     for use_openssh in (True, False):
         with pytest.raises(LinkError) as caught:
@@ -197,7 +197,7 @@ def test_broken_config_is_one_line(tmp_path: Path) -> None:
 def test_what_only_the_openssh_client_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("KRB5CCNAME", "KRB5_CONFIG"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("gputui.transports.sshconfig.KERBEROS_CONFIG", str(tmp_path / "no-krb5.conf"))
+    monkeypatch.setattr("gputui.transports.ssh.config.KERBEROS_CONFIG", str(tmp_path / "no-krb5.conf"))
     master = tmp_path / "master.sock"
     config = tmp_path / "config"
     config.write_text(

@@ -65,10 +65,10 @@ def open_backend(
     """
     nvml: Any = None
     if use_pynvml:
-        from . import nvmlapi
+        from gputui.agent.gpu import nvmlapi
 
         if nvmlapi.pynvml is not None:
-            from .nvml import NvmlBackend
+            from gputui.agent.gpu.nvml import NvmlBackend
 
             nvml = NvmlBackend(nvml_deadline_s, telemetry_interval_s)
             nvml.start()
@@ -78,14 +78,14 @@ def open_backend(
     if smi is not None:
         if nvml is not None:
             nvml.close()
-        from .smi import SmiBackend
+        from gputui.agent.gpu.smi import SmiBackend
 
         backend = SmiBackend(smi, smi_interval_s)
         backend.start()
         return backend
     if nvml is not None:
         return nvml  # its host error names the library it cannot load; it tries again every few seconds
-    from .none import NoBackend
+    from gputui.agent.gpu.none import NoBackend
 
     if use_pynvml:
         return NoBackend("no NVML: pynvml cannot be imported and nvidia-smi is not on PATH")

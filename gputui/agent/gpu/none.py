@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import MODE_NONE
+from gputui.agent.protocol import MODE_NONE
 
 
 class NoBackend:

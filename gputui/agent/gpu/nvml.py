@@ -6,11 +6,9 @@ import functools
 import time
 from typing import Any, Callable
 
-from ..calls import CallTimeout, Worker
-from ..protocol import MODE_NVML
-from ..wire import MIB
-from . import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, nvmlapi
-from .nvmlapi import (
+from gputui.agent.calls import CallTimeout, Worker
+from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, nvmlapi
+from gputui.agent.gpu.nvmlapi import (
     NvmlVersions,
     nvml_count_v1,
     nvml_error_text,
@@ -25,6 +23,8 @@ from .nvmlapi import (
     nvml_text,
     pynvml_call,
 )
+from gputui.agent.protocol import MODE_NVML
+from gputui.agent.wire import MIB
 
 NVML_INIT_DEADLINE_S = 5.0
 NVML_INIT_RETRY_S = 5.0

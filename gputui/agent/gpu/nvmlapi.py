@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ..calls import CallTimeout
-from ..procfs import json_safe, text_of
+from gputui.agent.calls import CallTimeout
+from gputui.agent.proc.procfs import json_safe, text_of
 
 try:  # NVIDIA's bindings (nvidia-ml-py); the library itself is only loaded by nvmlInit.
     import pynvml

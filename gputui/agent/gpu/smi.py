@@ -7,9 +7,7 @@ import threading
 import time
 from typing import Any
 
-from ..procfs import text_of
-from ..protocol import MODE_SMI
-from .smiparse import (
+from gputui.agent.gpu.smiparse import (
     SMI_EXIT_GPU_LOST,
     SMI_QUERY_APPS,
     SMI_QUERY_GPU,
@@ -21,6 +19,8 @@ from .smiparse import (
     smi_value,
     with_lost_gpus,
 )
+from gputui.agent.proc.procfs import text_of
+from gputui.agent.protocol import MODE_SMI
 
 SMI_DEADLINE_S = 5.0
 SMI_RESTART_S = 5.0

@@ -7,7 +7,7 @@ import os
 import re
 from typing import Any, Iterable
 
-from . import HEALTH_MAX_URLS
+from gputui.agent.health import HEALTH_MAX_URLS
 
 HEALTH_SGLANG_DEFAULT_PORT = 30000
 HEALTH_VLLM_DEFAULT_PORT = 8000

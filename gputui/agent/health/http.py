@@ -12,9 +12,14 @@ import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..protocol import HEALTH_STATE_DOWN, HEALTH_STATE_ERROR, HEALTH_STATE_TIMEOUT, HEALTH_STATE_UNHEALTHY
-from ..textpolicy import visible_text
-from . import HEALTH_DETAIL_MAX_CHARS, HEALTH_HEADER_CAP_BYTES, HEALTH_MAX_URL_CHARS
+from gputui.agent.health import HEALTH_DETAIL_MAX_CHARS, HEALTH_HEADER_CAP_BYTES, HEALTH_MAX_URL_CHARS
+from gputui.agent.protocol import (
+    HEALTH_STATE_DOWN,
+    HEALTH_STATE_ERROR,
+    HEALTH_STATE_TIMEOUT,
+    HEALTH_STATE_UNHEALTHY,
+)
+from gputui.agent.textpolicy import visible_text
 
 _health_default_ssl_context: Any = None
 

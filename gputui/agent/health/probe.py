@@ -6,10 +6,21 @@ import socket
 import time
 from typing import Any
 
-from ..protocol import HEALTH_STATE_ERROR, HEALTH_STATE_TIMEOUT, HEALTH_STATE_UNHEALTHY, HEALTH_STATE_UP
-from ..textpolicy import visible_text
-from . import HEALTH_BODY_CAP_BYTES, HEALTH_DEFAULT_DEADLINE_S, HEALTH_DETAIL_MAX_CHARS
-from .http import HealthProbeFailure, health_connect, health_exchange, health_parse_url, health_wrap_tls
+from gputui.agent.health import HEALTH_BODY_CAP_BYTES, HEALTH_DEFAULT_DEADLINE_S, HEALTH_DETAIL_MAX_CHARS
+from gputui.agent.health.http import (
+    HealthProbeFailure,
+    health_connect,
+    health_exchange,
+    health_parse_url,
+    health_wrap_tls,
+)
+from gputui.agent.protocol import (
+    HEALTH_STATE_ERROR,
+    HEALTH_STATE_TIMEOUT,
+    HEALTH_STATE_UNHEALTHY,
+    HEALTH_STATE_UP,
+)
+from gputui.agent.textpolicy import visible_text
 
 
 def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | None]:
@@ -105,7 +116,7 @@ def fetch_metrics(
         ``{"text", "dropped", "error"}``: the filtered exposition (None when the read failed), the names a cap
         or the cut dropped, and why the read failed (None when it did not).
     """
-    from .metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+    from gputui.agent.health.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
 
     error: str | None = None
     try:

@@ -8,8 +8,7 @@ import time
 from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
-from ..protocol import HEALTH_STATE_ERROR, HEALTH_STATE_UP, health_config, health_sample
-from . import (
+from gputui.agent.health import (
     HEALTH_BODY_CAP_BYTES,
     HEALTH_DEFAULT_DEADLINE_S,
     HEALTH_DEFAULT_INTERVAL_S,
@@ -18,13 +17,14 @@ from . import (
     HEALTH_MAX_URLS,
     HEALTH_MIN_GAP_S,
 )
-from .discovery import (
+from gputui.agent.health.discovery import (
     discover_launchers,
     health_is_local_url,
     health_local_addresses,
     health_read_proc_cmdlines,
 )
-from .urls import health_is_generating_url, health_scrub, health_shown_url, url_origin
+from gputui.agent.health.urls import health_is_generating_url, health_scrub, health_shown_url, url_origin
+from gputui.agent.protocol import HEALTH_STATE_ERROR, HEALTH_STATE_UP, health_config, health_sample
 
 HEALTH_LOCAL_ADDRESSES_S = 60.0
 """This host's own addresses are read again at most this often."""
@@ -50,7 +50,7 @@ def _started_at(pid: int | None) -> float | None:
     """Epoch seconds at which process ``pid`` started, None when it cannot be read."""
     if pid is None:
         return None
-    from ..procfs import CLOCK_TICKS_PER_S, read_boot_time, read_stat
+    from gputui.agent.proc.procfs import CLOCK_TICKS_PER_S, read_boot_time, read_stat
 
     stat = read_stat(pid)
     boot = read_boot_time()
@@ -495,7 +495,9 @@ class HealthProber:
 
     def _probe_one(self, url: str, deadline_s: float) -> None:
         try:
-            from .probe import probe_url  # the HTTP client only on hosts that have something to probe
+            from gputui.agent.health.probe import (
+                probe_url,  # the HTTP client only on hosts that have something to probe
+            )
 
             result = probe_url(url, deadline_s, self._body_cap_bytes, self._ssl_context)
         except Exception as exc:  # probe_url should not raise; never kill the thread silently
@@ -515,7 +517,7 @@ class HealthProber:
     def _read_metrics(self, url: str, metrics_url: str, deadline_s: float) -> None:
         """Read the endpoint's metrics after its health probe, under a deadline of its own (same length)."""
         try:
-            from .probe import fetch_metrics
+            from gputui.agent.health.probe import fetch_metrics
 
             read = fetch_metrics(metrics_url, deadline_s, self._ssl_context)
         except Exception as exc:  # fetch_metrics should not raise; never kill the thread silently

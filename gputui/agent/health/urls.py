@@ -7,7 +7,7 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from ..textpolicy import TEXT_ELLIPSIS
+from gputui.agent.textpolicy import TEXT_ELLIPSIS
 
 HEALTH_SHOWN_URL_CHARS = 200
 

@@ -6,7 +6,8 @@
 * ``audit``: the audit log, written before anything is sent and after each outcome;
 * ``run``: one confirmed plan driven through a link (``KillRun``), and what a finished kill took down.
 
-Nothing here signals anything; the collector does (``gputui.agent.kill``). The names of commands, stages and
+Nothing here signals anything; the collector does (``gputui.agent.kill.operation``). The names of commands,
+stages and
 results are the protocol's (``gputui.agent.protocol``). The names below are the package's interface.
 """
 

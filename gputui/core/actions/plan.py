@@ -3,7 +3,7 @@
 A plan carries each process's identity (pid + start time in clock ticks + the host's boot id), so the
 collector can refuse a pid that was reused between the confirmation and the signal. The plan is also what the
 confirmation lists: pid, user, GPU MiB and command of everything to be signalled. Nothing here signals
-anything; the collector does (``gputui.agent.kill``).
+anything; the collector does (``gputui.agent.kill.operation``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.health.discovery import port_option
-from gputui.agent.proctree import deepest_first, related_map, walk
+from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
 

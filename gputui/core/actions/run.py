@@ -14,8 +14,8 @@ from gputui.core.actions.audit import AuditLog
 from gputui.core.actions.plan import KillPlan, kill_command
 from gputui.core.actions.replies import KillOutcome, KillReply, Pending, final_outcomes, parse_reply
 from gputui.core.analysis import KilledJob, gpu_memory_by_pid
+from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import HostLink, LinkError
 
 REQUEST_TIMEOUT_S = 30.0
 """Deadline of the kill command itself (the checks and the signals) and of an abandon."""

@@ -1,7 +1,7 @@
 """GPU process trees of a host snapshot: who holds GPU memory, the job each holder belongs to, and its tree.
 
-A tree is rooted where the collector roots it (``gputui.agent.proctree.job_root``) and walked the way the
-collector walks it (``gputui.agent.proctree.walk``): the tree shown is the tree a kill takes.
+A tree is rooted where the collector roots it (``gputui.agent.proc.proctree.job_root``) and walked the way the
+collector walks it (``gputui.agent.proc.proctree.walk``): the tree shown is the tree a kill takes.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from gputui.agent.proctree import JobFacts, job_root, related_map, walk
-from gputui.agent.proctree import is_session_boundary as agent_is_session_boundary
+from gputui.agent.proc.proctree import JobFacts, job_root, related_map, walk
+from gputui.agent.proc.proctree import is_session_boundary as agent_is_session_boundary
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.textsafe import visible
 
@@ -68,7 +68,7 @@ def age_text(seconds: float) -> str:
 def is_session_boundary(proc: Proc) -> bool:
     """Whether ``proc`` started a session rather than belongs to the work below it.
 
-    The collector's own rule (``gputui.agent.proctree.is_session_boundary``), so the tree the agent lists
+    The collector's own rule (``gputui.agent.proc.proctree.is_session_boundary``), so the tree the agent lists
     and kills is the tree the client shows: pid 0/1, sshd, tmux, screen, systemd, container shims and inits,
     job step daemons, and interactive or login shells; a shell running a script is part of the tree (the
     launcher).
@@ -149,7 +149,7 @@ def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     Each tree is the holder's job: rooted at its highest ancestor in the same session and cgroup that is not
     a session boundary (sshd, tmux, a login shell, a service manager, a cron daemon, the display stack, ...;
     see ``is_session_boundary``) nor a daemon init adopted that does not lead the job
-    (``gputui.agent.proctree.is_outside_job``), and holding every listed descendant of that root, zombies
+    (``gputui.agent.proc.proctree.is_outside_job``), and holding every listed descendant of that root, zombies
     and D-state processes included. An sglang-style launcher with eight workers is one tree. Roots are
     ordered by the memory their tree holds (most first), then pid.
     """

@@ -36,7 +36,7 @@ defensively (NaN, infinities, garbage become None), and text put into error line
 * ``source``: one query per refresh, and the hosts remembered between refreshes.
 """
 
-from gputui.transports.prometheus.fleet import FleetHost, FleetSample, MigInstance
+from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
 from gputui.transports.prometheus.parse import parse_answer, server_detail, xid_finding
 from gputui.transports.prometheus.query import (
     DCGM_METRICS,

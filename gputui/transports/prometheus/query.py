@@ -10,8 +10,8 @@ import urllib.parse
 from typing import Any
 
 from gputui import __version__
+from gputui.core.link import LinkError
 from gputui.core.textsafe import visible
-from gputui.transports.base import LinkError
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_METRICS: dict[str, str] = {

@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.model import Gpu
-from gputui.transports.prometheus.fleet import FleetHost, FleetSample
 from gputui.transports.prometheus.parse import last_is, parse_answer
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.agent import protocol
-from gputui.agent.proctree import deepest_first, related_map, walk
-from gputui.transports.base import LinkError, LinkOptions
+from gputui.agent.proc.proctree import deepest_first, related_map, walk
+from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.sim.scenario import SimProc
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc
-from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.sim.kills import SimKill, SimKills, optional_seconds
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,

@@ -1,11 +1,11 @@
 """Remote hosts over SSH: the collector is shipped to the remote ``python3`` and streams back JSON lines.
 
 Nothing of gputui is installed on the remote host. ``SshLink.open()`` resolves the target as OpenSSH would
-(``gputui.transports.sshconfig``), logs in with paramiko (``connect``: TCP or ProxyJump hops as
+(``gputui.transports.ssh.config``), logs in with paramiko (``connect``: TCP or ProxyJump hops as
 ``direct-tcpip`` channels, each hop resolved, host-key checked (``hostkeys``) and authenticated (``auth``) on
-its own) or has the system ssh client do all of that (``gputui.transports.openssh``), then runs
+its own) or has the system ssh client do all of that (``gputui.transports.ssh.openssh.link``), then runs
 ``python3 -u -c <loader>`` and writes the collector's bundle to its stdin (``payload``, over
-``gputui.transports.bundle``). The command line holds only fixed text and validated numbers; nothing from
+``gputui.transports.ssh.bundle``). The command line holds only fixed text and validated numbers; nothing from
 process data or user strings ever becomes part of it (health URLs travel as JSON in a ``configure`` command).
 After the bundle, stdin carries JSON-line commands and stdout JSON-line messages (``stream``). A host without
 python3 gets a fixed POSIX sh loop around nvidia-smi and ps instead (``reduced``: monitoring only).
@@ -31,14 +31,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from gputui.transports.ssh.noinvoke import block_invoke
+from gputui.transports.ssh.paramiko.noinvoke import block_invoke
 
 block_invoke()  # before any module of this package imports paramiko
 
 if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names at run time
     from gputui.transports.ssh.errors import AuthFailed as AuthFailed
     from gputui.transports.ssh.errors import SetupFailed as SetupFailed
-    from gputui.transports.ssh.hostkeys import accept_host_key as accept_host_key
     from gputui.transports.ssh.link import SshLink as SshLink
     from gputui.transports.ssh.payload import AgentPayload as AgentPayload
     from gputui.transports.ssh.payload import agent_command as agent_command
@@ -46,6 +45,7 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
     from gputui.transports.ssh.payload import agent_payload as agent_payload
     from gputui.transports.ssh.reduced import reduced_command as reduced_command
     from gputui.transports.ssh.stream import LINE_CAP_BYTES as LINE_CAP_BYTES
+    from gputui.transports.ssh.trust import accept_host_key as accept_host_key
 
 _HOMES = {
     "AgentPayload": "payload",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from gputui.core.link import LinkError
 from gputui.core.textsafe import visible
-from gputui.transports.base import LinkError
 
 DETAIL_CHARS = 160
 """Most characters of a remote or library message quoted in an error line."""

@@ -3,7 +3,7 @@
 The open sequence is the same whichever client logs in: resolve the target, log in, run the collector with
 its payload on stdin, fall back to the reduced collector on a host without python3, wait for the hello, send
 the health settings. What differs is the ``Session``: paramiko's (``connect.Connection``) or the system ssh
-client's (``gputui.transports.openssh.OpenSshSession``), chosen at every open (``client``).
+client's (``gputui.transports.ssh.openssh.link.OpenSshSession``), chosen at every open (``client``).
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from gputui.core.link import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
+from gputui.transports.ssh.config import SshSettings, openssh_available, resolve
 from gputui.transports.ssh.errors import PythonMissing, phase_error
 from gputui.transports.ssh.payload import agent_command, agent_payload
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
-from gputui.transports.sshconfig import SshSettings, openssh_available, resolve
 
 REDUCED_MIN_STALE_S = 10.0
 """The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
@@ -175,11 +175,11 @@ class SshLink(HostLink):
             self.client == "auto" and bool(settings.openssh_only()) and openssh_available()
         )
         if use_system_ssh:
-            from gputui.transports.openssh import OpenSshSession
+            from gputui.transports.ssh.openssh.link import OpenSshSession
 
             self.client_used = "openssh"
             return OpenSshSession(self.target, self.options, settings, config_path=self.config_path)
-        from gputui.transports.ssh.connect import Connection
+        from gputui.transports.ssh.paramiko.connect import Connection
 
         self.client_used = "paramiko"
         return Connection(

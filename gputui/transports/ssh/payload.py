@@ -1,4 +1,5 @@
-"""The collector as shipped over SSH: the bundle of its package (``gputui.transports.bundle``), and the remote
+"""The collector as shipped over SSH: the bundle of its package (``gputui.transports.ssh.bundle``), and the
+remote
 command line that runs it."""
 
 from __future__ import annotations
@@ -6,13 +7,13 @@ from __future__ import annotations
 import math
 import re
 
-from gputui.transports.base import LinkError, LinkOptions
-from gputui.transports.bundle import Bundle, bundle_for, loader
+from gputui.core.link import LinkError, LinkOptions
+from gputui.transports.ssh.bundle import Bundle, bundle_for, loader
 
 _NUMBER_RE = re.compile(r"[0-9][0-9.e+-]*")
 
 AgentPayload = Bundle
-"""What the remote stdin gets before the JSON-line commands (``gputui.transports.bundle``)."""
+"""What the remote stdin gets before the JSON-line commands (``gputui.transports.ssh.bundle``)."""
 
 
 def _number_arg(value: float, what: str) -> str:

@@ -22,10 +22,10 @@ from gputui.agent.gpu.smiparse import (
     parse_smi_gpu_output,
     smi_exit_error,
 )
-from gputui.agent.proctree import related_map, walk
+from gputui.agent.proc.proctree import related_map, walk
 from gputui.agent.wire import WIRE_CMDLINE_BYTES
+from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.ssh.payload import _number_arg
 from gputui.transports.ssh.stream import PREAMBLE, PYTHON_MISSING_STATUS, CollectorStream, Decoded, Pipe
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, overload
 
 from gputui.agent.protocol import CMD_CONFIGURE, PROTOCOL_VERSION
+from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.transports.base import LinkError, LinkOptions
 from gputui.transports.freshness import LatestInbox
 from gputui.transports.ssh.errors import PythonMissing, SetupFailed, phase_error, shown
 

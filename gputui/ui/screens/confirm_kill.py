@@ -23,7 +23,7 @@ from textual.widgets import Static
 from gputui.core.analysis import gpu_memory_by_pid
 from gputui.core.model import Proc
 from gputui.ui import keymap
-from gputui.ui.jobs import spawn
+from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, pid_ranges, safe_text
 
 if TYPE_CHECKING:

@@ -22,10 +22,18 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from gputui.core.fleet import SORT_MODES, FleetPoller, FleetRow, FleetUpdate, matches, sort_key, summarize
+from gputui.core.fleet_rows import (
+    SORT_MODES,
+    FleetPoller,
+    FleetRow,
+    FleetUpdate,
+    matches,
+    sort_key,
+    summarize,
+)
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus import FleetHost, FleetSample
-from gputui.transports.sshconfig import BadTarget
+from gputui.transports.ssh.config import BadTarget
 from gputui.ui import keymap
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.widgets.border import set_border_title

@@ -22,11 +22,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from gputui.core.history import GpuPoint
+from gputui.core.link import HostLink, process_text
 from gputui.core.model import Gpu, HostSnapshot, Proc
-from gputui.transports.base import HostLink, process_text
 from gputui.ui import keymap
-from gputui.ui.hosts import REQUEST_TIMEOUT_S, HostState
-from gputui.ui.jobs import spawn
+from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
+from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
 from gputui.ui.widgets.history_chart import HistoryChart
 

@@ -28,9 +28,9 @@ from gputui.core.analysis import ProcNode, build_forest, flatten
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.ui import keymap
-from gputui.ui.hosts import HostState
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen
+from gputui.ui.session.hosts import HostState
 from gputui.ui.widgets.border import set_border_subtitle, set_border_title
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.filter_bar import FilterBar

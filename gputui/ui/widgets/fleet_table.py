@@ -15,7 +15,7 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
-from gputui.core.fleet import (
+from gputui.core.fleet_rows import (
     FleetRow,
     baseline_text,
     hottest_text,

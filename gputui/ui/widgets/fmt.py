@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from rich.text import Text
 
-from gputui.core.commandline import command_words
+from gputui.core.cmdline import command_words
 from gputui.core.textsafe import ELLIPSIS, visible, visible_cmdline
 
 DASH = "–"

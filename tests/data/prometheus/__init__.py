@@ -34,8 +34,8 @@ def recorded_fleet_app(
 ) -> tuple[GpuTuiApp, FleetScreen]:
     """The app on the fleet view, asking ``fetch`` instead of Prometheus; hosts open as simulated ones."""
     from gputui.core.analysis import Baselines
-    from gputui.core.fleet import analyze_fleet, ssh_target_for
-    from gputui.transports.base import LinkOptions
+    from gputui.core.fleet_rows import analyze_fleet, ssh_target_for
+    from gputui.core.link import LinkOptions
     from gputui.transports.prometheus import FleetSettings, PrometheusSource
     from gputui.transports.sim import SimLink
     from gputui.ui.app import GpuTuiApp

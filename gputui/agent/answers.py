@@ -1,0 +1,214 @@
+"""The collector's commands: checking what a client asks for, and answering it (``protocol.COMMANDS``)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from gputui.agent.proc.details import ProcDetails
+from gputui.agent.proc.procfs import read_stat
+from gputui.agent.protocol import (
+    CMD_CALIBRATE,
+    CMD_CONFIGURE,
+    CMD_HEALTH,
+    CMD_HELLO,
+    CMD_PROCESS,
+    CMD_QUIT,
+    CMD_SAMPLE,
+    INTERVAL_MAX_S,
+    INTERVAL_MIN_S,
+    KILL_ABANDON_COMMAND,
+    KILL_COMMAND,
+    KILL_WAIT_COMMAND,
+    error_reply,
+    health_config,
+    reply,
+)
+from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
+
+if TYPE_CHECKING:
+    from gputui.agent.collector import Agent
+
+
+class CommandError(Exception):
+    """A command the collector refuses as malformed; its text is the reply's one-line error."""
+
+
+def finite_positive(value: Any) -> float | None:
+    """``value`` as a positive finite number, else None (booleans are not numbers here)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not number > 0 or math.isinf(number) or math.isnan(number):
+        return None
+    return number
+
+
+def seconds_in_range(value: Any, low: float, high: float) -> float | None:
+    """``value`` as seconds when it is a number in [``low``, ``high``], else None."""
+    number = finite_positive(value)
+    return number if number is not None and low <= number <= high else None
+
+
+def optional_seconds(command: dict[str, Any], key: str) -> float | None:
+    """A command's optional duration: None when absent or null, else a positive finite number of seconds."""
+    value = command.get(key)
+    if value is None:
+        return None
+    seconds = finite_positive(value)
+    if seconds is None:
+        raise CommandError(f"{key} must be a positive number of seconds or null")
+    return seconds
+
+
+def handle(agent: Agent, command: Any) -> dict[str, Any]:
+    """Run one command on ``agent``; returns the reply message (never raises)."""
+    command_id = command.get("id") if isinstance(command, dict) else None
+    try:
+        if not isinstance(command, dict):
+            raise CommandError("a command must be a JSON object")
+        return reply(command_id, _answer(agent, command))
+    except CommandError as exc:
+        return error_reply(command_id, str(exc))
+    except Exception as exc:  # a bug must not kill the collector: report it as one line
+        return error_reply(command_id, wire_text(f"{type(exc).__name__}: {exc}", 1024) or "")
+
+
+def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
+    name = command.get("cmd")
+    if name == CMD_CONFIGURE:
+        return configure(agent, command)
+    if name == CMD_SAMPLE:
+        return {"snapshot": agent.sample(force_processes=True)}
+    if name in (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND):
+        return agent.kills.handle(name, command)
+    if name == CMD_CALIBRATE:
+        return calibrate(agent)
+    if name == CMD_PROCESS:
+        return process_text(command, agent.use_psutil)
+    if name == CMD_HEALTH:
+        return health(agent, command)
+    if name == CMD_HELLO:
+        return agent.hello()
+    if name == CMD_QUIT:
+        return {}
+    raise CommandError(f"unknown command {name!r}")
+
+
+HEALTH_QUERY_KEYS = frozenset({"id", "cmd", "discover_now"})
+"""A ``health`` command with no other key changes no setting: it only asks."""
+
+
+def health(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
+    """The ``health`` command. Asking a collector that probes nothing (none configured, no launcher found
+    now) answers its idle settings without loading the prober."""
+    if command.get("discover_now") is True:
+        agent.discover_now()
+    if agent.probing or not HEALTH_QUERY_KEYS.issuperset(command):
+        try:
+            return agent.health.handle_command(dict(command, discover_now=False))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    return {"config": idle_health_config(agent.discover_health), "samples": []}
+
+
+def idle_health_config(discover: bool) -> dict[str, Any]:
+    """The settings of a prober that was never configured (``HealthProber``'s defaults)."""
+    from gputui.agent.health import (
+        HEALTH_DEFAULT_DEADLINE_S,
+        HEALTH_DEFAULT_INTERVAL_S,
+        HEALTH_GENERATE_MIN_INTERVAL_S,
+    )
+
+    return health_config(
+        [],
+        [],
+        False,
+        discover,
+        HEALTH_DEFAULT_INTERVAL_S,
+        HEALTH_DEFAULT_DEADLINE_S,
+        HEALTH_GENERATE_MIN_INTERVAL_S,
+    )
+
+
+def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
+    """Intervals, and the health settings the SSH link sends right after the hello.
+
+    Keys (all optional): memory_interval_s, process_interval_s, health_urls and metrics_urls (lists of URLs),
+    discover_health (bool), health_generate (bool). A bad value changes nothing.
+    """
+    updates: dict[str, float] = {}
+    for key in ("memory_interval_s", "process_interval_s"):
+        if key in command and command[key] is not None:
+            value = seconds_in_range(command[key], INTERVAL_MIN_S, INTERVAL_MAX_S)
+            if value is None:
+                raise CommandError(
+                    f"{key} must be a number of seconds from {INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g}"
+                )
+            updates[key] = value
+    health_keys = ("health_urls", "metrics_urls", "discover_health", "health_generate")
+    if any(command.get(key) is not None for key in health_keys):
+        try:
+            # Validates everything before changing anything; the intervals are applied only after.
+            config = agent.health.configure(
+                urls=command.get("health_urls"),
+                metrics_urls=command.get("metrics_urls"),
+                discover=command.get("discover_health"),
+                generate=command.get("health_generate"),
+            )
+        except ValueError as exc:
+            raise CommandError(f"health: {exc}") from None
+        agent.health_urls = tuple(config["urls"])
+        agent.discover_health = bool(config["discover"])
+    agent.set_intervals(updates.get("memory_interval_s"), updates.get("process_interval_s"))
+    return {}
+
+
+def process_text(command: dict[str, Any], use_psutil: bool) -> dict[str, Any]:
+    """The ``process`` command: the whole command line of one process, which snapshots cut.
+
+    ``{"cmd": "process", "pid": P, "start_ticks": T}``; read fresh from /proc, and only if the pid still
+    belongs to the process that started at T. The command line is cut at ``PROCESS_TEXT_BYTES`` (then
+    ``cmdline_truncated`` is true).
+    """
+    pid = command.get("pid")
+    ticks = command.get("start_ticks")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        raise CommandError("pid must be a positive integer")
+    if isinstance(ticks, bool) or not isinstance(ticks, int):
+        raise CommandError("start_ticks must be an integer")
+    stat = read_stat(pid)
+    if stat is None:
+        raise CommandError(f"no such process: {pid}")
+    if stat.start_ticks != ticks:
+        raise CommandError(f"process changed: pid {pid} now belongs to another process")
+    details = ProcDetails(use_psutil)
+    uid, full = details.read(pid)
+    after = read_stat(pid)
+    if after is None or after.start_ticks != ticks or full is None:  # it exited while being read
+        raise CommandError(f"no such process: {pid}")
+    cmdline, truncated, _bytes = wire_cmdline(full, PROCESS_TEXT_BYTES)
+    return {
+        "pid": pid,
+        "start_ticks": ticks,
+        "name": stat.name,
+        "state": stat.state,
+        "uid": uid,
+        "user": details.user_name(uid),
+        "cmdline": cmdline,
+        "cmdline_truncated": truncated,
+    }
+
+
+def calibrate(agent: Agent) -> dict[str, Any]:
+    """Each GPU's used memory now, by its key (uuid, else ``index:N``): the idle baselines of a host."""
+    snapshot = agent.sample(force_processes=False)
+    used: dict[str, int] = {}
+    for gpu in snapshot["gpus"]:
+        if gpu.get("memory_used_mib") is None:
+            continue
+        used[gpu.get("uuid") or f"index:{gpu['index']}"] = gpu["memory_used_mib"]
+    return {"memory_used_mib": used}

@@ -1,0 +1,287 @@
+"""The process part of a sample: the GPU process trees, zombies and D-state processes, and device holders."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gputui.agent.health.discovery import health_launcher_like_name
+from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
+from gputui.agent.proc.procfs import (
+    CLOCK_TICKS_PER_S,
+    ProcStat,
+    children_file_supported,
+    nvidia_nodes_open,
+    read_boot_time,
+    read_cmdline,
+    scan_device_holders,
+    scan_proc,
+)
+from gputui.agent.proc.proctree import ancestors_of, scan_trees, table_facts, tree_members, tree_root
+from gputui.agent.proc.statfds import StatFds
+from gputui.agent.protocol import PROCESS_LIVE_THREADS
+from gputui.agent.wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
+
+FULL_SWEEP_EVERY = 3
+"""Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
+read only the GPU trees (see ``ProcessSampler.sample`` for what they may miss, and for how long)."""
+GHOST_SLACK_MIB = 64
+"""Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
+
+
+class ProcessSampler:
+    """Lists, per process sample, what a snapshot says about the host's processes.
+
+    Owners and command lines are read from /proc: half psutil's cost per process, and no psutil import on
+    the sampling path.
+
+    Args:
+        child_pid_namespace: The collector lives in a PID namespace other than the host's (a container).
+        full_sweep_every: Read every pid's stat on every Nth process sample (1: always).
+
+    Not thread-safe: one owner, under its own lock (the collector's sampling).
+    """
+
+    def __init__(self, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY) -> None:
+        self.child_pid_namespace = child_pid_namespace
+        self.full_sweep_every = max(1, int(full_sweep_every))
+        self.details = ProcDetails(use_psutil=False)
+        self.boot_time = read_boot_time()
+        self.last_sweep_full: bool | None = None
+        self.gpu_processes: dict[int, list[dict[str, Any]]] = {}
+        """GPU index -> its process list of the last process sample (a memory-only sample reuses it)."""
+        self.processes: list[dict[str, Any]] = []
+        self.omitted = 0
+        self.device_holders: list[dict[str, Any]] | None = None
+        self.job_pids: set[int] = set()
+        """The GPU processes and the rest of their trees, of the last process sample."""
+        self._states: dict[tuple[int, int], tuple[str, float]] = {}
+        # Process samples since the last full sweep. A stream's first one lists the GPU trees alone, so that
+        # its first snapshot comes before a whole-host sweep; its second one sweeps.
+        self._partial_sweeps_done = max(0, self.full_sweep_every - 2)
+        self._children_file = children_file_supported()
+        self._stat_fds = StatFds()
+        self._full_table: dict[int, ProcStat] | None = None
+        self._launcher_cmdlines: dict[tuple[int, int], tuple[float, list[str]]] = {}
+
+    def sample(self, gpus: list[dict[str, Any]], now: float, full: bool = True) -> None:
+        """Take the process part of a sample; ``gpus`` (with their process lists) get ``visible`` marks.
+
+        A full sweep reads the stat of every pid on the host. It runs when ``full`` is set (forced samples:
+        the ``sample`` command), on every ``full_sweep_every``-th process sample, whenever some GPU holds
+        memory no listed process accounts for (the device-holder scan needs every pid), and always where
+        the kernel lacks /proc/<pid>/task/<tid>/children. The samples between read only the GPU processes,
+        their ancestors, everything below their tree roots (by the children files) and the processes the
+        last list had. Until the next full sweep, at most ``full_sweep_every - 1`` process intervals, they
+        miss: a process that turned zombie or D-state outside every GPU tree and was not listed before, and
+        a new process-group member of a tree that is not a descendant (a double-forked grandchild whose
+        middle parent died after the last sweep). Everything they do list is read fresh. The first process
+        sample that is not forced is one of those (the first snapshot of a stream shows the GPUs and their
+        trees at once), and the next one sweeps: zombies and D-state processes elsewhere follow within one
+        process interval.
+        """
+        full = (
+            full
+            or self._partial_sweeps_done >= self.full_sweep_every - 1
+            or not self._children_file
+            or ghost_suspected(gpus)
+        )
+        if full:
+            table = self._stat_fds.scan()
+            self._full_table = table
+            self._partial_sweeps_done = 0
+        else:
+            gpu_pids: set[int] = set()
+            for gpu in gpus:
+                gpu_pids.update(proc["pid"] for proc in gpu.get("processes") or [] if proc["pid"] > 0)
+            table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self.processes], self.details.cgroup)
+            self._partial_sweeps_done += 1
+        self.last_sweep_full = full
+        gpu_mib = self._note_gpu_processes(gpus, table)
+        chosen, omitted = self._choose(gpu_mib, table)
+        if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
+            self._stat_fds.refresh(chosen, table)
+            chosen = [pid for pid in chosen if pid in table]
+        self.processes = self._describe(chosen, table, gpu_mib, now)
+        self.omitted = omitted
+        # A suspected ghost always makes a full sweep (above), so this scans every pid.
+        holders = scan_device_holders(table) if full and ghost_suspected(gpus) else None
+        self.device_holders = None if holders is None else holders[:WIRE_MAX_DEVICE_HOLDERS]
+
+    def _note_gpu_processes(
+        self, gpus: list[dict[str, Any]], table: dict[int, ProcStat]
+    ) -> dict[int, dict[int, int]]:
+        """Mark each GPU process visible or not; returns visible pid -> {GPU index: MiB}."""
+        gpu_mib: dict[int, dict[int, int]] = {}
+        self.gpu_processes = {}
+        for gpu in gpus:
+            listed = gpu.get("processes") or []
+            for proc in listed:
+                proc["visible"] = self._is_local_gpu_pid(proc["pid"], table)
+                if proc["visible"]:
+                    per_gpu = gpu_mib.setdefault(proc["pid"], {})
+                    # A process listed as both compute and graphics holds one allocation, not two.
+                    per_gpu[gpu["index"]] = max(per_gpu.get(gpu["index"], 0), proc.get("used_mib") or 0)
+            gpu["processes"] = listed
+            self.gpu_processes[gpu["index"]] = [dict(p) for p in listed]
+        return gpu_mib
+
+    def _choose(
+        self, gpu_mib: dict[int, dict[int, int]], table: dict[int, ProcStat]
+    ) -> tuple[list[int], int]:
+        """The pids to list, most important first, each with its ancestors; and how many were left out."""
+        # Each GPU process's whole tree as the client roots it (analysis.build_forest): the job's root
+        # (job_root) and everything under it. Its non-GPU children (a detokenizer) die with a tree kill, so
+        # the confirmation must be able to list them.
+        facts_of = table_facts(table, self.details.cgroup)
+        trees = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
+        self.job_pids = set(trees) | set(gpu_mib)
+        # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
+        remnants = [
+            stat.pid
+            for stat in table.values()
+            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2 and stat.pid not in trees
+        ]
+        # So that the caps on the line (process count, command-line bytes) fall on the least important: GPU
+        # holders, the rest of their trees, then zombie / D-state processes elsewhere.
+        ranked = sorted(gpu_mib) + sorted(trees - set(gpu_mib)) + sorted(remnants)
+        chosen: list[int] = []
+        taken: set[int] = set()
+        omitted = 0
+        for pid in ranked:
+            if pid in taken:
+                continue
+            lineage = [pid] + [a for a in ancestors_of(pid, table) if a in table and a not in taken]
+            if len(chosen) + len(lineage) > WIRE_MAX_PROCESSES:
+                omitted += 1
+                continue
+            chosen.extend(lineage)
+            taken.update(lineage)
+        return chosen, omitted
+
+    def _describe(
+        self, chosen: list[int], table: dict[int, ProcStat], gpu_mib: dict[int, dict[int, int]], now: float
+    ) -> list[dict[str, Any]]:
+        """The listed processes as snapshot dicts, by pid; forgets what is no longer listed."""
+        processes: list[dict[str, Any]] = []
+        live_keys: set[tuple[int, int]] = set()
+        budget = WireBudget()
+        for pid in chosen:
+            stat = table[pid]
+            key = (pid, stat.start_ticks)
+            live_keys.add(key)
+            seen = self._states.get(key)
+            if seen is None or seen[0] != stat.state:
+                seen = (stat.state, now)
+                self._states[key] = seen
+            details = self.details.details(stat, now)
+            cmdline, truncated = budget.take(
+                details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
+            )
+            processes.append(
+                {
+                    "pid": pid,
+                    "ppid": stat.ppid,
+                    "user": details["user"],
+                    "uid": details["uid"],
+                    "state": stat.state,
+                    "name": stat.name,
+                    "cmdline": cmdline,
+                    "cmdline_truncated": truncated,
+                    "start_ticks": stat.start_ticks,
+                    "create_time": (
+                        None
+                        if self.boot_time is None
+                        else self.boot_time + stat.start_ticks / float(CLOCK_TICKS_PER_S)
+                    ),
+                    "state_since": seen[1],
+                    "rss_kib": details["rss_kib"],
+                    "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
+                    "pgid": stat.pgrp,
+                    "sid": stat.session,
+                    "cgroup": details["cgroup"],
+                    PROCESS_LIVE_THREADS: _live_threads(stat),
+                }
+            )
+        processes.sort(key=lambda proc: proc["pid"])
+        for key in [k for k in self._states if k not in live_keys]:
+            del self._states[key]
+        self.details.forget_except(live_keys)
+        return processes
+
+    def _is_local_gpu_pid(self, pid: int, table: dict[int, ProcStat]) -> bool:
+        """Whether the driver's ``pid`` is the local process with that number.
+
+        On the host it is whenever it exists. In a child PID namespace the driver may report pids of another
+        namespace, so a local process only counts as that GPU process if it has a /dev/nvidia* node open:
+        an unrelated process that happens to have the same number is never shown (or offered) as a holder.
+        """
+        if pid <= 0 or pid not in table:
+            return False
+        return not self.child_pid_namespace or bool(nvidia_nodes_open(pid))
+
+    def launcher_cmdlines(self) -> list[dict[str, Any]]:
+        """``{"pid", "cmdline"}`` of the processes whose name says they may be inference-server launchers,
+        from the last whole-host sweep (a sweep of its own before the first one), for health discovery.
+
+        Only those command lines are read (a few pids, not every one on the host), each kept per process
+        (pid + start ticks) for ``CMDLINE_CACHE_S``.
+        """
+        table = self._full_table if self._full_table is not None else scan_proc()
+        now = time.monotonic()
+        found: list[dict[str, Any]] = []
+        kept: dict[tuple[int, int], tuple[float, list[str]]] = {}
+        for stat in table.values():
+            if not health_launcher_like_name(stat.name):
+                continue
+            key = (stat.pid, stat.start_ticks)
+            cached = self._launcher_cmdlines.get(key)
+            if cached is None or now - cached[0] >= CMDLINE_CACHE_S:
+                cmdline = read_cmdline(stat.pid)
+                if cmdline is None:
+                    continue
+                cached = (now, cmdline)
+            kept[key] = cached
+            found.append({"pid": stat.pid, "cmdline": cached[1]})
+        self._launcher_cmdlines = kept
+        return found
+
+    def gpu_mib_of(self, pid: int) -> int | None:
+        """The GPU memory the last list says ``pid`` holds, over all GPUs; None when it is not listed."""
+        for proc in self.processes:
+            if proc["pid"] == pid:
+                return sum(proc["gpu_memory_mib"].values())
+        return None
+
+    def close(self) -> None:
+        self._stat_fds.close()
+
+
+def _live_threads(stat: ProcStat) -> dict[str, Any] | None:
+    """A zombie-state process's live threads (a defunct leader's, or none: a true zombie); None otherwise."""
+    if stat.state != "Z":
+        return None
+    from gputui.agent.proc.threads import zombie_threads_summary  # only hosts with a zombie listed load it
+
+    return zombie_threads_summary(stat.pid, stat.start_ticks)
+
+
+def ghost_suspected(gpus: list[dict[str, Any]]) -> bool:
+    """Whether some GPU holds memory its listed processes do not account for."""
+    for gpu in gpus:
+        used = gpu.get("memory_used_mib")
+        if used is None:
+            continue
+        listed = sum(p.get("used_mib") or 0 for p in gpu.get("processes") or ())
+        # v1 memory info counts the driver's reservation in "used"; v2 reports it apart.
+        reserved = gpu.get("memory_reserved_mib")
+        slack = GHOST_SLACK_MIB + (0 if reserved is not None else _v1_reserved_allowance(gpu))
+        if used - listed > slack:
+            return True
+    return False
+
+
+def _v1_reserved_allowance(gpu: dict[str, Any]) -> int:
+    """Without v2 memory info the driver's reservation hides in "used": allow ~1% of the total for it."""
+    total = gpu.get("memory_total_mib") or 0
+    return int(total) // 100

@@ -1,0 +1,1 @@
+"""The collector's stdio form: the remote importer (boot), the session, serve."""

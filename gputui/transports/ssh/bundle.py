@@ -1,0 +1,279 @@
+"""The collector as it is shipped to a remote ``python3``: a bundle of its modules, and the loader that runs
+it.
+
+Nothing of gputui is installed on a remote host. Its ``python3`` runs a short fixed first stage (``loader``)
+from the command line, and stdin carries, in order:
+
+1. ``gputui/agent/remote/boot.py``, zlib-compressed: the second stage, which serves the bundle's modules to
+  the
+   import system from a finder on ``sys.meta_path`` (the way mitogen starts a remote interpreter with nothing
+   installed, but all at once, since the module set is closed);
+2. the bundle: the source of every module of ``gputui.agent`` (a package ``gputui`` of its own around it,
+   empty) and of the client's own pynvml, served only where the host has no pynvml of its own;
+3. the modules every host imports, the shipped pynvml included (compiling it costs a remote python more
+   than the rest of its start), compiled by this python without their docstrings (nothing reads them
+   there), each marshalled on its own and unmarshalled only when imported: a remote python with the same
+   bytecode magic number runs them as they are, any other compiles the sources it imports
+   (``gputui.agent.SHIPPED_AS_SOURCE`` are always compiled there, by the few hosts that import them).
+
+The command line holds only fixed text, three integers (the sizes of the parts) and the magic number in hex;
+nothing from process data or user strings ever becomes part of it. After the bundle, stdin carries the
+collector's JSON-line commands. Building a bundle (compiling and compressing) is done once per process and
+kept in ``$XDG_CACHE_HOME/gputui`` for the next one, keyed by the exact bytes of every module; the SSH
+transport and the system-OpenSSH transport both ship it through ``bundle_for`` and ``loader``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import marshal
+import os
+import re
+import tempfile
+import threading
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import gputui.agent
+from gputui.core.link import LinkError
+
+AGENT_PACKAGE = "gputui.agent"
+ENTRY = "gputui.agent.__main__"
+"""The module the remote python runs as ``__main__``."""
+STAND_IN_MODULE = "gputui_collector"
+"""The name a single-module stand-in collector (``bundle_of_source``) is served under."""
+BOOT_MODULE = "gputui.agent.remote.boot"
+FALLBACK_MODULES = ("pynvml",)
+"""Shipped, but served only to a python that has none of its own."""
+BUNDLE_ROOT = "<gputui-bundle>/"
+"""File names of shipped modules start with this (``boot.BUNDLE_ROOT``): tracebacks name the module, and no
+file of the remote host is taken for it."""
+ZLIB_LEVEL = 6
+"""Level 9 costs several times the CPU for about 1 % fewer bytes."""
+CACHE_FORMAT = "gputui-bundle 2"
+CACHE_KEEP = 8
+"""Bundles kept in the cache directory (the newest ones): one per installed version in use."""
+
+_MAGIC_RE = re.compile(r"[0-9a-f]{4,16}")
+
+
+class BundleError(LinkError):
+    """The collector cannot be bundled from this installation (a module missing or unreadable)."""
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The three parts stdin gets before the JSON-line commands (see the module docstring).
+
+    Attributes:
+        boot_zlib: The second stage (``gputui/agent/remote/boot.py``), compressed.
+        source_zlib: The bundle (entry module, modules' sources, fallback names), marshalled and compressed.
+        code_zlib: Module name -> its code compiled by this python and marshalled, marshalled and compressed
+            (empty: none).
+        magic_hex: This python's bytecode magic number: a remote python with another one ignores the code.
+    """
+
+    boot_zlib: bytes
+    source_zlib: bytes
+    code_zlib: bytes
+    magic_hex: str
+
+    @property
+    def data(self) -> bytes:
+        return self.boot_zlib + self.source_zlib + self.code_zlib
+
+
+Modules = dict[str, tuple[bool, str, bytes]]
+"""Module name -> (is a package, file name as tracebacks show it, source bytes)."""
+
+
+def _module_file(name: str, is_package: bool) -> str:
+    return BUNDLE_ROOT + name.replace(".", "/") + ("/__init__.py" if is_package else ".py")
+
+
+def collector_modules() -> Modules:
+    """Every module of the installed ``gputui.agent`` (but the boot stage), an empty ``gputui`` around them,
+    and the client's pynvml when it is installed here.
+
+    Raises:
+        BundleError: A module of the package cannot be read.
+    """
+    root = Path(gputui.agent.__file__).parent
+    modules: Modules = {"gputui": (True, _module_file("gputui", True), b"")}
+    try:
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            name = ".".join((AGENT_PACKAGE, *parts[:-1])) if is_package else ".".join((AGENT_PACKAGE, *parts))
+            if name != BOOT_MODULE:
+                modules[name] = (is_package, _module_file(name, is_package), path.read_bytes())
+    except OSError as exc:
+        raise BundleError(f"cannot read the collector's modules: {exc.strerror or exc}") from None
+    for name in FALLBACK_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or spec.submodule_search_locations is not None:
+            continue  # not installed here, or a package (nvidia-ml-py's pynvml is one source file)
+        if spec.origin.endswith(".py"):
+            try:
+                modules[name] = (False, _module_file(name, False), Path(spec.origin).read_bytes())
+            except OSError:
+                continue  # the remote side then uses its own, or nvidia-smi
+    return modules
+
+
+def boot_source() -> bytes:
+    """The second stage's source (``gputui/agent/remote/boot.py``)."""
+    spec = importlib.util.find_spec(BOOT_MODULE)
+    if spec is None or spec.origin is None:
+        raise BundleError("gputui/agent/remote/boot.py is missing from this installation")
+    try:
+        return Path(spec.origin).read_bytes()
+    except OSError as exc:
+        raise BundleError(f"cannot read gputui/agent/remote/boot.py: {exc.strerror or exc}") from None
+
+
+def build(modules: Modules, entry: str, boot: bytes) -> Bundle:
+    """The bundle of ``modules`` that runs ``entry``; ``SHIPPED_AS_SOURCE`` only as source.
+
+    Code is compiled with ``dont_inherit`` (this module's own ``__future__`` flags must not leak into it) and
+    without docstrings. A module that does not compile here is shipped as source only.
+    """
+    fallbacks = tuple(name for name in FALLBACK_MODULES if name in modules)
+    source_only = {f"{AGENT_PACKAGE}.{name}" for name in gputui.agent.SHIPPED_AS_SOURCE}
+    codes = {}
+    for name, (_is_package, filename, source) in modules.items():
+        if name in source_only:
+            continue
+        try:
+            codes[name] = marshal.dumps(compile(source, filename, "exec", dont_inherit=True, optimize=2))
+        except (SyntaxError, ValueError):
+            continue
+    return Bundle(
+        zlib.compress(boot, ZLIB_LEVEL),
+        zlib.compress(marshal.dumps((entry, modules, fallbacks)), ZLIB_LEVEL),
+        zlib.compress(marshal.dumps(codes), ZLIB_LEVEL) if codes else b"",
+        importlib.util.MAGIC_NUMBER.hex(),
+    )
+
+
+_lock = threading.Lock()
+_collector: Bundle | None = None
+
+
+def bundle_for(source: bytes | None = None) -> Bundle:
+    """The bundle to ship: the installed collector (None), or a stand-in collector's source.
+
+    Built once per process (and per source), under a lock: the links of a fleet open at the same moment, and
+    each building its own copy would cost a core for seconds. The installed collector's bundle is also kept
+    in ``cache_dir()`` for the next process, keyed by the bytes of every module and this python's magic.
+    """
+    global _collector
+    with _lock:
+        if source is not None:
+            return bundle_of_source(source)
+        if _collector is None:
+            modules = collector_modules()
+            boot = boot_source()
+            key = _cache_key(modules, ENTRY, boot)
+            _collector = _read_cache(key)
+            if _collector is None:
+                _collector = build(modules, ENTRY, boot)
+                _write_cache(key, _collector)
+        return _collector
+
+
+@functools.lru_cache(maxsize=4)
+def bundle_of_source(source: bytes) -> Bundle:
+    """A bundle whose one module, ``source``, runs as ``__main__`` (a stand-in collector in tests)."""
+    if not source:
+        raise BundleError("collector source is empty")
+    modules = {STAND_IN_MODULE: (False, _module_file(STAND_IN_MODULE, False), source)}
+    return build(modules, STAND_IN_MODULE, boot_source())
+
+
+def loader(bundle: Bundle) -> str:
+    """The fixed first stage for ``python3 -c``: it reads and runs the second stage, which reads the rest."""
+    if not bundle.source_zlib or not bundle.boot_zlib:
+        raise BundleError("collector bundle is empty")
+    if not _MAGIC_RE.fullmatch(bundle.magic_hex):
+        raise BundleError(f"unexpected bytecode magic number {bundle.magic_hex!r}")
+    return (
+        'import sys,zlib;i=sys.stdin.buffer;g={"__name__":"gputui-boot"};'
+        f'exec(compile(zlib.decompress(i.read({len(bundle.boot_zlib):d})),"gputui-boot","exec"),g);'
+        f'g["boot"](i,{len(bundle.source_zlib):d},{len(bundle.code_zlib):d},"{bundle.magic_hex}")'
+    )
+
+
+# -- the cache ---------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/gputui`` when that variable holds an absolute path, else ``~/.cache/gputui``."""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if base and os.path.isabs(base):
+        return Path(base) / "gputui"
+    return Path.home() / ".cache" / "gputui"
+
+
+def _cache_key(modules: Modules, entry: str, boot: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in (CACHE_FORMAT, importlib.util.MAGIC_NUMBER.hex(), str(ZLIB_LEVEL), entry):
+        digest.update(part.encode() + b"\0")
+    digest.update(hashlib.sha256(boot).digest())
+    for name in sorted(modules):
+        is_package, filename, source = modules[name]
+        digest.update(f"{name}\0{is_package}\0{filename}\0".encode())
+        digest.update(hashlib.sha256(source).digest())
+    return digest.hexdigest()
+
+
+def _read_cache(key: str) -> Bundle | None:
+    """The cached bundle of ``key``, or None when there is none or it is not whole."""
+    try:
+        data = (cache_dir() / f"bundle-{key[:32]}.bin").read_bytes()
+        header_end = data.index(b"\n")
+        header = json.loads(data[:header_end])
+        body = data[header_end + 1 :]
+        if header.get("format") != CACHE_FORMAT or header.get("key") != key:
+            return None
+        if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+            return None
+        sizes = header["sizes"]
+        boot_end, source_end = sizes[0], sizes[0] + sizes[1]
+        if source_end + sizes[2] != len(body):
+            return None
+        return Bundle(body[:boot_end], body[boot_end:source_end], body[source_end:], str(header["magic"]))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
+def _write_cache(key: str, bundle: Bundle) -> None:
+    """Keep ``bundle`` for the next process (best effort: a cache that cannot be written changes nothing)."""
+    directory = cache_dir()
+    body = bundle.data
+    header = {
+        "format": CACHE_FORMAT,
+        "key": key,
+        "magic": bundle.magic_hex,
+        "sizes": [len(bundle.boot_zlib), len(bundle.source_zlib), len(bundle.code_zlib)],
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".bundle-", dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(json.dumps(header).encode() + b"\n" + body)
+            os.replace(temporary, directory / f"bundle-{key[:32]}.bin")
+        except BaseException:
+            os.unlink(temporary)
+            raise
+        kept = sorted(directory.glob("bundle-*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[CACHE_KEEP:]:
+            old.unlink()
+    except OSError:
+        pass

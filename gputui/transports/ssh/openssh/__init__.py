@@ -1,0 +1,1 @@
+"""The system OpenSSH client as the SSH link's transport."""

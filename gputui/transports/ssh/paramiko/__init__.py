@@ -1,0 +1,1 @@
+"""The paramiko side of the SSH link: connect (hops), auth, no invoke."""

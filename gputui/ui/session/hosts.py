@@ -1,0 +1,434 @@
+"""The hosts the app watches: what it keeps about each one, and the threads that talk to their links.
+
+Each host has a ``HostPoller``: a daemon thread of its own that opens the host's link, loops
+``next_snapshot`` → ``analyze`` → ``Hosts.deliver``, and reopens a broken link with a jittered backoff (or
+waits for the user, after an error retrying cannot fix). Short requests (a sample now, new intervals, the
+sample that confirms a clean slate, recording a host key) run on daemon threads of their own too. Results
+come back to the app as the dataclass messages of ``Hosts``; snapshots go through one ``LatestInbox``, so
+however many hosts deliver and however far the app falls behind, it gets one ``Sampled`` message per batch
+and always the newest data.
+
+Nothing waits on these threads: quitting sets one flag, closes the links from daemon threads, and leaves a
+thread blocked in a hung host's call behind. No Textual worker is used, so the event loop's executor is never
+held by a host.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from textual.message import Message
+
+from gputui.agent.protocol import CMD_CONFIGURE
+from gputui.core.analysis import Baselines, KilledJob, analyze
+from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
+from gputui.core.health_view import UP, HealthHistory, health_transitions
+from gputui.core.history import GpuHistory
+from gputui.core.link import HostLink, LinkError, full_sample
+from gputui.core.model import HostSnapshot
+from gputui.core.servers import ServerWatch
+from gputui.core.textsafe import visible
+from gputui.transports.freshness import LatestInbox, link_state, stale_after_s
+from gputui.transports.reconnect import Backoff, worth_retrying
+from gputui.transports.ssh.knownhosts import UnknownHostKey
+from gputui.ui.session.jobs import spawn
+from gputui.ui.widgets.host_bar import HostStatus
+
+if TYPE_CHECKING:
+    from gputui.ui.session.killflow import PendingKill
+
+NEXT_SNAPSHOT_WAIT_S = 1.0
+"""Longest wait for one snapshot before the poller looks at the stop flag again."""
+REQUEST_TIMEOUT_S = 30.0
+"""Deadline of one agent command."""
+STALE_FLOOR_S = 3.0
+"""A host is stale after at least this long without data: the display counts ages in whole seconds."""
+KILLED_JOBS_KEPT = 16
+"""Killed jobs remembered per host to tell their survivors."""
+
+Notice = tuple[str, str, str]
+"""(severity, title, message) of a notification; the message may carry machine text, already visible."""
+HostKeyAcceptor = Callable[[str, Any], object]
+"""Records an accepted host key: called with ``UnknownHostKey.hop`` and ``.key`` (does file IO)."""
+
+
+@dataclass
+class HostState:
+    """Everything the app keeps about one host. Touched on the event loop, except ``poller`` (its own thread
+    reads ``baselines`` and ``killed_jobs``)."""
+
+    target: str
+    baselines: Baselines
+    snapshot: HostSnapshot | None = None
+    """The newest analysed snapshot."""
+    last_ok_s: float | None = None
+    error: str | None = None
+    error_s: float | None = None
+    halted: bool = False
+    """The last error cannot be fixed by retrying (auth, host key, bad target): the poller waits for ``r``."""
+    history: GpuHistory = field(default_factory=GpuHistory)
+    health_history: HealthHistory = field(default_factory=HealthHistory)
+    servers: ServerWatch = field(default_factory=ServerWatch)
+    """The servers' state machines (shared by every host: keyed by target and URL)."""
+    tagged: set[int] = field(default_factory=set)
+    check: CleanCheck | None = None
+    kills: dict[int, PendingKill] = field(default_factory=dict)
+    """Kill operations under way on this host, by the app's own number for each."""
+    killed_jobs: tuple[KilledJob, ...] = ()
+    """Jobs killed here, newest last: what escaped them is a survivor finding. Replaced, never mutated."""
+    watched_ports: tuple[WatchedPort, ...] = ()
+    """The TCP ports of jobs killed here not yet seen free: a clean-slate check waits on them."""
+    poller: HostPoller | None = None
+
+    @property
+    def link(self) -> HostLink | None:
+        """The open link, None while (re)connecting."""
+        return None if self.poller is None else self.poller.link
+
+    def apply(self, snapshot: HostSnapshot, now_s: float) -> list[Notice]:
+        """Take ``snapshot`` (analysed, its servers judged: ``Hosts.analyze``) as the host's newest data;
+        returns what the user should be told (state changes of the servers, STALLED and BUSY included)."""
+        notices: list[Notice] = []
+        previous = self.snapshot
+        name = visible(self.target, 40)
+        reboot = previous is not None and previous.boot_id != snapshot.boot_id
+        if reboot and self.tagged:
+            self.tagged.clear()
+            notices.append(("warning", "", f"{name} rebooted: tagged processes forgotten"))
+        self.history.record(snapshot)
+        for line in health_transitions(previous.health if previous is not None else (), snapshot.health):
+            recovered = line.endswith(f"→ {UP}") or f"→ {UP} " in line
+            notices.append(("information" if recovered else "warning", "health", f"{name}: {line}"))
+        self.health_history.update(snapshot.health)
+        self.snapshot = snapshot
+        self.watched_ports = () if reboot else ports_left(snapshot, self.watched_ports)
+        self.last_ok_s = now_s
+        self.error = None
+        self.halted = False
+        return notices
+
+    def failed(self, error: str, retrying: bool, now_s: float) -> bool:
+        """The link failed; returns whether this is news (the first error since data, or after a halt)."""
+        first = self.error is None or self.halted
+        self.error = error
+        self.error_s = now_s
+        if not retrying:
+            self.halted = True  # only retry() and fresh data clear it
+        return first
+
+    def killed(self, jobs: tuple[KilledJob, ...]) -> None:
+        self.killed_jobs = (*self.killed_jobs, *jobs)[-KILLED_JOBS_KEPT:]
+
+    def watch_ports(self, ports: tuple[WatchedPort, ...]) -> None:
+        known = {p.port for p in self.watched_ports}
+        self.watched_ports += tuple(p for p in ports if p.port not in known)
+
+    def killed_members(self) -> list[tuple[int, int | None]]:
+        return [member for job in self.killed_jobs for member in job.members]
+
+    def status(self, now_s: float, interval_s: float) -> HostStatus:
+        """What the host bar says about this host now."""
+        age_s = None if self.last_ok_s is None else max(0.0, now_s - self.last_ok_s)
+        error_s = self.error_s if self.error is not None else None
+        state = link_state(now_s, self.last_ok_s, error_s, stale_after_s(interval_s, STALE_FLOOR_S))
+        return HostStatus(self.target, state, age_s, self.error, self.snapshot, halted=self.halted)
+
+
+class HostPoller:
+    """Streams one host's analysed snapshots to ``Hosts.deliver`` from a daemon thread, until stopped.
+
+    Args:
+        host: The host (its baselines and killed jobs are read for every analysis).
+        hosts: Where snapshots and failures go.
+    """
+
+    def __init__(self, host: HostState, hosts: Hosts) -> None:
+        self._host = host
+        self._hosts = hosts
+        self._retry = threading.Event()
+        self.current: HostLink | None = None
+        """The link being opened or open (closing it interrupts an open in progress)."""
+        self._open = False
+
+    @property
+    def link(self) -> HostLink | None:
+        """The open link; None while connecting or after a failure."""
+        return self.current if self._open else None
+
+    def start(self) -> None:
+        spawn(f"poll-{self._host.target[:20]}", self._run)
+
+    def retry(self) -> None:
+        """Make a halted poller try once more (``r``, an accepted host key)."""
+        self._retry.set()
+
+    def _run(self) -> None:
+        hosts, host = self._hosts, self._host
+        target = host.target
+        backoff = Backoff(base_s=hosts.retry_base_s, cap_s=hosts.retry_cap_s)
+        while not hosts.stopping.is_set():
+            link = hosts.link_factory(target)
+            self.current = link
+            halted = False
+            try:
+                link.open()
+                self._open = True
+                while not hosts.stopping.is_set():
+                    snapshot = link.next_snapshot(NEXT_SNAPSHOT_WAIT_S)
+                    if snapshot is not None:
+                        hosts.deliver(target, hosts.analyze(host, snapshot))
+                        backoff.reset()
+            except LinkError as exc:
+                # Auth failures, host keys, bad targets: only the user can fix them, and a retry loop would
+                # earn this client sshd's PerSourcePenalties. Show the error and wait for ``r``.
+                halted = not worth_retrying(exc)
+                message = str(exc) or f"{target}: link failed"
+                hosts.post(Hosts.Failed(target, message, retrying=not halted, cause=exc))
+            except Exception as exc:  # noqa: BLE001 - a bad snapshot must not end this host's polling
+                hosts.post(Hosts.Failed(target, f"{target}: {type(exc).__name__}: {exc}"))
+            self._open = False
+            self.current = None
+            close_quietly(link)
+            if halted:
+                if not self._wait_for_retry():
+                    return
+                backoff.reset()
+            elif hosts.stopping.wait(backoff.next_delay_s()):
+                return
+
+    def _wait_for_retry(self) -> bool:
+        """Block until the user asks for another try (True) or the app quits (False)."""
+        while not self._hosts.stopping.is_set():
+            if self._retry.wait(0.25):
+                self._retry.clear()
+                return not self._hosts.stopping.is_set()
+        return False
+
+
+def close_quietly(link: HostLink) -> None:
+    """Close ``link`` from a daemon thread (a hung host's close must hold nobody)."""
+
+    def close() -> None:
+        try:
+            link.close()
+        except Exception:  # noqa: BLE001, S110 - the link is being dropped either way
+            pass
+
+    spawn("link-close", close)
+
+
+class Hosts:
+    """Every host of the app, their pollers, and the short requests to their links.
+
+    Args:
+        link_factory: Makes a fresh, unopened link for a target (called again on every reconnect).
+        make_baselines: The clean-slate baselines of a target.
+        post: Hands a message to the app (thread-safe: ``App.post_message``).
+        accept_host_key: Records a host key the user accepted.
+        retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
+        retry_cap_s: Largest reconnect delay, seconds.
+    """
+
+    @dataclass
+    class Sampled(Message):
+        """New analysed snapshots are waiting in the inbox; ``snapshot`` is the one that made it non-empty.
+
+        The handler takes every waiting host at once (``take``); a message posted without the inbox (a
+        test, a replayed sample) applies its own snapshot.
+        """
+
+        target: str
+        snapshot: HostSnapshot
+        forced: bool = False
+        """Asked for by the user (refresh): shown even while the display is paused."""
+
+    @dataclass
+    class Failed(Message):
+        """A host's link broke or could not be opened; the poller retries unless ``retrying`` is False."""
+
+        target: str
+        error: str
+        retrying: bool = True
+        cause: BaseException | None = None
+        """The exception behind ``error`` (an ``UnknownHostKey`` offers to accept the key)."""
+
+    @dataclass
+    class CleanConfirmed(Message):
+        """The fresh full sample asked for by a clean-slate check came back (or could not be taken)."""
+
+        target: str
+        started_s: float
+        """Which check asked (its ``started_s``): an answer to an older check is dropped."""
+        snapshot: HostSnapshot | None
+        error: str = ""
+
+    @dataclass
+    class HostKeyRecorded(Message):
+        """Accepting a host key finished: recorded, or ``failure`` says why not."""
+
+        target: str
+        error: UnknownHostKey
+        failure: str | None
+
+    def __init__(
+        self,
+        link_factory: Callable[[str], HostLink],
+        make_baselines: Callable[[str], Baselines],
+        post: Callable[[Message], object],
+        accept_host_key: HostKeyAcceptor,
+        *,
+        retry_base_s: float = 1.0,
+        retry_cap_s: float = 30.0,
+        servers: ServerWatch | None = None,
+    ) -> None:
+        self.link_factory = link_factory
+        self.servers = servers or ServerWatch()
+        self._make_baselines = make_baselines
+        self.post = post
+        self._accept_host_key = accept_host_key
+        self.retry_base_s = retry_base_s
+        self.retry_cap_s = retry_cap_s
+        self._all: list[HostState] = []
+        self._by_target: dict[str, HostState] = {}
+        self.inbox: LatestInbox[str, tuple[HostSnapshot, bool]] = LatestInbox(
+            merge=lambda older, newer: (newer[0], older[1] or newer[1])
+        )
+        """The newest snapshot of each host not yet applied, and whether one of those was forced."""
+        self.stopping = threading.Event()
+
+    def add(self, target: str) -> HostState:
+        """A host (its poller not started yet); the same one when the target is known."""
+        host = self._by_target.get(target)
+        if host is None:
+            host = HostState(target, self._make_baselines(target), servers=self.servers)
+            self._all.append(host)
+            self._by_target[target] = host
+        return host
+
+    def get(self, target: str) -> HostState | None:
+        return self._by_target.get(target)
+
+    def __iter__(self) -> Iterator[HostState]:
+        return iter(list(self._all))
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def __getitem__(self, index: int) -> HostState:
+        return self._all[index]
+
+    def index(self, host: HostState) -> int:
+        return self._all.index(host)
+
+    def start(self, host: HostState) -> None:
+        """Start ``host``'s poller (once)."""
+        if host.poller is None and not self.stopping.is_set():
+            host.poller = HostPoller(host, self)
+            host.poller.start()
+
+    def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
+        """Findings, verdict and server states of a snapshot, on the thread that took it."""
+        judged = host.servers.apply(snapshot)
+        return analyze(judged, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
+
+    def deliver(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
+        """Hand an analysed snapshot to the app (any thread): the newest replaces one not yet applied."""
+        if self.inbox.put(target, (snapshot, forced)) and not self.stopping.is_set():
+            self.post(self.Sampled(target, snapshot, forced))
+
+    def take(self, message: Sampled) -> dict[str, tuple[HostSnapshot, bool]]:
+        """Every waiting snapshot by target, with ``message``'s own when it did not come through the inbox."""
+        batch = self.inbox.take()
+        batch.setdefault(message.target, (message.snapshot, message.forced))
+        return batch
+
+    def retry(self, host: HostState) -> None:
+        """Let a halted host's poller try once more."""
+        host.halted = False
+        host.error = None
+        if host.poller is not None:
+            host.poller.retry()
+
+    def stop(self) -> None:
+        """Stop every poller and close every link; returns at once."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        for host in self._all:
+            link = None if host.poller is None else host.poller.current
+            if link is not None:
+                close_quietly(link)
+
+    # -- short requests, each on a thread of its own --------------------------------------------------
+
+    def _request(self, host: HostState, name: str, job: Callable[[HostLink], None]) -> None:
+        link = host.link
+        if link is None or self.stopping.is_set():
+            return
+        spawn(f"{name}-{host.target[:20]}", lambda: job(link))
+
+    def sample_now(self, host: HostState) -> None:
+        """A full sample now (refresh, after a kill), delivered as forced."""
+
+        def job(link: HostLink) -> None:
+            try:
+                snapshot = full_sample(link, host.target, REQUEST_TIMEOUT_S)
+                self.deliver(host.target, self.analyze(host, snapshot), forced=True)
+            except Exception as exc:  # noqa: BLE001 - a link error or a bad answer: one line, never a traceback
+                self.post(self.Failed(host.target, f"{host.target}: refresh failed: {_cause(exc)}"))
+
+        self._request(host, "sample", job)
+
+    def configure(self, host: HostState, memory_interval_s: float, process_interval_s: float) -> None:
+        """Change a host's sampling intervals (fast while a clean-slate check runs)."""
+        command = {
+            "cmd": CMD_CONFIGURE,
+            "memory_interval_s": memory_interval_s,
+            "process_interval_s": process_interval_s,
+        }
+
+        def job(link: HostLink) -> None:
+            try:
+                link.request(command, REQUEST_TIMEOUT_S)
+            except Exception as exc:  # noqa: BLE001 - as above
+                message = f"{host.target}: could not change the interval: {_cause(exc)}"
+                self.post(self.Failed(host.target, message))
+
+        self._request(host, "configure", job)
+
+    def confirm_clean(self, host: HostState, started_s: float) -> None:
+        """Take a fresh full sample (processes listed now) for the check started at ``started_s``."""
+        if host.link is None:
+            self.post(self.CleanConfirmed(host.target, started_s, None, "the host is not connected"))
+            return
+
+        def job(link: HostLink) -> None:
+            try:
+                fresh = self.analyze(host, full_sample(link, host.target, REQUEST_TIMEOUT_S))
+            except Exception as exc:  # noqa: BLE001 - as above
+                self.post(self.CleanConfirmed(host.target, started_s, None, _cause(exc)))
+                return
+            self.post(self.CleanConfirmed(host.target, started_s, fresh))
+
+        self._request(host, "confirm", job)
+
+    def record_host_key(self, target: str, error: UnknownHostKey) -> None:
+        """Write the accepted key (file IO, so on a thread), then let the poller reconnect."""
+
+        def job() -> None:
+            try:
+                self._accept_host_key(error.hop, error.key)
+            except Exception as exc:  # noqa: BLE001 - a changed key, an unwritable file: shown, not raised
+                self.post(self.HostKeyRecorded(target, error, _cause(exc)))
+                return
+            self.post(self.HostKeyRecorded(target, error, None))
+
+        spawn("host-key", job)
+
+
+def _cause(exc: BaseException) -> str:
+    """One line for an exception: its message, else its type's name."""
+    return str(exc) or type(exc).__name__
