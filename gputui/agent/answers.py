@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from gputui.agent.args import CommandError, seconds_in_range
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import read_stat
 from gputui.agent.protocol import (
@@ -26,42 +26,24 @@ from gputui.agent.protocol import (
 )
 from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
 
-if TYPE_CHECKING:
-    from gputui.agent.collector import Agent
 
+class Agent(Protocol):
+    """What the commands need of the collector (``collector.Agent``)."""
 
-class CommandError(Exception):
-    """A command the collector refuses as malformed; its text is the reply's one-line error."""
+    kills: Any
+    discover_health: bool
+    health_urls: tuple[str, ...]
 
-
-def finite_positive(value: Any) -> float | None:
-    """``value`` as a positive finite number, else None (booleans are not numbers here)."""
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    if not number > 0 or math.isinf(number) or math.isnan(number):
-        return None
-    return number
-
-
-def seconds_in_range(value: Any, low: float, high: float) -> float | None:
-    """``value`` as seconds when it is a number in [``low``, ``high``], else None."""
-    number = finite_positive(value)
-    return number if number is not None and low <= number <= high else None
-
-
-def optional_seconds(command: dict[str, Any], key: str) -> float | None:
-    """A command's optional duration: None when absent or null, else a positive finite number of seconds."""
-    value = command.get(key)
-    if value is None:
-        return None
-    seconds = finite_positive(value)
-    if seconds is None:
-        raise CommandError(f"{key} must be a positive number of seconds or null")
-    return seconds
+    @property
+    def use_psutil(self) -> bool: ...
+    @property
+    def probing(self) -> bool: ...
+    @property
+    def health(self) -> Any: ...
+    def sample(self, force_processes: bool) -> dict[str, Any]: ...
+    def hello(self) -> dict[str, Any]: ...
+    def discover_now(self) -> None: ...
+    def set_intervals(self, memory_interval_s: Any, process_interval_s: Any) -> None: ...
 
 
 def handle(agent: Agent, command: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from gputui.agent.protocol import CMD_CONFIGURE
+from gputui.commands.output import link_error_line, marks, safe_streams, wait_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core import cleanslate
 from gputui.core.analysis import (
@@ -48,34 +49,6 @@ WAIT_PROCESS_INTERVAL_S = 0.5
 DASH = "–"
 MAX_FINDINGS_SHOWN = 20
 CANNOT_TELL = "cannot tell"
-
-
-def _marks(stream: TextIO) -> tuple[str, str]:
-    """✓/✗ where the output encoding can carry them, else ASCII (a C locale, a log file in latin-1)."""
-    try:
-        "✓✗–".encode(getattr(stream, "encoding", None) or "ascii")
-    except (UnicodeEncodeError, LookupError):
-        return "ok", "X"
-    return "✓", "✗"
-
-
-def safe_streams(*streams: TextIO) -> None:
-    """Never die on a character the terminal's encoding lacks: escape it instead."""
-    for stream in streams:
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            try:
-                reconfigure(errors="backslashreplace")
-            except (ValueError, OSError):
-                pass
-
-
-def link_error_line(target: str, exc: Exception) -> str:
-    """ "gputui: <target>: <cause>" without repeating the target when the cause already names it."""
-    cause = visible(str(exc) or type(exc).__name__, 300)
-    if cause.startswith(f"{target}:"):
-        return f"gputui: {cause}"
-    return f"gputui: {visible(target, 100)}: {cause}"
 
 
 def resolve_baselines(
@@ -116,7 +89,7 @@ def _gpu_reason_text(index: int, used: int | None, reason: str) -> str:
 
 def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[str]:
     """The lines of one host's check: one per GPU, then the verdict, host-level reasons and findings."""
-    good, bad = _marks(stream)
+    good, bad = marks(stream)
     lines: list[str] = []
     if header:
         lines.append(f"{visible(snapshot.target, 60)} ({visible(snapshot.hostname or DASH, 60)})")
@@ -352,14 +325,6 @@ def judge_servers(snapshot: HostSnapshot) -> HostSnapshot:
     if not failing or verdict is None or not verdict.known:
         return judged
     return replace(judged, verdict=replace(verdict, clean=False, reasons=verdict.reasons + tuple(failing)))
-
-
-def wait_line(waited_s: float | None, wait_s: float, known: bool) -> str | None:
-    """The last line of ``check --wait``: how long it took, or that it was not clean in time; None when the
-    last verdict could not tell (the verdict lines already say so, once)."""
-    if waited_s is not None:
-        return f"clean after {waited_s:.2f} s"
-    return f"still not clean after {wait_s:g} s" if known else None
 
 
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -15,8 +15,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
 from gputui.agent.protocol import HEALTH_STATE_UP
-from gputui.commands.check import _marks, safe_streams, wait_line
 from gputui.commands.fleet_options import FleetChoice
+from gputui.commands.output import marks, safe_streams, wait_line
 from gputui.core.analysis import Baselines
 from gputui.core.fleet_rows import (
     analyze_fleet,
@@ -263,7 +263,7 @@ def run_fleet_check(args: argparse.Namespace, out: TextIO | None = None, err: Te
         print(json_visible(document, indent=1), file=out)
         return status
     if sample is not None and sample.hosts:
-        for line in format_fleet_check(sample, _marks(out)):
+        for line in format_fleet_check(sample, marks(out)):
             print(line, file=out)
     if args.wait is not None:
         last = wait_line(waited, args.wait, status != EXIT_ERROR)

@@ -27,7 +27,7 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from gputui.agent.protocol import SIGNALLING_STAGES
-from gputui.commands.check import link_error_line, safe_streams
+from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.actions import (
     DEFAULT_ESCALATE_S,

@@ -8,7 +8,8 @@ import time
 from typing import TextIO
 
 from gputui.agent.protocol import HEALTH_STATE_UP
-from gputui.commands.check import link_error_line, resolve_baselines
+from gputui.commands.check import resolve_baselines
+from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
 from gputui.core.link import LinkError, one_shot_sample

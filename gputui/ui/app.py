@@ -10,9 +10,7 @@ a machine is shown as ``Text`` (never markup) with control characters visible.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,14 +28,13 @@ from gputui.transports.ssh import trust as ssh_hostkeys
 from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui import keymap
 from gputui.ui.screens.fleet import FleetScreen
-from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.screens.monitor import MonitorScreen
 from gputui.ui.session.cleancheck import CleanChecks
+from gputui.ui.session.context import Session, Settings, Surface
 from gputui.ui.session.hosts import HostKeyAcceptor, Hosts, HostState
 from gputui.ui.session.killflow import KillFlow
 from gputui.ui.theme import ThemeStore
-from gputui.ui.widgets.host_bar import HostStatus
 
 Clock = Callable[[], float]
 FLEET_SCREEN = "fleet"
@@ -45,28 +42,6 @@ FLEET_SCREEN = "fleet"
 FLEET_HOSTS_MAX = 32
 """Hosts that can be opened from the fleet view in one session: each keeps a link and a thread."""
 TICK_S = 1.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What the user chose for this session.
-
-    Attributes:
-        read_only: Remove every destructive key and refuse kills.
-        memory_interval_s: The normal sampling interval (restored after a clean-slate check).
-        process_interval_s: The normal process-list interval (restored after a clean-slate check).
-        escalate_s: Seconds between TERM and KILL for tree kills; after a single TERM or KILL, the agent
-            says after this long whether the process is gone.
-        check_timeout_s: A clean-slate check gives up after this many seconds.
-        notify_timeout_s: Seconds a notification stays.
-    """
-
-    read_only: bool = False
-    memory_interval_s: float = 1.0
-    process_interval_s: float = 3.0
-    escalate_s: float = DEFAULT_ESCALATE_S
-    check_timeout_s: float = 60.0
-    notify_timeout_s: float = 8.0
 
 
 class GpuTuiApp(App[int]):
@@ -141,13 +116,27 @@ class GpuTuiApp(App[int]):
         )
         for target in targets:
             self.hosts.add(target)
-        self.checks = CleanChecks(self)
-        self.kills = KillFlow(self)
-        self.monitor = MonitorScreen()
+        surface = Surface(
+            notify=self._notify,
+            post=self.post_message,
+            push=self.push_screen,
+            leave=self.leave,
+            show_fleet=self.show_fleet,
+            redraw=self.host_changed,
+            later=self.set_timer,
+        )
+        self.session = Session(
+            self, self.settings, self.clock, self.hosts, self.audit, surface, fleet is not None
+        )
+        self.notices = self.session.notices
+        """The latest notifications as (severity, title, message), newest last."""
+        self.checks = CleanChecks(self.session)
+        self.kills = KillFlow(self.session, self.checks)
+        self.monitor = MonitorScreen(self.session, self.checks, self.kills)
+        self._asking_host_key: set[str] = set()
+        """Targets whose unknown host key the user is being asked about now."""
         self._theme_store = theme_store
         self._theme = theme or (theme_store.load() if theme_store is not None else None)
-        self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
-        """The latest notifications as (severity, title, message), newest last."""
 
     # -- life ------------------------------------------------------------------------------------------
 
@@ -194,7 +183,9 @@ class GpuTuiApp(App[int]):
 
     def say(self, message: str, *, severity: str = "information", title: str = "") -> None:
         """A notification; ``message`` may carry machine text (already visible): never parsed as markup."""
-        self.notices.append((severity, title, message))
+        self.session.say(message, severity=severity, title=title)
+
+    def _notify(self, message: str, severity: str, title: str) -> None:
         self.notify(
             message,
             title=title,
@@ -203,19 +194,13 @@ class GpuTuiApp(App[int]):
             markup=False,
         )
 
-    def host_status(self, host: HostState) -> HostStatus:
-        """What the host bar says about ``host`` now."""
-        return host.status(self.clock(), self.settings.memory_interval_s)
-
     def host_changed(self, host: HostState) -> None:
         """Something but data changed about ``host``: the screens showing it redraw."""
         self.monitor.host_changed(host)
 
     def _data_changed(self, changed: list[tuple[HostState, bool]]) -> None:
         self.monitor.hosts_changed(changed)
-        for screen in self.screen_stack:
-            if isinstance(screen, GpuDetailScreen):
-                screen.hosts_changed(changed)
+        self.session.data_changed.publish(changed)
 
     # -- what the hosts' threads report ----------------------------------------------------------------
 
@@ -251,10 +236,12 @@ class GpuTuiApp(App[int]):
 
     def _ask_host_key(self, target: str, error: UnknownHostKey) -> None:
         """Offer to accept an unknown host key; a changed or revoked key never gets here."""
-        if any(isinstance(s, HostKeyScreen) and s.target == target for s in self.screen_stack):
+        if target in self._asking_host_key:
             return
+        self._asking_host_key.add(target)
 
         def decided(accepted: bool | None) -> None:
+            self._asking_host_key.discard(target)
             if accepted:
                 self.hosts.record_host_key(target, error)
             else:

@@ -62,7 +62,7 @@ def test_accepting_the_unknown_key_writes_known_hosts_and_the_host_goes_live(
             assert ssh_client.known_hosts.read_text() == "# nothing yet\n"  # nothing before the answer
             await pilot.press("a")
             await _until(pilot, lambda: app.hosts[0].snapshot is not None, "the first snapshot")
-            assert app.host_status(app.hosts[0]).state == "live"
+            assert app.session.host_status(app.hosts[0]).state == "live"
             assert len(app.hosts[0].snapshot.gpus) == 8
             await pilot.press("q")
 
@@ -83,7 +83,7 @@ def test_refusing_the_unknown_key_writes_nothing(
             await _until(pilot, lambda: isinstance(app.screen, HostKeyScreen), "the host key question")
             await pilot.press("escape")
             await pilot.pause(1.0)
-            assert app.host_status(app.hosts[0]).state == "error"
+            assert app.session.host_status(app.hosts[0]).state == "error"
             assert app.hosts[0].snapshot is None
             await pilot.press("q")
 

@@ -580,9 +580,9 @@ async def test_a_silent_host_is_marked_stale_with_the_age_of_its_data(clock: Man
         await pilot.pause(0.2)
         clock.advance(12.0)
         await wait_for(pilot, lambda: "stale 12 s" in str(app.query_one(HostBar).render()), "stale mark")
-        assert app.host_status(app.hosts[0]).state == "stale"
+        assert app.session.host_status(app.hosts[0]).state == "stale"
         links[0].stall.clear()
-        await wait_for(pilot, lambda: app.host_status(app.hosts[0]).state == "live", "live again")
+        await wait_for(pilot, lambda: app.session.host_status(app.hosts[0]).state == "live", "live again")
 
 
 async def test_a_broken_link_reconnects_and_a_new_boot_forgets_tagged_pids(

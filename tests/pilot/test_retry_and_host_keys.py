@@ -121,7 +121,7 @@ async def test_an_error_retrying_cannot_fix_stops_the_loop_and_r_tries_once(
         panel = str(app.query_one(GpuPanel).render())
         assert "not retrying (r: try again)" in panel
         assert str(error)[:40] in panel
-        assert app.host_status(app.hosts[0]).state == "error"
+        assert app.session.host_status(app.hosts[0]).state == "error"
         assert [n for n in app.notices if n[1] == "host error"][-1][2].endswith("press r to try again")
         assert not isinstance(app.screen, HostKeyScreen)  # only an unknown key is offered for acceptance
         await pilot.press("r")
@@ -172,7 +172,7 @@ async def test_an_unknown_key_is_recorded_only_after_a_and_the_host_goes_live(
         await pilot.press("a")
         await wait_for(pilot, lambda: app.hosts[0].snapshot is not None, "the host to go live")
         assert factory.accepted == [("gpu-node-08", factory.key)]
-        assert app.host_status(app.hosts[0]).state == "live"
+        assert app.session.host_status(app.hosts[0]).state == "live"
         assert not app.hosts[0].halted
         assert any(n[1] == "host key" and "recorded" in n[2] for n in app.notices)
 
@@ -198,7 +198,7 @@ async def test_escape_refuses_and_the_host_stays_in_error(clock: ManualClock, tm
         assert not isinstance(app.screen, HostKeyScreen)
         assert factory.accepted == []
         assert factory.opens == 1
-        assert app.host_status(app.hosts[0]).state == "error"
+        assert app.session.host_status(app.hosts[0]).state == "error"
         assert "unknown host key" in str(app.query_one(GpuPanel).render())
         assert any(n[1] == "host key" and "refused" in n[2] for n in app.notices)
         await pilot.press("a")  # no question open: nothing is accepted
@@ -225,4 +225,4 @@ async def test_a_key_that_cannot_be_recorded_leaves_the_host_in_error(
         await pilot.pause(QUIET_S)
         assert factory.opens == 1
         assert app.hosts[0].halted
-        assert app.host_status(app.hosts[0]).state == "error"
+        assert app.session.host_status(app.hosts[0]).state == "error"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from gputui.core.link import LinkError
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SetupFailed
-from gputui.transports.ssh.openssh.link import explain_failure
+from gputui.transports.ssh.openssh.failures import explain_failure
 
 
 def test_the_last_telling_line_is_shown_escaped_on_one_line() -> None:

@@ -11,11 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-NVML_DEADLINE_S = 2.0
-"""Seconds every device's NVML calls of one sample may take before that device is reported as timed out."""
-TELEMETRY_INTERVAL_S = 1.0
-"""Utilisation, temperature and power are read at most this often (and with every process list); memory,
-what a clean-slate check watches at up to 10 Hz, on every sample."""
+from gputui.agent.gpu.limits import NVML_DEADLINE_S as NVML_DEADLINE_S
+from gputui.agent.gpu.limits import TELEMETRY_INTERVAL_S as TELEMETRY_INTERVAL_S
 
 
 class Backend(Protocol):

@@ -7,7 +7,8 @@ import time
 from typing import Any, Callable
 
 from gputui.agent.calls import CallTimeout, Worker
-from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, nvmlapi
+from gputui.agent.gpu import nvmlapi
+from gputui.agent.gpu.limits import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S
 from gputui.agent.gpu.nvmlapi import (
     NvmlVersions,
     nvml_count_v1,

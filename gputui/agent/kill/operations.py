@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from gputui.agent.answers import CommandError, optional_seconds
+from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.kill.operation import KILL_KEEP_S, KillContext, KillOperation
 from gputui.agent.kill.signals import SIGNALS
 from gputui.agent.protocol import (

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from gputui.agent.answers import finite_positive, seconds_in_range
+from gputui.agent.args import finite_positive, seconds_in_range
 from gputui.agent.collector import Agent
 from gputui.agent.gpu import TELEMETRY_INTERVAL_S
 from gputui.agent.health import HEALTH_GENERATE_MIN_INTERVAL_S

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.agent import protocol
+from gputui.agent.args import optional_seconds
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.sim.scenario import SimProc
@@ -106,8 +107,8 @@ class SimKills:
         signal = str(command.get("signal") or "TERM")
         if signal not in protocol.SIGNAL_NAMES:
             raise LinkError(f"{self.target}: unknown signal {signal!r}")
-        escalate_s = optional_seconds(command.get("escalate_s"))
-        wait_s = optional_seconds(command.get("wait_s"))
+        escalate_s = optional_seconds(command, "escalate_s")
+        wait_s = optional_seconds(command, "wait_s")
         if signal == "KILL" and escalate_s is not None:
             wait_s, escalate_s = (wait_s if wait_s is not None else escalate_s), None
         with self._lock:
@@ -299,10 +300,6 @@ class SimKills:
                 op.wait_s,
                 round((op.finished_mono or now_mono) - op.started_mono, 3),
             )
-
-
-def optional_seconds(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 @dataclass

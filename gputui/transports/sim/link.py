@@ -9,10 +9,11 @@ from dataclasses import replace
 from typing import Any
 
 from gputui.agent import protocol
+from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc
-from gputui.transports.sim.kills import SimKill, SimKills, optional_seconds
+from gputui.transports.sim.kills import SimKill, SimKills
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,
     BUSY_FROM_S,
@@ -113,6 +114,12 @@ class SimLink(SimKills, HostLink):
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if self._closed.is_set():
             raise LinkError(f"{self.target}: link closed")
+        try:
+            return self._answer(command)
+        except CommandError as exc:  # refused by the collector's own argument rules, worded as a collector's
+            raise LinkError(f"{self.target}: {command.get('cmd')} failed: {exc}") from None
+
+    def _answer(self, command: dict[str, Any]) -> dict[str, Any]:
         name = command.get("cmd")
         if name == protocol.CMD_CONFIGURE:
             with self._lock:
@@ -136,7 +143,7 @@ class SimLink(SimKills, HostLink):
             return self._kill(command)
         if name == protocol.KILL_WAIT_COMMAND:
             op = self._op(command)
-            self._wait_op(op, optional_seconds(command.get("timeout_s")))
+            self._wait_op(op, optional_seconds(command, "timeout_s"))
             return self._reply(op, command.get("since"))
         if name == protocol.KILL_ABANDON_COMMAND:
             op = self._op(command)

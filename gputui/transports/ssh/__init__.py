@@ -53,7 +53,7 @@ _HOMES = {
     "LINE_CAP_BYTES": "stream",
     "SetupFailed": "errors",
     "SshLink": "link",
-    "accept_host_key": "hostkeys",
+    "accept_host_key": "trust",
     "agent_command": "payload",
     "agent_loader": "payload",
     "agent_payload": "payload",

@@ -105,7 +105,7 @@ def accept_host_key(
         ChangedHostKey, RevokedHostKey: The key must not be accepted.
         LinkError: The target cannot be resolved or the file cannot be written.
     """
-    from gputui.transports.ssh.openssh.link import OfferedHostKey
+    from gputui.transports.ssh.openssh.failures import OfferedHostKey
 
     if isinstance(key, OfferedHostKey):
         return key.accept()

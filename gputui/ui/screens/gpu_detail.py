@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, cast
 
 from rich.table import Table
 from rich.text import Text
@@ -25,13 +24,11 @@ from gputui.core.history import GpuPoint
 from gputui.core.link import HostLink, process_text
 from gputui.core.model import Gpu, HostSnapshot, Proc
 from gputui.ui import keymap
+from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
 from gputui.ui.widgets.history_chart import HistoryChart
-
-if TYPE_CHECKING:
-    from gputui.ui.app import GpuTuiApp
 
 COMMAND_CHARS = 600
 """A holder's command is shown whole, wrapped, up to this many characters."""
@@ -122,19 +119,14 @@ class GpuDetailScreen(Screen[None]):
         pid: int
         argv: tuple[str, ...]
 
-    def __init__(self, target: str, index: int) -> None:
+    def __init__(self, session: Session, target: str, index: int) -> None:
         super().__init__()
+        self.session = session
         self.target = target
         self.index = index
         self._texts: dict[int, tuple[str, ...]] = {}
         self._asked: set[tuple[int, int | None]] = set()
         """(pid, start ticks) whose whole command line was asked for (once each)."""
-
-    @property
-    def gputui(self) -> GpuTuiApp:
-        from gputui.ui.app import GpuTuiApp
-
-        return cast(GpuTuiApp, self.app)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="gpu-detail"):
@@ -149,6 +141,7 @@ class GpuDetailScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#gpu-holders-box").border_title = f"Processes on GPU {self.index}"
+        self.session.data_changed.subscribe(self, self.hosts_changed)
         self._show()
 
     def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
@@ -157,7 +150,7 @@ class GpuDetailScreen(Screen[None]):
             self._show()
 
     def _show(self) -> None:
-        host = self.gputui.hosts.get(self.target)
+        host = self.session.hosts.get(self.target)
         snapshot = None if host is None else host.snapshot
         gpu = None if snapshot is None else next((g for g in snapshot.gpus if g.index == self.index), None)
         title = Text(f"GPU {self.index}", style="bold")

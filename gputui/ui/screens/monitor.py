@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import suppress
-from typing import TYPE_CHECKING, cast
 
 from textual import events
 from textual.app import ComposeResult
@@ -30,7 +29,10 @@ from gputui.core.textsafe import visible
 from gputui.ui import keymap
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen
+from gputui.ui.session.cleancheck import CleanChecks
+from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import HostState
+from gputui.ui.session.killflow import KillFlow
 from gputui.ui.widgets.border import set_border_subtitle, set_border_title
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.filter_bar import FilterBar
@@ -40,9 +42,6 @@ from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.host_bar import HostBar
 from gputui.ui.widgets.hosts_overview import HostsOverview
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
-
-if TYPE_CHECKING:
-    from gputui.ui.app import GpuTuiApp
 
 STACKED_BELOW_CELLS = 100
 """Narrower than this, the panels are stacked instead of the GPUs beside the health and findings."""
@@ -83,8 +82,11 @@ class MonitorScreen(Screen[None]):
     stacked: reactive[bool] = reactive(False)
     """Too narrow for panels side by side: one above the other."""
 
-    def __init__(self) -> None:
+    def __init__(self, session: Session, checks: CleanChecks, kills: KillFlow) -> None:
         super().__init__()
+        self.session = session
+        self._checks = checks
+        self._kills = kills
         self._shown: dict[str, HostSnapshot | None] = {}
         """Per host, the snapshot the panels show: the newest one, or the one they froze on while paused."""
         self._hosts_dirty = False
@@ -92,15 +94,9 @@ class MonitorScreen(Screen[None]):
         self._hosts_timer_pending = False
 
     @property
-    def gputui(self) -> GpuTuiApp:
-        from gputui.ui.app import GpuTuiApp
-
-        return cast(GpuTuiApp, self.app)
-
-    @property
     def active(self) -> HostState | None:
         """The host the panels show (None before any host, in the fleet view)."""
-        hosts = self.gputui.hosts
+        hosts = self.session.hosts
         return hosts[self.active_index] if 0 <= self.active_index < len(hosts) else None
 
     def shown_snapshot(self, host: HostState) -> HostSnapshot | None:
@@ -160,7 +156,7 @@ class MonitorScreen(Screen[None]):
 
     def watch_paused(self, paused: bool) -> None:
         if paused:
-            self._shown = {host.target: host.snapshot for host in self.gputui.hosts}
+            self._shown = {host.target: host.snapshot for host in self.session.hosts}
         else:
             self._shown.clear()  # back to the newest data of every host
         self._show_active()
@@ -206,7 +202,7 @@ class MonitorScreen(Screen[None]):
         if host is not None and host.check is not None and host.check.running:
             verdict = None if host.snapshot is None else host.snapshot.verdict
             with suppress(NoMatches):
-                self.query_one(CleanSlateLine).show(verdict, host.check, self.gputui.clock())
+                self.query_one(CleanSlateLine).show(verdict, host.check, self.session.clock())
 
     # -- drawing ---------------------------------------------------------------------------------------
 
@@ -227,8 +223,8 @@ class MonitorScreen(Screen[None]):
 
     def _show_hosts_now(self) -> None:
         self._hosts_dirty = False
-        app = self.gputui
-        statuses = [app.host_status(h) for h in app.hosts]
+        session = self.session
+        statuses = [session.host_status(h) for h in session.hosts]
         try:
             self.query_one("#body").set_class(len(statuses) > 1, "-multi")
             self.query_one(HostBar).show(statuses, self.active_index, self.paused)
@@ -251,13 +247,13 @@ class MonitorScreen(Screen[None]):
         host = self.active
         if host is None:
             return
-        app = self.gputui
+        session = self.session
         snapshot = self.shown_snapshot(host)
-        now_s = app.clock()
+        now_s = session.clock()
         gpus = self.query_one(GpuPanel)
         procs = self.query_one(ProcessTable)
         health = self.query_one(HealthPanel)
-        with app.batch_update():
+        with self.app.batch_update():
             if hosts_now:
                 self._show_hosts_now()
             else:
@@ -266,7 +262,7 @@ class MonitorScreen(Screen[None]):
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {visible(snapshot.driver_version, 20)}"
             title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
-            read_only = " · READ-ONLY" if app.settings.read_only else ""
+            read_only = " · READ-ONLY" if session.settings.read_only else ""
             flags = read_only + (" · ⏸ PAUSED" if self.paused else "")
             set_border_title(gpus, f"GPUs · {title}{flags}")
             filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
@@ -316,9 +312,9 @@ class MonitorScreen(Screen[None]):
         key = _KEYS_BY_ACTION.get(action)
         if key is None:
             return True
-        app = self.gputui
+        session = self.session
         return keymap.available(
-            key, read_only=app.settings.read_only, hosts=len(app.hosts), fleet=app.fleet is not None
+            key, read_only=session.settings.read_only, hosts=len(session.hosts), fleet=session.has_fleet
         )
 
     def _selected_pids(self, host: HostState) -> list[int]:
@@ -332,7 +328,7 @@ class MonitorScreen(Screen[None]):
         if host is None:
             return
         pids = [] if all_gpu else self._selected_pids(host)
-        self.gputui.kills.request(host, self.shown_snapshot(host), pids, signal, tree=tree, all_gpu=all_gpu)
+        self._kills.request(host, self.shown_snapshot(host), pids, signal, tree=tree, all_gpu=all_gpu)
 
     def action_kill(self, signal: str = "TERM") -> None:
         """Signal the tagged processes (or the selected one)."""
@@ -359,7 +355,7 @@ class MonitorScreen(Screen[None]):
     def action_check(self) -> None:
         """Sample fast until every GPU is back at its baseline (or the deadline), then show a receipt."""
         if self.active is not None:
-            self.gputui.checks.start(self.active)
+            self._checks.start(self.active)
 
     def action_filter(self) -> None:
         self.query_one("#body").add_class("-filtering")
@@ -373,24 +369,24 @@ class MonitorScreen(Screen[None]):
         host = self.active
         if host is None:
             return
-        app = self.gputui
+        session = self.session
         if host.halted:
-            app.say(f"{visible(host.target, 40)}: trying again", title="reconnect")
-            app.hosts.retry(host)
+            session.say(f"{visible(host.target, 40)}: trying again", title="reconnect")
+            session.hosts.retry(host)
             self._show_active()
             return
-        app.hosts.sample_now(host)
+        session.hosts.sample_now(host)
 
     def action_pause(self) -> None:
         self.paused = not self.paused
 
     def action_next_host(self) -> None:
-        hosts = len(self.gputui.hosts)
+        hosts = len(self.session.hosts)
         if hosts:
             self.active_index = (self.active_index + 1) % hosts
 
     def action_host(self, index: int) -> None:
-        if 0 <= index < len(self.gputui.hosts):
+        if 0 <= index < len(self.session.hosts):
             self.active_index = index
 
     def action_focus_findings(self) -> None:
@@ -401,18 +397,18 @@ class MonitorScreen(Screen[None]):
 
     def action_fleet(self) -> None:
         """Back to the fleet view."""
-        self.gputui.show_fleet()
+        self.session.show_fleet()
 
     def action_help(self) -> None:
-        app = self.gputui
+        session = self.session
         rows = keymap.help_rows(
             keymap.MONITOR_HELP_SCOPES,
-            read_only=app.settings.read_only,
-            hosts=len(app.hosts),
-            fleet=app.fleet is not None,
-            escalate_s=app.settings.escalate_s,
+            read_only=session.settings.read_only,
+            hosts=len(session.hosts),
+            fleet=session.has_fleet,
+            escalate_s=session.settings.escalate_s,
         )
-        app.push_screen(HelpScreen(rows, app.settings.read_only))
+        self.app.push_screen(HelpScreen(rows, session.settings.read_only))
 
     # -- messages from the widgets ---------------------------------------------------------------------
 
@@ -424,7 +420,7 @@ class MonitorScreen(Screen[None]):
         if procs.select_pid(message.pid):
             procs.focus()
         else:
-            self.gputui.say(f"pid {message.pid} is not listed any more", severity="warning")
+            self.session.say(f"pid {message.pid} is not listed any more", severity="warning")
 
     def on_findings_list_left(self, _message: FindingsList.Left) -> None:
         self.query_one(ProcessTable).focus()
@@ -435,7 +431,7 @@ class MonitorScreen(Screen[None]):
     def on_gpu_panel_opened(self, message: GpuPanel.Opened) -> None:
         host = self.active
         if host is not None:
-            self.app.push_screen(GpuDetailScreen(host.target, message.index))
+            self.app.push_screen(GpuDetailScreen(self.session, host.target, message.index))
 
     def on_health_panel_rows_changed(self, _message: HealthPanel.RowsChanged) -> None:
         self._size_top()

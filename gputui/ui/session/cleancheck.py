@@ -8,17 +8,13 @@ same machine from the CLI (``gputui.commands.check``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gputui.core import cleanslate
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
+from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import clock_time, receipt_times
 from gputui.ui.widgets.fmt import duration
-
-if TYPE_CHECKING:
-    from gputui.ui.app import GpuTuiApp
 
 FAST_MEMORY_INTERVAL_S = 0.2
 FAST_PROCESS_INTERVAL_S = 0.5
@@ -28,11 +24,11 @@ FAST_PROCESS_INTERVAL_S = 0.5
 class CleanChecks:
     """Starts, feeds and ends the clean-slate checks of every host of ``app``."""
 
-    def __init__(self, app: GpuTuiApp) -> None:
-        self._app = app
+    def __init__(self, session: Session) -> None:
+        self._session = session
 
     def start(self, host: HostState, trigger: str = "c") -> None:
-        app = self._app
+        app = self._session
         host.check = cleanslate.start(
             app.clock(),
             app.settings.check_timeout_s,
@@ -47,13 +43,14 @@ class CleanChecks:
         """A snapshot of ``host`` was applied."""
         if host.check is None:
             return
-        host.check, ask = cleanslate.memory_sample(host.check, snapshot, host.baselines, self._app.clock())
+        now_s = self._session.clock()
+        host.check, ask = cleanslate.memory_sample(host.check, snapshot, host.baselines, now_s)
         if ask:
-            self._app.hosts.confirm_clean(host, host.check.started_s)
+            self._session.hosts.confirm_clean(host, host.check.started_s)
 
     def confirmed(self, message: Hosts.CleanConfirmed) -> None:
         """The fresh full sample a check asked for came back."""
-        host = self._app.hosts.get(message.target)
+        host = self._session.hosts.get(message.target)
         check = None if host is None else host.check
         if host is None or check is None or check.started_s != message.started_s:
             return  # an answer to a check that was replaced
@@ -62,30 +59,30 @@ class CleanChecks:
         verdict = None if message.snapshot is None else message.snapshot.verdict
         if check.clean and check.finished_s is not None and verdict is not None:
             self._end(host)
-            self._app.say(
+            self._session.say(
                 f"{visible(host.target, 40)}: CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at"
                 f" baseline at {clock_time(check.finished_s)} (memory sample, confirmed by a full sample;"
                 f" {receipt_times(check)})",
                 title="clean slate",
             )
-        self._app.host_changed(host)
+        self._session.host_changed(host)
 
     def tick(self) -> None:
         """Once a second: a check past its deadline ends, not clean."""
-        now_s = self._app.clock()
-        for host in self._app.hosts:
+        now_s = self._session.clock()
+        for host in self._session.hosts:
             check = host.check
             if check is None or not check.running:
                 continue
             host.check = cleanslate.tick(check, now_s)
             if not host.check.running:
                 self._end(host)
-                self._app.say(
+                self._session.say(
                     f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
                     severity="error",
                     title="clean slate",
                 )
-                self._app.host_changed(host)
+                self._session.host_changed(host)
 
     def cancel(self, host: HostState) -> None:
         """Drop ``host``'s check (the kill it came with never ran)."""
@@ -93,5 +90,5 @@ class CleanChecks:
         self._end(host)
 
     def _end(self, host: HostState) -> None:
-        settings = self._app.settings
-        self._app.hosts.configure(host, settings.memory_interval_s, settings.process_interval_s)
+        settings = self._session.settings
+        self._session.hosts.configure(host, settings.memory_interval_s, settings.process_interval_s)

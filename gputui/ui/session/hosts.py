@@ -18,11 +18,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from textual.message import Message
 
 from gputui.agent.protocol import CMD_CONFIGURE
+from gputui.core.actions import KillPlan, Pending
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
 from gputui.core.health_view import UP, HealthHistory, health_transitions
@@ -37,9 +38,6 @@ from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.host_bar import HostStatus
 
-if TYPE_CHECKING:
-    from gputui.ui.session.killflow import PendingKill
-
 NEXT_SNAPSHOT_WAIT_S = 1.0
 """Longest wait for one snapshot before the poller looks at the stop flag again."""
 REQUEST_TIMEOUT_S = 30.0
@@ -53,6 +51,19 @@ Notice = tuple[str, str, str]
 """(severity, title, message) of a notification; the message may carry machine text, already visible."""
 HostKeyAcceptor = Callable[[str, Any], object]
 """Records an accepted host key: called with ``UnknownHostKey.hop`` and ``.key`` (does file IO)."""
+
+
+@dataclass
+class PendingKill:
+    """A kill operation under way: what it still waits for, and whether the user gave it up."""
+
+    plan: KillPlan
+    snapshot: HostSnapshot
+    """The snapshot the plan was made from (what the killed jobs held)."""
+    checking: bool
+    """A clean-slate check was started with it (``X``)."""
+    pending: tuple[Pending, ...] = ()
+    abandon: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass

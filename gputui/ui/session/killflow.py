@@ -11,10 +11,8 @@ done; ``q`` again abandons it (the collector is told, and says what it left aliv
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from rich.text import Text
 from textual.message import Message
@@ -48,11 +46,10 @@ from gputui.core.model import HostSnapshot, Proc
 from gputui.core.state import StateError
 from gputui.core.textsafe import visible
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen, TextFetcher
-from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
+from gputui.ui.session.cleancheck import CleanChecks
+from gputui.ui.session.context import Session
+from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState, PendingKill
 from gputui.ui.session.jobs import spawn
-
-if TYPE_CHECKING:
-    from gputui.ui.app import GpuTuiApp
 
 KILL_POLL_S = 0.25
 """Longest wait on a kill operation before its thread looks whether the user abandoned it."""
@@ -105,19 +102,6 @@ def pending_summary(pending: Sequence[Pending], delay_s: float | None = None) ->
     return f"{what} {when} to {len(pending)} {noun}: {_who(pending)}"
 
 
-@dataclass
-class PendingKill:
-    """A kill operation under way: what it still waits for, and whether the user gave it up."""
-
-    plan: KillPlan
-    snapshot: HostSnapshot
-    """The snapshot the plan was made from (what the killed jobs held)."""
-    checking: bool
-    """A clean-slate check was started with it (``X``)."""
-    pending: tuple[Pending, ...] = ()
-    abandon: threading.Event = field(default_factory=threading.Event)
-
-
 class KillFlow:
     """Every kill of the app, from the key to the last notification."""
 
@@ -145,8 +129,9 @@ class KillFlow:
         jobs: tuple[KilledJob, ...] = ()
         """What it took down, to tell survivors later."""
 
-    def __init__(self, app: GpuTuiApp) -> None:
-        self._app = app
+    def __init__(self, session: Session, checks: CleanChecks) -> None:
+        self._session = session
+        self._checks = checks
         self._next_key = 0
         self.quitting = False
         """Quit was asked for while kills were under way: the app leaves once they are done."""
@@ -164,7 +149,7 @@ class KillFlow:
         all_gpu: bool = False,
     ) -> None:
         """Plan a kill from ``snapshot`` (what the user sees) and ask for confirmation."""
-        app, settings = self._app, self._app.settings
+        app, settings = self._session, self._session.settings
         if settings.read_only:
             app.say("read-only: nothing is signalled", severity="warning", title="refused")
             return
@@ -222,7 +207,7 @@ class KillFlow:
     def _send(self, host: HostState, plan: KillPlan, snapshot: HostSnapshot, checking: bool) -> None:
         if checking:
             # The check starts now, so its receipt says how long the GPUs took to come back.
-            self._app.checks.start(host, "X")
+            self._checks.start(host, "X")
         self._next_key += 1
         key = self._next_key
         entry = PendingKill(plan, snapshot, checking)
@@ -230,14 +215,14 @@ class KillFlow:
         link = host.link
         if link is None:
             not_connected = "kill not sent: the host is not connected"
-            self._app.post_message(self.Finished(host.target, key, [], not_connected, []))
+            self._session.post_message(self.Finished(host.target, key, [], not_connected, []))
             return
-        run = KillRun(link, plan, self._app.audit)
+        run = KillRun(link, plan, self._session.audit)
         spawn(f"kill-{host.target[:20]}", lambda: self._follow(host.target, key, entry, run))
 
     def _follow(self, target: str, key: int, entry: PendingKill, run: KillRun) -> None:
         """Send a confirmed plan and follow it to its end (on its own thread; quitting does not stop it)."""
-        post = self._app.post_message
+        post = self._session.post_message
         error: str | None = None
         abandoned = False
         try:
@@ -263,7 +248,7 @@ class KillFlow:
         post(self.Finished(target, key, run.outcomes, error, run.audit_errors, abandoned, jobs))
 
     def started(self, message: Started) -> None:
-        app = self._app
+        app = self._session
         host = app.hosts.get(message.target)
         entry = None if host is None else host.kills.get(message.key)
         if host is None or entry is None:
@@ -284,7 +269,7 @@ class KillFlow:
         app.host_changed(host)
 
     def finished(self, message: Finished) -> None:
-        app = self._app
+        app = self._session
         host = app.hosts.get(message.target)
         entry = None if host is None else host.kills.pop(message.key, None)
         if host is None or entry is None:
@@ -304,7 +289,7 @@ class KillFlow:
             host.killed(message.jobs)
         if host.check is not None and host.check.running:
             if entry.checking and message.error is not None and not message.outcomes:
-                app.checks.cancel(host)  # the kill never ran: nothing to watch drain
+                self._checks.cancel(host)  # the kill never ran: nothing to watch drain
             else:
                 host.check = cleanslate.kills_settled(host.check, bool(host.kills))
         if message.outcomes:
@@ -316,7 +301,7 @@ class KillFlow:
     # -- quitting --------------------------------------------------------------------------------------
 
     def under_way(self) -> list[tuple[HostState, PendingKill]]:
-        return [(host, entry) for host in self._app.hosts for entry in host.kills.values()]
+        return [(host, entry) for host in self._session.hosts for entry in host.kills.values()]
 
     def quit(self) -> bool:
         """The user asked to quit: True when the app may leave now.
@@ -327,7 +312,7 @@ class KillFlow:
         under_way = self.under_way()
         if not under_way:
             return True
-        app = self._app
+        app = self._session
         if not self.quitting:
             self.quitting = True
             waits = [
@@ -359,4 +344,5 @@ class KillFlow:
             f"{visible(h.target, 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
         )
         # Printed after the app left, as a Text: host and process names are never read as markup.
-        self._app.leave(Text(f"gputui: no answer about the kill on {unknown}: its outcome is not known here"))
+        line = f"gputui: no answer about the kill on {unknown}: its outcome is not known here"
+        self._session.leave(Text(line))

@@ -1,0 +1,7 @@
+"""How long and how often the GPU backends may ask the device."""
+
+NVML_DEADLINE_S = 2.0
+"""Seconds every device's NVML calls of one sample may take before that device is reported as timed out."""
+TELEMETRY_INTERVAL_S = 1.0
+"""Utilisation, temperature and power are read at most this often (and with every process list); memory,
+what a clean-slate check watches at up to 10 Hz, on every sample."""

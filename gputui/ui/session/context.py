@@ -1,0 +1,138 @@
+"""What the screens and the flows share: the session's settings, clock, hosts, audit log and notifications,
+and the signal the screens above the monitor subscribe to for new data.
+
+The App makes one ``Session`` and hands it to what it creates (the clean checks, the kill flow, the
+screens): nothing below the App reaches up to it, and no screen is found by walking the screen stack.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.dom import DOMNode
+from textual.message import Message
+from textual.screen import Screen
+from textual.signal import Signal
+
+from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
+from gputui.ui.session.hosts import Hosts, HostState
+from gputui.ui.widgets.host_bar import HostStatus
+
+Clock = Callable[[], float]
+
+Changed = list[tuple[HostState, bool]]
+"""Hosts whose data changed, each with whether the change was a forced (full) sample."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the user chose for this session.
+
+    Attributes:
+        read_only: Remove every destructive key and refuse kills.
+        memory_interval_s: The normal sampling interval (restored after a clean-slate check).
+        process_interval_s: The normal process-list interval (restored after a clean-slate check).
+        escalate_s: Seconds between TERM and KILL for tree kills; after a single TERM or KILL, the agent
+            says after this long whether the process is gone.
+        check_timeout_s: A clean-slate check gives up after this many seconds.
+        notify_timeout_s: Seconds a notification stays.
+    """
+
+    read_only: bool = False
+    memory_interval_s: float = 1.0
+    process_interval_s: float = 3.0
+    escalate_s: float = DEFAULT_ESCALATE_S
+    check_timeout_s: float = 60.0
+    notify_timeout_s: float = 8.0
+
+
+@dataclass(frozen=True)
+class Surface:
+    """What the session asks of the App that shows it (the App passes its own methods)."""
+
+    notify: Callable[[str, str, str], None]
+    """Show a notification: (message, severity, title); the message is never parsed as markup."""
+    post: Callable[[Message], bool]
+    """Post a message to the App (thread-safe)."""
+    push: Callable[..., object]
+    """Push a screen, with an optional callback for its result."""
+    leave: Callable[[Text | None], None]
+    """Stop every host and exit, printing the text after the app has left."""
+    show_fleet: Callable[[], None]
+    """Show the fleet view (does nothing without one)."""
+    redraw: Callable[[HostState], None]
+    """Something but data changed about a host: the views showing it redraw."""
+    later: Callable[[float, Callable[[], None]], object]
+    """Call a function on the event loop after a delay in seconds."""
+
+
+class Session:
+    """One run of the TUI: settings, clock, hosts, audit log, notifications, and the data signal.
+
+    Args:
+        owner: The node that owns the signal (the App).
+        settings: What the user chose.
+        clock: Epoch seconds source (tests freeze it).
+        hosts: The watched hosts.
+        audit: The kill audit log (None: kills are not audited).
+        surface: What the session asks of the App.
+        has_fleet: The session has a fleet view.
+    """
+
+    def __init__(
+        self,
+        owner: DOMNode,
+        settings: Settings,
+        clock: Clock,
+        hosts: Hosts,
+        audit: AuditLog | None,
+        surface: Surface,
+        has_fleet: bool,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.hosts = hosts
+        self.audit = audit
+        self.has_fleet = has_fleet
+        self._surface = surface
+        self.data_changed: Signal[Changed] = Signal(owner, "data-changed")
+        """Published with the hosts whose data changed; views above the monitor subscribe to it."""
+        self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
+        """The latest notifications as (severity, title, message), newest last."""
+
+    def say(self, message: str, *, severity: str = "information", title: str = "") -> None:
+        """A notification; ``message`` may carry machine text (already visible): never parsed as markup."""
+        self.notices.append((severity, title, message))
+        self._surface.notify(message, severity, title)
+
+    def host_status(self, host: HostState) -> HostStatus:
+        """What the host bar says about ``host`` now."""
+        return host.status(self.clock(), self.settings.memory_interval_s)
+
+    def host_changed(self, host: HostState) -> None:
+        """Something but data changed about ``host``: the views showing it redraw."""
+        self._surface.redraw(host)
+
+    def post_message(self, message: Message) -> bool:
+        """Post ``message`` to the App (thread-safe)."""
+        return self._surface.post(message)
+
+    def push_screen(self, screen: Screen[Any], callback: Callable[..., object] | None = None) -> None:
+        """Show ``screen`` on top; ``callback`` gets its result."""
+        self._surface.push(screen, callback)
+
+    def set_timer(self, delay_s: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` on the event loop ``delay_s`` seconds from now."""
+        self._surface.later(delay_s, callback)
+
+    def leave(self, message: Text | None = None) -> None:
+        """Stop every host and exit, printing ``message`` after the app has left."""
+        self._surface.leave(message)
+
+    def show_fleet(self) -> None:
+        """Show the fleet view on top of the monitor."""
+        self._surface.show_fleet()
