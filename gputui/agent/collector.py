@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from gputui.agent import answers as commands
 from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
+from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.kill.operation import KillContext
 from gputui.agent.kill.operations import KillOperations
 from gputui.agent.proc.details import psutil_installed
@@ -102,7 +103,7 @@ class Agent:
         self.child_pid_namespace = in_child_pid_namespace()
         self._lock = threading.RLock()
         self._use_psutil = bool(use_psutil) and psutil_installed()
-        self.processes = ProcessSampler(self.child_pid_namespace, full_sweep_every)
+        self.processes = ProcessSampler(self.child_pid_namespace, full_sweep_every, health_launcher_like_name)
         self._processes_time: float | None = None
         self._processes_mono = -1e18
         self.last_sample_mono: float | None = None

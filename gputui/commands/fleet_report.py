@@ -29,9 +29,10 @@ from gputui.core.fleet_rows import (
     summarize,
     xid_text,
 )
+from gputui.core.fleet_sample import FleetSample
 from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.textsafe import json_visible, visible
-from gputui.transports.prometheus import FleetSample, PrometheusError, PrometheusSource, shown_url
+from gputui.transports.prometheus import PrometheusError, PrometheusSource, shown_url
 
 if TYPE_CHECKING:
     from gputui.ui.screens.fleet import FleetScreen

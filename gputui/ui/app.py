@@ -19,19 +19,21 @@ from rich.text import Text
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
-from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
+from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.analysis import Baselines
 from gputui.core.link import HostLink
+from gputui.core.model import HostSnapshot
 from gputui.core.servers import ServerWatch
 from gputui.core.textsafe import visible
 from gputui.transports.ssh import trust as ssh_hostkeys
 from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui import keymap
+from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.fleet import FleetScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.screens.monitor import MonitorScreen
 from gputui.ui.session.cleancheck import CleanChecks
-from gputui.ui.session.context import Session, Settings, Surface
+from gputui.ui.session.context import Session, Settings, Surface, TextFetcher
 from gputui.ui.session.hosts import HostKeyAcceptor, Hosts, HostState
 from gputui.ui.session.killflow import KillFlow
 from gputui.ui.theme import ThemeStore
@@ -123,6 +125,7 @@ class GpuTuiApp(App[int]):
             leave=self.leave,
             show_fleet=self.show_fleet,
             redraw=self.host_changed,
+            confirm_kill=self._confirm_kill,
             later=self.set_timer,
         )
         self.session = Session(
@@ -184,6 +187,15 @@ class GpuTuiApp(App[int]):
     def say(self, message: str, *, severity: str = "information", title: str = "") -> None:
         """A notification; ``message`` may carry machine text (already visible): never parsed as markup."""
         self.session.say(message, severity=severity, title=title)
+
+    def _confirm_kill(
+        self,
+        plan: KillPlan,
+        snapshot: HostSnapshot,
+        fetch_text: TextFetcher,
+        decided: Callable[[bool | None], None],
+    ) -> None:
+        self.push_screen(ConfirmKillScreen(plan, snapshot, fetch_text), decided)
 
     def _notify(self, message: str, severity: str, title: str) -> None:
         self.notify(

@@ -105,10 +105,11 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _render(args: argparse.Namespace) -> dict[str, Any]:
     from gputui.core.analysis import Baselines
-    from gputui.core.fleet_rows import FleetUpdate, analyze_fleet
+    from gputui.core.fleet_rows import analyze_fleet
     from gputui.transports.prometheus import parse_answer
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.screens.fleet import FleetScreen
+    from gputui.ui.session.fleet_poller import FleetUpdate
     from gputui.ui.widgets.fleet_table import FleetTable
     from tests.data.prometheus import scaled_answer
 

@@ -53,7 +53,7 @@ def test_only_launcher_like_processes_have_their_command_line_read(monkeypatch: 
     monkeypatch.setattr(processes, "read_cmdline", counting_read)
     launcher_argv = [sys.executable, "-c", "import time; time.sleep(120)", "-m", "sglang.launch_server"]
     with running(["sleep", "120"]) as sleeper, running(launcher_argv) as python:
-        sampler = processes.ProcessSampler(child_pid_namespace=False)
+        sampler = processes.ProcessSampler(False, may_be_launcher=health_launcher_like_name)
         try:
             found = {entry["pid"]: entry["cmdline"] for entry in sampler.launcher_cmdlines()}
             assert found[python.pid] == launcher_argv

@@ -18,14 +18,9 @@ import pytest
 
 from gputui.core.analysis import Baselines
 from gputui.core.fleet_rows import analyze_fleet, ssh_target_for
+from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.model import HostSnapshot
-from gputui.transports.prometheus import (
-    FleetHost,
-    FleetSample,
-    FleetSettings,
-    PrometheusError,
-    PrometheusSource,
-)
+from gputui.transports.prometheus import FleetSettings, PrometheusError, PrometheusSource
 from gputui.transports.prometheus.query import LOOKBACK_STEP
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.fleet import FleetScreen

@@ -13,7 +13,6 @@ from gputui.commands.fleet_report import fleet_status, format_fleet_check, forma
 from gputui.core.analysis import Baselines, memory_verdict
 from gputui.core.fleet_rows import (
     SORT_MODES,
-    FleetPoller,
     analyze_fleet,
     check_template,
     matches,
@@ -23,9 +22,11 @@ from gputui.core.fleet_rows import (
     ssh_target_for,
     summarize,
 )
+from gputui.core.fleet_sample import FleetSample
 from gputui.core.model import Gpu, HostSnapshot
-from gputui.transports.prometheus import FleetSample, PrometheusError, parse_answer
-from gputui.transports.ssh.config import BadTarget
+from gputui.core.targets import BadTarget
+from gputui.transports.prometheus import PrometheusError, parse_answer
+from gputui.ui.session.fleet_poller import FleetPoller
 from tests.data.prometheus import load_answer
 
 

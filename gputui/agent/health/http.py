@@ -21,7 +21,7 @@ from gputui.agent.protocol import (
 )
 from gputui.agent.textpolicy import visible_text
 
-_health_default_ssl_context: Any = None
+_default_ssl_context: Any = None
 
 
 def _ssl_module() -> Any:
@@ -42,10 +42,10 @@ def _is_ssl_error(exc: BaseException) -> bool:
     return ssl is not None and isinstance(exc, ssl.SSLError)
 
 
-_HEALTH_STATUS_RE = re.compile(rb"^HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?$")
+_STATUS_RE = re.compile(rb"^HTTP/1\.[01] ([0-9]{3})(?: ([^\r\n]*))?$")
 
 
-class HealthProbeFailure(Exception):
+class ProbeFailure(Exception):
     """A probe ended in a non-UP state; ``str()`` is the one-line detail."""
 
     def __init__(self, state: str, detail: str, code: int | None = None) -> None:
@@ -55,7 +55,7 @@ class HealthProbeFailure(Exception):
         self.code = code
 
 
-class _HealthTarget:
+class Target:
     """A parsed, validated probe URL."""
 
     __slots__ = ("scheme", "host", "port", "request_target", "host_header", "authorization")
@@ -77,27 +77,27 @@ class _HealthTarget:
         self.authorization = authorization
 
 
-def health_parse_url(url: Any) -> _HealthTarget:
+def parse_url(url: Any) -> Target:
     if not isinstance(url, str) or not url:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "bad URL: empty")
+        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: empty")
     if len(url) > HEALTH_MAX_URL_CHARS:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"bad URL: over {HEALTH_MAX_URL_CHARS} characters")
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"bad URL: over {HEALTH_MAX_URL_CHARS} characters")
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme not in ("http", "https"):
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "unsupported URL (only http:// and https://)")
+        raise ProbeFailure(HEALTH_STATE_ERROR, "unsupported URL (only http:// and https://)")
     # Anything that could split the request line or a header is refused before it reaches the socket.
     if any(ord(c) <= 0x20 or ord(c) >= 0x7F for c in url):
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "bad URL: spaces, control or non-ASCII characters")
+        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: spaces, control or non-ASCII characters")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"bad URL: {exc}") from None
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"bad URL: {exc}") from None
     host = parts.hostname
     if not host:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "bad URL: no host")
+        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: no host")
     if port == 0:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "bad URL: port 0")
+        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: port 0")
     default_port = 443 if scheme == "https" else 80
     host_in_header = f"[{host}]" if ":" in host else host
     if port is not None and port != default_port:
@@ -110,10 +110,10 @@ def health_parse_url(url: Any) -> _HealthTarget:
         # Percent-decoded, as browsers and curl send them; the URL has no control characters (checked above).
         credentials = "{}:{}".format(unquote(parts.username or ""), unquote(parts.password or ""))
         authorization = "Basic " + base64.b64encode(credentials.encode("utf-8")).decode("ascii")
-    return _HealthTarget(scheme, host, port or default_port, request_target, host_in_header, authorization)
+    return Target(scheme, host, port or default_port, request_target, host_in_header, authorization)
 
 
-class _HealthPendingLookup:
+class _PendingLookup:
     __slots__ = ("done", "result", "error")
 
     def __init__(self) -> None:
@@ -122,22 +122,22 @@ class _HealthPendingLookup:
         self.error: BaseException | None = None
 
 
-_health_lookups_lock = threading.Lock()
-_health_lookups: dict[tuple[str, int], _HealthPendingLookup] = {}
+_lookups_lock = threading.Lock()
+_lookups: dict[tuple[str, int], _PendingLookup] = {}
 
 
-def _health_lookup_worker(key: tuple[str, int], pending: _HealthPendingLookup) -> None:
+def _lookup_worker(key: tuple[str, int], pending: _PendingLookup) -> None:
     try:
         pending.result = socket.getaddrinfo(key[0], key[1], 0, socket.SOCK_STREAM)
     except BaseException as exc:  # handed to the waiting probe
         pending.error = exc
     finally:
-        with _health_lookups_lock:
-            _health_lookups.pop(key, None)
+        with _lookups_lock:
+            _lookups.pop(key, None)
         pending.done.set()
 
 
-def _health_resolve(host: str, port: int, deadline: float) -> list[Any]:
+def _resolve(host: str, port: int, deadline: float) -> list[Any]:
     """Resolve ``host`` within the deadline.
 
     getaddrinfo has no timeout of its own, so names are looked up in a daemon thread that the probe waits for
@@ -149,44 +149,44 @@ def _health_resolve(host: str, port: int, deadline: float) -> list[Any]:
     except (socket.gaierror, UnicodeError):
         pass
     key = (host, port)
-    with _health_lookups_lock:
-        pending = _health_lookups.get(key)
+    with _lookups_lock:
+        pending = _lookups.get(key)
         if pending is None:
-            pending = _HealthPendingLookup()
-            _health_lookups[key] = pending
+            pending = _PendingLookup()
+            _lookups[key] = pending
             threading.Thread(
-                target=_health_lookup_worker, args=(key, pending), name="gputui-health-dns", daemon=True
+                target=_lookup_worker, args=(key, pending), name="gputui-health-dns", daemon=True
             ).start()
     if not pending.done.wait(max(0.0, deadline - time.monotonic())):
-        raise HealthProbeFailure(HEALTH_STATE_TIMEOUT, f"name lookup of {host} timed out")
+        raise ProbeFailure(HEALTH_STATE_TIMEOUT, f"name lookup of {host} timed out")
     if pending.error is not None:
         reason = getattr(pending.error, "strerror", None) or str(pending.error)
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"cannot resolve {host}: {reason}")
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"cannot resolve {host}: {reason}")
     if not pending.result:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"cannot resolve {host}: no address")
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"cannot resolve {host}: no address")
     return pending.result
 
 
-def _health_remaining(deadline: float) -> float:
+def _remaining(deadline: float) -> float:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise socket.timeout("deadline passed")
     return remaining
 
 
-def health_connect(target: _HealthTarget, deadline: float, deadline_s: float) -> socket.socket:
-    addresses = _health_resolve(target.host, target.port, deadline)
+def connect(target: Target, deadline: float, deadline_s: float) -> socket.socket:
+    addresses = _resolve(target.host, target.port, deadline)
     refused = 0
     last_error: OSError | None = None
     for family, socktype, proto, _canonname, address in addresses:
         sock = socket.socket(family, socktype, proto)
         try:
-            sock.settimeout(_health_remaining(deadline))
+            sock.settimeout(_remaining(deadline))
             sock.connect(address)
             return sock
         except socket.timeout:
             sock.close()
-            raise HealthProbeFailure(
+            raise ProbeFailure(
                 HEALTH_STATE_TIMEOUT, f"connect timed out (deadline {deadline_s:g}s)"
             ) from None
         except ConnectionRefusedError:
@@ -196,45 +196,43 @@ def health_connect(target: _HealthTarget, deadline: float, deadline_s: float) ->
             sock.close()
             last_error = exc
     if refused and last_error is None:
-        raise HealthProbeFailure(HEALTH_STATE_DOWN, "connection refused")
+        raise ProbeFailure(HEALTH_STATE_DOWN, "connection refused")
     reason = (last_error.strerror if last_error is not None else None) or str(last_error)
-    raise HealthProbeFailure(HEALTH_STATE_ERROR, f"connect failed: {reason}")
+    raise ProbeFailure(HEALTH_STATE_ERROR, f"connect failed: {reason}")
 
 
-def health_wrap_tls(
-    sock: socket.socket, target: _HealthTarget, deadline: float, ssl_context: Any
-) -> socket.socket:
-    global _health_default_ssl_context
+def wrap_tls(sock: socket.socket, target: Target, deadline: float, ssl_context: Any) -> socket.socket:
+    global _default_ssl_context
     ssl = _ssl_module()
     if ssl is None:
         sock.close()
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "TLS: this python3 has no ssl module")
+        raise ProbeFailure(HEALTH_STATE_ERROR, "TLS: this python3 has no ssl module")
     context = ssl_context
     if context is None:
         # Loading the system's CA store costs milliseconds of CPU: once per agent, not once per probe.
-        if _health_default_ssl_context is None:
-            _health_default_ssl_context = ssl.create_default_context()
-        context = _health_default_ssl_context
+        if _default_ssl_context is None:
+            _default_ssl_context = ssl.create_default_context()
+        context = _default_ssl_context
     try:
-        sock.settimeout(_health_remaining(deadline))
+        sock.settimeout(_remaining(deadline))
         return context.wrap_socket(sock, server_hostname=target.host)
     except ssl.SSLCertVerificationError as exc:
         sock.close()
         reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: certificate verify failed: {reason}") from None
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: certificate verify failed: {reason}") from None
     except socket.timeout:
         sock.close()
-        raise HealthProbeFailure(HEALTH_STATE_TIMEOUT, "TLS handshake timed out") from None
+        raise ProbeFailure(HEALTH_STATE_TIMEOUT, "TLS handshake timed out") from None
     except ssl.SSLError as exc:
         sock.close()
         reason = getattr(exc, "reason", None) or str(exc)
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {reason}") from None
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: {reason}") from None
     except OSError as exc:
         sock.close()
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {exc.strerror or exc}") from None
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: {exc.strerror or exc}") from None
 
 
-def _health_dechunk(raw: bytes) -> tuple[bytes, bool]:
+def _dechunk(raw: bytes) -> tuple[bytes, bool]:
     """Decode as much of a chunked body as ``raw`` holds; returns (decoded bytes, whether it is complete)."""
     decoded = bytearray()
     position = 0
@@ -246,7 +244,7 @@ def _health_dechunk(raw: bytes) -> tuple[bytes, bool]:
         try:
             size = int(size_text, 16)
         except ValueError:
-            raise HealthProbeFailure(HEALTH_STATE_ERROR, "bad chunked encoding") from None
+            raise ProbeFailure(HEALTH_STATE_ERROR, "bad chunked encoding") from None
         if size == 0:
             return bytes(decoded), True
         start = line_end + 2
@@ -256,13 +254,13 @@ def _health_dechunk(raw: bytes) -> tuple[bytes, bool]:
         position = start + size + 2
 
 
-def _health_recv(sock: socket.socket, deadline: float) -> bytes:
-    sock.settimeout(_health_remaining(deadline))
+def _recv(sock: socket.socket, deadline: float) -> bytes:
+    sock.settimeout(_remaining(deadline))
     return sock.recv(65536)
 
 
-def health_exchange(
-    sock: socket.socket, target: _HealthTarget, deadline: float, deadline_s: float, body_cap_bytes: int
+def exchange(
+    sock: socket.socket, target: Target, deadline: float, deadline_s: float, body_cap_bytes: int
 ) -> tuple[int, str, bytes]:
     """Send the request and read the answer; returns (status code, reason phrase, body up to the cap)."""
     authorization = f"Authorization: {target.authorization}\r\n" if target.authorization else ""
@@ -271,12 +269,12 @@ def health_exchange(
         "User-Agent: gputui-agent\r\nAccept: */*\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
     ).encode("ascii")
     try:
-        sock.settimeout(_health_remaining(deadline))
+        sock.settimeout(_remaining(deadline))
         sock.sendall(request)
     except socket.timeout:
-        raise HealthProbeFailure(HEALTH_STATE_TIMEOUT, "sending the request timed out") from None
+        raise ProbeFailure(HEALTH_STATE_TIMEOUT, "sending the request timed out") from None
     except OSError as exc:
-        raise HealthProbeFailure(
+        raise ProbeFailure(
             HEALTH_STATE_ERROR, f"connection closed before a response ({exc.strerror or exc})"
         ) from None
 
@@ -289,25 +287,25 @@ def health_exchange(
             header_end = buffer.find(b"\r\n\r\n")
             if header_end < 0:
                 if len(buffer) > HEALTH_HEADER_CAP_BYTES:
-                    raise HealthProbeFailure(HEALTH_STATE_ERROR, "response headers too long")
-                chunk = _health_recv(sock, deadline)
+                    raise ProbeFailure(HEALTH_STATE_ERROR, "response headers too long")
+                chunk = _recv(sock, deadline)
                 if not chunk:
                     if not received_any:
-                        raise HealthProbeFailure(
+                        raise ProbeFailure(
                             HEALTH_STATE_ERROR,
                             "connection closed without a response (refused by a proxy or forward?)",
                         )
-                    raise HealthProbeFailure(HEALTH_STATE_ERROR, "connection closed mid-headers")
+                    raise ProbeFailure(HEALTH_STATE_ERROR, "connection closed mid-headers")
                 received_any = True
                 buffer += chunk
                 continue
             head = buffer[:header_end]
             buffer = buffer[header_end + 4 :]
             lines = head.split(b"\r\n")
-            match = _HEALTH_STATUS_RE.match(lines[0])
+            match = _STATUS_RE.match(lines[0])
             if match is None:
                 excerpt = visible_text(lines[0], HEALTH_DETAIL_MAX_CHARS)
-                raise HealthProbeFailure(HEALTH_STATE_ERROR, "not an HTTP response: " + excerpt)
+                raise ProbeFailure(HEALTH_STATE_ERROR, "not an HTTP response: " + excerpt)
             code = int(match.group(1))
             reason = (match.group(2) or b"").decode("latin-1")
             if 100 <= code < 200:
@@ -325,12 +323,12 @@ def health_exchange(
             try:
                 length = int(headers["content-length"])
             except ValueError:
-                raise HealthProbeFailure(HEALTH_STATE_ERROR, "bad Content-Length", code) from None
+                raise ProbeFailure(HEALTH_STATE_ERROR, "bad Content-Length", code) from None
         if code in (204, 304):
             return code, reason, b""
         while True:
             if chunked:
-                body, complete = _health_dechunk(buffer)
+                body, complete = _dechunk(buffer)
                 if complete or len(body) >= body_cap_bytes or len(buffer) > 4 * body_cap_bytes:
                     return code, reason, body[:body_cap_bytes]
             elif length is not None:
@@ -338,36 +336,36 @@ def health_exchange(
                     return code, reason, buffer[:body_cap_bytes]
             elif len(buffer) >= body_cap_bytes:
                 return code, reason, buffer[:body_cap_bytes]
-            chunk = _health_recv(sock, deadline)
+            chunk = _recv(sock, deadline)
             if not chunk:
                 if chunked or length is not None:
-                    raise HealthProbeFailure(
-                        _health_cut_state(code, HEALTH_STATE_ERROR), f"response truncated (HTTP {code})", code
+                    raise ProbeFailure(
+                        _cut_state(code, HEALTH_STATE_ERROR), f"response truncated (HTTP {code})", code
                     )
                 return code, reason, buffer[:body_cap_bytes]
             buffer += chunk
     except socket.timeout:
         if code is not None and phase == "body":
-            raise HealthProbeFailure(
-                _health_cut_state(code, HEALTH_STATE_TIMEOUT),
+            raise ProbeFailure(
+                _cut_state(code, HEALTH_STATE_TIMEOUT),
                 f"body incomplete at the {deadline_s:g}s deadline (HTTP {code})",
                 code,
             ) from None
         if received_any:
-            raise HealthProbeFailure(
+            raise ProbeFailure(
                 HEALTH_STATE_TIMEOUT, f"response headers incomplete at the {deadline_s:g}s deadline"
             ) from None
-        raise HealthProbeFailure(HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s") from None
+        raise ProbeFailure(HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s") from None
     except ConnectionResetError:
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, "connection reset by peer", code) from None
+        raise ProbeFailure(HEALTH_STATE_ERROR, "connection reset by peer", code) from None
     except OSError as exc:  # ssl.SSLError is one
         if _is_ssl_error(exc):
             tls_reason = getattr(exc, "reason", None) or exc
-            raise HealthProbeFailure(HEALTH_STATE_ERROR, f"TLS: {tls_reason}") from None
-        raise HealthProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
+            raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: {tls_reason}") from None
+        raise ProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
 
 
-def _health_cut_state(code: int, otherwise: str) -> str:
+def _cut_state(code: int, otherwise: str) -> str:
     """The state of an answer whose body was cut short: its status line already said 5xx or 429, so the
     server is UNHEALTHY whatever became of the body; for any other status the probe cannot tell."""
     return HEALTH_STATE_UNHEALTHY if code >= 500 or code == 429 else otherwise

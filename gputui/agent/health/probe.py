@@ -8,11 +8,11 @@ from typing import Any
 
 from gputui.agent.health import HEALTH_BODY_CAP_BYTES, HEALTH_DEFAULT_DEADLINE_S, HEALTH_DETAIL_MAX_CHARS
 from gputui.agent.health.http import (
-    HealthProbeFailure,
-    health_connect,
-    health_exchange,
-    health_parse_url,
-    health_wrap_tls,
+    ProbeFailure,
+    connect,
+    exchange,
+    parse_url,
+    wrap_tls,
 )
 from gputui.agent.protocol import (
     HEALTH_STATE_ERROR,
@@ -43,16 +43,16 @@ def _get(url: str, deadline_s: float, body_cap_bytes: int, ssl_context: Any) -> 
     """One bounded GET of ``url`` (see :func:`probe_url`): (status code, reason phrase, body up to the cap).
 
     Raises:
-        HealthProbeFailure, socket.timeout, or whatever else the exchange meets; the socket is closed.
+        ProbeFailure, socket.timeout, or whatever else the exchange meets; the socket is closed.
     """
     deadline = time.monotonic() + deadline_s
     sock: socket.socket | None = None
     try:
-        target = health_parse_url(url)
-        sock = health_connect(target, deadline, deadline_s)
+        target = parse_url(url)
+        sock = connect(target, deadline, deadline_s)
         if target.scheme == "https":
-            sock = health_wrap_tls(sock, target, deadline, ssl_context)
-        return health_exchange(sock, target, deadline, deadline_s, body_cap_bytes)
+            sock = wrap_tls(sock, target, deadline, ssl_context)
+        return exchange(sock, target, deadline, deadline_s, body_cap_bytes)
     finally:
         if sock is not None:
             try:
@@ -88,7 +88,7 @@ def probe_url(
     try:
         code, reason, body = _get(url, deadline_s, body_cap_bytes, ssl_context)
         state, detail = _health_classify(code, reason, body)
-    except HealthProbeFailure as failure:
+    except ProbeFailure as failure:
         state, detail = failure.state, failure.detail
         code = failure.code
     except socket.timeout:
@@ -127,7 +127,7 @@ def fetch_metrics(
             truncated = len(body) > METRICS_BODY_CAP_BYTES
             text, dropped = filter_metrics(body[:METRICS_BODY_CAP_BYTES], truncated)
             return {"text": text.decode("utf-8", "replace"), "dropped": dropped, "error": None}
-    except HealthProbeFailure as failure:
+    except ProbeFailure as failure:
         error = failure.detail
     except socket.timeout:
         error = f"no whole answer within {deadline_s:g}s"

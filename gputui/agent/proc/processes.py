@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
-from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
 from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
@@ -42,8 +41,15 @@ class ProcessSampler:
     Not thread-safe: one owner, under its own lock (the collector's sampling).
     """
 
-    def __init__(self, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY) -> None:
+    def __init__(
+        self,
+        child_pid_namespace: bool,
+        full_sweep_every: int = FULL_SWEEP_EVERY,
+        may_be_launcher: Callable[[str], bool] = lambda _name: False,
+    ) -> None:
         self.child_pid_namespace = child_pid_namespace
+        self.may_be_launcher = may_be_launcher
+        """Whether a process of this name may be an inference-server launcher (health discovery's rule)."""
         self.full_sweep_every = max(1, int(full_sweep_every))
         self.details = ProcDetails(use_psutil=False)
         self.boot_time = read_boot_time()
@@ -232,7 +238,7 @@ class ProcessSampler:
         found: list[dict[str, Any]] = []
         kept: dict[tuple[int, int], tuple[float, list[str]]] = {}
         for stat in table.values():
-            if not health_launcher_like_name(stat.name):
+            if not self.may_be_launcher(stat.name):
                 continue
             key = (stat.pid, stat.start_ticks)
             cached = self._launcher_cmdlines.get(key)

@@ -36,7 +36,6 @@ defensively (NaN, infinities, garbage become None), and text put into error line
 * ``source``: one query per refresh, and the hosts remembered between refreshes.
 """
 
-from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
 from gputui.transports.prometheus.parse import parse_answer, server_detail, xid_finding
 from gputui.transports.prometheus.query import (
     DCGM_METRICS,
@@ -64,10 +63,7 @@ __all__ = [
     "PART_LABEL",
     "SERVER_METRICS",
     "Fetcher",
-    "FleetHost",
-    "FleetSample",
     "FleetSettings",
-    "MigInstance",
     "PrometheusError",
     "PrometheusSource",
     "build_query",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from gputui.transports.ssh.paramiko.noinvoke import block_invoke
+from gputui.transports.ssh.noinvoke import block_invoke
 
 block_invoke()  # before any module of this package imports paramiko
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gputui.core.link import LinkError
+from gputui.core.targets import TargetSpec, parse_target
 
 CONFIG_ENV = "GPUTUI_SSH_CONFIG"
 RESOLVER_ENV = "GPUTUI_SSH_RESOLVER"
@@ -48,80 +49,6 @@ DEFAULT_IDENTITY_FILES = (
 )
 DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
-
-_HOST_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*)")
-_V6_RE = re.compile(r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?")
-_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]*")
-_PORT_RE = re.compile(r"[0-9]{1,5}")
-
-
-class BadTarget(LinkError):
-    """The target word cannot name a host (it would be unsafe or meaningless to pass on)."""
-
-    permanent = True
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    """A target word taken apart: ``[user@]host[:port]``; user and port None when not given."""
-
-    host: str
-    user: str | None = None
-    port: int | None = None
-
-
-def _bad(word: str, why: str) -> BadTarget:
-    return BadTarget(f"invalid ssh target {word!r}: {why}")
-
-
-def parse_target(word: str) -> TargetSpec:
-    """Split and validate a target word.
-
-    Only letters, digits, ``._-`` in host names (``._+-`` in user names) are allowed, so a target can never
-    become an option (leading ``-``) or a shell word for OpenSSH's ``Match exec`` / ``%h`` expansion.
-
-    Raises:
-        BadTarget: With one line naming the problem.
-    """
-    if not word:
-        raise _bad(word, "empty")
-    if word.startswith("-"):
-        raise _bad(word, "must not start with '-'")
-    if any(c.isspace() or ord(c) < 32 or 127 <= ord(c) < 160 for c in word):
-        raise _bad(word, "contains whitespace or control characters")
-    rest = word[len("ssh://") :] if word.startswith("ssh://") else word
-    user: str | None = None
-    if "@" in rest:
-        user, rest = rest.rsplit("@", 1)
-        if not _USER_RE.fullmatch(user):
-            raise _bad(word, "user names may hold only letters, digits and . _ + -")
-    port_text: str | None = None
-    if rest.startswith("["):
-        end = rest.find("]")
-        if end < 0:
-            raise _bad(word, "missing ']'")
-        host, after = rest[1:end], rest[end + 1 :]
-        if after:
-            if not after.startswith(":"):
-                raise _bad(word, "expected ':port' after ']'")
-            port_text = after[1:]
-        if not (_V6_RE.fullmatch(host) or _HOST_RE.fullmatch(host)):
-            raise _bad(word, "not an address inside [...]")
-    elif rest.count(":") >= 2:
-        host = rest
-        if not _V6_RE.fullmatch(host):
-            raise _bad(word, "not an IPv6 address (write [addr]:port for a port)")
-    else:
-        host, _, port_text_or_empty = rest.partition(":")
-        port_text = port_text_or_empty if ":" in rest else None
-        if not _HOST_RE.fullmatch(host):
-            raise _bad(word, "host names may hold only letters, digits and . _ -")
-    port: int | None = None
-    if port_text is not None:
-        if not _PORT_RE.fullmatch(port_text) or not 1 <= int(port_text) <= 65535:
-            raise _bad(word, "port must be a number from 1 to 65535")
-        port = int(port_text)
-    return TargetSpec(host=host, user=user, port=port)
 
 
 @dataclass(frozen=True)
@@ -397,7 +324,7 @@ _MATCH_EXEC_RE = re.compile(r"^[ \t]*match\b[^\n]*\bexec\b", re.IGNORECASE | re.
 
 def resolve_with_paramiko(target: str, spec: TargetSpec, config_path: str | None) -> SshSettings:
     """Resolve with paramiko's parser after expanding Includes (OpenSSH file order: user, then system)."""
-    from gputui.transports.ssh.paramiko.noinvoke import give_paramiko_invoke, import_paramiko
+    from gputui.transports.ssh.noinvoke import give_paramiko_invoke, import_paramiko
 
     paramiko = import_paramiko()
     user_dir = Path(_expand("~/.ssh"))

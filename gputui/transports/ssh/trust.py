@@ -9,6 +9,8 @@ record it (``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's
 
 from __future__ import annotations
 
+import threading
+from dataclasses import dataclass
 from typing import Any
 
 from gputui.core.link import LinkError, LinkOptions
@@ -105,10 +107,41 @@ def accept_host_key(
         ChangedHostKey, RevokedHostKey: The key must not be accepted.
         LinkError: The target cannot be resolved or the file cannot be written.
     """
-    from gputui.transports.ssh.openssh.failures import OfferedHostKey
-
     if isinstance(key, OfferedHostKey):
         return key.accept()
     settings = resolve(target, config_path, use_openssh)
     name, known = known_hosts(settings)
     return trust_host_key(target, settings, name, known, key, record_unknown=True)
+
+
+# -- keys the user accepted for the system ssh client to record ----------------------------------------
+
+
+@dataclass(frozen=True)
+class OfferedHostKey:
+    """An unknown host key the system ssh client refused, as the user is shown it (``UnknownHostKey.key``).
+
+    ``accept()`` lets the next connection to ``target`` run with ``StrictHostKeyChecking=accept-new``: ssh
+    records the key itself (in the file, the form and under the names its config says), and the link then
+    checks that the key recorded for ``lookup_name`` is this one before it sends anything more.
+    """
+
+    target: str
+    lookup_name: str
+    key_type: str
+    fingerprint: str
+
+    def accept(self) -> str:
+        """Have the next connection to ``target`` record this key; returns "" (ssh writes the line)."""
+        with _accepted_lock:
+            _accepted[self.target] = self
+        return ""
+
+
+_accepted: dict[str, OfferedHostKey] = {}
+_accepted_lock = threading.Lock()
+
+
+def take_accepted(target: str) -> OfferedHostKey | None:
+    with _accepted_lock:
+        return _accepted.pop(target, None)

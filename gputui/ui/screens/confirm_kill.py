@@ -7,7 +7,7 @@ are defunct frees all eight GPUs). A total line sums it per GPU: "frees ≈ 329 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -23,6 +23,7 @@ from textual.widgets import Static
 from gputui.core.analysis import gpu_memory_by_pid
 from gputui.core.model import Proc
 from gputui.ui import keymap
+from gputui.ui.session.context import TextFetcher
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, pid_ranges, safe_text
 
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from gputui.core.actions import KillPlan, KillTarget
     from gputui.core.model import HostSnapshot
 
-TextFetcher = Callable[[Proc], Proc]
-"""Reads a process's whole command line (``transports.base.process_text`` over the host's link)."""
 CONFIRM_HINT = "Enter/y: send · Esc/n: cancel"
 
 COMMAND_CHARS = 400

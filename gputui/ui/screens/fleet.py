@@ -24,18 +24,17 @@ from textual.widgets import DataTable, Footer, Input
 
 from gputui.core.fleet_rows import (
     SORT_MODES,
-    FleetPoller,
     FleetRow,
-    FleetUpdate,
     matches,
     sort_key,
     summarize,
 )
+from gputui.core.fleet_sample import FleetHost, FleetSample
+from gputui.core.targets import BadTarget
 from gputui.core.textsafe import visible
-from gputui.transports.prometheus import FleetHost, FleetSample
-from gputui.transports.ssh.config import BadTarget
 from gputui.ui import keymap
 from gputui.ui.screens.help import HelpScreen
+from gputui.ui.session.fleet_poller import FleetPoller, FleetUpdate
 from gputui.ui.widgets.border import set_border_title
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.fleet_notes import FleetNotes, notes_text

@@ -18,11 +18,14 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.signal import Signal
 
-from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
+from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
+from gputui.core.model import HostSnapshot, Proc
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.host_bar import HostStatus
 
 Clock = Callable[[], float]
+TextFetcher = Callable[[Proc], Proc]
+"""Reads a process's whole command line (``core.link.process_text`` over the host's link)."""
 
 Changed = list[tuple[HostState, bool]]
 """Hosts whose data changed, each with whether the change was a forced (full) sample."""
@@ -66,6 +69,8 @@ class Surface:
     """Show the fleet view (does nothing without one)."""
     redraw: Callable[[HostState], None]
     """Something but data changed about a host: the views showing it redraw."""
+    confirm_kill: Callable[[KillPlan, HostSnapshot, TextFetcher, Callable[[bool | None], None]], None]
+    """Ask the user to confirm a kill plan (made from that snapshot); the callback gets the answer."""
     later: Callable[[float, Callable[[], None]], object]
     """Call a function on the event loop after a delay in seconds."""
 
@@ -124,6 +129,16 @@ class Session:
     def push_screen(self, screen: Screen[Any], callback: Callable[..., object] | None = None) -> None:
         """Show ``screen`` on top; ``callback`` gets its result."""
         self._surface.push(screen, callback)
+
+    def confirm_kill(
+        self,
+        plan: KillPlan,
+        snapshot: HostSnapshot,
+        fetch_text: TextFetcher,
+        decided: Callable[[bool | None], None],
+    ) -> None:
+        """Ask the user to confirm ``plan``; ``decided`` gets True to send it."""
+        self._surface.confirm_kill(plan, snapshot, fetch_text, decided)
 
     def set_timer(self, delay_s: float, callback: Callable[[], None]) -> None:
         """Call ``callback`` on the event loop ``delay_s`` seconds from now."""

@@ -45,9 +45,8 @@ from gputui.core.link import LinkError, process_text
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.state import StateError
 from gputui.core.textsafe import visible
-from gputui.ui.screens.confirm_kill import ConfirmKillScreen, TextFetcher
 from gputui.ui.session.cleancheck import CleanChecks
-from gputui.ui.session.context import Session
+from gputui.ui.session.context import Session, TextFetcher
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState, PendingKill
 from gputui.ui.session.jobs import spawn
 
@@ -188,7 +187,7 @@ class KillFlow:
             else:
                 self._send(host, plan, snapshot, all_gpu)
 
-        app.push_screen(ConfirmKillScreen(plan, snapshot, self._text_fetcher(host)), decided)
+        app.confirm_kill(plan, snapshot, self._text_fetcher(host), decided)
 
     @staticmethod
     def _text_fetcher(host: HostState) -> TextFetcher:

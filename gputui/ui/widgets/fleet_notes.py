@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from gputui.core.fleet_rows import FleetRow, size_text, state_text
-from gputui.transports.prometheus import FleetHost
+from gputui.core.fleet_sample import FleetHost
 from gputui.ui.widgets.fmt import DASH, safe_text
 from gputui.ui.widgets.text_view import TextView
 

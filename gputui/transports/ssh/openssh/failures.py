@@ -1,10 +1,8 @@
-"""ssh's failures in one line, and the unknown host keys the user accepted for ssh to record."""
+"""ssh's failures in one line."""
 
 from __future__ import annotations
 
 import re
-import threading
-from dataclasses import dataclass
 
 from gputui.core.link import LinkError
 from gputui.transports.ssh.errors import AuthFailed, SetupFailed, shown
@@ -29,39 +27,6 @@ AUTH_FAILURES = ("Permission denied", "Too many authentication failures", "Authe
 CONFIG_FAILURES = ("Bad configuration option", "command-line line", "Bad owner or permissions")
 NOISE_PREFIXES = ("Warning: Permanently added", "debug1:")
 """stderr lines that never explain a failure."""
-
-
-# -- keys the user accepted ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OfferedHostKey:
-    """An unknown host key the system ssh client refused, as the user is shown it (``UnknownHostKey.key``).
-
-    ``accept()`` lets the next connection to ``target`` run with ``StrictHostKeyChecking=accept-new``: ssh
-    records the key itself (in the file, the form and under the names its config says), and the link then
-    checks that the key recorded for ``lookup_name`` is this one before it sends anything more.
-    """
-
-    target: str
-    lookup_name: str
-    key_type: str
-    fingerprint: str
-
-    def accept(self) -> str:
-        """Have the next connection to ``target`` record this key; returns "" (ssh writes the line)."""
-        with _accepted_lock:
-            _accepted[self.target] = self
-        return ""
-
-
-_accepted: dict[str, OfferedHostKey] = {}
-_accepted_lock = threading.Lock()
-
-
-def take_accepted(target: str) -> OfferedHostKey | None:
-    with _accepted_lock:
-        return _accepted.pop(target, None)
 
 
 # -- ssh's failures in one line ---------------------------------------------------------------------------

@@ -35,7 +35,8 @@ import threading
 import time
 
 from gputui.core.link import LinkError, LinkOptions
-from gputui.transports.ssh.config import SshSettings, config_file, parse_target, target_words
+from gputui.core.targets import parse_target
+from gputui.transports.ssh.config import SshSettings, config_file, target_words
 from gputui.transports.ssh.errors import SetupFailed, phase_error, shown
 from gputui.transports.ssh.knownhosts import (
     ChangedHostKey,
@@ -49,9 +50,7 @@ from gputui.transports.ssh.knownhosts import (
 from gputui.transports.ssh.openssh.failures import (
     SERVER_KEY_RE,
     UNKNOWN_KEY_RE,
-    OfferedHostKey,
     explain_failure,
-    take_accepted,
 )
 from gputui.transports.ssh.openssh.process import (
     CONNECT_STEPS,
@@ -64,7 +63,7 @@ from gputui.transports.ssh.openssh.process import (
     SshProcess,
     end_processes,
 )
-from gputui.transports.ssh.trust import records_unknown_keys
+from gputui.transports.ssh.trust import OfferedHostKey, records_unknown_keys, take_accepted
 
 # -- the session ------------------------------------------------------------------------------------------
 
