@@ -332,139 +332,6 @@ def snapshot_message(snapshot: dict[str, Any]) -> dict[str, Any]:
     return {"t": MSG_SNAPSHOT, "snapshot": snapshot}
 
 
-OUTCOME_FIELDS = (
-    "pid",
-    "start_ticks",
-    "name",
-    "user",
-    "cmdline",
-    "cmdline_truncated",
-    "gpu_mib",
-    "stage",
-    "signal",
-    "result",
-    "detail",
-)
-
-
-def outcome(
-    pid: int,
-    start_ticks: int | None,
-    stage: str,
-    signal: str | None,
-    result: str,
-    detail: str = "",
-    name: str | None = None,
-    user: str | None = None,
-    cmdline: Iterable[str] = (),
-    cmdline_truncated: bool = False,
-    gpu_mib: int | None = None,
-) -> dict[str, Any]:
-    """One stage of what a kill did to one process (``stage`` from ``KILL_STAGES``, ``result`` from
-    ``KILL_RESULTS``; ``signal`` the one that stage sent or concerns, None for checks and waits)."""
-    return {
-        "pid": pid,
-        "start_ticks": start_ticks,
-        "name": name,
-        "user": user,
-        "cmdline": list(cmdline),
-        "cmdline_truncated": cmdline_truncated,
-        "gpu_mib": gpu_mib,
-        "stage": stage,
-        "signal": signal,
-        "result": result,
-        "detail": detail,
-    }
-
-
-def pending(
-    pid: int, start_ticks: int | None, name: str | None, signal: str | None, due_in_s: float | None
-) -> dict[str, Any]:
-    """A signalled process a kill operation still watches: what it gets next (KILL; None: a look) and when."""
-    return {"pid": pid, "start_ticks": start_ticks, "name": name, "signal": signal, "due_in_s": due_in_s}
-
-
-KILL_REPLY_FIELDS = ("op", "outcomes", "count", "done", "pending", "escalate_s", "wait_s", "elapsed_s")
-
-
-def kill_reply(
-    op: int,
-    outcomes: list[dict[str, Any]],
-    count: int,
-    done: bool,
-    pending: list[dict[str, Any]],
-    escalate_s: float | None,
-    wait_s: float | None,
-    elapsed_s: float,
-) -> dict[str, Any]:
-    """The result of ``kill``, ``kill_wait`` and ``kill_abandon``: outcomes from the asked index on, how many
-    there are in all (the next ``since``), whether the operation is done, and what it still watches."""
-    return {
-        "op": op,
-        "outcomes": outcomes,
-        "count": count,
-        "done": done,
-        "pending": pending,
-        "escalate_s": escalate_s,
-        "wait_s": wait_s,
-        "elapsed_s": elapsed_s,
-    }
-
-
-def kill_command(
-    targets: Iterable[tuple[int, int | None]],
-    members: Iterable[tuple[int, int | None]],
-    boot_id: str | None,
-    signal: str,
-    tree: bool,
-    escalate_s: float | None,
-    wait_s: float | None,
-    detach: bool,
-) -> dict[str, Any]:
-    """The ``kill`` command for (pid, start_ticks) targets and, for a tree kill, the members listed with
-    them."""
-    return {
-        "cmd": KILL_COMMAND,
-        "boot_id": boot_id,
-        "targets": [{"pid": pid, "start_ticks": ticks} for pid, ticks in targets],
-        "members": [{"pid": pid, "start_ticks": ticks} for pid, ticks in members],
-        "signal": signal,
-        "tree": tree,
-        "escalate_s": escalate_s,
-        "wait_s": wait_s,
-        "detach": detach,
-    }
-
-
-def kill_wait_command(op: int, since: int, timeout_s: float) -> dict[str, Any]:
-    return {"cmd": KILL_WAIT_COMMAND, "op": op, "since": since, "timeout_s": timeout_s}
-
-
-def kill_abandon_command(op: int, since: int) -> dict[str, Any]:
-    return {"cmd": KILL_ABANDON_COMMAND, "op": op, "since": since}
-
-
-HEALTH_SAMPLE_FIELDS = (
-    "url",
-    "state",
-    "code",
-    "latency_ms",
-    "since",
-    "last_ok",
-    "consecutive_failures",
-    "detail",
-    "discovered",
-    "checked_at",
-    "metrics_url",
-    "metrics_text",
-    "metrics_at",
-    "metrics_dropped",
-    "metrics_error",
-    "launcher_age_s",
-    "metrics",
-)
-
-
 def health_sample(
     url: str,
     state: str | None,
@@ -511,6 +378,10 @@ def health_sample(
         "launcher_age_s": launcher_age_s,
         "metrics": None,
     }
+
+
+HEALTH_SAMPLE_FIELDS = tuple(health_sample("", None))
+"""The keys of a health sample, in order (spelled once, by ``health_sample``)."""
 
 
 def health_config(

@@ -26,6 +26,7 @@ from gputui.core.analysis import (
     gpu_memory_by_pid,
 )
 from gputui.core.cleanslate import busy_port_reason, busy_ports
+from gputui.core.display import DASH
 from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, Verdict, snapshots_document
 from gputui.core.servers import failing_servers, judge_once
@@ -46,7 +47,6 @@ WAIT_MEMORY_INTERVAL_S = 0.09
 """Memory sample interval while waiting. Links schedule the next sample an interval after the last one
 *finished*, so 0.1 s gives a little under 10 samples per second; 0.09 s keeps it at 10 or more."""
 WAIT_PROCESS_INTERVAL_S = 0.5
-DASH = "–"
 MAX_FINDINGS_SHOWN = 20
 CANNOT_TELL = "cannot tell"
 

@@ -44,6 +44,7 @@ from gputui.core.actions import (
 )
 from gputui.core.analysis import find_survivors
 from gputui.core.cleanslate import watched_ports
+from gputui.core.display import DASH
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Finding, HostSnapshot
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
@@ -56,7 +57,6 @@ POLL_S = 0.2
 """Longest wait for the operation before this command looks at Ctrl-C again."""
 PID_MAX = 1 << 22
 """The kernel's largest possible pid (``/proc/sys/kernel/pid_max`` cannot exceed it)."""
-DASH = "–"
 _DIGITS = re.compile(r"[0-9]+")
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import TextIO
 
 from gputui.agent.protocol import HEALTH_STATE_UP
@@ -12,14 +11,15 @@ from gputui.commands.check import resolve_baselines
 from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
+from gputui.core.display import DASH, clock_time
+from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkError, one_shot_sample
-from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
+from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.servers import judge_once
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 
 EXIT_OK = 0
 EXIT_ERROR = 2
-DASH = "–"
 COMMAND_WIDTH = 80
 HEALTH_URL_WIDTH = 60
 HEALTH_DETAIL_WIDTH = 60
@@ -56,23 +56,13 @@ def _num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     return f"{value}{unit}"
 
 
-def _clock(epoch_s: float | None) -> str:
-    """HH:MM:SS in local time, or "–"."""
-    if epoch_s is None:
-        return DASH
-    try:
-        return time.strftime("%H:%M:%S", time.localtime(epoch_s))
-    except (OverflowError, OSError, ValueError):
-        return DASH
-
-
 def format_health_line(sample: HealthSample) -> str:
     """One endpoint: URL, state, HTTP code, latency and since when the state holds (detail when not UP)."""
     url = visible(sample.url, HEALTH_URL_WIDTH)
     state = visible(sample.state, 10) if sample.state else DASH
     code = str(sample.code) if sample.code is not None else DASH
     latency = f"{sample.latency_ms:.0f} ms" if sample.latency_ms is not None else DASH
-    line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {_clock(sample.since)}"
+    line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {clock_time(sample.since)}"
     if sample.detail and sample.state != HEALTH_STATE_UP:
         line += f"  {visible(sample.detail, HEALTH_DETAIL_WIDTH)}"
     metrics = sample.metrics or {}

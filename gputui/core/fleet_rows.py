@@ -16,6 +16,8 @@ from gputui.core.analysis import (
     age_text,
     memory_verdict,
 )
+from gputui.core.display import DASH
+from gputui.core.display import size_text as size_text
 from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.health_view import worst_state
 from gputui.core.state import load_calibrated_uuids
@@ -166,19 +168,6 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         server_state=worst_state(health) if health else None,
         error=snapshot.error,
     )
-
-
-DASH = "–"
-
-
-def size_text(mib: int | None) -> str:
-    """ "24M", "9.5G", "312G": memory in the fleet's columns (MiB below 1 GiB, else GiB)."""
-    if mib is None:
-        return DASH
-    if mib < 1024:
-        return f"{mib}M"
-    gib = mib / 1024
-    return f"{gib:.1f}G" if gib < 10 else f"{gib:.0f}G"
 
 
 def memory_text(row: FleetRow) -> str:

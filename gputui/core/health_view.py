@@ -19,7 +19,8 @@ from gputui.agent.protocol import HEALTH_STATE_STARTING as STARTING
 from gputui.agent.protocol import HEALTH_STATE_TIMEOUT as TIMEOUT
 from gputui.agent.protocol import HEALTH_STATE_UNHEALTHY as UNHEALTHY
 from gputui.agent.protocol import HEALTH_STATE_UP as UP
-from gputui.core.model import HealthSample
+from gputui.core.display import clock_time
+from gputui.core.health_sample import HealthSample
 from gputui.core.textsafe import visible
 
 STATE_SEVERITY: dict[str | None, int] = {
@@ -58,14 +59,6 @@ def worst_state(samples: Iterable[HealthSample]) -> str | None:
     return worst
 
 
-def clock_time(epoch_s: float, now_s: float | None = None) -> str:
-    """Local time of day (HH:MM:SS), with the date when it is not within the last 24 hours."""
-    now_s = time.time() if now_s is None else now_s
-    if abs(now_s - epoch_s) < 86400:
-        return time.strftime("%H:%M:%S", time.localtime(epoch_s))
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch_s))
-
-
 def state_word(sample: HealthSample) -> str:
     """What the endpoint is now, shortest form: the code for an HTTP answer that is not UP, else the state.
 
@@ -84,7 +77,7 @@ def since_text(sample: HealthSample, now_s: float | None = None) -> str:
         return "not probed yet"
     if sample.since is None:
         return state_word(sample)
-    return f"{state_word(sample)} since {clock_time(sample.since, now_s)}"
+    return f"{state_word(sample)} since {clock_time(sample.since, time.time() if now_s is None else now_s)}"
 
 
 def _reason(sample: HealthSample) -> str:

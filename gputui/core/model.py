@@ -20,40 +20,12 @@ from gputui.agent.protocol import (
     PROCESS_LIVE_THREADS,
     PROCESSES_SAME,
 )
+from gputui.core.health_sample import HealthSample
+from gputui.core.wire_values import opt_float, opt_int, opt_str, ports_of
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
 STATE_UNINTERRUPTIBLE = "D"
-
-
-def _opt_int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _ports(value: Any) -> tuple[int, ...] | None:
-    """TCP ports from a collector: the valid ones (1..65535), sorted and distinct; None when not a list."""
-    if not isinstance(value, (list, tuple)):
-        return None
-    valid = {p for p in value if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536}
-    return tuple(sorted(valid))
-
-
-def _opt_float(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
 
 
 @dataclass(frozen=True)
@@ -76,7 +48,7 @@ class GpuProcess:
     def from_dict(cls, data: dict[str, Any]) -> GpuProcess:
         return cls(
             pid=int(data["pid"]),
-            used_mib=_opt_int(data.get("used_mib")),
+            used_mib=opt_int(data.get("used_mib")),
             type=str(data.get("type") or "compute"),
             visible=bool(data.get("visible", True)),
         )
@@ -115,18 +87,18 @@ class Gpu:
         """``processes``: the list to use instead of the data's (a stream line that left it out)."""
         return cls(
             index=int(data["index"]),
-            name=_opt_str(data.get("name")),
-            uuid=_opt_str(data.get("uuid")),
-            pci_bus_id=_opt_str(data.get("pci_bus_id")),
-            memory_used_mib=_opt_int(data.get("memory_used_mib")),
-            memory_total_mib=_opt_int(data.get("memory_total_mib")),
-            memory_reserved_mib=_opt_int(data.get("memory_reserved_mib")),
-            utilization_pct=_opt_int(data.get("utilization_pct")),
-            memory_utilization_pct=_opt_int(data.get("memory_utilization_pct")),
-            temperature_c=_opt_int(data.get("temperature_c")),
-            power_w=_opt_float(data.get("power_w")),
-            power_limit_w=_opt_float(data.get("power_limit_w")),
-            error=_opt_str(data.get("error")),
+            name=opt_str(data.get("name")),
+            uuid=opt_str(data.get("uuid")),
+            pci_bus_id=opt_str(data.get("pci_bus_id")),
+            memory_used_mib=opt_int(data.get("memory_used_mib")),
+            memory_total_mib=opt_int(data.get("memory_total_mib")),
+            memory_reserved_mib=opt_int(data.get("memory_reserved_mib")),
+            utilization_pct=opt_int(data.get("utilization_pct")),
+            memory_utilization_pct=opt_int(data.get("memory_utilization_pct")),
+            temperature_c=opt_int(data.get("temperature_c")),
+            power_w=opt_float(data.get("power_w")),
+            power_limit_w=opt_float(data.get("power_limit_w")),
+            error=opt_str(data.get("error")),
             processes=(
                 processes
                 if processes is not None
@@ -156,9 +128,9 @@ class LiveThreads:
         states = data.get("states")
         pairs = states.items() if isinstance(states, dict) else ()
         return cls(
-            live=max(0, _opt_int(data.get("live")) or 0),
-            states={str(k): max(0, _opt_int(v) or 0) for k, v in pairs},
-            omitted=max(0, _opt_int(data.get("omitted")) or 0),
+            live=max(0, opt_int(data.get("live")) or 0),
+            states={str(k): max(0, opt_int(v) or 0) for k, v in pairs},
+            omitted=max(0, opt_int(data.get("omitted")) or 0),
         )
 
 
@@ -237,23 +209,23 @@ class Proc:
     def from_dict(cls, data: dict[str, Any]) -> Proc:
         return cls(
             pid=int(data["pid"]),
-            ppid=_opt_int(data.get("ppid")),
-            user=_opt_str(data.get("user")),
-            uid=_opt_int(data.get("uid")),
-            state=_opt_str(data.get("state")),
-            name=_opt_str(data.get("name")),
+            ppid=opt_int(data.get("ppid")),
+            user=opt_str(data.get("user")),
+            uid=opt_int(data.get("uid")),
+            state=opt_str(data.get("state")),
+            name=opt_str(data.get("name")),
             cmdline=tuple(str(a) for a in data.get("cmdline") or ()),
             cmdline_truncated=data.get("cmdline_truncated") is True,
-            start_ticks=_opt_int(data.get("start_ticks")),
-            create_time=_opt_float(data.get("create_time")),
-            state_since=_opt_float(data.get("state_since")),
-            rss_kib=_opt_int(data.get("rss_kib")),
+            start_ticks=opt_int(data.get("start_ticks")),
+            create_time=opt_float(data.get("create_time")),
+            state_since=opt_float(data.get("state_since")),
+            rss_kib=opt_int(data.get("rss_kib")),
             gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
-            pgid=_opt_int(data.get("pgid")),
-            sid=_opt_int(data.get("sid")),
-            cgroup=_opt_str(data.get("cgroup")),
+            pgid=opt_int(data.get("pgid")),
+            sid=opt_int(data.get("sid")),
+            cgroup=opt_str(data.get("cgroup")),
             live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
-            listen_ports=_ports(data.get(PROCESS_LISTEN_PORTS)) or (),
+            listen_ports=ports_of(data.get(PROCESS_LISTEN_PORTS)) or (),
         )
 
 
@@ -267,7 +239,7 @@ class DeviceHolder:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceHolder:
-        return cls(pid=int(data["pid"]), name=_opt_str(data.get("name")), device=_opt_str(data.get("device")))
+        return cls(pid=int(data["pid"]), name=opt_str(data.get("name")), device=opt_str(data.get("device")))
 
 
 @dataclass(frozen=True)
@@ -298,74 +270,9 @@ class Finding:
             target=str(data.get("target") or ""),
             detail=str(data.get("detail") or ""),
             action=str(data.get("action") or ""),
-            pid=_opt_int(data.get("pid")),
-            gpu_index=_opt_int(data.get("gpu_index")),
-            action_pid=_opt_int(data.get("action_pid")),
-        )
-
-
-@dataclass(frozen=True)
-class HealthSample:
-    """The state of one health endpoint as the agent last probed it, with the server's metrics beside it.
-
-    Attributes:
-        state: UP, UNHEALTHY, DOWN, TIMEOUT or ERROR as probed (None: not probed yet); once judged by the
-            client (``gputui.core.servers.ServerWatch``) also STARTING, BUSY or STALLED.
-        since: Epoch seconds at which the current state began.
-        last_ok: Epoch seconds of the last UP, or None.
-        detail: Short sanitised excerpt of an error or body; for a state the client derived, why.
-        metrics_url: The metrics endpoint read beside it (None: none).
-        metrics_text: Its last body, cut down on the host to the series the client reads (None: not read).
-        metrics_at: Epoch seconds of that read.
-        metrics_dropped: Names the host dropped over a cap: unknown, never partial.
-        metrics_error: Why the last read failed.
-        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known).
-        metrics: The client's reading (``gputui.core.servers.METRICS_JSON_KEYS``), None before it is judged.
-    """
-
-    url: str
-    state: str | None = None
-    code: int | None = None
-    latency_ms: float | None = None
-    since: float | None = None
-    last_ok: float | None = None
-    consecutive_failures: int = 0
-    detail: str | None = None
-    discovered: bool = False
-    checked_at: float | None = None
-    metrics_url: str | None = None
-    metrics_text: str | None = None
-    metrics_at: float | None = None
-    metrics_dropped: tuple[str, ...] = ()
-    metrics_error: str | None = None
-    launcher_age_s: float | None = None
-    metrics: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["metrics_dropped"] = list(self.metrics_dropped)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HealthSample:
-        return cls(
-            url=str(data["url"]),
-            state=_opt_str(data.get("state")),
-            code=_opt_int(data.get("code")),
-            latency_ms=_opt_float(data.get("latency_ms")),
-            since=_opt_float(data.get("since")),
-            last_ok=_opt_float(data.get("last_ok")),
-            consecutive_failures=_opt_int(data.get("consecutive_failures")) or 0,
-            detail=_opt_str(data.get("detail")),
-            discovered=bool(data.get("discovered", False)),
-            checked_at=_opt_float(data.get("checked_at")),
-            metrics_url=_opt_str(data.get("metrics_url")),
-            metrics_text=_opt_str(data.get("metrics_text")),
-            metrics_at=_opt_float(data.get("metrics_at")),
-            metrics_dropped=tuple(str(n) for n in (data.get("metrics_dropped") or ()) if isinstance(n, str)),
-            metrics_error=_opt_str(data.get("metrics_error")),
-            launcher_age_s=_opt_float(data.get("launcher_age_s")),
-            metrics=dict(data["metrics"]) if isinstance(data.get("metrics"), dict) else None,
+            pid=opt_int(data.get("pid")),
+            gpu_index=opt_int(data.get("gpu_index")),
+            action_pid=opt_int(data.get("action_pid")),
         )
 
 
@@ -383,7 +290,7 @@ class GpuVerdict:
     def from_dict(cls, data: dict[str, Any]) -> GpuVerdict:
         return cls(
             index=int(data["index"]),
-            used_mib=_opt_int(data.get("used_mib")),
+            used_mib=opt_int(data.get("used_mib")),
             baseline_mib=int(data.get("baseline_mib") or 0),
             clean=bool(data.get("clean")),
             reasons=tuple(str(r) for r in data.get("reasons") or ()),
@@ -426,7 +333,7 @@ class Verdict:
             clean=bool(data.get("clean")),
             reasons=tuple(str(r) for r in data.get("reasons") or ()),
             baseline_mib={str(k): int(v) for k, v in (data.get("baseline_mib") or {}).items()},
-            tolerance_mib=_opt_int(data.get("tolerance_mib")) or 0,
+            tolerance_mib=opt_int(data.get("tolerance_mib")) or 0,
             gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
             known=bool(data.get("known", True)),
         )
@@ -524,7 +431,7 @@ class HostSnapshot:
         holders = data.get("device_holders")
         verdict = data.get("verdict")
         if data.get(PROCESSES_SAME) is True:
-            listed_at = _opt_float(data.get("processes_time"))
+            listed_at = opt_float(data.get("processes_time"))
             if previous is None or listed_at is None or previous.processes_time != listed_at:
                 raise ValueError("process lists marked unchanged, but no earlier list from that time")
             by_index = {gpu.index: gpu.processes for gpu in previous.gpus}
@@ -534,22 +441,22 @@ class HostSnapshot:
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
             processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
-            listening = _ports(data.get(LISTENING_PORTS))
+            listening = ports_of(data.get(LISTENING_PORTS))
         return cls(
             target=str(data.get("target") or ""),
-            hostname=_opt_str(data.get("hostname")),
-            boot_id=_opt_str(data.get("boot_id")),
-            time=_opt_float(data.get("time")),
-            error=_opt_str(data.get("error")),
-            driver_version=_opt_str(data.get("driver_version")),
-            cuda_driver_version=_opt_str(data.get("cuda_driver_version")),
-            mode=_opt_str(data.get("mode")),
-            agent_version=_opt_str(data.get("agent_version")),
-            agent_pid=_opt_int(data.get("agent_pid")),
-            processes_time=_opt_float(data.get("processes_time")),
+            hostname=opt_str(data.get("hostname")),
+            boot_id=opt_str(data.get("boot_id")),
+            time=opt_float(data.get("time")),
+            error=opt_str(data.get("error")),
+            driver_version=opt_str(data.get("driver_version")),
+            cuda_driver_version=opt_str(data.get("cuda_driver_version")),
+            mode=opt_str(data.get("mode")),
+            agent_version=opt_str(data.get("agent_version")),
+            agent_pid=opt_int(data.get("agent_pid")),
+            processes_time=opt_float(data.get("processes_time")),
             gpus=gpus,
             processes=processes,
-            processes_omitted=max(0, _opt_int(data.get("processes_omitted")) or 0),
+            processes_omitted=max(0, opt_int(data.get("processes_omitted")) or 0),
             device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
             listening_ports=listening,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),

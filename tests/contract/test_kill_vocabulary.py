@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gputui.agent import protocol
+from gputui.agent.kill import messages as kill_messages
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot, Proc
@@ -36,7 +37,7 @@ ROLES = ("init", "launcher", "zombie", "ignorer")
 
 
 def _command(boot_id: str | None, targets: list[tuple[int, int | None]], detach: bool) -> dict[str, Any]:
-    return protocol.kill_command(targets, [], boot_id, "TERM", True, ESCALATE_S, None, detach)
+    return kill_messages.kill_command(targets, [], boot_id, "TERM", True, ESCALATE_S, None, detach)
 
 
 def _by_role(outcomes: list[dict[str, Any]], pids: dict[str, int]) -> dict[str, list[tuple[Any, ...]]]:
@@ -74,7 +75,7 @@ def real(fake_nvml_lib: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[
                 sample = collector.result({"cmd": protocol.CMD_SAMPLE})["snapshot"]
                 targets = [(1, start_ticks(1)), (server.pid, start_ticks(server.pid))]
                 first = collector.result(_command(collector.hello["boot_id"], targets, detach=True))
-                rest = collector.result(protocol.kill_wait_command(first["op"], first["count"], 10))
+                rest = collector.result(kill_messages.kill_wait_command(first["op"], first["count"], 10))
                 hello = collector.hello
     finally:
         peer.close()
@@ -94,7 +95,7 @@ def simulated() -> dict[str, Any]:
     launcher_ticks = next(p["start_ticks"] for p in sample["processes"] if p["pid"] == LAUNCHER_PID)
     targets = [(1, 1), (LAUNCHER_PID, launcher_ticks)]
     first = link.request(_command(link.boot_id, targets, detach=True), 5)
-    rest = link.request(protocol.kill_wait_command(first["op"], first["count"], 10), 15)
+    rest = link.request(kill_messages.kill_wait_command(first["op"], first["count"], 10), 15)
     pids = {"init": 1, "launcher": LAUNCHER_PID, "zombie": SCHEDULER_PID_BASE, "ignorer": DETOKENIZER_PID}
     return {"sample": sample, "health": health, "first": first, "rest": rest, "pids": pids}
 
@@ -159,7 +160,7 @@ def test_the_first_answer_says_what_is_pending_the_same_way(
 ) -> None:
     for side in (real, simulated):
         first, rest = side["first"], side["rest"]
-        assert tuple(first) == tuple(rest) == protocol.KILL_REPLY_FIELDS
+        assert tuple(first) == tuple(rest) == kill_messages.KILL_REPLY_FIELDS
         assert first["done"] is False
         assert rest["done"] is True
         (pending,) = first["pending"]
@@ -178,7 +179,7 @@ def test_every_name_comes_from_the_protocol_and_details_agree(
         assert {o["stage"] for o in outcomes} <= set(protocol.KILL_STAGES)
         assert {o["result"] for o in outcomes} <= set(protocol.KILL_RESULTS)
         assert {o["signal"] for o in outcomes} <= {None, *protocol.SIGNAL_NAMES}
-        assert all(tuple(o) == protocol.OUTCOME_FIELDS for o in outcomes)
+        assert all(tuple(o) == kill_messages.OUTCOME_FIELDS for o in outcomes)
         by_pid = {(o["pid"], o["stage"]): o["detail"] for o in outcomes}
         pids = side["pids"]
         details[id(side)] = (

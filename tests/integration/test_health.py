@@ -34,13 +34,15 @@ from gputui.agent.health.discovery import (
     health_local_addresses,
     health_read_proc_cmdlines,
 )
+from gputui.agent.health.endpoint import HEALTH_NOT_PROBED_GENERATE
 from gputui.agent.health.probe import probe_url
-from gputui.agent.health.prober import HEALTH_NOT_PROBED_GENERATE, HealthProber
+from gputui.agent.health.prober import HealthProber
 from gputui.agent.health.urls import health_redact_url
 from gputui.agent.protocol import HEALTH_SAMPLE_FIELDS
 from gputui.commands.snapshot import format_health_line
+from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkOptions
-from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.model import HostSnapshot
 from gputui.transports.ssh import SshLink
 from gputui.transports.ssh.bundle import Bundle, boot_source, build, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml

@@ -27,7 +27,7 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
-from gputui.core.model import HealthSample
+from gputui.core.health_sample import HealthSample
 from gputui.core.servers import (
     MetricsUnreadable,
     ServerState,

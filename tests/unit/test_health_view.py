@@ -6,15 +6,15 @@ import subprocess
 import sys
 import time
 
+from gputui.core.display import clock_time
+from gputui.core.health_sample import HealthSample
 from gputui.core.health_view import (
     HealthHistory,
-    clock_time,
     health_transitions,
     since_text,
     state_word,
     worst_state,
 )
-from gputui.core.model import HealthSample
 
 URL = "http://127.0.0.1:30000/health"
 OTHER = "http://127.0.0.1:8000/health"
@@ -146,8 +146,8 @@ def test_no_textual_or_rich_import() -> None:
 
 
 def test_history_keeps_tokens_per_s_once_per_metrics_reading() -> None:
+    from gputui.core.health_sample import HealthSample
     from gputui.core.health_view import HealthHistory
-    from gputui.core.model import HealthSample
 
     url = "http://127.0.0.1:30000/health"
     kept = HealthHistory(max_len=3)

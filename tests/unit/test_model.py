@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gputui.core.health_sample import HealthSample
 from gputui.core.model import (
     DeviceHolder,
     Finding,
     Gpu,
     GpuProcess,
     GpuVerdict,
-    HealthSample,
     HostSnapshot,
     Proc,
     Verdict,
@@ -270,7 +270,8 @@ def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
     from dataclasses import fields
 
     from gputui.agent import protocol
-    from gputui.core.model import HealthSample, HostSnapshot
+    from gputui.core.health_sample import HealthSample
+    from gputui.core.model import HostSnapshot
 
     assert tuple(f.name for f in fields(HostSnapshot)) == protocol.SNAPSHOT_FIELDS
     assert tuple(f.name for f in fields(HealthSample)) == protocol.HEALTH_SAMPLE_FIELDS

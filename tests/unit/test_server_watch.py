@@ -13,7 +13,8 @@ from gputui.agent.protocol import HEALTH_STATE_STALLED, HEALTH_STATE_UNHEALTHY, 
 from gputui.commands.check import judge_servers
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.config import ConfigError, load_config
-from gputui.core.model import Gpu, HealthSample, HostSnapshot
+from gputui.core.health_sample import HealthSample
+from gputui.core.model import Gpu, HostSnapshot
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch, failing_servers
 
 T0 = 1_800_000_000.0

@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.transports.ssh.config import (
-    BadTarget,
-    SshSettings,
-    TargetSpec,
-    openssh_available,
-    parse_target,
-    resolve,
-    target_words,
-)
+from gputui.core.targets import BadTarget, TargetSpec, parse_target
+from gputui.transports.ssh.config import SshSettings, openssh_available, resolve, target_words
 
 
 @pytest.mark.parametrize(

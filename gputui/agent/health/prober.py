@@ -15,7 +15,6 @@ from gputui.agent.health import (
     HEALTH_DISCOVERED_LINGER_S,
     HEALTH_GENERATE_MIN_INTERVAL_S,
     HEALTH_MAX_URLS,
-    HEALTH_MIN_GAP_S,
 )
 from gputui.agent.health.discovery import (
     discover_launchers,
@@ -23,89 +22,15 @@ from gputui.agent.health.discovery import (
     health_local_addresses,
     health_read_proc_cmdlines,
 )
-from gputui.agent.health.urls import health_is_generating_url, health_scrub, health_shown_url, url_origin
-from gputui.agent.protocol import HEALTH_STATE_ERROR, HEALTH_STATE_UP, health_config, health_sample
+from gputui.agent.health.endpoint import Endpoint, started_at, url_list
+from gputui.agent.health.urls import health_shown_url, url_origin
+from gputui.agent.protocol import (
+    HEALTH_STATE_ERROR,
+    health_config,
+)
 
 HEALTH_LOCAL_ADDRESSES_S = 60.0
 """This host's own addresses are read again at most this often."""
-HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
-
-
-def _url_list(urls: Any, name: str) -> list[str] | None:
-    """``urls`` as a list without repeats (None stays None); ValueError for anything but a list of strings."""
-    if urls is None:
-        return None
-    if isinstance(urls, (str, bytes)):
-        raise ValueError(f"{name} must be a list of strings")
-    result: list[str] = []
-    for url in urls:
-        if not isinstance(url, str):
-            raise ValueError(f"{name} must be a list of strings")
-        if url not in result:
-            result.append(url)
-    return result
-
-
-def _started_at(pid: int | None) -> float | None:
-    """Epoch seconds at which process ``pid`` started, None when it cannot be read."""
-    if pid is None:
-        return None
-    from gputui.agent.proc.procfs import CLOCK_TICKS_PER_S, read_boot_time, read_stat
-
-    stat = read_stat(pid)
-    boot = read_boot_time()
-    if stat is None or boot is None:
-        return None
-    return boot + stat.start_ticks / float(CLOCK_TICKS_PER_S)
-
-
-class _HealthEndpoint:
-    __slots__ = (
-        "url",
-        "discovered",
-        "generating",
-        "state",
-        "code",
-        "latency_ms",
-        "since",
-        "last_ok",
-        "consecutive_failures",
-        "detail",
-        "checked_at",
-        "next_due",
-        "not_probed",
-        "metrics_url",
-        "metrics_text",
-        "metrics_at",
-        "metrics_dropped",
-        "metrics_error",
-        "launcher_started_at",
-    )
-
-    def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
-        self.url = url
-        self.not_probed: tuple[str | None, str] | None = None
-        """(state, detail) of an endpoint that is listed but never probed (see ``HealthProber``)."""
-        self.discovered = discovered
-        self.generating = health_is_generating_url(url)
-        self.state: str | None = None
-        self.code: int | None = None
-        self.latency_ms: float | None = None
-        self.since: float | None = None
-        self.last_ok: float | None = None
-        self.consecutive_failures = 0
-        self.detail: str | None = None
-        self.checked_at: float | None = None
-        self.next_due = now_monotonic
-        self.metrics_url: str | None = None
-        """Read after each probe of ``url``: a configured metrics URL of the same origin, else the one its
-        launcher serves."""
-        self.metrics_text: str | None = None
-        self.metrics_at: float | None = None
-        self.metrics_dropped: list[str] = []
-        self.metrics_error: str | None = None
-        self.launcher_started_at: float | None = None
-        """Epoch seconds at which the launcher serving ``url`` started (discovered endpoints only)."""
 
 
 class HealthProber:
@@ -163,7 +88,7 @@ class HealthProber:
         self._local_addresses: set[str] = set()
         self._local_read_mono = -1e18
         self._hostname = socket.gethostname()
-        self._endpoints: dict[str, _HealthEndpoint] = {}
+        self._endpoints: dict[str, Endpoint] = {}
         self._in_flight: set[str] = set()
         # Kept across removal and re-adding of a URL, so reconfiguring cannot beat the rate limits.
         self._last_started: dict[str, float] = {}
@@ -204,8 +129,8 @@ class HealthProber:
             ValueError: With one readable line, for a malformed command (a value of the wrong type; nothing is
                 changed then).
         """
-        new_urls = _url_list(urls, "urls")
-        new_metrics = _url_list(metrics_urls, "metrics_urls")
+        new_urls = url_list(urls, "urls")
+        new_metrics = url_list(metrics_urls, "metrics_urls")
         for name, value in (("generate", generate), ("discover", discover)):
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"{name} must be true or false")
@@ -287,7 +212,7 @@ class HealthProber:
 
     def _apply_discovered(self, launchers: list[tuple[str, str | None, int | None]]) -> None:
         found = [launcher[0] for launcher in launchers]
-        started = dict((url, _started_at(pid)) for url, _metrics, pid in launchers)
+        started = dict((url, started_at(pid)) for url, _metrics, pid in launchers)
         now = time.monotonic()
         if found and now - self._local_read_mono >= HEALTH_LOCAL_ADDRESSES_S:
             self._local_read_mono = now
@@ -343,7 +268,7 @@ class HealthProber:
         for url, discovered in wanted.items():
             endpoint = self._endpoints.get(url)
             if endpoint is None:
-                endpoint = _HealthEndpoint(url, discovered, now)
+                endpoint = Endpoint(url, discovered, now)
                 last_started = self._last_started.get(url)
                 if last_started is not None:
                     endpoint.next_due = max(now, last_started + self._period_s(endpoint))
@@ -394,36 +319,7 @@ class HealthProber:
             ordered = [u for u in self._configured if u in self._endpoints]
             ordered += sorted(u for u in self._endpoints if u not in self._configured)
             for url in ordered:
-                endpoint = self._endpoints[url]
-                state, detail = endpoint.state, endpoint.detail
-                if endpoint.not_probed is not None:
-                    state, detail = endpoint.not_probed
-                elif endpoint.generating and not self._generate and endpoint.state is None:
-                    detail = HEALTH_NOT_PROBED_GENERATE
-                result.append(
-                    health_sample(
-                        health_shown_url(endpoint.url),
-                        state,
-                        code=endpoint.code,
-                        latency_ms=endpoint.latency_ms,
-                        since=endpoint.since,
-                        last_ok=endpoint.last_ok,
-                        consecutive_failures=endpoint.consecutive_failures,
-                        detail=detail,
-                        discovered=endpoint.discovered,
-                        checked_at=endpoint.checked_at,
-                        metrics_url=endpoint.metrics_url and health_shown_url(endpoint.metrics_url),
-                        metrics_text=endpoint.metrics_text,
-                        metrics_at=endpoint.metrics_at,
-                        metrics_dropped=endpoint.metrics_dropped,
-                        metrics_error=endpoint.metrics_error,
-                        launcher_age_s=(
-                            None
-                            if endpoint.launcher_started_at is None
-                            else max(0.0, self._clock() - endpoint.launcher_started_at)
-                        ),
-                    )
-                )
+                result.append(self._endpoints[url].sample(self._generate, self._clock()))
             return result
 
     def config(self) -> dict[str, Any]:
@@ -442,7 +338,7 @@ class HealthProber:
 
     # -- threads -------------------------------------------------------------------------------------------
 
-    def _period_s(self, endpoint: _HealthEndpoint) -> float:
+    def _period_s(self, endpoint: Endpoint) -> float:
         if endpoint.generating:
             return max(self._interval_s, HEALTH_GENERATE_MIN_INTERVAL_S)
         return self._interval_s
@@ -527,10 +423,7 @@ class HealthProber:
             endpoint = self._endpoints.get(url)
             if endpoint is None or endpoint.metrics_url != metrics_url:
                 return
-            endpoint.metrics_text = read["text"]
-            endpoint.metrics_dropped = list(read["dropped"])
-            endpoint.metrics_error = health_scrub(read["error"], metrics_url)
-            endpoint.metrics_at = now
+            endpoint.record_metrics(read, now)
 
     def _record_probe(self, url: str, result: dict[str, Any]) -> None:
         finished = time.monotonic()
@@ -538,18 +431,5 @@ class HealthProber:
         with self._lock:
             endpoint = self._endpoints.get(url)
             if endpoint is not None:
-                state = result["state"]
-                if state != endpoint.state:
-                    endpoint.since = now
-                endpoint.state = state
-                endpoint.code = result["code"]
-                endpoint.latency_ms = result["latency_ms"]
-                endpoint.detail = health_scrub(result["detail"], url)
-                endpoint.checked_at = now
-                if state == HEALTH_STATE_UP:
-                    endpoint.last_ok = now
-                    endpoint.consecutive_failures = 0
-                else:
-                    endpoint.consecutive_failures += 1
-                endpoint.next_due = max(endpoint.next_due, finished + HEALTH_MIN_GAP_S)
+                endpoint.record_probe(result, now, finished)
             self._lock.notify_all()

@@ -1,5 +1,5 @@
 """One confirmed kill, run to its end in the collector: checks, signals, the wait, the escalation, the
-confirmation; every step an outcome (``protocol.outcome``) in the order it happened."""
+confirmation; every step an outcome (``messages.outcome``) in the order it happened."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 from typing import Any, Callable
 
 from gputui.agent.kill.guard import KillGuard
+from gputui.agent.kill.messages import kill_reply, pending
 from gputui.agent.kill.outcomes import OutcomeLog
 from gputui.agent.kill.signals import alive, defunct_leader, send_signal_checked, wait_gone
 from gputui.agent.proc.procfs import ProcStat, read_stat, scan_proc
@@ -31,8 +32,6 @@ from gputui.agent.protocol import (
     STAGE_ESCALATE,
     STAGE_SIGNAL,
     STAGE_WAIT,
-    kill_reply,
-    pending,
 )
 
 KILL_CONFIRM_S = 2.0

@@ -6,14 +6,14 @@ import threading
 import time
 from typing import Any, Callable
 
+from gputui.agent.kill.messages import outcome
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import ProcStat
-from gputui.agent.protocol import outcome
 from gputui.agent.wire import WireBudget
 
 
 class OutcomeLog:
-    """The outcomes of one kill operation (``protocol.outcome`` dicts), safe to add to from several threads.
+    """The outcomes of one kill operation (``messages.outcome`` dicts), safe to add to from several threads.
 
     Each names its process as it was before any signal (a dead process has no command line left to report),
     and their command lines together stay within one reply's wire budget.

@@ -14,6 +14,7 @@ from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.health.discovery import port_option
+from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
@@ -305,7 +306,7 @@ def kill_command(plan: KillPlan, detach: bool = True) -> dict[str, Any]:
     ``detach``: the collector answers right after the signals; ``kill_wait`` then brings the rest. The trees'
     members go as listed and confirmed: signalled even if their root is gone when the command runs.
     """
-    return protocol.kill_command(
+    return kill_messages.kill_command(
         [(t.pid, t.start_ticks) for t in plan.roots],
         [(t.pid, t.start_ticks) for t in plan.targets if t.descendant_of is not None],
         plan.boot_id,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent.protocol import RESULTS_GONE
+from gputui.core.wire_values import opt_float, opt_int, opt_str
 
 
 @dataclass(frozen=True)
@@ -32,23 +33,6 @@ class KillOutcome:
     gpu_mib: int | None = None
 
 
-def _opt_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _opt_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def parse_outcomes(result: dict[str, Any]) -> list[KillOutcome]:
     """The outcomes of a ``kill`` reply's result, in the agent's order.
 
@@ -60,21 +44,21 @@ def parse_outcomes(result: dict[str, Any]) -> list[KillOutcome]:
         raise ValueError("the agent's kill reply has no outcome list")
     outcomes = []
     for item in raw:
-        if not isinstance(item, dict) or _opt_int(item.get("pid")) is None:
+        if not isinstance(item, dict) or opt_int(item.get("pid")) is None:
             raise ValueError("the agent's kill reply has an outcome without a pid")
         cmdline = item.get("cmdline")
         outcomes.append(
             KillOutcome(
                 pid=int(item["pid"]),
-                start_ticks=_opt_int(item.get("start_ticks")),
-                name=_opt_str(item.get("name")),
+                start_ticks=opt_int(item.get("start_ticks")),
+                name=opt_str(item.get("name")),
                 stage=str(item.get("stage") or ""),
-                signal=_opt_str(item.get("signal")),
+                signal=opt_str(item.get("signal")),
                 result=str(item.get("result") or "error"),
                 detail=str(item.get("detail") or ""),
-                user=_opt_str(item.get("user")),
+                user=opt_str(item.get("user")),
                 cmdline=tuple(str(a) for a in cmdline) if isinstance(cmdline, list) else (),
-                gpu_mib=_opt_int(item.get("gpu_mib")),
+                gpu_mib=opt_int(item.get("gpu_mib")),
             )
         )
     return outcomes
@@ -143,25 +127,25 @@ def parse_reply(result: dict[str, Any]) -> KillReply:
     outcomes = tuple(parse_outcomes(result))
     pending = []
     for item in result.get("pending") or ():
-        if isinstance(item, dict) and _opt_int(item.get("pid")) is not None:
+        if isinstance(item, dict) and opt_int(item.get("pid")) is not None:
             due = item.get("due_in_s")
             pending.append(
                 Pending(
                     pid=int(item["pid"]),
-                    start_ticks=_opt_int(item.get("start_ticks")),
-                    name=_opt_str(item.get("name")),
-                    signal=_opt_str(item.get("signal")),
-                    due_in_s=_opt_float(due),
+                    start_ticks=opt_int(item.get("start_ticks")),
+                    name=opt_str(item.get("name")),
+                    signal=opt_str(item.get("signal")),
+                    due_in_s=opt_float(due),
                 )
             )
-    count = _opt_int(result.get("count"))
+    count = opt_int(result.get("count"))
     elapsed = result.get("elapsed_s")
     return KillReply(
-        op=_opt_int(result.get("op")),
+        op=opt_int(result.get("op")),
         outcomes=outcomes,
         count=len(outcomes) if count is None else count,
         # An agent that does not say is one that answered at the end (the kill command without detach).
         done=bool(result.get("done", True)),
         pending=tuple(pending),
-        elapsed_s=_opt_float(elapsed),
+        elapsed_s=opt_float(elapsed),
     )

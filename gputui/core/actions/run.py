@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from gputui.agent import protocol
+from gputui.agent.kill import messages as kill_messages
 from gputui.agent.protocol import RESULTS_GONE
 from gputui.core import state
 from gputui.core.actions.audit import AuditLog
@@ -95,7 +95,7 @@ class KillRun:
         """
         if self.done or self.op is None:
             return KillReply(self.op, (), self._count, True)
-        command = protocol.kill_wait_command(self.op, self._count, timeout_s)
+        command = kill_messages.kill_wait_command(self.op, self._count, timeout_s)
         return self._ask(command, timeout_s + self.WAIT_MARGIN_S)
 
     def abandon(self) -> KillReply:
@@ -106,7 +106,7 @@ class KillRun:
         """
         if self.done or self.op is None:
             return KillReply(self.op, (), self._count, True)
-        command = protocol.kill_abandon_command(self.op, self._count)
+        command = kill_messages.kill_abandon_command(self.op, self._count)
         return self._ask(command, REQUEST_TIMEOUT_S)
 
     def _ask(self, command: dict[str, Any], timeout_s: float) -> KillReply:

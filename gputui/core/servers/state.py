@@ -30,7 +30,7 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UP,
 )
 from gputui.core.analysis import age_text
-from gputui.core.model import HealthSample
+from gputui.core.health_sample import HealthSample
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
 from gputui.core.textsafe import visible
 

@@ -21,7 +21,8 @@ from gputui.agent.protocol import (
     HEALTH_STATE_STARTING,
     HEALTH_STATE_UNHEALTHY,
 )
-from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.health_sample import HealthSample
+from gputui.core.model import HostSnapshot
 from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
 from gputui.core.servers.state import DEFAULT_STALL_AFTER_S, ServerState, ServerStateTracker
 from gputui.core.textsafe import visible

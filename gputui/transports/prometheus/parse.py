@@ -9,7 +9,8 @@ from typing import Any
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
 from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
-from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
+from gputui.core.health_sample import HealthSample
+from gputui.core.model import Finding, Gpu, HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,

@@ -10,6 +10,7 @@ from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.args import optional_seconds
+from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.sim.scenario import SimProc
@@ -56,7 +57,7 @@ class SimKills:
         result: str,
         detail: str = "",
     ) -> dict[str, Any]:
-        return protocol.outcome(
+        return kill_messages.outcome(
             pid,
             proc.start_ticks if proc else ticks,
             stage,
@@ -279,7 +280,7 @@ class SimKills:
                 []
                 if op.done
                 else [
-                    protocol.pending(
+                    kill_messages.pending(
                         m.pid,
                         m.start_ticks,
                         m.name,
@@ -290,7 +291,7 @@ class SimKills:
                     if m.pid in self._procs
                 ]
             )
-            return protocol.kill_reply(
+            return kill_messages.kill_reply(
                 op.op,
                 outcomes[int(since or 0) :],
                 len(outcomes),

@@ -11,8 +11,9 @@ from typing import Any
 from gputui.agent import protocol
 from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.core.health_sample import HealthSample
 from gputui.core.link import HostLink, LinkError, LinkOptions
-from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
 from gputui.transports.sim.kills import SimKill, SimKills
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,

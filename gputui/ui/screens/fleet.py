@@ -9,7 +9,6 @@ its data ageing, with one line saying why, and every key keeps working.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from gputui.core.fleet_rows import (
 from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.targets import BadTarget
 from gputui.core.textsafe import visible
+from gputui.transports.freshness import LatestInbox
 from gputui.ui import keymap
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.session.fleet_poller import FleetPoller, FleetUpdate
@@ -45,6 +45,10 @@ from gputui.ui.widgets.gpu_panel import GpuPanel
 FILTER_PLACEHOLDER = "filter: host, GPU model, server or state (Enter keeps, Esc clears)"
 TICK_S = 1.0
 """Ages are redrawn this often while no fresh answer comes (Prometheus down or slow)."""
+
+
+FLEET_KEY = "fleet"
+"""The one key of the screen's inbox: only the newest answer of the poller waits."""
 
 
 class FleetScreen(Screen[None]):
@@ -93,8 +97,7 @@ class FleetScreen(Screen[None]):
         self._stale_after_s = stale_after_s
         self._clock = clock
         self._poller = FleetPoller(read, self._deliver, refresh_s, clock=clock)
-        self._inbox: FleetUpdate | None = None
-        self._inbox_lock = threading.Lock()
+        self._inbox: LatestInbox[str, FleetUpdate] = LatestInbox()
         self._sample: FleetSample | None = None
         self._sample_received_s: float | None = None
         self._error: str | None = None
@@ -141,16 +144,12 @@ class FleetScreen(Screen[None]):
 
     def _deliver(self, update: FleetUpdate) -> None:
         """The poller's callback (its thread): keep the newest answer, post only when none was waiting."""
-        with self._inbox_lock:
-            was_empty = self._inbox is None
-            self._inbox = update
-        if was_empty:
+        if self._inbox.put(FLEET_KEY, update):
             self.post_message(self.Updated())
 
     def on_fleet_screen_updated(self, message: Updated) -> None:
         message.stop()
-        with self._inbox_lock:
-            update, self._inbox = self._inbox, None
+        update = self._inbox.take().get(FLEET_KEY)
         if update is None:
             return
         self.answers += 1

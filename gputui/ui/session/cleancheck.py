@@ -9,11 +9,12 @@ same machine from the CLI (``gputui.commands.check``).
 from __future__ import annotations
 
 from gputui.core import cleanslate
+from gputui.core.display import clock_time
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import Hosts, HostState
-from gputui.ui.widgets.clean_slate import clock_time, receipt_times
+from gputui.ui.widgets.clean_slate import receipt_times
 from gputui.ui.widgets.fmt import duration
 
 FAST_MEMORY_INTERVAL_S = 0.2

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.text import Text
 from textual.widgets import Static
 
 from gputui.core.cleanslate import CleanCheck
+from gputui.core.display import clock_time
 from gputui.core.model import Verdict
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
@@ -46,11 +45,6 @@ def drain_text(check: CleanCheck) -> Text:
     text.append(curve(values, DRAIN_CURVE_CELLS), style="bold green")
     text.append(f" {max(values):,} MiB → baseline".replace(",", " "), style="green")
     return text
-
-
-def clock_time(epoch_s: float) -> str:
-    """Local wall-clock time of day, HH:MM:SS."""
-    return time.strftime("%H:%M:%S", time.localtime(epoch_s))
 
 
 def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> Text:

@@ -11,19 +11,14 @@ from collections.abc import Iterable, Sequence
 from rich.text import Text
 
 from gputui.core.cmdline import command_words
+from gputui.core.display import DASH as DASH
+from gputui.core.display import dash as dash
+from gputui.core.display import duration as duration
 from gputui.core.textsafe import ELLIPSIS, visible, visible_cmdline
-
-DASH = "–"
-"""Shown for a value that could not be read (None in the model)."""
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 BAR_FULL = "█"
 BAR_EMPTY = "░"
-
-
-def dash(value: object, suffix: str = "") -> str:
-    """``value`` as text with ``suffix``, or the dash when it is None."""
-    return DASH if value is None else f"{value}{suffix}"
 
 
 def safe_text(value: str | None, max_len: int | None = None, style: str = "") -> Text:
@@ -100,17 +95,6 @@ def screen_rows(text: Text, width: int, wrap: bool = True) -> int:
     """The screen rows ``text`` takes at ``width`` cells: one per line, more for lines that wrap."""
     width = max(1, width)
     return sum(max(1, -(-line.cell_len // width)) if wrap else 1 for line in text.split("\n"))
-
-
-def duration(seconds: float) -> str:
-    """A short human duration: 0.4 s, 12 s, 3 min 05 s, 2 h 03 min."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
-    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
 def pid_ranges(pids: Iterable[int], max_parts: int = 6) -> str:

@@ -10,6 +10,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from gputui.core.display import clock_time
+from gputui.core.health_sample import HealthSample
 from gputui.core.health_view import (
     BUSY,
     DOWN,
@@ -19,10 +21,8 @@ from gputui.core.health_view import (
     TIMEOUT,
     UNHEALTHY,
     UP,
-    clock_time,
     worst_state,
 )
-from gputui.core.model import HealthSample
 from gputui.ui.widgets.fmt import DASH, SPARK_CHARS, duration, safe_text, screen_rows
 
 STATE_STYLES: dict[str | None, str] = {

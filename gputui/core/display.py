@@ -1,0 +1,56 @@
+"""How figures read on a screen, in the TUI and on the command line alike: the dash for a missing value,
+durations, times of day, memory sizes.
+
+Plain strings only (no UI library): the widgets and the commands both use these, so a value reads the same
+wherever it is shown.
+"""
+
+from __future__ import annotations
+
+import time
+
+DASH = "–"
+"""Shown for a value that could not be read (None in the model)."""
+DAY_S = 86400.0
+
+
+def dash(value: object, suffix: str = "") -> str:
+    """``value`` as text with ``suffix``, or the dash when it is None."""
+    return DASH if value is None else f"{value}{suffix}"
+
+
+def duration(seconds: float) -> str:
+    """A short human duration: 0.4 s, 12 s, 3 min 05 s, 2 h 03 min."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
+
+
+def clock_time(epoch_s: float | None, now_s: float | None = None) -> str:
+    """Local time of day (HH:MM:SS); with ``now_s``, the date too when the two are a day or more apart.
+
+    The dash for None and for a time the platform cannot represent (a remote clock's garbage).
+    """
+    if epoch_s is None:
+        return DASH
+    try:
+        local = time.localtime(epoch_s)
+        if now_s is not None and abs(now_s - epoch_s) >= DAY_S:
+            return time.strftime("%Y-%m-%d %H:%M:%S", local)
+        return time.strftime("%H:%M:%S", local)
+    except (OverflowError, OSError, ValueError):
+        return DASH
+
+
+def size_text(mib: int | None) -> str:
+    """ "24M", "9.5G", "312G": memory in narrow columns (MiB below 1 GiB, else GiB)."""
+    if mib is None:
+        return DASH
+    if mib < 1024:
+        return f"{mib}M"
+    gib = mib / 1024
+    return f"{gib:.1f}G" if gib < 10 else f"{gib:.0f}G"
