@@ -14,7 +14,18 @@ pytest_plugins = [
     "pytester",
 ]
 
+SLOW_FOLDERS = ("integration", "bench", "snapshot")
+"""Tests that start real peers (sshd, Prometheus, HTTP servers, process trees, Python interpreters), run the
+bench, or render the app to SVG: ``pytest -m "not slow"`` leaves them out, for a run of a few minutes."""
+
 _skipped: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = item.path.parts
+        if "tests" in parts and any(folder in parts[parts.index("tests") :] for folder in SLOW_FOLDERS):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -59,6 +59,8 @@ class Agent:
             always do.
         telemetry_interval_s: Seconds between reads of utilisation, temperature and power (0: every
             sample); memory is read on every sample.
+        backend: The GPU backend to read (``gpu.Backend``), already started; None: the one this host
+            offers (``gpu.open_backend``).
 
     A bad health setting is an ERROR row of the health list (``HealthProber``), never a collector that does
     not start: the host's GPUs are shown whatever the health URLs are. The prober and its modules are loaded
@@ -80,6 +82,7 @@ class Agent:
         nvml_deadline_s: float = NVML_DEADLINE_S,
         full_sweep_every: int = FULL_SWEEP_EVERY,
         telemetry_interval_s: float = TELEMETRY_INTERVAL_S,
+        backend: Any = None,
     ) -> None:
         self.target = target
         self.read_only = bool(read_only)
@@ -115,9 +118,14 @@ class Agent:
             KillContext(self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
         )
         # Started here, so that the hello already says whether there is a driver.
-        self._backend: Any = open_backend(
+        self._backend: Any = backend or open_backend(
             use_pynvml, self.memory_interval_s, nvml_deadline_s, telemetry_interval_s
         )
+
+    @property
+    def backend(self) -> Any:
+        """The GPU backend this collector reads (``gpu.Backend``)."""
+        return self._backend
 
     @property
     def mode(self) -> str:

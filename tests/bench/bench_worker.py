@@ -142,7 +142,7 @@ def work_agent(args: argparse.Namespace) -> dict:
         last_mem = mem_snapshots[-1]
 
         # The sample the agent takes every second at rest: memory plus utilisation/temperature/power.
-        backend = agent._backend
+        backend = agent.backend
         telemetry_result = None
         if hasattr(backend, "telemetry_interval_s"):
             telemetry_interval_s, backend.telemetry_interval_s = backend.telemetry_interval_s, 0.0

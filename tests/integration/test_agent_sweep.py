@@ -88,8 +88,9 @@ class GpuStandIn:
 
 @contextmanager
 def agent_with(gpu: GpuStandIn) -> Iterator[Agent]:
-    agent = Agent(use_pynvml=False, discover_health=False, process_interval_s=0.0, full_sweep_every=3)
-    agent._backend = gpu  # the stand-in replaces whatever backend this machine offered
+    agent = Agent(
+        use_pynvml=False, discover_health=False, process_interval_s=0.0, full_sweep_every=3, backend=gpu
+    )
     try:
         yield agent
     finally:
@@ -254,8 +255,9 @@ def test_full_sweeps_only_without_children_files() -> None:
 
 def test_full_sweep_every_one_means_always() -> None:
     gpu = GpuStandIn()
-    agent = Agent(use_pynvml=False, discover_health=False, process_interval_s=0.0, full_sweep_every=1)
-    agent._backend = gpu
+    agent = Agent(
+        use_pynvml=False, discover_health=False, process_interval_s=0.0, full_sweep_every=1, backend=gpu
+    )
     try:
         for _ in range(3):
             agent.sample()
@@ -434,8 +436,9 @@ def test_process_lists_come_faster_while_memory_drains_and_slow_down_after() -> 
 
     gpu = GpuStandIn()
     gpu.holders = {os.getpid(): 4000}
-    agent = Agent(use_pynvml=False, discover_health=False, memory_interval_s=0.1, process_interval_s=60.0)
-    agent._backend = gpu
+    agent = Agent(
+        use_pynvml=False, discover_health=False, memory_interval_s=0.1, process_interval_s=60.0, backend=gpu
+    )
     try:
         first = agent.sample()
         listed_at = first["processes_time"]

@@ -1,10 +1,10 @@
 """The collector stream over a child process's pipes: the command and stream of SSH, without paramiko.
 
-``sh -c <agent_command>`` runs the command an SSH server would hand to the login shell, and the stream writes
-the bundle and the commands to its stdin and reads its stdout through ``ProcessPipe``, the pipe a transport
-over the system ssh client would have. Whatever the stream promises (hello, snapshots, replies, stale, the
-end of a host without python3, quit on close) holds without an SSH channel underneath, for a stand-in
-collector and for the installed one shipped as its bundle.
+``sh -c <remote_command_line>`` runs the command an SSH server would hand to the login shell, and the
+stream writes the bundle and the commands to its stdin and reads its stdout through ``ProcessPipe``, the
+pipe a transport over the system ssh client would have. Whatever the stream promises (hello, snapshots,
+replies, stale, the end of a host without python3, quit on close) holds without an SSH channel underneath,
+for a stand-in collector and for the installed one shipped as its bundle.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from gputui.agent.protocol import CMD_CALIBRATE, MODE_NVML, PROTOCOL_VERSION
 from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.ssh.errors import PythonMissing
-from gputui.transports.ssh.payload import agent_command, agent_payload
+from gputui.transports.ssh.payload import agent_payload, remote_command_line
 from gputui.transports.ssh.stream import CollectorStream
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
@@ -91,7 +91,7 @@ def running(
     and a started stream over it."""
     payload = agent_payload(source)
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", agent_command(payload, OPTIONS)],
+        ["/bin/sh", "-c", remote_command_line(payload, OPTIONS)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

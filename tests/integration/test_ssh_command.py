@@ -20,7 +20,7 @@ import pytest
 
 from gputui.agent.protocol import MODE_NVML
 from gputui.core.link import LinkError, LinkOptions
-from gputui.transports.ssh import agent_command, bundle
+from gputui.transports.ssh import bundle, remote_command_line
 from gputui.transports.ssh.bundle import Bundle, bundle_for, bundle_of_source, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml
 from tests.interpreters import python38
@@ -43,7 +43,7 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
         health_urls=("http://x/$(touch /tmp/pwned)", "http://y/`id`;rm -rf ~"),
         extra={"anything": "'; touch /tmp/pwned; '"},
     )
-    command = agent_command(PAYLOAD, hostile)
+    command = remote_command_line(PAYLOAD, hostile)
     match = LOADER.fullmatch(command)
     assert match is not None, command
     assert match.groups()[:4] == ("321", "12345", "678", "a70d0d0a")
@@ -63,18 +63,18 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan")])
 def test_bad_intervals_never_reach_the_command(bad: float) -> None:
     with pytest.raises(LinkError, match="positive number"):
-        agent_command(PAYLOAD, LinkOptions(memory_interval_s=bad))
+        remote_command_line(PAYLOAD, LinkOptions(memory_interval_s=bad))
     with pytest.raises(LinkError, match="positive number"):
-        agent_command(PAYLOAD, LinkOptions(process_interval_s=bad))
+        remote_command_line(PAYLOAD, LinkOptions(process_interval_s=bad))
 
 
 def test_an_empty_bundle_or_an_odd_magic_never_reaches_the_command() -> None:
     with pytest.raises(LinkError, match="empty"):
         bundle_for(b"")
     with pytest.raises(LinkError, match="empty"):
-        agent_command(replace(PAYLOAD, source_zlib=b""), LinkOptions())
+        remote_command_line(replace(PAYLOAD, source_zlib=b""), LinkOptions())
     with pytest.raises(LinkError, match="magic"):
-        agent_command(replace(PAYLOAD, magic_hex="a7'; id; '"), LinkOptions())
+        remote_command_line(replace(PAYLOAD, magic_hex="a7'; id; '"), LinkOptions())
 
 
 def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
@@ -104,7 +104,7 @@ def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
     assert kill_code.co_filename == "<gputui-bundle>/gputui/agent/kill.py"
     assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()
     assert zlib.decompress(payload.boot_zlib) == (package / "boot.py").read_bytes()
-    match = LOADER.fullmatch(agent_command(payload, LinkOptions()))
+    match = LOADER.fullmatch(remote_command_line(payload, LinkOptions()))
     assert match is not None
     assert sum(int(size) for size in match.groups()[:3]) == len(payload.data)
 

@@ -614,13 +614,14 @@ async def test_a_process_that_changed_since_the_listing_is_refused(make_app):
         await _ready(pilot, app)
         await pilot.press("p")  # freeze the listing the user is looking at
         link = app.factory.links["gpu-node-07"]
-        with link._lock:
-            link._procs[LAUNCHER_PID].start_offset_s += 500.0  # pid 4200 was reused by a new process
+        with link.processes() as procs:
+            procs[LAUNCHER_PID].start_offset_s += 500.0  # pid 4200 was reused by a new process
         await _select(pilot, app, LAUNCHER_PID)
         await pilot.press("k", "enter")
         await wait_for(pilot, lambda: any("process changed" in n[2] for n in app.notices), "the refusal")
         severity, _title, message = next(n for n in app.notices if "process changed" in n[2])
         assert severity == "error"
         assert message.startswith("changed: 4200")
-        assert link._procs.get(LAUNCHER_PID) is not None  # nothing was signalled
+        with link.processes() as procs:
+            assert procs.get(LAUNCHER_PID) is not None  # nothing was signalled
         assert [line["result"] for line in _audit_lines(app)] == ["requested", "changed"]

@@ -67,7 +67,8 @@ async def test_q_during_an_escalation_says_what_is_pending_and_leaves_once_it_is
         ("confirm", "killed"),
     ]
     assert any("killed (KILL): 4250 sglang::detokenizer" in n[2] for n in app.notices)
-    assert DETOKENIZER_PID not in app.factory.links["gpu-node-07"]._procs
+    with app.factory.links["gpu-node-07"].processes() as procs:
+        assert DETOKENIZER_PID not in procs
 
 
 async def test_q_twice_abandons_the_escalation_and_says_what_was_left(make_app) -> None:
@@ -81,7 +82,8 @@ async def test_q_twice_abandons_the_escalation_and_says_what_was_left(make_app) 
     assert f"abandoned: {DETOKENIZER_PID} sglang::detokenizer – alive after TERM; KILL not sent" in left[2]
     stages = _stages(app, DETOKENIZER_PID)
     assert stages == [("intent", "requested"), ("signal", "sent"), ("abandon", "abandoned")]
-    assert DETOKENIZER_PID in app.factory.links["gpu-node-07"]._procs  # left alive, and said so
+    with app.factory.links["gpu-node-07"].processes() as procs:
+        assert DETOKENIZER_PID in procs  # left alive, and said so
 
 
 async def test_a_single_term_says_after_the_delay_whether_the_process_is_still_alive(make_app) -> None:
@@ -132,12 +134,13 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
         link = app.factory.links["gpu-node-07"]
-        zombie = link._procs[SCHEDULER_PID_BASE]
+        with link.processes() as procs:
+            zombie = procs[SCHEDULER_PID_BASE]
         await pilot.press("X", "y")
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
-        with link._lock:
+        with link.processes() as procs:
             zombie.ppid, zombie.gpu_mib = 1, {}  # its memory went back when its parent died
-            link._procs[zombie.pid] = zombie  # back in the table: never reaped
+            procs[zombie.pid] = zombie  # back in the table: never reaped
         clock.advance(DRAIN_S + 1.0)
         line = app.query_one(CleanSlateLine)
         await wait_for(pilot, lambda: app.hosts[0].snapshot.process(zombie.pid) is not None, "the zombie")
@@ -146,8 +149,8 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
         assert "CLEAN" not in str(line.render())
         assert app.hosts[0].check is not None
         assert app.hosts[0].check.finished_s is None
-        with link._lock:
-            del link._procs[zombie.pid]
+        with link.processes() as procs:
+            del procs[zombie.pid]
         await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
 
 
@@ -164,8 +167,8 @@ async def test_no_receipt_while_the_killed_servers_port_is_still_listening(
         link = app.factory.links["gpu-node-07"]
         await pilot.press("X", "y")
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
-        with link._lock:  # started before the kill, so not the server restarted
-            link._procs[4400] = SimProc(
+        with link.processes() as procs:  # started before the kill, so not the server restarted
+            procs[4400] = SimProc(
                 4400, 1, "lingering", ("lingering",), start_offset_s=80_005.0, listen_ports=(SGLANG_PORT,)
             )
         clock.advance(DRAIN_S + 1.0)
@@ -174,8 +177,8 @@ async def test_no_receipt_while_the_killed_servers_port_is_still_listening(
         await wait_for(pilot, lambda: held in str(line.render()), "the port named")
         assert app.hosts[0].snapshot.verdict.clean
         assert "CLEAN" not in str(line.render())
-        with link._lock:
-            del link._procs[4400]
+        with link.processes() as procs:
+            del procs[4400]
         await wait_for(pilot, lambda: "verified by a full sample" in str(line.render()), "the receipt")
         assert f" · port {SGLANG_PORT} free " in str(line.render())
         assert app.hosts[0].watched_ports == ()
@@ -192,8 +195,8 @@ async def test_a_process_that_escaped_the_killed_job_is_shown_as_its_survivor(ma
         await pilot.press("X", "y")
         await wait_for(pilot, lambda: not app.hosts[0].kills and app.hosts[0].killed_jobs, "the kill to end")
         link = app.factory.links["gpu-node-07"]
-        with link._lock:
-            link._procs[4300] = SimProc(
+        with link.processes() as procs:
+            procs[4300] = SimProc(
                 4300, 1, "cache_daemon", ("cache_daemon",), gpu_mib={1: 2048}, start_offset_s=80_020.0
             )
 
@@ -226,5 +229,6 @@ async def test_an_audit_log_that_cannot_be_written_refuses_the_kill(make_app, tm
         assert message.startswith("gpu-node-07: kill refused, nothing signalled: audit log: ")
         assert message.endswith("(start gputui with --no-audit to kill without it)")
         assert not any(c["cmd"] == "kill" for c in app.factory.links["gpu-node-07"].commands)
-        assert LAUNCHER_PID in app.factory.links["gpu-node-07"]._procs
+        with app.factory.links["gpu-node-07"].processes() as procs:
+            assert LAUNCHER_PID in procs
         assert not app.hosts[0].kills

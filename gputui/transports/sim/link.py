@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -111,6 +113,13 @@ class SimLink(SimKills, HostLink):
             # A configure command sets _wake so a shorter interval takes effect at once.
             self._wake.wait(min(self._next_due_monotonic, deadline) - now)
             self._wake.clear()
+
+    @contextmanager
+    def processes(self) -> Iterator[dict[int, SimProc]]:
+        """The simulated host's process table by pid, held still while the caller reads or changes it (a
+        scenario's turn of events: a pid reused, a survivor of the kill, a zombie never reaped)."""
+        with self._lock:
+            yield self._procs
 
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if self._closed.is_set():

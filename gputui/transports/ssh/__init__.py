@@ -40,9 +40,9 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
     from gputui.transports.ssh.errors import SetupFailed as SetupFailed
     from gputui.transports.ssh.link import SshLink as SshLink
     from gputui.transports.ssh.payload import AgentPayload as AgentPayload
-    from gputui.transports.ssh.payload import agent_command as agent_command
     from gputui.transports.ssh.payload import agent_loader as agent_loader
     from gputui.transports.ssh.payload import agent_payload as agent_payload
+    from gputui.transports.ssh.payload import remote_command_line as remote_command_line
     from gputui.transports.ssh.reduced import reduced_command as reduced_command
     from gputui.transports.ssh.stream import LINE_CAP_BYTES as LINE_CAP_BYTES
     from gputui.transports.ssh.trust import accept_host_key as accept_host_key
@@ -54,7 +54,7 @@ _HOMES = {
     "SetupFailed": "errors",
     "SshLink": "link",
     "accept_host_key": "trust",
-    "agent_command": "payload",
+    "remote_command_line": "payload",
     "agent_loader": "payload",
     "agent_payload": "payload",
     "reduced_command": "reduced",

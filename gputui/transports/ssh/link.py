@@ -19,7 +19,7 @@ from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.config import SshSettings, openssh_available, resolve
 from gputui.transports.ssh.errors import PythonMissing, phase_error
-from gputui.transports.ssh.payload import agent_command, agent_payload
+from gputui.transports.ssh.payload import agent_payload, remote_command_line
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
 
@@ -203,7 +203,7 @@ class SshLink(HostLink):
         timeout_s = settings.step_timeout_s(self.options.connect_timeout_s)
         session.login(settings)
         payload = agent_payload(self._source)
-        command = agent_command(payload, self.options)
+        command = remote_command_line(payload, self.options)
         try:
             stream = self._start(session, command, self._collector_stream, payload.data, timeout_s)
         except PythonMissing:

@@ -35,7 +35,7 @@ def agent_loader(payload: AgentPayload) -> str:
     return loader(payload)
 
 
-def agent_command(payload: AgentPayload, options: LinkOptions) -> str:
+def remote_command_line(payload: AgentPayload, options: LinkOptions) -> str:
     """The remote command line: fixed text, three integers, one hex word and validated numbers only."""
     words = [
         "python3",

@@ -1,0 +1,37 @@
+"""The layout's size rules: no module over 500 lines, no class over 400 (the import rules are import-linter's,
+in the test command)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gputui"
+MODULE_MAX_LINES = 500
+CLASS_MAX_LINES = 400
+
+
+def _sizes() -> tuple[dict[str, int], dict[str, int]]:
+    modules: dict[str, int] = {}
+    classes: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        name = str(path.relative_to(PACKAGE.parent))
+        modules[name] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                classes[f"{name}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return modules, classes
+
+
+def test_no_module_or_class_is_too_big() -> None:
+    modules, classes = _sizes()
+    assert len(modules) > 100  # the walk found the package
+    assert {m: n for m, n in modules.items() if n > MODULE_MAX_LINES} == {}
+    assert {c: n for c, n in classes.items() if n > CLASS_MAX_LINES} == {}
+
+
+def test_every_package_folder_is_a_package() -> None:
+    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
+        if any(folder.glob("*.py")):
+            assert (folder / "__init__.py").is_file(), folder
