@@ -5,15 +5,18 @@ runs on Python 3.8 or newer. It runs in-process for the local host (``gputui.tra
 shipped over SSH for remote hosts (``gputui.transports.ssh.bundle``: its modules, and the client's own pynvml,
 served by a small importer in the remote ``python3``, nothing installed there). It never imports the client.
 
-* ``protocol``: versions, command, stage, result, state and mode names, and the message shapes;
-* ``procfs``, ``statfds``, ``details``, ``proctree``, ``threads``: /proc, the job rule, the one tree walk, and
-  the live threads of a defunct leader;
-* ``calls``, ``gpu/`` (``nvml``, ``smi``, ``none`` behind one interface): bounded device calls;
-* ``health/``: endpoint probes from the GPU host itself, discovery of launchers' endpoints;
-* ``collector`` (``Agent``), ``processes``, ``commands``: one host's snapshots and the answers to commands;
-* ``kills``, ``kill``, ``guard``, ``outcomes``, ``signals``: a confirmed kill, run to its end here;
+* ``protocol``: versions, command, stage, result, state and mode names, and the snapshot and health shapes;
 * ``wire``, ``textpolicy``: the caps on what one line may carry, and the one text policy;
-* ``session``, ``serve``, ``__main__``: the stdio form; ``boot``: the remote importer of the shipped bundle.
+* ``collector`` (``Agent``), ``answers``, ``args``: one host's snapshots, the answers to commands, and the
+  rules their arguments follow;
+* ``calls``: bounded calls on worker threads;
+* ``gpu/`` (``nvml``, ``smi``, ``none`` behind one interface): the device;
+* ``proc/``: /proc, the job rule, the one tree walk, the live threads of a defunct leader, listening ports,
+  the process sampler;
+* ``kill/``: a confirmed kill run to its end here (identity guard, signals, outcomes, the kill messages);
+* ``health/``: endpoint probes from the GPU host itself, discovery of launchers' endpoints;
+* ``remote/``: the stdio form (``session``, ``serve``; ``__main__`` runs it) and ``boot``, the remote
+  importer of the shipped bundle.
 
 Importing this package imports none of its modules: each is loaded when used, so a host that probes
 nothing never loads the HTTP client, and one in NVML mode never loads the nvidia-smi backend.

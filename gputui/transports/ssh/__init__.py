@@ -1,9 +1,10 @@
 """Remote hosts over SSH: the collector is shipped to the remote ``python3`` and streams back JSON lines.
 
 Nothing of gputui is installed on the remote host. ``SshLink.open()`` resolves the target as OpenSSH would
-(``gputui.transports.ssh.config``), logs in with paramiko (``connect``: TCP or ProxyJump hops as
-``direct-tcpip`` channels, each hop resolved, host-key checked (``hostkeys``) and authenticated (``auth``) on
-its own) or has the system ssh client do all of that (``gputui.transports.ssh.openssh.link``), then runs
+(``config``), logs in with paramiko (``paramiko/``: ``connect``, TCP or ProxyJump hops as ``direct-tcpip``
+channels, each hop resolved, host-key checked (``knownhosts`` and ``trust``) and authenticated (``auth``) on
+its own) or has the system ssh client do all of that (``openssh/``: the child ``process``, its
+``failures``, the session ``link``), then runs
 ``python3 -u -c <loader>`` and writes the collector's bundle to its stdin (``payload``, over
 ``gputui.transports.ssh.bundle``). The command line holds only fixed text and validated numbers; nothing from
 process data or user strings ever becomes part of it (health URLs travel as JSON in a ``configure`` command).
@@ -16,10 +17,10 @@ hello are bounded by the connect timeout; after that, a link that delivers no da
 host stale and opens it again with ``reconnect.Backoff`` between attempts. ``close()`` returns within 2 s
 even when the host hangs.
 
-Only ``connect`` and ``auth`` use paramiko: over the system ``ssh`` client the link runs the same command and
-reads the same stream over a child process's pipes, and loads no paramiko. This package loads its modules on
-first use of a name, so importing the others does not load paramiko either. paramiko itself is
-loaded without invoke (``noinvoke``).
+Only ``paramiko/`` uses paramiko (and ``config``'s fallback parser): over the system ``ssh`` client the link
+runs the same command and reads the same stream over a child process's pipes, and loads no paramiko. This
+package loads its modules on first use of a name, so importing the others does not load paramiko either.
+paramiko itself is loaded without invoke (``noinvoke``).
 
 Boot identity: each hello and snapshot carries the remote ``/proc/sys/kernel/random/boot_id``. A client that
 remembers pids compares the boot ids of consecutive snapshots (the TUI forgets tagged processes on a new
