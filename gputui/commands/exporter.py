@@ -206,7 +206,7 @@ class ExporterCollector:
 
 def registry_for(collector: ExporterCollector) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)  # type: ignore[arg-type]
+    registry.register(collector)
     ProcessCollector(registry=registry)
     return registry
 

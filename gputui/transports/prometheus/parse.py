@@ -11,6 +11,7 @@ from gputui.core.analysis import age_text
 from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.fleet import FleetHost, FleetSample, MigInstance
+from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,
     DEFAULT_STALE_AFTER_S,
@@ -77,7 +78,7 @@ def _build_gpu(
     name, uuid, pci_bus_id = labels.get("modelName"), labels.get("UUID"), labels.get("pci_bus_id")
     if stale:
         return Gpu(index=index, name=name, uuid=uuid, pci_bus_id=pci_bus_id, error=stale_reason), None, ()
-    figures = parts.figures
+    figures = merged_figures(parts)
     used, total, reserved = _memory(figures)
     instances = _mig_instances(parts) if parts.mig else ()
     xid = _figure(figures, "xid")
@@ -303,4 +304,5 @@ def _build_host(
         instances=tuple(sorted(parts.instances)),
         xid=xid,
         mig=mig,
+        exported=None if host_stale else exported_host(parts),
     )

@@ -33,6 +33,9 @@ SERVER_METRICS: dict[str, tuple[str, str]] = {
 }
 """Inference-server gauges -> (server kind, figure)."""
 
+GPUTUI_PREFIX = "gputui_"
+GPUTUI_MEMORY_USED = "gputui_gpu_memory_used_bytes"
+"""The gputui exporter's anchor series, as FB_USED is DCGM's (``core.export_schema``)."""
 UP = "up"
 PART_LABEL = "gputui_part"
 """Marks the series of the answer's parts other than the values, with one of the ``*_PART`` values."""
@@ -112,11 +115,15 @@ def build_query(matcher: str = "") -> str:
     def part(expression: str, value: str) -> str:
         return f'label_replace({expression}, "{PART_LABEL}", "{value}", "", "")'
 
+    ours = f'{{__name__="{GPUTUI_MEMORY_USED}"{extra}}}'
     return " or ".join(
         [
             f'{{__name__=~"{dcgm}"{extra}}}',
             part(f"timestamp({anchor})", TIME_PART),
             part(f"last_over_time({anchor}[{LOOKBACK}]) unless {anchor}", GONE_PART),
+            f'{{__name__=~"{GPUTUI_PREFIX}.+"{extra}}}',
+            part(f"timestamp({ours})", TIME_PART),
+            part(f"last_over_time({ours}[{LOOKBACK}]) unless {ours}", GONE_PART),
             part(
                 f"last_over_time(timestamp({UP} == 1)[{LOOKBACK}:{LOOKBACK_STEP}])"
                 f" unless on({INSTANCE}, job) {UP} == 1",

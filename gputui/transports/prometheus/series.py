@@ -13,6 +13,8 @@ from gputui.transports.prometheus.query import (
     GONE_PART,
     GPU_INSTANCE_ID,
     GPU_INSTANCE_PROFILE,
+    GPUTUI_MEMORY_USED,
+    GPUTUI_PREFIX,
     INSTANCE,
     PART_LABEL,
     SERVER_METRICS,
@@ -70,6 +72,8 @@ class GpuParts:
     """Own sample times of its current FB_USED series."""
     live: bool = False
     """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
+    gputui_figures: dict[str, Series] = field(default_factory=dict)
+    """figure name -> gputui exporter's series, in DCGM's units (``gputui_series``)."""
 
 
 @dataclass
@@ -78,6 +82,8 @@ class HostParts:
     ssh_host: str
     gpus: dict[str, GpuParts] = field(default_factory=dict)
     instances: set[str] = field(default_factory=set)
+    gputui: list[Series] = field(default_factory=list)
+    """The host's gputui exporter series other than GPU figures (``gputui_series.exported_host``)."""
 
 
 def newer(old_time: float | None, old: Series, new_time: float | None, new: Series) -> bool:
@@ -196,7 +202,7 @@ class Parser:
                 values.append((name, Series(labels, value)))
             elif part == TIME_PART and value is not None:
                 self._time_series.append((labels, value))
-            elif part == GONE_PART and name == FB_USED:
+            elif part == GONE_PART and name in (FB_USED, GPUTUI_MEMORY_USED):
                 self._gone_series.append(labels)
             elif part == UP_TIME_PART and value is not None and labels.get(INSTANCE):
                 instance = labels[INSTANCE]
@@ -214,6 +220,8 @@ class Parser:
                 self.servers.append(series)
             elif name in DCGM_METRICS:
                 self._dcgm(name, series)
+            elif name.startswith(GPUTUI_PREFIX):
+                self._gputui(name, series)
         for labels, at in self._time_series:
             gpu = self._gpu_from(labels)
             if gpu is not None:
@@ -227,6 +235,18 @@ class Parser:
         if gpu is None:
             self.ignored += 1
         return gpu
+
+    def _gputui(self, name: str, series: Series) -> None:
+        from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
+
+        if name in GPU_FIGURES:
+            gpu = self._gpu_from(series.labels)
+            if gpu is not None:
+                gpu_figure(gpu, name, series)
+            return
+        host = self.host_of(series.labels)
+        if host is None or not take(host, series):
+            self.ignored += 1
 
     def _dcgm(self, name: str, series: Series) -> None:
         gpu = self._gpu_from(series.labels)
