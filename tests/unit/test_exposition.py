@@ -124,14 +124,17 @@ def test_the_fleet_words_the_exported_findings_as_the_monitor_does() -> None:
     }
     assert fleet == local
     verdict = fleet_host.snapshot.verdict
-    assert verdict is not None and verdict.known and not verdict.clean
+    assert verdict is not None
+    assert verdict.known
+    assert not verdict.clean
     assert [g.clean for g in verdict.gpus] == [False, False, False, False]
     assert any("pid 41 (child)" in r for r in verdict.reasons)  # a remnant that holds no memory
     # The servers travel by port only: the URL's credentials never leave the host.
     (server,) = [h for h in fleet_host.snapshot.health if h.url == "port 30000"]
     assert server.state == "STALLED"
     row = summarize(fleet_host)
-    assert row.findings == 5 and not row.memory_only
+    assert row.findings == 5
+    assert not row.memory_only
     assert row.dead_held_mib == 2048 + 1000  # the defunct leader's and the ghost memory
 
 
@@ -141,8 +144,11 @@ def test_labels_are_bounded_and_carry_no_command_line_or_url() -> None:
         host, processes=tuple(replace(p, cmdline=("python", "--token=s3cret")) for p in host.processes)
     )
     text = _text(host)
-    assert "secret" not in text and "s3cret" not in text and "user:" not in text
-    assert "\x1b" not in text and "\u202e" not in text
+    assert "secret" not in text
+    assert "s3cret" not in text
+    assert "user:" not in text
+    assert "\x1b" not in text
+    assert "\u202e" not in text
     subjects = [
         sample
         for family in text_string_to_metric_families(text)
@@ -156,7 +162,8 @@ def test_labels_are_bounded_and_carry_no_command_line_or_url() -> None:
     # Hostile names read back visible, as the monitor shows them.
     fleet = analyze_fleet(parse_answer(_answer(text)), Baselines()).hosts[0]
     detail = next(f.detail for f in fleet.snapshot.findings if f.kind == "defunct_leader")
-    assert "\x1b" not in detail and "\\x1b]0;pwn" in detail
+    assert "\x1b" not in detail
+    assert "\\x1b]0;pwn" in detail
 
 
 def test_subjects_are_capped_and_the_rest_counted() -> None:
@@ -193,14 +200,18 @@ def test_what_cannot_be_read_is_absent_or_said_never_a_zero() -> None:
     assert 'gputui_check_available{Hostname="gpu-a",check="other_users_processes"} 0.0' in text
     assert 'gputui_check_available{Hostname="gpu-a",check="kernel_log"} 0.0' in text
     fleet = analyze_fleet(parse_answer(_answer(text)), Baselines()).hosts[0]
-    assert fleet.snapshot.verdict is not None and not fleet.snapshot.verdict.known
-    assert fleet.exported is not None and "kernel_log" in fleet.exported.cannot_check
+    assert fleet.snapshot.verdict is not None
+    assert not fleet.snapshot.verdict.known
+    assert fleet.exported is not None
+    assert "kernel_log" in fleet.exported.cannot_check
 
 
 def test_no_sample_yet_serves_the_exporter_alone() -> None:
     out = families(None, NOW_S, ExporterFigures(), "gpu-a", "9.9")
     names = {family.name for family in out}
-    assert s.HOST_UP in names and s.CLEAN_SLATE not in names and s.FINDINGS not in names
+    assert s.HOST_UP in names
+    assert s.CLEAN_SLATE not in names
+    assert s.FINDINGS not in names
 
 
 def test_a_stuck_collector_makes_the_fleet_verdict_cannot_tell() -> None:
@@ -216,7 +227,8 @@ def test_a_stuck_collector_makes_the_fleet_verdict_cannot_tell() -> None:
     text = generate_latest(registry).decode()
     fleet = analyze_fleet(parse_answer(_answer(text)), Baselines(), stale_after_s=90).hosts[0]
     verdict = fleet.snapshot.verdict
-    assert verdict is not None and not verdict.known
+    assert verdict is not None
+    assert not verdict.known
     assert "newest sample is 10 min old" in verdict.reasons[0]
 
 
@@ -226,7 +238,8 @@ def test_two_exporters_claiming_one_host_are_not_merged() -> None:
     one["data"]["result"] += two["data"]["result"]
     fleet = analyze_fleet(parse_answer(one), Baselines()).hosts[0]
     verdict = fleet.snapshot.verdict
-    assert verdict is not None and not verdict.known
+    assert verdict is not None
+    assert not verdict.known
     assert "two gputui exporters claim this host" in verdict.reasons[0]
 
 
@@ -246,7 +259,8 @@ def test_sorting_by_memory_held_by_dead_processes() -> None:
     clean = analyze_fleet(parse_answer(_answer(text, "gpu-b:10191")), Baselines()).hosts[0]
     rows = sorted([summarize(clean), summarize(dead)], key=sort_key("dead"))
     assert [r.name for r in rows] == ["gpu-a", "gpu-b"]
-    assert rows[1].findings == 0 and rows[1].dead_held_mib == 0
+    assert rows[1].findings == 0
+    assert rows[1].dead_held_mib == 0
 
 
 def test_server_port_never_carries_credentials() -> None:
