@@ -49,8 +49,8 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
             ("util", " util", 5),
             ("hottest", " hottest", 11),
             ("xid", " xid", 9),
-            ("age", " age", 12),
             ("findings", " findings", 12),
+            ("age", " age", 12),
             ("server", " server", 20),
         )
     else:
@@ -61,8 +61,8 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
             ("util", " util", 5),
             ("hottest", " hottest", 16),
             ("xid", " xid", 12),
-            ("age", " age", 14),
             ("findings", " findings", 16),
+            ("age", " age", 14),
             ("server", " server", 24),
         )
     host = max(HOST_MIN_CELLS, min(HOST_MAX_CELLS, width - sum(cells for _, _, cells in fixed) - 2))
