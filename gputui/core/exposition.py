@@ -257,14 +257,18 @@ def _finding_families(out: _Families, snapshot: HostSnapshot, baselines: Baselin
         for index, mib in held.items():
             memory[(finding.kind, index)] = memory.get((finding.kind, index), 0) + mib
         if finding.pid is not None and finding.kind in s.PROCESS_KINDS:
-            subjects.append((finding.kind, finding.pid, snapshot.process(finding.pid), held))
+            if all((kind, pid) != (finding.kind, finding.pid) for kind, pid, _, _ in subjects):
+                subjects.append((finding.kind, finding.pid, snapshot.process(finding.pid), held))
+    invisible: dict[int, dict[int, int]] = {}
     for gpu in snapshot.gpus:
         for listed in gpu.processes:
             if not listed.visible:
-                held = {} if listed.used_mib is None else {gpu.index: listed.used_mib}
-                for index, mib in held.items():
-                    memory[("invisible_pid", index)] = memory.get(("invisible_pid", index), 0) + mib
-                subjects.append(("invisible_pid", listed.pid, None, held))
+                held = invisible.setdefault(listed.pid, {})
+                if listed.used_mib is not None:
+                    held[gpu.index] = held.get(gpu.index, 0) + listed.used_mib
+                    key = ("invisible_pid", gpu.index)
+                    memory[key] = memory.get(key, 0) + listed.used_mib
+    subjects.extend(("invisible_pid", pid, None, held) for pid, held in sorted(invisible.items()))
     for kind, count in counts.items():
         out.set(s.FINDINGS, "Findings of each kind on the host", float(count), kind=kind)
     for (kind, index), mib in sorted(memory.items()):
@@ -308,9 +312,13 @@ def _finding_families(out: _Families, snapshot: HostSnapshot, baselines: Baselin
 
 def _server_families(out: _Families, health: tuple[HealthSample, ...]) -> None:
     documentation = "1 for the server's current state, 0 for the others"
-    for sample in health[: s.MAX_SERVERS]:
+    seen: set[tuple[str, str]] = set()
+    for sample in health:
         port = server_port(sample.url)
         engine = visible(str((sample.metrics or {}).get("engine") or ""), 16)
+        if (port, engine) in seen or len(seen) >= s.MAX_SERVERS:
+            continue  # the same server by another address (127.0.0.1 and ::1): one series set
+        seen.add((port, engine))
         states = list(SERVER_STATES)
         current = visible(sample.state or "", 16)
         if current and current not in states:

@@ -267,3 +267,23 @@ def test_server_port_never_carries_credentials() -> None:
     assert server_port("http://u:p@10.0.0.1:8000/health") == "8000"
     assert server_port("https://host/health") == "443"
     assert server_port("http://[::1]:x/") == ""
+
+
+def test_no_series_twice_even_for_one_server_by_two_addresses_or_a_pid_on_two_gpus() -> None:
+    host = _host()
+    twice = GpuProcess(pid=777, used_mib=100, visible=False)
+    gpus = (*host.gpus[:2], replace(host.gpus[2], processes=(twice,)), host.gpus[3])
+    health = (
+        HealthSample(url="http://127.0.0.1:30000/health", state="UP"),
+        HealthSample(url="http://[::1]:30000/health", state="UP"),
+    )
+    host = analyze(replace(host, gpus=gpus, health=health), Baselines(), NOW_S)
+    keys = [
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(_text(host))
+        for sample in family.samples
+    ]
+    assert len(keys) == len(set(keys))
+    assert sum(1 for name, labels in keys if name == s.SUBJECT and ("kind", "invisible_pid") in labels) == 1
+    states = [labels for name, labels in keys if name == s.SERVER_STATE and ("state", "UP") in labels]
+    assert len(states) == 1
