@@ -148,6 +148,8 @@ class Sampler:
             try:
                 snapshot = self.link.next_snapshot(SAMPLE_WAIT_S)
             except LinkError as exc:
+                if self._stop.is_set():
+                    return  # the link closed under it on the way out
                 self._note_error(str(exc))
                 self._stop.wait(RETRY_AFTER_ERROR_S)
                 continue

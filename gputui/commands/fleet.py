@@ -84,9 +84,8 @@ def _document(
         "verdict": verdict_note(sample),
         "unknown": list(UNKNOWN_FIELDS),
         "memory_only_hosts": [] if sample is None else [h.name for h in sample.hosts if memory_only(h)],
+        "exporter_hosts": [] if sample is None else [h.name for h in sample.hosts if not memory_only(h)],
     }
-    for host, entry in zip(sample.hosts if sample is not None else (), document["hosts"], strict=True):
-        entry["verdict_source"] = "memory only" if memory_only(host) else "gputui exporter"
     return document
 
 

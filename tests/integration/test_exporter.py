@@ -144,7 +144,7 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
             assert done.returncode == 0, done.stderr
             document = json.loads(done.stdout)
             (entry,) = [h for h in document["hosts"] if h["target"] == NODE]
-            assert entry["verdict_source"] == "gputui exporter"
+            assert document["source"]["exporter_hosts"] == [NODE]
             assert {"defunct_leader", "zombie"} <= {f["kind"] for f in entry["findings"]}
             assert document["source"]["memory_only_hosts"] == []
 

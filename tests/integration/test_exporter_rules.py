@@ -56,8 +56,8 @@ def test_each_alert_fires_on_the_exporter_s_series(tmp_path: Path) -> None:
                     "exp_labels": held,
                     "exp_annotations": {
                         "summary": "gpu-a GPU0: 2GiB held (defunct_leader) for over 10 minutes",
-                        "description": "Open the host with gputui (Enter in the fleet view) to see the process "
-                        "and what to kill.",
+                        "description": "Open the host with gputui (Enter in the fleet view) to see the "
+                        "process and what to kill.",
                     },
                 }
             ],
