@@ -14,103 +14,14 @@ from gputui.core import export_schema as s
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.exposition import ExportedSample, ExporterFigures, families, server_port
 from gputui.core.fleet import analyze_fleet, sort_key, summarize
-from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc
+from gputui.core.model import GpuProcess, HealthSample, LiveThreads, Proc
 from gputui.transports.prometheus import parse_answer
-from gputui.transports.prometheus.query import PART_LABEL, TIME_PART
-
-NOW_S = 1_800_000_000.0
-HOSTILE = "\x1b]0;pwn\x07[bold]x\u202e" + "y" * 100
-
-
-def _host(name: str = "scheduler") -> HostSnapshot:
-    """A defunct leader holding GPU0, its true zombie child, an orphan on GPU1, ghost memory on GPU2 and an
-    invisible pid on GPU3."""
-    launcher = Proc(pid=10, ppid=9, state="S", name="launcher", start_ticks=4)
-    leader = Proc(
-        pid=40,
-        ppid=10,
-        state="Z",
-        name=name,
-        start_ticks=5,
-        gpu_memory_mib={0: 2048},
-        state_since=NOW_S - 720,
-        live_threads=LiveThreads(2, {"D": 2}),
-    )
-    zombie = Proc(pid=41, ppid=40, state="Z", name="child", start_ticks=6, state_since=NOW_S - 60)
-    zombie = replace(zombie, live_threads=LiveThreads(0))
-    orphan = Proc(pid=50, ppid=1, state="S", name="worker", start_ticks=7, gpu_memory_mib={1: 4096})
-    gpus = (
-        Gpu(
-            index=0,
-            uuid="GPU-0",
-            name="H100",
-            memory_used_mib=2051,
-            memory_total_mib=81559,
-            processes=(GpuProcess(pid=40, used_mib=2048),),
-        ),
-        Gpu(
-            index=1,
-            uuid="GPU-1",
-            name="H100",
-            memory_used_mib=4099,
-            memory_total_mib=81559,
-            processes=(GpuProcess(pid=50, used_mib=4096),),
-        ),
-        Gpu(index=2, uuid="GPU-2", name="H100", memory_used_mib=1003, memory_total_mib=81559),
-        Gpu(
-            index=3,
-            uuid="GPU-3",
-            name="H100",
-            memory_used_mib=515,
-            memory_total_mib=81559,
-            processes=(GpuProcess(pid=777, used_mib=512, visible=False),),
-        ),
-    )
-    snapshot = HostSnapshot(
-        target="local",
-        hostname="gpu-a",
-        time=NOW_S,
-        mode="nvml",
-        gpus=gpus,
-        processes=(launcher, leader, zombie, orphan),
-        device_holders=(),
-        health=(
-            HealthSample(url="http://user:secret@127.0.0.1:30000/health", state="STALLED", since=NOW_S - 90),
-        ),
-    )
-    return analyze(snapshot, Baselines(), NOW_S)
-
-
-def _text(snapshot: HostSnapshot, figures: ExporterFigures | None = None) -> str:
-    sample = ExportedSample(snapshot, Baselines(), NOW_S - 2, 0.05)
-    registry = CollectorRegistry(auto_describe=False)
-
-    class One:
-        def collect(self) -> list[Any]:
-            return families(sample, NOW_S, figures or ExporterFigures(), "gpu-a", "9.9")
-
-    registry.register(One())  # type: ignore[arg-type]
-    return generate_latest(registry).decode()
-
-
-def _answer(text: str, instance: str = "gpu-a:10191") -> dict[str, Any]:
-    """What Prometheus's instant query would answer after scraping ``text`` (job "gputui")."""
-    result: list[dict[str, Any]] = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels = {k: v for k, v in sample.labels.items() if v != ""}  # Prometheus drops empty labels
-            labels.update({"__name__": sample.name, "instance": instance, "job": "gputui"})
-            result.append({"metric": labels, "value": [NOW_S, repr(sample.value)]})
-            if sample.name == s.GPU_MEMORY_USED:
-                part = {k: v for k, v in labels.items() if k != "__name__"}
-                part[PART_LABEL] = TIME_PART
-                result.append({"metric": part, "value": [NOW_S, str(NOW_S - 1)]})
-    return {"status": "success", "data": {"resultType": "vector", "result": result}}
+from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
 
 
 def test_the_fleet_words_the_exported_findings_as_the_monitor_does() -> None:
-    host = _host()
-    sample = analyze_fleet(parse_answer(_answer(_text(host))), Baselines())
+    host = wedged_host()
+    sample = analyze_fleet(parse_answer(scraped_answer(exposition_text(host))), Baselines())
     (fleet_host,) = sample.hosts
     assert fleet_host.name == "gpu-a"
     local = {(f.kind, f.pid, f.gpu_index): f.detail for f in host.findings}
@@ -139,11 +50,11 @@ def test_the_fleet_words_the_exported_findings_as_the_monitor_does() -> None:
 
 
 def test_labels_are_bounded_and_carry_no_command_line_or_url() -> None:
-    host = _host(name=HOSTILE)
+    host = wedged_host(name=HOSTILE)
     host = replace(
         host, processes=tuple(replace(p, cmdline=("python", "--token=s3cret")) for p in host.processes)
     )
-    text = _text(host)
+    text = exposition_text(host)
     assert "secret" not in text
     assert "s3cret" not in text
     assert "user:" not in text
@@ -160,7 +71,7 @@ def test_labels_are_bounded_and_carry_no_command_line_or_url() -> None:
     allowed = {s.HOST_LABEL, s.KIND_LABEL, s.PID_LABEL, s.COMM_LABEL, s.PPID_LABEL, s.PARENT_COMM_LABEL}
     assert all(set(sample.labels) <= allowed for sample in subjects)
     # Hostile names read back visible, as the monitor shows them.
-    fleet = analyze_fleet(parse_answer(_answer(text)), Baselines()).hosts[0]
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0]
     detail = next(f.detail for f in fleet.snapshot.findings if f.kind == "defunct_leader")
     assert "\x1b" not in detail
     assert "\\x1b]0;pwn" in detail
@@ -171,9 +82,9 @@ def test_subjects_are_capped_and_the_rest_counted() -> None:
         Proc(pid=1000 + i, ppid=999, state="Z", name="z", state_since=NOW_S - 60, live_threads=LiveThreads(0))
         for i in range(s.MAX_SUBJECTS + 8)
     )
-    host = _host()
+    host = wedged_host()
     host = analyze(replace(host, processes=host.processes + zombies), Baselines(), NOW_S)
-    text = _text(host)
+    text = exposition_text(host)
     values = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
@@ -183,23 +94,23 @@ def test_subjects_are_capped_and_the_rest_counted() -> None:
     assert subject_count == s.MAX_SUBJECTS
     omitted = next(v for (name, _), v in values.items() if name == s.SUBJECTS_OMITTED)
     assert omitted == len(host.findings) - s.MAX_SUBJECTS - 2 + 1  # ghost: no subject; invisible: one
-    fleet = analyze_fleet(parse_answer(_answer(text)), Baselines()).hosts[0]
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0]
     assert any(
         f.kind == "omitted" and f"{int(omitted)} more processes" in f.detail for f in fleet.snapshot.findings
     )
 
 
 def test_what_cannot_be_read_is_absent_or_said_never_a_zero() -> None:
-    host = _host()
+    host = wedged_host()
     lost = replace(host.gpus[0], memory_used_mib=None, utilization_pct=None, error="GPU is lost")
     host = analyze(replace(host, gpus=(lost, *host.gpus[1:])), Baselines(), NOW_S)
-    text = _text(host, ExporterFigures(can_read_other_users=False, can_read_kernel_log=False))
+    text = exposition_text(host, ExporterFigures(can_read_other_users=False, can_read_kernel_log=False))
     assert 'gputui_gpu_memory_used_bytes{Hostname="gpu-a",UUID="GPU-0"' not in text
     assert 'gputui_gpu_readable{Hostname="gpu-a",UUID="GPU-0",gpu="0",modelName="H100"} 0.0' in text
     assert 'gputui_clean_slate_known{Hostname="gpu-a",gpu=""} 0.0' in text
     assert 'gputui_check_available{Hostname="gpu-a",check="other_users_processes"} 0.0' in text
     assert 'gputui_check_available{Hostname="gpu-a",check="kernel_log"} 0.0' in text
-    fleet = analyze_fleet(parse_answer(_answer(text)), Baselines()).hosts[0]
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0]
     assert fleet.snapshot.verdict is not None
     assert not fleet.snapshot.verdict.known
     assert fleet.exported is not None
@@ -215,7 +126,7 @@ def test_no_sample_yet_serves_the_exporter_alone() -> None:
 
 
 def test_a_stuck_collector_makes_the_fleet_verdict_cannot_tell() -> None:
-    host = _host()
+    host = wedged_host()
     sample = ExportedSample(host, Baselines(), NOW_S - 600, 0.05)
     registry = CollectorRegistry(auto_describe=False)
 
@@ -225,7 +136,7 @@ def test_a_stuck_collector_makes_the_fleet_verdict_cannot_tell() -> None:
 
     registry.register(One())  # type: ignore[arg-type]
     text = generate_latest(registry).decode()
-    fleet = analyze_fleet(parse_answer(_answer(text)), Baselines(), stale_after_s=90).hosts[0]
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines(), stale_after_s=90).hosts[0]
     verdict = fleet.snapshot.verdict
     assert verdict is not None
     assert not verdict.known
@@ -233,8 +144,8 @@ def test_a_stuck_collector_makes_the_fleet_verdict_cannot_tell() -> None:
 
 
 def test_two_exporters_claiming_one_host_are_not_merged() -> None:
-    text = _text(_host())
-    one, two = _answer(text, "a:10191"), _answer(text, "b:10191")
+    text = exposition_text(wedged_host())
+    one, two = scraped_answer(text, "a:10191"), scraped_answer(text, "b:10191")
     one["data"]["result"] += two["data"]["result"]
     fleet = analyze_fleet(parse_answer(one), Baselines()).hosts[0]
     verdict = fleet.snapshot.verdict
@@ -244,19 +155,19 @@ def test_two_exporters_claiming_one_host_are_not_merged() -> None:
 
 
 def test_sorting_by_memory_held_by_dead_processes() -> None:
-    dead = analyze_fleet(parse_answer(_answer(_text(_host()))), Baselines()).hosts[0]
+    dead = analyze_fleet(parse_answer(scraped_answer(exposition_text(wedged_host()))), Baselines()).hosts[0]
     clean_host = analyze(
         replace(
-            _host(),
+            wedged_host(),
             hostname="gpu-b",
             processes=(),
-            gpus=tuple(replace(g, memory_used_mib=3, processes=()) for g in _host().gpus),
+            gpus=tuple(replace(g, memory_used_mib=3, processes=()) for g in wedged_host().gpus),
         ),
         Baselines(),
         NOW_S,
     )
-    text = _text(clean_host).replace('Hostname="gpu-a"', 'Hostname="gpu-b"')
-    clean = analyze_fleet(parse_answer(_answer(text, "gpu-b:10191")), Baselines()).hosts[0]
+    text = exposition_text(clean_host).replace('Hostname="gpu-a"', 'Hostname="gpu-b"')
+    clean = analyze_fleet(parse_answer(scraped_answer(text, "gpu-b:10191")), Baselines()).hosts[0]
     rows = sorted([summarize(clean), summarize(dead)], key=sort_key("dead"))
     assert [r.name for r in rows] == ["gpu-a", "gpu-b"]
     assert rows[1].findings == 0
@@ -270,7 +181,7 @@ def test_server_port_never_carries_credentials() -> None:
 
 
 def test_no_series_twice_even_for_one_server_by_two_addresses_or_a_pid_on_two_gpus() -> None:
-    host = _host()
+    host = wedged_host()
     twice = GpuProcess(pid=777, used_mib=100, visible=False)
     gpus = (*host.gpus[:2], replace(host.gpus[2], processes=(twice,)), host.gpus[3])
     health = (
@@ -280,7 +191,7 @@ def test_no_series_twice_even_for_one_server_by_two_addresses_or_a_pid_on_two_gp
     host = analyze(replace(host, gpus=gpus, health=health), Baselines(), NOW_S)
     keys = [
         (sample.name, tuple(sorted(sample.labels.items())))
-        for family in text_string_to_metric_families(_text(host))
+        for family in text_string_to_metric_families(exposition_text(host))
         for sample in family.samples
     ]
     assert len(keys) == len(set(keys))
