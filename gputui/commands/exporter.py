@@ -177,9 +177,12 @@ class Sampler:
 class ExporterCollector:
     """prometheus_client's custom-collector interface over the sampler's newest sample."""
 
-    def __init__(self, sampler: Sampler, hostname: str, figures: ExporterFigures) -> None:
+    def __init__(
+        self, sampler: Sampler, hostname: str, figures: ExporterFigures, fixed_hostname: bool = False
+    ) -> None:
         self.sampler = sampler
         self.hostname = hostname
+        self.fixed_hostname = fixed_hostname
         self.figures = figures
         self._lock = threading.Lock()
         self._last_scrape_s: float | None = None
@@ -197,7 +200,7 @@ class ExporterCollector:
                 can_read_kernel_log=self.figures.can_read_kernel_log,
             )
         hostname = self.hostname
-        if sample is not None and sample.snapshot.hostname:
+        if sample is not None and sample.snapshot.hostname and not self.fixed_hostname:
             hostname = visible(sample.snapshot.hostname, 64)
         out = families(sample, time.time(), figures, hostname, __version__)
         with self._lock:
@@ -211,6 +214,12 @@ def registry_for(collector: ExporterCollector) -> CollectorRegistry:
     registry.register(collector)
     ProcessCollector(registry=registry)
     return registry
+
+
+def _collector(args: argparse.Namespace, sampler: Sampler) -> ExporterCollector:
+    if args.hostname:
+        return ExporterCollector(sampler, visible(args.hostname, 64), _figures(), fixed_hostname=True)
+    return ExporterCollector(sampler, visible(socket.gethostname(), 64), _figures())
 
 
 def _figures() -> ExporterFigures:
@@ -250,7 +259,7 @@ def run_once(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     finally:
         link.close()
-    collector = ExporterCollector(sampler, visible(socket.gethostname(), 64), _figures())
+    collector = _collector(args, sampler)
     text = generate_latest(registry_for(collector)).decode("utf-8")
     try:
         atomic_write_text(path, text)
@@ -308,7 +317,7 @@ def run_exporter(args: argparse.Namespace) -> int:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
     sampler = Sampler(link, _baselines(args, link.target))
-    collector = ExporterCollector(sampler, visible(socket.gethostname(), 64), _figures())
+    collector = _collector(args, sampler)
     try:
         server, _thread = start_http_server(port, address, registry=registry_for(collector), **tls)
     except (OSError, ValueError) as exc:

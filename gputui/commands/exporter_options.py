@@ -31,6 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--client-cafile", default=None, metavar="FILE", help="require client certificates signed by this CA"
     )
     parser.add_argument(
+        "--hostname",
+        default=None,
+        metavar="NAME",
+        help="the Hostname label of every series (default: this host's name; give dcgm-exporter's where it "
+        "differs, e.g. a pod name, so that the fleet view joins the two)",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="serve plain HTTP beyond loopback (said in the first log line)",
