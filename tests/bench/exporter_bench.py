@@ -174,13 +174,15 @@ def main() -> int:
         "--nvitop-exporter", default=None, metavar="PATH", help="an installed nvitop-exporter"
     )
     parser.add_argument("--no-peers", action="store_true", help="gputui's exporter alone")
+    parser.add_argument("--window-s", type=float, default=None, metavar="S", help="the measuring window")
     parser.add_argument("--json", default=None, metavar="FILE")
     args = parser.parse_args()
     if shutil.which("gcc") is None:
         print("n/a (gcc is needed to build the fake NVML)")
         return 0
     peer = None if args.no_peers else _peer(args.nvitop_exporter)
-    result = measure(20.0 if args.quick else 60.0, peer)
+    window = args.window_s if args.window_s is not None else 20.0 if args.quick else 60.0
+    result = measure(window, peer)
     print(f"{'sec':<4}{'metric':<64}{'value':>8}  unit")
     for row in result["rows"]:
         value = "n/a" if row["value"] is None else f"{row['value']:.2f}"

@@ -64,7 +64,8 @@ def _int(text: str | None) -> int | None:
 
 
 def _mib(value: float | None) -> int | None:
-    return whole(None if value is None else value / s.MIB)
+    """Bytes as MiB; None for a figure no process or GPU can have (negative)."""
+    return None if value is None or value < 0 else whole(value / s.MIB)
 
 
 def exported_host(host: HostParts) -> ExportedHost | None:
@@ -100,7 +101,7 @@ def exported_host(host: HostParts) -> ExportedHost | None:
         elif gpu_index is not None and name in (s.GPU_BASELINE, s.GPU_PROCESSES, s.GPU_PROCESS_MEMORY):
             gpus.setdefault(gpu_index, {})[name] = value
         elif name == s.FINDINGS and labels.get(s.KIND_LABEL) and value is not None:
-            findings[visible(labels[s.KIND_LABEL], 20)] = int(value)
+            findings[visible(labels[s.KIND_LABEL], 20)] = max(0, int(value))
         elif name == s.FINDING_MEMORY and gpu_index is not None and labels.get(s.KIND_LABEL):
             mib = _mib(value)
             if mib is not None:
@@ -195,7 +196,7 @@ def _subject(
     elif name == s.SUBJECT_THREADS and value is not None:
         threads = facts.setdefault("threads", {})
         assert isinstance(threads, dict)  # noqa: S101
-        threads[visible(labels.get(s.STATE_LABEL) or "?", 2)] = int(value)
+        threads[visible(labels.get(s.STATE_LABEL) or "?", 2)] = max(0, min(int(value), 1 << 22))
 
 
 def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSubject:
