@@ -132,7 +132,7 @@ class Sampler:
         sample = ExportedSample(judged, self.baselines, finished, max(0.0, time.monotonic() - started))
         with self._lock:
             self._latest = sample
-            self._cpu_s += max(0.0, time.thread_time() - cpu_started)
+            self._cpu_s += max(0.0, time.process_time() - cpu_started)
         return sample
 
     def start(self) -> None:
@@ -144,7 +144,7 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            started, cpu_started = time.monotonic(), time.thread_time()
+            started, cpu_started = time.monotonic(), time.process_time()
             try:
                 snapshot = self.link.next_snapshot(SAMPLE_WAIT_S)
             except LinkError as exc:
@@ -250,7 +250,7 @@ def run_once(args: argparse.Namespace) -> int:
     link = _link(args)
     try:
         link.open()
-        started, cpu_started = time.monotonic(), time.thread_time()
+        started, cpu_started = time.monotonic(), time.process_time()
         snapshot = one_shot_sample(link, link.target)
         sampler = Sampler(link, _baselines(args, link.target))
         sampler.take(snapshot, started, cpu_started)

@@ -47,7 +47,8 @@ class ExporterFigures:
     """The exporter's own cost and what it can check.
 
     Attributes:
-        cpu_seconds: CPU time spent sampling so far (the sampling thread's own clock).
+        cpu_seconds: CPU time spent sampling so far: the process's CPU clock over each sample, so the
+            collector's device worker threads count (a scrape that overlaps a sample counts too).
         last_scrape_s: How long the previous scrape took to build, None before the second scrape.
         scrapes: Scrapes answered before this one.
         can_read_other_users: Root (or CAP_SYS_PTRACE): other users' open files are readable.
