@@ -102,11 +102,14 @@ class Sampler:
     Args:
         link: A link to this host's collector, opened read-only.
         baselines: What the verdict judges memory against.
+        interval_s: Seconds from the start of one sample to the next (the link's memory interval): the
+            sampler waits itself, so that a sample's duration and CPU time are its own, not the wait's.
     """
 
-    def __init__(self, link: HostLink, baselines: Baselines) -> None:
+    def __init__(self, link: HostLink, baselines: Baselines, interval_s: float = 1.0) -> None:
         self.link = link
         self.baselines = baselines
+        self.interval_s = interval_s
         self.watch = ServerWatch()
         self._lock = threading.Lock()
         self._latest: ExportedSample | None = None
@@ -143,8 +146,10 @@ class Sampler:
         self._stop.set()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        due = time.monotonic()
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             started, cpu_started = time.monotonic(), time.process_time()
+            due = started + self.interval_s
             try:
                 snapshot = self.link.next_snapshot(SAMPLE_WAIT_S)
             except LinkError as exc:
@@ -316,7 +321,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     except LinkError as exc:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
-    sampler = Sampler(link, _baselines(args, link.target))
+    sampler = Sampler(link, _baselines(args, link.target), args.interval)
     collector = _collector(args, sampler)
     try:
         server, _thread = start_http_server(port, address, registry=registry_for(collector), **tls)

@@ -117,13 +117,12 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
             source = PrometheusSource(FleetSettings(url=prometheus.url))
             host = _fleet_until(
                 source,
-                lambda h: {"defunct_leader", "zombie"} <= set(_kinds(h)),
-                "the exported findings",
+                lambda h: {"defunct_leader", "zombie"} <= set(_kinds(h)) and len(h.instances) == 2,
+                "the exported findings beside DCGM's series",
             )
             # Joined by host and GPU UUID: two GPUs, not four; DCGM's figures beside gputui's findings.
             assert len(host.snapshot.gpus) == 2
             assert host.snapshot.gpus[0].memory_used_mib == HELD_MIB + 3
-            assert len(host.instances) == 2
             kinds = _kinds(host)
             (defunct,) = kinds["defunct_leader"]
             assert defunct.pid == leader
