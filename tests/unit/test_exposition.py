@@ -198,3 +198,26 @@ def test_no_series_twice_even_for_one_server_by_two_addresses_or_a_pid_on_two_gp
     assert sum(1 for name, labels in keys if name == s.SUBJECT and ("kind", "invisible_pid") in labels) == 1
     states = [labels for name, labels in keys if name == s.SERVER_STATE and ("state", "UP") in labels]
     assert len(states) == 1
+
+
+def test_a_mixed_fleet_says_which_hosts_are_memory_only() -> None:
+    from gputui.commands.fleet import EXIT_NOT_CLEAN, format_fleet_check, host_status, verdict_note
+    from tests.data.prometheus import eval_time, load_answer
+
+    document = load_answer()
+    now = eval_time(document)
+    ours = scraped_answer(
+        exposition_text(wedged_host(now=now, hostname="gpu-x"), now=now, hostname="gpu-x"), "gpu-x:10191", now
+    )
+    document["data"]["result"] += ours["data"]["result"]
+    sample = analyze_fleet(parse_answer(document), Baselines())
+    note = verdict_note(sample)
+    assert note.startswith("memory only on ")
+    named = note.split(": no gputui exporter there")[0]
+    assert "gpu-a" in named
+    assert "gpu-x" not in named
+    gpu_x = next(h for h in sample.hosts if h.name == "gpu-x")
+    assert host_status(gpu_x.snapshot) == EXIT_NOT_CLEAN
+    lines = format_fleet_check(sample, ("ok", "X"))
+    assert any(line.startswith("X gpu-x  NOT clean: ") for line in lines)
+    assert lines[-1].endswith(f"({note})")
