@@ -23,6 +23,7 @@ from gputui.core.fleet_rows import (
     baseline_text,
     fleet_baselines,
     hottest_text,
+    memory_only,
     memory_text,
     ssh_target_for,
     state_text,
@@ -52,6 +53,10 @@ UNKNOWN_FIELDS = (
     "agent_version",
 )
 """Snapshot fields DCGM metrics cannot fill: null or empty in every fleet host, said in ``source``."""
+EXPORTER_NOTE = "processes included: every host runs the gputui exporter"
+MAX_NAMES_IN_NOTE = 10
+MAX_FINDINGS_LISTED = 10
+"""The fleet table lists at most this many findings under a host."""
 MAX_HOSTS_LISTED = 50
 """``check`` lists at most this many hosts that are not clean; the summary line counts them all."""
 
@@ -77,15 +82,31 @@ def _document(
         "evaluated_at": None if sample is None else sample.eval_time,
         "ignored_series": None if sample is None else sample.ignored_series,
         "error": error,
-        "verdict": MEMORY_ONLY_NOTE,
+        "verdict": verdict_note(sample),
         "unknown": list(UNKNOWN_FIELDS),
+        "memory_only_hosts": [] if sample is None else [h.name for h in sample.hosts if memory_only(h)],
+        "exporter_hosts": [] if sample is None else [h.name for h in sample.hosts if not memory_only(h)],
     }
     return document
 
 
+def verdict_note(sample: FleetSample | None) -> str:
+    """What the fleet's verdicts are made of: memory only, except on hosts that run the gputui exporter."""
+    if sample is None or not sample.hosts:
+        return MEMORY_ONLY_NOTE
+    plain = [h.name for h in sample.hosts if memory_only(h)]
+    if len(plain) == len(sample.hosts):
+        return MEMORY_ONLY_NOTE
+    if not plain:
+        return EXPORTER_NOTE
+    names = ", ".join(visible(n, 40) for n in plain[:MAX_NAMES_IN_NOTE])
+    more = f" and {len(plain) - MAX_NAMES_IN_NOTE} more" if len(plain) > MAX_NAMES_IN_NOTE else ""
+    return f"memory only on {names}{more}: no gputui exporter there; processes included on the others"
+
+
 def _read(source: PrometheusSource, baselines: Baselines) -> tuple[FleetSample | None, str | None]:
     try:
-        return analyze_fleet(source.sample(), baselines), None
+        return analyze_fleet(source.sample(), baselines, source.settings.stale_after_s), None
     except PrometheusError as exc:
         return None, str(exc)
 
@@ -114,6 +135,9 @@ def format_fleet_table(sample: FleetSample) -> list[str]:
         )
         if row.error:
             lines.append(f"  ! {visible(row.error, 200)}")
+        for finding in host.snapshot.findings[:MAX_FINDINGS_LISTED]:
+            if finding.kind != "xid":
+                lines.append(f"  ! {visible(finding.kind, 20)}: {visible(finding.detail, 300)}")
         for index, instances in sorted(host.mig.items()):
             for instance in instances:
                 used = "–" if instance.memory_used_mib is None else str(instance.memory_used_mib)
@@ -133,7 +157,7 @@ def build_fleet_screen(args: argparse.Namespace, clock: Callable[[], float] | No
     source = PrometheusSource(choice.settings)
     baselines = _baselines(args, sys.stderr)
     return FleetScreen(
-        lambda: analyze_fleet(source.sample(), baselines),
+        lambda: analyze_fleet(source.sample(), baselines, choice.settings.stale_after_s),
         source_name=f"prometheus {shown_url(choice.settings.url)}",
         ssh_target=partial(ssh_target_for, choice.ssh_target),
         refresh_s=choice.refresh_s,
@@ -167,7 +191,7 @@ def run_fleet_snapshot(args: argparse.Namespace, out: TextIO | None = None, err:
     elif sample is not None and sample.hosts:
         out.write("\n".join(format_fleet_table(sample)) + "\n")
         where = shown_url(choice.settings.url)
-        out.write(f"{len(sample.hosts)} hosts from prometheus {where}; {MEMORY_ONLY_NOTE}\n")
+        out.write(f"{len(sample.hosts)} hosts from prometheus {where}; {verdict_note(sample)}\n")
     out.flush()
     return status
 
@@ -180,7 +204,8 @@ def host_status(snapshot: HostSnapshot) -> int:
     if verdict.clean:
         return EXIT_CLEAN
     over = any(not g.clean and g.used_mib is not None for g in verdict.gpus)
-    return EXIT_NOT_CLEAN if over else EXIT_ERROR
+    # A gputui exporter's verdict also fails on what holds no memory (a zombie, a D-state process).
+    return EXIT_NOT_CLEAN if over or snapshot.findings else EXIT_ERROR
 
 
 def fleet_status(sample: FleetSample | None) -> int:
@@ -221,7 +246,7 @@ def format_fleet_check(sample: FleetSample, marks: tuple[str, str]) -> list[str]
     word = "clean" if hosts_clean == total else "NOT clean"
     lines.append(
         f"{mark} {word}: {hosts_clean}/{total} hosts, {gpus_at}/{gpus_total} GPUs at baseline"
-        f" ({MEMORY_ONLY_NOTE})"
+        f" ({verdict_note(sample)})"
     )
     return lines
 
@@ -241,7 +266,7 @@ def run_fleet_check(args: argparse.Namespace, out: TextIO | None = None, err: Te
     started = time.monotonic()
     deadline = started + (args.wait or 0.0)
     if args.wait is not None and not args.json:
-        print(f"waiting up to {args.wait:g} s for a clean slate on the fleet ({MEMORY_ONLY_NOTE})…", file=err)
+        print(f"waiting up to {args.wait:g} s for a clean slate on the fleet…", file=err)
     while True:
         sample, error = _read(source, baselines)
         if sample is not None and fleet_status(sample) == EXIT_CLEAN:

@@ -18,7 +18,8 @@ from gputui.core.analysis import (
 )
 from gputui.core.display import DASH
 from gputui.core.display import size_text as size_text
-from gputui.core.fleet_sample import FleetHost, FleetSample
+from gputui.core.exported import exported_findings, exported_health, exported_verdict
+from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S, FleetHost, FleetSample
 from gputui.core.health_view import worst_state
 from gputui.core.state import load_calibrated_uuids
 from gputui.core.targets import BadTarget, parse_target
@@ -26,17 +27,39 @@ from gputui.core.targets import BadTarget, parse_target
 DEFAULT_SSH_TARGET = "{host}"
 HOST_PLACEHOLDER = "{host}"
 DEFAULT_REFRESH_S = 5.0
-SORT_MODES = ("host", "memory", "util", "temp", "age")
-"""host: by name; memory, util, temp: highest first; age: oldest data first (stale hosts on top)."""
+SORT_MODES = ("host", "memory", "util", "temp", "age", "dead")
+"""host: by name; memory, util, temp: highest first; age: oldest data first (stale hosts on top); dead:
+most memory held by dead processes or by nobody first (``FleetRow.dead_held_mib``), then most findings."""
 
 
-def analyze_fleet(sample: FleetSample, baselines: Baselines) -> FleetSample:
-    """Every host's snapshot with its memory-only verdict (``analysis.memory_verdict``); findings kept."""
+def analyze_fleet(
+    sample: FleetSample, baselines: Baselines, stale_after_s: float | None = DEFAULT_STALE_AFTER_S
+) -> FleetSample:
+    """Every host's snapshot with its verdict and findings.
+
+    A host whose gputui exporter is current gets that exporter's verdict (processes included) and its
+    findings worded as the monitor words them, its servers beside the others; every other host the
+    memory-only verdict (``analysis.memory_verdict``). XID findings are kept either way.
+    """
     hosts = []
     for host in sample.hosts:
-        verdict = memory_verdict(host.snapshot, baselines)
-        hosts.append(replace(host, snapshot=host.snapshot.with_analysis(host.snapshot.findings, verdict)))
+        snapshot = host.snapshot
+        exported = host.exported
+        if exported is None or host.stale:
+            verdict = memory_verdict(snapshot, baselines)
+            hosts.append(replace(host, snapshot=snapshot.with_analysis(snapshot.findings, verdict)))
+            continue
+        findings = exported_findings(exported, snapshot, sample.eval_time)
+        verdict = exported_verdict(exported, snapshot, findings, stale_after_s)
+        health = snapshot.health + exported_health(exported, sample.eval_time)
+        judged = replace(snapshot, health=health).with_analysis((*snapshot.findings, *findings), verdict)
+        hosts.append(replace(host, snapshot=judged))
     return replace(sample, hosts=tuple(hosts))
+
+
+def memory_only(host: FleetHost) -> bool:
+    """Whether the host's verdict is on memory alone (no current gputui exporter on it)."""
+    return host.exported is None or host.stale
 
 
 def ssh_target_for(template: str, host: FleetHost) -> str:
@@ -94,6 +117,11 @@ class FleetRow:
         server: "vllm: 3 running, 1 waiting" for the first server, "+N" more; None when none is known.
         server_state: The worst state of the host's servers (UP, DOWN, None: unknown).
         error: The host's error line, if any.
+        findings: How many findings the host has (its exporter's and the XIDs); None for a host that runs
+            no gputui exporter and shows no XID.
+        dead_held_mib: Memory held by defunct processes and ghost memory (its gputui exporter's); None
+            without one.
+        memory_only: The verdict is on memory alone (no current gputui exporter).
     """
 
     name: str
@@ -110,6 +138,9 @@ class FleetRow:
     server: str | None
     server_state: str | None
     error: str | None
+    findings: int | None = None
+    dead_held_mib: int | None = None
+    memory_only: bool = True
 
 
 def _sum_or_none(values: Sequence[int | None]) -> int | None:
@@ -167,6 +198,11 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         server=server,
         server_state=worst_state(health) if health else None,
         error=snapshot.error,
+        findings=len(snapshot.findings) if live and (snapshot.findings or not memory_only(host)) else None,
+        dead_held_mib=None
+        if memory_only(host) or not live or host.exported is None
+        else host.exported.dead_held_mib,
+        memory_only=memory_only(host),
     )
 
 
@@ -201,6 +237,15 @@ def xid_text(row: FleetRow) -> str:
     return f"{code}@GPU{index}{more}"
 
 
+def findings_text(row: FleetRow) -> str:
+    """ "3, 40G dead" (findings, memory held by dead processes or nobody), "0", or the dash."""
+    if row.findings is None:
+        return DASH
+    if row.dead_held_mib:
+        return f"{row.findings}, {size_text(row.dead_held_mib)} dead"
+    return str(row.findings)
+
+
 def state_text(row: FleetRow) -> str:
     """The age of the host's data, prefixed with what is wrong when it is not live."""
     age = DASH if row.age_s is None else age_text(row.age_s)
@@ -222,6 +267,12 @@ def sort_key(mode: str) -> Callable[[FleetRow], tuple[object, ...]]:
         return lambda r: (-(r.hottest[1] if r.hottest is not None else -1000), r.name)
     if mode == "age":
         return lambda r: (-(r.age_s if r.age_s is not None else _MISSING_LAST), r.name)
+    if mode == "dead":
+        return lambda r: (
+            -(r.dead_held_mib if r.dead_held_mib is not None else -1),
+            -(r.findings if r.findings is not None else -1),
+            r.name,
+        )
     return lambda r: (r.name,)
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gputui.core.exported import ExportedHost
 from gputui.core.model import HostSnapshot
+
+DEFAULT_STALE_AFTER_S = 90.0
+"""A sample older than this is stale even when Prometheus still serves it (no staleness marker was written:
+federation, a restart, exporters with explicit timestamps). Longer than the one-minute scrape interval that
+Prometheus uses by default."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,8 @@ class FleetHost:
         xid: GPU index -> last XID error code, for GPUs whose last XID is not 0.
         mig: GPU index -> its MIG instances.
         gone: The host has no series in Prometheus any more; it is known from an earlier refresh.
+        exported: What the host's gputui exporter said (findings, verdict, servers); None: it runs none, or
+            its series are not current.
     """
 
     name: str
@@ -50,6 +58,7 @@ class FleetHost:
     xid: dict[int, int] = field(default_factory=dict)
     mig: dict[int, tuple[MigInstance, ...]] = field(default_factory=dict)
     gone: bool = False
+    exported: ExportedHost | None = None
 
 
 @dataclass(frozen=True)

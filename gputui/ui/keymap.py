@@ -185,7 +185,12 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("escape", "Esc", "clear_filter", "clear the filter", scope=FLEET),
     Key(
-        "s", "s", "sort", f"sort: {', '.join(FLEET_SORT_MODES)} (age: oldest data first)", "Sort", scope=FLEET
+        "s",
+        "s",
+        "sort",
+        f"sort: {', '.join(FLEET_SORT_MODES)} (age: oldest data first; dead: memory of dead processes)",
+        "Sort",
+        scope=FLEET,
     ),
     Key("r", "r", "refresh", "ask Prometheus now", "Refresh", scope=FLEET),
     Key("question_mark", "?", "help", "this help", "Help", scope=FLEET),

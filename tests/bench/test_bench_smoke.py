@@ -82,3 +82,20 @@ def test_the_overhead_section_prints_the_collector_start_with_its_target(tmp_pat
     _assert_measured(start)
     assert start["target"] == "<= 50 ms", start
     assert start["verdict"] in ("PASS", "FAIL"), start
+
+
+def test_the_exporter_section_measures_gputui_s_exporter(tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, str(RUN_BENCH.with_name("exporter_bench.py")), "--no-peers", "--window-s", "3",
+         "--json", str(rows_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+        env=dict(os.environ, GPUTUI_BENCH_CACHE=str(tmp_path / "cache")), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["metric"]: row for row in json.loads(rows_path.read_text())["rows"]}
+    ours = rows["gputui exporter: CPU per scrape (1 s scrape, 1 s sample)"]
+    _assert_measured(ours)
+    assert ours["series"] > 50
+    assert rows["nvitop-exporter 1.7.2: CPU per scrape"]["value"] is None  # not installed: said, not made up
+    assert "gputui exporter: CPU per scrape" in proc.stdout

@@ -326,10 +326,11 @@ def test_scaled_answer_keeps_the_recorded_shape() -> None:
     assert len({g.uuid for h in sample.hosts for g in h.snapshot.gpus}) == 400
 
 
-def test_the_query_marks_its_timestamp_parts_and_narrows_only_dcgm_series() -> None:
+def test_the_query_marks_its_timestamp_parts_and_narrows_only_gpu_series() -> None:
     query = build_query(parse_matcher('{instance=~"gpu-.*", job="dcgm"}'))
-    # The values, the live timestamps and both looked-back ones.
-    assert query.count('instance=~"gpu-.*", job="dcgm"') == 4
+    # The values, the live timestamps and the looked-back ones, of DCGM's series and of gputui's.
+    assert query.count('instance=~"gpu-.*", job="dcgm"') == 8
+    assert '{__name__=~"gputui_.+",instance=~"gpu-.*", job="dcgm"}' in query
     assert f'"{PART_LABEL}"' in query
     assert '{__name__=~"up|vllm:num_requests_running|' in query  # up and servers: read whole, attached later
 

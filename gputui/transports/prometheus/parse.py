@@ -12,6 +12,8 @@ from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Finding, Gpu, HostSnapshot
 from gputui.core.textsafe import visible
+from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
+from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, host_part, whole
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,
     DEFAULT_STALE_AFTER_S,
@@ -20,7 +22,7 @@ from gputui.transports.prometheus.query import (
     SERVER_METRICS,
     PrometheusError,
 )
-from gputui.transports.prometheus.series import GpuParts, HostParts, Parser, Series, host_part, whole
+from gputui.transports.prometheus.series import Parser
 
 
 def _figure(figures: Mapping[str, Series], name: str) -> float | None:
@@ -78,7 +80,7 @@ def _build_gpu(
     name, uuid, pci_bus_id = labels.get("modelName"), labels.get("UUID"), labels.get("pci_bus_id")
     if stale:
         return Gpu(index=index, name=name, uuid=uuid, pci_bus_id=pci_bus_id, error=stale_reason), None, ()
-    figures = parts.figures
+    figures = merged_figures(parts)
     used, total, reserved = _memory(figures)
     instances = _mig_instances(parts) if parts.mig else ()
     xid = _figure(figures, "xid")
@@ -304,4 +306,5 @@ def _build_host(
         instances=tuple(sorted(parts.instances)),
         xid=xid,
         mig=mig,
+        exported=None if host_stale else exported_host(parts),
     )

@@ -10,6 +10,7 @@ import urllib.parse
 from typing import Any
 
 from gputui import __version__
+from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S as DEFAULT_STALE_AFTER_S
 from gputui.core.link import LinkError
 from gputui.core.textsafe import visible
 
@@ -33,6 +34,9 @@ SERVER_METRICS: dict[str, tuple[str, str]] = {
 }
 """Inference-server gauges -> (server kind, figure)."""
 
+GPUTUI_PREFIX = "gputui_"
+GPUTUI_MEMORY_USED = "gputui_gpu_memory_used_bytes"
+"""The gputui exporter's anchor series, as FB_USED is DCGM's (``core.export_schema``)."""
 UP = "up"
 PART_LABEL = "gputui_part"
 """Marks the series of the answer's parts other than the values, with one of the ``*_PART`` values."""
@@ -51,10 +55,6 @@ LOOKBACK = "5m"
 """How long Prometheus still lists a host whose exporter died: its own lookback."""
 LOOKBACK_STEP = "5s"
 """When a target was last up is found to within this (older, never newer)."""
-DEFAULT_STALE_AFTER_S = 90.0
-"""A sample older than this is stale even when Prometheus still serves it (no staleness marker was written:
-federation, a restart, exporters with explicit timestamps). Longer than the one-minute scrape interval that
-Prometheus uses by default."""
 DEFAULT_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 256 << 20
 """The answer is read up to this size: 500 hosts of 8 GPUs take about 10 MB."""
@@ -112,11 +112,15 @@ def build_query(matcher: str = "") -> str:
     def part(expression: str, value: str) -> str:
         return f'label_replace({expression}, "{PART_LABEL}", "{value}", "", "")'
 
+    ours = f'{{__name__="{GPUTUI_MEMORY_USED}"{extra}}}'
     return " or ".join(
         [
             f'{{__name__=~"{dcgm}"{extra}}}',
             part(f"timestamp({anchor})", TIME_PART),
             part(f"last_over_time({anchor}[{LOOKBACK}]) unless {anchor}", GONE_PART),
+            f'{{__name__=~"{GPUTUI_PREFIX}.+"{extra}}}',
+            part(f"timestamp({ours})", TIME_PART),
+            part(f"last_over_time({ours}[{LOOKBACK}]) unless {ours}", GONE_PART),
             part(
                 f"last_over_time(timestamp({UP} == 1)[{LOOKBACK}:{LOOKBACK_STEP}])"
                 f" unless on({INSTANCE}, job) {UP} == 1",

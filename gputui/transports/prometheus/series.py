@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
+from gputui.transports.prometheus.parts import (
+    GpuParts,
+    HostParts,
+    Series,
+    host_part,
+    newer,
+    number,
+    series_key,
+)
 from gputui.transports.prometheus.query import (
     DCGM_METRICS,
     FB_USED,
     GONE_PART,
     GPU_INSTANCE_ID,
     GPU_INSTANCE_PROFILE,
+    GPUTUI_MEMORY_USED,
+    GPUTUI_PREFIX,
     INSTANCE,
     PART_LABEL,
     SERVER_METRICS,
@@ -20,80 +30,6 @@ from gputui.transports.prometheus.query import (
     UP,
     UP_TIME_PART,
 )
-
-
-def number(text: Any) -> float | None:
-    """A sample value: Prometheus sends numbers as strings ("NaN", "+Inf" included); None unless finite."""
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
-def whole(value: float | None) -> int | None:
-    return None if value is None else int(round(value))
-
-
-def host_part(instance: str) -> str:
-    """``gpu-a:9400`` -> ``gpu-a``; ``[fe80::1]:9400`` -> ``fe80::1``; anything else as it is."""
-    if instance.startswith("["):
-        end = instance.find("]")
-        return instance[1:end] if end > 0 else instance
-    if instance.count(":") == 1:
-        return instance.split(":", 1)[0]
-    return instance
-
-
-@dataclass(slots=True)
-class Series:
-    """One series of the answer: its labels, its value and its own sample time (looked up when needed)."""
-
-    labels: dict[str, str]
-    value: float | None
-    time: float | None = None
-
-
-@dataclass
-class GpuParts:
-    """Everything the answer holds about one GPU (key: UUID, else ``gpu``)."""
-
-    key: str
-    index: int | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    figures: dict[str, Series] = field(default_factory=dict)
-    """figure name -> the chosen series (the newest of duplicates)."""
-    mig: dict[str, dict[str, Series]] = field(default_factory=dict)
-    """GPU_I_ID -> figure name -> series."""
-    mig_profiles: dict[str, str] = field(default_factory=dict)
-    times: list[float] = field(default_factory=list)
-    """Own sample times of its current FB_USED series."""
-    live: bool = False
-    """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
-
-
-@dataclass
-class HostParts:
-    name: str
-    ssh_host: str
-    gpus: dict[str, GpuParts] = field(default_factory=dict)
-    instances: set[str] = field(default_factory=set)
-
-
-def newer(old_time: float | None, old: Series, new_time: float | None, new: Series) -> bool:
-    """Whether ``new`` replaces ``old`` among duplicate series: the newer own time, then a number."""
-    if new_time is not None and (old_time is None or new_time > old_time):
-        return True
-    return new_time == old_time and old.value is None and new.value is not None
-
-
-def series_key(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
-    """A series' identity across the answer's parts: its labels without the metric name and the part mark."""
-    rest = dict(labels)
-    rest.pop("__name__", None)
-    rest.pop(PART_LABEL, None)
-    return frozenset(rest.items())
-
 
 _GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device")
 
@@ -196,7 +132,7 @@ class Parser:
                 values.append((name, Series(labels, value)))
             elif part == TIME_PART and value is not None:
                 self._time_series.append((labels, value))
-            elif part == GONE_PART and name == FB_USED:
+            elif part == GONE_PART and name in (FB_USED, GPUTUI_MEMORY_USED):
                 self._gone_series.append(labels)
             elif part == UP_TIME_PART and value is not None and labels.get(INSTANCE):
                 instance = labels[INSTANCE]
@@ -214,6 +150,8 @@ class Parser:
                 self.servers.append(series)
             elif name in DCGM_METRICS:
                 self._dcgm(name, series)
+            elif name.startswith(GPUTUI_PREFIX):
+                self._gputui(name, series)
         for labels, at in self._time_series:
             gpu = self._gpu_from(labels)
             if gpu is not None:
@@ -227,6 +165,16 @@ class Parser:
         if gpu is None:
             self.ignored += 1
         return gpu
+
+    def _gputui(self, name: str, series: Series) -> None:
+        if name in GPU_FIGURES:
+            gpu = self._gpu_from(series.labels)
+            if gpu is not None:
+                gpu_figure(gpu, name, series)
+            return
+        host = self.host_of(series.labels)
+        if host is None or not take(host, series):
+            self.ignored += 1
 
     def _dcgm(self, name: str, series: Series) -> None:
         gpu = self._gpu_from(series.labels)

@@ -107,4 +107,4 @@ def gone_host(old: FleetHost, now: float | None) -> FleetHost:
         health=(),
         verdict=None,
     )
-    return replace(old, snapshot=snapshot, age_s=age, stale=True, xid={}, mig={}, gone=True)
+    return replace(old, snapshot=snapshot, age_s=age, stale=True, xid={}, mig={}, gone=True, exported=None)

@@ -29,6 +29,22 @@ def notes_text(host: FleetHost, row: FleetRow, ssh_target: str | None) -> Text:
         lines.append(Text("! ", style="bold red").append_text(safe_text(row.error, 200, style="red")))
     for index, code in sorted(host.xid.items()):
         lines.append(Text(f"XID {code} on GPU{index}: see the host's kernel log (dmesg)", style="bold red"))
+    verdict = host.snapshot.verdict
+    if not row.memory_only and verdict is not None:
+        word = "clean" if verdict.clean else "NOT clean" if verdict.known else "cannot tell"
+        line = Text(f"gputui exporter: {word}", style="green" if verdict.clean else "bold red")
+        cannot = host.exported.cannot_check if host.exported is not None else ()
+        if cannot:
+            line.append(f" · cannot check: {', '.join(cannot)}", style="dim")
+        lines.append(line)
+    for finding in host.snapshot.findings:
+        if finding.kind == "xid":
+            continue  # said above
+        line = Text("! ", style="bold red")
+        line.append_text(safe_text(finding.kind, 20, style="bold"))
+        line.append(": ")
+        line.append_text(safe_text(finding.detail, 200))
+        lines.append(line)
     for index, instances in sorted(host.mig.items()):
         line = Text(f"GPU{index} MIG:", style="cyan")
         for instance in instances:

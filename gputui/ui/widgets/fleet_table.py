@@ -18,6 +18,7 @@ from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 from gputui.core.fleet_rows import (
     FleetRow,
     baseline_text,
+    findings_text,
     hottest_text,
     memory_text,
     state_text,
@@ -48,8 +49,9 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
             ("util", " util", 5),
             ("hottest", " hottest", 11),
             ("xid", " xid", 9),
+            ("findings", " findings", 12),
             ("age", " age", 12),
-            ("server", " server", 32),
+            ("server", " server", 20),
         )
     else:
         fixed = (
@@ -59,8 +61,9 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
             ("util", " util", 5),
             ("hottest", " hottest", 16),
             ("xid", " xid", 12),
+            ("findings", " findings", 16),
             ("age", " age", 14),
-            ("server", " server", 40),
+            ("server", " server", 24),
         )
     host = max(HOST_MIN_CELLS, min(HOST_MAX_CELLS, width - sum(cells for _, _, cells in fixed) - 2))
     return (("host", " host", host), *fixed)
@@ -102,6 +105,8 @@ def _cell_inputs(key: str, row: FleetRow) -> tuple[object, ...]:
         return row.xid
     if key == "age":
         return (state_text(row), row.state)
+    if key == "findings":
+        return (row.findings, row.dead_held_mib)
     return (row.server, row.server_state)
 
 
@@ -127,6 +132,9 @@ def _cell(key: str, row: FleetRow, width: int) -> Text:
         return Text(f" {xid_text(row)}", style="bold red" if row.xid else "dim")
     if key == "age":
         return Text(f" {state_text(row)}", style=state_style or "dim")
+    if key == "findings":
+        style = "bold red" if row.dead_held_mib else "yellow" if row.findings else "dim"
+        return Text(f" {findings_text(row)}", style=style)
     return _server_cell(row, width)
 
 

@@ -1,0 +1,126 @@
+"""The names of what ``gputui exporter`` serves and the fleet view reads back: one table for both sides.
+
+Every series carries ``Hostname`` (the label dcgm-exporter sets, so gputui's series join DCGM's by host) and,
+per GPU, ``gpu`` (index) and ``UUID`` as DCGM names them. Labels from machines are bounded: process names
+(``comm``) go through the text policy and are cut to ``COMM_MAX``; command lines, environments, users and
+URLs are never labels; a server is named by its port alone. Per-process series exist only for the subjects
+of findings, at most ``MAX_SUBJECTS`` per host (``gputui_finding_subjects_omitted`` counts the rest), and
+GPUs are cut at ``MAX_GPUS``.
+
+Units follow Prometheus's conventions (bytes, seconds, ratios, Celsius, watts); the fleet converts memory
+to MiB on the way in.
+"""
+
+from __future__ import annotations
+
+PREFIX = "gputui_"
+HOST_LABEL = "Hostname"
+GPU_LABEL = "gpu"
+UUID_LABEL = "UUID"
+MODEL_LABEL = "modelName"
+KIND_LABEL = "kind"
+PID_LABEL = "pid"
+COMM_LABEL = "comm"
+PPID_LABEL = "ppid"
+PARENT_COMM_LABEL = "parent_comm"
+STATE_LABEL = "state"
+REASON_LABEL = "reason"
+PORT_LABEL = "port"
+ENGINE_LABEL = "engine"
+CHECK_LABEL = "check"
+
+MIB = 1 << 20
+COMM_MAX = 32
+"""Longest process name in a label (the kernel's comm is 15 bytes; escapes can make it longer)."""
+MAX_SUBJECTS = 32
+"""Processes named in per-process series per host; further subjects are only counted."""
+MAX_GPUS = 64
+MAX_SERVERS = 16
+
+# --- families ----------------------------------------------------------------------------------------
+INFO = "gputui_exporter"
+"""Info family (served as ``gputui_exporter_info``): version, collector mode, driver."""
+INFO_SERIES = "gputui_exporter_info"
+SAMPLE_TIME = "gputui_sample_timestamp_seconds"
+SAMPLE_AGE = "gputui_sample_age_seconds"
+SAMPLE_DURATION = "gputui_sample_duration_seconds"
+HOST_UP = "gputui_host_up"
+"""1 when the collector read the host without a host-level error (a driver, at least one GPU)."""
+CHECK_AVAILABLE = "gputui_check_available"
+"""Per ``check``: 1 when this exporter can do it, 0 when it cannot (never a 0 in the check's own series)."""
+COLLECTOR_CPU = "gputui_collector_cpu_seconds"
+"""Counter (served as ``gputui_collector_cpu_seconds_total``): CPU time the collector's samples took."""
+COLLECTOR_CPU_SERIES = "gputui_collector_cpu_seconds_total"
+SCRAPE_DURATION = "gputui_scrape_duration_seconds"
+"""How long building the previous scrape's answer took (a scrape cannot time itself)."""
+SCRAPES = "gputui_scrapes"
+
+GPU_MEMORY_USED = "gputui_gpu_memory_used_bytes"
+GPU_MEMORY_TOTAL = "gputui_gpu_memory_total_bytes"
+GPU_UTILIZATION = "gputui_gpu_utilization_ratio"
+GPU_TEMPERATURE = "gputui_gpu_temperature_celsius"
+GPU_POWER = "gputui_gpu_power_watts"
+GPU_READABLE = "gputui_gpu_readable"
+GPU_BASELINE = "gputui_gpu_baseline_bytes"
+GPU_PROCESSES = "gputui_gpu_processes"
+"""Processes the driver lists on the GPU (visible here or not)."""
+GPU_PROCESS_MEMORY = "gputui_gpu_process_memory_bytes"
+"""What the listed processes hold, summed; absent when the driver does not say for every one."""
+
+CLEAN_SLATE = "gputui_clean_slate"
+"""1 clean, 0 not clean or cannot tell; per GPU (``gpu`` label) and per host (no ``gpu`` label)."""
+CLEAN_SLATE_KNOWN = "gputui_clean_slate_known"
+"""0 when the verdict cannot be told (host error, unreadable GPU): then ``gputui_clean_slate`` is 0 too."""
+
+FINDINGS = "gputui_findings"
+"""Findings by kind (and GPU, where a finding has one): a count, 0 for kinds the exporter checks."""
+FINDING_MEMORY = "gputui_finding_memory_bytes"
+"""GPU memory the findings of a kind hold on a GPU."""
+SUBJECT = "gputui_finding_process"
+"""1 per subject of a finding: ``kind``, ``pid``, ``comm``, ``ppid``, ``parent_comm`` labels."""
+SUBJECT_MEMORY = "gputui_finding_process_memory_bytes"
+SUBJECT_SINCE = "gputui_finding_process_state_since_timestamp_seconds"
+SUBJECT_THREADS = "gputui_finding_process_threads"
+"""Live threads of a defunct leader, by state letter."""
+SUBJECTS_OMITTED = "gputui_finding_subjects_omitted"
+
+SERVER_STATE = "gputui_server_state"
+"""State set per server (``port``, ``engine``): 1 for its current state, 0 for the others."""
+SERVER_STATE_SINCE = "gputui_server_state_since_timestamp_seconds"
+
+PROCESS_KINDS = ("zombie", "defunct_leader", "orphan", "uninterruptible", "survivor", "invisible_pid")
+"""Finding kinds whose subject is a process (named in per-process series)."""
+GPU_KINDS = ("ghost_memory",)
+EXPORTED_KINDS = (*PROCESS_KINDS, *GPU_KINDS)
+"""Every kind the exporter judges (``xid`` comes from DCGM)."""
+
+CHECK_OTHER_USERS = "other_users_processes"
+"""Another user's open files and threads: needs root (ghost-memory suspects, device holders)."""
+CHECK_KERNEL_LOG = "kernel_log"
+"""The kernel log (Xid lines): readable by root or with dmesg unrestricted."""
+CHECK_GPU_HEALTH = "gpu_health"
+"""Remapped rows, ECC, Xid per GPU: not read by this collector yet."""
+
+# Verdict reasons (bounded): what keeps a GPU, or a host, from a clean slate.
+REASON_CLEAN = "clean"
+REASON_HELD = "held"
+"""A process holds memory over the baseline."""
+REASON_LISTED = "listed"
+"""Memory at the baseline but a process is still listed."""
+REASON_GHOST = "ghost_memory"
+REASON_UNREADABLE = "unreadable"
+REASON_HOST_ERROR = "host_error"
+REASON_GPU = "gpu"
+"""Host level: a GPU is not clean."""
+REASON_REMNANT = "remnant"
+"""Host level: a zombie or D-state process is left in a GPU tree."""
+REASONS = (
+    REASON_CLEAN,
+    REASON_HELD,
+    REASON_LISTED,
+    REASON_GHOST,
+    REASON_UNREADABLE,
+    REASON_HOST_ERROR,
+    REASON_GPU,
+    REASON_REMNANT,
+)

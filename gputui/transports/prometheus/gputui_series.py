@@ -1,0 +1,216 @@
+"""The ``gputui_*`` series of one answer: GPU figures beside DCGM's, and each host's ``ExportedHost``.
+
+A host that runs ``gputui exporter`` is joined to its DCGM series by the host label (both set
+``Hostname``) and its GPUs by ``UUID``. DCGM's figures win where both exist; a host without DCGM has its
+GPUs from gputui's. Every value and label is untrusted: numbers are parsed as the rest of the answer, text
+goes through ``textsafe.visible``, and at most ``MAX_SERIES_PER_HOST`` series of a host are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gputui.core import export_schema as s
+from gputui.core.exported import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
+from gputui.core.textsafe import visible
+from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, whole
+from gputui.transports.prometheus.query import INSTANCE
+
+MAX_SERIES_PER_HOST = 4000
+"""More than 64 GPUs' and 32 subjects' series with room to spare: the rest of a flood is left out."""
+
+GPU_FIGURES: dict[str, tuple[str, float]] = {
+    s.GPU_MEMORY_USED: ("used", 1 / s.MIB),
+    s.GPU_MEMORY_TOTAL: ("total", 1 / s.MIB),
+    s.GPU_UTILIZATION: ("util", 100.0),
+    s.GPU_TEMPERATURE: ("temp", 1.0),
+    s.GPU_POWER: ("power", 1.0),
+}
+"""gputui's GPU families -> (the DCGM figure it stands for, the factor to DCGM's unit)."""
+
+
+def gpu_figure(gpu: GpuParts, name: str, series: Series) -> None:
+    """Keep one of gputui's GPU figures (in DCGM's units) beside the GPU's DCGM figures."""
+    figure, factor = GPU_FIGURES[name]
+    value = None if series.value is None else series.value * factor
+    gpu.gputui_figures[figure] = Series(series.labels, value)
+    if name == s.GPU_MEMORY_USED and value is not None:
+        gpu.live = True
+
+
+def merged_figures(gpu: GpuParts) -> Mapping[str, Series]:
+    """The GPU's figures: DCGM's, else gputui's (memory free made from its used and total)."""
+    if not gpu.gputui_figures:
+        return gpu.figures
+    ours = dict(gpu.gputui_figures)
+    used, total = ours.pop("used", None), ours.pop("total", None)
+    if "used" not in gpu.figures and used is not None:
+        ours["used"] = used
+        if total is not None and total.value is not None and used.value is not None:
+            ours["free"] = Series(total.labels, max(0.0, total.value - used.value))
+    return {**ours, **gpu.figures}
+
+
+def take(host: HostParts, series: Series) -> bool:
+    """Keep one non-GPU-figure gputui series of ``host``; False when its cap is reached (left out)."""
+    if len(host.gputui) >= MAX_SERIES_PER_HOST:
+        return False
+    host.gputui.append(series)
+    return True
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() and len(text) < 10 else None
+
+
+def _mib(value: float | None) -> int | None:
+    """Bytes as MiB; None for a figure no process or GPU can have (negative)."""
+    return None if value is None or value < 0 else whole(value / s.MIB)
+
+
+def exported_host(host: HostParts) -> ExportedHost | None:
+    """What the host's gputui exporter said, None when the answer has no gputui series of it."""
+    if not host.gputui:
+        return None
+    instances: set[str] = set()
+    scalars: dict[str, float | None] = {}
+    gpus: dict[int, dict[str, object]] = {}
+    findings: dict[str, int] = {}
+    finding_memory: dict[tuple[str, int], int] = {}
+    subjects: dict[tuple[str, int], dict[str, object]] = {}
+    servers: dict[tuple[str, str], dict[str, object]] = {}
+    checks: dict[str, bool] = {}
+    host_verdict: dict[str, object] = {}
+    for series in host.gputui:
+        labels = series.labels
+        name = labels.get("__name__", "")
+        value = series.value
+        gpu_index = _int(labels.get(s.GPU_LABEL))
+        if name == s.INFO_SERIES:
+            instances.add(labels.get(INSTANCE) or "")
+        elif name in (s.SAMPLE_TIME, s.SAMPLE_AGE, s.HOST_UP, s.SUBJECTS_OMITTED):
+            scalars[name] = value
+        elif name == s.CHECK_AVAILABLE and labels.get(s.CHECK_LABEL):
+            checks[visible(labels[s.CHECK_LABEL], 40)] = value is not None and value >= 1
+        elif name in (s.CLEAN_SLATE, s.CLEAN_SLATE_KNOWN):
+            key = "clean" if name == s.CLEAN_SLATE else "known"
+            slot = host_verdict if gpu_index is None else gpus.setdefault(gpu_index, {})
+            slot[key] = None if value is None else value >= 1
+            if name == s.CLEAN_SLATE:
+                slot["reason"] = visible(labels.get(s.REASON_LABEL) or "", 20)
+        elif gpu_index is not None and name in (s.GPU_BASELINE, s.GPU_PROCESSES, s.GPU_PROCESS_MEMORY):
+            gpus.setdefault(gpu_index, {})[name] = value
+        elif name == s.FINDINGS and labels.get(s.KIND_LABEL) and value is not None:
+            findings[visible(labels[s.KIND_LABEL], 20)] = max(0, int(value))
+        elif name == s.FINDING_MEMORY and gpu_index is not None and labels.get(s.KIND_LABEL):
+            mib = _mib(value)
+            if mib is not None:
+                finding_memory[(visible(labels[s.KIND_LABEL], 20), gpu_index)] = mib
+        elif name.startswith(s.SUBJECT):
+            _subject(subjects, name, labels, value, gpu_index)
+        elif name in (s.SERVER_STATE, s.SERVER_STATE_SINCE):
+            server = (
+                visible(labels.get(s.PORT_LABEL) or "", 8),
+                visible(labels.get(s.ENGINE_LABEL) or "", 16),
+            )
+            slot = servers.setdefault(server, {})
+            if name == s.SERVER_STATE_SINCE:
+                slot["since"] = value
+            elif value is not None and value >= 1:
+                slot["state"] = visible(labels.get(s.STATE_LABEL) or "", 16)
+    if not instances:
+        instances = {i for i in host.instances if i}
+    return ExportedHost(
+        instances=tuple(sorted(instances)),
+        sample_time=scalars.get(s.SAMPLE_TIME),
+        sample_age_s=scalars.get(s.SAMPLE_AGE),
+        host_up=None if scalars.get(s.HOST_UP) is None else bool(scalars[s.HOST_UP]),
+        clean=host_verdict.get("clean"),  # type: ignore[arg-type]
+        known=bool(host_verdict.get("known")),
+        reason=str(host_verdict.get("reason") or ""),
+        gpus={index: _gpu(index, facts) for index, facts in gpus.items()},
+        findings=findings,
+        finding_memory=finding_memory,
+        subjects=tuple(
+            _subject_of(kind, pid, facts)
+            for (kind, pid), facts in sorted(subjects.items(), key=lambda item: (item[0][1], item[0][0]))
+            if facts.get("seen")
+        )[: s.MAX_SUBJECTS],
+        subjects_omitted=max(0, whole(scalars.get(s.SUBJECTS_OMITTED)) or 0),
+        servers=tuple(
+            ExportedServer(port=port, engine=engine, state=str(facts.get("state") or ""), since=_float(facts))
+            for (port, engine), facts in sorted(servers.items())
+        )[: s.MAX_SERVERS],
+        checks=checks,
+    )
+
+
+def _float(facts: Mapping[str, object]) -> float | None:
+    value = facts.get("since")
+    return value if isinstance(value, float) else None
+
+
+def _gpu(index: int, facts: Mapping[str, object]) -> ExportedGpu:
+    def number(name: str) -> float | None:
+        value = facts.get(name)
+        return value if isinstance(value, float) else None
+
+    clean = facts.get("clean")
+    known = facts.get("known")
+    return ExportedGpu(
+        index=index,
+        clean=clean if isinstance(clean, bool) else None,
+        reason=str(facts.get("reason") or ""),
+        known=known if isinstance(known, bool) else None,
+        baseline_mib=_mib(number(s.GPU_BASELINE)),
+        processes=whole(number(s.GPU_PROCESSES)),
+        process_mib=_mib(number(s.GPU_PROCESS_MEMORY)),
+    )
+
+
+def _subject(
+    subjects: dict[tuple[str, int], dict[str, object]],
+    name: str,
+    labels: Mapping[str, str],
+    value: float | None,
+    gpu_index: int | None,
+) -> None:
+    kind = visible(labels.get(s.KIND_LABEL) or "", 20)
+    pid = _int(labels.get(s.PID_LABEL))
+    if not kind or pid is None:
+        return
+    facts = subjects.setdefault((kind, pid), {})
+    if name == s.SUBJECT:
+        facts["seen"] = True
+        facts["comm"] = visible(labels.get(s.COMM_LABEL) or "", s.COMM_MAX)
+        facts["ppid"] = _int(labels.get(s.PPID_LABEL))
+        facts["parent_comm"] = visible(labels.get(s.PARENT_COMM_LABEL) or "", s.COMM_MAX)
+    elif name == s.SUBJECT_MEMORY and gpu_index is not None:
+        mib = _mib(value)
+        if mib is not None:
+            memory = facts.setdefault("memory", {})
+            assert isinstance(memory, dict)  # noqa: S101 - only this function fills it
+            memory[gpu_index] = mib
+    elif name == s.SUBJECT_SINCE:
+        facts["since"] = value
+    elif name == s.SUBJECT_THREADS and value is not None:
+        threads = facts.setdefault("threads", {})
+        assert isinstance(threads, dict)  # noqa: S101
+        threads[visible(labels.get(s.STATE_LABEL) or "?", 2)] = max(0, min(int(value), 1 << 22))
+
+
+def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSubject:
+    memory = facts.get("memory")
+    threads = facts.get("threads")
+    ppid = facts.get("ppid")
+    since = facts.get("since")
+    return ExportedSubject(
+        kind=kind,
+        pid=pid,
+        comm=str(facts.get("comm") or ""),
+        ppid=ppid if isinstance(ppid, int) else None,
+        parent_comm=str(facts.get("parent_comm") or ""),
+        memory_mib=dict(memory) if isinstance(memory, dict) else {},
+        since=since if isinstance(since, float) else None,
+        threads=dict(threads) if isinstance(threads, dict) else {},
+    )

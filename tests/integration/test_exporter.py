@@ -1,0 +1,283 @@
+"""``gputui exporter`` end to end: a real exporter process (the collector inside it reads real /proc and the
+fake NVML) scraped by a real Prometheus on loopback, beside a DCGM-format exporter for the same host, while
+real processes make a defunct leader holding GPU memory and a true zombie. The fleet reads both back, joined
+by host; ``check --prometheus`` fails, then passes once the processes are killed.
+
+Also: listening beyond loopback is refused without TLS or ``--insecure`` (said first in the log), TLS with
+prometheus_client's own options, the textfile mode, a hung device that never holds a scrape, and no kill
+path (nothing but GET answers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gputui.core.analysis import Baselines
+from gputui.core.fleet_rows import analyze_fleet, summarize
+from gputui.core.fleet_sample import FleetHost
+from gputui.transports.prometheus import FleetSettings, PrometheusSource
+from tests.fakenvml import FakeGpu, FakeNvmlState
+from tests.integration.dcgm_exporter import Exporters, gpu_uuid
+from tests.integration.defunct import build_defunct_leader, defunct_leader
+from tests.integration.exporter_proc import ExporterProcess, free_port
+from tests.integration.procs import REPO, gputui_env, state_of, wait_for
+from tests.integration.prometheus import PrometheusServer
+
+pytestmark = pytest.mark.timeout(240)
+
+HELD_MIB = 2048
+NODE = os.uname().nodename
+DEADLINE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_defunct_leader(tmp_path_factory.mktemp("defunct"))
+
+
+@pytest.fixture
+def env(fake_nvml: Any, tmp_path: Path) -> dict[str, str]:
+    # Two GPUs with the UUIDs the DCGM stand-in gives this host's, so the two exporters' GPUs join.
+    fake_nvml.state = FakeNvmlState(gpus=[FakeGpu(uuid=gpu_uuid(NODE, i), total_mib=81920) for i in range(2)])
+    fake_nvml.write()
+    environment = gputui_env(fake_nvml, tmp_path / "state")
+    environment["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    return environment
+
+
+@pytest.fixture
+def exporter(env: dict[str, str], tmp_path: Path) -> Iterator[ExporterProcess]:
+    process = ExporterProcess(env, tmp_path / "exporter.log")
+    try:
+        yield process.start()
+    finally:
+        process.stop()
+
+
+def _gputui(env: dict[str, str], *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gputui.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=str(REPO),
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+
+
+def _fleet_until(source: PrometheusSource, condition: Any, what: str) -> FleetHost:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        sample = analyze_fleet(source.sample(), Baselines())
+        host = next((h for h in sample.hosts if h.name == NODE), None)
+        if host is not None and condition(host):
+            return host
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}: {sample.hosts}")
+        time.sleep(0.25)
+
+
+def _kinds(host: FleetHost) -> dict[str, list[Any]]:
+    out: dict[str, list[Any]] = {}
+    for finding in host.snapshot.findings:
+        out.setdefault(finding.kind, []).append(finding)
+    return out
+
+
+def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
+    program: Path, fake_nvml: Any, env: dict[str, str], exporter: ExporterProcess, tmp_path: Path
+) -> None:
+    dcgm = Exporters([{"name": NODE, "gpus": 2}])
+    prometheus = PrometheusServer(
+        tmp_path / "prometheus",
+        {"dcgm": [(dcgm.address(NODE), {})], "gputui": [(exporter.address, {})]},
+    )
+    try:
+        prometheus.start()
+        with defunct_leader(program) as running:
+            leader, zombie = running.pids["leader"], running.pids["zombie"]
+            wait_for(lambda: state_of(leader) == "Z", "the leader to be defunct")
+            wait_for(lambda: state_of(zombie) == "Z", "the child to be a zombie")
+            fake_nvml.state.add_holder(0, leader, HELD_MIB, "compute")
+            fake_nvml.write()
+            dcgm.set(NODE, 0, used=HELD_MIB + 3)
+            source = PrometheusSource(FleetSettings(url=prometheus.url))
+            host = _fleet_until(
+                source,
+                lambda h: {"defunct_leader", "zombie"} <= set(_kinds(h)) and len(h.instances) == 2,
+                "the exported findings beside DCGM's series",
+            )
+            # Joined by host and GPU UUID: two GPUs, not four; DCGM's figures beside gputui's findings.
+            assert len(host.snapshot.gpus) == 2
+            assert host.snapshot.gpus[0].memory_used_mib == HELD_MIB + 3
+            kinds = _kinds(host)
+            (defunct,) = kinds["defunct_leader"]
+            assert defunct.pid == leader
+            assert f"holding {HELD_MIB} MiB on GPU0" in defunct.detail
+            assert "thread live on" in defunct.detail
+            (true_zombie,) = kinds["zombie"]
+            assert true_zombie.pid == zombie
+            assert f"its parent {leader} (" in true_zombie.detail
+            verdict = host.snapshot.verdict
+            assert verdict is not None
+            assert verdict.known
+            assert not verdict.clean
+            row = summarize(host)
+            assert not row.memory_only
+            assert row.dead_held_mib == HELD_MIB
+
+            done = _gputui(env, "snapshot", "--prometheus", prometheus.url, "--json")
+            assert done.returncode == 0, done.stderr
+            document = json.loads(done.stdout)
+            (entry,) = [h for h in document["hosts"] if h["target"] == NODE]
+            assert document["source"]["exporter_hosts"] == [NODE]
+            assert {"defunct_leader", "zombie"} <= {f["kind"] for f in entry["findings"]}
+            assert document["source"]["memory_only_hosts"] == []
+
+            check = _gputui(env, "check", "--prometheus", prometheus.url)
+            assert check.returncode == 1, (check.stdout, check.stderr)
+            assert f"{NODE}  NOT clean" in check.stdout
+            assert "every host runs the gputui exporter" in check.stdout
+            running.kill()
+        wait_for(lambda: state_of(leader) is None, "the defunct process to be gone")
+        dcgm.set(NODE, 0, used=3)
+        check = _gputui(env, "check", "--prometheus", prometheus.url, "--wait", "60")
+        assert check.returncode == 0, (check.stdout, check.stderr)
+        assert "✓ clean: 1/1 hosts, 2/2 GPUs at baseline" in check.stdout
+    finally:
+        prometheus.stop()
+        dcgm.close()
+    assert exporter.stop() == 0
+    log = exporter.log()
+    assert "serving http://127.0.0.1:" in log
+    assert "no kill path" in log
+    assert "Traceback" not in log
+
+
+def test_nothing_but_get_is_answered(exporter: ExporterProcess) -> None:
+    body = json.dumps({"cmd": "kill", "pids": [1], "signal": "KILL"}).encode()
+    for method in ("POST", "PUT", "DELETE"):
+        request = urllib.request.Request(exporter.url, data=body, method=method)  # noqa: S310 - loopback
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)  # noqa: S310 - loopback
+        assert refused.value.code == 405
+    assert "gputui_clean_slate" in exporter.scrape()
+
+
+def test_a_hung_device_never_holds_a_scrape(fake_nvml: Any, exporter: ExporterProcess) -> None:
+    for gpu in fake_nvml.state.gpus:
+        gpu.hang_ms = 8000
+    fake_nvml.write()
+    ages: list[float] = []
+    unreadable = 0
+    deadline = time.monotonic() + 6.0
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        text = exporter.scrape(timeout_s=5)
+        assert time.monotonic() - started < 1.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "gputui_sample_age_seconds":
+                    ages.append(sample.value)
+                elif sample.name == "gputui_gpu_readable" and sample.value == 0:
+                    unreadable += 1
+        time.sleep(0.3)
+    # The newest sample ages while the devices hang, or its GPUs say they timed out: never served as new.
+    assert max(ages) > 1.5 or unreadable, (ages, unreadable)
+
+
+def test_beyond_loopback_needs_tls_or_insecure(env: dict[str, str], tmp_path: Path) -> None:
+    refused = _gputui(env, "exporter", "--listen", f"0.0.0.0:{free_port()}", timeout_s=30)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0
+    assert "give --certfile and --keyfile, or --insecure" in refused.stderr
+    for bad in ("gpu-a:1", "127.0.0.1:0", "127.0.0.1:http", "[::1]"):
+        done = _gputui(env, "exporter", "--listen", bad, timeout_s=30)
+        assert done.returncode == 2
+        assert "--listen" in done.stderr
+        assert "Traceback" not in done.stderr
+    insecure = ExporterProcess(env, tmp_path / "insecure.log", "--insecure")
+    insecure.args[insecure.args.index("--listen") + 1] = f"0.0.0.0:{insecure.port}"
+    try:
+        insecure.start()
+    finally:
+        assert insecure.stop() == 0
+    first = insecure.log().splitlines()[0]
+    assert "insecure: plain HTTP on 0.0.0.0" in first
+
+
+def test_tls_with_prometheus_client_s_own_options(env: dict[str, str], tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    served = ExporterProcess(env, tmp_path / "tls.log", "--certfile", str(cert), "--keyfile", str(key))
+    served.scrape = lambda timeout_s=5.0: _tls_get(served, cert, timeout_s)  # type: ignore[method-assign]
+    try:
+        served.start()
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(served.url, timeout=5)  # noqa: S310 - plain HTTP to a TLS port fails
+    finally:
+        assert served.stop() == 0
+    assert "serving https://127.0.0.1:" in served.log()
+    half = _gputui(env, "exporter", "--certfile", str(cert), timeout_s=30)
+    assert half.returncode == 2
+    assert "go together" in half.stderr
+
+
+def _tls_get(served: ExporterProcess, cert: Path, timeout_s: float) -> str:
+    context = ssl.create_default_context(cafile=str(cert))
+    url = served.url.replace("http://", "https://")
+    with urllib.request.urlopen(url, timeout=timeout_s, context=context) as answer:  # noqa: S310
+        return answer.read().decode()
+
+
+def test_once_writes_one_textfile_atomically(env: dict[str, str], tmp_path: Path) -> None:
+    target = tmp_path / "textfile" / "gputui.prom"
+    target.parent.mkdir()
+    target.write_text("old\n")
+    done = _gputui(env, "exporter", "--once", str(target), "--no-discover")
+    assert done.returncode == 0, done.stderr
+    text = target.read_text()
+    names = {family.name for family in text_string_to_metric_families(text)}
+    assert {"gputui_clean_slate", "gputui_findings", "gputui_gpu_memory_used_bytes"} <= names
+    assert [p.name for p in target.parent.iterdir()] == ["gputui.prom"]  # no temporary file left
+    # A directory where the file should go: one line, nothing written, no traceback.
+    (tmp_path / "dir.prom").mkdir()
+    failed = _gputui(env, "exporter", "--once", str(tmp_path / "dir.prom"), "--no-discover")
+    assert failed.returncode == 2
+    assert failed.stderr.count("\n") == 1
+    assert "Traceback" not in failed.stderr

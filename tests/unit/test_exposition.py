@@ -1,0 +1,224 @@
+"""The exporter's families and the fleet's reading of them: a host's findings survive the trip through
+prometheus_client's exposition, a Prometheus-shaped answer and ``parse_answer`` with the monitor's own
+sentences; labels stay bounded and safe; what cannot be read is absent, never a 0."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gputui.core import export_schema as s
+from gputui.core.analysis import Baselines, analyze
+from gputui.core.exposition import ExportedSample, ExporterFigures, families, server_port
+from gputui.core.fleet_rows import analyze_fleet, sort_key, summarize
+from gputui.core.health_sample import HealthSample
+from gputui.core.model import GpuProcess, LiveThreads, Proc
+from gputui.transports.prometheus import parse_answer
+from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
+
+
+def test_the_fleet_words_the_exported_findings_as_the_monitor_does() -> None:
+    host = wedged_host()
+    sample = analyze_fleet(parse_answer(scraped_answer(exposition_text(host))), Baselines())
+    (fleet_host,) = sample.hosts
+    assert fleet_host.name == "gpu-a"
+    local = {(f.kind, f.pid, f.gpu_index): f.detail for f in host.findings}
+    fleet = {(f.kind, f.pid, f.gpu_index): f.detail for f in fleet_host.snapshot.findings}
+    assert set(local) == {
+        ("defunct_leader", 40, 0),
+        ("zombie", 41, None),
+        ("orphan", 50, 1),
+        ("ghost_memory", None, 2),
+        ("invisible_pid", None, 3),
+    }
+    assert fleet == local
+    verdict = fleet_host.snapshot.verdict
+    assert verdict is not None
+    assert verdict.known
+    assert not verdict.clean
+    assert [g.clean for g in verdict.gpus] == [False, False, False, False]
+    assert any("pid 41 (child)" in r for r in verdict.reasons)  # a remnant that holds no memory
+    # The servers travel by port only: the URL's credentials never leave the host.
+    (server,) = [h for h in fleet_host.snapshot.health if h.url == "port 30000"]
+    assert server.state == "STALLED"
+    row = summarize(fleet_host)
+    assert row.findings == 5
+    assert not row.memory_only
+    assert row.dead_held_mib == 2048 + 1000  # the defunct leader's and the ghost memory
+
+
+def test_labels_are_bounded_and_carry_no_command_line_or_url() -> None:
+    host = wedged_host(name=HOSTILE)
+    host = replace(
+        host, processes=tuple(replace(p, cmdline=("python", "--token=s3cret")) for p in host.processes)
+    )
+    text = exposition_text(host)
+    assert "secret" not in text
+    assert "s3cret" not in text
+    assert "user:" not in text
+    assert "\x1b" not in text
+    assert "\u202e" not in text
+    subjects = [
+        sample
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == s.SUBJECT
+    ]
+    assert subjects
+    assert all(len(sample.labels[s.COMM_LABEL]) <= s.COMM_MAX for sample in subjects)
+    allowed = {s.HOST_LABEL, s.KIND_LABEL, s.PID_LABEL, s.COMM_LABEL, s.PPID_LABEL, s.PARENT_COMM_LABEL}
+    assert all(set(sample.labels) <= allowed for sample in subjects)
+    # Hostile names read back visible, as the monitor shows them.
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0]
+    detail = next(f.detail for f in fleet.snapshot.findings if f.kind == "defunct_leader")
+    assert "\x1b" not in detail
+    assert "\\x1b]0;pwn" in detail
+
+
+def test_subjects_are_capped_and_the_rest_counted() -> None:
+    zombies = tuple(
+        Proc(pid=1000 + i, ppid=999, state="Z", name="z", state_since=NOW_S - 60, live_threads=LiveThreads(0))
+        for i in range(s.MAX_SUBJECTS + 8)
+    )
+    host = wedged_host()
+    host = analyze(replace(host, processes=host.processes + zombies), Baselines(), NOW_S)
+    text = exposition_text(host)
+    values = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    subject_count = sum(1 for name, _ in values if name == s.SUBJECT)
+    assert subject_count == s.MAX_SUBJECTS
+    omitted = next(v for (name, _), v in values.items() if name == s.SUBJECTS_OMITTED)
+    assert omitted == len(host.findings) - s.MAX_SUBJECTS - 2 + 1  # ghost: no subject; invisible: one
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0]
+    assert any(
+        f.kind == "omitted" and f"{int(omitted)} more processes" in f.detail for f in fleet.snapshot.findings
+    )
+
+
+def test_what_cannot_be_read_is_absent_or_said_never_a_zero() -> None:
+    host = wedged_host()
+    lost = replace(host.gpus[0], memory_used_mib=None, utilization_pct=None, error="GPU is lost")
+    host = analyze(replace(host, gpus=(lost, *host.gpus[1:])), Baselines(), NOW_S)
+    text = exposition_text(host, ExporterFigures(can_read_other_users=False, can_read_kernel_log=False))
+    assert 'gputui_gpu_memory_used_bytes{Hostname="gpu-a",UUID="GPU-0"' not in text
+    assert 'gputui_gpu_readable{Hostname="gpu-a",UUID="GPU-0",gpu="0",modelName="H100"} 0.0' in text
+    assert 'gputui_clean_slate_known{Hostname="gpu-a",gpu=""} 0.0' in text
+    assert 'gputui_check_available{Hostname="gpu-a",check="other_users_processes"} 0.0' in text
+    assert 'gputui_check_available{Hostname="gpu-a",check="kernel_log"} 0.0' in text
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0]
+    assert fleet.snapshot.verdict is not None
+    assert not fleet.snapshot.verdict.known
+    assert fleet.exported is not None
+    assert "kernel_log" in fleet.exported.cannot_check
+
+
+def test_no_sample_yet_serves_the_exporter_alone() -> None:
+    out = families(None, NOW_S, ExporterFigures(), "gpu-a", "9.9")
+    names = {family.name for family in out}
+    assert s.HOST_UP in names
+    assert s.CLEAN_SLATE not in names
+    assert s.FINDINGS not in names
+
+
+def test_a_stuck_collector_makes_the_fleet_verdict_cannot_tell() -> None:
+    host = wedged_host()
+    sample = ExportedSample(host, Baselines(), NOW_S - 600, 0.05)
+    registry = CollectorRegistry(auto_describe=False)
+
+    class One:
+        def collect(self) -> list[Any]:
+            return families(sample, NOW_S, ExporterFigures(), "gpu-a", "9.9")
+
+    registry.register(One())  # type: ignore[arg-type]
+    text = generate_latest(registry).decode()
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines(), stale_after_s=90).hosts[0]
+    verdict = fleet.snapshot.verdict
+    assert verdict is not None
+    assert not verdict.known
+    assert "newest sample is 10 min old" in verdict.reasons[0]
+
+
+def test_two_exporters_claiming_one_host_are_not_merged() -> None:
+    text = exposition_text(wedged_host())
+    one, two = scraped_answer(text, "a:10191"), scraped_answer(text, "b:10191")
+    one["data"]["result"] += two["data"]["result"]
+    fleet = analyze_fleet(parse_answer(one), Baselines()).hosts[0]
+    verdict = fleet.snapshot.verdict
+    assert verdict is not None
+    assert not verdict.known
+    assert "two gputui exporters claim this host" in verdict.reasons[0]
+
+
+def test_sorting_by_memory_held_by_dead_processes() -> None:
+    dead = analyze_fleet(parse_answer(scraped_answer(exposition_text(wedged_host()))), Baselines()).hosts[0]
+    clean_host = analyze(
+        replace(
+            wedged_host(),
+            hostname="gpu-b",
+            processes=(),
+            gpus=tuple(replace(g, memory_used_mib=3, processes=()) for g in wedged_host().gpus),
+        ),
+        Baselines(),
+        NOW_S,
+    )
+    text = exposition_text(clean_host).replace('Hostname="gpu-a"', 'Hostname="gpu-b"')
+    clean = analyze_fleet(parse_answer(scraped_answer(text, "gpu-b:10191")), Baselines()).hosts[0]
+    rows = sorted([summarize(clean), summarize(dead)], key=sort_key("dead"))
+    assert [r.name for r in rows] == ["gpu-a", "gpu-b"]
+    assert rows[1].findings == 0
+    assert rows[1].dead_held_mib == 0
+
+
+def test_server_port_never_carries_credentials() -> None:
+    assert server_port("http://u:p@10.0.0.1:8000/health") == "8000"
+    assert server_port("https://host/health") == "443"
+    assert server_port("http://[::1]:x/") == ""
+
+
+def test_no_series_twice_even_for_one_server_by_two_addresses_or_a_pid_on_two_gpus() -> None:
+    host = wedged_host()
+    twice = GpuProcess(pid=777, used_mib=100, visible=False)
+    gpus = (*host.gpus[:2], replace(host.gpus[2], processes=(twice,)), host.gpus[3])
+    health = (
+        HealthSample(url="http://127.0.0.1:30000/health", state="UP"),
+        HealthSample(url="http://[::1]:30000/health", state="UP"),
+    )
+    host = analyze(replace(host, gpus=gpus, health=health), Baselines(), NOW_S)
+    keys = [
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(exposition_text(host))
+        for sample in family.samples
+    ]
+    assert len(keys) == len(set(keys))
+    assert sum(1 for name, labels in keys if name == s.SUBJECT and ("kind", "invisible_pid") in labels) == 1
+    states = [labels for name, labels in keys if name == s.SERVER_STATE and ("state", "UP") in labels]
+    assert len(states) == 1
+
+
+def test_a_mixed_fleet_says_which_hosts_are_memory_only() -> None:
+    from gputui.commands.fleet_report import EXIT_NOT_CLEAN, format_fleet_check, host_status, verdict_note
+    from tests.data.prometheus import eval_time, load_answer
+
+    document = load_answer()
+    now = eval_time(document)
+    ours = scraped_answer(
+        exposition_text(wedged_host(now=now, hostname="gpu-x"), now=now, hostname="gpu-x"), "gpu-x:10191", now
+    )
+    document["data"]["result"] += ours["data"]["result"]
+    sample = analyze_fleet(parse_answer(document), Baselines())
+    note = verdict_note(sample)
+    assert note.startswith("memory only on ")
+    named = note.split(": no gputui exporter there")[0]
+    assert "gpu-a" in named
+    assert "gpu-x" not in named
+    gpu_x = next(h for h in sample.hosts if h.name == "gpu-x")
+    assert host_status(gpu_x.snapshot) == EXIT_NOT_CLEAN
+    lines = format_fleet_check(sample, ("ok", "X"))
+    assert any(line.startswith("X gpu-x  NOT clean: ") for line in lines)
+    assert lines[-1].endswith(f"({note})")
