@@ -90,6 +90,12 @@ def _clock_event_reasons(handle: Any) -> int:
     return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
 
 
+def _same_event(logged: dict[str, Any], live: dict[str, Any]) -> bool:
+    """Whether a kernel-log Xid and an NVML event are one event (same Xid, moments apart)."""
+    when = logged["time"]
+    return logged["xid"] == live["xid"] and when is not None and abs(when - live["time"]) < SAME_EVENT_S
+
+
 class XidEvents:
     """An NVML event set registered for critical Xids on every GPU that supports them, read without waiting.
 
@@ -234,10 +240,7 @@ class GpuHealthMonitor:
                 xids.setdefault(index, []).append(entry)
         for event in self._live:
             listed = xids.setdefault(event["index"], [])
-            if any(
-                e["xid"] == event["xid"] and e["time"] is not None and abs(e["time"] - event["time"]) < SAME_EVENT_S
-                for e in listed
-            ):
+            if any(_same_event(e, event) for e in listed):
                 continue  # the kernel log has it, with its detail
             listed.append(
                 {
@@ -248,7 +251,7 @@ class GpuHealthMonitor:
                     "cleared": self._cleared(event["pci"], event["time"]),
                 }
             )
-        for index, listed in xids.items():
+        for listed in xids.values():
             listed.sort(key=lambda e: e["time"] or 0.0)
             del listed[: max(0, len(listed) - MAX_XIDS_PER_GPU)]
         self._xids = xids

@@ -179,8 +179,7 @@ class KernelLog:
             proc = subprocess.run(  # noqa: S603 - a fixed argv, nothing from data
                 [dmesg],
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                capture_output=True,
                 timeout=DMESG_TIMEOUT_S,
                 check=False,
             )
@@ -207,7 +206,7 @@ class KernelLog:
             os.close(self._kmsg_fd)
             self._kmsg_fd = None
 
-    # -- lines -------------------------------------------------------------------------------------------------
+    # -- lines ---------------------------------------------------------------------------------------------
 
     def _take_line(self, line: str, boot_epoch: float) -> None:
         """One kmsg record (``prio,seq,usec,flags;text``) or dmesg line (``[  12.345] text``)."""
