@@ -18,6 +18,7 @@ from gputui.core.analysis import (
     age_text,
     memory_verdict,
 )
+from gputui.core.analysis.gpu_health import with_assessment
 from gputui.core.health_view import worst_state
 from gputui.core.state import load_calibrated_uuids
 from gputui.transports.prometheus import FleetHost, FleetSample, PrometheusError
@@ -34,8 +35,9 @@ def analyze_fleet(sample: FleetSample, baselines: Baselines) -> FleetSample:
     """Every host's snapshot with its memory-only verdict (``analysis.memory_verdict``); findings kept."""
     hosts = []
     for host in sample.hosts:
-        verdict = memory_verdict(host.snapshot, baselines)
-        hosts.append(replace(host, snapshot=host.snapshot.with_analysis(host.snapshot.findings, verdict)))
+        snapshot = with_assessment(host.snapshot)  # each GPU's health action, from DCGM's series
+        verdict = memory_verdict(snapshot, baselines)
+        hosts.append(replace(host, snapshot=snapshot.with_analysis(snapshot.findings, verdict)))
     return replace(sample, hosts=tuple(hosts))
 
 

@@ -261,7 +261,9 @@ def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest
     assert a.snapshot.verdict is not None
     # Every GPU at its baseline; GPU3's Xid 79 alone keeps the host from its clean slate.
     assert all(g.clean for g in a.snapshot.verdict.gpus if g.index != 3)
-    assert a.snapshot.verdict.unfit == ("GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)",)
+    assert a.snapshot.verdict.unfit == (
+        "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)",
+    )
     assert fleet_baselines(5, 0)[0].per_gpu_mib == {}  # --baseline-mib wins
     (tmp_path / "gputui" / "baselines.json").write_text("{not json")
     baselines, warning = fleet_baselines(None, None)
