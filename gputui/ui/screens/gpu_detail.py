@@ -155,7 +155,8 @@ class GpuDetailScreen(Screen[None]):
 
     def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
         """New data: redraw when it is this screen's host."""
-        if any(host.target == self.target for host, _ in changed):
+        # Not composed yet (pushed, not mounted): nothing to update, on_mount shows it.
+        if self.query("#gpu-detail-title") and any(host.target == self.target for host, _ in changed):
             self._show()
 
     def _show(self) -> None:
