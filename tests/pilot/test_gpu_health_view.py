@@ -87,7 +87,8 @@ async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make
         assert "[bold]x[/bold]" in shown  # the host's text shown literally, never as markup
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is app.monitor, "the monitor")
-        await pilot.press("g", *["up"] * UNFIT_GPU, "enter")  # GPU 0: fit, figures blank where the driver gave none
+        # GPU 0: fit, its figures blank where the driver gave none.
+        await pilot.press("g", *["up"] * UNFIT_GPU, "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), "the GPU view")
         shown = _health(app)
         assert "fit for the next launch" in shown
