@@ -248,7 +248,9 @@ class Agent:
             self.gpu_health.request()  # a kill just finished: the GPU may be left unfit
         self._kills_were_pending = pending
         monitor = self.gpu_health
-        if not monitor.due(forced):
+        # Health is read with a process list only, so that a stream line whose process lists are elided
+        # (``serve.elide_unchanged_processes``) carries no new health either.
+        if not (want_processes and monitor.due(forced)):
             gpus = self._backend.poll(want_processes)
         else:
             reads = getattr(self._backend, "reads_health", False)

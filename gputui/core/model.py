@@ -544,14 +544,16 @@ class HostSnapshot:
             listed_at = _opt_float(data.get("processes_time"))
             if previous is None or listed_at is None or previous.processes_time != listed_at:
                 raise ValueError("process lists marked unchanged, but no earlier list from that time")
-            by_index = {gpu.index: gpu.processes for gpu in previous.gpus}
-            gpus = tuple(Gpu.from_dict(g, by_index.get(int(g["index"]), ())) for g in data.get("gpus") or ())
+            by_index = {gpu.index: gpu for gpu in previous.gpus}
+            gpus = tuple(_same_lists(g, by_index.get(int(g["index"]))) for g in data.get("gpus") or ())
             processes = previous.processes
             listening = previous.listening_ports
+            kernel_log = previous.kernel_log
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
             processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
             listening = _ports(data.get(LISTENING_PORTS))
+            kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
         return cls(
             target=str(data.get("target") or ""),
             hostname=_opt_str(data.get("hostname")),
@@ -569,7 +571,7 @@ class HostSnapshot:
             processes_omitted=max(0, _opt_int(data.get("processes_omitted")) or 0),
             device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
             listening_ports=listening,
-            kernel_log=KernelLogNote.from_dict(data.get(KERNEL_LOG)),
+            kernel_log=kernel_log,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
             verdict=None if verdict is None else Verdict.from_dict(verdict),
@@ -581,6 +583,14 @@ class HostSnapshot:
     @classmethod
     def from_json(cls, text: str) -> HostSnapshot:
         return cls.from_dict(json.loads(text))
+
+
+def _same_lists(data: dict[str, Any], previous: Gpu | None) -> Gpu:
+    """A GPU of a line marked ``processes_same``: its process list and health are the previous line's."""
+    gpu = Gpu.from_dict(data, () if previous is None else previous.processes)
+    if GPU_HEALTH in data or previous is None:
+        return gpu
+    return replace(gpu, health=previous.health)
 
 
 def snapshots_document(snapshots: list[HostSnapshot] | tuple[HostSnapshot, ...]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ kernel log that cannot be read is said, and is not "no Xid".
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -19,10 +20,14 @@ from typing import Any
 
 import pytest
 
+from gputui.agent.gpu.xid import TEST_SOURCE_ENV
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.model import HostSnapshot
+from gputui.transports.base import LinkOptions
+from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, agent_process
+from tests.integration.sshd import ClientHome, SshdFactory
 from tests.interpreters import python38
 from tests.kernellog import KernelLog
 
@@ -286,3 +291,38 @@ def test_the_collector_reads_health_and_xids_on_python38(fake_nvml: FakeNvml, ke
     judged = analyze(HostSnapshot.from_dict(snapshot), Baselines(), now=time.time())
     assert judged.verdict is not None
     assert judged.verdict.not_ready
+
+
+def test_health_over_ssh_in_every_stream_line_and_the_suite_s_kernel_log(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
+) -> None:
+    """A shipped collector reads the suite's kernel log (passed by sshd), never the machine's; its health
+    reaches the client on stream lines whose process lists (and so health) are elided too."""
+    fake_nvml.state.gpus[2].remap_pending = 1
+    fake_nvml.write()
+    server = sshd_factory()
+    ssh_client.add_host("host-h", server)
+    ssh_client.trust(server)
+    link = SshLink(
+        "host-h", LinkOptions(memory_interval_s=0.1, process_interval_s=5.0, connect_timeout_s=10.0)
+    )
+    link.open()
+    try:
+        seen: list[HostSnapshot] = []
+        end = time.monotonic() + 30.0
+        while len(seen) < 8 and time.monotonic() < end:
+            snapshot = link.next_snapshot(1.0)
+            if snapshot is not None:
+                seen.append(snapshot)
+        assert len(seen) == 8
+        for snapshot in seen:
+            health = snapshot.gpus[2].health
+            assert health is not None
+            assert health.remap_pending is True
+            assert snapshot.kernel_log is not None
+            assert snapshot.kernel_log.source == "test:" + os.environ[TEST_SOURCE_ENV]
+        judged = analyze(seen[-1], Baselines())
+        assert judged.verdict is not None
+        assert judged.verdict.unfit == ("GPU2 needs a reset (row remap pending)",)
+    finally:
+        link.close()

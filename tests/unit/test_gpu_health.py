@@ -245,3 +245,25 @@ def test_dcgm_series_are_judged_by_the_same_table() -> None:
     assert odd.remap_pending is None
     assert odd.remap_failure is False
     assert assess(odd).action == ACTION_NONE
+
+
+def test_a_line_with_elided_lists_keeps_the_previous_health() -> None:
+    from gputui.agent.serve import elide_unchanged_processes
+
+    full = {
+        "target": "h",
+        "time": 1.0,
+        "processes_time": 1.0,
+        "gpus": [{"index": 0, "memory_used_mib": 3, "processes": [], "health": {"remap_pending": True}}],
+        "processes": [],
+        "listening_ports": [],
+        "kernel_log": {"source": "/dev/kmsg", "error": None, "unmatched": []},
+    }
+    first = HostSnapshot.from_dict(full)
+    line = elide_unchanged_processes(dict(full, time=2.0))
+    assert "health" not in line["gpus"][0]
+    assert "kernel_log" not in line
+    second = HostSnapshot.from_dict(line, first)
+    assert second.gpus[0].health == first.gpus[0].health
+    assert second.kernel_log == first.kernel_log
+    assert second.time == 2.0
