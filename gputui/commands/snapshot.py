@@ -134,7 +134,7 @@ def format_table(snapshot: HostSnapshot) -> list[str]:
     health_lines = [(gpu.index, health_summary(gpu)) for gpu in snapshot.gpus]
     if any(text is not None for _index, text in health_lines):
         lines.append("GPU HEALTH")
-        lines.extend(f"{index:>3}  {text}" for index, text in health_lines if text is not None)
+        lines.extend(f"  GPU{index} {text}" for index, text in health_lines if text is not None)
     verdict = snapshot.verdict
     if verdict is not None:
         state = "clean" if verdict.clean else ("unknown" if not verdict.known else "NOT clean")
