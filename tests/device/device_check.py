@@ -137,7 +137,9 @@ def raw_queries() -> None:
             health = timed(lambda h=handle: read_gpu_health(h))
             gpus.append({"index": index, "queries": queries, "gputui_read_gpu_health": health})
         events_start = time.perf_counter()
-        events = XidEvents(handles)
+        events = XidEvents()
+        for index, handle in enumerate(handles):
+            events.register(index, handle)
         made_ms = (time.perf_counter() - events_start) * 1000
         take = timed(events.take)
         events.close()

@@ -97,29 +97,37 @@ def _same_event(logged: dict[str, Any], live: dict[str, Any]) -> bool:
 
 
 class XidEvents:
-    """An NVML event set registered for critical Xids on every GPU that supports them, read without waiting.
+    """An NVML event set for critical Xids, read without waiting.
 
-    Made and read on the backend's system worker (bounded there); a driver without events leaves it empty.
+    Made and read on the backend's system worker (bounded there; making it calls no device); each GPU is
+    registered from its own device job (``register``), so a GPU whose calls hang holds up only itself. A
+    driver without events leaves it empty.
     """
 
-    def __init__(self, handles: list[Any]) -> None:
-        import ctypes
-
+    def __init__(self) -> None:
         self._set: Any = None
         self._index_of: dict[Any, int] = {}
+        self._tried: set[int] = set()
         try:
             self._set = pynvml.nvmlEventSetCreate()
         except Exception:
             self._set = None
+
+    def register(self, index: int, handle: Any) -> None:
+        """Ask for this GPU's critical Xids, once (runs on the GPU's worker; a GPU without events is left
+        out: the kernel log still may tell)."""
+        import ctypes
+
+        if self._set is None or index in self._tried:
             return
-        for index, handle in enumerate(handles):
-            if isinstance(handle, BaseException):
-                continue
-            try:
-                pynvml.nvmlDeviceRegisterEvents(handle, XID_EVENT_TYPE, self._set)
-            except Exception:  # noqa: S112 - this GPU gives no events (NOT_SUPPORTED): the kernel log still may
-                continue
-            self._index_of[ctypes.cast(handle, ctypes.c_void_p).value] = index
+        self._tried.add(index)
+        try:
+            pynvml.nvmlDeviceRegisterEvents(handle, XID_EVENT_TYPE, self._set)
+        except Exception as exc:
+            if nvml_is_lost(exc):
+                raise
+            return
+        self._index_of[ctypes.cast(handle, ctypes.c_void_p).value] = index
 
     @property
     def registered(self) -> int:

@@ -123,7 +123,7 @@ class NvmlBackend:
                 cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
             except nv.NVMLError:
                 cuda = None
-            self._xid_events = health.XidEvents(handles)
+            self._xid_events = health.XidEvents()
             return handles, driver, cuda
 
         self._last_init_try = time.monotonic()
@@ -222,6 +222,8 @@ class NvmlBackend:
                 out["processes"] = procs
             if want_health:
                 out["health"] = health.read_gpu_health(handle)
+                if self._xid_events is not None:
+                    self._xid_events.register(index, handle)
             return out
 
         return job
