@@ -326,3 +326,30 @@ def test_health_over_ssh_in_every_stream_line_and_the_suite_s_kernel_log(
         assert judged.verdict.unfit == ("GPU2 needs a reset (row remap pending)",)
     finally:
         link.close()
+
+
+def test_a_kill_reads_the_health_again_before_its_interval(
+    fake_nvml: FakeNvml, kernel_log: KernelLog
+) -> None:
+    """Between health rounds the stream keeps the last figures; a kill (here one of a pid that is gone:
+    nothing is signalled) makes the next process sample read them again."""
+    from gputui.agent.protocol import kill_command
+
+    args = ("--interval", "0.1", "--process-interval", "0.2", "--no-discover")
+    ended = subprocess.Popen(["true"])  # noqa: S607 - a pid that is gone, with a start time none has
+    ended.wait()
+    with agent_process(*args, env=fake_nvml.env()) as agent:
+        boot_id = agent.hello["boot_id"]
+        assert agent.sample()["gpus"][1]["health"]["remap_pending"] is False
+        pid = ended.pid
+        fake_nvml.state.gpus[1].remap_pending = 1
+        fake_nvml.write()
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            assert agent.next_snapshot()["gpus"][1]["health"]["remap_pending"] is False
+        agent.send(kill_command([(pid, 1)], [], boot_id, "TERM", False, None, None, False))
+        end = time.monotonic() + 10.0
+        while True:
+            if agent.next_snapshot()["gpus"][1]["health"]["remap_pending"] is True:
+                break
+            assert time.monotonic() < end, "the kill did not bring a health read"
