@@ -8,6 +8,7 @@ import pytest
 
 pytest_plugins = [
     "tests.leakcheck",
+    "tests.kernellog",
     "tests.fakenvml.plugin",
     "tests.integration.sshd",
     "tests.integration.prometheus",

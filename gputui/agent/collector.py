@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from gputui.agent import answers as commands
 from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
+from gputui.agent.gpu.health import GpuHealthMonitor
 from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.kill.operation import KillContext
 from gputui.agent.kill.operations import KillOperations
@@ -22,7 +23,7 @@ from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
-from gputui.agent.protocol import MODE_SMI, VERSION, hello, snapshot
+from gputui.agent.protocol import KILL_COMMANDS, MODE_SMI, VERSION, hello, snapshot
 from gputui.agent.wire import wire_text
 
 if TYPE_CHECKING:
@@ -121,6 +122,9 @@ class Agent:
         self._backend: Any = backend or open_backend(
             use_pynvml, self.memory_interval_s, nvml_deadline_s, telemetry_interval_s
         )
+        self.gpu_health = GpuHealthMonitor()
+        """Per-GPU health and Xids, read at a slow cadence of their own, on forced samples and after kills."""
+        self._kills_were_pending = False
 
     @property
     def backend(self) -> Any:
@@ -207,7 +211,7 @@ class Agent:
             now_mono = time.monotonic()
             due = self._process_interval_now(now_mono)
             want_processes = force_processes or now_mono - self._processes_mono >= due
-            gpus = self._backend.poll(want_processes)
+            gpus = self._poll_gpus(want_processes, force_processes)
             self._note_drain(gpus, now_mono)
             now = time.time()
             self.last_sample_mono = time.monotonic()
@@ -243,7 +247,26 @@ class Agent:
                 device_holders=None if holders is None else list(holders),
                 health=self._health_samples(),
                 listening_ports=self._listening_ports,
+                kernel_log=self.gpu_health.kernel_log_note(),
             )
+
+    def _poll_gpus(self, want_processes: bool, forced: bool) -> list[dict[str, Any]]:
+        """This sample's GPU dicts, with the health read when it is due (``GpuHealthMonitor.due``)."""
+        pending = self.kills.pending()
+        if self._kills_were_pending and not pending:
+            self.gpu_health.request()  # a kill just finished: the GPU may be left unfit
+        self._kills_were_pending = pending
+        monitor = self.gpu_health
+        # Health is read with a process list only, so that a stream line whose process lists are elided
+        # (``serve.elide_unchanged_processes``) carries no new health either.
+        if not (want_processes and monitor.due(forced)):
+            gpus = self._backend.poll(want_processes)
+        else:
+            reads = getattr(self._backend, "reads_health", False)
+            gpus = self._backend.poll(want_processes, True) if reads else self._backend.poll(want_processes)
+            monitor.update(gpus, self._backend.take_xid_events() if reads else [])
+        monitor.apply(gpus)
+        return gpus
 
     def _process_interval_now(self, now_mono: float) -> float:
         """The process interval, shortened while some GPU drains: who still holds memory matters then."""
@@ -296,6 +319,8 @@ class Agent:
 
     def handle(self, command: Any) -> dict[str, Any]:
         """Run one protocol command; returns the reply message (never raises)."""
+        if isinstance(command, dict) and command.get("cmd") in KILL_COMMANDS:
+            self.gpu_health.request()
         return commands.handle(self, command)
 
     def escalations_pending(self) -> bool:
@@ -310,5 +335,6 @@ class Agent:
         if self._health is not None:
             self._health.close()
         self._backend.close()
+        self.gpu_health.close()
         with self._lock:
             self.processes.close()

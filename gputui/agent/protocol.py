@@ -83,6 +83,15 @@ PROCESSES_SAME = "processes_same"
 """A stream snapshot line marked with this (true) left out its process lists and listening ports: they are
 the ones of the line before it, which has the same ``processes_time``."""
 
+KERNEL_LOG = "kernel_log"
+"""The key of a snapshot that says where the host's Xid history was read (``source``), why it could not be
+(``error``), and the Xids for PCI addresses no GPU has (``unmatched``); null before the first health read.
+Each GPU's own health figures and Xids are its ``health`` (``gpu.health``)."""
+
+GPU_HEALTH = "health"
+"""The key of a GPU dict that holds its health figures and Xid history (``gpu.health.read_gpu_health`` and
+``GpuHealthMonitor``); absent where nothing was read."""
+
 # ----------------------------------------------------------------------------------------------------------
 # Limits the collector holds its commands and arguments to
 
@@ -271,6 +280,7 @@ SNAPSHOT_FIELDS = (
     "processes_omitted",
     "device_holders",
     LISTENING_PORTS,
+    KERNEL_LOG,
     "findings",
     "health",
     "verdict",
@@ -296,6 +306,7 @@ def snapshot(
     device_holders: list[dict[str, Any]] | None = None,
     health: Iterable[dict[str, Any]] = (),
     listening_ports: list[int] | None = None,
+    kernel_log: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One host's snapshot as a dict: what a collector saw, with no findings or verdict (the client's)."""
     return {
@@ -315,6 +326,7 @@ def snapshot(
         "processes_omitted": processes_omitted,
         "device_holders": device_holders,
         LISTENING_PORTS: listening_ports,
+        KERNEL_LOG: kernel_log,
         "findings": [],
         "health": list(health),
         "verdict": None,

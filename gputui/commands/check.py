@@ -21,6 +21,7 @@ from gputui.core import cleanslate
 from gputui.core.analysis import (
     DEFAULT_BASELINE_MIB,
     DEFAULT_TOLERANCE_MIB,
+    NOT_READY,
     Baselines,
     analyze,
     gpu_memory_by_pid,
@@ -118,6 +119,9 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
             f"{verdict.gpus_at_baseline}/{total} GPUs at baseline "
             f"({baseline_text} MiB + {verdict.tolerance_mib})"
         )
+        if verdict.not_ready:
+            lines.append(f"{NOT_READY}: {visible('; '.join(verdict.unfit), 400)}")
+            shown.update(verdict.unfit)
         lines.append(f"clean: {at}" if verdict.clean else f"NOT clean: {at}")
         # Host-level reasons (a zombie or D-state process left in a GPU tree) that a finding below already
         # explains are not repeated: eight defunct workers would take sixteen lines to say eight things.

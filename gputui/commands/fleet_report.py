@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.fleet_options import FleetChoice
 from gputui.commands.output import marks, safe_streams, wait_line
-from gputui.core.analysis import Baselines
+from gputui.core.analysis import NOT_READY, Baselines
 from gputui.core.fleet_rows import (
     analyze_fleet,
     baseline_text,
@@ -237,6 +237,8 @@ def format_fleet_check(sample: FleetSample, marks: tuple[str, str]) -> list[str]
         if listed > MAX_HOSTS_LISTED:
             continue
         word = "cannot tell" if status == EXIT_ERROR else "NOT clean"
+        if verdict is not None and verdict.not_ready:
+            word = NOT_READY
         reasons = "; ".join(verdict.reasons) if verdict is not None else "no verdict"
         lines.append(f"{bad} {visible(host.name, 40)}  {word}: {visible(reasons, 400)}")
     if listed > MAX_HOSTS_LISTED:

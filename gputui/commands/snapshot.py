@@ -10,7 +10,8 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import resolve_baselines
 from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.core.analysis import analyze
+from gputui.core.analysis import NOT_READY, analyze
+from gputui.core.analysis.gpu_health import health_summary
 from gputui.core.display import DASH, clock_time
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkError, one_shot_sample
@@ -121,9 +122,15 @@ def format_table(snapshot: HostSnapshot) -> list[str]:
     if snapshot.health:
         lines.append("HEALTH")
         lines.extend(format_health_line(sample) for sample in snapshot.health)
+    health_lines = [(gpu.index, health_summary(gpu)) for gpu in snapshot.gpus]
+    if any(text is not None for _index, text in health_lines):
+        lines.append("GPU HEALTH")
+        lines.extend(f"  GPU{index} {text}" for index, text in health_lines if text is not None)
     verdict = snapshot.verdict
     if verdict is not None:
         state = "clean" if verdict.clean else ("unknown" if not verdict.known else "NOT clean")
+        if verdict.not_ready:
+            state = NOT_READY
         lines.append(f"clean slate: {state}")
         for reason in verdict.reasons[:10]:
             lines.append(f"  - {visible(reason, 200)}")

@@ -274,6 +274,9 @@ def confirming_sample(
     if listed_s is None or (memory_time is not None and listed_s < memory_time):
         return replace(waiting, note=STALE_LIST)
     verdict = fresh.verdict
+    if verdict is not None and verdict.not_ready and not check.kill_pending:
+        # Memory is back, but the GPU itself needs a reset, reboot or drain: waiting will not make it fit.
+        return replace(waiting, finished_s=asked_s, clean=False, note=verdict.unfit[0])
     if verdict is None or not verdict.clean:
         reason = "no verdict" if verdict is None else (verdict.reasons[0] if verdict.reasons else "not clean")
         return replace(waiting, note=reason)

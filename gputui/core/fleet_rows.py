@@ -16,6 +16,7 @@ from gputui.core.analysis import (
     age_text,
     memory_verdict,
 )
+from gputui.core.analysis.gpu_health import with_assessment
 from gputui.core.display import DASH
 from gputui.core.display import size_text as size_text
 from gputui.core.exported import exported_findings, exported_health, exported_verdict
@@ -43,7 +44,7 @@ def analyze_fleet(
     """
     hosts = []
     for host in sample.hosts:
-        snapshot = host.snapshot
+        snapshot = with_assessment(host.snapshot)  # each GPU's health action, from DCGM's series
         exported = host.exported
         if exported is None or host.stale:
             verdict = memory_verdict(snapshot, baselines)

@@ -14,12 +14,15 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from gputui.agent.protocol import (
+    GPU_HEALTH,
+    KERNEL_LOG,
     LISTENING_PORTS,
     MODE_LABELS,
     PROCESS_LISTEN_PORTS,
     PROCESS_LIVE_THREADS,
     PROCESSES_SAME,
 )
+from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
 from gputui.core.wire_values import opt_float, opt_int, opt_str, ports_of
 
@@ -76,6 +79,8 @@ class Gpu:
     power_limit_w: float | None = None
     error: str | None = None
     processes: tuple[GpuProcess, ...] = ()
+    health: GpuHealth | None = None
+    """The GPU's own health figures and Xid history (``health_model``); None where none was read."""
 
     @property
     def key(self) -> str:
@@ -104,6 +109,7 @@ class Gpu:
                 if processes is not None
                 else tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ())
             ),
+            health=GpuHealth.from_dict(data.get(GPU_HEALTH)),
         )
 
 
@@ -316,6 +322,14 @@ class Verdict:
     tolerance_mib: int = 0
     gpus: tuple[GpuVerdict, ...] = ()
     known: bool = True
+    unfit: tuple[str, ...] = ()
+    """NOT READY: per GPU, why the GPU itself is unfit for the next launch ("GPU3 needs a reset (row remap
+    pending)"); then ``clean`` is False and ``known`` True, whatever memory and processes say."""
+
+    @property
+    def not_ready(self) -> bool:
+        """Whether some GPU needs a reset, a reboot or the node drained (``unfit``)."""
+        return bool(self.unfit)
 
     @property
     def gpus_at_baseline(self) -> int:
@@ -324,6 +338,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["reasons"] = list(self.reasons)
+        data["unfit"] = list(self.unfit)
         data["gpus"] = [dict(asdict(g), reasons=list(g.reasons)) for g in self.gpus]
         return data
 
@@ -336,6 +351,7 @@ class Verdict:
             tolerance_mib=opt_int(data.get("tolerance_mib")) or 0,
             gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
             known=bool(data.get("known", True)),
+            unfit=tuple(str(r) for r in data.get("unfit") or ()),
         )
 
 
@@ -373,6 +389,7 @@ class HostSnapshot:
     processes_omitted: int = 0
     device_holders: tuple[DeviceHolder, ...] | None = None
     listening_ports: tuple[int, ...] | None = None
+    kernel_log: KernelLogNote | None = None
     findings: tuple[Finding, ...] = ()
     health: tuple[HealthSample, ...] = ()
     verdict: Verdict | None = None
@@ -412,6 +429,7 @@ class HostSnapshot:
             None if self.device_holders is None else [asdict(h) for h in self.device_holders]
         )
         data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
+        data[KERNEL_LOG] = None if self.kernel_log is None else asdict(self.kernel_log)
         data["findings"] = [asdict(f) for f in self.findings]
         data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
@@ -434,14 +452,16 @@ class HostSnapshot:
             listed_at = opt_float(data.get("processes_time"))
             if previous is None or listed_at is None or previous.processes_time != listed_at:
                 raise ValueError("process lists marked unchanged, but no earlier list from that time")
-            by_index = {gpu.index: gpu.processes for gpu in previous.gpus}
-            gpus = tuple(Gpu.from_dict(g, by_index.get(int(g["index"]), ())) for g in data.get("gpus") or ())
+            by_index = {gpu.index: gpu for gpu in previous.gpus}
+            gpus = tuple(_same_lists(g, by_index.get(int(g["index"]))) for g in data.get("gpus") or ())
             processes = previous.processes
             listening = previous.listening_ports
+            kernel_log = previous.kernel_log
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
             processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
             listening = ports_of(data.get(LISTENING_PORTS))
+            kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
         return cls(
             target=str(data.get("target") or ""),
             hostname=opt_str(data.get("hostname")),
@@ -459,6 +479,7 @@ class HostSnapshot:
             processes_omitted=max(0, opt_int(data.get("processes_omitted")) or 0),
             device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
             listening_ports=listening,
+            kernel_log=kernel_log,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
             verdict=None if verdict is None else Verdict.from_dict(verdict),
@@ -470,6 +491,14 @@ class HostSnapshot:
     @classmethod
     def from_json(cls, text: str) -> HostSnapshot:
         return cls.from_dict(json.loads(text))
+
+
+def _same_lists(data: dict[str, Any], previous: Gpu | None) -> Gpu:
+    """A GPU of a line marked ``processes_same``: its process list and health are the previous line's."""
+    gpu = Gpu.from_dict(data, () if previous is None else previous.processes)
+    if GPU_HEALTH in data or previous is None:
+        return gpu
+    return replace(gpu, health=previous.health)
 
 
 def snapshots_document(snapshots: list[HostSnapshot] | tuple[HostSnapshot, ...]) -> dict[str, Any]:

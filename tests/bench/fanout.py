@@ -441,9 +441,12 @@ def run(args: argparse.Namespace, report: Any, sec: int) -> None:
                 env = host.env()
                 hosts = None
                 if mode != "pipe":
+                    from gputui.agent.gpu.xid import TEST_SOURCE_ENV as KERNEL_LOG
                     from tests.bench import bench_sshd
 
-                    fake_env = {k: env[k] for k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+                    fake_env = {
+                        k: env[k] for k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", KERNEL_LOG) if k in env
+                    }
                     try:
                         hosts = bench_sshd.start_hosts(
                             Path(tmp) / "ssh", Path(sys.executable).parent, fake_env, max(host_counts)

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gputui.agent.gpu.xid import TEST_SOURCE_ENV as KERNEL_LOG
 from tests.bench.run_bench import (
     PEERS_VENV,
     REPO_ROOT,
@@ -249,7 +250,9 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
                 f'"{log}" "{real}" "$@"\n'
             )
             wrapper.chmod(0o755)
-        fake_env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE")}
+        fake_env = {
+            k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", KERNEL_LOG)
+        }
         hosts = start_hosts(tmp / "sshd", remote_bin, fake_env, 1)
         try:
             alias = hosts.aliases[0]
@@ -445,7 +448,8 @@ def wedged(tmp: Path, port: int) -> Iterator[None]:
 
 def terminal_env(host: FakeHost, home: Path) -> dict[str, str]:
     """What a TUI in tmux gets: the fake NVML, a home of its own (no config, no cache), a terminal."""
-    env = {k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "PYTHONPATH")}
+    kept = ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "PYTHONPATH", KERNEL_LOG)
+    env = {k: v for k, v in host.env().items() if k in kept}
     env.update(
         TERM="xterm-256color",
         HOME=str(home),

@@ -92,6 +92,7 @@ def _find_agent_pid(server: Any) -> int | None:
 
 
 def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration: float) -> None:
+    from gputui.agent.gpu.xid import TEST_SOURCE_ENV as KERNEL_LOG
     from tests.bench.run_bench import fake_host, proc_cpu_s
 
     try:
@@ -119,6 +120,8 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
                 "LD_LIBRARY_PATH": env["LD_LIBRARY_PATH"],
                 "FAKE_NVML_STATE": env["FAKE_NVML_STATE"],
                 "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+                # Under the suite, its kernel log (``tests.kernellog``), never the machine's.
+                **{k: env[k] for k in (KERNEL_LOG,) if k in env},
             },
         )
         server.start()

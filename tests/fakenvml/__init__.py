@@ -43,10 +43,16 @@ CFLAGS = [
 HOLDER_KINDS = ("compute", "graphics", "invisible", "ghost")
 
 
-OMIT_GROUPS = {"v3": "FAKENVML_NO_V3", "v2": "FAKENVML_NO_V2", "power": "FAKENVML_NO_POWER"}
+OMIT_GROUPS = {
+    "v3": "FAKENVML_NO_V3",
+    "v2": "FAKENVML_NO_V2",
+    "power": "FAKENVML_NO_POWER",
+    "health": "FAKENVML_NO_HEALTH",
+}
 """Symbol groups a build can leave out, as older drivers lack them (see the top of ``fakenvml.c``):
 ``v3`` a driver before R510 (no ``*RunningProcesses_v3``, no ``nvmlDeviceGetMemoryInfo_v2``), ``v2`` an
-older one (no ``_v2`` process lists, PCI info, count or handle calls), ``power`` no power queries."""
+older one (no ``_v2`` process lists, PCI info, count or handle calls), ``power`` no power queries,
+``health`` no row-remap, page-retirement or event calls."""
 
 
 def build(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
@@ -97,6 +103,24 @@ def _quote(value: str | bytes) -> str:
     return value
 
 
+_HEALTH_KEYS = (
+    "remap_corr",
+    "remap_unc",
+    "remap_pending",
+    "remap_failure",
+    "retired_pending",
+    "ecc_mode",
+    "ecc_unc_volatile",
+    "ecc_corr_volatile",
+    "ecc_unc_aggregate",
+    "ecc_corr_aggregate",
+    "clock_reasons",
+    "persistence",
+    "health_error",
+    "unsupported",
+)
+
+
 @dataclass
 class FakeGpu:
     """One GPU line. ``None`` leaves a key to the library's default; ``name`` may be bytes (any bytes)."""
@@ -116,6 +140,21 @@ class FakeGpu:
     fan_pct: int | None = None
     error: str | None = None  # e.g. "GPU_IS_LOST", "NOT_SUPPORTED", "UNKNOWN"
     hang_ms: int = 0
+    # Health (None: the library's default: nothing remapped or pending, no ECC error, ECC and persistence on).
+    remap_corr: int | None = None
+    remap_unc: int | None = None
+    remap_pending: int | None = None
+    remap_failure: int | None = None
+    retired_pending: int | None = None
+    ecc_mode: int | None = None
+    ecc_unc_volatile: int | None = None
+    ecc_corr_volatile: int | None = None
+    ecc_unc_aggregate: int | None = None
+    ecc_corr_aggregate: int | None = None
+    clock_reasons: int | None = None  # a bit mask (0x8 HW slowdown, 0x40 HW thermal, 0x80 power brake)
+    persistence: int | None = None
+    health_error: str | None = None  # e.g. "RESET_REQUIRED": every health query returns it
+    unsupported: str | None = None  # comma list of remap,retired,ecc,clocks,persistence,events
 
     def render(self, index: int) -> str:
         parts = [f"gpu {index}"]
@@ -135,6 +174,7 @@ class FakeGpu:
             "fan_pct",
             "error",
             "hang_ms",
+            *_HEALTH_KEYS,
         ):
             value = getattr(self, key)
             if value is None or (key == "hang_ms" and not value):
@@ -175,6 +215,9 @@ class FakeNvmlState:
     init_error: str | None = None
     gpus: list[FakeGpu] = field(default_factory=list)
     holders: list[FakeHolder] = field(default_factory=list)
+    xids: list[tuple[int, int]] = field(default_factory=list)
+    """(GPU index, Xid) critical Xid events, in order: an NVML event set delivers those added after it was
+    made, once each."""
 
     @classmethod
     def with_gpus(cls, count: int = 8, **gpu_kwargs: object) -> FakeNvmlState:
@@ -191,6 +234,7 @@ class FakeNvmlState:
             lines.append(f"init_error {_check_value(self.init_error)}")
         lines.extend(gpu.render(i) for i, gpu in enumerate(self.gpus))
         lines.extend(h.render() for h in self.holders)
+        lines.extend(f"xid {int(gpu)} {int(code)}" for gpu, code in self.xids)
         return "\n".join(lines) + "\n"
 
     def write(self, path: Path) -> None:

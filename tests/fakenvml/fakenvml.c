@@ -18,7 +18,18 @@
  *
  * gpu keys: name uuid serial pci total_mib baseline_mib reserved_mib util_pct
  * mem_util_pct temp_c power_mw power_limit_mw fan_pct (-1 = no fan) error
- * (GPU_IS_LOST|NOT_SUPPORTED|UNKNOWN|...) hang_ms.
+ * (GPU_IS_LOST|NOT_SUPPORTED|UNKNOWN|...) hang_ms, and the health figures:
+ * remap_corr remap_unc remap_pending remap_failure (nvmlDeviceGetRemappedRows),
+ * retired_pending (nvmlDeviceGetRetiredPagesPendingStatus), ecc_mode (0/1),
+ * ecc_unc_volatile ecc_corr_volatile ecc_unc_aggregate ecc_corr_aggregate
+ * (nvmlDeviceGetTotalEccErrors), clock_reasons (a bit mask; default: idle or
+ * none), persistence (0/1), health_error (an error name every health query
+ * returns: RESET_REQUIRED, NO_PERMISSION, ...), unsupported (a comma list of
+ * remap,retired,ecc,clocks,persistence,events: those return NOT_SUPPORTED).
+ *
+ *   xid <gpu> <code>      one critical Xid event; an event set delivers the
+ *                         xid lines listed after those present when it was
+ *                         created, in file order, once each.
  *
  * Driver semantics: a plain holder counts (in used memory and in the process
  * list) only while the process has a thread that has not exited: its leader
@@ -47,7 +58,9 @@
  *   FAKENVML_NO_V3     before R510: no *RunningProcesses_v3, no nvmlDeviceGetMemoryInfo_v2
  *   FAKENVML_NO_V2     older still: no *RunningProcesses_v2, nvmlDeviceGetPciInfo_v2/_v3,
  *                      nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2
- *   FAKENVML_NO_POWER  a missing optional query: no nvmlDeviceGetPowerUsage, nvmlDeviceGetEnforcedPowerLimit */
+ *   FAKENVML_NO_POWER  a missing optional query: no nvmlDeviceGetPowerUsage, nvmlDeviceGetEnforcedPowerLimit
+ *   FAKENVML_NO_HEALTH a driver before the health queries: no nvmlDeviceGetRemappedRows,
+ *                      nvmlDeviceGetRetiredPagesPendingStatus, nvmlEventSet* nor nvmlDeviceRegisterEvents */
 #ifdef FAKENVML_NO_V3
 #define EXPORT_V3 HIDDEN
 #else
@@ -57,6 +70,11 @@
 #define EXPORT_V2 HIDDEN
 #else
 #define EXPORT_V2 EXPORT
+#endif
+#ifdef FAKENVML_NO_HEALTH
+#define EXPORT_HEALTH HIDDEN
+#else
+#define EXPORT_HEALTH EXPORT
 #endif
 #ifdef FAKENVML_NO_POWER
 #define EXPORT_POWER HIDDEN
@@ -193,6 +211,25 @@ struct gpu {
     int fan_pct;
     int error;
     unsigned int hang_ms;
+    unsigned int remap_corr, remap_unc, remap_pending, remap_failure;
+    unsigned int retired_pending, ecc_mode, persistence;
+    unsigned long long ecc_unc_volatile, ecc_corr_volatile, ecc_unc_aggregate, ecc_corr_aggregate;
+    long long clock_reasons; /* -1: idle when util_pct is 0, else none */
+    int health_error;
+    unsigned int unsupported; /* U_* bits */
+};
+
+#define U_REMAP 1u
+#define U_RETIRED 2u
+#define U_ECC 4u
+#define U_CLOCKS 8u
+#define U_PERSISTENCE 16u
+#define U_EVENTS 32u
+
+#define MAX_XIDS 256
+struct xid_event {
+    unsigned int gpu;
+    unsigned long long code;
 };
 
 struct holder {
@@ -210,6 +247,8 @@ struct state {
     struct gpu gpus[MAX_GPUS];
     unsigned int holder_count;
     struct holder holders[MAX_HOLDERS];
+    unsigned int xid_count;
+    struct xid_event xids[MAX_XIDS];
 };
 
 struct nvmlDevice_st {
@@ -293,6 +332,9 @@ static void gpu_defaults(struct gpu *g, unsigned int i)
     g->power_limit_mw = 600000;
     g->fan_pct = -1;
     g->error = 0;
+    g->ecc_mode = 1;
+    g->persistence = 1;
+    g->clock_reasons = -1;
 }
 
 /* Copy one character of a token from *s to *w: "\xHH" is the byte HH (any byte a real driver could
@@ -403,6 +445,57 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
         bad = c < 0;
         if (!bad)
             g->error = c;
+    } else if (!strcmp(key, "health_error")) {
+        int c = error_code(val);
+        bad = c < 0;
+        if (!bad)
+            g->health_error = c;
+    } else if (!strcmp(key, "remap_corr"))
+        bad = parse_uint(val, &g->remap_corr);
+    else if (!strcmp(key, "remap_unc"))
+        bad = parse_uint(val, &g->remap_unc);
+    else if (!strcmp(key, "remap_pending"))
+        bad = parse_uint(val, &g->remap_pending);
+    else if (!strcmp(key, "remap_failure"))
+        bad = parse_uint(val, &g->remap_failure);
+    else if (!strcmp(key, "retired_pending"))
+        bad = parse_uint(val, &g->retired_pending);
+    else if (!strcmp(key, "ecc_mode"))
+        bad = parse_uint(val, &g->ecc_mode);
+    else if (!strcmp(key, "persistence"))
+        bad = parse_uint(val, &g->persistence);
+    else if (!strcmp(key, "ecc_unc_volatile"))
+        bad = parse_ull(val, &g->ecc_unc_volatile);
+    else if (!strcmp(key, "ecc_corr_volatile"))
+        bad = parse_ull(val, &g->ecc_corr_volatile);
+    else if (!strcmp(key, "ecc_unc_aggregate"))
+        bad = parse_ull(val, &g->ecc_unc_aggregate);
+    else if (!strcmp(key, "ecc_corr_aggregate"))
+        bad = parse_ull(val, &g->ecc_corr_aggregate);
+    else if (!strcmp(key, "clock_reasons")) {
+        unsigned long long x;
+        bad = parse_ull(val, &x);
+        if (!bad)
+            g->clock_reasons = (long long)x;
+    } else if (!strcmp(key, "unsupported")) {
+        char copy[STR_LEN];
+        copy_str(copy, sizeof(copy), val);
+        for (char *save = NULL, *part = strtok_r(copy, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+            if (!strcmp(part, "remap"))
+                g->unsupported |= U_REMAP;
+            else if (!strcmp(part, "retired"))
+                g->unsupported |= U_RETIRED;
+            else if (!strcmp(part, "ecc"))
+                g->unsupported |= U_ECC;
+            else if (!strcmp(part, "clocks"))
+                g->unsupported |= U_CLOCKS;
+            else if (!strcmp(part, "persistence"))
+                g->unsupported |= U_PERSISTENCE;
+            else if (!strcmp(part, "events"))
+                g->unsupported |= U_EVENTS;
+            else
+                bad = 1;
+        }
     } else {
         warn(path, ln, "unknown gpu key", key);
         return;
@@ -485,6 +578,16 @@ static int parse_file(const char *path, struct state *st)
                 st->holders[st->holder_count++] = h;
             else
                 warn(path, ln, "too many holders", tok[2]);
+        } else if (!strcmp(tok[0], "xid") && n >= 3) {
+            struct xid_event e = {0, 0};
+            if (parse_uint(tok[1], &e.gpu) || parse_ull(tok[2], &e.code)) {
+                warn(path, ln, "bad xid", tok[1]);
+                continue;
+            }
+            if (st->xid_count < MAX_XIDS)
+                st->xids[st->xid_count++] = e;
+            else
+                warn(path, ln, "too many xids", tok[2]);
         } else {
             warn(path, ln, "unknown directive", tok[0]);
         }
@@ -1380,9 +1483,71 @@ static nvmlReturn_t get_const_uint(nvmlDevice_t device, unsigned int *out, unsig
     return NVML_SUCCESS;
 }
 
+/* Entry of a health query: the device's own error first, then health_error, then NOT_SUPPORTED when the
+ * query's group is in the device's unsupported list. */
+static nvmlReturn_t health_enter(nvmlDevice_t dev, struct dev_view *v, unsigned int group)
+{
+    nvmlReturn_t r = dev_enter(dev, v, 0);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (v->g.health_error)
+        return v->g.health_error;
+    if (v->g.unsupported & group)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
 {
-    return get_const_uint(device, mode, 1); /* NVML_FEATURE_ENABLED */
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_PERSISTENCE);
+    if (r != NVML_SUCCESS)
+        return r;
+    *mode = v.g.persistence ? 1 : 0; /* NVML_FEATURE_ENABLED / DISABLED */
+    return NVML_SUCCESS;
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows,
+                                              unsigned int *uncRows, unsigned int *isPending,
+                                              unsigned int *failureOccurred)
+{
+    if (!corrRows || !uncRows || !isPending || !failureOccurred)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_REMAP);
+    if (r != NVML_SUCCESS)
+        return r;
+    *corrRows = v.g.remap_corr;
+    *uncRows = v.g.remap_unc;
+    *isPending = v.g.remap_pending ? 1 : 0;
+    *failureOccurred = v.g.remap_failure ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, unsigned int *isPending)
+{
+    if (!isPending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_RETIRED);
+    if (r != NVML_SUCCESS)
+        return r;
+    *isPending = v.g.retired_pending ? 1 : 0;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *current, unsigned int *pending)
+{
+    if (!current || !pending)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_ECC);
+    if (r != NVML_SUCCESS)
+        return r;
+    *current = *pending = v.g.ecc_mode ? 1 : 0;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, unsigned int *isActive)
@@ -1467,9 +1632,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, unsigned in
 {
     if (!eccCounts || errorType >= 2 || counterType >= 2)
         return NVML_ERROR_INVALID_ARGUMENT;
-    DEV_ENTER(device, v);
-    (void)v;
-    *eccCounts = 0;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_ECC);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (!v.g.ecc_mode)
+        return NVML_ERROR_NOT_SUPPORTED; /* what a driver says with ECC off */
+    /* errorType 0: corrected, 1: uncorrected; counterType 0: volatile, 1: aggregate */
+    if (errorType == 1)
+        *eccCounts = counterType == 0 ? v.g.ecc_unc_volatile : v.g.ecc_unc_aggregate;
+    else
+        *eccCounts = counterType == 0 ? v.g.ecc_corr_volatile : v.g.ecc_corr_aggregate;
     return NVML_SUCCESS;
 }
 
@@ -1499,8 +1672,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device,
 {
     if (!reasons)
         return NVML_ERROR_INVALID_ARGUMENT;
-    DEV_ENTER(device, v);
-    *reasons = v->g.util_pct > 0 ? 0ull : 0x1ull; /* GPU idle */
+    struct dev_view v;
+    nvmlReturn_t r = dev_enter(device, &v, 0);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (v.g.unsupported & U_CLOCKS)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (v.g.clock_reasons >= 0)
+        *reasons = (unsigned long long)v.g.clock_reasons;
+    else
+        *reasons = v.g.util_pct > 0 ? 0ull : 0x1ull; /* GPU idle */
     return NVML_SUCCESS;
 }
 
@@ -1508,4 +1689,129 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t devic
                                                               unsigned long long *reasons)
 {
     return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+#define NVML_EVENT_TYPE_XID 0x8ull
+#define MAX_SETS 16
+
+typedef struct nvmlEventSet_st *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+struct nvmlEventSet_st {
+    int used;
+    unsigned int cursor;                /* index of the next xid line to deliver */
+    unsigned long long types[MAX_GPUS]; /* registered event types per device */
+};
+
+static struct nvmlEventSet_st g_sets[MAX_SETS];
+
+EXPORT_HEALTH nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (!set)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = system_enter();
+    if (r != NVML_SUCCESS)
+        return r;
+    r = NVML_ERROR_INSUFFICIENT_RESOURCES;
+    for (unsigned int i = 0; i < MAX_SETS; i++) {
+        if (!g_sets[i].used) {
+            memset(&g_sets[i], 0, sizeof(g_sets[i]));
+            g_sets[i].used = 1;
+            g_sets[i].cursor = g_state.xid_count; /* events from now on, as a real set */
+            *set = &g_sets[i];
+            r = NVML_SUCCESS;
+            break;
+        }
+    }
+    system_leave();
+    return r;
+}
+
+static int set_valid(nvmlEventSet_t set)
+{
+    return set >= &g_sets[0] && set < &g_sets[MAX_SETS] && set->used;
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types)
+{
+    if (!types)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_EVENTS);
+    if (r != NVML_SUCCESS)
+        return r;
+    *types = 0x1ull | 0x2ull | NVML_EVENT_TYPE_XID;
+    return NVML_SUCCESS;
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                             nvmlEventSet_t set)
+{
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_EVENTS);
+    if (r != NVML_SUCCESS)
+        return r;
+    pthread_mutex_lock(&g_lock);
+    if (!set_valid(set))
+        r = NVML_ERROR_INVALID_ARGUMENT;
+    else
+        set->types[v.index] |= types;
+    pthread_mutex_unlock(&g_lock);
+    return r;
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    if (!data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int waited = 0;; waited += 10) {
+        nvmlReturn_t r = system_enter();
+        if (r != NVML_SUCCESS)
+            return r;
+        if (!set_valid(set)) {
+            system_leave();
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        if (set->cursor > g_state.xid_count)
+            set->cursor = g_state.xid_count; /* the file lost lines: deliver what comes next */
+        while (set->cursor < g_state.xid_count) {
+            struct xid_event e = g_state.xids[set->cursor++];
+            if (e.gpu < MAX_GPUS && e.gpu < g_state.gpu_count && (set->types[e.gpu] & NVML_EVENT_TYPE_XID)) {
+                memset(data, 0, sizeof(*data));
+                data->device = &g_devices[e.gpu];
+                data->eventType = NVML_EVENT_TYPE_XID;
+                data->eventData = e.code;
+                system_leave();
+                return NVML_SUCCESS;
+            }
+        }
+        system_leave();
+        if (waited >= timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        sleep_ms(10);
+    }
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    return nvmlEventSetWait_v2(set, data, timeoutms);
+}
+
+EXPORT_HEALTH nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t r = set_valid(set) ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+    if (r == NVML_SUCCESS)
+        set->used = 0;
+    pthread_mutex_unlock(&g_lock);
+    return r;
 }

@@ -42,6 +42,10 @@ HELP = {
     "DCGM_FI_DEV_GPU_TEMP": ("gauge", "GPU temperature (in C)."),
     "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W)."),
     "DCGM_FI_DEV_XID_ERRORS": ("gauge", "Value of the last XID error encountered."),
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": ("gauge", "Whether remapping of rows is pending."),
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("gauge", "Whether remapping of rows has failed."),
+    "DCGM_FI_DEV_RETIRED_PENDING": ("gauge", "Number of pages pending retirement."),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("counter", "Total number of double-bit volatile ECC errors."),
 }
 FIGURE_METRICS = {
     "used": "DCGM_FI_DEV_FB_USED",
@@ -51,6 +55,10 @@ FIGURE_METRICS = {
     "temp": "DCGM_FI_DEV_GPU_TEMP",
     "power": "DCGM_FI_DEV_POWER_USAGE",
     "xid": "DCGM_FI_DEV_XID_ERRORS",
+    "remap_pending": "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    "remap_failure": "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "retired_pending": "DCGM_FI_DEV_RETIRED_PENDING",
+    "ecc_dbe_vol": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
 }
 
 
@@ -69,6 +77,10 @@ def idle_figures() -> dict[str, float]:
         "temp": 31,
         "power": 71.5,
         "xid": 0,
+        "remap_pending": 0,
+        "remap_failure": 0,
+        "retired_pending": 0,
+        "ecc_dbe_vol": 0,
     }
 
 

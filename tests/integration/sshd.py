@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gputui.agent.gpu.xid import TEST_SOURCE_ENV
 from tests.fakenvml.plugin import FakeNvml
 from tests.leakcheck import RUN_TOKEN_VAR, run_token
 
@@ -417,6 +418,8 @@ def sshd_factory(
             "PATH": path,
             # Sessions (collectors included) are this run's processes: the end-of-run check looks for it.
             RUN_TOKEN_VAR: run_token(),
+            # The suite's kernel log, never the machine's (``tests.kernellog``).
+            TEST_SOURCE_ENV: os.environ[TEST_SOURCE_ENV],
         }
         server = SshdServer(
             root=tmp_path / f"sshd-{index}",

@@ -114,7 +114,11 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
     assert a["gpus"][3]["memory_used_mib"] == 40000
     assert a["verdict"]["known"]
     assert not a["verdict"]["clean"]
-    assert "(memory only)" in a["verdict"]["reasons"][0]
+    # DCGM's last Xid is judged by the table: 48 asks for a reset, whatever the memory says.
+    assert a["verdict"]["unfit"] == ["GPU3 needs a reset (Xid 48: double-bit ECC error)"]
+    assert a["gpus"][3]["health"]["action"] == "reset"
+    assert a["gpus"][3]["health"]["remap_pending"] is False
+    assert "(memory only)" in a["verdict"]["reasons"][1]
     assert [f["kind"] for f in a["findings"]] == ["xid"]
     assert HostSnapshot.from_dict(a).gpus[3].memory_used_mib == 40000  # the model reads it back
 
@@ -131,6 +135,9 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
         time.sleep(2.0)
         assert waiting.poll() is None  # still waiting: GPU3 holds 40000 MiB
         exporters.set("gpu-a", 3, used=3)
+        time.sleep(2.0)
+        assert waiting.poll() is None  # still waiting: GPU3's last Xid asks for a reset
+        exporters.set("gpu-a", 3, xid=0)
         out, err = waiting.communicate(timeout=90)
     finally:
         if waiting.poll() is None:
@@ -255,3 +262,30 @@ async def test_the_tui_stays_live_when_prometheus_stops(
         await pilot.press("slash", "g", "p", "u", "-", "b", "enter")
         await wait_for(pilot, lambda: table.row_count == 1, "the filter")
         await wait_for(pilot, lambda: fleet.answers > answers + 1, "more (failed) answers")  # still asking
+
+
+def test_dcgm_remap_and_ecc_series_make_a_host_not_ready(prometheus_fleet: Fleet, tmp_path: Path) -> None:
+    exporters = prometheus_fleet.exporter([{"name": "gpu-a", "gpus": 2}, {"name": "gpu-b", "gpus": 2}])
+    server = prometheus_fleet.prometheus()
+    exporters.set("gpu-a", 1, remap_pending=1)
+    exporters.set("gpu-b", 0, ecc_dbe_vol=3)
+    source = PrometheusSource(FleetSettings(url=server.url))
+
+    def judged(hosts: dict[str, FleetHost]) -> bool:
+        a, b = hosts.get("gpu-a"), hosts.get("gpu-b")
+        return (
+            a is not None
+            and b is not None
+            and a.snapshot.gpus[1].health is not None
+            and bool(a.snapshot.gpus[1].health.remap_pending)
+            and b.snapshot.gpus[0].health is not None
+            and b.snapshot.gpus[0].health.ecc_uncorrected_volatile == 3
+        )
+
+    _sample_until(source, judged, "the health series")
+    done = _gputui("check", "--prometheus", server.url, home=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "gpu-a  NOT READY: GPU1 needs a reset (row remap pending)" in done.stdout
+    assert (
+        "gpu-b  NOT READY: GPU0 needs a reset (3 uncorrected ECC errors since the last reset)" in done.stdout
+    )

@@ -155,7 +155,14 @@ def test_check_statuses_and_lines() -> None:
     assert fleet_status(None) == 2
     lines = format_fleet_check(sample, ("ok", "X"))
     assert lines[-1].startswith("X NOT clean: 2/4 hosts, 19/22 GPUs at baseline (memory only")
-    assert any(line.startswith("X gpu-a  NOT clean: GPU3 41236 MiB") for line in lines)
+    # GPU3's last Xid (DCGM_FI_DEV_XID_ERRORS) is 79: the table asks for a reboot, whatever its memory.
+    assert any(
+        line.startswith(
+            "X gpu-a  NOT READY: GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)"
+        )
+        for line in lines
+    )
+    assert any("GPU3 41236 MiB" in line for line in lines)
     assert any(line.startswith("X gpu-c  cannot tell: no current data") for line in lines)
     clean = FleetSample(hosts=tuple(h for h in sample.hosts if h.name != "gpu-a" and h.name != "gpu-c"))
     assert fleet_status(clean) == 0
@@ -253,7 +260,11 @@ def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest
     assert baselines.per_gpu_mib == {gpu3.uuid: 41236}  # index keys mean nothing on another host
     a = {h.name: h for h in analyze_fleet(sample, baselines).hosts}["gpu-a"]
     assert a.snapshot.verdict is not None
-    assert a.snapshot.verdict.clean
+    # Every GPU at its baseline; GPU3's Xid 79 alone keeps the host from its clean slate.
+    assert all(g.clean for g in a.snapshot.verdict.gpus if g.index != 3)
+    assert a.snapshot.verdict.unfit == (
+        "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)",
+    )
     assert fleet_baselines(5, 0)[0].per_gpu_mib == {}  # --baseline-mib wins
     (tmp_path / "gputui" / "baselines.json").write_text("{not json")
     baselines, warning = fleet_baselines(None, None)

@@ -8,11 +8,11 @@ chosen: a host in NVML mode never imports the nvidia-smi code, and the reverse.
 
 from __future__ import annotations
 
-import os
 from typing import Any, Protocol
 
 from gputui.agent.gpu.limits import NVML_DEADLINE_S as NVML_DEADLINE_S
 from gputui.agent.gpu.limits import TELEMETRY_INTERVAL_S as TELEMETRY_INTERVAL_S
+from gputui.agent.gpu.tools import which
 
 
 class Backend(Protocol):
@@ -38,15 +38,6 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop its threads and child processes; returns at once when a call is stuck."""
-
-
-def which(name: str) -> str | None:
-    """The executable ``name`` on PATH, as a shell would find it."""
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or ".", name)
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    return None
 
 
 def open_backend(

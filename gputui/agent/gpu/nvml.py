@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable
 
 from gputui.agent.calls import CallTimeout, Worker
-from gputui.agent.gpu import nvmlapi
+from gputui.agent.gpu import health, nvmlapi
 from gputui.agent.gpu.limits import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S
 from gputui.agent.gpu.nvmlapi import (
     NvmlVersions,
@@ -67,6 +67,9 @@ class NvmlBackend:
         self._telemetry_mono = -1e18
         self._initialized = False
         self._last_init_try = -1e18
+        self.reads_health = True
+        """``poll`` takes ``want_health`` (``health.read_gpu_health`` in each device job)."""
+        self._xid_events: Any = None
         # Every versioned call, newest version first (drivers before R510 lack the _v3 process lists and v2
         # memory info; older ones the _v2 calls too).
         self._count = NvmlVersions("nvmlDeviceGetCount", pynvml_call("nvmlDeviceGetCount"), nvml_count_v1)
@@ -103,6 +106,7 @@ class NvmlBackend:
             raise RuntimeError("pynvml is not importable")
 
         def init() -> tuple[list[Any], str | None, str | None]:
+            self._close_events()
             nv.nvmlInit()
             count = self._count()
             handles: list[Any] = []
@@ -120,6 +124,7 @@ class NvmlBackend:
                 cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
             except nv.NVMLError:
                 cuda = None
+            self._xid_events = health.XidEvents()
             return handles, driver, cuda
 
         self._last_init_try = time.monotonic()
@@ -153,7 +158,12 @@ class NvmlBackend:
         self._initialized = True
 
     def _device_job(
-        self, index: int, want_static: bool, want_processes: bool, want_telemetry: bool = True
+        self,
+        index: int,
+        want_static: bool,
+        want_processes: bool,
+        want_telemetry: bool = True,
+        want_health: bool = False,
     ) -> Callable[[], dict[str, Any]]:
         nv = nvmlapi.pynvml
         if nv is None:
@@ -211,6 +221,10 @@ class NvmlBackend:
                             }
                         )
                 out["processes"] = procs
+            if want_health:
+                out["health"] = health.read_gpu_health(handle)
+                if self._xid_events is not None:
+                    self._xid_events.register(index, handle)
             return out
 
         return job
@@ -231,8 +245,9 @@ class NvmlBackend:
         handle = self._handles[index]
         return lambda: self._read_memory(index, handle)
 
-    def poll(self, want_processes: bool) -> list[dict[str, Any]]:
-        """One sample of every GPU: a list of Gpu dicts (``processes`` only when ``want_processes``)."""
+    def poll(self, want_processes: bool, want_health: bool = False) -> list[dict[str, Any]]:
+        """One sample of every GPU: a list of Gpu dicts (``processes`` only when ``want_processes``, the
+        ``health`` figures only when ``want_health``)."""
         if not self._initialized:
             if time.monotonic() - self._last_init_try >= NVML_INIT_RETRY_S:
                 self._init()
@@ -250,8 +265,8 @@ class NvmlBackend:
             # the process lists while the uuid is unknown).
             static = self._static[index]
             want_static = static is None or (want_processes and not static.get("uuid"))
-            if want_static or want_processes or want_telemetry:
-                job = self._device_job(index, want_static, want_processes, want_telemetry)
+            if want_static or want_processes or want_telemetry or want_health:
+                job = self._device_job(index, want_static, want_processes, want_telemetry, want_health)
             else:
                 job = self._memory_jobs[index]
             if worker is None:
@@ -354,11 +369,31 @@ class NvmlBackend:
             out.setdefault(index, CallTimeout())
         return out
 
+    def take_xid_events(self) -> list[tuple[int, int]]:
+        """(GPU index, Xid) of the critical Xid events NVML delivered since the last call (bounded; never
+        waits for one)."""
+        events = self._xid_events
+        if not self._initialized or events is None:
+            return []
+        try:
+            return self._system.call(events.take, self.deadline_s)
+        except Exception:
+            return []
+
+    def _close_events(self) -> None:
+        if self._xid_events is not None:
+            self._xid_events.close()
+            self._xid_events = None
+
     def close(self) -> None:
         nv = nvmlapi.pynvml
         workers = [w for w in self._workers if w is not None] + [self._batch, self._system]
         stuck = any(w.stuck for w in workers)
         if self._initialized and nv is not None and not stuck:
+            try:
+                self._system.call(self._close_events, 1.0)
+            except Exception:  # noqa: S110 - shutting down: nothing left to report to
+                pass
             try:
                 self._system.call(nv.nvmlShutdown, 1.0)
             except Exception:  # noqa: S110 - shutting down: nothing left to report to

@@ -25,8 +25,10 @@ from gputui.agent.protocol import (
     CMD_CONFIGURE,
     CMD_QUIT,
     ESCALATE_MAX_S,
+    GPU_HEALTH,
     INTERVAL_MAX_S,
     INTERVAL_MIN_S,
+    KERNEL_LOG,
     KILL_COMMANDS,
     LISTENING_PORTS,
     PROCESSES_SAME,
@@ -78,6 +80,9 @@ def _wait_writable(stream: Any) -> None:
         time.sleep(0.01)
 
 
+_ELIDED = ("processes", GPU_HEALTH)
+
+
 def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
     """``snapshot`` without its process lists, marked ``"processes_same": true``.
 
@@ -88,8 +93,9 @@ def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
     out = dict(snapshot)
     del out["processes"]
     del out[LISTENING_PORTS]  # read with the process lists, so just as unchanged
+    out.pop(KERNEL_LOG, None)  # GPU health is read with the process lists only (``Agent._poll_gpus``)
     out[PROCESSES_SAME] = True
-    out["gpus"] = [{k: v for k, v in gpu.items() if k != "processes"} for gpu in snapshot["gpus"]]
+    out["gpus"] = [{k: v for k, v in gpu.items() if k not in _ELIDED} for gpu in snapshot["gpus"]]
     return out
 
 

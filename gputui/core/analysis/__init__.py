@@ -25,6 +25,7 @@ from gputui.core.analysis.findings import (
     find_survivors,
     job_remnants,
 )
+from gputui.core.analysis.gpu_health import health_findings, with_assessment
 from gputui.core.analysis.trees import (
     GRAPHICS,
     NAME_MAX,
@@ -39,7 +40,13 @@ from gputui.core.analysis.trees import (
     kill_all_roots,
     proc_label,
 )
-from gputui.core.analysis.verdict import MEMORY_ONLY, clean_slate, memory_at_baseline, memory_verdict
+from gputui.core.analysis.verdict import (
+    MEMORY_ONLY,
+    NOT_READY,
+    clean_slate,
+    memory_at_baseline,
+    memory_verdict,
+)
 from gputui.core.model import HostSnapshot
 
 __all__ = [
@@ -50,6 +57,7 @@ __all__ = [
     "GHOST_TOLERANCE_MIB",
     "GRAPHICS",
     "MEMORY_ONLY",
+    "NOT_READY",
     "NAME_MAX",
     "Baselines",
     "KilledJob",
@@ -80,5 +88,6 @@ def analyze(
     killed_jobs: Iterable[KilledJob] = (),
 ) -> HostSnapshot:
     """The snapshot with its findings and clean-slate verdict filled in."""
-    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs)
+    snapshot = with_assessment(snapshot)
+    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs) + health_findings(snapshot)
     return snapshot.with_analysis(findings, clean_slate(snapshot, baselines))

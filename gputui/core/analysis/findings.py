@@ -52,9 +52,12 @@ FINDING_KINDS = (
     "invisible_pid",
     "survivor",
     "xid",
+    "gpu_health",
+    "xid_history",
 )
-"""``xid`` comes from the fleet source (a GPU's last XID error is not 0), the rest from ``find_problems``
-and ``find_survivors``."""
+"""``xid`` comes from the fleet source (a GPU's last XID error is not 0) and from ``gpu_health`` (an
+application Xid, an Xid no GPU has), as do ``gpu_health`` (the GPU needs a reset, reboot or drain) and
+``xid_history`` (the kernel log could not be read); the rest from ``find_problems`` and ``find_survivors``."""
 
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
 _BENIGN_DEVICE_HOLDERS = frozenset({"nvidia-persiste", "nvidia-persistenced"})

@@ -6,8 +6,11 @@ verdict that cannot tell (``known`` False), never a clean one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gputui.core.analysis.baselines import Baselines
 from gputui.core.analysis.findings import ghost_suspects
+from gputui.core.analysis.gpu_health import unfit_reasons
 from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_label, proc_table, shown
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
@@ -97,7 +100,8 @@ def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
             )
         )
         reasons.extend(gpu_reasons)
-    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+    verdict = _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+    return with_gpu_fitness(verdict, snapshot)
 
 
 def _known_verdict(
@@ -180,7 +184,8 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     for node in flatten(forest):
         if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
             reasons.append(_remnant_reason(node.proc, table))
-    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+    verdict = _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+    return with_gpu_fitness(verdict, snapshot)
 
 
 def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
@@ -223,3 +228,28 @@ def _remnant_reason(proc: Proc, table: dict[int, Proc]) -> str:
         parent = table.get(proc.ppid) if proc.ppid is not None else None
         return f"pid {proc_label(proc)} is defunct; parent {proc_label(parent, proc.ppid)} has not reaped it"
     return f"pid {proc_label(proc)} is in uninterruptible sleep (D) and may not die"
+
+
+# -- NOT READY: the GPU itself is unfit ---------------------------------------------------------------------
+
+NOT_READY = "NOT READY"
+"""The verdict of a host where a GPU needs a reset, a reboot or the node drained, whatever its memory says."""
+
+
+def with_gpu_fitness(verdict: Verdict, snapshot: HostSnapshot) -> Verdict:
+    """The verdict, NOT READY when a GPU's own health asks for a reset, reboot or drain (``gpu_health``).
+
+    A GPU at its baseline is still not at its clean slate while it needs a reset: the verdict is then not
+    clean, and known (a GPU that could not be read beside it does not make "cannot tell" of a host that is
+    not ready anyway). Each unfit reason is that GPU's first reason and the verdict's ``unfit``.
+    """
+    unfit = unfit_reasons(snapshot)
+    if not unfit:
+        return verdict
+    gpus = tuple(
+        replace(g, clean=False, reasons=(unfit[g.index], *g.reasons)) if g.index in unfit else g
+        for g in verdict.gpus
+    )
+    ordered = tuple(unfit[index] for index in sorted(unfit))
+    reasons = ordered + verdict.reasons
+    return replace(verdict, clean=False, known=True, unfit=ordered, gpus=gpus, reasons=reasons)

@@ -9,6 +9,7 @@ from typing import Any
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
 from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
+from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Finding, Gpu, HostSnapshot
 from gputui.core.textsafe import visible
@@ -99,6 +100,7 @@ def _build_gpu(
         name=name,
         uuid=uuid,
         pci_bus_id=pci_bus_id,
+        health=dcgm_health(figures, whole(xid)),
         memory_used_mib=used,
         memory_total_mib=total,
         memory_reserved_mib=reserved,
@@ -109,6 +111,48 @@ def _build_gpu(
     )
     code = whole(xid)
     return gpu, (code if code else None), instances
+
+
+def dcgm_health(figures: Mapping[str, Series], xid: int | None) -> GpuHealth | None:
+    """A GPU's health from DCGM's remap, retirement, ECC and Xid series (None when the exporter has none of
+    them): judged by the same table as a collector's (``gputui.core.analysis.gpu_health``). DCGM's Xid
+    gauge holds the last Xid only, without its time."""
+    values = {name: _count(_figure(figures, name)) for name in DCGM_HEALTH_FIGURES}
+    if xid is None and all(value is None for value in values.values()):
+        return None
+
+    def flag(name: str) -> bool | None:
+        value = values[name]
+        return None if value is None else value > 0
+
+    return GpuHealth(
+        remapped_rows_correctable=values["remap_corr"],
+        remapped_rows_uncorrectable=values["remap_unc"],
+        remap_pending=flag("remap_pending"),
+        remap_failure=flag("remap_failure"),
+        retired_pages_pending=flag("retired_pending"),
+        ecc_uncorrected_volatile=values["ecc_unc_volatile"],
+        ecc_uncorrected_aggregate=values["ecc_unc_aggregate"],
+        xids=(XidEvent(xid=xid, source="DCGM"),) if xid else (),
+    )
+
+
+def _count(value: float | None) -> int | None:
+    """A count or flag DCGM sent; None for one no card can have (negative, NaN, infinite)."""
+    if value is None or value != value or value < 0 or value > 1e15:
+        return None
+    return int(round(value))
+
+
+DCGM_HEALTH_FIGURES = (
+    "remap_corr",
+    "remap_unc",
+    "remap_pending",
+    "remap_failure",
+    "retired_pending",
+    "ecc_unc_volatile",
+    "ecc_unc_aggregate",
+)
 
 
 def last_is(age_s: float | None) -> str:

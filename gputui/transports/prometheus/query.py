@@ -23,8 +23,16 @@ DCGM_METRICS: dict[str, str] = {
     "DCGM_FI_DEV_GPU_TEMP": "temp",
     "DCGM_FI_DEV_POWER_USAGE": "power",
     "DCGM_FI_DEV_XID_ERRORS": "xid",
+    "DCGM_FI_DEV_ROW_REMAP_PENDING": "remap_pending",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "remap_failure",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "remap_corr",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "remap_unc",
+    "DCGM_FI_DEV_RETIRED_PENDING": "retired_pending",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "ecc_unc_volatile",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": "ecc_unc_aggregate",
 }
-"""The DCGM exporter's metric names (its default counters file) -> the figure each one gives."""
+"""The DCGM exporter's metric names (its default counters file; the remap, retirement and ECC ones where its
+counters file has them) -> the figure each one gives."""
 
 SERVER_METRICS: dict[str, tuple[str, str]] = {
     "vllm:num_requests_running": ("vllm", "running"),

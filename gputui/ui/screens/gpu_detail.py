@@ -28,6 +28,7 @@ from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
+from gputui.ui.widgets.gpu_health_text import gpu_health_text
 from gputui.ui.widgets.history_chart import HistoryChart
 
 COMMAND_CHARS = 600
@@ -135,6 +136,7 @@ class GpuDetailScreen(Screen[None]):
                 with Horizontal(classes="gpu-series"):
                     yield Static(id=f"gpu-{series.label}-figures", classes="gpu-series-figures")
                     yield HistoryChart(id=f"gpu-{series.label}", classes="gpu-series-line")
+            yield Static(id="gpu-health")
             with VerticalScroll(id="gpu-holders-box"):
                 yield Static(id="gpu-holders")
         yield Footer()
@@ -146,7 +148,8 @@ class GpuDetailScreen(Screen[None]):
 
     def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
         """New data: redraw when it is this screen's host."""
-        if any(host.target == self.target for host, _ in changed):
+        # Not composed yet (pushed, not mounted): nothing to update, on_mount shows it.
+        if self.query("#gpu-detail-title") and any(host.target == self.target for host, _ in changed):
             self._show()
 
     def _show(self) -> None:
@@ -166,6 +169,10 @@ class GpuDetailScreen(Screen[None]):
             chart = self.query_one(f"#gpu-{series.label}", HistoryChart)
             chart.data = values
             chart.top = (None if gpu is None else series.top(gpu)) or max(values, default=1.0)
+        health = self.query_one("#gpu-health", Static)
+        health_text = None if gpu is None or snapshot is None else gpu_health_text(gpu, snapshot.kernel_log)
+        health.display = health_text is not None
+        health.update(health_text or "")
         holders = self.query_one("#gpu-holders", Static)
         if gpu is None or snapshot is None or host is None:
             holders.update(Text("no data for this GPU", style="dim"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from gputui.core.analysis.verdict import NOT_READY
 from gputui.core.cleanslate import CleanCheck
 from gputui.core.display import clock_time
 from gputui.core.model import Verdict
@@ -90,7 +91,10 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             # Nothing left to kill: the memory is on its way back, and for how long says when to worry.
             line.append(f"no holder left, the driver tearing down for {duration(tearing)} · ", style="yellow")
     elif check is not None and check.clean is False and check.finished_s is not None:
-        line.append(f"NOT CLEAN after {duration(check.finished_s - check.started_s)}: ", style="bold red")
+        word = NOT_READY if verdict.not_ready else "NOT CLEAN"
+        line.append(f"{word} after {duration(check.finished_s - check.started_s)}: ", style="bold red")
+    elif verdict.not_ready:
+        line.append(f"{NOT_READY}: ", style="bold red")
     elif not verdict.known:
         line.append("UNKNOWN: ", style="bold yellow")
     else:

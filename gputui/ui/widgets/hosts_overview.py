@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
+from gputui.core.analysis.verdict import NOT_READY
 from gputui.core.health_view import worst_state
 from gputui.core.model import HostSnapshot
 from gputui.ui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
@@ -126,6 +127,11 @@ class HostsOverview(Static):
             line.append("–", style="dim")
         elif verdict.clean:
             line.append(f"CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)}", style="bold green")
+        elif verdict.not_ready:
+            line.append(
+                f"{NOT_READY}: {len(verdict.unfit)} GPU{'s' if len(verdict.unfit) != 1 else ''}",
+                style="bold red",
+            )
         else:
             line.append(f"{verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at baseline", style="yellow")
         if snapshot.findings:

@@ -1,0 +1,293 @@
+"""Per-GPU health: row remapping, retired pages, uncorrected ECC, clock-event reasons, persistence, Xids.
+
+The NVML queries run inside the backend's device jobs (``read_gpu_health``), so they are bounded by the same
+per-device deadline and isolation as every other call; a query this GPU, driver or user cannot answer
+(NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION) is a blank, never an error. RESET_REQUIRED from any of
+them is itself a fact: the GPU needs a reset.
+
+``GpuHealthMonitor`` decides when to read (every ``HEALTH_INTERVAL_S``, on every forced sample and after a
+kill), gathers Xids from NVML events and the kernel log (``xid.KernelLog``), applies the rule that an event
+stops counting after a later reset of its GPU (one the kernel log shows or one gputui performed and noted
+with ``note_reset``) or a driver reload, and puts each GPU's ``health`` dict on the sample. What it means is
+the client's (``gputui.core.analysis.gpu_health``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from gputui.agent.gpu.nvmlapi import nvml_function_missing, nvml_is_lost, pynvml
+from gputui.agent.gpu.xid import KernelLog, pci_key, pci_text
+
+HEALTH_INTERVAL_S = 30.0
+"""Seconds between health reads (besides forced samples and kills)."""
+MAX_XIDS_PER_GPU = 32
+MAX_UNMATCHED = 16
+MAX_EVENTS_PER_WAIT = 256
+NVML_ERROR_RESET_REQUIRED = 16
+XID_EVENT_TYPE = 0x8
+"""nvmlEventTypeXidCriticalError."""
+SAME_EVENT_S = 5.0
+"""An NVML event and a kernel-log line with the same Xid this close in time are one event."""
+SOURCE_NVML = "NVML event"
+SOURCE_KERNEL = "kernel log"
+
+
+def _code(exc: BaseException) -> int | None:
+    return getattr(exc, "value", None) if pynvml is not None and isinstance(exc, pynvml.NVMLError) else None
+
+
+def read_gpu_health(handle: Any) -> dict[str, Any]:
+    """The NVML health figures of one GPU (runs on its worker thread; raises only for a lost GPU)."""
+    nv = pynvml
+    reset_required = False
+
+    def query(fn: Callable[[], Any]) -> Any:
+        nonlocal reset_required
+        try:
+            return fn()
+        except Exception as exc:
+            if nvml_is_lost(exc):
+                raise
+            if _code(exc) == NVML_ERROR_RESET_REQUIRED:
+                reset_required = True
+                return None
+            if (nv is not None and isinstance(exc, nv.NVMLError)) or nvml_function_missing(exc):
+                return None
+            raise
+
+    rows = query(lambda: nv.nvmlDeviceGetRemappedRows(handle))
+    retired = query(lambda: nv.nvmlDeviceGetRetiredPagesPendingStatus(handle))
+    ecc_mode = query(lambda: nv.nvmlDeviceGetEccMode(handle))
+    ecc_on = None if ecc_mode is None else bool(ecc_mode[0])
+    uncorrected = query(lambda: nv.nvmlDeviceGetTotalEccErrors(handle, 1, 0)) if ecc_on is not False else None
+    aggregate = query(lambda: nv.nvmlDeviceGetTotalEccErrors(handle, 1, 1)) if ecc_on is not False else None
+    reasons = query(lambda: _clock_event_reasons(handle))
+    persistence = query(lambda: nv.nvmlDeviceGetPersistenceMode(handle))
+    return {
+        "remapped_rows_correctable": None if rows is None else int(rows[0]),
+        "remapped_rows_uncorrectable": None if rows is None else int(rows[1]),
+        "remap_pending": None if rows is None else bool(rows[2]),
+        "remap_failure": None if rows is None else bool(rows[3]),
+        "retired_pages_pending": None if retired is None else bool(retired),
+        "ecc_enabled": ecc_on,
+        "ecc_uncorrected_volatile": None if uncorrected is None else int(uncorrected),
+        "ecc_uncorrected_aggregate": None if aggregate is None else int(aggregate),
+        "clock_event_reasons": None if reasons is None else int(reasons),
+        "persistence_mode": None if persistence is None else bool(persistence),
+        "reset_required": reset_required,
+    }
+
+
+def _clock_event_reasons(handle: Any) -> int:
+    """The current clock-event reasons (the R535 name), else the older clocks-throttle reasons."""
+    try:
+        return int(pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle))
+    except Exception as exc:
+        if not nvml_function_missing(exc):
+            raise
+    return int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+
+
+def _same_event(logged: dict[str, Any], live: dict[str, Any]) -> bool:
+    """Whether a kernel-log Xid and an NVML event are one event (same Xid, moments apart)."""
+    when = logged["time"]
+    return logged["xid"] == live["xid"] and when is not None and abs(when - live["time"]) < SAME_EVENT_S
+
+
+class XidEvents:
+    """An NVML event set for critical Xids, read without waiting.
+
+    Made and read on the backend's system worker (bounded there; making it calls no device); each GPU is
+    registered from its own device job (``register``), so a GPU whose calls hang holds up only itself. A
+    driver without events leaves it empty.
+    """
+
+    def __init__(self) -> None:
+        self._set: Any = None
+        self._index_of: dict[Any, int] = {}
+        self._tried: set[int] = set()
+        try:
+            self._set = pynvml.nvmlEventSetCreate()
+        except Exception:
+            self._set = None
+
+    def register(self, index: int, handle: Any) -> None:
+        """Ask for this GPU's critical Xids, once (runs on the GPU's worker; a GPU without events is left
+        out: the kernel log still may tell)."""
+        import ctypes
+
+        if self._set is None or index in self._tried:
+            return
+        self._tried.add(index)
+        try:
+            pynvml.nvmlDeviceRegisterEvents(handle, XID_EVENT_TYPE, self._set)
+        except Exception as exc:
+            if nvml_is_lost(exc):
+                raise
+            return
+        self._index_of[ctypes.cast(handle, ctypes.c_void_p).value] = index
+
+    @property
+    def registered(self) -> int:
+        """How many GPUs deliver Xid events to this set."""
+        return len(self._index_of)
+
+    def take(self) -> list[tuple[int, int]]:
+        """(GPU index, Xid) of every event since the last call; never waits."""
+        import ctypes
+
+        out: list[tuple[int, int]] = []
+        if self._set is None or not self._index_of:
+            return out
+        for _ in range(MAX_EVENTS_PER_WAIT):
+            try:
+                data = pynvml.nvmlEventSetWait_v2(self._set, 0)
+            except Exception:
+                break  # TIMEOUT: nothing more now (any other failure: try again next round)
+            index = self._index_of.get(ctypes.cast(data.device, ctypes.c_void_p).value)
+            if index is not None and int(data.eventType) & XID_EVENT_TYPE:
+                out.append((index, int(data.eventData)))
+        return out
+
+    def close(self) -> None:
+        if self._set is not None:
+            try:
+                pynvml.nvmlEventSetFree(self._set)
+            except Exception:  # noqa: S110 - shutting down
+                pass
+            self._set = None
+
+
+class GpuHealthMonitor:
+    """When to read GPU health, and the Xid history that goes with it.
+
+    Args:
+        interval_s: Seconds between health reads.
+        kernel_log: The kernel-log reader (default: the test source when set, else /dev/kmsg / dmesg).
+    """
+
+    def __init__(self, interval_s: float = HEALTH_INTERVAL_S, kernel_log: KernelLog | None = None) -> None:
+        self.interval_s = float(interval_s)
+        self.kernel_log = kernel_log if kernel_log is not None else KernelLog()
+        self._last_mono = -1e18
+        self._requested = True
+        self._live: list[dict[str, Any]] = []
+        """Xids from NVML events: {"pci", "index", "xid", "time"}."""
+        self._resets: dict[tuple[int, int, int], float] = {}
+        self._figures: dict[int, dict[str, Any]] = {}
+        self._xids: dict[int, list[dict[str, Any]]] = {}
+        self._unmatched: list[dict[str, Any]] = []
+
+    def request(self) -> None:
+        """Read health with the next sample (after a kill)."""
+        self._requested = True
+
+    def note_reset(self, pci_bus_id: str, when: float | None = None) -> None:
+        """A reset gputui performed on this GPU: its earlier Xids stop counting."""
+        key = pci_key(pci_bus_id)
+        if key is not None:
+            self._resets[key] = time.time() if when is None else when
+            self._requested = True
+
+    def due(self, forced: bool) -> bool:
+        """Whether this sample reads health (a forced sample always does)."""
+        return forced or self._requested or time.monotonic() - self._last_mono >= self.interval_s
+
+    def update(self, gpus: list[dict[str, Any]], live: list[tuple[int, int]]) -> None:
+        """Take this sample's health figures (``gpu["health"]`` from the backend, popped) and Xid events."""
+        self._last_mono = time.monotonic()
+        self._requested = False
+        now = time.time()
+        pci_of = {gpu.get("index"): pci_key(gpu.get("pci_bus_id")) for gpu in gpus}
+        for index, xid in live:
+            self._live.append({"pci": pci_of.get(index), "index": index, "xid": xid, "time": now})
+        del self._live[: max(0, len(self._live) - MAX_XIDS_PER_GPU * 8)]
+        for gpu in gpus:
+            figures = gpu.pop("health", None)
+            if isinstance(figures, dict):
+                self._figures[gpu["index"]] = figures
+        self.kernel_log.read()
+        self._match(gpus)
+
+    def _cleared(self, key: tuple[int, int, int] | None, when: float | None) -> str | None:
+        """Why an event at ``when`` no longer counts (a later reset or driver load), else None."""
+        if when is None:
+            return None
+        log = self.kernel_log
+        if log.driver_load_time is not None and log.driver_load_time > when:
+            return "driver reloaded since"
+        if key is not None:
+            for resets in (self._resets, log.recovered):
+                reset = resets.get(key)
+                if reset is not None and reset > when:
+                    return "GPU reset since"
+        return None
+
+    def _match(self, gpus: list[dict[str, Any]]) -> None:
+        by_key = {}
+        for gpu in gpus:
+            key = pci_key(gpu.get("pci_bus_id"))
+            if key is not None:
+                by_key[key] = gpu["index"]
+        xids: dict[int, list[dict[str, Any]]] = {}
+        unmatched: list[dict[str, Any]] = []
+        for event in self.kernel_log.events:
+            entry = {
+                "xid": event["xid"],
+                "time": event["time"],
+                "source": SOURCE_KERNEL,
+                "detail": event["detail"],
+                "cleared": self._cleared(event["pci"], event["time"]),
+            }
+            index = by_key.get(event["pci"])
+            if index is None:
+                unmatched.append(dict(entry, pci=pci_text(event["pci"])))
+            else:
+                xids.setdefault(index, []).append(entry)
+        for event in self._live:
+            listed = xids.setdefault(event["index"], [])
+            if any(_same_event(e, event) for e in listed):
+                continue  # the kernel log has it, with its detail
+            listed.append(
+                {
+                    "xid": event["xid"],
+                    "time": event["time"],
+                    "source": SOURCE_NVML,
+                    "detail": "",
+                    "cleared": self._cleared(event["pci"], event["time"]),
+                }
+            )
+        for listed in xids.values():
+            listed.sort(key=lambda e: e["time"] or 0.0)
+            del listed[: max(0, len(listed) - MAX_XIDS_PER_GPU)]
+        self._xids = xids
+        self._unmatched = unmatched[-MAX_UNMATCHED:]
+
+    def apply(self, gpus: list[dict[str, Any]]) -> None:
+        """Put each GPU's last health (figures and Xids) on this sample's GPU dicts."""
+        for gpu in gpus:
+            gpu.pop("health", None)
+            index = gpu.get("index")
+            figures = self._figures.get(index) if isinstance(index, int) else None
+            xids = self._xids.get(index, []) if isinstance(index, int) else []
+            if figures is None and not xids and self.kernel_log.source is None and not self.kernel_log.error:
+                continue
+            health = dict(figures or {})
+            health["xids"] = [dict(e) for e in xids]
+            gpu["health"] = health
+
+    def kernel_log_note(self) -> dict[str, Any] | None:
+        """The host's kernel-log part: where Xids were read, why they could not be, Xids no GPU has."""
+        log = self.kernel_log
+        if log.source is None and log.error is None:
+            return None
+        return {
+            "source": log.source if log.error is None else None,
+            "error": log.error,
+            "unmatched": [dict(e) for e in self._unmatched],
+        }
+
+    def close(self) -> None:
+        self.kernel_log.close()

@@ -1,0 +1,247 @@
+"""Xid events from the kernel log: ``/dev/kmsg`` read without blocking, ``dmesg`` where it cannot be opened.
+
+The NVIDIA driver logs every Xid as ``NVRM: Xid (PCI:DDDD:BB:DD): N, <detail>``; older drivers leave out the
+``PCI:``. A line is matched to a GPU by its PCI address compared as integers (domain, bus, device), never as
+text (NVML says ``00000000:17:00.0``, the log ``0000:17:00``). The log also says when the driver was loaded
+(``NVRM: loading NVIDIA UNIX ...``): Xids from before the last load belong to a driver that is gone. An Xid
+154 that says the recovery action is now ``None`` marks a GPU as recovered (reset) at that moment.
+
+``/dev/kmsg`` is opened once and kept: each read returns the records logged since the last one, so a
+collector that started before a fault sees it live too. Unreadable (not root with ``dmesg_restrict``, a
+container without the device), ``dmesg`` is run instead, bounded; both failing, the reason is kept and said
+once per host ("Xid history unavailable: ..."), never taken for "no Xid".
+
+``GPUTUI_TEST_KERNEL_LOG`` names a file read instead of the machine's kernel log (the test suite's source,
+in ``/dev/kmsg`` record or ``dmesg`` line format); every collector the suite starts reads it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import subprocess
+import time
+from typing import Any
+
+TEST_SOURCE_ENV = "GPUTUI_TEST_KERNEL_LOG"
+"""A file read in place of the kernel log (tests only)."""
+KMSG_PATH = "/dev/kmsg"
+DMESG_TIMEOUT_S = 3.0
+MAX_RECORDS_PER_READ = 50000
+"""Records taken from /dev/kmsg in one read round (its ring holds far fewer): bounds a round's time."""
+MAX_SOURCE_BYTES = 8 << 20
+"""What is read of ``dmesg``'s output or of the test source."""
+MAX_EVENTS = 256
+"""Xid events kept per host, newest last (older ones dropped)."""
+DETAIL_MAX = 160
+
+_XID_RE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.[0-7])?\):"
+    r" ?(\d{1,5})(?:,\s*(.*))?$"
+)
+_DRIVER_LOAD = "NVRM: loading NVIDIA UNIX"
+_RECOVERED_RE = re.compile(r"recovery action changed from .* to 0x0\b", re.IGNORECASE)
+_DMESG_TIME_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s?(.*)$")
+_KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def pci_key(text: Any) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a PCI address: ``00000000:17:00.0``, ``0000:17:00``, ``17:00.0``; None when
+    it is not one."""
+    if not isinstance(text, str):
+        return None
+    parts = text.strip().split(".", 1)[0].split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    if len(parts) != 3:
+        return None
+    try:
+        domain, bus, device = (int(part, 16) for part in parts)
+    except ValueError:
+        return None
+    if not (0 <= domain <= 0xFFFFFFFF and 0 <= bus <= 0xFF and 0 <= device <= 0x1F):
+        return None
+    return domain, bus, device
+
+
+def pci_text(key: tuple[int, int, int]) -> str:
+    """The log's spelling of a PCI address: ``0000:17:00``."""
+    return f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}"
+
+
+def _clean(text: str) -> str:
+    return _UNSAFE.sub("?", text)[:DETAIL_MAX]
+
+
+class KernelLog:
+    """The Xid lines (and driver loads, recoveries) of this boot's kernel log.
+
+    Attributes:
+        source: Where they were read: ``/dev/kmsg``, ``dmesg``, ``test:<path>``; None before the first read.
+        error: Why no source could be read (the last round), else None.
+        events: ``{"pci": (d, b, dev), "xid": N, "time": epoch s or None, "detail": str}``, oldest first.
+        driver_load_time: Epoch seconds of the last driver load the log shows, else None.
+        recovered: PCI key -> epoch seconds of the last Xid 154 that cleared its recovery action.
+    """
+
+    def __init__(self, test_path: str | None = None) -> None:
+        self.test_path = test_path if test_path is not None else os.environ.get(TEST_SOURCE_ENV) or None
+        self.source: str | None = None
+        self.error: str | None = None
+        self.events: list[dict[str, Any]] = []
+        self.driver_load_time: float | None = None
+        self.recovered: dict[tuple[int, int, int], float] = {}
+        self._kmsg_fd: int | None = None
+        self._kmsg_failed: str | None = None
+
+    def read(self) -> None:
+        """Take what the log says now (never blocks longer than ``DMESG_TIMEOUT_S``); never raises."""
+        if self.test_path is not None:
+            self._read_file(self.test_path)
+            return
+        if self._kmsg_failed is None:
+            problem = self._read_kmsg()
+            if problem is None:
+                return
+            self._kmsg_failed = problem
+        self._read_dmesg(self._kmsg_failed)
+
+    # -- sources ---------------------------------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self.events = []
+        self.driver_load_time = None
+        self.recovered = {}
+
+    def _read_file(self, path: str) -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW)
+        except OSError as exc:
+            self.error = f"{path}: {exc.strerror or exc}"
+            return
+        try:
+            import stat
+
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                self.error = f"{path}: not a regular file"
+                return
+            data = os.read(fd, MAX_SOURCE_BYTES)
+        except OSError as exc:
+            self.error = f"{path}: {exc.strerror or exc}"
+            return
+        finally:
+            os.close(fd)
+        self._reset()
+        self.source = "test:" + path
+        self.error = None
+        offset = _boot_epoch()
+        for line in data.decode("utf-8", "replace").splitlines():
+            self._take_line(line, offset)
+
+    def _read_kmsg(self) -> str | None:
+        """Read the records logged since the last read; returns why /dev/kmsg cannot be read, else None."""
+        if self._kmsg_fd is None:
+            try:
+                self._kmsg_fd = os.open(KMSG_PATH, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            except OSError as exc:
+                return f"{KMSG_PATH}: {exc.strerror or exc}"
+        offset = _boot_epoch()
+        for _ in range(MAX_RECORDS_PER_READ):
+            try:
+                record = os.read(self._kmsg_fd, 16384)
+            except BlockingIOError:
+                break
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # records overwritten before they were read: go on
+                    continue
+                os.close(self._kmsg_fd)
+                self._kmsg_fd = None
+                return f"{KMSG_PATH}: {exc.strerror or exc}"
+            if not record:
+                break
+            self._take_line(record.decode("utf-8", "replace").split("\n", 1)[0], offset)
+        self.source = KMSG_PATH
+        self.error = None
+        return None
+
+    def _read_dmesg(self, kmsg_problem: str) -> None:
+        from gputui.agent.gpu.tools import which
+
+        dmesg = which("dmesg")
+        if dmesg is None:
+            self.error = f"{kmsg_problem}; dmesg: not found"
+            return
+        try:
+            proc = subprocess.run(  # noqa: S603 - a fixed argv, nothing from data
+                [dmesg],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=DMESG_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            self.error = f"{kmsg_problem}; dmesg: timed out"
+            return
+        except OSError as exc:
+            self.error = f"{kmsg_problem}; dmesg: {exc.strerror or exc}"
+            return
+        if proc.returncode != 0:
+            said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            why = _clean(said[-1]) if said else f"exit status {proc.returncode}"
+            self.error = f"{kmsg_problem}; {why if why.startswith('dmesg') else 'dmesg: ' + why}"
+            return
+        self._reset()
+        self.source = "dmesg"
+        self.error = None
+        offset = _boot_epoch()
+        for line in proc.stdout[:MAX_SOURCE_BYTES].decode("utf-8", "replace").splitlines():
+            self._take_line(line, offset)
+
+    def close(self) -> None:
+        if self._kmsg_fd is not None:
+            os.close(self._kmsg_fd)
+            self._kmsg_fd = None
+
+    # -- lines ---------------------------------------------------------------------------------------------
+
+    def _take_line(self, line: str, boot_epoch: float) -> None:
+        """One kmsg record (``prio,seq,usec,flags;text``) or dmesg line (``[  12.345] text``)."""
+        when: float | None = None
+        kmsg = _KMSG_RE.match(line)
+        if kmsg is not None:
+            when = boot_epoch + int(kmsg.group(3)) / 1e6
+            text = kmsg.group(4)
+        else:
+            stamped = _DMESG_TIME_RE.match(line)
+            if stamped is not None:
+                when = boot_epoch + float(stamped.group(1))
+                text = stamped.group(2)
+            else:
+                text = line
+        if "NVRM:" not in text:
+            return
+        if _DRIVER_LOAD in text:
+            self.driver_load_time = when if when is not None else time.time()
+            return
+        match = _XID_RE.search(text.rstrip())
+        if match is None:
+            return  # a foreign or malformed line
+        key = pci_key(":".join(match.group(1, 2, 3)))
+        if key is None:
+            return
+        xid = int(match.group(4))
+        detail = _clean(match.group(5) or "")
+        if xid == 154 and _RECOVERED_RE.search(detail) and when is not None:
+            self.recovered[key] = when
+        self.events.append({"pci": key, "xid": xid, "time": when, "detail": detail})
+        if len(self.events) > MAX_EVENTS:
+            del self.events[: len(self.events) - MAX_EVENTS]
+
+
+def _boot_epoch() -> float:
+    """Epoch seconds of the kernel log's zero: printk stamps, like CLOCK_MONOTONIC, count from boot."""
+    return time.time() - time.monotonic()
