@@ -28,7 +28,7 @@ from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
 from gputui.transports.base import SSH_CLIENTS
 
-SUBCOMMANDS = ("snapshot", "check", "kill")
+SUBCOMMANDS = ("snapshot", "check", "kill", "reset")
 KILL_DESCRIPTION = """\
 Signal GPU processes or their jobs. The plan lists everything it will signal; the intent is written to the
 audit log before anything is sent, and each process's identity is checked again right before its signal.
@@ -197,7 +197,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser = _Parser(
             prog="gputui",
             description="Terminal GPU monitor: memory, process trees, zombies, health, the clean slate.",
-            epilog="subcommands: snapshot, check, kill (gputui SUBCOMMAND --help)",
+            epilog="subcommands: snapshot, check, kill, reset (gputui SUBCOMMAND --help)",
         )
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
@@ -278,6 +278,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             metavar="[TARGET] PID",
             help="an optional host target, then process ids",
         )
+    elif command == "reset":
+        from gputui.commands.reset_options import add_reset_arguments
+
+        add_reset_arguments(parser)
+        _add_no_audit(parser)
     return parser
 
 
@@ -394,6 +399,10 @@ def _run(command: str | None, args: argparse.Namespace) -> int:
         from gputui.commands.kill import run_kill
 
         return run_kill(args)
+    if command == "reset":
+        from gputui.commands.reset import run_reset
+
+        return run_reset(args)
     from gputui.commands.tui import run_tui
 
     return run_tui(args)
@@ -422,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args.config = load_config(args.config)
-        if command != "kill":
+        if command not in ("kill", "reset"):
             fleet_options.resolve(args, command)
     except (ConfigError, fleet_options.FleetOptionError) as exc:
         print(f"gputui: {exc}", file=sys.stderr)

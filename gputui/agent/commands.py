@@ -20,6 +20,8 @@ from .protocol import (
     KILL_ABANDON_COMMAND,
     KILL_COMMAND,
     KILL_WAIT_COMMAND,
+    RESET_PLAN_COMMAND,
+    RESET_RUN_COMMAND,
     error_reply,
     health_config,
     reply,
@@ -85,6 +87,8 @@ def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         return {"snapshot": agent.sample(force_processes=True)}
     if name in (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND):
         return agent.kills.handle(name, command)
+    if name in (RESET_PLAN_COMMAND, RESET_RUN_COMMAND):
+        return reset(agent, name, command)
     if name == CMD_CALIBRATE:
         return calibrate(agent)
     if name == CMD_PROCESS:
@@ -212,3 +216,27 @@ def calibrate(agent: Agent) -> dict[str, Any]:
             continue
         used[gpu.get("uuid") or f"index:{gpu['index']}"] = gpu["memory_used_mib"]
     return {"memory_used_mib": used}
+
+
+def reset(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
+    """``reset_plan`` (reads only) and ``reset_run`` (``reset_run.run_reset``)."""
+    words = command.get("gpus")
+    if words is not None and (not isinstance(words, list) or not all(isinstance(w, str) for w in words)):
+        raise CommandError("gpus must be a list of GPU indexes or UUIDs, or null for every GPU")
+    if name == RESET_PLAN_COMMAND:
+        from .reset import make_plan
+
+        try:
+            return {
+                "plan": dict(
+                    make_plan(words, agent.pid, agent.read_only, agent.uses_nvml), boot_id=agent.boot_id
+                )
+            }
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    from .reset_run import ResetRefused, run_reset
+
+    try:
+        return run_reset(agent, command)
+    except ResetRefused as exc:
+        raise CommandError(str(exc)) from None

@@ -116,6 +116,10 @@ class FakeGpu:
     fan_pct: int | None = None
     error: str | None = None  # e.g. "GPU_IS_LOST", "NOT_SUPPORTED", "UNKNOWN"
     hang_ms: int = 0
+    persistence: bool | None = None  # the library's default: on
+    display_active: bool | None = None
+    mig_current: bool | None = None
+    mig_pending: bool | None = None
 
     def render(self, index: int) -> str:
         parts = [f"gpu {index}"]
@@ -135,10 +139,16 @@ class FakeGpu:
             "fan_pct",
             "error",
             "hang_ms",
+            "persistence",
+            "display_active",
+            "mig_current",
+            "mig_pending",
         ):
             value = getattr(self, key)
             if value is None or (key == "hang_ms" and not value):
                 continue
+            if isinstance(value, bool):
+                value = int(value)
             parts.append(f"{key}={_quote(value if isinstance(value, bytes) else str(value))}")
         return " ".join(parts)
 

@@ -18,7 +18,10 @@
  *
  * gpu keys: name uuid serial pci total_mib baseline_mib reserved_mib util_pct
  * mem_util_pct temp_c power_mw power_limit_mw fan_pct (-1 = no fan) error
- * (GPU_IS_LOST|NOT_SUPPORTED|UNKNOWN|...) hang_ms.
+ * (GPU_IS_LOST|NOT_SUPPORTED|UNKNOWN|...) hang_ms persistence (0/1, default 1)
+ * display_active (0/1) mig_current mig_pending (0/1).
+ *
+ * FAKE_NVML_DEVICE (optional): a file kept open from the first nvmlInit to the last nvmlShutdown.
  *
  * Driver semantics: a plain holder counts (in used memory and in the process
  * list) only while the process has a thread that has not exited: its leader
@@ -30,6 +33,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +197,7 @@ struct gpu {
     int fan_pct;
     int error;
     unsigned int hang_ms;
+    unsigned int persistence, display_active, mig_current, mig_pending;
 };
 
 struct holder {
@@ -293,6 +298,7 @@ static void gpu_defaults(struct gpu *g, unsigned int i)
     g->power_limit_mw = 600000;
     g->fan_pct = -1;
     g->error = 0;
+    g->persistence = 1;
 }
 
 /* Copy one character of a token from *s to *w: "\xHH" is the byte HH (any byte a real driver could
@@ -392,6 +398,14 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
         bad = parse_uint(val, &g->power_limit_mw);
     else if (!strcmp(key, "hang_ms"))
         bad = parse_uint(val, &g->hang_ms);
+    else if (!strcmp(key, "persistence"))
+        bad = parse_uint(val, &g->persistence);
+    else if (!strcmp(key, "display_active"))
+        bad = parse_uint(val, &g->display_active);
+    else if (!strcmp(key, "mig_current"))
+        bad = parse_uint(val, &g->mig_current);
+    else if (!strcmp(key, "mig_pending"))
+        bad = parse_uint(val, &g->mig_pending);
     else if (!strcmp(key, "fan_pct")) {
         char *end;
         long v = strtol(val, &end, 10);
@@ -697,6 +711,10 @@ static void parse_pci(const char *s, unsigned int *dom, unsigned int *bus, unsig
 
 /* ---- init / system ---------------------------------------------------- */
 
+/* FAKE_NVML_DEVICE names a file the library keeps open while initialised, as the real one keeps
+ * /dev/nvidiactl and /dev/nvidiaN open: a test sees who holds "the device" and when it is let go. */
+static int g_device_fd = -1;
+
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
@@ -712,6 +730,9 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
             clock_gettime(CLOCK_MONOTONIC, &g_start);
         for (unsigned int i = 0; i < MAX_GPUS; i++)
             g_devices[i].index = i;
+        const char *device = getenv("FAKE_NVML_DEVICE");
+        if (g_init_count == 0 && device && *device && g_device_fd < 0)
+            g_device_fd = open(device, O_RDONLY | O_CLOEXEC);
         g_init_count++;
     }
     pthread_mutex_unlock(&g_lock);
@@ -729,6 +750,10 @@ EXPORT nvmlReturn_t nvmlShutdown(void)
         r = NVML_ERROR_UNINITIALIZED;
     else
         g_init_count--;
+    if (g_init_count == 0 && g_device_fd >= 0) {
+        close(g_device_fd);
+        g_device_fd = -1;
+    }
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -1382,17 +1407,29 @@ static nvmlReturn_t get_const_uint(nvmlDevice_t device, unsigned int *out, unsig
 
 EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, unsigned int *mode)
 {
-    return get_const_uint(device, mode, 1); /* NVML_FEATURE_ENABLED */
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *mode = v->g.persistence ? 1 : 0; /* NVML_FEATURE_ENABLED / DISABLED */
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, unsigned int *isActive)
 {
-    return get_const_uint(device, isActive, 0);
+    if (!isActive)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *isActive = v->g.display_active ? 1 : 0;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, unsigned int *display)
 {
-    return get_const_uint(device, display, 0);
+    if (!display)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *display = v->g.display_active ? 1 : 0;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
@@ -1439,9 +1476,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     if (!currentMode || !pendingMode)
         return NVML_ERROR_INVALID_ARGUMENT;
     DEV_ENTER(device, v);
-    (void)v;
-    *currentMode = 0;
-    *pendingMode = 0;
+    *currentMode = v->g.mig_current ? 1 : 0;
+    *pendingMode = v->g.mig_pending ? 1 : 0;
     return NVML_SUCCESS;
 }
 
