@@ -22,7 +22,7 @@ from tests.fakenvml import FakeGpu, FakeNvmlState
 from tests.integration._procs import REPO
 
 FAKE_SMI = r"""#!{python}
-import json, os, re, sys
+import json, os, re, sys, time
 argv = sys.argv[1:]
 with open({log!r}, "a") as log:
     log.write(json.dumps(argv) + "\n")
@@ -42,6 +42,7 @@ if "-pm" in argv:
     os.replace(tmp, path)
     print("Persistence mode set for GPU " + uuid); sys.exit(0)
 if "-r" in argv:
+    time.sleep(float(os.environ.get("FAKE_SMI_RESET_S") or 0))
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue

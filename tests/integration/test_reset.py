@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration._procs import script
+from tests.integration._procs import agent_process, script
 from tests.integration.reset_host import ResetHost, holder_code, make_reset_host, uuid_of
+from tests.interpreters import python38
 
 NOBODY = 65534
+
+
+def gpu0_cycle() -> list[list[str]]:
+    """What the fake nvidia-smi is asked for a reset of GPU 0 with persistence on."""
+    return [["-pm", "0", "-i", uuid_of(0)], ["-r", "-i", uuid_of(0)], ["-pm", "1", "-i", uuid_of(0)]]
 
 
 @pytest.fixture
@@ -208,3 +214,43 @@ def test_a_gpu_the_host_does_not_have_is_one_line(host: ResetHost) -> None:
     done = host.run("local", "7")
     assert done.returncode == 2
     assert done.stderr.strip() == "gputui: local: no GPU '7' on this host (an index or a UUID)"
+
+
+def test_the_shipped_collector_on_python38_steps_aside_over_json_lines(host: ResetHost) -> None:
+    env = dict(host.env, FAKE_SMI_RESET_S="1.5")
+    with agent_process("--interval", "0.2", env=env, python=python38()) as agent:
+        agent.next_snapshot()
+        plan = agent.result({"cmd": "reset_plan", "gpus": ["0"]})["plan"]
+        assert plan["verdict"] == "go"
+        steps = [step["argv"] for step in plan["steps"]]
+        changed = agent.send({"cmd": "reset_run", "gpus": ["0"], "steps": steps[:1]})
+        assert changed["result"]["refused"] == "the plan changed since it was shown: nothing was run"
+        assert host.smi_calls() == []
+        agent.snapshots.clear()
+        result = agent.result({"cmd": "reset_run", "gpus": ["0"], "steps": steps}, timeout_s=60)
+        assert result["verified"] is True, result
+        assert result["released"] is True
+        assert [o["result"] for o in result["steps"]] == ["ok", "ok", "ok"]
+        aside = [s for s in agent.snapshots if s.get("error") == result["stepped_aside"]]
+        assert aside, "no snapshot said the collector stepped aside"
+        assert not aside[0]["gpus"]
+        back = agent.next_snapshot()
+        assert back.get("error") is None
+        assert len(back["gpus"]) == 2
+    assert host.smi_calls() == [
+        ["-pm", "0", "-i", uuid_of(0)],
+        ["-r", "-i", uuid_of(0)],
+        ["-pm", "1", "-i", uuid_of(0)],
+    ]
+
+
+def test_a_read_only_collector_refuses_the_run(host: ResetHost) -> None:
+    with agent_process("--read-only", env=host.env) as agent:
+        plan = agent.result({"cmd": "reset_plan", "gpus": None})["plan"]
+        assert plan["verdict"] == "blocked"
+        reply = agent.send({"cmd": "reset_run", "gpus": None, "steps": [s["argv"] for s in plan["steps"]]})
+        assert reply["ok"] is False
+        assert reply["error"] == "read-only mode: reset refused, nothing was run"
+        bad = agent.send({"cmd": "reset_plan", "gpus": [7]})
+        assert bad["ok"] is False
+    assert host.smi_calls() == []
