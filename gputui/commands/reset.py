@@ -25,8 +25,6 @@ from gputui.agent.protocol import (
     RESET_PLAN_COMMAND,
     RESET_RUN_COMMAND,
     RESET_UNKNOWN,
-    RESULT_REQUESTED,
-    RESULT_UNKNOWN,
     STAGE_INTENT,
     STAGE_REQUEST,
 )
@@ -37,8 +35,10 @@ from gputui.core.actions import AuditLog
 from gputui.core.reset_plan import (
     EXIT_BLOCKED,
     EXIT_CANNOT_TELL,
+    STAGE_RESET,
     PlanShapeError,
     ResetPlan,
+    audit_lines,
     blocker_line,
     format_plan,
     outcome_line,
@@ -50,8 +50,6 @@ from gputui.transports.base import LinkError
 
 PLAN_TIMEOUT_S = 60.0
 RUN_SLACK_S = 60.0
-STAGE_RESET = "reset"
-"""Audit lines of a reset's steps carry this stage after their intent."""
 _GPU_WORD = re.compile(r"[0-9]{1,4}|(?:GPU|MIG)-[0-9A-Za-z-]{1,80}")
 
 
@@ -123,31 +121,6 @@ def run_reset(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         link.close()
 
 
-def _audit_lines(
-    plan: ResetPlan, stage: str, results: list[dict[str, Any]] | None, detail: str
-) -> list[dict]:
-    lines = []
-    for index, step in enumerate(plan.steps):
-        outcome = results[index] if results is not None and index < len(results) else {}
-        lines.append(
-            {
-                "stage": stage,
-                "action": "gpu_reset",
-                "step": index + 1,
-                "kind": step.get("kind"),
-                "command": list(step["argv"]),
-                "gpu": step.get("uuid"),
-                "unit": step.get("unit"),
-                "result": outcome.get(
-                    "result", RESULT_REQUESTED if stage == STAGE_INTENT else RESULT_UNKNOWN
-                ),
-                "rc": outcome.get("rc"),
-                "detail": outcome.get("output") or detail,
-            }
-        )
-    return lines
-
-
 def _execute(
     args: argparse.Namespace,
     target: str,
@@ -161,7 +134,7 @@ def _execute(
     boot_id = plan.raw.get("boot_id")
     if audit is not None:
         try:
-            audit.record(target, boot_id, _audit_lines(plan, STAGE_INTENT, None, "reset plan confirmed"))
+            audit.record(target, boot_id, audit_lines(plan, STAGE_INTENT, None, "reset plan confirmed"))
         except StateError as exc:
             _say(
                 target,
@@ -184,12 +157,12 @@ def _execute(
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             if audit is not None:
-                _audit_quietly(audit, target, boot_id, _audit_lines(plan, STAGE_REQUEST, None, str(exc)), err)
+                _audit_quietly(audit, target, boot_id, audit_lines(plan, STAGE_REQUEST, None, str(exc)), err)
             _say(target, "the collector finishes the reset on its own; its outcome is not known here", err)
             return EXIT_CANNOT_TELL
     steps = result.get("steps") if isinstance(result.get("steps"), list) else None
     if audit is not None and steps is not None:
-        _audit_quietly(audit, target, boot_id, _audit_lines(plan, STAGE_RESET, steps, ""), err)
+        _audit_quietly(audit, target, boot_id, audit_lines(plan, STAGE_RESET, steps, ""), err)
     status, line = run_exit(result)
     if args.json:
         print(

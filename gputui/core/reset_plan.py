@@ -33,10 +33,15 @@ from gputui.agent.protocol import (
     RESET_REBOOT,
     RESET_UNKNOWN,
     RESET_VERDICTS,
+    RESULT_REQUESTED,
+    RESULT_UNKNOWN,
+    STAGE_INTENT,
     STEP_OK,
 )
 from gputui.core.textsafe import visible, visible_cmdline
 
+STAGE_RESET = "reset"
+"""Audit lines of a reset's steps carry this stage after their intent (``STAGE_INTENT``)."""
 EXIT_OK = 0
 EXIT_BLOCKED = 1
 EXIT_CANNOT_TELL = 2
@@ -239,6 +244,29 @@ def run_exit(result: dict[str, Any]) -> tuple[int, str]:
     return EXIT_CANNOT_TELL, "reset done, cannot tell whether the GPUs are clean after"
 
 
+def audit_lines(plan: ResetPlan, stage: str, results: list[dict[str, Any]] | None, detail: str) -> list[dict]:
+    lines = []
+    for index, step in enumerate(plan.steps):
+        outcome = results[index] if results is not None and index < len(results) else {}
+        lines.append(
+            {
+                "stage": stage,
+                "action": "gpu_reset",
+                "step": index + 1,
+                "kind": step.get("kind"),
+                "command": list(step["argv"]),
+                "gpu": step.get("uuid"),
+                "unit": step.get("unit"),
+                "result": outcome.get(
+                    "result", RESULT_REQUESTED if stage == STAGE_INTENT else RESULT_UNKNOWN
+                ),
+                "rc": outcome.get("rc"),
+                "detail": outcome.get("output") or detail,
+            }
+        )
+    return lines
+
+
 __all__ = [
     "EXIT_BLOCKED",
     "EXIT_CANNOT_TELL",
@@ -249,7 +277,9 @@ __all__ = [
     "HOLDER_SERVICE",
     "HOLDER_STUCK",
     "PlanShapeError",
+    "STAGE_RESET",
     "ResetPlan",
+    "audit_lines",
     "blocker_line",
     "format_plan",
     "outcome_line",

@@ -1,0 +1,93 @@
+"""The TUI's GPU reset: the key asks the host's collector for a plan, the modal shows it, a confirmed one
+runs (audited first) on a thread that the app's exit waits for, and a notification says how it ended.
+
+The same plan, wording, audit lines and exit rules as ``gputui reset`` (``commands.reset``): this module
+only moves them between threads and screens.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from gputui.agent.protocol import RESET_PLAN_COMMAND, RESET_RUN_COMMAND
+from gputui.core.reset_plan import EXIT_OK, STAGE_RESET, PlanShapeError, ResetPlan, audit_lines, run_exit
+from gputui.core.state import StateError
+from gputui.core.textsafe import visible
+from gputui.transports.base import LinkError
+from gputui.ui.hosts import REQUEST_TIMEOUT_S, HostState
+from gputui.ui.jobs import spawn
+from gputui.ui.screens.confirm_reset import ConfirmResetScreen
+
+if TYPE_CHECKING:
+    from gputui.ui.app import GpuTuiApp
+
+RUN_SLACK_S = 60.0
+
+
+def request_reset(app: GpuTuiApp, host: HostState, gpu_index: int) -> None:
+    """Plan a reset of one GPU on ``host`` and open its confirmation (read-only mode refuses)."""
+    if app.settings.read_only:
+        app.say("read-only: no GPU is reset", severity="warning", title="refused")
+        return
+    link = host.link
+    if link is None:
+        app.say(f"{visible(host.target, 40)}: not connected", severity="warning")
+        return
+    target = host.target
+
+    def plan_it() -> None:
+        try:
+            answer = link.request({"cmd": RESET_PLAN_COMMAND, "gpus": [str(gpu_index)]}, REQUEST_TIMEOUT_S)
+            plan = ResetPlan.from_dict(target, answer.get("plan"))
+        except (LinkError, PlanShapeError) as exc:
+            app.call_from_thread(app.say, visible(str(exc), 300), severity="error", title="reset")
+            return
+        app.call_from_thread(
+            app.push_screen, ConfirmResetScreen(plan), lambda ok: _decided(app, host, plan, ok)
+        )
+
+    spawn(f"reset-plan-{target[:20]}", plan_it)
+
+
+def _decided(app: GpuTuiApp, host: HostState, plan: ResetPlan, confirmed: bool | None) -> None:
+    if not confirmed:
+        app.say("cancelled: no GPU was reset")
+        return
+    link = host.link
+    if link is None:
+        app.say(f"{visible(host.target, 40)}: not connected: nothing was run", severity="warning")
+        return
+    boot_id = plan.raw.get("boot_id")
+    if app.audit is not None:
+        try:
+            app.audit.record(plan.target, boot_id, audit_lines(plan, "intent", None, "reset plan confirmed"))
+        except StateError as exc:
+            app.say(f"reset refused, nothing was run: audit log: {visible(str(exc), 200)}", severity="error")
+            return
+    app.say(f"{visible(plan.target, 40)}: the collector steps aside (closes its NVML handles) for the reset")
+    words = [str(g.get("index")) for g in plan.gpus]
+    deadline_s = sum(float(s.get("timeout_s") or 0.0) for s in plan.steps) + RUN_SLACK_S
+
+    def run_it() -> None:
+        try:
+            result = link.request(
+                {"cmd": RESET_RUN_COMMAND, "gpus": words, "steps": plan.step_argvs}, deadline_s
+            )
+        except LinkError as exc:
+            app.call_from_thread(
+                app.say, visible(str(exc), 300), severity="error", title="reset: outcome unknown"
+            )
+            return
+        steps = result.get("steps")
+        if app.audit is not None and isinstance(steps, list):
+            try:
+                app.audit.record(plan.target, boot_id, audit_lines(plan, STAGE_RESET, steps, ""))
+            except StateError:
+                pass  # said by the next line's severity: the reset itself has run
+        status, line = run_exit(result)
+        severity = "information" if status == EXIT_OK else "error"
+        app.call_from_thread(app.say, f"{visible(plan.target, 40)}: {line}", severity=severity, title="reset")
+
+    # Not a daemon: quitting waits for a reset under way, which restores persistence mode at its end.
+    threading.Thread(target=run_it, name=f"gputui-reset-{plan.target[:20]}", daemon=False).start()
