@@ -20,6 +20,9 @@ from .protocol import (
     KILL_ABANDON_COMMAND,
     KILL_COMMAND,
     KILL_WAIT_COMMAND,
+    LEFTOVERS_COMMANDS,
+    LEFTOVERS_REMOVE_COMMAND,
+    LEFTOVERS_SCAN_COMMAND,
     RESET_PLAN_COMMAND,
     RESET_RUN_COMMAND,
     error_reply,
@@ -87,6 +90,8 @@ def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         return {"snapshot": agent.sample(force_processes=True)}
     if name in (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND):
         return agent.kills.handle(name, command)
+    if name in LEFTOVERS_COMMANDS:
+        return leftovers(agent, name, command)
     if name in (RESET_PLAN_COMMAND, RESET_RUN_COMMAND):
         return reset(agent, name, command)
     if name == CMD_CALIBRATE:
@@ -240,3 +245,29 @@ def reset(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
         return run_reset(agent, command)
     except ResetRefused as exc:
         raise CommandError(str(exc)) from None
+
+
+def _dicts(command: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = command.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise CommandError(f"{key} must be a list of objects")
+    return value
+
+
+def leftovers(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
+    """The leftovers of killed jobs in /dev/shm and their MPS daemons (``agent.leftovers``)."""
+    from . import leftovers as found
+
+    if name == LEFTOVERS_SCAN_COMMAND:
+        pids = command.get("pids")
+        if not isinstance(pids, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in pids
+        ):
+            raise CommandError("pids must be a list of process ids")
+        return found.scan(pids)
+    if name == LEFTOVERS_REMOVE_COMMAND:
+        try:
+            return {"results": found.remove(_dicts(command, "segments"), agent.read_only)}
+        except PermissionError as exc:
+            raise CommandError(str(exc)) from None
+    return found.check(_dicts(command, "segments"), _dicts(command, "mps"))

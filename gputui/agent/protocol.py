@@ -62,6 +62,14 @@ RESET_RUN_COMMAND = "reset_run"
 "go" and the steps are the ones the client confirmed, step aside (close this collector's NVML), run them with
 bounded time, restore what was on, come back and verify: ``{"plan", "steps", "verified", "after", ...}``."""
 RESET_COMMANDS = (RESET_PLAN_COMMAND, RESET_RUN_COMMAND)
+LEFTOVERS_SCAN_COMMAND = "leftovers_scan"
+"""``{"cmd": "leftovers_scan", "pids": [...]}``: what a job about to be killed has open or mapped in /dev/shm
+and its users' MPS control daemons (``agent.leftovers.scan``)."""
+LEFTOVERS_CHECK_COMMAND = "leftovers_check"
+"""``{"cmd": "leftovers_check", "segments": [...], "mps": [...]}``: which recorded leftovers still exist."""
+LEFTOVERS_REMOVE_COMMAND = "leftovers_remove"
+"""``{"cmd": "leftovers_remove", "segments": [...]}``: unlink the segments still the same and used by none."""
+LEFTOVERS_COMMANDS = (LEFTOVERS_SCAN_COMMAND, LEFTOVERS_CHECK_COMMAND, LEFTOVERS_REMOVE_COMMAND)
 COMMANDS = (
     (
         CMD_HELLO,

@@ -1,4 +1,4 @@
-"""The argument grammar of ``gputui reset`` (kept beside the command, out of the shared ``cli`` module)."""
+"""The argument grammar of ``gputui reset`` and ``gputui leftovers`` (kept out of the shared ``cli``)."""
 
 from __future__ import annotations
 
@@ -32,3 +32,15 @@ def add_reset_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST GPU",
         help="the host (local for this machine), then GPU indexes or UUIDs",
     )
+
+
+def add_leftovers_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "What killed jobs left behind on a host: /dev/shm segments and semaphores they had open or mapped, "
+        "MPS control daemons that outlived them. --remove unlinks the segments no process has open or mapped."
+    )
+    parser.epilog = "exit status: 0 nothing left, 1 something left (or not removed), 2 cannot tell"
+    parser.add_argument("--remove", action="store_true", help="remove the segments (confirmed, audited)")
+    parser.add_argument("--yes", action="store_true", help="with --remove: do not ask")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("targets", nargs="*", metavar="TARGET")

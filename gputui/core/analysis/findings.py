@@ -52,9 +52,10 @@ FINDING_KINDS = (
     "invisible_pid",
     "survivor",
     "xid",
+    "leftover",
 )
 """``xid`` comes from the fleet source (a GPU's last XID error is not 0), the rest from ``find_problems``
-and ``find_survivors``."""
+and ``find_survivors``; ``leftover`` from ``core.leftovers`` (what a killed job left in /dev/shm)."""
 
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
 _BENIGN_DEVICE_HOLDERS = frozenset({"nvidia-persiste", "nvidia-persistenced"})
