@@ -4,8 +4,8 @@ The device nodes are plain files in a temp folder (``GPUTUI_TEST_DEVICE_PREFIX``
 them); the fake NVML keeps ``<prefix>0`` open while it is initialised (``FAKE_NVML_DEVICE``), as the driver
 keeps /dev/nvidia0 open, so a collector that did not let go is a real holder. The fake ``nvidia-smi``
 appends each argv as a JSON line to a log, turns persistence mode off and on in the fake NVML's state file
-(``-pm``), and refuses ``-r`` with "In use by another client" while any process still has a device file
-open, as the real one does.
+(``-pm``), answers ``--query-gpu`` from that file (a host where NVML cannot be loaded), and refuses ``-r``
+with "In use by another client" while any process still has a device file open, as the real one does.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any
 from tests.fakenvml import FakeGpu, FakeNvmlState
 from tests.integration._procs import REPO
 
-FAKE_SMI = r"""#!{python}
+FAKE_SMI = r"""#!@PYTHON@
 import json, os, re, sys, time
 argv = sys.argv[1:]
-with open({log!r}, "a") as log:
+with open(@LOG@, "a") as log:
     log.write(json.dumps(argv) + "\n")
-prefix = {prefix!r}
+prefix = @PREFIX@
 if os.environ.get("FAKE_SMI_FAIL") and os.environ["FAKE_SMI_FAIL"] in argv:
     print("failed on purpose"); sys.exit(3)
 if "-pm" in argv:
@@ -60,7 +60,14 @@ if "-r" in argv:
                 sys.exit(255)
     print("GPU reset successfully"); sys.exit(0)
 if any(a.startswith("--query-gpu") for a in argv):
-    sys.exit(9)
+    # index, uuid, persistence_mode, display_active, mig.mode.current, mig.mode.pending
+    words = {"1": "Enabled", "0": "Disabled"}
+    for line in open(os.environ["FAKE_NVML_STATE"]).read().splitlines():
+        if line.startswith("gpu "):
+            keys = dict(part.split("=", 1) for part in line.split()[2:] if "=" in part)
+            print(", ".join([line.split()[1], keys.get("uuid", ""), words[keys.get("persistence", "1")],
+                             words[keys.get("display_active", "0")], "[N/A]", "[N/A]"]))
+    sys.exit(0)
 sys.exit(0)
 """
 
@@ -128,9 +135,8 @@ def make_reset_host(root: Path, lib_dir: Path, gpus: int = 2, **gpu_kwargs: Any)
     bin_dir = root / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(
-        FAKE_SMI.format(python=sys.executable, log=str(root / "smi.jsonl"), prefix=str(root / "dev"))
-    )
+    text = FAKE_SMI.replace("@PYTHON@", sys.executable).replace("@LOG@", repr(str(root / "smi.jsonl")))
+    smi.write_text(text.replace("@PREFIX@", repr(str(root / "dev"))))
     smi.chmod(0o755)
     state = FakeNvmlState(gpus=[FakeGpu(uuid=uuid_of(i), **gpu_kwargs) for i in range(gpus)])
     for gpu in state.gpus:

@@ -254,3 +254,17 @@ def test_a_read_only_collector_refuses_the_run(host: ResetHost) -> None:
         bad = agent.send({"cmd": "reset_plan", "gpus": [7]})
         assert bad["ok"] is False
     assert host.smi_calls() == []
+
+
+def test_without_nvml_the_modes_come_from_nvidia_smi(host: ResetHost) -> None:
+    host.state.gpus[1].persistence = False
+    host.write()
+    env = dict(host.env, LD_LIBRARY_PATH=str(host.root / "no-such-lib"))
+    done = host.run("--json", "local", "--all", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = json.loads(done.stdout)["plan"]
+    assert [(g["uuid"], g["persistence"]) for g in plan["gpus"]] == [(uuid_of(0), True), (uuid_of(1), False)]
+    assert [s["argv"][1:] for s in plan["steps"] if s["kind"] == "persistence_off"] == [
+        ["-pm", "0", "-i", uuid_of(0)]
+    ]
+    assert ["--query-gpu" in " ".join(call) for call in host.smi_calls()] == [True] * len(host.smi_calls())
