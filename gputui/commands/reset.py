@@ -43,6 +43,7 @@ from gputui.core.reset_plan import (
     format_plan,
     outcome_line,
     run_exit,
+    unknown_command_said,
 )
 from gputui.core.state import StateError
 from gputui.core.textsafe import json_visible, visible
@@ -99,7 +100,7 @@ def run_reset(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
             answer = link.request({"cmd": RESET_PLAN_COMMAND, "gpus": gpus}, PLAN_TIMEOUT_S)
             plan = ResetPlan.from_dict(target, answer.get("plan"))
         except (LinkError, PlanShapeError) as exc:
-            print(link_error_line(target, exc), file=err)
+            print(link_error_line(target, unknown_command_said(exc)), file=err)
             return EXIT_CANNOT_TELL
         if not args.yes:
             if args.json:

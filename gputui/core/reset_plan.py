@@ -267,6 +267,15 @@ def audit_lines(plan: ResetPlan, stage: str, results: list[dict[str, Any]] | Non
     return lines
 
 
+def unknown_command_said(exc: Exception) -> Exception:
+    """A collector that does not know the reset commands (a simulated host, an older collector) in words."""
+    if "unknown command 'reset_plan'" in str(exc):
+        return PlanShapeError(
+            "the collector there cannot plan GPU resets (a simulated host, or an older collector)"
+        )
+    return exc
+
+
 __all__ = [
     "EXIT_BLOCKED",
     "EXIT_CANNOT_TELL",

@@ -11,7 +11,15 @@ import threading
 from typing import TYPE_CHECKING
 
 from gputui.agent.protocol import RESET_PLAN_COMMAND, RESET_RUN_COMMAND
-from gputui.core.reset_plan import EXIT_OK, STAGE_RESET, PlanShapeError, ResetPlan, audit_lines, run_exit
+from gputui.core.reset_plan import (
+    EXIT_OK,
+    STAGE_RESET,
+    PlanShapeError,
+    ResetPlan,
+    audit_lines,
+    run_exit,
+    unknown_command_said,
+)
 from gputui.core.state import StateError
 from gputui.core.textsafe import visible
 from gputui.transports.base import LinkError
@@ -41,7 +49,8 @@ def request_reset(app: GpuTuiApp, host: HostState, gpu_index: int) -> None:
             answer = link.request({"cmd": RESET_PLAN_COMMAND, "gpus": [str(gpu_index)]}, REQUEST_TIMEOUT_S)
             plan = ResetPlan.from_dict(target, answer.get("plan"))
         except (LinkError, PlanShapeError) as exc:
-            app.call_from_thread(app.say, visible(str(exc), 300), severity="error", title="reset")
+            said = unknown_command_said(exc)
+            app.call_from_thread(app.say, visible(str(said), 300), severity="error", title="reset")
             return
         app.call_from_thread(
             app.push_screen, ConfirmResetScreen(plan), lambda ok: _decided(app, host, plan, ok)

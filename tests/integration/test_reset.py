@@ -268,3 +268,11 @@ def test_without_nvml_the_modes_come_from_nvidia_smi(host: ResetHost) -> None:
         ["-pm", "0", "-i", uuid_of(0)]
     ]
     assert ["--query-gpu" in " ".join(call) for call in host.smi_calls()] == [True] * len(host.smi_calls())
+
+
+def test_a_simulated_host_cannot_plan_a_reset(host: ResetHost) -> None:
+    done = host.run("--demo", "gpu-node-07", "0")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "gputui: gpu-node-07: the collector there cannot plan GPU resets (a simulated host, or an older collector)"
+    )
