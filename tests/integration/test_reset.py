@@ -274,5 +274,6 @@ def test_a_simulated_host_cannot_plan_a_reset(host: ResetHost) -> None:
     done = host.run("--demo", "gpu-node-07", "0")
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "gputui: gpu-node-07: the collector there cannot plan GPU resets (a simulated host, or an older collector)"
+        "gputui: gpu-node-07: the collector there cannot plan GPU resets "
+        "(a simulated host, or an older collector)"
     )
