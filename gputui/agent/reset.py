@@ -26,7 +26,6 @@ from .protocol import (
     BLOCK_MIG,
     BLOCK_MODES_UNKNOWN,
     BLOCK_NO_SMI,
-    BLOCK_NO_SYSTEMCTL,
     BLOCK_NVSWITCH,
     BLOCK_PERSISTENCE,
     BLOCK_READ_ONLY,
@@ -381,9 +380,8 @@ def build_plan(
             effect = "step"
         elif kind == HOLDER_SERVICE:
             unit = holder["unit"]
-            if systemctl is None:
+            if systemctl is None:  # worded as BLOCK_NO_SYSTEMCTL
                 effect = RESET_BLOCKED
-                block(BLOCK_NO_SYSTEMCTL, RESET_BLOCKED, unit=unit)
             else:
                 effect = "step"
                 if unit not in units:

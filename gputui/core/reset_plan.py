@@ -67,7 +67,7 @@ BLOCKER_WORDS = {
     BLOCK_DISPLAY: "GPU {gpu}: a display is attached",
     BLOCK_NVSWITCH: "NVSwitch baseboard: all its GPUs must be free and reset together (missing: {missing})",
     BLOCK_NO_SMI: "nvidia-smi is not on PATH on this host: the reset cannot be performed",
-    BLOCK_NO_SYSTEMCTL: "service {unit} holds the device and systemctl is not on PATH to stop it",
+    BLOCK_NO_SYSTEMCTL: "service {unit}: systemctl is not on PATH to stop it",
     BLOCK_UNREADABLE: "the open files of {count} processes cannot be read (run as root to see every holder)",
     BLOCK_GPU_ERROR: "GPU {gpu} cannot be read: {detail}",
     BLOCK_MODES_UNKNOWN: "the GPUs' persistence and MIG modes cannot be read",
@@ -143,10 +143,13 @@ class ResetPlan:
         ]
 
 
-def holder_line(target: str, holder: dict[str, Any]) -> str:
-    """``  4242  alice   python serve.py  /dev/nvidia0, /dev/nvidiactl  — kill it first (...)``."""
+def holder_line(target: str, holder: dict[str, Any], effect: str = "step") -> str:
+    """``  4242  alice   python serve.py  [/dev/nvidia0, /dev/nvidiactl]: kill it first (...)``."""
     kind = str(holder.get("kind"))
-    why = HOLDER_WORDS.get(kind, "?").format(
+    words = HOLDER_WORDS.get(kind, "?")
+    if kind == HOLDER_SERVICE and effect != "step":
+        words = BLOCKER_WORDS[BLOCK_NO_SYSTEMCTL]
+    why = words.format(
         unit=visible(str(holder.get("unit") or "?"), 80),
         target=visible(target, 60) if " " not in target else shlex.quote(target),
         pid=holder.get("pid"),
@@ -161,7 +164,7 @@ def holder_line(target: str, holder: dict[str, Any]) -> str:
 def blocker_line(target: str, blocker: dict[str, Any]) -> str:
     """One blocker in words (a holder by ``holder_line``)."""
     if blocker.get("code") == BLOCK_HOLDER and isinstance(blocker.get("holder"), dict):
-        return holder_line(target, blocker["holder"])
+        return holder_line(target, blocker["holder"], str(blocker.get("effect")))
     template = BLOCKER_WORDS.get(str(blocker.get("code")), "{code}")
     missing = blocker.get("missing")
     return template.format(

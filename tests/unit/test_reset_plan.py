@@ -178,3 +178,20 @@ def test_after_a_failed_step_only_the_restoring_ones_run() -> None:
     slow = run_steps([step("reset", ["sleep", "30"], timeout_s=0.3), step("persistence_on", ["true"])])
     assert [o["result"] for o in slow] == ["timeout", "ok"]
     assert slow[0]["elapsed_s"] < 10
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "unit"),
+    [
+        ("/system.slice/nvidia-persistenced.service", "nvidia-persistenced.service"),
+        ("/system.slice/dcgm.slice/nv-hostengine.service/payload", "nv-hostengine.service"),
+        ("/user.slice/user-1000.slice/user@1000.service/app.slice/x.service", None),
+        ("/system.slice/evil;rm -rf ~.service", None),
+        ("/system.slice/docker-abc.scope", None),
+        (None, None),
+    ],
+)
+def test_a_service_is_a_system_unit_with_a_plain_name(cgroup: str | None, unit: str | None) -> None:
+    from gputui.agent.reset import _unit_of
+
+    assert _unit_of(cgroup) == unit
