@@ -139,13 +139,24 @@ def scan(pids: Iterable[int]) -> dict[str, Any]:
     return {"segments": segments, "mps": _mps_daemons(uids), "shm": usage()}
 
 
+def _holders_of(paths: set[str], folder: str) -> dict[str, list[int]]:
+    """Every process that has one of ``paths`` open or mapped, by path: one sweep of /proc for them all."""
+    held: dict[str, list[int]] = {path: [] for path in paths}
+    if not paths:
+        return held
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return held
+    for name in names:
+        if name.isdigit():
+            for path in _held_paths(int(name), folder) & paths:
+                held[path].append(int(name))
+    return held
+
+
 def _holders(path: str, folder: str) -> list[int]:
-    """Every process that has ``path`` open or mapped."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and path in _held_paths(int(name), folder):
-            pids.append(int(name))
-    return pids
+    return _holders_of({path}, folder)[path]
 
 
 def _same(recorded: dict[str, Any]) -> dict[str, Any] | None:
@@ -167,13 +178,9 @@ def _same(recorded: dict[str, Any]) -> dict[str, Any] | None:
 def check(segments: Iterable[Any], mps: Iterable[Any]) -> dict[str, Any]:
     """Which recorded leftovers still exist (the same file; the same daemon), with who holds each segment."""
     folder = shm_dir()
-    left = []
-    for recorded in segments:
-        if not isinstance(recorded, dict):
-            continue
-        now = _same(recorded)
-        if now is not None:
-            left.append(dict(now, open_by=_holders(now["path"], folder)))
+    still = [now for now in (_same(r) for r in segments if isinstance(r, dict)) if now is not None]
+    holders = _holders_of({now["path"] for now in still}, folder)
+    left = [dict(now, open_by=holders[now["path"]]) for now in still]
     alive = []
     for daemon in mps:
         if not isinstance(daemon, dict) or not isinstance(daemon.get("pid"), int):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +136,27 @@ def test_read_only_removes_nothing(env: dict[str, str], fake_nvml: Any, shm: Pat
     assert "read-only mode: nothing is removed" in result.stderr
     assert segment.exists()
     os.unlink(segment)
+
+
+def test_an_mps_daemon_that_outlived_the_job_is_named_and_never_stopped(
+    env: dict[str, str], fake_nvml: Any, shm: Path, tmp_path: Path
+) -> None:
+    daemon_binary = tmp_path / "nvidia-cuda-mps-control"
+    shutil.copy("/bin/sleep", daemon_binary)
+    daemon = subprocess.Popen([str(daemon_binary), "600"], start_new_session=True)  # noqa: S603
+    try:
+        document = kill_job(env, fake_nvml, shm / "sgl_shm_mps")
+        (left,) = document["leftovers"]["mps"]
+        assert left["pid"] == daemon.pid
+        result = run_gputui(["check", "--no-discover"], env)
+        assert (
+            f"! leftover: MPS control daemon pid {daemon.pid} (user root) outlived its killed job"
+            in result.stdout
+        )
+        assert "echo quit | nvidia-cuda-mps-control" in result.stdout
+        run_gputui(["leftovers", "local", "--remove", "--yes"], env)
+        assert daemon.poll() is None  # reported, never stopped by gputui
+    finally:
+        daemon.kill()
+        daemon.wait(timeout=10)
+    assert "MPS control daemon" not in run_gputui(["check", "--no-discover"], env).stdout
