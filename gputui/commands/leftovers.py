@@ -17,7 +17,6 @@ from typing import Any, TextIO
 from gputui.agent.protocol import (
     LEFTOVERS_CHECK_COMMAND,
     LEFTOVERS_REMOVE_COMMAND,
-    LEFTOVERS_SCAN_COMMAND,
     RESULT_REQUESTED,
     STAGE_INTENT,
 )
@@ -36,23 +35,13 @@ EXIT_ERROR = 2
 
 
 def scan_job(link: HostLink, pids: list[int]) -> dict[str, Any] | None:
-    """What the job about to be killed has in /dev/shm (None where the collector cannot say: an older one)."""
-    try:
-        return link.request({"cmd": LEFTOVERS_SCAN_COMMAND, "pids": pids}, TIMEOUT_S)
-    except LinkError:
-        return None
+    return leftovers.scan_job(link, pids)
 
 
 def record(target: str, boot_id: str | None, found: dict[str, Any] | None, err: TextIO) -> None:
-    if not found or not (found.get("segments") or found.get("mps")):
-        return
-    try:
-        leftovers.save(target, boot_id, found)
-    except StateError as exc:
-        print(
-            f"gputui: warning: the job's /dev/shm leftovers are not recorded: {visible(str(exc), 300)}",
-            file=err,
-        )
+    warning = leftovers.record(target, boot_id, found)
+    if warning is not None:
+        print(f"gputui: warning: {warning}", file=err)
 
 
 def check_recorded(link: HostLink, target: str, boot_id: str | None, err: TextIO) -> dict[str, Any] | None:

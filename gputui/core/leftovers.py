@@ -19,9 +19,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from gputui.agent.protocol import LEFTOVERS_SCAN_COMMAND
 from gputui.core import state
 from gputui.core.model import Finding, HostSnapshot
 from gputui.core.textsafe import visible
+from gputui.transports.base import HostLink, LinkError
 
 LEFTOVERS_FILE = "leftovers.json"
 LEFTOVERS_KEPT_S = 86400.0
@@ -31,6 +33,7 @@ SHM_FULL_PCT = 95.0
 """The shared-memory folder this full (or fuller) makes the host NOT clean."""
 KIND = "leftover"
 MAX_RECORDED = 512
+SCAN_TIMEOUT_S = 30.0
 
 
 def _mib(size_bytes: Any) -> str:
@@ -172,3 +175,24 @@ def save(
     else:
         document[target] = {"boot_id": boot_id, "time": time.time(), **known}
     state.atomic_write_text(file_path, json.dumps(document, indent=1, ensure_ascii=False) + "\n", mode=0o600)
+
+
+def scan_job(link: HostLink, pids: list[int]) -> dict[str, Any] | None:
+    """What a job about to be killed has in /dev/shm, read by its host's collector (None where it cannot
+    say: a simulated host, an older collector, a broken link)."""
+    try:
+        return link.request({"cmd": LEFTOVERS_SCAN_COMMAND, "pids": pids}, SCAN_TIMEOUT_S)
+    except LinkError:
+        return None
+
+
+def record(target: str, boot_id: str | None, found: dict[str, Any] | None) -> str | None:
+    """Record what ``scan_job`` found once the kill's signals are out; returns a warning line when the record
+    cannot be written (the kill goes on: only the later naming of its leftovers is lost)."""
+    if not found or not (found.get("segments") or found.get("mps")):
+        return None
+    try:
+        save(target, boot_id, found)
+    except state.StateError as exc:
+        return f"the job's /dev/shm leftovers are not recorded: {visible(str(exc), 300)}"
+    return None
