@@ -28,7 +28,7 @@ from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
 from gputui.commands import fleet_options
 from gputui.core.link import SSH_CLIENTS
 
-SUBCOMMANDS = ("snapshot", "check", "kill", "exporter")
+SUBCOMMANDS = ("snapshot", "check", "kill", "reset", "leftovers", "exporter")
 KILL_DESCRIPTION = """\
 Signal GPU processes or their jobs. The plan lists everything it will signal; the intent is written to the
 audit log before anything is sent, and each process's identity is checked again right before its signal.
@@ -197,7 +197,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser = _Parser(
             prog="gputui",
             description="Terminal GPU monitor: memory, process trees, zombies, health, the clean slate.",
-            epilog="subcommands: snapshot, check, kill, exporter (gputui SUBCOMMAND --help)",
+            epilog=f"subcommands: {', '.join(SUBCOMMANDS)} (gputui SUBCOMMAND --help)",
         )
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
         _add_common(parser)
@@ -283,6 +283,16 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 
         parser.description = "Serve this host's GPUs, findings and clean-slate verdict to Prometheus."
         add_arguments(parser)
+    elif command == "reset":
+        from gputui.commands.reset_options import add_reset_arguments
+
+        add_reset_arguments(parser)
+        _add_no_audit(parser)
+    elif command == "leftovers":
+        from gputui.commands.reset_options import add_leftovers_arguments
+
+        add_leftovers_arguments(parser)
+        _add_no_audit(parser)
     return parser
 
 
@@ -403,6 +413,14 @@ def _run(command: str | None, args: argparse.Namespace) -> int:
         from gputui.commands.exporter import run_exporter
 
         return run_exporter(args)
+    if command == "reset":
+        from gputui.commands.reset import run_reset
+
+        return run_reset(args)
+    if command == "leftovers":
+        from gputui.commands.leftovers import run_leftovers
+
+        return run_leftovers(args)
     from gputui.commands.tui import run_tui
 
     return run_tui(args)
@@ -431,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         args.config = load_config(args.config)
-        if command not in ("kill", "exporter"):
+        if command not in ("kill", "exporter", "reset", "leftovers"):
             fleet_options.resolve(args, command)
     except (ConfigError, fleet_options.FleetOptionError) as exc:
         print(f"gputui: {exc}", file=sys.stderr)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from gputui.agent.args import CommandError, seconds_in_range
+from gputui.agent.host import Agent
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import read_stat
 from gputui.agent.protocol import (
@@ -20,30 +21,16 @@ from gputui.agent.protocol import (
     KILL_ABANDON_COMMAND,
     KILL_COMMAND,
     KILL_WAIT_COMMAND,
+    LEFTOVERS_COMMANDS,
+    LEFTOVERS_REMOVE_COMMAND,
+    LEFTOVERS_SCAN_COMMAND,
+    RESET_PLAN_COMMAND,
+    RESET_RUN_COMMAND,
     error_reply,
     health_config,
     reply,
 )
 from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
-
-
-class Agent(Protocol):
-    """What the commands need of the collector (``collector.Agent``)."""
-
-    kills: Any
-    discover_health: bool
-    health_urls: tuple[str, ...]
-
-    @property
-    def use_psutil(self) -> bool: ...
-    @property
-    def probing(self) -> bool: ...
-    @property
-    def health(self) -> Any: ...
-    def sample(self, force_processes: bool) -> dict[str, Any]: ...
-    def hello(self) -> dict[str, Any]: ...
-    def discover_now(self) -> None: ...
-    def set_intervals(self, memory_interval_s: Any, process_interval_s: Any) -> None: ...
 
 
 def handle(agent: Agent, command: Any) -> dict[str, Any]:
@@ -67,6 +54,10 @@ def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         return {"snapshot": agent.sample(force_processes=True)}
     if name in (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND):
         return agent.kills.handle(name, command)
+    if name in LEFTOVERS_COMMANDS:
+        return leftovers(agent, name, command)
+    if name in (RESET_PLAN_COMMAND, RESET_RUN_COMMAND):
+        return reset(agent, name, command)
     if name == CMD_CALIBRATE:
         return calibrate(agent)
     if name == CMD_PROCESS:
@@ -194,3 +185,53 @@ def calibrate(agent: Agent) -> dict[str, Any]:
             continue
         used[gpu.get("uuid") or f"index:{gpu['index']}"] = gpu["memory_used_mib"]
     return {"memory_used_mib": used}
+
+
+def reset(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
+    """``reset_plan`` (reads only) and ``reset_run`` (``reset_run.run_reset``)."""
+    words = command.get("gpus")
+    if words is not None and (not isinstance(words, list) or not all(isinstance(w, str) for w in words)):
+        raise CommandError("gpus must be a list of GPU indexes or UUIDs, or null for every GPU")
+    if name == RESET_PLAN_COMMAND:
+        from gputui.agent.reset.plan import make_plan
+
+        try:
+            return {
+                "plan": dict(
+                    make_plan(words, agent.pid, agent.read_only, agent.uses_nvml), boot_id=agent.boot_id
+                )
+            }
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+    from gputui.agent.reset.run import ResetRefused, run_reset
+
+    try:
+        return run_reset(agent, command)
+    except ResetRefused as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _dicts(command: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = command.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise CommandError(f"{key} must be a list of objects")
+    return value
+
+
+def leftovers(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
+    """The leftovers of killed jobs in /dev/shm and their MPS daemons (``agent.leftovers``)."""
+    from gputui.agent.proc import leftovers as found
+
+    if name == LEFTOVERS_SCAN_COMMAND:
+        pids = command.get("pids")
+        if not isinstance(pids, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) for p in pids
+        ):
+            raise CommandError("pids must be a list of process ids")
+        return found.scan(pids)
+    if name == LEFTOVERS_REMOVE_COMMAND:
+        try:
+            return {"results": found.remove(_dicts(command, "segments"), agent.read_only)}
+        except PermissionError as exc:
+            raise CommandError(str(exc)) from None
+    return found.check(_dicts(command, "segments"), _dicts(command, "mps"))

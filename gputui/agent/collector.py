@@ -119,6 +119,7 @@ class Agent:
             KillContext(self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
         )
         # Started here, so that the hello already says whether there is a driver.
+        self._backend_args = (bool(use_pynvml), nvml_deadline_s, telemetry_interval_s)
         self._backend: Any = backend or open_backend(
             use_pynvml, self.memory_interval_s, nvml_deadline_s, telemetry_interval_s
         )
@@ -330,6 +331,29 @@ class Agent:
     def wait_for_escalations(self, timeout_s: float | None = None) -> bool:
         """Wait until every kill operation is done (``KillOperations.wait``); True when they are."""
         return self.kills.wait(timeout_s)
+
+    # -- GPU resets: the collector lets go of the devices while the steps run ----------------------------
+
+    @property
+    def uses_nvml(self) -> bool:
+        """Whether this collector may read the GPUs through NVML (its ``use_pynvml`` setting)."""
+        return self._backend_args[0]
+
+    def step_aside(self, reason: str) -> None:
+        """Close the GPU backend (NVML handles, or the nvidia-smi loop); samples carry ``reason`` as the host
+        error until ``come_back``."""
+        from gputui.agent.gpu.none import NoBackend
+
+        with self._lock:
+            backend, self._backend = self._backend, NoBackend(reason)
+        backend.close()
+
+    def come_back(self) -> None:
+        """Open the GPU backend again after ``step_aside``."""
+        use_pynvml, deadline_s, telemetry_s = self._backend_args
+        backend = open_backend(use_pynvml, self.memory_interval_s, deadline_s, telemetry_s)
+        with self._lock:
+            self._backend = backend
 
     def close(self) -> None:
         if self._health is not None:

@@ -54,15 +54,100 @@ KILL_ABANDON_COMMAND = "kill_abandon"
 process it leaves is reported as abandoned."""
 KILL_COMMANDS = (KILL_COMMAND, KILL_WAIT_COMMAND, KILL_ABANDON_COMMAND)
 """The commands that may take seconds: the remote loop runs each on a thread of its own."""
+RESET_PLAN_COMMAND = "reset_plan"
+"""``{"cmd": "reset_plan", "gpus": ["0", "GPU-…"] or null (every GPU)}``: what blocks a reset of those GPUs
+and the steps that would do it (``agent.reset``): ``{"plan": {...}}``. Reads only."""
+RESET_RUN_COMMAND = "reset_run"
+"""``{"cmd": "reset_run", "gpus": [...], "steps": [[argv], ...]}``: plan again, refuse unless the verdict is
+"go" and the steps are the ones the client confirmed, step aside (close this collector's NVML), run them with
+bounded time, restore what was on, come back and verify: ``{"plan", "steps", "verified", "after", ...}``."""
+RESET_COMMANDS = (RESET_PLAN_COMMAND, RESET_RUN_COMMAND)
+LEFTOVERS_SCAN_COMMAND = "leftovers_scan"
+"""``{"cmd": "leftovers_scan", "pids": [...]}``: what a job about to be killed has open or mapped in /dev/shm
+and its users' MPS control daemons (``agent.leftovers.scan``)."""
+LEFTOVERS_CHECK_COMMAND = "leftovers_check"
+"""``{"cmd": "leftovers_check", "segments": [...], "mps": [...]}``: which recorded leftovers still exist."""
+LEFTOVERS_REMOVE_COMMAND = "leftovers_remove"
+"""``{"cmd": "leftovers_remove", "segments": [...]}``: unlink the segments still the same and used by none."""
+LEFTOVERS_COMMANDS = (LEFTOVERS_SCAN_COMMAND, LEFTOVERS_CHECK_COMMAND, LEFTOVERS_REMOVE_COMMAND)
 COMMANDS = (
-    CMD_HELLO,
-    CMD_CONFIGURE,
-    CMD_SAMPLE,
-    CMD_CALIBRATE,
-    CMD_PROCESS,
-    CMD_HEALTH,
-    CMD_QUIT,
-) + KILL_COMMANDS
+    (
+        CMD_HELLO,
+        CMD_CONFIGURE,
+        CMD_SAMPLE,
+        CMD_CALIBRATE,
+        CMD_PROCESS,
+        CMD_HEALTH,
+        CMD_QUIT,
+    )
+    + KILL_COMMANDS
+    + RESET_COMMANDS
+)
+
+# GPU resets (``agent.reset``): the verdict of a plan, the kinds of device holders and steps, blocker codes.
+RESET_GO = "go"
+"""Every blocker has a step of the plan: the reset can go ahead."""
+RESET_BLOCKED = "blocked"
+"""Something only the user can clear blocks it (a process to kill, MIG mode, a partial NVSwitch baseboard)."""
+RESET_REBOOT = "reboot"
+"""A reset cannot work here: only a reboot clears it (a holder stuck in the driver, a display, a lost GPU)."""
+RESET_UNKNOWN = "unknown"
+"""It cannot tell (processes whose open files cannot be read, GPU modes that cannot be read)."""
+RESET_VERDICTS = (RESET_GO, RESET_BLOCKED, RESET_REBOOT, RESET_UNKNOWN)
+HOLDER_OWN = "own"
+"""The collector that plans the reset: it steps aside before the steps run."""
+HOLDER_GPUTUI = "gputui"
+"""Another gputui process (a TUI, its collector, a gputui exporter run by hand)."""
+HOLDER_SERVICE = "service"
+"""A process of a systemd service unit: stopped by a ``systemctl stop`` step, never signalled."""
+HOLDER_PROCESS = "process"
+"""Any other process: it blocks the reset until the user kills it (``gputui kill``)."""
+HOLDER_STUCK = "stuck"
+"""A holder in uninterruptible sleep or a defunct leader with live threads: it may never let go."""
+HOLDER_KINDS = (HOLDER_OWN, HOLDER_GPUTUI, HOLDER_SERVICE, HOLDER_PROCESS, HOLDER_STUCK)
+STEP_STOP_SERVICE = "stop_service"
+STEP_PERSISTENCE_OFF = "persistence_off"
+STEP_RESET = "reset"
+STEP_PERSISTENCE_ON = "persistence_on"
+STEP_START_SERVICE = "start_service"
+RESET_STEP_KINDS = (
+    STEP_STOP_SERVICE,
+    STEP_PERSISTENCE_OFF,
+    STEP_RESET,
+    STEP_PERSISTENCE_ON,
+    STEP_START_SERVICE,
+)
+STEP_OK = "ok"
+STEP_FAILED = "failed"
+STEP_TIMEOUT = "timeout"
+STEP_NOT_RUN = "not_run"
+"""A step after a failed one (the restoring steps always run)."""
+STEP_RESULTS = (STEP_OK, STEP_FAILED, STEP_TIMEOUT, STEP_NOT_RUN)
+BLOCK_HOLDER = "holder"
+BLOCK_PERSISTENCE = "persistence"
+BLOCK_MIG = "mig"
+BLOCK_DISPLAY = "display"
+BLOCK_NVSWITCH = "nvswitch"
+BLOCK_NO_SMI = "no_smi"
+BLOCK_NO_SYSTEMCTL = "no_systemctl"
+BLOCK_UNREADABLE = "unreadable"
+BLOCK_GPU_ERROR = "gpu_error"
+BLOCK_MODES_UNKNOWN = "modes_unknown"
+BLOCK_READ_ONLY = "read_only"
+BLOCK_CODES = (
+    BLOCK_HOLDER,
+    BLOCK_PERSISTENCE,
+    BLOCK_MIG,
+    BLOCK_DISPLAY,
+    BLOCK_NVSWITCH,
+    BLOCK_NO_SMI,
+    BLOCK_NO_SYSTEMCTL,
+    BLOCK_UNREADABLE,
+    BLOCK_GPU_ERROR,
+    BLOCK_MODES_UNKNOWN,
+    BLOCK_READ_ONLY,
+)
+"""What a reset plan's blockers say (``core.reset_plan`` words each one)."""
 
 SIGNAL_NAMES = ("TERM", "INT", "KILL")
 """The signals a kill may ask for."""
@@ -100,6 +185,8 @@ INTERVAL_MIN_S = 0.05
 INTERVAL_MAX_S = 3600.0
 ESCALATE_MAX_S = 3600.0
 """The longest escalation delay a kill may ask for."""
+RESET_RUN_MAX_S = 3600.0
+"""The longest a confirmed reset may keep the collector alive after its client went (every step bounded)."""
 
 # ----------------------------------------------------------------------------------------------------------
 # How a host is read (``mode`` in the hello and in every snapshot)

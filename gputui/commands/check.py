@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.commands.output import link_error_line, marks, safe_streams, wait_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.core import cleanslate
+from gputui.core import cleanslate, leftovers
 from gputui.core.analysis import (
     DEFAULT_BASELINE_MIB,
     DEFAULT_TOLERANCE_MIB,
@@ -273,6 +273,10 @@ def _check_target(
         elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
             waited = 0.0
         _forget_free_ports(target, analysed, ports, err)
+        if not demo:
+            from gputui.commands.leftovers import check_recorded
+
+            analysed = leftovers.judge(analysed, check_recorded(link, target, analysed.boot_id, err))
     finally:
         link.close()
     analysed = judge_servers(analysed)

@@ -27,6 +27,8 @@ from dataclasses import asdict
 from typing import Any, TextIO
 
 from gputui.agent.protocol import SIGNALLING_STAGES
+from gputui.commands.leftovers import check_recorded, receipt_lines, scan_job
+from gputui.commands.leftovers import record as record_leftovers
 from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.actions import (
@@ -272,7 +274,9 @@ def run_kill(
             if not _confirm(plan, stdin, listing):
                 print("nothing signalled", file=listing)
                 return EXIT_PARTIAL
-        return _execute(args, target, link, plan, snapshot, audit, out, err)
+        # Before the signals: once the job is gone, what it had open in /dev/shm cannot be read.
+        plan_leftovers = None if demo else scan_job(link, [t.pid for t in plan.targets])
+        return _execute(args, target, link, plan, snapshot, audit, out, err, plan_leftovers)
     finally:
         link.close()
 
@@ -286,6 +290,7 @@ def _execute(
     audit: AuditLog | None,
     out: TextIO,
     err: TextIO,
+    plan_leftovers: dict[str, Any] | None = None,
 ) -> int:
     """Send a confirmed plan and follow it to its end (or its abandon); returns the exit status."""
     run = KillRun(link, plan, audit)
@@ -308,6 +313,7 @@ def _execute(
         shown = _show(first.outcomes, out if text else None)
         if any(o.stage in SIGNALLING_STAGES for o in first.outcomes):
             _watch_ports(args, target, plan, snapshot, err)
+            record_leftovers(target, plan.boot_id, plan_leftovers, err)
         told = 0
         try:
             while not run.done:
@@ -340,6 +346,7 @@ def _execute(
     for problem in run.audit_errors:
         print(f"gputui: warning: audit log not written after the signals: {visible(problem, 300)}", file=err)
     survivors = _survivors(link, target, plan, run, snapshot)
+    job_left = check_recorded(link, target, plan.boot_id, err) if run.done and plan_leftovers else None
     gone = all_gone(run.outcomes) and not abandoned
     if args.json:
         document = {
@@ -350,12 +357,15 @@ def _execute(
             "abandoned": abandoned,
             "elapsed_s": run.elapsed_s,
             "survivors": [asdict(f) for f in survivors],
+            "leftovers": job_left,
             "audit_log": None if audit is None else str(audit.path),
         }
         print(json_visible(document, indent=1), file=out)
     else:
         for finding in survivors:
             print(f"survivor: {visible(finding.detail, 300)}", file=out)
+        for line in receipt_lines(target, job_left):
+            print(line, file=out)
         print("every process is gone" if gone else "not every process is gone (see above)", file=out)
     return EXIT_OK if gone else EXIT_PARTIAL
 

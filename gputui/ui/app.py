@@ -23,12 +23,14 @@ from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.analysis import Baselines
 from gputui.core.link import HostLink
 from gputui.core.model import HostSnapshot
+from gputui.core.reset_plan import ResetPlan
 from gputui.core.servers import ServerWatch
 from gputui.core.textsafe import visible
 from gputui.transports.ssh import trust as ssh_hostkeys
 from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui import keymap
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
+from gputui.ui.screens.confirm_reset import ConfirmResetScreen
 from gputui.ui.screens.fleet import FleetScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.screens.monitor import MonitorScreen
@@ -126,6 +128,8 @@ class GpuTuiApp(App[int]):
             show_fleet=self.show_fleet,
             redraw=self.host_changed,
             confirm_kill=self._confirm_kill,
+            confirm_reset=self._confirm_reset,
+            from_thread=self.call_from_thread,
             later=self.set_timer,
         )
         self.session = Session(
@@ -196,6 +200,9 @@ class GpuTuiApp(App[int]):
         decided: Callable[[bool | None], None],
     ) -> None:
         self.push_screen(ConfirmKillScreen(plan, snapshot, fetch_text), decided)
+
+    def _confirm_reset(self, plan: ResetPlan, decided: Callable[[bool | None], None]) -> None:
+        self.push_screen(ConfirmResetScreen(plan), decided)
 
     def _notify(self, message: str, severity: str, title: str) -> None:
         self.notify(

@@ -155,6 +155,9 @@ class FakeGpu:
     persistence: int | None = None
     health_error: str | None = None  # e.g. "RESET_REQUIRED": every health query returns it
     unsupported: str | None = None  # comma list of remap,retired,ecc,clocks,persistence,events
+    display_active: bool | None = None
+    mig_current: bool | None = None
+    mig_pending: bool | None = None
 
     def render(self, index: int) -> str:
         parts = [f"gpu {index}"]
@@ -175,10 +178,15 @@ class FakeGpu:
             "error",
             "hang_ms",
             *_HEALTH_KEYS,
+            "display_active",
+            "mig_current",
+            "mig_pending",
         ):
             value = getattr(self, key)
             if value is None or (key == "hang_ms" and not value):
                 continue
+            if isinstance(value, bool):
+                value = int(value)
             parts.append(f"{key}={_quote(value if isinstance(value, bytes) else str(value))}")
         return " ".join(parts)
 

@@ -30,6 +30,9 @@
  *   xid <gpu> <code>      one critical Xid event; an event set delivers the
  *                         xid lines listed after those present when it was
  *                         created, in file order, once each.
+ * display_active (0/1), mig_current mig_pending (0/1).
+ *
+ * FAKE_NVML_DEVICE (optional): a file kept open from the first nvmlInit to the last nvmlShutdown.
  *
  * Driver semantics: a plain holder counts (in used memory and in the process
  * list) only while the process has a thread that has not exited: its leader
@@ -41,6 +44,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,6 +221,7 @@ struct gpu {
     long long clock_reasons; /* -1: idle when util_pct is 0, else none */
     int health_error;
     unsigned int unsupported; /* U_* bits */
+    unsigned int display_active, mig_current, mig_pending;
 };
 
 #define U_REMAP 1u
@@ -434,6 +439,14 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
         bad = parse_uint(val, &g->power_limit_mw);
     else if (!strcmp(key, "hang_ms"))
         bad = parse_uint(val, &g->hang_ms);
+    else if (!strcmp(key, "persistence"))
+        bad = parse_uint(val, &g->persistence);
+    else if (!strcmp(key, "display_active"))
+        bad = parse_uint(val, &g->display_active);
+    else if (!strcmp(key, "mig_current"))
+        bad = parse_uint(val, &g->mig_current);
+    else if (!strcmp(key, "mig_pending"))
+        bad = parse_uint(val, &g->mig_pending);
     else if (!strcmp(key, "fan_pct")) {
         char *end;
         long v = strtol(val, &end, 10);
@@ -800,6 +813,10 @@ static void parse_pci(const char *s, unsigned int *dom, unsigned int *bus, unsig
 
 /* ---- init / system ---------------------------------------------------- */
 
+/* FAKE_NVML_DEVICE names a file the library keeps open while initialised, as the real one keeps
+ * /dev/nvidiactl and /dev/nvidiaN open: a test sees who holds "the device" and when it is let go. */
+static int g_device_fd = -1;
+
 EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     (void)flags;
@@ -815,6 +832,9 @@ EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
             clock_gettime(CLOCK_MONOTONIC, &g_start);
         for (unsigned int i = 0; i < MAX_GPUS; i++)
             g_devices[i].index = i;
+        const char *device = getenv("FAKE_NVML_DEVICE");
+        if (g_init_count == 0 && device && *device && g_device_fd < 0)
+            g_device_fd = open(device, O_RDONLY | O_CLOEXEC);
         g_init_count++;
     }
     pthread_mutex_unlock(&g_lock);
@@ -832,6 +852,10 @@ EXPORT nvmlReturn_t nvmlShutdown(void)
         r = NVML_ERROR_UNINITIALIZED;
     else
         g_init_count--;
+    if (g_init_count == 0 && g_device_fd >= 0) {
+        close(g_device_fd);
+        g_device_fd = -1;
+    }
     pthread_mutex_unlock(&g_lock);
     return r;
 }
@@ -1552,12 +1576,20 @@ EXPORT nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, unsigned int *curr
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, unsigned int *isActive)
 {
-    return get_const_uint(device, isActive, 0);
+    if (!isActive)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *isActive = v->g.display_active ? 1 : 0;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, unsigned int *display)
 {
-    return get_const_uint(device, display, 0);
+    if (!display)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *display = v->g.display_active ? 1 : 0;
+    return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *mode)
@@ -1604,9 +1636,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
     if (!currentMode || !pendingMode)
         return NVML_ERROR_INVALID_ARGUMENT;
     DEV_ENTER(device, v);
-    (void)v;
-    *currentMode = 0;
-    *pendingMode = 0;
+    *currentMode = v->g.mig_current ? 1 : 0;
+    *pendingMode = v->g.mig_pending ? 1 : 0;
     return NVML_SUCCESS;
 }
 

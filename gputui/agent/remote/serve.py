@@ -32,6 +32,8 @@ from gputui.agent.protocol import (
     KILL_COMMANDS,
     LISTENING_PORTS,
     PROCESSES_SAME,
+    RESET_RUN_COMMAND,
+    RESET_RUN_MAX_S,
     error_reply,
     snapshot_message,
 )
@@ -137,6 +139,13 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
                 thread.start()
                 escalate_s = finite_positive(command.get("escalate_s")) or 0.0
                 session.pending(thread, min(escalate_s, ESCALATE_MAX_S) + KILL_CONFIRM_S + 5.0)
+                continue
+            if name == RESET_RUN_COMMAND:  # minutes: a reset finishes (and restores) even if the client goes
+                thread = threading.Thread(
+                    target=run_command, args=(command,), name="gputui-reset", daemon=True
+                )
+                thread.start()
+                session.pending(thread, RESET_RUN_MAX_S)
                 continue
             run_command(command)
             if name == CMD_CONFIGURE:

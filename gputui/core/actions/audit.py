@@ -80,6 +80,16 @@ class AuditLog:
             state.append_line(path, json_visible(line, separators=(",", ":")))
         return path
 
+    def record(self, host: str, boot_id: str | None, entries: Iterable[dict[str, Any]]) -> Path:
+        """Append other destructive actions' lines (a GPU reset's steps): each entry's fields after time,
+        host, boot_id and local_user.
+
+        Raises:
+            state.StateError: The log cannot be written (one line): the action must not run.
+        """
+        base = {"host": host, "boot_id": boot_id, "local_user": _local_user()}
+        return self._write([dict({"time": self._clock()}, **base, **entry) for entry in entries])
+
     def intent(self, plan: KillPlan) -> Path:
         """Write what ``plan`` will signal, before anything is sent.
 

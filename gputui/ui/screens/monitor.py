@@ -342,6 +342,17 @@ class MonitorScreen(Screen[None]):
         """Kill every GPU process tree on the shown host, then watch for the clean slate."""
         self._kill("TERM", tree=True, all_gpu=True)
 
+    def action_reset_gpu(self) -> None:
+        """Plan a reset of the GPU under the GPU list's cursor and confirm it (``ui.session.resetflow``)."""
+        from gputui.ui.session.resetflow import request_reset
+
+        host = self.active
+        panel = self.query_one(GpuPanel)
+        if host is None or not 0 <= panel.cursor < len(panel.gpus):
+            self.session.say("no GPU to reset", severity="warning")
+            return
+        request_reset(self.session, host, panel.gpus[panel.cursor].index)
+
     def action_tag(self) -> None:
         host = self.active
         procs = self.query_one(ProcessTable)

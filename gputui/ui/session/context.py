@@ -20,6 +20,7 @@ from textual.signal import Signal
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.reset_plan import ResetPlan
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.host_bar import HostStatus
 
@@ -71,6 +72,10 @@ class Surface:
     """Something but data changed about a host: the views showing it redraw."""
     confirm_kill: Callable[[KillPlan, HostSnapshot, TextFetcher, Callable[[bool | None], None]], None]
     """Ask the user to confirm a kill plan (made from that snapshot); the callback gets the answer."""
+    confirm_reset: Callable[[ResetPlan, Callable[[bool | None], None]], None]
+    """Ask the user to confirm a GPU reset plan; the callback gets the answer."""
+    from_thread: Callable[..., object]
+    """Call a function on the event loop from another thread, and wait for it."""
     later: Callable[[float, Callable[[], None]], object]
     """Call a function on the event loop after a delay in seconds."""
 
@@ -139,6 +144,14 @@ class Session:
     ) -> None:
         """Ask the user to confirm ``plan``; ``decided`` gets True to send it."""
         self._surface.confirm_kill(plan, snapshot, fetch_text, decided)
+
+    def confirm_reset(self, plan: ResetPlan, decided: Callable[[bool | None], None]) -> None:
+        """Ask the user to confirm the reset ``plan``; ``decided`` gets True to run it."""
+        self._surface.confirm_reset(plan, decided)
+
+    def from_thread(self, call: Callable[..., object], *args: object, **kwargs: object) -> None:
+        """Run ``call`` on the event loop (from a worker thread)."""
+        self._surface.from_thread(call, *args, **kwargs)
 
     def set_timer(self, delay_s: float, callback: Callable[[], None]) -> None:
         """Call ``callback`` on the event loop ``delay_s`` seconds from now."""

@@ -29,7 +29,7 @@ from gputui.agent.protocol import (
     RESULT_UNKNOWN,
     SIGNALLING_STAGES,
 )
-from gputui.core import cleanslate
+from gputui.core import cleanslate, leftovers
 from gputui.core.actions import (
     KillOutcome,
     KillPlan,
@@ -41,7 +41,7 @@ from gputui.core.actions import (
     plan_kill,
 )
 from gputui.core.analysis import KilledJob
-from gputui.core.link import LinkError, process_text
+from gputui.core.link import HostLink, LinkError, process_text
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.state import StateError
 from gputui.core.textsafe import visible
@@ -217,15 +217,23 @@ class KillFlow:
             self._session.post_message(self.Finished(host.target, key, [], not_connected, []))
             return
         run = KillRun(link, plan, self._session.audit)
-        spawn(f"kill-{host.target[:20]}", lambda: self._follow(host.target, key, entry, run))
+        spawn(f"kill-{host.target[:20]}", lambda: self._follow(host.target, key, entry, run, link))
 
-    def _follow(self, target: str, key: int, entry: PendingKill, run: KillRun) -> None:
+    def _follow(
+        self, target: str, key: int, entry: PendingKill, run: KillRun, link: HostLink | None = None
+    ) -> None:
         """Send a confirmed plan and follow it to its end (on its own thread; quitting does not stop it)."""
         post = self._session.post_message
         error: str | None = None
         abandoned = False
+        # Before the signals: once the job is gone, what it had open in /dev/shm cannot be read.
+        found = leftovers.scan_job(link, [t.pid for t in entry.plan.targets]) if link is not None else None
         try:
             first = run.start()
+            if any(o.stage in SIGNALLING_STAGES for o in first.outcomes):
+                warning = leftovers.record(target, entry.plan.boot_id, found)
+                if warning is not None:
+                    self._session.from_thread(self._session.say, warning, severity="warning")
             post(self.Started(target, key, list(first.outcomes), first.pending))
             while not run.done:
                 if entry.abandon.is_set():

@@ -1,0 +1,222 @@
+"""What a killed job may leave behind: its /dev/shm segments and POSIX semaphores, and an MPS control daemon.
+
+Read by the collector on the GPU host (stdlib only, Python 3.8). At kill-plan time ``scan`` records what the
+job's processes have open or mapped in /dev/shm (by path, device, inode and owner) and the MPS control
+daemons its users run; after the kill ``check`` says which of them still exist, how big they are, who still
+has them open or mapped, and how full /dev/shm is. ``remove`` unlinks a segment only after checking, right
+before, that it is still the same file (regular, same device, inode and owner, never through a symlink)
+and that no process has it open or mapped. An MPS daemon is never stopped here: it is reported, with the
+command that stops it, because only its own control pipe can tell whether it still has clients.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any, Iterable
+
+from gputui.agent.proc.procfs import fd_links, read_real_uid, read_stat
+from gputui.agent.wire import wire_text
+
+SHM_DIR = "/dev/shm"  # noqa: S108 - read and checked here, never a place to create files
+TEST_SHM_ENV = "GPUTUI_TEST_SHM_DIR"
+"""Tests only: the folder taken for /dev/shm (so that a test writes nothing outside its temp dir)."""
+MPS_CONTROL = "nvidia-cuda-mps-control"
+MPS_COMM = MPS_CONTROL[:15]
+"""The kernel keeps 15 characters of a process's name."""
+MAX_SEGMENTS = 512
+MAPS_MAX_BYTES = 8 << 20
+REMOVED = "removed"
+GONE = "gone"
+CHANGED = "changed"
+IN_USE = "in_use"
+FAILED = "failed"
+
+
+def shm_dir() -> str:
+    return os.environ.get(TEST_SHM_ENV) or SHM_DIR
+
+
+def _maps_paths(pid: int, folder: str) -> set[str]:
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as handle:
+            data = handle.read(MAPS_MAX_BYTES)
+    except OSError:
+        return set()
+    needle = (folder.rstrip("/") + "/").encode("utf-8", "surrogateescape")
+    found: set[str] = set()
+    for line in data.split(b"\n"):
+        at = line.find(needle)
+        if at > 0 and line[at - 1 : at] == b" ":
+            found.add(line[at:].decode("utf-8", "surrogateescape").replace(" (deleted)", ""))
+    return found
+
+
+def _held_paths(pid: int, folder: str) -> set[str]:
+    prefix = folder.rstrip("/") + "/"
+    paths = {link for link in fd_links(pid) if link.startswith(prefix)}
+    return {p for p in paths | _maps_paths(pid, folder) if not p.endswith(" (deleted)")}
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def _describe(path: str) -> dict[str, Any] | None:
+    """A regular file's identity and size, read without following a symlink; None otherwise."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    name = os.path.basename(path)
+    return {
+        "path": wire_text(path, 512),
+        "name": wire_text(name, 256),
+        "kind": "semaphore" if name.startswith("sem.") else "segment",
+        "dev": info.st_dev,
+        "inode": info.st_ino,
+        "uid": info.st_uid,
+        "user": wire_text(_user_name(info.st_uid), 64),
+        "size_bytes": info.st_blocks * 512,
+    }
+
+
+def usage() -> dict[str, Any] | None:
+    """How full /dev/shm is: total and used bytes; None when it cannot be read."""
+    try:
+        fs = os.statvfs(shm_dir())
+    except OSError:
+        return None
+    total = fs.f_blocks * fs.f_frsize
+    used = (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+    return {"dir": shm_dir(), "total_bytes": total, "used_bytes": used}
+
+
+def _mps_daemons(uids: set[int]) -> list[dict[str, Any]]:
+    daemons = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        info = read_stat(int(name))
+        if info is None or info.name != MPS_COMM:
+            continue
+        uid = read_real_uid(info.pid)
+        if uid is not None and uid in uids:
+            daemons.append(
+                {
+                    "pid": info.pid,
+                    "start_ticks": info.start_ticks,
+                    "uid": uid,
+                    "user": wire_text(_user_name(uid), 64),
+                }
+            )
+    return daemons
+
+
+def scan(pids: Iterable[int]) -> dict[str, Any]:
+    """What ``pids`` (a job about to be killed) have open or mapped in /dev/shm, and their users' MPS control
+    daemons: ``{"segments": [...], "mps": [...], "shm": usage}``."""
+    folder = shm_dir()
+    paths: set[str] = set()
+    uids: set[int] = set()
+    for pid in pids:
+        paths |= _held_paths(pid, folder)
+        uid = read_real_uid(pid)
+        if uid is not None:
+            uids.add(uid)
+    segments = [d for d in (_describe(p) for p in sorted(paths)[:MAX_SEGMENTS]) if d is not None]
+    return {"segments": segments, "mps": _mps_daemons(uids), "shm": usage()}
+
+
+def _holders_of(paths: set[str], folder: str) -> dict[str, list[int]]:
+    """Every process that has one of ``paths`` open or mapped, by path: one sweep of /proc for them all."""
+    held: dict[str, list[int]] = {path: [] for path in paths}
+    if not paths:
+        return held
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return held
+    for name in names:
+        if name.isdigit():
+            for path in _held_paths(int(name), folder) & paths:
+                held[path].append(int(name))
+    return held
+
+
+def _holders(path: str, folder: str) -> list[int]:
+    return _holders_of({path}, folder)[path]
+
+
+def _same(recorded: dict[str, Any]) -> dict[str, Any] | None:
+    path = recorded.get("path")
+    if not isinstance(path, str) or os.path.dirname(path) != shm_dir().rstrip("/"):
+        return None
+    now = _describe(path)
+    if now is None:
+        return None
+    if (now["dev"], now["inode"], now["uid"]) != (
+        recorded.get("dev"),
+        recorded.get("inode"),
+        recorded.get("uid"),
+    ):
+        return None
+    return now
+
+
+def check(segments: Iterable[Any], mps: Iterable[Any]) -> dict[str, Any]:
+    """Which recorded leftovers still exist (the same file; the same daemon), with who holds each segment."""
+    folder = shm_dir()
+    still = [now for now in (_same(r) for r in segments if isinstance(r, dict)) if now is not None]
+    holders = _holders_of({now["path"] for now in still}, folder)
+    left = [dict(now, open_by=holders[now["path"]]) for now in still]
+    alive = []
+    for daemon in mps:
+        if not isinstance(daemon, dict) or not isinstance(daemon.get("pid"), int):
+            continue
+        info = read_stat(daemon["pid"])
+        if info is not None and info.start_ticks == daemon.get("start_ticks") and info.name == MPS_COMM:
+            alive.append(daemon)
+    return {"segments": left, "mps": alive, "shm": usage()}
+
+
+def remove(segments: Iterable[Any], read_only: bool) -> list[dict[str, Any]]:
+    """Unlink each recorded segment that is still the same file and that no process has open or mapped."""
+    if read_only:
+        raise PermissionError("read-only mode: nothing is removed")
+    folder = shm_dir()
+    results = []
+    for recorded in segments:
+        if not isinstance(recorded, dict):
+            continue
+        path = recorded.get("path")
+        result = {"path": path, "result": GONE, "detail": ""}
+        if isinstance(path, str) and os.path.lexists(path):
+            now = _same(recorded)
+            holders = [] if now is None else _holders(path, folder)
+            if now is None:
+                result["result"] = CHANGED
+                result["detail"] = "not the file the job had (another inode, owner or type): left alone"
+            elif holders:
+                result["result"] = IN_USE
+                result["detail"] = "open or mapped by " + ", ".join(str(pid) for pid in holders[:8])
+            else:
+                try:
+                    os.unlink(path)
+                    result["result"] = REMOVED
+                except OSError as exc:
+                    result["result"] = FAILED
+                    result["detail"] = wire_text(exc.strerror or str(exc), 200) or ""
+        results.append(result)
+    return results

@@ -1,0 +1,185 @@
+"""Leftovers of killed jobs in the commands: recorded by ``kill``, named by ``kill``'s receipt and ``check``,
+listed and removed by ``gputui leftovers HOST [--remove]`` (``gputui.core.leftovers`` has the rule and the
+wording; the collector reads and removes, ``gputui.agent.proc.leftovers``).
+
+``gputui leftovers HOST`` lists what the kills recorded for the host that still exists (exit 0 nothing left,
+1 something left, 2 cannot tell). ``--remove`` removes the segments, after a confirmation (``--yes`` without
+a terminal): each goes to the audit log first, and the collector checks again right before unlinking that
+it is the same file and that no process has it open or mapped. MPS daemons are never stopped by gputui.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from gputui.agent.protocol import (
+    LEFTOVERS_CHECK_COMMAND,
+    LEFTOVERS_REMOVE_COMMAND,
+    RESULT_REQUESTED,
+    STAGE_INTENT,
+)
+from gputui.commands.output import link_error_line, safe_streams
+from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.core import leftovers
+from gputui.core.actions import AuditLog
+from gputui.core.link import HostLink, LinkError, full_sample
+from gputui.core.state import StateError
+from gputui.core.textsafe import json_visible, visible
+
+TIMEOUT_S = 30.0
+EXIT_NONE_LEFT = 0
+EXIT_LEFT = 1
+EXIT_ERROR = 2
+
+
+def scan_job(link: HostLink, pids: list[int]) -> dict[str, Any] | None:
+    return leftovers.scan_job(link, pids)
+
+
+def record(target: str, boot_id: str | None, found: dict[str, Any] | None, err: TextIO) -> None:
+    warning = leftovers.record(target, boot_id, found)
+    if warning is not None:
+        print(f"gputui: warning: {warning}", file=err)
+
+
+def check_recorded(link: HostLink, target: str, boot_id: str | None, err: TextIO) -> dict[str, Any] | None:
+    """Which recorded leftovers of ``target`` still exist; forgets the ones gone. None: nothing recorded, or
+    the collector cannot say."""
+    known = leftovers.load(target, boot_id)
+    if not known["segments"] and not known["mps"]:
+        return None
+    try:
+        checked = link.request({"cmd": LEFTOVERS_CHECK_COMMAND, **known}, TIMEOUT_S)
+    except LinkError:
+        return None
+    if len(checked.get("segments") or ()) != len(known["segments"]) or len(checked.get("mps") or ()) != len(
+        known["mps"]
+    ):
+        try:
+            leftovers.save(target, boot_id, checked, replace_all=True)
+        except StateError as exc:
+            print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
+    return checked
+
+
+def receipt_lines(target: str, checked: dict[str, Any] | None) -> list[str]:
+    """The kill receipt's lines for what the killed job left behind."""
+    if checked is None:
+        return []
+    return [f"leftover: {visible(f.detail, 400)}" for f in leftovers.findings(target, checked)]
+
+
+def _confirm(count: int, stdin: TextIO, out: TextIO) -> bool:
+    out.write(f"Remove {count} segment{'s' if count != 1 else ''}? [y/N] ")
+    out.flush()
+    return stdin.readline().strip().lower() in ("y", "yes")
+
+
+def run_leftovers(
+    args: argparse.Namespace,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    stdin: TextIO | None = None,
+) -> int:
+    """Run ``gputui leftovers``; returns the exit status (see the module docstring)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    stdin = sys.stdin if stdin is None else stdin
+    safe_streams(out, err)
+    targets = default_targets(list(args.targets), bool(getattr(args, "demo", False)))
+    if len(targets) != 1:
+        print("gputui: leftovers: name one host", file=err)
+        return EXIT_ERROR
+    target = targets[0]
+    if args.remove and args.read_only:
+        print(f"gputui: {visible(target, 100)}: read-only mode: nothing is removed", file=err)
+        return EXIT_ERROR
+    link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
+    try:
+        try:
+            link.open()
+            boot_id = full_sample(link, target).boot_id
+            checked = check_recorded(link, target, boot_id, err) or {"segments": [], "mps": [], "shm": None}
+        except LinkError as exc:
+            print(link_error_line(target, exc), file=err)
+            return EXIT_ERROR
+        lines = receipt_lines(target, checked) or [f"{visible(target, 100)}: no leftovers of killed jobs"]
+        if not args.remove or not checked["segments"]:
+            if args.json:
+                print(json_visible({"target": target, "leftovers": checked}, indent=1), file=out)
+            else:
+                print("\n".join(lines), file=out)
+            return EXIT_LEFT if checked["segments"] or checked["mps"] else EXIT_NONE_LEFT
+        print("\n".join(lines), file=err if args.json else out)
+        return _remove(args, link, target, boot_id, checked, stdin, out, err)
+    finally:
+        link.close()
+
+
+def _remove(
+    args: argparse.Namespace,
+    link: HostLink,
+    target: str,
+    boot_id: str | None,
+    checked: dict[str, Any],
+    stdin: TextIO,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    segments = [s for s in checked["segments"] if not s.get("open_by")]
+    if not segments:
+        print(
+            f"gputui: {visible(target, 100)}: every segment left is still open or mapped: none removed",
+            file=err,
+        )
+        return EXIT_LEFT
+    if not args.yes:
+        if not stdin.isatty():
+            print(
+                f"gputui: {visible(target, 100)}: not a terminal: nothing removed (--yes to remove)", file=err
+            )
+            return EXIT_ERROR
+        if not _confirm(len(segments), stdin, out):
+            print("nothing removed", file=out)
+            return EXIT_LEFT
+    audit = None if args.no_audit else AuditLog()
+    entries = [
+        {"stage": STAGE_INTENT, "action": "remove_leftover", "path": s.get("path"), "inode": s.get("inode")}
+        for s in segments
+    ]
+    if audit is not None:
+        try:
+            audit.record(target, boot_id, [dict(e, result=RESULT_REQUESTED) for e in entries])
+        except StateError as exc:
+            print(
+                f"gputui: {visible(target, 100)}: nothing removed: audit log: {visible(str(exc), 300)}",
+                file=err,
+            )
+            return EXIT_ERROR
+    try:
+        results = link.request({"cmd": LEFTOVERS_REMOVE_COMMAND, "segments": segments}, TIMEOUT_S).get(
+            "results"
+        )
+    except LinkError as exc:
+        print(link_error_line(target, exc), file=err)
+        return EXIT_ERROR
+    results = [r for r in results or () if isinstance(r, dict)]
+    if audit is not None:
+        try:
+            audit.record(
+                target, boot_id, [dict(r, stage="remove", action="remove_leftover") for r in results]
+            )
+        except StateError as exc:
+            print(
+                f"gputui: warning: audit log not written after removing: {visible(str(exc), 300)}", file=err
+            )
+    for result in results:
+        detail = f"  {visible(str(result.get('detail')), 200)}" if result.get("detail") else ""
+        print(
+            f"{visible(str(result.get('result')), 12):<8} {visible(str(result.get('path')), 200)}{detail}",
+            file=out,
+        )
+    check_recorded(link, target, boot_id, err)
+    return EXIT_NONE_LEFT if all(r.get("result") in ("removed", "gone") for r in results) else EXIT_LEFT
