@@ -7,6 +7,8 @@ from typing import Any
 
 from .details import CMDLINE_CACHE_S, ProcDetails
 from .health.discovery import health_launcher_like_name
+from .owners import OwnerReader
+from .procfigures import CpuMeter, GpuUtilBook
 from .procfs import (
     CLOCK_TICKS_PER_S,
     ProcStat,
@@ -18,7 +20,7 @@ from .procfs import (
     scan_proc,
 )
 from .proctree import ancestors_of, scan_trees, table_facts, tree_members, tree_root
-from .protocol import PROCESS_LIVE_THREADS
+from .protocol import PROCESS_CPU_PCT, PROCESS_LIVE_THREADS, PROCESS_OWNER
 from .statfds import StatFds
 from .wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
 
@@ -42,8 +44,16 @@ class ProcessSampler:
     Not thread-safe: one owner, under its own lock (the collector's sampling).
     """
 
-    def __init__(self, child_pid_namespace: bool, full_sweep_every: int = FULL_SWEEP_EVERY) -> None:
+    def __init__(
+        self,
+        child_pid_namespace: bool,
+        full_sweep_every: int = FULL_SWEEP_EVERY,
+        owners: OwnerReader | None = None,
+    ) -> None:
         self.child_pid_namespace = child_pid_namespace
+        self.owners = owners or OwnerReader()
+        self._cpu = CpuMeter()
+        self._gpu_util = GpuUtilBook()
         self.full_sweep_every = max(1, int(full_sweep_every))
         self.details = ProcDetails(use_psutil=False)
         self.boot_time = read_boot_time()
@@ -97,6 +107,7 @@ class ProcessSampler:
             table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self.processes], self.details.cgroup)
             self._partial_sweeps_done += 1
         self.last_sweep_full = full
+        self._gpu_util.take(gpus)
         gpu_mib = self._note_gpu_processes(gpus, table)
         chosen, omitted = self._choose(gpu_mib, table)
         if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
@@ -166,6 +177,7 @@ class ProcessSampler:
         processes: list[dict[str, Any]] = []
         live_keys: set[tuple[int, int]] = set()
         budget = WireBudget()
+        now_mono = time.monotonic()
         for pid in chosen:
             stat = table[pid]
             key = (pid, stat.start_ticks)
@@ -201,12 +213,17 @@ class ProcessSampler:
                     "sid": stat.session,
                     "cgroup": details["cgroup"],
                     PROCESS_LIVE_THREADS: _live_threads(stat),
+                    PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
+                    PROCESS_CPU_PCT: self._cpu.percent(key, stat.cpu_ticks, now_mono),
                 }
             )
+            processes[-1].update(self._gpu_util.fields(pid))
         processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]
         self.details.forget_except(live_keys)
+        self.owners.forget_except(live_keys)
+        self._cpu.forget_except(live_keys)
         return processes
 
     def _is_local_gpu_pid(self, pid: int, table: dict[int, ProcStat]) -> bool:
