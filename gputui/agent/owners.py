@@ -327,7 +327,7 @@ class RuntimeNames:
         )
         try:
             entries = json.loads(data) if data else []
-        except ValueError:
+        except (ValueError, RecursionError):  # a planted file nested deeper than the parser goes
             return []
         return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
 
@@ -343,7 +343,7 @@ class RuntimeNames:
             )
             try:
                 config = json.loads(data) if data else None
-            except ValueError:
+            except (ValueError, RecursionError):
                 config = None
             found = config.get("Name") if isinstance(config, dict) else None
             name = found.lstrip("/") if isinstance(found, str) and found.strip("/") else None
