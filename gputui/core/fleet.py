@@ -18,6 +18,7 @@ from gputui.core.analysis import (
     age_text,
     memory_verdict,
 )
+from gputui.core.fleet_owners import owner_labels, owners_match
 from gputui.core.health_view import worst_state
 from gputui.core.state import load_calibrated_uuids
 from gputui.transports.prometheus import FleetHost, FleetSample, PrometheusError
@@ -94,6 +95,7 @@ class FleetRow:
         server: "vllm: 3 running, 1 waiting" for the first server, "+N" more; None when none is known.
         server_state: The worst state of the host's servers (UP, DOWN, None: unknown).
         error: The host's error line, if any.
+        owners: The pods DCGM's labels say have the host's GPUs (``pod:namespace/name``), sorted.
     """
 
     name: str
@@ -110,6 +112,7 @@ class FleetRow:
     server: str | None
     server_state: str | None
     error: str | None
+    owners: tuple[str, ...] = ()
 
 
 def _sum_or_none(values: Sequence[int | None]) -> int | None:
@@ -167,6 +170,7 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         server=server,
         server_state=worst_state(health) if health else None,
         error=snapshot.error,
+        owners=owner_labels(host.owners.values()) if live else (),
     )
 
 
@@ -246,6 +250,8 @@ def matches(row: FleetRow, host: FleetHost, needle: str) -> bool:
     if needle in row.name.lower() or needle in row.state:
         return True
     if row.server is not None and needle in row.server.lower():
+        return True
+    if owners_match(host.owners.values(), needle):
         return True
     return any(needle in (g.name or "").lower() for g in host.snapshot.gpus)
 

@@ -170,7 +170,12 @@ class FakeHolder:
         line = f"holder {int(self.gpu)} {int(self.pid)} {int(self.mib)}"
         if self.kind != "compute":
             line = f"{line} {self.kind}"
-        for key, value in (("sm", self.sm_pct), ("mem", self.mem_pct), ("enc", self.enc_pct), ("dec", self.dec_pct)):
+        for key, value in (
+            ("sm", self.sm_pct),
+            ("mem", self.mem_pct),
+            ("enc", self.enc_pct),
+            ("dec", self.dec_pct),
+        ):
             if value is not None:
                 line = f"{line} {key}={int(value)}"
         return line

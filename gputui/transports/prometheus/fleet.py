@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gputui.core.model import HostSnapshot
+from gputui.core.owner import Owner
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class FleetHost:
         instances: The exporter ``instance`` labels the host's series came from.
         xid: GPU index -> last XID error code, for GPUs whose last XID is not 0.
         mig: GPU index -> its MIG instances.
+        owners: GPU index -> the pod DCGM's labels say has it (``gputui.core.fleet_owners``).
         gone: The host has no series in Prometheus any more; it is known from an earlier refresh.
     """
 
@@ -50,6 +52,7 @@ class FleetHost:
     xid: dict[int, int] = field(default_factory=dict)
     mig: dict[int, tuple[MigInstance, ...]] = field(default_factory=dict)
     gone: bool = False
+    owners: dict[int, Owner] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
+from gputui.core.fleet_owners import dcgm_owner
 from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
+from gputui.core.owner import Owner
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.fleet import FleetHost, FleetSample, MigInstance
 from gputui.transports.prometheus.query import (
@@ -247,6 +249,7 @@ def _build_host(
     gpus: list[Gpu] = []
     xid: dict[int, int] = {}
     mig: dict[int, tuple[MigInstance, ...]] = {}
+    owners: dict[int, Owner] = {}
     stale_count = 0
     for index, gpu_parts in _index_gpus(parts.gpus.values()):
         gpu_newest = max(gpu_parts.times, default=last_up)
@@ -261,6 +264,9 @@ def _build_host(
             xid[index] = code
         if instances:
             mig[index] = instances
+        owner = dcgm_owner(gpu_parts.labels)
+        if owner is not None:
+            owners[index] = owner
     host_stale = stale_count == len(gpus) if gpus else exporter_up is False
     error = None
     if host_stale:
@@ -303,4 +309,5 @@ def _build_host(
         instances=tuple(sorted(parts.instances)),
         xid=xid,
         mig=mig,
+        owners=owners,
     )

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputui.core.fleet_owners import DCGM_OWNER_LABELS
 from gputui.transports.prometheus.query import (
     DCGM_METRICS,
     FB_USED,
@@ -95,7 +96,7 @@ def series_key(labels: Mapping[str, str]) -> frozenset[tuple[str, str]]:
     return frozenset(rest.items())
 
 
-_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device")
+_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device", *DCGM_OWNER_LABELS)
 
 
 class Parser:
