@@ -10,7 +10,9 @@ from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.agent.owners import OWNER_USER
 from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc
+from gputui.core.owner import Owner
 from gputui.transports.base import HostLink, LinkError, LinkOptions
 from gputui.transports.sim.kills import SimKill, SimKills, optional_seconds
 from gputui.transports.sim.scenario import (
@@ -352,6 +354,7 @@ class SimLink(SimKills, HostLink):
                     else LiveThreads(sum(p.live_threads.values()), dict(p.live_threads))
                 ),
                 listen_ports=p.listen_ports,
+                owner=Owner(OWNER_USER, p.user, p.user),
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )
