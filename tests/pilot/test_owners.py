@@ -17,7 +17,7 @@ from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.widgets.process_table import ProcessTable
 from tests.pilot.conftest import SimFactory, wait_for
 
-WIDE = (160, 40)
+WIDE = (170, 40)
 POD = Owner("pod", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "vllm-0", (("namespace", "prod"),))
 HOSTILE_OWNER = Owner("user", "[@click=app.quit]x[/]", "[@click=app.quit]x[/]")
 ANCESTORS = (
@@ -99,7 +99,7 @@ async def test_owner_column_and_owner_filter_words(make_app: Any) -> None:
 
 async def test_narrow_tables_drop_the_optional_columns_first(make_app: Any) -> None:
     app = make_app(targets=(HEALTHY_TARGET,), factory_type=OwnedFactory)
-    async with app.run_test(size=(110, 40)) as pilot:
+    async with app.run_test(size=(140, 40)) as pilot:
         await _ready(pilot, app)
         columns = [key.value for key in _procs(app).columns]
         assert "owner" in columns

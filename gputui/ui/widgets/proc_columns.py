@@ -30,7 +30,7 @@ OPTIONAL_COLUMNS = (
     ("elapsed", "  elapsed", 10),
 )
 """(key, label, width), by priority: the first ones stay longest as the table narrows."""
-COMMAND_MIN_CHARS = 48
+COMMAND_MIN_CHARS = 80
 """Optional columns are added only while the command column keeps at least this many cells."""
 _OWNER_STYLES = {OWNER_SLURM: "magenta", OWNER_POD: "cyan", OWNER_CONTAINER: "blue", OWNER_UNIT: "green"}
 
