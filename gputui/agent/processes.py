@@ -217,7 +217,8 @@ class ProcessSampler:
                     PROCESS_CPU_PCT: self._cpu.percent(key, stat.cpu_ticks, now_mono),
                 }
             )
-            processes[-1].update(self._gpu_util.fields(pid))
+            if pid in gpu_mib:  # a visible GPU process: never a local pid that only shares the number
+                processes[-1].update(self._gpu_util.fields(pid))
         processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]
