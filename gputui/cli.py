@@ -36,7 +36,9 @@ audit log before anything is sent, and each process's identity is checked again 
 A job is the GPU process with the ancestors that share its session and cgroup, up to (not including) a
 shell, sshd, tmux, a service manager, a cron or display daemon, pid 1, or a daemon init adopted that leads
 neither the job's session nor its process group; --tree takes everything below its root, never the root's
-siblings. --all-gpu leaves graphics-only holders (Xorg, ...) out. pid 1 is never signalled.
+siblings. --all-gpu leaves graphics-only holders (Xorg, ...) out. pid 1 is never signalled. A kill never
+crosses an owner (Slurm step, pod, container, unit) nobody picked: a tree stops at a member of another one,
+and --all-gpu on a host whose GPU jobs have several owners needs --owner KIND:ID (or --owner all).
 
 TERM escalates to KILL after 5 s (--escalate S to change, --no-escalate for TERM only); the collector runs
 the escalation and finishes it even if this command is interrupted. Ctrl-C says what is pending and keeps
@@ -254,6 +256,13 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             "--include-graphics",
             action="store_true",
             help="with --all-gpu, also the processes holding graphics memory only (the display stack)",
+        )
+        parser.add_argument(
+            "--owner",
+            default=None,
+            metavar="KIND:ID",
+            help="with --all-gpu, the GPU jobs of this owner only (slurm:4242, pod:NAME, container:ID, "
+            "unit:NAME, user:NAME), or all for every owner's",
         )
         escalation = parser.add_mutually_exclusive_group()
         escalation.add_argument(

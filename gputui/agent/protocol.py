@@ -156,6 +156,13 @@ PROCESS_LIVE_THREADS = "live_threads"
 """The key of a process dict that holds, for a zombie-state (Z) process, its threads still alive
 (:func:`live_threads`); null for every other process and where they could not be read."""
 
+PROCESS_OWNER = "owner"
+"""The key of a process dict that holds whose job it is (``gputui.agent.proc.owners``): ``{"kind", "id",
+"name", ...}``, ``kind`` one of ``owners.OWNER_KINDS`` (slurm, pod, container, unit, user)."""
+PROCESS_CPU_PCT = "cpu_pct"
+"""The key of a process dict that holds its CPU % since the last process sample (100 = one core); null on its
+first."""
+
 PROCESS_LISTEN_PORTS = "listen_ports"
 """The key of a process dict that holds the TCP ports it has in LISTEN, sorted (read for the processes of
 GPU jobs only; empty for every other process)."""

@@ -49,6 +49,7 @@ from gputui.core.cleanslate import watched_ports
 from gputui.core.display import DASH
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Finding, HostSnapshot
+from gputui.core.owner import parse_owner_option
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 
@@ -119,16 +120,22 @@ def plan_line(plan: KillPlan) -> str:
 
 
 def format_plan(plan: KillPlan) -> list[str]:
-    """The confirmation listing: what will be signalled, children first, with the plan's notes."""
+    """The confirmation listing: what will be signalled, grouped by owner, children first, with the plan's
+    notes."""
     lines = [plan_line(plan), f"{'PID':>8}  {'USER':<12} {'GPU MiB':>8}  COMMAND"]
-    for target in plan.targets:
-        mib = DASH if target.gpu_mib is None else str(target.gpu_mib)
-        command = visible_cmdline(target.cmdline, 80) or visible(target.name or DASH, 40)
-        under = f"  (in tree of {target.descendant_of})" if target.descendant_of is not None else ""
-        state = "  [D: may not die]" if target.state == "D" else ""
-        graphics = "  [graphics]" if target.graphics_only else ""
-        user = visible(target.user or DASH, 12)
-        lines.append(f"{target.pid:>8}  {user:<12} {mib:>8}  {command}{under}{state}{graphics}")
+    for owner in plan.owners:
+        if owner is not None:
+            lines.append(f"  owner {visible(owner.label, 80)}:")
+        for target in plan.targets:
+            if target.owner != owner:
+                continue
+            mib = DASH if target.gpu_mib is None else str(target.gpu_mib)
+            command = visible_cmdline(target.cmdline, 80) or visible(target.name or DASH, 40)
+            under = f"  (in tree of {target.descendant_of})" if target.descendant_of is not None else ""
+            state = "  [D: may not die]" if target.state == "D" else ""
+            graphics = "  [graphics]" if target.graphics_only else ""
+            user = visible(target.user or DASH, 12)
+            lines.append(f"{target.pid:>8}  {user:<12} {mib:>8}  {command}{under}{state}{graphics}")
     for note in plan.notes:
         lines.append(f"  note: {visible(note, 300)}")
     return lines
@@ -172,7 +179,10 @@ def _is_terminal(stream: TextIO) -> bool:
 
 def _plan_dict(plan: KillPlan) -> dict[str, Any]:
     data = asdict(plan)
-    data["targets"] = [dict(asdict(t), cmdline=list(t.cmdline)) for t in plan.targets]
+    data["targets"] = [
+        dict(asdict(t), cmdline=list(t.cmdline), owner=None if t.owner is None else t.owner.to_dict())
+        for t in plan.targets
+    ]
     data["notes"] = list(plan.notes)
     return data
 
@@ -219,6 +229,16 @@ def run_kill(
     if not pids and not args.all_gpu:
         print("gputui: kill: name at least one process id, or use --all-gpu", file=err)
         return EXIT_ERROR
+    owner = None
+    if getattr(args, "owner", None) is not None:
+        if not args.all_gpu:
+            print("gputui: kill: --owner goes with --all-gpu", file=err)
+            return EXIT_ERROR
+        try:
+            owner = parse_owner_option(args.owner)
+        except ValueError as exc:
+            print(f"gputui: kill: {visible(str(exc), 200)}", file=err)
+            return EXIT_ERROR
     if args.read_only:
         print(f"gputui: {visible(target, 100)}: read-only mode: kill refused, nothing is signalled", file=err)
         return EXIT_ERROR
@@ -251,6 +271,7 @@ def run_kill(
                 escalate_s=delay_s if escalates else None,
                 wait_s=None if escalates else delay_s,
                 include_graphics=args.include_graphics,
+                owner=owner,
             )
         except ReadOnlyError as exc:
             print(f"gputui: {visible(str(exc), 300)}", file=err)

@@ -20,6 +20,7 @@ from gputui.core.analysis.gpu_health import with_assessment
 from gputui.core.display import DASH
 from gputui.core.display import size_text as size_text
 from gputui.core.exported import exported_findings, exported_health, exported_verdict
+from gputui.core.fleet_owners import owner_labels, owners_match
 from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S, FleetHost, FleetSample
 from gputui.core.health_view import worst_state
 from gputui.core.state import load_calibrated_uuids
@@ -123,6 +124,7 @@ class FleetRow:
         dead_held_mib: Memory held by defunct processes and ghost memory (its gputui exporter's); None
             without one.
         memory_only: The verdict is on memory alone (no current gputui exporter).
+        owners: The pods DCGM's labels say have the host's GPUs (``pod:namespace/name``), sorted.
     """
 
     name: str
@@ -142,6 +144,7 @@ class FleetRow:
     findings: int | None = None
     dead_held_mib: int | None = None
     memory_only: bool = True
+    owners: tuple[str, ...] = ()
 
 
 def _sum_or_none(values: Sequence[int | None]) -> int | None:
@@ -204,6 +207,7 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         if memory_only(host) or not live or host.exported is None
         else host.exported.dead_held_mib,
         memory_only=memory_only(host),
+        owners=owner_labels(host.owners.values()) if live else (),
     )
 
 
@@ -285,6 +289,8 @@ def matches(row: FleetRow, host: FleetHost, needle: str) -> bool:
     if needle in row.name.lower() or needle in row.state:
         return True
     if row.server is not None and needle in row.server.lower():
+        return True
+    if owners_match(host.owners.values(), needle):
         return True
     return any(needle in (g.name or "").lower() for g in host.snapshot.gpus)
 

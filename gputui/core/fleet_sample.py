@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from gputui.core.exported import ExportedHost
 from gputui.core.model import HostSnapshot
+from gputui.core.owner import Owner
 
 DEFAULT_STALE_AFTER_S = 90.0
 """A sample older than this is stale even when Prometheus still serves it (no staleness marker was written:
@@ -42,6 +43,7 @@ class FleetHost:
         instances: The exporter ``instance`` labels the host's series came from.
         xid: GPU index -> last XID error code, for GPUs whose last XID is not 0.
         mig: GPU index -> its MIG instances.
+        owners: GPU index -> the pod DCGM's labels say has it (``gputui.core.fleet_owners``).
         gone: The host has no series in Prometheus any more; it is known from an earlier refresh.
         exported: What the host's gputui exporter said (findings, verdict, servers); None: it runs none, or
             its series are not current.
@@ -59,6 +61,7 @@ class FleetHost:
     mig: dict[int, tuple[MigInstance, ...]] = field(default_factory=dict)
     gone: bool = False
     exported: ExportedHost | None = None
+    owners: dict[int, Owner] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Everything a collector reports, everything the analysis derives and everything t
 Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
 the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``; the collector's
 side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot --json``. This module imports
-nothing outside the standard library and that protocol module.
+nothing outside the standard library, that protocol module and the owner record (``gputui.core.owner``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,42 @@ from gputui.agent.protocol import (
     KERNEL_LOG,
     LISTENING_PORTS,
     MODE_LABELS,
+    PROCESS_CPU_PCT,
     PROCESS_LISTEN_PORTS,
     PROCESS_LIVE_THREADS,
+    PROCESS_OWNER,
     PROCESSES_SAME,
 )
 from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
+from gputui.core.owner import Owner
 from gputui.core.wire_values import opt_float, opt_int, opt_str, ports_of
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
 STATE_UNINTERRUPTIBLE = "D"
+
+
+_PER_GPU_PCT = ("gpu_sm_pct", "gpu_mem_bw_pct", "gpu_enc_pct", "gpu_dec_pct")
+"""Process fields of GPU index -> percent (``Proc``)."""
+
+
+def _pct_float(value: Any) -> float | None:
+    """A CPU percent: None for what no process can use (negative, NaN, infinite)."""
+    number = opt_float(value)
+    return number if number is not None and 0.0 <= number < 1e6 else None
+
+
+def _per_gpu_pct(value: Any) -> dict[int, int]:
+    """GPU index -> percent from a collector: the entries that are one (0..100), others dropped."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict[int, int] = {}
+    for key, pct in value.items():
+        index, number = opt_int(key), opt_int(pct)
+        if index is not None and index >= 0 and number is not None and 0 <= number <= 100:
+            out[index] = number
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True)
@@ -163,6 +188,11 @@ class Proc:
         live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
             other process, or when they could not be read.
         listen_ports: The TCP ports it has in LISTEN, sorted (read for the processes of GPU jobs only).
+        owner: Whose job it is (``gputui.core.owner.Owner``), None when the collector did not say.
+        cpu_pct: CPU % since the collector's last process sample (100 = one core), None when unknown.
+        gpu_sm_pct: GPU index -> the SM utilisation of this process there, percent, over the driver's last
+            sampling interval (``nvmlDeviceGetProcessUtilization``); only GPUs with a sample.
+        gpu_mem_bw_pct, gpu_enc_pct, gpu_dec_pct: The same for memory bandwidth, encoder and decoder.
     """
 
     pid: int
@@ -183,6 +213,12 @@ class Proc:
     cgroup: str | None = None
     live_threads: LiveThreads | None = None
     listen_ports: tuple[int, ...] = ()
+    owner: Owner | None = None
+    cpu_pct: float | None = None
+    gpu_sm_pct: dict[int, int] = field(default_factory=dict)
+    gpu_mem_bw_pct: dict[int, int] = field(default_factory=dict)
+    gpu_enc_pct: dict[int, int] = field(default_factory=dict)
+    gpu_dec_pct: dict[int, int] = field(default_factory=dict)
 
     @property
     def is_zombie(self) -> bool:
@@ -209,6 +245,9 @@ class Proc:
         data["cmdline"] = list(self.cmdline)
         data["listen_ports"] = list(self.listen_ports)
         data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
+        data[PROCESS_OWNER] = None if self.owner is None else self.owner.to_dict()
+        for key in _PER_GPU_PCT:
+            data[key] = {str(k): v for k, v in getattr(self, key).items()}
         return data
 
     @classmethod
@@ -232,6 +271,9 @@ class Proc:
             cgroup=opt_str(data.get("cgroup")),
             live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
             listen_ports=ports_of(data.get(PROCESS_LISTEN_PORTS)) or (),
+            owner=Owner.from_dict(data.get(PROCESS_OWNER)),
+            cpu_pct=_pct_float(data.get(PROCESS_CPU_PCT)),
+            **{key: _per_gpu_pct(data.get(key)) for key in _PER_GPU_PCT},
         )
 
 

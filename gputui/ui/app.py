@@ -23,12 +23,14 @@ from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.analysis import Baselines
 from gputui.core.link import HostLink
 from gputui.core.model import HostSnapshot
+from gputui.core.owner import Owner
 from gputui.core.reset_plan import ResetPlan
 from gputui.core.servers import ServerWatch
 from gputui.core.textsafe import visible
 from gputui.transports.ssh import trust as ssh_hostkeys
 from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui import keymap
+from gputui.ui.screens.choose_owner import ChooseOwnerScreen
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.confirm_reset import ConfirmResetScreen
 from gputui.ui.screens.fleet import FleetScreen
@@ -128,6 +130,7 @@ class GpuTuiApp(App[int]):
             show_fleet=self.show_fleet,
             redraw=self.host_changed,
             confirm_kill=self._confirm_kill,
+            choose_owner=self._choose_owner,
             confirm_reset=self._confirm_reset,
             from_thread=self.call_from_thread,
             later=self.set_timer,
@@ -200,6 +203,11 @@ class GpuTuiApp(App[int]):
         decided: Callable[[bool | None], None],
     ) -> None:
         self.push_screen(ConfirmKillScreen(plan, snapshot, fetch_text), decided)
+
+    def _choose_owner(
+        self, target: str, owners: Sequence[Owner], picked: Callable[[tuple[str, str] | None], None]
+    ) -> None:
+        self.push_screen(ChooseOwnerScreen(target, owners), picked)
 
     def _confirm_reset(self, plan: ResetPlan, decided: Callable[[bool | None], None]) -> None:
         self.push_screen(ConfirmResetScreen(plan), decided)

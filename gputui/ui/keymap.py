@@ -25,6 +25,7 @@ FINDINGS = "findings"
 GPU_VIEW = "gpu view"
 FILTER = "filter"
 CONFIRM = "confirmation"
+OWNER_CHOICE = "owner choice"
 HOST_KEY = "host key"
 HELP = "help"
 FLEET = "fleet"
@@ -107,7 +108,8 @@ KEYS: tuple[Key, ...] = (
         "X",
         "X",
         "kill_all",
-        "kill every GPU job on this host (not the display stack), then check for the clean slate",
+        "kill every GPU job on this host (not the display stack; jobs of several owners: asks whose), then "
+        "check for the clean slate",
         "Kill all",
         "Kill: every GPU process tree",
         destructive=True,
@@ -120,7 +122,15 @@ KEYS: tuple[Key, ...] = (
         "Clean?",
         "Clean-slate check",
     ),
-    Key("slash", "/", "filter", "filter the processes by pid, user or command", "Filter", "Filter processes"),
+    Key(
+        "slash",
+        "/",
+        "filter",
+        "filter the processes by pid, user or command, or by owner: pod:NAME, slurm:JOB, container:ID, "
+        "unit:NAME, user:NAME",
+        "Filter",
+        "Filter processes",
+    ),
     Key("escape", "Esc", "clear_filter", "clear the filter and go back to the list", scope=FILTER),
     Key("s", "s", "sort", "sort the processes: tree, gpu (memory), pid", "Sort", "Sort processes"),
     Key("g", "g", "focus_gpus", "go to the GPUs", "GPUs", "Go to the GPUs"),
@@ -155,6 +165,16 @@ KEYS: tuple[Key, ...] = (
     Key("escape,q", "Esc, q", "close", "back to the monitor", "Back", scope=GPU_VIEW),
     Key("enter,y", "Enter, y", "confirm", "send the signals listed", scope=CONFIRM),
     Key("escape,n", "Esc, n", "cancel", "cancel: nothing is signalled", scope=CONFIRM),
+    Key(
+        ",".join(str(n) for n in range(1, 10)),
+        "1–9",
+        "pick",
+        "kill the GPU jobs of the owner with that number",
+        scope=OWNER_CHOICE,
+        destructive=True,
+    ),
+    Key("a", "a", "all", "kill every owner's GPU jobs", scope=OWNER_CHOICE, destructive=True),
+    Key("escape,n", "Esc, n", "cancel", "cancel: nothing is signalled", scope=OWNER_CHOICE),
     Key("a", "a", "accept", "accept the unknown host key and remember it", scope=HOST_KEY),
     Key("escape", "Esc", "refuse", "refuse it: nothing is written, nothing connects", scope=HOST_KEY),
     Key("escape,question_mark,q", "Esc, ?, q", "close", "close the help", scope=HELP),
@@ -222,6 +242,9 @@ def bindings(scope: str) -> list[BindingType]:
             # One binding per digit, each with its host index.
             made.extend(Binding(str(n), f"host({n - 1})", f"Host {n}", show=False) for n in range(1, 10))
             continue
+        if key.action == "pick":
+            made.extend(Binding(str(n), f"pick({n})", f"Owner {n}", show=False) for n in range(1, 10))
+            continue
         made.append(
             Binding(key.keys, key.action, key.label or key.help, show=bool(key.label), priority=key.priority)
         )
@@ -237,7 +260,18 @@ def available(key: Key, *, read_only: bool, hosts: int, fleet: bool) -> bool:
     return not (key.fleet and not fleet)
 
 
-MONITOR_HELP_SCOPES = (PROCESSES, MONITOR, FILTER, GPUS, FINDINGS, GPU_VIEW, CONFIRM, HOST_KEY, APP)
+MONITOR_HELP_SCOPES = (
+    PROCESSES,
+    MONITOR,
+    FILTER,
+    GPUS,
+    FINDINGS,
+    GPU_VIEW,
+    CONFIRM,
+    OWNER_CHOICE,
+    HOST_KEY,
+    APP,
+)
 """What the monitor's help lists."""
 FLEET_HELP_SCOPES = (FLEET, FILTER, APP)
 """What the fleet view's help lists."""

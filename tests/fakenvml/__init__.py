@@ -158,6 +158,7 @@ class FakeGpu:
     display_active: bool | None = None
     mig_current: bool | None = None
     mig_pending: bool | None = None
+    proc_util_error: str | None = None  # what nvmlDeviceGetProcessUtilization alone returns
 
     def render(self, index: int) -> str:
         parts = [f"gpu {index}"]
@@ -181,6 +182,7 @@ class FakeGpu:
             "display_active",
             "mig_current",
             "mig_pending",
+            "proc_util_error",
         ):
             value = getattr(self, key)
             if value is None or (key == "hang_ms" and not value):
@@ -204,12 +206,27 @@ class FakeHolder:
     pid: int
     mib: int
     kind: str = "compute"
+    sm_pct: int | None = None
+    """With any of the four figures set, nvmlDeviceGetProcessUtilization reports a sample for it."""
+    mem_pct: int | None = None
+    enc_pct: int | None = None
+    dec_pct: int | None = None
 
     def render(self) -> str:
         if self.kind not in HOLDER_KINDS:
             raise ValueError(f"fakenvml: unknown holder kind {self.kind!r}")
         line = f"holder {int(self.gpu)} {int(self.pid)} {int(self.mib)}"
-        return line if self.kind == "compute" else f"{line} {self.kind}"
+        if self.kind != "compute":
+            line = f"{line} {self.kind}"
+        for key, value in (
+            ("sm", self.sm_pct),
+            ("mem", self.mem_pct),
+            ("enc", self.enc_pct),
+            ("dec", self.dec_pct),
+        ):
+            if value is not None:
+                line = f"{line} {key}={int(value)}"
+        return line
 
 
 _mtime_lock = threading.Lock()
@@ -231,8 +248,11 @@ class FakeNvmlState:
     def with_gpus(cls, count: int = 8, **gpu_kwargs: object) -> FakeNvmlState:
         return cls(gpus=[FakeGpu(**gpu_kwargs) for _ in range(count)])  # type: ignore[arg-type]
 
-    def add_holder(self, gpu: int, pid: int, mib: int, kind: str = "compute") -> FakeHolder:
-        holder = FakeHolder(gpu, pid, mib, kind)
+    def add_holder(
+        self, gpu: int, pid: int, mib: int, kind: str = "compute", **util_pct: int | None
+    ) -> FakeHolder:
+        """``util_pct``: sm_pct, mem_pct, enc_pct, dec_pct (``FakeHolder``)."""
+        holder = FakeHolder(gpu, pid, mib, kind, **util_pct)
         self.holders.append(holder)
         return holder
 

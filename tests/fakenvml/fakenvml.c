@@ -14,7 +14,7 @@
  *   cuda 12080
  *   init_error DRIVER_NOT_LOADED|LIB_RM_VERSION_MISMATCH|NO_PERMISSION|UNKNOWN
  *   gpu <index> key=value ...
- *   holder <gpu> <pid> <MiB> [graphics] [invisible] [ghost]
+ *   holder <gpu> <pid> <MiB> [graphics] [invisible] [ghost] [sm=N] [mem=N] [enc=N] [dec=N]
  *
  * gpu keys: name uuid serial pci total_mib baseline_mib reserved_mib util_pct
  * mem_util_pct temp_c power_mw power_limit_mw fan_pct (-1 = no fan) error
@@ -33,6 +33,12 @@
  * display_active (0/1), mig_current mig_pending (0/1).
  *
  * FAKE_NVML_DEVICE (optional): a file kept open from the first nvmlInit to the last nvmlShutdown.
+ * proc_util_error (an error nvmlDeviceGetProcessUtilization alone returns, e.g.
+ * NOT_SUPPORTED).
+ *
+ * A holder's sm/mem/enc/dec (percent) make nvmlDeviceGetProcessUtilization
+ * report one sample for it, stamped now; a GPU none of whose live holders has
+ * them answers NOT_FOUND (no sample in the window), as the driver does.
  *
  * Driver semantics: a plain holder counts (in used memory and in the process
  * list) only while the process has a thread that has not exited: its leader
@@ -222,6 +228,7 @@ struct gpu {
     int health_error;
     unsigned int unsupported; /* U_* bits */
     unsigned int display_active, mig_current, mig_pending;
+    int proc_util_error;
 };
 
 #define U_REMAP 1u
@@ -242,6 +249,7 @@ struct holder {
     unsigned int pid;
     unsigned long long mib;
     unsigned int flags;
+    int util[4]; /* sm, mem, enc, dec percent; -1: no sample */
 };
 
 struct state {
@@ -447,6 +455,12 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
         bad = parse_uint(val, &g->mig_current);
     else if (!strcmp(key, "mig_pending"))
         bad = parse_uint(val, &g->mig_pending);
+    else if (!strcmp(key, "proc_util_error")) {
+        int c = error_code(val);
+        bad = c < 0;
+        if (!bad)
+            g->proc_util_error = c;
+    }
     else if (!strcmp(key, "fan_pct")) {
         char *end;
         long v = strtol(val, &end, 10);
@@ -517,6 +531,23 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
         warn(path, ln, "bad value", val);
 }
 
+/* "sm=40" and the like on a holder line: 1 when it was one (and valid). */
+static int util_token(const char *tok, struct holder *h)
+{
+    static const char *keys[4] = {"sm=", "mem=", "enc=", "dec="};
+    for (int k = 0; k < 4; k++) {
+        size_t n = strlen(keys[k]);
+        if (!strncmp(tok, keys[k], n)) {
+            unsigned int v;
+            if (parse_uint(tok + n, &v) || v > 100)
+                return 0;
+            h->util[k] = (int)v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Parse the whole file into *st. Returns 0, or -1 if the file is unreadable. */
 static int parse_file(const char *path, struct state *st)
 {
@@ -569,7 +600,7 @@ static int parse_file(const char *path, struct state *st)
             if (idx + 1 > st->gpu_count)
                 st->gpu_count = idx + 1;
         } else if (!strcmp(tok[0], "holder") && n >= 4) {
-            struct holder h = {0, 0, 0, 0};
+            struct holder h = {0, 0, 0, 0, {-1, -1, -1, -1}};
             if (parse_uint(tok[1], &h.gpu) || parse_uint(tok[2], &h.pid) ||
                 parse_ull(tok[3], &h.mib)) {
                 warn(path, ln, "bad holder", tok[1]);
@@ -583,6 +614,8 @@ static int parse_file(const char *path, struct state *st)
                 else if (!strcmp(tok[i], "ghost"))
                     h.flags |= H_GHOST;
                 else if (!strcmp(tok[i], "compute"))
+                    ;
+                else if (util_token(tok[i], &h))
                     ;
                 else
                     warn(path, ln, "unknown holder flag", tok[i]);
@@ -1334,11 +1367,47 @@ EXPORT nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     (void)lastSeenTimeStamp;
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    DEV_ENTER(device, v);
-    (void)v;
-    (void)utilization;
-    /* No per-process samples are recorded by this library. */
-    return NVML_ERROR_NOT_FOUND;
+    struct dev_view *v = malloc(sizeof(*v));
+    if (!v)
+        return NVML_ERROR_MEMORY;
+    nvmlReturn_t r = dev_enter(device, v, 1);
+    if (r == NVML_SUCCESS && v->g.proc_util_error)
+        r = v->g.proc_util_error;
+    if (r != NVML_SUCCESS) {
+        free(v);
+        return r;
+    }
+    unsigned int n = 0;
+    for (unsigned int i = 0; i < v->nh; i++) {
+        const struct holder *h = &v->h[i];
+        if (h->util[0] < 0 && h->util[1] < 0 && h->util[2] < 0 && h->util[3] < 0)
+            continue;
+        if ((h->flags & H_GHOST) || !holder_counts(h))
+            continue;
+        v->h[n++] = *h;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    unsigned long long stamp = (unsigned long long)now.tv_sec * 1000000ull + (unsigned long long)now.tv_nsec / 1000ull;
+    if (n == 0) {
+        r = NVML_ERROR_NOT_FOUND;
+    } else if (!utilization || *processSamplesCount < n) {
+        *processSamplesCount = n;
+        r = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else {
+        for (unsigned int i = 0; i < n; i++) {
+            nvmlProcessUtilizationSample_t *s = &utilization[i];
+            s->pid = v->h[i].pid;
+            s->timeStamp = stamp;
+            s->smUtil = v->h[i].util[0] < 0 ? 0 : (unsigned int)v->h[i].util[0];
+            s->memUtil = v->h[i].util[1] < 0 ? 0 : (unsigned int)v->h[i].util[1];
+            s->encUtil = v->h[i].util[2] < 0 ? 0 : (unsigned int)v->h[i].util[2];
+            s->decUtil = v->h[i].util[3] < 0 ? 0 : (unsigned int)v->h[i].util[3];
+        }
+        *processSamplesCount = n;
+    }
+    free(v);
+    return r;
 }
 
 /* ---- sensors ---------------------------------------------------------- */

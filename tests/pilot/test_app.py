@@ -91,13 +91,14 @@ async def test_arrow_keys_move_the_selection(make_app):
     app = make_app()
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
-        assert _procs(app).selected_pid == NSYS_PID
-        await pilot.press("down")
-        assert _procs(app).selected_pid == LAUNCHER_PID
-        await pilot.press("down", "down")
+        # The cursor starts on the first GPU process (TP0 is a true zombie: it holds nothing), not the root.
         assert _procs(app).selected_pid == SCHEDULER_PID_BASE + 1
         await pilot.press("up")
         assert _procs(app).selected_pid == SCHEDULER_PID_BASE
+        await pilot.press("up", "up")
+        assert _procs(app).selected_pid == NSYS_PID
+        await pilot.press("down")
+        assert _procs(app).selected_pid == LAUNCHER_PID
 
 
 async def test_space_tags_and_k_signals_every_tagged_process(make_app):

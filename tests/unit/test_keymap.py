@@ -9,6 +9,7 @@ from textual.dom import DOMNode
 
 from gputui.ui import keymap
 from gputui.ui.app import GpuTuiApp
+from gputui.ui.screens.choose_owner import ChooseOwnerScreen
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.fleet import FleetScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
@@ -30,6 +31,7 @@ OWNERS: dict[str, type[DOMNode]] = {
     keymap.FINDINGS: FindingsList,
     keymap.GPU_VIEW: GpuDetailScreen,
     keymap.CONFIRM: ConfirmKillScreen,
+    keymap.OWNER_CHOICE: ChooseOwnerScreen,
     keymap.HOST_KEY: HostKeyScreen,
     keymap.HELP: HelpScreen,
     keymap.FLEET: FleetScreen,
@@ -45,6 +47,7 @@ def test_every_key_of_a_scope_is_bound_where_it_works_and_runs_an_action_that_ex
             continue
         for name in key.keys.split(","):
             action = key.action if key.action != "host" else f"host({int(name) - 1})"
+            action = action if action != "pick" else f"pick({int(name)})"
             assert bound.get(name) == action, (scope, name)
         assert hasattr(owner, f"action_{key.action.split('(')[0]}"), (owner, key.action)
 

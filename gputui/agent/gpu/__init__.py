@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gputui.agent.gpu.limits import NVML_DEADLINE_S as NVML_DEADLINE_S
+from gputui.agent.gpu.limits import PROCESS_UTIL_INTERVAL_S as PROCESS_UTIL_INTERVAL_S
 from gputui.agent.gpu.limits import TELEMETRY_INTERVAL_S as TELEMETRY_INTERVAL_S
 from gputui.agent.gpu.tools import which
 

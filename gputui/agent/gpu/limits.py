@@ -5,3 +5,6 @@ NVML_DEADLINE_S = 2.0
 TELEMETRY_INTERVAL_S = 1.0
 """Utilisation, temperature and power are read at most this often (and with every process list); memory,
 what a clean-slate check watches at up to 10 Hz, on every sample."""
+PROCESS_UTIL_INTERVAL_S = 5.0
+"""Per-process utilisation (nvmlDeviceGetProcessUtilization: the driver's samples since the last call) is read
+with a process list at most this often per GPU: the driver keeps a short buffer, and the call walks it."""

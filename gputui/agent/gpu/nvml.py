@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from gputui.agent.calls import CallTimeout, Worker
 from gputui.agent.gpu import health, nvmlapi
-from gputui.agent.gpu.limits import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S
+from gputui.agent.gpu.limits import NVML_DEADLINE_S, PROCESS_UTIL_INTERVAL_S, TELEMETRY_INTERVAL_S
 from gputui.agent.gpu.nvmlapi import (
     NvmlVersions,
     nvml_count_v1,
@@ -24,6 +24,7 @@ from gputui.agent.gpu.nvmlapi import (
     nvml_text,
     pynvml_call,
 )
+from gputui.agent.proc.figures import PROCESS_UTIL_KEY
 from gputui.agent.protocol import MODE_NVML
 from gputui.agent.wire import MIB
 
@@ -65,6 +66,9 @@ class NvmlBackend:
         self._base: list[dict[str, Any] | None] = []
         self._telemetry: list[dict[str, Any] | None] = []
         self._telemetry_mono = -1e18
+        self.process_util_interval_s = PROCESS_UTIL_INTERVAL_S
+        self._util_mono: list[float] = []
+        self._util_since_us: list[int] = []
         self._initialized = False
         self._last_init_try = -1e18
         self.reads_health = True
@@ -155,6 +159,8 @@ class NvmlBackend:
         self._base = [None] * len(handles)
         self._telemetry = [None] * len(handles)
         self._telemetry_mono = -1e18
+        self._util_mono = [-1e18] * len(handles)
+        self._util_since_us = [0] * len(handles)
         self._initialized = True
 
     def _device_job(
@@ -164,6 +170,7 @@ class NvmlBackend:
         want_processes: bool,
         want_telemetry: bool = True,
         want_health: bool = False,
+        want_util: bool = False,
     ) -> Callable[[], dict[str, Any]]:
         nv = nvmlapi.pynvml
         if nv is None:
@@ -225,9 +232,46 @@ class NvmlBackend:
                 out["health"] = health.read_gpu_health(handle)
                 if self._xid_events is not None:
                     self._xid_events.register(index, handle)
+            if want_util:
+                out[PROCESS_UTIL_KEY] = self._process_util(index, handle)
             return out
 
         return job
+
+    def _process_util(self, index: int, handle: Any) -> list[dict[str, Any]] | None:
+        """The per-process samples of one GPU since the last read (on a worker thread); None: not supported.
+
+        The latest sample of each pid; [] when the driver has none in the window (NOT_FOUND: nothing ran).
+        """
+        nv = nvmlapi.pynvml
+        since_us = self._util_since_us[index] or int((time.time() - self.process_util_interval_s) * 1e6)
+        try:
+            samples = nv.nvmlDeviceGetProcessUtilization(handle, since_us)
+        except Exception as exc:
+            if nvml_is_lost(exc):
+                raise
+            if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_NOT_FOUND", -1):
+                return []
+            if isinstance(exc, nv.NVMLError) or nvml_function_missing(exc):
+                return None
+            raise
+        latest: dict[int, Any] = {}
+        for sample in samples or ():
+            pid = int(sample.pid)
+            if pid not in latest or sample.timeStamp >= latest[pid].timeStamp:
+                latest[pid] = sample
+        if latest:
+            self._util_since_us[index] = max(int(s.timeStamp) for s in latest.values())
+        return [
+            {
+                "pid": pid,
+                "sm_pct": _pct(sample.smUtil),
+                "mem_bw_pct": _pct(sample.memUtil),
+                "enc_pct": _pct(sample.encUtil),
+                "dec_pct": _pct(sample.decUtil),
+            }
+            for pid, sample in sorted(latest.items())
+        ]
 
     def _read_memory(self, index: int, handle: Any) -> dict[str, Any]:
         """One GPU's memory figures (runs on a worker thread; raises NVMLError)."""
@@ -265,8 +309,13 @@ class NvmlBackend:
             # the process lists while the uuid is unknown).
             static = self._static[index]
             want_static = static is None or (want_processes and not static.get("uuid"))
+            want_util = want_processes and now_mono - self._util_mono[index] >= self.process_util_interval_s
+            if want_util:
+                self._util_mono[index] = now_mono
             if want_static or want_processes or want_telemetry or want_health:
-                job = self._device_job(index, want_static, want_processes, want_telemetry, want_health)
+                job = self._device_job(
+                    index, want_static, want_processes, want_telemetry, want_health, want_util
+                )
             else:
                 job = self._memory_jobs[index]
             if worker is None:
@@ -404,3 +453,12 @@ class NvmlBackend:
         self._batch.stop()
         self._system.stop()
         self._initialized = False
+
+
+def _pct(value: Any) -> int | None:
+    """A percent from NVML; None for what no percent can be (the driver's "not available" markers)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if 0 <= number <= 100 else None

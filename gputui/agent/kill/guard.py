@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
+from gputui.agent.proc.owners import OwnerReader, same_owner
 from gputui.agent.proc.procfs import ProcStat
 from gputui.agent.proc.proctree import ancestors_of, deepest_first, table_relations, walk
 
@@ -25,14 +27,31 @@ class KillGuard:
             self.my_group = os.getpgid(0)
         except OSError:
             self.my_group = -1
+        self.owners = OwnerReader()
+
+    def owner_of(self, stat: ProcStat) -> dict[str, Any]:
+        """The owner of a listed process, as it is now (``owners.owner_of``; the user left out)."""
+        return self.owners.owner(stat.pid, stat.start_ticks, None, None)
+
+    def same_owner_as(self, root: ProcStat, stat: ProcStat) -> bool:
+        """Whether ``stat`` is of ``root``'s owner: a tree never reaches into another container, pod,
+        Slurm step or unit."""
+        return same_owner(self.owner_of(root), self.owner_of(stat))
 
     def tree_members(self, root: int, table: dict[int, ProcStat]) -> list[int]:
         """Descendants of ``root`` by ppid and members of groups led by any of them, deepest first.
 
-        Never expands through pid 1, kernel threads or a protected process (the agent and its ancestors).
+        Never expands through pid 1, kernel threads or a protected process (the agent and its ancestors),
+        and leaves out (and does not expand through) a process of another owner than ``root``'s.
         """
         protected = self.protected
-        return deepest_first(walk([root], table_relations(table), expand=lambda pid: pid not in protected))
+        root_stat = table[root]
+
+        def inside(pid: int) -> bool:
+            return pid in table and self.same_owner_as(root_stat, table[pid])
+
+        order = walk([root], table_relations(table), expand=lambda pid: pid not in protected and inside(pid))
+        return [pid for pid in deepest_first(order) if inside(pid)]
 
     def refusal(self, stat: ProcStat) -> str | None:
         pid = stat.pid

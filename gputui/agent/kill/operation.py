@@ -345,6 +345,8 @@ class KillOperation:
             key = (stat.pid, stat.start_ticks)
             if key in self._queued or stat.pid in (0, 1, 2) or stat.ppid == 2 or stat.state in ("Z", "X"):
                 continue
+            if not self._of_members_owner(stat, table):
+                continue  # another container, pod, Slurm step or unit: never joins this job
             self._queued.add(key)
             self._members.add(key)
             self._log.remember(stat)
@@ -352,6 +354,17 @@ class KillOperation:
             if self._send(stat, stat.start_ticks, signo, signal_name, stage, joined):
                 sent.append(key)
         return sent
+
+    def _of_members_owner(self, stat: ProcStat, table: dict[int, ProcStat]) -> bool:
+        """Whether ``stat`` has the owner of one of the job's members (``guard.same_owner_as``)."""
+        guard = self._guard
+        if guard is None:
+            return True
+        for pid, ticks in self._members:
+            member = table.get(pid)
+            if member is not None and member.start_ticks == ticks and guard.same_owner_as(member, stat):
+                return True
+        return False
 
     def _run(self) -> None:
         """The rest of the operation, on its own thread."""

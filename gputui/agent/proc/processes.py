@@ -6,6 +6,8 @@ import time
 from typing import Any, Callable
 
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
+from gputui.agent.proc.figures import CpuMeter, GpuUtilBook
+from gputui.agent.proc.owners import OwnerReader
 from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
     ProcStat,
@@ -18,7 +20,7 @@ from gputui.agent.proc.procfs import (
 )
 from gputui.agent.proc.proctree import ancestors_of, scan_trees, table_facts, tree_members, tree_root
 from gputui.agent.proc.statfds import StatFds
-from gputui.agent.protocol import PROCESS_LIVE_THREADS
+from gputui.agent.protocol import PROCESS_CPU_PCT, PROCESS_LIVE_THREADS, PROCESS_OWNER
 from gputui.agent.wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
 
 FULL_SWEEP_EVERY = 3
@@ -46,10 +48,14 @@ class ProcessSampler:
         child_pid_namespace: bool,
         full_sweep_every: int = FULL_SWEEP_EVERY,
         may_be_launcher: Callable[[str], bool] = lambda _name: False,
+        owners: OwnerReader | None = None,
     ) -> None:
         self.child_pid_namespace = child_pid_namespace
         self.may_be_launcher = may_be_launcher
         """Whether a process of this name may be an inference-server launcher (health discovery's rule)."""
+        self.owners = owners or OwnerReader()
+        self._cpu = CpuMeter()
+        self._gpu_util = GpuUtilBook()
         self.full_sweep_every = max(1, int(full_sweep_every))
         self.details = ProcDetails(use_psutil=False)
         self.boot_time = read_boot_time()
@@ -103,6 +109,7 @@ class ProcessSampler:
             table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self.processes], self.details.cgroup)
             self._partial_sweeps_done += 1
         self.last_sweep_full = full
+        self._gpu_util.take(gpus)
         gpu_mib = self._note_gpu_processes(gpus, table)
         chosen, omitted = self._choose(gpu_mib, table)
         if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
@@ -172,6 +179,7 @@ class ProcessSampler:
         processes: list[dict[str, Any]] = []
         live_keys: set[tuple[int, int]] = set()
         budget = WireBudget()
+        now_mono = time.monotonic()
         for pid in chosen:
             stat = table[pid]
             key = (pid, stat.start_ticks)
@@ -207,12 +215,18 @@ class ProcessSampler:
                     "sid": stat.session,
                     "cgroup": details["cgroup"],
                     PROCESS_LIVE_THREADS: _live_threads(stat),
+                    PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
+                    PROCESS_CPU_PCT: self._cpu.percent(key, stat.cpu_ticks, now_mono),
                 }
             )
+            if pid in gpu_mib:  # a visible GPU process: never a local pid that only shares the number
+                processes[-1].update(self._gpu_util.fields(pid))
         processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]
         self.details.forget_except(live_keys)
+        self.owners.forget_except(live_keys)
+        self._cpu.forget_except(live_keys)
         return processes
 
     def _is_local_gpu_pid(self, pid: int, table: dict[int, ProcStat]) -> bool:

@@ -48,7 +48,7 @@ def json_safe(value: str | None) -> str | None:
 class ProcStat:
     """The fields of /proc/<pid>/stat the collector needs."""
 
-    __slots__ = ("pid", "name", "state", "ppid", "pgrp", "session", "start_ticks", "rss_pages")
+    __slots__ = ("pid", "name", "state", "ppid", "pgrp", "session", "start_ticks", "rss_pages", "cpu_ticks")
 
     def __init__(
         self,
@@ -60,6 +60,7 @@ class ProcStat:
         session: int,
         start_ticks: int,
         rss_pages: int,
+        cpu_ticks: int | None = None,
     ) -> None:
         self.pid = pid
         self.name = name
@@ -69,6 +70,8 @@ class ProcStat:
         self.session = session
         self.start_ticks = start_ticks
         self.rss_pages = rss_pages
+        self.cpu_ticks = cpu_ticks
+        """User plus system CPU time in clock ticks (fields 14 and 15), None where not read."""
 
 
 def parse_stat(pid: int, data: bytes) -> ProcStat | None:
@@ -99,6 +102,7 @@ def parse_stat(pid: int, data: bytes) -> ProcStat | None:
             int(rest[3]),
             int(rest[19]),  # field 22 (rest[0] is field 3): start time in clock ticks
             int(rest[21]),  # field 24: rss in pages
+            int(rest[11]) + int(rest[12]),  # fields 14 and 15: utime + stime
         )
     except ValueError:
         return None

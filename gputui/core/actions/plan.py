@@ -16,8 +16,11 @@ from gputui.agent import protocol
 from gputui.agent.health.discovery import port_option
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
+from gputui.core.actions.owner_scope import OwnerScopeError, choose_roots, crosses
 from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
+from gputui.core.owner import Owner
+from gputui.core.textsafe import visible
 
 SIGNALS = protocol.SIGNAL_NAMES
 PROTECTED_PIDS = frozenset({0, 1})
@@ -34,6 +37,14 @@ class ReadOnlyError(PlanError):
     """A kill was asked for in read-only mode."""
 
 
+class OwnersError(PlanError):
+    """A kill of every GPU job on a host with several owners, none of them picked (``owners``: theirs)."""
+
+    def __init__(self, line: str, owners: tuple = ()) -> None:
+        super().__init__(line)
+        self.owners = owners
+
+
 @dataclass(frozen=True)
 class KillTarget:
     """One process the plan will signal.
@@ -48,6 +59,7 @@ class KillTarget:
         descendant_of: The requested pid whose tree brought it in; None for a requested pid itself.
         state: Its process state letter when listed.
         graphics_only: Every GPU lists it as a graphics process only (an X server, a compositor).
+        owner: Whose job it is, None when the collector did not say.
     """
 
     pid: int
@@ -59,6 +71,7 @@ class KillTarget:
     descendant_of: int | None = None
     state: str | None = None
     graphics_only: bool = False
+    owner: Owner | None = None
 
 
 @dataclass(frozen=True)
@@ -115,6 +128,11 @@ class KillPlan:
     ports: tuple[int, ...] = ()
 
     @property
+    def owners(self) -> tuple[Owner | None, ...]:
+        """The owners of what will be signalled, each once, in the order the targets name them."""
+        return tuple(dict.fromkeys(t.owner for t in self.targets))
+
+    @property
     def roots(self) -> tuple[KillTarget, ...]:
         """The requested processes (after zombie substitution): what the agent command names."""
         return tuple(t for t in self.targets if t.descendant_of is None)
@@ -145,6 +163,7 @@ def _target_for(
         descendant_of=descendant_of,
         state=proc.state,
         graphics_only=proc.pid in graphics,
+        owner=proc.owner,
     )
 
 
@@ -166,6 +185,7 @@ def plan_kill(
     read_only: bool = False,
     wait_s: float | None = None,
     include_graphics: bool = False,
+    owner: tuple[str, str] | None = None,
 ) -> KillPlan:
     """Work out what a kill request will signal, for the confirmation and for ``kill_command``.
 
@@ -180,6 +200,9 @@ def plan_kill(
         read_only: Refuse with ReadOnlyError.
         wait_s: Without escalation, say after this many seconds whether each process is gone.
         include_graphics: With ``all_gpu``, take graphics-only holders (the display stack) too.
+        owner: With ``all_gpu``, the jobs of this owner only ((kind, text) of
+            ``gputui.core.owner.parse_owner_option``; ("all", "") every owner's). None where every GPU job
+            has the same owner; on a host with several it raises ``OwnersError``.
 
     Returns:
         The plan. A zombie is replaced by its parent (with a note): a zombie cannot be killed, reaping it is
@@ -211,6 +234,12 @@ def plan_kill(
         tree = True
         roots_of_jobs, left_out = kill_all_roots(snapshot, include_graphics)
         notes.extend(left_out)
+        job_procs = [table.get(pid) or Proc(pid=pid) for pid in roots_of_jobs]
+        try:
+            chosen = choose_roots(job_procs, owner)
+        except OwnerScopeError as exc:
+            raise OwnersError(str(exc), exc.owners) from None
+        roots_of_jobs = [proc.pid for proc in chosen]
         for pid in roots_of_jobs:
             if pid == snapshot.agent_pid:
                 notes.append(f"pid {pid} is the gputui agent itself: never signalled")
@@ -255,9 +284,17 @@ def plan_kill(
         related = related_map((proc.pid, proc.ppid, proc.pgid) for proc in snapshot.processes)
         root_pids = {r.pid for r in roots}
         for root in roots:
-            for pid in deepest_first(walk([root.pid], related)):
+
+            def inside(pid: int, root: Proc = root) -> bool:
+                return pid not in table or not crosses(root, table[pid])
+
+            for pid in deepest_first(walk([root.pid], related, expand=inside)):
                 member = table[pid]
                 if pid in listed_pids or pid in root_pids:
+                    continue
+                if not inside(pid):
+                    label = member.owner.label if member.owner is not None else "?"
+                    notes.append(f"pid {pid} belongs to another owner ({visible(label, 80)}): not signalled")
                     continue
                 if member.state == STATE_ZOMBIE and not member.is_defunct_leader:
                     if member.ppid is not None:

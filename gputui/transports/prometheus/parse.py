@@ -8,10 +8,12 @@ from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
+from gputui.core.fleet_owners import dcgm_owner
 from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
 from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Finding, Gpu, HostSnapshot
+from gputui.core.owner import Owner
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, host_part, whole
@@ -294,6 +296,7 @@ def _build_host(
     gpus: list[Gpu] = []
     xid: dict[int, int] = {}
     mig: dict[int, tuple[MigInstance, ...]] = {}
+    owners: dict[int, Owner] = {}
     stale_count = 0
     for index, gpu_parts in _index_gpus(parts.gpus.values()):
         gpu_newest = max(gpu_parts.times, default=last_up)
@@ -308,6 +311,9 @@ def _build_host(
             xid[index] = code
         if instances:
             mig[index] = instances
+        owner = dcgm_owner(gpu_parts.labels)
+        if owner is not None:
+            owners[index] = owner
     host_stale = stale_count == len(gpus) if gpus else exporter_up is False
     error = None
     if host_stale:
@@ -351,4 +357,5 @@ def _build_host(
         xid=xid,
         mig=mig,
         exported=None if host_stale else exported_host(parts),
+        owners=owners,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gputui.core.fleet_owners import DCGM_OWNER_LABELS
 from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
 from gputui.transports.prometheus.parts import (
     GpuParts,
@@ -31,7 +32,7 @@ from gputui.transports.prometheus.query import (
     UP_TIME_PART,
 )
 
-_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device")
+_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device", *DCGM_OWNER_LABELS)
 
 
 class Parser:

@@ -13,9 +13,11 @@ from typing import Any
 from gputui.agent import protocol
 from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.agent.proc.owners import OWNER_USER
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
+from gputui.core.owner import Owner
 from gputui.transports.sim.kills import SimKill, SimKills
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,
@@ -369,6 +371,7 @@ class SimLink(SimKills, HostLink):
                     else LiveThreads(sum(p.live_threads.values()), dict(p.live_threads))
                 ),
                 listen_ports=p.listen_ports,
+                owner=Owner(OWNER_USER, p.user, p.user),
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )

@@ -158,16 +158,26 @@ def plan_table(
     table.add_column("user", no_wrap=True, max_width=12)
     table.add_column("GPU MiB", justify="right", no_wrap=True)
     table.add_column("command", overflow="fold", ratio=1)
-    for target in plan.targets:
-        proc = None if snapshot is None else snapshot.process(target.pid)
-        whole = texts.get(target.pid)
-        cut = whole is None and proc is not None and proc.cmdline_truncated
-        table.add_row(
-            Text(str(target.pid)),
-            safe_text(target.user, 12),
-            _freed_cell(freed.get(target.pid)),
-            _command_cell(target, target.cmdline if whole is None else whole, cut),
-        )
+    owners = plan.owners
+    # Grouped by owner where that says something: several owners, or one that is more than a user.
+    grouped = len(owners) > 1 or any(o is not None and o.kind != "user" for o in owners)
+    for owner in owners if grouped else (None,):
+        if grouped:
+            label = Text("owner ", style="bold")
+            label.append_text(safe_text(owner.label if owner is not None else None, 80, style="bold magenta"))
+            table.add_row(Text(""), Text(""), Text(""), label)
+        for target in plan.targets:
+            if grouped and target.owner != owner:
+                continue
+            proc = None if snapshot is None else snapshot.process(target.pid)
+            whole = texts.get(target.pid)
+            cut = whole is None and proc is not None and proc.cmdline_truncated
+            table.add_row(
+                Text(str(target.pid)),
+                safe_text(target.user, 12),
+                _freed_cell(freed.get(target.pid)),
+                _command_cell(target, target.cmdline if whole is None else whole, cut),
+            )
     return table
 
 

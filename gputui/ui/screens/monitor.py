@@ -24,6 +24,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 
 from gputui.core.analysis import ProcNode, build_forest, flatten
+from gputui.core.analysis.jobview import outside_rows
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.ui import keymap
@@ -56,11 +57,12 @@ _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keyma
 
 
 def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
-    """The GPU process trees in pre-order, then any other listed process (a zombie or D-state process
-    outside those trees) as a root of its own, so every finding's process has a row to jump to."""
+    """The GPU process trees in pre-order, then the other processes the panel lists (``outside_rows``: a
+    zombie or D-state process outside those trees, what a finding names) as roots of their own; never the
+    ancestors above a job's root."""
     nodes = flatten(build_forest(snapshot))
     shown = {node.proc.pid for node in nodes}
-    nodes.extend(ProcNode(proc) for proc in snapshot.processes if proc.pid not in shown)
+    nodes.extend(ProcNode(proc) for proc in outside_rows(snapshot, shown))
     return nodes
 
 
@@ -294,6 +296,7 @@ class MonitorScreen(Screen[None]):
                 filter_text=self.filter_text,
                 sort_mode=self.sort_mode,
                 compact=self.narrow,
+                now_s=now_s,
             )
             empty = procs.row_count == 0 and not self.filter_text
             set_border_subtitle(procs, "no GPU processes" if empty else "")

@@ -8,7 +8,7 @@ screens): nothing below the App reaches up to it, and no screen is found by walk
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from textual.signal import Signal
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.owner import Owner
 from gputui.core.reset_plan import ResetPlan
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.host_bar import HostStatus
@@ -72,6 +73,8 @@ class Surface:
     """Something but data changed about a host: the views showing it redraw."""
     confirm_kill: Callable[[KillPlan, HostSnapshot, TextFetcher, Callable[[bool | None], None]], None]
     """Ask the user to confirm a kill plan (made from that snapshot); the callback gets the answer."""
+    choose_owner: Callable[[str, Sequence[Owner], Callable[[tuple[str, str] | None], None]], None]
+    """Ask whose GPU jobs on a host a kill-all takes; the callback gets (kind, id), ("all", "") or None."""
     confirm_reset: Callable[[ResetPlan, Callable[[bool | None], None]], None]
     """Ask the user to confirm a GPU reset plan; the callback gets the answer."""
     from_thread: Callable[..., object]
@@ -144,6 +147,12 @@ class Session:
     ) -> None:
         """Ask the user to confirm ``plan``; ``decided`` gets True to send it."""
         self._surface.confirm_kill(plan, snapshot, fetch_text, decided)
+
+    def choose_owner(
+        self, target: str, owners: Sequence[Owner], picked: Callable[[tuple[str, str] | None], None]
+    ) -> None:
+        """Ask whose GPU jobs on ``target`` a kill-all takes; ``picked`` gets the answer."""
+        self._surface.choose_owner(target, owners, picked)
 
     def confirm_reset(self, plan: ResetPlan, decided: Callable[[bool | None], None]) -> None:
         """Ask the user to confirm the reset ``plan``; ``decided`` gets True to run it."""

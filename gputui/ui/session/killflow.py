@@ -34,6 +34,7 @@ from gputui.core.actions import (
     KillOutcome,
     KillPlan,
     KillRun,
+    OwnersError,
     Pending,
     PlanError,
     final_outcomes,
@@ -146,8 +147,13 @@ class KillFlow:
         signal: str,
         tree: bool = False,
         all_gpu: bool = False,
+        owner: tuple[str, str] | None = None,
     ) -> None:
-        """Plan a kill from ``snapshot`` (what the user sees) and ask for confirmation."""
+        """Plan a kill from ``snapshot`` (what the user sees) and ask for confirmation.
+
+        A kill-all on a host whose GPU jobs have several owners first asks whose (``Session.choose_owner``);
+        ``owner`` is the answer.
+        """
         app, settings = self._session, self._session.settings
         if settings.read_only:
             app.say("read-only: nothing is signalled", severity="warning", title="refused")
@@ -170,7 +176,21 @@ class KillFlow:
                 escalate_s=settings.escalate_s if escalates else None,
                 wait_s=None if escalates else settings.escalate_s,
                 read_only=settings.read_only,
+                owner=owner,
             )
+        except OwnersError as exc:
+            if all_gpu and owner is None and exc.owners:
+
+                def picked(choice: tuple[str, str] | None) -> None:
+                    if choice is None:
+                        app.say("cancelled: nothing was signalled")
+                    else:
+                        self.request(host, snapshot, pids, signal, tree, all_gpu, choice)
+
+                app.choose_owner(host.target, exc.owners, picked)
+                return
+            app.say(visible(str(exc), 300), severity="error", title="refused")
+            return
         except PlanError as exc:
             app.say(visible(str(exc), 300), severity="error", title="refused")
             return

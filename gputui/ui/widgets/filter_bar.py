@@ -21,7 +21,7 @@ class FilterBar(Input):
         *,
         id: str | None = None,  # noqa: A002
         classes: str | None = None,
-        placeholder: str = "filter: pid, user or command (Enter keeps, Esc clears)",
+        placeholder: str = "filter: pid, user, command, or pod:/slurm:/user:… (Enter keeps, Esc clears)",
     ) -> None:
         super().__init__(placeholder=placeholder, id=id, classes=classes)
 

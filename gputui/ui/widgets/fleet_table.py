@@ -36,8 +36,13 @@ HOST_MAX_CELLS = 40
 _STATE_STYLES = {"live": "", "stale": "yellow", "gone": "red", "empty": "dim"}
 
 
-def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
-    """(key, label, cells) for a table ``width`` cells wide; the host column takes what is left (bounded)."""
+OWNERS_CELLS = 28
+"""The pods column (DCGM's pod labels), shown beside the others once some host has one and there is room."""
+
+
+def _columns(width: int, owners: bool = False) -> tuple[tuple[str, str, int], ...]:
+    """(key, label, cells) for a table ``width`` cells wide; the host column takes what is left (bounded).
+    ``owners``: some host's GPUs are a pod's (a column for them where the width allows)."""
     fixed: tuple[tuple[str, str, int], ...]
     if width <= NARROW_MAX_CELLS:
         fixed = (("base", " base", 5), ("memory", "   memory", 10), ("age", " age", 13))
@@ -65,6 +70,12 @@ def _columns(width: int) -> tuple[tuple[str, str, int], ...]:
             ("age", " age", 14),
             ("server", " server", 24),
         )
+    if (
+        owners
+        and width > NARROW_MAX_CELLS
+        and width - sum(c for _, _, c in fixed) - OWNERS_CELLS >= HOST_MIN_CELLS + 2
+    ):
+        fixed = (*fixed, ("owners", " pods", OWNERS_CELLS))
     host = max(HOST_MIN_CELLS, min(HOST_MAX_CELLS, width - sum(cells for _, _, cells in fixed) - 2))
     return (("host", " host", host), *fixed)
 
@@ -107,6 +118,8 @@ def _cell_inputs(key: str, row: FleetRow) -> tuple[object, ...]:
         return (state_text(row), row.state)
     if key == "findings":
         return (row.findings, row.dead_held_mib)
+    if key == "owners":
+        return row.owners
     return (row.server, row.server_state)
 
 
@@ -135,6 +148,10 @@ def _cell(key: str, row: FleetRow, width: int) -> Text:
     if key == "findings":
         style = "bold red" if row.dead_held_mib else "yellow" if row.findings else "dim"
         return Text(f" {findings_text(row)}", style=style)
+    if key == "owners":
+        if not row.owners:
+            return Text(f" {DASH}", style="dim")
+        return Text(" ").append_text(safe_text(", ".join(row.owners), width - 1, style="cyan"))
     return _server_cell(row, width)
 
 
@@ -177,8 +194,8 @@ class FleetTable(DataTable[Text]):
             return False
         return True
 
-    def _set_columns(self, width: int) -> None:
-        columns = _columns(width)
+    def _set_columns(self, width: int, owners: bool = False) -> None:
+        columns = _columns(width, owners)
         if columns == self._columns:
             return
         self.clear(columns=True)
@@ -198,7 +215,7 @@ class FleetTable(DataTable[Text]):
             width: The width to lay the columns out for (default: the widget's own).
         """
         self._last_rows = rows
-        self._set_columns(width if width is not None else self.size.width)
+        self._set_columns(width if width is not None else self.size.width, any(row.owners for row in rows))
         selected = self.selected_host
         old_row = self.cursor_row
         order = [row.name for row in rows]

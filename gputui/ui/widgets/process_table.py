@@ -10,9 +10,12 @@ from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
+from gputui.core.analysis.jobview import first_gpu_row
+from gputui.core.procfilter import ProcFilter
 from gputui.core.textsafe import visible
 from gputui.ui import keymap
 from gputui.ui.widgets.fmt import command_text, safe_text
+from gputui.ui.widgets.proc_columns import OPTIONAL_COLUMNS, cell_inputs, choose_optional, optional_cells
 
 if TYPE_CHECKING:
     from gputui.core.analysis import ProcNode
@@ -78,14 +81,21 @@ class ProcessTable(DataTable[Text]):
         self._row_cache: _RowCache = {}
         """Per row key: the values its cells were built from, and those cells (reused while they match)."""
         self._column_keys: tuple[str, ...] = ()
+        self._optional: tuple[str, ...] = ()
+        """The optional columns shown (``proc_columns``), none in the compact set."""
+        self._now_s: float | None = None
 
     def on_mount(self) -> None:
         self._set_columns(compact=False)
 
-    def _set_columns(self, compact: bool) -> None:
+    def _set_columns(self, compact: bool, optional: tuple[str, ...] = ()) -> None:
         self._compact = compact
+        self._optional = () if compact else optional
         self.clear(columns=True)
-        spec = _COMPACT_COLUMNS if compact else _WIDE_COLUMNS
+        spec: tuple[tuple[str, str, int | None], ...] = _COMPACT_COLUMNS if compact else _WIDE_COLUMNS
+        if self._optional:
+            extra = tuple(column for column in OPTIONAL_COLUMNS if column[0] in self._optional)
+            spec = spec[:-1] + extra + spec[-1:]
         for key, label, width in spec:
             self.add_column(label, key=key, width=width)
         self._column_keys = tuple(key for key, _, _ in spec)
@@ -134,6 +144,7 @@ class ProcessTable(DataTable[Text]):
             proc.name,
             proc.cmdline,
             proc.cmdline_truncated,
+            cell_inputs(proc, self._optional, self._now_s),
         )
         cached = self._row_cache.get(key)
         if cached is not None and cached[0] == inputs:
@@ -167,6 +178,7 @@ class ProcessTable(DataTable[Text]):
             _state_text(proc.state),
             _gpu_text(proc.gpu_memory_mib),
             tree_total,
+            *optional_cells(proc, self._optional, self._now_s),
             command,
         )
 
@@ -178,19 +190,28 @@ class ProcessTable(DataTable[Text]):
         filter_text: str = "",
         sort_mode: str = "tree",
         compact: bool | None = None,
+        now_s: float | None = None,
     ) -> None:
         """Show these process nodes (from ``analysis.flatten``), filtered and sorted.
 
         Args:
             nodes: Pre-order tree nodes.
             tagged: Pids marked for a batch action.
-            filter_text: Case-insensitive substring of pid, user or command; empty shows all.
+            filter_text: Case-insensitive substring of pid, user or command, and ``KIND:TEXT`` owner words
+                (``gputui.core.procfilter``); empty shows all.
             sort_mode: One of ``SORT_MODES``.
             compact: Switch to the narrow column set (None: keep the current one).
+            now_s: The clock the elapsed times are counted to (None: no elapsed column).
         """
-        if compact is not None and compact != self._compact:
+        self._now_s = now_s
+        wanted_compact = self._compact if compact is None else compact
+        optional: tuple[str, ...] = ()
+        if not wanted_compact and now_s is not None:
+            fixed = sum(width or 0 for _key, _label, width in _WIDE_COLUMNS)
+            optional = choose_optional(self.size.width or self.app.size.width, fixed, nodes)
+        if wanted_compact != self._compact or optional != self._optional:
             selected = self.selected_pid
-            self._set_columns(compact)
+            self._set_columns(wanted_compact, optional)
             self._show(nodes, tagged, filter_text, sort_mode)
             if selected is not None:
                 self.select_pid(selected)
@@ -200,10 +221,10 @@ class ProcessTable(DataTable[Text]):
     def _show(
         self, nodes: Sequence[ProcNode], tagged: Collection[int], filter_text: str, sort_mode: str
     ) -> None:
-        needle = filter_text.strip().lower()
+        needle = ProcFilter.parse(filter_text)
         chosen = list(nodes)
-        if needle:
-            chosen = [n for n in chosen if needle in _haystack(n)]
+        if not needle.empty:
+            chosen = [n for n in chosen if needle.matches(n.proc, _haystack(n))]
         flat = sort_mode != "tree"
         if sort_mode == "gpu":
             chosen.sort(key=lambda n: (-n.subtree_total_mib, -n.proc.gpu_total_mib, n.proc.pid))
@@ -235,7 +256,10 @@ class ProcessTable(DataTable[Text]):
         if selected is not None and str(selected) in self._cells:
             self.select_pid(selected)
         elif rows:
-            self.move_cursor(row=min(old_row, len(rows) - 1))
+            # Nothing was selected (the first rows) or it went: the first GPU process, never a launcher or a
+            # shell above it, so that a first `k` targets what holds the GPU.
+            first = first_gpu_row(chosen)
+            self.move_cursor(row=first if first is not None else min(old_row, len(rows) - 1))
 
 
 def _haystack(node: ProcNode) -> str:

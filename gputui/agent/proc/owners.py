@@ -1,0 +1,421 @@
+"""Whose job a process is: a Slurm step, a Kubernetes pod, a container, a systemd unit, or its user.
+
+Read from ``/proc/<pid>/cgroup`` (v1 and v2: every hierarchy's path is looked at) and, where the collector may
+read it, a few named variables of ``/proc/<pid>/environ`` (``OWNER_ENV_NAMES``; nothing else of the
+environment is kept, and none of it leaves the collector but the owner's fields). Names the cgroup does not
+carry come from the runtime's metadata on the host when it is readable: the kubelet's log directories
+(``/var/log/pods/<namespace>_<pod>_<uid>``, ``/var/log/containers/<pod>_<namespace>_<container>-<id>.log``),
+Docker's ``config.v2.json`` and Podman's ``containers.json``.
+
+The most specific owner wins: Slurm step > pod > container > service unit > user. A login's
+``session-N.scope`` (and the user manager ``user@N.service``) is not an owner: such a process is its user's.
+
+Stdlib only, Python 3.8. Every path is under a root that tests may plant (``proc_root``, ``host_root``); a
+planted file (symlink, FIFO, huge) is not followed, not blocked on, and read no further than a cap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat as stat_module
+import time
+from typing import Any, Callable
+
+from gputui.agent.wire import wire_text
+
+OWNER_SLURM = "slurm"
+OWNER_POD = "pod"
+OWNER_CONTAINER = "container"
+OWNER_UNIT = "unit"
+OWNER_USER = "user"
+OWNER_KINDS = (OWNER_SLURM, OWNER_POD, OWNER_CONTAINER, OWNER_UNIT, OWNER_USER)
+"""Owner kinds, most specific first: the first one a process has is its owner."""
+
+OWNER_ENV_NAMES = (
+    "POD_NAME",
+    "POD_NAMESPACE",
+    "HOSTNAME",
+    "SLURM_JOB_ID",
+    "SLURM_JOBID",
+    "SLURM_STEP_ID",
+    "SLURM_STEPID",
+    "SLURM_JOB_NAME",
+)
+"""The only environment variables read; a pod's HOSTNAME is its name unless the pod sets another."""
+
+ENVIRON_MAX_BYTES = 256 * 1024
+"""/proc/<pid>/environ is read no further than this (a pod's service variables run to tens of KiB)."""
+OWNER_TEXT_MAX_CHARS = 253
+"""Every owner field is cut here (the longest DNS name, which pod and namespace names are)."""
+METADATA_MAX_BYTES = 1024 * 1024
+"""A runtime metadata file (config.v2.json, containers.json) is read no further than this."""
+LISTING_MAX_ENTRIES = 20000
+"""At most this many names of a runtime's log directory are looked at."""
+METADATA_CACHE_S = 30.0
+"""Runtime names are looked up again after this long."""
+CGROUP_CACHE_S = 10.0
+"""A process's cgroup is read again after this long (a process can be moved to another)."""
+
+_HEX_ID = re.compile(r"^[0-9a-f]{12,64}$")
+_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|nerdctl)-([0-9a-f]{12,64})\.scope$")
+_RUNTIME_OF_PREFIX = {
+    "docker": "docker",
+    "cri-containerd": "containerd",
+    "nerdctl": "containerd",
+    "crio": "cri-o",
+    "libpod": "podman",
+}
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
+)
+_SLURM_JOB = re.compile(r"^job_([0-9]{1,20})$")
+_SLURM_STEP = re.compile(r"^step_([A-Za-z0-9_]{1,32})$")
+_STEP_ID = re.compile(r"^([0-9]{1,20}|batch|extern|interactive)$")
+_JOB_ID = re.compile(r"^[0-9]{1,20}$")
+_NOT_OWNER_UNITS = re.compile(r"^(session-.*\.scope|user@[0-9]+\.service|init\.scope|.*slurmstepd\.scope)$")
+_POD_LOG_DIR = re.compile(r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_([0-9a-f-]{36})$")
+_CONTAINER_LOG = re.compile(r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_(.+)-([0-9a-f]{64})\.log$")
+
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+
+
+def _field(value: Any) -> str | None:
+    """An owner field as it goes on the wire: cut to ``OWNER_TEXT_MAX_CHARS`` (the client makes it safe)."""
+    if value is None:
+        return None
+    return wire_text(str(value), OWNER_TEXT_MAX_CHARS)
+
+
+def read_capped(path: str, cap_bytes: int) -> bytes | None:
+    """At most ``cap_bytes`` of a regular file, not following a final symlink, never blocking on a FIFO."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        # /proc files are regular with size 0; a FIFO, device or directory is never read.
+        if not stat_module.S_ISREG(info.st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = cap_bytes
+        while left > 0:
+            data = os.read(fd, min(65536, left))
+            if not data:
+                break
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """The ``OWNER_ENV_NAMES`` of an environ block (NUL-separated); every other variable is dropped."""
+    found: dict[str, str] = {}
+    wanted = {name.encode(): name for name in OWNER_ENV_NAMES}
+    for entry in data.split(b"\0"):
+        name, sep, value = entry.partition(b"=")
+        if sep and name in wanted and wanted[name] not in found:
+            text = _field(value.decode("utf-8", "backslashreplace"))
+            if text:
+                found[wanted[name]] = text
+    return found
+
+
+def cgroup_paths(text: str) -> list[str]:
+    """Every hierarchy's path of a /proc/<pid>/cgroup text, the unified (v2) one and systemd's first."""
+    first: list[str] = []
+    rest: list[str] = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[2].startswith("/"):
+            continue
+        controllers = parts[1].split(",")
+        if (parts[0] == "0" and parts[1] == "") or "name=systemd" in controllers:
+            first.append(parts[2])
+        else:
+            rest.append(parts[2])
+    return list(dict.fromkeys(first + rest))
+
+
+def cgroup_facts(text: str) -> dict[str, str]:
+    """What a /proc/<pid>/cgroup text says of the owner: ``container`` and ``runtime``, ``pod_uid``,
+    ``slurm_job`` and ``slurm_step``, ``unit`` (each only where found). Pure; for recorded texts."""
+    facts: dict[str, str] = {}
+    for path in cgroup_paths(text):
+        parts = [part for part in path.split("/") if part]
+        kube = any(part.startswith("kubepods") for part in parts)
+        for at, part in enumerate(parts):
+            scope = _SCOPE.match(part)
+            if scope and "container" not in facts:
+                facts["container"] = scope.group(2)
+                facts["runtime"] = _RUNTIME_OF_PREFIX[scope.group(1)]
+            elif at > 0 and _HEX_ID.match(part) and "container" not in facts:
+                parent = parts[at - 1]
+                if parent == "docker":
+                    facts["container"], facts["runtime"] = part, "docker"
+                elif parent.startswith("libpod"):
+                    facts["container"], facts["runtime"] = part, "podman"
+                elif kube and _POD_UID.search(parent):
+                    facts["container"] = part
+            elif part.startswith("libpod-") and _HEX_ID.match(part[7:]) and "container" not in facts:
+                facts["container"], facts["runtime"] = part[7:], "podman"
+            pod = _POD_UID.search(part) if kube else None
+            if pod and "pod_uid" not in facts:
+                facts["pod_uid"] = pod.group(1).replace("_", "-")
+            job = _SLURM_JOB.match(part)
+            if job and "slurm_job" not in facts and any("slurm" in p for p in parts[:at]):
+                facts["slurm_job"] = job.group(1)
+                step = _SLURM_STEP.match(parts[at + 1]) if at + 1 < len(parts) else None
+                if step:
+                    facts["slurm_step"] = step.group(1)
+        if "unit" not in facts:
+            for part in reversed(parts):
+                if part.endswith((".service", ".scope")) and not _NOT_OWNER_UNITS.match(part):
+                    if not _SCOPE.match(part) and "-conmon-" not in part:
+                        facts["unit"] = part
+                    break
+    return facts
+
+
+def owner_of(
+    facts: dict[str, str],
+    env: dict[str, str],
+    user: str | None,
+    uid: int | None,
+    names: Callable[[str, str | None], dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The owner dict of a process: ``{"kind", "id", "name", ...}``, the most specific kind that applies.
+
+    Args:
+        facts: ``cgroup_facts`` of its cgroup.
+        env: ``parse_environ`` of its environment ({} where it cannot be read).
+        user: Its user's name; uid: its real uid.
+        names: (kind, id) -> what the runtime says of a pod or container (``name``, ``namespace``,
+            ``container_name``); None: nothing.
+    """
+    lookup = names or (lambda _kind, _id: {})
+    job = facts.get("slurm_job")
+    step = facts.get("slurm_step")
+    source = "cgroup"
+    if job is None:
+        env_job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        if env_job and _JOB_ID.match(env_job):
+            job, source = env_job, "environment"
+            env_step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
+            step = env_step if env_step and _STEP_ID.match(env_step) else None
+    if job is not None:
+        return {
+            "kind": OWNER_SLURM,
+            "id": job if step is None else f"{job}.{step}",
+            "name": env.get("SLURM_JOB_NAME"),
+            "job": job,
+            "step": step,
+            "source": source,
+        }
+    container = facts.get("container")
+    pod_uid = facts.get("pod_uid")
+    if pod_uid is not None:
+        known = lookup(OWNER_POD, pod_uid)
+        if container is not None:
+            known = dict(lookup(OWNER_CONTAINER, container), **known)
+        return {
+            "kind": OWNER_POD,
+            "id": pod_uid,
+            "name": env.get("POD_NAME") or known.get("name") or env.get("HOSTNAME"),
+            "namespace": env.get("POD_NAMESPACE") or known.get("namespace"),
+            "container": container,
+            "container_name": known.get("container_name"),
+        }
+    if container is not None:
+        known = lookup(OWNER_CONTAINER, container)
+        return {
+            "kind": OWNER_CONTAINER,
+            "id": container,
+            "name": known.get("name"),
+            "runtime": facts.get("runtime"),
+        }
+    unit = facts.get("unit")
+    if unit is not None:
+        return {"kind": OWNER_UNIT, "id": _field(unit), "name": _field(unit)}
+    return {
+        "kind": OWNER_USER,
+        "id": user if user is not None else (None if uid is None else str(uid)),
+        "name": user,
+        "uid": uid,
+    }
+
+
+def same_owner(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    """Whether two owners are one for a kill: a tree never reaches from one into another.
+
+    Two user owners count as one (a child that changed its user is still the job's; the kernel decides
+    whether it may be signalled); an owner that could not be told (None) decides nothing.
+    """
+    if a is None or b is None:
+        return True
+    if a.get("kind") == OWNER_USER and b.get("kind") == OWNER_USER:
+        return True
+    return (a.get("kind"), a.get("id")) == (b.get("kind"), b.get("id"))
+
+
+class RuntimeNames:
+    """Names of pods and containers from the runtimes' metadata on the host, where it is readable.
+
+    Args:
+        host_root: The root the metadata paths are under ("/" on a host; a temp dir in tests).
+        clock: A monotonic clock (tests).
+    """
+
+    def __init__(self, host_root: str = "/", clock: Callable[[], float] = time.monotonic) -> None:
+        self.host_root = host_root
+        self.clock = clock
+        self._pods: dict[str, dict[str, str]] = {}
+        self._containers: dict[str, dict[str, str]] = {}
+        self._read_at = -1e18
+        self._docker: dict[str, tuple[float, str | None]] = {}
+
+    def _path(self, *parts: str) -> str:
+        return os.path.join(self.host_root, *parts)
+
+    def _listing(self, folder: str) -> list[str]:
+        try:
+            with os.scandir(self._path(folder)) as entries:
+                names: list[str] = []
+                for entry in entries:
+                    names.append(entry.name)
+                    if len(names) >= LISTING_MAX_ENTRIES:
+                        break
+                return names
+        except OSError:
+            return []
+
+    def _refresh(self) -> None:
+        now = self.clock()
+        if now - self._read_at < METADATA_CACHE_S:
+            return
+        self._read_at = now
+        pods: dict[str, dict[str, str]] = {}
+        for name in self._listing("var/log/pods"):
+            found = _POD_LOG_DIR.match(name)
+            if found:
+                pods[found.group(3)] = {"namespace": found.group(1), "name": found.group(2)}
+        containers: dict[str, dict[str, str]] = {}
+        for name in self._listing("var/log/containers"):
+            found = _CONTAINER_LOG.match(name)
+            if found:
+                containers[found.group(4)] = {
+                    "name": found.group(1),
+                    "namespace": found.group(2),
+                    "container_name": found.group(3),
+                }
+        for entry in self._podman_entries():
+            names = entry.get("names")
+            if isinstance(entry.get("id"), str) and isinstance(names, list) and names:
+                containers.setdefault(entry["id"], {"name": str(names[0])})
+        self._pods = pods
+        self._containers = containers
+
+    def _podman_entries(self) -> list[dict[str, Any]]:
+        data = read_capped(
+            self._path("var/lib/containers/storage/overlay-containers/containers.json"), METADATA_MAX_BYTES
+        )
+        try:
+            entries = json.loads(data) if data else []
+        except (ValueError, RecursionError):  # a planted file nested deeper than the parser goes
+            return []
+        return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+    def _docker_name(self, container: str) -> str | None:
+        now = self.clock()
+        cached = self._docker.get(container)
+        if cached is not None and now - cached[0] < METADATA_CACHE_S:
+            return cached[1]
+        name: str | None = None
+        if _HEX_ID.match(container):
+            data = read_capped(
+                self._path("var/lib/docker/containers", container, "config.v2.json"), METADATA_MAX_BYTES
+            )
+            try:
+                config = json.loads(data) if data else None
+            except (ValueError, RecursionError):
+                config = None
+            found = config.get("Name") if isinstance(config, dict) else None
+            name = found.lstrip("/") if isinstance(found, str) and found.strip("/") else None
+        if len(self._docker) > 4096:
+            self._docker.clear()
+        self._docker[container] = (now, name)
+        return name
+
+    def __call__(self, kind: str, ident: str | None) -> dict[str, str]:
+        """What the runtimes say of pod ``ident`` or container ``ident``: name, namespace, container_name."""
+        if not ident:
+            return {}
+        self._refresh()
+        if kind == OWNER_POD:
+            known = dict(self._pods.get(ident, {}))
+        else:
+            known = dict(self._containers.get(ident, {}))
+            if kind == OWNER_CONTAINER and "name" not in known:
+                docker = self._docker_name(ident)
+                if docker is not None:
+                    known["name"] = docker
+        return {key: text for key, text in ((k, _field(v)) for k, v in known.items()) if text}
+
+
+class OwnerReader:
+    """Owners of live processes, kept per process (pid + start ticks).
+
+    The environment's named variables are read once per process (what a process was started with does not
+    change); its cgroup is read again after ``CGROUP_CACHE_S``.
+
+    Args:
+        proc_root: Where /proc is (tests plant one).
+        host_root: Where the runtimes' metadata is looked for (``RuntimeNames``).
+        clock: A monotonic clock (tests).
+    """
+
+    def __init__(
+        self, proc_root: str = "/proc", host_root: str = "/", clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.proc_root = proc_root
+        self.clock = clock
+        self.names = RuntimeNames(host_root, clock)
+        self._env: dict[tuple[int, int], dict[str, str]] = {}
+        self._facts: dict[tuple[int, int], tuple[float, dict[str, str]]] = {}
+
+    def facts(self, pid: int, start_ticks: int) -> dict[str, str]:
+        """``cgroup_facts`` of a live process ({} when its cgroup cannot be read)."""
+        key = (pid, start_ticks)
+        now = self.clock()
+        cached = self._facts.get(key)
+        if cached is not None and now - cached[0] < CGROUP_CACHE_S:
+            return cached[1]
+        data = read_capped(f"{self.proc_root}/{pid}/cgroup", 64 * 1024)
+        facts = cgroup_facts(data.decode("utf-8", "backslashreplace")) if data else {}
+        self._facts[key] = (now, facts)
+        return facts
+
+    def environment(self, pid: int, start_ticks: int) -> dict[str, str]:
+        """The named variables of a live process's environment ({} where it cannot be read)."""
+        key = (pid, start_ticks)
+        if key not in self._env:
+            data = read_capped(f"{self.proc_root}/{pid}/environ", ENVIRON_MAX_BYTES)
+            self._env[key] = parse_environ(data) if data else {}
+        return self._env[key]
+
+    def owner(self, pid: int, start_ticks: int, user: str | None, uid: int | None) -> dict[str, Any]:
+        """The owner dict of a live process (``owner_of``)."""
+        return owner_of(
+            self.facts(pid, start_ticks), self.environment(pid, start_ticks), user, uid, self.names
+        )
+
+    def forget_except(self, live: set[tuple[int, int]]) -> None:
+        for cache in (self._env, self._facts):
+            for key in [k for k in cache if k not in live]:
+                del cache[key]
