@@ -117,7 +117,8 @@ def test_a_fifo_for_the_bundle_never_blocks(cache: Path, capsys: pytest.CaptureF
     thread.start()
     thread.join(30)
     assert not thread.is_alive(), "blocked on the FIFO"
-    assert got and got[0].source_zlib
+    assert got
+    assert got[0].source_zlib
     assert "a FIFO, not a regular file; built in memory for this run" in capsys.readouterr().err
 
 
