@@ -4,7 +4,7 @@ Everything a collector reports, everything the analysis derives and everything t
 Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
 the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``; the collector's
 side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot --json``. This module imports
-nothing outside the standard library and that protocol module.
+nothing outside the standard library, that protocol module and ``figures`` (the figures no card can have).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gputui.agent.protocol import (
     PROCESS_LIVE_THREADS,
     PROCESSES_SAME,
 )
+from gputui.core import figures
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -104,6 +105,34 @@ class Gpu:
     power_limit_w: float | None = None
     error: str | None = None
     processes: tuple[GpuProcess, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Figures no card can have (``figures``) are dropped and named in ``error``: that GPU cannot tell."""
+        memory = figures.impossible_memory(
+            self.memory_used_mib, self.memory_total_mib, self.memory_reserved_mib
+        )
+        other = figures.impossible_other(
+            self.utilization_pct,
+            self.memory_utilization_pct,
+            self.temperature_c,
+            self.power_w,
+            self.power_limit_w,
+        )
+        listed = figures.impossible_processes((p.pid, p.used_mib) for p in self.processes)
+        if not (memory or other or listed):
+            return
+        dropped: dict[str, Any] = dict.fromkeys(other)
+        if memory:  # which of them is wrong cannot be told: none is shown
+            dropped.update(memory_used_mib=None, memory_total_mib=None, memory_reserved_mib=None)
+        if listed:
+            dropped["processes"] = tuple(
+                replace(p, used_mib=None) if figures.impossible_processes([(p.pid, p.used_mib)]) else p
+                for p in self.processes
+            )
+        for name, value in dropped.items():
+            object.__setattr__(self, name, value)
+        if self.error is None:
+            object.__setattr__(self, "error", figures.impossible_error([*memory, *other.values(), *listed]))
 
     @property
     def key(self) -> str:

@@ -52,6 +52,8 @@ class Series:
     labels: dict[str, str]
     value: float | None
     time: float | None = None
+    invalid: str | None = None
+    """The sample as sent when it is no finite number ("NaN", "-Inf"): named, never taken for a figure."""
 
 
 @dataclass
@@ -70,6 +72,8 @@ class GpuParts:
     """Own sample times of its current FB_USED series."""
     live: bool = False
     """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
+    instances: set[str] = field(default_factory=set)
+    """The exporters (``instance``) whose series name this GPU."""
 
 
 @dataclass
@@ -193,7 +197,8 @@ class Parser:
             value = number(sample[1])
             part = labels.get(PART_LABEL)
             if part is None and name is not None:
-                values.append((name, Series(labels, value)))
+                invalid = str(sample[1])[:20] if value is None and sample[1] is not None else None
+                values.append((name, Series(labels, value, invalid=invalid)))
             elif part == TIME_PART and value is not None:
                 self._time_series.append((labels, value))
             elif part == GONE_PART and name == FB_USED:
@@ -226,6 +231,8 @@ class Parser:
         gpu = None if host is None else self.gpu_of(host, labels)
         if gpu is None:
             self.ignored += 1
+        elif labels.get(INSTANCE):
+            gpu.instances.add(labels[INSTANCE])
         return gpu
 
     def _dcgm(self, name: str, series: Series) -> None:
