@@ -52,9 +52,10 @@ FINDING_KINDS = (
     "invisible_pid",
     "survivor",
     "xid",
+    "duplicate_host",
 )
-"""``xid`` comes from the fleet source (a GPU's last XID error is not 0), the rest from ``find_problems``
-and ``find_survivors``."""
+"""``xid`` (a GPU's last XID error is not 0) and ``duplicate_host`` (two exporters claim one host) come from
+the fleet source, the rest from ``find_problems`` and ``find_survivors``."""
 
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
 _BENIGN_DEVICE_HOLDERS = frozenset({"nvidia-persiste", "nvidia-persistenced"})
