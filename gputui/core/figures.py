@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
 
 MEMORY_MAX_MIB = 1 << 40
 """No card holds an exabyte: a larger memory figure is a wrapped-around or garbage counter."""
@@ -72,3 +74,26 @@ def impossible_processes(pid_mib: Iterable[tuple[int, int | None]]) -> list[str]
 def impossible_error(problems: Iterable[str]) -> str:
     """The one line a GPU with impossible figures carries as its error."""
     return f"{IMPOSSIBLE}: {', '.join(problems)}"
+
+
+def dropped(gpu: Any) -> dict[str, Any]:
+    """What a ``model.Gpu`` with impossible figures becomes: field name -> its new value (the figures None,
+    ``error`` naming them unless it holds an error already); empty when every figure is possible."""
+    memory = impossible_memory(gpu.memory_used_mib, gpu.memory_total_mib, gpu.memory_reserved_mib)
+    other = impossible_other(
+        gpu.utilization_pct, gpu.memory_utilization_pct, gpu.temperature_c, gpu.power_w, gpu.power_limit_w
+    )
+    listed = impossible_processes((p.pid, p.used_mib) for p in gpu.processes)
+    if not (memory or other or listed):
+        return {}
+    out: dict[str, Any] = dict.fromkeys(other)
+    if memory:  # which of them is wrong cannot be told: none is shown
+        out.update(memory_used_mib=None, memory_total_mib=None, memory_reserved_mib=None)
+    if listed:
+        out["processes"] = tuple(
+            replace(p, used_mib=None) if impossible_processes([(p.pid, p.used_mib)]) else p
+            for p in gpu.processes
+        )
+    if gpu.error is None:
+        out["error"] = impossible_error([*memory, *other.values(), *listed])
+    return out

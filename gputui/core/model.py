@@ -107,32 +107,9 @@ class Gpu:
     processes: tuple[GpuProcess, ...] = ()
 
     def __post_init__(self) -> None:
-        """Figures no card can have (``figures``) are dropped and named in ``error``: that GPU cannot tell."""
-        memory = figures.impossible_memory(
-            self.memory_used_mib, self.memory_total_mib, self.memory_reserved_mib
-        )
-        other = figures.impossible_other(
-            self.utilization_pct,
-            self.memory_utilization_pct,
-            self.temperature_c,
-            self.power_w,
-            self.power_limit_w,
-        )
-        listed = figures.impossible_processes((p.pid, p.used_mib) for p in self.processes)
-        if not (memory or other or listed):
-            return
-        dropped: dict[str, Any] = dict.fromkeys(other)
-        if memory:  # which of them is wrong cannot be told: none is shown
-            dropped.update(memory_used_mib=None, memory_total_mib=None, memory_reserved_mib=None)
-        if listed:
-            dropped["processes"] = tuple(
-                replace(p, used_mib=None) if figures.impossible_processes([(p.pid, p.used_mib)]) else p
-                for p in self.processes
-            )
-        for name, value in dropped.items():
+        """Figures no card can have are dropped and named in ``error``: that GPU cannot tell (``figures``)."""
+        for name, value in figures.dropped(self).items():
             object.__setattr__(self, name, value)
-        if self.error is None:
-            object.__setattr__(self, "error", figures.impossible_error([*memory, *other.values(), *listed]))
 
     @property
     def key(self) -> str:
