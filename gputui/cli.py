@@ -356,6 +356,20 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
+def parse_words(command: str | None, words: Sequence[str]) -> argparse.Namespace:
+    """Parse the words after the subcommand: options anywhere before ``--``, only targets or pids after it.
+
+    argparse's intermixed parsing reads options on both sides of ``--`` (``snapshot -- -Fcfg`` would set the
+    ssh config), so the words after the first ``--`` are kept out of it and appended to the positionals.
+    """
+    words = list(words)
+    cut = words.index("--") if "--" in words else len(words)
+    args = build_parser(command).parse_intermixed_args(words[:cut])
+    dest = "words" if command == "kill" else "targets"
+    setattr(args, dest, [*getattr(args, dest), *words[cut + 1 :]])
+    return args
+
+
 def mistyped_command(word: str, args: argparse.Namespace) -> str | None:
     """The subcommand ``word`` was probably meant to be ("chek": "check"), when no host by that name is known.
 
@@ -453,7 +467,7 @@ def _quiet_output_failure(exc: OSError) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run gputui; returns the exit status."""
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
-    args: Any = build_parser(command).parse_intermixed_args(rest)
+    args: Any = parse_words(command, rest)
     from gputui.core.config import ConfigError, load_config
 
     try:

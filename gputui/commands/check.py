@@ -257,7 +257,10 @@ def _check_target(
             if status == EXIT_CLEAN:
                 baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
             return status, analyze(snapshot, baselines), None
-        ports = () if demo else load_watched_ports(target, snapshot.boot_id)
+        warnings: list[str] = []
+        ports = () if demo else load_watched_ports(target, snapshot.boot_id, warnings=warnings)
+        for warning in warnings:
+            print(f"gputui: warning: {visible(warning, 400)}", file=err)
         analysed = judge_ports(analyze(snapshot, baselines), ports)
         if (
             args.wait is not None

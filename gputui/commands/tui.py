@@ -44,7 +44,16 @@ def run_tui(args: argparse.Namespace) -> int:
             )
             return EXIT_ERROR
     app = build_app(args)
-    result = app.run()
+    from gputui.ui.terminal_watch import TerminalWatch
+
+    watch = TerminalWatch(app)  # its terminal gone, SIGTERM or SIGHUP: out within 2 s
+    watch.install()
+    try:
+        result = app.run()
+    finally:
+        watch.stop()
+    if watch.signum is not None:
+        watch.end_process()
     return 0 if result is None else int(result)
 
 

@@ -29,7 +29,9 @@
 Health URLs are probed by the agent on the host itself, so 127.0.0.1 means that host's loopback. A missing
 default file is an empty config; a missing ``--config`` file, anything but a regular file (a FIFO, a device
 like /dev/zero), a file over ``CONFIG_MAX_BYTES``, bad TOML or an unknown key is a ConfigError whose text is
-one line naming the file and the cause.
+one line naming the file and the cause. The default file is read through ``safefile`` (owned by you or root,
+neither it nor its folders writable by others); a file named with ``--config`` is the user's choice, as
+``ssh -F`` takes one, and is only held to being a regular file.
 """
 
 from __future__ import annotations
@@ -158,12 +160,26 @@ def _read_regular_file(path: Path) -> bytes:
         os.close(fd)
 
 
+def _read_default_file(path: Path) -> bytes:
+    """The default config file through ``safefile`` (links followed, then the file and its folders checked
+    as OpenSSH checks ``~/.ssh/config``); FileNotFoundError when there is none."""
+    from gputui.core import safefile
+
+    try:
+        raw = safefile.read_bytes(path, CONFIG_MAX_BYTES, follow_links=True)
+    except safefile.UnsafeFile as exc:
+        raise ConfigError(str(exc)) from None
+    if raw is None:
+        raise FileNotFoundError(path)
+    return raw
+
+
 def load_config(path: Path | None = None) -> Config:
     """Read the config file; ``path`` None means the default location, which may be absent."""
     explicit = path is not None
     path = path if path is not None else default_config_path()
     try:
-        raw = _read_regular_file(path)
+        raw = _read_regular_file(path) if explicit else _read_default_file(path)
     except FileNotFoundError:
         if explicit:
             raise ConfigError(f"{path}: no such config file") from None

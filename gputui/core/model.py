@@ -4,7 +4,8 @@ Everything a collector reports, everything the analysis derives and everything t
 Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
 the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``; the collector's
 side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot --json``. This module imports
-nothing outside the standard library, that protocol module and the owner record (``gputui.core.owner``).
+nothing outside the standard library, that protocol module, the owner record (``gputui.core.owner``) and
+``figures`` (the figures no card can have).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gputui.agent.protocol import (
     PROCESS_OWNER,
     PROCESSES_SAME,
 )
+from gputui.core import figures
 from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
 from gputui.core.owner import Owner
@@ -106,6 +108,11 @@ class Gpu:
     processes: tuple[GpuProcess, ...] = ()
     health: GpuHealth | None = None
     """The GPU's own health figures and Xid history (``health_model``); None where none was read."""
+
+    def __post_init__(self) -> None:
+        """Figures no card can have are dropped and named in ``error``: that GPU cannot tell (``figures``)."""
+        for name, value in figures.dropped(self).items():
+            object.__setattr__(self, name, value)
 
     @property
     def key(self) -> str:

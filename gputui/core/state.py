@@ -6,6 +6,9 @@ Everything lives under the XDG state directory (``$XDG_STATE_HOME/gputui``, else
 recorded by ``gputui check --calibrate``. It is written atomically (temporary file + rename) so a crash never
 leaves half a file; a file that cannot be read is reported in one warning line, the defaults are used, and it
 is never overwritten (calibrating again refuses until the user moves it away).
+
+Every file here is opened through ``safefile``: a link, FIFO, device or foreign-owned file, or a folder others
+may write, is refused in one line, never followed or blocked on.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gputui.core import safefile
 from gputui.core.cleanslate import WatchedPort
 
 BASELINES_FILE = "baselines.json"
 AUDIT_FILE = "audit.jsonl"
+STATE_FILE_MAX_BYTES = 4 << 20
+"""Baselines, watched ports and ui.json: far larger than any gputui writes."""
 BASELINES_FORMAT = 1
 """Version of the baselines file layout; a file with another version is reported, not guessed at."""
 
@@ -42,13 +48,21 @@ def state_dir() -> Path:
 
 
 def ensure_state_dir(directory: Path | None = None) -> Path:
-    """Create the state directory (owner-only, it holds an audit log) and return it."""
+    """Create the state directory (owner-only, it holds an audit log), check it (``safefile``), return it."""
     path = state_dir() if directory is None else Path(directory)
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StateError(f"cannot create state directory {path}: {exc.strerror or exc}") from None
+        os.close(safefile.open_folder(path, create=True))
+    except safefile.UnsafeFile as exc:
+        raise StateError(str(exc)) from None
     return path
+
+
+def read_state_file(path: Path) -> bytes | None:
+    """The bytes of a state file, None when it does not exist; StateError (one line) when it is unsafe."""
+    try:
+        return safefile.read_bytes(path, STATE_FILE_MAX_BYTES)
+    except safefile.UnsafeFile as exc:
+        raise StateError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -68,12 +82,9 @@ class LoadedBaselines:
 
 def _read_document(path: Path) -> dict[str, Any] | None:
     """The parsed baselines file, None when it does not exist. Raises StateError when it is unusable."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_state_file(path)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise StateError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
         document = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -199,36 +210,15 @@ def save_baselines(
 
 
 def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``text`` so that readers see either the old or the new file, never a mix.
+    """Replace ``path`` with ``text`` so that readers see either the old or the new file, never a mix
+    (``safefile.write_atomic``).
 
     Raises StateError (one line) when it cannot be written.
     """
-    tmp_name: str | None = None
     try:
-        import tempfile  # only when something is saved
-
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, mode)
-        os.replace(tmp_name, path)
-        tmp_name = None
-        # Make the rename itself durable: without this a power cut can bring back the old directory entry.
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as exc:
-        raise StateError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
+        safefile.write_atomic(Path(path), text.encode("utf-8"), mode)
+    except safefile.UnsafeFile as exc:
+        raise StateError(str(exc)) from None
 
 
 def append_line(path: Path, line: str) -> None:
@@ -238,13 +228,9 @@ def append_line(path: Path, line: str) -> None:
     """
     data = (line.rstrip("\n") + "\n").encode("utf-8")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise StateError(f"{path}: cannot append ({exc.strerror or exc})") from None
+        safefile.append(Path(path), data)
+    except safefile.UnsafeFile as exc:
+        raise StateError(str(exc)) from None
 
 
 WATCHED_PORTS_FILE = "watched_ports.json"
@@ -253,13 +239,21 @@ WATCHED_PORTS_KEPT_S = 3600.0
 restarted much later to account)."""
 
 
-def load_watched_ports(target: str, boot_id: str | None, path: Path | None = None) -> tuple[WatchedPort, ...]:
+def load_watched_ports(
+    target: str, boot_id: str | None, path: Path | None = None, warnings: list[str] | None = None
+) -> tuple[WatchedPort, ...]:
     """The ports of jobs ``gputui kill`` took down on ``target`` in this boot that no check has seen free
-    yet (``cleanslate.WatchedPort``); none when the file is absent or unusable (it only narrows a verdict)."""
+    yet (``cleanslate.WatchedPort``); none when the file is absent or unusable (it only narrows a verdict).
+    A file refused as unsafe adds its one line to ``warnings``."""
     file_path = state_dir() / WATCHED_PORTS_FILE if path is None else Path(path)
     try:
-        document = json.loads(file_path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        raw = read_state_file(file_path)
+        document = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except StateError as exc:
+        if warnings is not None:
+            warnings.append(f"{exc}; not watching the ports of killed jobs")
+        return ()
+    except (UnicodeDecodeError, ValueError):
         return ()
     entry = document.get(target) if isinstance(document, dict) else None
     if not isinstance(entry, dict) or boot_id is None or entry.get("boot_id") != boot_id:
@@ -284,9 +278,10 @@ def save_watched_ports(
     """
     file_path = state_dir() / WATCHED_PORTS_FILE if path is None else Path(path)
     ensure_state_dir(file_path.parent)
+    raw = read_state_file(file_path)  # an unsafe file is refused, not replaced
     try:
-        document = json.loads(file_path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        document = json.loads(raw.decode("utf-8")) if raw is not None else {}
+    except (UnicodeDecodeError, ValueError):
         document = {}
     if not isinstance(document, dict):
         document = {}

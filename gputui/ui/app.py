@@ -155,6 +155,8 @@ class GpuTuiApp(App[int]):
             self.theme = self._theme
         if self._theme_store is not None:
             self.theme_changed_signal.subscribe(self, lambda theme: self._keep_theme(theme.name))
+            if self._theme_store.warning:
+                self.say(visible(self._theme_store.warning, 300), severity="warning")
         for host in self.hosts:
             self.hosts.start(host)
         self.set_interval(TICK_S, self._tick)

@@ -49,16 +49,27 @@ class ThemeStore:
     def __init__(self, directory: Path | None = None) -> None:
         self._directory = directory
         self._saved: str | None = None
+        self._unsafe = False
+        self.warning: str | None = None
+        """Why the kept theme could not be read (one line), None when it could."""
 
     @property
     def path(self) -> Path:
         return (state.state_dir() if self._directory is None else self._directory) / SETTINGS_FILE
 
     def load(self) -> str | None:
-        """The theme kept, None when none is (or the file cannot be read: the default theme is fine)."""
+        """The theme kept, None when none is (or the file cannot be read: the default theme is fine).
+
+        A file refused as unsafe (``safefile``) leaves its one line in ``warning``, and is never replaced.
+        """
         try:
-            document = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            raw = state.read_state_file(self.path)
+            document = json.loads(raw.decode("utf-8")) if raw is not None else None
+        except state.StateError as exc:
+            self.warning = f"{exc}; using the default theme"
+            self._unsafe = True
+            return None
+        except ValueError:
             return None
         theme = document.get("theme") if isinstance(document, dict) else None
         self._saved = theme if isinstance(theme, str) else None
@@ -66,7 +77,7 @@ class ThemeStore:
 
     def save(self, theme: str) -> None:
         """Keep ``theme`` (written on a thread of its own; a failure to write only loses the choice)."""
-        if theme == self._saved:
+        if theme == self._saved or self._unsafe:
             return
         self._saved = theme
         path = self.path

@@ -14,6 +14,7 @@ of its default counters: ``DCGM_FI_DEV_FB_USED/FREE/RESERVED``, ``GPU_UTIL``, ``
 
 A host is ``{"name": ..., "gpus": 8}``, optionally ``"mig": {"0": ["1g.10gb", "1g.10gb"]}`` (GPU index ->
 instance profiles), ``"hostname_label": false`` (no ``Hostname`` label: the series are keyed by instance),
+``"hostname": "gpu-x"`` (the ``Hostname`` label claims that host, not the name: two exporters, one identity),
 or ``{"name": ..., "kind": "vllm"}`` for a vLLM metrics endpoint. :class:`Exporters` drives it from a test.
 """
 
@@ -95,6 +96,7 @@ class Host:
         self.name: str = spec["name"]
         self.kind: str = spec.get("kind", "dcgm")
         self.hostname_label: bool = spec.get("hostname_label", True)
+        self.hostname: str = spec.get("hostname", self.name)
         self.lock = threading.Lock()
         self.gpus: dict[int, dict[str, float]] = {i: idle_figures() for i in range(int(spec.get("gpus", 8)))}
         self.mig: dict[int, list[str]] = {int(k): list(v) for k, v in (spec.get("mig") or {}).items()}
@@ -117,7 +119,7 @@ class Host:
         labels = [f'gpu="{index}"', f'UUID="{self.uuids[index]}"', f'device="nvidia{index}"']
         labels.append(f'modelName="{MODEL}"')
         if self.hostname_label:
-            labels.append(f'Hostname="{self.name}"')
+            labels.append(f'Hostname="{self.hostname}"')
         labels += [f'pci_bus_id="00000000:{0x18 + index:02X}:00.0"', f'DCGM_FI_DRIVER_VERSION="{DRIVER}"']
         return ",".join(labels) + extra
 

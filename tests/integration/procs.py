@@ -284,7 +284,7 @@ def shared_copy(fake_nvml: Any) -> tuple[Path, Path]:
     for path in [code, *code.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     (shared / "state").mkdir(mode=0o777)
-    (shared / "state").chmod(0o777)
+    (shared / "state").chmod(0o1777)  # like /tmp: anyone may make a folder, nobody may move it
     return shared, shared / "fakenvml.state"
 
 

@@ -395,9 +395,16 @@ def sshd_factory(
     state_path = Path(fake_nvml.state_path)
     interpreters = {"venv": sys.executable, "bare": bare_python, "none": None, "empty": None}
 
-    def start(python: str = "venv", extra_config: tuple[str, ...] = (), nvml: bool = True) -> SshdServer:
+    def start(
+        python: str = "venv",
+        extra_config: tuple[str, ...] = (),
+        nvml: bool = True,
+        old_python: str | None = None,
+    ) -> SshdServer:
+        """``old_python``: with ``python="none"``, its python3 is this (too old) interpreter."""
         index = len(servers)
-        bin_dir = _python_wrapper(tmp_path / f"remote-bin-{index}", interpreters[python])
+        interpreter = old_python if old_python is not None else interpreters[python]
+        bin_dir = _python_wrapper(tmp_path / f"remote-bin-{index}", interpreter)
         remote_home = tmp_path / f"remote-home-{index}"
         remote_home.mkdir()
         smi_dir = tmp_path / f"fake-smi-{index}"

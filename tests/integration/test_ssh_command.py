@@ -26,7 +26,9 @@ from tests.fakenvml.plugin import FakeNvml
 from tests.interpreters import python38
 
 LOADER = re.compile(
-    r"^python3 -u -c 'import sys,zlib;i=sys\.stdin\.buffer;g=\{\"__name__\":\"gputui-boot\"\};"
+    r"^python3 -u -c 'import sys;sys\.version_info>=\(3,8\) or \(sys\.stderr\.write\("
+    r"\"gputui-python-too-old %d\.%d\.%d\\n\"%tuple\(sys\.version_info\[:3\]\)\),sys\.exit\(125\)\);"
+    r"import zlib;i=sys\.stdin\.buffer;g=\{\"__name__\":\"gputui-boot\"\};"
     r"exec\(compile\(zlib\.decompress\(i\.read\((\d+)\)\),\"gputui-boot\",\"exec\"\),g\);"
     r"g\[\"boot\"\]\(i,(\d+),(\d+),\"([0-9a-f]+)\"\)'"
     r" --interval [0-9.e+-]+ --process-interval [0-9.e+-]+ --elide-unchanged( --read-only)?( --no-discover)?$"

@@ -65,3 +65,26 @@ def test_an_unknown_theme_is_one_line_and_exit_status_2() -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("gputui: unknown theme '[b]nope' (one of: ansi, ")
+
+
+async def test_a_fifo_for_ui_json_neither_blocks_nor_is_replaced(make_app, tmp_path: Path) -> None:
+    """A planted FIFO left the TUI blank and deaf to q: now the default theme, one notice, q works."""
+    import os
+    import stat
+
+    folder = tmp_path / "ui-state"
+    folder.mkdir(mode=0o700)
+    os.mkfifo(folder / "ui.json")
+    store = ThemeStore(folder)
+    app = make_app(theme_store=store)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: bool(app.notices), "the notice")
+        assert app.theme == "textual-dark"
+        assert any(
+            "ui.json: a FIFO, not a regular file; using the default theme" in n[2] for n in app.notices
+        )
+        app.theme = "nord"
+        await pilot.pause(0.3)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, "the app to end on q")
+    assert stat.S_ISFIFO(os.lstat(folder / "ui.json").st_mode)  # refused, never replaced

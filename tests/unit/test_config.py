@@ -118,3 +118,43 @@ def test_ssh_client_globally_per_host_and_from_the_flag(tmp_path: Path) -> None:
     args = build_parser("snapshot").parse_args(["gpu-a"])
     args.config = Config()
     assert options_from_args(args).for_target("gpu-a").ssh_client == "paramiko"
+
+
+def test_a_planted_default_config_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default file goes through ``safefile``: a FIFO never blocks, another user's file or a folder
+    others may write is refused, as OpenSSH refuses such a ~/.ssh/config."""
+    import os
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    folder = tmp_path / "gputui"
+    folder.mkdir(mode=0o700)
+    path = folder / "config.toml"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match=r"config\.toml: a FIFO, not a regular file$"):
+        load_config()
+    path.unlink()
+    path.write_text('ssh_client = "openssh"\n')
+    os.chown(path, 65534, 65534)
+    with pytest.raises(ConfigError, match=r"config\.toml: owned by uid 65534"):
+        load_config()
+    os.chown(path, os.geteuid(), os.getegid())
+    folder.chmod(0o777)
+    with pytest.raises(ConfigError, match=r"folder .*gputui: writable by group or others \(mode 0777\)$"):
+        load_config()
+
+
+def test_a_default_config_linked_from_a_dotfiles_folder_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir(mode=0o700)
+    (dotfiles / "gputui.toml").write_text('ssh_client = "openssh"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    (tmp_path / "config" / "gputui").mkdir(parents=True, mode=0o700)
+    (tmp_path / "config" / "gputui" / "config.toml").symlink_to(dotfiles / "gputui.toml")
+    assert load_config().ssh_client == "openssh"
+    (dotfiles / "gputui.toml").chmod(0o666)  # what the link leads to is checked as any other file
+    with pytest.raises(ConfigError, match=r"gputui\.toml: writable by group or others"):
+        load_config()

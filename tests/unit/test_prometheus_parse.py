@@ -176,11 +176,13 @@ def test_nan_and_garbage_values_become_missing_not_zero() -> None:
     gpu2 = a.snapshot.gpus[2]
     assert gpu2.memory_used_mib is None
     assert gpu2.memory_total_mib is None
-    assert gpu2.error == "DCGM sent no memory figure for this GPU"
+    # Named, and that GPU cannot tell: a source that sends such figures is not believed about the rest.
+    assert gpu2.error == "impossible figures: DCGM_FI_DEV_FB_USED NaN"
     gpu1 = a.snapshot.gpus[1]
     assert gpu1.temperature_c is None
     assert gpu1.power_w is None
     assert gpu1.memory_used_mib == IDLE_MIB
+    assert gpu1.error == ("impossible figures: DCGM_FI_DEV_GPU_TEMP +Inf, DCGM_FI_DEV_POWER_USAGE bogus")
 
 
 def test_series_without_host_or_gpu_labels_are_left_out() -> None:

@@ -55,11 +55,13 @@ FINDING_KINDS = (
     "gpu_health",
     "xid_history",
     "leftover",
+    "duplicate_host",
 )
 """``xid`` comes from the fleet source (a GPU's last XID error is not 0) and from ``gpu_health`` (an
 application Xid, an Xid no GPU has), as do ``gpu_health`` (the GPU needs a reset, reboot or drain) and
-``xid_history`` (the kernel log could not be read); ``leftover`` from ``core.leftovers`` (what a killed job
-left in /dev/shm); the rest from ``find_problems`` and ``find_survivors``."""
+``xid_history`` (the kernel log could not be read); ``duplicate_host`` (two exporters claim one host) from the
+fleet source; ``leftover`` from ``core.leftovers`` (what a killed job left in /dev/shm); the rest from
+``find_problems`` and ``find_survivors``."""
 
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
 _BENIGN_DEVICE_HOLDERS = frozenset({"nvidia-persiste", "nvidia-persistenced"})

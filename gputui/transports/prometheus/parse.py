@@ -8,6 +8,7 @@ from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
+from gputui.core.figures import impossible_error
 from gputui.core.fleet_owners import dcgm_owner
 from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
 from gputui.core.health_model import GpuHealth, XidEvent
@@ -84,6 +85,12 @@ def _build_gpu(
     if stale:
         return Gpu(index=index, name=name, uuid=uuid, pci_bus_id=pci_bus_id, error=stale_reason), None, ()
     figures = merged_figures(parts)
+    invalid = sorted(f"{s.labels.get('__name__')} {s.invalid}" for s in figures.values() if s.invalid)
+    invalid += sorted(  # free memory has no figure of its own in the model: named here
+        f"{s.labels.get('__name__')} {s.value:g}"
+        for name, s in figures.items()
+        if name == "free" and s.value is not None and s.value < 0
+    )
     used, total, reserved = _memory(figures)
     instances = _mig_instances(parts) if parts.mig else ()
     xid = _figure(figures, "xid")
@@ -109,7 +116,11 @@ def _build_gpu(
         utilization_pct=whole(_figure(figures, "util")),
         temperature_c=whole(temp),
         power_w=None if power is None else round(power, 1),
-        error=None if used is not None else "DCGM sent no memory figure for this GPU",
+        error=impossible_error(visible(text, 80) for text in invalid)
+        if invalid
+        else None
+        if used is not None
+        else "DCGM sent no memory figure for this GPU",
     )
     code = whole(xid)
     return gpu, (code if code else None), instances
@@ -157,6 +168,31 @@ DCGM_HEALTH_FIGURES = (
 )
 
 
+def _rival_host(parts: HostParts, rivals: tuple[str, ...], parser: Parser, now: float | None) -> FleetHost:
+    """A host several exporters claim with different GPUs: no figures (which are its own cannot be told),
+    one finding, and an error, so that its verdict cannot tell."""
+    finding = duplicate_host_finding(parts.name, rivals)
+    newest = max((t for g in parts.gpus.values() for t in g.times), default=None)
+    snapshot = HostSnapshot(
+        target=parts.name,
+        hostname=parts.ssh_host,
+        time=newest,
+        error=finding.detail,
+        mode=MODE_PROMETHEUS,
+        findings=(finding,),
+    )
+    return FleetHost(
+        name=parts.name,
+        snapshot=snapshot,
+        ssh_host=parts.ssh_host,
+        data_time=newest,
+        age_s=None if newest is None or now is None else max(0.0, now - newest),
+        stale=False,
+        exporter_up=any(ups) if (ups := [parser.up[i] for i in rivals if i in parser.up]) else None,
+        instances=tuple(sorted(parts.instances)),
+    )
+
+
 def last_is(age_s: float | None) -> str:
     """ "; the last is 12 s old", or nothing when the age is not known."""
     return "" if age_s is None else f"; the last is {age_text(age_s)} old"
@@ -170,6 +206,30 @@ def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
         gpu_index=gpu_index,
         detail=f"GPU{gpu_index} reported XID {code} (DCGM_FI_DEV_XID_ERRORS)",
         action="look at the host's kernel log (dmesg | grep -i xid); open it over SSH for its processes",
+    )
+
+
+def rival_exporters(parts: HostParts) -> tuple[str, ...]:
+    """The exporters that claim this host with different GPUs (two machines given one ``Hostname``), sorted;
+    empty when every exporter of the host names the same GPUs (one exporter scraped at two addresses)."""
+    claims: dict[str, set[str]] = {}
+    for key, gpu in parts.gpus.items():
+        for instance in gpu.instances:
+            claims.setdefault(instance, set()).add(key)
+    if len({frozenset(keys) for keys in claims.values()}) < 2:
+        return ()
+    return tuple(sorted(claims))
+
+
+def duplicate_host_finding(target: str, instances: tuple[str, ...]) -> Finding:
+    """The finding that says several exporters claim one host, whose GPUs are then not merged."""
+    count = "two" if len(instances) == 2 else str(len(instances))
+    shown = ", ".join(visible(i, 60) for i in instances[:4]) + (", ..." if len(instances) > 4 else "")
+    return Finding(
+        kind="duplicate_host",
+        target=target,
+        detail=f"{count} exporters claim {visible(target, 60)} ({shown}) with different GPUs: not merged",
+        action="give each exporter its own host label (the DCGM exporter's Hostname, or a relabel rule)",
     )
 
 
@@ -286,6 +346,9 @@ def _add_down_targets(parser: Parser, claimed: set[str]) -> None:
 def _build_host(
     parts: HostParts, parser: Parser, now: float | None, servers: Mapping[str, Mapping[str, Any]]
 ) -> FleetHost:
+    rivals = rival_exporters(parts)
+    if rivals:
+        return _rival_host(parts, rivals, parser, now)
     ups = [parser.up[i] for i in sorted(parts.instances) if i in parser.up]
     exporter_up = None if not ups else any(ups)  # one working scrape of a duplicated exporter is enough
     # A GPU's data is as old as its newest sample; without a current one, as old as the last time its

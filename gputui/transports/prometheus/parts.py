@@ -40,6 +40,8 @@ class Series:
     labels: dict[str, str]
     value: float | None
     time: float | None = None
+    invalid: str | None = None
+    """The sample as sent when it is no finite number ("NaN", "-Inf"): named, never taken for a figure."""
 
 
 @dataclass
@@ -58,6 +60,8 @@ class GpuParts:
     """Own sample times of its current FB_USED series."""
     live: bool = False
     """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
+    instances: set[str] = field(default_factory=set)
+    """The exporters (``instance``) whose series name this GPU."""
     gputui_figures: dict[str, Series] = field(default_factory=dict)
     """figure name -> gputui exporter's series, in DCGM's units (``gputui_series``)."""
 

@@ -130,7 +130,8 @@ class Parser:
             value = number(sample[1])
             part = labels.get(PART_LABEL)
             if part is None and name is not None:
-                values.append((name, Series(labels, value)))
+                invalid = str(sample[1])[:20] if value is None and sample[1] is not None else None
+                values.append((name, Series(labels, value, invalid=invalid)))
             elif part == TIME_PART and value is not None:
                 self._time_series.append((labels, value))
             elif part == GONE_PART and name in (FB_USED, GPUTUI_MEMORY_USED):
@@ -165,6 +166,8 @@ class Parser:
         gpu = None if host is None else self.gpu_of(host, labels)
         if gpu is None:
             self.ignored += 1
+        elif labels.get(INSTANCE):
+            gpu.instances.add(labels[INSTANCE])
         return gpu
 
     def _gputui(self, name: str, series: Series) -> None:

@@ -21,6 +21,11 @@ nothing from process data or user strings ever becomes part of it. After the bun
 collector's JSON-line commands. Building a bundle (compiling and compressing) is done once per process and
 kept in ``$XDG_CACHE_HOME/gputui`` for the next one, keyed by the exact bytes of every module; the SSH
 transport and the system-OpenSSH transport both ship it through ``bundle_for`` and ``loader``.
+
+The cache runs code on every host gputui reaches, so it is used only through ``gputui.core.safefile``: a
+folder owned by the user (or root) that nobody else may write, files that are regular, not links, owned by
+the user. Anything else is not read, not written, and the bundle is built in memory for that run; the user is
+told once, in one line on stderr, why the cache was skipped.
 """
 
 from __future__ import annotations
@@ -32,13 +37,14 @@ import json
 import marshal
 import os
 import re
-import tempfile
+import sys
 import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import gputui.agent
+from gputui.core import safefile
 from gputui.core.link import LinkError
 
 AGENT_PACKAGE = "gputui.agent"
@@ -56,6 +62,13 @@ ZLIB_LEVEL = 6
 """Level 9 costs several times the CPU for about 1 % fewer bytes."""
 CACHE_FORMAT = "gputui-bundle 2"
 CACHE_KEEP = 8
+CACHE_MAX_BYTES = 32 << 20
+"""A cached bundle is well under a megabyte; anything this large is not one."""
+PYTHON_MIN = (3, 8)
+"""The oldest python the collector runs on; the first stage checks it before anything else is compiled."""
+TOO_OLD_STATUS = 125
+"""The first stage's exit status on an older python (after one line ``TOO_OLD_MARK`` major.minor.micro)."""
+TOO_OLD_MARK = "gputui-python-too-old"
 """Bundles kept in the cache directory (the newest ones): one per installed version in use."""
 
 _MAGIC_RE = re.compile(r"[0-9a-f]{4,16}")
@@ -179,11 +192,23 @@ def bundle_for(source: bytes | None = None) -> Bundle:
             modules = collector_modules()
             boot = boot_source()
             key = _cache_key(modules, ENTRY, boot)
-            _collector = _read_cache(key)
-            if _collector is None:
+            try:
+                _collector = _read_cache(key)
+                if _collector is None:
+                    _collector = build(modules, ENTRY, boot)
+                    _write_cache(key, _collector)
+            except safefile.UnsafeFile as exc:
                 _collector = build(modules, ENTRY, boot)
-                _write_cache(key, _collector)
+                _say_cache_skipped(str(exc))
         return _collector
+
+
+def _say_cache_skipped(why: str) -> None:
+    """The one line that says why the cache was not used (once per process: the bundle is built once)."""
+    try:
+        print(f"gputui: collector cache not used: {why}; built in memory for this run", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
 
 
 @functools.lru_cache(maxsize=4)
@@ -201,8 +226,13 @@ def loader(bundle: Bundle) -> str:
         raise BundleError("collector bundle is empty")
     if not _MAGIC_RE.fullmatch(bundle.magic_hex):
         raise BundleError(f"unexpected bytecode magic number {bundle.magic_hex!r}")
+    # The version test comes first, in syntax every python parses (2.7 too): an older one says which it is
+    # and ends, before the second stage's syntax could fail on it.
+    major, minor = PYTHON_MIN
     return (
-        'import sys,zlib;i=sys.stdin.buffer;g={"__name__":"gputui-boot"};'
+        f"import sys;sys.version_info>=({major:d},{minor:d}) or (sys.stderr.write("
+        f'"{TOO_OLD_MARK} %d.%d.%d\\n"%tuple(sys.version_info[:3])),sys.exit({TOO_OLD_STATUS:d}));'
+        'import zlib;i=sys.stdin.buffer;g={"__name__":"gputui-boot"};'
         f'exec(compile(zlib.decompress(i.read({len(bundle.boot_zlib):d})),"gputui-boot","exec"),g);'
         f'g["boot"](i,{len(bundle.source_zlib):d},{len(bundle.code_zlib):d},"{bundle.magic_hex}")'
     )
@@ -232,9 +262,15 @@ def _cache_key(modules: Modules, entry: str, boot: bytes) -> str:
 
 
 def _read_cache(key: str) -> Bundle | None:
-    """The cached bundle of ``key``, or None when there is none or it is not whole."""
+    """The cached bundle of ``key``, or None when there is none or it is not whole.
+
+    Raises:
+        safefile.UnsafeFile: The cache folder or file must not be used (nor written).
+    """
+    data = safefile.read_bytes(cache_dir() / f"bundle-{key[:32]}.bin", CACHE_MAX_BYTES)
+    if data is None:
+        return None
     try:
-        data = (cache_dir() / f"bundle-{key[:32]}.bin").read_bytes()
         header_end = data.index(b"\n")
         header = json.loads(data[:header_end])
         body = data[header_end + 1 :]
@@ -247,12 +283,16 @@ def _read_cache(key: str) -> Bundle | None:
         if source_end + sizes[2] != len(body):
             return None
         return Bundle(body[:boot_end], body[boot_end:source_end], body[source_end:], str(header["magic"]))
-    except (OSError, ValueError, KeyError, TypeError, IndexError):
+    except (ValueError, KeyError, TypeError, IndexError):
         return None
 
 
 def _write_cache(key: str, bundle: Bundle) -> None:
-    """Keep ``bundle`` for the next process (best effort: a cache that cannot be written changes nothing)."""
+    """Keep ``bundle`` for the next process (best effort: a cache that cannot be written changes nothing).
+
+    Raises:
+        safefile.UnsafeFile: The cache folder must not be used.
+    """
     directory = cache_dir()
     body = bundle.data
     header = {
@@ -263,16 +303,19 @@ def _write_cache(key: str, bundle: Bundle) -> None:
         "sha256": hashlib.sha256(body).hexdigest(),
     }
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".bundle-", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(json.dumps(header).encode() + b"\n" + body)
-            os.replace(temporary, directory / f"bundle-{key[:32]}.bin")
-        except BaseException:
-            os.unlink(temporary)
-            raise
-        kept = sorted(directory.glob("bundle-*.bin"), key=lambda p: p.stat().st_mtime, reverse=True)
+        os.close(safefile.open_folder(directory, create=True))
+    except safefile.UnsafeFile:
+        if not directory.is_dir():
+            return  # cannot be made (read-only home): nothing to warn about
+        raise
+    try:
+        safefile.write_atomic(
+            directory / f"bundle-{key[:32]}.bin", json.dumps(header).encode() + b"\n" + body
+        )
+    except safefile.UnsafeFile:
+        return
+    try:
+        kept = sorted(directory.glob("bundle-*.bin"), key=lambda p: p.lstat().st_mtime, reverse=True)
         for old in kept[CACHE_KEEP:]:
             old.unlink()
     except OSError:

@@ -19,6 +19,25 @@ class PythonMissing(SetupFailed):
     """The remote shell found no ``python3``: the reduced collector (``reduced``) may still run there."""
 
 
+class PythonTooOld(PythonMissing):
+    """The remote ``python3`` is older than the collector supports: the reduced collector may run there.
+
+    Attributes:
+        version: The remote python's version ("3.6.15").
+        needed: The oldest version the collector runs on ("3.8").
+    """
+
+    def __init__(self, message: str, version: str = "", needed: str = "") -> None:
+        super().__init__(message)
+        self.version = version
+        self.needed = needed
+
+
+def python_too_old(version: str, needed: str) -> str:
+    """The one wording of a remote python too old for the collector."""
+    return f"python3 {version} is older than {needed}, the oldest the collector runs on"
+
+
 class AuthFailed(LinkError):
     """The host refused every credential offered; the message names the host and what was tried."""
 

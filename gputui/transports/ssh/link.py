@@ -18,7 +18,7 @@ from gputui.core.model import HostSnapshot
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.config import SshSettings, openssh_available, resolve
-from gputui.transports.ssh.errors import PythonMissing, phase_error
+from gputui.transports.ssh.errors import PythonMissing, PythonTooOld, phase_error
 from gputui.transports.ssh.payload import agent_payload, remote_command_line
 from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
@@ -206,10 +206,11 @@ class SshLink(HostLink):
         command = remote_command_line(payload, self.options)
         try:
             stream = self._start(session, command, self._collector_stream, payload.data, timeout_s)
-        except PythonMissing:
+        except PythonMissing as missing:
             if not session.can_exec_again():
                 raise
-            stream = self._start_reduced(session, timeout_s)
+            too_old = missing if isinstance(missing, PythonTooOld) else None
+            stream = self._start_reduced(session, timeout_s, too_old)
         self._accept_hello(stream)
         session.collector_started()
         stream.configure(self.options, timeout_s)
@@ -252,8 +253,11 @@ class SshLink(HostLink):
         finally:
             watchdog.cancel()
 
-    def _start_reduced(self, session: Session, timeout_s: float) -> CollectorStream:
-        """No python3 there: stream ``nvidia-smi`` and ``ps`` output from a fixed POSIX sh loop instead."""
+    def _start_reduced(
+        self, session: Session, timeout_s: float, too_old: PythonTooOld | None = None
+    ) -> CollectorStream:
+        """No python3 there (or one too old: ``too_old``): stream ``nvidia-smi`` and ``ps`` output from a
+        fixed POSIX sh loop instead."""
         with self._lock:
             if session is not self._session:
                 raise LinkError(f"{self.target}: link closed")
@@ -266,7 +270,12 @@ class SshLink(HostLink):
 
         def make_stream(pipe: Pipe) -> CollectorStream:
             return ReducedStream(
-                self.target, pipe, nonce, stale_after_s=self.stale_after_s, first_grace_s=self._first_grace_s
+                self.target,
+                pipe,
+                nonce,
+                stale_after_s=self.stale_after_s,
+                first_grace_s=self._first_grace_s,
+                too_old=too_old,
             )
 
         return self._start(session, command, make_stream, b"", timeout_s)

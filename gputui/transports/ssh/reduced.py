@@ -26,6 +26,7 @@ from gputui.agent.proc.proctree import related_map, walk
 from gputui.agent.wire import WIRE_CMDLINE_BYTES
 from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.transports.ssh.errors import PythonTooOld, python_too_old
 from gputui.transports.ssh.payload import _number_arg
 from gputui.transports.ssh.stream import PREAMBLE, PYTHON_MISSING_STATUS, CollectorStream, Decoded, Pipe
 
@@ -74,15 +75,31 @@ class ReducedStream(CollectorStream):
 
     Args:
         nonce: The hex word of ``reduced_command``'s markers (lines without it are data, never markers).
+        too_old: Why python3 cannot run the collector when it is there but too old (``PythonTooOld``); None:
+            there is no python3.
     """
 
     quit_line = None
     failed_start = "no python3 on host, and the reduced collector (sh) failed"
 
     def __init__(
-        self, target: str, pipe: Pipe, nonce: str, *, stale_after_s: float, first_grace_s: float
+        self,
+        target: str,
+        pipe: Pipe,
+        nonce: str,
+        *,
+        stale_after_s: float,
+        first_grace_s: float,
+        too_old: PythonTooOld | None = None,
     ) -> None:
         super().__init__(target, pipe, stale_after_s=stale_after_s, first_grace_s=first_grace_s)
+        self.too_old = too_old
+        self.needs = "python3 on the host"
+        """What a refused command needs, named with the version the host has when its python is too old."""
+        if too_old is not None:
+            problem = python_too_old(too_old.version, too_old.needed)
+            self.failed_start = f"{problem}, and the reduced collector (sh) failed"
+            self.needs = f"python3 {too_old.needed} or newer on the host (it has {too_old.version})"
         self.marker = f"@gputui-{nonce} "
         self.boot_id: str | None = None
         self.hostname: str | None = None
@@ -97,9 +114,7 @@ class ReducedStream(CollectorStream):
         if name == protocol.CMD_CONFIGURE:
             return {}
         if name not in (protocol.CMD_SAMPLE, protocol.CMD_CALIBRATE):
-            raise LinkError(
-                f"{self.target}: {name} needs python3 on the host (reduced mode: monitoring only)"
-            )
+            raise LinkError(f"{self.target}: {name} needs {self.needs} (reduced mode: monitoring only)")
         deadline = time.monotonic() + max(0.0, timeout_s)
         late = f"no reply to {name} within {timeout_s:.1f} s"
         snapshot = self._wait_for(lambda: self._latest, deadline, late)
@@ -145,7 +160,19 @@ class ReducedStream(CollectorStream):
         return None
 
     def _hello_message(self) -> dict[str, Any]:
-        return protocol.hello(protocol.MODE_REDUCED, self.boot_id, self.hostname, python=None, reduced=True)
+        old = self.too_old
+        return protocol.hello(
+            protocol.MODE_REDUCED,
+            self.boot_id,
+            self.hostname,
+            python=None if old is None else old.version,
+            reduced=True,
+            reduced_reason="no python3" if old is None else python_too_old(old.version, old.needed),
+        )
+
+    def _why(self) -> str:
+        old = self.too_old
+        return "no python3" if old is None else python_too_old(old.version, old.needed)
 
     def _snapshot(self) -> HostSnapshot:
         now = time.time()
@@ -157,9 +184,9 @@ class ReducedStream(CollectorStream):
         if self.smi_status in (0, SMI_EXIT_GPU_LOST):
             gpus = parse_smi_gpu_output(gpu_text)
         if self.smi_status == PYTHON_MISSING_STATUS:
-            error = "reduced mode (no python3): nvidia-smi not found on host"
+            error = f"reduced mode ({self._why()}): nvidia-smi not found on host"
         elif self.smi_status != 0 and not gpus:
-            error = "reduced mode (no python3): " + smi_exit_error(self.smi_status or 0, gpu_text)
+            error = f"reduced mode ({self._why()}): " + smi_exit_error(self.smi_status or 0, gpu_text)
         apps = parse_smi_apps_output("\n".join(self.lines["apps"]))
         held: dict[int, dict[int, int]] = {}
         for gpu in gpus:

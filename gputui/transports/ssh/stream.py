@@ -21,7 +21,15 @@ from gputui.agent.protocol import CMD_CONFIGURE, PROTOCOL_VERSION
 from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
 from gputui.transports.freshness import LatestInbox
-from gputui.transports.ssh.errors import PythonMissing, SetupFailed, phase_error, shown
+from gputui.transports.ssh.bundle import PYTHON_MIN, TOO_OLD_MARK, TOO_OLD_STATUS
+from gputui.transports.ssh.errors import (
+    PythonMissing,
+    PythonTooOld,
+    SetupFailed,
+    phase_error,
+    python_too_old,
+    shown,
+)
 
 LINE_CAP_BYTES = 16 * 1024 * 1024
 """Longest line accepted; a longer one breaks the link (a runaway remote must not eat our memory)."""
@@ -124,7 +132,9 @@ class CollectorStream:
     def _error_again(self) -> LinkError:
         """A fresh exception like the stored one (the same instance raised twice would pile up tracebacks)."""
         error = self._error or LinkError(f"{self.target}: link not open")
-        return type(error)(str(error))
+        again = type(error)(str(error))
+        again.__dict__.update(error.__dict__)  # what it carries besides its line (PythonTooOld's version)
+        return again
 
     @overload
     def _wait_for(self, ready: Callable[[], _T | None], deadline: float, late: str) -> _T: ...
@@ -436,6 +446,11 @@ class CollectorStream:
             why = shown(lines[-1]) if lines else f"exit status {status}"
             message = f"{self.target}: {self.failed_start}: {why}"
             return SetupFailed(message) if exited else LinkError(message)
+        too_old = [line.split()[1:2] for line in lines if line.startswith(TOO_OLD_MARK + " ")]
+        if before_hello and status == TOO_OLD_STATUS and too_old and too_old[-1]:
+            needed = ".".join(map(str, PYTHON_MIN))
+            version = shown(too_old[-1][0], 20)
+            return PythonTooOld(f"{self.target}: {python_too_old(version, needed)}", version, needed)
         if before_hello and (
             status == PYTHON_MISSING_STATUS
             or "python3: not found" in stderr

@@ -1,0 +1,264 @@
+"""The one way gputui opens the files it keeps: state (baselines, audit log, watched ports, ui.json), its
+config file and the collector cache.
+
+Any of those paths may have been planted by someone else: a symbolic link that redirects a write, a FIFO that
+blocks a read forever, a device that never ends, a file or folder another user can rewrite. So, like OpenSSH's
+checks on ``~/.ssh``:
+
+- the folder is opened without following a link, and must be a directory owned by the effective user or
+  root that neither group nor others may write; every folder above it (its real path) must be owned by the
+  effective user or root and not writable by group or others unless sticky (``/tmp``);
+- a file is looked at (``lstat``) before it is opened, so a FIFO or a device is never opened at all, then
+  opened relative to the checked folder with ``O_NOFOLLOW | O_NONBLOCK`` and checked again (``fstat``: the
+  same regular file, owned by the effective user or root, not writable by group or others, not over its size
+  cap);
+- a file that is replaced is written to a temporary file in the same folder and renamed over it, so a reader
+  sees the old or the new file, never a torn one.
+
+Every refusal is an ``UnsafeFile`` whose ``str()`` is one line naming the path and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link (not followed)"),
+    (stat.S_ISFIFO, "a FIFO, not a regular file"),
+    (stat.S_ISSOCK, "a socket, not a regular file"),
+    (stat.S_ISCHR, "a character device, not a regular file"),
+    (stat.S_ISBLK, "a block device, not a regular file"),
+    (stat.S_ISDIR, "a directory, not a regular file"),
+)
+
+
+class UnsafeFile(Exception):
+    """A file or folder gputui will not use. ``str()`` is one line naming the path and the cause."""
+
+
+def _kind_problem(mode: int) -> str | None:
+    """What is wrong with a file of this mode (None: a regular file)."""
+    for test, problem in _KINDS:
+        if test(mode):
+            return problem
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
+def _owner_problem(info: os.stat_result) -> str | None:
+    if info.st_uid not in (os.geteuid(), 0):
+        return f"owned by uid {info.st_uid}, neither you (uid {os.geteuid()}) nor root"
+    return None
+
+
+def _mode_problem(info: os.stat_result) -> str | None:
+    if info.st_mode & _GROUP_OTHER_WRITE:
+        return f"writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
+def _check_ancestors(folder: Path) -> None:
+    """Every folder above ``folder`` (by its real path): owned by the user or root, and not writable by group
+    or others unless sticky (then nobody else can rename what is in it)."""
+    real = Path(os.path.realpath(folder.parent))
+    for ancestor in (real, *real.parents):
+        info = os.lstat(ancestor)
+        problem = _owner_problem(info)
+        if problem is None and info.st_mode & _GROUP_OTHER_WRITE and not info.st_mode & stat.S_ISVTX:
+            problem = f"writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+        if problem is not None:
+            raise UnsafeFile(f"folder {ancestor} (above {folder}): {problem}")
+
+
+def open_folder(folder: Path, create: bool = False) -> int:
+    """A descriptor of ``folder`` once it passes the checks (the caller closes it).
+
+    Args:
+        folder: The folder (state, config or cache).
+        create: Make it (and its parents) first, owner-only, when missing.
+
+    Raises:
+        FileNotFoundError: It does not exist (and ``create`` is False).
+        UnsafeFile: It, or a folder above it, fails a check; or it cannot be made or opened.
+    """
+    folder = Path(folder)
+    if create:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except FileExistsError:
+            pass  # a non-directory there: said below
+        except OSError as exc:
+            raise UnsafeFile(f"cannot create folder {folder}: {exc.strerror or exc}") from None
+    try:
+        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = _kind_problem(os.lstat(folder).st_mode) or "not a folder"
+            raise UnsafeFile(f"folder {folder}: {kind.replace('regular file', 'folder')}") from None
+        raise UnsafeFile(f"folder {folder}: cannot open ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        problem = _owner_problem(info) or _mode_problem(info)
+        if problem is not None:
+            raise UnsafeFile(f"folder {folder}: {problem}")
+        _check_ancestors(folder)
+    except OSError as exc:  # an ancestor vanished while looked at
+        os.close(fd)
+        raise UnsafeFile(f"folder {folder}: cannot check ({exc.strerror or exc})") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _checked_file(fd: int, before: os.stat_result, path: Path, max_bytes: int | None) -> None:
+    info = os.fstat(fd)
+    if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
+        raise UnsafeFile(f"{path}: replaced while it was opened")
+    problem = _kind_problem(info.st_mode) or _owner_problem(info) or _mode_problem(info)
+    if problem is None and max_bytes is not None and info.st_size > max_bytes:
+        problem = f"larger than {_size_text(max_bytes)}"
+    if problem is not None:
+        raise UnsafeFile(f"{path}: {problem}")
+
+
+def _size_text(size: int) -> str:
+    return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
+
+
+def _lstat_in(folder_fd: int, name: str, path: Path) -> os.stat_result:
+    """The entry ``name`` of the folder, not followed; UnsafeFile when it is no regular file."""
+    info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    problem = _kind_problem(info.st_mode)
+    if problem is not None:
+        raise UnsafeFile(f"{path}: {problem}")
+    return info
+
+
+def read_bytes(path: Path, max_bytes: int, follow_links: bool = False) -> bytes | None:
+    """The bytes of ``path``, None when it (or its folder) does not exist.
+
+    Args:
+        path: The file.
+        max_bytes: Its size cap.
+        follow_links: Resolve links in ``path`` first (a config file kept in a dotfiles repository), then
+            check the file and folders it leads to as any other.
+
+    Raises:
+        UnsafeFile: The file or its folder fails a check, is over ``max_bytes``, or cannot be read.
+    """
+    path = Path(os.path.realpath(path)) if follow_links else Path(path)
+    try:
+        folder_fd = open_folder(path.parent)
+    except FileNotFoundError:
+        return None
+    try:
+        before = _lstat_in(folder_fd, path.name, path)
+        fd = os.open(path.name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=folder_fd)
+        try:
+            _checked_file(fd, before, path, max_bytes)
+            chunks: list[bytes] = []
+            size = 0
+            while size <= max_bytes:
+                chunk = os.read(fd, max_bytes + 1 - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > max_bytes:
+                raise UnsafeFile(f"{path}: larger than {_size_text(max_bytes)}")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnsafeFile(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(folder_fd)
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data``: a temporary file in the same (checked, created if missing) folder,
+    synced, then renamed over it, the rename synced too. A link or FIFO at ``path`` is replaced, never
+    followed or opened.
+
+    Raises:
+        UnsafeFile: The folder fails a check, or the file cannot be written.
+    """
+    path = Path(path)
+    folder_fd = open_folder(path.parent, create=True)
+    temporary = f".{path.name}.{secrets.token_hex(6)}.tmp"
+    made = False
+    try:
+        fd = os.open(
+            temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, mode, dir_fd=folder_fd
+        )
+        made = True
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, path.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        made = False
+        os.fsync(folder_fd)  # the rename itself survives a power cut
+    except OSError as exc:
+        raise UnsafeFile(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        if made:
+            try:
+                os.unlink(temporary, dir_fd=folder_fd)
+            except OSError:
+                pass
+        os.close(folder_fd)
+
+
+def append(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` (created owner-only) in one write, so concurrent writers do not
+    interleave; the folder is created if missing.
+
+    Raises:
+        UnsafeFile: The file or its folder fails a check, or it cannot be written.
+    """
+    path = Path(path)
+    folder_fd = open_folder(path.parent, create=True)
+    try:
+        flags = os.O_WRONLY | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+        while True:
+            try:
+                before = _lstat_in(folder_fd, path.name, path)
+            except FileNotFoundError:
+                try:
+                    fd = os.open(path.name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder_fd)
+                except FileExistsError:
+                    continue  # another writer created it first: check and append to that one
+            else:
+                fd = os.open(path.name, flags, dir_fd=folder_fd)
+                try:
+                    _checked_file(fd, before, path, None)
+                except BaseException:
+                    os.close(fd)
+                    raise
+            break
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise UnsafeFile(f"{path}: cannot append ({exc.strerror or exc})") from None
+    finally:
+        os.close(folder_fd)
