@@ -10,9 +10,10 @@ from typing import TextIO
 from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.core.analysis import analyze
+from gputui.commands.verdict_text import verdict_lines
+from gputui.core.judge import judge
 from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
-from gputui.core.servers import judge_once
+from gputui.core.state import load_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import LinkError, one_shot_sample
 
@@ -25,11 +26,12 @@ HEALTH_DETAIL_WIDTH = 60
 
 
 def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> HostSnapshot:
-    """Findings and the clean-slate verdict, against the same baselines ``gputui check`` uses."""
-    baselines = resolve_baselines(
-        snapshot.target, args.baseline_mib, args.tolerance_mib, bool(getattr(args, "demo", False)), err
-    )
-    return analyze(snapshot, baselines)
+    """Server states, findings and the verdict by the engine ``gputui check`` uses, against the same
+    baselines and the same watched ports (read only: only ``check`` forgets a port it sees free)."""
+    demo = bool(getattr(args, "demo", False))
+    baselines = resolve_baselines(snapshot.target, args.baseline_mib, args.tolerance_mib, demo, err)
+    ports = () if demo else load_watched_ports(snapshot.target, snapshot.boot_id)
+    return judge(snapshot, baselines, watched_ports=ports, one_shot=True)
 
 
 def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
@@ -42,7 +44,7 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
-        return judge_once(one_shot_sample(link, target))
+        return one_shot_sample(link, target)
     finally:
         link.close()
 
@@ -86,8 +88,9 @@ def format_health_line(sample: HealthSample) -> str:
     return line
 
 
-def format_table(snapshot: HostSnapshot) -> list[str]:
-    """The compact text form of one snapshot: a header, one line per GPU, the GPU processes, health."""
+def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[str]:
+    """The compact text form of one snapshot: a header, one line per GPU, the GPU processes, health, then
+    the verdict block exactly as ``gputui check`` prints it (``verdict_text``); ``stream`` picks its marks."""
     host = visible(snapshot.hostname or DASH, 60)
     header = f"{visible(snapshot.target, 60)} ({host})"
     if snapshot.driver_version:
@@ -130,14 +133,9 @@ def format_table(snapshot: HostSnapshot) -> list[str]:
     if snapshot.health:
         lines.append("HEALTH")
         lines.extend(format_health_line(sample) for sample in snapshot.health)
-    verdict = snapshot.verdict
-    if verdict is not None:
-        state = "clean" if verdict.clean else ("unknown" if not verdict.known else "NOT clean")
-        lines.append(f"clean slate: {state}")
-        for reason in verdict.reasons[:10]:
-            lines.append(f"  - {visible(reason, 200)}")
-    for finding in snapshot.findings[:20]:
-        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 200)}")
+    if snapshot.verdict is not None:
+        lines.append("CLEAN SLATE")
+        lines.extend(verdict_lines(snapshot, sys.stdout if stream is None else stream))
     return lines
 
 
@@ -179,6 +177,6 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
                 continue  # already said on stderr
             if i:
                 out.write("\n")
-            out.write("\n".join(format_table(snapshot)) + "\n")
+            out.write("\n".join(format_table(snapshot, out)) + "\n")
     out.flush()
     return status

@@ -20,6 +20,7 @@ from gputui.agent.protocol import (
     PROCESS_LIVE_THREADS,
     PROCESSES_SAME,
 )
+from gputui.core import verdicts
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -318,8 +319,9 @@ class HealthSample:
         metrics_at: Epoch seconds of that read.
         metrics_dropped: Names the host dropped over a cap: unknown, never partial.
         metrics_error: Why the last read failed.
-        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known).
+        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known, or gone).
         metrics: The client's reading (``gputui.core.servers.METRICS_JSON_KEYS``), None before it is judged.
+        launcher_pid: The pid of that launcher (None: not known, or gone): its tree is the server's job.
     """
 
     url: str
@@ -339,6 +341,7 @@ class HealthSample:
     metrics_error: str | None = None
     launcher_age_s: float | None = None
     metrics: dict[str, Any] | None = None
+    launcher_pid: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -365,6 +368,7 @@ class HealthSample:
             metrics_error=_opt_str(data.get("metrics_error")),
             launcher_age_s=_opt_float(data.get("launcher_age_s")),
             metrics=dict(data["metrics"]) if isinstance(data.get("metrics"), dict) else None,
+            launcher_pid=_opt_int(data.get("launcher_pid")),
         )
 
 
@@ -400,6 +404,8 @@ class Verdict:
         baseline_mib: GPU key (UUID, else "index:N") -> the baseline used for it.
         gpus: Per-GPU detail.
         known: False when it could not be told (no driver, no data); then ``clean`` is False too.
+        not_ready: The reasons (also in ``reasons``, first) that a GPU needs a reset, reboot or drain
+            (``gputui.core.analysis.readiness``): the verdict is NOT READY; ``clean`` is False too.
     """
 
     clean: bool
@@ -408,14 +414,22 @@ class Verdict:
     tolerance_mib: int = 0
     gpus: tuple[GpuVerdict, ...] = ()
     known: bool = True
+    not_ready: tuple[str, ...] = ()
 
     @property
     def gpus_at_baseline(self) -> int:
         return sum(1 for g in self.gpus if g.clean)
 
+    @property
+    def level(self) -> str:
+        """CLEAN, NOT CLEAN, NOT READY or CANNOT TELL (``gputui.core.verdicts``)."""
+        return verdicts.level_of(self.clean, self.known, bool(self.not_ready))
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["level"] = self.level
         data["reasons"] = list(self.reasons)
+        data["not_ready"] = list(self.not_ready)
         data["gpus"] = [dict(asdict(g), reasons=list(g.reasons)) for g in self.gpus]
         return data
 
@@ -428,6 +442,7 @@ class Verdict:
             tolerance_mib=_opt_int(data.get("tolerance_mib")) or 0,
             gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
             known=bool(data.get("known", True)),
+            not_ready=tuple(str(r) for r in data.get("not_ready") or ()),
         )
 
 

@@ -153,12 +153,12 @@ def test_check_statuses_and_lines() -> None:
     assert fleet_status(FleetSample(hosts=())) == 2
     assert fleet_status(None) == 2
     lines = format_fleet_check(sample, ("ok", "X"))
-    assert lines[-1].startswith("X NOT clean: 2/4 hosts, 19/22 GPUs at baseline (memory only")
-    assert any(line.startswith("X gpu-a  NOT clean: GPU3 41236 MiB") for line in lines)
+    assert lines[-1].startswith("X NOT CLEAN: 2/4 hosts, 19/22 GPUs at baseline (memory only")
+    assert any(line.startswith("X gpu-a  NOT CLEAN: GPU3 41236 MiB") for line in lines)
     assert any(line.startswith("X gpu-c  cannot tell: no current data") for line in lines)
     clean = FleetSample(hosts=tuple(h for h in sample.hosts if h.name != "gpu-a" and h.name != "gpu-c"))
     assert fleet_status(clean) == 0
-    assert format_fleet_check(clean, ("ok", "X"))[-1].startswith("ok clean: 2/2 hosts")
+    assert format_fleet_check(clean, ("ok", "X"))[-1].startswith("ok CLEAN: 2/2 hosts")
 
 
 def test_the_table_shows_mig_instances_and_errors() -> None:

@@ -78,7 +78,9 @@ def analyze(
     baselines: Baselines,
     now: float | None = None,
     killed_jobs: Iterable[KilledJob] = (),
+    one_shot: bool = False,
 ) -> HostSnapshot:
-    """The snapshot with its findings and clean-slate verdict filled in."""
-    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs)
-    return snapshot.with_analysis(findings, clean_slate(snapshot, baselines))
+    """The snapshot with its findings and clean-slate verdict filled in (GPUs and processes only: the verdict
+    engine, ``gputui.core.judge``, adds the ports and servers every view must judge too)."""
+    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs, one_shot=one_shot)
+    return snapshot.with_analysis(findings, clean_slate(snapshot, baselines, one_shot=one_shot))

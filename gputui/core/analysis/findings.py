@@ -95,6 +95,7 @@ def find_problems(
     ghost_tolerance_mib: int = GHOST_TOLERANCE_MIB,
     d_state_threshold_s: float = D_STATE_THRESHOLD_S,
     killed_jobs: Iterable[KilledJob] = (),
+    one_shot: bool = False,
 ) -> list[Finding]:
     """Everything stuck, dead or unaccounted for on one host.
 
@@ -105,6 +106,8 @@ def find_problems(
         ghost_tolerance_mib: Allowed gap between used memory and baseline + listed processes, in MiB.
         d_state_threshold_s: Seconds in D state before it is reported.
         killed_jobs: Jobs killed on this host: what escaped them is a survivor (``find_survivors``).
+        one_shot: The sample of a one-shot run (``snapshot``, ``check``): a process of a GPU tree seen in D
+            once is a finding, "for how long unknown" (a watching view waits for the threshold).
 
     Returns:
         Findings: zombies, D-state processes, orphans, invisible pids, ghost memory per GPU, then survivors.
@@ -125,19 +128,12 @@ def find_problems(
             if not reaped_soon:
                 findings.append(_zombie_finding(target, proc, table, age))
         elif proc.state == STATE_UNINTERRUPTIBLE:
-            if (age is not None and age >= d_state_threshold_s) or (age is None and proc.pid in tree_pids):
-                for_text = "" if age is None else f" for {age_text(age)}"
-                findings.append(
-                    Finding(
-                        kind="uninterruptible",
-                        target=target,
-                        pid=proc.pid,
-                        detail=f"pid {proc_label(proc)} has been in uninterruptible sleep (D){for_text}; "
-                        "it may not die even on SIGKILL until its I/O or driver call returns",
-                        action="kill it and check again; if it stays in D, look at dmesg (driver or storage)",
-                        action_pid=proc.pid,
-                    )
-                )
+            long_enough = age is not None and age >= d_state_threshold_s
+            # A one-shot sample (snapshot, check) saw the state once: how long it lasted is not known, and a
+            # GPU job's process in D is worth saying even so.
+            seen_once = (age is None or one_shot) and proc.pid in tree_pids
+            if long_enough or seen_once:
+                findings.append(_uninterruptible_finding(target, proc, age if long_enough else None))
         if proc.gpu_memory_mib and proc.state != STATE_ZOMBIE and proc.ppid is not None:
             parent = table.get(proc.ppid)
             if is_init_like(parent, proc.ppid):
@@ -181,6 +177,34 @@ def find_problems(
     # A survivor is an orphan too; the survivor finding says more (which job it escaped).
     escaped = {f.pid for f in survivors}
     return [f for f in findings if not (f.kind == "orphan" and f.pid in escaped)] + survivors
+
+
+def _uninterruptible_finding(target: str, proc: Proc, age: float | None) -> Finding:
+    """``age`` None: how long it has been in D is not known (seen once)."""
+    for_text = " (for how long unknown)" if age is None else f" for {age_text(age)}"
+    return Finding(
+        kind="uninterruptible",
+        target=target,
+        pid=proc.pid,
+        detail=f"pid {proc_label(proc)} has been in uninterruptible sleep (D){for_text}; "
+        "it may not die even on SIGKILL until its I/O or driver call returns",
+        action="kill it and check again; if it stays in D, look at dmesg (driver or storage)",
+        action_pid=proc.pid,
+    )
+
+
+def remnant_sentence(
+    target: str, proc: Proc, table: dict[int, Proc], now_s: float | None, one_shot: bool = False
+) -> str:
+    """The sentence the verdict gives for a zombie or D-state process left in a GPU tree: its finding's,
+    word for word (one fact, one sentence), whether or not the finding's threshold has passed yet."""
+    age = None if now_s is None else _state_age(proc, now_s)
+    if proc.is_defunct_leader:
+        return _defunct_leader_finding(target, proc, age).detail
+    if proc.state == STATE_ZOMBIE:
+        return _zombie_finding(target, proc, table, age).detail
+    known = age is not None and not (one_shot and age < D_STATE_THRESHOLD_S)
+    return _uninterruptible_finding(target, proc, age if known else None).detail
 
 
 def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:

@@ -7,8 +7,9 @@ verdict that cannot tell (``known`` False), never a clean one.
 from __future__ import annotations
 
 from gputui.core.analysis.baselines import Baselines
-from gputui.core.analysis.findings import ghost_suspects
-from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_label, proc_table, shown
+from gputui.core.analysis.findings import ghost_suspects, remnant_sentence
+from gputui.core.analysis.readiness import unfit_reasons
+from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_table, shown
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
@@ -106,26 +107,33 @@ def _known_verdict(
     baselines: Baselines,
     gpu_verdicts: list[GpuVerdict],
     known: bool,
+    not_ready: list[str] | None = None,
 ) -> Verdict:
     """The verdict of a host that could be sampled: clean when nothing gave a reason; ``known`` False when a
-    GPU could not be read (cannot tell, never clean)."""
+    GPU could not be read (cannot tell, never clean); NOT READY reasons come first."""
+    unfit = tuple(not_ready or ())
     return Verdict(
-        clean=not reasons,
-        reasons=tuple(reasons),
+        clean=not reasons and not unfit,
+        reasons=unfit + tuple(reasons),
         baseline_mib=keyed,
         tolerance_mib=baselines.tolerance_mib,
         gpus=tuple(gpu_verdicts),
         known=known,
+        not_ready=unfit,
     )
 
 
-def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
+def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = False) -> Verdict:
     """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
 
     Clean when every GPU's used memory is at most its baseline + tolerance, no GPU lists a process, and no
     zombie or D-state process remains in a GPU process tree. A host error, a host without GPUs, and a GPU
     whose memory cannot be read (lost, timed out) give ``known=False``: "cannot tell", never clean. The
     reasons say why without that prefix; whoever shows the verdict says "cannot tell" once.
+
+    A GPU that a rule of ``readiness.UNFIT_RULES`` finds unfit makes the verdict NOT READY (its reason
+    first). A zombie or D-state process is worded as its finding is (``findings.remnant_sentence``);
+    ``one_shot``: the sample of a one-shot run, where a D state's age is not known.
     """
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
     if snapshot.error is not None or not snapshot.gpus:
@@ -135,6 +143,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     unreadable = False
     gpu_verdicts: list[GpuVerdict] = []
     reasons: list[str] = []
+    not_ready: list[str] = []
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         baseline = baselines.for_gpu(gpu)
         used = gpu.memory_used_mib
@@ -144,6 +153,9 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
             gpu_reasons.append(reason)
             unreadable = True
         elif used is not None:  # always, once readable: said for the type checker
+            unfit = unfit_reasons(snapshot, gpu)
+            not_ready.extend(unfit)
+            gpu_reasons.extend(unfit)
             holders = _gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
             if holders:
@@ -176,11 +188,11 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
                 reasons=tuple(gpu_reasons),
             )
         )
-        reasons.extend(gpu_reasons)
+        reasons.extend(r for r in gpu_reasons if r not in not_ready)
     for node in flatten(forest):
         if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
-            reasons.append(_remnant_reason(node.proc, table))
-    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
+            reasons.append(remnant_sentence(snapshot.target, node.proc, table, snapshot.time, one_shot))
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable, not_ready=not_ready)
 
 
 def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
@@ -216,10 +228,3 @@ def _holder_text(pid: int, proc: Proc | None, table: dict[int, Proc], mib: int |
     if show_mib and mib is not None:
         notes.append(f"{mib} MiB")
     return f"pid {pid} ({', '.join(notes)})" if notes else f"pid {pid}"
-
-
-def _remnant_reason(proc: Proc, table: dict[int, Proc]) -> str:
-    if proc.state == STATE_ZOMBIE:
-        parent = table.get(proc.ppid) if proc.ppid is not None else None
-        return f"pid {proc_label(proc)} is defunct; parent {proc_label(parent, proc.ppid)} has not reaped it"
-    return f"pid {proc_label(proc)} is in uninterruptible sleep (D) and may not die"

@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from gputui.core.cleanslate import CleanCheck
 from gputui.core.model import Verdict
+from gputui.core.verdicts import CANNOT_TELL, CANNOT_TELL_WORDS, headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
 DRAIN_CURVE_CELLS = 24
@@ -18,7 +19,7 @@ DRAIN_CURVE_CELLS = 24
 def receipt_times(check: CleanCheck) -> str:
     """``2.1 s since the kill · 4.8 s since c``: how long the GPUs took, from the kill and from the key."""
     end_s = check.finished_s if check.finished_s is not None else check.started_s
-    since_key = f"{duration(max(0.0, end_s - check.started_s))} since {check.trigger}"
+    since_key = f"{duration(max(0.0, end_s - check.key_s))} since {check.trigger}"
     if check.kill_s is None:
         return since_key
     return f"{duration(max(0.0, end_s - check.kill_s))} since the kill · {since_key}"
@@ -56,7 +57,7 @@ def clock_time(epoch_s: float) -> str:
 def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> Text:
     """The line for a verdict, with the progress or receipt of a running or finished check."""
     if verdict is None:
-        return Text("clean slate: waiting for data…", style="dim")
+        return Text(headline(None), style="dim")
     total = len(verdict.gpus)
     at_baseline = verdict.gpus_at_baseline
     if check is not None and check.finished_s is not None and check.clean and verdict.clean:
@@ -97,10 +98,10 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             line.append(f"no holder left, the driver tearing down for {duration(tearing)} · ", style="yellow")
     elif check is not None and check.clean is False and check.finished_s is not None:
         line.append(f"NOT CLEAN after {duration(check.finished_s - check.started_s)}: ", style="bold red")
-    elif not verdict.known:
-        line.append("UNKNOWN: ", style="bold yellow")
+    elif verdict.level == CANNOT_TELL:
+        line.append(f"{CANNOT_TELL_WORDS}: ", style="bold yellow")
     else:
-        line.append("NOT CLEAN: ", style="bold red")
+        line.append(f"{verdict.level}: ", style="bold red")
     reason = verdict.reasons[0] if verdict.reasons else f"{total - at_baseline} GPUs above baseline"
     line.append_text(safe_text(reason, 200))
     if len(verdict.reasons) > 1:
