@@ -20,7 +20,7 @@ from gputui.commands.verdict_text import verdict_lines
 from gputui.core import cleanslate
 from gputui.core.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
 from gputui.core.calibration import refusals
-from gputui.core.judge import judge
+from gputui.core.judge import judge, no_data
 from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.state import (
     StateError,
@@ -303,8 +303,11 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
-            snapshot = judge(HostSnapshot(target=target, error=str(exc)), Baselines(), one_shot=True)
+            snapshot = no_data(target, visible(str(exc) or type(exc).__name__, 300), None)
             waited = None
+            if not args.json:  # the verdict in words too: "cannot tell: no data: …"
+                for line in format_check(snapshot, out, header=len(targets) > 1):
+                    print(line, file=out)
         statuses.append(status)
         snapshots.append(snapshot)
         waits[target] = waited

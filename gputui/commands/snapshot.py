@@ -11,7 +11,7 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.commands.verdict_text import verdict_lines
-from gputui.core.judge import judge
+from gputui.core.judge import judge, no_data
 from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.core.state import load_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
@@ -153,6 +153,8 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
     err = err or sys.stderr
     targets = default_targets(list(getattr(args, "targets", []) or []), bool(getattr(args, "demo", False)))
     snapshots: list[HostSnapshot] = []
+    unreachable: list[HostSnapshot] = []
+    """Hosts that could not be sampled: in the JSON document (errors are data), said on stderr in text."""
     status = EXIT_OK
     for target in targets:
         try:
@@ -160,17 +162,22 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
+            unreachable.append(no_data(target, visible(str(exc) or type(exc).__name__, 300), None))
             continue
         except Exception as exc:  # anything else a transport raises: still one line, never a traceback
-            print(link_error_line(target, RuntimeError(f"{type(exc).__name__}: {exc}")), file=err)
+            cause = RuntimeError(f"{type(exc).__name__}: {exc}")
+            print(link_error_line(target, cause), file=err)
             status = EXIT_ERROR
+            unreachable.append(no_data(target, visible(str(cause), 300), None))
             continue
         if snapshot.error and not snapshot.gpus:
             print(f"gputui: {visible(target, 60)}: {visible(snapshot.error, 300)}", file=err)
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
-        out.write(json_visible(snapshots_document(snapshots), indent=1) + "\n")
+        order = {target: i for i, target in enumerate(targets)}
+        every = sorted(snapshots + unreachable, key=lambda s: order.get(s.target, len(order)))
+        out.write(json_visible(snapshots_document(every), indent=1) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:

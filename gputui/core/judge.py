@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import WatchedPort, busy_port_reason, busy_ports
-from gputui.core.model import HealthSample, HostSnapshot, Verdict
+from gputui.core.model import HostSnapshot, Verdict
 from gputui.core.servers import ServerWatch, failing_servers
 from gputui.core.verdicts import NO_DATA
 
@@ -64,10 +64,11 @@ def port_reasons(snapshot: HostSnapshot, ports: Collection[WatchedPort]) -> tupl
 
 
 def no_data_text(reason: str | None, since_s: float | None) -> str:
-    """ "no data since 03:12:07: connection refused", "no data yet: connecting" (local time of day)."""
+    """ "no data since 03:12:07: connection refused" (local time of day), "no data: connecting" (never had
+    any)."""
     cause = f": {reason}" if reason else ""
     if since_s is None:
-        return f"{NO_DATA} yet{cause}"
+        return f"{NO_DATA}{cause}"
     try:
         at = time.strftime("%H:%M:%S", time.localtime(since_s))
     except (OverflowError, OSError, ValueError):
@@ -85,8 +86,3 @@ def no_data(target: str, reason: str | None, since_s: float | None) -> HostSnaps
     """
     text = no_data_text(reason, since_s)
     return HostSnapshot(target=target, error=text, verdict=Verdict(clean=False, known=False, reasons=(text,)))
-
-
-def health_no_data(samples: Iterable[HealthSample]) -> tuple[HealthSample, ...]:
-    """Endpoints of a host without data: their last state is not evidence any more (shown as not known)."""
-    return tuple(replace(s, state=None, detail=NO_DATA) for s in samples)

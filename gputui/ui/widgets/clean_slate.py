@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from gputui.core.cleanslate import CleanCheck
 from gputui.core.model import Verdict
-from gputui.core.verdicts import CANNOT_TELL, CANNOT_TELL_WORDS, headline
+from gputui.core.verdicts import CANNOT_TELL, headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
 DRAIN_CURVE_CELLS = 24
@@ -87,7 +87,7 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             line.append(then, style="yellow")
         return line
     if verdict.clean:
-        return Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
+        return Text(f"{headline(verdict)} ✓", style="bold green")
     line = Text()
     if check is not None and check.finished_s is None:
         line.append(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
@@ -99,9 +99,12 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
     elif check is not None and check.clean is False and check.finished_s is not None:
         line.append(f"NOT CLEAN after {duration(check.finished_s - check.started_s)}: ", style="bold red")
     elif verdict.level == CANNOT_TELL:
-        line.append(f"{CANNOT_TELL_WORDS}: ", style="bold yellow")
+        # The headline of every view, its reasons included (they may carry a host's text: made visible).
+        return safe_text(headline(verdict), 300, style="bold yellow")
     else:
-        line.append(f"{verdict.level}: ", style="bold red")
+        # The headline every view prints, then the first reason (the others: the CLI lists them).
+        line.append(headline(verdict), style="bold red")
+        line.append(" · ", style="dim")
     reason = verdict.reasons[0] if verdict.reasons else f"{total - at_baseline} GPUs above baseline"
     line.append_text(safe_text(reason, 200))
     if len(verdict.reasons) > 1:
