@@ -96,6 +96,8 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
         if tearing is not None:
             # Nothing left to kill: the memory is on its way back, and for how long says when to worry.
             line.append(f"no holder left, the driver tearing down for {duration(tearing)} · ", style="yellow")
+        if check.kill_pending:
+            line.append("waiting for the kill to finish · ", style="yellow")
     elif check is not None and check.clean is False and check.finished_s is not None:
         line.append(f"NOT CLEAN after {duration(check.finished_s - check.started_s)}: ", style="bold red")
     elif verdict.level == CANNOT_TELL:
