@@ -286,8 +286,6 @@ class ServerStateTracker:
             # Before it first serves, a flat counter with work queued is a warm-up (compiling, capturing
             # graphs), not a stall.
             return HEALTH_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
-        if state == HEALTH_STATE_UNHEALTHY and job.defunct:
-            return state, f"{word} with {job.defunct_text()}{blank}"
         stalled_for = self._stalled_for()
         if (
             reading is not None
@@ -316,4 +314,6 @@ class ServerStateTracker:
                 quiet = reading.sampled_at - (self._last_progress_at or reading.sampled_at)
                 doing = f"a token generated {age_text(quiet)} ago"
             return HEALTH_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
+        if state == HEALTH_STATE_UNHEALTHY and job.defunct:
+            return state, f"{word} with {job.defunct_text()}{blank}"
         return state, f"{word}{blank}"
