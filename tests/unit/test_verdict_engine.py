@@ -266,3 +266,19 @@ def test_no_data_cannot_tell_and_says_since_when() -> None:
     assert snapshot.verdict is not None
     assert snapshot.verdict.level == CANNOT_TELL
     assert headline(snapshot.verdict) == "cannot tell: no data: connection refused"
+
+
+# -- one wording table --------------------------------------------------------------------------------
+
+
+def test_every_finding_kind_and_reason_has_one_sentence_builder() -> None:
+    from gputui.core.analysis import FINDING_KINDS
+    from gputui.core.wording import FINDING_SENTENCES, REASON_SENTENCES
+
+    assert set(FINDING_SENTENCES) == set(FINDING_KINDS)
+    assert {"held", "ghost_memory", "port", "server", "remnant", "not_ready", "no_data"} <= set(
+        REASON_SENTENCES
+    )
+    # The fleet builds its Xid finding from the same function as any other view would.
+    xid = FINDING_SENTENCES["xid"]("gpu-a", 3, 79)
+    assert xid.detail == "GPU3 reported XID 79 (DCGM_FI_DEV_XID_ERRORS)"

@@ -53,7 +53,7 @@ def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: B
     )
 
 
-def _unreadable_reason(gpu: Gpu) -> str | None:
+def unreadable_reason(gpu: Gpu) -> str | None:
     """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
     if gpu.error is not None:
         return f"GPU{gpu.index} error: {visible(gpu.error, 80)}"
@@ -81,12 +81,11 @@ def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     unreadable = False
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         baseline = baselines.for_gpu(gpu)
-        reason = _unreadable_reason(gpu)
+        reason = unreadable_reason(gpu)
         unreadable = unreadable or reason is not None
         used = gpu.memory_used_mib
         if reason is None and used is not None and used > baseline + baselines.tolerance_mib:
-            over = used - baseline
-            reason = f"GPU{gpu.index} {used} MiB, {over} MiB over its {baseline} MiB baseline ({MEMORY_ONLY})"
+            reason = memory_only_reason(gpu.index, used, baseline)
         gpu_reasons = () if reason is None else (reason,)
         gpu_verdicts.append(
             GpuVerdict(
@@ -148,7 +147,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
         baseline = baselines.for_gpu(gpu)
         used = gpu.memory_used_mib
         gpu_reasons: list[str] = []
-        reason = _unreadable_reason(gpu)
+        reason = unreadable_reason(gpu)
         if reason is not None:
             gpu_reasons.append(reason)
             unreadable = True
@@ -168,17 +167,10 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
                 if len(holders) > MAX_HOLDERS_IN_REASON:
                     texts.append(f"and {len(holders) - MAX_HOLDERS_IN_REASON} more")
                 held_by = ", ".join(texts)
-                if over:
-                    gpu_reasons.append(f"GPU{gpu.index} {used} MiB held by {held_by}")
-                else:
-                    gpu_reasons.append(f"GPU{gpu.index} {used} MiB but {held_by} still listed")
+                gpu_reasons.append(held_reason(gpu.index, used, held_by, over))
             elif over:
-                suspects = ghost_suspects(snapshot, gpu)
-                excess = used - baseline
-                text = f"GPU{gpu.index} {excess} MiB over baseline with no process listed (ghost memory)"
-                if suspects:
-                    text += "; " + "; ".join(s for _, s in suspects[:MAX_HOLDERS_IN_REASON])
-                gpu_reasons.append(text)
+                suspects = [text for _, text in ghost_suspects(snapshot, gpu)[:MAX_HOLDERS_IN_REASON]]
+                gpu_reasons.append(ghost_reason(gpu.index, used - baseline, suspects))
         gpu_verdicts.append(
             GpuVerdict(
                 index=gpu.index,
@@ -193,6 +185,26 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
         if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
             reasons.append(remnant_sentence(snapshot.target, node.proc, table, snapshot.time, one_shot))
     return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable, not_ready=not_ready)
+
+
+def memory_only_reason(index: int, used_mib: int, baseline_mib: int) -> str:
+    """ "GPU3 41236 MiB, 41233 MiB over its 3 MiB baseline (memory only)" (a source without processes)."""
+    over = used_mib - baseline_mib
+    return f"GPU{index} {used_mib} MiB, {over} MiB over its {baseline_mib} MiB baseline ({MEMORY_ONLY})"
+
+
+def held_reason(index: int, used_mib: int, held_by: str, over: bool) -> str:
+    """ "GPU0 41003 MiB held by pid 4241 (…)", or, at baseline, "GPU0 3 MiB but pid 4241 (…) still listed"."""
+    if over:
+        return f"GPU{index} {used_mib} MiB held by {held_by}"
+    return f"GPU{index} {used_mib} MiB but {held_by} still listed"
+
+
+def ghost_reason(index: int, excess_mib: int, suspects: list[str]) -> str:
+    """ "GPU2 40000 MiB over baseline with no process listed (ghost memory); pid 77 (x) has /dev/nvidia2
+    open"."""
+    text = f"GPU{index} {excess_mib} MiB over baseline with no process listed (ghost memory)"
+    return text + ("; " + "; ".join(suspects) if suspects else "")
 
 
 def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:

@@ -130,9 +130,10 @@ def judge_once(snapshot: HostSnapshot) -> HostSnapshot:
 
 def failing_servers(samples: Iterable[HealthSample]) -> list[str]:
     """One line per server in a failing state (``FAILING_STATES``), for ``check``'s reasons."""
-    lines = []
-    for sample in samples:
-        if sample.state in FAILING_STATES:
-            why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
-            lines.append(f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}")
-    return lines
+    return [server_reason(sample) for sample in samples if sample.state in FAILING_STATES]
+
+
+def server_reason(sample: HealthSample) -> str:
+    """ "server http://…/health is UNHEALTHY: HTTP 503 with 2 defunct members in its job (…)"."""
+    why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
+    return f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"

@@ -8,7 +8,8 @@ from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
-from gputui.core.model import Finding, Gpu, HealthSample, HostSnapshot
+from gputui.core.analysis.findings import xid_finding
+from gputui.core.model import Gpu, HealthSample, HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.fleet import FleetHost, FleetSample, MigInstance
 from gputui.transports.prometheus.query import (
@@ -111,17 +112,6 @@ def _build_gpu(
 def last_is(age_s: float | None) -> str:
     """ "; the last is 12 s old", or nothing when the age is not known."""
     return "" if age_s is None else f"; the last is {age_text(age_s)} old"
-
-
-def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
-    """The finding that says a GPU's last XID error is not 0 (the SSH view and ``dmesg`` tell more)."""
-    return Finding(
-        kind="xid",
-        target=target,
-        gpu_index=gpu_index,
-        detail=f"GPU{gpu_index} reported XID {code} (DCGM_FI_DEV_XID_ERRORS)",
-        action="look at the host's kernel log (dmesg | grep -i xid); open it over SSH for its processes",
-    )
 
 
 def _index_gpus(parts: Iterable[GpuParts]) -> list[tuple[int, GpuParts]]:
