@@ -259,3 +259,24 @@ def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest
     assert baselines.per_gpu_mib == {}
     assert warning is not None
     assert "not valid JSON" in warning
+
+
+def test_each_fleet_host_line_says_the_level_its_exit_code_means() -> None:
+    """Words and exit code from the one verdict: a host that cannot be told is never "NOT CLEAN"."""
+    sample = analyze_fleet(parse_answer(load_answer()), Baselines())
+    unreadable = replace(
+        sample.hosts[0],
+        name="gpu-nan",
+        snapshot=HostSnapshot(target="gpu-nan", gpus=(Gpu(index=0, error="DCGM sent no memory figure"),)),
+    )
+    sample = analyze_fleet(replace(sample, hosts=(*sample.hosts, unreadable)), Baselines())
+    lines = format_fleet_check(sample, ("ok", "X"))
+    words = {0: "CLEAN", 1: "NOT CLEAN", 2: "cannot tell"}
+    for host in sample.hosts:
+        status = host_status(host.snapshot)
+        line = [text for text in lines if text.startswith(f"X {host.name}  ")]
+        if status == 0:
+            assert not line
+        else:
+            assert line[0].startswith(f"X {host.name}  {words[status]}: "), (line, status)
+    assert host_status(sample.hosts[-1].snapshot) == 2
