@@ -282,3 +282,37 @@ def test_every_finding_kind_and_reason_has_one_sentence_builder() -> None:
     # The fleet builds its Xid finding from the same function as any other view would.
     xid = FINDING_SENTENCES["xid"]("gpu-a", 3, 79)
     assert xid.detail == "GPU3 reported XID 79 (DCGM_FI_DEV_XID_ERRORS)"
+
+
+# -- over time: the views that watch ------------------------------------------------------------------
+
+
+def test_a_watching_view_says_unhealthy_from_the_first_wedged_sample_then_stalled() -> None:
+    """The demo's wedged host, fed second by second to the engine with the TUI's watch: UNHEALTHY from the
+    first sample with defunct schedulers (never BUSY, never STARTING), then STALLED past the window; the
+    verdict names the server in the same sentence every time."""
+    from gputui.core.servers import ServerWatch
+    from gputui.transports.base import LinkOptions
+    from gputui.transports.sim import ManualClock, SimLink
+
+    clock = ManualClock()
+    link = SimLink("gpu-node-07", LinkOptions(memory_interval_s=0.01), clock=clock, wedged_at_s=3.0)
+    link.open()
+    watch = ServerWatch(stall_after_s=5.0)
+    seen: list[str | None] = []
+    for _ in range(30):
+        raw = HostSnapshot.from_dict(link.request({"cmd": "sample"}, timeout_s=1)["snapshot"])
+        judged = judge(raw, Baselines(), servers=watch)
+        (server,) = judged.health
+        seen.append(server.state)
+        if any(p.state == "Z" for p in raw.processes) and seen.count(server.state) == 1:
+            assert server.state in (HEALTH_STATE_UNHEALTHY, "STALLED"), server
+        if server.state in (HEALTH_STATE_UNHEALTHY, "STALLED"):
+            assert judged.verdict is not None
+            assert f"server {server.url} is {server.state}: {server.detail}" in judged.verdict.reasons
+        clock.advance(1.0)
+    link.close()
+    assert HEALTH_STATE_BUSY not in seen
+    assert HEALTH_STATE_STARTING not in seen
+    assert seen[-1] == "STALLED"
+    assert HEALTH_STATE_UP in seen[:3]
