@@ -142,7 +142,7 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
             waiting.kill()
             waiting.wait()
     assert waiting.returncode == 0, err
-    assert "✓ clean: 2/2 hosts, 10/10 GPUs at baseline (memory only" in out
+    assert "✓ CLEAN: 2/2 hosts, 10/10 GPUs at baseline (memory only" in out
     assert "clean after" in out
 
 
