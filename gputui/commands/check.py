@@ -30,7 +30,7 @@ from gputui.core.state import (
     save_watched_ports,
 )
 from gputui.core.textsafe import json_visible, visible
-from gputui.core.verdicts import CANNOT_TELL_WORDS, exit_code, worst_exit_code
+from gputui.core.verdicts import exit_code, worst_exit_code
 from gputui.transports.base import HostLink, LinkError, full_sample, one_shot_sample
 
 EXIT_CLEAN = 0
@@ -42,7 +42,6 @@ WAIT_MEMORY_INTERVAL_S = 0.09
 *finished*, so 0.1 s gives a little under 10 samples per second; 0.09 s keeps it at 10 or more."""
 WAIT_PROCESS_INTERVAL_S = 0.5
 DASH = "–"
-CANNOT_TELL = CANNOT_TELL_WORDS
 
 
 def safe_streams(*streams: TextIO) -> None:
