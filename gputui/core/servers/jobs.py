@@ -19,7 +19,6 @@ from gputui.core.model import HostSnapshot, Proc
 ZOMBIE_SETTLED_S = D_STATE_THRESHOLD_S
 """A zombie of the job counts against BUSY once it has been defunct this long (the zombie finding's
 threshold): a worker that exited a moment ago is still being reaped."""
-NAMED_MAX = 3
 
 
 @dataclass(frozen=True)
@@ -35,10 +34,9 @@ class JobFacts:
     not_busy: str = ""
 
     def defunct_text(self) -> str:
-        """ "2 defunct members (4241 (python3), 4242 (python3))"."""
+        """ "2 defunct members in its job" (the findings name them, with what to do about each)."""
         count = len(self.defunct)
-        names = ", ".join(self.defunct[:NAMED_MAX]) + (", …" if count > NAMED_MAX else "")
-        return f"{count} defunct member{'' if count == 1 else 's'} in its job ({names})"
+        return f"{count} defunct member{'' if count == 1 else 's'} in its job"
 
 
 def _job_members(snapshot: HostSnapshot, launcher_pid: int | None) -> list[Proc]:
