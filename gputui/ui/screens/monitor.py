@@ -92,6 +92,8 @@ class MonitorScreen(Screen[None]):
         self._hosts_dirty = False
         """The host bar and overview lag behind the hosts' state (see ``HOSTS_REDRAW_S``)."""
         self._hosts_timer_pending = False
+        self._active_live: bool | None = None
+        """Whether the shown host was live at the last tick (None: not looked yet)."""
 
     @property
     def gputui(self) -> GpuTuiApp:
@@ -202,9 +204,15 @@ class MonitorScreen(Screen[None]):
             self._show_hosts_now()
 
     def tick(self) -> None:
-        """Once a second: ages in the host bar, the progress of a running check."""
+        """Once a second: ages in the host bar, the progress of a running check, and the panels again when the
+        shown host's data went stale (or came back): they say "no data since …" without waiting for data."""
         self._show_hosts_now()
         host = self.active
+        live = host is not None and self.gputui.host_status(host).state == LIVE
+        if host is not None and live != self._active_live:
+            self._active_live = live
+            self._show_active()
+            return
         if host is not None and host.check is not None and host.check.running:
             verdict = None if host.snapshot is None else host.snapshot.verdict
             with suppress(NoMatches):
