@@ -240,6 +240,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             action="store_true",
             help="record the current per-GPU memory of this idle host as its baseline",
         )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="with --calibrate: record GPUs that do not look idle too (each is named)",
+        )
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "kill":
         parser.description = KILL_DESCRIPTION

@@ -1,12 +1,15 @@
 """Shared fixtures and suite-wide rules.
 
 A skipped test is a failed run: every dependency the suite needs is installed by `.ci/run`, so a skip can only
-mean something is missing that should not be. A process left behind fails the run too (`tests/leakcheck.py`).
+mean something is missing that should not be. A process left behind fails the run too (`tests/leakcheck.py`),
+and so does a change to the user's own gputui files or `.ssh`: HOME and the XDG directories point into a
+temporary tree for the whole run and every subprocess (`tests/homeguard.py`).
 """
 
 import pytest
 
 pytest_plugins = [
+    "tests.homeguard",
     "tests.leakcheck",
     "tests.kernellog",
     "tests.fakenvml.plugin",

@@ -455,6 +455,7 @@ def health_sample(
     metrics_dropped: Iterable[str] = (),
     metrics_error: str | None = None,
     launcher_age_s: float | None = None,
+    launcher_pid: int | None = None,
 ) -> dict[str, Any]:
     """The latest state of one health endpoint: ``state`` from ``HEALTH_STATES`` (None: not probed yet),
     ``since`` when it began, ``last_ok`` the last UP and ``checked_at`` the last probe (epoch seconds).
@@ -462,7 +463,8 @@ def health_sample(
     The server's metrics beside it: ``metrics_url`` (None: none read), ``metrics_text`` its last body cut down
     on the host to the series the client reads (``health.metrics_filter``), ``metrics_at`` when it was read,
     ``metrics_dropped`` the names cut by a cap, ``metrics_error`` why the last read failed (the text is then
-    None), and ``launcher_age_s`` the age of the launcher that serves the endpoint (None: not known).
+    None), and ``launcher_age_s`` the age of the launcher that serves the endpoint (None: not known, or it is
+    gone), ``launcher_pid`` its pid (None likewise).
     ``metrics`` is the client's reading of them (``gputui.core.servers.metrics_json``): null from a collector.
     """
     return {
@@ -483,6 +485,7 @@ def health_sample(
         "metrics_error": metrics_error,
         "launcher_age_s": launcher_age_s,
         "metrics": None,
+        "launcher_pid": launcher_pid,
     }
 
 

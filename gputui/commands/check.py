@@ -1,7 +1,8 @@
 """``gputui check``: is every GPU back at its idle baseline? The scripted form of eight lines of "3 MiB".
 
-Exit status: 0 clean, 1 not clean, 2 could not tell (no driver, unreachable host, bad state file for
-``--calibrate``). With ``--wait`` it samples quickly until the host is clean or the deadline passes and says
+Exit status (``core.verdicts``): 0 CLEAN, 1 NOT CLEAN or NOT READY, 2 CANNOT TELL (no driver, unreachable
+host, a GPU that cannot be read, bad state file or refused GPUs for ``--calibrate``). With ``--wait`` it
+samples quickly until the host is clean or the deadline passes and says
 how long that took; ``--calibrate`` records the current per-GPU figures of an idle host as its baselines.
 """
 
@@ -11,26 +12,19 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any, TextIO
 
 from gputui.agent.protocol import CMD_CONFIGURE
-from gputui.commands.output import link_error_line, marks, safe_streams, wait_line
+from gputui.commands.output import link_error_line, safe_streams, wait_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.commands.verdict_text import verdict_lines
 from gputui.core import cleanslate, leftovers
-from gputui.core.analysis import (
-    DEFAULT_BASELINE_MIB,
-    DEFAULT_TOLERANCE_MIB,
-    NOT_READY,
-    Baselines,
-    analyze,
-    gpu_memory_by_pid,
-)
-from gputui.core.cleanslate import busy_port_reason, busy_ports
+from gputui.core.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
+from gputui.core.calibration import refusals
 from gputui.core.display import DASH
+from gputui.core.judge import judge, no_data
 from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
-from gputui.core.model import HostSnapshot, Verdict, snapshots_document
-from gputui.core.servers import failing_servers, judge_once
+from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.state import (
     StateError,
     load_baselines,
@@ -39,6 +33,7 @@ from gputui.core.state import (
     save_watched_ports,
 )
 from gputui.core.textsafe import json_visible, visible
+from gputui.core.verdicts import exit_code, worst_exit_code
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
@@ -48,8 +43,6 @@ WAIT_MEMORY_INTERVAL_S = 0.09
 """Memory sample interval while waiting. Links schedule the next sample an interval after the last one
 *finished*, so 0.1 s gives a little under 10 samples per second; 0.09 s keeps it at 10 or more."""
 WAIT_PROCESS_INTERVAL_S = 0.5
-MAX_FINDINGS_SHOWN = 20
-CANNOT_TELL = "cannot tell"
 
 
 def resolve_baselines(
@@ -72,70 +65,12 @@ def resolve_baselines(
     )
 
 
-def _status(verdict: Verdict | None) -> int:
-    if verdict is None or not verdict.known:
-        return EXIT_ERROR
-    return EXIT_CLEAN if verdict.clean else EXIT_NOT_CLEAN
-
-
-def _gpu_reason_text(index: int, used: int | None, reason: str) -> str:
-    """A per-GPU reason without the "GPU3 41236 MiB " its line already shows."""
-    prefix = f"GPU{index} "
-    if reason.startswith(prefix):
-        reason = reason[len(prefix) :]
-    if used is not None and reason.startswith(f"{used} MiB "):
-        reason = reason[len(f"{used} MiB ") :]
-    return reason
-
-
 def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[str]:
-    """The lines of one host's check: one per GPU, then the verdict, host-level reasons and findings."""
-    good, bad = marks(stream)
+    """The lines of one host's check: one per GPU, then the verdict, its reasons and the findings."""
     lines: list[str] = []
     if header:
         lines.append(f"{visible(snapshot.target, 60)} ({visible(snapshot.hostname or DASH, 60)})")
-    verdict = snapshot.verdict
-    shown: set[str] = set()
-    if verdict is not None:
-        for gpu_verdict in verdict.gpus:
-            used = DASH if gpu_verdict.used_mib is None else str(gpu_verdict.used_mib)
-            if gpu_verdict.clean:
-                lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {good}")
-                continue
-            texts = [
-                _gpu_reason_text(gpu_verdict.index, gpu_verdict.used_mib, r) for r in gpu_verdict.reasons
-            ]
-            lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {bad} {visible('; '.join(texts), 400)}")
-            shown.update(gpu_verdict.reasons)
-    if verdict is None:
-        lines.append("cannot tell: no verdict")
-    elif not verdict.known:
-        lines.append(f"{CANNOT_TELL}: {visible('; '.join(verdict.reasons) or 'no data', 400)}")
-    else:
-        total = len(verdict.gpus)
-        baseline = sorted(set(verdict.baseline_mib.values()))
-        baseline_text = "/".join(str(b) for b in baseline) if baseline else str(DEFAULT_BASELINE_MIB)
-        at = (
-            f"{verdict.gpus_at_baseline}/{total} GPUs at baseline "
-            f"({baseline_text} MiB + {verdict.tolerance_mib})"
-        )
-        if verdict.not_ready:
-            lines.append(f"{NOT_READY}: {visible('; '.join(verdict.unfit), 400)}")
-            shown.update(verdict.unfit)
-        lines.append(f"clean: {at}" if verdict.clean else f"NOT clean: {at}")
-        # Host-level reasons (a zombie or D-state process left in a GPU tree) that a finding below already
-        # explains are not repeated: eight defunct workers would take sixteen lines to say eight things.
-        explained = {f"pid {f.pid} " for f in snapshot.findings if f.pid is not None}
-        for reason in verdict.reasons:
-            if reason not in shown and not any(reason.startswith(prefix) for prefix in explained):
-                lines.append(f"  - {visible(reason, 400)}")
-    for finding in snapshot.findings[:MAX_FINDINGS_SHOWN]:
-        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}")
-        if finding.action:
-            lines.append(f"    -> {visible(finding.action, 300)}")
-    if len(snapshot.findings) > MAX_FINDINGS_SHOWN:
-        lines.append(f"! and {len(snapshot.findings) - MAX_FINDINGS_SHOWN} more findings")
-    return lines
+    return lines + verdict_lines(snapshot, stream)
 
 
 def _configure(link: HostLink, memory_interval_s: float, process_interval_s: float) -> None:
@@ -178,12 +113,16 @@ def wait_until_clean(
     """
     check = cleanslate.start(clock(), wait_s, trigger="--wait", ports=ports)
     _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S)
+
+    def judged(sample: HostSnapshot) -> HostSnapshot:
+        return judge(sample, baselines, watched_ports=ports, one_shot=True)
+
     try:
-        snapshot = analyze(full_sample(link, target), baselines)
+        snapshot = judged(full_sample(link, target))
         check, ask = cleanslate.memory_sample(check, snapshot, baselines, clock())
         while True:
             if ask:
-                snapshot = analyze(full_sample(link, target), baselines)
+                snapshot = judged(full_sample(link, target))
                 check = cleanslate.confirming_sample(check, snapshot)
             if check.clean and check.finished_s is not None:
                 return snapshot, check.finished_s - check.started_s, check
@@ -193,7 +132,7 @@ def wait_until_clean(
             streamed = link.next_snapshot(min(max(0.0, check.started_s + wait_s - clock()), 1.0))
             ask = False
             if streamed is not None:
-                snapshot = analyze(streamed, baselines)
+                snapshot = judged(streamed)
                 check, ask = cleanslate.memory_sample(check, snapshot, baselines, clock())
     finally:
         try:
@@ -202,25 +141,29 @@ def wait_until_clean(
             pass  # the link is closed next anyway; the agent's intervals die with it
 
 
-def _calibrate(snapshot: HostSnapshot, target: str, out: TextIO, err: TextIO, json_out: bool) -> int:
+def _calibrate(
+    snapshot: HostSnapshot, target: str, out: TextIO, err: TextIO, json_out: bool, force: bool
+) -> int:
+    """Record the GPUs' figures of an analysed one-shot sample as their baselines, only from idle evidence
+    (``core.calibration``): a refused GPU is named, and nothing is recorded unless ``force``."""
+    name = visible(target, 100)
     if snapshot.error is not None or not snapshot.gpus:
-        print(
-            f"gputui: {visible(target, 100)}: cannot calibrate: "
-            f"{visible(snapshot.error or 'no GPUs found', 300)}",
-            file=err,
-        )
+        cause = visible(snapshot.error or "no GPUs found", 300)
+        print(f"gputui: {name}: cannot calibrate: {cause}", file=err)
         return EXIT_ERROR
-    broken = [g for g in snapshot.gpus if g.error is not None or g.memory_used_mib is None]
-    if broken:
-        names = ", ".join(f"GPU{g.index}" for g in broken)
-        print(f"gputui: {visible(target, 100)}: cannot calibrate: {names} cannot be read", file=err)
+    refused = refusals(snapshot)
+    unreadable = [r for r in refused if not r.forcible]
+    if unreadable:
+        names = ", ".join(f"GPU{r.index}" for r in unreadable)
+        print(f"gputui: {name}: cannot calibrate: {names} cannot be read", file=err)
         return EXIT_ERROR
-    listed = sorted({p.pid for g in snapshot.gpus for p in g.processes} | set(gpu_memory_by_pid(snapshot)))
-    if listed:
-        pids = ", ".join(str(p) for p in listed[:8]) + (", …" if len(listed) > 8 else "")
+    if refused and not force:
+        for refusal in refused:
+            print(f"gputui: {name}: GPU{refusal.index} refused: {visible(refusal.reason, 300)}", file=err)
+        gpus = f"{len(refused)} GPU{'s' if len(refused) > 1 else ''}"
         print(
-            f"gputui: {visible(target, 100)}: cannot calibrate: {len(listed)} GPU process"
-            f"{'es are' if len(listed) != 1 else ' is'} listed (pid {pids}); calibrate only an idle host",
+            f"gputui: {name}: cannot calibrate: {gpus} not idle; "
+            "nothing recorded (calibrate an idle host, or --force to record them anyway)",
             file=err,
         )
         return EXIT_ERROR
@@ -230,11 +173,16 @@ def _calibrate(snapshot: HostSnapshot, target: str, out: TextIO, err: TextIO, js
     except StateError as exc:
         print(f"gputui: {visible(str(exc), 400)}", file=err)
         return EXIT_ERROR
+    forced = {r.index: r.reason for r in refused}
+    for index, reason in sorted(forced.items()):
+        why = visible(reason, 300)
+        print(f"gputui: warning: {name}: GPU{index} recorded although it {why} (--force)", file=err)
     if json_out:
         return EXIT_CLEAN
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
-        print(f"GPU{gpu.index}  {gpu.memory_used_mib} MiB  baseline recorded", file=out)
-    print(f"calibrated {visible(target, 100)}: {len(values)} GPUs, saved to {path}", file=out)
+        note = " (forced)" if gpu.index in forced else ""
+        print(f"GPU{gpu.index}  {gpu.memory_used_mib} MiB  baseline recorded{note}", file=out)
+    print(f"calibrated {name}: {len(values)} GPUs, saved to {path}", file=out)
     return EXIT_CLEAN
 
 
@@ -252,16 +200,18 @@ def _check_target(
         if args.calibrate:
             if demo:
                 print("gputui: --calibrate records real hosts only, not --demo ones", file=err)
-                return EXIT_ERROR, analyze(snapshot, baselines), None
-            status = _calibrate(snapshot, target, out, err, bool(args.json))
+                return EXIT_ERROR, judge(snapshot, baselines, one_shot=True), None
+            analysed = judge(snapshot, baselines, one_shot=True)
+            force = bool(getattr(args, "force", False))
+            status = _calibrate(analysed, target, out, err, bool(args.json), force)
             if status == EXIT_CLEAN:
                 baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
-            return status, analyze(snapshot, baselines), None
+            return status, judge(snapshot, baselines, one_shot=True), None
         warnings: list[str] = []
         ports = () if demo else load_watched_ports(target, snapshot.boot_id, warnings=warnings)
         for warning in warnings:
             print(f"gputui: warning: {visible(warning, 400)}", file=err)
-        analysed = judge_ports(analyze(snapshot, baselines), ports)
+        analysed = judge(snapshot, baselines, watched_ports=ports, one_shot=True)
         if (
             args.wait is not None
             and analysed.verdict is not None
@@ -272,7 +222,6 @@ def _check_target(
                 print(f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…", file=err)
             analysed, waited, check = wait_until_clean(link, target, baselines, args.wait, args, ports=ports)
             ports_free = ports_free_line(check)
-            analysed = judge_ports(analysed, ports)
         elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
             waited = 0.0
         _forget_free_ports(target, analysed, ports, err)
@@ -282,8 +231,7 @@ def _check_target(
             analysed = leftovers.judge(analysed, check_recorded(link, target, analysed.boot_id, err))
     finally:
         link.close()
-    analysed = judge_servers(analysed)
-    status = _status(analysed.verdict)
+    status = exit_code(analysed.verdict)
     if not args.json:
         for line in format_check(analysed, out, header):
             print(line, file=out)
@@ -292,17 +240,6 @@ def _check_target(
             if last is not None:
                 print(last if not ports_free or waited is None else f"{last}; {ports_free}", file=out)
     return status, analysed, waited
-
-
-def judge_ports(snapshot: HostSnapshot, ports: tuple[cleanslate.WatchedPort, ...]) -> HostSnapshot:
-    """The snapshot with a verdict that is not clean while a port of a killed job is still in LISTEN,
-    saying which and by whom (``cleanslate.busy_ports``)."""
-    verdict = snapshot.verdict
-    busy = busy_ports(snapshot, ports) if ports else None
-    if not busy or verdict is None or not verdict.known:
-        return snapshot
-    reasons = tuple(busy_port_reason(port, listener) for port, listener in busy)
-    return replace(snapshot, verdict=replace(verdict, clean=False, reasons=verdict.reasons + reasons))
 
 
 def ports_free_line(check: cleanslate.CleanCheck) -> str:
@@ -327,19 +264,8 @@ def _forget_free_ports(
         print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
 
 
-def judge_servers(snapshot: HostSnapshot) -> HostSnapshot:
-    """The snapshot with its servers judged (``core.servers``) and, when one is UNHEALTHY or STALLED, a
-    verdict that is not clean and says which: the GPUs may be free, but the server on them is not serving."""
-    judged = judge_once(snapshot)
-    failing = failing_servers(judged.health)
-    verdict = judged.verdict
-    if not failing or verdict is None or not verdict.known:
-        return judged
-    return replace(judged, verdict=replace(verdict, clean=False, reasons=verdict.reasons + tuple(failing)))
-
-
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Run ``gputui check``; returns the exit status (0 clean, 1 not clean, 2 could not tell)."""
+    """Run ``gputui check``; returns the exit status (0 CLEAN, 1 NOT CLEAN / NOT READY, 2 CANNOT TELL)."""
     if getattr(args, "fleet", None) is not None:
         from gputui.commands.fleet_report import run_fleet_check
 
@@ -357,9 +283,11 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
-            snapshot = HostSnapshot(target=target, error=str(exc))
-            snapshot = analyze(snapshot, Baselines())
+            snapshot = no_data(target, visible(str(exc) or type(exc).__name__, 300), None)
             waited = None
+            if not args.json:  # the verdict in words too: "cannot tell: no data: …"
+                for line in format_check(snapshot, out, header=len(targets) > 1):
+                    print(line, file=out)
         statuses.append(status)
         snapshots.append(snapshot)
         waits[target] = waited
@@ -368,6 +296,4 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         if args.wait is not None:
             document["clean_after_s"] = waits
         print(json_visible(document, indent=1), file=out)
-    if EXIT_ERROR in statuses:
-        return EXIT_ERROR
-    return EXIT_NOT_CLEAN if EXIT_NOT_CLEAN in statuses else EXIT_CLEAN
+    return worst_exit_code(statuses)

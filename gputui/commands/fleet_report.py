@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.fleet_options import FleetChoice
 from gputui.commands.output import marks, safe_streams, wait_line
-from gputui.core.analysis import NOT_READY, Baselines
+from gputui.core.analysis import Baselines
 from gputui.core.fleet_rows import (
     analyze_fleet,
     baseline_text,
@@ -31,8 +31,10 @@ from gputui.core.fleet_rows import (
     xid_text,
 )
 from gputui.core.fleet_sample import FleetSample
+from gputui.core.levels import CLEAN, NOT_CLEAN
 from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.textsafe import json_visible, visible
+from gputui.core.verdicts import CANNOT_TELL_WORDS, exit_code
 from gputui.transports.prometheus import PrometheusError, PrometheusSource, shown_url
 
 if TYPE_CHECKING:
@@ -197,15 +199,9 @@ def run_fleet_snapshot(args: argparse.Namespace, out: TextIO | None = None, err:
 
 
 def host_status(snapshot: HostSnapshot) -> int:
-    """0 clean, 1 memory above a baseline somewhere, 2 cannot tell (no current data, a GPU without figure)."""
-    verdict = snapshot.verdict
-    if verdict is None or not verdict.known:
-        return EXIT_ERROR
-    if verdict.clean:
-        return EXIT_CLEAN
-    over = any(not g.clean and g.used_mib is not None for g in verdict.gpus)
-    # A gputui exporter's verdict also fails on what holds no memory (a zombie, a D-state process).
-    return EXIT_NOT_CLEAN if over or snapshot.findings else EXIT_ERROR
+    """The exit status of the host's verdict (``core.verdicts``): 0 clean, 1 not clean or not ready, 2 cannot
+    tell (no current data, a GPU without figure)."""
+    return exit_code(snapshot.verdict)
 
 
 def fleet_status(sample: FleetSample | None) -> int:
@@ -236,16 +232,14 @@ def format_fleet_check(sample: FleetSample, marks: tuple[str, str]) -> list[str]
         listed += 1
         if listed > MAX_HOSTS_LISTED:
             continue
-        word = "cannot tell" if status == EXIT_ERROR else "NOT clean"
-        if verdict is not None and verdict.not_ready:
-            word = NOT_READY
+        word = CANNOT_TELL_WORDS if verdict is None or status == EXIT_ERROR else verdict.level
         reasons = "; ".join(verdict.reasons) if verdict is not None else "no verdict"
         lines.append(f"{bad} {visible(host.name, 40)}  {word}: {visible(reasons, 400)}")
     if listed > MAX_HOSTS_LISTED:
         lines.append(f"{bad} and {listed - MAX_HOSTS_LISTED} more hosts not clean")
     total = len(sample.hosts)
     mark = good if hosts_clean == total else bad
-    word = "clean" if hosts_clean == total else "NOT clean"
+    word = CLEAN if hosts_clean == total else NOT_CLEAN
     lines.append(
         f"{mark} {word}: {hosts_clean}/{total} hosts, {gpus_at}/{gpus_total} GPUs at baseline"
         f" ({verdict_note(sample)})"

@@ -10,13 +10,14 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import resolve_baselines
 from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.core.analysis import NOT_READY, analyze
+from gputui.commands.verdict_text import verdict_lines
 from gputui.core.analysis.gpu_health import health_summary
 from gputui.core.display import DASH, clock_time
 from gputui.core.health_sample import HealthSample
+from gputui.core.judge import judge, no_data
 from gputui.core.link import LinkError, one_shot_sample
 from gputui.core.model import HostSnapshot, snapshots_document
-from gputui.core.servers import judge_once
+from gputui.core.state import load_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 
 EXIT_OK = 0
@@ -27,11 +28,12 @@ HEALTH_DETAIL_WIDTH = 60
 
 
 def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> HostSnapshot:
-    """Findings and the clean-slate verdict, against the same baselines ``gputui check`` uses."""
-    baselines = resolve_baselines(
-        snapshot.target, args.baseline_mib, args.tolerance_mib, bool(getattr(args, "demo", False)), err
-    )
-    return analyze(snapshot, baselines)
+    """Server states, findings and the verdict by the engine ``gputui check`` uses, against the same
+    baselines and the same watched ports (read only: only ``check`` forgets a port it sees free)."""
+    demo = bool(getattr(args, "demo", False))
+    baselines = resolve_baselines(snapshot.target, args.baseline_mib, args.tolerance_mib, demo, err)
+    ports = () if demo else load_watched_ports(snapshot.target, snapshot.boot_id)
+    return judge(snapshot, baselines, watched_ports=ports, one_shot=True)
 
 
 def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
@@ -44,7 +46,7 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
-        return judge_once(one_shot_sample(link, target))
+        return one_shot_sample(link, target)
     finally:
         link.close()
 
@@ -78,8 +80,9 @@ def format_health_line(sample: HealthSample) -> str:
     return line
 
 
-def format_table(snapshot: HostSnapshot) -> list[str]:
-    """The compact text form of one snapshot: a header, one line per GPU, the GPU processes, health."""
+def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[str]:
+    """The compact text form of one snapshot: a header, one line per GPU, the GPU processes, health, then
+    the verdict block exactly as ``gputui check`` prints it (``verdict_text``); ``stream`` picks its marks."""
     host = visible(snapshot.hostname or DASH, 60)
     header = f"{visible(snapshot.target, 60)} ({host})"
     if snapshot.driver_version:
@@ -126,16 +129,9 @@ def format_table(snapshot: HostSnapshot) -> list[str]:
     if any(text is not None for _index, text in health_lines):
         lines.append("GPU HEALTH")
         lines.extend(f"  GPU{index} {text}" for index, text in health_lines if text is not None)
-    verdict = snapshot.verdict
-    if verdict is not None:
-        state = "clean" if verdict.clean else ("unknown" if not verdict.known else "NOT clean")
-        if verdict.not_ready:
-            state = NOT_READY
-        lines.append(f"clean slate: {state}")
-        for reason in verdict.reasons[:10]:
-            lines.append(f"  - {visible(reason, 200)}")
-    for finding in snapshot.findings[:20]:
-        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 200)}")
+    if snapshot.verdict is not None:
+        lines.append("CLEAN SLATE")
+        lines.extend(verdict_lines(snapshot, sys.stdout if stream is None else stream))
     return lines
 
 
@@ -153,6 +149,8 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
     err = err or sys.stderr
     targets = default_targets(list(getattr(args, "targets", []) or []), bool(getattr(args, "demo", False)))
     snapshots: list[HostSnapshot] = []
+    unreachable: list[HostSnapshot] = []
+    """Hosts that could not be sampled: in the JSON document (errors are data), said on stderr in text."""
     status = EXIT_OK
     for target in targets:
         try:
@@ -160,23 +158,28 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
+            unreachable.append(no_data(target, visible(str(exc) or type(exc).__name__, 300), None))
             continue
         except Exception as exc:  # anything else a transport raises: still one line, never a traceback
-            print(link_error_line(target, RuntimeError(f"{type(exc).__name__}: {exc}")), file=err)
+            cause = RuntimeError(f"{type(exc).__name__}: {exc}")
+            print(link_error_line(target, cause), file=err)
             status = EXIT_ERROR
+            unreachable.append(no_data(target, visible(str(cause), 300), None))
             continue
         if snapshot.error and not snapshot.gpus:
             print(f"gputui: {visible(target, 60)}: {visible(snapshot.error, 300)}", file=err)
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
-        out.write(json_visible(snapshots_document(snapshots), indent=1) + "\n")
+        order = {target: i for i, target in enumerate(targets)}
+        every = sorted(snapshots + unreachable, key=lambda s: order.get(s.target, len(order)))
+        out.write(json_visible(snapshots_document(every), indent=1) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:
                 continue  # already said on stderr
             if i:
                 out.write("\n")
-            out.write("\n".join(format_table(snapshot)) + "\n")
+            out.write("\n".join(format_table(snapshot, out)) + "\n")
     out.flush()
     return status

@@ -133,6 +133,8 @@ class CleanCheck:
         ports: The TCP ports of the jobs killed on the host, watched until they are free.
         ports_free_s: When a sample first showed every watched port free; None until then (or none watched).
         ports_note: Why the last confirming sample was held back by a port ("" when it was not).
+        pressed_s: When the key that started it was pressed, when that was before ``started_s`` (``X``
+            waits for a confirmation): the receipt's "since X" counts from it. None: ``started_s``.
     """
 
     started_s: float
@@ -151,6 +153,12 @@ class CleanCheck:
     ports: tuple[WatchedPort, ...] = ()
     ports_free_s: float | None = None
     ports_note: str = ""
+    pressed_s: float | None = None
+
+    @property
+    def key_s(self) -> float:
+        """When the key that started the check was pressed (the receipt's "since X")."""
+        return self.started_s if self.pressed_s is None else min(self.pressed_s, self.started_s)
 
     @property
     def running(self) -> bool:
@@ -182,10 +190,17 @@ def start(
     trigger: str = "c",
     kill_pending: bool = False,
     ports: Collection[WatchedPort] = (),
+    pressed_s: float | None = None,
 ) -> CleanCheck:
-    """A new check, started at ``now_s``, watching ``ports`` (those of jobs killed before it) until free."""
+    """A new check, started at ``now_s``, watching ``ports`` (those of jobs killed before it) until free;
+    ``pressed_s``: when its key was pressed, if before ``now_s`` (a confirmation in between)."""
     return CleanCheck(
-        started_s=now_s, timeout_s=timeout_s, trigger=trigger, kill_pending=kill_pending, ports=tuple(ports)
+        started_s=now_s,
+        timeout_s=timeout_s,
+        trigger=trigger,
+        kill_pending=kill_pending,
+        ports=tuple(ports),
+        pressed_s=pressed_s,
     )
 
 
@@ -276,7 +291,7 @@ def confirming_sample(
     verdict = fresh.verdict
     if verdict is not None and verdict.not_ready and not check.kill_pending:
         # Memory is back, but the GPU itself needs a reset, reboot or drain: waiting will not make it fit.
-        return replace(waiting, finished_s=asked_s, clean=False, note=verdict.unfit[0])
+        return replace(waiting, finished_s=asked_s, clean=False, note=verdict.not_ready[0])
     if verdict is None or not verdict.clean:
         reason = "no verdict" if verdict is None else (verdict.reasons[0] if verdict.reasons else "not clean")
         return replace(waiting, note=reason)
@@ -295,8 +310,8 @@ def confirming_sample(
 
 
 def kill_sent(check: CleanCheck, now_s: float, ports: Collection[WatchedPort] = ()) -> CleanCheck:
-    """A kill on the host sent its signals at ``now_s``: the receipt waits for it and counts from it, and
-    for ``ports`` (the killed job's) to be free."""
+    """A kill on the host sent its first signals at ``now_s``: the receipt waits for it and counts "since the
+    kill" from it, and for ``ports`` (the killed job's) to be free."""
     if not check.running:
         return check
     known = {p.port for p in check.ports}

@@ -23,8 +23,9 @@ class HealthSample:
         metrics_at: Epoch seconds of that read.
         metrics_dropped: Names the host dropped over a cap: unknown, never partial.
         metrics_error: Why the last read failed.
-        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known).
+        launcher_age_s: Age of the launcher serving the endpoint, in seconds (None: not known, or gone).
         metrics: The client's reading (``gputui.core.servers.METRICS_JSON_KEYS``), None before it is judged.
+        launcher_pid: The pid of that launcher (None: not known, or gone): its tree is the server's job.
     """
 
     url: str
@@ -44,6 +45,7 @@ class HealthSample:
     metrics_error: str | None = None
     launcher_age_s: float | None = None
     metrics: dict[str, Any] | None = None
+    launcher_pid: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -70,4 +72,5 @@ class HealthSample:
             metrics_error=opt_str(data.get("metrics_error")),
             launcher_age_s=opt_float(data.get("launcher_age_s")),
             metrics=dict(data["metrics"]) if isinstance(data.get("metrics"), dict) else None,
+            launcher_pid=opt_int(data.get("launcher_pid")),
         )

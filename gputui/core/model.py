@@ -28,6 +28,7 @@ from gputui.agent.protocol import (
 from gputui.core import figures
 from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
+from gputui.core.levels import level_of
 from gputui.core.owner import Owner
 from gputui.core.wire_values import opt_float, opt_int, opt_str, ports_of
 
@@ -363,6 +364,8 @@ class Verdict:
         baseline_mib: GPU key (UUID, else "index:N") -> the baseline used for it.
         gpus: Per-GPU detail.
         known: False when it could not be told (no driver, no data); then ``clean`` is False too.
+        not_ready: The reasons (also in ``reasons``, first) that a GPU needs a reset, reboot or drain
+            (``gputui.core.analysis.readiness``): the verdict is NOT READY; ``clean`` is False too.
     """
 
     clean: bool
@@ -371,23 +374,22 @@ class Verdict:
     tolerance_mib: int = 0
     gpus: tuple[GpuVerdict, ...] = ()
     known: bool = True
-    unfit: tuple[str, ...] = ()
-    """NOT READY: per GPU, why the GPU itself is unfit for the next launch ("GPU3 needs a reset (row remap
-    pending)"); then ``clean`` is False and ``known`` True, whatever memory and processes say."""
-
-    @property
-    def not_ready(self) -> bool:
-        """Whether some GPU needs a reset, a reboot or the node drained (``unfit``)."""
-        return bool(self.unfit)
+    not_ready: tuple[str, ...] = ()
 
     @property
     def gpus_at_baseline(self) -> int:
         return sum(1 for g in self.gpus if g.clean)
 
+    @property
+    def level(self) -> str:
+        """CLEAN, NOT CLEAN, NOT READY or CANNOT TELL (``gputui.core.verdicts``)."""
+        return level_of(self.clean, self.known, bool(self.not_ready))
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["level"] = self.level
         data["reasons"] = list(self.reasons)
-        data["unfit"] = list(self.unfit)
+        data["not_ready"] = list(self.not_ready)
         data["gpus"] = [dict(asdict(g), reasons=list(g.reasons)) for g in self.gpus]
         return data
 
@@ -400,7 +402,7 @@ class Verdict:
             tolerance_mib=opt_int(data.get("tolerance_mib")) or 0,
             gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
             known=bool(data.get("known", True)),
-            unfit=tuple(str(r) for r in data.get("unfit") or ()),
+            not_ready=tuple(str(r) for r in data.get("not_ready") or ()),
         )
 
 

@@ -74,7 +74,7 @@ def test_idle_host_is_clean_line_per_gpu(env: dict[str, str]) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[:8] == [f"GPU{i}  3 MiB  ✓" for i in range(8)]
-    assert lines[8] == "clean: 8/8 GPUs at baseline (3 MiB + 2)"
+    assert lines[8] == "CLEAN: 8/8 GPUs at baseline (3 MiB + 2)"
 
 
 def test_launcher_with_eight_workers_is_one_tree_and_not_clean(env: dict[str, str], fake_nvml: Any) -> None:
@@ -103,7 +103,7 @@ def test_launcher_with_eight_workers_is_one_tree_and_not_clean(env: dict[str, st
         assert text.returncode == 1
         third = server["scheduler_TP3"]
         assert f"GPU3  {USED_MIB} MiB  ✗ held by pid {third} (scheduler_TP3)" in text.stdout
-        assert "NOT clean: 0/8 GPUs at baseline" in text.stdout
+        assert "NOT CLEAN: 0/8 GPUs at baseline" in text.stdout
 
 
 def test_every_finding_from_real_processes(env: dict[str, str], fake_nvml: Any) -> None:
@@ -236,12 +236,34 @@ def test_calibrate_records_uuid_baselines_and_refuses_a_busy_host(
     assert all(key.startswith("GPU-") for key in stored["hosts"]["local"]["gpus"])
     after = run_gputui(["check", "--no-discover"], env)
     assert after.returncode == 0, after.stdout
-    assert "clean: 8/8 GPUs at baseline (7 MiB + 2)" in after.stdout
+    assert "CLEAN: 8/8 GPUs at baseline (7 MiB + 2)" in after.stdout
     with launcher([Worker("scheduler_TP0", gpu=0)], fake_nvml):
         busy = run_gputui(["check", "--calibrate", "--no-discover"], env)
     assert busy.returncode == 2
-    assert "cannot calibrate: 1 GPU process is listed" in busy.stderr
+    assert "GPU0 refused: lists pid " in busy.stderr
+    assert "cannot calibrate: 1 GPU not idle; nothing recorded" in busy.stderr
     assert json.loads((Path(env["XDG_STATE_HOME"]) / "gputui" / "baselines.json").read_text()) == stored
+
+
+def test_calibrate_refuses_held_memory_with_no_process_unless_forced(
+    env: dict[str, str], fake_nvml: Any
+) -> None:
+    """Memory no process accounts for is not an idle footprint: recording it would bless it forever."""
+    fake_nvml.state.gpus[3].baseline_mib = 40_000
+    fake_nvml.write()
+    path = Path(env["XDG_STATE_HOME"]) / "gputui" / "baselines.json"
+    refused = run_gputui(["check", "--calibrate", "--no-discover"], env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "GPU3 refused: holds 40000 MiB, more than an idle GPU of its size" in refused.stderr
+    assert "GPU0" not in refused.stderr  # only the refused GPU is named
+    assert not path.exists()  # nothing recorded, not even the idle GPUs
+    forced = run_gputui(["check", "--calibrate", "--force", "--no-discover"], env)
+    assert forced.returncode == 0, forced.stderr
+    assert "GPU3 recorded although it holds 40000 MiB" in forced.stderr
+    assert "GPU3  40000 MiB  baseline recorded (forced)" in forced.stdout
+    after = run_gputui(["check", "--no-discover"], env)
+    assert after.returncode == 0, after.stdout
+    assert "CLEAN: 8/8 GPUs at baseline (3/40000 MiB + 2)" in after.stdout  # calibrated values shown
 
 
 def test_corrupt_baselines_file_warns_once_and_uses_defaults(env: dict[str, str]) -> None:
@@ -307,7 +329,7 @@ def test_tree_kill_with_escalation_then_wait_reports_clean(env: dict[str, str], 
         assert waiter.returncode == 0, (out, err)
         assert out.splitlines()[-1].startswith("clean after ")
         assert out.splitlines()[-1].endswith(" s")
-        assert "clean: 8/8 GPUs at baseline" in out
+        assert "CLEAN: 8/8 GPUs at baseline" in out
     audit = audit_lines(env)
     assert {line["pid"] for line in audit} == set(signalled)
     # The intent of every listed process first, then what each stage did.
@@ -597,11 +619,11 @@ def test_d_state_process_is_reported_and_the_tool_does_not_hang(
         assert status == 1
         assert document["clean_after_s"] == {"local": None}
         assert snapshot.verdict is not None
-        assert f"pid {pid} (vfork_waiter) is in uninterruptible sleep (D) and may not die" in (
-            snapshot.verdict.reasons
-        )
+        (reason,) = [r for r in snapshot.verdict.reasons if r.startswith(f"pid {pid} (vfork_waiter) has")]
+        assert "in uninterruptible sleep (D)" in reason
         (stuck,) = [f for f in snapshot.findings if f.kind == "uninterruptible" and f.pid == pid]
         assert "may not die" in stuck.detail
+        assert reason == stuck.detail  # one fact, one sentence: the verdict says what the finding says
         listing = run_gputui(["kill", str(pid)], env)
         assert "[D: may not die]" in listing.stdout
     finally:
@@ -713,7 +735,7 @@ def test_several_targets_one_unreachable_is_one_line_and_exit_2(env: dict[str, s
         document = json.loads(as_json.stdout)
     assert result.returncode == 2
     assert result.stdout.splitlines()[0].startswith("local (")  # a header per host when there are several
-    assert "clean: 8/8 GPUs at baseline" in result.stdout
+    assert "CLEAN: 8/8 GPUs at baseline" in result.stdout
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"gputui: {target}: ")
     (host,) = document["hosts"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,13 @@ from tests.integration._procs import REPO, agent_process
 from tests.integration.sshd import ClientHome, SshdFactory
 from tests.interpreters import python38
 from tests.kernellog import KernelLog
+
+
+def _says_not_ready(out: str, words: str) -> None:
+    """``check``'s headline is NOT READY and the GPU's own line gives the reason (``GPU2 needs …``)."""
+    gpu, rest = words.split(" ", 1)
+    assert re.search(r"^NOT READY: \d+/\d+ GPUs at baseline", out, re.M), out
+    assert re.search(rf"^{gpu}  \d+ MiB  ✗ {re.escape(rest)}", out, re.M), out
 
 
 def run_cli(command: str, fake: FakeNvml, *args: str) -> subprocess.CompletedProcess[str]:
@@ -55,7 +63,7 @@ def test_a_healthy_host_with_ecc_on_is_clean(fake_nvml: FakeNvml, kernel_log: Ke
     kernel_log.add("NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06", at_s=3.0)
     done = run_cli("check", fake_nvml)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "clean: 8/8 GPUs at baseline" in done.stdout
+    assert "CLEAN: 8/8 GPUs at baseline" in done.stdout
     assert "NOT READY" not in done.stdout
     assert "Xid history unavailable" not in done.stdout
     host = snapshot_host(fake_nvml)
@@ -71,7 +79,7 @@ def test_a_healthy_host_with_ecc_on_is_clean(fake_nvml: FakeNvml, kernel_log: Ke
     assert health["needs_reset"] is False
     assert health["xids"] == []
     assert host["verdict"]["clean"] is True
-    assert host["verdict"]["unfit"] == []
+    assert host["verdict"]["not_ready"] == []
 
 
 @pytest.mark.parametrize(
@@ -95,10 +103,10 @@ def test_each_blocking_state_is_not_ready_naming_gpu_cause_and_action(
     fake_nvml.write()
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert f"NOT READY: {words}" in done.stdout
+    _says_not_ready(done.stdout, words)
     assert "Traceback" not in done.stderr
     host = snapshot_host(fake_nvml)
-    assert host["verdict"]["unfit"] == [words]
+    assert host["verdict"]["not_ready"] == [words]
     assert host["verdict"]["known"] is True
     health = host["gpus"][2]["health"]
     assert health["action"] in ("reset", "drain")
@@ -107,8 +115,8 @@ def test_each_blocking_state_is_not_ready_naming_gpu_cause_and_action(
     assert all(g["memory_used_mib"] == 3 for g in host["gpus"])
     assert [g["health"]["action"] for i, g in enumerate(host["gpus"]) if i != 2] == ["none"] * 7
     text = run_cli("snapshot", fake_nvml).stdout
-    assert "clean slate: NOT READY" in text
-    assert f"  - {words}" in text
+    assert "CLEAN SLATE\n" in text
+    _says_not_ready(text, words)  # snapshot ends with the verdict block check prints
 
 
 def test_xid_79_and_xid_13_on_different_gpus(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
@@ -118,7 +126,7 @@ def test_xid_79_and_xid_13_on_different_gpus(fake_nvml: FakeNvml, kernel_log: Ke
     kernel_log.xid("0000:1c:00", 13, "Graphics SM Warp Exception on (GPC 0, TPC 0)", at_s=60.0)
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "NOT READY: GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)" in done.stdout
+    _says_not_ready(done.stdout, "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)")
     assert "GPU5 Xid 13: graphics engine exception (does not block the next launch)" in done.stdout
     assert "GPU5  3 MiB  ✓" in done.stdout or "GPU5  3 MiB  ok" in done.stdout
     host = snapshot_host(fake_nvml)
@@ -130,7 +138,7 @@ def test_xid_79_and_xid_13_on_different_gpus(fake_nvml: FakeNvml, kernel_log: Ke
     assert gpu5["notes"] == ["Xid 13: graphics engine exception"]
     assert [x["xid"] for x in gpu5["xids"]] == [13]
     assert all(not host["gpus"][i]["health"]["xids"] for i in (0, 1, 2, 4, 6, 7))
-    assert host["verdict"]["unfit"] == [
+    assert host["verdict"]["not_ready"] == [
         "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)"
     ]
 
@@ -192,9 +200,7 @@ def test_an_xid_stops_counting_after_a_driver_reload_or_a_recovery(
     kernel_log.xid("0000:18:00", 94, "Contained: SM (0x1). RST: No", at_s=50.0)
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1
-    assert (
-        "NOT READY: GPU1 needs a reset (Xid 94: contained ECC error (a reset remaps the row))" in done.stdout
-    )
+    _says_not_ready(done.stdout, "GPU1 needs a reset (Xid 94: contained ECC error (a reset remaps the row))")
 
 
 def test_xid_154_names_its_own_action(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
@@ -203,7 +209,7 @@ def test_xid_154_names_its_own_action(fake_nvml: FakeNvml, kernel_log: KernelLog
     )
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1
-    assert "NOT READY: GPU7 needs a reboot of the host (Xid 154: GPU recovery action changed)" in done.stdout
+    _says_not_ready(done.stdout, "GPU7 needs a reboot of the host (Xid 154: GPU recovery action changed)")
 
 
 def test_live_xid_events_from_nvml_and_the_health_cadence(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
@@ -226,7 +232,7 @@ def test_live_xid_events_from_nvml_and_the_health_cadence(fake_nvml: FakeNvml, k
         assert [x["xid"] for x in again["gpus"][4]["health"]["xids"]] == [79]
     judged = analyze(HostSnapshot.from_dict(again), Baselines())
     assert judged.verdict is not None
-    assert judged.verdict.unfit == (
+    assert judged.verdict.not_ready == (
         "GPU4 needs a reboot of the host (Xid 79: GPU has fallen off the bus)",
         "GPU6 needs a reset (row remap pending)",
     )
@@ -323,7 +329,7 @@ def test_health_over_ssh_in_every_stream_line_and_the_suite_s_kernel_log(
             assert snapshot.kernel_log.source == "test:" + os.environ[TEST_SOURCE_ENV]
         judged = analyze(seen[-1], Baselines())
         assert judged.verdict is not None
-        assert judged.verdict.unfit == ("GPU2 needs a reset (row remap pending)",)
+        assert judged.verdict.not_ready == ("GPU2 needs a reset (row remap pending)",)
     finally:
         link.close()
 

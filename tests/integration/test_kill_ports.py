@@ -173,7 +173,7 @@ def test_check_waits_for_the_killed_servers_ports(
         held = run_gputui(["check", "--wait", "2", "--no-discover"], env)
         assert held.returncode == 1, (held.stdout, held.stderr)
         assert f"  - port {port} still listening (by a process not listed)" in held.stdout.splitlines()
-        assert "NOT clean: 8/8 GPUs at baseline" in held.stdout
+        assert "NOT CLEAN: 8/8 GPUs at baseline" in held.stdout
         assert held.stdout.splitlines()[-1] == "still not clean after 2 s"
 
         # It turns clean once the last holder of the port lets it go, and says when the ports came free.

@@ -303,7 +303,7 @@ def test_per_process_gpu_figures_from_the_fake_nvml(fake_nvml: Any, holders: Hol
     assert entries[busy]["gpu_mem_bw_pct"] == {"2": 31}
     assert (entries[busy]["gpu_enc_pct"], entries[busy]["gpu_dec_pct"]) == ({"2": 4}, {"2": 9})
     # No sample (GPU 2) and a GPU that does not support the query (5): blank, never a zero.
-    assert "gpu_sm_pct" not in entries[idle]
+    assert entries[idle]["gpu_sm_pct"] == {}  # never a sample: the key is there, empty
     assert "process_util" not in json.dumps(snapshot["gpus"])
     procs = {p.pid: p for p in HostSnapshot.from_dict(snapshot).processes}
     assert procs[busy].gpu_sm_pct == {2: 87}

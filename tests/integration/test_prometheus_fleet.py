@@ -115,7 +115,7 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
     assert a["verdict"]["known"]
     assert not a["verdict"]["clean"]
     # DCGM's last Xid is judged by the table: 48 asks for a reset, whatever the memory says.
-    assert a["verdict"]["unfit"] == ["GPU3 needs a reset (Xid 48: double-bit ECC error)"]
+    assert a["verdict"]["not_ready"] == ["GPU3 needs a reset (Xid 48: double-bit ECC error)"]
     assert a["gpus"][3]["health"]["action"] == "reset"
     assert a["gpus"][3]["health"]["remap_pending"] is False
     assert "(memory only)" in a["verdict"]["reasons"][1]
@@ -144,7 +144,7 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
             waiting.kill()
             waiting.wait()
     assert waiting.returncode == 0, err
-    assert "✓ clean: 2/2 hosts, 10/10 GPUs at baseline (memory only" in out
+    assert "✓ CLEAN: 2/2 hosts, 10/10 GPUs at baseline (memory only" in out
     assert "clean after" in out
 
 

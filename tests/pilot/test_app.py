@@ -47,6 +47,10 @@ def _listed(app: GpuTuiApp, pid: int, host: int = 0) -> bool:
     return snapshot is not None and snapshot.process(pid) is not None
 
 
+DIALOG_S = 10.0
+"""How long the user reads the kill confirmation before pressing y."""
+
+
 def _clean_line(app: GpuTuiApp) -> str:
     return str(app.query_one(CleanSlateLine).render())
 
@@ -80,7 +84,8 @@ async def test_shows_the_wedged_host(make_app):
         state = _procs(app).get_cell(str(SCHEDULER_PID_BASE), "state")
         assert state.plain.strip() == "Z"
         assert "red" in str(state.style)  # zombies stand out
-        assert _clean_line(app).startswith("NOT CLEAN: GPU1")  # GPU0's scheduler exited whole: freed
+        # The headline every view prints, then the first reason: GPU0's scheduler exited whole (freed).
+        assert _clean_line(app).startswith("NOT CLEAN: 1/8 GPUs at baseline (3 MiB + 2) · GPU1 ")
         assert len(app.query_one(FindingsList).findings) >= 8
         gpu_text = str(app.query_one(GpuPanel).render())
         assert "41239/49152" in gpu_text
@@ -190,6 +195,9 @@ async def test_x_then_drain_gives_the_clean_receipt(make_app, clock: ManualClock
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
         assert LAUNCHER_PID in {t.pid for t in screen.plan.targets}
+        clock.advance(
+            DIALOG_S
+        )  # the time spent reading the confirmation counts "since X", not "since the kill"
         await pilot.press("enter")
         await wait_for(pilot, lambda: not _listed(app, LAUNCHER_PID), "launcher gone")
         assert app.hosts[0].check is not None
@@ -201,7 +209,7 @@ async def test_x_then_drain_gives_the_clean_receipt(make_app, clock: ManualClock
         assert "checking… 1/8" in _clean_line(app)  # half drained: nothing else at baseline yet
         clock.advance(DRAIN_S)
         await wait_for(pilot, lambda: "CLEAN ✓ 8/8 GPUs at baseline" in _clean_line(app), "receipt")
-        assert "3.0 s since the kill · 3.0 s since X" in _clean_line(app)
+        assert "3.0 s since the kill · 13 s since X" in _clean_line(app)
         assert "verified" in _clean_line(app)
         # Fast sampling ends with the check.
         await wait_for(pilot, lambda: app.factory.links["gpu-node-07"].memory_interval_s == 0.05, "interval")

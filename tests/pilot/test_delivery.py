@@ -343,3 +343,38 @@ async def test_many_deliveries_between_redraws_start_one_host_bar_timer(app, clo
         app.hosts.deliver(other, _sample(other, clock))
         await pilot.pause()
         assert len(timers) == 2  # and the next delivery after it schedules a new one
+
+
+async def test_a_host_whose_data_went_stale_says_no_data_since_in_every_panel(app, clock):
+    """Data once, then nothing: past the stale window the verdict, findings and health say "no data since
+    HH:MM:SS", never the old verdict or "nothing stuck"; fresh data brings the panels back."""
+    from gputui.ui.widgets.findings_list import FindingsList
+    from gputui.ui.widgets.health_panel import HealthPanel
+
+    target = TARGETS[0]
+    snapshot = _sample(target, clock)
+    async with app.run_test(size=WIDE) as pilot:
+        await pilot.pause()
+        app.post_message(Hosts.Sampled(target, snapshot))
+        await pilot.pause()
+        line = app.query_one(CleanSlateLine)
+        findings = app.query_one(FindingsList)
+        assert str(line.render()).startswith("NOT CLEAN: ")
+        assert findings.findings
+        clock.advance(60.0)  # far past the stale window of a 1 s stream
+        for _ in range(40):  # the app's once-a-second tick notices
+            await pilot.pause(0.1)
+            if "no data" in str(line.render()):
+                break
+        assert str(line.render()).startswith("cannot tell: no data since ")
+        assert "stale" in str(line.render())
+        assert str(findings.get_option_at_index(0).prompt).startswith("no data since ")
+        assert findings.border_title == "Findings (–)"
+        assert str(app.query_one(HealthPanel).render()).startswith("no data since ")
+        app.post_message(Hosts.Sampled(target, replace(snapshot, time=(snapshot.time or 0) + 60.0)))
+        for _ in range(40):
+            await pilot.pause(0.1)
+            if "no data" not in str(line.render()):
+                break
+        assert str(line.render()).startswith("NOT CLEAN: ")
+        assert findings.border_title == f"Findings ({len(findings.findings)})"

@@ -74,7 +74,9 @@ async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make
         await wait_for(pilot, lambda: app.query_one(ProcessTable) is not None, "the monitor")
         line = app.query_one(CleanSlateLine)
         await wait_for(pilot, lambda: "NOT READY" in str(line.render()), "NOT READY")
-        assert "NOT READY: GPU2 needs a reset (row remap pending)" in str(line.render())
+        said = str(line.render())
+        assert said.startswith("NOT READY: ")
+        assert "· GPU2 needs a reset (row remap pending)" in said
         await pilot.press("g", *["down"] * UNFIT_GPU, "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), "the GPU view")
         shown = _health(app)

@@ -157,8 +157,8 @@ async def test_no_receipt_while_a_zombie_of_the_killed_tree_is_listed(make_app, 
 async def test_no_receipt_while_the_killed_servers_port_is_still_listening(
     make_app, clock: ManualClock
 ) -> None:
-    """A process that escaped the job keeps the launcher's listening socket: the GPUs are back and the
-    verdict alone is clean, but the check names the port and its listener until it is free."""
+    """A process that escaped the job keeps the launcher's listening socket: the GPUs are back, but the
+    verdict (as ``check`` would say it) and the check name the port and its listener until it is free."""
     from gputui.transports.sim import SGLANG_PORT, SimProc
 
     app = make_app(escalate_s=0.1)
@@ -175,7 +175,9 @@ async def test_no_receipt_while_the_killed_servers_port_is_still_listening(
         line = app.query_one(CleanSlateLine)
         held = f"port {SGLANG_PORT} still listening (pid 4400 lingering)"
         await wait_for(pilot, lambda: held in str(line.render()), "the port named")
-        assert app.hosts[0].snapshot.verdict.clean
+        verdict = app.hosts[0].snapshot.verdict
+        assert not verdict.clean
+        assert verdict.reasons == (held,)
         assert "CLEAN" not in str(line.render())
         with link.processes() as procs:
             del procs[4400]

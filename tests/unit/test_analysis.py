@@ -354,7 +354,9 @@ def test_zombie_left_in_a_gpu_tree_is_not_clean_even_at_baseline() -> None:
     verdict = clean_slate(snap(gpu_list, procs), Baselines(tolerance_mib=20))
     assert not verdict.clean
     assert "GPU1 13 MiB but pid 102 (scheduler_TP1) still listed" in verdict.reasons
-    assert "pid 101 (scheduler_TP0) is defunct; parent 100 (python3) has not reaped it" in verdict.reasons
+    # The same sentence as the zombie finding: one fact, one sentence.
+    zombie = "pid 101 (scheduler_TP0) has been defunct for 30 s; its parent 100 (python3) has not reaped it"
+    assert zombie in verdict.reasons
 
 
 def test_zombie_outside_gpu_trees_does_not_block_the_clean_slate() -> None:

@@ -154,7 +154,7 @@ def test_check_statuses_and_lines() -> None:
     assert fleet_status(FleetSample(hosts=())) == 2
     assert fleet_status(None) == 2
     lines = format_fleet_check(sample, ("ok", "X"))
-    assert lines[-1].startswith("X NOT clean: 2/4 hosts, 19/22 GPUs at baseline (memory only")
+    assert lines[-1].startswith("X NOT CLEAN: 2/4 hosts, 19/22 GPUs at baseline (memory only")
     # GPU3's last Xid (DCGM_FI_DEV_XID_ERRORS) is 79: the table asks for a reboot, whatever its memory.
     assert any(
         line.startswith(
@@ -166,7 +166,7 @@ def test_check_statuses_and_lines() -> None:
     assert any(line.startswith("X gpu-c  cannot tell: no current data") for line in lines)
     clean = FleetSample(hosts=tuple(h for h in sample.hosts if h.name != "gpu-a" and h.name != "gpu-c"))
     assert fleet_status(clean) == 0
-    assert format_fleet_check(clean, ("ok", "X"))[-1].startswith("ok clean: 2/2 hosts")
+    assert format_fleet_check(clean, ("ok", "X"))[-1].startswith("ok CLEAN: 2/2 hosts")
 
 
 def test_the_table_shows_mig_instances_and_errors() -> None:
@@ -262,7 +262,7 @@ def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest
     assert a.snapshot.verdict is not None
     # Every GPU at its baseline; GPU3's Xid 79 alone keeps the host from its clean slate.
     assert all(g.clean for g in a.snapshot.verdict.gpus if g.index != 3)
-    assert a.snapshot.verdict.unfit == (
+    assert a.snapshot.verdict.not_ready == (
         "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)",
     )
     assert fleet_baselines(5, 0)[0].per_gpu_mib == {}  # --baseline-mib wins
@@ -271,3 +271,28 @@ def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest
     assert baselines.per_gpu_mib == {}
     assert warning is not None
     assert "not valid JSON" in warning
+
+
+def test_each_fleet_host_line_says_the_level_its_exit_code_means() -> None:
+    """Words and exit code from the one verdict: a host that cannot be told is never "NOT CLEAN"."""
+    sample = analyze_fleet(parse_answer(load_answer()), Baselines())
+    unreadable = replace(
+        sample.hosts[0],
+        name="gpu-nan",
+        snapshot=HostSnapshot(target="gpu-nan", gpus=(Gpu(index=0, error="DCGM sent no memory figure"),)),
+    )
+    sample = analyze_fleet(replace(sample, hosts=(*sample.hosts, unreadable)), Baselines())
+    lines = format_fleet_check(sample, ("ok", "X"))
+    words = {0: ("CLEAN",), 1: ("NOT CLEAN", "NOT READY"), 2: ("cannot tell",)}
+    for host in sample.hosts:
+        status = host_status(host.snapshot)
+        line = [text for text in lines if text.startswith(f"X {host.name}  ")]
+        if status == 0:
+            assert not line
+        else:
+            said = line[0][len(f"X {host.name}  ") :]
+            assert any(said.startswith(f"{word}: ") for word in words[status]), (line, status)
+            assert (
+                host.snapshot.verdict is None or status == 2 or said.startswith(host.snapshot.verdict.level)
+            )
+    assert host_status(sample.hosts[-1].snapshot) == 2

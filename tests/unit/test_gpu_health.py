@@ -22,6 +22,7 @@ from gputui.core.analysis.gpu_health import (
     needs_reset,
 )
 from gputui.core.health_model import GpuHealth, XidEvent
+from gputui.core.levels import CANNOT_TELL
 from gputui.core.model import Gpu, HostSnapshot
 from gputui.transports.prometheus.parse import dcgm_health
 from gputui.transports.prometheus.series import Series
@@ -165,7 +166,9 @@ def _snapshot(*gpus: Gpu) -> HostSnapshot:
     return HostSnapshot(target="h", hostname="h", time=100.0, processes_time=100.0, gpus=gpus)
 
 
-def test_not_ready_beats_memory_at_baseline_and_a_gpu_that_cannot_be_read() -> None:
+def test_not_ready_beats_memory_at_baseline_and_is_kept_beside_a_gpu_that_cannot_be_read() -> None:
+    """GPU0 at its baseline needs a reset: not clean, and its reason is kept; GPU1 lost makes the host's
+    level CANNOT TELL, which outranks NOT READY (``core.levels``)."""
     snapshot = _snapshot(
         Gpu(index=0, memory_used_mib=3, memory_total_mib=100, health=GpuHealth(ecc_uncorrected_volatile=2)),
         Gpu(index=1, error="GPU is lost"),
@@ -173,14 +176,15 @@ def test_not_ready_beats_memory_at_baseline_and_a_gpu_that_cannot_be_read() -> N
     verdict = analyze(snapshot, Baselines()).verdict
     assert verdict is not None
     assert verdict.not_ready
-    assert verdict.known
+    assert not verdict.known
+    assert verdict.level == CANNOT_TELL
     assert not verdict.clean
-    assert verdict.unfit == ("GPU0 needs a reset (2 uncorrected ECC errors since the last reset)",)
-    assert verdict.reasons[0] == verdict.unfit[0]
-    assert verdict.gpus[0].reasons[0] == verdict.unfit[0]
+    assert verdict.not_ready == ("GPU0 needs a reset (2 uncorrected ECC errors since the last reset)",)
+    assert verdict.reasons[0] == verdict.not_ready[0]
+    assert verdict.gpus[0].reasons[0] == verdict.not_ready[0]
     back = HostSnapshot.from_json(analyze(snapshot, Baselines()).to_json())
     assert back.verdict is not None
-    assert back.verdict.unfit == verdict.unfit
+    assert back.verdict.not_ready == verdict.not_ready
     assert back.gpus[0].health is not None
     assert back.gpus[0].health.action == ACTION_RESET
     assert back.gpus[0].health.needs_reset

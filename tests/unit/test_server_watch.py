@@ -10,10 +10,10 @@ import pytest
 from gputui.agent.health.discovery import discover_launchers, health_launcher_endpoints
 from gputui.agent.health.urls import url_origin
 from gputui.agent.protocol import HEALTH_STATE_STALLED, HEALTH_STATE_UNHEALTHY, HEALTH_STATE_UP
-from gputui.commands.check import judge_servers
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.config import ConfigError, load_config
 from gputui.core.health_sample import HealthSample
+from gputui.core.judge import judge
 from gputui.core.model import Gpu, HostSnapshot
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch, failing_servers
 
@@ -157,13 +157,14 @@ def test_blank_or_unreadable_metrics_are_null_and_say_why() -> None:
 
 
 def test_check_counts_a_failing_server_as_not_clean_only_when_the_gpus_can_be_told() -> None:
-    unknown = analyze(_snapshot(T0, None, state=HEALTH_STATE_UNHEALTHY), Baselines())
-    assert judge_servers(unknown).verdict == unknown.verdict  # no GPU: still "cannot tell", not "not clean"
+    raw = _snapshot(T0, None, state=HEALTH_STATE_UNHEALTHY)
+    unknown = analyze(raw, Baselines())
+    assert judge(raw, Baselines()).verdict == unknown.verdict  # no GPU: still "cannot tell", not "not clean"
     idle = replace(_snapshot(T0, None, state=HEALTH_STATE_UNHEALTHY), gpus=(Gpu(index=0, memory_used_mib=3),))
     snapshot = analyze(idle, Baselines())
     assert snapshot.verdict is not None
     assert snapshot.verdict.clean
-    judged = judge_servers(snapshot)
+    judged = judge(idle, Baselines())
     assert judged.verdict is not None
     assert not judged.verdict.clean
     assert judged.verdict.reasons[-1].startswith(f"server {URL} is UNHEALTHY")

@@ -78,7 +78,10 @@ class Endpoint:
         self.metrics_dropped: list[str] = []
         self.metrics_error: str | None = None
         self.launcher_started_at: float | None = None
-        """Epoch seconds at which the launcher serving ``url`` started (discovered endpoints only)."""
+        """Epoch seconds at which the launcher serving ``url`` started (discovered endpoints only); None
+        once the last scan no longer found it: a dead launcher has no age."""
+        self.launcher_pid: int | None = None
+        """The pid of that launcher, None as above."""
 
     def sample(self, generate: bool, now_s: float) -> dict[str, Any]:
         """The endpoint's latest state as a health sample (``protocol.health_sample``).
@@ -110,6 +113,7 @@ class Endpoint:
             metrics_dropped=self.metrics_dropped,
             metrics_error=self.metrics_error,
             launcher_age_s=None if started is None else max(0.0, now_s - started),
+            launcher_pid=None if started is None else self.launcher_pid,
         )
 
     def record_probe(self, result: dict[str, Any], now_s: float, finished_mono: float) -> None:

@@ -80,7 +80,7 @@ class HealthProber:
         self._lock = threading.Condition()
         self._configured: list[str] = []
         self._metrics_configured: list[str] = []
-        self._discovered_metrics: dict[str, tuple[str | None, float | None]] = {}
+        self._discovered_metrics: dict[str, tuple[str | None, float | None, int | None]] = {}
         """Discovered health URL -> (the metrics URL its launcher serves, when the launcher started)."""
         self._ignored: list[str] = []  # configured past HEALTH_MAX_URLS
         self._discovered_seen: dict[str, float] = {}
@@ -222,9 +222,12 @@ class HealthProber:
         with self._lock:
             if not self._discover:
                 return
-            for url, metrics_url, _pid in launchers:
+            for url, (metrics_url, _started, _pid) in list(self._discovered_metrics.items()):
+                if url not in started:  # its launcher is gone: the URL lingers, its launcher's age does not
+                    self._discovered_metrics[url] = (metrics_url, None, None)
+            for url, metrics_url, pid in launchers:
                 self._discovered_seen[url] = now
-                self._discovered_metrics[url] = (metrics_url, started[url])
+                self._discovered_metrics[url] = (metrics_url, started[url], pid)
             self._remote = (self._remote - set(found)) | remote
             for url, seen in list(self._discovered_seen.items()):
                 if now - seen > self._linger_s:
@@ -276,7 +279,8 @@ class HealthProber:
             else:
                 endpoint.discovered = discovered
             endpoint.not_probed = self._not_probed_locked(url, discovered)
-            launcher_metrics, endpoint.launcher_started_at = self._discovered_metrics.get(url, (None, None))
+            launcher = self._discovered_metrics.get(url, (None, None, None))
+            launcher_metrics, endpoint.launcher_started_at, endpoint.launcher_pid = launcher
             origin = url_origin(url)
             configured = [m for m in self._metrics_configured if url_origin(m) == origin]
             endpoint.metrics_url = configured[0] if configured else launcher_metrics

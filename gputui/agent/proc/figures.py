@@ -22,6 +22,11 @@ PROCESS_UTIL_FIELDS = (
 """(a sample's field, the process entry's key: GPU index -> percent)."""
 
 
+def no_gpu_util() -> dict[str, dict[str, int]]:
+    """The entry's keys of a process with no sample on any GPU, each empty."""
+    return {key: {} for _field, key in PROCESS_UTIL_FIELDS}
+
+
 class CpuMeter:
     """CPU % of each process between two of its samples (100 = one core), None on its first."""
 
@@ -69,8 +74,9 @@ class GpuUtilBook:
             del self._by_gpu[index]
 
     def fields(self, pid: int) -> dict[str, dict[str, int]]:
-        """The process entry's keys for ``pid``: only those with a sample on some GPU."""
-        out: dict[str, dict[str, int]] = {}
+        """The process entry's keys for ``pid``, every one always there (one shape): GPU index -> percent
+        for the GPUs with a sample of it, empty where none has."""
+        out = no_gpu_util()
         for index in sorted(self._by_gpu):
             sample = self._by_gpu[index].get(pid)
             if sample is None:

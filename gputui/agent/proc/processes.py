@@ -6,7 +6,7 @@ import time
 from typing import Any, Callable
 
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
-from gputui.agent.proc.figures import CpuMeter, GpuUtilBook
+from gputui.agent.proc.figures import CpuMeter, GpuUtilBook, no_gpu_util
 from gputui.agent.proc.owners import OwnerReader
 from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
@@ -219,8 +219,9 @@ class ProcessSampler:
                     PROCESS_CPU_PCT: self._cpu.percent(key, stat.cpu_ticks, now_mono),
                 }
             )
-            if pid in gpu_mib:  # a visible GPU process: never a local pid that only shares the number
-                processes[-1].update(self._gpu_util.fields(pid))
+            # A visible GPU process only: never a local pid that only shares the number; every entry has the
+            # keys (one shape), empty where no GPU has a sample of it.
+            processes[-1].update(self._gpu_util.fields(pid) if pid in gpu_mib else no_gpu_util())
         processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]

@@ -42,11 +42,11 @@ from gputui.core.analysis.trees import (
 )
 from gputui.core.analysis.verdict import (
     MEMORY_ONLY,
-    NOT_READY,
     clean_slate,
     memory_at_baseline,
     memory_verdict,
 )
+from gputui.core.levels import NOT_READY
 from gputui.core.model import HostSnapshot
 
 __all__ = [
@@ -86,8 +86,12 @@ def analyze(
     baselines: Baselines,
     now: float | None = None,
     killed_jobs: Iterable[KilledJob] = (),
+    one_shot: bool = False,
 ) -> HostSnapshot:
-    """The snapshot with its findings and clean-slate verdict filled in."""
+    """The snapshot with its findings and clean-slate verdict filled in (GPUs and processes only: the verdict
+    engine, ``gputui.core.judge``, adds the ports and servers every view must judge too). Each GPU's health is
+    assessed first, so that its action counts in findings and verdict alike."""
     snapshot = with_assessment(snapshot)
-    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs) + health_findings(snapshot)
-    return snapshot.with_analysis(findings, clean_slate(snapshot, baselines))
+    findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs, one_shot=one_shot)
+    findings += health_findings(snapshot)
+    return snapshot.with_analysis(findings, clean_slate(snapshot, baselines, one_shot=one_shot))

@@ -102,6 +102,7 @@ def find_problems(
     ghost_tolerance_mib: int = GHOST_TOLERANCE_MIB,
     d_state_threshold_s: float = D_STATE_THRESHOLD_S,
     killed_jobs: Iterable[KilledJob] = (),
+    one_shot: bool = False,
 ) -> list[Finding]:
     """Everything stuck, dead or unaccounted for on one host.
 
@@ -112,6 +113,8 @@ def find_problems(
         ghost_tolerance_mib: Allowed gap between used memory and baseline + listed processes, in MiB.
         d_state_threshold_s: Seconds in D state before it is reported.
         killed_jobs: Jobs killed on this host: what escaped them is a survivor (``find_survivors``).
+        one_shot: The sample of a one-shot run (``snapshot``, ``check``): a process of a GPU tree seen in D
+            once is a finding, "for how long unknown" (a watching view waits for the threshold).
 
     Returns:
         Findings: zombies, D-state processes, orphans, invisible pids, ghost memory per GPU, then survivors.
@@ -125,63 +128,31 @@ def find_problems(
     for proc in sorted(table.values(), key=lambda p: p.pid):
         age = _state_age(proc, now_s)
         if proc.is_defunct_leader:
-            findings.append(_defunct_leader_finding(target, proc, age))
+            findings.append(defunct_leader_finding(target, proc, age))
         elif proc.state == STATE_ZOMBIE:
             # init reaps its zombies within moments: only one that lingers says something is wrong.
             reaped_soon = proc.ppid in (None, 0, 1) and (age is None or age < d_state_threshold_s)
             if not reaped_soon:
-                findings.append(_zombie_finding(target, proc, table, age))
+                findings.append(zombie_finding(target, proc, table, age))
         elif proc.state == STATE_UNINTERRUPTIBLE:
-            if (age is not None and age >= d_state_threshold_s) or (age is None and proc.pid in tree_pids):
-                for_text = "" if age is None else f" for {age_text(age)}"
-                findings.append(
-                    Finding(
-                        kind="uninterruptible",
-                        target=target,
-                        pid=proc.pid,
-                        detail=f"pid {proc_label(proc)} has been in uninterruptible sleep (D){for_text}; "
-                        "it may not die even on SIGKILL until its I/O or driver call returns",
-                        action="kill it and check again; if it stays in D, look at dmesg (driver or storage)",
-                        action_pid=proc.pid,
-                    )
-                )
+            long_enough = age is not None and age >= d_state_threshold_s
+            # A one-shot sample (snapshot, check) saw the state once: how long it lasted is not known, and a
+            # GPU job's process in D is worth saying even so.
+            seen_once = (age is None or one_shot) and proc.pid in tree_pids
+            if long_enough or seen_once:
+                findings.append(uninterruptible_finding(target, proc, age if long_enough else None))
         if proc.gpu_memory_mib and proc.state != STATE_ZOMBIE and proc.ppid is not None:
             parent = table.get(proc.ppid)
             if is_init_like(parent, proc.ppid):
-                gpus = ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
-                findings.append(
-                    Finding(
-                        kind="orphan",
-                        target=target,
-                        pid=proc.pid,
-                        gpu_index=min(proc.gpu_memory_mib),
-                        detail=f"pid {proc_label(proc)} holds {proc.gpu_total_mib} MiB on {gpus} but its "
-                        f"launcher is gone (parent is now {proc_label(parent, proc.ppid)}), "
-                        "or it was started as a service",
-                        action=f"kill pid {proc.pid} (--tree to include its children)",
-                        action_pid=proc.pid,
-                    )
-                )
+                findings.append(orphan_finding(target, proc, parent))
 
     for gpu in snapshot.gpus:
         for listed in gpu.processes:
-            if listed.visible:
-                continue
-            held = "memory" if listed.used_mib is None else f"{listed.used_mib} MiB"
-            findings.append(
-                Finding(
-                    kind="invisible_pid",
-                    target=target,
-                    gpu_index=gpu.index,
-                    # pid stays None: the number belongs to another PID namespace and must never be used here.
-                    detail=f"GPU{gpu.index}: pid {listed.pid} holds {held} but is not visible here "
-                    "(another PID namespace, e.g. a container)",
-                    action="stop it from inside its container; gputui never signals it from here",
-                )
-            )
+            if not listed.visible:
+                findings.append(invisible_pid_finding(target, gpu.index, listed.pid, listed.used_mib))
 
     for gpu in snapshot.gpus:
-        finding = _ghost_finding(snapshot, gpu, baselines, ghost_tolerance_mib)
+        finding = ghost_finding(snapshot, gpu, baselines, ghost_tolerance_mib)
         if finding is not None:
             findings.append(finding)
     survivors = find_survivors(snapshot, killed_jobs)
@@ -190,7 +161,88 @@ def find_problems(
     return [f for f in findings if not (f.kind == "orphan" and f.pid in escaped)] + survivors
 
 
-def _zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
+def orphan_finding(target: str, proc: Proc, parent: Proc | None) -> Finding:
+    """A process holding GPU memory whose parent is init (or an init-like subreaper)."""
+    gpus = ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
+    return Finding(
+        kind="orphan",
+        target=target,
+        pid=proc.pid,
+        gpu_index=min(proc.gpu_memory_mib),
+        detail=f"pid {proc_label(proc)} holds {proc.gpu_total_mib} MiB on {gpus} but its "
+        f"launcher is gone (parent is now {proc_label(parent, proc.ppid)}), "
+        "or it was started as a service",
+        action=f"kill pid {proc.pid} (--tree to include its children)",
+        action_pid=proc.pid,
+    )
+
+
+def invisible_pid_finding(target: str, gpu_index: int, pid: int, used_mib: int | None) -> Finding:
+    """A GPU holder listed by the driver whose pid belongs to another PID namespace."""
+    held = "memory" if used_mib is None else f"{used_mib} MiB"
+    return Finding(
+        kind="invisible_pid",
+        target=target,
+        gpu_index=gpu_index,
+        # pid stays None: the number belongs to another PID namespace and must never be used here.
+        detail=f"GPU{gpu_index}: pid {pid} holds {held} but is not visible here "
+        "(another PID namespace, e.g. a container)",
+        action="stop it from inside its container; gputui never signals it from here",
+    )
+
+
+def duplicate_host_finding(target: str, instances: tuple[str, ...]) -> Finding:
+    """The finding that says several exporters claim one host, whose GPUs are then not merged."""
+    count = "two" if len(instances) == 2 else str(len(instances))
+    shown = ", ".join(visible(i, 60) for i in instances[:4]) + (", ..." if len(instances) > 4 else "")
+    return Finding(
+        kind="duplicate_host",
+        target=target,
+        detail=f"{count} exporters claim {visible(target, 60)} ({shown}) with different GPUs: not merged",
+        action="give each exporter its own host label (the DCGM exporter's Hostname, or a relabel rule)",
+    )
+
+
+def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
+    """The finding that says a GPU's last XID error is not 0 (the SSH view and ``dmesg`` tell more)."""
+    return Finding(
+        kind="xid",
+        target=target,
+        gpu_index=gpu_index,
+        detail=f"GPU{gpu_index} reported XID {code} (DCGM_FI_DEV_XID_ERRORS)",
+        action="look at the host's kernel log (dmesg | grep -i xid); open it over SSH for its processes",
+    )
+
+
+def uninterruptible_finding(target: str, proc: Proc, age: float | None) -> Finding:
+    """``age`` None: how long it has been in D is not known (seen once)."""
+    for_text = " (for how long unknown)" if age is None else f" for {age_text(age)}"
+    return Finding(
+        kind="uninterruptible",
+        target=target,
+        pid=proc.pid,
+        detail=f"pid {proc_label(proc)} has been in uninterruptible sleep (D){for_text}; "
+        "it may not die even on SIGKILL until its I/O or driver call returns",
+        action="kill it and check again; if it stays in D, look at dmesg (driver or storage)",
+        action_pid=proc.pid,
+    )
+
+
+def remnant_sentence(
+    target: str, proc: Proc, table: dict[int, Proc], now_s: float | None, one_shot: bool = False
+) -> str:
+    """The sentence the verdict gives for a zombie or D-state process left in a GPU tree: its finding's,
+    word for word (one fact, one sentence), whether or not the finding's threshold has passed yet."""
+    age = None if now_s is None else _state_age(proc, now_s)
+    if proc.is_defunct_leader:
+        return defunct_leader_finding(target, proc, age).detail
+    if proc.state == STATE_ZOMBIE:
+        return zombie_finding(target, proc, table, age).detail
+    known = age is not None and not (one_shot and age < D_STATE_THRESHOLD_S)
+    return uninterruptible_finding(target, proc, age if known else None).detail
+
+
+def zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
     parent = table.get(proc.ppid) if proc.ppid is not None else None
     # The collector only knows when *it* first saw the state: an age under a second says nothing.
     been = "is defunct" if age is None or age < 1 else f"has been defunct for {age_text(age)}"
@@ -220,7 +272,7 @@ def thread_states_text(states: dict[str, int]) -> str:
     )
 
 
-def _defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Finding:
+def defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Finding:
     """A leader in state Z whose threads live on: the process has not exited, so it still holds its memory;
     its parent cannot reap what has not exited, so signalling the parent frees nothing."""
     threads = proc.live_threads or LiveThreads(live=0)
@@ -265,7 +317,7 @@ def _defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Findi
     )
 
 
-def _ghost_finding(
+def ghost_finding(
     snapshot: HostSnapshot, gpu: Gpu, baselines: Baselines, tolerance_mib: int
 ) -> Finding | None:
     if gpu.error is not None or gpu.memory_used_mib is None:
@@ -362,6 +414,27 @@ def _escaped(proc: Proc, job: KilledJob, table: dict[int, Proc], gpus: set[int])
     return None
 
 
+def survivor_finding(target: str, proc: Proc, job: KilledJob, why: str) -> Finding:
+    """A process that escaped ``job``'s tree (``why``: what ties it to the job) and still holds the GPU."""
+    held = proc.gpu_total_mib
+    what = (
+        f"holds {held} MiB on " + ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
+        if held
+        else "has a /dev/nvidia* node open"
+    )
+    root = f"{job.root_pid} ({shown(job.root_name)})"
+    return Finding(
+        kind="survivor",
+        target=target,
+        pid=proc.pid,
+        gpu_index=min(proc.gpu_memory_mib) if proc.gpu_memory_mib else None,
+        detail=f"pid {proc_label(proc)} {what}: a survivor of the job of pid {root}, outside "
+        f"its tree ({why})",
+        action=f"kill pid {proc.pid} if it belongs to that job",
+        action_pid=proc.pid,
+    )
+
+
 def find_survivors(snapshot: HostSnapshot, jobs: Iterable[KilledJob]) -> list[Finding]:
     """Processes that escaped a killed job's tree and still hold GPU memory or a /dev/nvidia* node.
 
@@ -394,25 +467,7 @@ def find_survivors(snapshot: HostSnapshot, jobs: Iterable[KilledJob]) -> list[Fi
             why = _escaped(proc, job, table, using[pid])
             if why is None:
                 continue
-            held = proc.gpu_total_mib
-            what = (
-                f"holds {held} MiB on " + ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
-                if held
-                else "has a /dev/nvidia* node open"
-            )
-            root = f"{job.root_pid} ({shown(job.root_name)})"
-            findings.append(
-                Finding(
-                    kind="survivor",
-                    target=snapshot.target,
-                    pid=pid,
-                    gpu_index=min(proc.gpu_memory_mib) if proc.gpu_memory_mib else None,
-                    detail=f"pid {proc_label(proc)} {what}: a survivor of the job of pid {root}, outside "
-                    f"its tree ({why})",
-                    action=f"kill pid {pid} if it belongs to that job",
-                    action_pid=pid,
-                )
-            )
+            findings.append(survivor_finding(snapshot.target, proc, job, why))
             break
     return findings
 

@@ -256,16 +256,6 @@ def health_findings(snapshot: HostSnapshot) -> list[Finding]:
     return findings
 
 
-def unfit_reasons(snapshot: HostSnapshot) -> dict[int, str]:
-    """GPU index -> why the GPU itself is not ready (the NOT READY verdict's reasons)."""
-    out: dict[int, str] = {}
-    for gpu in snapshot.gpus:
-        reason = unfit_reason(gpu, assess(gpu.health))
-        if reason is not None:
-            out[gpu.index] = reason
-    return out
-
-
 def _yes_no(value: bool | None) -> str:
     return "–" if value is None else ("yes" if value else "no")
 

@@ -6,12 +6,10 @@ verdict that cannot tell (``known`` False), never a clean one.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gputui.core.analysis.baselines import Baselines
-from gputui.core.analysis.findings import ghost_suspects
-from gputui.core.analysis.gpu_health import unfit_reasons
-from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_label, proc_table, shown
+from gputui.core.analysis.findings import ghost_suspects, remnant_sentence
+from gputui.core.analysis.readiness import unfit_reasons
+from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_table, shown
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
@@ -55,7 +53,7 @@ def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: B
     )
 
 
-def _unreadable_reason(gpu: Gpu) -> str | None:
+def unreadable_reason(gpu: Gpu) -> str | None:
     """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
     if gpu.error is not None:
         return f"GPU{gpu.index} error: {visible(gpu.error, 80)}"
@@ -80,28 +78,29 @@ def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
         return _unknown_verdict(snapshot, keyed, baselines)
     gpu_verdicts: list[GpuVerdict] = []
     reasons: list[str] = []
+    not_ready: list[str] = []
     unreadable = False
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         baseline = baselines.for_gpu(gpu)
-        reason = _unreadable_reason(gpu)
+        reason = unreadable_reason(gpu)
         unreadable = unreadable or reason is not None
         used = gpu.memory_used_mib
+        unfit = unfit_reasons(snapshot, gpu) if reason is None else []
+        not_ready.extend(unfit)
         if reason is None and used is not None and used > baseline + baselines.tolerance_mib:
-            over = used - baseline
-            reason = f"GPU{gpu.index} {used} MiB, {over} MiB over its {baseline} MiB baseline ({MEMORY_ONLY})"
-        gpu_reasons = () if reason is None else (reason,)
+            reason = memory_only_reason(gpu.index, used, baseline)
+        gpu_reasons = (*unfit, *(() if reason is None else (reason,)))
         gpu_verdicts.append(
             GpuVerdict(
                 index=gpu.index,
                 used_mib=used,
                 baseline_mib=baseline,
-                clean=reason is None,
+                clean=reason is None and not unfit,
                 reasons=gpu_reasons,
             )
         )
-        reasons.extend(gpu_reasons)
-    verdict = _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
-    return with_gpu_fitness(verdict, snapshot)
+        reasons.extend(r for r in gpu_reasons if r not in not_ready)
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable, not_ready=not_ready)
 
 
 def _known_verdict(
@@ -110,26 +109,33 @@ def _known_verdict(
     baselines: Baselines,
     gpu_verdicts: list[GpuVerdict],
     known: bool,
+    not_ready: list[str] | None = None,
 ) -> Verdict:
     """The verdict of a host that could be sampled: clean when nothing gave a reason; ``known`` False when a
-    GPU could not be read (cannot tell, never clean)."""
+    GPU could not be read (cannot tell, never clean); NOT READY reasons come first."""
+    unfit = tuple(not_ready or ())
     return Verdict(
-        clean=not reasons,
-        reasons=tuple(reasons),
+        clean=not reasons and not unfit,
+        reasons=unfit + tuple(reasons),
         baseline_mib=keyed,
         tolerance_mib=baselines.tolerance_mib,
         gpus=tuple(gpu_verdicts),
         known=known,
+        not_ready=unfit,
     )
 
 
-def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
+def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = False) -> Verdict:
     """Is every GPU of the host back at its idle baseline, with nothing left of the GPU process trees?
 
     Clean when every GPU's used memory is at most its baseline + tolerance, no GPU lists a process, and no
     zombie or D-state process remains in a GPU process tree. A host error, a host without GPUs, and a GPU
     whose memory cannot be read (lost, timed out) give ``known=False``: "cannot tell", never clean. The
     reasons say why without that prefix; whoever shows the verdict says "cannot tell" once.
+
+    A GPU that a rule of ``readiness.UNFIT_RULES`` finds unfit makes the verdict NOT READY (its reason
+    first). A zombie or D-state process is worded as its finding is (``findings.remnant_sentence``);
+    ``one_shot``: the sample of a one-shot run, where a D state's age is not known.
     """
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
     if snapshot.error is not None or not snapshot.gpus:
@@ -139,15 +145,19 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     unreadable = False
     gpu_verdicts: list[GpuVerdict] = []
     reasons: list[str] = []
+    not_ready: list[str] = []
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         baseline = baselines.for_gpu(gpu)
         used = gpu.memory_used_mib
         gpu_reasons: list[str] = []
-        reason = _unreadable_reason(gpu)
+        reason = unreadable_reason(gpu)
         if reason is not None:
             gpu_reasons.append(reason)
             unreadable = True
         elif used is not None:  # always, once readable: said for the type checker
+            unfit = unfit_reasons(snapshot, gpu)
+            not_ready.extend(unfit)
+            gpu_reasons.extend(unfit)
             holders = _gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
             if holders:
@@ -160,17 +170,10 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
                 if len(holders) > MAX_HOLDERS_IN_REASON:
                     texts.append(f"and {len(holders) - MAX_HOLDERS_IN_REASON} more")
                 held_by = ", ".join(texts)
-                if over:
-                    gpu_reasons.append(f"GPU{gpu.index} {used} MiB held by {held_by}")
-                else:
-                    gpu_reasons.append(f"GPU{gpu.index} {used} MiB but {held_by} still listed")
+                gpu_reasons.append(held_reason(gpu.index, used, held_by, over))
             elif over:
-                suspects = ghost_suspects(snapshot, gpu)
-                excess = used - baseline
-                text = f"GPU{gpu.index} {excess} MiB over baseline with no process listed (ghost memory)"
-                if suspects:
-                    text += "; " + "; ".join(s for _, s in suspects[:MAX_HOLDERS_IN_REASON])
-                gpu_reasons.append(text)
+                suspects = [text for _, text in ghost_suspects(snapshot, gpu)[:MAX_HOLDERS_IN_REASON]]
+                gpu_reasons.append(ghost_reason(gpu.index, used - baseline, suspects))
         gpu_verdicts.append(
             GpuVerdict(
                 index=gpu.index,
@@ -180,12 +183,31 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
                 reasons=tuple(gpu_reasons),
             )
         )
-        reasons.extend(gpu_reasons)
+        reasons.extend(r for r in gpu_reasons if r not in not_ready)
     for node in flatten(forest):
         if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
-            reasons.append(_remnant_reason(node.proc, table))
-    verdict = _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable)
-    return with_gpu_fitness(verdict, snapshot)
+            reasons.append(remnant_sentence(snapshot.target, node.proc, table, snapshot.time, one_shot))
+    return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable, not_ready=not_ready)
+
+
+def memory_only_reason(index: int, used_mib: int, baseline_mib: int) -> str:
+    """ "GPU3 41236 MiB, 41233 MiB over its 3 MiB baseline (memory only)" (a source without processes)."""
+    over = used_mib - baseline_mib
+    return f"GPU{index} {used_mib} MiB, {over} MiB over its {baseline_mib} MiB baseline ({MEMORY_ONLY})"
+
+
+def held_reason(index: int, used_mib: int, held_by: str, over: bool) -> str:
+    """ "GPU0 41003 MiB held by pid 4241 (…)", or, at baseline, "GPU0 3 MiB but pid 4241 (…) still listed"."""
+    if over:
+        return f"GPU{index} {used_mib} MiB held by {held_by}"
+    return f"GPU{index} {used_mib} MiB but {held_by} still listed"
+
+
+def ghost_reason(index: int, excess_mib: int, suspects: list[str]) -> str:
+    """ "GPU2 40000 MiB over baseline with no process listed (ghost memory); pid 77 (x) has /dev/nvidia2
+    open"."""
+    text = f"GPU{index} {excess_mib} MiB over baseline with no process listed (ghost memory)"
+    return text + ("; " + "; ".join(suspects) if suspects else "")
 
 
 def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
@@ -221,35 +243,3 @@ def _holder_text(pid: int, proc: Proc | None, table: dict[int, Proc], mib: int |
     if show_mib and mib is not None:
         notes.append(f"{mib} MiB")
     return f"pid {pid} ({', '.join(notes)})" if notes else f"pid {pid}"
-
-
-def _remnant_reason(proc: Proc, table: dict[int, Proc]) -> str:
-    if proc.state == STATE_ZOMBIE:
-        parent = table.get(proc.ppid) if proc.ppid is not None else None
-        return f"pid {proc_label(proc)} is defunct; parent {proc_label(parent, proc.ppid)} has not reaped it"
-    return f"pid {proc_label(proc)} is in uninterruptible sleep (D) and may not die"
-
-
-# -- NOT READY: the GPU itself is unfit ---------------------------------------------------------------------
-
-NOT_READY = "NOT READY"
-"""The verdict of a host where a GPU needs a reset, a reboot or the node drained, whatever its memory says."""
-
-
-def with_gpu_fitness(verdict: Verdict, snapshot: HostSnapshot) -> Verdict:
-    """The verdict, NOT READY when a GPU's own health asks for a reset, reboot or drain (``gpu_health``).
-
-    A GPU at its baseline is still not at its clean slate while it needs a reset: the verdict is then not
-    clean, and known (a GPU that could not be read beside it does not make "cannot tell" of a host that is
-    not ready anyway). Each unfit reason is that GPU's first reason and the verdict's ``unfit``.
-    """
-    unfit = unfit_reasons(snapshot)
-    if not unfit:
-        return verdict
-    gpus = tuple(
-        replace(g, clean=False, reasons=(unfit[g.index], *g.reasons)) if g.index in unfit else g
-        for g in verdict.gpus
-    )
-    ordered = tuple(unfit[index] for index in sorted(unfit))
-    reasons = ordered + verdict.reasons
-    return replace(verdict, clean=False, known=True, unfit=ordered, gpus=gpus, reasons=reasons)

@@ -7,7 +7,10 @@ counts only recent detokenizer output). :class:`ServerStateTracker` (one per end
 - the health probe's state and HTTP code (the collector's five states);
 - the server's metrics (:class:`ServerMetrics`), when they could be read: requests running and waiting, and
   the generated-token counter;
-- the age of the launcher process that serves the endpoint, when it is known;
+- the age of the launcher process that serves the endpoint, when it is known and alive (a launcher that is
+  gone has no age: nothing of it is remembered);
+- the dead members of its job (``jobs.JobFacts``): a 503 with a defunct member is UNHEALTHY, never
+  STARTING, and a job with a defunct leader holding GPU memory or a settled zombie is never BUSY;
 
 into one of the states below, with the time of the last change, a one-line reason and a short history of
 tokens/s. Metrics that could not be read (slow, huge, malformed, gone) blank only the metrics: the state then
@@ -31,6 +34,7 @@ from gputui.agent.protocol import (
 )
 from gputui.core.analysis import age_text
 from gputui.core.health_sample import HealthSample
+from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
 from gputui.core.textsafe import visible
 
@@ -73,6 +77,7 @@ class ServerState:
         tokens_per_s_history: Oldest first; None where a reading had no rate (first reading, metrics blank).
         stalled_for_s: How long requests have been pending with the counter flat (None: not pending, or
             unknown).
+        from_job: The job's dead members (not the probe alone) decided the state or its reason.
     """
 
     state: str | None
@@ -82,6 +87,7 @@ class ServerState:
     metrics: ServerMetrics | None = None
     tokens_per_s_history: tuple[float | None, ...] = ()
     stalled_for_s: float | None = None
+    from_job: bool = False
 
 
 def _figure(value: float | None, digits: int = 0) -> str:
@@ -147,6 +153,7 @@ class ServerStateTracker:
         launcher_age_s: float | None,
         now: float,
         metrics_error: str | None = None,
+        job: JobFacts | None = None,
     ) -> ServerState:
         """Take the latest samples and return the state they make.
 
@@ -160,6 +167,7 @@ class ServerStateTracker:
                 launcher is known.
             now: Epoch seconds, the clock ``since`` is kept in.
             metrics_error: Why metrics are blank, for the reason line (e.g. "timed out", "malformed").
+            job: The dead members of the server's job in the same snapshot (None: none known).
 
         Returns:
             The new :class:`ServerState` (also ``current``).
@@ -175,7 +183,9 @@ class ServerStateTracker:
                 self._history.append(None)
         if health is not None:
             self._last_health_at = health.checked_at
-        state, reason = self._decide(health, launcher_age_s, metrics_error)
+        self._note_served(health, metrics)
+        facts = job or JobFacts()
+        state, reason = self._decide(health, launcher_age_s, metrics_error, facts)
         if state == HEALTH_STATE_UP:
             self._served = True
         previous = self._current
@@ -188,6 +198,8 @@ class ServerStateTracker:
             metrics=self._metrics,
             tokens_per_s_history=tuple(self._history),
             stalled_for_s=self._stalled_for(),
+            from_job=bool(facts.defunct)
+            and (facts.defunct_text() in reason or bool(facts.not_busy) and facts.not_busy in reason),
         )
         return self._current
 
@@ -229,6 +241,16 @@ class ServerStateTracker:
             self._launcher_started_at = started
             self._served = False
 
+    def _note_served(self, health: HealthSample | None, metrics: ServerMetrics | None) -> None:
+        """Whether this launcher has served, from what one sample can show: generated tokens in its metrics,
+        or (without metrics) a /health that answered 200 since it started."""
+        if metrics is not None and metrics.generation_tokens_total:
+            self._served = True
+        last_ok = None if health is None else health.last_ok
+        started = self._launcher_started_at
+        if last_ok is not None and started is not None and last_ok >= started - LAUNCHER_SAME_SLACK_S:
+            self._served = True
+
     def _stalled_for(self) -> float | None:
         reading = self._metrics
         if reading is None or not reading.generation_tokens_series or not reading.pending:
@@ -244,7 +266,11 @@ class ServerStateTracker:
         return reading.sampled_at - self._last_progress_at < self.stall_after_s
 
     def _decide(
-        self, health: HealthSample | None, launcher_age_s: float | None, metrics_error: str | None
+        self,
+        health: HealthSample | None,
+        launcher_age_s: float | None,
+        metrics_error: str | None,
+        job: JobFacts,
     ) -> tuple[str | None, str]:
         if health is None or health.state is None:
             return None, "not probed yet"
@@ -256,7 +282,7 @@ class ServerStateTracker:
             state == HEALTH_STATE_UNHEALTHY and health.code == _CODE_MAY_BE_LOADING
         )
         young = launcher_age_s is not None and launcher_age_s < self.starting_grace_s
-        if loading and young and not self._served and launcher_age_s is not None:
+        if loading and young and not self._served and launcher_age_s is not None and not job.defunct:
             # Before it first serves, a flat counter with work queued is a warm-up (compiling, capturing
             # graphs), not a stall.
             return HEALTH_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
@@ -278,6 +304,8 @@ class ServerStateTracker:
                 f"serving: {_figure(reading.running)} running, {_figure(reading.waiting)} waiting, "
                 f"{_figure(reading.generation_tokens_per_s)} tokens/s"
             )
+        if job.not_busy and reading is not None and state in _FAILING_BUT_MAY_BE_BUSY and self._progressing():
+            return state, f"{word}: tokens still counted but {job.not_busy}"
         if reading is not None and state in _FAILING_BUT_MAY_BE_BUSY and self._progressing():
             rate = reading.generation_tokens_per_s
             if rate:
@@ -286,4 +314,6 @@ class ServerStateTracker:
                 quiet = reading.sampled_at - (self._last_progress_at or reading.sampled_at)
                 doing = f"a token generated {age_text(quiet)} ago"
             return HEALTH_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
+        if state == HEALTH_STATE_UNHEALTHY and job.defunct:
+            return state, f"{word} with {job.defunct_text()}{blank}"
         return state, f"{word}{blank}"

@@ -23,6 +23,7 @@ from gputui.agent.protocol import (
 )
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import HostSnapshot
+from gputui.core.servers.jobs import job_facts
 from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
 from gputui.core.servers.state import DEFAULT_STALL_AFTER_S, ServerState, ServerStateTracker
 from gputui.core.textsafe import visible
@@ -97,7 +98,8 @@ class ServerWatch:
                 window = self.host_stall_after_s.get(target, self.stall_after_s)
                 tracker = self._trackers[key] = ServerStateTracker(stall_after_s=window)
             metrics, error = read_metrics(sample)
-            current = tracker.update(sample, metrics, sample.launcher_age_s, now_s, error)
+            job = job_facts(snapshot, sample.launcher_pid)
+            current = tracker.update(sample, metrics, sample.launcher_age_s, now_s, error, job)
             judged.append(_judged(sample, current))
         listed = {sample.url for sample in snapshot.health}
         for key in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
@@ -107,9 +109,12 @@ class ServerWatch:
 
 def _judged(sample: HealthSample, current: ServerState) -> HealthSample:
     reading = metrics_json(current.metrics)
-    if current.state == sample.state or current.state is None:
+    if current.state is None:
         return replace(sample, metrics=reading)
-    derived = current.state in DERIVED_STATES
+    if current.state == sample.state:
+        # The probe's own state; its detail is the tracker's reason when the job's dead members shaped it.
+        return replace(sample, metrics=reading, detail=current.reason if current.from_job else sample.detail)
+    derived = current.state in DERIVED_STATES or current.from_job
     return replace(
         sample,
         state=current.state,
@@ -126,9 +131,10 @@ def judge_once(snapshot: HostSnapshot) -> HostSnapshot:
 
 def failing_servers(samples: Iterable[HealthSample]) -> list[str]:
     """One line per server in a failing state (``FAILING_STATES``), for ``check``'s reasons."""
-    lines = []
-    for sample in samples:
-        if sample.state in FAILING_STATES:
-            why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
-            lines.append(f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}")
-    return lines
+    return [server_reason(sample) for sample in samples if sample.state in FAILING_STATES]
+
+
+def server_reason(sample: HealthSample) -> str:
+    """ "server http://…/health is UNHEALTHY: HTTP 503 with 2 defunct members in its job (…)"."""
+    why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
+    return f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"

@@ -8,12 +8,13 @@ from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
+from gputui.core.analysis.findings import duplicate_host_finding, xid_finding
 from gputui.core.figures import impossible_error
 from gputui.core.fleet_owners import dcgm_owner
 from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
 from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.health_sample import HealthSample
-from gputui.core.model import Finding, Gpu, HostSnapshot
+from gputui.core.model import Gpu, HostSnapshot
 from gputui.core.owner import Owner
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
@@ -198,17 +199,6 @@ def last_is(age_s: float | None) -> str:
     return "" if age_s is None else f"; the last is {age_text(age_s)} old"
 
 
-def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
-    """The finding that says a GPU's last XID error is not 0 (the SSH view and ``dmesg`` tell more)."""
-    return Finding(
-        kind="xid",
-        target=target,
-        gpu_index=gpu_index,
-        detail=f"GPU{gpu_index} reported XID {code} (DCGM_FI_DEV_XID_ERRORS)",
-        action="look at the host's kernel log (dmesg | grep -i xid); open it over SSH for its processes",
-    )
-
-
 def rival_exporters(parts: HostParts) -> tuple[str, ...]:
     """The exporters that claim this host with different GPUs (two machines given one ``Hostname``), sorted;
     empty when every exporter of the host names the same GPUs (one exporter scraped at two addresses)."""
@@ -219,18 +209,6 @@ def rival_exporters(parts: HostParts) -> tuple[str, ...]:
     if len({frozenset(keys) for keys in claims.values()}) < 2:
         return ()
     return tuple(sorted(claims))
-
-
-def duplicate_host_finding(target: str, instances: tuple[str, ...]) -> Finding:
-    """The finding that says several exporters claim one host, whose GPUs are then not merged."""
-    count = "two" if len(instances) == 2 else str(len(instances))
-    shown = ", ".join(visible(i, 60) for i in instances[:4]) + (", ..." if len(instances) > 4 else "")
-    return Finding(
-        kind="duplicate_host",
-        target=target,
-        detail=f"{count} exporters claim {visible(target, 60)} ({shown}) with different GPUs: not merged",
-        action="give each exporter its own host label (the DCGM exporter's Hostname, or a relabel rule)",
-    )
 
 
 def _index_gpus(parts: Iterable[GpuParts]) -> list[tuple[int, GpuParts]]:

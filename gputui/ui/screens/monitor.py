@@ -25,8 +25,10 @@ from textual.widgets import Footer, Input
 
 from gputui.core.analysis import ProcNode, build_forest, flatten
 from gputui.core.analysis.jobview import outside_rows
-from gputui.core.model import HostSnapshot
+from gputui.core.judge import no_data_text
+from gputui.core.model import HostSnapshot, Verdict
 from gputui.core.textsafe import visible
+from gputui.transports.freshness import LIVE
 from gputui.ui import keymap
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen
@@ -94,6 +96,8 @@ class MonitorScreen(Screen[None]):
         self._hosts_dirty = False
         """The host bar and overview lag behind the hosts' state (see ``HOSTS_REDRAW_S``)."""
         self._hosts_timer_pending = False
+        self._active_live: bool | None = None
+        """Whether the shown host was live at the last tick (None: not looked yet)."""
 
     @property
     def active(self) -> HostState | None:
@@ -198,9 +202,15 @@ class MonitorScreen(Screen[None]):
             self._show_hosts_now()
 
     def tick(self) -> None:
-        """Once a second: ages in the host bar, the progress of a running check."""
+        """Once a second: ages in the host bar, the progress of a running check, and the panels again when the
+        shown host's data went stale (or came back): they say "no data since …" without waiting for data."""
         self._show_hosts_now()
         host = self.active
+        live = host is not None and self.session.host_status(host).state == LIVE
+        if host is not None and live != self._active_live:
+            self._active_live = live
+            self._show_active()
+            return
         if host is not None and host.check is not None and host.check.running:
             verdict = None if host.snapshot is None else host.snapshot.verdict
             with suppress(NoMatches):
@@ -270,7 +280,10 @@ class MonitorScreen(Screen[None]):
             filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
             tagged = f" · {len(host.tagged)} tagged" if host.tagged else ""
             set_border_title(procs, f"Processes · sort: {self.sort_mode}{filt}{tagged}")
+            missing = self._no_data_text(host, snapshot)
             verdict = None if host.snapshot is None else host.snapshot.verdict
+            if missing is not None:
+                verdict = Verdict(clean=False, known=False, reasons=(missing,))
             self.query_one(CleanSlateLine).show(verdict, host.check, now_s)
             if snapshot is None:
                 message = host.error or "connecting…"
@@ -278,8 +291,8 @@ class MonitorScreen(Screen[None]):
                     message = "not retrying (r: try again) · " + message
                 gpus.show((), {}, {}, message=visible(message, 200))
                 procs.show((), compact=self.narrow)
-                health.show((), now_s=now_s)
-                self.query_one(FindingsList).show(())
+                health.show((), now_s=now_s, no_data=missing)
+                self.query_one(FindingsList).show((), no_data=missing)
                 self._size_top()
                 return
             baselines = {}
@@ -305,9 +318,25 @@ class MonitorScreen(Screen[None]):
                 host.health_history.as_dict(),
                 now_s=now_s,
                 tokens=host.health_history.tokens_per_s(),
+                no_data=missing,
             )
-            self.query_one(FindingsList).show(snapshot.findings, snapshot)
+            self.query_one(FindingsList).show(snapshot.findings, snapshot, no_data=missing)
             self._size_top()
+
+    def _no_data_text(self, host: HostState, snapshot: HostSnapshot | None) -> str | None:
+        """ "no data since 03:12:07: connection refused" while the host has no fresh data (before its first
+        sample, its link down, its data stale); None while it is live. The time is that of the last data
+        shown (the host's clock)."""
+        state = self.session.host_status(host).state
+        if snapshot is not None and state == LIVE:
+            return None
+        if host.error is not None:
+            reason: str | None = visible(host.error, 160)
+        elif snapshot is None:
+            reason = "connecting"
+        else:
+            reason = "stale: no sample within its window"
+        return no_data_text(reason, None if snapshot is None else snapshot.time)
 
     # -- keys ------------------------------------------------------------------------------------------
 

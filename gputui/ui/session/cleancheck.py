@@ -28,7 +28,8 @@ class CleanChecks:
     def __init__(self, session: Session) -> None:
         self._session = session
 
-    def start(self, host: HostState, trigger: str = "c") -> None:
+    def start(self, host: HostState, trigger: str = "c", pressed_s: float | None = None) -> None:
+        """Start a check of ``host`` now; ``pressed_s``: when its key was pressed (before a confirmation)."""
         app = self._session
         host.check = cleanslate.start(
             app.clock(),
@@ -36,6 +37,7 @@ class CleanChecks:
             trigger,
             kill_pending=bool(host.kills),
             ports=host.watched_ports,
+            pressed_s=pressed_s,
         )
         app.hosts.configure(host, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
         app.host_changed(host)

@@ -24,10 +24,11 @@ from textual.message import Message
 
 from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.actions import KillPlan, Pending
-from gputui.core.analysis import Baselines, KilledJob, analyze
+from gputui.core.analysis import Baselines, KilledJob
 from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
 from gputui.core.health_view import UP, HealthHistory, health_transitions
 from gputui.core.history import GpuHistory
+from gputui.core.judge import judge
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import HostSnapshot
 from gputui.core.servers import ServerWatch
@@ -341,9 +342,15 @@ class Hosts:
             host.poller.start()
 
     def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
-        """Findings, verdict and server states of a snapshot, on the thread that took it."""
-        judged = host.servers.apply(snapshot)
-        return analyze(judged, host.baselines, now=snapshot.time, killed_jobs=host.killed_jobs)
+        """Findings, verdict and server states of a snapshot, on the thread that took it (``core.judge``)."""
+        return judge(
+            snapshot,
+            host.baselines,
+            servers=host.servers,
+            now=snapshot.time,
+            killed_jobs=host.killed_jobs,
+            watched_ports=host.watched_ports,
+        )
 
     def deliver(self, target: str, snapshot: HostSnapshot, forced: bool = False) -> None:
         """Hand an analysed snapshot to the app (any thread): the newest replaces one not yet applied."""

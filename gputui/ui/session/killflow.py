@@ -155,6 +155,7 @@ class KillFlow:
         ``owner`` is the answer.
         """
         app, settings = self._session, self._session.settings
+        pressed_s = app.clock()  # the receipt's "since X" counts from the key, not from the confirmation
         if settings.read_only:
             app.say("read-only: nothing is signalled", severity="warning", title="refused")
             return
@@ -205,7 +206,7 @@ class KillFlow:
             elif self.quitting:
                 app.say("quitting: nothing was signalled", severity="warning")
             else:
-                self._send(host, plan, snapshot, all_gpu)
+                self._send(host, plan, snapshot, all_gpu, pressed_s)
 
         app.confirm_kill(plan, snapshot, self._text_fetcher(host), decided)
 
@@ -223,10 +224,18 @@ class KillFlow:
 
     # -- send and follow -------------------------------------------------------------------------------
 
-    def _send(self, host: HostState, plan: KillPlan, snapshot: HostSnapshot, checking: bool) -> None:
+    def _send(
+        self,
+        host: HostState,
+        plan: KillPlan,
+        snapshot: HostSnapshot,
+        checking: bool,
+        pressed_s: float | None = None,
+    ) -> None:
         if checking:
-            # The check starts now, so its receipt says how long the GPUs took to come back.
-            self._checks.start(host, "X")
+            # The check starts now (its deadline counts from the confirmation); its receipt counts "since X"
+            # from the key press and "since the kill" from the first signal.
+            self._checks.start(host, "X", pressed_s=pressed_s)
         self._next_key += 1
         key = self._next_key
         entry = PendingKill(plan, snapshot, checking)

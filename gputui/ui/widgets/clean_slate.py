@@ -5,10 +5,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from gputui.core.analysis.verdict import NOT_READY
 from gputui.core.cleanslate import CleanCheck
 from gputui.core.display import clock_time
+from gputui.core.levels import CANNOT_TELL, NOT_READY
 from gputui.core.model import Verdict
+from gputui.core.verdicts import headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
 DRAIN_CURVE_CELLS = 24
@@ -18,7 +19,7 @@ DRAIN_CURVE_CELLS = 24
 def receipt_times(check: CleanCheck) -> str:
     """``2.1 s since the kill · 4.8 s since c``: how long the GPUs took, from the kill and from the key."""
     end_s = check.finished_s if check.finished_s is not None else check.started_s
-    since_key = f"{duration(max(0.0, end_s - check.started_s))} since {check.trigger}"
+    since_key = f"{duration(max(0.0, end_s - check.key_s))} since {check.trigger}"
     if check.kill_s is None:
         return since_key
     return f"{duration(max(0.0, end_s - check.kill_s))} since the kill · {since_key}"
@@ -51,7 +52,7 @@ def drain_text(check: CleanCheck) -> Text:
 def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> Text:
     """The line for a verdict, with the progress or receipt of a running or finished check."""
     if verdict is None:
-        return Text("clean slate: waiting for data…", style="dim")
+        return Text(headline(None), style="dim")
     total = len(verdict.gpus)
     at_baseline = verdict.gpus_at_baseline
     if check is not None and check.finished_s is not None and check.clean and verdict.clean:
@@ -81,7 +82,7 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             line.append(then, style="yellow")
         return line
     if verdict.clean:
-        return Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
+        return Text(f"{headline(verdict)} ✓", style="bold green")
     line = Text()
     if check is not None and check.finished_s is None:
         line.append(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
@@ -90,15 +91,18 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
         if tearing is not None:
             # Nothing left to kill: the memory is on its way back, and for how long says when to worry.
             line.append(f"no holder left, the driver tearing down for {duration(tearing)} · ", style="yellow")
+        if check.kill_pending:
+            line.append("waiting for the kill to finish · ", style="yellow")
     elif check is not None and check.clean is False and check.finished_s is not None:
         word = NOT_READY if verdict.not_ready else "NOT CLEAN"
         line.append(f"{word} after {duration(check.finished_s - check.started_s)}: ", style="bold red")
-    elif verdict.not_ready:
-        line.append(f"{NOT_READY}: ", style="bold red")
-    elif not verdict.known:
-        line.append("UNKNOWN: ", style="bold yellow")
+    elif verdict.level == CANNOT_TELL:
+        # The headline of every view, its reasons included (they may carry a host's text: made visible).
+        return safe_text(headline(verdict), 300, style="bold yellow")
     else:
-        line.append("NOT CLEAN: ", style="bold red")
+        # The headline every view prints, then the first reason (the others: the CLI lists them).
+        line.append(headline(verdict), style="bold red")
+        line.append(" · ", style="dim")
     reason = verdict.reasons[0] if verdict.reasons else f"{total - at_baseline} GPUs above baseline"
     line.append_text(safe_text(reason, 200))
     if len(verdict.reasons) > 1:

@@ -246,13 +246,20 @@ class FindingsList(OptionList):
         """The rows now listed (findings grouped by kind and action pid)."""
         return self._rows
 
-    def show(self, findings: Sequence[Finding], snapshot: HostSnapshot | None = None) -> None:
+    def show(
+        self, findings: Sequence[Finding], snapshot: HostSnapshot | None = None, no_data: str | None = None
+    ) -> None:
         """List these findings; nothing is redrawn when the rows would read the same.
 
         Args:
             findings: The host's findings.
             snapshot: Where grouped rows look up the common process and the ages (None: without them).
+            no_data: The host has no (fresh) data: this line ("no data since …") and no count, never
+                "nothing stuck" (``findings`` is then ignored).
         """
+        if no_data is not None:
+            self._show_no_data(no_data)
+            return
         findings = tuple(findings)
         self._snapshot = snapshot
         rows = tuple(group_findings(findings))
@@ -289,6 +296,18 @@ class FindingsList(OptionList):
             self.add_option(
                 Option(Text("nothing stuck, dead or unaccounted for", style="dim"), disabled=True)
             )
+
+    def _show_no_data(self, text: str) -> None:
+        set_border_title(self, "Findings (–)")
+        key = ("no data", text)
+        self._findings, self._rows, self._snapshot = (), (), None
+        if key == self._shown_key:
+            return
+        self._shown_key = key
+        self.tooltip = None
+        self.clear_options()
+        self.add_option(Option(safe_text(text, 200, style="dim"), disabled=True))
+        self._count_lines([Text(text)])
 
     def _count_lines(self, texts: Sequence[Text]) -> None:
         width = self.scrollable_content_region.width or 56

@@ -281,6 +281,7 @@ class HealthPanel(Widget):
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._samples: tuple[HealthSample, ...] = ()
+        self._no_data: str | None = None
         self._history: dict[str, tuple[str | None, ...]] = {}
         self._tokens: dict[str, tuple[float | None, ...]] = {}
         self._now_s: float | None = None
@@ -302,6 +303,7 @@ class HealthPanel(Widget):
         history: Mapping[str, Sequence[str | None]] | None = None,
         now_s: float | None = None,
         tokens: Mapping[str, Sequence[float | None]] | None = None,
+        no_data: str | None = None,
     ) -> None:
         """Show these samples.
 
@@ -310,7 +312,9 @@ class HealthPanel(Widget):
             history: URL → its last probe states, oldest first (``HealthHistory.as_dict()``).
             tokens: URL → its server's tokens/s readings, oldest first (``HealthHistory.tokens_per_s()``).
             now_s: The time to measure "since" against (epoch seconds); default: the clock when rendered.
+            no_data: The host has no fresh data: this line ("no data since …") instead of stale states.
         """
+        self._no_data = no_data
         self._samples = tuple(samples)
         self._history = {url: tuple(states) for url, states in (history or {}).items()}
         self._tokens = {url: tuple(values) for url, values in (tokens or {}).items()}
@@ -342,6 +346,9 @@ class HealthPanel(Widget):
 
     def _text(self) -> Text:
         now_s = time.time() if self._now_s is None else self._now_s
+        if self._no_data is not None:
+            self.set_class(False, "-condensed")
+            return Text(self._no_data, style="dim")
         if not self._samples:
             self.set_class(False, "-condensed")
             return Text("no health endpoints (none set or found)", style="dim")

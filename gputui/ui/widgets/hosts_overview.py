@@ -8,8 +8,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from gputui.core.analysis.verdict import NOT_READY
 from gputui.core.health_view import worst_state
+from gputui.core.levels import NOT_READY
 from gputui.core.model import HostSnapshot
 from gputui.ui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
 from gputui.ui.widgets.health_panel import health_dot
@@ -129,7 +129,7 @@ class HostsOverview(Static):
             line.append(f"CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)}", style="bold green")
         elif verdict.not_ready:
             line.append(
-                f"{NOT_READY}: {len(verdict.unfit)} GPU{'s' if len(verdict.unfit) != 1 else ''}",
+                f"{NOT_READY}: {len(verdict.not_ready)} GPU{'s' if len(verdict.not_ready) != 1 else ''}",
                 style="bold red",
             )
         else:

@@ -1,0 +1,62 @@
+"""The verdict block ``check`` prints and ``snapshot`` prints after its table: the same lines for the same
+sample, from the one verdict the engine (``gputui.core.judge``) computed.
+
+One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``verdicts.headline``), every other
+reason, then the findings with their actions. A reason that is word for word a finding listed below is not
+printed twice (eight defunct workers would take sixteen lines to say eight things); JSON keeps every reason.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from gputui.commands.output import marks
+from gputui.core.display import DASH
+from gputui.core.levels import CANNOT_TELL
+from gputui.core.model import HostSnapshot
+from gputui.core.textsafe import visible
+from gputui.core.verdicts import headline
+
+MAX_FINDINGS_SHOWN = 20
+
+
+def _gpu_reason_text(index: int, used: int | None, reason: str) -> str:
+    """A per-GPU reason without the "GPU3 41236 MiB " its line already shows."""
+    prefix = f"GPU{index} "
+    if reason.startswith(prefix):
+        reason = reason[len(prefix) :]
+    if used is not None and reason.startswith(f"{used} MiB "):
+        reason = reason[len(f"{used} MiB ") :]
+    return reason
+
+
+def verdict_lines(snapshot: HostSnapshot, stream: TextIO) -> list[str]:
+    """The verdict block of one host (see the module docstring)."""
+    good, bad = marks(stream)
+    lines: list[str] = []
+    verdict = snapshot.verdict
+    shown: set[str] = set()
+    if verdict is not None:
+        for gpu_verdict in verdict.gpus:
+            used = DASH if gpu_verdict.used_mib is None else str(gpu_verdict.used_mib)
+            if gpu_verdict.clean:
+                lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {good}")
+                continue
+            texts = [
+                _gpu_reason_text(gpu_verdict.index, gpu_verdict.used_mib, r) for r in gpu_verdict.reasons
+            ]
+            lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {bad} {visible('; '.join(texts), 400)}")
+            shown.update(gpu_verdict.reasons)
+    lines.append(visible(headline(verdict), 600))
+    if verdict is not None and verdict.level != CANNOT_TELL:
+        findings = {f.detail for f in snapshot.findings}
+        for reason in verdict.reasons:
+            if reason not in shown and reason not in findings:
+                lines.append(f"  - {visible(reason, 400)}")
+    for finding in snapshot.findings[:MAX_FINDINGS_SHOWN]:
+        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}")
+        if finding.action:
+            lines.append(f"    -> {visible(finding.action, 300)}")
+    if len(snapshot.findings) > MAX_FINDINGS_SHOWN:
+        lines.append(f"! and {len(snapshot.findings) - MAX_FINDINGS_SHOWN} more findings")
+    return lines
