@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui import __version__
-from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
+from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S, PROCESS_INTERVAL_S
 from gputui.commands import fleet_options
 from gputui.transports.base import SSH_CLIENTS
 
@@ -107,9 +107,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--process-interval",
         type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
-        default=3.0,
+        default=PROCESS_INTERVAL_S,
         metavar="SECONDS",
-        help=f"process-list sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
+        help=f"process-list period while GPU memory stands still; lists are read again when it moves "
+        f"({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
     parser.add_argument(
         "--baseline-mib",
