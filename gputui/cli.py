@@ -222,6 +222,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     _add_common(parser)
     if command == "snapshot":
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument(
+            "--all-processes",
+            action="store_true",
+            help="with --json: every process of the sample, not only the GPU jobs and what findings name",
+        )
         fleet_options.add_arguments(parser)
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "check":

@@ -11,7 +11,7 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
-from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
+from gputui.core.model import HealthSample, HostSnapshot
 from gputui.core.servers import judge_once
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 from gputui.transports.base import LinkError, one_shot_sample
@@ -172,7 +172,10 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
-        out.write(json_visible(snapshots_document(snapshots), indent=1) + "\n")
+        from gputui.commands.snapshot_document import document
+
+        all_processes = bool(getattr(args, "all_processes", False))
+        out.write(json_visible(document(snapshots, all_processes), indent=1) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:
