@@ -10,7 +10,7 @@ nothing outside the standard library and that protocol module.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from gputui.agent.protocol import (
@@ -24,6 +24,32 @@ from gputui.agent.protocol import (
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
 STATE_UNINTERRUPTIBLE = "D"
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(obj: Any) -> dict[str, Any]:
+    """A model object as a dict of JSON-ready values, nested model objects included: ``dataclasses.asdict``
+    without its deep copy of every leaf (the model is frozen and its leaves immutable; lists and dicts are
+    new containers)."""
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(obj))
+    return {name: _plain_value(getattr(obj, name)) for name in names}
+
+
+def _plain_value(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain_value(item) for key, item in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(value)
+    return value
 
 
 def _opt_int(value: Any) -> int | None:
@@ -226,7 +252,7 @@ class Proc:
         return sum(self.gpu_memory_mib.values())
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _plain(self)
         data["cmdline"] = list(self.cmdline)
         data["listen_ports"] = list(self.listen_ports)
         data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
@@ -341,7 +367,7 @@ class HealthSample:
     metrics: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _plain(self)
         data["metrics_dropped"] = list(self.metrics_dropped)
         return data
 
@@ -414,10 +440,7 @@ class Verdict:
         return sum(1 for g in self.gpus if g.clean)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["reasons"] = list(self.reasons)
-        data["gpus"] = [dict(asdict(g), reasons=list(g.reasons)) for g in self.gpus]
-        return data
+        return _plain(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
@@ -498,13 +521,13 @@ class HostSnapshot:
         data: dict[str, Any] = {}
         for f in fields(self):
             data[f.name] = getattr(self, f.name)
-        data["gpus"] = [dict(asdict(g), processes=[asdict(p) for p in g.processes]) for g in self.gpus]
+        data["gpus"] = [_plain(g) for g in self.gpus]
         data["processes"] = [p.to_dict() for p in self.processes]
         data["device_holders"] = (
-            None if self.device_holders is None else [asdict(h) for h in self.device_holders]
+            None if self.device_holders is None else [_plain(h) for h in self.device_holders]
         )
         data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
-        data["findings"] = [asdict(f) for f in self.findings]
+        data["findings"] = [_plain(f) for f in self.findings]
         data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
         return data
