@@ -174,16 +174,36 @@ def users_host(tmp: Path, idle: int) -> Iterator[UsersHost]:
 # --- TUIs side by side ------------------------------------------------------------------------------------
 
 
+def stop(pid: int, wait_s: float = 10.0) -> None:
+    """SIGTERM a TUI and wait until it is gone (SIGKILL after ``wait_s``), before its terminal goes away: a
+    second signal (the SIGHUP of a closing tmux) while it shuts down must not leave it running unwatched."""
+    deadline = time.monotonic() + wait_s
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            if proc_cpu_s(pid) is None or _state(pid) == "Z":
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2]
+
+
 def tuis_side_by_side(
     bin_dir: Path, host: UsersHost, settle_s: float, window_s: float
 ) -> dict[str, dict[str, float]] | None:
     """Both TUIs at once, each in its own tmux session; per TUI: CPU %, RSS MiB, NVML calls/s."""
     tmux = Tmux()
+    pids: dict[str, int] = {}
     try:
-        pids = {
-            "gputui": tmux.run([str(bin_dir / "gputui")], host.env()),
-            "nvitop": tmux.run([str(PEERS_VENV / "bin" / "nvitop")], host.env()),
-        }
+        pids["gputui"] = tmux.run([str(bin_dir / "gputui")], host.env())
+        pids["nvitop"] = tmux.run([str(PEERS_VENV / "bin" / "nvitop")], host.env())
         time.sleep(settle_s)
         cpu0 = {name: proc_cpu_s(pid) for name, pid in pids.items()}
         calls0 = {name: read_counts(host.count_dir, pid) for name, pid in pids.items()}
@@ -201,11 +221,10 @@ def tuis_side_by_side(
                 "calls_s": sum(calls.values()) / window_s,
                 "lists_s": process_list_calls(calls) / window_s,
             }
-        for pid in pids.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
         return result
     finally:
+        for pid in pids.values():
+            stop(pid)
         tmux.close()
 
 
@@ -352,6 +371,7 @@ def oneshot_rows(args: argparse.Namespace, bin_dir: Path, report: Report, sec: i
 def clean_seen_tui(bin_dir: Path, host: UsersHost, settle_s: float) -> float | None:
     """Key c, then every holder killed and reaped: ms until "CLEAN ✓" is on the screen (None: never)."""
     tmux = Tmux()
+    pid = None
     try:
         host.start_holders()
         pid = tmux.run([str(bin_dir / "gputui")], host.env())
@@ -364,13 +384,12 @@ def clean_seen_tui(bin_dir: Path, host: UsersHost, settle_s: float) -> float | N
         deadline = gone + 10
         while time.monotonic() < deadline:
             if CLEAN_MARK in tmux.screen():
-                seen = time.monotonic()
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-                return (seen - gone) * 1000
+                return (time.monotonic() - gone) * 1000
             time.sleep(0.005)
         return None
     finally:
+        if pid is not None:
+            stop(pid)
         if host.holders:
             host.kill_holders()
         tmux.close()
