@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui import __version__
-from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S
+from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S, PROCESS_INTERVAL_S
 from gputui.commands import fleet_options
 from gputui.core.link import SSH_CLIENTS
 
@@ -109,9 +109,10 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--process-interval",
         type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
-        default=3.0,
+        default=PROCESS_INTERVAL_S,
         metavar="SECONDS",
-        help=f"process-list sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
+        help=f"process-list period while GPU memory stands still; lists are read again when it moves "
+        f"({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
     parser.add_argument(
         "--baseline-mib",
@@ -223,6 +224,11 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     _add_common(parser)
     if command == "snapshot":
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument(
+            "--all-processes",
+            action="store_true",
+            help="with --json: every process of the sample, not only the GPU jobs and what findings name",
+        )
         fleet_options.add_arguments(parser)
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "check":
@@ -369,9 +375,14 @@ def parse_words(command: str | None, words: Sequence[str]) -> argparse.Namespace
     """
     words = list(words)
     cut = words.index("--") if "--" in words else len(words)
-    args = build_parser(command).parse_intermixed_args(words[:cut])
-    dest = "words" if command == "kill" else "targets"
-    setattr(args, dest, [*getattr(args, dest), *words[cut + 1 :]])
+    parser = build_parser(command)
+    args = parser.parse_intermixed_args(words[:cut])
+    after = words[cut + 1 :]
+    dest = next((d for d in ("words", "targets") if isinstance(getattr(args, d, None), list)), None)
+    if dest is not None:
+        setattr(args, dest, [*getattr(args, dest), *after])
+    elif after:  # a command that takes no targets (the exporter)
+        parser.error(f"unexpected words after --: {' '.join(after)[:80]!r}")
     return args
 
 

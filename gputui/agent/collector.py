@@ -23,7 +23,7 @@ from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
-from gputui.agent.protocol import KILL_COMMANDS, MODE_SMI, VERSION, hello, snapshot
+from gputui.agent.protocol import KILL_COMMANDS, MODE_SMI, PROCESS_INTERVAL_S, VERSION, hello, snapshot
 from gputui.agent.wire import wire_text
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ DRAIN_WINDOW_S = 5.0
 """After the last drop, how long process lists stay on the draining cadence."""
 DRAIN_PROCESS_INTERVAL_S = 0.5
 """Seconds between process lists while a GPU drains (unless the configured interval is already shorter)."""
+CHANGED_PROCESS_INTERVAL_S = 2.0
+"""Seconds between process lists while some GPU's used memory keeps changing (a job starting, a job that
+allocates): the list is read on the first memory sample that differs, then at most this often."""
 
 
 class Agent:
@@ -44,9 +47,11 @@ class Agent:
         target: The name the client uses for this host (echoed in every snapshot).
         read_only: Refuse every kill.
         memory_interval_s: Seconds between memory samples (the cheap part).
-        process_interval_s: Seconds between process samples (NVML process lists + the /proc walk);
-            while a GPU drains (its used memory fell within ``DRAIN_WINDOW_S``), at most
-            ``DRAIN_PROCESS_INTERVAL_S`` (never below the memory interval).
+        process_interval_s: Seconds between process samples (NVML process lists + the /proc walk) while
+            no GPU's used memory changes; when one's differs from the last list's, the list is read again
+            on that sample (then at most every ``CHANGED_PROCESS_INTERVAL_S``), and while a GPU drains (its
+            used memory fell within ``DRAIN_WINDOW_S``) at most every ``DRAIN_PROCESS_INTERVAL_S`` (never
+            below the memory interval).
         health_urls: Health endpoints to probe from this host (at most ``HEALTH_MAX_URLS``).
         discover_health: Also probe the /health URLs of sglang/vLLM launchers found in the process list.
         health_generate: Probe generating endpoints (``/health_generate``) too, at most every
@@ -73,7 +78,7 @@ class Agent:
         target: str = "local",
         read_only: bool = False,
         memory_interval_s: float = 1.0,
-        process_interval_s: float = 3.0,
+        process_interval_s: float = PROCESS_INTERVAL_S,
         health_urls: Iterable[str] = (),
         discover_health: bool = True,
         health_generate: bool = False,
@@ -112,6 +117,7 @@ class Agent:
         self._processes_mono = -1e18
         self.last_sample_mono: float | None = None
         self._last_used_mib: dict[Any, int] = {}
+        self._listed_used_mib: dict[Any, Any] = {}
         self._draining_until_mono = -1e18
         self._listeners = Listeners()
         self._listening_ports: list[int] | None = None
@@ -213,6 +219,9 @@ class Agent:
             due = self._process_interval_now(now_mono)
             want_processes = force_processes or now_mono - self._processes_mono >= due
             gpus = self._poll_gpus(want_processes, force_processes)
+            if not want_processes and self._memory_moved(gpus, now_mono):
+                want_processes = True
+                gpus = self._poll_gpus(True, force_processes)
             self._note_drain(gpus, now_mono)
             now = time.time()
             self.last_sample_mono = time.monotonic()
@@ -220,6 +229,9 @@ class Agent:
             if want_processes:
                 self._processes_mono = now_mono
                 self._processes_time = now
+                self._listed_used_mib = {
+                    gpu.get("uuid") or gpu.get("index"): gpu.get("memory_used_mib") for gpu in gpus
+                }
                 sampler.sample(gpus, now, full=force_processes)
                 self._listening_ports = self._listeners.note(sampler.processes, sampler.job_pids)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
@@ -268,6 +280,19 @@ class Agent:
             monitor.update(gpus, self._backend.take_xid_events() if reads else [])
         monitor.apply(gpus)
         return gpus
+
+    def _memory_moved(self, gpus: list[dict[str, Any]], now_mono: float) -> bool:
+        """Whether some GPU's used memory differs from what it was at the last process list (and the list
+        is at least ``CHANGED_PROCESS_INTERVAL_S`` old, or less while the memory interval is longer)."""
+        gap = min(self.process_interval_s, max(self.memory_interval_s, CHANGED_PROCESS_INTERVAL_S))
+        if now_mono - self._processes_mono < gap:
+            return False
+        listed = self._listed_used_mib
+        return any(
+            isinstance(gpu.get("memory_used_mib"), int)
+            and listed.get(gpu.get("uuid") or gpu.get("index")) != gpu["memory_used_mib"]
+            for gpu in gpus
+        )
 
     def _process_interval_now(self, now_mono: float) -> float:
         """The process interval, shortened while some GPU drains: who still holds memory matters then."""

@@ -190,6 +190,10 @@ GPU_HEALTH = "health"
 INTERVAL_MIN_S = 0.05
 """The shortest sample interval (``check --wait`` samples every 0.09 s): shorter would only spin the CPU."""
 INTERVAL_MAX_S = 3600.0
+PROCESS_INTERVAL_S = 6.0
+"""The default slow period of process lists on a host whose GPU memory stands still (a new CUDA context
+always allocates memory, so a GPU's list cannot change unseen; the collector reads it again when memory
+moves): what changes without it (a zombie, a child that holds nothing) is seen within this period."""
 ESCALATE_MAX_S = 3600.0
 """The longest escalation delay a kill may ask for."""
 RESET_RUN_MAX_S = 3600.0

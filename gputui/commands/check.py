@@ -39,10 +39,8 @@ EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1
 EXIT_ERROR = 2
 SAMPLE_TIMEOUT_S = 30.0
-WAIT_MEMORY_INTERVAL_S = 0.09
-"""Memory sample interval while waiting. Links schedule the next sample an interval after the last one
-*finished*, so 0.1 s gives a little under 10 samples per second; 0.09 s keeps it at 10 or more."""
-WAIT_PROCESS_INTERVAL_S = 0.5
+WAIT_MEMORY_INTERVAL_S = cleanslate.WATCH_MEMORY_INTERVAL_S
+WAIT_PROCESS_INTERVAL_S = cleanslate.WATCH_PROCESS_INTERVAL_S
 
 
 def resolve_baselines(

@@ -16,7 +16,7 @@ from gputui.core.display import DASH, clock_time
 from gputui.core.health_sample import HealthSample
 from gputui.core.judge import judge, no_data
 from gputui.core.link import LinkError, one_shot_sample
-from gputui.core.model import HostSnapshot, snapshots_document
+from gputui.core.model import HostSnapshot
 from gputui.core.state import load_watched_ports
 from gputui.core.textsafe import json_visible, visible, visible_cmdline
 
@@ -171,9 +171,12 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
+        from gputui.commands.snapshot_document import document
+
         order = {target: i for i, target in enumerate(targets)}
         every = sorted(snapshots + unreachable, key=lambda s: order.get(s.target, len(order)))
-        out.write(json_visible(snapshots_document(every), indent=1) + "\n")
+        all_processes = bool(getattr(args, "all_processes", False))
+        out.write(json_visible(document(every, all_processes), indent=1) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:

@@ -31,6 +31,13 @@ from dataclasses import dataclass, replace
 from gputui.core.analysis import Baselines, job_remnants, memory_at_baseline
 from gputui.core.model import HostSnapshot, Proc
 
+WATCH_MEMORY_INTERVAL_S = 0.09
+"""Memory sample interval while a check watches memory drain (the TUI's ``c`` and ``check --wait``). Links
+schedule the next sample an interval after the last one *finished*, so 0.1 s gives a little under 10 samples
+per second; 0.09 s keeps it at 10 or more, and the clean slate is seen within ~0.1 s of the last GPU
+draining."""
+WATCH_PROCESS_INTERVAL_S = 0.5
+"""Process-list interval while a check watches: who still holds memory matters then."""
 DRAIN_POINTS_MAX = 256
 """Points kept for the drain curve; when full, every other one is dropped (the curve keeps its whole span at
 half the resolution), so a check of any length costs at most this many."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
-from gputui.core.wire_values import opt_float, opt_int, opt_str
+from gputui.core.wire_values import opt_float, opt_int, opt_str, plain
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class HealthSample:
     launcher_pid: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = plain(self)
         data["metrics_dropped"] = list(self.metrics_dropped)
         return data
 

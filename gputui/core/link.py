@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE
+from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, PROCESS_INTERVAL_S
 from gputui.core.model import HostSnapshot, Proc
 
 SSH_CLIENTS = ("paramiko", "openssh", "auto")
@@ -46,7 +46,7 @@ class LinkOptions:
     """
 
     memory_interval_s: float = 1.0
-    process_interval_s: float = 3.0
+    process_interval_s: float = PROCESS_INTERVAL_S
     read_only: bool = False
     accept_new: bool = False
     health_urls: tuple[str, ...] = ()

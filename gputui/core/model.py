@@ -11,7 +11,7 @@ nothing outside the standard library, that protocol module, the owner record (``
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gputui.agent.protocol import (
@@ -30,7 +30,7 @@ from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
 from gputui.core.levels import level_of
 from gputui.core.owner import Owner
-from gputui.core.wire_values import opt_float, opt_int, opt_str, ports_of
+from gputui.core.wire_values import opt_float, opt_int, opt_str, plain, ports_of
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -249,7 +249,7 @@ class Proc:
         return sum(self.gpu_memory_mib.values())
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = plain(self)
         data["cmdline"] = list(self.cmdline)
         data["listen_ports"] = list(self.listen_ports)
         data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
@@ -386,12 +386,7 @@ class Verdict:
         return level_of(self.clean, self.known, bool(self.not_ready))
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["level"] = self.level
-        data["reasons"] = list(self.reasons)
-        data["not_ready"] = list(self.not_ready)
-        data["gpus"] = [dict(asdict(g), reasons=list(g.reasons)) for g in self.gpus]
-        return data
+        return dict(plain(self), level=self.level)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
@@ -474,14 +469,14 @@ class HostSnapshot:
         data: dict[str, Any] = {}
         for f in fields(self):
             data[f.name] = getattr(self, f.name)
-        data["gpus"] = [dict(asdict(g), processes=[asdict(p) for p in g.processes]) for g in self.gpus]
+        data["gpus"] = [plain(g) for g in self.gpus]
         data["processes"] = [p.to_dict() for p in self.processes]
         data["device_holders"] = (
-            None if self.device_holders is None else [asdict(h) for h in self.device_holders]
+            None if self.device_holders is None else [plain(h) for h in self.device_holders]
         )
         data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
-        data[KERNEL_LOG] = None if self.kernel_log is None else asdict(self.kernel_log)
-        data["findings"] = [asdict(f) for f in self.findings]
+        data[KERNEL_LOG] = None if self.kernel_log is None else plain(self.kernel_log)
+        data["findings"] = [plain(f) for f in self.findings]
         data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
         return data

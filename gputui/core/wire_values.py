@@ -1,8 +1,10 @@
-"""Typed values from what a collector sent: every field of the model is read through these, so a value of the
-wrong type becomes a missing value (None), never an exception or a fake zero."""
+"""Typed values from what a collector sent, and the model's own objects back as JSON-ready values: every field
+of the model is read through these, so a value of the wrong type becomes a missing value (None), never an
+exception or a fake zero."""
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 
@@ -37,3 +39,29 @@ def opt_float(value: Any) -> float | None:
 def opt_str(value: Any) -> str | None:
     """A string from a collector, None when absent."""
     return None if value is None else str(value)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def plain(obj: Any) -> dict[str, Any]:
+    """A model object as a dict of JSON-ready values, nested model objects included: ``dataclasses.asdict``
+    without its deep copy of every leaf (the model is frozen and its leaves immutable; lists and dicts are
+    new containers)."""
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(obj))
+    return {name: _plain_value(getattr(obj, name)) for name in names}
+
+
+def _plain_value(value: Any) -> Any:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain_value(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain_value(item) for key, item in value.items()}
+    if is_dataclass(value) and not isinstance(value, type):
+        return plain(value)
+    return value

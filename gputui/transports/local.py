@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from gputui.agent.collector import Agent
+from gputui.agent.protocol import PROCESSES_SAME
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
 
@@ -32,6 +33,7 @@ class LocalLink(HostLink):
         self._closed = threading.Event()
         self._wake = threading.Event()
         self.hello: dict[str, Any] | None = None
+        self._previous: HostSnapshot | None = None
 
     @property
     def agent(self) -> Agent:
@@ -72,12 +74,23 @@ class LocalLink(HostLink):
             now = time.monotonic()
             due = now if last is None else last + agent.memory_interval_s
             if now >= due:
-                return HostSnapshot.from_dict(agent.sample())
+                return self._decode(agent.sample())
             if now >= deadline:
                 return None
             # configure() sets _wake so a shorter interval takes effect at once.
             self._wake.wait(min(due, deadline) - now)
             self._wake.clear()
+
+    def _decode(self, data: dict[str, Any]) -> HostSnapshot:
+        """The model of one sample; process lists taken at the same time as the last one's are not decoded
+        again (the stream's ``processes_same``): the agent re-reads them every few memory samples only."""
+        previous = self._previous
+        listed_at = data.get("processes_time")
+        if previous is not None and listed_at is not None and previous.processes_time == listed_at:
+            data[PROCESSES_SAME] = True
+        snapshot = HostSnapshot.from_dict(data, previous)
+        self._previous = snapshot
+        return snapshot
 
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Run one agent command in this thread (a kill with escalation takes up to its escalation time)."""

@@ -22,6 +22,9 @@ Sections (each prints "n/a (reason)" when the piece it measures is not there; no
 8. the overhead targets as whole processes beside their peers: ``snapshot --json`` against ``nvitop -1`` and
    the floor at ~400 and ~3,000 pids, the remote one-shot against ``ssh HOST nvitop -1``, collector start,
    both TUIs in tmux, a soak (``overhead_bench.py``).
+9. as users run it (``users_bench.py``): a fresh non-editable install at its defaults, holders that are
+   children of the calling process, idle processes in sessions of their own, NVML calls counted in the
+   library; both TUIs side by side, the one-shots, the clean slate seen after the last GPU drains.
 
 Every figure is a median over repeated runs. The peers (gpustat 1.1.1, nvitop 1.7.2) are installed into a
 throwaway virtualenv under ``~/.cache/gputui-bench/peers-venv``; they are not project dependencies. The
@@ -1009,6 +1012,12 @@ def section_overhead(args: argparse.Namespace, report: Report) -> None:
     overhead_bench.run(args, report, 8)
 
 
+def section_users(args: argparse.Namespace, report: Report) -> None:
+    from tests.bench import users_bench
+
+    users_bench.run(args, report, 9)
+
+
 SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = {
     1: ("collector cost per sample", section_collector),
     2: ("remote cost", section_remote),
@@ -1018,8 +1027,10 @@ SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = 
     6: ("fleet view on Prometheus", section_fleet),
     7: ("inference server metrics", section_metrics),
     8: ("overhead targets: whole processes beside their peers", section_overhead),
+    9: ("as users run it: a fresh install beside nvitop, NVML calls counted in the library", section_users),
 }
 OVERHEAD_PARTS = ("oneshot", "remote", "start", "tui", "soak")
+USERS_PARTS = ("tui", "oneshot", "clean")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1042,6 +1053,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=OVERHEAD_PARTS,
         help="section 8: run only this part (repeatable)",
+    )
+    parser.add_argument(
+        "--users",
+        action="append",
+        choices=USERS_PARTS,
+        help="section 9: run only this part (repeatable)",
     )
     parser.add_argument(
         "--soak-minutes",

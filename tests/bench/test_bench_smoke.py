@@ -99,3 +99,42 @@ def test_the_exporter_section_measures_gputui_s_exporter(tmp_path: Path) -> None
     assert ours["series"] > 50
     assert rows["nvitop-exporter 1.7.2: CPU per scrape"]["value"] is None  # not installed: said, not made up
     assert "gputui exporter: CPU per scrape" in proc.stdout
+
+
+NVML_CALLS = """
+import os, sys, pynvml
+pynvml.nvmlInit()
+for i in range(pynvml.nvmlDeviceGetCount()):
+    handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+    pynvml.nvmlDeviceGetMemoryInfo(handle)
+    if i < 3:
+        pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+print(os.getpid())
+"""
+
+
+def test_nvml_calls_are_counted_in_the_library(tmp_path: Path) -> None:
+    """Section 9's counting build of the fake NVML counts calls into it, not its own internal calls."""
+    from tests.bench.nvml_counts import build_counting_lib, process_list_calls, read_counts
+    from tests.fakenvml import FakeNvmlState, env_for
+
+    lib_dir = build_counting_lib(tmp_path / "lib")
+    state = tmp_path / "state"
+    FakeNvmlState.with_gpus(8).write(state)
+    counts_dir = tmp_path / "counts"
+    counts_dir.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", NVML_CALLS],
+        env=dict(env_for(lib_dir, state), FAKE_NVML_COUNT_DIR=str(counts_dir)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    counts = read_counts(counts_dir, int(done.stdout.split()[-1]))
+    memory = {name: calls for name, calls in counts.items() if name.startswith("nvmlDeviceGetMemoryInfo")}
+    assert sum(memory.values()) == 8
+    assert process_list_calls(counts) == 3
+    assert sum(calls for name, calls in counts.items() if name.startswith("nvmlDeviceGetHandleByIndex")) == 8
+    assert read_counts(counts_dir, 1) == {}  # a process that made no call has no counts

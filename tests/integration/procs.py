@@ -34,10 +34,12 @@ WORKER_MIB = 40960
 """What each worker holds on its GPU in the fake NVML state (40 GiB)."""
 
 # A worker: names itself (what `ps -o comm` and the collector show), then sleeps, ignores TERM, or exits
-# at once (a zombie, since the launcher never waits for it).
+# at once (a zombie, since the launcher never waits for it); "setsid" starts a session of its own first.
 WORKER = r"""
-import ctypes, signal, sys, time
+import ctypes, os, signal, sys, time
 name, mode = sys.argv[1], sys.argv[2]
+if mode == "setsid":
+    os.setsid()
 ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
 if mode == "exit":
     sys.exit(0)
@@ -110,7 +112,8 @@ class Worker:
         name: Its process name (comm, at most 15 characters are kept).
         gpu: GPU index it holds memory on in the fake NVML state; None: holds nothing.
         mib: What it holds there.
-        mode: "sleep", "ignore_term" (SIGTERM ignored) or "exit" (exits at once: a zombie).
+        mode: "sleep", "ignore_term" (SIGTERM ignored), "exit" (exits at once: a zombie) or "setsid" (sleeps
+            in a session of its own).
         orphan: Started through a middle process that then exits (a double-forked orphan).
     """
 

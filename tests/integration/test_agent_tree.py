@@ -87,3 +87,23 @@ def test_an_older_snapshot_without_groups_still_plans(fake_nvml: FakeNvml) -> No
             proc.pop("sid")
         plan = plan_kill(HostSnapshot.from_dict(snapshot), [running.pid], tree=True)
         assert {t.pid for t in plan.targets} == {running.pid, running["scheduler_TP0"]}
+
+
+def test_a_child_in_a_session_of_its_own_is_not_part_of_the_job(fake_nvml: FakeNvml) -> None:
+    """A child that setsid()s left the job (a daemon it started): not listed, not in the tree, not killed."""
+    workers = [Worker("scheduler_TP0", gpu=0), Worker("detokenizer"), Worker("own_session", mode="setsid")]
+    with launcher(workers, fake_nvml) as running, agent_process(env=fake_nvml.env()) as agent:
+        apart, detokenizer = running["own_session"], running["detokenizer"]
+        assert ppid_of(apart) == running.pid  # still the launcher's child, in a session of its own
+        snapshot = agent.sample()
+        procs = procs_by_pid(snapshot)
+        assert detokenizer in procs
+        assert apart not in procs, "a child in a session of its own was listed as part of the GPU job"
+
+        # The client draws and plans with the same rule when such a child is listed anyway (a zombie, say).
+        listed = dict(procs[detokenizer], pid=apart, name="own_session", sid=apart, pgid=apart)
+        model = HostSnapshot.from_dict(dict(snapshot, processes=[*snapshot["processes"], listed]))
+        (tree,) = [n for n in build_forest(model) if n.proc.pid == running.pid]
+        assert apart not in {n.proc.pid for n in flatten([tree])}
+        plan = plan_kill(model, [running.pid], tree=True)
+        assert {t.pid for t in plan.targets} == {running.pid, running["scheduler_TP0"], detokenizer}

@@ -89,3 +89,12 @@ def test_options_before_double_dash_still_count(tmp_path: Path) -> None:
     done = _gputui(tmp_path, "snapshot", "--json", "--demo", "--", "demo-a")
     assert done.returncode == 0, done.stderr
     assert '"target": "demo-a"' in done.stdout
+
+
+def test_a_command_without_targets_refuses_words_after_double_dash(tmp_path: Path) -> None:
+    """The exporter takes no targets: a word after ``--`` is one line, never a served host or an option."""
+    done = _gputui(tmp_path, "exporter", "--", "-Fevil.cfg")
+    assert done.returncode == 2
+    assert "unexpected words after --" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert "serving" not in done.stderr

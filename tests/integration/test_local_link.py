@@ -27,6 +27,9 @@ link.request({"cmd": "configure", "memory_interval_s": 0.05}, timeout_s=5.0)
 second = link.next_snapshot(timeout_s=20.0)
 out["second_after_configure"] = second is not None and second.time > first.time
 out["reused_processes"] = second.processes_time == first.processes_time
+# Not decoded again: the same model objects as the list's first snapshot (the stream's processes_same).
+out["same_objects"] = second.processes is first.processes and all(
+    a.processes is b.processes for a, b in zip(first.gpus, second.gpus))
 sampled = link.request({"cmd": "sample"}, timeout_s=10.0)["snapshot"]
 out["sample_fresh_processes"] = sampled["processes_time"] > first.processes_time
 kill = link.request({"cmd": "kill", "boot_id": first.boot_id, "signal": "KILL",
@@ -64,6 +67,7 @@ def test_local_link_paces_samples_and_forwards_commands(fake_nvml: FakeNvml) -> 
     assert out["early"] is True
     assert out["second_after_configure"] is True
     assert out["reused_processes"] is True
+    assert out["same_objects"] is True
     assert out["sample_fresh_processes"] is True
     assert out["read_only_kill"] == ["refused"]
     assert out["bad_command"] == "local: unknown command 'bogus'"

@@ -160,6 +160,23 @@ def test_snapshot_round_trips_through_json(snapshot: HostSnapshot) -> None:
     assert HostSnapshot.from_dict(json.loads(json.dumps(snapshot.to_dict()))) == snapshot
 
 
+@settings(max_examples=40, deadline=None)
+@given(snapshots)
+def test_the_json_form_is_what_dataclasses_asdict_gives(snapshot: HostSnapshot) -> None:
+    """``to_dict`` walks the fields itself (no deep copy); the document is the one ``asdict`` made."""
+    import dataclasses
+
+    reference = dataclasses.asdict(snapshot)
+    for data, proc in zip(reference["processes"], snapshot.processes, strict=True):
+        data["gpu_memory_mib"] = {str(k): v for k, v in proc.gpu_memory_mib.items()}
+    if snapshot.verdict is not None:
+        reference["verdict"]["level"] = snapshot.verdict.level  # the one key not a field: said with the facts
+    assert json.loads(json.dumps(snapshot.to_dict())) == json.loads(json.dumps(reference))
+    document = snapshot.to_dict()
+    if snapshot.health and snapshot.health[0].metrics is not None:
+        assert document["health"][0]["metrics"] is not snapshot.health[0].metrics  # a new container
+
+
 def test_all_none_gpu_stays_none() -> None:
     gpu = Gpu(index=3)
     data = json.loads(HostSnapshot(target="h", gpus=(gpu,)).to_json())["gpus"][0]

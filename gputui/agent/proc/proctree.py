@@ -260,9 +260,30 @@ def related_map(rows: Iterable[tuple[int, int | None, int | None]]) -> dict[int,
     return related
 
 
+def leads_own_session(pid: int, session: int | None, parent_session: int | None) -> bool:
+    """Whether a process started a session of its own below its parent (``setsid``): it left its parent's
+    job, as a daemon does, so a tree reaches it only as the root of a job of its own. Unknown sessions
+    decide nothing."""
+    return session is not None and session == pid and parent_session is not None and parent_session != session
+
+
+def job_parent(pid: int, ppid: int | None, session: int | None, parent_session: int | None) -> int | None:
+    """The parent a tree hangs ``pid`` under: its ppid, or None when it leads a session of its own."""
+    return None if leads_own_session(pid, session, parent_session) else ppid
+
+
 def table_relations(table: dict[int, ProcStat]) -> dict[int, list[int]]:
-    """``related_map`` of a stat table: children and process-group members."""
-    return related_map((stat.pid, stat.ppid, stat.pgrp) for stat in table.values())
+    """``related_map`` of a stat table: children (not those that lead a session of their own) and
+    process-group members."""
+
+    def parent_session(stat: ProcStat) -> int | None:
+        parent = table.get(stat.ppid)
+        return None if parent is None else parent.session
+
+    return related_map(
+        (stat.pid, job_parent(stat.pid, stat.ppid, stat.session, parent_session(stat)), stat.pgrp)
+        for stat in table.values()
+    )
 
 
 def walk(
@@ -354,5 +375,17 @@ def scan_trees(
             current = parent
     facts_of = table_facts(table, cgroup_of)
     roots = sorted(set(tree_root(pid, table, facts_of) for pid in tree_pids) - NEVER_IN_A_TREE)
-    walk(roots, lambda pid: [child for child in read_children(pid) if add(child) is not None])
+
+    def below(pid: int) -> list[int]:
+        parent = table.get(pid)
+        found = []
+        for child in read_children(pid):
+            stat = add(child)
+            if stat is None:
+                continue
+            if not leads_own_session(child, stat.session, None if parent is None else parent.session):
+                found.append(child)
+        return found
+
+    walk(roots, below)
     return table

@@ -18,6 +18,7 @@ from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.actions.owner_scope import OwnerScopeError, choose_roots, crosses
 from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
+from gputui.core.analysis.trees import tree_parent
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
 from gputui.core.owner import Owner
 from gputui.core.textsafe import visible
@@ -281,7 +282,8 @@ def plan_kill(
     if tree:
         # Children, and the members of the process groups they lead: a double-forked grandchild whose middle
         # parent died is tied to the tree only by its group, and the collector signals it as part of the tree.
-        related = related_map((proc.pid, proc.ppid, proc.pgid) for proc in snapshot.processes)
+        # Not those that lead a session of their own: they left the job (the collector's rule too).
+        related = related_map((proc.pid, tree_parent(proc, table), proc.pgid) for proc in snapshot.processes)
         root_pids = {r.pid for r in roots}
         for root in roots:
 

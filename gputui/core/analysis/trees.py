@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from gputui.agent.proc.proctree import JobFacts, job_root, related_map, walk
+from gputui.agent.proc.proctree import JobFacts, job_parent, job_root, related_map, walk
 from gputui.agent.proc.proctree import is_session_boundary as agent_is_session_boundary
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.textsafe import visible
@@ -143,6 +143,12 @@ def graphics_only_pids(snapshot: HostSnapshot) -> set[int]:
     return {pid for pid, types in kinds.items() if types == {GRAPHICS}}
 
 
+def tree_parent(proc: Proc, table: dict[int, Proc]) -> int | None:
+    """``proc``'s parent in a tree: None when it leads a session of its own (``job_parent``)."""
+    parent = None if proc.ppid is None else table.get(proc.ppid)
+    return job_parent(proc.pid, proc.ppid, proc.sid, None if parent is None else parent.sid)
+
+
 def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     """The GPU process trees of a host: every process holding GPU memory with its launcher and the rest.
 
@@ -150,12 +156,13 @@ def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     a session boundary (sshd, tmux, a login shell, a service manager, a cron daemon, the display stack, ...;
     see ``is_session_boundary``) nor a daemon init adopted that does not lead the job
     (``gputui.agent.proc.proctree.is_outside_job``), and holding every listed descendant of that root, zombies
-    and D-state processes included. An sglang-style launcher with eight workers is one tree. Roots are
+    and D-state processes included, but for those that lead a session of their own (``setsid``: a job of
+    their own, or a daemon it left behind). An sglang-style launcher with eight workers is one tree. Roots are
     ordered by the memory their tree holds (most first), then pid.
     """
     table = proc_table(snapshot)
     children = related_map(
-        (proc.pid, proc.ppid, None) for proc in sorted(table.values(), key=lambda p: p.pid)
+        (proc.pid, tree_parent(proc, table), None) for proc in sorted(table.values(), key=lambda p: p.pid)
     )
     graphics = graphics_only_pids(snapshot)
     forest: list[ProcNode] = []

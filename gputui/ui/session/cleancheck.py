@@ -17,9 +17,10 @@ from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import receipt_times
 from gputui.ui.widgets.fmt import duration
 
-FAST_MEMORY_INTERVAL_S = 0.2
-FAST_PROCESS_INTERVAL_S = 0.5
-"""Sampling while a check watches memory drain; the normal intervals come back after it."""
+FAST_MEMORY_INTERVAL_S = cleanslate.WATCH_MEMORY_INTERVAL_S
+FAST_PROCESS_INTERVAL_S = cleanslate.WATCH_PROCESS_INTERVAL_S
+"""Sampling while a check watches memory drain (as ``check --wait`` does); the normal intervals come back
+after it."""
 
 
 class CleanChecks:
