@@ -44,9 +44,10 @@ from gputui.core.actions import (
 )
 from gputui.core.analysis import find_survivors
 from gputui.core.cleanslate import watched_ports
+from gputui.core.commandline import command_display
 from gputui.core.model import Finding, HostSnapshot
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
-from gputui.core.textsafe import json_visible, visible, visible_cmdline
+from gputui.core.textsafe import json_visible, visible
 from gputui.transports.base import HostLink, LinkError, full_sample
 
 EXIT_OK = 0
@@ -121,7 +122,7 @@ def format_plan(plan: KillPlan) -> list[str]:
     lines = [plan_line(plan), f"{'PID':>8}  {'USER':<12} {'GPU MiB':>8}  COMMAND"]
     for target in plan.targets:
         mib = DASH if target.gpu_mib is None else str(target.gpu_mib)
-        command = visible_cmdline(target.cmdline, 80) or visible(target.name or DASH, 40)
+        command = command_display(target.cmdline, target.name, 80)
         under = f"  (in tree of {target.descendant_of})" if target.descendant_of is not None else ""
         state = "  [D: may not die]" if target.state == "D" else ""
         graphics = "  [graphics]" if target.graphics_only else ""

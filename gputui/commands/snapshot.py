@@ -11,9 +11,10 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.check import link_error_line, resolve_baselines
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.analysis import analyze
+from gputui.core.commandline import command_display
 from gputui.core.model import HealthSample, HostSnapshot, snapshots_document
 from gputui.core.servers import judge_once
-from gputui.core.textsafe import json_visible, visible, visible_cmdline
+from gputui.core.textsafe import json_visible, visible
 from gputui.transports.base import LinkError, one_shot_sample
 
 EXIT_OK = 0
@@ -118,7 +119,7 @@ def format_table(snapshot: HostSnapshot) -> list[str]:
             proc = snapshot.process(gpu_proc.pid) if gpu_proc.visible else None
             user = visible(proc.user, 16) if proc is not None and proc.user else DASH
             if proc is not None:
-                command = visible_cmdline(proc.cmdline, COMMAND_WIDTH) or visible(proc.name or DASH, 40)
+                command = command_display(proc.cmdline, proc.name, COMMAND_WIDTH, proc.cmdline_truncated)
             else:
                 command = "(not visible here)" if not gpu_proc.visible else DASH
             mib = f"{gpu.index}:{_num(gpu_proc.used_mib)}"

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 
 from rich.text import Text
 
-from gputui.core.commandline import command_words
-from gputui.core.textsafe import ELLIPSIS, visible, visible_cmdline
+from gputui.core.commandline import command_display
+from gputui.core.textsafe import visible
 
 DASH = "–"
 """Shown for a value that could not be read (None in the model)."""
@@ -33,19 +33,8 @@ def safe_text(value: str | None, max_len: int | None = None, style: str = "") ->
     return Text(visible(value, max_len), style=style)
 
 
-def command_text(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> str:
-    """How a process's command reads (``commandline.command_words``: the program's name and its arguments,
-    a title it set, or its name in brackets without a command line), visible and at most ``max_len`` long.
-
-    ``truncated``: the collector cut the command line (``Proc.cmdline_truncated``); it then always ends with
-    the ellipsis, even when what arrived fits in ``max_len``.
-    """
-    words = command_words(argv, name)
-    shown = visible_cmdline(words, max_len)
-    if argv and truncated and not shown.endswith(ELLIPSIS):
-        # One more (empty) argument makes a line that filled the width exactly one character too long.
-        shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*words, ""], max_len)
-    return shown
+command_text = command_display
+"""The one command-display function (``core.commandline.command_display``), as the widgets name it."""
 
 
 def mem_pct(used_mib: int | None, total_mib: int | None) -> int | None:
