@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import App, SystemCommand
+from textual.notifications import Notification, Notify
 from textual.screen import Screen
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
@@ -143,11 +144,15 @@ class GpuTuiApp(App[int]):
             self.hosts.add(target)
         self.checks = CleanChecks(self)
         self.kills = KillFlow(self)
-        self.monitor = MonitorScreen()
+        self.monitor = MonitorScreen(read_only)
         self._theme_store = theme_store
         self._theme = theme or (theme_store.load() if theme_store is not None else None)
         self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
         """The latest notifications as (severity, title, message), newest last."""
+        self._operations: dict[str, Notification] = {}
+        """The notification of each operation (a kill, a check), replaced as the operation goes on."""
+        self._opened_from_fleet: set[str] = set()
+        """Targets the fleet view opened: Esc back to it closes them."""
 
     # -- life ------------------------------------------------------------------------------------------
 
@@ -192,16 +197,34 @@ class GpuTuiApp(App[int]):
 
     # -- what the screens and the flows use ------------------------------------------------------------
 
-    def say(self, message: str, *, severity: str = "information", title: str = "") -> None:
-        """A notification; ``message`` may carry machine text (already visible): never parsed as markup."""
+    def say(
+        self, message: str, *, severity: str = "information", title: str = "", operation: str | None = None
+    ) -> None:
+        """A notification; ``message`` may carry machine text (already visible): never parsed as markup.
+
+        ``operation``: the notification replaces the one said before for the same operation (a kill from
+        sent to escalated to gone, then its clean slate), so one operation is one notification.
+        """
         self.notices.append((severity, title, message))
-        self.notify(
+        notification = Notification(
             message,
-            title=title,
-            severity=severity,  # type: ignore[arg-type]
-            timeout=self.settings.notify_timeout_s,
+            title,
+            severity,  # type: ignore[arg-type]
+            self.settings.notify_timeout_s,
             markup=False,
         )
+        if operation is not None:
+            previous = self._operations.pop(operation, None)
+            if previous is not None:
+                # Textual has no update for a toast: the old one goes, the new one takes its place.
+                self._unnotify(previous, refresh=False)
+            self._operations = {k: n for k, n in self._operations.items() if not n.has_expired}
+            self._operations[operation] = notification
+        self.post_message(Notify(notification))
+
+    def shows(self, host: HostState) -> bool:
+        """Whether the monitor shows ``host`` now (its clean-slate line is on screen)."""
+        return self.screen is self.monitor and self.monitor.active is host
 
     def host_status(self, host: HostState) -> HostStatus:
         """What the host bar says about ``host`` now."""
@@ -309,10 +332,31 @@ class GpuTuiApp(App[int]):
                 return
             host = self.hosts.add(target)
             self.hosts.start(host)
+            if self.fleet is not None:
+                self._opened_from_fleet.add(target)
         if self.fleet is not None and self.screen is self.fleet:
             self.pop_screen()
         self.monitor.active_index = self.hosts.index(host)
         self.host_changed(host)
+
+    def back_to_fleet(self) -> None:
+        """Back to the fleet view, closing the hosts opened from it (their pollers stop, their links close);
+        a host with a kill under way stays open until it is done."""
+        if self.fleet is None:
+            return
+        for target in sorted(self._opened_from_fleet):
+            host = self.hosts.get(target)
+            if host is not None and host.kills:
+                self.say(
+                    f"{visible(target, 40)}: a kill is under way: the host stays open until it is done",
+                    severity="warning",
+                )
+                continue
+            self._opened_from_fleet.discard(target)
+            if host is not None:
+                self.hosts.remove(host)
+        self.monitor.active_index = 0
+        self.show_fleet()
 
     def on_fleet_screen_open_host(self, message: FleetScreen.OpenHost) -> None:
         self.open_host(message.target)

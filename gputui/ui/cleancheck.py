@@ -25,6 +25,11 @@ FAST_PROCESS_INTERVAL_S = 0.5
 """Sampling while a check watches memory drain; the normal intervals come back after it."""
 
 
+def check_operation(target: str) -> str:
+    """The notification key of ``target``'s clean-slate check (``GpuTuiApp.say``)."""
+    return f"check:{target}"
+
+
 class CleanChecks:
     """Starts, feeds and ends the clean-slate checks of every host of ``app``."""
 
@@ -67,6 +72,7 @@ class CleanChecks:
                 f" baseline at {clock_time(check.finished_s)} (memory sample, confirmed by a full sample;"
                 f" {receipt_times(check)})",
                 title="clean slate",
+                operation=check_operation(host.target),
             )
         self._app.host_changed(host)
 
@@ -84,6 +90,7 @@ class CleanChecks:
                     f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
                     severity="error",
                     title="clean slate",
+                    operation=check_operation(host.target),
                 )
                 self._app.host_changed(host)
 

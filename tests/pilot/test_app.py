@@ -169,7 +169,7 @@ async def test_t_kills_the_tree_and_escalates(make_app):
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
         await _select(pilot, app, LAUNCHER_PID)
-        await pilot.press("t")
+        await pilot.press("T")
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
         assert screen.plan.tree

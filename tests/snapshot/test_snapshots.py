@@ -112,7 +112,7 @@ def test_confirmation_modal(snap_compare, tmp_path: Path) -> None:
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await _ready(pilot)
         pilot.app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
-        await pilot.press("t")
+        await pilot.press("T")
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

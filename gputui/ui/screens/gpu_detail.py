@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -29,6 +30,7 @@ from gputui.ui.hosts import REQUEST_TIMEOUT_S, HostState
 from gputui.ui.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
 from gputui.ui.widgets.history_chart import HistoryChart
+from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
 if TYPE_CHECKING:
     from gputui.ui.app import GpuTuiApp
@@ -149,7 +151,17 @@ class GpuDetailScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one("#gpu-holders-box").border_title = f"Processes on GPU {self.index}"
+        self._layout_for(self.app.size.width)
         self._show()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_for(event.size.width)
+
+    def _layout_for(self, width: int) -> None:
+        """At 60 columns and less every chart gets a row of its own under its figures; up to 100, the figures
+        wrap in a narrower column beside their chart."""
+        self.set_class(width <= NARROW_MAX_CELLS, "-narrow")
+        self.set_class(NARROW_MAX_CELLS < width < STACKED_BELOW_CELLS, "-medium")
 
     def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
         """New data: redraw when it is this screen's host."""
