@@ -19,7 +19,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import App, SystemCommand
-from textual.notifications import Notification, Notify
+from textual.notifications import Notification
 from textual.screen import Screen
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog
@@ -220,7 +220,10 @@ class GpuTuiApp(App[int]):
                 self._unnotify(previous, refresh=False)
             self._operations = {k: n for k, n in self._operations.items() if not n.has_expired}
             self._operations[operation] = notification
-        self.post_message(Notify(notification))
+        # Added at once rather than through a Notify message (``App.notify``): an update said right after
+        # (the kill's outcome in the same batch as its start) must find this one to replace it.
+        self._notifications.add(notification)
+        self._refresh_notifications()
 
     def shows(self, host: HostState) -> bool:
         """Whether the monitor shows ``host`` now (its clean-slate line is on screen)."""

@@ -147,7 +147,7 @@ KEYS: tuple[Key, ...] = (
         "escape",
         "Esc",
         "back",
-        "clear the filter; without one, back to the fleet view (closing the host opened from it)",
+        "clear the filter; then, from the fleet view, back to it (closing the host opened from it)",
         "Back",
     ),
     Key("escape,q", "Esc, q", "close", "back to the monitor", "Back", scope=GPU_VIEW),

@@ -195,3 +195,24 @@ async def test_a_list_that_grows_past_its_height_keeps_every_word(width: int) ->
         await pilot.pause(0.3)
         assert findings.lines > findings.scrollable_content_region.height  # it scrolls now
         assert _all_words_shown(findings)
+
+
+async def test_rows_are_counted_as_they_wrap_at_every_width() -> None:
+    """The list's line count (which sizes the panel) follows word wrapping, not characters ÷ width: the last
+    row's last line is never left below the panel, at any width."""
+    app = ShortList(css_path=Path(__file__).resolve().parents[2] / "gputui" / "ui" / "app.tcss")
+    detail = "7 defunct leaders (4241–4247) for 37 s, 14 threads alive (14 in D), holding 288644 MiB: stuck"
+    rows = [
+        Finding(kind="orphan", target="h", pid=n, detail=detail[:n], action="kill it, not its parent")
+        for n in range(60, 100, 7)
+    ]
+    async with app.run_test(size=(40, 12)) as pilot:
+        findings = app.query_one(FindingsList)
+        findings.show(rows)
+        wrong = []
+        for width in range(30, 90):
+            await pilot.resize_terminal(width, 12)
+            await pilot.pause(0.05)
+            if not _all_words_shown(findings):
+                wrong.append(width)
+        assert wrong == []

@@ -87,7 +87,7 @@ def test_read_only_and_one_host_leave_out_what_does_not_work() -> None:
     assert {"Tab", "1–9"} <= {key for key, _ in listed}
     assert (
         "Esc",
-        "clear the filter; without one, back to the fleet view (closing the host opened from it)",
+        "clear the filter; then, from the fleet view, back to it (closing the host opened from it)",
     ) in listed
 
 

@@ -9,6 +9,7 @@ host until Esc.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, cast
@@ -18,6 +19,7 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -166,7 +168,8 @@ class GpuDetailScreen(Screen[None]):
     def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
         """New data: redraw when it is this screen's host."""
         if any(host.target == self.target for host, _ in changed):
-            self._show()
+            with suppress(NoMatches):  # pushed, not composed yet: on_mount shows it
+                self._show()
 
     def _show(self) -> None:
         host = self.gputui.hosts.get(self.target)

@@ -6,12 +6,17 @@ Every string that came from a machine goes through ``safe_text``: control charac
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
 
+from rich.console import Console
 from rich.text import Text
 
 from gputui.core.commandline import command_display
 from gputui.core.textsafe import visible
+
+_MEASURE = Console(file=io.StringIO(), width=1000, color_system=None)
+"""Lays text out to count its rows (``screen_rows``); writes nowhere."""
 
 DASH = "–"
 """Shown for a value that could not be read (None in the model)."""
@@ -86,9 +91,15 @@ def _blocks(recent: Sequence[int], top: int, width_cells: int) -> str:
 
 
 def screen_rows(text: Text, width: int, wrap: bool = True) -> int:
-    """The screen rows ``text`` takes at ``width`` cells: one per line, more for lines that wrap."""
+    """The screen rows ``text`` takes at ``width`` cells: one per line, more for lines that wrap at the
+    spaces between words (a word wider than the row folds), as the widgets draw them."""
     width = max(1, width)
-    return sum(max(1, -(-line.cell_len // width)) if wrap else 1 for line in text.split("\n"))
+    if not wrap:
+        return len(text.split("\n"))
+    return sum(
+        1 if line.cell_len <= width else len(line.wrap(_MEASURE, width, overflow="fold"))
+        for line in text.split("\n")
+    )
 
 
 def duration(seconds: float) -> str:
