@@ -370,7 +370,7 @@ async def test_read_only_removes_and_refuses_destructive_keys(make_app):
             await pilot.pause()
             assert not isinstance(app.screen, ConfirmKillScreen)
             # The key says why it does nothing, in one line.
-            assert app.notices[said:] == [
+            assert list(app.notices)[said:] == [
                 (
                     "warning",
                     "refused",

@@ -53,6 +53,8 @@ snapshot of every host costs O(hosts²) per second."""
 FINDINGS_MIN_ROWS = 7
 """Rows (border included) the findings get at least beside the GPUs."""
 _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keymap.MONITOR)}
+_KEYS_BY_FULL_ACTION = {key.action: key for key in keymap.keys_of(keymap.MONITOR)}
+"""k (``kill('TERM')``) and K (``kill('KILL')``) share an action name: each finds its own row by the whole."""
 _DESTRUCTIVE_ACTIONS = frozenset(key.action for key in keymap.keys_of(keymap.MONITOR) if key.destructive)
 FOOTER_ROOMY_CELLS = 140
 """Narrower than this, the footer packs its keys tighter (Textual's compact footer)."""
@@ -358,7 +360,7 @@ class MonitorScreen(Screen[None]):
 
     def _refused(self, action: str) -> bool:
         """Whether the key of ``action`` does nothing now; if so, the user is told why in one line."""
-        key = _KEYS_BY_ACTION.get(action)
+        key = _KEYS_BY_FULL_ACTION.get(action) or _KEYS_BY_ACTION.get(action)
         if key is None:
             return False
         app = self.gputui
@@ -387,7 +389,7 @@ class MonitorScreen(Screen[None]):
 
     def action_kill(self, signal: str = "TERM") -> None:
         """Signal the tagged processes (or the selected one)."""
-        if self._refused("kill"):
+        if self._refused(f"kill('{signal}')"):
             return
         self._kill(signal if signal in ("TERM", "KILL", "INT") else "TERM")
 
