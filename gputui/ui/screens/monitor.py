@@ -345,8 +345,7 @@ class MonitorScreen(Screen[None]):
         makes room (the receipt is the answer; the keys are in the help)."""
         line = self.query_one(CleanSlateLine)
         line.show(verdict, host.check, self.gputui.clock())
-        width = max(1, self.size.width - 2)  # the line's padding
-        rows = screen_rows(line.shown, width)
+        rows = screen_rows(line.shown, max(1, self.size.width))
         self.query_one(Footer).display = rows <= CLEAN_ROWS_WITH_FOOTER
 
     # -- keys ------------------------------------------------------------------------------------------
