@@ -4,7 +4,8 @@
 
 Writes wedged.svg (the wedged sglang host, two hosts open), confirm.svg (the confirmation ``X`` opens),
 clean.svg (after confirming: memory drained, the clean-slate receipt with its drain curve), gpu.svg (Enter on
-GPU 0 then: its history through the wedge, the kill and the drain), narrow.svg (a 50-column tmux pane) and
+GPU 0 then: its history through the wedge, the kill and the drain), narrow.svg (a 50-column tmux pane),
+narrow-clean.svg (the same pane after ``X``, ``y``: the receipt whole, its one notification at the top) and
 fleet.svg (the fleet view over an answer recorded from a real Prometheus).
 The demo's clock is frozen and moved by the script, so the pictures are the same on every run.
 """
@@ -93,8 +94,6 @@ async def main(out_dir: Path) -> None:
             clock.advance(0.5)
             await pilot.pause(0.2)
         await _until(pilot, lambda: host.check is not None and host.check.clean, "the clean slate")
-        # The kill's and the health's notifications would cover the panels: the receipt says it all.
-        app.clear_notifications()
         await pilot.pause(0.3)
         app.save_screenshot("clean.svg", str(out_dir))
         await pilot.press("g", "enter")
@@ -104,11 +103,29 @@ async def main(out_dir: Path) -> None:
     clock = ManualClock()
     args = build_parser(None).parse_args(["--demo", "--interval", "0.1", "gpu-node-07"])
     app = build_app(args, clock=clock)
-    async with app.run_test(size=(50, 40)) as pilot:
+    async with app.run_test(size=(50, 40), notifications=True) as pilot:
         await _serve_then_wedge(pilot, clock)
         app.save_screenshot("narrow.svg", str(out_dir))
+        await pilot.press("X", "y")
+        host = app.hosts[0]
+        await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "the kill")
+        for _ in range(int(DRAIN_S / 0.5) + 1):
+            clock.advance(0.5)
+            await pilot.pause(0.2)
+        await _until(pilot, lambda: host.check is not None and host.check.clean, "the clean slate")
+        await pilot.pause(0.3)
+        app.save_screenshot("narrow-clean.svg", str(out_dir))
     await fleet_screenshot(out_dir)
-    for name in ("wedged.svg", "confirm.svg", "clean.svg", "gpu.svg", "narrow.svg", "fleet.svg"):
+    names = (
+        "wedged.svg",
+        "confirm.svg",
+        "clean.svg",
+        "gpu.svg",
+        "narrow.svg",
+        "narrow-clean.svg",
+        "fleet.svg",
+    )
+    for name in names:
         print(out_dir / name)
 
 

@@ -46,12 +46,13 @@ from gputui.core.actions import (
 )
 from gputui.core.analysis import find_survivors
 from gputui.core.cleanslate import watched_ports
+from gputui.core.cmdline import command_display
 from gputui.core.display import DASH
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Finding, HostSnapshot
 from gputui.core.owner import parse_owner_option
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
-from gputui.core.textsafe import json_visible, visible, visible_cmdline
+from gputui.core.textsafe import json_visible, visible
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1
@@ -130,7 +131,7 @@ def format_plan(plan: KillPlan) -> list[str]:
             if target.owner != owner:
                 continue
             mib = DASH if target.gpu_mib is None else str(target.gpu_mib)
-            command = visible_cmdline(target.cmdline, 80) or visible(target.name or DASH, 40)
+            command = command_display(target.cmdline, target.name, 80)
             under = f"  (in tree of {target.descendant_of})" if target.descendant_of is not None else ""
             state = "  [D: may not die]" if target.state == "D" else ""
             graphics = "  [graphics]" if target.graphics_only else ""

@@ -12,13 +12,14 @@ from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.commands.verdict_text import verdict_lines
 from gputui.core.analysis.gpu_health import health_summary
+from gputui.core.cmdline import command_display
 from gputui.core.display import DASH, clock_time
 from gputui.core.health_sample import HealthSample
 from gputui.core.judge import judge, no_data
 from gputui.core.link import LinkError, one_shot_sample
 from gputui.core.model import HostSnapshot
 from gputui.core.state import load_watched_ports
-from gputui.core.textsafe import json_visible, visible, visible_cmdline
+from gputui.core.textsafe import json_visible, visible
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -113,7 +114,7 @@ def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[s
             proc = snapshot.process(gpu_proc.pid) if gpu_proc.visible else None
             user = visible(proc.user, 16) if proc is not None and proc.user else DASH
             if proc is not None:
-                command = visible_cmdline(proc.cmdline, COMMAND_WIDTH) or visible(proc.name or DASH, 40)
+                command = command_display(proc.cmdline, proc.name, COMMAND_WIDTH, proc.cmdline_truncated)
             else:
                 command = "(not visible here)" if not gpu_proc.visible else DASH
             mib = f"{gpu.index}:{_num(gpu_proc.used_mib)}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from gputui.core.textsafe import ELLIPSIS, visible_cmdline
+
 _PYTHON = re.compile(r"python[0-9.]*[a-z]?")
 _PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W"})
 """Interpreter options whose value is the next word."""
@@ -53,3 +55,18 @@ def command_words(argv: Sequence[str], name: str | None = None) -> list[str]:
             if option in _PYTHON_OPTIONS_WITH_VALUE and rest:
                 rest.pop(0)
     return [program, *rest]
+
+
+def command_display(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> str:
+    """How a process's command reads everywhere it is shown (the TUI's tables and dialogs, ``snapshot`` and
+    ``kill``): ``command_words`` made visible and at most ``max_len`` long.
+
+    ``truncated``: the collector cut the command line (``Proc.cmdline_truncated``); it then always ends with
+    the ellipsis, even when what arrived fits in ``max_len``.
+    """
+    words = command_words(argv, name)
+    shown = visible_cmdline(words, max_len)
+    if argv and truncated and not shown.endswith(ELLIPSIS):
+        # One more (empty) argument makes a line that filled the width exactly one character too long.
+        shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*words, ""], max_len)
+    return shown

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import App, SystemCommand
+from textual.notifications import Notification
 from textual.screen import Screen
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
@@ -127,7 +128,8 @@ class GpuTuiApp(App[int]):
             post=self.post_message,
             push=self.push_screen,
             leave=self.leave,
-            show_fleet=self.show_fleet,
+            show_fleet=self.back_to_fleet,
+            shows=self.shows,
             redraw=self.host_changed,
             confirm_kill=self._confirm_kill,
             choose_owner=self._choose_owner,
@@ -143,6 +145,10 @@ class GpuTuiApp(App[int]):
         self.checks = CleanChecks(self.session)
         self.kills = KillFlow(self.session, self.checks)
         self.monitor = MonitorScreen(self.session, self.checks, self.kills)
+        self._operations: dict[str, Notification] = {}
+        """The notification of each operation (a kill, a check), replaced as the operation goes on."""
+        self._opened_from_fleet: set[str] = set()
+        """Targets the fleet view opened: Esc back to it closes them."""
         self._asking_host_key: set[str] = set()
         """Targets whose unknown host key the user is being asked about now."""
         self._theme_store = theme_store
@@ -193,9 +199,15 @@ class GpuTuiApp(App[int]):
 
     # -- what the screens and the flows use ------------------------------------------------------------
 
-    def say(self, message: str, *, severity: str = "information", title: str = "") -> None:
-        """A notification; ``message`` may carry machine text (already visible): never parsed as markup."""
-        self.session.say(message, severity=severity, title=title)
+    def say(
+        self, message: str, *, severity: str = "information", title: str = "", operation: str | None = None
+    ) -> None:
+        """A notification; ``message`` may carry machine text (already visible): never parsed as markup.
+
+        ``operation``: the notification replaces the one said before for the same operation (a kill from
+        sent to escalated to gone, then its clean slate), so one operation is one notification.
+        """
+        self.session.say(message, severity=severity, title=title, operation=operation)
 
     def _confirm_kill(
         self,
@@ -214,14 +226,29 @@ class GpuTuiApp(App[int]):
     def _confirm_reset(self, plan: ResetPlan, decided: Callable[[bool | None], None]) -> None:
         self.push_screen(ConfirmResetScreen(plan), decided)
 
-    def _notify(self, message: str, severity: str, title: str) -> None:
-        self.notify(
+    def _notify(self, message: str, severity: str, title: str, operation: str | None) -> None:
+        notification = Notification(
             message,
-            title=title,
-            severity=severity,  # type: ignore[arg-type]
-            timeout=self.settings.notify_timeout_s,
+            title,
+            severity,  # type: ignore[arg-type]
+            self.settings.notify_timeout_s,
             markup=False,
         )
+        if operation is not None:
+            previous = self._operations.pop(operation, None)
+            if previous is not None:
+                # Textual has no update for a toast: the old one goes, the new one takes its place.
+                self._unnotify(previous, refresh=False)
+            self._operations = {k: n for k, n in self._operations.items() if not n.has_expired}
+            self._operations[operation] = notification
+        # Added at once rather than through a Notify message (``App.notify``): an update said right after
+        # (the kill's outcome in the same batch as its start) must find this one to replace it.
+        self._notifications.add(notification)
+        self._refresh_notifications()
+
+    def shows(self, host: HostState) -> bool:
+        """Whether the monitor shows ``host`` now (its clean-slate line is on screen)."""
+        return self.screen is self.monitor and self.monitor.active is host
 
     def host_changed(self, host: HostState) -> None:
         """Something but data changed about ``host``: the screens showing it redraw."""
@@ -325,10 +352,31 @@ class GpuTuiApp(App[int]):
                 return
             host = self.hosts.add(target)
             self.hosts.start(host)
+            if self.fleet is not None:
+                self._opened_from_fleet.add(target)
         if self.fleet is not None and self.screen is self.fleet:
             self.pop_screen()
         self.monitor.active_index = self.hosts.index(host)
         self.host_changed(host)
+
+    def back_to_fleet(self) -> None:
+        """Back to the fleet view, closing the hosts opened from it (their pollers stop, their links close);
+        a host with a kill under way stays open until it is done."""
+        if self.fleet is None:
+            return
+        for target in sorted(self._opened_from_fleet):
+            host = self.hosts.get(target)
+            if host is not None and host.kills:
+                self.say(
+                    f"{visible(target, 40)}: a kill is under way: the host stays open until it is done",
+                    severity="warning",
+                )
+                continue
+            self._opened_from_fleet.discard(target)
+            if host is not None:
+                self.hosts.remove(host)
+        self.monitor.active_index = 0
+        self.show_fleet()
 
     def on_fleet_screen_open_host(self, message: FleetScreen.OpenHost) -> None:
         self.open_host(message.target)

@@ -96,8 +96,8 @@ KEYS: tuple[Key, ...] = (
         destructive=True,
     ),
     Key(
-        "t",
-        "t",
+        "T",
+        "T",
         "kill_tree",
         "kill the selected tree: TERM, then KILL after {escalate_s} s",
         "Tree",
@@ -133,6 +133,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("escape", "Esc", "clear_filter", "clear the filter and go back to the list", scope=FILTER),
     Key("s", "s", "sort", "sort the processes: tree, gpu (memory), pid", "Sort", "Sort processes"),
+    Key("t", "t", "tree", "tree view on / off (as in nvitop and htop)", "", "Tree view on / off"),
     Key("g", "g", "focus_gpus", "go to the GPUs", "GPUs", "Go to the GPUs"),
     Key("up", "↑/↓", "cursor_up", "choose a GPU", scope=GPUS),
     Key("down", "", "cursor_down", "", scope=GPUS),
@@ -161,7 +162,13 @@ KEYS: tuple[Key, ...] = (
     Key("p", "p", "pause", "pause / resume the display", "", "Pause / resume"),
     Key("tab", "Tab", "next_host", "next host", "", "Next host", several_hosts=True, priority=True),
     Key(",".join(str(n) for n in range(1, 10)), "1–9", "host", "show host 1–9", several_hosts=True),
-    Key("escape", "Esc", "fleet", "back to the fleet view (a host opened from it)", "Fleet", fleet=True),
+    Key(
+        "escape",
+        "Esc",
+        "back",
+        "clear the filter; then, from the fleet view, back to it (closing the host opened from it)",
+        "Back",
+    ),
     Key("escape,q", "Esc, q", "close", "back to the monitor", "Back", scope=GPU_VIEW),
     Key("enter,y", "Enter, y", "confirm", "send the signals listed", scope=CONFIRM),
     Key("escape,n", "Esc, n", "cancel", "cancel: nothing is signalled", scope=CONFIRM),
@@ -232,8 +239,9 @@ def keys_of(scope: str) -> tuple[Key, ...]:
     return tuple(key for key in KEYS if key.scope == scope)
 
 
-def bindings(scope: str) -> list[BindingType]:
-    """The ``BINDINGS`` of one scope (documented-only rows make none)."""
+def bindings(scope: str, *, read_only: bool = False) -> list[BindingType]:
+    """The ``BINDINGS`` of one scope (documented-only rows make none); ``read_only``: destructive keys are
+    kept out of the footer (they still answer, saying why they do nothing)."""
     made: list[BindingType] = []
     for key in keys_of(scope):
         if key.builtin:
@@ -245,19 +253,25 @@ def bindings(scope: str) -> list[BindingType]:
         if key.action == "pick":
             made.extend(Binding(str(n), f"pick({n})", f"Owner {n}", show=False) for n in range(1, 10))
             continue
-        made.append(
-            Binding(key.keys, key.action, key.label or key.help, show=bool(key.label), priority=key.priority)
-        )
+        shown = bool(key.label) and not (read_only and key.destructive)
+        made.append(Binding(key.keys, key.action, key.label or key.help, show=shown, priority=key.priority))
     return made
 
 
 def available(key: Key, *, read_only: bool, hosts: int, fleet: bool) -> bool:
     """Whether ``key`` works now."""
+    return why_off(key, read_only=read_only, hosts=hosts, fleet=fleet) is None
+
+
+def why_off(key: Key, *, read_only: bool, hosts: int, fleet: bool) -> str | None:
+    """The one line a key that does nothing now answers with (None: it works)."""
     if key.destructive and read_only:
-        return False
+        return f"read-only: {key.display} signals nothing (gputui was started with --read-only)"
     if key.several_hosts and hosts < 2:
-        return False
-    return not (key.fleet and not fleet)
+        return f"{key.display}: only one host is open"
+    if key.fleet and not fleet:
+        return f"{key.display}: there is no fleet view to go back to"
+    return None
 
 
 MONITOR_HELP_SCOPES = (

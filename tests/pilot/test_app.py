@@ -175,7 +175,7 @@ async def test_t_kills_the_tree_and_escalates(make_app):
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
         await _select(pilot, app, LAUNCHER_PID)
-        await pilot.press("t")
+        await pilot.press("T")
         screen = app.screen
         assert isinstance(screen, ConfirmKillScreen)
         assert screen.plan.tree
@@ -309,6 +309,7 @@ async def test_help_lists_the_keys(make_app):
             "k",
             "K",
             "t",
+            "T",
             "X",
             "c",
             "/",
@@ -325,7 +326,7 @@ async def test_help_lists_the_keys(make_app):
         ):
             assert key in keys
         assert "Tab" not in keys  # one host: nothing to switch to
-        assert "back to the fleet view" not in shown
+        assert "clear the filter; then, from the fleet view, back to it" in shown
         assert "scroll a long command line sideways" in shown
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
@@ -368,14 +369,25 @@ async def test_read_only_removes_and_refuses_destructive_keys(make_app):
     app = make_app(read_only=True)
     async with app.run_test(size=WIDE) as pilot:
         await _ready(pilot, app)
-        keys = set(app.active_bindings)
-        for key in ("k", "K", "t", "X"):
-            assert key not in keys
-        for key in ("c", "r", "s", "q"):
-            assert key in keys
+        shown = {key for key, active in app.active_bindings.items() if active.binding.show}
+        for key in ("k", "K", "T", "X"):
+            assert key not in shown  # out of the footer
+        for key in ("c", "s", "q"):
+            assert key in shown
         await _select(pilot, app, LAUNCHER_PID)
-        await pilot.press("k", "K", "t", "X")
-        assert not isinstance(app.screen, ConfirmKillScreen)
+        for key in ("k", "K", "T", "X"):
+            said = len(app.notices)
+            await pilot.press(key)
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmKillScreen)
+            # The key says why it does nothing, in one line.
+            assert list(app.notices)[said:] == [
+                (
+                    "warning",
+                    "refused",
+                    f"read-only: {key} signals nothing (gputui was started with --read-only)",
+                )
+            ]
         host = app.hosts[0]
         app.kills.request(host, host.snapshot, [], "TERM", tree=True, all_gpu=True)  # the flow refuses too
         await pilot.pause()

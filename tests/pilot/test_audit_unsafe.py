@@ -28,7 +28,7 @@ async def test_a_planted_audit_log_refuses_the_kill(make_app, tmp_path: Path, pl
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
         assert app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
-        await pilot.press("t")
+        await pilot.press("T")
         assert isinstance(app.screen, ConfirmKillScreen)
         await pilot.press("y")
         await wait_for(pilot, lambda: any("kill refused" in n[2] for n in app.notices), "the refusal")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from textual.app import App, ComposeResult
 
 from gputui.core.model import Finding
@@ -85,15 +88,49 @@ async def test_the_demo_zombie_jumps_to_its_parent_and_the_defunct_leaders_share
         assert all(findings.render_line(y).cell_length <= width for y in range(findings.lines))
         whole = "".join(text.strip() for text in shown).replace(" ", "")
         assert line().replace(" ", "").replace("\n", "") in whole
-        # In a side pane, each line of a row is one screen line, cut with "…".
+        # In a side pane too, rows wrap: every word of them is there, nothing cut with "…".
         await pilot.resize_terminal(50, 40)
-        await wait_for(pilot, lambda: findings.compact, "the compact list")
-        await pilot.pause(0.2)
-        width = findings.scrollable_content_region.width
-        assert findings.lines == 2 * 2
-        assert findings.render_line(0).text.rstrip().endswith("…")
-        assert findings.render_line(0).cell_length <= width
-        assert "signal or kill its parent 4200" in findings.render_line(1).text
+        await pilot.pause(0.3)
+        assert not findings.compact
+        assert _all_words_shown(findings)
+
+
+def _shown_text(findings: FindingsList) -> str:
+    """Every screen line of the list, scrolled through from the top."""
+    lines: list[str] = []
+    height = findings.scrollable_content_region.height
+    for top in range(0, max(1, findings.lines), max(1, height)):
+        findings.scroll_to(y=top, animate=False, immediate=True)
+        offset = round(findings.scroll_offset.y)  # the last page stops at the end of the list
+        last = min(height, findings.lines - offset)
+        lines.extend(findings.render_line(y).text for y in range(top - offset, last))
+    findings.scroll_to(y=0, animate=False, immediate=True)
+    return " ".join(lines)
+
+
+def _all_words_shown(findings: FindingsList) -> bool:
+    shown = "".join(_shown_text(findings).split())
+    return all(
+        "".join(str(findings.get_option_at_index(i).prompt).split()) in shown
+        for i in range(findings.option_count)
+    )
+
+
+@pytest.mark.parametrize("size", [(50, 40), (80, 24), (100, 30), (120, 40), (200, 50)])
+async def test_wrapped_findings_never_lose_a_word(make_app, clock, size: tuple[int, int]) -> None:
+    """The list is laid out for the width it is drawn in, its scrollbar's column included: a scrollbar that
+    appears never cuts the ends of the wrapped lines ("for 37 s, 14 threads" stays whole)."""
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        findings = app.query_one(FindingsList)
+        await wait_for(pilot, lambda: len(findings.findings) == 8, "the eight findings")
+        clock.advance(37.0)
+        await wait_for(pilot, lambda: "for 37 s" in str(findings.get_option_at_index(1).prompt), "the age")
+        await pilot.pause(0.3)
+        assert all(
+            findings.render_line(y).cell_length <= findings.size.width for y in range(findings.size.height)
+        )
+        assert _all_words_shown(findings)
 
 
 class OneList(App[None]):
@@ -133,3 +170,49 @@ async def test_a_ticking_age_rewrites_its_row_without_a_new_layout(monkeypatch) 
         assert findings.option_count == 3
         assert findings.highlighted == 2
         assert layouts == []
+
+
+class ShortList(App[None]):
+    def compose(self) -> ComposeResult:
+        findings = FindingsList(id="findings")
+        findings.styles.height = 6
+        yield findings
+
+
+@pytest.mark.parametrize("width", [40, 47, 53, 61])
+async def test_a_list_that_grows_past_its_height_keeps_every_word(width: int) -> None:
+    """Rows that fitted, then more: the scrollbar that appears takes a column the rows were not laid out
+    without (the app's CSS keeps its gutter), so no line end is cut ("for 37 s, 14 threads")."""
+    app = ShortList(css_path=Path(__file__).resolve().parents[2] / "gputui" / "ui" / "app.tcss")
+    detail = "7 defunct leaders (4241–4247) for 37 s, 14 threads alive (14 in D), holding 288644 MiB"
+    leader = Finding(kind="defunct_leader", target="h", pid=4241, detail=detail, action="kill them")
+    async with app.run_test(size=(width, 12)) as pilot:
+        findings = app.query_one(FindingsList)
+        findings.show([leader])
+        await pilot.pause(0.2)
+        more = [leader, *(Finding(kind="orphan", target="h", pid=p, detail=detail) for p in (77, 78, 79))]
+        findings.show(more)
+        await pilot.pause(0.3)
+        assert findings.lines > findings.scrollable_content_region.height  # it scrolls now
+        assert _all_words_shown(findings)
+
+
+async def test_rows_are_counted_as_they_wrap_at_every_width() -> None:
+    """The list's line count (which sizes the panel) follows word wrapping, not characters ÷ width: the last
+    row's last line is never left below the panel, at any width."""
+    app = ShortList(css_path=Path(__file__).resolve().parents[2] / "gputui" / "ui" / "app.tcss")
+    detail = "7 defunct leaders (4241–4247) for 37 s, 14 threads alive (14 in D), holding 288644 MiB: stuck"
+    rows = [
+        Finding(kind="orphan", target="h", pid=n, detail=detail[:n], action="kill it, not its parent")
+        for n in range(60, 100, 7)
+    ]
+    async with app.run_test(size=(40, 12)) as pilot:
+        findings = app.query_one(FindingsList)
+        findings.show(rows)
+        wrong = []
+        for width in range(30, 90):
+            await pilot.resize_terminal(width, 12)
+            await pilot.pause(0.05)
+            if not _all_words_shown(findings):
+                wrong.append(width)
+        assert wrong == []

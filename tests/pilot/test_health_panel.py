@@ -148,7 +148,8 @@ async def test_clicking_hostile_text_runs_nothing() -> None:
         assert app.return_code is None
 
 
-async def test_compact_is_one_line_per_endpoint_and_narrow_safe() -> None:
+async def test_narrow_keeps_state_url_and_reason_on_lines_of_their_own() -> None:
+    """A side pane: each endpoint is its state line, its URL and what is wrong, wrapped, never cut."""
     app = PanelApp()
     async with app.run_test(size=(50, 20)) as pilot:
         panel = app.query_one(HealthPanel)
@@ -156,12 +157,13 @@ async def test_compact_is_one_line_per_endpoint_and_narrow_safe() -> None:
         panel.compact = True
         await pilot.pause()
         lines = screen_lines(panel)
-        assert len(lines) == 3
-        assert panel.size.height == 3
         since_clock = time.strftime("%H:%M:%S", time.localtime(NOW_S - 125))
         assert lines[0].startswith(f"UNHEALTHY 503 since {since_clock} (2 min 05 s) · ")
-        assert lines[0].rstrip().endswith("…")  # the rest is cut to the 50-cell width, not wrapped
-        assert all(len(line) == 50 for line in lines)
+        assert lines[1].rstrip() == f"  {SGLANG} (discovered)"
+        assert lines[2].strip() == "HTTP 503 Service Unavailable"
+        assert "…" not in "".join(lines)
+        assert all(len(line) <= 50 for line in lines)
+        assert panel.size.height == panel.rows == len(lines)
         panel.show(samples()[:1], history(), now_s=NOW_S)
         panel.compact = False
         await pilot.pause()
@@ -262,12 +264,12 @@ async def test_stalled_and_busy_servers_stand_out_with_their_figures(width: int)
         panel.show(shown, {}, now_s=NOW_S, tokens=tokens)
         panel.compact = True
         await pilot.pause()
-        lines = screen_lines(panel)
-        assert lines[0].startswith("STALLED   200 since ")
-        assert lines[1].startswith("BUSY      503 since ")
-        if width >= 120:
-            assert "2r 3w KV45% 0t/s" in lines[0]
-            assert "8r 0w KV90% 1234t/s" in lines[1]
+        lines = [line.rstrip() for line in screen_lines(panel)]
+        stalled = next(i for i, line in enumerate(lines) if line.startswith("STALLED   200 since "))
+        busy = next(i for i, line in enumerate(lines) if line.startswith("BUSY      503 since "))
+        assert stalled == 0 < busy
+        assert "  2r 3w KV45% 0t/s" in lines
+        assert "  8r 0w KV90% 1234t/s" in lines
 
 
 def test_server_states_are_coloured_apart_and_tokens_get_a_sparkline() -> None:

@@ -33,7 +33,7 @@ def _stages(app: GpuTuiApp, pid: int) -> list[tuple[str, str]]:
 async def _tree_kill_confirmed(pilot, app: GpuTuiApp) -> None:  # type: ignore[no-untyped-def]
     await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
     assert app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
-    await pilot.press("t")
+    await pilot.press("T")
     assert isinstance(app.screen, ConfirmKillScreen)
     await pilot.press("y")
 

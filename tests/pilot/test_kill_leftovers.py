@@ -45,7 +45,7 @@ async def test_a_tui_tree_kill_records_the_jobs_segments_first(make_app, tmp_pat
     async with app.run_test(size=WIDE) as pilot:
         await wait_for(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
         assert app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
-        await pilot.press("t")
+        await pilot.press("T")
         assert isinstance(app.screen, ConfirmKillScreen)
         await pilot.press("y")
         record = tmp_path / "state" / "gputui" / "leftovers.json"

@@ -63,16 +63,18 @@ async def _ready(pilot) -> None:  # type: ignore[no-untyped-def]
     await _until(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
 
 
-@pytest.mark.parametrize(("columns", "rows"), [(50, 40), (120, 40), (200, 50)])
+@pytest.mark.parametrize(("columns", "rows"), [(50, 40), (80, 40), (120, 40), (200, 50)])
 def test_wedged_host(snap_compare, tmp_path: Path, columns: int, rows: int) -> None:
-    """The monitor at a side pane's, a laptop's and a wide screen's width: health states and findings whole
-    from 120 columns on, commands from their program's name."""
+    """The monitor in each width class (a side pane, stacked, side by side): health keeps state, URL and
+    reason, findings wrap whole, commands read from their program's name."""
     app = _app(("gpu-node-07",), ManualClock(), tmp_path)
     assert snap_compare(app, terminal_size=(columns, rows), run_before=_ready)
 
 
-def test_gpu_view(snap_compare, tmp_path: Path) -> None:
-    """Enter on a GPU: its figures over the samples so far and the processes holding it."""
+@pytest.mark.parametrize("columns", [50, 120])
+def test_gpu_view(snap_compare, tmp_path: Path, columns: int) -> None:
+    """Enter on a GPU: its figures over the samples so far and the processes holding it (at 50 columns,
+    one chart per row under its figures)."""
     clock = ManualClock()
     app = _app(("gpu-node-08",), clock, tmp_path)
 
@@ -84,7 +86,7 @@ def test_gpu_view(snap_compare, tmp_path: Path) -> None:
         await pilot.press("g", "enter")
         await _until(pilot, lambda: isinstance(pilot.app.screen, GpuDetailScreen), "the GPU view")
 
-    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+    assert snap_compare(app, terminal_size=(columns, 40), run_before=run_before)
 
 
 def test_multi_host(snap_compare, tmp_path: Path) -> None:
@@ -106,19 +108,38 @@ def test_hostile_names_keep_the_layout(snap_compare, tmp_path: Path) -> None:
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
 
 
-def test_confirmation_modal(snap_compare, tmp_path: Path) -> None:
+@pytest.mark.parametrize("columns", [50, 120])
+def test_confirmation_modal(snap_compare, tmp_path: Path, columns: int) -> None:
+    """T on the launcher: its tree, each command whole (at 50 columns under its pid, wrapped between
+    arguments)."""
     app = _app(("gpu-node-07",), ManualClock(), tmp_path)
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await _ready(pilot)
         pilot.app.query_one(ProcessTable).select_pid(LAUNCHER_PID)
-        await pilot.press("t")
+        await pilot.press("T")
         await pilot.pause(0.2)
 
-    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+    assert snap_compare(app, terminal_size=(columns, 40), run_before=run_before)
 
 
-def test_clean_receipt(snap_compare, tmp_path: Path) -> None:
+@pytest.mark.parametrize("columns", [50, 120])
+def test_help(snap_compare, tmp_path: Path, columns: int) -> None:
+    """? : every key that works now, and how to close the help on its border."""
+    app = _app(("gpu-node-07",), ManualClock(), tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(columns, 40), run_before=run_before)
+
+
+@pytest.mark.parametrize("columns", [50, 120])
+def test_clean_receipt(snap_compare, tmp_path: Path, columns: int) -> None:
+    """After X, y: the receipt whole, up to the port it freed (at 50 columns over several rows, the footer
+    giving up its row), and the operation's one notification."""
     clock = ManualClock()
     app = _app(("gpu-node-07",), clock, tmp_path)
 
@@ -129,13 +150,12 @@ def test_clean_receipt(snap_compare, tmp_path: Path) -> None:
         await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "launcher gone")
         await _until(pilot, lambda: any(n[1].startswith("TERM") for n in pilot.app.notices), "kill outcome")
         await _until(pilot, lambda: not host.kills, "the kill to end")
-        # The kill's notices and the health transition race each other: the receipt alone is shown.
-        pilot.app.clear_notifications()
         clock.advance(DRAIN_S + 1.0)
         line = pilot.app.query_one(CleanSlateLine)
         await _until(pilot, lambda: "verified" in str(line.render()), "receipt")
+        await _until(pilot, lambda: pilot.app.notices[-1][1] == "clean slate", "the operation's last word")
 
-    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+    assert snap_compare(app, terminal_size=(columns, 40), run_before=run_before)
 
 
 class _UnknownKeyLink(HostLink):
@@ -194,3 +214,19 @@ async def _fleet_ready(pilot) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("columns", [50, 120, 200])
 def test_fleet_view(snap_compare, tmp_path: Path, columns: int) -> None:
     assert snap_compare(_fleet_app(tmp_path), terminal_size=(columns, 40), run_before=_fleet_ready)
+
+
+@pytest.mark.parametrize("columns", [50, 120])
+def test_host_opened_from_the_fleet(snap_compare, tmp_path: Path, columns: int) -> None:
+    """Enter on a fleet host: the monitor, with Esc (back) and q in a footer that is whole at 120."""
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _fleet_ready(pilot)
+        await pilot.press("enter")
+        app = pilot.app
+        await _until(
+            pilot, lambda: app.screen is app.monitor and app.hosts[0].snapshot is not None, "the host"
+        )
+        await _until(pilot, lambda: app.query_one(ProcessTable).row_count > 0, "process rows")
+
+    assert snap_compare(_fleet_app(tmp_path), terminal_size=(columns, 40), run_before=run_before)

@@ -80,11 +80,33 @@ def test_read_only_and_one_host_leave_out_what_does_not_work() -> None:
     rows = dict(
         keymap.help_rows(keymap.MONITOR_HELP_SCOPES, read_only=True, hosts=1, fleet=False, escalate_s=2.0)
     )
-    assert not {"k", "K", "t", "X", "Tab", "1–9"} & set(rows)
+    assert not {"k", "K", "T", "X", "Tab", "1–9"} & set(rows)
     assert "c" in rows
     listed = keymap.help_rows(
         keymap.MONITOR_HELP_SCOPES, read_only=False, hosts=2, fleet=True, escalate_s=2.0
     )
-    assert ("t", "kill the selected tree: TERM, then KILL after 2 s") in listed
+    assert ("T", "kill the selected tree: TERM, then KILL after 2 s") in listed
+    assert ("t", "tree view on / off (as in nvitop and htop)") in listed
     assert {"Tab", "1–9"} <= {key for key, _ in listed}
-    assert ("Esc", "back to the fleet view (a host opened from it)") in listed
+    assert (
+        "Esc",
+        "clear the filter; then, from the fleet view, back to it (closing the host opened from it)",
+    ) in listed
+
+
+def test_no_key_that_changes_the_view_in_nvitop_kills_here() -> None:
+    """nvitop's and htop's view keys (t: tree, s: sort, /: filter, arrows, Home/End) never signal."""
+    view_keys = {"t", "s", "slash", "up", "down", "home", "end", "left", "right", "question_mark", "f", "p"}
+    for key in keymap.KEYS:
+        if key.destructive:
+            assert not view_keys & set(key.keys.split(",")), key
+
+
+def test_a_key_that_does_nothing_says_why() -> None:
+    (tree_kill,) = [k for k in keymap.keys_of(keymap.MONITOR) if k.action == "kill_tree"]
+    (next_host,) = [k for k in keymap.keys_of(keymap.MONITOR) if k.action == "next_host"]
+    why = keymap.why_off(tree_kill, read_only=True, hosts=1, fleet=False)
+    assert why is not None
+    assert why.startswith("read-only: T signals nothing")
+    assert keymap.why_off(tree_kill, read_only=False, hosts=1, fleet=False) is None
+    assert keymap.why_off(next_host, read_only=False, hosts=1, fleet=False) == "Tab: only one host is open"

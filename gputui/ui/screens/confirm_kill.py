@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
@@ -26,6 +27,7 @@ from gputui.ui import keymap
 from gputui.ui.session.context import TextFetcher
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, pid_ranges, safe_text
+from gputui.ui.widths import NARROW_MAX_CELLS
 
 if TYPE_CHECKING:
     from gputui.core.actions import KillPlan, KillTarget
@@ -144,15 +146,22 @@ def plan_title(plan: KillPlan) -> Text:
 
 
 def plan_table(
-    plan: KillPlan, snapshot: HostSnapshot | None = None, texts: Mapping[int, Sequence[str]] | None = None
+    plan: KillPlan,
+    snapshot: HostSnapshot | None = None,
+    texts: Mapping[int, Sequence[str]] | None = None,
+    narrow: bool = False,
 ) -> Table:
     """pid, user, GPU MiB it frees and command of every process the plan signals; machine text literal.
 
-    Commands are whole (wrapped), so the arguments that tell processes apart are there. ``texts``: pid → the
-    whole command line, for those the collector cut on the wire.
+    Commands are whole (wrapped at the spaces between arguments), so the arguments that tell processes apart
+    are there. ``texts``: pid → the whole command line, for those the collector cut on the wire. ``narrow``
+    (a side pane): each command on the lines under its pid, user and MiB, with the whole width to wrap in, so
+    that no argument that fits a line is broken.
     """
     freed = freed_mib(plan, snapshot)
     texts = texts or {}
+    if narrow:
+        return _narrow_plan_table(plan, snapshot, texts, freed)
     table = Table(box=None, padding=(0, 1), show_edge=False, expand=True)
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("user", no_wrap=True, max_width=12)
@@ -178,6 +187,28 @@ def plan_table(
                 _freed_cell(freed.get(target.pid)),
                 _command_cell(target, target.cmdline if whole is None else whole, cut),
             )
+    return table
+
+
+def _narrow_plan_table(
+    plan: KillPlan,
+    snapshot: HostSnapshot | None,
+    texts: Mapping[int, Sequence[str]],
+    freed: dict[int, dict[int, int] | None],
+) -> Table:
+    table = Table(box=None, padding=(0, 0), show_edge=False, expand=True, show_header=False)
+    table.add_column("process", overflow="fold", ratio=1)
+    for target in plan.targets:
+        proc = None if snapshot is None else snapshot.process(target.pid)
+        whole = texts.get(target.pid)
+        cut = whole is None and proc is not None and proc.cmdline_truncated
+        line = Text(f"{target.pid:>7} ", style="bold")
+        line.append_text(safe_text(target.user, 12))
+        line.append(" · ")
+        line.append_text(_freed_cell(freed.get(target.pid)))
+        line.append(" MiB\n  ", style="dim")
+        line.append_text(_command_cell(target, target.cmdline if whole is None else whole, cut))
+        table.add_row(line)
     return table
 
 
@@ -224,6 +255,7 @@ class ConfirmKillScreen(ModalScreen[bool]):
         self._fetch_text = fetch_text
         self.texts: dict[int, tuple[str, ...]] = {}
         """pid → the whole command line, read after the collector had cut it."""
+        self._narrow = False
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog") as dialog:
@@ -240,7 +272,21 @@ class ConfirmKillScreen(ModalScreen[bool]):
                 yield Static(notes, id="confirm-notes")
             yield Static(Text(CONFIRM_HINT, style="bold"), id="confirm-hint")
 
+    def on_resize(self, event: events.Resize) -> None:
+        narrow = event.size.width <= NARROW_MAX_CELLS
+        if narrow != self._narrow:
+            self._narrow = narrow
+            self._show_table()
+
+    def _show_table(self) -> None:
+        self.set_class(self._narrow, "-narrow")
+        table = plan_table(self.plan, self.snapshot, self.texts, narrow=self._narrow)
+        self.query_one("#confirm-table", Static).update(table)
+
     def on_mount(self) -> None:
+        if self.app.size.width <= NARROW_MAX_CELLS:
+            self._narrow = True
+            self._show_table()
         fetch = self._fetch_text
         if fetch is None or self.snapshot is None:
             return
@@ -261,7 +307,7 @@ class ConfirmKillScreen(ModalScreen[bool]):
         if message.argv is None:
             return
         self.texts[message.pid] = message.argv
-        self.query_one("#confirm-table", Static).update(plan_table(self.plan, self.snapshot, self.texts))
+        self._show_table()
 
     def action_confirm(self) -> None:
         self.dismiss(True)

@@ -9,13 +9,16 @@ host until Esc.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -30,6 +33,7 @@ from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
 from gputui.ui.widgets.gpu_health_text import gpu_health_text
 from gputui.ui.widgets.history_chart import HistoryChart
+from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
 COMMAND_CHARS = 600
 """A holder's command is shown whole, wrapped, up to this many characters."""
@@ -144,13 +148,23 @@ class GpuDetailScreen(Screen[None]):
     def on_mount(self) -> None:
         self.query_one("#gpu-holders-box").border_title = f"Processes on GPU {self.index}"
         self.session.data_changed.subscribe(self, self.hosts_changed)
+        self._layout_for(self.app.size.width)
         self._show()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout_for(event.size.width)
+
+    def _layout_for(self, width: int) -> None:
+        """At 60 columns and less every chart gets a row of its own under its figures; up to 100, the figures
+        wrap in a narrower column beside their chart."""
+        self.set_class(width <= NARROW_MAX_CELLS, "-narrow")
+        self.set_class(NARROW_MAX_CELLS < width < STACKED_BELOW_CELLS, "-medium")
 
     def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
         """New data: redraw when it is this screen's host."""
-        # Not composed yet (pushed, not mounted): nothing to update, on_mount shows it.
-        if self.query("#gpu-detail-title") and any(host.target == self.target for host, _ in changed):
-            self._show()
+        if any(host.target == self.target for host, _ in changed):
+            with suppress(NoMatches):  # pushed, not composed yet: on_mount shows it
+                self._show()
 
     def _show(self) -> None:
         host = self.session.hosts.get(self.target)

@@ -13,6 +13,8 @@ from textual.widgets import Static
 
 from gputui.ui import keymap
 
+CLOSE_HINT = "Esc, ? or q closes"
+
 
 class HelpScreen(ModalScreen[None]):
     """Every key the app answers to now (destructive keys are absent in read-only mode).
@@ -36,15 +38,17 @@ class HelpScreen(ModalScreen[None]):
         table.add_column()
         for key, description in self.keys:
             table.add_row(Text(key), Text(description))
-        with Vertical(id="help-dialog"):
-            yield Static(Text("gputui keys", style="bold"))
+        with Vertical(id="help-dialog") as dialog:
+            # On the border too: a long list on a small pane scrolls, and how to close it must stay in view.
+            dialog.border_title = "gputui keys"
+            dialog.border_subtitle = CLOSE_HINT
             with VerticalScroll(id="help-keys"):
                 yield Static(table)
             if self._read_only:
                 yield Static(
                     Text("read-only: kill keys are off and kill commands are refused", style="yellow")
                 )
-            yield Static(Text("Esc, ? or q closes · Ctrl+P: command palette", style="dim"))
+            yield Static(Text(f"{CLOSE_HINT} · Ctrl+P: command palette", style="dim"))
 
     def action_close(self) -> None:
         self.dismiss(None)

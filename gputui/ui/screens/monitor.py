@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import replace
 
 from textual import events
 from textual.app import ComposeResult
@@ -25,6 +26,7 @@ from textual.widgets import Footer, Input
 
 from gputui.core.analysis import ProcNode, build_forest, flatten
 from gputui.core.analysis.jobview import outside_rows
+from gputui.core.display import clock_time
 from gputui.core.judge import no_data_text
 from gputui.core.model import HostSnapshot, Verdict
 from gputui.core.textsafe import visible
@@ -40,22 +42,29 @@ from gputui.ui.widgets.border import set_border_subtitle, set_border_title
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.findings_list import FindingsList
+from gputui.ui.widgets.fmt import screen_rows
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.host_bar import HostBar
 from gputui.ui.widgets.hosts_overview import HostsOverview
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
+from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
-STACKED_BELOW_CELLS = 100
-"""Narrower than this, the panels are stacked instead of the GPUs beside the health and findings."""
-NARROW_MAX_CELLS = 60
-"""At or below this width (a tmux side pane) the panels show their compact lines."""
 HOSTS_REDRAW_S = 0.25
 """The host bar and the overview are redrawn at most this often: with many hosts, redrawing them on every
 snapshot of every host costs O(hosts²) per second."""
 FINDINGS_MIN_ROWS = 7
 """Rows (border included) the findings get at least beside the GPUs."""
 _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keymap.MONITOR)}
+_KEYS_BY_FULL_ACTION = {key.action: key for key in keymap.keys_of(keymap.MONITOR)}
+"""k (``kill('TERM')``) and K (``kill('KILL')``) share an action name: each finds its own row by the whole."""
+_DESTRUCTIVE_ACTIONS = frozenset(key.action for key in keymap.keys_of(keymap.MONITOR) if key.destructive)
+FOOTER_ROOMY_CELLS = 140
+"""Narrower than this, the footer packs its keys tighter (Textual's compact footer)."""
+CLEAN_ROWS_WITH_FOOTER = 2
+"""The clean-slate line takes up to this many rows beside the footer; a longer receipt hides the footer."""
+FLAT_SORT_DEFAULT = "gpu"
+"""What ``t`` switches the tree view to the first time: most GPU memory first."""
 
 
 def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
@@ -66,6 +75,17 @@ def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
     shown = {node.proc.pid for node in nodes}
     nodes.extend(ProcNode(proc) for proc in outside_rows(snapshot, shown))
     return nodes
+
+
+def _last_change(host: HostState, endpoints: int) -> str:
+    """The newest state change of the host's endpoints, with its time (the URL left out when there is only
+    one endpoint: the panel shows it)."""
+    if not host.health_changes:
+        return ""
+    at_s, line = host.health_changes[-1]
+    if endpoints == 1 and " " in line:
+        line = line.split(" ", 1)[1]
+    return f"{clock_time(at_s)} {line}"
 
 
 class MonitorScreen(Screen[None]):
@@ -91,6 +111,12 @@ class MonitorScreen(Screen[None]):
         self.session = session
         self._checks = checks
         self._kills = kills
+        if session.settings.read_only:
+            # The kill keys leave the footer; they stay bound, to say why they do nothing.
+            for key, made in self._bindings.key_to_bindings.items():
+                self._bindings.key_to_bindings[key] = [
+                    replace(b, show=False) if b.action in _DESTRUCTIVE_ACTIONS else b for b in made
+                ]
         self._shown: dict[str, HostSnapshot | None] = {}
         """Per host, the snapshot the panels show: the newest one, or the one they froze on while paused."""
         self._hosts_dirty = False
@@ -98,6 +124,8 @@ class MonitorScreen(Screen[None]):
         self._hosts_timer_pending = False
         self._active_live: bool | None = None
         """Whether the shown host was live at the last tick (None: not looked yet)."""
+        self._flat_sort = FLAT_SORT_DEFAULT
+        """The order ``t`` goes back to when it turns the tree view off."""
 
     @property
     def active(self) -> HostState | None:
@@ -124,7 +152,7 @@ class MonitorScreen(Screen[None]):
                 yield ProcessTable(id="procs")
             yield CleanSlateLine(id="clean")
             yield FilterBar(id="filter")
-        yield Footer()
+        yield Footer(compact=self.app.size.width < FOOTER_ROOMY_CELLS)
 
     def on_mount(self) -> None:
         self.query_one(GpuPanel).border_title = "GPUs"
@@ -140,11 +168,12 @@ class MonitorScreen(Screen[None]):
     def _layout_for(self, width: int) -> None:
         self.narrow = width <= NARROW_MAX_CELLS
         self.stacked = width < STACKED_BELOW_CELLS
+        # Every key label fits from 120 columns on, the fleet's Esc included, when packed tighter.
+        self.query_one(Footer).compact = width < FOOTER_ROOMY_CELLS
 
     def watch_narrow(self, narrow: bool) -> None:
         self.query_one("#body").set_class(narrow, "-narrow")
         self.query_one(HealthPanel).compact = narrow
-        self.query_one(FindingsList).compact = narrow
         self._show_active()
 
     def watch_stacked(self, stacked: bool) -> None:
@@ -158,6 +187,7 @@ class MonitorScreen(Screen[None]):
         self._show_active()
 
     def watch_filter_text(self) -> None:
+        self.refresh_bindings()  # Esc clears it, and then means something else
         self._show_active()
 
     def watch_paused(self, paused: bool) -> None:
@@ -214,7 +244,7 @@ class MonitorScreen(Screen[None]):
         if host is not None and host.check is not None and host.check.running:
             verdict = None if host.snapshot is None else host.snapshot.verdict
             with suppress(NoMatches):
-                self.query_one(CleanSlateLine).show(verdict, host.check, self.session.clock())
+                self._show_clean(verdict, host)
 
     # -- drawing ---------------------------------------------------------------------------------------
 
@@ -284,7 +314,7 @@ class MonitorScreen(Screen[None]):
             verdict = None if host.snapshot is None else host.snapshot.verdict
             if missing is not None:
                 verdict = Verdict(clean=False, known=False, reasons=(missing,))
-            self.query_one(CleanSlateLine).show(verdict, host.check, now_s)
+            self._show_clean(verdict, host)
             if snapshot is None:
                 message = host.error or "connecting…"
                 if host.halted:
@@ -320,6 +350,7 @@ class MonitorScreen(Screen[None]):
                 tokens=host.health_history.tokens_per_s(),
                 no_data=missing,
             )
+            set_border_subtitle(health, _last_change(host, len(snapshot.health)))
             self.query_one(FindingsList).show(snapshot.findings, snapshot, no_data=missing)
             self._size_top()
 
@@ -338,16 +369,35 @@ class MonitorScreen(Screen[None]):
             reason = "stale: no sample within its window"
         return no_data_text(reason, None if snapshot is None else snapshot.time)
 
+    def _show_clean(self, verdict: Verdict | None, host: HostState) -> None:
+        """The clean-slate line, whole: when it needs more than ``CLEAN_ROWS_WITH_FOOTER`` rows, the footer
+        makes room (the receipt is the answer; the keys are in the help)."""
+        line = self.query_one(CleanSlateLine)
+        line.show(verdict, host.check, self.session.clock())
+        rows = screen_rows(line.shown, max(1, self.size.width))
+        self.query_one(Footer).display = rows <= CLEAN_ROWS_WITH_FOOTER
+
     # -- keys ------------------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        key = _KEYS_BY_ACTION.get(action)
+        if action == "back":
+            # Esc clears the filter first, then goes back to the fleet; with neither it is not this screen's.
+            return bool(self.filter_text) or self.session.has_fleet
+        # Every other key answers: one that does nothing now says why (``_refused``).
+        return True
+
+    def _refused(self, action: str) -> bool:
+        """Whether the key of ``action`` does nothing now; if so, the user is told why in one line."""
+        key = _KEYS_BY_FULL_ACTION.get(action) or _KEYS_BY_ACTION.get(action)
         if key is None:
-            return True
+            return False
         session = self.session
-        return keymap.available(
+        why = keymap.why_off(
             key, read_only=session.settings.read_only, hosts=len(session.hosts), fleet=session.has_fleet
         )
+        if why is not None:
+            session.say(why, severity="warning", title="refused" if key.destructive else "")
+        return why is not None
 
     def _selected_pids(self, host: HostState) -> list[int]:
         if host.tagged:
@@ -360,18 +410,27 @@ class MonitorScreen(Screen[None]):
         if host is None:
             return
         pids = [] if all_gpu else self._selected_pids(host)
+        if not pids and not all_gpu and self.query_one(ProcessTable).row_count == 0:
+            self.session.say("no GPU process is listed: nothing to signal", severity="warning")
+            return
         self._kills.request(host, self.shown_snapshot(host), pids, signal, tree=tree, all_gpu=all_gpu)
 
     def action_kill(self, signal: str = "TERM") -> None:
         """Signal the tagged processes (or the selected one)."""
+        if self._refused(f"kill('{signal}')"):
+            return
         self._kill(signal if signal in ("TERM", "KILL", "INT") else "TERM")
 
     def action_kill_tree(self) -> None:
         """TERM the selected trees, children first, then KILL what is left after the escalation delay."""
+        if self._refused("kill_tree"):
+            return
         self._kill("TERM", tree=True)
 
     def action_kill_all(self) -> None:
         """Kill every GPU process tree on the shown host, then watch for the clean slate."""
+        if self._refused("kill_all"):
+            return
         self._kill("TERM", tree=True, all_gpu=True)
 
     def action_reset_gpu(self) -> None:
@@ -389,7 +448,10 @@ class MonitorScreen(Screen[None]):
         host = self.active
         procs = self.query_one(ProcessTable)
         pid = procs.selected_pid
-        if host is None or pid is None:
+        if host is None:
+            return
+        if pid is None:
+            self.session.say("no process selected: nothing to tag", severity="warning")
             return
         host.tagged.symmetric_difference_update({pid})
         self._show_active()
@@ -406,6 +468,14 @@ class MonitorScreen(Screen[None]):
 
     def action_sort(self) -> None:
         self.sort_mode = SORT_MODES[(SORT_MODES.index(self.sort_mode) + 1) % len(SORT_MODES)]
+
+    def action_tree(self) -> None:
+        """The tree view on or off (nvitop's and htop's ``t``): off goes back to the last flat order."""
+        if self.sort_mode == "tree":
+            self.sort_mode = self._flat_sort
+        else:
+            self._flat_sort = self.sort_mode
+            self.sort_mode = "tree"
 
     def action_refresh(self) -> None:
         """Take a sample now; on a host that stopped retrying, try to connect once more."""
@@ -424,11 +494,15 @@ class MonitorScreen(Screen[None]):
         self.paused = not self.paused
 
     def action_next_host(self) -> None:
+        if self._refused("next_host"):
+            return
         hosts = len(self.session.hosts)
         if hosts:
             self.active_index = (self.active_index + 1) % hosts
 
     def action_host(self, index: int) -> None:
+        if self._refused("host"):
+            return
         if 0 <= index < len(self.session.hosts):
             self.active_index = index
 
@@ -438,8 +512,12 @@ class MonitorScreen(Screen[None]):
     def action_focus_gpus(self) -> None:
         self.query_one(GpuPanel).focus()
 
-    def action_fleet(self) -> None:
-        """Back to the fleet view."""
+    def action_back(self) -> None:
+        """Esc: clear the filter first; without one, back to the fleet view (closing the host it opened)."""
+        if self.filter_text:
+            self.filter_text = ""
+            self.query_one(FilterBar).value = ""
+            return
         self.session.show_fleet()
 
     def action_help(self) -> None:

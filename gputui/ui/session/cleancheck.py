@@ -23,6 +23,11 @@ FAST_PROCESS_INTERVAL_S = cleanslate.WATCH_PROCESS_INTERVAL_S
 after it."""
 
 
+def check_operation(target: str) -> str:
+    """The notification key of ``target``'s clean-slate check (``GpuTuiApp.say``)."""
+    return f"check:{target}"
+
+
 class CleanChecks:
     """Starts, feeds and ends the clean-slate checks of every host of ``app``."""
 
@@ -68,6 +73,7 @@ class CleanChecks:
                 f" baseline at {clock_time(check.finished_s)} (memory sample, confirmed by a full sample;"
                 f" {receipt_times(check)})",
                 title="clean slate",
+                operation=check_operation(host.target),
             )
         self._session.host_changed(host)
 
@@ -85,6 +91,7 @@ class CleanChecks:
                     f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
                     severity="error",
                     title="clean slate",
+                    operation=check_operation(host.target),
                 )
                 self._session.host_changed(host)
 

@@ -59,8 +59,9 @@ class Settings:
 class Surface:
     """What the session asks of the App that shows it (the App passes its own methods)."""
 
-    notify: Callable[[str, str, str], None]
-    """Show a notification: (message, severity, title); the message is never parsed as markup."""
+    notify: Callable[[str, str, str, str | None], None]
+    """Show a notification: (message, severity, title, operation); the message is never parsed as markup, and
+    one with an operation replaces the one said before for it."""
     post: Callable[[Message], bool]
     """Post a message to the App (thread-safe)."""
     push: Callable[..., object]
@@ -68,7 +69,9 @@ class Surface:
     leave: Callable[[Text | None], None]
     """Stop every host and exit, printing the text after the app has left."""
     show_fleet: Callable[[], None]
-    """Show the fleet view (does nothing without one)."""
+    """Back to the fleet view, closing the hosts opened from it (does nothing without one)."""
+    shows: Callable[[HostState], bool]
+    """Whether the monitor shows the host now (its clean-slate line is on screen)."""
     redraw: Callable[[HostState], None]
     """Something but data changed about a host: the views showing it redraw."""
     confirm_kill: Callable[[KillPlan, HostSnapshot, TextFetcher, Callable[[bool | None], None]], None]
@@ -117,10 +120,20 @@ class Session:
         self.notices: deque[tuple[str, str, str]] = deque(maxlen=100)
         """The latest notifications as (severity, title, message), newest last."""
 
-    def say(self, message: str, *, severity: str = "information", title: str = "") -> None:
-        """A notification; ``message`` may carry machine text (already visible): never parsed as markup."""
+    def say(
+        self, message: str, *, severity: str = "information", title: str = "", operation: str | None = None
+    ) -> None:
+        """A notification; ``message`` may carry machine text (already visible): never parsed as markup.
+
+        ``operation``: it replaces the notification said before for the same operation (a kill from sent to
+        gone, then its clean slate), so one operation is one notification.
+        """
         self.notices.append((severity, title, message))
-        self._surface.notify(message, severity, title)
+        self._surface.notify(message, severity, title, operation)
+
+    def shows(self, host: HostState) -> bool:
+        """Whether the monitor shows ``host`` now."""
+        return self._surface.shows(host)
 
     def host_status(self, host: HostState) -> HostStatus:
         """What the host bar says about ``host`` now."""
@@ -171,5 +184,5 @@ class Session:
         self._surface.leave(message)
 
     def show_fleet(self) -> None:
-        """Show the fleet view on top of the monitor."""
+        """Back to the fleet view, closing the hosts opened from it."""
         self._surface.show_fleet()

@@ -16,6 +16,7 @@ held by a host.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.actions import KillPlan, Pending
 from gputui.core.analysis import Baselines, KilledJob
 from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
-from gputui.core.health_view import UP, HealthHistory, health_transitions
+from gputui.core.health_view import HealthHistory, health_transitions
 from gputui.core.history import GpuHistory
 from gputui.core.judge import judge
 from gputui.core.link import HostLink, LinkError, full_sample
@@ -52,6 +53,10 @@ Notice = tuple[str, str, str]
 """(severity, title, message) of a notification; the message may carry machine text, already visible."""
 HostKeyAcceptor = Callable[[str, Any], object]
 """Records an accepted host key: called with ``UnknownHostKey.hop`` and ``.key`` (does file IO)."""
+
+
+HEALTH_CHANGES_KEPT = 20
+"""State changes of a host's endpoints kept for the health panel."""
 
 
 @dataclass
@@ -83,6 +88,11 @@ class HostState:
     """The last error cannot be fixed by retrying (auth, host key, bad target): the poller waits for ``r``."""
     history: GpuHistory = field(default_factory=GpuHistory)
     health_history: HealthHistory = field(default_factory=HealthHistory)
+    health_changes: deque[tuple[float, str]] = field(
+        default_factory=lambda: deque(maxlen=HEALTH_CHANGES_KEPT)
+    )
+    """(epoch seconds, line) of the endpoints' state changes, newest last: the health panel shows them (a
+    toast per change would pile up over the panels during an incident)."""
     servers: ServerWatch = field(default_factory=ServerWatch)
     """The servers' state machines (shared by every host: keyed by target and URL)."""
     tagged: set[int] = field(default_factory=set)
@@ -102,7 +112,8 @@ class HostState:
 
     def apply(self, snapshot: HostSnapshot, now_s: float) -> list[Notice]:
         """Take ``snapshot`` (analysed, its servers judged: ``Hosts.analyze``) as the host's newest data;
-        returns what the user should be told (state changes of the servers, STALLED and BUSY included)."""
+        returns what the user should be told. The servers' state changes (STALLED and BUSY included) go to
+        ``health_changes``."""
         notices: list[Notice] = []
         previous = self.snapshot
         name = visible(self.target, 40)
@@ -112,8 +123,7 @@ class HostState:
             notices.append(("warning", "", f"{name} rebooted: tagged processes forgotten"))
         self.history.record(snapshot)
         for line in health_transitions(previous.health if previous is not None else (), snapshot.health):
-            recovered = line.endswith(f"→ {UP}") or f"→ {UP} " in line
-            notices.append(("information" if recovered else "warning", "health", f"{name}: {line}"))
+            self.health_changes.append((now_s, line))
         self.health_history.update(snapshot.health)
         self.snapshot = snapshot
         self.watched_ports = () if reboot else ports_left(snapshot, self.watched_ports)
@@ -161,6 +171,8 @@ class HostPoller:
         self._host = host
         self._hosts = hosts
         self._retry = threading.Event()
+        self._stop = threading.Event()
+        """Set by ``stop`` (the host was closed) and by ``Hosts.stop`` (the app quits)."""
         self.current: HostLink | None = None
         """The link being opened or open (closing it interrupts an open in progress)."""
         self._open = False
@@ -177,20 +189,31 @@ class HostPoller:
         """Make a halted poller try once more (``r``, an accepted host key)."""
         self._retry.set()
 
+    def stop(self) -> None:
+        """Stop polling and close the link; returns at once (the thread ends at its next wait)."""
+        self._stop.set()
+        link = self.current
+        if link is not None:
+            close_quietly(link)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set() or self._hosts.stopping.is_set()
+
     def _run(self) -> None:
         hosts, host = self._hosts, self._host
         target = host.target
         backoff = Backoff(base_s=hosts.retry_base_s, cap_s=hosts.retry_cap_s)
-        while not hosts.stopping.is_set():
+        while not self.stopped:
             link = hosts.link_factory(target)
             self.current = link
             halted = False
             try:
                 link.open()
                 self._open = True
-                while not hosts.stopping.is_set():
+                while not self.stopped:
                     snapshot = link.next_snapshot(NEXT_SNAPSHOT_WAIT_S)
-                    if snapshot is not None:
+                    if snapshot is not None and not self.stopped:
                         hosts.deliver(target, hosts.analyze(host, snapshot))
                         backoff.reset()
             except LinkError as exc:
@@ -208,15 +231,15 @@ class HostPoller:
                 if not self._wait_for_retry():
                     return
                 backoff.reset()
-            elif hosts.stopping.wait(backoff.next_delay_s()):
+            elif self._stop.wait(backoff.next_delay_s()) or self.stopped:
                 return
 
     def _wait_for_retry(self) -> bool:
         """Block until the user asks for another try (True) or the app quits (False)."""
-        while not self._hosts.stopping.is_set():
+        while not self.stopped:
             if self._retry.wait(0.25):
                 self._retry.clear()
-                return not self._hosts.stopping.is_set()
+                return not self.stopped
         return False
 
 
@@ -323,6 +346,16 @@ class Hosts:
     def get(self, target: str) -> HostState | None:
         return self._by_target.get(target)
 
+    def remove(self, host: HostState) -> None:
+        """Close ``host``: it leaves the list, its poller stops and its link is closed (on a daemon thread).
+        What its thread still reports is dropped: nothing is known by its target any more."""
+        if self._by_target.get(host.target) is not host:
+            return
+        self._all.remove(host)
+        del self._by_target[host.target]
+        if host.poller is not None:
+            host.poller.stop()
+
     def __iter__(self) -> Iterator[HostState]:
         return iter(list(self._all))
 
@@ -376,9 +409,8 @@ class Hosts:
             return
         self.stopping.set()
         for host in self._all:
-            link = None if host.poller is None else host.poller.current
-            if link is not None:
-                close_quietly(link)
+            if host.poller is not None:
+                host.poller.stop()
 
     # -- short requests, each on a thread of its own --------------------------------------------------
 

@@ -46,7 +46,7 @@ from gputui.core.link import HostLink, LinkError, process_text
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.state import StateError
 from gputui.core.textsafe import visible
-from gputui.ui.session.cleancheck import CleanChecks
+from gputui.ui.session.cleancheck import CleanChecks, check_operation
 from gputui.ui.session.context import Session, TextFetcher
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState, PendingKill
 from gputui.ui.session.jobs import spawn
@@ -100,6 +100,11 @@ def pending_summary(pending: Sequence[Pending], delay_s: float | None = None) ->
         when = f"in {max((p.due_in_s or 0.0 for p in pending), default=0.0):.1f} s"
     noun = "process" if len(pending) == 1 else "processes"
     return f"{what} {when} to {len(pending)} {noun}: {_who(pending)}"
+
+
+def operation_key(target: str, key: int, entry: PendingKill) -> str:
+    """The notification key of a kill: ``X`` and the check it starts are one operation, one notification."""
+    return check_operation(target) if entry.checking else f"kill:{target}:{key}"
 
 
 class KillFlow:
@@ -295,7 +300,10 @@ class KillFlow:
         if message.pending:
             delay_s = plan.escalate_s if plan.escalate_s is not None else plan.wait_s
             text += "\n" + pending_summary(message.pending, delay_s)
-        app.say(text, severity=severity, title=f"{plan.signal} on {visible(message.target, 40)}")
+        title = f"{plan.signal} on {visible(message.target, 40)}"
+        app.say(
+            text, severity=severity, title=title, operation=operation_key(message.target, message.key, entry)
+        )
         if any(o.stage in SIGNALLING_STAGES for o in message.outcomes):
             ports = cleanslate.watched_ports(plan.ports, entry.snapshot.time)
             host.watch_ports(ports)
@@ -311,14 +319,15 @@ class KillFlow:
         if host is None or entry is None:
             return
         title = f"{entry.plan.signal} on {visible(message.target, 40)}"
+        operation = operation_key(message.target, message.key, entry)
         if message.error is not None:
             text = f"{visible(message.target, 40)}: {visible(message.error, 300)}"
-            app.say(text, severity="error", title="kill failed")
+            app.say(text, severity="error", title="kill failed", operation=operation)
         else:
             text, severity = outcome_summary(entry.plan, message.outcomes)
             if message.abandoned:
                 text = "escalation abandoned\n" + text
-            app.say(text, severity=severity, title=title)
+            app.say(text, severity=severity, title=title, operation=operation)
         for problem in message.audit_errors:
             app.say(f"audit log not written: {visible(problem, 200)}", severity="warning")
         if message.jobs:

@@ -111,12 +111,17 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
 
 
 class CleanSlateLine(Static):
-    """One line (two when narrow) with the verdict of the shown host."""
+    """The verdict of the shown host: one line, wrapped to as many rows as it needs."""
 
     _shown: Text | None = None
     """The text shown now (None before the first ``show``)."""
     _shown_key: tuple[object, ...] | None = None
     """``_shown`` as its plain text, base style and spans (``Text ==`` ignores the base style)."""
+
+    @property
+    def shown(self) -> Text:
+        """The line as shown now (empty before the first ``show``)."""
+        return self._shown if self._shown is not None else Text("")
 
     def show(self, verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> None:
         """Show the verdict; with a check, its progress ("5/8 GPUs at baseline") or its receipt."""

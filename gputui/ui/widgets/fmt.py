@@ -6,15 +6,20 @@ Every string that came from a machine goes through ``safe_text``: control charac
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable, Sequence
 
+from rich.console import Console
 from rich.text import Text
 
-from gputui.core.cmdline import command_words
+from gputui.core.cmdline import command_display
 from gputui.core.display import DASH as DASH
 from gputui.core.display import dash as dash
 from gputui.core.display import duration as duration
-from gputui.core.textsafe import ELLIPSIS, visible, visible_cmdline
+from gputui.core.textsafe import visible
+
+_MEASURE = Console(file=io.StringIO(), width=1000, color_system=None)
+"""Lays text out to count its rows (``screen_rows``); writes nowhere."""
 
 SPARK_CHARS = "▁▂▃▄▅▆▇█"
 BAR_FULL = "█"
@@ -28,19 +33,8 @@ def safe_text(value: str | None, max_len: int | None = None, style: str = "") ->
     return Text(visible(value, max_len), style=style)
 
 
-def command_text(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> str:
-    """How a process's command reads (``commandline.command_words``: the program's name and its arguments,
-    a title it set, or its name in brackets without a command line), visible and at most ``max_len`` long.
-
-    ``truncated``: the collector cut the command line (``Proc.cmdline_truncated``); it then always ends with
-    the ellipsis, even when what arrived fits in ``max_len``.
-    """
-    words = command_words(argv, name)
-    shown = visible_cmdline(words, max_len)
-    if argv and truncated and not shown.endswith(ELLIPSIS):
-        # One more (empty) argument makes a line that filled the width exactly one character too long.
-        shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*words, ""], max_len)
-    return shown
+command_text = command_display
+"""The one command-display function (``core.commandline.command_display``), as the widgets name it."""
 
 
 def mem_pct(used_mib: int | None, total_mib: int | None) -> int | None:
@@ -92,9 +86,15 @@ def _blocks(recent: Sequence[int], top: int, width_cells: int) -> str:
 
 
 def screen_rows(text: Text, width: int, wrap: bool = True) -> int:
-    """The screen rows ``text`` takes at ``width`` cells: one per line, more for lines that wrap."""
+    """The screen rows ``text`` takes at ``width`` cells: one per line, more for lines that wrap at the
+    spaces between words (a word wider than the row folds), as the widgets draw them."""
     width = max(1, width)
-    return sum(max(1, -(-line.cell_len // width)) if wrap else 1 for line in text.split("\n"))
+    if not wrap:
+        return len(text.split("\n"))
+    return sum(
+        1 if line.cell_len <= width else len(line.wrap(_MEASURE, width, overflow="fold"))
+        for line in text.split("\n")
+    )
 
 
 def pid_ranges(pids: Iterable[int], max_parts: int = 6) -> str:

@@ -249,6 +249,32 @@ def endpoint_line(sample: HealthSample, states: Sequence[str | None], now_s: flo
     return line
 
 
+def endpoint_compact_block(
+    sample: HealthSample, states: Sequence[str | None], now_s: float, width: int
+) -> Text:
+    """One endpoint for a narrow pane: the state line, then the URL and what is wrong, each on its own lines
+    (wrapped, never cut): the answer to "is it up, which one, why not" survives any width.
+
+    ``BUSY      503 since 16:41:02 (20 s) · 20.0 s ▃▃▃``
+    ``  http://127.0.0.1:30000/health (discovered)``
+    ``  2r 3w KV45% 0t/s``
+    ``  busy: health HTTP 503 but generating 1800 tokens/s; not dead, do not kill``
+    """
+    block = state_line(sample, states, now_s, width, strip_max=COMPACT_STRIP_CELLS)
+    block.append("\n  ")
+    block.append_text(safe_text(sample.url, 200, style="bold"))
+    if sample.discovered:
+        block.append(" (discovered)", style="dim")
+    doing = metrics_text(sample, compact=True)
+    if doing is not None:
+        block.append("\n  ")
+        block.append_text(doing)
+    if sample.state is not None and sample.state != UP and sample.detail:
+        block.append("\n  ")
+        block.append_text(safe_text(sample.detail, 160, style="italic"))
+    return block
+
+
 class HealthPanel(Widget):
     """Health endpoints of one host, as the agent last probed them, with a client-kept history strip.
 
@@ -269,8 +295,9 @@ class HealthPanel(Widget):
         """The panel needs another number of rows (more endpoints, a resize that wraps a line)."""
 
     compact: reactive[bool] = reactive(False, layout=True)
-    """One line per endpoint (narrow layouts) instead of a two- or three-line block. With more endpoints than
-    ``BLOCK_LINES_MAX`` lines can hold in full, the panel uses one line per endpoint whatever this says."""
+    """Short blocks for a narrow pane (``endpoint_compact_block``: state, URL, reason, each on its own
+    lines). Wide, with more endpoints than ``BLOCK_LINES_MAX`` lines can hold in full, the panel uses one
+    line per endpoint."""
 
     def __init__(
         self,
@@ -354,6 +381,11 @@ class HealthPanel(Widget):
             return Text("no health endpoints (none set or found)", style="dim")
         width = self.content_size.width or 80
         history = self._history
+        if self.compact:
+            # A narrow pane: short blocks that wrap, never one cut line per endpoint.
+            self.set_class(False, "-condensed")
+            compact = [endpoint_compact_block(s, history.get(s.url, ()), now_s, width) for s in self._samples]
+            return Text("\n").join(compact)
         blocks = [
             endpoint_block(s, history.get(s.url, ()), now_s, width, self._tokens.get(s.url, ()))
             for s in self._samples
