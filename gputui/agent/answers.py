@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gputui.agent.args import CommandError, seconds_in_range
+from gputui.agent.health.messages import health_config
 from gputui.agent.host import Agent
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import read_stat
@@ -27,7 +28,6 @@ from gputui.agent.protocol import (
     RESET_PLAN_COMMAND,
     RESET_RUN_COMMAND,
     error_reply,
-    health_config,
     reply,
 )
 from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text

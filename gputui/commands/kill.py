@@ -49,10 +49,11 @@ from gputui.core.cleanslate import watched_ports
 from gputui.core.cmdline import command_display
 from gputui.core.display import DASH
 from gputui.core.link import HostLink, LinkError, full_sample
-from gputui.core.model import Finding, HostSnapshot
+from gputui.core.model import HostSnapshot
 from gputui.core.owner import parse_owner_option
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
 from gputui.core.textsafe import json_visible, visible
+from gputui.core.verdict_model import Finding
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1

@@ -20,16 +20,14 @@ from gputui.core.health_sample import HealthSample
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
-    Finding,
     Gpu,
     GpuProcess,
-    GpuVerdict,
     HostSnapshot,
     LiveThreads,
     Proc,
-    Verdict,
 )
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import Finding, GpuVerdict, Verdict
 
 EXPORTER_NOTE = "from its gputui exporter"
 

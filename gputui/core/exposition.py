@@ -21,9 +21,10 @@ from prometheus_client.metrics_core import Metric
 from gputui.core import export_schema as s
 from gputui.core.analysis import Baselines
 from gputui.core.health_sample import HealthSample
-from gputui.core.model import Finding, Gpu, GpuVerdict, HostSnapshot, Proc
+from gputui.core.model import Gpu, HostSnapshot, Proc
 from gputui.core.servers import SERVER_STATES
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import Finding, GpuVerdict
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""One health endpoint's latest state as the collector probed it (``protocol.health_sample``)."""
+"""One health endpoint's latest state as the collector probed it (``health.messages.health_sample``)."""
 
 from __future__ import annotations
 

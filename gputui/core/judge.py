@@ -17,8 +17,9 @@ from dataclasses import replace
 
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import WatchedPort, busy_port_reason, busy_ports
-from gputui.core.model import HostSnapshot, Verdict
+from gputui.core.model import HostSnapshot
 from gputui.core.servers import ServerWatch, failing_servers
+from gputui.core.verdict_model import Verdict
 from gputui.core.verdicts import NO_DATA
 
 

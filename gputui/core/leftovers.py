@@ -22,8 +22,9 @@ from typing import Any
 from gputui.agent.protocol import LEFTOVERS_SCAN_COMMAND
 from gputui.core import state
 from gputui.core.link import HostLink, LinkError
-from gputui.core.model import Finding, HostSnapshot
+from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import Finding
 
 LEFTOVERS_FILE = "leftovers.json"
 LEFTOVERS_KEPT_S = 86400.0

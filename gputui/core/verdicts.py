@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from gputui.core.levels import CANNOT_TELL, EXIT_CODES
 
 if TYPE_CHECKING:
-    from gputui.core.model import Verdict
+    from gputui.core.verdict_model import Verdict
 
 CANNOT_TELL_WORDS = "cannot tell"
 """How a verdict that cannot tell starts its line, in every view ("cannot tell: GPU2 lost")."""

@@ -16,7 +16,7 @@ sglang ~49 KB). Each part runs in a fresh process:
   alone over the whole body (what parsing without the filter would cost).
 
 Also the bytes per sample on the wire: what the metrics add to the endpoint's entry of a snapshot line (the
-collector's ``protocol.health_sample`` with the filtered text, against the same entry without metrics, as
+collector's ``health_messages.health_sample`` with the filtered text, against the same entry without metrics, as
 compact JSON), against the whole body.
 """
 
@@ -48,6 +48,7 @@ ENGINES = ("vllm", "sglang")
 # Runs under any Python >= 3.8 with the repository on sys.path: imports only the collector-side modules.
 COLLECTOR_WORKER = r"""
 import json, sys, time
+from gputui.agent.health import messages as health_messages
 from gputui.agent.health.probe import fetch_metrics
 from gputui.agent.health.metrics_filter import filter_metrics
 url, repeats = sys.argv[1], int(sys.argv[2])
@@ -72,7 +73,7 @@ print(json.dumps({"python": sys.version.split()[0], "probe_ms": probe_ms, "filte
 def _client(args: argparse.Namespace) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gputui.agent import protocol
+    from gputui.agent.health import messages as protocol
     from gputui.agent.health.metrics_filter import filter_metrics
     from gputui.core.health_sample import HealthSample
     from gputui.core.servers import ServerStateTracker, parse_server_metrics

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gputui.agent import protocol
+from gputui.agent.health import messages as health_messages
 from gputui.agent.kill import messages as kill_messages
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
@@ -129,7 +130,7 @@ def test_health_has_one_vocabulary_and_shape(real: dict[str, Any], simulated: di
         assert set(health) == {"config", "samples"}
         configs.append(set(health["config"]))
         for sample in health["samples"] + side["sample"]["health"]:
-            assert tuple(sample) == protocol.HEALTH_SAMPLE_FIELDS
+            assert tuple(sample) == health_messages.HEALTH_SAMPLE_FIELDS
             assert sample["state"] in protocol.HEALTH_STATES
     assert configs[0] == configs[1]
     (probed,) = real["health"]["samples"]

@@ -35,10 +35,10 @@ from gputui.agent.health.discovery import (
     health_read_proc_cmdlines,
 )
 from gputui.agent.health.endpoint import HEALTH_NOT_PROBED_GENERATE
+from gputui.agent.health.messages import HEALTH_SAMPLE_FIELDS
 from gputui.agent.health.probe import probe_url
 from gputui.agent.health.prober import HealthProber
 from gputui.agent.health.urls import health_redact_url
-from gputui.agent.protocol import HEALTH_SAMPLE_FIELDS
 from gputui.commands.snapshot import format_health_line
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkOptions

@@ -8,18 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gputui.agent.health import messages as health_messages
 from gputui.core.health_sample import HealthSample
-from gputui.core.model import (
-    DeviceHolder,
-    Finding,
-    Gpu,
-    GpuProcess,
-    GpuVerdict,
-    HostSnapshot,
-    Proc,
-    Verdict,
-    snapshots_document,
-)
+from gputui.core.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc, snapshots_document
+from gputui.core.verdict_model import Finding, GpuVerdict, Verdict
 
 HOSTILE = (
     "[/]",
@@ -291,8 +283,8 @@ def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
     from gputui.core.model import HostSnapshot
 
     assert tuple(f.name for f in fields(HostSnapshot)) == protocol.SNAPSHOT_FIELDS
-    assert tuple(f.name for f in fields(HealthSample)) == protocol.HEALTH_SAMPLE_FIELDS
-    health = [protocol.health_sample("u", None)]
+    assert tuple(f.name for f in fields(HealthSample)) == health_messages.HEALTH_SAMPLE_FIELDS
+    health = [health_messages.health_sample("u", None)]
     built = protocol.snapshot("h", "host", "boot", 1.0, protocol.MODE_SMI, health=health)
     assert HostSnapshot.from_dict(built).to_dict() == built
     modes = ("nvml", "smi", "ps", "sim", None)

@@ -20,9 +20,10 @@ from gputui.core.calibration import IDLE_FLOOR_MIB, idle_limit_mib, refusals
 from gputui.core.health_sample import HealthSample
 from gputui.core.judge import judge, no_data, no_data_text
 from gputui.core.levels import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, NOT_READY
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc, Verdict
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
 from gputui.core.servers import ServerStateTracker, parse_server_metrics
 from gputui.core.servers.jobs import JobFacts, job_facts
+from gputui.core.verdict_model import Verdict
 from gputui.core.verdicts import exit_code, headline, worst_exit_code
 
 NOW = 1_800_000_000.0

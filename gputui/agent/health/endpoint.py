@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gputui.agent.health import HEALTH_MIN_GAP_S
+from gputui.agent.health.messages import HEALTH_SAMPLE_FIELDS, health_sample
 from gputui.agent.health.urls import health_is_generating_url, health_scrub, health_shown_url
-from gputui.agent.protocol import HEALTH_SAMPLE_FIELDS, HEALTH_STATE_UP, health_sample
+from gputui.agent.protocol import HEALTH_STATE_UP
 
 HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
 
@@ -84,7 +85,7 @@ class Endpoint:
         """The pid of that launcher, None as above."""
 
     def sample(self, generate: bool, now_s: float) -> dict[str, Any]:
-        """The endpoint's latest state as a health sample (``protocol.health_sample``).
+        """The endpoint's latest state as a health sample (``health.messages.health_sample``).
 
         Args:
             generate: Generating endpoints are probed (else one never probed says why).

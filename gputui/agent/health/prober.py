@@ -23,11 +23,9 @@ from gputui.agent.health.discovery import (
     health_read_proc_cmdlines,
 )
 from gputui.agent.health.endpoint import Endpoint, started_at, url_list
+from gputui.agent.health.messages import health_config
 from gputui.agent.health.urls import health_shown_url, url_origin
-from gputui.agent.protocol import (
-    HEALTH_STATE_ERROR,
-    health_config,
-)
+from gputui.agent.protocol import HEALTH_STATE_ERROR
 
 HEALTH_LOCAL_ADDRESSES_S = 60.0
 """This host's own addresses are read again at most this often."""

@@ -23,16 +23,9 @@ from gputui.core.analysis.trees import (
     proc_table,
     shown,
 )
-from gputui.core.model import (
-    STATE_UNINTERRUPTIBLE,
-    STATE_ZOMBIE,
-    Finding,
-    Gpu,
-    HostSnapshot,
-    LiveThreads,
-    Proc,
-)
+from gputui.core.model import STATE_UNINTERRUPTIBLE, STATE_ZOMBIE, Gpu, HostSnapshot, LiveThreads, Proc
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import Finding
 
 GHOST_TOLERANCE_MIB = 64
 """Allowed gap between a GPU's used memory and baseline + listed processes (see the module docstring)."""

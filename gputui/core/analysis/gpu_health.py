@@ -20,8 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gputui.core.health_model import GpuHealth, XidEvent
-from gputui.core.model import Finding, Gpu, HostSnapshot
+from gputui.core.model import Gpu, HostSnapshot
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import Finding
 
 ACTION_NONE = "none"
 ACTION_RESET = "reset"

@@ -10,16 +10,9 @@ from gputui.core.analysis.baselines import Baselines
 from gputui.core.analysis.findings import ghost_suspects, remnant_sentence
 from gputui.core.analysis.readiness import unfit_reasons
 from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_table, shown
-from gputui.core.model import (
-    STATE_UNINTERRUPTIBLE,
-    STATE_ZOMBIE,
-    Gpu,
-    GpuVerdict,
-    HostSnapshot,
-    Proc,
-    Verdict,
-)
+from gputui.core.model import STATE_UNINTERRUPTIBLE, STATE_ZOMBIE, Gpu, HostSnapshot, Proc
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import GpuVerdict, Verdict
 
 MAX_HOLDERS_IN_REASON = 3
 

@@ -13,6 +13,7 @@ from typing import Any
 from gputui.agent import protocol
 from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
+from gputui.agent.health import messages as health_messages
 from gputui.agent.proc.owners import OWNER_USER
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import HostLink, LinkError, LinkOptions
@@ -168,7 +169,7 @@ class SimLink(SimKills, HostLink):
             with self._lock:
                 samples = [sample.to_dict() for sample in self._health(self._clock())]
             found = [sample["url"] for sample in samples if sample["discovered"]]
-            config = protocol.health_config(
+            config = health_messages.health_config(
                 [],
                 found,
                 False,

@@ -28,8 +28,9 @@ from gputui.core.analysis import ProcNode, build_forest, flatten
 from gputui.core.analysis.jobview import outside_rows
 from gputui.core.display import clock_time
 from gputui.core.judge import no_data_text
-from gputui.core.model import HostSnapshot, Verdict
+from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
+from gputui.core.verdict_model import Verdict
 from gputui.transports.freshness import LIVE
 from gputui.ui import keymap
 from gputui.ui.screens.gpu_detail import GpuDetailScreen

@@ -8,7 +8,7 @@ from textual.widgets import Static
 from gputui.core.cleanslate import CleanCheck
 from gputui.core.display import clock_time
 from gputui.core.levels import CANNOT_TELL, NOT_READY
-from gputui.core.model import Verdict
+from gputui.core.verdict_model import Verdict
 from gputui.core.verdicts import headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 

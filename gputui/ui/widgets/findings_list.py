@@ -18,7 +18,8 @@ from textual.reactive import reactive
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from gputui.core.model import Finding, HostSnapshot
+from gputui.core.model import HostSnapshot
+from gputui.core.verdict_model import Finding
 from gputui.ui import keymap
 from gputui.ui.widgets.border import set_border_title
 from gputui.ui.widgets.fmt import command_text, duration, pid_ranges, safe_text, screen_rows

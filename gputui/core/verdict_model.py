@@ -1,0 +1,112 @@
+"""What the analysis says of a host: its findings and its clean-slate verdict, per GPU and as a whole."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputui.core.levels import level_of
+from gputui.core.wire_values import opt_int, plain
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something stuck, dead or unaccounted for.
+
+    Attributes:
+        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, defunct_leader, orphan, uninterruptible,
+            ghost_memory, invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
+        target: The host target the finding belongs to.
+        detail: One human line.
+        action: The suggested action, one human line.
+        action_pid: The pid the suggested action applies to (a zombie's parent), if any.
+    """
+
+    kind: str
+    target: str
+    detail: str
+    action: str = ""
+    pid: int | None = None
+    gpu_index: int | None = None
+    action_pid: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(
+            kind=str(data["kind"]),
+            target=str(data.get("target") or ""),
+            detail=str(data.get("detail") or ""),
+            action=str(data.get("action") or ""),
+            pid=opt_int(data.get("pid")),
+            gpu_index=opt_int(data.get("gpu_index")),
+            action_pid=opt_int(data.get("action_pid")),
+        )
+
+
+@dataclass(frozen=True)
+class GpuVerdict:
+    """One GPU's part of the clean-slate verdict."""
+
+    index: int
+    used_mib: int | None
+    baseline_mib: int
+    clean: bool
+    reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuVerdict:
+        return cls(
+            index=int(data["index"]),
+            used_mib=opt_int(data.get("used_mib")),
+            baseline_mib=int(data.get("baseline_mib") or 0),
+            clean=bool(data.get("clean")),
+            reasons=tuple(str(r) for r in data.get("reasons") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Is every GPU back at its idle baseline?
+
+    Attributes:
+        clean: True only when every GPU is at or below its baseline (plus tolerance), no GPU process is listed
+            and no zombie/D-state process remains from a GPU process tree.
+        reasons: Human lines saying why not, most important first.
+        baseline_mib: GPU key (UUID, else "index:N") -> the baseline used for it.
+        gpus: Per-GPU detail.
+        known: False when it could not be told (no driver, no data); then ``clean`` is False too.
+        not_ready: The reasons (also in ``reasons``, first) that a GPU needs a reset, reboot or drain
+            (``gputui.core.analysis.readiness``): the verdict is NOT READY; ``clean`` is False too.
+    """
+
+    clean: bool
+    reasons: tuple[str, ...] = ()
+    baseline_mib: dict[str, int] = field(default_factory=dict)
+    tolerance_mib: int = 0
+    gpus: tuple[GpuVerdict, ...] = ()
+    known: bool = True
+    not_ready: tuple[str, ...] = ()
+
+    @property
+    def gpus_at_baseline(self) -> int:
+        return sum(1 for g in self.gpus if g.clean)
+
+    @property
+    def level(self) -> str:
+        """CLEAN, NOT CLEAN, NOT READY or CANNOT TELL (``gputui.core.verdicts``)."""
+        return level_of(self.clean, self.known, bool(self.not_ready))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(plain(self), level=self.level)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        return cls(
+            clean=bool(data.get("clean")),
+            reasons=tuple(str(r) for r in data.get("reasons") or ()),
+            baseline_mib={str(k): int(v) for k, v in (data.get("baseline_mib") or {}).items()},
+            tolerance_mib=opt_int(data.get("tolerance_mib")) or 0,
+            gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
+            known=bool(data.get("known", True)),
+            not_ready=tuple(str(r) for r in data.get("not_ready") or ()),
+        )
