@@ -150,14 +150,14 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
 
             check = _gputui(env, "check", "--prometheus", prometheus.url)
             assert check.returncode == 1, (check.stdout, check.stderr)
-            assert f"{NODE}  NOT clean" in check.stdout
+            assert f"{NODE}  NOT CLEAN" in check.stdout
             assert "every host runs the gputui exporter" in check.stdout
             running.kill()
         wait_for(lambda: state_of(leader) is None, "the defunct process to be gone")
         dcgm.set(NODE, 0, used=3)
         check = _gputui(env, "check", "--prometheus", prometheus.url, "--wait", "60")
         assert check.returncode == 0, (check.stdout, check.stderr)
-        assert "✓ clean: 1/1 hosts, 2/2 GPUs at baseline" in check.stdout
+        assert "✓ CLEAN: 1/1 hosts, 2/2 GPUs at baseline" in check.stdout
     finally:
         prometheus.stop()
         dcgm.close()

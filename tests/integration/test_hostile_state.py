@@ -90,7 +90,7 @@ def test_check_goes_on_past_a_fifo_baselines_and_watched_ports(env: dict[str, st
     os.mkfifo(state / "watched_ports.json")
     result = run_gputui(["check", "--no-discover"], env, timeout_s=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
-    assert "clean: 8/8 GPUs at baseline (3 MiB + 2)" in result.stdout
+    assert "CLEAN: 8/8 GPUs at baseline (3 MiB + 2)" in result.stdout
     warnings = result.stderr.splitlines()
     assert any("baselines.json: a FIFO, not a regular file; using default baselines" in w for w in warnings)
     assert any("watched_ports.json: a FIFO, not a regular file" in w for w in warnings)

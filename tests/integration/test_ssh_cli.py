@@ -258,7 +258,7 @@ def test_a_lost_gpu_in_nvidia_smi_mode_cannot_tell(
     done = _gputui("check", "smi-host")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "GPU1  – MiB  ✗ error: GPU is lost" in done.stdout
-    assert "clean: " not in done.stdout
+    assert "CLEAN: " not in done.stdout  # neither CLEAN nor NOT CLEAN: it cannot tell
     assert done.stdout.count("cannot tell") == 1
 
 

@@ -49,5 +49,5 @@ async def test_an_exporter_host_is_sorted_by_dead_memory_and_its_findings_shown(
         def shown() -> str:
             return str(notes.render())
 
-        await wait_for(pilot, lambda: "gputui exporter: NOT clean" in shown(), "the exporter's verdict")
+        await wait_for(pilot, lambda: "gputui exporter: NOT CLEAN: " in shown(), "the exporter's verdict")
         assert all(detail[:60] in shown() for detail in wanted), shown()

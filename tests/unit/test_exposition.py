@@ -220,5 +220,5 @@ def test_a_mixed_fleet_says_which_hosts_are_memory_only() -> None:
     gpu_x = next(h for h in sample.hosts if h.name == "gpu-x")
     assert host_status(gpu_x.snapshot) == EXIT_NOT_CLEAN
     lines = format_fleet_check(sample, ("ok", "X"))
-    assert any(line.startswith("X gpu-x  NOT clean: ") for line in lines)
+    assert any(line.startswith("X gpu-x  NOT CLEAN: ") for line in lines)
     assert lines[-1].endswith(f"({note})")

@@ -7,6 +7,7 @@ from rich.text import Text
 
 from gputui.core.fleet_rows import FleetRow, size_text, state_text
 from gputui.core.fleet_sample import FleetHost
+from gputui.core.verdicts import headline
 from gputui.ui.widgets.fmt import DASH, safe_text
 from gputui.ui.widgets.text_view import TextView
 
@@ -31,8 +32,8 @@ def notes_text(host: FleetHost, row: FleetRow, ssh_target: str | None) -> Text:
         lines.append(Text(f"XID {code} on GPU{index}: see the host's kernel log (dmesg)", style="bold red"))
     verdict = host.snapshot.verdict
     if not row.memory_only and verdict is not None:
-        word = "clean" if verdict.clean else "NOT clean" if verdict.known else "cannot tell"
-        line = Text(f"gputui exporter: {word}", style="green" if verdict.clean else "bold red")
+        line = Text("gputui exporter: ", style="green" if verdict.clean else "bold red")
+        line.append_text(safe_text(headline(verdict), 200, style="green" if verdict.clean else "bold red"))
         cannot = host.exported.cannot_check if host.exported is not None else ()
         if cannot:
             line.append(f" · cannot check: {', '.join(cannot)}", style="dim")
