@@ -553,7 +553,7 @@ def test_q_in_the_tui_during_an_escalation_finishes_it_then_leaves(
             # The cursor starts on the first GPU process; Home goes up to the launcher, the tree's root.
             os.write(master, b"\x1b[H")
             time.sleep(0.5)
-            os.write(master, b"t")
+            os.write(master, b"T")
             read_until(b"Send TERM to 3 processes on local")
             os.write(master, b"y")
             read_until(b"KILL after 5 s to 1 process")

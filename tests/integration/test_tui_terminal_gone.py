@@ -28,7 +28,7 @@ SCENARIOS = {
     "gpu view": [b"g", b"\r"],
     "confirmation": [b"X"],
     "kill and escalation": [b"X", b"y"],
-    "tree kill": [b"t", b"y"],
+    "tree kill": [b"T", b"y"],
 }
 
 
