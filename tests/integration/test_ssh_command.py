@@ -96,16 +96,16 @@ def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
     assert pynvml_spec is not None
     assert pynvml_spec.origin is not None
     assert modules["pynvml"][2] == Path(pynvml_spec.origin).read_bytes()
-    assert modules["gputui.agent.kill.operation"][1] == "<gputui-bundle>/gputui/agent/kill.py"
+    assert modules["gputui.agent.kill.operation"][1] == "<gputui-bundle>/gputui/agent/kill/operation.py"
     codes = marshal.loads(zlib.decompress(payload.code_zlib))  # noqa: S302 - our own bytes
     # Compiled here for a remote python of this one's version: what every host imports, the shipped pynvml
     # (most remote pythons have none of their own) included, not what few hosts import.
     assert {"gputui.agent.collector", "pynvml"} <= set(codes)
     assert not {"gputui.agent.health.http", "gputui.agent.gpu.smi"} & set(codes)
     kill_code = marshal.loads(codes["gputui.agent.kill.operation"])  # noqa: S302 - each module marshalled on its own
-    assert kill_code.co_filename == "<gputui-bundle>/gputui/agent/kill.py"
+    assert kill_code.co_filename == "<gputui-bundle>/gputui/agent/kill/operation.py"
     assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()
-    assert zlib.decompress(payload.boot_zlib) == (package / "boot.py").read_bytes()
+    assert zlib.decompress(payload.boot_zlib) == (package / "remote" / "boot.py").read_bytes()
     match = LOADER.fullmatch(remote_command_line(payload, LinkOptions()))
     assert match is not None
     assert sum(int(size) for size in match.groups()[:3]) == len(payload.data)
