@@ -385,7 +385,9 @@ def test_without_the_gate_every_stat_line_is_read() -> None:
     try:
         reader.scan()
         table = reader.scan()
-        assert reader.stat_reads == len(table)
+        # Every listed pid's stat is read; one that exits between the listing and its read is read, not a row
+        # (a busy host starts and ends processes during the scan).
+        assert reader.stat_reads >= len(table)
         assert not reader.from_cache
         assert reader.open_count == 0
     finally:
