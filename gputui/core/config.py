@@ -145,17 +145,12 @@ def _read_regular_file(path: Path) -> bytes:
             raise ConfigError(f"{path}: not a regular file")
         if info.st_size > CONFIG_MAX_BYTES:
             raise ConfigError(f"{path}: larger than {CONFIG_MAX_BYTES // 1024} KiB")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= CONFIG_MAX_BYTES:
-            chunk = os.read(fd, CONFIG_MAX_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > CONFIG_MAX_BYTES:
+        from gputui.core.safefile import read_at_most
+
+        data = read_at_most(fd, CONFIG_MAX_BYTES + 1)
+        if len(data) > CONFIG_MAX_BYTES:
             raise ConfigError(f"{path}: larger than {CONFIG_MAX_BYTES // 1024} KiB")
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 

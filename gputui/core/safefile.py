@@ -167,17 +167,10 @@ def read_bytes(path: Path, max_bytes: int, follow_links: bool = False) -> bytes 
         fd = os.open(path.name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=folder_fd)
         try:
             _checked_file(fd, before, path, max_bytes)
-            chunks: list[bytes] = []
-            size = 0
-            while size <= max_bytes:
-                chunk = os.read(fd, max_bytes + 1 - size)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-            if size > max_bytes:
+            data = read_at_most(fd, max_bytes + 1)
+            if len(data) > max_bytes:
                 raise UnsafeFile(f"{path}: larger than {_size_text(max_bytes)}")
-            return b"".join(chunks)
+            return data
         finally:
             os.close(fd)
     except FileNotFoundError:
@@ -225,6 +218,19 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
             except OSError:
                 pass
         os.close(folder_fd)
+
+
+def read_at_most(fd: int, limit_bytes: int) -> bytes:
+    """Up to ``limit_bytes`` from ``fd``, short reads joined (ask one past a cap to tell it was passed)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit_bytes:
+        chunk = os.read(fd, limit_bytes - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def append(path: Path, data: bytes) -> None:
