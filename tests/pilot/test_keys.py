@@ -10,7 +10,7 @@ from textual.widgets._footer import FooterKey
 from gputui.transports.sim import DETOKENIZER_PID, NSYS_PID
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
-from gputui.ui.screens.monitor import CLEAN_ROWS_WITH_FOOTER
+from gputui.ui.screens.monitor_view import CLEAN_ROWS_WITH_FOOTER
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.fmt import screen_rows

@@ -16,7 +16,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import CLOSE_HINT, HelpScreen
-from gputui.ui.screens.monitor import CLEAN_ROWS_WITH_FOOTER
+from gputui.ui.screens.monitor_view import CLEAN_ROWS_WITH_FOOTER
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.fmt import screen_rows
 from gputui.ui.widgets.health_panel import HealthPanel

@@ -1,115 +1,46 @@
 """The monitor: one host's GPUs, health, findings and processes, its clean slate, and every host in a bar.
 
-Wide (100 columns and more): the GPUs and, beside them, the health endpoints over the findings share the
-width in halves; the process tree takes the whole width below them, so its commands have room. Narrower,
-everything is stacked; at 60 columns and less (a tmux side pane) lines are compact.
-
-The screen holds the view (which host is shown, pause, sort, filter, the layout) as reactives; the app holds
-the hosts and tells the screen when one changed (``hosts_changed``). While paused, the panels keep the
-snapshots they showed (a kill is planned from what is on screen); the host bar and the clean-slate line stay
-live.
+``MonitorView`` (``screens.monitor_view``) lays the panels out and draws them; this screen adds the keys
+(``keymap.MONITOR``) and answers the widgets' messages. Every key answers: one that does nothing now
+(read-only, one host, no fleet) says why in one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import suppress
 from dataclasses import replace
 
-from textual import events
-from textual.app import ComposeResult
-from textual.containers import Container, Horizontal, Vertical
-from textual.css.query import NoMatches
-from textual.reactive import reactive
-from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
-from gputui.core.analysis import ProcNode, build_forest, flatten
-from gputui.core.analysis.jobview import outside_rows
-from gputui.core.display import clock_time
-from gputui.core.judge import no_data_text
-from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
-from gputui.core.verdict_model import Verdict
-from gputui.transports.freshness import LIVE
 from gputui.ui import keymap
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen
+from gputui.ui.screens.monitor_view import MonitorView
 from gputui.ui.session.cleancheck import CleanChecks
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import HostState
 from gputui.ui.session.killflow import KillFlow
-from gputui.ui.widgets.border import set_border_subtitle, set_border_title
-from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.findings_list import FindingsList
-from gputui.ui.widgets.fmt import screen_rows
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.health_panel import HealthPanel
-from gputui.ui.widgets.host_bar import HostBar
-from gputui.ui.widgets.hosts_overview import HostsOverview
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
-from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
-HOSTS_REDRAW_S = 0.25
-"""The host bar and the overview are redrawn at most this often: with many hosts, redrawing them on every
-snapshot of every host costs O(hosts²) per second."""
-FINDINGS_MIN_ROWS = 7
-"""Rows (border included) the findings get at least beside the GPUs."""
 _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keymap.MONITOR)}
 _KEYS_BY_FULL_ACTION = {key.action: key for key in keymap.keys_of(keymap.MONITOR)}
 """k (``kill('TERM')``) and K (``kill('KILL')``) share an action name: each finds its own row by the whole."""
 _DESTRUCTIVE_ACTIONS = frozenset(key.action for key in keymap.keys_of(keymap.MONITOR) if key.destructive)
-FOOTER_ROOMY_CELLS = 140
-"""Narrower than this, the footer packs its keys tighter (Textual's compact footer)."""
-CLEAN_ROWS_WITH_FOOTER = 2
-"""The clean-slate line takes up to this many rows beside the footer; a longer receipt hides the footer."""
 FLAT_SORT_DEFAULT = "gpu"
 """What ``t`` switches the tree view to the first time: most GPU memory first."""
 
 
-def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
-    """The GPU process trees in pre-order, then the other processes the panel lists (``outside_rows``: a
-    zombie or D-state process outside those trees, what a finding names) as roots of their own; never the
-    ancestors above a job's root."""
-    nodes = flatten(build_forest(snapshot))
-    shown = {node.proc.pid for node in nodes}
-    nodes.extend(ProcNode(proc) for proc in outside_rows(snapshot, shown))
-    return nodes
-
-
-def _last_change(host: HostState, endpoints: int) -> str:
-    """The newest state change of the host's endpoints, with its time (the URL left out when there is only
-    one endpoint: the panel shows it)."""
-    if not host.health_changes:
-        return ""
-    at_s, line = host.health_changes[-1]
-    if endpoints == 1 and " " in line:
-        line = line.split(" ", 1)[1]
-    return f"{clock_time(at_s)} {line}"
-
-
-class MonitorScreen(Screen[None]):
+class MonitorScreen(MonitorView):
     """The host view of the app (``GpuTuiApp`` pushes it first and feeds it)."""
 
     BINDINGS = keymap.bindings(keymap.MONITOR)
 
-    active_index: reactive[int] = reactive(0)
-    """The host the panels show, an index into the app's hosts."""
-    paused: reactive[bool] = reactive(False)
-    """The panels keep what they show (the host bar and the clean-slate line stay live)."""
-    sort_mode: reactive[str] = reactive(SORT_MODES[0])
-    """The process order, one of ``SORT_MODES``."""
-    filter_text: reactive[str] = reactive("")
-    """Only processes whose pid, user or command contain this are listed (case-insensitive)."""
-    narrow: reactive[bool] = reactive(False)
-    """A tmux side pane: compact lines everywhere."""
-    stacked: reactive[bool] = reactive(False)
-    """Too narrow for panels side by side: one above the other."""
-
     def __init__(self, session: Session, checks: CleanChecks, kills: KillFlow) -> None:
-        super().__init__()
-        self.session = session
+        super().__init__(session)
         self._checks = checks
         self._kills = kills
         if session.settings.read_only:
@@ -118,265 +49,8 @@ class MonitorScreen(Screen[None]):
                 self._bindings.key_to_bindings[key] = [
                     replace(b, show=False) if b.action in _DESTRUCTIVE_ACTIONS else b for b in made
                 ]
-        self._shown: dict[str, HostSnapshot | None] = {}
-        """Per host, the snapshot the panels show: the newest one, or the one they froze on while paused."""
-        self._hosts_dirty = False
-        """The host bar and overview lag behind the hosts' state (see ``HOSTS_REDRAW_S``)."""
-        self._hosts_timer_pending = False
-        self._active_live: bool | None = None
-        """Whether the shown host was live at the last tick (None: not looked yet)."""
         self._flat_sort = FLAT_SORT_DEFAULT
         """The order ``t`` goes back to when it turns the tree view off."""
-
-    @property
-    def active(self) -> HostState | None:
-        """The host the panels show (None before any host, in the fleet view)."""
-        hosts = self.session.hosts
-        return hosts[self.active_index] if 0 <= self.active_index < len(hosts) else None
-
-    def shown_snapshot(self, host: HostState) -> HostSnapshot | None:
-        """What the panels show (or would show) of ``host``."""
-        return self._shown.get(host.target, host.snapshot)
-
-    # -- composition and layout ------------------------------------------------------------------------
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="body"):
-            yield HostBar(id="hostbar")
-            yield HostsOverview(id="overview")
-            with Container(id="main"):
-                with Horizontal(id="top"):
-                    yield GpuPanel(id="gpus", selectable=True)
-                    with Vertical(id="side"):
-                        yield HealthPanel(id="health")
-                        yield FindingsList(id="findings")
-                yield ProcessTable(id="procs")
-            yield CleanSlateLine(id="clean")
-            yield FilterBar(id="filter")
-        yield Footer(compact=self.app.size.width < FOOTER_ROOMY_CELLS)
-
-    def on_mount(self) -> None:
-        self.query_one(GpuPanel).border_title = "GPUs"
-        self.query_one(HealthPanel).border_title = "Health"
-        self.query_one(FindingsList).border_title = "Findings"
-        self._layout_for(self.app.size.width)
-        self.query_one(ProcessTable).focus()
-        self._show_active()
-
-    def on_resize(self, event: events.Resize) -> None:
-        self._layout_for(event.size.width)
-
-    def _layout_for(self, width: int) -> None:
-        self.narrow = width <= NARROW_MAX_CELLS
-        self.stacked = width < STACKED_BELOW_CELLS
-        # Every key label fits from 120 columns on, the fleet's Esc included, when packed tighter.
-        self.query_one(Footer).compact = width < FOOTER_ROOMY_CELLS
-
-    def watch_narrow(self, narrow: bool) -> None:
-        self.query_one("#body").set_class(narrow, "-narrow")
-        self.query_one(HealthPanel).compact = narrow
-        self._show_active()
-
-    def watch_stacked(self, stacked: bool) -> None:
-        self.query_one("#body").set_class(stacked, "-stacked")
-        self._size_top()
-
-    def watch_active_index(self) -> None:
-        self._show_active()
-
-    def watch_sort_mode(self) -> None:
-        self._show_active()
-
-    def watch_filter_text(self) -> None:
-        self.refresh_bindings()  # Esc clears it, and then means something else
-        self._show_active()
-
-    def watch_paused(self, paused: bool) -> None:
-        if paused:
-            self._shown = {host.target: host.snapshot for host in self.session.hosts}
-        else:
-            self._shown.clear()  # back to the newest data of every host
-        self._show_active()
-
-    def _size_top(self) -> None:
-        """Beside each other, the GPUs and the health over the findings are as tall as the taller needs."""
-        top = self.query_one("#top")
-        height: str | int = "auto"
-        if not self.stacked:
-            gpu_rows = 3 + max(1, len(self.query_one(GpuPanel).gpus))
-            health_rows = 2 + max(1, self.query_one(HealthPanel).rows)
-            findings_rows = 2 + max(FINDINGS_MIN_ROWS - 2, self.query_one(FindingsList).lines)
-            # Findings may take the band up to half the screen; past that they scroll.
-            most = max(gpu_rows, self.size.height // 2)
-            height = max(gpu_rows, min(most, health_rows + findings_rows))
-        if str(top.styles.height) != str(height):
-            top.styles.height = height
-
-    # -- what the app tells the screen -----------------------------------------------------------------
-
-    def hosts_changed(self, changed: Sequence[tuple[HostState, bool]]) -> None:
-        """New data for these hosts (each with whether the user asked for it: shown even while paused)."""
-        active = self.active
-        for host, forced in changed:
-            if self.paused and forced:
-                self._shown[host.target] = host.snapshot
-        if any(host is active for host, _ in changed):
-            self._show_active(hosts_now=False)
-        else:
-            self._show_hosts()
-
-    def host_changed(self, host: HostState) -> None:
-        """Something but data changed about ``host`` (an error, tags, a kill, a check)."""
-        if host is self.active:
-            self._show_active()
-        else:
-            self._show_hosts_now()
-
-    def tick(self) -> None:
-        """Once a second: ages in the host bar, the progress of a running check, and the panels again when the
-        shown host's data went stale (or came back): they say "no data since …" without waiting for data."""
-        self._show_hosts_now()
-        host = self.active
-        live = host is not None and self.session.host_status(host).state == LIVE
-        if host is not None and live != self._active_live:
-            self._active_live = live
-            self._show_active()
-            return
-        if host is not None and host.check is not None and host.check.running:
-            verdict = None if host.snapshot is None else host.snapshot.verdict
-            with suppress(NoMatches):
-                self._show_clean(verdict, host)
-
-    # -- drawing ---------------------------------------------------------------------------------------
-
-    def _show_hosts(self) -> None:
-        """Redraw the host bar and overview soon: many snapshots within ``HOSTS_REDRAW_S`` cost one redraw."""
-        self._hosts_dirty = True
-        if self._hosts_timer_pending:
-            return
-        # One timer at a time: a redraw in between (the tick, a key) clears the flag but not the timer, and a
-        # fresh timer per cleared flag would let every tick start another chain of redraws.
-        self._hosts_timer_pending = True
-        self.set_timer(HOSTS_REDRAW_S, self._flush_hosts)
-
-    def _flush_hosts(self) -> None:
-        self._hosts_timer_pending = False
-        if self._hosts_dirty:
-            self._show_hosts_now()
-
-    def _show_hosts_now(self) -> None:
-        self._hosts_dirty = False
-        session = self.session
-        statuses = [session.host_status(h) for h in session.hosts]
-        try:
-            self.query_one("#body").set_class(len(statuses) > 1, "-multi")
-            self.query_one(HostBar).show(statuses, self.active_index, self.paused)
-            self.query_one(HostsOverview).show(statuses, self.active_index)
-        except NoMatches:  # not composed yet, or being torn down (quitting): nothing to show
-            pass
-
-    def _show_active(self, hosts_now: bool = True) -> None:
-        """Redraw every panel from the shown host's snapshot.
-
-        Args:
-            hosts_now: Redraw the host bar and overview now (a key was pressed), else soon (new data).
-        """
-        try:
-            self._show_active_now(hosts_now)
-        except NoMatches:  # not composed yet, or being torn down (quitting): nothing to show
-            pass
-
-    def _show_active_now(self, hosts_now: bool) -> None:
-        host = self.active
-        if host is None:
-            return
-        session = self.session
-        snapshot = self.shown_snapshot(host)
-        now_s = session.clock()
-        gpus = self.query_one(GpuPanel)
-        procs = self.query_one(ProcessTable)
-        health = self.query_one(HealthPanel)
-        with self.app.batch_update():
-            if hosts_now:
-                self._show_hosts_now()
-            else:
-                self._show_hosts()
-            title = visible(host.target, 40)
-            if snapshot is not None and snapshot.driver_version:
-                title += f" · driver {visible(snapshot.driver_version, 20)}"
-            title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
-            read_only = " · READ-ONLY" if session.settings.read_only else ""
-            flags = read_only + (" · ⏸ PAUSED" if self.paused else "")
-            set_border_title(gpus, f"GPUs · {title}{flags}")
-            filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
-            tagged = f" · {len(host.tagged)} tagged" if host.tagged else ""
-            set_border_title(procs, f"Processes · sort: {self.sort_mode}{filt}{tagged}")
-            missing = self._no_data_text(host, snapshot)
-            verdict = None if host.snapshot is None else host.snapshot.verdict
-            if missing is not None:
-                verdict = Verdict(clean=False, known=False, reasons=(missing,))
-            self._show_clean(verdict, host)
-            if snapshot is None:
-                message = host.error or "connecting…"
-                if host.halted:
-                    message = "not retrying (r: try again) · " + message
-                gpus.show((), {}, {}, message=visible(message, 200))
-                procs.show((), compact=self.narrow)
-                health.show((), now_s=now_s, no_data=missing)
-                self.query_one(FindingsList).show((), no_data=missing)
-                self._size_top()
-                return
-            baselines = {}
-            if snapshot.verdict is not None:
-                baselines = {
-                    g.index: g.baseline_mib + snapshot.verdict.tolerance_mib for g in snapshot.verdict.gpus
-                }
-            history = {index: host.history.memory_mib(index) for index in host.history.indexes()}
-            message = "" if snapshot.error is None else visible(snapshot.error, 200)
-            gpus.show(snapshot.gpus, history, baselines, message=message)
-            procs.show(
-                table_nodes(snapshot),
-                tagged=host.tagged,
-                filter_text=self.filter_text,
-                sort_mode=self.sort_mode,
-                compact=self.narrow,
-                now_s=now_s,
-            )
-            empty = procs.row_count == 0 and not self.filter_text
-            set_border_subtitle(procs, "no GPU processes" if empty else "")
-            health.show(
-                snapshot.health,
-                host.health_history.as_dict(),
-                now_s=now_s,
-                tokens=host.health_history.tokens_per_s(),
-                no_data=missing,
-            )
-            set_border_subtitle(health, _last_change(host, len(snapshot.health)))
-            self.query_one(FindingsList).show(snapshot.findings, snapshot, no_data=missing)
-            self._size_top()
-
-    def _no_data_text(self, host: HostState, snapshot: HostSnapshot | None) -> str | None:
-        """ "no data since 03:12:07: connection refused" while the host has no fresh data (before its first
-        sample, its link down, its data stale); None while it is live. The time is that of the last data
-        shown (the host's clock)."""
-        state = self.session.host_status(host).state
-        if snapshot is not None and state == LIVE:
-            return None
-        if host.error is not None:
-            reason: str | None = visible(host.error, 160)
-        elif snapshot is None:
-            reason = "connecting"
-        else:
-            reason = "stale: no sample within its window"
-        return no_data_text(reason, None if snapshot is None else snapshot.time)
-
-    def _show_clean(self, verdict: Verdict | None, host: HostState) -> None:
-        """The clean-slate line, whole: when it needs more than ``CLEAN_ROWS_WITH_FOOTER`` rows, the footer
-        makes room (the receipt is the answer; the keys are in the help)."""
-        line = self.query_one(CleanSlateLine)
-        line.show(verdict, host.check, self.session.clock())
-        rows = screen_rows(line.shown, max(1, self.size.width))
-        self.query_one(Footer).display = rows <= CLEAN_ROWS_WITH_FOOTER
 
     # -- keys ------------------------------------------------------------------------------------------
 
