@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEALTH_STATE_UNHEALTHY
-from gputui.cli import build_parser
 from gputui.commands import check as check_command
 from gputui.commands import snapshot as snapshot_command
+from gputui.commands.grammar import build_parser
 from gputui.core.levels import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot

@@ -941,7 +941,7 @@ def test_cli_discovers_launchers_like_the_tui_and_no_discover_turns_it_off(
 
 
 def test_the_tui_takes_no_discover_to_its_collector() -> None:
-    from gputui.cli import build_parser
+    from gputui.commands.grammar import build_parser
     from gputui.commands.targets import open_link, options_from_args
     from gputui.transports.local import LocalLink
 

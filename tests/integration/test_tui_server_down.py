@@ -17,7 +17,7 @@ import pytest
 
 from gputui.agent.health import HEALTH_DEFAULT_INTERVAL_S
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEALTH_STATE_UNHEALTHY
-from gputui.cli import build_parser
+from gputui.commands.grammar import build_parser
 from gputui.commands.tui import build_app
 from gputui.core.config import Config
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen

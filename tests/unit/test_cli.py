@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gputui import __version__
-from gputui.cli import build_parser, split_command
+from gputui.commands.grammar import build_parser, split_command
 from gputui.commands.targets import default_targets, options_from_args
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.cli import build_parser
+from gputui.commands.grammar import build_parser
 from gputui.commands.targets import options_from_args
 from gputui.core.config import Config, ConfigError, default_config_path, load_config
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.cli import build_parser
 from gputui.commands.exporter import ListenError, _link, is_loopback, parse_listen
 from gputui.commands.exporter_options import DEFAULT_PORT
+from gputui.commands.grammar import build_parser
 from gputui.core.config import Config
 from gputui.core.link import LinkError
 

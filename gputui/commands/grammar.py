@@ -1,0 +1,374 @@
+"""The command line's grammar: the parser of the TUI and of each subcommand, and how the words split.
+
+One grammar for all of them: ``gputui [OPTIONS] [SUBCOMMAND] [OPTIONS] [WORDS]``. Options may come before the
+subcommand, after it, and between or after the positional words (``gputui --interval 2 snapshot``,
+``gputui kill HOST --yes PID``); ``--`` ends the options (``gputui -- check`` watches a host named "check").
+Every duration and count is range-checked; a usage error is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gputui import __version__
+from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S, PROCESS_INTERVAL_S
+from gputui.commands import fleet_options
+from gputui.core.link import SSH_CLIENTS
+
+SUBCOMMANDS = ("snapshot", "check", "kill", "reset", "leftovers", "exporter")
+KILL_DESCRIPTION = """\
+Signal GPU processes or their jobs. The plan lists everything it will signal; the intent is written to the
+audit log before anything is sent, and each process's identity is checked again right before its signal.
+
+A job is the GPU process with the ancestors that share its session and cgroup, up to (not including) a
+shell, sshd, tmux, a service manager, a cron or display daemon, pid 1, or a daemon init adopted that leads
+neither the job's session nor its process group; --tree takes everything below its root, never the root's
+siblings. --all-gpu leaves graphics-only holders (Xorg, ...) out. pid 1 is never signalled. A kill never
+crosses an owner (Slurm step, pod, container, unit) nobody picked: a tree stops at a member of another one,
+and --all-gpu on a host whose GPU jobs have several owners needs --owner KIND:ID (or --owner all).
+
+TERM escalates to KILL after 5 s (--escalate S to change, --no-escalate for TERM only); the collector runs
+the escalation and finishes it even if this command is interrupted. Ctrl-C says what is pending and keeps
+waiting; a second Ctrl-C abandons the escalation and says which processes were left."""
+KILL_EPILOG = """\
+exit status:
+  0  every targeted process is gone
+  1  some process survived, was denied, changed or refused by the collector, the escalation was abandoned,
+     or the confirmation was declined
+  2  usage error, read-only mode, a refused plan, an audit log that cannot be written, or cannot tell
+     (host unreachable, no answer)"""
+EXIT_OK = 0
+EXIT_NOT_CLEAN = 1
+EXIT_ERROR = 2
+CONNECT_TIMEOUT_MIN_S = 0.5
+CONNECT_TIMEOUT_MAX_S = 600.0
+WAIT_MAX_S = 86400.0
+"""``check --wait``: at most a day."""
+ESCALATE_MIN_S = 0.1
+MIB_MAX = 1 << 20
+"""``--baseline-mib`` / ``--tolerance-mib``: at most 1 TiB."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"gputui: {message}\n")
+
+
+def _seconds(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a number of seconds in [low, high]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not (math.isfinite(value) and value > 0 and low <= value <= high):
+            raise argparse.ArgumentTypeError(f"must be seconds from {low:g} to {high:g}: {text!r}")
+        return value
+
+    return parse
+
+
+def _mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 0 <= value <= MIB_MAX:
+        raise argparse.ArgumentTypeError(f"must be a whole number of MiB from 0 to {MIB_MAX}: {text!r}")
+    return value
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--demo", action="store_true", help="use simulated hosts (no GPU needed)")
+    parser.add_argument(
+        "--read-only", action="store_true", help="never signal anything: kill keys and commands are refused"
+    )
+    parser.add_argument(
+        "--interval",
+        type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
+        default=1.0,
+        metavar="SECONDS",
+        help=f"memory sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
+    )
+    parser.add_argument(
+        "--process-interval",
+        type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
+        default=PROCESS_INTERVAL_S,
+        metavar="SECONDS",
+        help=f"process-list period while GPU memory stands still; lists are read again when it moves "
+        f"({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
+    )
+    parser.add_argument(
+        "--baseline-mib",
+        type=_mib,
+        default=None,
+        metavar="MIB",
+        help="idle baseline per GPU (default: calibrated value, else 3)",
+    )
+    parser.add_argument(
+        "--tolerance-mib",
+        type=_mib,
+        default=None,
+        metavar="MIB",
+        help="allowed excess over the baseline",
+    )
+    parser.add_argument(
+        "--health",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="health endpoint probed on the GPU host itself (repeatable)",
+    )
+    parser.add_argument(
+        "--metrics",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="server metrics endpoint read on the GPU host beside the health URL of its origin (repeatable)",
+    )
+    parser.add_argument(
+        "--health-generate",
+        action="store_true",
+        help="also probe token-generating endpoints (/health_generate), at most every 10 s",
+    )
+    parser.add_argument(
+        "--no-discover", action="store_true", help="do not probe health URLs discovered from launchers"
+    )
+    parser.add_argument(
+        "--accept-new",
+        action="store_true",
+        help="accept and record unknown SSH host keys (never changed ones)",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="gputui config file (default: $XDG_CONFIG_HOME/gputui/config.toml)",
+    )
+    parser.add_argument(
+        "-F",
+        "--ssh-config",
+        default=None,
+        metavar="FILE",
+        help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
+    )
+    parser.add_argument(
+        "--ssh-client",
+        choices=SSH_CLIENTS,
+        default=None,
+        help="what reaches remote hosts: paramiko (built in; the default), openssh (the system ssh: "
+        "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where the ssh config "
+        "needs it); overrides ssh_client in the config",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S),
+        default=10.0,
+        metavar="SECONDS",
+        help=f"deadline for connecting to a host ({CONNECT_TIMEOUT_MIN_S:g} to {CONNECT_TIMEOUT_MAX_S:g})",
+    )
+
+
+def _add_no_audit(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-audit",
+        action="store_true",
+        help="kill even though the audit log cannot be written, and write nothing to it",
+    )
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """The parser for one subcommand, or for the TUI when ``command`` is None."""
+    if command is None:
+        parser = _Parser(
+            prog="gputui",
+            description="Terminal GPU monitor: memory, process trees, zombies, health, the clean slate.",
+            epilog=f"subcommands: {', '.join(SUBCOMMANDS)} (gputui SUBCOMMAND --help)",
+        )
+        parser.add_argument("--version", action="version", version=f"gputui {__version__}")
+        _add_common(parser)
+        _add_no_audit(parser)
+        fleet_options.add_arguments(parser)
+        parser.add_argument(
+            "--theme",
+            default=None,
+            metavar="NAME",
+            help="colours: ansi (the terminal's own), or a Textual theme such as textual-dark, nord, "
+            "gruvbox; kept for the next run",
+        )
+        parser.add_argument(
+            "targets",
+            nargs="*",
+            metavar="TARGET",
+            help="local, an ssh alias, [user@]host[:port], @group from the config",
+        )
+        return parser
+    parser = _Parser(prog=f"gputui {command}")
+    _add_common(parser)
+    if command == "snapshot":
+        parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.add_argument(
+            "--all-processes",
+            action="store_true",
+            help="with --json: every process of the sample, not only the GPU jobs and what findings name",
+        )
+        fleet_options.add_arguments(parser)
+        parser.add_argument("targets", nargs="*", metavar="TARGET")
+    elif command == "check":
+        parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
+        fleet_options.add_arguments(parser)
+        parser.add_argument(
+            "--wait",
+            type=_seconds(0.0, WAIT_MAX_S),
+            default=None,
+            metavar="SECONDS",
+            help=f"sample quickly until clean or the deadline (at most {WAIT_MAX_S:g})",
+        )
+        parser.add_argument(
+            "--calibrate",
+            action="store_true",
+            help="record the current per-GPU memory of this idle host as its baseline",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="with --calibrate: record GPUs that do not look idle too (each is named)",
+        )
+        parser.add_argument("targets", nargs="*", metavar="TARGET")
+    elif command == "kill":
+        parser.description = KILL_DESCRIPTION
+        parser.epilog = KILL_EPILOG
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.add_argument("--signal", choices=("INT", "TERM", "KILL"), default="TERM")
+        parser.add_argument("--tree", action="store_true", help="signal the job's tree, children first")
+        parser.add_argument(
+            "--all-gpu",
+            action="store_true",
+            help="every GPU job on the host (graphics-only holders such as Xorg left out)",
+        )
+        parser.add_argument(
+            "--include-graphics",
+            action="store_true",
+            help="with --all-gpu, also the processes holding graphics memory only (the display stack)",
+        )
+        parser.add_argument(
+            "--owner",
+            default=None,
+            metavar="KIND:ID",
+            help="with --all-gpu, the GPU jobs of this owner only (slurm:4242, pod:NAME, container:ID, "
+            "unit:NAME, user:NAME), or all for every owner's",
+        )
+        escalation = parser.add_mutually_exclusive_group()
+        escalation.add_argument(
+            "--escalate",
+            type=_seconds(ESCALATE_MIN_S, ESCALATE_MAX_S),
+            default=None,
+            metavar="SECONDS",
+            help=f"send KILL to whatever is left after this many seconds (default 5; {ESCALATE_MIN_S:g} to "
+            f"{ESCALATE_MAX_S:g})",
+        )
+        escalation.add_argument(
+            "--no-escalate",
+            action="store_true",
+            help="no KILL: only say after the delay whether each process is gone",
+        )
+        _add_no_audit(parser)
+        parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+        parser.add_argument(
+            "words",
+            nargs="*",
+            metavar="[TARGET] PID",
+            help="an optional host target, then process ids",
+        )
+    elif command == "exporter":
+        from gputui.commands.exporter_options import add_arguments
+
+        parser.description = "Serve this host's GPUs, findings and clean-slate verdict to Prometheus."
+        add_arguments(parser)
+    elif command == "reset":
+        from gputui.commands.reset_options import add_reset_arguments
+
+        add_reset_arguments(parser)
+        _add_no_audit(parser)
+    elif command == "leftovers":
+        from gputui.commands.reset_options import add_leftovers_arguments
+
+        add_leftovers_arguments(parser)
+        _add_no_audit(parser)
+    return parser
+
+
+def _value_options() -> tuple[set[str], list[str]]:
+    """The option strings that take a value, in any of the parsers, and every long option string."""
+    takes_value: set[str] = set()
+    longs: list[str] = []
+    for command in (None, *SUBCOMMANDS):
+        for action in build_parser(command)._actions:
+            for option in action.option_strings:
+                if option.startswith("--"):
+                    longs.append(option)
+                if action.nargs != 0:
+                    takes_value.add(option)
+    return takes_value, longs
+
+
+def _takes_value(word: str, takes_value: set[str], longs: list[str]) -> bool:
+    """Whether option ``word`` (without ``=VALUE``) consumes the next word, as argparse would read it."""
+    if word in takes_value:
+        return True
+    if word.startswith("--"):  # argparse accepts any unique prefix of a long option
+        matches = {option for option in longs if option.startswith(word)}
+        return len(matches) == 1 and matches.pop() in takes_value
+    return False
+
+
+def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Find the subcommand: the first word that is neither an option nor an option's value.
+
+    Global options may come before it (``gputui -F cfg snapshot a``: "cfg" is -F's value, not a host).
+    """
+    args = list(argv)
+    option_table: tuple[set[str], list[str]] | None = None  # built (four parsers) only once an option comes
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if word == "--":
+            break
+        if word.startswith("-") and word != "-":
+            attached = "=" in word or (not word.startswith("--") and len(word) > 2)  # --x=1, -Fcfg
+            if attached:
+                index += 1
+                continue
+            if option_table is None:
+                option_table = _value_options()
+            index += 2 if _takes_value(word, *option_table) else 1
+            continue
+        if word in SUBCOMMANDS:
+            return word, args[:index] + args[index + 1 :]
+        break
+    return None, args
+
+
+def parse_words(command: str | None, words: Sequence[str]) -> argparse.Namespace:
+    """Parse the words after the subcommand: options anywhere before ``--``, only targets or pids after it.
+
+    argparse's intermixed parsing reads options on both sides of ``--`` (``snapshot -- -Fcfg`` would set the
+    ssh config), so the words after the first ``--`` are kept out of it and appended to the positionals.
+    """
+    words = list(words)
+    cut = words.index("--") if "--" in words else len(words)
+    parser = build_parser(command)
+    args = parser.parse_intermixed_args(words[:cut])
+    after = words[cut + 1 :]
+    dest = next((d for d in ("words", "targets") if isinstance(getattr(args, d, None), list)), None)
+    if dest is not None:
+        setattr(args, dest, [*getattr(args, dest), *after])
+    elif after:  # a command that takes no targets (the exporter)
+        parser.error(f"unexpected words after --: {' '.join(after)[:80]!r}")
+    return args
