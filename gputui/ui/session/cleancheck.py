@@ -52,7 +52,7 @@ class CleanChecks:
 
     def memory_sample(self, host: HostState, snapshot: HostSnapshot) -> None:
         """A snapshot of ``host`` was applied."""
-        if host.check is None:
+        if host.check is None or not host.check.running:
             return
         now_s = self._session.clock()
         host.check, ask = cleanslate.memory_sample(
@@ -60,7 +60,7 @@ class CleanChecks:
         )
         if ask:
             self._session.hosts.confirm_clean(host, host.check.started_s)
-        else:
+        elif not host.check.running:
             self._finished(host, snapshot)  # the sample confirmed itself: said now, drawn with this sample
 
     def confirmed(self, message: Hosts.CleanConfirmed) -> None:
