@@ -110,9 +110,13 @@ def idle_health_config(discover: bool) -> dict[str, Any]:
 def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     """Intervals, and the health settings the SSH link sends right after the hello.
 
-    Keys (all optional): memory_interval_s, process_interval_s, health_urls and metrics_urls (lists of URLs),
-    discover_health (bool), health_generate (bool). A bad value changes nothing.
+    Keys (all optional): memory_interval_s, process_interval_s, watch_exits (bool: wait on the GPU holders'
+    exits between samples, ``Agent.pause``), health_urls and metrics_urls (lists of URLs), discover_health
+    (bool), health_generate (bool). A bad value changes nothing.
     """
+    watch_exits = command.get("watch_exits")
+    if watch_exits is not None and not isinstance(watch_exits, bool):
+        raise CommandError("watch_exits must be true or false")
     updates: dict[str, float] = {}
     for key in ("memory_interval_s", "process_interval_s"):
         if key in command and command[key] is not None:
@@ -136,7 +140,7 @@ def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
             raise CommandError(f"health: {exc}") from None
         agent.health_urls = tuple(config["urls"])
         agent.discover_health = bool(config["discover"])
-    agent.set_intervals(updates.get("memory_interval_s"), updates.get("process_interval_s"))
+    agent.set_intervals(updates.get("memory_interval_s"), updates.get("process_interval_s"), watch_exits)
     return {}
 
 

@@ -20,6 +20,7 @@ from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.kill.operation import KillContext
 from gputui.agent.kill.operations import KillOperations
 from gputui.agent.proc.details import psutil_installed
+from gputui.agent.proc.exits import ExitWatch
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
@@ -132,6 +133,9 @@ class Agent:
         self.gpu_health = GpuHealthMonitor()
         """Per-GPU health and Xids, read at a slow cadence of their own, on forced samples and after kills."""
         self._kills_were_pending = False
+        self.watch_exits = False
+        """Wait on the GPU holders' exits between samples (``pause``): a clean-slate check is watching."""
+        self._exits = ExitWatch()
 
     @property
     def backend(self) -> Any:
@@ -232,7 +236,9 @@ class Agent:
                 self._listed_used_mib = {
                     gpu.get("uuid") or gpu.get("index"): gpu.get("memory_used_mib") for gpu in gpus
                 }
-                sampler.sample(gpus, now, full=force_processes)
+                # While watching, every list is a whole-host sweep: a sample whose list was read with it may
+                # be a clean-slate check's confirming sample (``core.cleanslate``).
+                sampler.sample(gpus, now, full=force_processes or self.watching)
                 self._listening_ports = self._listeners.note(sampler.processes, sampler.job_pids)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every
@@ -313,6 +319,34 @@ class Agent:
         self._last_used_mib = used
 
     @property
+    def watching(self) -> bool:
+        """Whether ``pause`` waits on the GPU holders' exits: a clean-slate check asked for it
+        (``watch_exits``), or a kill is under way."""
+        return self.watch_exits or self.kills.pending()
+
+    def pause(self, seconds: float, wake: threading.Event) -> bool:
+        """Wait up to ``seconds`` for the next sample, less once ``wake`` is set; while ``watching``, also
+        until a process that holds GPU memory exits.
+
+        Returns:
+            True when a GPU holder exited: the caller samples now, with a fresh process list
+            (``sample(force_processes=True)``), so that memory coming back is seen, and confirmed, at once.
+        """
+        if not self.watching:
+            self._exits.watch(())
+            wake.wait(max(0.0, seconds))
+            return False
+        with self._lock:
+            pids = [
+                proc["pid"]
+                for listed in self.processes.gpu_processes.values()
+                for proc in listed
+                if proc.get("visible")
+            ]
+        self._exits.watch(pids)
+        return self._exits.wait(seconds, wake)
+
+    @property
     def draining(self) -> bool:
         """Whether some GPU's memory fell within the last ``DRAIN_WINDOW_S`` (process lists come faster)."""
         return time.monotonic() < self._draining_until_mono
@@ -331,9 +365,16 @@ class Agent:
             health=self._health_samples(),
         )
 
-    def set_intervals(self, memory_interval_s: float | None, process_interval_s: float | None) -> None:
-        """Change the sample intervals (None: leave one as it is)."""
+    def set_intervals(
+        self,
+        memory_interval_s: float | None,
+        process_interval_s: float | None,
+        watch_exits: bool | None = None,
+    ) -> None:
+        """Change the sample intervals and whether ``pause`` watches exits (None: leave one as it is)."""
         with self._lock:
+            if watch_exits is not None:
+                self.watch_exits = watch_exits
             if memory_interval_s is not None:
                 self.memory_interval_s = memory_interval_s
                 if self.mode == MODE_SMI:
@@ -387,3 +428,4 @@ class Agent:
         self.gpu_health.close()
         with self._lock:
             self.processes.close()
+            self._exits.close()

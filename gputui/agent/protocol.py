@@ -25,8 +25,8 @@ MSG_REPLY = "reply"
 
 CMD_HELLO = "hello"
 CMD_CONFIGURE = "configure"
-"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "health_urls", "metrics_urls",
-"discover_health", "health_generate"}``, every key optional: a bad value changes nothing."""
+"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "watch_exits", "health_urls",
+"metrics_urls", "discover_health", "health_generate"}``, every key optional: a bad value changes nothing."""
 CMD_SAMPLE = "sample"
 """A full snapshot now (process list included): ``{"snapshot": {...}}``."""
 CMD_CALIBRATE = "calibrate"

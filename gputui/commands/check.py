@@ -71,12 +71,15 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
     return lines + verdict_lines(snapshot, stream)
 
 
-def _configure(link: HostLink, memory_interval_s: float, process_interval_s: float) -> None:
+def _configure(
+    link: HostLink, memory_interval_s: float, process_interval_s: float, watch_exits: bool
+) -> None:
     link.request(
         {
             "cmd": CMD_CONFIGURE,
             "memory_interval_s": memory_interval_s,
             "process_interval_s": process_interval_s,
+            "watch_exits": watch_exits,
         },
         SAMPLE_TIMEOUT_S,
     )
@@ -110,7 +113,7 @@ def wait_until_clean(
         check as it ended (its receipt).
     """
     check = cleanslate.start(clock(), wait_s, trigger="--wait", ports=ports)
-    _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S)
+    _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S, watch_exits=True)
 
     def judged(sample: HostSnapshot) -> HostSnapshot:
         return judge(sample, baselines, watched_ports=ports, one_shot=True)
@@ -131,10 +134,10 @@ def wait_until_clean(
             ask = False
             if streamed is not None:
                 snapshot = judged(streamed)
-                check, ask = cleanslate.memory_sample(check, snapshot, baselines, clock())
+                check, ask = cleanslate.memory_sample(check, snapshot, baselines, clock())  # may confirm it
     finally:
         try:
-            _configure(link, args.interval, args.process_interval)
+            _configure(link, args.interval, args.process_interval, watch_exits=False)
         except LinkError:
             pass  # the link is closed next anyway; the agent's intervals die with it
 

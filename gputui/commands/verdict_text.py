@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from gputui.commands.output import marks
-from gputui.core.display import DASH
+from gputui.core.display import DASH, age_since
 from gputui.core.levels import CANNOT_TELL
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
@@ -54,7 +54,10 @@ def verdict_lines(snapshot: HostSnapshot, stream: TextIO) -> list[str]:
             if reason not in shown and reason not in findings:
                 lines.append(f"  - {visible(reason, 400)}")
     for finding in snapshot.findings[:MAX_FINDINGS_SHOWN]:
-        lines.append(f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}")
+        age = "" if snapshot.time is None else age_since(finding.since, snapshot.time)
+        lines.append(
+            f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}{f' ({age})' if age else ''}"
+        )
         if finding.action:
             lines.append(f"    -> {visible(finding.action, 300)}")
     if len(snapshot.findings) > MAX_FINDINGS_SHOWN:

@@ -7,8 +7,10 @@ full sample before it says CLEAN. The rules, in the order they apply:
   process interval old, in either direction, so it can neither declare the slate clean nor hold it back.
 * While a kill on the host is under way there is no receipt: its escalation may still be due.
 * The confirming sample must list processes no older than the clean memory sample it confirms, its verdict
-  must be clean, and no zombie of a job killed here may be listed. Then the receipt's time is the time the
-  clean memory sample arrived, not the time of the answer.
+  must be clean, and no zombie of a job killed here may be listed. A clean memory sample whose process list
+  was read with it confirms itself: while a check watches, the collector samples the moment a GPU holder
+  exits, with a fresh whole-host process list, so the receipt needs no second round trip. Then the
+  receipt's time is the time the clean memory sample arrived, not the time of the answer.
 * A TCP port a killed job served on (its launcher's ``--port``, the ports its processes listened on) that is
   still in LISTEN on the host holds the receipt back, whatever the GPUs say: the restart needs the port. A
   listener started after the kill is that restart, not the job. A host that cannot list its listening ports
@@ -228,10 +230,24 @@ def _with_point(drain: tuple[DrainPoint, ...], point: DrainPoint) -> tuple[Drain
     return (*drain, point)
 
 
+def listed_with_memory(snapshot: HostSnapshot) -> bool:
+    """Whether the sample's process list was read with its memory figures, not reused from an earlier one
+    (the collector's sample after a watched GPU holder exited, or a list that came due)."""
+    listed, sampled = snapshot.processes_time, snapshot.time
+    return listed is not None and sampled is not None and listed >= sampled
+
+
 def memory_sample(
-    check: CleanCheck, snapshot: HostSnapshot, baselines: Baselines, now_s: float
+    check: CleanCheck,
+    snapshot: HostSnapshot,
+    baselines: Baselines,
+    now_s: float,
+    killed_members: Collection[tuple[int, int | None]] = (),
 ) -> tuple[CleanCheck, bool]:
-    """A streamed sample arrived at ``now_s``.
+    """A streamed sample (analysed) arrived at ``now_s``.
+
+    A clean memory sample whose process list was read with it (``listed_with_memory``) is its own
+    confirming sample: no second sample is asked for. ``killed_members`` as in ``confirming_sample``.
 
     Returns:
         The next check, and whether to take a fresh full sample now and hand it to ``confirming_sample``.
@@ -244,7 +260,10 @@ def memory_sample(
     check = _ports_seen(check, snapshot, now_s)
     if check.confirming or check.kill_pending or not memory_at_baseline(snapshot, baselines):
         return check, False
-    return replace(check, asked_s=now_s, asked_memory_time=snapshot.time), True
+    asked = replace(check, asked_s=now_s, asked_memory_time=snapshot.time)
+    if listed_with_memory(snapshot):
+        return confirming_sample(asked, snapshot, killed_members), False
+    return asked, True
 
 
 def _teardown(check: CleanCheck, snapshot: HostSnapshot, above_mib: int, now_s: float) -> CleanCheck:

@@ -30,6 +30,24 @@ def duration(seconds: float) -> str:
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
 
 
+def age_text(seconds: float) -> str:
+    """A short age for reasons and findings: "12 s", "3 min", "1.5 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def age_since(since_s: float | None, now_s: float) -> str:
+    """How long a finding's state has lasted, for every view to show beside its sentence: "for 3 min";
+    "" when its start is not known, or under a second old (the collector only knows when *it* first saw
+    the state: an age under a second says nothing)."""
+    if since_s is None or now_s - since_s < 1:
+        return ""
+    return f"for {age_text(now_s - since_s)}"
+
+
 def clock_time(epoch_s: float | None, now_s: float | None = None) -> str:
     """Local time of day (HH:MM:SS); with ``now_s``, the date too when the two are a day or more apart.
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.core.levels import level_of
-from gputui.core.wire_values import opt_int, plain
+from gputui.core.wire_values import opt_float, opt_int, plain
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,9 @@ class Finding:
         detail: One human line.
         action: The suggested action, one human line.
         action_pid: The pid the suggested action applies to (a zombie's parent), if any.
+        since: Epoch seconds (the host's clock) at which the state the finding is about began, as far as the
+            collector saw it; None: not known. The sentence carries no age: every view renders it from this
+            (``display.age_since``), so a ticking age is one cell, not a new finding.
     """
 
     kind: str
@@ -29,6 +32,7 @@ class Finding:
     pid: int | None = None
     gpu_index: int | None = None
     action_pid: int | None = None
+    since: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
@@ -40,6 +44,7 @@ class Finding:
             pid=opt_int(data.get("pid")),
             gpu_index=opt_int(data.get("gpu_index")),
             action_pid=opt_int(data.get("action_pid")),
+            since=opt_float(data.get("since")),
         )
 
 

@@ -18,7 +18,8 @@ class LocalLink(HostLink):
     """A link to an in-process Agent.
 
     ``next_snapshot`` sleeps until the next sample is due (``memory_interval_s`` after the last one) and then
-    samples; the agent reuses its last process list until ``process_interval_s`` has passed.
+    samples; the agent reuses its last process list until ``process_interval_s`` has passed. While the agent
+    watches exits (``Agent.pause``), a GPU holder's exit makes the sample, with a fresh process list, at once.
     """
 
     def __init__(self, options: LinkOptions | None = None, **agent_kwargs: Any) -> None:
@@ -78,8 +79,10 @@ class LocalLink(HostLink):
             if now >= deadline:
                 return None
             # configure() sets _wake so a shorter interval takes effect at once.
-            self._wake.wait(min(due, deadline) - now)
+            exited = agent.pause(min(due, deadline) - now, self._wake)
             self._wake.clear()
+            if exited and not self._closed.is_set():
+                return self._decode(agent.sample(force_processes=True))
 
     def _decode(self, data: dict[str, Any]) -> HostSnapshot:
         """The model of one sample; process lists taken at the same time as the last one's are not decoded

@@ -24,6 +24,7 @@ from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEAL
 from gputui.commands import check as check_command
 from gputui.commands import snapshot as snapshot_command
 from gputui.commands.grammar import build_parser
+from gputui.core.display import age_since
 from gputui.core.levels import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot
@@ -224,7 +225,10 @@ def assert_views_agree(views: dict[str, Any], tui: dict[str, str]) -> dict[str, 
     said = headline(parsed.verdict)
     assert said in block
     for finding in check_host["findings"]:
-        assert f"! {finding['kind']}: {finding['detail']}" in block
+        # The sentence carries no age: the text renders it from the finding's start time, by one function.
+        assert "since" in finding
+        age = age_since(finding["since"], check_host["time"])
+        assert f"! {finding['kind']}: {finding['detail']}" + (f" ({age})" if age else "") in block
     # The TUI: the same headline, the same finding sentences, the same server states.
     assert tui["verdict"].startswith(said), (tui["verdict"], said)
     if verdict["level"] != CANNOT_TELL and verdict["reasons"]:

@@ -619,10 +619,11 @@ def test_d_state_process_is_reported_and_the_tool_does_not_hang(
         assert status == 1
         assert document["clean_after_s"] == {"local": None}
         assert snapshot.verdict is not None
-        (reason,) = [r for r in snapshot.verdict.reasons if r.startswith(f"pid {pid} (vfork_waiter) has")]
+        (reason,) = [r for r in snapshot.verdict.reasons if r.startswith(f"pid {pid} (vfork_waiter) is")]
         assert "in uninterruptible sleep (D)" in reason
         (stuck,) = [f for f in snapshot.findings if f.kind == "uninterruptible" and f.pid == pid]
         assert "may not die" in stuck.detail
+        assert stuck.since is not None  # seen in D over the wait: its start is known, its age not worded
         assert reason == stuck.detail  # one fact, one sentence: the verdict says what the finding says
         listing = run_gputui(["kill", str(pid)], env)
         assert "[D: may not die]" in listing.stdout

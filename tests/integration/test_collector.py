@@ -6,6 +6,7 @@ so pynvml loads the fake library through LD_LIBRARY_PATH.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -618,3 +619,35 @@ def test_a_changed_power_limit_shows_on_memory_only_lines_within_the_telemetry_i
                 break
         assert seen[-1] == 450.0, seen
         assert None not in seen  # every memory-only line has the limit, not only the process samples
+
+
+@pytest.mark.parametrize("python", ["current", "3.8"])
+def test_a_watched_holder_exit_is_sampled_at_once_with_a_fresh_list(fake_nvml: FakeNvml, python: str) -> None:
+    """``watch_exits`` (a clean-slate check): the line after a GPU holder dies comes at once, not an interval
+    later, and lists processes read with it; without it the interval is kept."""
+    interpreter = python38() if python == "3.8" else sys.executable
+    with (
+        script(SLEEPER, ["sleeper"]) as sleeper,
+        agent_process(env=fake_nvml.env(), python=interpreter) as agent,
+    ):
+        pid = sleeper.pids["sleeper"]
+        fake_nvml.state.add_holder(0, pid, 5000)
+        fake_nvml.write()
+        agent.result({"cmd": "configure", "memory_interval_s": 30, "process_interval_s": 3600})
+        assert gpus_by_index(agent.sample())[0]["memory_used_mib"] == 5003
+        with contextlib.suppress(AssertionError):
+            while True:
+                agent.next_snapshot(timeout_s=0.3)  # the lines sent before the interval changed
+        agent.result({"cmd": "configure", "watch_exits": True})
+        with pytest.raises(AssertionError):
+            agent.next_snapshot(timeout_s=0.5)  # the interval stands while nobody exits
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        line = agent.next_snapshot(timeout_s=10)
+        assert time.monotonic() - killed < 2.0  # the interval is 30 s
+        assert gpus_by_index(line)[0]["memory_used_mib"] == 3
+        assert line["processes_time"] == line["time"]
+        assert gpus_by_index(line)[0]["processes"] == []
+        bad = agent.send({"cmd": "configure", "watch_exits": "yes"})
+        assert not bad["ok"]
+        assert "watch_exits" in bad["error"]

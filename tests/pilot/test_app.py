@@ -222,7 +222,12 @@ async def test_c_checks_with_fast_sampling_and_reports_progress(make_app):
         await pilot.press("c")
         await wait_for(pilot, lambda: "checking… 3/8 GPUs at baseline" in _clean_line(app), "progress")
         commands = app.factory.links["gpu-node-08"].commands
-        fast = {"cmd": "configure", "memory_interval_s": FAST_MEMORY_INTERVAL_S, "process_interval_s": 0.5}
+        fast = {
+            "cmd": "configure",
+            "memory_interval_s": FAST_MEMORY_INTERVAL_S,
+            "process_interval_s": 0.5,
+            "watch_exits": True,  # a GPU holder's exit is sampled at once
+        }
         assert fast in commands
         assert FAST_MEMORY_INTERVAL_S < 0.1  # the clean slate seen within ~0.1 s, as check --wait sees it
 

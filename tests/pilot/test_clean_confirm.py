@@ -141,3 +141,60 @@ async def test_a_stale_process_list_cannot_produce_the_receipt(tmp_path: Path) -
         assert check.finished_s is not None
         assert started_s <= check.finished_s <= asked_by_s  # the memory sample's time, not the answer's
         assert any("CLEAN ✓ 2/2" in notice[2] and "memory sample" in notice[2] for notice in app.notices)
+
+
+class ListedWithMemoryLink(StaleListLink):
+    """Streams samples whose process list was read with them (the collector's sample after a watched GPU
+    holder exited): clean ones from ``clean_after`` on."""
+
+    def __init__(self, target: str, clock: ManualClock) -> None:
+        super().__init__(target, clock)
+        self.holding = True
+
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        if self._closed.wait(min(timeout_s, 0.05)):
+            return None
+        snapshot = self._snapshot(fresh=True)
+        if not self.holding:
+            return snapshot
+        gpu0 = snapshot.gpus[0]
+        held = (Gpu(**{**gpu0.__dict__, "memory_used_mib": 20_000}), *snapshot.gpus[1:])
+        return HostSnapshot(**{**snapshot.__dict__, "gpus": held})
+
+
+async def test_a_sample_listed_with_its_memory_makes_the_receipt_once_without_a_second_sample(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    links: dict[str, ListedWithMemoryLink] = {}
+
+    def factory(target: str) -> HostLink:
+        links[target] = ListedWithMemoryLink(target, clock)
+        links[target].fresh_is_clean = True
+        return links[target]
+
+    app = GpuTuiApp(
+        ["gpu-node-09"],
+        factory,
+        clock=clock,
+        memory_interval_s=0.05,
+        process_interval_s=0.05,
+        notify_timeout_s=60.0,
+        audit_dir=tmp_path / "audit",
+    )
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: app.hosts[0].snapshot is not None, "first snapshot")
+        link = links["gpu-node-09"]
+        await pilot.press("c")
+        await wait_for(pilot, lambda: any(c.get("watch_exits") for c in link.commands), "watching asked")
+        link.holding = False  # the holder exited: the next sample shows memory back, listed with it
+        await wait_for(pilot, lambda: "verified by a full sample" in _line(app), "receipt")
+        before = len(link.commands)
+        for _ in range(10):  # more clean samples after the receipt
+            await pilot.pause(0.05)
+        receipts = [n for n in app.notices if "CLEAN ✓ 2/2" in n[2]]
+        assert len(receipts) == 1
+        assert _samples(link) == 0  # no confirming sample was asked for
+        configures = [c for c in link.commands if c.get("cmd") == "configure"]
+        assert [c["watch_exits"] for c in configures] == [True, False]  # watching, then the normal intervals
+        assert len(link.commands) == before

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from textual.app import App, ComposeResult
 
+from gputui.core.model import HostSnapshot
 from gputui.core.verdict_model import Finding
 from gputui.transports.sim import LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock
 from gputui.ui.widgets.findings_list import FindingsList, finding_text, group_findings, group_text
@@ -67,7 +69,7 @@ async def test_the_demo_zombie_jumps_to_its_parent_and_the_defunct_leaders_share
             return str(findings.get_option_at_index(index).prompt)
 
         await wait_for(pilot, lambda: "for 20 s" in line(), "the zombie's age")
-        assert line().startswith(f" zombie  pid {SCHEDULER_PID_BASE} (sglang::scheduler_TP0) has been")
+        assert line().startswith(f" zombie  pid {SCHEDULER_PID_BASE} (sglang::scheduler_TP0) is defunct")
         assert f"signal or kill its parent {LAUNCHER_PID}" in line()
         assert line(1).startswith(
             " defunct_leader  7 defunct leaders (4241–4247) for 20 s, 14 threads alive "
@@ -216,3 +218,45 @@ async def test_rows_are_counted_as_they_wrap_at_every_width() -> None:
             if not _all_words_shown(findings):
                 wrong.append(width)
         assert wrong == []
+
+
+class _FindingsApp(App[None]):
+    """A findings list alone, with a display clock of the app's kind (epoch seconds, frozen)."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def compose(self) -> ComposeResult:
+        yield FindingsList()
+
+
+async def test_a_findings_age_ticks_on_screen_without_the_finding_being_recomputed() -> None:
+    clock = ManualClock(1_800_000_000.0)
+    app = _FindingsApp(clock)
+    zombie = replace(_zombie(10, 5), since=clock() - 30)
+    async with app.run_test(size=WIDE) as pilot:
+        findings = app.query_one(FindingsList)
+        findings.show([zombie])
+        await pilot.pause()
+
+        def line() -> str:
+            return str(findings.get_option_at_index(0).prompt)
+
+        assert line().startswith(f" zombie  {zombie.detail} · for 30 s")
+        clock.advance(150.0)  # no new sample, no new finding: only the clock moves
+        await wait_for(pilot, lambda: "for 3 min" in line(), "the age drawn again at the clock's time")
+        assert findings.findings == (zombie,)
+        assert line().startswith(f" zombie  {zombie.detail} · for 3 min")
+        # A host whose clock is 1000 s behind this one: its findings' ages are counted on its own clock.
+        host_now_s = clock() - 1000.0
+        remote = replace(_zombie(12, 5), since=host_now_s - 30)
+        findings.show([remote], HostSnapshot(target="h", time=host_now_s))
+        await pilot.pause()
+        assert line().startswith(f" zombie  {remote.detail} · for 30 s")
+        clock.advance(60.0)
+        await wait_for(pilot, lambda: "for 90 s" in line(), "the remote finding's age ticking")
+        # A finding without a start shows no age, and nothing ticks for it.
+        findings.show([_zombie(11, 5)])
+        await pilot.pause()
+        assert "for " not in line()

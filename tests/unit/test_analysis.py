@@ -15,6 +15,7 @@ from gputui.core.analysis import (
     is_session_boundary,
     memory_at_baseline,
 )
+from gputui.core.display import age_since
 from gputui.core.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc
 
 NOW = 1_000_000.0
@@ -195,7 +196,9 @@ def test_zombie_finding_names_the_parent_and_its_age_and_targets_the_parent() ->
     assert zombie.pid == 104
     assert zombie.action_pid == 100
     assert "100 (python3) has not reaped it" in zombie.detail
-    assert "30 s" in zombie.detail
+    assert zombie.since == NOW - 30  # the age is rendered from it, not worded into the sentence
+    assert "30 s" not in zombie.detail
+    assert age_since(zombie.since, NOW) == "for 30 s"
     assert "parent 100" in zombie.action
 
 
@@ -212,7 +215,8 @@ def test_uninterruptible_reported_only_after_threshold() -> None:
     findings = find_problems(snap(gpus(1), procs), Baselines())
     assert [(f.kind, f.pid) for f in findings] == [("uninterruptible", 80)]
     assert "may not die" in findings[0].detail
-    assert "6 s" in findings[0].detail
+    assert findings[0].since == NOW - 6
+    assert age_since(findings[0].since, NOW) == "for 6 s"
 
 
 def test_uninterruptible_with_unknown_age_reported_only_inside_a_gpu_tree() -> None:
@@ -355,7 +359,7 @@ def test_zombie_left_in_a_gpu_tree_is_not_clean_even_at_baseline() -> None:
     assert not verdict.clean
     assert "GPU1 13 MiB but pid 102 (scheduler_TP1) still listed" in verdict.reasons
     # The same sentence as the zombie finding: one fact, one sentence.
-    zombie = "pid 101 (scheduler_TP0) has been defunct for 30 s; its parent 100 (python3) has not reaped it"
+    zombie = "pid 101 (scheduler_TP0) is defunct; its parent 100 (python3) has not reaped it"
     assert zombie in verdict.reasons
 
 

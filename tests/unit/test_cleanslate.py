@@ -29,11 +29,17 @@ def _snapshot(
         )
         for i, used in enumerate(used_mib)
     )
-    listed = at_s if listed_s is None else listed_s
+    # A streamed sample reuses a process list read before it unless told otherwise (``listed_s``).
+    listed = at_s - 0.5 if listed_s is None else listed_s
     snapshot = HostSnapshot(
         target="h", boot_id="b", time=at_s, processes_time=listed, gpus=gpus, processes=processes
     )
     return analyze(snapshot, BASELINES, now=at_s)
+
+
+def _fresh(snapshot: HostSnapshot) -> HostSnapshot:
+    """``snapshot`` as the confirming sample asked for: its processes listed when it was taken."""
+    return replace(snapshot, processes_time=snapshot.time)
 
 
 def _started() -> cleanslate.CleanCheck:
@@ -165,19 +171,19 @@ def test_a_port_of_the_killed_job_still_listening_holds_the_receipt_and_says_by_
     held = _listening(_snapshot((3, 3), T0 + 2, processes=(launcher,)), (22, 30000))
     check, ask = cleanslate.memory_sample(check, held, BASELINES, T0 + 2)
     assert ask  # memory alone decides when to look
-    check = cleanslate.confirming_sample(check, held)
+    check = cleanslate.confirming_sample(check, _fresh(held))
     assert check.running
     assert check.note == check.ports_note == "port 30000 still listening (pid 4200 python3)"
     assert check.ports_free_s is None
     # A listener no listed process accounts for is still a listener.
     unknown = _listening(_snapshot((3, 3), T0 + 3), (30001,))
     check, _ = cleanslate.memory_sample(check, unknown, BASELINES, T0 + 3)
-    check = cleanslate.confirming_sample(check, unknown)
+    check = cleanslate.confirming_sample(check, _fresh(unknown))
     assert check.note == "port 30001 still listening (by a process not listed)"
     free = _listening(_snapshot((3, 3), T0 + 4), (22,))
     check, _ = cleanslate.memory_sample(check, free, BASELINES, T0 + 4)
     assert check.ports_free_s == T0 + 4
-    check = cleanslate.confirming_sample(check, free)
+    check = cleanslate.confirming_sample(check, _fresh(free))
     assert check.clean is True
     assert check.ports_note == ""
 
@@ -195,6 +201,31 @@ def test_the_restarted_server_and_a_host_that_cannot_list_ports_do_not_hold_the_
     assert cleanslate.ports_left(blind, watched) == watched  # not seen free: still watched
     check = cleanslate.start(T0, 60.0, ports=watched)
     check, _ = cleanslate.memory_sample(check, blind, BASELINES, T0 + 6)
-    check = cleanslate.confirming_sample(check, blind)
+    check = cleanslate.confirming_sample(check, _fresh(blind))
     assert check.clean is True
     assert check.ports_free_s is None  # not known when
+
+
+def test_a_clean_memory_sample_listed_with_its_memory_is_its_own_confirmation() -> None:
+    check, ask = cleanslate.memory_sample(
+        _started(), _snapshot((3, 3), T0 + 2, listed_s=T0 + 2), BASELINES, T0 + 2
+    )
+    assert not ask
+    assert check.clean is True
+    assert check.finished_s == T0 + 2
+
+
+def test_a_sample_listed_with_its_memory_does_not_confirm_what_its_own_list_refutes() -> None:
+    late = Proc(pid=77, ppid=1, state="S", name="late", start_ticks=1)
+    listed = _snapshot((3, 3), T0 + 2, listed_s=T0 + 2, holders=(77,), processes=(late,))
+    check, ask = cleanslate.memory_sample(_started(), listed, BASELINES, T0 + 2)
+    assert not ask
+    assert check.running
+    assert "77" in check.note
+    zombie = Proc(pid=88, ppid=1, state="Z", name="worker", start_ticks=5)
+    killed = cleanslate.kills_settled(cleanslate.kill_sent(_started(), T0 + 1), still_under_way=False)
+    with_zombie = _snapshot((3, 3), T0 + 3, listed_s=T0 + 3, processes=(zombie,))
+    check, ask = cleanslate.memory_sample(killed, with_zombie, BASELINES, T0 + 3, killed_members=[(88, 5)])
+    assert not ask
+    assert check.running
+    assert check.note == "a zombie of a killed job is still listed"

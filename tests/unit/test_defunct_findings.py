@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gputui.core.actions import plan_kill
 from gputui.core.analysis import Baselines, find_problems
+from gputui.core.display import age_since
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
 
 NOW_S = 1_800_000_000.0
@@ -29,8 +30,10 @@ def test_threads_in_the_driver_past_the_reset_window_ask_for_a_reset() -> None:
     (finding,) = [f for f in find_problems(_host(LiveThreads(2, {"D": 2}), 720), Baselines()) if f.pid == 40]
     assert finding.kind == "defunct_leader"
     assert "2 threads live on (2 in D (uninterruptible))" in finding.detail
-    assert "its leader has been defunct for 12 min" in finding.detail
-    assert finding.action.startswith("held for 12 min")
+    assert "its leader is defunct but" in finding.detail
+    assert finding.since == NOW_S - 720
+    assert age_since(finding.since, NOW_S) == "for 12 min"
+    assert finding.action.startswith("held past 10 minutes")
     assert "reset the GPU" in finding.action
     assert "parent 10" not in finding.action
     (soon,) = [f for f in find_problems(_host(LiveThreads(1, {"D": 1}), 30), Baselines()) if f.pid == 40]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -204,13 +205,18 @@ def test_the_clean_check_ends_not_ready_once_memory_is_back() -> None:
     snapshot = analyze(
         _snapshot(Gpu(index=0, memory_used_mib=3, health=GpuHealth(remap_pending=True))), Baselines()
     )
+    streamed = replace(snapshot, processes_time=(snapshot.time or 0.0) - 1.0)  # an older list, reused
     check = cleanslate.start(90.0, timeout_s=60.0)
-    check, ask = cleanslate.memory_sample(check, snapshot, Baselines(), 100.0)
+    check, ask = cleanslate.memory_sample(check, streamed, Baselines(), 100.0)
     assert ask
     done = cleanslate.confirming_sample(check, snapshot)
     assert done.finished_s is not None
     assert done.clean is False
     assert done.note == "GPU0 needs a reset (row remap pending)"
+    # Listed with its memory, the sample is its own confirming sample: the same end.
+    itself, ask = cleanslate.memory_sample(cleanslate.start(90.0, 60.0), snapshot, Baselines(), 100.0)
+    assert not ask
+    assert (itself.clean, itself.note) == (False, "GPU0 needs a reset (row remap pending)")
 
 
 def test_hostile_health_dicts_are_blanks() -> None:

@@ -278,6 +278,36 @@ def test_every_finding_kind_and_reason_has_one_sentence_builder() -> None:
     assert xid.detail == "GPU3 reported XID 79 (DCGM_FI_DEV_XID_ERRORS)"
 
 
+def test_finding_sentences_carry_no_age_the_start_time_does_and_every_view_renders_it() -> None:
+    import io
+
+    from gputui.commands.verdict_text import verdict_lines
+    from gputui.core.display import age_since
+
+    zombie = proc(30, 20, "worker", state="Z")  # in Z since NOW - 60
+    parent = proc(20, 1, "launcher")
+    stuck = replace(proc(40, 20, "io", state="D"), state_since=NOW - 7200)
+    judged = judge(host(procs=(parent, zombie, stuck)), Baselines(), now=NOW)
+    by_pid = {f.pid: f for f in judged.findings}
+    assert by_pid[30].detail == "pid 30 (worker) is defunct; its parent 20 (launcher) has not reaped it"
+    assert by_pid[30].since == NOW - 60
+    assert by_pid[40].detail.startswith("pid 40 (io) is in uninterruptible sleep (D); ")
+    assert by_pid[40].since == NOW - 7200
+    for finding in judged.findings:
+        assert " for " not in finding.detail  # an age would go stale the moment it is printed
+    # JSON carries the start time (epoch seconds), and reads back the same.
+    assert [f["since"] for f in judged.to_dict()["findings"]] == [f.since for f in judged.findings]
+    assert HostSnapshot.from_dict(judged.to_dict()).findings == judged.findings
+    # Text renders the age from it, with the one display function the TUI uses too.
+    assert age_since(NOW - 60, NOW) == "for 60 s"
+    assert age_since(NOW - 7200, NOW) == "for 2.0 h"
+    assert age_since(NOW - 0.4, NOW) == ""  # under a second says nothing
+    assert age_since(None, NOW) == ""
+    lines = verdict_lines(judged, io.StringIO())
+    assert f"! zombie: {by_pid[30].detail} (for 60 s)" in lines
+    assert f"! uninterruptible: {by_pid[40].detail} (for 2.0 h)" in lines
+
+
 # -- over time: the views that watch ------------------------------------------------------------------
 
 

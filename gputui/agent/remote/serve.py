@@ -156,10 +156,11 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
         session.client_gone("stdout closed")
         return
     threading.Thread(target=dispatch, name="gputui-commands", daemon=True).start()
+    exited = False
     while not session.gone.is_set():
         started = time.monotonic()
         try:
-            snapshot = agent.sample()
+            snapshot = agent.sample(force_processes=exited)
         except Exception as exc:  # a collector bug must not end the stream: report it as the host's error
             snapshot = agent.error_snapshot(f"collector error: {type(exc).__name__}: {exc}")
         listed_at = snapshot.get("processes_time")
@@ -169,11 +170,12 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
         if not writer.write(snapshot_message(snapshot)):
             session.client_gone("stdout closed")
             return
-        while not session.gone.is_set():
+        exited = False
+        while not session.gone.is_set() and not exited:
             left = started + agent.memory_interval_s - time.monotonic()
             if left <= 0:
                 break
-            session.wake.wait(left)
+            exited = agent.pause(left, session.wake)  # a GPU holder's exit is sampled at once
             session.wake.clear()
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from gputui.core.analysis.baselines import Baselines
 from gputui.core.analysis.trees import (
-    age_text,
     gpu_tree_pids,
     graphics_only_pids,
     is_init_like,
@@ -208,14 +207,15 @@ def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
 
 
 def uninterruptible_finding(target: str, proc: Proc, age: float | None) -> Finding:
-    """``age`` None: how long it has been in D is not known (seen once)."""
-    for_text = " (for how long unknown)" if age is None else f" for {age_text(age)}"
+    """``age`` None: how long it has been in D is not known (seen once): the finding has no start then."""
+    unknown = " (for how long unknown)" if age is None else ""
     return Finding(
         kind="uninterruptible",
         target=target,
         pid=proc.pid,
-        detail=f"pid {proc_label(proc)} has been in uninterruptible sleep (D){for_text}; "
+        detail=f"pid {proc_label(proc)} is in uninterruptible sleep (D){unknown}; "
         "it may not die even on SIGKILL until its I/O or driver call returns",
+        since=None if age is None else proc.state_since,
         action="kill it and check again; if it stays in D, look at dmesg (driver or storage)",
         action_pid=proc.pid,
     )
@@ -237,23 +237,25 @@ def remnant_sentence(
 
 def zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
     parent = table.get(proc.ppid) if proc.ppid is not None else None
-    # The collector only knows when *it* first saw the state: an age under a second says nothing.
-    been = "is defunct" if age is None or age < 1 else f"has been defunct for {age_text(age)}"
+    since = None if age is None else proc.state_since
     if proc.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",
             target=target,
             pid=proc.pid,
-            detail=f"pid {proc_label(proc)} {been}; its parent is init (pid 1), which should reap it",
+            detail=f"pid {proc_label(proc)} is defunct; its parent is init (pid 1), which should reap it",
             action="nothing to kill: a zombie holds no memory and cannot be signalled",
+            since=since,
         )
     return Finding(
         kind="zombie",
         target=target,
         pid=proc.pid,
-        detail=f"pid {proc_label(proc)} {been}; its parent {proc_label(parent, proc.ppid)} has not reaped it",
+        detail=f"pid {proc_label(proc)} is defunct; its parent {proc_label(parent, proc.ppid)} has not reaped"
+        " it",
         action=f"signal or kill its parent {proc.ppid}: a zombie itself cannot be killed",
         action_pid=proc.ppid,
+        since=since,
     )
 
 
@@ -271,10 +273,9 @@ def defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Findin
     threads = proc.live_threads or LiveThreads(live=0)
     count = threads.live + threads.omitted
     states = thread_states_text(threads.states)
-    been = "" if age is None or age < 1 else f" for {age_text(age)}"
     held = proc.gpu_total_mib
     detail = (
-        f"pid {proc_label(proc)}: its leader has been defunct{been} but {count} thread"
+        f"pid {proc_label(proc)}: its leader is defunct but {count} thread"
         f"{'' if count == 1 else 's'} live on ({states or 'states unknown'})"
     )
     if held:
@@ -289,7 +290,7 @@ def defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Findin
         )
         if age is not None and age >= DEFUNCT_RESET_AFTER_S:
             action = (
-                f"held for {age_text(age)}, past {minutes:.0f} minutes: reset the GPU (nvidia-smi -r) or "
+                f"held past {minutes:.0f} minutes: reset the GPU (nvidia-smi -r) or "
                 "reload the driver; signalling the parent frees nothing"
             )
         else:
@@ -307,6 +308,7 @@ def defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Findin
         detail=detail,
         action=action,
         action_pid=proc.pid,
+        since=None if age is None else proc.state_since,
     )
 
 

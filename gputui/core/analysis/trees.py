@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from gputui.agent.proc.proctree import JobFacts, job_parent, job_root, related_map, walk
 from gputui.agent.proc.proctree import is_session_boundary as agent_is_session_boundary
+from gputui.core.display import age_text as age_text  # re-exported: the analysis words ages with it
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.textsafe import visible
 
@@ -54,15 +55,6 @@ def proc_label(proc: Proc | None, pid: int | None = None) -> str:
     if proc is None:
         return f"{pid} (?)"
     return f"{proc.pid} ({shown(proc.name)})"
-
-
-def age_text(seconds: float) -> str:
-    """A short age for reasons and findings: "12 s", "3 min", "1.5 h"."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def is_session_boundary(proc: Proc) -> bool:

@@ -1,8 +1,10 @@
 """The TUI's side of the clean-slate check: it feeds ``core.cleanslate`` and does what the machine asks.
 
-``c`` (or ``X``, once its kill is confirmed) starts a check: the host samples fast while memory drains, every
-applied snapshot goes to ``cleanslate.memory_sample``, a fresh full sample is taken when it asks for one, and
-the check's end (the receipt, or the deadline) brings the normal intervals back. ``check --wait`` drives the
+``c`` (or ``X``, once its kill is confirmed) starts a check: the host samples fast while memory drains, and
+its collector samples at once when a GPU holder exits (``Agent.pause``); every applied snapshot goes to
+``cleanslate.memory_sample``, which takes a sample listed with its memory as its own confirmation (the
+receipt is said, and drawn, with that sample) and else asks for a fresh full sample; the check's end (the
+receipt, or the deadline) brings the normal intervals back. ``check --wait`` drives the
 same machine from the CLI (``gputui.commands.check``).
 """
 
@@ -45,17 +47,21 @@ class CleanChecks:
             ports=host.watched_ports,
             pressed_s=pressed_s,
         )
-        app.hosts.configure(host, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S)
+        app.hosts.configure(host, FAST_MEMORY_INTERVAL_S, FAST_PROCESS_INTERVAL_S, watch_exits=True)
         app.host_changed(host)
 
     def memory_sample(self, host: HostState, snapshot: HostSnapshot) -> None:
         """A snapshot of ``host`` was applied."""
-        if host.check is None:
+        if host.check is None or not host.check.running:
             return
         now_s = self._session.clock()
-        host.check, ask = cleanslate.memory_sample(host.check, snapshot, host.baselines, now_s)
+        host.check, ask = cleanslate.memory_sample(
+            host.check, snapshot, host.baselines, now_s, host.killed_members()
+        )
         if ask:
             self._session.hosts.confirm_clean(host, host.check.started_s)
+        elif not host.check.running:
+            self._finished(host, snapshot)  # the sample confirmed itself: said now, drawn with this sample
 
     def confirmed(self, message: Hosts.CleanConfirmed) -> None:
         """The fresh full sample a check asked for came back."""
@@ -63,10 +69,18 @@ class CleanChecks:
         check = None if host is None else host.check
         if host is None or check is None or check.started_s != message.started_s:
             return  # an answer to a check that was replaced
-        check = cleanslate.confirming_sample(check, message.snapshot, host.killed_members(), message.error)
-        host.check = check
-        verdict = None if message.snapshot is None else message.snapshot.verdict
-        if check.clean and check.finished_s is not None and verdict is not None:
+        host.check = cleanslate.confirming_sample(
+            check, message.snapshot, host.killed_members(), message.error
+        )
+        if message.snapshot is not None:
+            self._finished(host, message.snapshot)
+        self._session.host_changed(host)
+
+    def _finished(self, host: HostState, confirming: HostSnapshot) -> None:
+        """Say the receipt when ``confirming`` (an analysed sample) just made ``host``'s check clean."""
+        check = host.check
+        verdict = confirming.verdict
+        if check is not None and check.clean and check.finished_s is not None and verdict is not None:
             self._end(host)
             self._session.say(
                 f"{visible(host.target, 40)}: CLEAN ✓ {verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at"
@@ -75,7 +89,6 @@ class CleanChecks:
                 title="clean slate",
                 operation=check_operation(host.target),
             )
-        self._session.host_changed(host)
 
     def tick(self) -> None:
         """Once a second: a check past its deadline ends, not clean."""
@@ -102,4 +115,6 @@ class CleanChecks:
 
     def _end(self, host: HostState) -> None:
         settings = self._session.settings
-        self._session.hosts.configure(host, settings.memory_interval_s, settings.process_interval_s)
+        self._session.hosts.configure(
+            host, settings.memory_interval_s, settings.process_interval_s, watch_exits=False
+        )

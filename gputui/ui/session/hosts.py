@@ -432,12 +432,16 @@ class Hosts:
 
         self._request(host, "sample", job)
 
-    def configure(self, host: HostState, memory_interval_s: float, process_interval_s: float) -> None:
-        """Change a host's sampling intervals (fast while a clean-slate check runs)."""
+    def configure(
+        self, host: HostState, memory_interval_s: float, process_interval_s: float, watch_exits: bool
+    ) -> None:
+        """Change a host's sampling intervals, and whether its collector waits on the GPU holders' exits
+        (fast, and watching, while a clean-slate check runs)."""
         command = {
             "cmd": CMD_CONFIGURE,
             "memory_interval_s": memory_interval_s,
             "process_interval_s": process_interval_s,
+            "watch_exits": watch_exits,
         }
 
         def job(link: HostLink) -> None:

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from rich.text import Text
 from textual.message import Message
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from gputui.core.display import age_since
 from gputui.core.model import HostSnapshot
 from gputui.core.verdict_model import Finding
 from gputui.ui import keymap
 from gputui.ui.widgets.border import set_border_title
-from gputui.ui.widgets.fmt import command_text, duration, pid_ranges, safe_text, screen_rows
+from gputui.ui.widgets.fmt import command_text, pid_ranges, safe_text, screen_rows
 
 _KIND_STYLES = {
     "zombie": "bold white on red",
@@ -33,6 +35,8 @@ _KIND_STYLES = {
     "invisible_pid": "bold white on blue",
     "survivor": "bold white on dark_orange3",
 }
+AGE_TICK_S = 1.0
+"""How often the listed ages are drawn again (the display counts them in whole seconds)."""
 PARENT_COMMAND_CHARS = 40
 """A grouped row names the common process by this much of its command line."""
 
@@ -90,14 +94,20 @@ def _badge(kind: str) -> Text:
     return Text().append(f" {kind} ", style=_KIND_STYLES.get(kind, "reverse"))
 
 
-def finding_text(finding: Finding, max_chars: int = 300, wrap: bool = False) -> Text:
-    """A finding as two lines: a kind badge and the detail, then the suggested action (shown literally).
+def finding_text(
+    finding: Finding, max_chars: int = 300, wrap: bool = False, now_s: float | None = None
+) -> Text:
+    """A finding as two lines: a kind badge, the detail and its age at ``now_s`` (``display.age_since``),
+    then the suggested action (shown literally).
 
     ``wrap``: lines longer than the list is wide wrap (nothing is cut); else they are cut with "…".
     """
     line = _badge(finding.kind)
     line.append(" ")
     line.append_text(safe_text(finding.detail, max_chars))
+    age = "" if now_s is None else age_since(finding.since, now_s)
+    if age:
+        line.append(f" · {age}", style="dim")
     if finding.action:
         line.append("\n  → ", style="dim")
         line.append_text(safe_text(finding.action, max_chars // 2, style="italic"))
@@ -110,25 +120,31 @@ def _fitted(line: Text, wrap: bool) -> Text:
     return line
 
 
-def _oldest_age_s(row: FindingRow, snapshot: HostSnapshot | None) -> float | None:
-    """Seconds the longest-standing process of the row has been in its state, when the snapshot says."""
-    if snapshot is None or snapshot.time is None:
-        return None
-    ages = []
-    for finding in row.findings:
-        proc = None if finding.pid is None else snapshot.process(finding.pid)
-        if proc is not None and proc.state_since is not None:
-            ages.append(max(0.0, snapshot.time - proc.state_since))
-    return max(ages) if ages else None
+def _oldest_since(row: FindingRow) -> float | None:
+    """When the longest-standing finding of the row began (epoch seconds), when known."""
+    starts = [f.since for f in row.findings if f.since is not None]
+    return min(starts) if starts else None
+
+
+def _age(row: FindingRow, now_s: float | None) -> str:
+    """ " for 20 s": the row's age at ``now_s`` (``display.age_since``), or ""."""
+    age = "" if now_s is None else age_since(_oldest_since(row), now_s)
+    return f" {age}" if age else ""
 
 
 def group_text(
-    row: FindingRow, snapshot: HostSnapshot | None = None, max_chars: int = 300, wrap: bool = False
+    row: FindingRow,
+    snapshot: HostSnapshot | None = None,
+    max_chars: int = 300,
+    wrap: bool = False,
+    now_s: float | None = None,
 ) -> Text:
     """A row as two lines; a group reads "8 zombies under pid 4200 for 20 s: python3 -m sglang…" then
-    "→ signal or kill 4200, not the zombies"."""
+    "→ signal or kill 4200, not the zombies". Ages are at ``now_s`` (None: the snapshot's time)."""
+    if now_s is None and snapshot is not None:
+        now_s = snapshot.time
     if not row.grouped:
-        return finding_text(row.findings[0], max_chars, wrap)
+        return finding_text(row.findings[0], max_chars, wrap, now_s)
     first = row.findings[0]
     count = len(row.findings)
     pid = first.action_pid
@@ -137,9 +153,7 @@ def group_text(
     if first.kind == "zombie":
         line.append(f"{count} zombies under pid {pid}")
         # The age before the parent's command line: on a narrow panel the command is what gets cut.
-        age_s = _oldest_age_s(row, snapshot)
-        if age_s is not None and age_s >= 1:
-            line.append(f" for {duration(age_s)}")
+        line.append(_age(row, now_s))
         parent = None if snapshot is None or pid is None else snapshot.process(pid)
         if parent is not None:
             line.append(": ")
@@ -147,7 +161,7 @@ def group_text(
         line.append("\n  → ", style="dim")
         line.append(f"signal or kill {pid}, not the zombies", style="italic")
     elif first.kind == "defunct_leader":
-        line.append_text(_defunct_leaders_line(row, snapshot))
+        line.append_text(_defunct_leaders_line(row, snapshot, now_s))
         if first.action:
             line.append("\n  → ", style="dim")
             line.append("kill them, not their parent; ", style="italic")
@@ -161,13 +175,11 @@ def group_text(
     return _fitted(line, wrap)
 
 
-def _defunct_leaders_line(row: FindingRow, snapshot: HostSnapshot | None) -> Text:
+def _defunct_leaders_line(row: FindingRow, snapshot: HostSnapshot | None, now_s: float | None) -> Text:
     """ "7 defunct leaders (4241–4247) for 20 s, 14 threads alive (14 in D), holding 288644 MiB"."""
     pids = [f.pid for f in row.findings if f.pid is not None]
     line = Text(f"{len(row.findings)} defunct leaders ({pid_ranges(pids)})")
-    age_s = _oldest_age_s(row, snapshot)
-    if age_s is not None and age_s >= 1:
-        line.append(f" for {duration(age_s)}")
+    line.append(_age(row, now_s))
     listed = [] if snapshot is None else [snapshot.process(pid) for pid in pids]
     procs = [proc for proc in listed if proc is not None]
     states: dict[str, int] = {}
@@ -236,6 +248,35 @@ class FindingsList(OptionList):
         self.lines = 1
         """Screen lines the rows take at the list's width."""
         self._shown_key: tuple[object, ...] | None = None
+        self._ages_timer: Timer | None = None
+        self._shown_at: float | None = None
+        """The display clock when the shown snapshot was first shown."""
+
+    def on_mount(self) -> None:
+        self._ages_timer = self.set_interval(AGE_TICK_S, self._tick_ages, pause=True)
+
+    def _clock(self) -> float | None:
+        """The app's display clock (epoch seconds; frozen in tests), if it has one."""
+        clock = getattr(self.app, "clock", None)
+        return float(clock()) if callable(clock) else None
+
+    def _now(self) -> float | None:
+        """Now on the host's clock, the one ``Finding.since`` is read on: the shown snapshot's time plus what
+        the display clock counted since it was shown (a remote clock's offset cancels out); the display
+        clock without a snapshot."""
+        local = self._clock()
+        snapshot = self._snapshot
+        if snapshot is None or snapshot.time is None:
+            return local
+        if local is None or self._shown_at is None:
+            return snapshot.time
+        return snapshot.time + max(0.0, local - self._shown_at)
+
+    def _tick_ages(self) -> None:
+        """Once a second while a row shows an age: the rows again, at the clock's time; only a prompt whose
+        text changed (the age cell) is replaced, the findings are not recomputed."""
+        if self._findings:
+            self.show(self._findings, self._snapshot)
 
     @property
     def findings(self) -> tuple[Finding, ...]:
@@ -262,9 +303,18 @@ class FindingsList(OptionList):
             self._show_no_data(no_data)
             return
         findings = tuple(findings)
+        if snapshot is not self._snapshot:
+            self._shown_at = self._clock()
         self._snapshot = snapshot
         rows = tuple(group_findings(findings))
-        texts = tuple(group_text(row, snapshot, wrap=not self.compact) for row in rows)
+        now_s = self._now()
+        texts = tuple(group_text(row, snapshot, wrap=not self.compact, now_s=now_s) for row in rows)
+        if self._ages_timer is not None:
+            aging = any(f.since is not None for f in findings)
+            if aging:
+                self._ages_timer.resume()
+            else:
+                self._ages_timer.pause()
         set_border_title(self, f"Findings ({len(findings)})")
         self._count_lines(texts)
         key = (self.compact, *(t.plain for t in texts))
@@ -302,6 +352,8 @@ class FindingsList(OptionList):
         set_border_title(self, "Findings (–)")
         key = ("no data", text)
         self._findings, self._rows, self._snapshot = (), (), None
+        if self._ages_timer is not None:
+            self._ages_timer.pause()
         if key == self._shown_key:
             return
         self._shown_key = key
@@ -319,7 +371,11 @@ class FindingsList(OptionList):
 
     def on_resize(self) -> None:
         if self._findings:
-            self._count_lines([group_text(row, self._snapshot, wrap=not self.compact) for row in self._rows])
+            now_s = self._now()
+            texts = [
+                group_text(row, self._snapshot, wrap=not self.compact, now_s=now_s) for row in self._rows
+            ]
+            self._count_lines(texts)
 
     def watch_compact(self, compact: bool) -> None:
         self.set_class(compact, "-compact")

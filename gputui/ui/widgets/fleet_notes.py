@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from gputui.core.display import age_since
 from gputui.core.fleet_rows import FleetRow, size_text, state_text
 from gputui.core.fleet_sample import FleetHost
 from gputui.core.verdicts import headline
@@ -45,6 +46,9 @@ def notes_text(host: FleetHost, row: FleetRow, ssh_target: str | None) -> Text:
         line.append_text(safe_text(finding.kind, 20, style="bold"))
         line.append(": ")
         line.append_text(safe_text(finding.detail, 200))
+        age = "" if host.snapshot.time is None else age_since(finding.since, host.snapshot.time)
+        if age:
+            line.append(f" · {age}", style="dim")
         lines.append(line)
     for index, instances in sorted(host.mig.items()):
         line = Text(f"GPU{index} MIG:", style="cyan")
