@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -191,7 +190,9 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     """
     path = Path(path)
     folder_fd = open_folder(path.parent, create=True)
-    temporary = f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # os.urandom is what secrets.token_hex reads; importing secrets would load hmac, hashlib and random
+    # into every one-shot that only reads a file.
+    temporary = f".{path.name}.{os.urandom(6).hex()}.tmp"
     made = False
     try:
         fd = os.open(

@@ -109,6 +109,48 @@ def test_real_listeners_of_this_process_are_found_with_their_ports() -> None:
     assert processes[1][PROCESS_LISTEN_PORTS] == []  # not a job's process: its fds are not read
 
 
+def test_netlink_and_the_text_tables_see_the_same_listeners() -> None:
+    with socket.socket() as v4, socket.socket(socket.AF_INET6) as v6:
+        v4.bind(("127.0.0.1", 0))
+        v4.listen()
+        v6.bind(("::1", 0))
+        v6.listen()
+        mine = {v4.getsockname()[1], v6.getsockname()[1]}
+        with socket.create_connection(v4.getsockname()[:2]) as client:
+            over_netlink = ports.read_listening_diag()
+            from_text = ports.read_listening()
+            outgoing = client.getsockname()[1]
+    assert over_netlink is not None, "this kernel answers sock_diag"
+    assert mine <= set(over_netlink.values())
+    assert outgoing not in over_netlink.values()
+    # Other tests' listeners come and go on a shared machine: compare this test's own sockets.
+    assert {i: p for i, p in over_netlink.items() if p in mine} == {
+        i: p for i, p in (from_text or {}).items() if p in mine
+    }
+
+
+def test_without_netlink_the_text_tables_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import _socket
+
+    monkeypatch.delattr(_socket, "AF_NETLINK")
+    assert ports.read_listening_diag() is None
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        listening = ports.listening_sockets()
+        assert listening is not None
+        assert server.getsockname()[1] in listening.values()
+
+
+def test_a_netlink_list_beyond_the_cap_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as one, socket.socket() as two:
+        for server in (one, two):
+            server.bind(("127.0.0.1", 0))
+            server.listen()
+        monkeypatch.setattr(ports, "MAX_LISTENING_SOCKETS", 1)
+        assert ports.read_listening_diag() is None
+
+
 def test_fds_are_read_again_only_for_new_processes_and_new_listeners(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -122,7 +164,7 @@ def test_fds_are_read_again_only_for_new_processes_and_new_listeners(
         reads.append(pid)
         return set(held.get(pid, ()))
 
-    monkeypatch.setattr(ports, "read_listening", lambda: dict(table))
+    monkeypatch.setattr(ports, "listening_sockets", lambda: dict(table))
     monkeypatch.setattr(ports, "socket_inodes", sockets_of)
     listeners = ports.Listeners()
 
@@ -156,7 +198,8 @@ server.bind(("127.0.0.1", 0))
 server.listen()
 processes = [{"pid": os.getpid()}]
 listening = ports.Listeners().note(processes, [os.getpid()])
-print(json.dumps({"port": server.getsockname()[1], "listening": listening, "processes": processes}))
+print(json.dumps({"port": server.getsockname()[1], "listening": listening, "processes": processes,
+                  "netlink": ports.read_listening_diag() is not None}))
 """
 
 
@@ -168,3 +211,4 @@ def test_the_reader_runs_on_python38() -> None:
     result = json.loads(done.stdout)
     assert result["port"] in result["listening"]
     assert result["processes"][0][PROCESS_LISTEN_PORTS] == [result["port"]]
+    assert result["netlink"] is True

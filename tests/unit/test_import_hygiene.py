@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
 
@@ -174,19 +176,25 @@ ONE_SHOT_UNUSED = (
     "tomllib",
     "tomli",  # no config file to read
     "difflib",  # no mistyped command to name
+    "secrets",
+    "hmac",  # a temporary file's name needs only os.urandom
     "paramiko",
+    "cryptography",
     "textual",
     "rich",
 )
-"""What ``gputui snapshot --json`` of the local host, with no config file and no launcher running, must not
-load: each is an import its output does not need."""
+"""What ``gputui snapshot --json`` and ``gputui check`` of the local host, with no config file and no launcher
+running, must not load: each is an import its output does not need."""
 
 
-def test_a_local_one_shot_loads_only_what_it_uses(fake_nvml: FakeNvml, tmp_path: Path) -> None:
+@pytest.mark.parametrize("words", [["snapshot", "--json"], ["check"]])
+def test_a_local_one_shot_loads_only_what_it_uses(
+    fake_nvml: FakeNvml, tmp_path: Path, words: list[str]
+) -> None:
     code = (
         "import json, sys\n"
         "from gputui.cli import main\n"
-        "status = main(['snapshot', '--json'])\n"
+        f"status = main({words!r})\n"
         "sys.stdout.flush()\n"
         "print(json.dumps({'status': status, 'modules': sorted(sys.modules)}), file=sys.stderr)\n"
     )
@@ -202,7 +210,10 @@ def test_a_local_one_shot_loads_only_what_it_uses(fake_nvml: FakeNvml, tmp_path:
     )
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report["status"] == 0, done.stderr
-    assert json.loads(done.stdout)["hosts"][0]["gpus"], done.stdout[:200]
+    if words[0] == "snapshot":
+        assert json.loads(done.stdout)["hosts"][0]["gpus"], done.stdout[:200]
+    else:
+        assert "CLEAN" in done.stdout, done.stdout[:200]
     loaded = set(report["modules"])
     assert "pynvml" in loaded
     assert "gputui.agent.collector" in loaded

@@ -4,11 +4,17 @@ A killed server is not gone for its operator until its ports are free: the resta
 kernel lists every TCP socket in /proc/net/tcp and /proc/net/tcp6 (state ``0A`` is LISTEN) with its inode;
 a process holds a socket when one of its fds links to ``socket:[inode]``. Both reads are bounded: a host
 with many connections has megabytes there, and only the listeners matter (the kernel lists them first).
+
+Those text tables cost the kernel a walk of its whole connection hash however few sockets there are (that
+hash is sized by the host's memory: milliseconds of CPU per read on a large host), so the listeners are
+asked for over netlink first (``sock_diag``, the interface ``ss -l`` uses): a dump filtered to LISTEN walks
+the listening sockets alone. A kernel or sandbox that refuses it gets the text tables.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 from typing import Any, Iterable
 
 from gputui.agent.proc.procfs import fd_links, open_readonly
@@ -98,6 +104,89 @@ def read_listening(paths: Iterable[str] = NET_TCP_FILES) -> dict[int, int] | Non
     return found if read_any else None
 
 
+_NETLINK_INET_DIAG = 4
+_SOCK_DIAG_BY_FAMILY = 20
+_NLM_F_REQUEST_DUMP = 0x301
+_NLMSG_ERROR = 2
+_NLMSG_DONE = 3
+_TCP_LISTEN = 10
+_NLMSG_HEADER = struct.Struct("=IHHII")
+_DIAG_REQUEST = struct.Struct("=BBBBI48x")
+"""``inet_diag_req_v2``: family, protocol, extensions, pad, the states wanted; an empty socket id."""
+_DIAG_PORT_OFFSET = 4
+"""In ``inet_diag_msg``: family, state, timer, retrans (one byte each), then the id's big-endian sport."""
+_DIAG_INODE_OFFSET = 4 + 48 + 16
+"""After the 48-byte socket id: expires, rqueue, wqueue, uid (4 bytes each), then the inode."""
+_DIAG_RECV_BYTES = 1 << 17
+_DIAG_TIMEOUT_S = 2.0
+
+
+def _diag_dump(sock: Any, family: int, limit: int) -> tuple[dict[int, int], bool]:
+    """The LISTEN TCP sockets of one address family from an open ``NETLINK_INET_DIAG`` socket: inode ->
+    port, and whether ``limit`` cut the list. Raises OSError when the kernel answers with an error."""
+    request = _DIAG_REQUEST.pack(family, 6, 0, 0, 1 << _TCP_LISTEN)  # 6: IPPROTO_TCP
+    sock.send(
+        _NLMSG_HEADER.pack(_NLMSG_HEADER.size + len(request), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST_DUMP, 1, 0)
+        + request
+    )
+    found: dict[int, int] = {}
+    while True:
+        data = sock.recv(_DIAG_RECV_BYTES)
+        if not data:
+            raise OSError("sock_diag: the dump ended without its last message")
+        offset = 0
+        while offset + _NLMSG_HEADER.size <= len(data):
+            length, kind = _NLMSG_HEADER.unpack_from(data, offset)[:2]
+            if kind == _NLMSG_DONE:
+                return found, False
+            if kind == _NLMSG_ERROR or length < _NLMSG_HEADER.size:
+                raise OSError("sock_diag: the kernel refused the dump")
+            body = offset + _NLMSG_HEADER.size
+            if body + _DIAG_INODE_OFFSET + 4 <= min(len(data), offset + length):
+                port = struct.unpack_from(">H", data, body + _DIAG_PORT_OFFSET)[0]
+                inode = struct.unpack_from("=I", data, body + _DIAG_INODE_OFFSET)[0]
+                if port > 0 and inode > 0:  # as in the text tables: an unbound listener, a socket gone
+                    if len(found) >= limit:
+                        return found, True
+                    found[inode] = port
+            offset += (length + 3) & ~3
+
+
+def read_listening_diag() -> dict[int, int] | None:
+    """Socket inode -> port of every TCP socket in LISTEN on the host, asked of the kernel over netlink;
+    None when netlink cannot answer (no such socket family, refused, cut by ``MAX_LISTENING_SOCKETS``).
+
+    The C ``_socket`` module is enough for one datagram socket; ``socket`` adds nothing used here."""
+    try:
+        import _socket
+    except ImportError:
+        return None
+    found: dict[int, int] = {}
+    try:
+        sock = _socket.socket(_socket.AF_NETLINK, _socket.SOCK_DGRAM, _NETLINK_INET_DIAG)
+    except (AttributeError, OSError):
+        return None
+    try:
+        sock.settimeout(_DIAG_TIMEOUT_S)
+        for family in (_socket.AF_INET, _socket.AF_INET6):
+            sockets, cut = _diag_dump(sock, family, MAX_LISTENING_SOCKETS - len(found))
+            if cut:
+                return None
+            found.update(sockets)
+    except (OSError, struct.error):
+        return None
+    finally:
+        sock.close()
+    return found
+
+
+def listening_sockets() -> dict[int, int] | None:
+    """Socket inode -> port of every TCP socket in LISTEN on the host: over netlink, else from the text
+    tables; None when neither can say."""
+    found = read_listening_diag()
+    return found if found is not None else read_listening()
+
+
 def socket_inodes(pid: int) -> set[int]:
     """The socket inodes ``pid`` has open (at most ``MAX_FDS_PER_PROCESS`` fds looked at; empty when its fds
     cannot be read)."""
@@ -133,7 +222,7 @@ class Listeners:
         Only the jobs' processes (``job_pids``) have their fds read: they are what a kill takes down and
         what the clean slate waits on; every other listed process gets an empty list.
         """
-        listening = read_listening()
+        listening = listening_sockets()
         known = listening or {}
         wanted = set(job_pids)
         reread = bool(set(known) - self._seen)
