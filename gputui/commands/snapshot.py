@@ -113,6 +113,7 @@ def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[s
         for gpu_proc in gpu.processes:
             proc = snapshot.process(gpu_proc.pid) if gpu_proc.visible else None
             user = visible(proc.user, 16) if proc is not None and proc.user else DASH
+            command: str
             if proc is not None:
                 command = command_display(proc.cmdline, proc.name, COMMAND_WIDTH, proc.cmdline_truncated)
             else:

@@ -152,15 +152,17 @@ def _rebuilt(exported: ExportedHost, snapshot: HostSnapshot) -> tuple[HostSnapsh
         procs[subject.pid] = Proc(
             pid=subject.pid,
             ppid=subject.ppid,
-            name=subject.comm or None,
-            state=_STATE_OF_KIND.get(subject.kind, "S"),
+            name=visible(subject.comm) if subject.comm else None,
+            state=visible(_STATE_OF_KIND.get(subject.kind, "S")),
             state_since=subject.since,
             gpu_memory_mib=dict(subject.memory_mib),
             live_threads=threads,
         )
     for subject in exported.subjects:
         if subject.ppid not in (None, 0, 1) and subject.ppid not in procs and subject.parent_comm:
-            procs[subject.ppid] = Proc(pid=subject.ppid, name=subject.parent_comm, state="S")
+            procs[subject.ppid] = Proc(
+                pid=subject.ppid, name=visible(subject.parent_comm), state=visible("S")
+            )
     per_gpu: dict[str, int] = {}
     gpus = []
     for gpu in snapshot.gpus:
@@ -283,10 +285,10 @@ def exported_health(exported: ExportedHost, now: float | None) -> tuple[HealthSa
     """The exporter's servers as health samples, named by port (their URLs never travel)."""
     return tuple(
         HealthSample(
-            url=f"port {server.port}" if server.port else "server",
-            state=server.state or None,
+            url=visible(f"port {server.port}" if server.port else "server"),
+            state=visible(server.state) if server.state else None,
             since=server.since,
-            detail=f"{server.engine}: {EXPORTER_NOTE}" if server.engine else EXPORTER_NOTE,
+            detail=visible(f"{server.engine}: {EXPORTER_NOTE}" if server.engine else EXPORTER_NOTE),
             checked_at=now,
         )
         for server in exported.servers

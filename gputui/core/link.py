@@ -13,6 +13,7 @@ from typing import Any
 
 from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, PROCESS_INTERVAL_S
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.wire_values import safe_list
 
 SSH_CLIENTS = ("paramiko", "openssh", "auto")
 """What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (paramiko,
@@ -196,6 +197,6 @@ def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:
         raise LinkError(f"{link.target}: the agent answered without the command line of pid {proc.pid}")
     return replace(
         proc,
-        cmdline=tuple(str(arg) for arg in cmdline),
+        cmdline=safe_list(cmdline),
         cmdline_truncated=result.get("cmdline_truncated") is True,
     )

@@ -102,8 +102,8 @@ class ServerWatch:
             current = tracker.update(sample, metrics, sample.launcher_age_s, now_s, error, job)
             judged.append(_judged(sample, current))
         listed = {sample.url for sample in snapshot.health}
-        for key in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
-            del self._trackers[key]
+        for gone in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
+            del self._trackers[gone]
         return replace(snapshot, health=tuple(judged))
 
 
@@ -117,7 +117,7 @@ def _judged(sample: HealthSample, current: ServerState) -> HealthSample:
     derived = current.state in DERIVED_STATES or current.from_job
     return replace(
         sample,
-        state=current.state,
+        state=visible(current.state),
         since=current.since,
         detail=current.reason if derived else sample.detail,
         metrics=reading,
