@@ -11,6 +11,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from gputui.agent.protocol import KERNEL_LOG
+from gputui.core.actions.replies import parse_reply
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
@@ -25,7 +26,7 @@ HOSTILE = (
     "\x9b31m"  # C1 CSI
     "\u202eevil"  # bidi override
     "zero\u200bwidth\u2060"
-    "\ud800\udcff"  # lone surrogates (invalid UTF-8 arrives as these)
+    "\ud800-\udcff"  # lone surrogates (invalid UTF-8 arrives as these); side by side JSON would pair them
     "[bold]x[/] [$x] [@click=app.quit]q[/]"
     "\x00\x7f\t\n"
 )
@@ -157,3 +158,15 @@ def test_a_hostile_http_body_reads_as_visible_text_only() -> None:
     assert judged.health[0].metrics is not None
     assert assert_visible(judged) >= 4
     assert assert_visible(ServerWatch().states("gpu-a")) == 0
+
+
+def test_a_hostile_kill_reply_reads_as_visible_text_only() -> None:
+    """What the agent says about each signalled process (its name, user, command, why) is machine text too."""
+    outcome = {"pid": 7, "start_ticks": 1, "stage": "TERM", "result": "gone", "signal": "SIGTERM"}
+    outcome.update(name="python", user="alice", detail="exited", cmdline=["python", "serve.py"])
+    pending = {"pid": 8, "start_ticks": 2, "name": "x", "signal": "SIGKILL"}
+    reply = {"outcomes": [outcome], "pending": [pending]}
+    parsed = parse_reply(json.loads(json.dumps(poisoned(reply))))
+    assert parsed.outcomes
+    assert parsed.pending
+    assert assert_visible(parsed) >= 9
