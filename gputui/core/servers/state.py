@@ -37,7 +37,7 @@ from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
-from gputui.core.textsafe import SafeText, visible
+from gputui.core.textsafe import SafeText
 
 SERVER_STATES = (
     HEALTH_STATE_STARTING,
@@ -99,8 +99,8 @@ def _health_word(health: HealthSample) -> str:
     if health.code is not None and health.state != HEALTH_STATE_UP:
         return f"HTTP {health.code}"
     if health.detail:
-        return visible(health.detail, 80)
-    return visible(health.state or "not probed", 12)
+        return fit(health.detail, 80)
+    return fit(health.state or "not probed", 12)
 
 
 class ServerStateTracker:
