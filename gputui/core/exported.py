@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from gputui.core import export_schema as s
 from gputui.core.analysis import Baselines, age_text, find_problems
 from gputui.core.analysis.baselines import DEFAULT_BASELINE_MIB
+from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
@@ -244,7 +245,7 @@ def exported_verdict(
         return Verdict(clean=False, known=False, reasons=(reason,), baseline_mib=baselines)
 
     if exported.conflict:
-        names = ", ".join(visible(i, 60) for i in exported.instances[:4])
+        names = ", ".join(fit(i, 60) for i in exported.instances[:4])
         return unknown(f"two gputui exporters claim this host ({names}): their figures are not merged")
     age = exported.sample_age_s
     if age is not None and stale_after_s is not None and age > stale_after_s:
@@ -269,9 +270,9 @@ def exported_verdict(
             reasons.append(reason)
     reasons.extend(f.detail for f in findings if f.kind in REMNANT_KINDS and f.gpu_index is None)
     if not exported.known:
-        reasons = reasons or [f"cannot tell ({EXPORTER_NOTE}: {visible(exported.reason, 20)})"]
+        reasons = reasons or [f"cannot tell ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
     elif not exported.clean and not reasons:
-        reasons = [f"not clean ({EXPORTER_NOTE}: {visible(exported.reason, 20)})"]
+        reasons = [f"not clean ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
     return Verdict(
         clean=bool(exported.clean) and exported.known,
         known=exported.known,

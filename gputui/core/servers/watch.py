@@ -21,6 +21,7 @@ from gputui.agent.protocol import (
     HEALTH_STATE_STARTING,
     HEALTH_STATE_UNHEALTHY,
 )
+from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import HostSnapshot
 from gputui.core.servers.jobs import job_facts
@@ -136,5 +137,5 @@ def failing_servers(samples: Iterable[HealthSample]) -> list[str]:
 
 def server_reason(sample: HealthSample) -> str:
     """ "server http://…/health is UNHEALTHY: HTTP 503 with 2 defunct members in its job (…)"."""
-    why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
-    return f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"
+    why = f": {fit(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
+    return f"server {fit(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"
