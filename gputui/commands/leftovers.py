@@ -182,9 +182,11 @@ def _remove(
                 file=err,
             )
     for result in results:
-        detail = f"  {fit(str(result.get('detail')), 200)}" if result.get("detail") else ""
+        # The collector's answer to the removal is not read into the model: made visible here.
+        detail = f"  {fit(visible(result.get('detail')), 200)}" if result.get("detail") else ""
+        path = fit(visible(result.get("path")), 200)
         print(
-            f"{fit(str(result.get('result')), 12):<8} {fit(visible(str(result.get('path'))), 200)}{detail}",
+            f"{fit(visible(result.get('result')), 12):<8} {path}{detail}",
             file=out,
         )
     check_recorded(link, target, boot_id, err)

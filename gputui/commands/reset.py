@@ -174,7 +174,9 @@ def _execute(
         )
         return status
     if result.get("stepped_aside"):
-        print(f"{fit(visible(target), 100)}: collector {fit(str(result['stepped_aside']), 200)}", file=out)
+        print(
+            f"{fit(visible(target), 100)}: collector {fit(visible(result['stepped_aside']), 200)}", file=out
+        )
         if result.get("released") is False:
             print(
                 f"{fit(visible(target), 100)}: warning: its device files were still open when the steps ran",

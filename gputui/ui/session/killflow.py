@@ -82,7 +82,7 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     for (result, sent, detail), members in groups.items():
         line = f"{result}{f' ({sent})' if sent else ''}: {_who(members)}"
         if detail:
-            line += f" – {fit(visible(detail), 100)}"
+            line += f" – {fit(detail, 100)}"
         lines.append(line)
     results = {o.result for o in outcomes}
     severity = "error" if results & _BAD_RESULTS else "warning" if results & _WARN_RESULTS else "information"
