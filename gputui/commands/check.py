@@ -21,7 +21,7 @@ from gputui.commands.verdict_text import verdict_lines
 from gputui.core import cleanslate, leftovers
 from gputui.core.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
 from gputui.core.calibration import refusals
-from gputui.core.display import DASH
+from gputui.core.display import DASH, fit
 from gputui.core.judge import judge, no_data
 from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, snapshots_document
@@ -57,7 +57,7 @@ def resolve_baselines(
         return Baselines(tolerance_mib=tolerance)  # simulated hosts have nothing recorded about them
     loaded = load_baselines(target)
     if loaded.warning:
-        print(f"gputui: warning: {visible(loaded.warning, 400)}", file=err)
+        print(f"gputui: warning: {fit(visible(loaded.warning), 400)}", file=err)
     return Baselines(
         default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
     )
@@ -67,7 +67,7 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
     """The lines of one host's check: one per GPU, then the verdict, its reasons and the findings."""
     lines: list[str] = []
     if header:
-        lines.append(f"{visible(snapshot.target, 60)} ({visible(snapshot.hostname or DASH, 60)})")
+        lines.append(f"{fit(snapshot.target, 60)} ({fit(snapshot.hostname or DASH, 60)})")
     return lines + verdict_lines(snapshot, stream)
 
 
@@ -147,9 +147,9 @@ def _calibrate(
 ) -> int:
     """Record the GPUs' figures of an analysed one-shot sample as their baselines, only from idle evidence
     (``core.calibration``): a refused GPU is named, and nothing is recorded unless ``force``."""
-    name = visible(target, 100)
+    name = fit(visible(target), 100)
     if snapshot.error is not None or not snapshot.gpus:
-        cause = visible(snapshot.error or "no GPUs found", 300)
+        cause = fit(snapshot.error or "no GPUs found", 300)
         print(f"gputui: {name}: cannot calibrate: {cause}", file=err)
         return EXIT_ERROR
     refused = refusals(snapshot)
@@ -160,7 +160,9 @@ def _calibrate(
         return EXIT_ERROR
     if refused and not force:
         for refusal in refused:
-            print(f"gputui: {name}: GPU{refusal.index} refused: {visible(refusal.reason, 300)}", file=err)
+            print(
+                f"gputui: {name}: GPU{refusal.index} refused: {fit(visible(refusal.reason), 300)}", file=err
+            )
         gpus = f"{len(refused)} GPU{'s' if len(refused) > 1 else ''}"
         print(
             f"gputui: {name}: cannot calibrate: {gpus} not idle; "
@@ -172,11 +174,11 @@ def _calibrate(
     try:
         path = save_baselines(target, values, hostname=snapshot.hostname)
     except StateError as exc:
-        print(f"gputui: {visible(str(exc), 400)}", file=err)
+        print(f"gputui: {fit(visible(str(exc)), 400)}", file=err)
         return EXIT_ERROR
     forced = {r.index: r.reason for r in refused}
     for index, reason in sorted(forced.items()):
-        why = visible(reason, 300)
+        why = fit(visible(reason), 300)
         print(f"gputui: warning: {name}: GPU{index} recorded although it {why} (--force)", file=err)
     if json_out:
         return EXIT_CLEAN
@@ -211,7 +213,7 @@ def _check_target(
         warnings: list[str] = []
         ports = () if demo else load_watched_ports(target, snapshot.boot_id, warnings=warnings)
         for warning in warnings:
-            print(f"gputui: warning: {visible(warning, 400)}", file=err)
+            print(f"gputui: warning: {fit(visible(warning), 400)}", file=err)
         analysed = judge(snapshot, baselines, watched_ports=ports, one_shot=True)
         if (
             args.wait is not None
@@ -220,7 +222,10 @@ def _check_target(
             and not cannot_tell_at_all(analysed)
         ):
             if not args.json:
-                print(f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…", file=err)
+                print(
+                    f"waiting up to {args.wait:g} s for a clean slate on {fit(visible(target), 60)}…",
+                    file=err,
+                )
             analysed, waited, check = wait_until_clean(link, target, baselines, args.wait, args, ports=ports)
             ports_free = ports_free_line(check)
         elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
@@ -262,7 +267,7 @@ def _forget_free_ports(
     try:
         save_watched_ports(target, snapshot.boot_id, left)
     except StateError as exc:
-        print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
+        print(f"gputui: warning: {fit(visible(str(exc)), 300)}", file=err)
 
 
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -284,7 +289,7 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
-            snapshot = no_data(target, visible(str(exc) or type(exc).__name__, 300), None)
+            snapshot = no_data(target, fit(visible(str(exc) or type(exc).__name__), 300), None)
             waited = None
             if not args.json:  # the verdict in words too: "cannot tell: no data: …"
                 for line in format_check(snapshot, out, header=len(targets) > 1):

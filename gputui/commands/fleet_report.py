@@ -18,6 +18,7 @@ from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.fleet_options import FleetChoice
 from gputui.commands.output import marks, safe_streams, wait_line
 from gputui.core.analysis import Baselines
+from gputui.core.display import fit
 from gputui.core.fleet_rows import (
     analyze_fleet,
     baseline_text,
@@ -66,7 +67,7 @@ MAX_HOSTS_LISTED = 50
 def _baselines(args: argparse.Namespace, err: TextIO) -> Baselines:
     baselines, warning = fleet_baselines(args.baseline_mib, args.tolerance_mib)
     if warning:
-        print(f"gputui: warning: {visible(warning, 400)}", file=err)
+        print(f"gputui: warning: {fit(visible(warning), 400)}", file=err)
     return baselines
 
 
@@ -101,7 +102,7 @@ def verdict_note(sample: FleetSample | None) -> str:
         return MEMORY_ONLY_NOTE
     if not plain:
         return EXPORTER_NOTE
-    names = ", ".join(visible(n, 40) for n in plain[:MAX_NAMES_IN_NOTE])
+    names = ", ".join(fit(n, 40) for n in plain[:MAX_NAMES_IN_NOTE])
     more = f" and {len(plain) - MAX_NAMES_IN_NOTE} more" if len(plain) > MAX_NAMES_IN_NOTE else ""
     return f"memory only on {names}{more}: no gputui exporter there; processes included on the others"
 
@@ -128,25 +129,25 @@ def format_fleet_table(sample: FleetSample) -> list[str]:
     for host in sample.hosts:
         row = summarize(host)
         util = "–" if row.util_pct is None else f"{row.util_pct}%"
-        server = "–" if row.server is None else visible(row.server, 60)
+        server = "–" if row.server is None else fit(row.server, 60)
         if row.server_state not in (None, HEALTH_STATE_UP):
-            server = f"{visible(row.server_state or '', 12)} {server}"
+            server = f"{fit(row.server_state or '', 12)} {server}"
         lines.append(
-            f"{visible(row.name, 24):<24} {row.gpus:>4} {baseline_text(row):>5} {memory_text(row):>11} "
+            f"{fit(row.name, 24):<24} {row.gpus:>4} {baseline_text(row):>5} {memory_text(row):>11} "
             f"{util:>4} {hottest_text(row):<16} {xid_text(row):<9} {state_text(row):<12} {server}"
         )
         if row.error:
-            lines.append(f"  ! {visible(row.error, 200)}")
+            lines.append(f"  ! {fit(row.error, 200)}")
         for finding in host.snapshot.findings[:MAX_FINDINGS_LISTED]:
             if finding.kind != "xid":
-                lines.append(f"  ! {visible(finding.kind, 20)}: {visible(finding.detail, 300)}")
+                lines.append(f"  ! {fit(finding.kind, 20)}: {fit(finding.detail, 300)}")
         for index, instances in sorted(host.mig.items()):
             for instance in instances:
                 used = "–" if instance.memory_used_mib is None else str(instance.memory_used_mib)
                 total = "–" if instance.memory_total_mib is None else str(instance.memory_total_mib)
-                profile = visible(instance.profile or "?", 20)
+                profile = fit(instance.profile or "?", 20)
                 lines.append(
-                    f"  GPU{index} MIG {visible(instance.instance_id, 8)} ({profile}) {used} / {total} MiB"
+                    f"  GPU{index} MIG {fit(instance.instance_id, 8)} ({profile}) {used} / {total} MiB"
                 )
     return lines
 
@@ -182,7 +183,7 @@ def run_fleet_snapshot(args: argparse.Namespace, out: TextIO | None = None, err:
     sample, error = _read(source, _baselines(args, err))
     status = EXIT_CLEAN
     if error is not None:
-        print(f"gputui: {visible(error, 400)}", file=err)
+        print(f"gputui: {fit(visible(error), 400)}", file=err)
         status = EXIT_ERROR
     elif sample is not None and not sample.hosts:
         print(_no_hosts_line(choice), file=err)
@@ -234,7 +235,7 @@ def format_fleet_check(sample: FleetSample, marks: tuple[str, str]) -> list[str]
             continue
         word = CANNOT_TELL_WORDS if verdict is None or status == EXIT_ERROR else verdict.level
         reasons = "; ".join(verdict.reasons) if verdict is not None else "no verdict"
-        lines.append(f"{bad} {visible(host.name, 40)}  {word}: {visible(reasons, 400)}")
+        lines.append(f"{bad} {fit(host.name, 40)}  {word}: {fit(reasons, 400)}")
     if listed > MAX_HOSTS_LISTED:
         lines.append(f"{bad} and {listed - MAX_HOSTS_LISTED} more hosts not clean")
     total = len(sample.hosts)
@@ -275,7 +276,7 @@ def run_fleet_check(args: argparse.Namespace, out: TextIO | None = None, err: Te
         time.sleep(min(CHECK_POLL_S, remaining))
     status = EXIT_ERROR if error is not None else fleet_status(sample)
     if error is not None:
-        print(f"gputui: {visible(error, 400)}", file=err)
+        print(f"gputui: {fit(visible(error), 400)}", file=err)
     elif sample is not None and not sample.hosts:
         print(_no_hosts_line(choice), file=err)
     if args.json:

@@ -47,7 +47,7 @@ from gputui.core.actions import (
 from gputui.core.analysis import find_survivors
 from gputui.core.cleanslate import watched_ports
 from gputui.core.cmdline import command_display
-from gputui.core.display import DASH
+from gputui.core.display import DASH, fit
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import HostSnapshot
 from gputui.core.owner import parse_owner_option
@@ -102,9 +102,11 @@ def parse_words(words: list[str], demo: bool) -> tuple[str, list[int]]:
     pids: list[int] = []
     for word in words:
         if not _DIGITS.fullmatch(word):
-            raise _UsageError(f"not a process id: {visible(word, 40)!r} (process ids are decimal numbers)")
+            raise _UsageError(
+                f"not a process id: {fit(visible(word), 40)!r} (process ids are decimal numbers)"
+            )
         if not 0 < int(word) <= PID_MAX:
-            raise _UsageError(f"not a process id: {visible(word, 40)!r} (from 1 to {PID_MAX})")
+            raise _UsageError(f"not a process id: {fit(visible(word), 40)!r} (from 1 to {PID_MAX})")
         pids.append(int(word))
     return target, pids
 
@@ -118,7 +120,7 @@ def plan_line(plan: KillPlan) -> str:
         if plan.wait_s
         else ""
     )
-    return f"{visible(plan.target, 60)}: SIG{plan.signal}" + (" (tree)" if plan.tree else "") + then
+    return f"{fit(visible(plan.target), 60)}: SIG{plan.signal}" + (" (tree)" if plan.tree else "") + then
 
 
 def format_plan(plan: KillPlan) -> list[str]:
@@ -127,7 +129,7 @@ def format_plan(plan: KillPlan) -> list[str]:
     lines = [plan_line(plan), f"{'PID':>8}  {'USER':<12} {'GPU MiB':>8}  COMMAND"]
     for owner in plan.owners:
         if owner is not None:
-            lines.append(f"  owner {visible(owner.label, 80)}:")
+            lines.append(f"  owner {fit(owner.label, 80)}:")
         for target in plan.targets:
             if target.owner != owner:
                 continue
@@ -136,23 +138,23 @@ def format_plan(plan: KillPlan) -> list[str]:
             under = f"  (in tree of {target.descendant_of})" if target.descendant_of is not None else ""
             state = "  [D: may not die]" if target.state == "D" else ""
             graphics = "  [graphics]" if target.graphics_only else ""
-            user = visible(target.user or DASH, 12)
+            user = fit(target.user or DASH, 12)
             lines.append(f"{target.pid:>8}  {user:<12} {mib:>8}  {command}{under}{state}{graphics}")
     for note in plan.notes:
-        lines.append(f"  note: {visible(note, 300)}")
+        lines.append(f"  note: {fit(note, 300)}")
     return lines
 
 
 def format_outcome(outcome: KillOutcome) -> str:
     signal_name = outcome.signal or "-"
-    name = visible(outcome.name or DASH, 24)
-    detail = f"  {visible(outcome.detail, 200)}" if outcome.detail else ""
+    name = fit(outcome.name or DASH, 24)
+    detail = f"  {fit(outcome.detail, 200)}" if outcome.detail else ""
     return f"{outcome.pid:>8}  {outcome.stage:<8} {signal_name:<4}  {outcome.result:<15} {name}{detail}"
 
 
 def pending_line(pending: tuple[Pending, ...]) -> str:
     """``KILL in 3.2 s to 2 processes: 4242 (detokenizer), 4250 (worker)`` (or a look, without escalation)."""
-    who = ", ".join(f"{p.pid} ({visible(p.name or '?', 24)})" for p in pending[:6])
+    who = ", ".join(f"{p.pid} ({fit(p.name or '?', 24)})" for p in pending[:6])
     if len(pending) > 6:
         who += f" and {len(pending) - 6} more"
     due = max((p.due_in_s or 0.0 for p in pending), default=0.0)
@@ -239,10 +241,13 @@ def run_kill(
         try:
             owner = parse_owner_option(args.owner)
         except ValueError as exc:
-            print(f"gputui: kill: {visible(str(exc), 200)}", file=err)
+            print(f"gputui: kill: {fit(visible(str(exc)), 200)}", file=err)
             return EXIT_ERROR
     if args.read_only:
-        print(f"gputui: {visible(target, 100)}: read-only mode: kill refused, nothing is signalled", file=err)
+        print(
+            f"gputui: {fit(visible(target), 100)}: read-only mode: kill refused, nothing is signalled",
+            file=err,
+        )
         return EXIT_ERROR
     listing = err if args.json else out
     delay_s = DEFAULT_ESCALATE_S if args.escalate is None else args.escalate
@@ -257,9 +262,10 @@ def run_kill(
             if args.all_gpu and not snapshot.gpus:
                 # Not "nothing to signal": without the driver's process list there is no telling what holds
                 # a GPU.
-                cause = visible(snapshot.error or "no GPUs found", 300)
+                cause = fit(snapshot.error or "no GPUs found", 300)
+                name = fit(visible(target), 100)
                 print(
-                    f"gputui: {visible(target, 100)}: --all-gpu: NVML is unavailable, so there is no GPU "
+                    f"gputui: {name}: --all-gpu: NVML is unavailable, so there is no GPU "
                     f"process list to kill from ({cause})",
                     file=err,
                 )
@@ -276,10 +282,10 @@ def run_kill(
                 owner=owner,
             )
         except ReadOnlyError as exc:
-            print(f"gputui: {visible(str(exc), 300)}", file=err)
+            print(f"gputui: {fit(visible(str(exc)), 300)}", file=err)
             return EXIT_ERROR
         except PlanError as exc:
-            print(f"gputui: {visible(target, 100)}: {visible(str(exc), 300)}", file=err)
+            print(f"gputui: {fit(visible(target), 100)}: {fit(visible(str(exc)), 300)}", file=err)
             return EXIT_ERROR
         except (LinkError, ValueError) as exc:
             print(link_error_line(target, exc), file=err)
@@ -289,7 +295,7 @@ def run_kill(
         if not args.yes:
             if not _is_terminal(stdin):
                 print(
-                    f"gputui: {visible(target, 100)}: not a terminal: nothing signalled (pass --yes to "
+                    f"gputui: {fit(visible(target), 100)}: not a terminal: nothing signalled (pass --yes to "
                     "signal without asking)",
                     file=err,
                 )
@@ -325,8 +331,8 @@ def _execute(
             first = run.start()
         except StateError as exc:
             print(
-                f"gputui: {visible(target, 100)}: kill refused, nothing signalled: audit log: "
-                f"{visible(str(exc), 300)} (--no-audit to kill without it)",
+                f"gputui: {fit(visible(target), 100)}: kill refused, nothing signalled: audit log: "
+                f"{fit(visible(str(exc)), 300)} (--no-audit to kill without it)",
                 file=err,
             )
             return EXIT_ERROR
@@ -347,27 +353,30 @@ def _execute(
                 if interrupts.count > told and run.pending:
                     told = interrupts.count
                     print(
-                        f"gputui: {visible(target, 100)}: {pending_line(run.pending)}; waiting for it "
+                        f"gputui: {fit(visible(target), 100)}: {pending_line(run.pending)}; waiting for it "
                         "(Ctrl-C again to abandon)",
                         file=err,
                     )
                 shown += _show(run.wait(POLL_S).outcomes, out if text else None)
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
+            name = fit(visible(target), 100)
             print(
-                f"gputui: {visible(target, 100)}: the collector finishes the kill on its own; its outcome "
-                "is not known here",
+                f"gputui: {name}: the collector finishes the kill on its own; its outcome is not known here",
                 file=err,
             )
             return EXIT_ERROR
     if abandoned:
         _show(run.outcomes[shown:], out if text else None)
         left = ", ".join(
-            f"{o.pid} ({visible(o.name or '?', 24)}): {visible(o.detail or o.result, 120)}" for o in run.left
+            f"{o.pid} ({fit(o.name or '?', 24)}): {fit(o.detail or o.result, 120)}" for o in run.left
         )
-        print(f"gputui: {visible(target, 100)}: abandoned; left: {left or 'nothing'}", file=err)
+        print(f"gputui: {fit(visible(target), 100)}: abandoned; left: {left or 'nothing'}", file=err)
     for problem in run.audit_errors:
-        print(f"gputui: warning: audit log not written after the signals: {visible(problem, 300)}", file=err)
+        print(
+            f"gputui: warning: audit log not written after the signals: {fit(visible(problem), 300)}",
+            file=err,
+        )
     survivors = _survivors(link, target, plan, run, snapshot)
     job_left = check_recorded(link, target, plan.boot_id, err) if run.done and plan_leftovers else None
     gone = all_gone(run.outcomes) and not abandoned
@@ -386,7 +395,7 @@ def _execute(
         print(json_visible(document, indent=1), file=out)
     else:
         for finding in survivors:
-            print(f"survivor: {visible(finding.detail, 300)}", file=out)
+            print(f"survivor: {fit(finding.detail, 300)}", file=out)
         for line in receipt_lines(target, job_left):
             print(line, file=out)
         print("every process is gone" if gone else "not every process is gone (see above)", file=out)
@@ -407,7 +416,7 @@ def _watch_ports(
     except StateError as exc:
         print(
             f"gputui: warning: the next check cannot wait for ports {', '.join(map(str, plan.ports))}: "
-            f"{visible(str(exc), 300)}",
+            f"{fit(visible(str(exc)), 300)}",
             file=err,
         )
 

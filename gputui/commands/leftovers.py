@@ -24,6 +24,7 @@ from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core import leftovers
 from gputui.core.actions import AuditLog
+from gputui.core.display import fit
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.state import StateError
 from gputui.core.textsafe import json_visible, visible
@@ -60,7 +61,7 @@ def check_recorded(link: HostLink, target: str, boot_id: str | None, err: TextIO
         try:
             leftovers.save(target, boot_id, checked, replace_all=True)
         except StateError as exc:
-            print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
+            print(f"gputui: warning: {fit(visible(str(exc)), 300)}", file=err)
     return checked
 
 
@@ -68,7 +69,7 @@ def receipt_lines(target: str, checked: dict[str, Any] | None) -> list[str]:
     """The kill receipt's lines for what the killed job left behind."""
     if checked is None:
         return []
-    return [f"leftover: {visible(f.detail, 400)}" for f in leftovers.findings(target, checked)]
+    return [f"leftover: {fit(f.detail, 400)}" for f in leftovers.findings(target, checked)]
 
 
 def _confirm(count: int, stdin: TextIO, out: TextIO) -> bool:
@@ -94,7 +95,7 @@ def run_leftovers(
         return EXIT_ERROR
     target = targets[0]
     if args.remove and args.read_only:
-        print(f"gputui: {visible(target, 100)}: read-only mode: nothing is removed", file=err)
+        print(f"gputui: {fit(visible(target), 100)}: read-only mode: nothing is removed", file=err)
         return EXIT_ERROR
     link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
     try:
@@ -105,7 +106,9 @@ def run_leftovers(
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR
-        lines = receipt_lines(target, checked) or [f"{visible(target, 100)}: no leftovers of killed jobs"]
+        lines = receipt_lines(target, checked) or [
+            f"{fit(visible(target), 100)}: no leftovers of killed jobs"
+        ]
         if not args.remove or not checked["segments"]:
             if args.json:
                 print(json_visible({"target": target, "leftovers": checked}, indent=1), file=out)
@@ -131,14 +134,15 @@ def _remove(
     segments = [s for s in checked["segments"] if not s.get("open_by")]
     if not segments:
         print(
-            f"gputui: {visible(target, 100)}: every segment left is still open or mapped: none removed",
+            f"gputui: {fit(visible(target), 100)}: every segment left is still open or mapped: none removed",
             file=err,
         )
         return EXIT_LEFT
     if not args.yes:
         if not stdin.isatty():
             print(
-                f"gputui: {visible(target, 100)}: not a terminal: nothing removed (--yes to remove)", file=err
+                f"gputui: {fit(visible(target), 100)}: not a terminal: nothing removed (--yes to remove)",
+                file=err,
             )
             return EXIT_ERROR
         if not _confirm(len(segments), stdin, out):
@@ -154,7 +158,8 @@ def _remove(
             audit.record(target, boot_id, [dict(e, result=RESULT_REQUESTED) for e in entries])
         except StateError as exc:
             print(
-                f"gputui: {visible(target, 100)}: nothing removed: audit log: {visible(str(exc), 300)}",
+                f"gputui: {fit(visible(target), 100)}: nothing removed: audit log: "
+                f"{fit(visible(str(exc)), 300)}",
                 file=err,
             )
             return EXIT_ERROR
@@ -173,12 +178,15 @@ def _remove(
             )
         except StateError as exc:
             print(
-                f"gputui: warning: audit log not written after removing: {visible(str(exc), 300)}", file=err
+                f"gputui: warning: audit log not written after removing: {fit(visible(str(exc)), 300)}",
+                file=err,
             )
     for result in results:
-        detail = f"  {visible(str(result.get('detail')), 200)}" if result.get("detail") else ""
+        # The collector's answer to the removal is not read into the model: made visible here.
+        detail = f"  {fit(visible(result.get('detail')), 200)}" if result.get("detail") else ""
+        path = fit(visible(result.get("path")), 200)
         print(
-            f"{visible(str(result.get('result')), 12):<8} {visible(str(result.get('path')), 200)}{detail}",
+            f"{fit(visible(result.get('result')), 12):<8} {path}{detail}",
             file=out,
         )
     check_recorded(link, target, boot_id, err)

@@ -13,7 +13,7 @@ from gputui.commands.targets import default_targets, open_link, options_from_arg
 from gputui.commands.verdict_text import verdict_lines
 from gputui.core.analysis.gpu_health import health_summary
 from gputui.core.cmdline import command_display
-from gputui.core.display import DASH, clock_time
+from gputui.core.display import DASH, clock_time, fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.judge import judge, no_data
 from gputui.core.link import LinkError, one_shot_sample
@@ -62,45 +62,45 @@ def _num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
 
 def format_health_line(sample: HealthSample) -> str:
     """One endpoint: URL, state, HTTP code, latency and since when the state holds (detail when not UP)."""
-    url = visible(sample.url, HEALTH_URL_WIDTH)
-    state = visible(sample.state, 10) if sample.state else DASH
+    url = fit(sample.url, HEALTH_URL_WIDTH)
+    state = fit(sample.state, 10) if sample.state else DASH
     code = str(sample.code) if sample.code is not None else DASH
     latency = f"{sample.latency_ms:.0f} ms" if sample.latency_ms is not None else DASH
     line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {clock_time(sample.since)}"
     if sample.detail and sample.state != HEALTH_STATE_UP:
-        line += f"  {visible(sample.detail, HEALTH_DETAIL_WIDTH)}"
+        line += f"  {fit(sample.detail, HEALTH_DETAIL_WIDTH)}"
     metrics = sample.metrics or {}
     if metrics.get("engine"):
         kv = metrics.get("kv_cache_usage")
         line += (
-            f"\n    {visible(str(metrics['engine']), 10)}: {_num(metrics.get('running'))} running, "
+            f"\n    {fit(str(metrics['engine']), 10)}: {_num(metrics.get('running'))} running, "
             f"{_num(metrics.get('waiting'))} waiting, KV {_num(None if kv is None else kv * 100, '%')}"
         )
     elif sample.metrics_error:
-        line += f"\n    metrics: {visible(sample.metrics_error, HEALTH_DETAIL_WIDTH)}"
+        line += f"\n    metrics: {fit(sample.metrics_error, HEALTH_DETAIL_WIDTH)}"
     return line
 
 
 def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[str]:
     """The compact text form of one snapshot: a header, one line per GPU, the GPU processes, health, then
     the verdict block exactly as ``gputui check`` prints it (``verdict_text``); ``stream`` picks its marks."""
-    host = visible(snapshot.hostname or DASH, 60)
-    header = f"{visible(snapshot.target, 60)} ({host})"
+    host = fit(snapshot.hostname or DASH, 60)
+    header = f"{fit(snapshot.target, 60)} ({host})"
     if snapshot.driver_version:
-        header += f"  driver {visible(snapshot.driver_version, 30)}"
+        header += f"  driver {fit(snapshot.driver_version, 30)}"
     if snapshot.mode:
-        header += f"  mode {visible(snapshot.mode, 10)}"
+        header += f"  mode {fit(snapshot.mode, 10)}"
     lines = [header]
     if snapshot.error:
-        lines.append(f"  error: {visible(snapshot.error, 200)}")
+        lines.append(f"  error: {fit(snapshot.error, 200)}")
     if snapshot.gpus:
         lines.append(
             f"{'GPU':>3}  {'NAME':<30} {'USED / TOTAL MiB':>17} {'UTIL':>5} {'TEMP':>5} {'POWER':>13}"
         )
     for gpu in snapshot.gpus:
-        name = visible(gpu.name or DASH, 30)
+        name = fit(gpu.name or DASH, 30)
         if gpu.error:
-            lines.append(f"{gpu.index:>3}  {name:<30} error: {visible(gpu.error, 80)}")
+            lines.append(f"{gpu.index:>3}  {name:<30} error: {fit(gpu.error, 80)}")
             continue
         memory = f"{_num(gpu.memory_used_mib)} / {_num(gpu.memory_total_mib)}"
         power = f"{_num(gpu.power_w, 'W')} / {_num(gpu.power_limit_w, 'W')}"
@@ -112,7 +112,8 @@ def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[s
     for gpu in snapshot.gpus:
         for gpu_proc in gpu.processes:
             proc = snapshot.process(gpu_proc.pid) if gpu_proc.visible else None
-            user = visible(proc.user, 16) if proc is not None and proc.user else DASH
+            user = fit(proc.user, 16) if proc is not None and proc.user else DASH
+            command: str
             if proc is not None:
                 command = command_display(proc.cmdline, proc.name, COMMAND_WIDTH, proc.cmdline_truncated)
             else:
@@ -159,16 +160,16 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
-            unreachable.append(no_data(target, visible(str(exc) or type(exc).__name__, 300), None))
+            unreachable.append(no_data(target, fit(visible(str(exc) or type(exc).__name__), 300), None))
             continue
         except Exception as exc:  # anything else a transport raises: still one line, never a traceback
             cause = RuntimeError(f"{type(exc).__name__}: {exc}")
             print(link_error_line(target, cause), file=err)
             status = EXIT_ERROR
-            unreachable.append(no_data(target, visible(str(cause), 300), None))
+            unreachable.append(no_data(target, fit(visible(str(cause)), 300), None))
             continue
         if snapshot.error and not snapshot.gpus:
-            print(f"gputui: {visible(target, 60)}: {visible(snapshot.error, 300)}", file=err)
+            print(f"gputui: {fit(visible(target), 60)}: {fit(snapshot.error, 300)}", file=err)
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):

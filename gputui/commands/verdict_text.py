@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import TextIO
 
 from gputui.commands.output import marks
-from gputui.core.display import DASH, age_since
+from gputui.core.display import DASH, age_since, fit
 from gputui.core.levels import CANNOT_TELL
 from gputui.core.model import HostSnapshot
-from gputui.core.textsafe import visible
 from gputui.core.verdicts import headline
 
 MAX_FINDINGS_SHOWN = 20
@@ -45,21 +44,19 @@ def verdict_lines(snapshot: HostSnapshot, stream: TextIO) -> list[str]:
             texts = [
                 _gpu_reason_text(gpu_verdict.index, gpu_verdict.used_mib, r) for r in gpu_verdict.reasons
             ]
-            lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {bad} {visible('; '.join(texts), 400)}")
+            lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {bad} {fit('; '.join(texts), 400)}")
             shown.update(gpu_verdict.reasons)
-    lines.append(visible(headline(verdict), 600))
+    lines.append(fit(headline(verdict), 600))
     if verdict is not None and verdict.level != CANNOT_TELL:
         findings = {f.detail for f in snapshot.findings}
         for reason in verdict.reasons:
             if reason not in shown and reason not in findings:
-                lines.append(f"  - {visible(reason, 400)}")
+                lines.append(f"  - {fit(reason, 400)}")
     for finding in snapshot.findings[:MAX_FINDINGS_SHOWN]:
         age = "" if snapshot.time is None else age_since(finding.since, snapshot.time)
-        lines.append(
-            f"! {visible(finding.kind, 20)}: {visible(finding.detail, 400)}{f' ({age})' if age else ''}"
-        )
+        lines.append(f"! {fit(finding.kind, 20)}: {fit(finding.detail, 400)}{f' ({age})' if age else ''}")
         if finding.action:
-            lines.append(f"    -> {visible(finding.action, 300)}")
+            lines.append(f"    -> {fit(finding.action, 300)}")
     if len(snapshot.findings) > MAX_FINDINGS_SHOWN:
         lines.append(f"! and {len(snapshot.findings) - MAX_FINDINGS_SHOWN} more findings")
     return lines

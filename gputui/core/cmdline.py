@@ -6,7 +6,7 @@ options tell nothing about the process, and at a table's width they push out wha
 its title (``setproctitle``: one string, such as ``sglang::scheduler_TP3``) reads as that title. A process
 without a command line (a zombie, a kernel thread) reads as its name in brackets, as ``ps`` shows it.
 
-Pure string work on untrusted text: the words returned still have to be made visible before display.
+Pure string work on the model's (visible) text; ``command_display`` cuts the result to a width.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gputui.core.textsafe import ELLIPSIS, visible_cmdline
+from gputui.core.display import fit
+from gputui.core.textsafe import ELLIPSIS, SafeText
 
 _PYTHON = re.compile(r"python[0-9.]*[a-z]?")
 _PYTHON_OPTIONS_WITH_VALUE = frozenset({"-X", "-W"})
@@ -57,16 +58,16 @@ def command_words(argv: Sequence[str], name: str | None = None) -> list[str]:
     return [program, *rest]
 
 
-def command_display(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> str:
+def command_display(argv: Sequence[str], name: str | None, max_len: int, truncated: bool = False) -> SafeText:
     """How a process's command reads everywhere it is shown (the TUI's tables and dialogs, ``snapshot`` and
-    ``kill``): ``command_words`` made visible and at most ``max_len`` long.
+    ``kill``): ``command_words`` at most ``max_len`` long (``display.fit``).
 
     ``truncated``: the collector cut the command line (``Proc.cmdline_truncated``); it then always ends with
     the ellipsis, even when what arrived fits in ``max_len``.
     """
     words = command_words(argv, name)
-    shown = visible_cmdline(words, max_len)
+    shown = fit(" ".join(words), max_len)
     if argv and truncated and not shown.endswith(ELLIPSIS):
-        # One more (empty) argument makes a line that filled the width exactly one character too long.
-        shown = shown + ELLIPSIS if len(shown) < max_len else visible_cmdline([*words, ""], max_len)
+        # One more character makes a line that filled the width exactly one character too long.
+        shown = SafeText(shown + ELLIPSIS) if len(shown) < max_len else fit(shown + " ", max_len)
     return shown

@@ -1,5 +1,5 @@
-"""How figures read on a screen, in the TUI and on the command line alike: the dash for a missing value,
-durations, times of day, memory sizes.
+"""How figures and text read on a screen, in the TUI and on the command line alike: the dash for a missing
+value, durations, times of day, memory sizes, text cut to a width.
 
 Plain strings only (no UI library): the widgets and the commands both use these, so a value reads the same
 wherever it is shown.
@@ -7,7 +7,10 @@ wherever it is shown.
 
 from __future__ import annotations
 
+import re
 import time
+
+from gputui.core.textsafe import ELLIPSIS, SafeText, visible
 
 DASH = "–"
 """Shown for a value that could not be read (None in the model)."""
@@ -72,3 +75,28 @@ def size_text(mib: int | None) -> str:
         return f"{mib}M"
     gib = mib / 1024
     return f"{gib:.1f}G" if gib < 10 else f"{gib:.0f}G"
+
+
+_ESCAPE_RE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|[tnr])")
+"""The escapes ``textsafe.visible`` writes; the longest is ten characters."""
+_ESCAPE_MAX_CHARS = 10
+
+
+def fit(text: str, max_chars: int) -> SafeText:
+    """``text`` in at most ``max_chars`` characters: cut at a character or escape boundary, ending with "…".
+
+    ``text`` is visible text (the model's); an escape in it (``\\x1b``) is kept whole or left out, never cut
+    in half. Anything not yet visible is made so first, so what this returns is always safe to show.
+    """
+    if max_chars <= 0:
+        return SafeText("")
+    # Only the head can be shown: a 2 MB argv shown in 40 columns costs 40 characters of work.
+    head = visible(text[: max_chars + _ESCAPE_MAX_CHARS])
+    if len(head) <= max_chars and len(text) <= max_chars:
+        return head
+    cut = max_chars - 1  # room for the ellipsis
+    for match in _ESCAPE_RE.finditer(head, max(0, cut - _ESCAPE_MAX_CHARS + 1), cut + _ESCAPE_MAX_CHARS):
+        if match.start() < cut < match.end():
+            cut = match.start()
+            break
+    return SafeText(head[:cut] + ELLIPSIS)

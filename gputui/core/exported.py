@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from gputui.core import export_schema as s
 from gputui.core.analysis import Baselines, age_text, find_problems
 from gputui.core.analysis.baselines import DEFAULT_BASELINE_MIB
+from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
@@ -152,15 +153,17 @@ def _rebuilt(exported: ExportedHost, snapshot: HostSnapshot) -> tuple[HostSnapsh
         procs[subject.pid] = Proc(
             pid=subject.pid,
             ppid=subject.ppid,
-            name=subject.comm or None,
-            state=_STATE_OF_KIND.get(subject.kind, "S"),
+            name=visible(subject.comm) if subject.comm else None,
+            state=visible(_STATE_OF_KIND.get(subject.kind, "S")),
             state_since=subject.since,
             gpu_memory_mib=dict(subject.memory_mib),
             live_threads=threads,
         )
     for subject in exported.subjects:
         if subject.ppid not in (None, 0, 1) and subject.ppid not in procs and subject.parent_comm:
-            procs[subject.ppid] = Proc(pid=subject.ppid, name=subject.parent_comm, state="S")
+            procs[subject.ppid] = Proc(
+                pid=subject.ppid, name=visible(subject.parent_comm), state=visible("S")
+            )
     per_gpu: dict[str, int] = {}
     gpus = []
     for gpu in snapshot.gpus:
@@ -242,7 +245,7 @@ def exported_verdict(
         return Verdict(clean=False, known=False, reasons=(reason,), baseline_mib=baselines)
 
     if exported.conflict:
-        names = ", ".join(visible(i, 60) for i in exported.instances[:4])
+        names = ", ".join(fit(i, 60) for i in exported.instances[:4])
         return unknown(f"two gputui exporters claim this host ({names}): their figures are not merged")
     age = exported.sample_age_s
     if age is not None and stale_after_s is not None and age > stale_after_s:
@@ -267,9 +270,9 @@ def exported_verdict(
             reasons.append(reason)
     reasons.extend(f.detail for f in findings if f.kind in REMNANT_KINDS and f.gpu_index is None)
     if not exported.known:
-        reasons = reasons or [f"cannot tell ({EXPORTER_NOTE}: {visible(exported.reason, 20)})"]
+        reasons = reasons or [f"cannot tell ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
     elif not exported.clean and not reasons:
-        reasons = [f"not clean ({EXPORTER_NOTE}: {visible(exported.reason, 20)})"]
+        reasons = [f"not clean ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
     return Verdict(
         clean=bool(exported.clean) and exported.known,
         known=exported.known,
@@ -283,10 +286,10 @@ def exported_health(exported: ExportedHost, now: float | None) -> tuple[HealthSa
     """The exporter's servers as health samples, named by port (their URLs never travel)."""
     return tuple(
         HealthSample(
-            url=f"port {server.port}" if server.port else "server",
-            state=server.state or None,
+            url=visible(f"port {server.port}" if server.port else "server"),
+            state=visible(server.state) if server.state else None,
             since=server.since,
-            detail=f"{server.engine}: {EXPORTER_NOTE}" if server.engine else EXPORTER_NOTE,
+            detail=visible(f"{server.engine}: {EXPORTER_NOTE}" if server.engine else EXPORTER_NOTE),
             checked_at=now,
         )
         for server in exported.servers

@@ -20,10 +20,10 @@ from prometheus_client.metrics_core import Metric
 
 from gputui.core import export_schema as s
 from gputui.core.analysis import Baselines
+from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Gpu, HostSnapshot, Proc
 from gputui.core.servers import SERVER_STATES
-from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding, GpuVerdict
 
 
@@ -66,7 +66,7 @@ class ExporterFigures:
 
 def comm(name: str | None) -> str:
     """A process name as a label value: visible, at most ``COMM_MAX`` characters."""
-    return visible(name or "", s.COMM_MAX)
+    return fit(name or "", s.COMM_MAX)
 
 
 def server_port(url: str) -> str:
@@ -140,9 +140,9 @@ def families(
     info.add_metric(
         [hostname],
         {
-            "version": visible(version, 32),
-            "mode": visible((snapshot.mode if snapshot else None) or "", 16),
-            "driver": visible((snapshot.driver_version if snapshot else None) or "", 32),
+            "version": fit(version, 32),
+            "mode": fit((snapshot.mode if snapshot else None) or "", 16),
+            "driver": fit((snapshot.driver_version if snapshot else None) or "", 32),
         },
     )
     out.add(info)
@@ -180,8 +180,8 @@ def _gpu_families(out: _Families, snapshot: HostSnapshot, baselines: Baselines) 
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index)[: s.MAX_GPUS]:
         labels = {
             s.GPU_LABEL: str(gpu.index),
-            s.UUID_LABEL: visible(gpu.uuid or "", 64),
-            s.MODEL_LABEL: visible(gpu.name or "", 64),
+            s.UUID_LABEL: fit(gpu.uuid or "", 64),
+            s.MODEL_LABEL: fit(gpu.name or "", 64),
         }
         readable = gpu.error is None and gpu.memory_used_mib is not None
         out.set(s.GPU_READABLE, "1 when the GPU's memory could be read", float(readable), **labels)
@@ -304,9 +304,7 @@ def _finding_families(out: _Families, snapshot: HostSnapshot, baselines: Baselin
         threads = proc.live_threads if proc is not None else None
         if threads is not None:
             for state, count in sorted(threads.states.items()):
-                out.set(
-                    s.SUBJECT_THREADS, "Live threads of the subject", count, **ids, state=visible(state, 2)
-                )
+                out.set(s.SUBJECT_THREADS, "Live threads of the subject", count, **ids, state=fit(state, 2))
             if threads.omitted:
                 out.set(s.SUBJECT_THREADS, "Live threads of the subject", threads.omitted, **ids, state="?")
     omitted = max(0, len(subjects) - s.MAX_SUBJECTS)
@@ -318,12 +316,12 @@ def _server_families(out: _Families, health: tuple[HealthSample, ...]) -> None:
     seen: set[tuple[str, str]] = set()
     for sample in health:
         port = server_port(sample.url)
-        engine = visible(str((sample.metrics or {}).get("engine") or ""), 16)
+        engine = fit(str((sample.metrics or {}).get("engine") or ""), 16)
         if (port, engine) in seen or len(seen) >= s.MAX_SERVERS:
             continue  # the same server by another address (127.0.0.1 and ::1): one series set
         seen.add((port, engine))
         states = list(SERVER_STATES)
-        current = visible(sample.state or "", 16)
+        current = fit(sample.state or "", 16)
         if current and current not in states:
             states.append(current)
         for state in states:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gputui.core.owner import Owner, owner_matches, split_owner_word
+from gputui.core.textsafe import visible
 
 DCGM_OWNER_LABELS = (
     "exported_pod",
@@ -30,9 +31,11 @@ def dcgm_owner(labels: Mapping[str, str]) -> Owner | None:
         return None
     namespace = labels.get(prefix + "namespace") or ""
     container = labels.get(prefix + "container") or ""
-    details = tuple((k, v[:253]) for k, v in (("namespace", namespace), ("container_name", container)) if v)
+    details = tuple(
+        (k, visible(v[:253])) for k, v in (("namespace", namespace), ("container_name", container)) if v
+    )
     ident = f"{namespace}/{pod}" if namespace else pod
-    return Owner("pod", ident[:253], pod[:253], details)
+    return Owner("pod", visible(ident[:253]), visible(pod[:253]), details)
 
 
 def owner_labels(owners: Iterable[Owner]) -> tuple[str, ...]:

@@ -182,7 +182,7 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         hottest = (index, temp)
         hottest_power = next((g.power_w for g in gpus if g.index == index), None)
     health = snapshot.health
-    server = None
+    server: str | None = None
     if health:
         server = health[0].detail or health[0].url
         if len(health) > 1:

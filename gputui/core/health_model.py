@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gputui.core.textsafe import SafeText, visible
+
 
 def _int(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
@@ -34,8 +36,8 @@ def _time(value: Any) -> float | None:
     return number if number == number and 0 <= number < 1e12 else None
 
 
-def _text(value: Any, limit: int = 200) -> str:
-    return value[:limit] if isinstance(value, str) else ""
+def _text(value: Any, limit: int = 200) -> SafeText:
+    return visible(value[:limit] if isinstance(value, str) else "")
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,9 @@ class XidEvent:
     xid: int
     time: float | None = None
     source: str = ""
-    detail: str = ""
+    detail: SafeText = SafeText("")
     cleared: str | None = None
-    pci: str | None = None
+    pci: SafeText | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> XidEvent | None:
@@ -72,8 +74,8 @@ class XidEvent:
             time=_time(data.get("time")),
             source=_text(data.get("source"), 40),
             detail=_text(data.get("detail")),
-            cleared=cleared[:80] if isinstance(cleared, str) else None,
-            pci=pci[:40] if isinstance(pci, str) else None,
+            cleared=visible(cleared[:80]) if isinstance(cleared, str) else None,
+            pci=visible(pci[:40]) if isinstance(pci, str) else None,
         )
 
 
@@ -155,8 +157,8 @@ class KernelLogNote:
         unmatched: Xids logged for PCI addresses no GPU of the host has.
     """
 
-    source: str | None = None
-    error: str | None = None
+    source: SafeText | None = None
+    error: SafeText | None = None
     unmatched: tuple[XidEvent, ...] = ()
 
     @classmethod
@@ -165,7 +167,7 @@ class KernelLogNote:
             return None
         source, error = data.get("source"), data.get("error")
         return cls(
-            source=source[:200] if isinstance(source, str) else None,
-            error=error[:400] if isinstance(error, str) else None,
+            source=visible(source[:200]) if isinstance(source, str) else None,
+            error=visible(error[:400]) if isinstance(error, str) else None,
             unmatched=_events(data.get("unmatched")),
         )

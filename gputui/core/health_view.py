@@ -19,9 +19,8 @@ from gputui.agent.protocol import HEALTH_STATE_STARTING as STARTING
 from gputui.agent.protocol import HEALTH_STATE_TIMEOUT as TIMEOUT
 from gputui.agent.protocol import HEALTH_STATE_UNHEALTHY as UNHEALTHY
 from gputui.agent.protocol import HEALTH_STATE_UP as UP
-from gputui.core.display import clock_time
+from gputui.core.display import clock_time, fit
 from gputui.core.health_sample import HealthSample
-from gputui.core.textsafe import visible
 
 STATE_SEVERITY: dict[str | None, int] = {
     UP: 0,
@@ -68,7 +67,7 @@ def state_word(sample: HealthSample) -> str:
         return "not probed"
     if sample.state != UP and sample.code is not None and sample.state in (UNHEALTHY, ERROR):
         return str(sample.code)
-    return visible(sample.state, 12)
+    return fit(sample.state, 12)
 
 
 def since_text(sample: HealthSample, now_s: float | None = None) -> str:
@@ -87,7 +86,7 @@ def _reason(sample: HealthSample) -> str:
     if sample.code is not None and sample.state in (UNHEALTHY, ERROR):
         return f" ({sample.code})"
     if sample.detail:
-        return f" ({visible(sample.detail, DETAIL_MAX_CHARS)})"
+        return f" ({fit(sample.detail, DETAIL_MAX_CHARS)})"
     return ""
 
 
@@ -111,20 +110,18 @@ def health_transitions(prev: Sequence[HealthSample], cur: Sequence[HealthSample]
     lines: list[str] = []
     for sample in cur:
         old = before.get(sample.url)
-        url = visible(sample.url, URL_MAX_CHARS)
+        url = fit(sample.url, URL_MAX_CHARS)
         if sample.state is None:
             continue
         if old is None or old.state is None:
             if sample.state != UP:
-                lines.append(f"{url} is {visible(sample.state, 12)}{_reason(sample)}")
+                lines.append(f"{url} is {fit(sample.state, 12)}{_reason(sample)}")
             continue
         if old.state != sample.state:
-            lines.append(f"{url} {visible(old.state, 12)} → {visible(sample.state, 12)}{_reason(sample)}")
+            lines.append(f"{url} {fit(old.state, 12)} → {fit(sample.state, 12)}{_reason(sample)}")
     for sample in prev:
         if sample.url not in now_urls and sample.state is not None:
-            lines.append(
-                f"{visible(sample.url, URL_MAX_CHARS)} no longer probed (was {visible(sample.state, 12)})"
-            )
+            lines.append(f"{fit(sample.url, URL_MAX_CHARS)} no longer probed (was {fit(sample.state, 12)})")
     return lines
 
 

@@ -19,6 +19,7 @@ from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import WatchedPort, busy_port_reason, busy_ports
 from gputui.core.model import HostSnapshot
 from gputui.core.servers import ServerWatch, failing_servers
+from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Verdict
 from gputui.core.verdicts import NO_DATA
 
@@ -85,5 +86,5 @@ def no_data(target: str, reason: str | None, since_s: float | None) -> HostSnaps
         reason: Why there is no data (the link's error, "connecting", "stale"); None: not known.
         since_s: Epoch seconds of the last data (None: never had any).
     """
-    text = no_data_text(reason, since_s)
+    text = visible(no_data_text(reason, since_s))
     return HostSnapshot(target=target, error=text, verdict=Verdict(clean=False, known=False, reasons=(text,)))

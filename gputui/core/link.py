@@ -13,6 +13,8 @@ from typing import Any
 
 from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, PROCESS_INTERVAL_S
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.textsafe import visible
+from gputui.core.wire_values import safe_list
 
 SSH_CLIENTS = ("paramiko", "openssh", "auto")
 """What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (paramiko,
@@ -20,7 +22,14 @@ and the system client for a host whose ssh config needs what only it can do)."""
 
 
 class LinkError(Exception):
-    """A host could not be reached or answered badly. ``str()`` is one readable line naming the cause."""
+    """A host could not be reached or answered badly. ``str()`` is one readable line naming the cause.
+
+    Its message often quotes what a host, an ssh client or a library said: it is made visible here, once,
+    so every view shows ``str(error)`` as it is.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(visible(arg) if isinstance(arg, str) else arg for arg in args))
 
 
 @dataclass(frozen=True)
@@ -196,6 +205,6 @@ def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:
         raise LinkError(f"{link.target}: the agent answered without the command line of pid {proc.pid}")
     return replace(
         proc,
-        cmdline=tuple(str(arg) for arg in cmdline),
+        cmdline=safe_list(cmdline),
         cmdline_truncated=result.get("cmdline_truncated") is True,
     )

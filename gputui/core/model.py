@@ -29,8 +29,9 @@ from gputui.core import figures
 from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
 from gputui.core.owner import Owner
+from gputui.core.textsafe import SafeText
 from gputui.core.verdict_model import Finding, Verdict
-from gputui.core.wire_values import opt_float, opt_int, opt_str, plain, ports_of
+from gputui.core.wire_values import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -80,7 +81,7 @@ class GpuProcess:
         return cls(
             pid=int(data["pid"]),
             used_mib=opt_int(data.get("used_mib")),
-            type=str(data.get("type") or "compute"),
+            type=safe(data.get("type"), "compute"),
             visible=bool(data.get("visible", True)),
         )
 
@@ -94,7 +95,7 @@ class Gpu:
     """
 
     index: int
-    name: str | None = None
+    name: SafeText | None = None
     uuid: str | None = None
     pci_bus_id: str | None = None
     memory_used_mib: int | None = None
@@ -105,7 +106,7 @@ class Gpu:
     temperature_c: int | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
-    error: str | None = None
+    error: SafeText | None = None
     processes: tuple[GpuProcess, ...] = ()
     health: GpuHealth | None = None
     """The GPU's own health figures and Xid history (``health_model``); None where none was read."""
@@ -125,9 +126,9 @@ class Gpu:
         """``processes``: the list to use instead of the data's (a stream line that left it out)."""
         return cls(
             index=int(data["index"]),
-            name=opt_str(data.get("name")),
-            uuid=opt_str(data.get("uuid")),
-            pci_bus_id=opt_str(data.get("pci_bus_id")),
+            name=opt_safe(data.get("name")),
+            uuid=opt_safe(data.get("uuid")),
+            pci_bus_id=opt_safe(data.get("pci_bus_id")),
             memory_used_mib=opt_int(data.get("memory_used_mib")),
             memory_total_mib=opt_int(data.get("memory_total_mib")),
             memory_reserved_mib=opt_int(data.get("memory_reserved_mib")),
@@ -136,7 +137,7 @@ class Gpu:
             temperature_c=opt_int(data.get("temperature_c")),
             power_w=opt_float(data.get("power_w")),
             power_limit_w=opt_float(data.get("power_limit_w")),
-            error=opt_str(data.get("error")),
+            error=opt_safe(data.get("error")),
             processes=(
                 processes
                 if processes is not None
@@ -168,7 +169,7 @@ class LiveThreads:
         pairs = states.items() if isinstance(states, dict) else ()
         return cls(
             live=max(0, opt_int(data.get("live")) or 0),
-            states={str(k): max(0, opt_int(v) or 0) for k, v in pairs},
+            states={safe(k): max(0, opt_int(v) or 0) for k, v in pairs},
             omitted=max(0, opt_int(data.get("omitted")) or 0),
         )
 
@@ -205,11 +206,11 @@ class Proc:
 
     pid: int
     ppid: int | None = None
-    user: str | None = None
+    user: SafeText | None = None
     uid: int | None = None
     state: str | None = None
-    name: str | None = None
-    cmdline: tuple[str, ...] = ()
+    name: SafeText | None = None
+    cmdline: tuple[SafeText, ...] = ()
     cmdline_truncated: bool = False
     start_ticks: int | None = None
     create_time: float | None = None
@@ -218,7 +219,7 @@ class Proc:
     gpu_memory_mib: dict[int, int] = field(default_factory=dict)
     pgid: int | None = None
     sid: int | None = None
-    cgroup: str | None = None
+    cgroup: SafeText | None = None
     live_threads: LiveThreads | None = None
     listen_ports: tuple[int, ...] = ()
     owner: Owner | None = None
@@ -263,11 +264,11 @@ class Proc:
         return cls(
             pid=int(data["pid"]),
             ppid=opt_int(data.get("ppid")),
-            user=opt_str(data.get("user")),
+            user=opt_safe(data.get("user")),
             uid=opt_int(data.get("uid")),
-            state=opt_str(data.get("state")),
-            name=opt_str(data.get("name")),
-            cmdline=tuple(str(a) for a in data.get("cmdline") or ()),
+            state=opt_safe(data.get("state")),
+            name=opt_safe(data.get("name")),
+            cmdline=safe_list(data.get("cmdline")),
             cmdline_truncated=data.get("cmdline_truncated") is True,
             start_ticks=opt_int(data.get("start_ticks")),
             create_time=opt_float(data.get("create_time")),
@@ -276,7 +277,7 @@ class Proc:
             gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
             pgid=opt_int(data.get("pgid")),
             sid=opt_int(data.get("sid")),
-            cgroup=opt_str(data.get("cgroup")),
+            cgroup=opt_safe(data.get("cgroup")),
             live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
             listen_ports=ports_of(data.get(PROCESS_LISTEN_PORTS)) or (),
             owner=Owner.from_dict(data.get(PROCESS_OWNER)),
@@ -290,12 +291,12 @@ class DeviceHolder:
     """A process that has a /dev/nvidia* node open (a ghost-memory suspect)."""
 
     pid: int
-    name: str | None = None
-    device: str | None = None
+    name: SafeText | None = None
+    device: SafeText | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeviceHolder:
-        return cls(pid=int(data["pid"]), name=opt_str(data.get("name")), device=opt_str(data.get("device")))
+        return cls(pid=int(data["pid"]), name=opt_safe(data.get("name")), device=opt_safe(data.get("device")))
 
 
 @dataclass(frozen=True)
@@ -317,10 +318,10 @@ class HostSnapshot:
     """
 
     target: str
-    hostname: str | None = None
+    hostname: SafeText | None = None
     boot_id: str | None = None
     time: float | None = None
-    error: str | None = None
+    error: SafeText | None = None
     driver_version: str | None = None
     cuda_driver_version: str | None = None
     mode: str | None = None
@@ -406,15 +407,15 @@ class HostSnapshot:
             listening = ports_of(data.get(LISTENING_PORTS))
             kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
         return cls(
-            target=str(data.get("target") or ""),
-            hostname=opt_str(data.get("hostname")),
-            boot_id=opt_str(data.get("boot_id")),
+            target=safe(data.get("target")),
+            hostname=opt_safe(data.get("hostname")),
+            boot_id=opt_safe(data.get("boot_id")),
             time=opt_float(data.get("time")),
-            error=opt_str(data.get("error")),
-            driver_version=opt_str(data.get("driver_version")),
-            cuda_driver_version=opt_str(data.get("cuda_driver_version")),
-            mode=opt_str(data.get("mode")),
-            agent_version=opt_str(data.get("agent_version")),
+            error=opt_safe(data.get("error")),
+            driver_version=opt_safe(data.get("driver_version")),
+            cuda_driver_version=opt_safe(data.get("cuda_driver_version")),
+            mode=opt_safe(data.get("mode")),
+            agent_version=opt_safe(data.get("agent_version")),
             agent_pid=opt_int(data.get("agent_pid")),
             processes_time=opt_float(data.get("processes_time")),
             gpus=gpus,

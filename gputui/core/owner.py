@@ -19,6 +19,7 @@ from gputui.agent.proc.owners import (
     OWNER_UNIT,
     OWNER_USER,
 )
+from gputui.core.textsafe import SafeText, visible
 
 OWNER_DETAIL_KEYS = ("job", "step", "source", "namespace", "container", "container_name", "runtime", "uid")
 """The owner fields kept besides kind, id and name (``gputui.agent.proc.owners.owner_of``)."""
@@ -27,11 +28,11 @@ SHORT_ID_CHARS = 12
 """Container ids are shown by their first 12 hex digits, as ``docker ps`` shows them."""
 
 
-def _text(value: Any) -> str | None:
+def _text(value: Any) -> SafeText | None:
     if value is None or isinstance(value, (dict, list, bool)):
         return None
     text = str(value)[:OWNER_TEXT_MAX_CHARS]
-    return text or None
+    return visible(text) if text else None
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,9 @@ class Owner:
     """
 
     kind: str
-    id: str | None = None
-    name: str | None = None
-    details: tuple[tuple[str, str], ...] = ()
+    id: SafeText | None = None
+    name: SafeText | None = None
+    details: tuple[tuple[str, SafeText], ...] = ()
 
     def detail(self, key: str) -> str | None:
         for name, value in self.details:
@@ -94,7 +95,7 @@ class Owner:
         details = tuple(
             (key, text) for key in OWNER_DETAIL_KEYS for text in (_text(data.get(key)),) if text is not None
         )
-        kind = str(data["kind"])
+        kind = str(data["kind"])  # one of OWNER_KINDS
         return cls(kind=kind, id=_text(data.get("id")), name=_text(data.get("name")), details=details)
 
     def words(self) -> tuple[str, ...]:

@@ -2,7 +2,9 @@
 
 The collector reads the facts and applies the rule (``gputui.agent.reset.plan``); this module checks the shape
 of what came back and words it, once, for the CLI, JSON and the TUI's confirmation alike. Every string in a
-plan came from the host: it is made visible here (``textsafe``) and never trusted as markup or a command.
+plan came from the host: ``ResetPlan.from_dict`` makes it visible (``textsafe``) as it is read, and it is
+never trusted as markup or a command. The steps sent back to be run are those visible words: a step whose
+words had to be escaped no longer matches the collector's own plan, so it is refused, never run changed.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from gputui.agent.protocol import (
     STAGE_INTENT,
     STEP_OK,
 )
-from gputui.core.textsafe import visible, visible_cmdline
+from gputui.core.display import fit
+from gputui.core.textsafe import visible, visible_tree
 
 STAGE_RESET = "reset"
 """Audit lines of a reset's steps carry this stage after their intent (``STAGE_INTENT``)."""
@@ -110,6 +113,7 @@ class ResetPlan:
     def from_dict(cls, target: str, data: Any) -> ResetPlan:
         if not isinstance(data, dict) or data.get("verdict") not in RESET_VERDICTS:
             raise PlanShapeError(f"{target}: the collector answered without a reset plan")
+        raw, data = data, visible_tree(data)
         try:
             gpus = tuple(g for g in data["gpus"] if isinstance(g, dict))
             blockers = tuple(b for b in data["blockers"] if isinstance(b, dict) and "code" in b)
@@ -120,10 +124,10 @@ class ResetPlan:
                 and isinstance(s.get("argv"), list)
                 and all(isinstance(a, str) for a in s["argv"])
             )
-            notes = tuple(str(n) for n in data.get("notes") or ())
+            notes = tuple(str(n) for n in data.get("notes") or ())  # visible already
         except (KeyError, TypeError) as exc:
             raise PlanShapeError(f"{target}: malformed reset plan from the collector ({exc})") from None
-        return cls(target, data["verdict"], gpus, blockers, steps, notes, data)
+        return cls(target, data["verdict"], gpus, blockers, steps, notes, raw)
 
     @property
     def exit_status(self) -> int:
@@ -150,14 +154,15 @@ def holder_line(target: str, holder: dict[str, Any], effect: str = "step") -> st
     if kind == HOLDER_SERVICE and effect != "step":
         words = BLOCKER_WORDS[BLOCK_NO_SYSTEMCTL]
     why = words.format(
-        unit=visible(str(holder.get("unit") or "?"), 80),
-        target=visible(target, 60) if " " not in target else shlex.quote(target),
+        unit=fit(str(holder.get("unit") or "?"), 80),
+        target=fit(target, 60) if " " not in target else shlex.quote(target),
         pid=holder.get("pid"),
-        state=visible(str(holder.get("state") or "?"), 2),
+        state=fit(str(holder.get("state") or "?"), 2),
     )
-    command = visible_cmdline(holder.get("cmdline") or [], 60) or visible(str(holder.get("name") or "–"), 30)
-    devices = ", ".join(visible(str(d), 120) for d in holder.get("devices") or [])
-    user = visible(str(holder.get("user") or "–"), 12)
+    argv = holder.get("cmdline") or []
+    command = fit(" ".join(str(a) for a in argv), 60) or fit(str(holder.get("name") or "–"), 30)
+    devices = ", ".join(fit(str(d), 120) for d in holder.get("devices") or [])
+    user = fit(str(holder.get("user") or "–"), 12)
     return f"{holder.get('pid'):>8}  {user:<12} {command}  [{devices}]: {why}"
 
 
@@ -169,17 +174,17 @@ def blocker_line(target: str, blocker: dict[str, Any]) -> str:
     missing = blocker.get("missing")
     return template.format(
         gpu=blocker.get("gpu", "?"),
-        unit=visible(str(blocker.get("unit") or "?"), 80),
+        unit=fit(str(blocker.get("unit") or "?"), 80),
         count=blocker.get("count", "?"),
-        detail=visible(str(blocker.get("detail") or "?"), 200),
+        detail=fit(str(blocker.get("detail") or "?"), 200),
         missing=", ".join(str(m) for m in missing) if isinstance(missing, list) else "?",
-        code=visible(str(blocker.get("code")), 40),
+        code=fit(str(blocker.get("code")), 40),
     )
 
 
 def step_line(step: dict[str, Any]) -> str:
     """The command a step runs, quoted as a shell would need it (for reading, never for running)."""
-    return " ".join(shlex.quote(visible(str(arg), 200)) for arg in step.get("argv") or [])
+    return " ".join(shlex.quote(fit(str(arg), 200)) for arg in step.get("argv") or [])
 
 
 def reason_line(plan: ResetPlan) -> str:
@@ -193,15 +198,13 @@ def reason_line(plan: ResetPlan) -> str:
 def verdict_line(plan: ResetPlan) -> str:
     words = VERDICT_WORDS[plan.verdict]
     reason = reason_line(plan) if plan.verdict != RESET_GO else ""
-    return f"{visible(plan.target, 100)}: {words}" + (f" ({reason})" if reason else "")
+    return f"{fit(plan.target, 100)}: {words}" + (f" ({reason})" if reason else "")
 
 
 def format_plan(plan: ResetPlan) -> list[str]:
     """The plan as lines: GPUs, blockers, steps (or the reboot), notes, the verdict."""
-    gpus = (
-        ", ".join(f"{g.get('index')} {visible(str(g.get('uuid') or '–'), 48)}" for g in plan.gpus) or "none"
-    )
-    lines = [f"{visible(plan.target, 100)}: reset of GPU {gpus}"]
+    gpus = ", ".join(f"{g.get('index')} {fit(str(g.get('uuid') or '–'), 48)}" for g in plan.gpus) or "none"
+    lines = [f"{fit(plan.target, 100)}: reset of GPU {gpus}"]
     if plan.blockers:
         lines.append("blockers:")
         for blocker in plan.blockers:
@@ -216,15 +219,16 @@ def format_plan(plan: ResetPlan) -> list[str]:
         for number, step in enumerate(plan.steps, 1):
             lines.append(f"  {number}. {step_line(step)}")
     for note in plan.notes:
-        lines.append(f"note: {visible(note, 300)}")
+        lines.append(f"note: {fit(note, 300)}")
     lines.append(verdict_line(plan))
     return lines
 
 
 def outcome_line(outcome: dict[str, Any]) -> str:
-    result = visible(str(outcome.get("result")), 12)
+    # A step's outcome is read from the collector's answer to the run, not from the plan: made visible here.
+    result = fit(visible(outcome.get("result")), 12)
     rc = outcome.get("rc")
-    output = visible(str(outcome.get("output") or "").replace("\n", " | "), 200)
+    output = fit(visible(str(outcome.get("output") or "").replace("\n", " | ")), 200)
     tail = f"  {output}" if output and result != STEP_OK else ""
     status = "" if rc is None else f" (exit {rc})"
     return f"  {result:<8} {step_line(outcome)}{status}{tail}"
@@ -233,7 +237,7 @@ def outcome_line(outcome: dict[str, Any]) -> str:
 def run_exit(result: dict[str, Any]) -> tuple[int, str]:
     """With ``--yes``: (0 verified clean after, 1 a step failed or not clean, 2 cannot tell; its line)."""
     if result.get("refused"):
-        return EXIT_BLOCKED, f"not run: {visible(str(result['refused']), 200)}"
+        return EXIT_BLOCKED, f"not run: {fit(visible(result['refused']), 200)}"
     steps = result.get("steps")
     if not isinstance(steps, list):
         return EXIT_CANNOT_TELL, "cannot tell: the collector answered without the steps' outcomes"

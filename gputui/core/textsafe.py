@@ -7,20 +7,33 @@ itself (which code points, and how each is shown) lives in the collector (``gput
 which applies the same rules to what it reports on remote hosts; this module is the client's way to it, plus
 the JSON form. It only makes text *visible*: markup safety in the UI is separate (render as ``Text``, never
 as markup).
+
+Text is made visible once, where it enters the client: the readers of what a collector, an exporter, an HTTP
+server or an ssh client sent (``from_dict``, the Prometheus parser, the link's errors) put ``SafeText`` into
+the model, and every view shows the model's text as it is (cut to width by ``gputui.core.display.fit``).
+``visible`` is called elsewhere only on text that does not come through the model: an OS error's message,
+a word the user typed, a path.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NewType, overload
 
 from gputui.agent.textpolicy import TEXT_ELLIPSIS, TEXT_INVISIBLE, visible_text
 
 ELLIPSIS = TEXT_ELLIPSIS
 
+SafeText = NewType("SafeText", str)
+"""Text that ``visible`` made safe to write to a terminal: what the model's text fields hold."""
 
-def visible(text: str, max_len: int | None = None) -> str:
+
+@overload
+def visible(text: object) -> SafeText: ...
+@overload
+def visible(text: object, max_len: int | None) -> str: ...
+def visible(text: object, max_len: int | None = None) -> str:
     """Return ``text`` with every terminal-active or invisible character replaced by a visible escape.
 
     C0 controls, DEL and C1 controls become ``\\xNN`` (tab, newline and carriage return become ``\\t``,
@@ -31,12 +44,18 @@ def visible(text: str, max_len: int | None = None) -> str:
     Args:
         text: The untrusted string. Anything that is not a ``str`` is converted with ``str()`` first.
         max_len: Longest result in characters; a longer result is cut at a character or escape boundary and
-            ends with "…". None: no limit. Values below 1 give "".
+            ends with "…". None: no limit. Values below 1 give "". New code cuts text to a width with
+            ``gputui.core.display.fit`` instead, which takes the model's visible text as well.
 
     Returns:
-        A string that is safe to write to a terminal as plain text.
+        A string that is safe to write to a terminal as plain text. Visible text comes back unchanged, so
+        making text visible twice does no harm.
     """
-    return visible_text(text, max_len)
+    # Nearly every string is printable already (every code point the policy escapes is not printable), and
+    # str.isprintable is much cheaper than the translation.
+    if max_len is None and isinstance(text, str) and text.isprintable():
+        return SafeText(text)
+    return SafeText(visible_text(text, max_len))
 
 
 def visible_cmdline(argv: Iterable[str], max_len: int | None = None) -> str:
@@ -45,6 +64,17 @@ def visible_cmdline(argv: Iterable[str], max_len: int | None = None) -> str:
     Arguments are not shell-quoted: this is for reading, never for running.
     """
     return visible(" ".join(argv), max_len)
+
+
+def visible_tree(value: Any) -> Any:
+    """``value`` (a collector's JSON answer) with every string in it made visible, dict keys included."""
+    if isinstance(value, str):
+        return visible(value)
+    if isinstance(value, dict):
+        return {visible_tree(key): visible_tree(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [visible_tree(item) for item in value]
+    return value
 
 
 def _json_escape(code: int) -> str:

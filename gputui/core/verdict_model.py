@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.core.levels import level_of
-from gputui.core.wire_values import opt_float, opt_int, plain
+from gputui.core.textsafe import visible
+from gputui.core.wire_values import opt_float, opt_int, plain, safe, safe_list
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,10 @@ class Finding:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
         return cls(
-            kind=str(data["kind"]),
-            target=str(data.get("target") or ""),
-            detail=str(data.get("detail") or ""),
-            action=str(data.get("action") or ""),
+            kind=safe(data["kind"]),
+            target=safe(data.get("target")),
+            detail=safe(data.get("detail")),
+            action=safe(data.get("action")),
             pid=opt_int(data.get("pid")),
             gpu_index=opt_int(data.get("gpu_index")),
             action_pid=opt_int(data.get("action_pid")),
@@ -65,7 +66,7 @@ class GpuVerdict:
             used_mib=opt_int(data.get("used_mib")),
             baseline_mib=int(data.get("baseline_mib") or 0),
             clean=bool(data.get("clean")),
-            reasons=tuple(str(r) for r in data.get("reasons") or ()),
+            reasons=safe_list(data.get("reasons")),
         )
 
 
@@ -108,10 +109,10 @@ class Verdict:
     def from_dict(cls, data: dict[str, Any]) -> Verdict:
         return cls(
             clean=bool(data.get("clean")),
-            reasons=tuple(str(r) for r in data.get("reasons") or ()),
-            baseline_mib={str(k): int(v) for k, v in (data.get("baseline_mib") or {}).items()},
+            reasons=safe_list(data.get("reasons")),
+            baseline_mib={visible(k): int(v) for k, v in (data.get("baseline_mib") or {}).items()},
             tolerance_mib=opt_int(data.get("tolerance_mib")) or 0,
             gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
             known=bool(data.get("known", True)),
-            not_ready=tuple(str(r) for r in data.get("not_ready") or ()),
+            not_ready=safe_list(data.get("not_ready")),
         )

@@ -1,11 +1,13 @@
 """Typed values from what a collector sent, and the model's own objects back as JSON-ready values: every field
 of the model is read through these, so a value of the wrong type becomes a missing value (None), never an
-exception or a fake zero."""
+exception or a fake zero, and every string is made visible (``textsafe``) on its way into the model."""
 
 from __future__ import annotations
 
 from dataclasses import fields, is_dataclass
 from typing import Any
+
+from gputui.core.textsafe import SafeText, visible
 
 
 def opt_int(value: Any) -> int | None:
@@ -37,8 +39,27 @@ def opt_float(value: Any) -> float | None:
 
 
 def opt_str(value: Any) -> str | None:
-    """A string from a collector, None when absent."""
+    """A string from a collector, None when absent, as it came: for text the client parses further (a
+    metrics body), never for text it shows (``opt_safe``)."""
     return None if value is None else str(value)
+
+
+def opt_safe(value: Any) -> SafeText | None:
+    """Text from a machine, None when absent, made visible (``textsafe.visible``): how the model takes in
+    every string it will show, so each object of the model holds only display-safe text."""
+    return None if value is None else visible(value)
+
+
+def safe(value: Any, default: str = "") -> SafeText:
+    """``opt_safe`` for a field that is never None: ``default`` when absent or empty."""
+    return visible(default if value is None or value == "" else value)
+
+
+def safe_list(value: Any) -> tuple[SafeText, ...]:
+    """The strings of a list from a machine (an argv, a list of notes), each made visible; () when none."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return tuple(visible(item) for item in value)
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

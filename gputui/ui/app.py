@@ -22,6 +22,7 @@ from textual.screen import Screen
 
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.analysis import Baselines
+from gputui.core.display import fit
 from gputui.core.link import HostLink
 from gputui.core.model import HostSnapshot
 from gputui.core.owner import Owner
@@ -162,7 +163,7 @@ class GpuTuiApp(App[int]):
         if self._theme_store is not None:
             self.theme_changed_signal.subscribe(self, lambda theme: self._keep_theme(theme.name))
             if self._theme_store.warning:
-                self.say(visible(self._theme_store.warning, 300), severity="warning")
+                self.say(fit(visible(self._theme_store.warning), 300), severity="warning")
         for host in self.hosts:
             self.hosts.start(host)
         self.set_interval(TICK_S, self._tick)
@@ -284,7 +285,7 @@ class GpuTuiApp(App[int]):
             self._ask_host_key(host.target, cause)  # the question says it all; a toast would cover it
         elif first:
             suffix = " · not retrying: press r to try again" if host.halted else ""
-            self.say(visible(message.error, 300) + suffix, severity="error", title="host error")
+            self.say(fit(message.error, 300) + suffix, severity="error", title="host error")
         self.host_changed(host)
 
     def on_hosts_clean_confirmed(self, message: Hosts.CleanConfirmed) -> None:
@@ -302,7 +303,7 @@ class GpuTuiApp(App[int]):
                 self.hosts.record_host_key(target, error)
             else:
                 self.say(
-                    f"{visible(target, 40)}: host key refused; not connecting (r asks again)",
+                    f"{fit(visible(target), 40)}: host key refused; not connecting (r asks again)",
                     severity="warning",
                     title="host key",
                 )
@@ -312,15 +313,17 @@ class GpuTuiApp(App[int]):
     def on_hosts_host_key_recorded(self, message: Hosts.HostKeyRecorded) -> None:
         if message.failure is not None:
             self.say(
-                f"{visible(message.target, 40)}: host key not recorded: {visible(message.failure, 300)}",
+                f"{fit(visible(message.target), 40)}: host key not recorded: "
+                f"{fit(visible(message.failure), 300)}",
                 severity="error",
                 title="host key",
             )
             return
         error = message.error
         self.say(
-            f"{visible(message.target, 40)}: {visible(error.key_type, 40)} {error.fingerprint} recorded for "
-            f"{visible(error.lookup_name, 80)}; connecting",
+            f"{fit(visible(message.target), 40)}: {fit(visible(error.key_type), 40)} {error.fingerprint} "
+            "recorded for "
+            f"{fit(visible(error.lookup_name), 80)}; connecting",
             title="host key",
         )
         host = self.hosts.get(message.target)
@@ -368,7 +371,7 @@ class GpuTuiApp(App[int]):
             host = self.hosts.get(target)
             if host is not None and host.kills:
                 self.say(
-                    f"{visible(target, 40)}: a kill is under way: the host stays open until it is done",
+                    f"{fit(visible(target), 40)}: a kill is under way: the host stays open until it is done",
                     severity="warning",
                 )
                 continue
@@ -397,7 +400,7 @@ class GpuTuiApp(App[int]):
         if len(self.hosts) > 1:
             for index, host in enumerate(self.hosts):
                 yield SystemCommand(
-                    f"Host {index + 1}: {visible(host.target, 40)}",
+                    f"Host {index + 1}: {fit(visible(host.target), 40)}",
                     "Show this host",
                     partial(self.monitor.run_action, f"host({index})"),
                 )

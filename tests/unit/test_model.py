@@ -1,4 +1,5 @@
-"""The data model's JSON form: everything survives a round trip, None stays None, hostile text stays text."""
+"""The data model's JSON form: everything survives a round trip, None stays None, hostile text stays text and
+enters the model made visible."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from gputui.agent.health import messages as health_messages
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc, snapshots_document
+from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding, GpuVerdict, Verdict
 
 HOSTILE = (
@@ -32,7 +34,8 @@ HOSTILE = (
     "x" * 100_000,
 )
 
-text = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40))
+# The model holds visible text (its readers make it so); a round trip must keep such text exactly.
+text = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40)).map(visible)
 opt_text = st.none() | text
 opt_int = st.none() | st.integers(min_value=0, max_value=2**40)
 opt_float = st.none() | st.floats(allow_nan=False, allow_infinity=False, width=64)
@@ -180,13 +183,16 @@ def test_all_none_gpu_stays_none() -> None:
     assert back.key == "index:3"
 
 
-def test_hostile_strings_survive_unchanged() -> None:
+def test_hostile_strings_enter_the_model_visible() -> None:
     proc = Proc(pid=7, user=HOSTILE[1], name=HOSTILE[4], cmdline=HOSTILE)
     snapshot = HostSnapshot(target=HOSTILE[0], hostname=HOSTILE[5], processes=(proc,), error=HOSTILE[12])
     back = HostSnapshot.from_json(snapshot.to_json())
-    assert back.processes[0].cmdline == HOSTILE
+    assert back.processes[0].cmdline == tuple(visible(arg) for arg in HOSTILE)
+    assert back.processes[0].cmdline[1] == "[@click=app.quit]x[/]"  # markup-like text stays text
+    assert back.processes[0].name == "\\x1b]0;t\\x07"
     assert back.target == "[/]"
-    assert back.error == "line\nbreak"
+    assert back.error == "line\\nbreak"
+    assert HostSnapshot.from_json(back.to_json()) == back  # visible text survives unchanged
     # One JSON line on the wire even with newlines inside the values.
     assert "\n" not in snapshot.to_json()
 

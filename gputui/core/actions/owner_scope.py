@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gputui.agent.proc.owners import same_owner
+from gputui.core.display import fit
 from gputui.core.model import Proc
 from gputui.core.owner import Owner, owner_matches
-from gputui.core.textsafe import visible
 
 OWNER_ALL = "all"
 """``--owner all``: every owner's jobs."""
@@ -41,7 +41,7 @@ def crosses(root: Proc, member: Proc) -> bool:
 def owners_named(owners: Iterable[Owner]) -> str:
     """``slurm:4242.0, pod:default/web-0`` (terminal-safe), at most ``OWNERS_SHOWN`` and a count."""
     listed = list(owners)
-    words = [visible(o.label, 80) for o in listed[:OWNERS_SHOWN]]
+    words = [fit(o.label, 80) for o in listed[:OWNERS_SHOWN]]
     more = len(listed) - OWNERS_SHOWN
     return ", ".join(words) + (f" and {more} more" if more > 0 else "")
 
@@ -79,7 +79,7 @@ def choose_roots(roots: list[Proc], owner: tuple[str, str] | None) -> list[Proc]
         return roots
     chosen = [root for root in roots if owner_matches(root.owner, owner[0], owner[1])]
     if not chosen:
-        named = f"{owner[0]}:{visible(owner[1], 80)}"
+        named = f"{owner[0]}:{fit(owner[1], 80)}"
         have = owners_named(owners) or "none"
         raise OwnerScopeError(f"no GPU job of {named} (owners with GPU jobs: {have})", owners)
     return chosen

@@ -19,9 +19,9 @@ from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.actions.owner_scope import OwnerScopeError, choose_roots, crosses
 from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
 from gputui.core.analysis.trees import tree_parent
+from gputui.core.display import fit
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
 from gputui.core.owner import Owner
-from gputui.core.textsafe import visible
 
 SIGNALS = protocol.SIGNAL_NAMES
 PROTECTED_PIDS = frozenset({0, 1})
@@ -296,7 +296,7 @@ def plan_kill(
                     continue
                 if not inside(pid):
                     label = member.owner.label if member.owner is not None else "?"
-                    notes.append(f"pid {pid} belongs to another owner ({visible(label, 80)}): not signalled")
+                    notes.append(f"pid {pid} belongs to another owner ({fit(label, 80)}): not signalled")
                     continue
                 if member.state == STATE_ZOMBIE and not member.is_defunct_leader:
                     if member.ppid is not None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent.protocol import RESULTS_GONE
-from gputui.core.wire_values import opt_float, opt_int, opt_str
+from gputui.core.wire_values import opt_float, opt_int, opt_safe, safe, safe_list
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,13 @@ def parse_outcomes(result: dict[str, Any]) -> list[KillOutcome]:
             KillOutcome(
                 pid=int(item["pid"]),
                 start_ticks=opt_int(item.get("start_ticks")),
-                name=opt_str(item.get("name")),
-                stage=str(item.get("stage") or ""),
-                signal=opt_str(item.get("signal")),
-                result=str(item.get("result") or "error"),
-                detail=str(item.get("detail") or ""),
-                user=opt_str(item.get("user")),
-                cmdline=tuple(str(a) for a in cmdline) if isinstance(cmdline, list) else (),
+                name=opt_safe(item.get("name")),
+                stage=safe(item.get("stage")),
+                signal=opt_safe(item.get("signal")),
+                result=safe(item.get("result"), "error"),
+                detail=safe(item.get("detail")),
+                user=opt_safe(item.get("user")),
+                cmdline=safe_list(cmdline),
                 gpu_mib=opt_int(item.get("gpu_mib")),
             )
         )
@@ -133,8 +133,8 @@ def parse_reply(result: dict[str, Any]) -> KillReply:
                 Pending(
                     pid=int(item["pid"]),
                     start_ticks=opt_int(item.get("start_ticks")),
-                    name=opt_str(item.get("name")),
-                    signal=opt_str(item.get("signal")),
+                    name=opt_safe(item.get("name")),
+                    signal=opt_safe(item.get("signal")),
                     due_in_s=opt_float(due),
                 )
             )

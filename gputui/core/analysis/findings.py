@@ -22,8 +22,8 @@ from gputui.core.analysis.trees import (
     proc_table,
     shown,
 )
+from gputui.core.display import fit
 from gputui.core.model import STATE_UNINTERRUPTIBLE, STATE_ZOMBIE, Gpu, HostSnapshot, LiveThreads, Proc
-from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding
 
 GHOST_TOLERANCE_MIB = 64
@@ -186,11 +186,11 @@ def invisible_pid_finding(target: str, gpu_index: int, pid: int, used_mib: int |
 def duplicate_host_finding(target: str, instances: tuple[str, ...]) -> Finding:
     """The finding that says several exporters claim one host, whose GPUs are then not merged."""
     count = "two" if len(instances) == 2 else str(len(instances))
-    shown = ", ".join(visible(i, 60) for i in instances[:4]) + (", ..." if len(instances) > 4 else "")
+    shown = ", ".join(fit(i, 60) for i in instances[:4]) + (", ..." if len(instances) > 4 else "")
     return Finding(
         kind="duplicate_host",
         target=target,
-        detail=f"{count} exporters claim {visible(target, 60)} ({shown}) with different GPUs: not merged",
+        detail=f"{count} exporters claim {fit(target, 60)} ({shown}) with different GPUs: not merged",
         action="give each exporter its own host label (the DCGM exporter's Hostname, or a relabel rule)",
     )
 
@@ -262,7 +262,7 @@ def zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float |
 def thread_states_text(states: dict[str, int]) -> str:
     """ "2 in D (uninterruptible), 1 in S" from a state letter -> count map."""
     return ", ".join(
-        f"{count} in {visible(state, 2)}" + (" (uninterruptible)" if state == STATE_UNINTERRUPTIBLE else "")
+        f"{count} in {fit(state, 2)}" + (" (uninterruptible)" if state == STATE_UNINTERRUPTIBLE else "")
         for state, count in states.items()
     )
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from gputui.core.display import fit
 from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.model import Gpu, HostSnapshot
-from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding
 
 ACTION_NONE = "none"
@@ -175,7 +175,7 @@ def unfit_reason(gpu: Gpu, assessment: HealthAssessment) -> str | None:
     """ "GPU3 needs a reset (row remap pending)", or None when the GPU's health asks for nothing."""
     if not assessment.blocking:
         return None
-    return f"GPU{gpu.index} {ACTION_WORDS[assessment.action]} ({visible('; '.join(assessment.causes), 200)})"
+    return f"GPU{gpu.index} {ACTION_WORDS[assessment.action]} ({fit('; '.join(assessment.causes), 200)})"
 
 
 def needs_reset(gpu: Gpu) -> bool:
@@ -215,7 +215,7 @@ def health_findings(snapshot: HostSnapshot) -> list[Finding]:
             Finding(
                 kind="xid_history",
                 target=target,
-                detail=f"{XID_HISTORY_UNAVAILABLE}: {visible(note.error, 300)}",
+                detail=f"{XID_HISTORY_UNAVAILABLE}: {fit(note.error, 300)}",
                 action="run gputui as root, or allow reading the kernel log (sysctl kernel.dmesg_restrict=0)",
             )
         )
@@ -249,7 +249,7 @@ def health_findings(snapshot: HostSnapshot) -> list[Finding]:
                 Finding(
                     kind="xid",
                     target=target,
-                    detail=f"{xid_text(event)} logged for PCI {visible(event.pci or '?', 40)},"
+                    detail=f"{xid_text(event)} logged for PCI {fit(event.pci or '?', 40)},"
                     " which no GPU has (does not block)",
                     action="a GPU that is gone or was renumbered; look at the host's kernel log",
                 )
@@ -301,4 +301,4 @@ def health_summary(gpu: Gpu) -> str | None:
         text = "ok"
     if judged.notes:
         text += "; " + "; ".join(judged.notes)
-    return visible(text, 300)
+    return fit(text, 300)

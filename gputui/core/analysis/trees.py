@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from gputui.agent.proc.proctree import JobFacts, job_parent, job_root, related_map, walk
 from gputui.agent.proc.proctree import is_session_boundary as agent_is_session_boundary
 from gputui.core.display import age_text as age_text  # re-exported: the analysis words ages with it
+from gputui.core.display import fit
 from gputui.core.model import HostSnapshot, Proc
-from gputui.core.textsafe import visible
 
 NAME_MAX = 32
 """Longest process name shown inside a reason or finding line."""
@@ -47,7 +47,7 @@ class ProcNode:
 
 
 def shown(text: str | None) -> str:
-    return "?" if not text else visible(text, NAME_MAX)
+    return "?" if not text else fit(text, NAME_MAX)
 
 
 def proc_label(proc: Proc | None, pid: int | None = None) -> str:

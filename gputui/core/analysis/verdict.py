@@ -10,8 +10,8 @@ from gputui.core.analysis.baselines import Baselines
 from gputui.core.analysis.findings import ghost_suspects, remnant_sentence
 from gputui.core.analysis.readiness import unfit_reasons
 from gputui.core.analysis.trees import build_forest, flatten, is_init_like, proc_table, shown
+from gputui.core.display import fit
 from gputui.core.model import STATE_UNINTERRUPTIBLE, STATE_ZOMBIE, Gpu, HostSnapshot, Proc
-from gputui.core.textsafe import visible
 from gputui.core.verdict_model import GpuVerdict, Verdict
 
 MAX_HOLDERS_IN_REASON = 3
@@ -40,7 +40,7 @@ def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: B
     return Verdict(
         clean=False,
         known=False,
-        reasons=(visible(cause, 200),),
+        reasons=(fit(cause, 200),),
         baseline_mib=keyed,
         tolerance_mib=baselines.tolerance_mib,
     )
@@ -49,7 +49,7 @@ def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: B
 def unreadable_reason(gpu: Gpu) -> str | None:
     """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
     if gpu.error is not None:
-        return f"GPU{gpu.index} error: {visible(gpu.error, 80)}"
+        return f"GPU{gpu.index} error: {fit(gpu.error, 80)}"
     if gpu.memory_used_mib is None:
         return f"GPU{gpu.index} memory could not be read"
     return None

@@ -33,10 +33,11 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UP,
 )
 from gputui.core.analysis import age_text
+from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
-from gputui.core.textsafe import visible
+from gputui.core.textsafe import SafeText
 
 SERVER_STATES = (
     HEALTH_STATE_STARTING,
@@ -83,7 +84,7 @@ class ServerState:
     state: str | None
     since: float | None
     previous_state: str | None
-    reason: str
+    reason: SafeText
     metrics: ServerMetrics | None = None
     tokens_per_s_history: tuple[float | None, ...] = ()
     stalled_for_s: float | None = None
@@ -98,8 +99,8 @@ def _health_word(health: HealthSample) -> str:
     if health.code is not None and health.state != HEALTH_STATE_UP:
         return f"HTTP {health.code}"
     if health.detail:
-        return visible(health.detail, 80)
-    return visible(health.state or "not probed", 12)
+        return fit(health.detail, 80)
+    return fit(health.state or "not probed", 12)
 
 
 class ServerStateTracker:
@@ -139,7 +140,7 @@ class ServerStateTracker:
         self._last_health_at: float | None = None
         self._launcher_started_at: float | None = None
         self._served = False
-        self._current = ServerState(None, None, None, "not probed yet")
+        self._current = ServerState(None, None, None, SafeText("not probed yet"))
 
     @property
     def current(self) -> ServerState:
@@ -194,7 +195,7 @@ class ServerStateTracker:
             state=state,
             since=now if changed else previous.since,
             previous_state=previous.state if changed else previous.previous_state,
-            reason=visible(reason, REASON_MAX_CHARS),
+            reason=fit(reason, REASON_MAX_CHARS),
             metrics=self._metrics,
             tokens_per_s_history=tuple(self._history),
             stalled_for_s=self._stalled_for(),

@@ -21,6 +21,7 @@ from gputui.agent.protocol import (
     HEALTH_STATE_STARTING,
     HEALTH_STATE_UNHEALTHY,
 )
+from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import HostSnapshot
 from gputui.core.servers.jobs import job_facts
@@ -102,8 +103,8 @@ class ServerWatch:
             current = tracker.update(sample, metrics, sample.launcher_age_s, now_s, error, job)
             judged.append(_judged(sample, current))
         listed = {sample.url for sample in snapshot.health}
-        for key in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
-            del self._trackers[key]
+        for gone in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
+            del self._trackers[gone]
         return replace(snapshot, health=tuple(judged))
 
 
@@ -117,7 +118,7 @@ def _judged(sample: HealthSample, current: ServerState) -> HealthSample:
     derived = current.state in DERIVED_STATES or current.from_job
     return replace(
         sample,
-        state=current.state,
+        state=visible(current.state),
         since=current.since,
         detail=current.reason if derived else sample.detail,
         metrics=reading,
@@ -136,5 +137,5 @@ def failing_servers(samples: Iterable[HealthSample]) -> list[str]:
 
 def server_reason(sample: HealthSample) -> str:
     """ "server http://…/health is UNHEALTHY: HTTP 503 with 2 defunct members in its job (…)"."""
-    why = f": {visible(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
-    return f"server {visible(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"
+    why = f": {fit(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
+    return f"server {fit(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"

@@ -3,7 +3,8 @@
 A host that runs ``gputui exporter`` is joined to its DCGM series by the host label (both set
 ``Hostname``) and its GPUs by ``UUID``. DCGM's figures win where both exist; a host without DCGM has its
 GPUs from gputui's. Every value and label is untrusted: numbers are parsed as the rest of the answer, text
-goes through ``textsafe.visible``, and at most ``MAX_SERIES_PER_HOST`` series of a host are read.
+is visible already (``series.Parser`` reads it so) and is cut to width here, and at most
+``MAX_SERIES_PER_HOST`` series of a host are read.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gputui.core import export_schema as s
+from gputui.core.display import fit
 from gputui.core.exported import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
-from gputui.core.textsafe import visible
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, whole
 from gputui.transports.prometheus.query import INSTANCE
 
@@ -91,33 +92,33 @@ def exported_host(host: HostParts) -> ExportedHost | None:
         elif name in (s.SAMPLE_TIME, s.SAMPLE_AGE, s.HOST_UP, s.SUBJECTS_OMITTED):
             scalars[name] = value
         elif name == s.CHECK_AVAILABLE and labels.get(s.CHECK_LABEL):
-            checks[visible(labels[s.CHECK_LABEL], 40)] = value is not None and value >= 1
+            checks[fit(labels[s.CHECK_LABEL], 40)] = value is not None and value >= 1
         elif name in (s.CLEAN_SLATE, s.CLEAN_SLATE_KNOWN):
             key = "clean" if name == s.CLEAN_SLATE else "known"
             slot = host_verdict if gpu_index is None else gpus.setdefault(gpu_index, {})
             slot[key] = None if value is None else value >= 1
             if name == s.CLEAN_SLATE:
-                slot["reason"] = visible(labels.get(s.REASON_LABEL) or "", 20)
+                slot["reason"] = fit(labels.get(s.REASON_LABEL) or "", 20)
         elif gpu_index is not None and name in (s.GPU_BASELINE, s.GPU_PROCESSES, s.GPU_PROCESS_MEMORY):
             gpus.setdefault(gpu_index, {})[name] = value
         elif name == s.FINDINGS and labels.get(s.KIND_LABEL) and value is not None:
-            findings[visible(labels[s.KIND_LABEL], 20)] = max(0, int(value))
+            findings[fit(labels[s.KIND_LABEL], 20)] = max(0, int(value))
         elif name == s.FINDING_MEMORY and gpu_index is not None and labels.get(s.KIND_LABEL):
             mib = _mib(value)
             if mib is not None:
-                finding_memory[(visible(labels[s.KIND_LABEL], 20), gpu_index)] = mib
+                finding_memory[(fit(labels[s.KIND_LABEL], 20), gpu_index)] = mib
         elif name.startswith(s.SUBJECT):
             _subject(subjects, name, labels, value, gpu_index)
         elif name in (s.SERVER_STATE, s.SERVER_STATE_SINCE):
             server = (
-                visible(labels.get(s.PORT_LABEL) or "", 8),
-                visible(labels.get(s.ENGINE_LABEL) or "", 16),
+                fit(labels.get(s.PORT_LABEL) or "", 8),
+                fit(labels.get(s.ENGINE_LABEL) or "", 16),
             )
             slot = servers.setdefault(server, {})
             if name == s.SERVER_STATE_SINCE:
                 slot["since"] = value
             elif value is not None and value >= 1:
-                slot["state"] = visible(labels.get(s.STATE_LABEL) or "", 16)
+                slot["state"] = fit(labels.get(s.STATE_LABEL) or "", 16)
     if not instances:
         instances = {i for i in host.instances if i}
     return ExportedHost(
@@ -175,16 +176,16 @@ def _subject(
     value: float | None,
     gpu_index: int | None,
 ) -> None:
-    kind = visible(labels.get(s.KIND_LABEL) or "", 20)
+    kind = fit(labels.get(s.KIND_LABEL) or "", 20)
     pid = _int(labels.get(s.PID_LABEL))
     if not kind or pid is None:
         return
     facts = subjects.setdefault((kind, pid), {})
     if name == s.SUBJECT:
         facts["seen"] = True
-        facts["comm"] = visible(labels.get(s.COMM_LABEL) or "", s.COMM_MAX)
+        facts["comm"] = fit(labels.get(s.COMM_LABEL) or "", s.COMM_MAX)
         facts["ppid"] = _int(labels.get(s.PPID_LABEL))
-        facts["parent_comm"] = visible(labels.get(s.PARENT_COMM_LABEL) or "", s.COMM_MAX)
+        facts["parent_comm"] = fit(labels.get(s.PARENT_COMM_LABEL) or "", s.COMM_MAX)
     elif name == s.SUBJECT_MEMORY and gpu_index is not None:
         mib = _mib(value)
         if mib is not None:
@@ -196,7 +197,7 @@ def _subject(
     elif name == s.SUBJECT_THREADS and value is not None:
         threads = facts.setdefault("threads", {})
         assert isinstance(threads, dict)  # noqa: S101
-        threads[visible(labels.get(s.STATE_LABEL) or "?", 2)] = max(0, min(int(value), 1 << 22))
+        threads[fit(labels.get(s.STATE_LABEL) or "?", 2)] = max(0, min(int(value), 1 << 22))
 
 
 def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSubject:

@@ -9,6 +9,7 @@ from typing import Any
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
 from gputui.core.analysis.findings import duplicate_host_finding, xid_finding
+from gputui.core.display import fit
 from gputui.core.figures import impossible_error
 from gputui.core.fleet_owners import dcgm_owner
 from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
@@ -17,6 +18,7 @@ from gputui.core.health_sample import HealthSample
 from gputui.core.model import Gpu, HostSnapshot
 from gputui.core.owner import Owner
 from gputui.core.textsafe import visible
+from gputui.core.wire_values import opt_safe, safe
 from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, host_part, whole
 from gputui.transports.prometheus.query import (
@@ -84,7 +86,10 @@ def _build_gpu(
     labels = parts.labels
     name, uuid, pci_bus_id = labels.get("modelName"), labels.get("UUID"), labels.get("pci_bus_id")
     if stale:
-        return Gpu(index=index, name=name, uuid=uuid, pci_bus_id=pci_bus_id, error=stale_reason), None, ()
+        gpu = Gpu(
+            index=index, name=opt_safe(name), uuid=uuid, pci_bus_id=pci_bus_id, error=safe(stale_reason)
+        )
+        return gpu, None, ()
     figures = merged_figures(parts)
     invalid = sorted(f"{s.labels.get('__name__')} {s.invalid}" for s in figures.values() if s.invalid)
     invalid += sorted(  # free memory has no figure of its own in the model: named here
@@ -107,7 +112,7 @@ def _build_gpu(
         power = _mig_max(parts, "power") if power is None else power
     gpu = Gpu(
         index=index,
-        name=name,
+        name=opt_safe(name),
         uuid=uuid,
         pci_bus_id=pci_bus_id,
         health=dcgm_health(figures, whole(xid)),
@@ -117,11 +122,13 @@ def _build_gpu(
         utilization_pct=whole(_figure(figures, "util")),
         temperature_c=whole(temp),
         power_w=None if power is None else round(power, 1),
-        error=impossible_error(visible(text, 80) for text in invalid)
-        if invalid
-        else None
-        if used is not None
-        else "DCGM sent no memory figure for this GPU",
+        error=opt_safe(
+            impossible_error(fit(text, 80) for text in invalid)
+            if invalid
+            else None
+            if used is not None
+            else "DCGM sent no memory figure for this GPU"
+        ),
     )
     code = whole(xid)
     return gpu, (code if code else None), instances
@@ -176,9 +183,9 @@ def _rival_host(parts: HostParts, rivals: tuple[str, ...], parser: Parser, now: 
     newest = max((t for g in parts.gpus.values() for t in g.times), default=None)
     snapshot = HostSnapshot(
         target=parts.name,
-        hostname=parts.ssh_host,
+        hostname=safe(parts.ssh_host),
         time=newest,
-        error=finding.detail,
+        error=safe(finding.detail),
         mode=MODE_PROMETHEUS,
         findings=(finding,),
     )
@@ -308,7 +315,7 @@ def parse_answer(
                 servers.setdefault(host_name, {}).setdefault(instance, {"kind": kind})
         hosts = [_build_host(parser.hosts[n], parser, now, servers.get(n, {})) for n in sorted(parser.hosts)]
     except (TypeError, AttributeError, ValueError) as exc:
-        cause = f"{type(exc).__name__}: {visible(str(exc), 80)}"
+        cause = f"{type(exc).__name__}: {fit(visible(str(exc)), 80)}"
         raise PrometheusError(f"prometheus: malformed answer ({cause})") from None
     return FleetSample(hosts=tuple(hosts), eval_time=now, ignored_series=parser.ignored)
 
@@ -367,20 +374,20 @@ def _build_host(
         error = "its exporter is down (up=0), but Prometheus still serves its last data"
     health = tuple(
         HealthSample(
-            url=instance,
+            url=safe(instance),
             state=None
             if parser.up.get(instance) is None
-            else (HEALTH_STATE_UP if parser.up[instance] else HEALTH_STATE_DOWN),
-            detail=server_detail(str(figures["kind"]), figures),
+            else safe(HEALTH_STATE_UP if parser.up[instance] else HEALTH_STATE_DOWN),
+            detail=safe(server_detail(str(figures["kind"]), figures)),
             checked_at=now,
         )
         for instance, figures in sorted(servers.items())
     )
     snapshot = HostSnapshot(
         target=parts.name,
-        hostname=parts.ssh_host,
+        hostname=safe(parts.ssh_host),
         time=newest,
-        error=error,
+        error=opt_safe(error),
         mode=MODE_PROMETHEUS,
         gpus=tuple(gpus),
         findings=tuple(xid_finding(parts.name, i, c) for i, c in sorted(xid.items())),

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gputui.core.fleet_owners import DCGM_OWNER_LABELS
+from gputui.core.textsafe import visible
 from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
 from gputui.transports.prometheus.parts import (
     GpuParts,
@@ -123,6 +124,8 @@ class Parser:
             if not isinstance(labels, dict) or not isinstance(sample, list) or len(sample) != 2:
                 self.ignored += 1
                 continue
+            # Every label is machine text: made visible here, once, for every view of the fleet.
+            labels = {visible(k): visible(v) if isinstance(v, str) else v for k, v in labels.items()}
             at = number(sample[0])
             if at is not None and (self.eval_time is None or at > self.eval_time):
                 self.eval_time = at

@@ -8,6 +8,7 @@ from typing import Any
 
 from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.model import Gpu
+from gputui.core.textsafe import visible
 from gputui.transports.prometheus.parse import last_is, parse_answer
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,
@@ -102,7 +103,7 @@ def gone_host(old: FleetHost, now: float | None) -> FleetHost:
     snapshot = replace(
         old.snapshot,
         gpus=gpus,
-        error=f"no series in Prometheus any more{last_is(age)}",
+        error=visible(f"no series in Prometheus any more{last_is(age)}"),
         findings=(),
         health=(),
         verdict=None,

@@ -19,6 +19,7 @@ from gputui.core.health_sample import HealthSample
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
 from gputui.core.owner import Owner
+from gputui.core.wire_values import opt_safe, safe, safe_list
 from gputui.transports.sim.kills import SimKill, SimKills
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,
@@ -241,7 +242,7 @@ class SimLink(SimKills, HostLink):
             util_pct, power_w, temp_c = 0, 21.0 + index % 4, 34 + index % 4
         return Gpu(
             index=index,
-            name=GPU_NAME,
+            name=safe(GPU_NAME),
             uuid="GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"gpu{index}.{self.target}.gputui.sim")),
             pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
             memory_used_mib=used_mib,
@@ -290,12 +291,12 @@ class SimLink(SimKills, HostLink):
             # Nothing listens on the port any more, whichever way the server went.
             return (
                 HealthSample(
-                    url=url,
-                    state=protocol.HEALTH_STATE_DOWN,
+                    url=safe(url),
+                    state=safe(protocol.HEALTH_STATE_DOWN),
                     since=self._server_dead_at,
                     last_ok=min(wedge_s, self._server_dead_at),
                     consecutive_failures=1,
-                    detail="connection refused",
+                    detail=safe("connection refused"),
                     discovered=True,
                     checked_at=now_s,
                 ),
@@ -304,13 +305,13 @@ class SimLink(SimKills, HostLink):
         if self._healthy and busy_s <= now_s < self._start_s + BUSY_UNTIL_S:
             return (
                 HealthSample(
-                    url=url,
-                    state=protocol.HEALTH_STATE_TIMEOUT,
+                    url=safe(url),
+                    state=safe(protocol.HEALTH_STATE_TIMEOUT),
                     latency_ms=HEALTH_DEFAULT_DEADLINE_S * 1000,
                     since=busy_s,
                     last_ok=busy_s,
                     consecutive_failures=1 + int((now_s - busy_s) // HEALTH_PROBE_S),
-                    detail=f"no response within {HEALTH_DEFAULT_DEADLINE_S:g}s",
+                    detail=safe(f"no response within {HEALTH_DEFAULT_DEADLINE_S:g}s"),
                     discovered=True,
                     checked_at=now_s,
                 ),
@@ -318,22 +319,22 @@ class SimLink(SimKills, HostLink):
         if not self._healthy and now_s >= wedge_s:
             return (
                 HealthSample(
-                    url=url,
-                    state=protocol.HEALTH_STATE_UNHEALTHY,
+                    url=safe(url),
+                    state=safe(protocol.HEALTH_STATE_UNHEALTHY),
                     code=503,
                     latency_ms=20_004.0,
                     since=wedge_s,
                     last_ok=wedge_s,
                     consecutive_failures=1 + int((now_s - wedge_s) // 5),
-                    detail="503 Service Unavailable",
+                    detail=safe("503 Service Unavailable"),
                     discovered=True,
                     checked_at=now_s,
                 ),
             )
         return (
             HealthSample(
-                url=url,
-                state=protocol.HEALTH_STATE_UP,
+                url=safe(url),
+                state=safe(protocol.HEALTH_STATE_UP),
                 code=200,
                 latency_ms=3.1 if self._healthy else 4.2,
                 since=self._start_s,
@@ -356,11 +357,12 @@ class SimLink(SimKills, HostLink):
             Proc(
                 pid=p.pid,
                 ppid=p.ppid,
-                user=p.user,
+                # The simulated host is a machine like any other: its text enters the model made visible.
+                user=opt_safe(p.user),
                 uid=p.uid,
-                state=p.state,
-                name=p.name,
-                cmdline=() if p.state == "Z" else p.cmdline,
+                state=opt_safe(p.state),
+                name=opt_safe(p.name),
+                cmdline=() if p.state == "Z" else safe_list(p.cmdline),
                 start_ticks=p.start_ticks,
                 create_time=BOOT_EPOCH_S + p.start_offset_s,
                 state_since=p.state_since,
@@ -372,13 +374,13 @@ class SimLink(SimKills, HostLink):
                     else LiveThreads(sum(p.live_threads.values()), dict(p.live_threads))
                 ),
                 listen_ports=p.listen_ports,
-                owner=Owner(OWNER_USER, p.user, p.user),
+                owner=Owner(OWNER_USER, opt_safe(p.user), opt_safe(p.user)),
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )
         return HostSnapshot(
             target=self.target,
-            hostname=self.target,
+            hostname=safe(self.target),
             boot_id=self.boot_id,
             time=now_s,
             driver_version="580.82.07",

@@ -21,6 +21,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
+from gputui.core.display import fit
 from gputui.core.fleet_rows import (
     SORT_MODES,
     FleetRow,
@@ -200,13 +201,13 @@ class FleetScreen(Screen[None]):
             gpus.show((), {}, {}, message="no host selected" if self._hosts else "no hosts yet")
             notes.show(Text(""))
             return
-        set_border_title(gpus, f"GPUs · {visible(host.name, 40)}")
+        set_border_title(gpus, f"GPUs · {fit(host.name, 40)}")
         live = row.state == "live"
         verdict = host.snapshot.verdict
         baselines = {}
         if verdict is not None:
             baselines = {g.index: g.baseline_mib + verdict.tolerance_mib for g in verdict.gpus}
-        message = visible(row.error or "no GPU reported", 200)
+        message = fit(row.error or "no GPU reported", 200)
         gpus.show(host.snapshot.gpus if live else (), {}, baselines, message=message)
         notes.show(notes_text(host, row, self._target_or_none(host)))
 
@@ -244,7 +245,7 @@ class FleetScreen(Screen[None]):
         try:
             target = self._ssh_target(host)
         except BadTarget as exc:
-            self.notify(visible(str(exc), 300), severity="error", title="cannot open", markup=False)
+            self.notify(fit(visible(str(exc)), 300), severity="error", title="cannot open", markup=False)
             return
         self.post_message(self.OpenHost(target, host.name))
 

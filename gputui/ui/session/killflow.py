@@ -42,6 +42,7 @@ from gputui.core.actions import (
     plan_kill,
 )
 from gputui.core.analysis import KilledJob
+from gputui.core.display import fit
 from gputui.core.link import HostLink, LinkError, process_text
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.state import StateError
@@ -63,7 +64,7 @@ _WARN_RESULTS = frozenset({RESULT_STILL_ALIVE, RESULT_UNINTERRUPTIBLE, RESULT_GO
 def _who(members: Sequence[KillOutcome] | Sequence[Pending]) -> str:
     """``4250 sglang::detokenizer, 4200 python3``; pids alone, in order, when there are more than three."""
     if len(members) <= 3:
-        return ", ".join(f"{o.pid} {visible(o.name or '?', 28)}" for o in members)
+        return ", ".join(f"{o.pid} {fit(o.name or '?', 28)}" for o in members)
     return ", ".join(str(pid) for pid in sorted(o.pid for o in members))
 
 
@@ -73,7 +74,7 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     A result is followed by its stage's signal where it has one ("killed (KILL)"); checks and waits have none.
     """
     if not outcomes:
-        return f"{plan.signal} on {visible(plan.target, 40)}: the agent reported nothing", "warning"
+        return f"{plan.signal} on {fit(visible(plan.target), 40)}: the agent reported nothing", "warning"
     groups: dict[tuple[str, str, str], list[KillOutcome]] = {}
     for outcome in final_outcomes(outcomes).values():
         groups.setdefault((outcome.result, outcome.signal or "", outcome.detail or ""), []).append(outcome)
@@ -81,7 +82,7 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     for (result, sent, detail), members in groups.items():
         line = f"{result}{f' ({sent})' if sent else ''}: {_who(members)}"
         if detail:
-            line += f" – {visible(detail, 100)}"
+            line += f" – {fit(detail, 100)}"
         lines.append(line)
     results = {o.result for o in outcomes}
     severity = "error" if results & _BAD_RESULTS else "warning" if results & _WARN_RESULTS else "information"
@@ -165,7 +166,7 @@ class KillFlow:
             app.say("read-only: nothing is signalled", severity="warning", title="refused")
             return
         if snapshot is None:
-            app.say(f"{visible(host.target, 40)}: no data yet", severity="warning")
+            app.say(f"{fit(visible(host.target), 40)}: no data yet", severity="warning")
             return
         if not pids and not all_gpu:
             app.say("select a process first", severity="warning")
@@ -195,14 +196,14 @@ class KillFlow:
 
                 app.choose_owner(host.target, exc.owners, picked)
                 return
-            app.say(visible(str(exc), 300), severity="error", title="refused")
+            app.say(fit(visible(str(exc)), 300), severity="error", title="refused")
             return
         except PlanError as exc:
-            app.say(visible(str(exc), 300), severity="error", title="refused")
+            app.say(fit(visible(str(exc)), 300), severity="error", title="refused")
             return
         if not plan.targets:
             reason = "; ".join(plan.notes) or "nothing to signal"
-            app.say(visible(reason, 300), severity="warning", title="nothing to signal")
+            app.say(fit(visible(reason), 300), severity="warning", title="nothing to signal")
             return
 
         def decided(confirmed: bool | None) -> None:
@@ -300,7 +301,7 @@ class KillFlow:
         if message.pending:
             delay_s = plan.escalate_s if plan.escalate_s is not None else plan.wait_s
             text += "\n" + pending_summary(message.pending, delay_s)
-        title = f"{plan.signal} on {visible(message.target, 40)}"
+        title = f"{plan.signal} on {fit(visible(message.target), 40)}"
         app.say(
             text, severity=severity, title=title, operation=operation_key(message.target, message.key, entry)
         )
@@ -318,10 +319,10 @@ class KillFlow:
         entry = None if host is None else host.kills.pop(message.key, None)
         if host is None or entry is None:
             return
-        title = f"{entry.plan.signal} on {visible(message.target, 40)}"
+        title = f"{entry.plan.signal} on {fit(visible(message.target), 40)}"
         operation = operation_key(message.target, message.key, entry)
         if message.error is not None:
-            text = f"{visible(message.target, 40)}: {visible(message.error, 300)}"
+            text = f"{fit(visible(message.target), 40)}: {fit(message.error, 300)}"
             app.say(text, severity="error", title="kill failed", operation=operation)
         else:
             text, severity = outcome_summary(entry.plan, message.outcomes)
@@ -329,7 +330,7 @@ class KillFlow:
                 text = "escalation abandoned\n" + text
             app.say(text, severity=severity, title=title, operation=operation)
         for problem in message.audit_errors:
-            app.say(f"audit log not written: {visible(problem, 200)}", severity="warning")
+            app.say(f"audit log not written: {fit(visible(problem), 200)}", severity="warning")
         if message.jobs:
             host.killed(message.jobs)
         if host.check is not None and host.check.running:
@@ -361,7 +362,9 @@ class KillFlow:
         if not self.quitting:
             self.quitting = True
             waits = [
-                f"{visible(h.target, 40)}: {pending_summary(e.pending)}" for h, e in under_way if e.pending
+                f"{fit(visible(h.target), 40)}: {pending_summary(e.pending)}"
+                for h, e in under_way
+                if e.pending
             ]
             app.say(
                 "quitting once the kill is done · "
@@ -386,7 +389,7 @@ class KillFlow:
         if not under_way or not self.quitting:
             return
         unknown = ", ".join(
-            f"{visible(h.target, 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
+            f"{fit(visible(h.target), 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
         )
         # Printed after the app left, as a Text: host and process names are never read as markup.
         line = f"gputui: no answer about the kill on {unknown}: its outcome is not known here"

@@ -16,7 +16,7 @@ from gputui.core.cmdline import command_display
 from gputui.core.display import DASH as DASH
 from gputui.core.display import dash as dash
 from gputui.core.display import duration as duration
-from gputui.core.textsafe import visible
+from gputui.core.display import fit
 
 _MEASURE = Console(file=io.StringIO(), width=1000, color_system=None)
 """Lays text out to count its rows (``screen_rows``); writes nowhere."""
@@ -27,10 +27,11 @@ BAR_EMPTY = "░"
 
 
 def safe_text(value: str | None, max_len: int | None = None, style: str = "") -> Text:
-    """A machine-supplied string as a ``Text`` with every control character visible; None → dash."""
+    """The model's (visible) text as a ``Text``, never markup, cut to ``max_len`` (``display.fit``); None: the
+    dash."""
     if value is None:
         return Text(DASH, style=style)
-    return Text(visible(value, max_len), style=style)
+    return Text(value if max_len is None else fit(value, max_len), style=style)
 
 
 command_text = command_display

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from gputui.agent.proc.owners import OWNER_CONTAINER, OWNER_POD, OWNER_SLURM, OWNER_UNIT
+from gputui.core.display import fit
 from gputui.core.model import Proc
-from gputui.core.textsafe import visible
 from gputui.ui.widgets.fmt import DASH
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def optional_cells(proc: Proc, keys: tuple[str, ...], now_s: float | None) -> li
     for key in keys:
         if key == "owner":
             owner = proc.owner
-            label = DASH if owner is None else visible(owner.label, OWNER_COLUMN_CHARS - 1)
+            label = DASH if owner is None else fit(owner.label, OWNER_COLUMN_CHARS - 1)
             style = "dim" if owner is None else _OWNER_STYLES.get(owner.kind, "dim")
             cells.append(Text(" " + label, style=style))
         elif key == "sm":

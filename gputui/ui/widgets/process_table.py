@@ -11,8 +11,8 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
 from gputui.core.analysis.jobview import first_gpu_row
+from gputui.core.display import fit
 from gputui.core.procfilter import ProcFilter
-from gputui.core.textsafe import visible
 from gputui.ui import keymap
 from gputui.ui.widgets.fmt import command_text, safe_text
 from gputui.ui.widgets.proc_columns import OPTIONAL_COLUMNS, cell_inputs, choose_optional, optional_cells
@@ -52,7 +52,7 @@ def _state_text(state: str | None) -> Text:
         return Text(" D ", style="bold black on yellow")
     if state is None:
         return Text(" – ", style="dim")
-    return Text(f" {visible(state, 1)} ")
+    return Text(f" {fit(state, 1)} ")
 
 
 def _gpu_text(gpu_memory_mib: dict[int, int]) -> Text:
