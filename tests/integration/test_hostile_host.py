@@ -134,7 +134,7 @@ def test_megabytes_of_argv_in_d_state_processes_still_give_a_snapshot_over_ssh(
         assert listed["state"] == "D"
         assert listed["cmdline_truncated"] is True
         assert wire_bytes(listed["cmdline"]) <= WIRE_CMDLINE_BYTES
-    assert _listed(host, hostile[0])["cmdline"][1].startswith("\x01" * 100)
+    assert _listed(host, hostile[0])["cmdline"][1].startswith("\\x01" * 100)
     assert _listed(host, plain[0])["cmdline"][1].startswith("x" * 1000)
     assert len(done.stdout.encode()) < LINE_CAP_BYTES // 8
 
