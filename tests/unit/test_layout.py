@@ -9,16 +9,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "gputui"
 MODULE_MAX_LINES = 500
 CLASS_MAX_LINES = 400
-OVER_TODAY = {
-    "gputui/ui/screens/monitor.py": 570,
-    "gputui/cli.py": 532,
-    "gputui/ui/screens/monitor.py:MonitorScreen": 479,
-    "gputui/agent/gpu/nvml.py:NvmlBackend": 420,
-    "gputui/agent/kill/operation.py:KillOperation": 413,
-    "gputui/agent/health/prober.py:HealthProber": 404,
-}
-"""The ones still over the rule, each held to its size today: they may shrink, never grow, and a new one may
-not join them (the next change to each splits it)."""
+OVER_TODAY: dict[str, int] = {}
+"""Modules and classes let over the rule, each held to a size: none, and none may join."""
 
 
 def _sizes() -> tuple[dict[str, int], dict[str, int]]:

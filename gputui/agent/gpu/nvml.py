@@ -24,6 +24,7 @@ from gputui.agent.gpu.nvmlapi import (
     nvml_text,
     pynvml_call,
 )
+from gputui.agent.gpu.process_util import read_process_util
 from gputui.agent.proc.figures import PROCESS_UTIL_KEY
 from gputui.agent.protocol import MODE_NVML
 from gputui.agent.wire import MIB
@@ -239,39 +240,15 @@ class NvmlBackend:
         return job
 
     def _process_util(self, index: int, handle: Any) -> list[dict[str, Any]] | None:
-        """The per-process samples of one GPU since the last read (on a worker thread); None: not supported.
-
-        The latest sample of each pid; [] when the driver has none in the window (NOT_FOUND: nothing ran).
-        """
-        nv = nvmlapi.pynvml
+        """The per-process samples of one GPU since its last read (worker thread); None: not supported."""
         since_us = self._util_since_us[index] or int((time.time() - self.process_util_interval_s) * 1e6)
-        try:
-            samples = nv.nvmlDeviceGetProcessUtilization(handle, since_us)
-        except Exception as exc:
-            if nvml_is_lost(exc):
-                raise
-            if getattr(exc, "value", None) == getattr(nv, "NVML_ERROR_NOT_FOUND", -1):
-                return []
-            if isinstance(exc, nv.NVMLError) or nvml_function_missing(exc):
-                return None
-            raise
-        latest: dict[int, Any] = {}
-        for sample in samples or ():
-            pid = int(sample.pid)
-            if pid not in latest or sample.timeStamp >= latest[pid].timeStamp:
-                latest[pid] = sample
-        if latest:
-            self._util_since_us[index] = max(int(s.timeStamp) for s in latest.values())
-        return [
-            {
-                "pid": pid,
-                "sm_pct": _pct(sample.smUtil),
-                "mem_bw_pct": _pct(sample.memUtil),
-                "enc_pct": _pct(sample.encUtil),
-                "dec_pct": _pct(sample.decUtil),
-            }
-            for pid, sample in sorted(latest.items())
-        ]
+        read = read_process_util(handle, since_us)
+        if read is None:
+            return None
+        rows, newest_us = read
+        if newest_us is not None:
+            self._util_since_us[index] = newest_us
+        return rows
 
     def _read_memory(self, index: int, handle: Any) -> dict[str, Any]:
         """One GPU's memory figures (runs on a worker thread; raises NVMLError)."""
@@ -453,12 +430,3 @@ class NvmlBackend:
         self._batch.stop()
         self._system.stop()
         self._initialized = False
-
-
-def _pct(value: Any) -> int | None:
-    """A percent from NVML; None for what no percent can be (the driver's "not available" markers)."""
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return None
-    return number if 0 <= number <= 100 else None

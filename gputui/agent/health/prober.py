@@ -129,14 +129,7 @@ class HealthProber:
         """
         new_urls = url_list(urls, "urls")
         new_metrics = url_list(metrics_urls, "metrics_urls")
-        for name, value in (("generate", generate), ("discover", discover)):
-            if value is not None and not isinstance(value, bool):
-                raise ValueError(f"{name} must be true or false")
-        for name, seconds, upper in (("interval_s", interval_s, 3600.0), ("deadline_s", deadline_s, 600.0)):
-            if seconds is not None and (
-                isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= upper
-            ):
-                raise ValueError(f"{name} must be a number of seconds in (0, {upper:g}]")
+        _check_settings(generate, discover, interval_s, deadline_s)
         with self._lock:
             if new_urls is not None:
                 self._configured = new_urls[:HEALTH_MAX_URLS]
@@ -435,3 +428,19 @@ class HealthProber:
             if endpoint is not None:
                 endpoint.record_probe(result, now, finished)
             self._lock.notify_all()
+
+
+def _check_settings(generate: Any, discover: Any, interval_s: Any, deadline_s: Any) -> None:
+    """Refuse a configure command's flags and periods of the wrong type or range, before anything changes.
+
+    Raises:
+        ValueError: With one readable line naming the setting.
+    """
+    for name, value in (("generate", generate), ("discover", discover)):
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false")
+    for name, seconds, upper in (("interval_s", interval_s, 3600.0), ("deadline_s", deadline_s, 600.0)):
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= upper
+        ):
+            raise ValueError(f"{name} must be a number of seconds in (0, {upper:g}]")

@@ -223,31 +223,10 @@ class KillOperation:
         asked_zombies: list[ProcStat] = []
         for pid, ticks in targets:
             stat = table.get(pid)
-            if ticks is None:
-                # Without its start time a pid may name any process by now: never signal a bare pid.
-                self._log.say(
-                    pid,
-                    None,
-                    stat,
-                    STAGE_CHECK,
-                    None,
-                    RESULT_REFUSED,
-                    "no start time given: the process's identity cannot be checked",
-                )
-                continue
-            if stat is None:
-                self._log.say(pid, ticks, None, STAGE_CHECK, None, RESULT_GONE, "no such process")
-                continue
-            if stat.start_ticks != ticks:
-                self._log.say(
-                    pid,
-                    ticks,
-                    stat,
-                    STAGE_CHECK,
-                    None,
-                    RESULT_CHANGED,
-                    f"process changed: pid {pid} now belongs to another process",
-                )
+            mismatch = identity_mismatch(pid, ticks, stat)
+            if mismatch is not None or stat is None or ticks is None:  # the last two never, once it says None
+                if mismatch is not None:
+                    self._log.say(pid, ticks, stat, STAGE_CHECK, None, *mismatch)
                 continue
             if (pid, ticks) in self._queued:
                 continue  # a listed member its root's tree already holds
@@ -481,3 +460,18 @@ class KillOperation:
             result = RESULT_UNINTERRUPTIBLE
             detail = "in uninterruptible sleep (D): it may not die until its I/O completes"
         self._log.say(pid, ticks, stat, stage, signal_name, result, detail)
+
+
+def identity_mismatch(pid: int, ticks: int | None, stat: ProcStat | None) -> tuple[str, str] | None:
+    """Why a listed target no longer names the process it was listed as: (result, reason); None: it does.
+
+    ``ticks`` is the start time it was listed with, ``stat`` what ``/proc`` says of the pid now.
+    """
+    if ticks is None:
+        # Without its start time a pid may name any process by now: never signal a bare pid.
+        return RESULT_REFUSED, "no start time given: the process's identity cannot be checked"
+    if stat is None:
+        return RESULT_GONE, "no such process"
+    if stat.start_ticks != ticks:
+        return RESULT_CHANGED, f"process changed: pid {pid} now belongs to another process"
+    return None
