@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.core.textsafe import visible
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import CHAIN, script
@@ -188,7 +189,7 @@ def test_hostile_process_names_are_data_never_commands(
         seen = _until(link, lambda s: s.process(victim.pid) is not None)
         proc = seen.process(victim.pid)
         assert proc is not None
-        assert list(proc.cmdline[-len(hostile) :]) == hostile
+        assert list(proc.cmdline[-len(hostile) :]) == [visible(word) for word in hostile]  # the model's form
         result = link.request(
             {
                 "cmd": "kill",
