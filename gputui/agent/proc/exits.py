@@ -17,12 +17,10 @@ import threading
 import time
 from typing import Iterable
 
-from gputui.agent.proc.procfs import read_stat
+from gputui.agent.proc.procfs import EXITED_STATES, read_stat
 
 EXIT_POLL_S = 0.01
 """How often a wait looks at its wake event, and at the holders' /proc stat where there are no pidfds."""
-EXITED_STATES = ("Z", "X", "x")
-"""/proc states of a process that has exited (its parent has not reaped it yet)."""
 
 
 class ExitWatch:

@@ -20,6 +20,8 @@ try:
 except (ValueError, OSError, AttributeError):  # pragma: no cover - non-Linux
     PAGE_SIZE = 4096
 
+EXITED_STATES = ("Z", "X", "x")
+"""/proc states of a process or thread that has exited (zombie, dead): not live."""
 INIT_PID_NAMESPACE_INODE = 0xEFFFFFFC
 """The inode of the initial PID namespace (PROC_PID_INIT_INO in the kernel)."""
 

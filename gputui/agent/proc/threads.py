@@ -18,13 +18,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gputui.agent.proc.procfs import ProcStat, parse_stat, read_small
+from gputui.agent.proc.procfs import EXITED_STATES, ProcStat, parse_stat, read_small
 from gputui.agent.protocol import live_threads
 
 THREADS_PROBE_MAX = 4096
 """At most this many threads' stat files are read for one process; the rest are counted as ``omitted``."""
-THREAD_GONE_STATES = ("Z", "X", "x")
-"""Thread states of a thread that has exited (zombie, dead): not live."""
 
 
 def _task_stat(task_dir: str, tid: int) -> ProcStat | None:
@@ -69,7 +67,7 @@ def zombie_live_threads(
     threads: list[dict[str, Any]] = []
     for tid in tids[:max_threads]:
         stat = _task_stat(task_dir, tid)
-        if stat is not None and stat.state not in THREAD_GONE_STATES:
+        if stat is not None and stat.state not in EXITED_STATES:
             threads.append({"tid": tid, "state": stat.state})
     return {"threads": threads, "omitted": max(0, len(tids) - max_threads)}
 
