@@ -25,7 +25,7 @@ from textual.widgets import Footer
 
 from gputui.core.analysis import ProcNode, build_forest, flatten
 from gputui.core.analysis.jobview import outside_rows
-from gputui.core.display import clock_time
+from gputui.core.display import clock_time, fit
 from gputui.core.judge import no_data_text
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
@@ -279,7 +279,7 @@ class MonitorView(Screen[None]):
                 self._show_hosts()
             title = visible(host.target, 40)
             if snapshot is not None and snapshot.driver_version:
-                title += f" · driver {visible(snapshot.driver_version, 20)}"
+                title += f" · driver {fit(snapshot.driver_version, 20)}"
             title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
             read_only = " · READ-ONLY" if session.settings.read_only else ""
             flags = read_only + (" · ⏸ PAUSED" if self.paused else "")
@@ -296,7 +296,7 @@ class MonitorView(Screen[None]):
                 message = host.error or "connecting…"
                 if host.halted:
                     message = "not retrying (r: try again) · " + message
-                gpus.show((), {}, {}, message=visible(message, 200))
+                gpus.show((), {}, {}, message=fit(message, 200))
                 procs.show((), compact=self.narrow)
                 health.show((), now_s=now_s, no_data=missing)
                 self.query_one(FindingsList).show((), no_data=missing)
@@ -308,7 +308,7 @@ class MonitorView(Screen[None]):
                     g.index: g.baseline_mib + snapshot.verdict.tolerance_mib for g in snapshot.verdict.gpus
                 }
             history = {index: host.history.memory_mib(index) for index in host.history.indexes()}
-            message = "" if snapshot.error is None else visible(snapshot.error, 200)
+            message = "" if snapshot.error is None else fit(snapshot.error, 200)
             gpus.show(snapshot.gpus, history, baselines, message=message)
             procs.show(
                 table_nodes(snapshot),
@@ -339,7 +339,7 @@ class MonitorView(Screen[None]):
         if snapshot is not None and state == LIVE:
             return None
         if host.error is not None:
-            reason: str | None = visible(host.error, 160)
+            reason: str | None = fit(host.error, 160)
         elif snapshot is None:
             reason = "connecting"
         else:
