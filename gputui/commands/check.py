@@ -57,7 +57,7 @@ def resolve_baselines(
         return Baselines(tolerance_mib=tolerance)  # simulated hosts have nothing recorded about them
     loaded = load_baselines(target)
     if loaded.warning:
-        print(f"gputui: warning: {fit(visible(loaded.warning), 400)}", file=err)
+        print(f"gputui: warning: {visible(loaded.warning, 400)}", file=err)
     return Baselines(
         default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
     )
@@ -147,7 +147,7 @@ def _calibrate(
 ) -> int:
     """Record the GPUs' figures of an analysed one-shot sample as their baselines, only from idle evidence
     (``core.calibration``): a refused GPU is named, and nothing is recorded unless ``force``."""
-    name = fit(visible(target), 100)
+    name = visible(target, 100)
     if snapshot.error is not None or not snapshot.gpus:
         cause = fit(snapshot.error or "no GPUs found", 300)
         print(f"gputui: {name}: cannot calibrate: {cause}", file=err)
@@ -160,9 +160,7 @@ def _calibrate(
         return EXIT_ERROR
     if refused and not force:
         for refusal in refused:
-            print(
-                f"gputui: {name}: GPU{refusal.index} refused: {fit(visible(refusal.reason), 300)}", file=err
-            )
+            print(f"gputui: {name}: GPU{refusal.index} refused: {visible(refusal.reason, 300)}", file=err)
         gpus = f"{len(refused)} GPU{'s' if len(refused) > 1 else ''}"
         print(
             f"gputui: {name}: cannot calibrate: {gpus} not idle; "
@@ -174,11 +172,11 @@ def _calibrate(
     try:
         path = save_baselines(target, values, hostname=snapshot.hostname)
     except StateError as exc:
-        print(f"gputui: {fit(visible(str(exc)), 400)}", file=err)
+        print(f"gputui: {visible(str(exc), 400)}", file=err)
         return EXIT_ERROR
     forced = {r.index: r.reason for r in refused}
     for index, reason in sorted(forced.items()):
-        why = fit(visible(reason), 300)
+        why = visible(reason, 300)
         print(f"gputui: warning: {name}: GPU{index} recorded although it {why} (--force)", file=err)
     if json_out:
         return EXIT_CLEAN
@@ -213,7 +211,7 @@ def _check_target(
         warnings: list[str] = []
         ports = () if demo else load_watched_ports(target, snapshot.boot_id, warnings=warnings)
         for warning in warnings:
-            print(f"gputui: warning: {fit(visible(warning), 400)}", file=err)
+            print(f"gputui: warning: {visible(warning, 400)}", file=err)
         analysed = judge(snapshot, baselines, watched_ports=ports, one_shot=True)
         if (
             args.wait is not None
@@ -223,7 +221,7 @@ def _check_target(
         ):
             if not args.json:
                 print(
-                    f"waiting up to {args.wait:g} s for a clean slate on {fit(visible(target), 60)}…",
+                    f"waiting up to {args.wait:g} s for a clean slate on {visible(target, 60)}…",
                     file=err,
                 )
             analysed, waited, check = wait_until_clean(link, target, baselines, args.wait, args, ports=ports)
@@ -267,7 +265,7 @@ def _forget_free_ports(
     try:
         save_watched_ports(target, snapshot.boot_id, left)
     except StateError as exc:
-        print(f"gputui: warning: {fit(visible(str(exc)), 300)}", file=err)
+        print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
 
 
 def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -289,7 +287,7 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
-            snapshot = no_data(target, fit(visible(str(exc) or type(exc).__name__), 300), None)
+            snapshot = no_data(target, visible(str(exc) or type(exc).__name__, 300), None)
             waited = None
             if not args.json:  # the verdict in words too: "cannot tell: no data: …"
                 for line in format_check(snapshot, out, header=len(targets) > 1):

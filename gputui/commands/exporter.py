@@ -75,11 +75,11 @@ def parse_listen(text: str) -> tuple[str, int]:
         ipaddress.ip_address(address)
     except ValueError:
         raise ListenError(
-            f"--listen: not an IP address: {fit(visible(address), 80)!r} (write ADDR:PORT)"
+            f"--listen: not an IP address: {visible(address, 80)!r} (write ADDR:PORT)"
         ) from None
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ListenError(
-            f"--listen: not a port from 1 to 65535: {fit(visible(port_text), 20)!r} (write ADDR:PORT)"
+            f"--listen: not a port from 1 to 65535: {visible(port_text, 20)!r} (write ADDR:PORT)"
         )
     return address, int(port_text)
 
@@ -169,14 +169,14 @@ class Sampler:
             error = sample.snapshot.error
             if error != self.last_error:
                 if error:
-                    log.warning("host error: %s", fit(visible(error), 300))
+                    log.warning("host error: %s", visible(error, 300))
                 elif self.last_error:
                     log.info("host readable again")
                 self.last_error = error
 
     def _note_error(self, error: str) -> None:
         if error != self.last_error:
-            log.warning("collector: %s", fit(visible(error), 300))
+            log.warning("collector: %s", visible(error, 300))
             self.last_error = error
 
 
@@ -224,8 +224,8 @@ def registry_for(collector: ExporterCollector) -> CollectorRegistry:
 
 def _collector(args: argparse.Namespace, sampler: Sampler) -> ExporterCollector:
     if args.hostname:
-        return ExporterCollector(sampler, fit(visible(args.hostname), 64), _figures(), fixed_hostname=True)
-    return ExporterCollector(sampler, fit(visible(socket.gethostname()), 64), _figures())
+        return ExporterCollector(sampler, visible(args.hostname, 64), _figures(), fixed_hostname=True)
+    return ExporterCollector(sampler, visible(socket.gethostname(), 64), _figures())
 
 
 def _figures() -> ExporterFigures:
@@ -250,7 +250,7 @@ def run_once(args: argparse.Namespace) -> int:
     path = Path(args.once)
     if path.suffix != ".prom":
         print(
-            f"gputui: warning: {fit(visible(str(path)), 200)}: node_exporter reads only *.prom files",
+            f"gputui: warning: {visible(str(path), 200)}: node_exporter reads only *.prom files",
             file=sys.stderr,
         )
     link = _link(args)
@@ -261,7 +261,7 @@ def run_once(args: argparse.Namespace) -> int:
         sampler = Sampler(link, _baselines(args, link.target))
         sampler.take(snapshot, started, cpu_started)
     except LinkError as exc:
-        print(f"gputui: exporter: {fit(visible(str(exc)), 300)}", file=sys.stderr)
+        print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         link.close()
@@ -270,7 +270,7 @@ def run_once(args: argparse.Namespace) -> int:
     try:
         atomic_write_text(path, text)
     except StateError as exc:
-        print(f"gputui: exporter: {fit(visible(str(exc)), 300)}", file=sys.stderr)
+        print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
 
@@ -320,7 +320,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     try:
         link.open()
     except LinkError as exc:
-        print(f"gputui: exporter: {fit(visible(str(exc)), 300)}", file=sys.stderr)
+        print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
     sampler = Sampler(link, _baselines(args, link.target), args.interval)
     collector = _collector(args, sampler)
@@ -330,7 +330,7 @@ def run_exporter(args: argparse.Namespace) -> int:
         link.close()
         cause = getattr(exc, "strerror", None) or str(exc)
         print(
-            f"gputui: exporter: cannot listen on {address}:{port}: {fit(visible(cause), 200)}",
+            f"gputui: exporter: cannot listen on {address}:{port}: {visible(cause, 200)}",
             file=sys.stderr,
         )
         return EXIT_ERROR

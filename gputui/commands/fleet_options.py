@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gputui.core.config import Config
-from gputui.core.display import fit
 from gputui.core.textsafe import visible
 
 if TYPE_CHECKING:
@@ -81,12 +80,12 @@ def _group(name: str, config: Config) -> list[str]:
     if members is None:
         known = ", ".join(sorted(config.groups)) or "none defined"
         raise FleetOptionError(
-            f"no group {fit(visible(name), 60)!r} in {_config_name(config)} ([groups]: {known})"
+            f"no group {visible(name, 60)!r} in {_config_name(config)} ([groups]: {known})"
         )
     for member in members:
         if member.startswith(GROUP_PREFIX):
             raise FleetOptionError(
-                f"{_config_name(config)}: groups.{name!r} lists {fit(visible(member), 60)!r}: "
+                f"{_config_name(config)}: groups.{name!r} lists {visible(member, 60)!r}: "
                 "members are host targets, not groups"
             )
     return list(members)
@@ -125,7 +124,7 @@ def read_hosts_file(path: Path) -> list[str]:
             continue
         if len(word.split()) != 1:
             raise FleetOptionError(
-                f"--hosts-file {path}:{number}: one target per line, not {fit(visible(word), 80)!r}"
+                f"--hosts-file {path}:{number}: one target per line, not {visible(word, 80)!r}"
             )
         targets.append(word)
     if not targets:

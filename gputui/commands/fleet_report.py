@@ -67,7 +67,7 @@ MAX_HOSTS_LISTED = 50
 def _baselines(args: argparse.Namespace, err: TextIO) -> Baselines:
     baselines, warning = fleet_baselines(args.baseline_mib, args.tolerance_mib)
     if warning:
-        print(f"gputui: warning: {fit(visible(warning), 400)}", file=err)
+        print(f"gputui: warning: {visible(warning, 400)}", file=err)
     return baselines
 
 
@@ -183,7 +183,7 @@ def run_fleet_snapshot(args: argparse.Namespace, out: TextIO | None = None, err:
     sample, error = _read(source, _baselines(args, err))
     status = EXIT_CLEAN
     if error is not None:
-        print(f"gputui: {fit(visible(error), 400)}", file=err)
+        print(f"gputui: {visible(error, 400)}", file=err)
         status = EXIT_ERROR
     elif sample is not None and not sample.hosts:
         print(_no_hosts_line(choice), file=err)
@@ -276,7 +276,7 @@ def run_fleet_check(args: argparse.Namespace, out: TextIO | None = None, err: Te
         time.sleep(min(CHECK_POLL_S, remaining))
     status = EXIT_ERROR if error is not None else fleet_status(sample)
     if error is not None:
-        print(f"gputui: {fit(visible(error), 400)}", file=err)
+        print(f"gputui: {visible(error, 400)}", file=err)
     elif sample is not None and not sample.hosts:
         print(_no_hosts_line(choice), file=err)
     if args.json:

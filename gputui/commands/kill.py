@@ -102,11 +102,9 @@ def parse_words(words: list[str], demo: bool) -> tuple[str, list[int]]:
     pids: list[int] = []
     for word in words:
         if not _DIGITS.fullmatch(word):
-            raise _UsageError(
-                f"not a process id: {fit(visible(word), 40)!r} (process ids are decimal numbers)"
-            )
+            raise _UsageError(f"not a process id: {visible(word, 40)!r} (process ids are decimal numbers)")
         if not 0 < int(word) <= PID_MAX:
-            raise _UsageError(f"not a process id: {fit(visible(word), 40)!r} (from 1 to {PID_MAX})")
+            raise _UsageError(f"not a process id: {visible(word, 40)!r} (from 1 to {PID_MAX})")
         pids.append(int(word))
     return target, pids
 
@@ -120,7 +118,7 @@ def plan_line(plan: KillPlan) -> str:
         if plan.wait_s
         else ""
     )
-    return f"{fit(visible(plan.target), 60)}: SIG{plan.signal}" + (" (tree)" if plan.tree else "") + then
+    return f"{visible(plan.target, 60)}: SIG{plan.signal}" + (" (tree)" if plan.tree else "") + then
 
 
 def format_plan(plan: KillPlan) -> list[str]:
@@ -241,11 +239,11 @@ def run_kill(
         try:
             owner = parse_owner_option(args.owner)
         except ValueError as exc:
-            print(f"gputui: kill: {fit(visible(str(exc)), 200)}", file=err)
+            print(f"gputui: kill: {visible(str(exc), 200)}", file=err)
             return EXIT_ERROR
     if args.read_only:
         print(
-            f"gputui: {fit(visible(target), 100)}: read-only mode: kill refused, nothing is signalled",
+            f"gputui: {visible(target, 100)}: read-only mode: kill refused, nothing is signalled",
             file=err,
         )
         return EXIT_ERROR
@@ -263,7 +261,7 @@ def run_kill(
                 # Not "nothing to signal": without the driver's process list there is no telling what holds
                 # a GPU.
                 cause = fit(snapshot.error or "no GPUs found", 300)
-                name = fit(visible(target), 100)
+                name = visible(target, 100)
                 print(
                     f"gputui: {name}: --all-gpu: NVML is unavailable, so there is no GPU "
                     f"process list to kill from ({cause})",
@@ -282,10 +280,10 @@ def run_kill(
                 owner=owner,
             )
         except ReadOnlyError as exc:
-            print(f"gputui: {fit(visible(str(exc)), 300)}", file=err)
+            print(f"gputui: {visible(str(exc), 300)}", file=err)
             return EXIT_ERROR
         except PlanError as exc:
-            print(f"gputui: {fit(visible(target), 100)}: {fit(visible(str(exc)), 300)}", file=err)
+            print(f"gputui: {visible(target, 100)}: {visible(str(exc), 300)}", file=err)
             return EXIT_ERROR
         except (LinkError, ValueError) as exc:
             print(link_error_line(target, exc), file=err)
@@ -295,7 +293,7 @@ def run_kill(
         if not args.yes:
             if not _is_terminal(stdin):
                 print(
-                    f"gputui: {fit(visible(target), 100)}: not a terminal: nothing signalled (pass --yes to "
+                    f"gputui: {visible(target, 100)}: not a terminal: nothing signalled (pass --yes to "
                     "signal without asking)",
                     file=err,
                 )
@@ -331,8 +329,8 @@ def _execute(
             first = run.start()
         except StateError as exc:
             print(
-                f"gputui: {fit(visible(target), 100)}: kill refused, nothing signalled: audit log: "
-                f"{fit(visible(str(exc)), 300)} (--no-audit to kill without it)",
+                f"gputui: {visible(target, 100)}: kill refused, nothing signalled: audit log: "
+                f"{visible(str(exc), 300)} (--no-audit to kill without it)",
                 file=err,
             )
             return EXIT_ERROR
@@ -353,14 +351,14 @@ def _execute(
                 if interrupts.count > told and run.pending:
                     told = interrupts.count
                     print(
-                        f"gputui: {fit(visible(target), 100)}: {pending_line(run.pending)}; waiting for it "
+                        f"gputui: {visible(target, 100)}: {pending_line(run.pending)}; waiting for it "
                         "(Ctrl-C again to abandon)",
                         file=err,
                     )
                 shown += _show(run.wait(POLL_S).outcomes, out if text else None)
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
-            name = fit(visible(target), 100)
+            name = visible(target, 100)
             print(
                 f"gputui: {name}: the collector finishes the kill on its own; its outcome is not known here",
                 file=err,
@@ -371,10 +369,10 @@ def _execute(
         left = ", ".join(
             f"{o.pid} ({fit(o.name or '?', 24)}): {fit(o.detail or o.result, 120)}" for o in run.left
         )
-        print(f"gputui: {fit(visible(target), 100)}: abandoned; left: {left or 'nothing'}", file=err)
+        print(f"gputui: {visible(target, 100)}: abandoned; left: {left or 'nothing'}", file=err)
     for problem in run.audit_errors:
         print(
-            f"gputui: warning: audit log not written after the signals: {fit(visible(problem), 300)}",
+            f"gputui: warning: audit log not written after the signals: {visible(problem, 300)}",
             file=err,
         )
     survivors = _survivors(link, target, plan, run, snapshot)
@@ -416,7 +414,7 @@ def _watch_ports(
     except StateError as exc:
         print(
             f"gputui: warning: the next check cannot wait for ports {', '.join(map(str, plan.ports))}: "
-            f"{fit(visible(str(exc)), 300)}",
+            f"{visible(str(exc), 300)}",
             file=err,
         )
 

@@ -61,7 +61,7 @@ def check_recorded(link: HostLink, target: str, boot_id: str | None, err: TextIO
         try:
             leftovers.save(target, boot_id, checked, replace_all=True)
         except StateError as exc:
-            print(f"gputui: warning: {fit(visible(str(exc)), 300)}", file=err)
+            print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
     return checked
 
 
@@ -95,7 +95,7 @@ def run_leftovers(
         return EXIT_ERROR
     target = targets[0]
     if args.remove and args.read_only:
-        print(f"gputui: {fit(visible(target), 100)}: read-only mode: nothing is removed", file=err)
+        print(f"gputui: {visible(target, 100)}: read-only mode: nothing is removed", file=err)
         return EXIT_ERROR
     link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
     try:
@@ -106,9 +106,7 @@ def run_leftovers(
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR
-        lines = receipt_lines(target, checked) or [
-            f"{fit(visible(target), 100)}: no leftovers of killed jobs"
-        ]
+        lines = receipt_lines(target, checked) or [f"{visible(target, 100)}: no leftovers of killed jobs"]
         if not args.remove or not checked["segments"]:
             if args.json:
                 print(json_visible({"target": target, "leftovers": checked}, indent=1), file=out)
@@ -134,14 +132,14 @@ def _remove(
     segments = [s for s in checked["segments"] if not s.get("open_by")]
     if not segments:
         print(
-            f"gputui: {fit(visible(target), 100)}: every segment left is still open or mapped: none removed",
+            f"gputui: {visible(target, 100)}: every segment left is still open or mapped: none removed",
             file=err,
         )
         return EXIT_LEFT
     if not args.yes:
         if not stdin.isatty():
             print(
-                f"gputui: {fit(visible(target), 100)}: not a terminal: nothing removed (--yes to remove)",
+                f"gputui: {visible(target, 100)}: not a terminal: nothing removed (--yes to remove)",
                 file=err,
             )
             return EXIT_ERROR
@@ -158,8 +156,7 @@ def _remove(
             audit.record(target, boot_id, [dict(e, result=RESULT_REQUESTED) for e in entries])
         except StateError as exc:
             print(
-                f"gputui: {fit(visible(target), 100)}: nothing removed: audit log: "
-                f"{fit(visible(str(exc)), 300)}",
+                f"gputui: {visible(target, 100)}: nothing removed: audit log: {visible(str(exc), 300)}",
                 file=err,
             )
             return EXIT_ERROR
@@ -178,15 +175,15 @@ def _remove(
             )
         except StateError as exc:
             print(
-                f"gputui: warning: audit log not written after removing: {fit(visible(str(exc)), 300)}",
+                f"gputui: warning: audit log not written after removing: {visible(str(exc), 300)}",
                 file=err,
             )
     for result in results:
         # The collector's answer to the removal is not read into the model: made visible here.
-        detail = f"  {fit(visible(result.get('detail')), 200)}" if result.get("detail") else ""
-        path = fit(visible(result.get("path")), 200)
+        detail = f"  {visible(result.get('detail'), 200)}" if result.get("detail") else ""
+        path = visible(result.get("path"), 200)
         print(
-            f"{fit(visible(result.get('result')), 12):<8} {path}{detail}",
+            f"{visible(result.get('result'), 12):<8} {path}{detail}",
             file=out,
         )
     check_recorded(link, target, boot_id, err)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from gputui.core.display import fit
 from gputui.core.textsafe import visible
 
 
@@ -31,10 +30,10 @@ def safe_streams(*streams: TextIO) -> None:
 
 def link_error_line(target: str, exc: Exception) -> str:
     """ "gputui: <target>: <cause>" without repeating the target when the cause already names it."""
-    cause = fit(visible(str(exc) or type(exc).__name__), 300)
+    cause = visible(str(exc) or type(exc).__name__, 300)
     if cause.startswith(f"{target}:"):
         return f"gputui: {cause}"
-    return f"gputui: {fit(visible(target), 100)}: {cause}"
+    return f"gputui: {visible(target, 100)}: {cause}"
 
 
 def wait_line(waited_s: float | None, wait_s: float, known: bool) -> str | None:

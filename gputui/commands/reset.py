@@ -32,7 +32,6 @@ from gputui.commands.kill import _Interrupts
 from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import open_link, options_from_args
 from gputui.core.actions import AuditLog
-from gputui.core.display import fit
 from gputui.core.link import LinkError
 from gputui.core.reset_plan import (
     EXIT_BLOCKED,
@@ -65,10 +64,10 @@ def parse_words(words: list[str], all_gpus: bool) -> tuple[str, list[str] | None
         raise _UsageError("name the host (local for this machine), then GPUs by index or UUID, or --all")
     target, gpus = words[0], words[1:]
     if target.startswith("-"):
-        raise _UsageError(f"not a host: {fit(visible(target), 60)!r}")
+        raise _UsageError(f"not a host: {visible(target, 60)!r}")
     for word in gpus:
         if not _GPU_WORD.fullmatch(word):
-            raise _UsageError(f"not a GPU index or UUID: {fit(visible(word), 60)!r}")
+            raise _UsageError(f"not a GPU index or UUID: {visible(word, 60)!r}")
     if all_gpus and gpus:
         raise _UsageError("name GPUs or use --all, not both")
     if not all_gpus and not gpus:
@@ -77,7 +76,7 @@ def parse_words(words: list[str], all_gpus: bool) -> tuple[str, list[str] | None
 
 
 def _say(target: str, text: str, err: TextIO) -> None:
-    print(f"gputui: {fit(visible(target), 100)}: {text}", file=err)
+    print(f"gputui: {visible(target, 100)}: {text}", file=err)
 
 
 def run_reset(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -140,14 +139,13 @@ def _execute(
         except StateError as exc:
             _say(
                 target,
-                f"reset refused, nothing was run: audit log: {fit(visible(str(exc)), 300)} "
+                f"reset refused, nothing was run: audit log: {visible(str(exc), 300)} "
                 "(--no-audit to reset without it)",
                 err,
             )
             return EXIT_CANNOT_TELL
     print(
-        f"{fit(visible(target), 100)}: gputui's collector steps aside (closes its NVML handles) "
-        "for the reset",
+        f"{visible(target, 100)}: gputui's collector steps aside (closes its NVML handles) for the reset",
         file=err,
     )
     deadline_s = sum(float(s.get("timeout_s") or 0.0) for s in plan.steps) + RUN_SLACK_S
@@ -174,12 +172,10 @@ def _execute(
         )
         return status
     if result.get("stepped_aside"):
-        print(
-            f"{fit(visible(target), 100)}: collector {fit(visible(result['stepped_aside']), 200)}", file=out
-        )
+        print(f"{visible(target, 100)}: collector {visible(result['stepped_aside'], 200)}", file=out)
         if result.get("released") is False:
             print(
-                f"{fit(visible(target), 100)}: warning: its device files were still open when the steps ran",
+                f"{visible(target, 100)}: warning: its device files were still open when the steps ran",
                 file=out,
             )
     for outcome in steps or ():
@@ -195,7 +191,7 @@ def _execute(
             if blocker.get("effect") == "step":  # this collector, a unit started again, persistence on
                 continue
             print(f"after: {blocker_line(target, blocker)}", file=out)
-    print(f"{fit(visible(target), 100)}: {line}", file=out)
+    print(f"{visible(target, 100)}: {line}", file=out)
     return status
 
 
@@ -203,6 +199,4 @@ def _audit_quietly(audit: AuditLog, target: str, boot_id: Any, lines: list[dict]
     try:
         audit.record(target, boot_id, lines)
     except StateError as exc:
-        print(
-            f"gputui: warning: audit log not written after the reset: {fit(visible(str(exc)), 300)}", file=err
-        )
+        print(f"gputui: warning: audit log not written after the reset: {visible(str(exc), 300)}", file=err)

@@ -160,16 +160,16 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
-            unreachable.append(no_data(target, fit(visible(str(exc) or type(exc).__name__), 300), None))
+            unreachable.append(no_data(target, visible(str(exc) or type(exc).__name__, 300), None))
             continue
         except Exception as exc:  # anything else a transport raises: still one line, never a traceback
             cause = RuntimeError(f"{type(exc).__name__}: {exc}")
             print(link_error_line(target, cause), file=err)
             status = EXIT_ERROR
-            unreachable.append(no_data(target, fit(visible(str(cause)), 300), None))
+            unreachable.append(no_data(target, visible(str(cause), 300), None))
             continue
         if snapshot.error and not snapshot.gpus:
-            print(f"gputui: {fit(visible(target), 60)}: {fit(snapshot.error, 300)}", file=err)
+            print(f"gputui: {visible(target, 60)}: {fit(snapshot.error, 300)}", file=err)
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):

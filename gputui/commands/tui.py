@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
-from gputui.core.display import fit
 from gputui.core.link import HostLink
 from gputui.core.textsafe import visible
 
@@ -40,7 +39,7 @@ def run_tui(args: argparse.Namespace) -> int:
 
         if theme not in theme_names():
             print(
-                f"gputui: unknown theme {fit(visible(theme), 40)!r} (one of: {', '.join(theme_names())})",
+                f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})",
                 file=sys.stderr,
             )
             return EXIT_ERROR

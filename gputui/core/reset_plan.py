@@ -226,9 +226,9 @@ def format_plan(plan: ResetPlan) -> list[str]:
 
 def outcome_line(outcome: dict[str, Any]) -> str:
     # A step's outcome is read from the collector's answer to the run, not from the plan: made visible here.
-    result = fit(visible(outcome.get("result")), 12)
+    result = visible(outcome.get("result"), 12)
     rc = outcome.get("rc")
-    output = fit(visible(str(outcome.get("output") or "").replace("\n", " | ")), 200)
+    output = visible(str(outcome.get("output") or "").replace("\n", " | "), 200)
     tail = f"  {output}" if output and result != STEP_OK else ""
     status = "" if rc is None else f" (exit {rc})"
     return f"  {result:<8} {step_line(outcome)}{status}{tail}"
@@ -237,7 +237,7 @@ def outcome_line(outcome: dict[str, Any]) -> str:
 def run_exit(result: dict[str, Any]) -> tuple[int, str]:
     """With ``--yes``: (0 verified clean after, 1 a step failed or not clean, 2 cannot tell; its line)."""
     if result.get("refused"):
-        return EXIT_BLOCKED, f"not run: {fit(visible(result['refused']), 200)}"
+        return EXIT_BLOCKED, f"not run: {visible(result['refused'], 200)}"
     steps = result.get("steps")
     if not isinstance(steps, list):
         return EXIT_CANNOT_TELL, "cannot tell: the collector answered without the steps' outcomes"

@@ -163,7 +163,7 @@ class GpuTuiApp(App[int]):
         if self._theme_store is not None:
             self.theme_changed_signal.subscribe(self, lambda theme: self._keep_theme(theme.name))
             if self._theme_store.warning:
-                self.say(fit(visible(self._theme_store.warning), 300), severity="warning")
+                self.say(visible(self._theme_store.warning, 300), severity="warning")
         for host in self.hosts:
             self.hosts.start(host)
         self.set_interval(TICK_S, self._tick)
@@ -303,7 +303,7 @@ class GpuTuiApp(App[int]):
                 self.hosts.record_host_key(target, error)
             else:
                 self.say(
-                    f"{fit(visible(target), 40)}: host key refused; not connecting (r asks again)",
+                    f"{visible(target, 40)}: host key refused; not connecting (r asks again)",
                     severity="warning",
                     title="host key",
                 )
@@ -313,17 +313,16 @@ class GpuTuiApp(App[int]):
     def on_hosts_host_key_recorded(self, message: Hosts.HostKeyRecorded) -> None:
         if message.failure is not None:
             self.say(
-                f"{fit(visible(message.target), 40)}: host key not recorded: "
-                f"{fit(visible(message.failure), 300)}",
+                f"{visible(message.target, 40)}: host key not recorded: {visible(message.failure, 300)}",
                 severity="error",
                 title="host key",
             )
             return
         error = message.error
         self.say(
-            f"{fit(visible(message.target), 40)}: {fit(visible(error.key_type), 40)} {error.fingerprint} "
+            f"{visible(message.target, 40)}: {visible(error.key_type, 40)} {error.fingerprint} "
             "recorded for "
-            f"{fit(visible(error.lookup_name), 80)}; connecting",
+            f"{visible(error.lookup_name, 80)}; connecting",
             title="host key",
         )
         host = self.hosts.get(message.target)
@@ -371,7 +370,7 @@ class GpuTuiApp(App[int]):
             host = self.hosts.get(target)
             if host is not None and host.kills:
                 self.say(
-                    f"{fit(visible(target), 40)}: a kill is under way: the host stays open until it is done",
+                    f"{visible(target, 40)}: a kill is under way: the host stays open until it is done",
                     severity="warning",
                 )
                 continue
@@ -400,7 +399,7 @@ class GpuTuiApp(App[int]):
         if len(self.hosts) > 1:
             for index, host in enumerate(self.hosts):
                 yield SystemCommand(
-                    f"Host {index + 1}: {fit(visible(host.target), 40)}",
+                    f"Host {index + 1}: {visible(host.target, 40)}",
                     "Show this host",
                     partial(self.monitor.run_action, f"host({index})"),
                 )

@@ -315,7 +315,7 @@ def parse_answer(
                 servers.setdefault(host_name, {}).setdefault(instance, {"kind": kind})
         hosts = [_build_host(parser.hosts[n], parser, now, servers.get(n, {})) for n in sorted(parser.hosts)]
     except (TypeError, AttributeError, ValueError) as exc:
-        cause = f"{type(exc).__name__}: {fit(visible(str(exc)), 80)}"
+        cause = f"{type(exc).__name__}: {visible(str(exc), 80)}"
         raise PrometheusError(f"prometheus: malformed answer ({cause})") from None
     return FleetSample(hosts=tuple(hosts), eval_time=now, ignored_series=parser.ignored)
 

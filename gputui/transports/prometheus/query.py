@@ -10,7 +10,6 @@ import urllib.parse
 from typing import Any
 
 from gputui import __version__
-from gputui.core.display import fit
 from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S as DEFAULT_STALE_AFTER_S
 from gputui.core.link import LinkError
 from gputui.core.textsafe import visible
@@ -98,7 +97,7 @@ def parse_matcher(text: str | None) -> str:
         return ""
     if not _MATCHERS_RE.fullmatch(body):
         raise ValueError(
-            f"--match: not a label matcher list: {fit(visible(text), 120)!r} "
+            f"--match: not a label matcher list: {visible(text, 120)!r} "
             '(write label="value", label=~"regex", label!="value" or label!~"regex", comma-separated)'
         )
     names = [m.group(1) for m in _MATCHER_RE.finditer(body)]
@@ -152,13 +151,11 @@ def normalise_url(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(text)
     except ValueError:
-        raise ValueError(f"--prometheus: not a URL: {fit(visible(url), 120)!r}") from None
+        raise ValueError(f"--prometheus: not a URL: {visible(url, 120)!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"--prometheus: not an http(s) URL: {fit(visible(url), 120)!r}")
+        raise ValueError(f"--prometheus: not an http(s) URL: {visible(url, 120)!r}")
     if parts.query or parts.fragment:
-        raise ValueError(
-            f"--prometheus: the URL must not have a query or fragment: {fit(visible(url), 120)!r}"
-        )
+        raise ValueError(f"--prometheus: the URL must not have a query or fragment: {visible(url, 120)!r}")
     path = parts.path.rstrip("/")
     if path.endswith("/api/v1/query"):
         path = path[: -len("/api/v1/query")]
@@ -173,7 +170,7 @@ def shown_url(url: str) -> str:
         url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
     except ValueError:
         pass
-    return fit(visible(url), 120)
+    return visible(url, 120)
 
 
 # --- the HTTP exchange ---------------------------------------------------------------------------------
@@ -188,9 +185,9 @@ def _error_body_line(raw: bytes) -> str:
     if isinstance(document, dict) and document.get("error"):
         kind = document.get("errorType")
         text = f"{kind}: {document['error']}" if kind else str(document["error"])
-        return fit(visible(text), 240)
+        return visible(text, 240)
     excerpt = raw[:200].decode("utf-8", "replace").strip()
-    return fit(visible(excerpt), 160) if excerpt else "no body"
+    return visible(excerpt, 160) if excerpt else "no body"
 
 
 def _read_bounded(response: Any, deadline: float, limit: int) -> bytes:
@@ -248,21 +245,21 @@ def fetch(
             text = reason.strerror or str(reason)
         else:
             text = str(reason)
-        raise PrometheusError(f"{where}: cannot connect: {fit(visible(text), 200)}") from None
+        raise PrometheusError(f"{where}: cannot connect: {visible(text, 200)}") from None
     except TimeoutError:
         raise PrometheusError(f"{where}: no answer within {timeout_s:g} s") from None
     except OverflowError:
         raise PrometheusError(f"{where}: the answer is larger than {max_bytes >> 20} MiB") from None
     except (OSError, ValueError) as exc:  # resets, a bad status line, a bad chunk size
-        raise PrometheusError(f"{where}: {type(exc).__name__}: {fit(visible(str(exc)), 200)}") from None
+        raise PrometheusError(f"{where}: {type(exc).__name__}: {visible(str(exc), 200)}") from None
     except Exception as exc:  # noqa: BLE001 - http.client raises its own HTTPException family
-        raise PrometheusError(f"{where}: {type(exc).__name__}: {fit(visible(str(exc)), 200)}") from None
+        raise PrometheusError(f"{where}: {type(exc).__name__}: {visible(str(exc), 200)}") from None
     try:
         document = json.loads(raw)
     except (ValueError, RecursionError):
         excerpt = raw[:80].decode("utf-8", "replace")
         raise PrometheusError(
-            f"{where}: not a Prometheus API answer (not JSON: {fit(visible(excerpt), 60)!r})"
+            f"{where}: not a Prometheus API answer (not JSON: {visible(excerpt, 60)!r})"
         ) from None
     if not isinstance(document, dict):
         raise PrometheusError(f"{where}: not a Prometheus API answer (no JSON object)")

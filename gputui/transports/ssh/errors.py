@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from gputui.core.display import fit
 from gputui.core.link import LinkError
 from gputui.core.textsafe import visible
 
@@ -47,7 +46,7 @@ class AuthFailed(LinkError):
 
 def shown(text: str, limit: int = DETAIL_CHARS) -> str:
     """One safe line for an error message from remote bytes (control characters escaped, length capped)."""
-    return fit(visible(text), limit)
+    return visible(text, limit)
 
 
 def phase_error(target: str, what: str, exc: BaseException) -> LinkError:

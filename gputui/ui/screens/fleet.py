@@ -245,7 +245,7 @@ class FleetScreen(Screen[None]):
         try:
             target = self._ssh_target(host)
         except BadTarget as exc:
-            self.notify(fit(visible(str(exc)), 300), severity="error", title="cannot open", markup=False)
+            self.notify(visible(str(exc), 300), severity="error", title="cannot open", markup=False)
             return
         self.post_message(self.OpenHost(target, host.name))
 

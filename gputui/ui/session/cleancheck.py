@@ -11,7 +11,7 @@ same machine from the CLI (``gputui.commands.check``).
 from __future__ import annotations
 
 from gputui.core import cleanslate
-from gputui.core.display import clock_time, fit
+from gputui.core.display import clock_time
 from gputui.core.model import HostSnapshot
 from gputui.core.textsafe import visible
 from gputui.ui.session.context import Session
@@ -83,7 +83,7 @@ class CleanChecks:
         if check is not None and check.clean and check.finished_s is not None and verdict is not None:
             self._end(host)
             self._session.say(
-                f"{fit(visible(host.target), 40)}: CLEAN ✓ "
+                f"{visible(host.target, 40)}: CLEAN ✓ "
                 f"{verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at"
                 f" baseline at {clock_time(check.finished_s)} (memory sample, confirmed by a full sample;"
                 f" {receipt_times(check)})",
@@ -102,7 +102,7 @@ class CleanChecks:
             if not host.check.running:
                 self._end(host)
                 self._session.say(
-                    f"{fit(visible(host.target), 40)}: not clean after {duration(now_s - check.started_s)}",
+                    f"{visible(host.target, 40)}: not clean after {duration(now_s - check.started_s)}",
                     severity="error",
                     title="clean slate",
                     operation=check_operation(host.target),

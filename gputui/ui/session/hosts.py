@@ -27,7 +27,6 @@ from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.actions import KillPlan, Pending
 from gputui.core.analysis import Baselines, KilledJob
 from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
-from gputui.core.display import fit
 from gputui.core.health_view import HealthHistory, health_transitions
 from gputui.core.history import GpuHistory
 from gputui.core.judge import judge
@@ -117,7 +116,7 @@ class HostState:
         ``health_changes``."""
         notices: list[Notice] = []
         previous = self.snapshot
-        name = fit(visible(self.target), 40)
+        name = visible(self.target, 40)
         reboot = previous is not None and previous.boot_id != snapshot.boot_id
         if reboot and self.tagged:
             self.tagged.clear()

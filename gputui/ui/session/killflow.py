@@ -74,7 +74,7 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     A result is followed by its stage's signal where it has one ("killed (KILL)"); checks and waits have none.
     """
     if not outcomes:
-        return f"{plan.signal} on {fit(visible(plan.target), 40)}: the agent reported nothing", "warning"
+        return f"{plan.signal} on {visible(plan.target, 40)}: the agent reported nothing", "warning"
     groups: dict[tuple[str, str, str], list[KillOutcome]] = {}
     for outcome in final_outcomes(outcomes).values():
         groups.setdefault((outcome.result, outcome.signal or "", outcome.detail or ""), []).append(outcome)
@@ -166,7 +166,7 @@ class KillFlow:
             app.say("read-only: nothing is signalled", severity="warning", title="refused")
             return
         if snapshot is None:
-            app.say(f"{fit(visible(host.target), 40)}: no data yet", severity="warning")
+            app.say(f"{visible(host.target, 40)}: no data yet", severity="warning")
             return
         if not pids and not all_gpu:
             app.say("select a process first", severity="warning")
@@ -196,14 +196,14 @@ class KillFlow:
 
                 app.choose_owner(host.target, exc.owners, picked)
                 return
-            app.say(fit(visible(str(exc)), 300), severity="error", title="refused")
+            app.say(visible(str(exc), 300), severity="error", title="refused")
             return
         except PlanError as exc:
-            app.say(fit(visible(str(exc)), 300), severity="error", title="refused")
+            app.say(visible(str(exc), 300), severity="error", title="refused")
             return
         if not plan.targets:
             reason = "; ".join(plan.notes) or "nothing to signal"
-            app.say(fit(visible(reason), 300), severity="warning", title="nothing to signal")
+            app.say(visible(reason, 300), severity="warning", title="nothing to signal")
             return
 
         def decided(confirmed: bool | None) -> None:
@@ -301,7 +301,7 @@ class KillFlow:
         if message.pending:
             delay_s = plan.escalate_s if plan.escalate_s is not None else plan.wait_s
             text += "\n" + pending_summary(message.pending, delay_s)
-        title = f"{plan.signal} on {fit(visible(message.target), 40)}"
+        title = f"{plan.signal} on {visible(message.target, 40)}"
         app.say(
             text, severity=severity, title=title, operation=operation_key(message.target, message.key, entry)
         )
@@ -319,10 +319,10 @@ class KillFlow:
         entry = None if host is None else host.kills.pop(message.key, None)
         if host is None or entry is None:
             return
-        title = f"{entry.plan.signal} on {fit(visible(message.target), 40)}"
+        title = f"{entry.plan.signal} on {visible(message.target, 40)}"
         operation = operation_key(message.target, message.key, entry)
         if message.error is not None:
-            text = f"{fit(visible(message.target), 40)}: {fit(message.error, 300)}"
+            text = f"{visible(message.target, 40)}: {fit(message.error, 300)}"
             app.say(text, severity="error", title="kill failed", operation=operation)
         else:
             text, severity = outcome_summary(entry.plan, message.outcomes)
@@ -330,7 +330,7 @@ class KillFlow:
                 text = "escalation abandoned\n" + text
             app.say(text, severity=severity, title=title, operation=operation)
         for problem in message.audit_errors:
-            app.say(f"audit log not written: {fit(visible(problem), 200)}", severity="warning")
+            app.say(f"audit log not written: {visible(problem, 200)}", severity="warning")
         if message.jobs:
             host.killed(message.jobs)
         if host.check is not None and host.check.running:
@@ -362,9 +362,7 @@ class KillFlow:
         if not self.quitting:
             self.quitting = True
             waits = [
-                f"{fit(visible(h.target), 40)}: {pending_summary(e.pending)}"
-                for h, e in under_way
-                if e.pending
+                f"{visible(h.target, 40)}: {pending_summary(e.pending)}" for h, e in under_way if e.pending
             ]
             app.say(
                 "quitting once the kill is done · "
@@ -389,7 +387,7 @@ class KillFlow:
         if not under_way or not self.quitting:
             return
         unknown = ", ".join(
-            f"{fit(visible(h.target), 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
+            f"{visible(h.target, 40)} ({len(e.plan.targets)} processes)" for h, e in under_way
         )
         # Printed after the app left, as a Text: host and process names are never read as markup.
         line = f"gputui: no answer about the kill on {unknown}: its outcome is not known here"

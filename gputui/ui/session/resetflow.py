@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 
 from gputui.agent.protocol import RESET_PLAN_COMMAND, RESET_RUN_COMMAND
-from gputui.core.display import fit
 from gputui.core.link import LinkError
 from gputui.core.reset_plan import (
     EXIT_OK,
@@ -37,7 +36,7 @@ def request_reset(session: Session, host: HostState, gpu_index: int) -> None:
         return
     link = host.link
     if link is None:
-        session.say(f"{fit(visible(host.target), 40)}: not connected", severity="warning")
+        session.say(f"{visible(host.target, 40)}: not connected", severity="warning")
         return
     target = host.target
 
@@ -47,7 +46,7 @@ def request_reset(session: Session, host: HostState, gpu_index: int) -> None:
             plan = ResetPlan.from_dict(target, answer.get("plan"))
         except (LinkError, PlanShapeError) as exc:
             said = unknown_command_said(exc)
-            session.from_thread(session.say, fit(visible(str(said)), 300), severity="error", title="reset")
+            session.from_thread(session.say, visible(str(said), 300), severity="error", title="reset")
             return
         session.from_thread(session.confirm_reset, plan, lambda ok: _decided(session, host, plan, ok))
 
@@ -60,7 +59,7 @@ def _decided(session: Session, host: HostState, plan: ResetPlan, confirmed: bool
         return
     link = host.link
     if link is None:
-        session.say(f"{fit(visible(host.target), 40)}: not connected: nothing was run", severity="warning")
+        session.say(f"{visible(host.target, 40)}: not connected: nothing was run", severity="warning")
         return
     boot_id = plan.raw.get("boot_id")
     if session.audit is not None:
@@ -70,11 +69,11 @@ def _decided(session: Session, host: HostState, plan: ResetPlan, confirmed: bool
             )
         except StateError as exc:
             session.say(
-                f"reset refused, nothing was run: audit log: {fit(visible(str(exc)), 200)}", severity="error"
+                f"reset refused, nothing was run: audit log: {visible(str(exc), 200)}", severity="error"
             )
             return
     session.say(
-        f"{fit(visible(plan.target), 40)}: the collector steps aside (closes its NVML handles) for the reset"
+        f"{visible(plan.target, 40)}: the collector steps aside (closes its NVML handles) for the reset"
     )
     words = [str(g.get("index")) for g in plan.gpus]
     deadline_s = sum(float(s.get("timeout_s") or 0.0) for s in plan.steps) + RUN_SLACK_S
@@ -86,7 +85,7 @@ def _decided(session: Session, host: HostState, plan: ResetPlan, confirmed: bool
             )
         except LinkError as exc:
             session.from_thread(
-                session.say, fit(visible(str(exc)), 300), severity="error", title="reset: outcome unknown"
+                session.say, visible(str(exc), 300), severity="error", title="reset: outcome unknown"
             )
             return
         steps = result.get("steps")
@@ -98,7 +97,7 @@ def _decided(session: Session, host: HostState, plan: ResetPlan, confirmed: bool
         status, line = run_exit(result)
         severity = "information" if status == EXIT_OK else "error"
         session.from_thread(
-            session.say, f"{fit(visible(plan.target), 40)}: {line}", severity=severity, title="reset"
+            session.say, f"{visible(plan.target, 40)}: {line}", severity=severity, title="reset"
         )
 
     # Not a daemon: quitting waits for a reset under way, which restores persistence mode at its end.
