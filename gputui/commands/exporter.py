@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from gputui.core.analysis import Baselines, analyze
 from gputui.core.display import fit
 from gputui.core.exposition import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
+from gputui.core.record import replace
 from gputui.core.servers import ServerWatch
 from gputui.core.state import StateError, atomic_write_text
 from gputui.core.textsafe import visible

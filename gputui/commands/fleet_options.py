@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gputui.core.config import Config
+from gputui.core.record import Record
 from gputui.core.textsafe import visible
 
 if TYPE_CHECKING:
@@ -31,8 +31,7 @@ class FleetOptionError(Exception):
     """A bad group, hosts file or fleet option; ``str()`` is one line."""
 
 
-@dataclass(frozen=True)
-class FleetChoice:
+class FleetChoice(Record):
     """The fleet to read and how.
 
     Attributes:

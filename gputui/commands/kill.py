@@ -23,7 +23,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from typing import Any, TextIO
 
 from gputui.agent.protocol import SIGNALLING_STAGES
@@ -54,6 +53,7 @@ from gputui.core.owner import parse_owner_option
 from gputui.core.state import StateError, load_watched_ports, save_watched_ports
 from gputui.core.textsafe import json_visible, visible
 from gputui.core.verdict_model import Finding
+from gputui.core.wire_values import plain
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1
@@ -180,9 +180,9 @@ def _is_terminal(stream: TextIO) -> bool:
 
 
 def _plan_dict(plan: KillPlan) -> dict[str, Any]:
-    data = asdict(plan)
+    data = plain(plan)
     data["targets"] = [
-        dict(asdict(t), cmdline=list(t.cmdline), owner=None if t.owner is None else t.owner.to_dict())
+        dict(plain(t), cmdline=list(t.cmdline), owner=None if t.owner is None else t.owner.to_dict())
         for t in plan.targets
     ]
     data["notes"] = list(plan.notes)
@@ -382,11 +382,11 @@ def _execute(
         document = {
             "target": target,
             "plan": _plan_dict(plan),
-            "outcomes": [dict(asdict(o), cmdline=list(o.cmdline)) for o in run.outcomes],
+            "outcomes": [dict(plain(o), cmdline=list(o.cmdline)) for o in run.outcomes],
             "all_gone": gone,
             "abandoned": abandoned,
             "elapsed_s": run.elapsed_s,
-            "survivors": [asdict(f) for f in survivors],
+            "survivors": [plain(f) for f in survivors],
             "leftovers": job_left,
             "audit_log": None if audit is None else str(audit.path),
         }

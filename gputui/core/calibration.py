@@ -17,9 +17,8 @@ job's memory would bless that memory forever. A GPU is refused when:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.record import Record
 
 IDLE_SHARE = 0.01
 IDLE_FLOOR_MIB = 512
@@ -35,8 +34,7 @@ def idle_limit_mib(gpu: Gpu) -> int:
     return max(IDLE_FLOOR_MIB, int(total * IDLE_SHARE))
 
 
-@dataclass(frozen=True)
-class Refusal:
+class Refusal(Record):
     """Why one GPU is not idle evidence.
 
     Attributes:

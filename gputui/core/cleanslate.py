@@ -28,10 +28,10 @@ which can take seconds on a large context), not a process to kill.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, replace
 
 from gputui.core.analysis import Baselines, job_remnants, memory_at_baseline
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.record import Record, replace
 
 WATCH_MEMORY_INTERVAL_S = 0.09
 """Memory sample interval while a check watches memory drain (the TUI's ``c`` and ``check --wait``). Links
@@ -46,8 +46,7 @@ half the resolution), so a check of any length costs at most this many."""
 STALE_LIST = "the confirming sample's process list is older than the clean memory sample"
 
 
-@dataclass(frozen=True)
-class WatchedPort:
+class WatchedPort(Record):
     """A TCP port a killed job served on, watched until it is no longer in LISTEN.
 
     Attributes:
@@ -104,8 +103,7 @@ def ports_left(snapshot: HostSnapshot, watched: Collection[WatchedPort]) -> tupl
     return tuple(port for port in watched if port in still)
 
 
-@dataclass(frozen=True)
-class DrainPoint:
+class DrainPoint(Record):
     """One memory sample during a check.
 
     Attributes:
@@ -117,8 +115,7 @@ class DrainPoint:
     above_mib: int
 
 
-@dataclass(frozen=True)
-class CleanCheck:
+class CleanCheck(Record):
     """One clean-slate check.
 
     Attributes:

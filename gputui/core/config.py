@@ -39,11 +39,11 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gputui.core.link import SSH_CLIENTS
+from gputui.core.record import Record, field
 
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""
@@ -60,8 +60,7 @@ class ConfigError(Exception):
     """The config file cannot be used; ``str()`` is one line naming the file and the cause."""
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(Record):
     """Settings from the config file.
 
     Attributes:

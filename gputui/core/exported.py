@@ -11,8 +11,6 @@ No I/O, no clock, no Textual or Rich.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-
 from gputui.core import export_schema as s
 from gputui.core.analysis import Baselines, age_text, find_problems
 from gputui.core.analysis.baselines import DEFAULT_BASELINE_MIB
@@ -27,14 +25,14 @@ from gputui.core.model import (
     LiveThreads,
     Proc,
 )
+from gputui.core.record import Record, field, replace
 from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding, GpuVerdict, Verdict
 
 EXPORTER_NOTE = "from its gputui exporter"
 
 
-@dataclass(frozen=True)
-class ExportedSubject:
+class ExportedSubject(Record):
     """A process a finding names, as the exporter's per-process series describe it."""
 
     kind: str
@@ -47,8 +45,7 @@ class ExportedSubject:
     threads: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ExportedGpu:
+class ExportedGpu(Record):
     """One GPU's verdict and process figures as exported."""
 
     index: int
@@ -60,16 +57,14 @@ class ExportedGpu:
     process_mib: int | None = None
 
 
-@dataclass(frozen=True)
-class ExportedServer:
+class ExportedServer(Record):
     port: str
     engine: str
     state: str
     since: float | None = None
 
 
-@dataclass(frozen=True)
-class ExportedHost:
+class ExportedHost(Record):
     """Everything one host's gputui exporter said in one answer.
 
     Attributes:

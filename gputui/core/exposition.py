@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -23,12 +22,12 @@ from gputui.core.analysis import Baselines
 from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Gpu, HostSnapshot, Proc
+from gputui.core.record import Record
 from gputui.core.servers import SERVER_STATES
 from gputui.core.verdict_model import Finding, GpuVerdict
 
 
-@dataclass(frozen=True)
-class ExportedSample:
+class ExportedSample(Record):
     """The newest sample the exporter holds.
 
     Attributes:
@@ -44,8 +43,7 @@ class ExportedSample:
     took_s: float
 
 
-@dataclass(frozen=True)
-class ExporterFigures:
+class ExporterFigures(Record):
     """The exporter's own cost and what it can check.
 
     Attributes:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Any
+
+from gputui.core.record import replace
 
 MEMORY_MAX_MIB = 1 << 40
 """No card holds an exabyte: a larger memory figure is a wrapped-around or garbage counter."""

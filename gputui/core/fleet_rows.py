@@ -7,7 +7,6 @@ Shared by the fleet screen and by ``gputui snapshot/check --prometheus``; no Tex
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 
 from gputui.core.analysis import (
     DEFAULT_BASELINE_MIB,
@@ -23,6 +22,7 @@ from gputui.core.exported import exported_findings, exported_health, exported_ve
 from gputui.core.fleet_owners import owner_labels, owners_match
 from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S, FleetHost, FleetSample
 from gputui.core.health_view import worst_state
+from gputui.core.record import Record, replace
 from gputui.core.state import load_calibrated_uuids
 from gputui.core.targets import BadTarget, parse_target
 
@@ -100,8 +100,7 @@ def check_template(template: str) -> str:
     return template
 
 
-@dataclass(frozen=True)
-class FleetRow:
+class FleetRow(Record):
     """What one line of the fleet overview says about a host.
 
     Attributes:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gputui.core.exported import ExportedHost
 from gputui.core.model import HostSnapshot
 from gputui.core.owner import Owner
+from gputui.core.record import Record, field
 
 DEFAULT_STALE_AFTER_S = 90.0
 """A sample older than this is stale even when Prometheus still serves it (no staleness marker was written:
@@ -14,8 +13,7 @@ federation, a restart, exporters with explicit timestamps). Longer than the one-
 Prometheus uses by default."""
 
 
-@dataclass(frozen=True)
-class MigInstance:
+class MigInstance(Record):
     """One MIG GPU instance as DCGM reports it (``GPU_I_ID``, ``GPU_I_PROFILE``)."""
 
     instance_id: str
@@ -25,8 +23,7 @@ class MigInstance:
     utilization_pct: int | None = None
 
 
-@dataclass(frozen=True)
-class FleetHost:
+class FleetHost(Record):
     """One host of the fleet: its snapshot in the common shape, plus what only the fleet view shows.
 
     Attributes:
@@ -64,8 +61,7 @@ class FleetHost:
     owners: dict[int, Owner] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class FleetSample:
+class FleetSample(Record):
     """One refresh: every host, in name order.
 
     Attributes:

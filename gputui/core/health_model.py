@@ -9,9 +9,9 @@ none of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from gputui.core.record import Record
 from gputui.core.textsafe import SafeText, visible
 
 
@@ -40,8 +40,7 @@ def _text(value: Any, limit: int = 200) -> SafeText:
     return visible(value[:limit] if isinstance(value, str) else "")
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(Record):
     """One Xid of one GPU (or of a PCI address no GPU has).
 
     Attributes:
@@ -85,8 +84,7 @@ def _events(value: Any) -> tuple[XidEvent, ...]:
     return tuple(e for e in (XidEvent.from_dict(item) for item in value[:256]) if e is not None)
 
 
-@dataclass(frozen=True)
-class GpuHealth:
+class GpuHealth(Record):
     """A GPU's health figures (NVML's, or DCGM's in the fleet view) and Xid history.
 
     Attributes:
@@ -147,8 +145,7 @@ class GpuHealth:
         )
 
 
-@dataclass(frozen=True)
-class KernelLogNote:
+class KernelLogNote(Record):
     """Where a host's Xid history comes from.
 
     Attributes:

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from gputui.core.record import Record
 from gputui.core.textsafe import SafeText, visible_tree
 from gputui.core.wire_values import opt_float, opt_int, opt_safe, opt_str, plain, safe
 
 
-@dataclass(frozen=True)
-class HealthSample:
+class HealthSample(Record):
     """The state of one health endpoint as the agent last probed it, with the server's metrics beside it.
 
     Attributes:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gputui.core.model import HostSnapshot
+from gputui.core.record import Record
 
 WINDOW_S = 600.0
 """How far back the history goes: ten minutes."""
@@ -21,8 +21,7 @@ STEP_S = 1.0
 POINTS_MAX = int(WINDOW_S / STEP_S)
 
 
-@dataclass(frozen=True)
-class GpuPoint:
+class GpuPoint(Record):
     """One GPU at one moment (host epoch seconds); None where the driver did not say."""
 
     at_s: float

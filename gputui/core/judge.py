@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable
-from dataclasses import replace
 
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import WatchedPort, busy_port_reason, busy_ports
 from gputui.core.model import HostSnapshot
+from gputui.core.record import replace
 from gputui.core.servers import ServerWatch, failing_servers
 from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Verdict

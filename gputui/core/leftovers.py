@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from gputui.agent.protocol import LEFTOVERS_SCAN_COMMAND
 from gputui.core import state
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot
+from gputui.core.record import replace
 from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding
 

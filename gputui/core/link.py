@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import abc
 import time
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, PROCESS_INTERVAL_S
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.record import Record, field, replace
 from gputui.core.textsafe import visible
 from gputui.core.wire_values import safe_list
 
@@ -32,8 +32,7 @@ class LinkError(Exception):
         super().__init__(*(visible(arg) if isinstance(arg, str) else arg for arg in args))
 
 
-@dataclass(frozen=True)
-class LinkOptions:
+class LinkOptions(Record):
     """Settings a link passes to its agent.
 
     Attributes:

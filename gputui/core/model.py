@@ -11,7 +11,6 @@ nothing outside the standard library, that protocol module, the owner record (``
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from gputui.agent.protocol import (
@@ -29,6 +28,7 @@ from gputui.core import figures
 from gputui.core.health_model import GpuHealth, KernelLogNote
 from gputui.core.health_sample import HealthSample
 from gputui.core.owner import Owner
+from gputui.core.record import Record, field, fields, replace
 from gputui.core.textsafe import SafeText
 from gputui.core.verdict_model import Finding, Verdict
 from gputui.core.wire_values import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
@@ -60,8 +60,7 @@ def _per_gpu_pct(value: Any) -> dict[int, int]:
     return dict(sorted(out.items()))
 
 
-@dataclass(frozen=True)
-class GpuProcess:
+class GpuProcess(Record):
     """One process as NVML (or nvidia-smi) lists it on one GPU.
 
     Attributes:
@@ -86,8 +85,7 @@ class GpuProcess:
         )
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(Record):
     """One GPU's figures in one sample.
 
     ``memory_used_mib`` is what ``nvidia-smi --query-gpu=memory.used`` prints: with NVML's v2 memory info the
@@ -147,8 +145,7 @@ class Gpu:
         )
 
 
-@dataclass(frozen=True)
-class LiveThreads:
+class LiveThreads(Record):
     """The threads of a zombie-state process that have not exited (``protocol.live_threads``).
 
     Attributes:
@@ -174,8 +171,7 @@ class LiveThreads:
         )
 
 
-@dataclass(frozen=True)
-class Proc:
+class Proc(Record):
     """One host process: a GPU process, one of their ancestors or descendants, or a zombie/D-state process.
 
     Attributes:
@@ -286,8 +282,7 @@ class Proc:
         )
 
 
-@dataclass(frozen=True)
-class DeviceHolder:
+class DeviceHolder(Record):
     """A process that has a /dev/nvidia* node open (a ghost-memory suspect)."""
 
     pid: int
@@ -299,8 +294,7 @@ class DeviceHolder:
         return cls(pid=int(data["pid"]), name=opt_safe(data.get("name")), device=opt_safe(data.get("device")))
 
 
-@dataclass(frozen=True)
-class HostSnapshot:
+class HostSnapshot(Record):
     """Everything one collector saw on one host at one moment.
 
     Attributes:
@@ -365,8 +359,8 @@ class HostSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
-        for f in fields(self):
-            data[f.name] = getattr(self, f.name)
+        for name in fields(self):
+            data[name] = getattr(self, name)
         data["gpus"] = [plain(g) for g in self.gpus]
         data["processes"] = [p.to_dict() for p in self.processes]
         data["device_holders"] = (

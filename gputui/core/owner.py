@@ -8,7 +8,6 @@ in one way for every view (``Owner.label``: ``slurm:4242.0``, ``pod:default/web-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent.proc.owners import (
@@ -19,6 +18,7 @@ from gputui.agent.proc.owners import (
     OWNER_UNIT,
     OWNER_USER,
 )
+from gputui.core.record import Record
 from gputui.core.textsafe import SafeText, visible
 
 OWNER_DETAIL_KEYS = ("job", "step", "source", "namespace", "container", "container_name", "runtime", "uid")
@@ -35,8 +35,7 @@ def _text(value: Any) -> SafeText | None:
     return visible(text) if text else None
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(Record):
     """The owner of a process: its most specific job (``kind`` from ``OWNER_KINDS``).
 
     Attributes:

@@ -8,14 +8,12 @@ text, in the process's pid, user, name or command. Case does not matter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from gputui.core.model import Proc
 from gputui.core.owner import owner_matches, split_owner_word
+from gputui.core.record import Record
 
 
-@dataclass(frozen=True)
-class ProcFilter:
+class ProcFilter(Record):
     """A parsed filter text.
 
     Attributes:

@@ -10,7 +10,6 @@ words had to be escaped no longer matches the collector's own plan, so it is ref
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent.protocol import (
@@ -41,6 +40,7 @@ from gputui.agent.protocol import (
     STEP_OK,
 )
 from gputui.core.display import fit
+from gputui.core.record import Record
 from gputui.core.textsafe import visible, visible_tree
 
 STAGE_RESET = "reset"
@@ -88,8 +88,7 @@ class PlanShapeError(ValueError):
     """The collector's answer is not a reset plan."""
 
 
-@dataclass(frozen=True)
-class ResetPlan:
+class ResetPlan(Record):
     """One host's reset plan (``agent.reset.build_plan``'s dict, checked).
 
     Attributes:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gputui.core import safefile
 from gputui.core.cleanslate import WatchedPort
+from gputui.core.record import Record, field
 
 BASELINES_FILE = "baselines.json"
 AUDIT_FILE = "audit.jsonl"
@@ -65,8 +65,7 @@ def read_state_file(path: Path) -> bytes | None:
         raise StateError(str(exc)) from None
 
 
-@dataclass(frozen=True)
-class LoadedBaselines:
+class LoadedBaselines(Record):
     """Calibrated baselines for one host target.
 
     Attributes:

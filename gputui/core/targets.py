@@ -4,9 +4,9 @@ option or a shell word, wherever it came from (the command line, a hosts file, a
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from gputui.core.link import LinkError
+from gputui.core.record import Record
 
 _HOST_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._-]*)")
 _V6_RE = re.compile(r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?")
@@ -20,8 +20,7 @@ class BadTarget(LinkError):
     permanent = True
 
 
-@dataclass(frozen=True)
-class TargetSpec:
+class TargetSpec(Record):
     """A target word taken apart: ``[user@]host[:port]``; user and port None when not given."""
 
     host: str

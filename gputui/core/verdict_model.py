@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.core.levels import level_of
+from gputui.core.record import Record, field
 from gputui.core.textsafe import visible
 from gputui.core.wire_values import opt_float, opt_int, plain, safe, safe_list
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     """Something stuck, dead or unaccounted for.
 
     Attributes:
@@ -49,8 +48,7 @@ class Finding:
         )
 
 
-@dataclass(frozen=True)
-class GpuVerdict:
+class GpuVerdict(Record):
     """One GPU's part of the clean-slate verdict."""
 
     index: int
@@ -70,8 +68,7 @@ class GpuVerdict:
         )
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Record):
     """Is every GPU back at its idle baseline?
 
     Attributes:

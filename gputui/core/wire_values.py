@@ -4,9 +4,9 @@ exception or a fake zero, and every string is made visible (``textsafe``) on its
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
 from typing import Any
 
+from gputui.core.record import fields, is_record
 from gputui.core.textsafe import SafeText, visible
 
 
@@ -62,18 +62,10 @@ def safe_list(value: Any) -> tuple[SafeText, ...]:
     return tuple(visible(item) for item in value)
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-
-
 def plain(obj: Any) -> dict[str, Any]:
-    """A model object as a dict of JSON-ready values, nested model objects included: ``dataclasses.asdict``
-    without its deep copy of every leaf (the model is frozen and its leaves immutable; lists and dicts are
-    new containers)."""
-    cls = type(obj)
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(obj))
-    return {name: _plain_value(getattr(obj, name)) for name in names}
+    """A record as a dict of JSON-ready values, nested records included, without a deep copy of every leaf
+    (the model is frozen and its leaves immutable; lists and dicts are new containers)."""
+    return {name: _plain_value(getattr(obj, name)) for name in fields(obj)}
 
 
 def _plain_value(value: Any) -> Any:
@@ -83,6 +75,6 @@ def _plain_value(value: Any) -> Any:
         return [_plain_value(item) for item in value]
     if isinstance(value, dict):
         return {key: _plain_value(item) for key, item in value.items()}
-    if is_dataclass(value) and not isinstance(value, type):
+    if is_record(value):
         return plain(value)
     return value

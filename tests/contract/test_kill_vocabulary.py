@@ -21,6 +21,7 @@ from gputui.agent.kill import messages as kill_messages
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.record import fields
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 from gputui.ui.session.killflow import outcome_summary
 from tests.fakenvml.plugin import FakeNvml
@@ -110,7 +111,7 @@ def test_the_real_collector_runs_on_python38_with_nvml(real: dict[str, Any]) -> 
 def test_a_sample_has_one_shape_and_the_model_reads_both(
     real: dict[str, Any], simulated: dict[str, Any]
 ) -> None:
-    proc_fields = set(Proc.__dataclass_fields__)
+    proc_fields = set(fields(Proc))
     for side in (real, simulated):
         sample = side["sample"]
         assert tuple(sample) == protocol.SNAPSHOT_FIELDS

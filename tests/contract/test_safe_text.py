@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from dataclasses import fields, is_dataclass
 from typing import Any
 
 from gputui.agent.protocol import KERNEL_LOG
@@ -15,6 +14,7 @@ from gputui.core.actions.replies import parse_reply
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.core.record import fields, is_record
 from gputui.core.servers import ServerWatch
 from gputui.transports.prometheus import parse_answer
 from gputui.transports.prometheus.parts import PART_LABEL
@@ -36,13 +36,13 @@ RAW_FIELDS = {(HealthSample, "metrics_text")}
 
 
 def strings(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
-    """(path, string) for every string reachable in ``value``: dataclass fields, containers, dict keys."""
+    """(path, string) for every string reachable in ``value``: record fields, containers, dict keys."""
     if isinstance(value, str):
         yield path, value
-    elif is_dataclass(value) and not isinstance(value, type):
-        for f in fields(value):
-            if (type(value), f.name) not in RAW_FIELDS:
-                yield from strings(getattr(value, f.name), f"{path}.{f.name}")
+    elif is_record(value):
+        for name in fields(value):
+            if (type(value), name) not in RAW_FIELDS:
+                yield from strings(getattr(value, name), f"{path}.{name}")
     elif isinstance(value, dict):
         for key, item in value.items():
             yield from strings(key, f"{path}[key]")

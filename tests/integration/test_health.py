@@ -8,7 +8,6 @@ a real sshd.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
@@ -43,6 +42,7 @@ from gputui.commands.snapshot import format_health_line
 from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.core.record import fields as record_fields
 from gputui.transports.ssh import SshLink
 from gputui.transports.ssh.bundle import Bundle, boot_source, build, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml
@@ -365,7 +365,7 @@ def test_samples_have_the_model_shape(peer: HttpPeer, make_prober: Callable[...,
     wait_for(lambda: state_of(prober, url) == "UP")
     sample = prober.samples()[0]
     assert tuple(sample) == HEALTH_SAMPLE_FIELDS
-    assert HEALTH_SAMPLE_FIELDS == tuple(f.name for f in dataclasses.fields(HealthSample))
+    assert HEALTH_SAMPLE_FIELDS == record_fields(HealthSample)
     assert HealthSample.from_dict(sample).to_dict() == sample
     assert sample["code"] == 200
     assert sample["consecutive_failures"] == 0

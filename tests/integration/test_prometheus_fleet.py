@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from gputui.core.analysis import Baselines
 from gputui.core.fleet_rows import analyze_fleet, ssh_target_for
 from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.model import HostSnapshot
+from gputui.core.record import fields
 from gputui.transports.prometheus import FleetSettings, PrometheusError, PrometheusSource
 from gputui.transports.prometheus.query import LOOKBACK_STEP
 from gputui.ui.app import GpuTuiApp
@@ -106,7 +106,7 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
     assert "processes" in document["source"]["unknown"]
     by_name = {h["target"]: h for h in document["hosts"]}
     assert set(by_name) == {"gpu-a", "gpu-b"}
-    assert set(by_name["gpu-a"]) == {f.name for f in fields(HostSnapshot)}
+    assert set(by_name["gpu-a"]) == set(fields(HostSnapshot))
     a = by_name["gpu-a"]
     assert a["mode"] == "prometheus"
     assert a["processes_time"] is None

@@ -8,11 +8,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.core.record import replace
 from gputui.core.textsafe import visible
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml

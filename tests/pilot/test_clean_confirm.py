@@ -14,6 +14,7 @@ from typing import Any
 
 from gputui.core.link import HostLink
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot
+from gputui.core.record import replace
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.clean_slate import CleanSlateLine
@@ -158,8 +159,8 @@ class ListedWithMemoryLink(StaleListLink):
         if not self.holding:
             return snapshot
         gpu0 = snapshot.gpus[0]
-        held = (Gpu(**{**gpu0.__dict__, "memory_used_mib": 20_000}), *snapshot.gpus[1:])
-        return HostSnapshot(**{**snapshot.__dict__, "gpus": held})
+        held = (replace(gpu0, memory_used_mib=20_000), *snapshot.gpus[1:])
+        return replace(snapshot, gpus=held)
 
 
 async def test_a_sample_listed_with_its_memory_makes_the_receipt_once_without_a_second_sample(

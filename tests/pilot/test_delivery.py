@@ -8,7 +8,6 @@ moment is known exactly.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from gputui.agent.protocol import MODE_LABELS, MODE_NVML, MODE_REDUCED, MODE_SMI
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.link import HostLink
 from gputui.core.model import HostSnapshot
+from gputui.core.record import replace
 from gputui.transports.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.session.hosts import Hosts, HostState

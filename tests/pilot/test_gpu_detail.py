@@ -3,12 +3,12 @@ their whole command lines, read again from the host when the collector cut them 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from textual.widgets import Static
 
 from gputui.core.model import HostSnapshot
+from gputui.core.record import replace
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.widgets.history_chart import HistoryChart, chart_rows

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import pytest
 from rich.text import Text
@@ -12,6 +11,7 @@ from textual.geometry import Region
 
 from gputui.core.health_sample import HealthSample
 from gputui.core.health_view import HealthHistory
+from gputui.core.record import replace
 from gputui.ui.widgets.health_panel import HealthPanel, endpoint_block, endpoint_line, health_dot
 
 NOW_S = 1_800_000_000.0

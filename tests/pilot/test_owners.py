@@ -4,11 +4,11 @@ whose jobs on a host with several owners."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.owner import Owner
+from gputui.core.record import replace
 from gputui.transports.sim import SimLink
 from gputui.transports.sim.scenario import HEALTHY_TARGET, NSYS_PID, SCHEDULER_PID_BASE, VLLM_PID
 from gputui.ui.app import GpuTuiApp

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from gputui.core.actions import (
 )
 from gputui.core.link import LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.core.record import replace
 from gputui.core.state import StateError
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 
@@ -311,21 +311,14 @@ def test_audit_defaults_to_xdg_state_home(tmp_path: Path, monkeypatch: pytest.Mo
     assert json.loads(path.read_text())["command"] == ["scheduler_TP0", "--x"]
 
 
-@dataclass(frozen=True)
-class GroupedProc(Proc):
-    """A Proc as a collector that reports process groups would send it."""
-
-    pgid: int | None = None
-
-
 def test_tree_listing_includes_a_double_forked_group_member() -> None:
     """The agent signals members of groups led by tree members; the confirmation must list them too."""
     procs = (
-        GroupedProc(pid=100, ppid=1, name="launcher", start_ticks=1, pgid=100),
-        GroupedProc(pid=101, ppid=100, name="worker", start_ticks=2, pgid=100, gpu_memory_mib={0: 10}),
+        Proc(pid=100, ppid=1, name="launcher", start_ticks=1, pgid=100),
+        Proc(pid=101, ppid=100, name="worker", start_ticks=2, pgid=100, gpu_memory_mib={0: 10}),
         # Its middle parent exited: reparented to init, still in the launcher's group.
-        GroupedProc(pid=102, ppid=1, name="grandchild", start_ticks=3, pgid=100, gpu_memory_mib={1: 10}),
-        GroupedProc(pid=200, ppid=1, name="other", start_ticks=4, pgid=200, gpu_memory_mib={2: 10}),
+        Proc(pid=102, ppid=1, name="grandchild", start_ticks=3, pgid=100, gpu_memory_mib={1: 10}),
+        Proc(pid=200, ppid=1, name="other", start_ticks=4, pgid=200, gpu_memory_mib={2: 10}),
     )
     snapshot = HostSnapshot(target="t", processes=procs)
     plan = plan_kill(snapshot, [100], tree=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gputui.core import cleanslate
 from gputui.core.analysis import Baselines, analyze
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.core.record import replace
 
 BASELINES = Baselines()
 T0 = 1_800_000_000.0

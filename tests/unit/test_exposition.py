@@ -4,7 +4,6 @@ sentences; labels stay bounded and safe; what cannot be read is absent, never a 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -16,6 +15,7 @@ from gputui.core.exposition import ExportedSample, ExporterFigures, families, se
 from gputui.core.fleet_rows import analyze_fleet, sort_key, summarize
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import GpuProcess, LiveThreads, Proc
+from gputui.core.record import replace
 from gputui.transports.prometheus import parse_answer
 from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 
 from gputui.core.analysis import Baselines
 from gputui.core.analysis.verdict import clean_slate, memory_verdict
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot
+from gputui.core.record import replace
 
 
 @pytest.mark.parametrize(

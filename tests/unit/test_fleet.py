@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -24,6 +23,7 @@ from gputui.core.fleet_rows import (
 )
 from gputui.core.fleet_sample import FleetSample
 from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.record import replace
 from gputui.core.targets import BadTarget
 from gputui.transports.prometheus import PrometheusError, parse_answer
 from gputui.ui.session.fleet_poller import FleetPoller

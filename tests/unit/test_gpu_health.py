@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from gputui.core.analysis.gpu_health import (
 from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.levels import CANNOT_TELL
 from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.record import replace
 from gputui.transports.prometheus.parse import dcgm_health
 from gputui.transports.prometheus.series import Series
 

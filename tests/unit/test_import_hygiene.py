@@ -178,6 +178,8 @@ ONE_SHOT_UNUSED = (
     "difflib",  # no mistyped command to name
     "secrets",
     "hmac",  # a temporary file's name needs only os.urandom
+    "dataclasses",  # the model is records (core/record.py): no methods compiled per class at import
+    "inspect",
     "paramiko",
     "cryptography",
     "textual",

@@ -34,6 +34,23 @@ def test_no_module_or_class_is_too_big() -> None:
     assert {name: n for name, n in over.items() if n > OVER_TODAY.get(name, 0)} == {}
 
 
+def test_below_the_ui_value_classes_are_records() -> None:
+    """``dataclasses`` is for the UI layer, whose widgets are Textual's; everything a one-shot imports uses
+    ``core/record.py`` instead, whose classes cost no generated code at import."""
+    users = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.relative_to(PACKAGE).parts[0] == "ui":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(name.split(".")[0] == "dataclasses" for name in names):
+                users.append(str(path.relative_to(PACKAGE.parent)))
+    assert len(list(PACKAGE.rglob("*.py"))) > 100  # the walk found the package
+    assert users == []
+
+
 def test_every_package_folder_is_a_package() -> None:
     for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
         if any(folder.glob("*.py")):

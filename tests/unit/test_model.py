@@ -4,6 +4,7 @@ enters the model made visible."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -157,11 +158,20 @@ def test_snapshot_round_trips_through_json(snapshot: HostSnapshot) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(snapshots)
-def test_the_json_form_is_what_dataclasses_asdict_gives(snapshot: HostSnapshot) -> None:
-    """``to_dict`` walks the fields itself (no deep copy); the document is the one ``asdict`` made."""
-    import dataclasses
+def test_the_json_form_is_every_field_of_every_record(snapshot: HostSnapshot) -> None:
+    """``to_dict`` walks the fields itself; the document is a plain deep conversion of every record."""
+    from gputui.core.record import fields, is_record
 
-    reference = dataclasses.asdict(snapshot)
+    def deep(value: Any) -> Any:
+        if is_record(value):
+            return {name: deep(getattr(value, name)) for name in fields(value)}
+        if isinstance(value, (list, tuple)):
+            return [deep(item) for item in value]
+        if isinstance(value, dict):
+            return {key: deep(item) for key, item in value.items()}
+        return value
+
+    reference = deep(snapshot)
     for data, proc in zip(reference["processes"], snapshot.processes, strict=True):
         data["gpu_memory_mib"] = {str(k): v for k, v in proc.gpu_memory_mib.items()}
     if snapshot.verdict is not None:
@@ -282,14 +292,13 @@ def test_unchanged_process_lists_without_the_earlier_list_are_a_malformed_line()
 
 def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
     """The client's model and the collector's message builders describe one shape."""
-    from dataclasses import fields
-
     from gputui.agent import protocol
     from gputui.core.health_sample import HealthSample
     from gputui.core.model import HostSnapshot
+    from gputui.core.record import fields
 
-    assert tuple(f.name for f in fields(HostSnapshot)) == protocol.SNAPSHOT_FIELDS
-    assert tuple(f.name for f in fields(HealthSample)) == health_messages.HEALTH_SAMPLE_FIELDS
+    assert fields(HostSnapshot) == protocol.SNAPSHOT_FIELDS
+    assert fields(HealthSample) == health_messages.HEALTH_SAMPLE_FIELDS
     health = [health_messages.health_sample("u", None)]
     built = protocol.snapshot("h", "host", "boot", 1.0, protocol.MODE_SMI, health=health)
     assert HostSnapshot.from_dict(built).to_dict() == built

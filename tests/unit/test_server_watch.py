@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from gputui.core.config import ConfigError, load_config
 from gputui.core.health_sample import HealthSample
 from gputui.core.judge import judge
 from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.record import replace
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch, failing_servers
 
 T0 = 1_800_000_000.0

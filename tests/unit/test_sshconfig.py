@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gputui.core.record import replace
 from gputui.core.targets import BadTarget, TargetSpec, parse_target
 from gputui.transports.ssh.config import SshSettings, openssh_available, resolve, target_words
 
@@ -107,7 +108,7 @@ def _both(target: str, config: Path) -> tuple[SshSettings, SshSettings]:
 
 
 def _comparable(settings: SshSettings) -> SshSettings:
-    return SshSettings(**{**settings.__dict__, "resolver": "-"})
+    return replace(settings, resolver="-")
 
 
 def test_include_alias_proxyjump_identity_port_resolve_the_same_both_ways(tmp_path: Path) -> None:

@@ -3,8 +3,6 @@ outlive their evidence, calibration only from idle evidence, one-shot D states, 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from gputui.agent.protocol import (
@@ -21,6 +19,7 @@ from gputui.core.health_sample import HealthSample
 from gputui.core.judge import judge, no_data, no_data_text
 from gputui.core.levels import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, NOT_READY
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
+from gputui.core.record import replace
 from gputui.core.servers import ServerStateTracker, parse_server_metrics
 from gputui.core.servers.jobs import JobFacts, job_facts
 from gputui.core.verdict_model import Verdict

@@ -9,7 +9,6 @@ anything; the collector does (``gputui.agent.kill.operation``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent import protocol
@@ -22,6 +21,7 @@ from gputui.core.analysis.trees import tree_parent
 from gputui.core.display import fit
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
 from gputui.core.owner import Owner
+from gputui.core.record import Record
 
 SIGNALS = protocol.SIGNAL_NAMES
 PROTECTED_PIDS = frozenset({0, 1})
@@ -46,8 +46,7 @@ class OwnersError(PlanError):
         self.owners = owners
 
 
-@dataclass(frozen=True)
-class KillTarget:
+class KillTarget(Record):
     """One process the plan will signal.
 
     Attributes:
@@ -75,8 +74,7 @@ class KillTarget:
     owner: Owner | None = None
 
 
-@dataclass(frozen=True)
-class ZombieNote:
+class ZombieNote(Record):
     """A zombie a plan does not signal (a zombie cannot be killed).
 
     Attributes:
@@ -98,8 +96,7 @@ class ZombieNote:
         return f"pid {self.pid} is a zombie: it goes when its parent {self.parent} is signalled"
 
 
-@dataclass(frozen=True)
-class KillPlan:
+class KillPlan(Record):
     """Everything one kill request will signal, in signal order (children before their roots).
 
     Attributes:

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gputui.agent.protocol import RESULTS_GONE
+from gputui.core.record import Record
 from gputui.core.wire_values import opt_float, opt_int, opt_safe, safe, safe_list
 
 
-@dataclass(frozen=True)
-class KillOutcome:
+class KillOutcome(Record):
     """One stage of what happened to one process.
 
     Attributes:
@@ -78,8 +77,7 @@ def all_gone(outcomes: Iterable[KillOutcome]) -> bool:
     return bool(final) and all(o.result in RESULTS_GONE for o in final.values())
 
 
-@dataclass(frozen=True)
-class Pending:
+class Pending(Record):
     """A signalled process the agent is still watching.
 
     Attributes:
@@ -97,8 +95,7 @@ class Pending:
     due_in_s: float | None
 
 
-@dataclass(frozen=True)
-class KillReply:
+class KillReply(Record):
     """One answer about a kill operation.
 
     Attributes:

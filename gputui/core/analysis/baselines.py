@@ -9,9 +9,8 @@ leftover context. The "3 MiB" idle figure itself is ``DEFAULT_BASELINE_MIB``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from gputui.core.model import Gpu
+from gputui.core.record import Record, field
 
 DEFAULT_BASELINE_MIB = 3
 """Idle memory of a GPU with no CUDA context: what ``nvidia-smi --query-gpu=memory.used`` shows when free."""
@@ -19,8 +18,7 @@ DEFAULT_TOLERANCE_MIB = 2
 """Allowed excess over the idle baseline for the clean-slate verdict (see the module docstring)."""
 
 
-@dataclass(frozen=True)
-class Baselines:
+class Baselines(Record):
     """Idle memory per GPU for the clean-slate verdict.
 
     Attributes:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from gputui.core.analysis.baselines import Baselines
 from gputui.core.analysis.trees import (
@@ -24,6 +23,7 @@ from gputui.core.analysis.trees import (
 )
 from gputui.core.display import fit
 from gputui.core.model import STATE_UNINTERRUPTIBLE, STATE_ZOMBIE, Gpu, HostSnapshot, LiveThreads, Proc
+from gputui.core.record import Record
 from gputui.core.verdict_model import Finding
 
 GHOST_TOLERANCE_MIB = 64
@@ -354,8 +354,7 @@ def ghost_finding(
     )
 
 
-@dataclass(frozen=True)
-class KilledJob:
+class KilledJob(Record):
     """A job a kill operation took down, remembered to tell what escaped it.
 
     Attributes:

@@ -17,11 +17,10 @@ use its result.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-
 from gputui.core.display import fit
 from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.record import Record, replace
 from gputui.core.verdict_model import Finding
 
 ACTION_NONE = "none"
@@ -92,8 +91,7 @@ STATE_RESET_REQUIRED = "NVML says a reset is required"
 XID_HISTORY_UNAVAILABLE = "Xid history unavailable"
 
 
-@dataclass(frozen=True)
-class HealthAssessment:
+class HealthAssessment(Record):
     """What a GPU's health asks for.
 
     Attributes:

@@ -7,13 +7,13 @@ collector walks it (``gputui.agent.proc.proctree.walk``): the tree shown is the 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
 
 from gputui.agent.proc.proctree import JobFacts, job_parent, job_root, related_map, walk
 from gputui.agent.proc.proctree import is_session_boundary as agent_is_session_boundary
 from gputui.core.display import age_text as age_text  # re-exported: the analysis words ages with it
 from gputui.core.display import fit
 from gputui.core.model import HostSnapshot, Proc
+from gputui.core.record import Record, field, replace
 
 NAME_MAX = 32
 """Longest process name shown inside a reason or finding line."""
@@ -25,8 +25,7 @@ GRAPHICS = "graphics"
 _INIT_LIKE = frozenset({"init", "systemd", "tini", "docker-init", "dumb-init", "catatonit"})
 
 
-@dataclass
-class ProcNode:
+class ProcNode(Record, frozen=False):
     """One process in a GPU process tree.
 
     Attributes:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from gputui.agent.health.metrics_filter import (
@@ -41,6 +40,7 @@ from gputui.agent.health.metrics_filter import (
     METRICS_VLLM_WAITING,
     select_metric_lines,
 )
+from gputui.core.record import Record, replace
 
 ENGINE_VLLM = "vllm"
 ENGINE_SGLANG = "sglang"
@@ -60,8 +60,7 @@ class MetricsUnreadable(Exception):
     """Nothing usable in a metrics text; ``str()`` is the one-line reason."""
 
 
-@dataclass(frozen=True)
-class EngineMetricNames:
+class EngineMetricNames(Record):
     """Where one engine keeps each figure (names from ``metrics_filter``)."""
 
     engine: str
@@ -107,8 +106,7 @@ ENGINE_METRIC_NAMES = (
 )
 
 
-@dataclass(frozen=True)
-class ServerMetrics:
+class ServerMetrics(Record):
     """One reading of a server's metrics. None wherever the figure is unknown (absent, unreadable, cut).
 
     Attributes:

@@ -20,7 +20,6 @@ comes from health alone.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from gputui.agent.protocol import (
     HEALTH_STATE_BUSY,
@@ -35,6 +34,7 @@ from gputui.agent.protocol import (
 from gputui.core.analysis import age_text
 from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
+from gputui.core.record import Record
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
 from gputui.core.textsafe import SafeText
@@ -65,8 +65,7 @@ _CODE_MAY_BE_LOADING = 503
 _FAILING_BUT_MAY_BE_BUSY = (HEALTH_STATE_UNHEALTHY, HEALTH_STATE_TIMEOUT)
 
 
-@dataclass(frozen=True)
-class ServerState:
+class ServerState(Record):
     """One endpoint's derived state after an update.
 
     Attributes:

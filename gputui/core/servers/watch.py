@@ -13,7 +13,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 
 from gputui.agent.protocol import (
     HEALTH_STATE_BUSY,
@@ -24,6 +23,7 @@ from gputui.agent.protocol import (
 from gputui.core.display import fit
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import HostSnapshot
+from gputui.core.record import replace
 from gputui.core.servers.jobs import job_facts
 from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
 from gputui.core.servers.state import DEFAULT_STALL_AFTER_S, ServerState, ServerStateTracker

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
@@ -17,6 +16,7 @@ from gputui.core.health_model import GpuHealth, XidEvent
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Gpu, HostSnapshot
 from gputui.core.owner import Owner
+from gputui.core.record import replace
 from gputui.core.textsafe import visible
 from gputui.core.wire_values import opt_safe, safe
 from gputui.transports.prometheus.gputui_series import exported_host, merged_figures

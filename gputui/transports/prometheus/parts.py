@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from gputui.core.record import Record, field
 from gputui.transports.prometheus.query import PART_LABEL
 
 
@@ -33,8 +33,7 @@ def host_part(instance: str) -> str:
     return instance
 
 
-@dataclass(slots=True)
-class Series:
+class Series(Record, frozen=False):
     """One series of the answer: its labels, its value and its own sample time (looked up when needed)."""
 
     labels: dict[str, str]
@@ -44,8 +43,7 @@ class Series:
     """The sample as sent when it is no finite number ("NaN", "-Inf"): named, never taken for a figure."""
 
 
-@dataclass
-class GpuParts:
+class GpuParts(Record, frozen=False):
     """Everything the answer holds about one GPU (key: UUID, else ``gpu``)."""
 
     key: str
@@ -66,8 +64,7 @@ class GpuParts:
     """figure name -> gputui exporter's series, in DCGM's units (``gputui_series``)."""
 
 
-@dataclass
-class HostParts:
+class HostParts(Record, frozen=False):
     name: str
     ssh_host: str
     gpus: dict[str, GpuParts] = field(default_factory=dict)

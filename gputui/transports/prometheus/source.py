@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
 from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.model import Gpu
+from gputui.core.record import Record, replace
 from gputui.core.textsafe import visible
 from gputui.transports.prometheus.parse import last_is, parse_answer
 from gputui.transports.prometheus.query import (
@@ -21,8 +21,7 @@ from gputui.transports.prometheus.query import (
 )
 
 
-@dataclass(frozen=True)
-class FleetSettings:
+class FleetSettings(Record):
     """How to read the fleet.
 
     Attributes:

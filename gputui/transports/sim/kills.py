@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from gputui.agent import protocol
@@ -13,6 +12,7 @@ from gputui.agent.args import optional_seconds
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.link import LinkError, LinkOptions
+from gputui.core.record import Record, field
 from gputui.transports.sim.scenario import SimProc
 
 
@@ -303,8 +303,7 @@ class SimKills:
             )
 
 
-@dataclass
-class SimKill:
+class SimKill(Record, frozen=False):
     """One simulated kill operation: its outcomes, and what it still watches until ``due_mono``."""
 
     op: int

@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from gputui.agent import protocol
@@ -19,6 +18,7 @@ from gputui.core.health_sample import HealthSample
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
 from gputui.core.owner import Owner
+from gputui.core.record import replace
 from gputui.core.wire_values import opt_safe, safe, safe_list
 from gputui.transports.sim.kills import SimKill, SimKills
 from gputui.transports.sim.scenario import (

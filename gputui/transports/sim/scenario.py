@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from gputui.agent.health import metrics_filter as names
+from gputui.core.record import Record, field
 
 Clock = Callable[[], float]
 """Returns wall-clock epoch seconds."""
@@ -91,8 +91,7 @@ VLLM_CMDLINE = (
 )
 
 
-@dataclass(frozen=True)
-class SimServerLoad:
+class SimServerLoad(Record):
     """What a simulated server's metrics say (its counter grows by ``generation_tokens_per_s``)."""
 
     engine: str
@@ -155,8 +154,7 @@ STUCK_THREADS = {"D": 2}
 """The threads a wedged scheduler keeps once its leader is defunct: stuck in the driver."""
 
 
-@dataclass
-class SimProc:
+class SimProc(Record, frozen=False):
     """A simulated process. Mutable: the scenario and kills change it."""
 
     pid: int

@@ -40,12 +40,12 @@ import re
 import sys
 import threading
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import gputui.agent
 from gputui.core import safefile
 from gputui.core.link import LinkError
+from gputui.core.record import Record
 
 AGENT_PACKAGE = "gputui.agent"
 ENTRY = "gputui.agent.__main__"
@@ -78,8 +78,7 @@ class BundleError(LinkError):
     """The collector cannot be bundled from this installation (a module missing or unreadable)."""
 
 
-@dataclass(frozen=True)
-class Bundle:
+class Bundle(Record):
     """The three parts stdin gets before the JSON-line commands (see the module docstring).
 
     Attributes:

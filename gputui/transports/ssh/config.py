@@ -25,10 +25,10 @@ import re
 import shutil
 import stat
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from gputui.core.link import LinkError
+from gputui.core.record import Record
 from gputui.core.targets import TargetSpec, parse_target
 
 CONFIG_ENV = "GPUTUI_SSH_CONFIG"
@@ -51,8 +51,7 @@ DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
 
-@dataclass(frozen=True)
-class SshSettings:
+class SshSettings(Record):
     """What OpenSSH would use to reach one target.
 
     Attributes:

@@ -24,10 +24,10 @@ import hashlib
 import hmac
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from gputui.core.link import LinkError
+from gputui.core.record import Record
 
 MARKER_CERT_AUTHORITY = "@cert-authority"
 MARKER_REVOKED = "@revoked"
@@ -111,8 +111,7 @@ class RevokedHostKey(HostKeyError):
         return cls(f"{target}: the host key of {name} ({key}) is marked @revoked{place}; refusing to connect")
 
 
-@dataclass(frozen=True)
-class KnownHostLine:
+class KnownHostLine(Record):
     """One parsed known_hosts line.
 
     Attributes:
@@ -237,8 +236,7 @@ def known_key_types(lines: list[KnownHostLine], name: str) -> list[str]:
     return types
 
 
-@dataclass(frozen=True)
-class HostKeyCheck:
+class HostKeyCheck(Record):
     """The verdict for one presented key: status is known, unknown, changed or revoked."""
 
     status: str

@@ -10,10 +10,10 @@ record it (``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from gputui.core.link import LinkError, LinkOptions
+from gputui.core.record import Record
 from gputui.transports.ssh.config import SshSettings, resolve
 from gputui.transports.ssh.errors import phase_error
 from gputui.transports.ssh.knownhosts import (
@@ -117,8 +117,7 @@ def accept_host_key(
 # -- keys the user accepted for the system ssh client to record ----------------------------------------
 
 
-@dataclass(frozen=True)
-class OfferedHostKey:
+class OfferedHostKey(Record):
     """An unknown host key the system ssh client refused, as the user is shown it (``UnknownHostKey.key``).
 
     ``accept()`` lets the next connection to ``target`` run with ``StrictHostKeyChecking=accept-new``: ssh

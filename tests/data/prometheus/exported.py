@@ -3,7 +3,6 @@ scraping it: for the tests of the exporter's families and of the fleet's reading
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -14,6 +13,7 @@ from gputui.core.analysis import Baselines, analyze
 from gputui.core.exposition import ExportedSample, ExporterFigures, families
 from gputui.core.health_sample import HealthSample
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
+from gputui.core.record import replace
 from gputui.transports.prometheus.query import PART_LABEL, TIME_PART
 
 NOW_S = 1_800_000_000.0
