@@ -95,17 +95,14 @@ class RecordMeta(type):
             if field_name in namespace:
                 defaults[field_name] = namespace.pop(field_name)
             elif defaults:
-                raise TypeError(
-                    f"record {name}: field {field_name} without a default follows one with a default"
-                )
+                raise TypeError(f"record {name}: field {field_name} has no default but follows one that has")
             value = defaults.get(field_name)
             if isinstance(value, (list, dict, set)):
                 raise ValueError(
-                    f"record {name}: mutable default for {field_name}; use field(default_factory=...)"
+                    f"record {name}: {field_name} has a mutable default; use field(default_factory=...)"
                 )
         namespace["__slots__"] = names
         namespace["_fields"] = names
-        namespace["_frozen"] = frozen
         namespace["__match_args__"] = names
         if not frozen:
             namespace["__setattr__"] = object.__setattr__
@@ -121,7 +118,6 @@ class Record(metaclass=RecordMeta):
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
-    _frozen: ClassVar[bool] = True
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, n) for n in self._fields)
