@@ -27,6 +27,9 @@ FULL_SWEEP_EVERY = 3
 """Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
 read only the GPU trees (see ``ProcessSampler.sample`` for what they may miss, and for how long)."""
 GHOST_SLACK_MIB = 64
+LAUNCHER_NAMES_KEPT = 4096
+"""Process names whose launcher verdict is kept; beyond that (a host that renames processes at will) the memo
+starts again."""
 """Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
 
 
@@ -75,6 +78,8 @@ class ProcessSampler:
         self._stat_fds = StatFds()
         self._full_table: dict[int, ProcStat] | None = None
         self._launcher_cmdlines: dict[tuple[int, int], tuple[float, list[str]]] = {}
+        self._launcher_names: dict[str, bool] = {}
+        """``may_be_launcher`` per process name: a host of thousands of processes has a few dozen names."""
 
     def sample(self, gpus: list[dict[str, Any]], now: float, full: bool = True) -> None:
         """Take the process part of a sample; ``gpus`` (with their process lists) get ``visible`` marks.
@@ -252,8 +257,15 @@ class ProcessSampler:
         now = time.monotonic()
         found: list[dict[str, Any]] = []
         kept: dict[tuple[int, int], tuple[float, list[str]]] = {}
+        verdicts = self._launcher_names
+        if len(verdicts) > LAUNCHER_NAMES_KEPT:
+            verdicts.clear()
         for stat in table.values():
-            if not self.may_be_launcher(stat.name):
+            name = stat.name
+            launcher_like = verdicts.get(name)
+            if launcher_like is None:
+                launcher_like = verdicts[name] = self.may_be_launcher(name)
+            if not launcher_like:
                 continue
             key = (stat.pid, stat.start_ticks)
             cached = self._launcher_cmdlines.get(key)
