@@ -84,10 +84,9 @@ def _json_escape(code: int) -> str:
     return f"\\u{code:04x}"
 
 
-# What json.dumps(ensure_ascii=False) leaves raw but the policy escapes (it already escapes C0 itself).
-_JSON_TABLE = {
-    code: _json_escape(code) for code in [0x7F, *range(0x80, 0xA0), *range(0xD800, 0xE000), *TEXT_INVISIBLE]
-}
+_JSON_TABLE: dict[int, str] = {}
+"""What json.dumps(ensure_ascii=False) leaves raw but the policy escapes (it already escapes C0 itself); built
+the first time a document holds text beyond ASCII."""
 
 
 def json_visible(document: Any, **dumps_kwargs: Any) -> str:
@@ -98,4 +97,10 @@ def json_visible(document: Any, **dumps_kwargs: Any) -> str:
     (``\\u009b``), bidi and zero-width characters (``\\u202e``, ``\\u200b``). Other non-ASCII text stays
     readable. Such characters can only occur inside JSON strings, so escaping them everywhere is exact.
     """
-    return json.dumps(document, ensure_ascii=False, **dumps_kwargs).translate(_JSON_TABLE)
+    text = json.dumps(document, ensure_ascii=False, **dumps_kwargs)
+    if text.isascii():  # the common case: of what the table escapes, ASCII holds DEL alone
+        return text.replace("\x7f", "\\u007f") if "\x7f" in text else text
+    if not _JSON_TABLE:
+        escaped = [0x7F, *range(0x80, 0xA0), *range(0xD800, 0xE000), *TEXT_INVISIBLE]
+        _JSON_TABLE.update({code: _json_escape(code) for code in escaped})
+    return text.translate(_JSON_TABLE)

@@ -261,3 +261,43 @@ def test_output_to_a_closed_pipe_or_a_full_disk_ends_quietly() -> None:
         )
     assert done.returncode == 2
     assert done.stderr == "gputui: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "collecting"),
+    [
+        (["snapshot", "--json", "--demo"], False),
+        (["check", "--demo"], False),
+        (["check", "--demo", "--wait", "5"], True),
+        (["--demo"], True),  # the TUI
+        (["exporter", "--once", "/nonexistent/out.prom"], False),
+        (["exporter"], True),
+    ],
+)
+def test_the_garbage_collector_is_on_for_commands_that_keep_running(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], collecting: bool
+) -> None:
+    """Set-up runs without cyclic collection; a command that keeps running gets it back, and ``main``
+    leaves the caller's collector as it found it."""
+    import gc
+
+    from gputui import cli
+
+    seen: list[bool] = []
+
+    def run(command: str | None, args: object) -> int:
+        seen.append(gc.isenabled())
+        return 0
+
+    monkeypatch.setattr(cli, "_run", run)
+    assert gc.isenabled()
+    assert cli.main(argv) == 0
+    assert seen == [collecting]
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert cli.main(argv) == 0
+        assert seen == [collecting, False]  # a caller that had it off keeps it off
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
