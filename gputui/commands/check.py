@@ -192,7 +192,7 @@ def _check_target(
 ) -> tuple[int, HostSnapshot, float | None]:
     demo = bool(getattr(args, "demo", False))
     baselines = resolve_baselines(target, args.baseline_mib, args.tolerance_mib, demo, err)
-    link = open_link(target, options_from_args(args), demo=demo)
+    link = open_link(target, options_from_args(args, one_shot=True), demo=demo)
     waited: float | None = None
     ports_free = ""
     try:

@@ -252,7 +252,7 @@ def run_kill(
     escalates = args.signal != "KILL" and not args.no_escalate
     # The demo's kills are simulated: they never go into the real audit log.
     audit = None if args.no_audit or demo else AuditLog()
-    link = open_link(target, options_from_args(args), demo=demo)
+    link = open_link(target, options_from_args(args, one_shot=True), demo=demo)
     try:
         try:
             link.open()

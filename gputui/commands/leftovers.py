@@ -97,7 +97,7 @@ def run_leftovers(
     if args.remove and args.read_only:
         print(f"gputui: {visible(target, 100)}: read-only mode: nothing is removed", file=err)
         return EXIT_ERROR
-    link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
+    link = open_link(target, options_from_args(args, one_shot=True), demo=bool(getattr(args, "demo", False)))
     try:
         try:
             link.open()

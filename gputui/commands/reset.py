@@ -93,7 +93,7 @@ def run_reset(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         _say(target, "read-only mode: reset refused, nothing is run", err)
         return EXIT_CANNOT_TELL
     listing = err if args.json else out
-    link = open_link(target, options_from_args(args), demo=bool(getattr(args, "demo", False)))
+    link = open_link(target, options_from_args(args, one_shot=True), demo=bool(getattr(args, "demo", False)))
     try:
         try:
             link.open()

@@ -43,7 +43,7 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     Raises:
         LinkError: the host could not be reached or answered badly (one readable line).
     """
-    options = options_from_args(args).for_target(target)
+    options = options_from_args(args, one_shot=True).for_target(target)
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()

@@ -1,7 +1,8 @@
 """From a target word on the command line to a live link: local, simulated, or SSH.
 
 An SSH link goes through paramiko or the system ssh client as ``--ssh-client`` or the config's ``ssh_client``
-say; with ``auto``, ``SshLink`` chooses at every open from the host's resolved ssh config.
+say; with ``auto``, ``SshLink`` chooses at every open from the host's resolved ssh config. Where neither says,
+the TUI and the exporter use paramiko and a one-shot command the system ssh where one is installed.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
 """Simulated hosts of ``--demo``: the first replays the wedged sglang story, the second stays healthy."""
 
 
-def options_from_args(args: argparse.Namespace) -> LinkOptions:
-    """LinkOptions from the common command-line flags and the config file loaded into ``args.config``."""
+def options_from_args(args: argparse.Namespace, one_shot: bool = False) -> LinkOptions:
+    """LinkOptions from the common command-line flags and the config file loaded into ``args.config``.
+
+    ``one_shot``: the command samples once and exits (``prefer_system_ssh`` unless a client was chosen).
+    """
     config: Config = getattr(args, "config", None) or Config()
     ssh_client = getattr(args, "ssh_client", None)  # the flag beats the config's global and per-host values
     return LinkOptions(
@@ -35,6 +39,7 @@ def options_from_args(args: argparse.Namespace) -> LinkOptions:
         extra={"ssh_config": args.ssh_config} if getattr(args, "ssh_config", None) else {},
         ssh_client=ssh_client or config.ssh_client or SSH_CLIENTS[0],
         host_ssh_clients={} if ssh_client else dict(config.host_ssh_clients),
+        prefer_system_ssh=one_shot and not ssh_client and not config.ssh_client,
     )
 
 

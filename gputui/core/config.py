@@ -7,7 +7,7 @@
     health = ["http://127.0.0.1:30000/health"]
     metrics = ["http://127.0.0.1:30000/metrics"]   # read beside the health URL of the same origin
     stall_after_s = 30             # requests pending and no token generated this long: STALLED
-    ssh_client = "auto"            # paramiko (default), openssh (the system ssh), or auto
+    ssh_client = "auto"            # paramiko, openssh (the system ssh) or auto; unset: see README
 
     [hosts."gpu-node-07"]
     health = ["http://127.0.0.1:30000/health", "http://127.0.0.1:8000/health"]

@@ -1,12 +1,13 @@
 """Records: the value classes of the data layer, declared like frozen dataclasses, built without their cost.
 
 A one-shot command imports a few dozen model classes before it reads a single GPU, and ``dataclasses``
-compiles five or six methods for each of them at import (and pulls in ``inspect``): on the one-shot path that
-was the largest single cost after the interpreter itself. A ``Record`` is declared the same way, annotated
-fields with defaults and ``field(default_factory=...)``, and type checkers read it as a frozen dataclass
-(``dataclass_transform``). At class creation the metaclass reads the annotations, gives the class
-``__slots__`` and compiles one ``__init__``; equality, hashing, ``repr``, pickling and ``replace`` are
-shared by every record.
+compiles five or six methods for each of them at import (and pulls in ``inspect``). A ``Record`` is declared
+the same way, annotated fields with defaults and ``field(default_factory=...)``, and type checkers read it as
+a frozen dataclass (``dataclass_transform``). At class creation the metaclass reads the annotations and gives
+the class ``__slots__``; the one ``__init__`` it compiles is compiled when the class first builds an
+instance. Equality, hashing, ``repr``, pickling and ``replace`` are shared by every record.
+(``msgspec.Struct`` builds instances faster still, but importing it costs a one-shot more than all of its
+records together: ``tests/bench/model_bench.py``.)
 
 ``class Node(Record, frozen=False)`` makes a record whose fields may be assigned (and which is not hashable,
 as with dataclasses). ``__post_init__``, where a class defines one, runs at the end of ``__init__``.
@@ -79,6 +80,18 @@ def _compile_init(name: str, names: tuple[str, ...], defaults: dict[str, Any], p
     return scope["__init__"]
 
 
+def _first_init(name: str, names: tuple[str, ...], defaults: dict[str, Any], post_init: bool) -> Any:
+    """An ``__init__`` that compiles the class's own at its first call and puts it in its place: a process
+    pays for the classes it builds, not for every class it imports."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init = _compile_init(name, names, defaults, post_init)
+        type.__setattr__(type(self), "__init__", init)
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 class RecordMeta(type):
     """Turns a class body of annotated fields into a slotted record (see the module's docstring)."""
@@ -109,7 +122,7 @@ class RecordMeta(type):
             namespace["__delattr__"] = object.__delattr__
             namespace["__hash__"] = None
         if "__init__" not in namespace:
-            namespace["__init__"] = _compile_init(name, names, defaults, "__post_init__" in namespace)
+            namespace["__init__"] = _first_init(name, names, defaults, "__post_init__" in namespace)
         return super().__new__(mcls, name, bases, namespace)
 
 

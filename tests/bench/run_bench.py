@@ -1017,6 +1017,14 @@ def section_users(args: argparse.Namespace, report: Report) -> None:
     users_bench.run(args, report, 9)
 
 
+def section_model(args: argparse.Namespace, report: Report) -> None:
+    from tests.bench import model_bench
+
+    peer_python = None if args.no_peers else ensure_peers_venv(report, 11)
+    with fake_host(args.processes, args.holders) as host:
+        model_bench.bench(report, 11, peer_python, dict(os.environ, **host.env()))
+
+
 SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = {
     1: ("collector cost per sample", section_collector),
     2: ("remote cost", section_remote),
@@ -1027,6 +1035,7 @@ SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = 
     7: ("inference server metrics", section_metrics),
     8: ("overhead targets: whole processes beside their peers", section_overhead),
     9: ("as users run it: a fresh install beside nvitop, NVML calls counted in the library", section_users),
+    11: ("the client model's value classes: records, dataclasses, msgspec", section_model),
 }
 OVERHEAD_PARTS = ("oneshot", "remote", "start", "tui", "soak")
 USERS_PARTS = ("tui", "oneshot", "clean")

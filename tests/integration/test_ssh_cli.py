@@ -298,6 +298,44 @@ def test_runs_share_the_user_s_running_control_master_and_leave_it_running(
         assert socket_path.exists()
 
 
+def test_a_one_shot_that_names_no_client_takes_the_system_ssh_where_one_is_installed(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """Seen from the server: a one-shot through the user's running master adds no login (the system ssh),
+    one through paramiko does; without an ``ssh`` on PATH the one-shot is paramiko's."""
+    server = sshd_factory()
+    socket_path = tmp_path / "cm.sock"
+    ssh_client.add_host(
+        "gpu-cm", server, f"ControlPath {socket_path}", "ControlMaster auto", "ControlPersist 60"
+    )
+    ssh_client.trust(server)
+    no_ssh = tmp_path / "bin-without-ssh"
+    no_ssh.mkdir()
+    with control_master(ssh_client, "gpu-cm", socket_path) as master:
+        logins = _logins(server)
+        _snapshot_of("gpu-cm")
+        for command in (["check", "gpu-cm"], ["leftovers", "gpu-cm"]):
+            done = _gputui(*command)
+            assert done.returncode in (0, 1), done.stderr
+        assert _logins(server) == logins
+        _snapshot_of("gpu-cm", "--ssh-client", "paramiko")
+        assert _logins(server) == logins + 1
+        env = dict(os.environ, PYTHONPATH=str(REPO), PATH=str(no_ssh))
+        done = subprocess.run(
+            [sys.executable, "-m", "gputui.cli", "snapshot", "--json", "--no-discover", "gpu-cm"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            cwd=str(REPO),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert _logins(server) == logins + 2
+        assert master.poll() is None
+
+
 def test_unknown_key_over_the_system_client_is_one_line_until_accepted(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml
 ) -> None:
