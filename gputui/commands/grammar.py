@@ -304,18 +304,20 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def _value_options() -> tuple[set[str], list[str]]:
-    """The option strings that take a value, in any of the parsers, and every long option string."""
+def _value_options(commands: Sequence[str | None]) -> tuple[set[str], list[str], set[str]]:
+    """Of these commands' parsers: the option strings that take a value, every long one, and every one."""
     takes_value: set[str] = set()
     longs: list[str] = []
-    for command in (None, *SUBCOMMANDS):
+    every: set[str] = set()
+    for command in commands:
         for action in build_parser(command)._actions:
+            every.update(action.option_strings)
             for option in action.option_strings:
                 if option.startswith("--"):
                     longs.append(option)
                 if action.nargs != 0:
                     takes_value.add(option)
-    return takes_value, longs
+    return takes_value, longs, every
 
 
 def _takes_value(word: str, takes_value: set[str], longs: list[str]) -> bool:
@@ -334,7 +336,10 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     Global options may come before it (``gputui -F cfg snapshot a``: "cfg" is -F's value, not a host).
     """
     args = list(argv)
-    option_table: tuple[set[str], list[str]] | None = None  # built (four parsers) only once an option comes
+    # Built only once an option comes: the TUI's parser first (its options are the ones users put before a
+    # subcommand: -F, --interval), every parser only for a word that is not one of them.
+    global_table: tuple[set[str], list[str], set[str]] | None = None
+    option_table: tuple[set[str], list[str], set[str]] | None = None
     index = 0
     while index < len(args):
         word = args[index]
@@ -345,9 +350,14 @@ def split_command(argv: Sequence[str]) -> tuple[str | None, list[str]]:
             if attached:
                 index += 1
                 continue
-            if option_table is None:
-                option_table = _value_options()
-            index += 2 if _takes_value(word, *option_table) else 1
+            if global_table is None:
+                global_table = _value_options([None])
+            table = global_table
+            if word not in global_table[2]:
+                if option_table is None:
+                    option_table = _value_options([None, *SUBCOMMANDS])
+                table = option_table
+            index += 2 if _takes_value(word, table[0], table[1]) else 1
             continue
         if word in SUBCOMMANDS:
             return word, args[:index] + args[index + 1 :]

@@ -2,7 +2,9 @@
 
 An SSH link goes through paramiko or the system ssh client as ``--ssh-client`` or the config's ``ssh_client``
 say; with ``auto``, ``SshLink`` chooses at every open from the host's resolved ssh config. Where neither says,
-the TUI and the exporter use paramiko and a one-shot command the system ssh where one is installed.
+the TUI and the exporter use paramiko and a one-shot command ``auto``: the system ssh for a host whose user's
+ControlMaster runs (the one-shot then rides it: no handshake, no paramiko import) or whose config needs it,
+paramiko for the rest, whose handshake costs less CPU than the system client's own.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from gputui.core.config import Config
 from gputui.core.link import SSH_CLIENTS, HostLink, LinkOptions
 
 LOCAL_TARGET = "local"
+ONE_SHOT_SSH_CLIENT = "auto"
+"""The SSH client of a one-shot command that chose none (see the module's docstring)."""
 DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
 """Simulated hosts of ``--demo``: the first replays the wedged sglang story, the second stays healthy."""
 
@@ -20,7 +24,7 @@ DEMO_TARGETS = ("gpu-node-07", "gpu-node-08")
 def options_from_args(args: argparse.Namespace, one_shot: bool = False) -> LinkOptions:
     """LinkOptions from the common command-line flags and the config file loaded into ``args.config``.
 
-    ``one_shot``: the command samples once and exits (``prefer_system_ssh`` unless a client was chosen).
+    ``one_shot``: the command samples once and exits (its client is ``auto`` unless one was chosen).
     """
     config: Config = getattr(args, "config", None) or Config()
     ssh_client = getattr(args, "ssh_client", None)  # the flag beats the config's global and per-host values
@@ -37,9 +41,8 @@ def options_from_args(args: argparse.Namespace, one_shot: bool = False) -> LinkO
         health_generate=args.health_generate,
         connect_timeout_s=args.connect_timeout,
         extra={"ssh_config": args.ssh_config} if getattr(args, "ssh_config", None) else {},
-        ssh_client=ssh_client or config.ssh_client or SSH_CLIENTS[0],
+        ssh_client=ssh_client or config.ssh_client or (ONE_SHOT_SSH_CLIENT if one_shot else SSH_CLIENTS[0]),
         host_ssh_clients={} if ssh_client else dict(config.host_ssh_clients),
-        prefer_system_ssh=one_shot and not ssh_client and not config.ssh_client,
     )
 
 

@@ -48,9 +48,6 @@ class LinkOptions(Record):
         host_health_urls: Target -> health URLs probed on that host only (from the config file).
         ssh_client: One of ``SSH_CLIENTS``: how remote hosts are reached.
         host_ssh_clients: Target -> the ``SSH_CLIENTS`` entry for that host (from the config file).
-        prefer_system_ssh: No client was chosen (flag or config) and the command samples once and exits:
-            the system ``ssh`` is used where one is installed, ``ssh_client`` otherwise. A one-shot then
-            rides the user's ControlMaster where one runs, and costs no paramiko import or handshake.
         metrics_urls: Servers' metrics endpoints read by the agent on that host (beside the health URL of
             the same origin).
         host_metrics_urls: Target -> metrics URLs read on that host only (from the config file).
@@ -70,17 +67,13 @@ class LinkOptions(Record):
     extra: dict[str, Any] = field(default_factory=dict)
     ssh_client: str = "paramiko"
     host_ssh_clients: dict[str, str] = field(default_factory=dict)
-    prefer_system_ssh: bool = False
 
     def for_target(self, target: str) -> LinkOptions:
         """These options with the health and metrics URLs and the SSH client configured for ``target``."""
         health = tuple(dict.fromkeys(self.health_urls + self.host_health_urls.get(target, ())))
         metrics = tuple(dict.fromkeys(self.metrics_urls + self.host_metrics_urls.get(target, ())))
         client = self.host_ssh_clients.get(target, self.ssh_client)
-        prefer = self.prefer_system_ssh and target not in self.host_ssh_clients
-        return replace(
-            self, health_urls=health, metrics_urls=metrics, ssh_client=client, prefer_system_ssh=prefer
-        )
+        return replace(self, health_urls=health, metrics_urls=metrics, ssh_client=client)
 
 
 class HostLink(abc.ABC):

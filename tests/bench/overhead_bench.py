@@ -223,6 +223,7 @@ def oneshot(args: argparse.Namespace, report: Report, sec: int, peer_python: str
 
 def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_python: str | None) -> None:
     label = "remote one-shot / ssh HOST nvitop -1"
+    label_master = "remote one-shot through a ControlMaster / the same"
     target = f"<= {TARGET_REMOTE_ONESHOT:g}x"
     if peer_python is None:
         report.na(sec, label, "--no-peers", target=target)
@@ -254,38 +255,93 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
             k: v for k, v in host.env().items() if k in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", KERNEL_LOG)
         }
         hosts = start_hosts(tmp / "sshd", remote_bin, fake_env, 1)
+        rows: dict[str, tuple[dict[str, list[float]], dict[str, list[float]]]] = {}
         try:
             alias = hosts.aliases[0]
             env = dict(hosts.client_env, XDG_CONFIG_HOME=str(tmp / "no-config"))
-            config = env.get("GPUTUI_SSH_CONFIG") or str(Path(env["HOME"]) / ".ssh" / "config")
-            commands = {
-                "gputui": gputui_command() + ["-F", config, "snapshot", "--json", alias],
-                "nvitop": [
-                    "ssh",
-                    "-F",
-                    config,
-                    "-o",
-                    "BatchMode=yes",
-                    alias,
-                    str(remote_bin / "nvitop"),
-                    "-1",
-                ],
-            }
-            totals: dict[str, list[float]] = {"gputui": [], "nvitop": []}
-            clients: dict[str, list[float]] = {"gputui": [], "nvitop": []}
-            for cmd in commands.values():
-                child_cpu_ms(cmd, env)  # the first connection: the bundle cache, host keys
-            for _ in range(rounds):
-                for name, cmd in commands.items():
-                    log.write_text("")
-                    client = child_cpu_ms(cmd, env)
-                    remote = [float(line.split()[1]) for line in log.read_text().splitlines() if line.strip()]
-                    if client is None or len(remote) != 1:
-                        continue
-                    clients[name].append(client)
-                    totals[name].append(client + remote[0])
+            plain_config = env.get("GPUTUI_SSH_CONFIG") or str(Path(env["HOME"]) / ".ssh" / "config")
+            # The same host through a ControlMaster the user started: both one-shots ride it.
+            socket_path = tmp / "cm.sock"
+            master_config = tmp / "ssh_config_master"
+            master_config.write_text(
+                f"Host {alias}\n  ControlPath {socket_path}\n  ControlMaster no\n\n"
+                + Path(plain_config).read_text()
+            )
+            rows[label] = _remote_rounds(alias, plain_config, remote_bin, env, log, rounds)
+            master = subprocess.Popen(
+                ["ssh", "-F", str(master_config), "-o", "BatchMode=yes", "-M", "-N", alias],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                deadline = time.monotonic() + 10
+                while not socket_path.exists() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                if socket_path.exists():
+                    rows[label_master] = _remote_rounds(
+                        alias, str(master_config), remote_bin, env, log, rounds
+                    )
+            finally:
+                master.terminate()
+                master.wait(timeout=10)
         finally:
             hosts.close()
+    for name, (totals, clients) in rows.items():
+        _remote_row(report, sec, name, totals, clients)
+    if label_master not in rows:
+        report.na(sec, label_master, "the ControlMaster did not start", target=target)
+    report.note(
+        sec,
+        f"remote one-shot: {hosts.source}; the remote python3 is a bare python (no pynvml, no "
+        "psutil: the shipped pynvml is used), nvitop from the peers virtualenv; sshd's own CPU is "
+        "in neither figure; gputui at its defaults (a one-shot's client is auto: paramiko, or the system ssh "
+        "through a running master)",
+    )
+
+
+def _remote_rounds(
+    alias: str, config: str, remote_bin: Path, env: dict[str, str], log: Path, rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Client + remote CPU per run, and the client's alone, of both one-shots through ``config``."""
+    commands = {
+        "gputui": gputui_command() + ["-F", config, "snapshot", "--json", alias],
+        "nvitop": [
+            "ssh",
+            "-F",
+            config,
+            "-o",
+            "BatchMode=yes",
+            alias,
+            str(remote_bin / "nvitop"),
+            "-1",
+        ],
+    }
+    totals: dict[str, list[float]] = {"gputui": [], "nvitop": []}
+    clients: dict[str, list[float]] = {"gputui": [], "nvitop": []}
+    for cmd in commands.values():
+        child_cpu_ms(cmd, env)  # the first connection: the bundle cache, host keys
+    for _ in range(rounds):
+        for name, cmd in commands.items():
+            log.write_text("")
+            client = child_cpu_ms(cmd, env)
+            remote = [float(line.split()[1]) for line in log.read_text().splitlines() if line.strip()]
+            if client is None or len(remote) != 1:
+                continue
+            clients[name].append(client)
+            totals[name].append(client + remote[0])
+    return totals, clients
+
+
+def _remote_row(
+    report: Report,
+    sec: int,
+    label: str,
+    totals: dict[str, list[float]],
+    clients: dict[str, list[float]],
+) -> None:
+    target = f"<= {TARGET_REMOTE_ONESHOT:g}x"
     if not totals["gputui"] or len(totals["gputui"]) != len(totals["nvitop"]):
         report.na(
             sec,
@@ -305,12 +361,6 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
         f" ms (ssh {statistics.median(clients['nvitop']):.0f}); n={len(totals['gputui'])}",
         target=target,
         verdict=verdict(ratio <= TARGET_REMOTE_ONESHOT),
-    )
-    report.note(
-        sec,
-        f"remote one-shot: {hosts.source}; the remote python3 is a bare python (no pynvml, no "
-        "psutil: the shipped pynvml is used), nvitop from the peers virtualenv; sshd's own CPU is "
-        "in neither figure",
     )
 
 

@@ -298,11 +298,11 @@ def test_runs_share_the_user_s_running_control_master_and_leave_it_running(
         assert socket_path.exists()
 
 
-def test_a_one_shot_that_names_no_client_takes_the_system_ssh_where_one_is_installed(
+def test_a_one_shot_that_names_no_client_rides_the_user_s_running_master(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
 ) -> None:
-    """Seen from the server: a one-shot through the user's running master adds no login (the system ssh),
-    one through paramiko does; without an ``ssh`` on PATH the one-shot is paramiko's."""
+    """Seen from the server: a one-shot through the user's running master adds no login (the system ssh,
+    as ``auto`` chooses); one through paramiko does, as does one without an ``ssh`` on PATH."""
     server = sshd_factory()
     socket_path = tmp_path / "cm.sock"
     ssh_client.add_host(

@@ -114,7 +114,6 @@ class SshLink(HostLink):
         self.config_path = config_path or (str(extra_config) if extra_config else None)
         self.use_openssh = use_openssh
         self.client = client or self.options.ssh_client
-        self.prefer_system_ssh = client is None and self.options.prefer_system_ssh
         if self.client not in SSH_CLIENTS:
             raise ValueError(f"unknown SSH client {self.client!r}")
         self.client_used: str | None = None
@@ -171,12 +170,9 @@ class SshLink(HostLink):
             raise phase_error(self.target, "connection failed", exc) from None
 
     def _new_session(self, settings: SshSettings) -> Session:
-        """The session of the client this open uses (``client``; ``auto`` asks the resolved settings; a
-        one-shot that chose none, whether ``ssh`` is installed)."""
-        use_system_ssh = (
-            self.client == "openssh"
-            or (self.client == "auto" and bool(settings.openssh_only()) and openssh_available())
-            or (self.prefer_system_ssh and openssh_available())
+        """The session of the client this open uses (``client``; ``auto`` asks the resolved settings)."""
+        use_system_ssh = self.client == "openssh" or (
+            self.client == "auto" and bool(settings.openssh_only()) and openssh_available()
         )
         if use_system_ssh:
             from gputui.transports.ssh.openssh.link import OpenSshSession
