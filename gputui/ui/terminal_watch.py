@@ -4,13 +4,14 @@ A TUI whose terminal is gone (an SSH connection dropped, a tmux session killed, 
 behind on the GPU host it watches: Textual's input thread, reading a hung-up pty, wakes at once, reads
 nothing and loops at 100 % of a core, and as a non-daemon thread it holds the interpreter's exit forever.
 
-So a daemon thread of its own watches for the end: the signals (their handlers only set an event) and, every
-``POLL_S``, the terminal's descriptors for a hangup or error (``poll`` with no events asked reports only
-those, so nothing is read away from Textual). Then it stops Textual's input loop, asks the app to leave as
-``q`` does (the hosts stopped, their links closed), and, should the interpreter still be alive after
-``EXIT_DEADLINE_S``, ends it: the exit handlers first (the system ``ssh`` processes end with them), then
-``os._exit``. A kill the local collector is escalating is no thread of the UI's: its own (bounded) thread
-finishes it first, as it would after ``q``; a remote collector finishes its kills by itself.
+So a daemon thread of its own watches for the end, asleep in one ``poll`` until it comes: the terminal's
+descriptors with no events asked (``poll`` then reports only a hangup or an error, so nothing is read away
+from Textual), and a pipe that the signal handlers and ``stop`` write a byte to. Then it stops Textual's
+input loop, asks the app to leave as ``q`` does (the hosts stopped, their links closed), and, should the
+interpreter still be alive after ``EXIT_DEADLINE_S``, ends it: the exit handlers first (the system ``ssh``
+processes end with them), then ``os._exit``. A kill the local collector is escalating is no thread of the
+UI's: its own (bounded) thread finishes it first, as it would after ``q``; a remote collector finishes its
+kills by itself.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from textual.app import App
 
-POLL_S = 0.1
+POLL_S = 5.0
+"""The longest the watch sleeps without looking at its flags (a wake-up is missed only if a write failed)."""
 EXIT_DEADLINE_S = 0.8
 """From the terminal's end to a forced exit: inside the 2 s a user (and the tests) allow."""
 KILL_THREAD_PREFIX = "gputui-kill-"
@@ -48,6 +50,9 @@ class TerminalWatch:
         self._fds = tuple(fd for fd in fds if _is_tty(fd))
         self._ended = threading.Event()
         self._stopped = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
         self.signum: int | None = None
         """The signal that ended the app (SIGHUP also for a terminal that went away), None if none did."""
         self._thread = threading.Thread(target=self._watch, name="gputui-terminal-watch", daemon=True)
@@ -63,28 +68,42 @@ class TerminalWatch:
     def stop(self) -> None:
         """The app ended by itself: stop watching."""
         self._stopped.set()
+        self._wake()
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self.signum is None:
             self.signum = signum
         self._ended.set()
+        self._wake()
 
-    def _hung_up(self) -> bool:
-        if not self._fds:
-            return False
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (a byte is already waiting) or closed: awake either way
+            os.write(self._wake_write, b"!")
+
+    def _wait_for_the_end(self) -> bool:
+        """Sleep until the terminal hangs up (True), a signal comes (True) or ``stop`` is called (False)."""
         poller = select.poll()
         for fd in self._fds:
             poller.register(fd, 0)
-        try:
-            return any(events & _HANGUP for _fd, events in poller.poll(0))
-        except OSError:
-            return True
+        poller.register(self._wake_read, select.POLLIN)
+        while True:
+            if self._ended.is_set():
+                return True
+            if self._stopped.is_set():
+                return False
+            try:
+                events = poller.poll(POLL_S * 1000)
+            except OSError:
+                return True
+            for fd, event in events:
+                if fd == self._wake_read:
+                    with contextlib.suppress(OSError):
+                        os.read(self._wake_read, 64)
+                elif event & _HANGUP:
+                    return True
 
     def _watch(self) -> None:
-        while not self._stopped.is_set():
-            if self._ended.wait(POLL_S) or self._hung_up():
-                break
-        else:
+        if not self._wait_for_the_end():
             return
         if self.signum is None:
             self.signum = signal.SIGHUP

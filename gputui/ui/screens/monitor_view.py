@@ -316,7 +316,9 @@ class MonitorView(Screen[None]):
                 filter_text=self.filter_text,
                 sort_mode=self.sort_mode,
                 compact=self.narrow,
-                now_s=now_s,
+                # Elapsed times as of the process list, on the host's clock: like every other process figure,
+                # and a table that is not repainted whole every second for a clock that moved.
+                now_s=snapshot.processes_time if snapshot.processes_time is not None else now_s,
             )
             empty = procs.row_count == 0 and not self.filter_text
             set_border_subtitle(procs, "no GPU processes" if empty else "")
