@@ -24,7 +24,15 @@ from gputui.agent.proc.exits import ExitWatch
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
-from gputui.agent.protocol import KILL_COMMANDS, MODE_SMI, PROCESS_INTERVAL_S, VERSION, hello, snapshot
+from gputui.agent.protocol import (
+    KILL_COMMANDS,
+    MEMORY_INTERVAL_S,
+    MODE_SMI,
+    PROCESS_INTERVAL_S,
+    VERSION,
+    hello,
+    snapshot,
+)
 from gputui.agent.wire import wire_text
 
 if TYPE_CHECKING:
@@ -78,7 +86,7 @@ class Agent:
         self,
         target: str = "local",
         read_only: bool = False,
-        memory_interval_s: float = 1.0,
+        memory_interval_s: float = MEMORY_INTERVAL_S,
         process_interval_s: float = PROCESS_INTERVAL_S,
         health_urls: Iterable[str] = (),
         discover_health: bool = True,

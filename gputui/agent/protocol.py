@@ -190,6 +190,10 @@ GPU_HEALTH = "health"
 INTERVAL_MIN_S = 0.05
 """The shortest sample interval (``check --wait`` samples every 0.09 s): shorter would only spin the CPU."""
 INTERVAL_MAX_S = 3600.0
+MEMORY_INTERVAL_S = 2.0
+"""The default period of memory samples (with utilisation, temperature and power), nvitop's and nvidia-smi's
+own: a clean-slate check and a kill sample as fast as the holders exit (``agent.proc.exits``), whatever it is,
+and a monitor that samples twice as often costs its host twice as much for a chart no one reads per second."""
 PROCESS_INTERVAL_S = 6.0
 """The default slow period of process lists on a host whose GPU memory stands still (a new CUDA context
 always allocates memory, so a GPU's list cannot change unseen; the collector reads it again when memory

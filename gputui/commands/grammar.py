@@ -14,7 +14,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gputui import __version__
-from gputui.agent.protocol import ESCALATE_MAX_S, INTERVAL_MAX_S, INTERVAL_MIN_S, PROCESS_INTERVAL_S
+from gputui.agent.protocol import (
+    ESCALATE_MAX_S,
+    INTERVAL_MAX_S,
+    INTERVAL_MIN_S,
+    MEMORY_INTERVAL_S,
+    PROCESS_INTERVAL_S,
+)
 from gputui.commands import fleet_options
 from gputui.core.link import SSH_CLIENTS
 
@@ -90,7 +96,7 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--interval",
         type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
-        default=1.0,
+        default=MEMORY_INTERVAL_S,
         metavar="SECONDS",
         help=f"memory sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )

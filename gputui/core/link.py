@@ -10,7 +10,7 @@ import abc
 import time
 from typing import Any
 
-from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, PROCESS_INTERVAL_S
+from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, MEMORY_INTERVAL_S, PROCESS_INTERVAL_S
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.record import Record, field, replace
 from gputui.core.textsafe import visible
@@ -53,7 +53,7 @@ class LinkOptions(Record):
         host_metrics_urls: Target -> metrics URLs read on that host only (from the config file).
     """
 
-    memory_interval_s: float = 1.0
+    memory_interval_s: float = MEMORY_INTERVAL_S
     process_interval_s: float = PROCESS_INTERVAL_S
     read_only: bool = False
     accept_new: bool = False

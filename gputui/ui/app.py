@@ -20,6 +20,7 @@ from textual.app import App, SystemCommand
 from textual.notifications import Notification
 from textual.screen import Screen
 
+from gputui.agent.protocol import MEMORY_INTERVAL_S
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.analysis import Baselines
 from gputui.core.display import fit
@@ -88,7 +89,7 @@ class GpuTuiApp(App[int]):
         *,
         read_only: bool = False,
         clock: Clock | None = None,
-        memory_interval_s: float = 1.0,
+        memory_interval_s: float = MEMORY_INTERVAL_S,
         process_interval_s: float = 3.0,
         escalate_s: float = DEFAULT_ESCALATE_S,
         check_timeout_s: float = 60.0,

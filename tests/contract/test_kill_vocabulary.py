@@ -165,10 +165,15 @@ def test_the_first_answer_says_what_is_pending_the_same_way(
         assert tuple(first) == tuple(rest) == kill_messages.KILL_REPLY_FIELDS
         assert first["done"] is False
         assert rest["done"] is True
-        (pending,) = first["pending"]
-        assert tuple(pending) == ("pid", "start_ticks", "name", "signal", "due_in_s")
-        assert (pending["pid"], pending["signal"]) == (side["pids"]["ignorer"], "KILL")
-        assert 0 < pending["due_in_s"] <= ESCALATE_S
+        # The ignorer is always pending; on a loaded machine the real launcher may not have finished exiting
+        # by the first answer either, and is then pending in the same shape.
+        by_pid = {entry["pid"]: entry for entry in first["pending"]}
+        assert side["pids"]["ignorer"] in by_pid
+        assert set(by_pid) <= {side["pids"]["ignorer"], side["pids"]["launcher"]}
+        for entry in by_pid.values():
+            assert tuple(entry) == ("pid", "start_ticks", "name", "signal", "due_in_s")
+            assert entry["signal"] == "KILL"
+            assert 0 < entry["due_in_s"] <= ESCALATE_S
         assert rest["count"] == first["count"] + len(rest["outcomes"])
 
 

@@ -31,6 +31,7 @@ from gputui.agent.protocol import (
     KERNEL_LOG,
     KILL_COMMANDS,
     LISTENING_PORTS,
+    MEMORY_INTERVAL_S,
     PROCESS_INTERVAL_S,
     PROCESSES_SAME,
     RESET_RUN_COMMAND,
@@ -185,7 +186,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--target", default="local")
     parser.add_argument("--read-only", action="store_true")
-    parser.add_argument("--interval", type=float, default=1.0, help="memory sample interval, seconds")
+    parser.add_argument(
+        "--interval", type=float, default=MEMORY_INTERVAL_S, help="memory sample interval, seconds"
+    )
     parser.add_argument(
         "--process-interval", type=float, default=PROCESS_INTERVAL_S, help="process sample interval, seconds"
     )

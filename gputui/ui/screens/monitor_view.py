@@ -126,7 +126,11 @@ class MonitorView(Screen[None]):
                     with Vertical(id="side"):
                         yield HealthPanel(id="health")
                         yield FindingsList(id="findings")
-                yield ProcessTable(id="procs")
+                # A container of its own: Textual renders again every widget whose clip meets a repainted
+                # region, and the table's clip would otherwise be #main's, which the GPU panel repaints
+                # every sample (the table itself changes only with the process list).
+                with Container(id="procs-box"):
+                    yield ProcessTable(id="procs")
             yield CleanSlateLine(id="clean")
             yield FilterBar(id="filter")
         yield Footer(compact=self.app.size.width < FOOTER_ROOMY_CELLS)

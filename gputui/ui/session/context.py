@@ -18,6 +18,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.signal import Signal
 
+from gputui.agent.protocol import MEMORY_INTERVAL_S
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.owner import Owner
@@ -48,7 +49,7 @@ class Settings:
     """
 
     read_only: bool = False
-    memory_interval_s: float = 1.0
+    memory_interval_s: float = MEMORY_INTERVAL_S
     process_interval_s: float = 3.0
     escalate_s: float = DEFAULT_ESCALATE_S
     check_timeout_s: float = 60.0
