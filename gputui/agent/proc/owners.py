@@ -58,8 +58,10 @@ METADATA_CACHE_S = 30.0
 CGROUP_CACHE_S = 10.0
 """A process's cgroup is read again after this long (a process can be moved to another)."""
 
-_HEX_ID = re.compile(r"^[0-9a-f]{12,64}$")
-_SCOPE = re.compile(r"^(docker|cri-containerd|crio|libpod|nerdctl)-([0-9a-f]{12,64})\.scope$")
+# Patterns as text: ``re`` compiles (and keeps) each one the first time it is used, and most hosts' cgroups
+# meet only a few of them, so importing this module compiles none.
+_HEX_ID = r"^[0-9a-f]{12,64}$"
+_SCOPE = r"^(docker|cri-containerd|crio|libpod|nerdctl)-([0-9a-f]{12,64})\.scope$"
 _RUNTIME_OF_PREFIX = {
     "docker": "docker",
     "cri-containerd": "containerd",
@@ -67,16 +69,14 @@ _RUNTIME_OF_PREFIX = {
     "crio": "cri-o",
     "libpod": "podman",
 }
-_POD_UID = re.compile(
-    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
-)
-_SLURM_JOB = re.compile(r"^job_([0-9]{1,20})$")
-_SLURM_STEP = re.compile(r"^step_([A-Za-z0-9_]{1,32})$")
-_STEP_ID = re.compile(r"^([0-9]{1,20}|batch|extern|interactive)$")
-_JOB_ID = re.compile(r"^[0-9]{1,20}$")
-_NOT_OWNER_UNITS = re.compile(r"^(session-.*\.scope|user@[0-9]+\.service|init\.scope|.*slurmstepd\.scope)$")
-_POD_LOG_DIR = re.compile(r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_([0-9a-f-]{36})$")
-_CONTAINER_LOG = re.compile(r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_(.+)-([0-9a-f]{64})\.log$")
+_POD_UID = r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
+_SLURM_JOB = r"^job_([0-9]{1,20})$"
+_SLURM_STEP = r"^step_([A-Za-z0-9_]{1,32})$"
+_STEP_ID = r"^([0-9]{1,20}|batch|extern|interactive)$"
+_JOB_ID = r"^[0-9]{1,20}$"
+_NOT_OWNER_UNITS = r"^(session-.*\.scope|user@[0-9]+\.service|init\.scope|.*slurmstepd\.scope)$"
+_POD_LOG_DIR = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_([0-9a-f-]{36})$"
+_CONTAINER_LOG = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_(.+)-([0-9a-f]{64})\.log$"
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
 
@@ -151,33 +151,33 @@ def cgroup_facts(text: str) -> dict[str, str]:
         parts = [part for part in path.split("/") if part]
         kube = any(part.startswith("kubepods") for part in parts)
         for at, part in enumerate(parts):
-            scope = _SCOPE.match(part)
+            scope = re.match(_SCOPE, part)
             if scope and "container" not in facts:
                 facts["container"] = scope.group(2)
                 facts["runtime"] = _RUNTIME_OF_PREFIX[scope.group(1)]
-            elif at > 0 and _HEX_ID.match(part) and "container" not in facts:
+            elif at > 0 and re.match(_HEX_ID, part) and "container" not in facts:
                 parent = parts[at - 1]
                 if parent == "docker":
                     facts["container"], facts["runtime"] = part, "docker"
                 elif parent.startswith("libpod"):
                     facts["container"], facts["runtime"] = part, "podman"
-                elif kube and _POD_UID.search(parent):
+                elif kube and re.search(_POD_UID, parent):
                     facts["container"] = part
-            elif part.startswith("libpod-") and _HEX_ID.match(part[7:]) and "container" not in facts:
+            elif part.startswith("libpod-") and re.match(_HEX_ID, part[7:]) and "container" not in facts:
                 facts["container"], facts["runtime"] = part[7:], "podman"
-            pod = _POD_UID.search(part) if kube else None
+            pod = re.search(_POD_UID, part) if kube else None
             if pod and "pod_uid" not in facts:
                 facts["pod_uid"] = pod.group(1).replace("_", "-")
-            job = _SLURM_JOB.match(part)
+            job = re.match(_SLURM_JOB, part)
             if job and "slurm_job" not in facts and any("slurm" in p for p in parts[:at]):
                 facts["slurm_job"] = job.group(1)
-                step = _SLURM_STEP.match(parts[at + 1]) if at + 1 < len(parts) else None
+                step = re.match(_SLURM_STEP, parts[at + 1]) if at + 1 < len(parts) else None
                 if step:
                     facts["slurm_step"] = step.group(1)
         if "unit" not in facts:
             for part in reversed(parts):
-                if part.endswith((".service", ".scope")) and not _NOT_OWNER_UNITS.match(part):
-                    if not _SCOPE.match(part) and "-conmon-" not in part:
+                if part.endswith((".service", ".scope")) and not re.match(_NOT_OWNER_UNITS, part):
+                    if not re.match(_SCOPE, part) and "-conmon-" not in part:
                         facts["unit"] = part
                     break
     return facts
@@ -205,10 +205,10 @@ def owner_of(
     source = "cgroup"
     if job is None:
         env_job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-        if env_job and _JOB_ID.match(env_job):
+        if env_job and re.match(_JOB_ID, env_job):
             job, source = env_job, "environment"
             env_step = env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")
-            step = env_step if env_step and _STEP_ID.match(env_step) else None
+            step = env_step if env_step and re.match(_STEP_ID, env_step) else None
     if job is not None:
         return {
             "kind": OWNER_SLURM,
@@ -302,12 +302,12 @@ class RuntimeNames:
         self._read_at = now
         pods: dict[str, dict[str, str]] = {}
         for name in self._listing("var/log/pods"):
-            found = _POD_LOG_DIR.match(name)
+            found = re.match(_POD_LOG_DIR, name)
             if found:
                 pods[found.group(3)] = {"namespace": found.group(1), "name": found.group(2)}
         containers: dict[str, dict[str, str]] = {}
         for name in self._listing("var/log/containers"):
-            found = _CONTAINER_LOG.match(name)
+            found = re.match(_CONTAINER_LOG, name)
             if found:
                 containers[found.group(4)] = {
                     "name": found.group(1),
@@ -337,7 +337,7 @@ class RuntimeNames:
         if cached is not None and now - cached[0] < METADATA_CACHE_S:
             return cached[1]
         name: str | None = None
-        if _HEX_ID.match(container):
+        if re.match(_HEX_ID, container):
             data = read_capped(
                 self._path("var/lib/docker/containers", container, "config.v2.json"), METADATA_MAX_BYTES
             )

@@ -20,7 +20,6 @@ from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.config import SshSettings, openssh_available, resolve
 from gputui.transports.ssh.errors import PythonMissing, PythonTooOld, phase_error
 from gputui.transports.ssh.payload import agent_payload, remote_command_line
-from gputui.transports.ssh.reduced import ReducedStream, reduced_command
 from gputui.transports.ssh.stream import CollectorStream, Pipe
 
 REDUCED_MIN_STALE_S = 10.0
@@ -264,6 +263,8 @@ class SshLink(HostLink):
             first, self._stream = self._stream, None
         if first is not None:
             first.end(SWITCH_JOIN_S)
+        from gputui.transports.ssh.reduced import ReducedStream, reduced_command  # for hosts without python3
+
         nonce = os.urandom(8).hex()
         command = reduced_command(nonce, self.options)
         self.reduced = True
