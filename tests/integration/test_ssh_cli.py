@@ -25,9 +25,12 @@ from tests.integration.sshd import (
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _gputui(*args: str) -> subprocess.CompletedProcess[str]:
+def _gputui(*args: str, path: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The command line with these words; ``path``: the PATH it runs with (default: this one's)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO)
+    if path is not None:
+        env["PATH"] = path
     return subprocess.run(
         [sys.executable, "-m", "gputui.cli", *args],
         capture_output=True,
@@ -320,17 +323,7 @@ def test_a_one_shot_that_names_no_client_rides_the_user_s_running_master(
         assert _logins(server) == logins
         _snapshot_of("gpu-cm", "--ssh-client", "paramiko")
         assert _logins(server) == logins + 1
-        env = dict(os.environ, PYTHONPATH=str(REPO), PATH=str(no_ssh))
-        done = subprocess.run(
-            [sys.executable, "-m", "gputui.cli", "snapshot", "--json", "--no-discover", "gpu-cm"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=str(REPO),
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        done = _gputui("snapshot", "--json", "--no-discover", "gpu-cm", path=str(no_ssh))
         assert done.returncode == 0, done.stderr
         assert _logins(server) == logins + 2
         assert master.poll() is None
