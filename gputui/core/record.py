@@ -80,16 +80,13 @@ def _compile_init(name: str, names: tuple[str, ...], defaults: dict[str, Any], p
     return scope["__init__"]
 
 
-def _first_init(name: str, names: tuple[str, ...], defaults: dict[str, Any], post_init: bool) -> Any:
-    """An ``__init__`` that compiles the class's own at its first call and puts it in its place: a process
-    pays for the classes it builds, not for every class it imports."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init = _compile_init(name, names, defaults, post_init)
-        type.__setattr__(type(self), "__init__", init)
-        init(self, *args, **kwargs)
-
-    return __init__
+def _first_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """Every record class's first ``__init__``: it compiles the class's own and puts it in its place, so
+    that a process pays for the classes it builds, not for every class it imports."""
+    cls = type(self)
+    init = _compile_init(cls.__name__, cls._fields, cls._defaults, hasattr(cls, "__post_init__"))
+    type.__setattr__(cls, "__init__", init)
+    init(self, *args, **kwargs)
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
@@ -116,13 +113,14 @@ class RecordMeta(type):
                 )
         namespace["__slots__"] = names
         namespace["_fields"] = names
+        namespace["_defaults"] = defaults
         namespace["__match_args__"] = names
         if not frozen:
             namespace["__setattr__"] = object.__setattr__
             namespace["__delattr__"] = object.__delattr__
             namespace["__hash__"] = None
         if "__init__" not in namespace:
-            namespace["__init__"] = _first_init(name, names, defaults, "__post_init__" in namespace)
+            namespace["__init__"] = _first_init
         return super().__new__(mcls, name, bases, namespace)
 
 
@@ -131,6 +129,8 @@ class Record(metaclass=RecordMeta):
 
     __slots__ = ()
     _fields: ClassVar[tuple[str, ...]] = ()
+    _defaults: ClassVar[dict[str, Any]] = {}
+    """Field name -> its default (a ``field(default_factory=...)`` marker for a fresh one)."""
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, n) for n in self._fields)

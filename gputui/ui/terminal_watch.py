@@ -50,6 +50,8 @@ class TerminalWatch:
         self._fds = tuple(fd for fd in fds if _is_tty(fd))
         self._ended = threading.Event()
         self._stopped = threading.Event()
+        # Never closed: the signal handlers may write to it until the process ends, and a closed descriptor's
+        # number may by then be another file's.
         self._wake_read, self._wake_write = os.pipe()
         for fd in (self._wake_read, self._wake_write):
             os.set_blocking(fd, False)

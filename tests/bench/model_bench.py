@@ -57,13 +57,9 @@ def _shapes() -> list[tuple[str, list[tuple[str, bool]]]]:
     """(class name, [(field, has a default)]) of every record class."""
     shapes = []
     for cls in _record_classes():
-        init = cls.__init__
-        defaults = set(
-            init.__code__.co_varnames[1 : init.__code__.co_argcount][-len(init.__defaults__ or ()) :]
+        shapes.append(
+            (f"{cls.__module__}.{cls.__qualname__}", [(f, f in cls._defaults) for f in cls._fields])
         )
-        if not init.__defaults__:
-            defaults = set()
-        shapes.append((f"{cls.__module__}.{cls.__qualname__}", [(f, f in defaults) for f in cls._fields]))
     return shapes
 
 

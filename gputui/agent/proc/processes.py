@@ -27,10 +27,10 @@ FULL_SWEEP_EVERY = 3
 """Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
 read only the GPU trees (see ``ProcessSampler.sample`` for what they may miss, and for how long)."""
 GHOST_SLACK_MIB = 64
+"""Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
 LAUNCHER_NAMES_KEPT = 4096
 """Process names whose launcher verdict is kept; beyond that (a host that renames processes at will) the memo
 starts again."""
-"""Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
 
 
 class ProcessSampler:
