@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.binding import Binding
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from gputui.core.fleet_rows import (
@@ -25,6 +24,7 @@ from gputui.core.fleet_rows import (
     xid_text,
 )
 from gputui.ui.widgets.fmt import DASH, bar, safe_text
+from gputui.ui.widgets.lean_table import LeanTable
 
 NARROW_MAX_CELLS = 70
 """At or below this width: host, GPUs at baseline, memory, data age."""
@@ -160,7 +160,7 @@ def row_cells(row: FleetRow, columns: Sequence[tuple[str, str, int]]) -> tuple[T
     return tuple(_cell(key, row, width) for key, _, width in columns)
 
 
-class FleetTable(DataTable[Text]):
+class FleetTable(LeanTable):
     """Every host of the fleet, one row each, keyed by host name."""
 
     BINDINGS = [Binding("enter", "select_cursor", "Open host")]

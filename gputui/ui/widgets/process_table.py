@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.coordinate import Coordinate
-from textual.widgets import DataTable
 from textual.widgets.data_table import RowDoesNotExist
 
 from gputui.core.analysis.jobview import first_gpu_row
@@ -15,6 +14,7 @@ from gputui.core.display import fit
 from gputui.core.procfilter import ProcFilter
 from gputui.ui import keymap
 from gputui.ui.widgets.fmt import command_text, safe_text
+from gputui.ui.widgets.lean_table import LeanTable
 from gputui.ui.widgets.proc_columns import OPTIONAL_COLUMNS, cell_inputs, choose_optional, optional_cells
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def _gpu_text(gpu_memory_mib: dict[int, int]) -> Text:
     return Text(" " + " ".join(f"{gpu}:{mib}" for gpu, mib in held.items()).rjust(7), style="yellow")
 
 
-class ProcessTable(DataTable[Text]):
+class ProcessTable(LeanTable):
     """Rows keyed by pid, updated in place: a tick that changes figures only touches the cells that changed.
 
     The rows are rebuilt only when the set or order of pids changes (a process came or went, a new sort or

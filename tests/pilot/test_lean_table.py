@@ -1,0 +1,57 @@
+"""The tables keep renders of what is on screen now, not of every earlier sample; labels show as written."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.widgets import DataTable
+
+from gputui.ui.widgets.lean_table import GENERATION_CACHES, LeanTable
+
+ROWS, COLUMNS, SAMPLES = 6, 4, 40
+
+
+class _Tables(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LeanTable(id="lean")
+        yield DataTable(id="plain")
+
+
+def _cached(table: DataTable[Text]) -> dict[str, int]:
+    return {name: len(getattr(table, name)) for name in GENERATION_CACHES}
+
+
+async def test_renders_of_earlier_samples_are_not_kept() -> None:
+    app = _Tables()
+    async with app.run_test(size=(80, 30)) as pilot:
+        lean_table, plain_table = app.query_one("#lean", LeanTable), app.query_one("#plain", DataTable)
+        tables: list[DataTable[Text]] = [lean_table, plain_table]
+        for table in tables:
+            for c in range(COLUMNS):
+                table.add_column(f"c{c}", key=f"c{c}", width=8)
+            for r in range(ROWS):
+                table.add_row(*(Text(f"{r}.{c}") for c in range(COLUMNS)), key=f"r{r}")
+        for sample in range(SAMPLES):  # every sample changes every row's last cell, as ages do
+            for table in tables:
+                for r in range(ROWS):
+                    table.update_cell(f"r{r}", f"c{COLUMNS - 1}", Text(f"{sample}s"))
+            await pilot.pause()
+        lean, plain = (_cached(table) for table in tables)
+        assert all(name in lean for name in GENERATION_CACHES)  # the caches this relies on still exist
+        # One generation: at most a render per row (and header), a cell render per cell.
+        assert lean["_cell_render_cache"] <= (ROWS + 1) * COLUMNS
+        assert lean["_row_render_cache"] <= ROWS + 1
+        assert lean["_line_cache"] <= ROWS + 1
+        # The stock table holds the dead renders of every sample that reached the screen.
+        assert plain["_cell_render_cache"] > 3 * (ROWS + 1) * COLUMNS
+        assert tables[0].get_cell("r0", f"c{COLUMNS - 1}").plain == f"{SAMPLES - 1}s"
+
+
+async def test_a_column_label_is_text_not_markup() -> None:
+    app = _Tables()
+    async with app.run_test(size=(80, 10)) as pilot:
+        table = app.query_one("#lean", LeanTable)
+        key = table.add_column("[b]pid[/b] :gpu:", key="pid", width=20)
+        table.add_row(Text("1"))
+        await pilot.pause()
+        assert table.columns[key].label.plain == "[b]pid[/b] :gpu:"
