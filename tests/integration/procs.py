@@ -33,18 +33,19 @@ DEADLINE_S = 30.0
 WORKER_MIB = 40960
 """What each worker holds on its GPU in the fake NVML state (40 GiB)."""
 
-# A worker: names itself (what `ps -o comm` and the collector show), then sleeps, ignores TERM, or exits
-# at once (a zombie, since the launcher never waits for it); "setsid" starts a session of its own first.
+# A worker: names itself (what `ps -o comm` and the collector show), then sleeps or exits at once (a zombie,
+# since the launcher never waits for it); "setsid" starts a session of its own first, "ignore_term" ignores
+# TERM before it names itself, since the name is what tells the launcher the worker is ready.
 WORKER = r"""
 import ctypes, os, signal, sys, time
 name, mode = sys.argv[1], sys.argv[2]
 if mode == "setsid":
     os.setsid()
-ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
-if mode == "exit":
-    sys.exit(0)
 if mode == "ignore_term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME: the launcher's "ready"
+if mode == "exit":
+    sys.exit(0)
 while True:
     time.sleep(3600)
 """

@@ -537,7 +537,7 @@ def test_q_in_the_tui_during_an_escalation_finishes_it_then_leaves(
             while marker not in text():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"no {marker!r} on the screen: {text()[-3000:]!r}")
+                    raise AssertionError(f"no {marker!r} on the screen: {text()[-3000:]!r}; {sent()}")
                 ready, _, _ = select.select([master], [], [], left)
                 if ready:
                     try:
@@ -545,8 +545,16 @@ def test_q_in_the_tui_during_an_escalation_finishes_it_then_leaves(
                     except OSError:
                         chunk = b""
                     if not chunk:
-                        raise AssertionError(f"the TUI closed its terminal before {marker!r}")
+                        raise AssertionError(f"the TUI closed its terminal before {marker!r}; {sent()}")
                     screen += chunk
+
+        def sent() -> str:
+            """What the audit log says was done so far, for a failure to tell the screen from the kill."""
+            try:
+                lines = audit_lines(env)
+            except OSError as exc:
+                return f"no audit log: {exc}"
+            return "audit: " + ", ".join(f"{x['pid']} {x['stage']} {x['result']}" for x in lines)
 
         try:
             read_until(f"{server.pid}".encode())  # the launcher's tree is the first row
