@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
@@ -57,6 +58,27 @@ def run_tui(args: argparse.Namespace) -> int:
     return 0 if result is None else int(result)
 
 
+@contextlib.contextmanager
+def _asyncio_without_tls() -> Iterator[None]:
+    """Import Textual (and with it asyncio) without the ``ssl`` module asyncio loads for TLS transports.
+
+    asyncio imports ``ssl`` at its own import, and ``ssl`` maps libssl and libcrypto: about 4 MiB of the
+    TUI's resident memory, for TLS connections the event loop never makes here (probes and Prometheus
+    queries use blocking sockets on threads, and import ``ssl`` themselves when a URL is https). Marking
+    ``ssl`` absent while asyncio imports leaves asyncio without TLS transports; once the imports are done
+    ``ssl`` imports as usual, so an https probe later in the run still gets it.
+    """
+    if "asyncio" in sys.modules or "ssl" in sys.modules:
+        yield
+        return
+    sys.modules["ssl"] = None  # type: ignore[assignment]  # "import ssl" raises ImportError meanwhile
+    try:
+        yield
+    finally:
+        if "ssl" in sys.modules and sys.modules["ssl"] is None:
+            del sys.modules["ssl"]
+
+
 def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None) -> GpuTuiApp:
     """The app for these command-line arguments (targets default to local, or both demo hosts with --demo).
 
@@ -68,7 +90,9 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
     from gputui.core.config import Config
     from gputui.core.servers import ServerWatch
     from gputui.core.state import load_baselines
-    from gputui.ui.app import GpuTuiApp
+
+    with _asyncio_without_tls():
+        from gputui.ui.app import GpuTuiApp
     from gputui.ui.theme import ThemeStore
     from gputui.ui.theme import resolve as resolve_theme
 

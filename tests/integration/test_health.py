@@ -1094,3 +1094,42 @@ def test_credentials_travel_as_data_and_are_never_printed_over_ssh(
     for leak in (secret, "s3cr"):
         assert leak not in done.stdout + done.stderr
         assert leak not in server.log()  # nor in the command line sshd ran
+
+
+TUI_TLS_LATER = r"""
+import json, sys
+from gputui.commands.grammar import build_parser
+from gputui.commands.tui import build_app
+
+args = build_parser(None).parse_args([])
+args.config = None
+build_app(args)  # the local TUI, as `gputui` builds it: Textual and asyncio imported
+maps = open("/proc/self/maps").read()
+at_start = {"ssl": "ssl" in sys.modules and sys.modules["ssl"] is not None, "libcrypto": "libcrypto" in maps}
+import asyncio
+
+asyncio.run(asyncio.sleep(0))  # the event loop runs without asyncio's TLS transports
+from gputui.agent.health.probe import probe_url
+print(json.dumps({"at_start": at_start, "probe": probe_url(sys.argv[1], deadline_s=10.0)}))
+"""
+
+
+def test_the_tui_maps_no_tls_library_until_an_https_probe_needs_one(peer: HttpPeer, tmp_path: Path) -> None:
+    """asyncio's own ``import ssl`` (libssl and libcrypto, ~4 MiB resident) is kept out of the TUI's start;
+    an https probe later in the same process still loads ``ssl`` and makes a real TLS handshake."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "PYTHON")) and k != "HOME"}
+    env.update(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "s"), XDG_CONFIG_HOME=str(tmp_path / "c"))
+    done = subprocess.run(
+        [sys.executable, "-c", TUI_TLS_LATER, peer.tls_url("/health")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["at_start"] == {"ssl": False, "libcrypto": False}
+    assert result["probe"]["state"] == "ERROR"
+    assert "certificate verify failed" in result["probe"]["detail"]  # the handshake really happened

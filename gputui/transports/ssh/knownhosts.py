@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
-import hmac
 import os
 import re
 from pathlib import Path
@@ -139,8 +137,16 @@ class KnownHostLine(Record):
         return host_field_matches(self.patterns, name)
 
 
+def _hmac_sha1(salt: bytes, name: str) -> bytes:
+    import hmac  # with hashlib, it maps libcrypto: loaded by the first SSH host, not by every TUI
+
+    return hmac.digest(salt, name.encode("utf-8"), "sha1")
+
+
 def fingerprint_sha256(blob: bytes) -> str:
     """OpenSSH's fingerprint: ``SHA256:`` + unpadded base64 of the SHA-256 of the key blob."""
+    import hashlib
+
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode("ascii").rstrip("=")
 
 
@@ -166,8 +172,9 @@ def _hashed_matches(entry: str, name: str) -> bool:
         expected = base64.b64decode(fields[1], validate=True)
     except (binascii.Error, ValueError):
         return False
-    actual = hmac.new(salt, name.encode("utf-8"), hashlib.sha1).digest()
-    return hmac.compare_digest(actual, expected)
+    import hmac
+
+    return hmac.compare_digest(_hmac_sha1(salt, name), expected)
 
 
 def host_field_matches(patterns: tuple[str, ...] | list[str], name: str) -> bool:
@@ -260,7 +267,7 @@ def check_host_key(lines: list[KnownHostLine], name: str, blob: bytes) -> HostKe
 def hash_name(name: str, salt: bytes | None = None) -> str:
     """The hashed known_hosts form of ``name`` (what ``HashKnownHosts yes`` writes)."""
     salt = os.urandom(HASH_SALT_BYTES) if salt is None else salt
-    digest = hmac.new(salt, name.encode("utf-8"), hashlib.sha1).digest()
+    digest = _hmac_sha1(salt, name)
     return f"{HASH_MAGIC}{base64.b64encode(salt).decode('ascii')}|{base64.b64encode(digest).decode('ascii')}"
 
 
