@@ -221,7 +221,19 @@ def oneshot(args: argparse.Namespace, report: Report, sec: int, peer_python: str
 # --- remote one-shot --------------------------------------------------------------------------------------
 
 
-def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_python: str | None) -> None:
+def remote_oneshot(
+    args: argparse.Namespace,
+    report: Report,
+    sec: int,
+    peer_python: str | None,
+    gputui: list[str] | None = None,
+) -> None:
+    """Remote ``snapshot --json`` beside ``ssh HOST nvitop -1``, plain and through a ControlMaster.
+
+    ``gputui``: the client command (default: this python's console script; section 9 passes its fresh
+    install's).
+    """
+    client = gputui if gputui is not None else gputui_command()
     label = "remote one-shot / ssh HOST nvitop -1"
     label_master = "remote one-shot through a ControlMaster / the same"
     target = f"<= {TARGET_REMOTE_ONESHOT:g}x"
@@ -267,7 +279,7 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
                 f"Host {alias}\n  ControlPath {socket_path}\n  ControlMaster no\n\n"
                 + Path(plain_config).read_text()
             )
-            rows[label] = _remote_rounds(alias, plain_config, remote_bin, env, log, rounds)
+            rows[label] = _remote_rounds(client, alias, plain_config, remote_bin, env, log, rounds)
             master = subprocess.Popen(
                 ["ssh", "-F", str(master_config), "-o", "BatchMode=yes", "-M", "-N", alias],
                 env=env,
@@ -281,7 +293,7 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
                     time.sleep(0.05)
                 if socket_path.exists():
                     rows[label_master] = _remote_rounds(
-                        alias, str(master_config), remote_bin, env, log, rounds
+                        client, alias, str(master_config), remote_bin, env, log, rounds
                     )
             finally:
                 master.terminate()
@@ -302,11 +314,11 @@ def remote_oneshot(args: argparse.Namespace, report: Report, sec: int, peer_pyth
 
 
 def _remote_rounds(
-    alias: str, config: str, remote_bin: Path, env: dict[str, str], log: Path, rounds: int
+    gputui: list[str], alias: str, config: str, remote_bin: Path, env: dict[str, str], log: Path, rounds: int
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Client + remote CPU per run, and the client's alone, of both one-shots through ``config``."""
     commands = {
-        "gputui": gputui_command() + ["-F", config, "snapshot", "--json", alias],
+        "gputui": gputui + ["-F", config, "snapshot", "--json", alias],
         "nvitop": [
             "ssh",
             "-F",

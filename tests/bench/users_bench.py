@@ -18,6 +18,9 @@ Rows, each with PASS/FAIL against the targets of the third overhead round:
 * NVML process-list queries per second and all NVML calls per second, over the same windows;
 * ``snapshot --json`` CPU against ``nvitop -1`` at ~430 and ~2,800 host pids (rounds interleaved), and
   ``check`` against ``nvitop -1`` at ~2,800;
+* the remote one-shot, ``gputui snapshot --json HOST`` against ``ssh HOST nvitop -1`` over a loopback sshd,
+  client plus remote CPU, plain and through a ControlMaster the user started (section 8's harness, run
+  with the fresh install's console script);
 * the clean slate seen after the last GPU drains: in the TUI (key ``c`` pressed, then the holders killed and
   reaped; the time until "CLEAN ✓" is on the terminal's screen) and in ``check --wait`` (until its clean line
   arrives on the pipe).
@@ -40,7 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.bench.nvml_counts import build_counting_lib, difference, process_list_calls, read_counts
-from tests.bench.overhead_bench import Tmux, pid_count
+from tests.bench.overhead_bench import Tmux, pid_count, remote_oneshot
 from tests.bench.run_bench import (
     CACHE_DIR,
     PEERS_VENV,
@@ -464,6 +467,10 @@ def clean_rows(args: argparse.Namespace, bin_dir: Path, report: Report, sec: int
                 )
 
 
+def remote_rows(args: argparse.Namespace, bin_dir: Path, report: Report, sec: int) -> None:
+    remote_oneshot(args, report, sec, ensure_peers_venv(report, sec), gputui=[str(bin_dir / "gputui")])
+
+
 def run(args: argparse.Namespace, report: Report, sec: int) -> None:
     if shutil.which("tmux") is None:
         report.na(sec, "as users run it", "tmux not installed")
@@ -475,7 +482,7 @@ def run(args: argparse.Namespace, report: Report, sec: int) -> None:
         started = time.monotonic()
         bin_dir = fresh_install(Path(tmp_name))
         report.note(sec, f"fresh non-editable install of {REPO_ROOT} in {time.monotonic() - started:.0f} s")
-        parts = {"tui": tui_rows, "oneshot": oneshot_rows, "clean": clean_rows}
+        parts = {"tui": tui_rows, "oneshot": oneshot_rows, "remote": remote_rows, "clean": clean_rows}
         for name in getattr(args, "users", None) or USERS_PARTS:
             started = time.monotonic()
             try:
