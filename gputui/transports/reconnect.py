@@ -8,8 +8,13 @@ reconnect loops).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
+
+
+def _uniform() -> float:
+    import random  # by the first retry, not by every one-shot that imports the links
+
+    return random.random()  # noqa: S311 - jitter, not security
 
 
 class Backoff:
@@ -31,7 +36,7 @@ class Backoff:
             raise ValueError(f"backoff needs 0 < base_s <= cap_s, got base_s={base_s} cap_s={cap_s}")
         self.base_s = base_s
         self.cap_s = cap_s
-        self._rng = rng if rng is not None else random.random  # noqa: S311 - jitter, not security
+        self._rng = rng if rng is not None else _uniform
         self.attempts = 0
         """Failed attempts since the last reset."""
 

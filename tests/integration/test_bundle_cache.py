@@ -3,7 +3,6 @@ pass ``safefile``'s checks; otherwise the bundle is built in memory and the user
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -22,19 +21,10 @@ NOBODY = 65534
 def _plant(folder: Path, mark: Path) -> Path:
     """A cache file for the installed collector's key whose bundle runs one extra line (it leaves ``mark``)
     and is re-hashed, so that its header and checksum are right."""
-    modules = bundle.collector_modules()
-    key = bundle._cache_key(modules, bundle.ENTRY, bundle.boot_source())
+    key = bundle.cache_key(bundle.collector_files(), bundle.ENTRY)
     evil = bundle_of_source(f"open({str(mark)!r}, 'w').close()\n".encode())
-    body = evil.data
-    header = {
-        "format": bundle.CACHE_FORMAT,
-        "key": key,
-        "magic": evil.magic_hex,
-        "sizes": [len(evil.boot_zlib), len(evil.source_zlib), len(evil.code_zlib)],
-        "sha256": hashlib.sha256(body).hexdigest(),
-    }
-    path = folder / f"bundle-{key[:32]}.bin"
-    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
+    path = folder / bundle.cache_path(key).name
+    path.write_bytes(json.dumps(bundle.cache_header(key, evil)).encode() + b"\n" + evil.data)
     return path
 
 
@@ -110,8 +100,7 @@ def test_a_foreign_cache_file_is_not_used(
 
 
 def test_a_fifo_for_the_bundle_never_blocks(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    key = bundle._cache_key(bundle.collector_modules(), bundle.ENTRY, bundle.boot_source())
-    os.mkfifo(cache / f"bundle-{key[:32]}.bin")
+    os.mkfifo(bundle.cache_path(bundle.cache_key(bundle.collector_files(), bundle.ENTRY)))
     got: list[Bundle] = []
     thread = threading.Thread(target=lambda: got.append(bundle_for()), daemon=True)
     thread.start()

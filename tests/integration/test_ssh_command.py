@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -291,6 +292,7 @@ def test_the_next_process_takes_the_bundle_from_the_cache(
     (cached,) = (tmp_path / "gputui").glob("bundle-*.bin")
     monkeypatch.setattr(bundle, "_collector", None)
     monkeypatch.setattr(bundle, "build", lambda *args: pytest.fail("rebuilt although cached"))
+    monkeypatch.setattr(bundle, "collector_modules", lambda *args: pytest.fail("sources read, though cached"))
     assert bundle_for() == first
     data = bytearray(cached.read_bytes())
     data[-1] ^= 0xFF
@@ -301,3 +303,24 @@ def test_the_next_process_takes_the_bundle_from_the_cache(
     monkeypatch.setattr(bundle, "_collector", None)
     assert bundle_for() == first  # rebuilt: the damaged copy is not used
     assert cached.read_bytes() != bytes(data)
+
+
+def test_a_rewritten_module_file_is_a_new_cache_key(tmp_path: Path) -> None:
+    """The cache is keyed by what ``os.stat`` says of each file: a rewrite moves the change time even when the
+    size and the modification time are put back as they were, so an upgraded collector is never served from
+    the bundle of the one before it. A fallback module that is gone is left out, as the bundle leaves it."""
+    module = tmp_path / "probe.py"
+    module.write_bytes(b"x = 1\n")
+    files = {"gputui.agent.probe": (False, module)}
+    key = bundle.cache_key(files, bundle.ENTRY)
+    assert bundle.cache_key(files, bundle.ENTRY) == key  # nothing changed: the same key
+    before = os.stat(module)
+    time.sleep(0.01)
+    module.write_bytes(b"x = 2\n")
+    os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert bundle.cache_key(files, bundle.ENTRY) != key
+    assert bundle.cache_path(bundle.cache_key(files, bundle.ENTRY)) != bundle.cache_path(key)
+    gone = dict(files, pynvml=(False, tmp_path / "missing" / "pynvml.py"))
+    assert bundle.cache_key(gone, bundle.ENTRY) == bundle.cache_key(files, bundle.ENTRY)
+    with pytest.raises(bundle.BundleError, match="cannot read the collector's modules"):
+        bundle.cache_key({"gputui.agent.gone": (False, tmp_path / "gone.py")}, bundle.ENTRY)

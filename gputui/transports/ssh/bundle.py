@@ -19,8 +19,10 @@ from the command line, and stdin carries, in order:
 The command line holds only fixed text, three integers (the sizes of the parts) and the magic number in hex;
 nothing from process data or user strings ever becomes part of it. After the bundle, stdin carries the
 collector's JSON-line commands. Building a bundle (compiling and compressing) is done once per process and
-kept in ``$XDG_CACHE_HOME/gputui`` for the next one, keyed by the exact bytes of every module; the SSH
-transport and the system-OpenSSH transport both ship it through ``bundle_for`` and ``loader``.
+kept in ``$XDG_CACHE_HOME/gputui`` for the next one, keyed by what ``os.stat`` says of every module file
+(size, modification and change times, inode: a rewritten file always moves its change time) and by this
+python's bytecode magic, so a process that finds its bundle there reads no source; the SSH transport and the
+system-OpenSSH transport both ship it through ``bundle_for`` and ``loader``.
 
 The cache runs code on every host gputui reaches, so it is used only through ``gputui.core.safefile``: a
 folder owned by the user (or root) that nobody else may write, files that are regular, not links, owned by
@@ -31,7 +33,6 @@ told once, in one line on stderr, why the cache was skipped.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import json
 import marshal
@@ -60,7 +61,7 @@ BUNDLE_ROOT = "<gputui-bundle>/"
 file of the remote host is taken for it."""
 ZLIB_LEVEL = 6
 """Level 9 costs several times the CPU for about 1 % fewer bytes."""
-CACHE_FORMAT = "gputui-bundle 2"
+CACHE_FORMAT = "gputui-bundle 3"
 CACHE_KEEP = 8
 CACHE_MAX_BYTES = 32 << 20
 """A cached bundle is well under a megabyte; anything this large is not one."""
@@ -107,43 +108,60 @@ def _module_file(name: str, is_package: bool) -> str:
     return BUNDLE_ROOT + name.replace(".", "/") + ("/__init__.py" if is_package else ".py")
 
 
-def collector_modules() -> Modules:
-    """Every module of the installed ``gputui.agent`` (but the boot stage), an empty ``gputui`` around them,
-    and the client's pynvml when it is installed here.
+ModuleFiles = dict[str, tuple[bool, Path]]
+"""Module name -> (is a package, the file its source is read from); ``gputui`` itself has none."""
 
-    Raises:
-        BundleError: A module of the package cannot be read.
-    """
+
+def collector_files() -> ModuleFiles:
+    """The files of every module of the installed ``gputui.agent`` (but the boot stage), and of the client's
+    pynvml when it is installed here as one source file."""
     root = Path(gputui.agent.__file__).parent
-    modules: Modules = {"gputui": (True, _module_file("gputui", True), b"")}
-    try:
-        for path in sorted(root.rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
-            is_package = parts[-1] == "__init__"
-            name = ".".join((AGENT_PACKAGE, *parts[:-1])) if is_package else ".".join((AGENT_PACKAGE, *parts))
-            if name != BOOT_MODULE:
-                modules[name] = (is_package, _module_file(name, is_package), path.read_bytes())
-    except OSError as exc:
-        raise BundleError(f"cannot read the collector's modules: {exc.strerror or exc}") from None
+    files: ModuleFiles = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        is_package = parts[-1] == "__init__"
+        name = ".".join((AGENT_PACKAGE, *parts[:-1])) if is_package else ".".join((AGENT_PACKAGE, *parts))
+        if name != BOOT_MODULE:
+            files[name] = (is_package, path)
     for name in FALLBACK_MODULES:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None or spec.submodule_search_locations is not None:
             continue  # not installed here, or a package (nvidia-ml-py's pynvml is one source file)
         if spec.origin.endswith(".py"):
-            try:
-                modules[name] = (False, _module_file(name, False), Path(spec.origin).read_bytes())
-            except OSError:
-                continue  # the remote side then uses its own, or nvidia-smi
+            files[name] = (False, Path(spec.origin))
+    return files
+
+
+def collector_modules(files: ModuleFiles | None = None) -> Modules:
+    """Every module of ``files`` (default: ``collector_files()``) with its source, and an empty ``gputui``
+    around them; a fallback module that cannot be read is left out (the remote side then uses its own).
+
+    Raises:
+        BundleError: A module of the package cannot be read.
+    """
+    modules: Modules = {"gputui": (True, _module_file("gputui", True), b"")}
+    for name, (is_package, path) in (collector_files() if files is None else files).items():
+        try:
+            modules[name] = (is_package, _module_file(name, is_package), path.read_bytes())
+        except OSError as exc:
+            if name in FALLBACK_MODULES:
+                continue
+            raise BundleError(f"cannot read the collector's modules: {exc.strerror or exc}") from None
     return modules
+
+
+def boot_path() -> Path:
+    """``gputui/agent/remote/boot.py`` of this installation."""
+    spec = importlib.util.find_spec(BOOT_MODULE)
+    if spec is None or spec.origin is None:
+        raise BundleError("gputui/agent/remote/boot.py is missing from this installation")
+    return Path(spec.origin)
 
 
 def boot_source() -> bytes:
     """The second stage's source (``gputui/agent/remote/boot.py``)."""
-    spec = importlib.util.find_spec(BOOT_MODULE)
-    if spec is None or spec.origin is None:
-        raise BundleError("gputui/agent/remote/boot.py is missing from this installation")
     try:
-        return Path(spec.origin).read_bytes()
+        return boot_path().read_bytes()
     except OSError as exc:
         raise BundleError(f"cannot read gputui/agent/remote/boot.py: {exc.strerror or exc}") from None
 
@@ -181,23 +199,22 @@ def bundle_for(source: bytes | None = None) -> Bundle:
 
     Built once per process (and per source), under a lock: the links of a fleet open at the same moment, and
     each building its own copy would cost a core for seconds. The installed collector's bundle is also kept
-    in ``cache_dir()`` for the next process, keyed by the bytes of every module and this python's magic.
+    in ``cache_dir()`` for the next process (``cache_key``).
     """
     global _collector
     with _lock:
         if source is not None:
             return bundle_of_source(source)
         if _collector is None:
-            modules = collector_modules()
-            boot = boot_source()
-            key = _cache_key(modules, ENTRY, boot)
+            files = collector_files()
+            key = cache_key(files, ENTRY)
             try:
                 _collector = _read_cache(key)
                 if _collector is None:
-                    _collector = build(modules, ENTRY, boot)
+                    _collector = build(collector_modules(files), ENTRY, boot_source())
                     _write_cache(key, _collector)
             except safefile.UnsafeFile as exc:
-                _collector = build(modules, ENTRY, boot)
+                _collector = build(collector_modules(files), ENTRY, boot_source())
                 _say_cache_skipped(str(exc))
         return _collector
 
@@ -248,16 +265,42 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "gputui"
 
 
-def _cache_key(modules: Modules, entry: str, boot: bytes) -> str:
-    digest = hashlib.sha256()
-    for part in (CACHE_FORMAT, importlib.util.MAGIC_NUMBER.hex(), str(ZLIB_LEVEL), entry):
-        digest.update(part.encode() + b"\0")
-    digest.update(hashlib.sha256(boot).digest())
-    for name in sorted(modules):
-        is_package, filename, source = modules[name]
-        digest.update(f"{name}\0{is_package}\0{filename}\0".encode())
-        digest.update(hashlib.sha256(source).digest())
-    return digest.hexdigest()
+def cache_key(files: ModuleFiles, entry: str) -> str:
+    """What the bundle of ``files`` running ``entry`` is cached under: the format, this python's magic and
+    the compression level, then the boot stage's and every module's file as ``os.stat`` describes it.
+
+    Raises:
+        BundleError: A module of the package (or the boot stage) cannot be found.
+    """
+    parts = [CACHE_FORMAT, importlib.util.MAGIC_NUMBER.hex(), str(ZLIB_LEVEL), entry]
+    for name, (is_package, path) in [(BOOT_MODULE, (False, boot_path())), *sorted(files.items())]:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            if name in FALLBACK_MODULES:
+                continue  # left out of the bundle as well (``collector_modules``)
+            raise BundleError(f"cannot read the collector's modules: {exc.strerror or exc}") from None
+        parts.append(
+            f"{name}:{int(is_package)}:{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_ino}"
+        )
+    return "\n".join(parts)
+
+
+def cache_path(key: str) -> Path:
+    """The cache file of ``key``; its header holds the whole key, so two keys sharing a name never mix."""
+    data = key.encode("utf-8", "surrogateescape")
+    return cache_dir() / f"bundle-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.bin"
+
+
+def cache_header(key: str, bundle: Bundle) -> dict[str, object]:
+    """The first line of ``bundle``'s cache file (JSON): what it is, and a checksum against a torn write."""
+    return {
+        "format": CACHE_FORMAT,
+        "key": key,
+        "magic": bundle.magic_hex,
+        "sizes": [len(bundle.boot_zlib), len(bundle.source_zlib), len(bundle.code_zlib)],
+        "crc32": zlib.crc32(bundle.data),
+    }
 
 
 def _read_cache(key: str) -> Bundle | None:
@@ -266,7 +309,7 @@ def _read_cache(key: str) -> Bundle | None:
     Raises:
         safefile.UnsafeFile: The cache folder or file must not be used (nor written).
     """
-    data = safefile.read_bytes(cache_dir() / f"bundle-{key[:32]}.bin", CACHE_MAX_BYTES)
+    data = safefile.read_bytes(cache_path(key), CACHE_MAX_BYTES)
     if data is None:
         return None
     try:
@@ -275,7 +318,7 @@ def _read_cache(key: str) -> Bundle | None:
         body = data[header_end + 1 :]
         if header.get("format") != CACHE_FORMAT or header.get("key") != key:
             return None
-        if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+        if zlib.crc32(body) != header.get("crc32"):
             return None
         sizes = header["sizes"]
         boot_end, source_end = sizes[0], sizes[0] + sizes[1]
@@ -293,14 +336,6 @@ def _write_cache(key: str, bundle: Bundle) -> None:
         safefile.UnsafeFile: The cache folder must not be used.
     """
     directory = cache_dir()
-    body = bundle.data
-    header = {
-        "format": CACHE_FORMAT,
-        "key": key,
-        "magic": bundle.magic_hex,
-        "sizes": [len(bundle.boot_zlib), len(bundle.source_zlib), len(bundle.code_zlib)],
-        "sha256": hashlib.sha256(body).hexdigest(),
-    }
     try:
         os.close(safefile.open_folder(directory, create=True))
     except safefile.UnsafeFile:
@@ -309,7 +344,7 @@ def _write_cache(key: str, bundle: Bundle) -> None:
         raise
     try:
         safefile.write_atomic(
-            directory / f"bundle-{key[:32]}.bin", json.dumps(header).encode() + b"\n" + body
+            cache_path(key), json.dumps(cache_header(key, bundle)).encode() + b"\n" + bundle.data
         )
     except safefile.UnsafeFile:
         return
