@@ -1114,18 +1114,16 @@ print(json.dumps({"at_start": at_start, "probe": probe_url(sys.argv[1], deadline
 """
 
 
-def test_the_tui_maps_no_tls_library_until_an_https_probe_needs_one(peer: HttpPeer, tmp_path: Path) -> None:
+def test_the_tui_maps_no_tls_library_until_an_https_probe_needs_one(peer: HttpPeer) -> None:
     """asyncio's own ``import ssl`` (libssl and libcrypto, ~4 MiB resident) is kept out of the TUI's start;
-    an https probe later in the same process still loads ``ssl`` and makes a real TLS handshake."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "PYTHON")) and k != "HOME"}
-    env.update(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "s"), XDG_CONFIG_HOME=str(tmp_path / "c"))
+    an https probe later in the same process still loads ``ssl`` and makes a real TLS handshake. (The
+    child's home and XDG directories are the suite's temporary ones: ``tests/homeguard.py``.)"""
     done = subprocess.run(
         [sys.executable, "-c", TUI_TLS_LATER, peer.tls_url("/health")],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=REPO,
-        env=env,
         check=False,
     )
     assert done.returncode == 0, done.stderr
