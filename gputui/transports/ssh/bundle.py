@@ -211,12 +211,17 @@ def bundle_for(source: bytes | None = None) -> Bundle:
             try:
                 _collector = _read_cache(key)
                 if _collector is None:
-                    _collector = build(collector_modules(files), ENTRY, boot_source())
+                    _collector = _build_installed(files)
                     _write_cache(key, _collector)
             except safefile.UnsafeFile as exc:
-                _collector = build(collector_modules(files), ENTRY, boot_source())
+                _collector = _build_installed(files)
                 _say_cache_skipped(str(exc))
         return _collector
+
+
+def _build_installed(files: ModuleFiles) -> Bundle:
+    """The installed collector's bundle, from the sources of ``files`` (read only on a cache miss)."""
+    return build(collector_modules(files), ENTRY, boot_source())
 
 
 def _say_cache_skipped(why: str) -> None:
