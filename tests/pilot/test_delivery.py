@@ -167,6 +167,8 @@ async def test_every_waiting_host_is_applied_by_one_message_and_one_redraw(app, 
         assert all(app.hosts.get(t).snapshot is snapshots[t] for t in TARGETS)
         assert updates == [list(TARGETS)]  # one view update for the whole batch
         assert len(redraws) == 1  # the panels once (the shown host is among them)
+        app.monitor.tick()  # the second's tick: the panels already say the host is live
+        assert len(redraws) == 1
         assert len(app.hosts.inbox) == 0
         # The next delivery finds the inbox empty again and posts a new message.
         app.hosts.deliver(TARGETS[1], _sample(TARGETS[1], clock))

@@ -102,7 +102,7 @@ class MonitorView(Screen[None]):
         """The host bar and overview lag behind the hosts' state (see ``HOSTS_REDRAW_S``)."""
         self._hosts_timer_pending = False
         self._active_live: bool | None = None
-        """Whether the shown host was live at the last tick (None: not looked yet)."""
+        """Whether the shown host was live when its panels were last drawn (None: not drawn yet)."""
 
     @property
     def active(self) -> HostState | None:
@@ -276,6 +276,9 @@ class MonitorView(Screen[None]):
         gpus = self.query_one(GpuPanel)
         procs = self.query_one(ProcessTable)
         health = self.query_one(HealthPanel)
+        # What the panels say depends on it ("no data since …"): the tick redraws them only when it changed
+        # since this draw, not once more after the sample that brought a host back.
+        self._active_live = session.host_status(host).state == LIVE
         with self.app.batch_update():
             if hosts_now:
                 self._show_hosts_now()
