@@ -54,6 +54,7 @@ from tests.integration.httpserver import (
     HttpPeer,
     make_self_signed_cert,
 )
+from tests.integration.procs import state_of as state_of_pid
 from tests.integration.sshd import ClientHome, SshdFactory
 from tests.interpreters import python38
 
@@ -757,6 +758,31 @@ def test_no_thread_without_urls() -> None:
     assert prober.samples() == []
     assert "gputui-health" not in {t.name for t in threading.enumerate()} - before
     prober.close()
+
+
+def test_a_launcher_that_exits_between_scans_has_no_age_at_the_next_sample() -> None:
+    """Discovery runs at the process-list rate; a sample made after the launcher exited (a zombie not yet
+    reaped, then gone) must not carry the age it had, whatever the last scan saw."""
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        prober = HealthProber(discover=True, interval_s=60.0)
+        argv = ["python3", "-m", "sglang.launch_server", "--port", "1"]
+        prober.update_discovered([{"pid": launcher.pid, "cmdline": argv}])
+        (sample,) = prober.samples()
+        assert sample["launcher_pid"] == launcher.pid
+        assert sample["launcher_age_s"] is not None
+        assert 0 <= sample["launcher_age_s"] < 60
+        launcher.kill()
+        wait_for(lambda: state_of_pid(launcher.pid) == "Z")
+        (sample,) = prober.samples()
+        assert (sample["launcher_pid"], sample["launcher_age_s"]) == (None, None)
+        launcher.wait()
+        (sample,) = prober.samples()
+        assert (sample["launcher_pid"], sample["launcher_age_s"]) == (None, None)
+        prober.close()
+    finally:
+        launcher.kill()
+        launcher.wait()
 
 
 def test_proc_scan_survives_missing_proc() -> None:

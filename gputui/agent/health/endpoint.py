@@ -27,17 +27,26 @@ def url_list(urls: Any, name: str) -> list[str] | None:
     return result
 
 
-def started_at(pid: int | None) -> float | None:
-    """Epoch seconds at which process ``pid`` started, None when it cannot be read."""
+def launcher_start(pid: int | None) -> tuple[float, int] | None:
+    """(epoch seconds, clock ticks after boot) at which process ``pid`` started; None when it cannot be read
+    or has exited (a zombie serves nothing)."""
     if pid is None:
         return None
-    from gputui.agent.proc.procfs import CLOCK_TICKS_PER_S, read_boot_time, read_stat
+    from gputui.agent.proc.procfs import CLOCK_TICKS_PER_S, EXITED_STATES, read_boot_time, read_stat
 
     stat = read_stat(pid)
     boot = read_boot_time()
-    if stat is None or boot is None:
+    if stat is None or boot is None or stat.state in EXITED_STATES:
         return None
-    return boot + stat.start_ticks / float(CLOCK_TICKS_PER_S)
+    return boot + stat.start_ticks / float(CLOCK_TICKS_PER_S), stat.start_ticks
+
+
+def launcher_running(pid: int, start_ticks: int) -> bool:
+    """Whether the process that started at ``start_ticks`` is still ``pid`` and has not exited."""
+    from gputui.agent.proc.procfs import EXITED_STATES, read_stat
+
+    stat = read_stat(pid)
+    return stat is not None and stat.start_ticks == start_ticks and stat.state not in EXITED_STATES
 
 
 _SAMPLE_ONLY = ("launcher_age_s", "metrics")
@@ -54,6 +63,7 @@ class Endpoint:
         "next_due",
         "not_probed",
         "launcher_started_at",
+        "launcher_start_ticks",
     )
 
     def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
@@ -83,6 +93,8 @@ class Endpoint:
         once the last scan no longer found it: a dead launcher has no age."""
         self.launcher_pid: int | None = None
         """The pid of that launcher, None as above."""
+        self.launcher_start_ticks: int | None = None
+        """Its start in clock ticks after boot, which tells it from a later process given the same pid."""
 
     def sample(self, generate: bool, now_s: float) -> dict[str, Any]:
         """The endpoint's latest state as a health sample (``health.messages.health_sample``).
@@ -97,6 +109,11 @@ class Endpoint:
         elif self.generating and not generate and self.state is None:
             detail = HEALTH_NOT_PROBED_GENERATE
         started = self.launcher_started_at
+        pid, ticks = self.launcher_pid, self.launcher_start_ticks
+        if started is not None and (pid is None or ticks is None or not launcher_running(pid, ticks)):
+            # Discovery sees the launcher at the process-list rate; a launcher that died since has no age
+            # from the moment it is gone, so a probe answered while it exits is never a remembered STARTING.
+            started = None
         return health_sample(
             health_shown_url(self.url),
             state,
@@ -114,7 +131,7 @@ class Endpoint:
             metrics_dropped=self.metrics_dropped,
             metrics_error=self.metrics_error,
             launcher_age_s=None if started is None else max(0.0, now_s - started),
-            launcher_pid=None if started is None else self.launcher_pid,
+            launcher_pid=None if started is None else pid,
         )
 
     def record_probe(self, result: dict[str, Any], now_s: float, finished_mono: float) -> None:

@@ -22,7 +22,7 @@ from gputui.agent.health.discovery import (
     health_local_addresses,
     health_read_proc_cmdlines,
 )
-from gputui.agent.health.endpoint import Endpoint, started_at, url_list
+from gputui.agent.health.endpoint import Endpoint, launcher_start, url_list
 from gputui.agent.health.messages import health_config
 from gputui.agent.health.urls import health_shown_url, url_origin
 from gputui.agent.protocol import HEALTH_STATE_ERROR
@@ -78,8 +78,9 @@ class HealthProber:
         self._lock = threading.Condition()
         self._configured: list[str] = []
         self._metrics_configured: list[str] = []
-        self._discovered_metrics: dict[str, tuple[str | None, float | None, int | None]] = {}
-        """Discovered health URL -> (the metrics URL its launcher serves, when the launcher started)."""
+        self._discovered_metrics: dict[str, tuple[str | None, tuple[float, int] | None, int | None]] = {}
+        """Discovered health URL -> (the metrics URL its launcher serves, when the launcher started as
+        ``launcher_start`` gives it, the launcher's pid)."""
         self._ignored: list[str] = []  # configured past HEALTH_MAX_URLS
         self._discovered_seen: dict[str, float] = {}
         self._remote: set[str] = set()  # discovered URLs that are not this host's: listed, never probed
@@ -203,7 +204,7 @@ class HealthProber:
 
     def _apply_discovered(self, launchers: list[tuple[str, str | None, int | None]]) -> None:
         found = [launcher[0] for launcher in launchers]
-        started = dict((url, started_at(pid)) for url, _metrics, pid in launchers)
+        started = dict((url, launcher_start(pid)) for url, _metrics, pid in launchers)
         now = time.monotonic()
         if found and now - self._local_read_mono >= HEALTH_LOCAL_ADDRESSES_S:
             self._local_read_mono = now
@@ -271,7 +272,8 @@ class HealthProber:
                 endpoint.discovered = discovered
             endpoint.not_probed = self._not_probed_locked(url, discovered)
             launcher = self._discovered_metrics.get(url, (None, None, None))
-            launcher_metrics, endpoint.launcher_started_at, endpoint.launcher_pid = launcher
+            launcher_metrics, start, endpoint.launcher_pid = launcher
+            endpoint.launcher_started_at, endpoint.launcher_start_ticks = start or (None, None)
             origin = url_origin(url)
             configured = [m for m in self._metrics_configured if url_origin(m) == origin]
             endpoint.metrics_url = configured[0] if configured else launcher_metrics
