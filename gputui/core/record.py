@@ -4,8 +4,10 @@ A one-shot command imports a few dozen model classes before it reads a single GP
 compiles five or six methods for each of them at import (and pulls in ``inspect``). A ``Record`` is declared
 the same way, annotated fields with defaults and ``field(default_factory=...)``, and type checkers read it as
 a frozen dataclass (``dataclass_transform``). At class creation the metaclass reads the annotations and gives
-the class ``__slots__``; the one ``__init__`` it compiles is compiled when the class first builds an
-instance. Equality, hashing, ``repr``, pickling and ``replace`` are shared by every record.
+the class ``__slots__``. Its first ``COMPILE_AFTER`` instances are built by one shared ``__init__`` that reads
+the fields; then the class compiles an ``__init__`` of its own, so a process pays compiling for the classes
+it builds many of, not for every class it imports or builds once. Equality, hashing, ``repr``, pickling
+and ``replace`` are shared by every record.
 (``msgspec.Struct`` builds instances faster still, but importing it costs a one-shot more than all of its
 records together: ``tests/bench/model_bench.py``.)
 
@@ -80,13 +82,50 @@ def _compile_init(name: str, names: tuple[str, ...], defaults: dict[str, Any], p
     return scope["__init__"]
 
 
-def _first_init(self: Any, *args: Any, **kwargs: Any) -> None:
-    """Every record class's first ``__init__``: it compiles the class's own and puts it in its place, so
-    that a process pays for the classes it builds, not for every class it imports."""
+COMPILE_AFTER = 32
+"""Instances a record class builds through the shared ``__init__`` before it compiles one of its own: a
+one-shot command builds a handful of most of its classes, where compiling costs more than it saves, and
+thousands of a few (processes), where it pays."""
+
+_built: dict[type, int] = {}
+"""Record class -> instances built so far through the shared ``__init__``."""
+
+
+def _shared_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """Every record class's ``__init__`` until it has built ``COMPILE_AFTER`` instances: it reads the class's
+    fields and defaults and takes the same arguments, with the same errors, as the compiled one that then
+    replaces it."""
     cls = type(self)
-    init = _compile_init(cls.__name__, cls._fields, cls._defaults, hasattr(cls, "__post_init__"))
-    type.__setattr__(cls, "__init__", init)
-    init(self, *args, **kwargs)
+    count = _built.get(cls, 0)
+    if count >= COMPILE_AFTER:
+        init = _compile_init(cls.__name__, cls._fields, cls._defaults, hasattr(cls, "__post_init__"))
+        type.__setattr__(cls, "__init__", init)
+        init(self, *args, **kwargs)
+        return
+    _built[cls] = count + 1
+    names = cls._fields
+    given = len(args)
+    if given > len(names):
+        raise TypeError(f"{cls.__qualname__}() takes {len(names)} arguments but {given} were given")
+    defaults = cls._defaults
+    for position, name in enumerate(names):
+        if position < given:
+            if name in kwargs:
+                raise TypeError(f"{cls.__qualname__}() got multiple values for argument {name!r}")
+            value = args[position]
+        elif name in kwargs:
+            value = kwargs.pop(name)
+        elif name in defaults:
+            value = defaults[name]
+            if value.__class__ is _Factory:
+                value = value.make()
+        else:
+            raise TypeError(f"{cls.__qualname__}() missing required argument: {name!r}")
+        _set(self, name, value)
+    if kwargs:
+        raise TypeError(f"{cls.__qualname__}() got an unexpected keyword argument {next(iter(kwargs))!r}")
+    if hasattr(cls, "__post_init__"):
+        self.__post_init__()
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
@@ -120,7 +159,7 @@ class RecordMeta(type):
             namespace["__delattr__"] = object.__delattr__
             namespace["__hash__"] = None
         if "__init__" not in namespace:
-            namespace["__init__"] = _first_init
+            namespace["__init__"] = _shared_init
         return super().__new__(mcls, name, bases, namespace)
 
 

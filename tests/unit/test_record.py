@@ -112,3 +112,52 @@ def test_declaration_mistakes_are_refused_at_class_creation() -> None:
 
         class Wider(Sample):  # type: ignore[misc]
             extra: int = 0
+
+
+def _calls(cls: type) -> list[object]:
+    """What a set of good and bad constructions gives: the records, or the errors' types."""
+    results: list[object] = []
+    for args, kwargs in [
+        ((1,), {}),
+        ((), {"pid": 2, "name": "n"}),
+        ((3, "m", {0: 1}), {}),
+        ((11,), {}),
+        ((), {}),
+        ((1, "a", {}, "extra"), {}),
+        ((1,), {"pid": 2}),
+        ((1,), {"bogus": 2}),
+    ]:
+        try:
+            record = cls(*args, **kwargs)
+        except TypeError as exc:
+            results.append(type(exc))
+        else:
+            results.append((record.pid, record.name, record.memory_mib))
+    return results
+
+
+def test_the_shared_init_and_the_compiled_one_take_the_same_arguments() -> None:
+    """A class builds its first instances through the shared ``__init__`` and then compiles its own; both
+    take the same arguments, fill the same defaults, run ``__post_init__`` and refuse the same mistakes."""
+    from gputui.core.record import COMPILE_AFTER
+
+    class Fresh(Record):
+        pid: int
+        name: str = "worker"
+        memory_mib: dict[int, int] = field(default_factory=dict)
+
+        def __post_init__(self) -> None:
+            if self.pid > 10:
+                object.__setattr__(self, "name", "big")
+
+    shared_init = Fresh.__init__
+    before = _calls(Fresh)
+    assert Fresh.__init__ is shared_init
+    assert before[:4] == [(1, "worker", {}), (2, "n", {}), (3, "m", {0: 1}), (11, "big", {})]
+    assert before[4:] == [TypeError] * 4
+    for pid in range(COMPILE_AFTER):
+        Fresh(pid)
+    assert Fresh.__init__ is not shared_init  # compiled once the class built enough
+    assert _calls(Fresh) == before
+    one, two = Fresh(1), Fresh(1)
+    assert one.memory_mib is not two.memory_mib
