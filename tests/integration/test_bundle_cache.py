@@ -67,7 +67,7 @@ def test_a_rehashed_bundle_in_an_open_foreign_folder_is_never_shipped(
     payload = bundle_for()
     _ran(payload)
     assert not mark.exists(), "the planted bundle ran"
-    assert payload.source_zlib != bundle_of_source(b"x").source_zlib
+    assert payload.sources != bundle_of_source(b"x").sources
     err = capsys.readouterr().err.splitlines()
     assert err == [
         f"gputui: collector cache not used: folder {cache}: owned by uid {NOBODY}, neither you "
@@ -107,7 +107,7 @@ def test_a_fifo_for_the_bundle_never_blocks(cache: Path, capsys: pytest.CaptureF
     thread.join(30)
     assert not thread.is_alive(), "blocked on the FIFO"
     assert got
-    assert got[0].source_zlib
+    assert got[0].sources
     assert "a FIFO, not a regular file; built in memory for this run" in capsys.readouterr().err
 
 

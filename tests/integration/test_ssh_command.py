@@ -29,12 +29,15 @@ from tests.interpreters import python38
 LOADER = re.compile(
     r"^python3 -u -c 'import sys;sys\.version_info>=\(3,8\) or \(sys\.stderr\.write\("
     r"\"gputui-python-too-old %d\.%d\.%d\\n\"%tuple\(sys\.version_info\[:3\]\)\),sys\.exit\(125\)\);"
-    r"import zlib;i=sys\.stdin\.buffer;g=\{\"__name__\":\"gputui-boot\"\};"
-    r"exec\(compile\(zlib\.decompress\(i\.read\((\d+)\)\),\"gputui-boot\",\"exec\"\),g\);"
+    r"import zlib,marshal;i=sys\.stdin\.buffer;g=\{\"__name__\":\"gputui-boot\"\};"
+    r"s=i\.read\((\d+)\);c=i\.read\((\d+)\);"
+    r"m=bytes\(getattr\(sys\.modules\.get\(\"_frozen_importlib_external\"\),\"MAGIC_NUMBER\",b\"\"\)\)\.hex\(\);"
+    r"exec\(marshal\.loads\(zlib\.decompress\(c\)\) if m==\"([0-9a-f]+)\" else "
+    r"compile\(zlib\.decompress\(s\),\"gputui-boot\",\"exec\"\),g\);"
     r"g\[\"boot\"\]\(i,(\d+),(\d+),\"([0-9a-f]+)\"\)'"
     r" --interval [0-9.e+-]+ --process-interval [0-9.e+-]+ --elide-unchanged( --read-only)?( --no-discover)?$"
 )
-PAYLOAD = Bundle(b"b" * 321, b"x" * 12345, b"y" * 678, "a70d0d0a")
+PAYLOAD = Bundle(b"b" * 321, b"c" * 99, b"x" * 12345, b"y" * 678, "a70d0d0a")
 
 
 def test_command_holds_only_fixed_text_and_numbers() -> None:
@@ -49,7 +52,7 @@ def test_command_holds_only_fixed_text_and_numbers() -> None:
     command = remote_command_line(PAYLOAD, hostile)
     match = LOADER.fullmatch(command)
     assert match is not None, command
-    assert match.groups()[:4] == ("321", "12345", "678", "a70d0d0a")
+    assert match.groups()[:6] == ("321", "99", "a70d0d0a", "12345", "678", "a70d0d0a")
     assert shlex.split(command)[5:] == [
         "0.25",
         "--process-interval",
@@ -75,14 +78,14 @@ def test_an_empty_bundle_or_an_odd_magic_never_reaches_the_command() -> None:
     with pytest.raises(LinkError, match="empty"):
         bundle_for(b"")
     with pytest.raises(LinkError, match="empty"):
-        remote_command_line(replace(PAYLOAD, source_zlib=b""), LinkOptions())
+        remote_command_line(replace(PAYLOAD, sources=b""), LinkOptions())
     with pytest.raises(LinkError, match="magic"):
         remote_command_line(replace(PAYLOAD, magic_hex="a7'; id; '"), LinkOptions())
 
 
 def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
     payload = bundle_for()
-    entry, modules, fallbacks = marshal.loads(zlib.decompress(payload.source_zlib))  # noqa: S302
+    entry, modules, fallbacks = marshal.loads(payload.sources)  # noqa: S302
     assert entry == "gputui.agent.__main__"
     assert fallbacks == ("pynvml",)
     package = Path(bundle.gputui.agent.__file__).parent
@@ -92,24 +95,27 @@ def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
         for p in package.rglob("*.py")
     }
     assert shipped == on_disk - {"gputui.agent.remote.boot"}
-    assert modules["gputui"] == (True, "<gputui-bundle>/gputui/__init__.py", b"")  # not the client's package
+    assert modules["gputui"][:2] == (True, "<gputui-bundle>/gputui/__init__.py")
+    assert zlib.decompress(modules["gputui"][2]) == b""  # not the client's package
     pynvml_spec = importlib.util.find_spec("pynvml")
     assert pynvml_spec is not None
     assert pynvml_spec.origin is not None
-    assert modules["pynvml"][2] == Path(pynvml_spec.origin).read_bytes()
+    assert zlib.decompress(modules["pynvml"][2]) == Path(pynvml_spec.origin).read_bytes()
     assert modules["gputui.agent.kill.operation"][1] == "<gputui-bundle>/gputui/agent/kill/operation.py"
-    codes = marshal.loads(zlib.decompress(payload.code_zlib))  # noqa: S302 - our own bytes
+    codes = marshal.loads(payload.codes)  # noqa: S302 - our own bytes
     # Compiled here for a remote python of this one's version: what every host imports, the shipped pynvml
     # (most remote pythons have none of their own) included, not what few hosts import.
     assert {"gputui.agent.collector", "pynvml"} <= set(codes)
     assert not {"gputui.agent.health.http", "gputui.agent.gpu.smi"} & set(codes)
-    kill_code = marshal.loads(codes["gputui.agent.kill.operation"])  # noqa: S302 - each module marshalled on its own
+    kill_code = marshal.loads(zlib.decompress(codes["gputui.agent.kill.operation"]))  # noqa: S302 - one by one
     assert kill_code.co_filename == "<gputui-bundle>/gputui/agent/kill/operation.py"
     assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()
     assert zlib.decompress(payload.boot_zlib) == (package / "remote" / "boot.py").read_bytes()
     match = LOADER.fullmatch(remote_command_line(payload, LinkOptions()))
     assert match is not None
-    assert sum(int(size) for size in match.groups()[:3]) == len(payload.data)
+    sizes = match.groups()[:2] + match.groups()[3:5]
+    assert sum(int(size) for size in sizes) == len(payload.data)
+    assert match.group(3) == match.group(6) == payload.magic_hex
 
 
 def _run(

@@ -14,6 +14,7 @@ Standard library only, Python 3.8, no names left behind: this module is not part
 
 from __future__ import annotations
 
+import gc
 import marshal
 import sys
 import zlib
@@ -28,9 +29,10 @@ class BundleFinder:
     """Finds and loads the modules of a bundle (a meta path finder and their loader).
 
     Args:
-        modules: Module name -> (is a package, file name, source bytes).
-        codes: Module name -> its marshalled code, compiled for this python (may lack some or all modules);
-            unmarshalled when the module is imported, so a module never imported costs nothing but bytes.
+        modules: Module name -> (is a package, file name, source bytes compressed).
+        codes: Module name -> its code compiled for this python, marshalled and compressed (may lack some or
+            all modules); decompressed when the module is imported, so a module never imported, and the
+            source of one whose code is here, cost nothing but bytes.
         names: The names this finder serves (a bundle's main modules, or its fallbacks).
         entry: The module that runs as ``__main__``.
     """
@@ -63,16 +65,15 @@ class BundleFinder:
 
     def get_code(self, fullname: str) -> Any:
         name = self._name(fullname)
-        marshalled = self._codes.pop(name, None)
-        code = None if marshalled is None else marshal.loads(marshalled)  # noqa: S302 - the client's own bytes
-        if code is None:
-            _is_package, filename, source = self._modules[name]
-            code = compile(source, filename, "exec", dont_inherit=True)
-        return code
+        packed = self._codes.pop(name, None)
+        if packed is not None:
+            return marshal.loads(zlib.decompress(packed))  # noqa: S302 - the client's own bytes
+        _is_package, filename, source = self._modules[name]
+        return compile(zlib.decompress(source), filename, "exec", dont_inherit=True)
 
     def get_source(self, fullname: str) -> str | None:
         found = self._modules.get(self._name(fullname))
-        return None if found is None else found[2].decode("utf-8", "replace")
+        return None if found is None else zlib.decompress(found[2]).decode("utf-8", "replace")
 
     def get_filename(self, fullname: str) -> str:
         return self._modules[self._name(fullname)][1]
@@ -123,10 +124,16 @@ def run_entry(finder: BundleFinder, entry: str) -> None:
 
 
 def boot(stream: BinaryIO, source_size: int, code_size: int, magic: str) -> None:
-    """Read the bundle from ``stream``, serve its modules, run its entry (whose exit is the process's)."""
-    bundle = marshal.loads(zlib.decompress(stream.read(source_size)))  # noqa: S302 - the client's own bytes
+    """Read the bundle from ``stream``, serve its modules, run its entry (whose exit is the process's).
+
+    The cyclic garbage collector is off from here: the start makes tens of thousands of objects that live
+    until exit (modules, functions, classes, ctypes structures), which it would rescan several times over
+    while they are made. The entry turns it back on once it runs (``serve.collect_from_now``).
+    """
+    gc.disable()
+    bundle = marshal.loads(stream.read(source_size))  # noqa: S302 - the client's own bytes
     code_part = stream.read(code_size)
     codes: dict[str, Any] = {}
     if code_part and magic == this_magic():
-        codes = marshal.loads(zlib.decompress(code_part))  # noqa: S302 - compiled for this very python
+        codes = marshal.loads(code_part)  # noqa: S302 - compiled for this very python
     run_entry(install(bundle, codes), bundle[0])

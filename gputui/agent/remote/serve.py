@@ -9,6 +9,7 @@ within seconds once its client is gone, at any stage (``session.ClientSession``)
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import select
 import sys
@@ -103,6 +104,13 @@ def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def collect_from_now() -> None:
+    """Turn the cyclic garbage collector on for the stream (the boot stage starts with it off): what the
+    start made lives until exit, so it is frozen out of every later collection first."""
+    gc.freeze()
+    gc.enable()
+
+
 def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchanged: bool = False) -> None:
     """The remote loop: hello, then a snapshot every ``memory_interval_s``; commands handled meanwhile.
 
@@ -171,6 +179,8 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
         if not writer.write(snapshot_message(snapshot)):
             session.client_gone("stdout closed")
             return
+        if not gc.isenabled():
+            collect_from_now()
         exited = False
         while not session.gone.is_set() and not exited:
             left = started + agent.memory_interval_s - time.monotonic()

@@ -12,9 +12,13 @@ from the command line, and stdin carries, in order:
    empty) and of the client's own pynvml, served only where the host has no pynvml of its own;
 3. the modules every host imports, the shipped pynvml included (compiling it costs a remote python more
    than the rest of its start), compiled by this python without their docstrings (nothing reads them
-   there), each marshalled on its own and unmarshalled only when imported: a remote python with the same
-   bytecode magic number runs them as they are, any other compiles the sources it imports
-   (``gputui.agent.SHIPPED_AS_SOURCE`` are always compiled there, by the few hosts that import them).
+   there): a remote python with the same bytecode magic number runs them as they are, any other compiles
+   the sources it imports (``gputui.agent.SHIPPED_AS_SOURCE`` are always compiled there, by the few hosts
+   that import them).
+
+Each module's source and code is compressed on its own, and decompressed (and unmarshalled) only when the
+remote python imports it, or shows its source in a traceback: a host pays for the modules it runs, not for
+the kill, reset, HTTP and nvidia-smi modules a sample never loads, nor for any source when the code is its.
 
 The command line holds only fixed text, three integers (the sizes of the parts) and the magic number in hex;
 nothing from process data or user strings ever becomes part of it. After the bundle, stdin carries the
@@ -56,12 +60,14 @@ STAND_IN_MODULE = "gputui_collector"
 BOOT_MODULE = "gputui.agent.remote.boot"
 FALLBACK_MODULES = ("pynvml",)
 """Shipped, but served only to a python that has none of its own."""
+BOOT_FILE = "gputui-boot"
+"""The second stage's file name in tracebacks."""
 BUNDLE_ROOT = "<gputui-bundle>/"
 """File names of shipped modules start with this (``boot.BUNDLE_ROOT``): tracebacks name the module, and no
 file of the remote host is taken for it."""
 ZLIB_LEVEL = 6
 """Level 9 costs several times the CPU for about 1 % fewer bytes."""
-CACHE_FORMAT = "gputui-bundle 3"
+CACHE_FORMAT = "gputui-bundle 5"
 CACHE_KEEP = 8
 CACHE_MAX_BYTES = 32 << 20
 """A cached bundle is well under a megabyte; anything this large is not one."""
@@ -84,20 +90,24 @@ class Bundle(Record):
 
     Attributes:
         boot_zlib: The second stage (``gputui/agent/remote/boot.py``), compressed.
-        source_zlib: The bundle (entry module, modules' sources, fallback names), marshalled and compressed.
-        code_zlib: Module name -> its code compiled by this python and marshalled, marshalled and compressed
+        boot_code: The second stage compiled by this python, marshalled and compressed: what a remote
+            python with the same bytecode magic number runs instead of compiling ``boot_zlib``.
+        sources: The bundle (entry module, modules with their sources compressed one by one, fallback
+            names), marshalled.
+        codes: Module name -> its code compiled by this python, marshalled and compressed, all marshalled
             (empty: none).
         magic_hex: This python's bytecode magic number: a remote python with another one ignores the code.
     """
 
     boot_zlib: bytes
-    source_zlib: bytes
-    code_zlib: bytes
+    boot_code: bytes
+    sources: bytes
+    codes: bytes
     magic_hex: str
 
     @property
     def data(self) -> bytes:
-        return self.boot_zlib + self.source_zlib + self.code_zlib
+        return self.boot_zlib + self.boot_code + self.sources + self.codes
 
 
 Modules = dict[str, tuple[bool, str, bytes]]
@@ -179,13 +189,20 @@ def build(modules: Modules, entry: str, boot: bytes) -> Bundle:
         if name in source_only:
             continue
         try:
-            codes[name] = marshal.dumps(compile(source, filename, "exec", dont_inherit=True, optimize=2))
+            code = compile(source, filename, "exec", dont_inherit=True, optimize=2)
         except (SyntaxError, ValueError):
             continue
+        codes[name] = zlib.compress(marshal.dumps(code), ZLIB_LEVEL)
+    shipped = {
+        name: (is_package, filename, zlib.compress(source, ZLIB_LEVEL))
+        for name, (is_package, filename, source) in modules.items()
+    }
+    boot_code = compile(boot, BOOT_FILE, "exec", dont_inherit=True, optimize=2)
     return Bundle(
         zlib.compress(boot, ZLIB_LEVEL),
-        zlib.compress(marshal.dumps((entry, modules, fallbacks)), ZLIB_LEVEL),
-        zlib.compress(marshal.dumps(codes), ZLIB_LEVEL) if codes else b"",
+        zlib.compress(marshal.dumps(boot_code), ZLIB_LEVEL),
+        marshal.dumps((entry, shipped, fallbacks)),
+        marshal.dumps(codes) if codes else b"",
         importlib.util.MAGIC_NUMBER.hex(),
     )
 
@@ -243,19 +260,24 @@ def bundle_of_source(source: bytes) -> Bundle:
 
 def loader(bundle: Bundle) -> str:
     """The fixed first stage for ``python3 -c``: it reads and runs the second stage, which reads the rest."""
-    if not bundle.source_zlib or not bundle.boot_zlib:
+    if not bundle.sources or not bundle.boot_zlib or not bundle.boot_code:
         raise BundleError("collector bundle is empty")
     if not _MAGIC_RE.fullmatch(bundle.magic_hex):
         raise BundleError(f"unexpected bytecode magic number {bundle.magic_hex!r}")
     # The version test comes first, in syntax every python parses (2.7 too): an older one says which it is
-    # and ends, before the second stage's syntax could fail on it.
+    # and ends, before the second stage's syntax could fail on it. A python with this one's bytecode magic
+    # runs the second stage's code; any other compiles its source.
     major, minor = PYTHON_MIN
+    magic = bundle.magic_hex
     return (
         f"import sys;sys.version_info>=({major:d},{minor:d}) or (sys.stderr.write("
         f'"{TOO_OLD_MARK} %d.%d.%d\\n"%tuple(sys.version_info[:3])),sys.exit({TOO_OLD_STATUS:d}));'
-        'import zlib;i=sys.stdin.buffer;g={"__name__":"gputui-boot"};'
-        f'exec(compile(zlib.decompress(i.read({len(bundle.boot_zlib):d})),"gputui-boot","exec"),g);'
-        f'g["boot"](i,{len(bundle.source_zlib):d},{len(bundle.code_zlib):d},"{bundle.magic_hex}")'
+        'import zlib,marshal;i=sys.stdin.buffer;g={"__name__":"gputui-boot"};'
+        f"s=i.read({len(bundle.boot_zlib):d});c=i.read({len(bundle.boot_code):d});"
+        'm=bytes(getattr(sys.modules.get("_frozen_importlib_external"),"MAGIC_NUMBER",b"")).hex();'
+        f'exec(marshal.loads(zlib.decompress(c)) if m=="{magic}" else '
+        f'compile(zlib.decompress(s),"{BOOT_FILE}","exec"),g);'
+        f'g["boot"](i,{len(bundle.sources):d},{len(bundle.codes):d},"{magic}")'
     )
 
 
@@ -303,7 +325,7 @@ def cache_header(key: str, bundle: Bundle) -> dict[str, object]:
         "format": CACHE_FORMAT,
         "key": key,
         "magic": bundle.magic_hex,
-        "sizes": [len(bundle.boot_zlib), len(bundle.source_zlib), len(bundle.code_zlib)],
+        "sizes": [len(bundle.boot_zlib), len(bundle.boot_code), len(bundle.sources), len(bundle.codes)],
         "crc32": zlib.crc32(bundle.data),
     }
 
@@ -325,11 +347,11 @@ def _read_cache(key: str) -> Bundle | None:
             return None
         if zlib.crc32(body) != header.get("crc32"):
             return None
-        sizes = header["sizes"]
-        boot_end, source_end = sizes[0], sizes[0] + sizes[1]
-        if source_end + sizes[2] != len(body):
+        ends = [sum(header["sizes"][: n + 1]) for n in range(4)]
+        if ends[3] != len(body):
             return None
-        return Bundle(body[:boot_end], body[boot_end:source_end], body[source_end:], str(header["magic"]))
+        boot, boot_code, sources, codes = (body[a:b] for a, b in zip([0, *ends[:3]], ends, strict=True))
+        return Bundle(boot, boot_code, sources, codes, str(header["magic"]))
     except (ValueError, KeyError, TypeError, IndexError):
         return None
 
