@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from gputui.agent.protocol import CMD_CONFIGURE
+from gputui.commands.baselines import resolve_baselines
 from gputui.commands.output import link_error_line, safe_streams, wait_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.commands.verdict_text import verdict_lines
 from gputui.core import cleanslate, leftovers
-from gputui.core.analysis import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
+from gputui.core.analysis import Baselines
 from gputui.core.calibration import refusals
 from gputui.core.display import DASH, fit
 from gputui.core.judge import judge, no_data
@@ -27,7 +28,6 @@ from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.state import (
     StateError,
-    load_baselines,
     load_watched_ports,
     save_baselines,
     save_watched_ports,
@@ -41,26 +41,6 @@ EXIT_ERROR = 2
 SAMPLE_TIMEOUT_S = 30.0
 WAIT_MEMORY_INTERVAL_S = cleanslate.WATCH_MEMORY_INTERVAL_S
 WAIT_PROCESS_INTERVAL_S = cleanslate.WATCH_PROCESS_INTERVAL_S
-
-
-def resolve_baselines(
-    target: str, baseline_mib: int | None, tolerance_mib: int | None, demo: bool, err: TextIO
-) -> Baselines:
-    """The baselines for one target: ``--baseline-mib`` if given, else the calibrated values, else 3 MiB.
-
-    A calibration file that cannot be used gives one warning line on ``err`` and the defaults.
-    """
-    tolerance = DEFAULT_TOLERANCE_MIB if tolerance_mib is None else tolerance_mib
-    if baseline_mib is not None:
-        return Baselines(default_mib=baseline_mib, tolerance_mib=tolerance)
-    if demo:
-        return Baselines(tolerance_mib=tolerance)  # simulated hosts have nothing recorded about them
-    loaded = load_baselines(target)
-    if loaded.warning:
-        print(f"gputui: warning: {visible(loaded.warning, 400)}", file=err)
-    return Baselines(
-        default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
-    )
 
 
 def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[str]:

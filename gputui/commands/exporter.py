@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.metrics_core import Metric
 
 from gputui import __version__
-from gputui.commands.check import resolve_baselines
+from gputui.commands.baselines import resolve_baselines
 from gputui.commands.exporter_options import DEFAULT_ADDRESS
 from gputui.commands.targets import open_link, options_from_args
 from gputui.core.analysis import Baselines, analyze

@@ -7,7 +7,7 @@ import sys
 from typing import TextIO
 
 from gputui.agent.protocol import HEALTH_STATE_UP
-from gputui.commands.check import resolve_baselines
+from gputui.commands.baselines import resolve_baselines
 from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.commands.verdict_text import verdict_lines

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING
 
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import WatchedPort, busy_port_reason, busy_ports
 from gputui.core.model import HostSnapshot
 from gputui.core.record import replace
-from gputui.core.servers import ServerWatch, failing_servers
 from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Verdict
 from gputui.core.verdicts import NO_DATA
+
+if TYPE_CHECKING:
+    from gputui.core.servers import ServerWatch
 
 
 def judge(
@@ -47,16 +50,28 @@ def judge(
         one_shot: A one-shot run's sample (``snapshot``, ``check``): a D state seen once is said, its age
             unknown.
     """
-    watch = ServerWatch() if servers is None else servers
-    judged = watch.apply(snapshot, now)
+    judged = snapshot
+    if servers is not None or snapshot.health:  # the server modules load with the first endpoint
+        from gputui.core.servers import ServerWatch
+
+        judged = (ServerWatch() if servers is None else servers).apply(snapshot, now)
     analysed = analyze(judged, baselines, now=now, killed_jobs=killed_jobs, one_shot=one_shot)
     verdict = analysed.verdict
     if verdict is None or not verdict.known:
         return analysed
-    extra = port_reasons(analysed, watched_ports) + tuple(failing_servers(analysed.health))
+    extra = port_reasons(analysed, watched_ports) + server_reasons(analysed)
     if not extra:
         return analysed
     return replace(analysed, verdict=replace(verdict, clean=False, reasons=verdict.reasons + extra))
+
+
+def server_reasons(snapshot: HostSnapshot) -> tuple[str, ...]:
+    """One reason per endpoint whose judged state makes the host not clean (``servers.failing_servers``)."""
+    if not snapshot.health:
+        return ()
+    from gputui.core.servers import failing_servers
+
+    return tuple(failing_servers(snapshot.health))
 
 
 def port_reasons(snapshot: HostSnapshot, ports: Collection[WatchedPort]) -> tuple[str, ...]:

@@ -18,11 +18,8 @@ same block belong to the included file's last block (OpenSSH returns to the encl
 
 from __future__ import annotations
 
-import getpass
-import glob
 import os
 import re
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -165,9 +162,29 @@ def target_words(spec: TargetSpec) -> list[str]:
     return [*words, "--", spec.host]
 
 
+def find_ssh() -> str | None:
+    """The ``ssh`` that ``PATH`` names first (an executable file), as ``shutil.which`` finds it; None: none.
+
+    Looked up here rather than with ``shutil``, whose archive modules (bz2, lzma and their libraries) every
+    one-shot would load for this one lookup.
+    """
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or os.curdir, "ssh")
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
+
 def openssh_available() -> bool:
     """Whether ``ssh -G`` will be used (an ``ssh`` on PATH and no ``GPUTUI_SSH_RESOLVER=paramiko``)."""
-    return os.environ.get(RESOLVER_ENV, "").lower() != "paramiko" and shutil.which("ssh") is not None
+    return os.environ.get(RESOLVER_ENV, "").lower() != "paramiko" and find_ssh() is not None
+
+
+def _login_name() -> str:
+    """The user name OpenSSH logs in as by default (``getpass.getuser``)."""
+    import getpass  # a config that names no user: rare with ``ssh -G``, which always says one
+
+    return getpass.getuser()
 
 
 def _expand(path: str) -> str:
@@ -228,7 +245,7 @@ def _settings_from_options(
         target=target,
         hostname=first("hostname") or spec.host,
         port=port,
-        user=first("user") or spec.user or getpass.getuser(),
+        user=first("user") or spec.user or _login_name(),
         identity_files=_paths(identity_files),
         identities_only=_yes(first("identitiesonly")),
         proxy_jump=_hops(first("proxyjump")),
@@ -256,7 +273,7 @@ def _settings_from_options(
 
 def resolve_with_openssh(target: str, spec: TargetSpec, config_path: str | None) -> SshSettings:
     """Ask ``ssh -G`` (no shell; the host word was validated by ``parse_target``)."""
-    ssh = shutil.which("ssh")
+    ssh = find_ssh()
     if ssh is None:
         raise LinkError(f"{target}: the OpenSSH client (ssh) is not installed")
     argv = [ssh, "-G"]
@@ -311,6 +328,8 @@ def expand_includes(path: Path, base_dir: Path, depth: int = 0) -> str:
             pattern = _expand(pattern.strip('"'))
             if not os.path.isabs(pattern):
                 pattern = str(base_dir / pattern)
+            import glob  # Include lines only: the fallback parser's
+
             for included in sorted(glob.glob(pattern)):
                 if os.path.isfile(included):
                     out.append(expand_includes(Path(included), base_dir, depth + 1))

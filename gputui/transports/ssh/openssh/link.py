@@ -29,14 +29,13 @@ word ``parse_target`` validated (after ``--``), and the collector command of ``s
 from __future__ import annotations
 
 import math
-import shutil
 import signal
 import threading
 import time
 
 from gputui.core.link import LinkError, LinkOptions
 from gputui.core.targets import parse_target
-from gputui.transports.ssh.config import SshSettings, config_file, target_words
+from gputui.transports.ssh.config import SshSettings, config_file, find_ssh, target_words
 from gputui.transports.ssh.errors import SetupFailed, phase_error, shown
 from gputui.transports.ssh.knownhosts import (
     ChangedHostKey,
@@ -113,7 +112,7 @@ class OpenSshSession:
 
     def argv(self, command: str, *, strict: str, extra: tuple[str, ...] = ()) -> list[str]:
         """The ssh command line that runs ``command`` on the target."""
-        ssh = shutil.which("ssh")
+        ssh = find_ssh()
         if ssh is None:
             raise SetupFailed(f"{self.target}: the OpenSSH client (ssh) is not installed")
         argv = [ssh]

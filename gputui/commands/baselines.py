@@ -1,0 +1,29 @@
+"""The idle baselines a command judges a host against: a flag, the calibrated figures, or the default."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from gputui.core.analysis.baselines import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
+from gputui.core.state import load_baselines
+from gputui.core.textsafe import visible
+
+
+def resolve_baselines(
+    target: str, baseline_mib: int | None, tolerance_mib: int | None, demo: bool, err: TextIO
+) -> Baselines:
+    """The baselines for one target: ``--baseline-mib`` if given, else the calibrated values, else 3 MiB.
+
+    A calibration file that cannot be used gives one warning line on ``err`` and the defaults.
+    """
+    tolerance = DEFAULT_TOLERANCE_MIB if tolerance_mib is None else tolerance_mib
+    if baseline_mib is not None:
+        return Baselines(default_mib=baseline_mib, tolerance_mib=tolerance)
+    if demo:
+        return Baselines(tolerance_mib=tolerance)  # simulated hosts have nothing recorded about them
+    loaded = load_baselines(target)
+    if loaded.warning:
+        print(f"gputui: warning: {visible(loaded.warning, 400)}", file=err)
+    return Baselines(
+        default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
+    )
