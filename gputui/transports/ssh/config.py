@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -163,16 +164,8 @@ def target_words(spec: TargetSpec) -> list[str]:
 
 
 def find_ssh() -> str | None:
-    """The ``ssh`` that ``PATH`` names first (an executable file), as ``shutil.which`` finds it; None: none.
-
-    Looked up here rather than with ``shutil``, whose archive modules (bz2, lzma and their libraries) every
-    one-shot would load for this one lookup.
-    """
-    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        path = os.path.join(folder or os.curdir, "ssh")
-        if os.access(path, os.X_OK) and not os.path.isdir(path):
-            return path
-    return None
+    """The ``ssh`` that ``PATH`` names first; None: none."""
+    return shutil.which("ssh")
 
 
 def openssh_available() -> bool:

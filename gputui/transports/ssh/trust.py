@@ -9,11 +9,10 @@ record it (``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from gputui.core.link import LinkError, LinkOptions
-from gputui.core.record import Record
+from gputui.core.link import LinkError
+from gputui.transports.ssh.accepted import OfferedHostKey
 from gputui.transports.ssh.config import SshSettings, resolve
 from gputui.transports.ssh.errors import phase_error
 from gputui.transports.ssh.knownhosts import (
@@ -27,12 +26,6 @@ from gputui.transports.ssh.knownhosts import (
     lookup_name,
     record_host_key,
 )
-
-
-def records_unknown_keys(options: LinkOptions, settings: SshSettings) -> bool:
-    """Whether a connection may record an unknown host key instead of refusing it: ``--accept-new``, or the
-    user's own ``StrictHostKeyChecking accept-new`` for that host. A changed or revoked key, never."""
-    return options.accept_new or settings.accepts_new_host_keys
 
 
 def known_hosts(settings: SshSettings) -> tuple[str, list[KnownHostLine]]:
@@ -112,35 +105,3 @@ def accept_host_key(
     settings = resolve(target, config_path, use_openssh)
     name, known = known_hosts(settings)
     return trust_host_key(target, settings, name, known, key, record_unknown=True)
-
-
-# -- keys the user accepted for the system ssh client to record ----------------------------------------
-
-
-class OfferedHostKey(Record):
-    """An unknown host key the system ssh client refused, as the user is shown it (``UnknownHostKey.key``).
-
-    ``accept()`` lets the next connection to ``target`` run with ``StrictHostKeyChecking=accept-new``: ssh
-    records the key itself (in the file, the form and under the names its config says), and the link then
-    checks that the key recorded for ``lookup_name`` is this one before it sends anything more.
-    """
-
-    target: str
-    lookup_name: str
-    key_type: str
-    fingerprint: str
-
-    def accept(self) -> str:
-        """Have the next connection to ``target`` record this key; returns "" (ssh writes the line)."""
-        with _accepted_lock:
-            _accepted[self.target] = self
-        return ""
-
-
-_accepted: dict[str, OfferedHostKey] = {}
-_accepted_lock = threading.Lock()
-
-
-def take_accepted(target: str) -> OfferedHostKey | None:
-    with _accepted_lock:
-        return _accepted.pop(target, None)

@@ -17,11 +17,12 @@ from typing import Any
 import paramiko
 
 from gputui.core.link import LinkError, LinkOptions
+from gputui.transports.ssh.accepted import records_unknown_keys
 from gputui.transports.ssh.config import SshSettings, resolve
 from gputui.transports.ssh.errors import SetupFailed, phase_error
 from gputui.transports.ssh.knownhosts import known_key_types
 from gputui.transports.ssh.paramiko.auth import authenticate
-from gputui.transports.ssh.trust import known_hosts, records_unknown_keys, trust_host_key
+from gputui.transports.ssh.trust import known_hosts, trust_host_key
 
 READ_POLL_S = 1.0
 """How long a channel read or write waits before the stream looks for a closed link again."""
