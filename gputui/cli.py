@@ -23,7 +23,10 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MISTYPED_COMMAND_CUTOFF = 0.75
 """How close (difflib's ratio) a word must be to a subcommand to be taken for a mistyped one."""

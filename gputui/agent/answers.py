@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.agent.args import CommandError, seconds_in_range
 from gputui.agent.health.messages import health_config
-from gputui.agent.host import Agent
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import read_stat
 from gputui.agent.protocol import (
@@ -31,6 +28,12 @@ from gputui.agent.protocol import (
     reply,
 )
 from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gputui.agent.host import Agent
 
 
 def handle(agent: Agent, command: Any) -> dict[str, Any]:

@@ -7,7 +7,10 @@ Shared by the collector's own commands, its kill operations, its command line, a
 from __future__ import annotations
 
 import math
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class CommandError(Exception):

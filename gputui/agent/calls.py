@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 class CallTimeout(Exception):

@@ -11,7 +11,6 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable
 
 from gputui.agent import answers as commands
 from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
@@ -35,7 +34,10 @@ from gputui.agent.protocol import (
 )
 from gputui.agent.wire import wire_text
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Iterable
+
     from gputui.agent.health.prober import HealthProber
 
 DRAIN_DROP_MIB = 8

@@ -1,5 +1,6 @@
 """What the collector's commands need of the collector (``collector.Agent`` is the one implementation): the
-commands and the reset run are typed against this, so they need not import the collector that imports them."""
+commands and the reset run are typed against this, so they need not import the collector that imports them.
+Imported by type checkers only."""
 
 from __future__ import annotations
 

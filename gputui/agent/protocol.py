@@ -9,7 +9,9 @@ same shape, whichever side builds it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 VERSION = "0.1.0"
 """The release: the package's version (``pyproject.toml`` reads it from here) and the collector's."""

@@ -10,7 +10,9 @@ the same functions.
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TEXT_ELLIPSIS = "\u2026"
 _TEXT_SHORT_ESCAPES = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TextIO
-
 from gputui.core.analysis.baselines import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
 from gputui.core.state import load_baselines
 from gputui.core.textsafe import visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 def resolve_baselines(

@@ -12,7 +12,6 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
 
 from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.commands.baselines import resolve_baselines
@@ -34,6 +33,10 @@ from gputui.core.state import (
 )
 from gputui.core.textsafe import json_visible, visible
 from gputui.core.verdicts import exit_code, worst_exit_code
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 EXIT_CLEAN = 0
 EXIT_NOT_CLEAN = 1

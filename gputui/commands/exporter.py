@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest, start_http_server
 from prometheus_client.metrics_core import Metric
@@ -43,6 +42,10 @@ from gputui.core.servers import ServerWatch
 from gputui.core.state import StateError, atomic_write_text
 from gputui.core.textsafe import visible
 from gputui.transports.local import LOCAL_TARGET
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 EXIT_OK = 0
 EXIT_ERROR = 2

@@ -12,12 +12,12 @@ import argparse
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gputui.core.config import Config
 from gputui.core.record import Record
 from gputui.core.textsafe import visible
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.transports.prometheus import FleetSettings
 

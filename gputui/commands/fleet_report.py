@@ -12,7 +12,6 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TextIO
 
 from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.fleet_options import FleetChoice
@@ -38,7 +37,10 @@ from gputui.core.textsafe import json_visible, visible
 from gputui.core.verdicts import CANNOT_TELL_WORDS, exit_code
 from gputui.transports.prometheus import PrometheusError, PrometheusSource, shown_url
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, TextIO
+
     from gputui.ui.screens.fleet import FleetScreen
 
 EXIT_CLEAN = 0

@@ -23,7 +23,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
 
 from gputui.agent.protocol import SIGNALLING_STAGES
 from gputui.commands.leftovers import check_recorded, receipt_lines, scan_job
@@ -54,6 +53,10 @@ from gputui.core.state import StateError, load_watched_ports, save_watched_ports
 from gputui.core.textsafe import json_visible, visible
 from gputui.core.verdict_model import Finding
 from gputui.core.wire_values import plain
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 EXIT_OK = 0
 EXIT_PARTIAL = 1

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
 
 from gputui.agent.protocol import (
     LEFTOVERS_CHECK_COMMAND,
@@ -28,6 +27,10 @@ from gputui.core.display import fit
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.state import StateError
 from gputui.core.textsafe import json_visible, visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 TIMEOUT_S = 30.0
 EXIT_NONE_LEFT = 0

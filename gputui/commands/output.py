@@ -3,9 +3,11 @@ the one line for a host that could not be reached, and the last line of a wait."
 
 from __future__ import annotations
 
-from typing import TextIO
-
 from gputui.core.textsafe import visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 def marks(stream: TextIO) -> tuple[str, str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import Any, TextIO
 
 from gputui.agent.protocol import (
     RESET_GO,
@@ -48,6 +47,10 @@ from gputui.core.reset_plan import (
 )
 from gputui.core.state import StateError
 from gputui.core.textsafe import json_visible, visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 PLAN_TIMEOUT_S = 60.0
 RUN_SLACK_S = 60.0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
 
 from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.baselines import resolve_baselines
@@ -20,6 +19,10 @@ from gputui.core.link import LinkError, one_shot_sample
 from gputui.core.model import HostSnapshot
 from gputui.core.state import load_watched_ports
 from gputui.core.textsafe import json_visible, visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 EXIT_OK = 0
 EXIT_ERROR = 2

@@ -8,10 +8,12 @@ finding (the jobs' ancestors up to init, a zombie no finding names) are counted 
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.core.analysis import build_forest, flatten
 from gputui.core.model import HostSnapshot, snapshots_document
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PROCESSES_NOT_LISTED = "processes_not_listed"
 """Key of a host's entry: ``{"count": N, "states": {state letter: N}}`` of the processes left out."""

@@ -6,12 +6,12 @@ import argparse
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
 
 from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.core.link import HostLink
 from gputui.core.textsafe import visible
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.ui.app import GpuTuiApp
 

@@ -8,13 +8,15 @@ printed twice (eight defunct workers would take sixteen lines to say eight thing
 
 from __future__ import annotations
 
-from typing import TextIO
-
 from gputui.commands.output import marks
 from gputui.core.display import DASH, age_since, fit
 from gputui.core.levels import CANNOT_TELL
 from gputui.core.model import HostSnapshot
 from gputui.core.verdicts import headline
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 MAX_FINDINGS_SHOWN = 20
 

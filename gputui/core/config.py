@@ -40,10 +40,13 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any
 
 from gputui.core.link import SSH_CLIENTS
 from gputui.core.record import Record, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 from gputui.core.record import replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MEMORY_MAX_MIB = 1 << 40
 """No card holds an exabyte: a larger memory figure is a wrapped-around or garbage counter."""

@@ -9,10 +9,12 @@ none of them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.core.record import Record
 from gputui.core.textsafe import SafeText, visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _int(value: Any) -> int | None:

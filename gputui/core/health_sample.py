@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.core.record import Record
 from gputui.core.textsafe import SafeText, visible_tree
 from gputui.core.wire_values import opt_float, opt_int, opt_safe, opt_str, plain, safe
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class HealthSample(Record):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING
 
 from gputui.core.analysis import Baselines, KilledJob, analyze
 from gputui.core.cleanslate import WatchedPort, busy_port_reason, busy_ports
@@ -23,6 +22,7 @@ from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Verdict
 from gputui.core.verdicts import NO_DATA
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.servers import ServerWatch
 

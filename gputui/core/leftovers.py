@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from gputui.agent.protocol import LEFTOVERS_SCAN_COMMAND
 from gputui.core import state
@@ -25,6 +24,10 @@ from gputui.core.model import HostSnapshot
 from gputui.core.record import replace
 from gputui.core.textsafe import visible
 from gputui.core.verdict_model import Finding
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LEFTOVERS_FILE = "leftovers.json"
 LEFTOVERS_KEPT_S = 86400.0

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any
 
 from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, MEMORY_INTERVAL_S, PROCESS_INTERVAL_S
 from gputui.core.model import HostSnapshot, Proc
 from gputui.core.record import Record, field, replace
 from gputui.core.textsafe import visible
 from gputui.core.wire_values import safe_list
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SSH_CLIENTS = ("paramiko", "openssh", "auto")
 """What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (paramiko,

@@ -11,7 +11,6 @@ nothing outside the standard library, that protocol module, the owner record (``
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from gputui.agent.protocol import (
     GPU_HEALTH,
@@ -32,6 +31,10 @@ from gputui.core.record import Record, field, fields, replace
 from gputui.core.textsafe import SafeText
 from gputui.core.verdict_model import Finding, Verdict
 from gputui.core.wire_values import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"

@@ -8,8 +8,6 @@ in one way for every view (``Owner.label``: ``slurm:4242.0``, ``pod:default/web-
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.agent.proc.owners import (
     OWNER_CONTAINER,
     OWNER_KINDS,
@@ -20,6 +18,10 @@ from gputui.agent.proc.owners import (
 )
 from gputui.core.record import Record
 from gputui.core.textsafe import SafeText, visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 OWNER_DETAIL_KEYS = ("job", "step", "source", "namespace", "container", "container_name", "runtime", "uid")
 """The owner fields kept besides kind, id and name (``gputui.agent.proc.owners.owner_of``)."""

@@ -22,19 +22,21 @@ Textual's own widgets are dataclass-based, so the UI layer may use either.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, ClassVar, TypeVar
+
     from typing_extensions import dataclass_transform
+
+    R = TypeVar("R", bound="Record")
 else:
 
-    def dataclass_transform(**_kwargs: Any) -> Callable[[Any], Any]:
+    def dataclass_transform(**_kwargs: object) -> Callable[[type], type]:
         return lambda cls: cls
 
 
 __all__ = ["Record", "field", "fields", "is_record", "replace"]
-
-R = TypeVar("R", bound="Record")
 
 _set = object.__setattr__
 

@@ -10,7 +10,6 @@ words had to be escaped no longer matches the collector's own plan, so it is ref
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from gputui.agent.protocol import (
     BLOCK_DISPLAY,
@@ -42,6 +41,10 @@ from gputui.agent.protocol import (
 from gputui.core.display import fit
 from gputui.core.record import Record
 from gputui.core.textsafe import visible, visible_tree
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 STAGE_RESET = "reset"
 """Audit lines of a reset's steps carry this stage after their intent (``STAGE_INTENT``)."""

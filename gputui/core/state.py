@@ -17,11 +17,14 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 from gputui.core import safefile
 from gputui.core.cleanslate import WatchedPort
 from gputui.core.record import Record, field
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 BASELINES_FILE = "baselines.json"
 AUDIT_FILE = "audit.jsonl"

@@ -19,20 +19,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, NewType, overload
 
 from gputui.agent.textpolicy import TEXT_ELLIPSIS, TEXT_INVISIBLE, visible_text
 
-ELLIPSIS = TEXT_ELLIPSIS
+TYPE_CHECKING = False
+if not TYPE_CHECKING:  # typing is a type checker's: at run time the text itself, the last definition
 
-SafeText = NewType("SafeText", str)
-"""Text that ``visible`` made safe to write to a terminal: what the model's text fields hold."""
+    def overload(function: object) -> object:
+        return function
+
+    SafeText = str
+else:
+    from typing import Any, NewType, overload
+
+    SafeText = NewType("SafeText", str)
+    """Text that ``visible`` made safe to write to a terminal: what the model's text fields hold."""
+
+ELLIPSIS = TEXT_ELLIPSIS
 
 
 @overload
 def visible(text: object) -> SafeText: ...
 @overload
 def visible(text: object, max_len: int | None) -> str: ...
+
+
 def visible(text: object, max_len: int | None = None) -> str:
     """Return ``text`` with every terminal-active or invisible character replaced by a visible escape.
 

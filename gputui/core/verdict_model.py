@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.core.levels import level_of
 from gputui.core.record import Record, field
 from gputui.core.textsafe import visible
 from gputui.core.wire_values import opt_float, opt_int, plain, safe, safe_list
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Finding(Record):

@@ -19,10 +19,9 @@ CANNOT TELL 2    the host or a GPU could not be judged: no data, an error, a fig
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from gputui.core.levels import CANNOT_TELL, EXIT_CODES
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.verdict_model import Verdict
 

@@ -4,10 +4,12 @@ exception or a fake zero, and every string is made visible (``textsafe``) on its
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.core.record import fields, is_record
 from gputui.core.textsafe import SafeText, visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def opt_int(value: Any) -> int | None:

@@ -9,7 +9,6 @@ reason its own way. A new finding kind or verdict reason gets its entry here (a 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from gputui.core import leftovers
 from gputui.core.analysis import findings as finding_rules
@@ -17,6 +16,10 @@ from gputui.core.analysis import gpu_health, readiness, verdict
 from gputui.core.cleanslate import busy_port_reason
 from gputui.core.judge import no_data_text
 from gputui.core.servers.watch import server_reason
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FINDING_SENTENCES: dict[str, Callable[..., Any]] = {
     "zombie": finding_rules.zombie_finding,

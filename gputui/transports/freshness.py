@@ -16,10 +16,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
 
-K = TypeVar("K")
-V = TypeVar("V")
+TYPE_CHECKING = False
+if not TYPE_CHECKING:  # typing is a type checker's: at run time ``Generic[K, V]`` is a plain base
+
+    class Generic:
+        def __class_getitem__(cls, _parameters: object) -> type:
+            return object
+
+    K = V = None
+else:
+    from typing import Generic, TypeVar
+
+    K = TypeVar("K")
+    V = TypeVar("V")
 
 STALE_FACTOR = 3.0
 """Missed intervals after which data is stale."""

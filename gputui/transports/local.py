@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from gputui.agent.collector import Agent
 from gputui.agent.protocol import PROCESSES_SAME
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 LOCAL_TARGET = "local"
 

@@ -137,7 +137,7 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
         "agent = collector.Agent(use_pynvml=True, discover_health=False)\n"
         "agent.sample(force_processes=True)\n"
         "agent.close()\n"
-        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gputui') or m == 'ssl')))\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('gputui') or m in ('ssl', 'typing'))))\n"
     )
     env = {"PATH": "/nonexistent", "LD_LIBRARY_PATH": "/nonexistent"}
     done = subprocess.run(
@@ -155,6 +155,7 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
     assert "gputui.agent.gpu.nvml" in loaded
     unused = {
         "ssl",
+        "typing",  # imported by type checkers only
         "gputui.agent.health.http",
         "gputui.agent.health.probe",
         "gputui.agent.health.prober",
@@ -179,6 +180,7 @@ ONE_SHOT_UNUSED = (
     "secrets",
     "hmac",  # a temporary file's name needs only os.urandom
     "dataclasses",  # the model is records (core/record.py): no methods compiled per class at import
+    "typing",  # imported by type checkers only (under TYPE_CHECKING) below the UI
     "inspect",
     "paramiko",
     "cryptography",

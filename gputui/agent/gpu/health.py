@@ -15,10 +15,13 @@ the client's (``gputui.core.analysis.gpu_health``).
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
 
 from gputui.agent.gpu.nvmlapi import nvml_function_missing, nvml_is_lost, pynvml
 from gputui.agent.gpu.xid import KernelLog, pci_key, pci_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 HEALTH_INTERVAL_S = 30.0
 """Seconds between health reads (besides forced samples and kills)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.agent.protocol import MODE_NONE
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class NoBackend:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Callable
 
 from gputui.agent.calls import CallTimeout, Worker
 from gputui.agent.gpu import health, nvmlapi
@@ -28,6 +27,10 @@ from gputui.agent.gpu.process_util import read_process_util
 from gputui.agent.proc.figures import PROCESS_UTIL_KEY
 from gputui.agent.protocol import MODE_NVML
 from gputui.agent.wire import MIB
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 NVML_INIT_DEADLINE_S = 5.0
 NVML_INIT_RETRY_S = 5.0

@@ -8,10 +8,12 @@ too: ``NvmlVersions`` is the one place where a versioned call falls back.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 from gputui.agent.calls import CallTimeout
 from gputui.agent.proc.procfs import json_safe, text_of
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 try:  # NVIDIA's bindings (nvidia-ml-py); the library itself is only loaded by nvmlInit.
     import pynvml

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.agent.gpu import nvmlapi
 from gputui.agent.gpu.nvmlapi import nvml_function_missing, nvml_is_lost
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def read_process_util(handle: Any, since_us: int) -> tuple[list[dict[str, Any]], int | None] | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from typing import Any
 
 from gputui.agent.gpu.smiparse import (
     SMI_EXIT_GPU_LOST,
@@ -21,6 +20,10 @@ from gputui.agent.gpu.smiparse import (
 )
 from gputui.agent.proc.procfs import text_of
 from gputui.agent.protocol import MODE_SMI
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SMI_DEADLINE_S = 5.0
 SMI_RESTART_S = 5.0

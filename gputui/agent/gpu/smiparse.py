@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SMI_QUERY_GPU = (
     "index,name,uuid,pci.bus_id,memory.used,memory.total,"

@@ -22,7 +22,10 @@ import os
 import re
 import subprocess
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TEST_SOURCE_ENV = "GPUTUI_TEST_KERNEL_LOG"
 """A file read in place of the kernel log (tests only)."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable
 
 from gputui.agent.health import HEALTH_MAX_URLS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 HEALTH_SGLANG_DEFAULT_PORT = 30000
 HEALTH_VLLM_DEFAULT_PORT = 8000

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.agent.health import HEALTH_MIN_GAP_S
 from gputui.agent.health.messages import HEALTH_SAMPLE_FIELDS, health_sample
 from gputui.agent.health.urls import health_is_generating_url, health_scrub, health_shown_url
 from gputui.agent.protocol import HEALTH_STATE_UP
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
 

@@ -9,7 +9,6 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from gputui.agent.health import HEALTH_DETAIL_MAX_CHARS, HEALTH_HEADER_CAP_BYTES, HEALTH_MAX_URL_CHARS
@@ -20,6 +19,10 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
 )
 from gputui.agent.textpolicy import visible_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _default_ssl_context: Any = None
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 
 def health_sample(

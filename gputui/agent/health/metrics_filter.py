@@ -14,7 +14,10 @@ output has a cap.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
 
 # The names gputui reads, from the engines' documented metrics: the collector filters on them and the client
 # picks its figures by them, so both sides import them from here.

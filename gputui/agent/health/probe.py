@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any
 
 from gputui.agent.health import HEALTH_BODY_CAP_BYTES, HEALTH_DEFAULT_DEADLINE_S, HEALTH_DETAIL_MAX_CHARS
 from gputui.agent.health.http import (
@@ -21,6 +20,10 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UP,
 )
 from gputui.agent.textpolicy import visible_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | None]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterable
 from urllib.parse import urlsplit
 
 from gputui.agent.health import (
@@ -26,6 +25,10 @@ from gputui.agent.health.endpoint import Endpoint, launcher_start, url_list
 from gputui.agent.health.messages import health_config
 from gputui.agent.health.urls import health_shown_url, url_origin
 from gputui.agent.protocol import HEALTH_STATE_ERROR
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable
 
 HEALTH_LOCAL_ADDRESSES_S = 60.0
 """This host's own addresses are read again at most this often."""

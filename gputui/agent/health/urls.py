@@ -4,10 +4,13 @@ credentials)."""
 from __future__ import annotations
 
 import re
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from gputui.agent.textpolicy import TEXT_ELLIPSIS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 HEALTH_SHOWN_URL_CHARS = 200
 

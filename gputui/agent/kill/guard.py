@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from gputui.agent.proc.owners import OwnerReader, same_owner
 from gputui.agent.proc.procfs import ProcStat
 from gputui.agent.proc.proctree import ancestors_of, deepest_first, table_relations, walk
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class KillGuard:

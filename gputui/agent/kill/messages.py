@@ -3,13 +3,15 @@ what a kill still waits for, and the reply (names from ``gputui.agent.protocol``
 
 from __future__ import annotations
 
-from typing import Any, Iterable
-
 from gputui.agent.protocol import (
     KILL_ABANDON_COMMAND,
     KILL_COMMAND,
     KILL_WAIT_COMMAND,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 OUTCOME_FIELDS = (
     "pid",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Any, Callable
 
 from gputui.agent.kill.guard import KillGuard
 from gputui.agent.kill.messages import kill_reply, pending
@@ -33,6 +32,10 @@ from gputui.agent.protocol import (
     STAGE_SIGNAL,
     STAGE_WAIT,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""

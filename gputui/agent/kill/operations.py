@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
 
 from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.kill.operation import KILL_KEEP_S, KillContext, KillOperation
@@ -17,6 +16,10 @@ from gputui.agent.protocol import (
     KILL_WAIT_COMMAND,
     SIGNAL_NAMES,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class KillOperations:

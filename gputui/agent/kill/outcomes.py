@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
 
 from gputui.agent.kill.messages import outcome
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import ProcStat
 from gputui.agent.wire import WireBudget
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 
 class OutcomeLog:

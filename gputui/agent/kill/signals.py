@@ -6,10 +6,13 @@ import os
 import signal
 import threading
 import time
-from typing import Iterable
 
 from gputui.agent.proc.procfs import read_stat
 from gputui.agent.protocol import RESULT_CHANGED, RESULT_DENIED, RESULT_ERROR, RESULT_GONE, RESULT_SENT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
 
 SIGNALS = {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "KILL": signal.SIGKILL}
 """The signal of each name a kill may ask for (``protocol.SIGNAL_NAMES``)."""

@@ -9,10 +9,13 @@ from __future__ import annotations
 import pwd
 import sys
 import time
-from typing import Any
 
 from gputui.agent.proc.procfs import PAGE_SIZE, ProcStat, json_safe, read_cgroup, read_cmdline, read_real_uid
 from gputui.agent.wire import WIRE_CMDLINE_BYTES, wire_cmdline, wire_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 CMDLINE_CACHE_S = 10.0
 """Cached cmdlines are re-read after this long: servers rename themselves (setproctitle) after start."""

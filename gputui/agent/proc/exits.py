@@ -15,9 +15,12 @@ import os
 import select
 import threading
 import time
-from typing import Iterable
 
 from gputui.agent.proc.procfs import EXITED_STATES, read_stat
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
 
 EXIT_POLL_S = 0.01
 """How often a wait looks at its wake event, and at the holders' /proc stat where there are no pidfds."""

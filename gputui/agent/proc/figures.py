@@ -5,9 +5,11 @@ Stdlib only, Python 3.8.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.agent.proc.procfs import CLOCK_TICKS_PER_S
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PROCESS_UTIL_KEY = "process_util"
 """The key of a GPU dict from the backend holding that GPU's per-process samples: a list of

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, Iterable
 
 from gputui.agent.proc.procfs import fd_links, read_real_uid, read_stat
 from gputui.agent.wire import wire_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 SHM_DIR = "/dev/shm"  # noqa: S108 - read and checked here, never a place to create files
 TEST_SHM_ENV = "GPUTUI_TEST_SHM_DIR"

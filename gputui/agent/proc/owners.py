@@ -21,9 +21,12 @@ import os
 import re
 import stat as stat_module
 import time
-from typing import Any, Callable
 
 from gputui.agent.wire import wire_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 OWNER_SLURM = "slurm"
 OWNER_POD = "pod"

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import os
 import struct
-from typing import Any, Iterable
 
 from gputui.agent.proc.procfs import fd_links, open_readonly
 from gputui.agent.protocol import PROCESS_LISTEN_PORTS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 NET_TCP_FILES = ("/proc/net/tcp", "/proc/net/tcp6")
 NET_TCP_READ_BYTES = 4 * 1024 * 1024

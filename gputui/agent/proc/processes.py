@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
 
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
 from gputui.agent.proc.figures import CpuMeter, GpuUtilBook, no_gpu_util
@@ -22,6 +21,10 @@ from gputui.agent.proc.proctree import ancestors_of, scan_trees, table_facts, tr
 from gputui.agent.proc.statfds import StatFds
 from gputui.agent.protocol import PROCESS_CPU_PCT, PROCESS_LIVE_THREADS, PROCESS_OWNER
 from gputui.agent.wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 FULL_SWEEP_EVERY = 3
 """Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between

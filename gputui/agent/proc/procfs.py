@@ -8,7 +8,10 @@ bytes visible as ``\\xNN`` (JSON-safe, no surrogates).
 from __future__ import annotations
 
 import os
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 try:
     CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")

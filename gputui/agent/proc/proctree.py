@@ -8,15 +8,17 @@ build their trees with the same functions (``job_root``, ``walk``), so the tree 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Union
-
 from gputui.agent.proc.procfs import ProcStat, read_cgroup, read_children, read_cmdline, read_stat
 
 NEVER_IN_A_TREE = frozenset({0, 1, 2})
 """The scheduler, init and kthreadd: no tree walk ever reaches them from below."""
 
-Related = Union[Mapping[int, Iterable[int]], Callable[[int], Iterable[int]]]
-"""pid -> the pids directly below it in a tree: a mapping (``related_map``) or a function."""
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Mapping, Union
+
+    Related = Union[Mapping[int, Iterable[int]], Callable[[int], Iterable[int]]]
+    """pid -> the pids directly below it in a tree: a mapping (``related_map``) or a function."""
 
 
 def ancestors_of(pid: int, table: dict[int, ProcStat] | None = None) -> list[int]:

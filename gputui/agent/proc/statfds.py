@@ -7,9 +7,12 @@ keeps a cheap per-process gate (its schedstat) open and re-reads a stat line onl
 from __future__ import annotations
 
 import os
-from typing import Iterable
 
 from gputui.agent.proc.procfs import ProcStat, open_readonly, parse_stat, read_small
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Iterable
 
 
 def _fd_budget() -> int:

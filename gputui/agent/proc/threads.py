@@ -16,10 +16,13 @@ as the process scan (``procfs``).
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from gputui.agent.proc.procfs import EXITED_STATES, ProcStat, parse_stat, read_small
 from gputui.agent.protocol import live_threads
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 THREADS_PROBE_MAX = 4096
 """At most this many threads' stat files are read for one process; the rest are counted as ``omitted``."""

@@ -19,13 +19,19 @@ import marshal
 import sys
 import zlib
 from importlib.machinery import ModuleSpec
-from typing import Any, BinaryIO, cast
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from importlib.abc import Loader as LoaderBase
+    from typing import Any, BinaryIO
+else:
+    LoaderBase = object  # what the import system calls, without importing importlib.abc
 
 BUNDLE_ROOT = "<gputui-bundle>/"
 """What the modules' file names start with: no file of the remote host can have that name."""
 
 
-class BundleFinder:
+class BundleFinder(LoaderBase):
     """Finds and loads the modules of a bundle (a meta path finder and their loader).
 
     Args:
@@ -53,7 +59,7 @@ class BundleFinder:
         if fullname not in self._names:
             return None
         is_package, filename, _source = self._modules[fullname]
-        spec = ModuleSpec(fullname, cast(Any, self), origin=filename, is_package=is_package)
+        spec = ModuleSpec(fullname, self, origin=filename, is_package=is_package)
         spec.has_location = True
         return spec
 
@@ -115,7 +121,7 @@ def run_entry(finder: BundleFinder, entry: str) -> None:
         raise ImportError(f"the bundle has no module {entry}")
     main = type(sys)("__main__")
     main.__spec__ = spec
-    main.__loader__ = cast(Any, finder)
+    main.__loader__ = finder
     main.__file__ = spec.origin
     main.__package__ = entry if spec.submodule_search_locations is not None else entry.rpartition(".")[0]
     sys.modules["__main__"] = main

@@ -15,7 +15,6 @@ import select
 import sys
 import threading
 import time
-from typing import Any
 
 from gputui.agent.args import finite_positive, seconds_in_range
 from gputui.agent.collector import Agent
@@ -41,6 +40,10 @@ from gputui.agent.protocol import (
     snapshot_message,
 )
 from gputui.agent.remote.session import ClientSession
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Writer:

@@ -8,11 +8,13 @@ import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
 
 from gputui.agent.proc.procfs import read_children
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gputui.agent.collector import Agent
 
 CLIENT_WATCH_S = 0.5

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Any, Iterable
 
 from gputui.agent.calls import CallTimeout, Worker
 from gputui.agent.gpu.tools import which
@@ -46,6 +45,10 @@ from gputui.agent.protocol import (
     STEP_STOP_SERVICE,
 )
 from gputui.agent.wire import wire_cmdline, wire_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 DEVICE_PREFIX = "/dev/nvidia"
 TEST_PREFIX_ENV = "GPUTUI_TEST_DEVICE_PREFIX"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
 
 from gputui.agent.gpu.tools import run_bounded
 from gputui.agent.protocol import (
@@ -32,7 +31,10 @@ from gputui.agent.protocol import (
 )
 from gputui.agent.reset.plan import device_prefix, make_plan
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from gputui.agent.host import Agent
 
 RELEASE_WAIT_S = 2.0

@@ -7,13 +7,16 @@ import pwd
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from gputui.agent.protocol import RESULT_REQUESTED, RESULT_UNKNOWN, STAGE_INTENT, STAGE_REQUEST
 from gputui.core import state
 from gputui.core.actions.plan import KillPlan
 from gputui.core.actions.replies import KillOutcome
 from gputui.core.textsafe import json_visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _local_user() -> str:

@@ -9,7 +9,6 @@ anything; the collector does (``gputui.agent.kill.operation``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.health.discovery import port_option
@@ -22,6 +21,10 @@ from gputui.core.display import fit
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
 from gputui.core.owner import Owner
 from gputui.core.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SIGNALS = protocol.SIGNAL_NAMES
 PROTECTED_PIDS = frozenset({0, 1})

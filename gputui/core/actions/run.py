@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.protocol import RESULTS_GONE
@@ -16,6 +15,10 @@ from gputui.core.actions.replies import KillOutcome, KillReply, Pending, final_o
 from gputui.core.analysis import KilledJob, gpu_memory_by_pid
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 REQUEST_TIMEOUT_S = 30.0
 """Deadline of the kill command itself (the checks and the signals) and of an abandon."""

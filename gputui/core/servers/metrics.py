@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
 
 from gputui.agent.health.metrics_filter import (
     METRICS_BODY_CAP_BYTES,
@@ -41,6 +40,10 @@ from gputui.agent.health.metrics_filter import (
     select_metric_lines,
 )
 from gputui.core.record import Record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ENGINE_VLLM = "vllm"
 ENGINE_SGLANG = "sglang"
@@ -287,7 +290,7 @@ def parse_server_metrics(text: str, sampled_at: float, dropped: Iterable[str] = 
     )
 
 
-class CounterDelta(NamedTuple):
+class CounterDelta(Record):
     """The generated-token counter between two readings."""
 
     tokens: float

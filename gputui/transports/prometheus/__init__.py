@@ -52,7 +52,7 @@ from gputui.transports.prometheus.query import (
     parse_matcher,
     shown_url,
 )
-from gputui.transports.prometheus.source import Fetcher, FleetSettings, PrometheusSource, gone_host
+from gputui.transports.prometheus.source import FleetSettings, PrometheusSource, gone_host
 
 __all__ = [
     "DCGM_METRICS",
@@ -62,7 +62,6 @@ __all__ = [
     "FB_USED",
     "PART_LABEL",
     "SERVER_METRICS",
-    "Fetcher",
     "FleetSettings",
     "PrometheusError",
     "PrometheusSource",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
 from gputui.core.analysis import age_text
@@ -30,6 +29,10 @@ from gputui.transports.prometheus.query import (
     PrometheusError,
 )
 from gputui.transports.prometheus.series import Parser
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _figure(figures: Mapping[str, Series], name: str) -> float | None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
 
 from gputui.core.record import Record, field
 from gputui.transports.prometheus.query import PART_LABEL
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def number(text: Any) -> float | None:

@@ -7,12 +7,15 @@ import re
 import socket
 import time
 import urllib.parse
-from typing import Any
 
 from gputui import __version__
 from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S as DEFAULT_STALE_AFTER_S
 from gputui.core.link import LinkError
 from gputui.core.textsafe import visible
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FB_USED = "DCGM_FI_DEV_FB_USED"
 DCGM_METRICS: dict[str, str] = {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from gputui.core.fleet_owners import DCGM_OWNER_LABELS
 from gputui.core.textsafe import visible
@@ -32,6 +31,10 @@ from gputui.transports.prometheus.query import (
     UP,
     UP_TIME_PART,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device", *DCGM_OWNER_LABELS)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from gputui.core.fleet_sample import FleetHost, FleetSample
 from gputui.core.model import Gpu
@@ -39,7 +38,11 @@ class FleetSettings(Record):
     timeout_s: float = DEFAULT_TIMEOUT_S
 
 
-Fetcher = Callable[[str, str, float], Mapping[str, Any]]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    Fetcher = Callable[[str, str, float], Mapping[str, Any]]
 
 
 class PrometheusSource:

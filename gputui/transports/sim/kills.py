@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.args import optional_seconds
@@ -14,6 +13,10 @@ from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.link import LinkError, LinkOptions
 from gputui.core.record import Record, field
 from gputui.transports.sim.scenario import SimProc
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _true_zombie(proc: SimProc) -> bool:

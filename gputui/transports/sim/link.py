@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.args import CommandError, optional_seconds
@@ -46,6 +45,10 @@ from gputui.transports.sim.scenario import (
     metrics_text,
     wedge_processes,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class SimLink(SimKills, HostLink):

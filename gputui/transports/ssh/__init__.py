@@ -30,13 +30,15 @@ one), and the collector refuses a kill that carries another boot's id.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from gputui.transports.ssh.noinvoke import block_invoke
 
 block_invoke()  # before any module of this package imports paramiko
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names at run time
+    from typing import Any
+
     from gputui.transports.ssh.errors import AuthFailed as AuthFailed
     from gputui.transports.ssh.errors import SetupFailed as SetupFailed
     from gputui.transports.ssh.link import SshLink as SshLink

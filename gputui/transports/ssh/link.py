@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
 
 from gputui.core.link import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
@@ -20,7 +19,13 @@ from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.config import SshSettings, openssh_available, resolve
 from gputui.transports.ssh.errors import PythonMissing, PythonTooOld, phase_error
 from gputui.transports.ssh.payload import agent_payload, remote_command_line
-from gputui.transports.ssh.stream import CollectorStream, Pipe
+from gputui.transports.ssh.stream import CollectorStream
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gputui.transports.ssh.interfaces import Pipe, Session
 
 REDUCED_MIN_STALE_S = 10.0
 """The reduced collector runs nvidia-smi twice per sample, each taking seconds on a big host."""
@@ -29,45 +34,6 @@ READER_JOIN_S = 0.3
 SWITCH_JOIN_S = 1.0
 """How long the switch to the reduced collector waits for the first attempt's reader to stop."""
 OPENSSH_FLAG = "--ssh-client openssh"
-
-
-class Session(Protocol):
-    """One login to a host and the commands run over it: what ``SshLink`` needs from an SSH client.
-
-    ``close()`` and ``abort()`` may come from any thread at any step, and end everything the session started;
-    a step that starts something after that fails with the reason (``ended``).
-    """
-
-    errors: tuple[type[BaseException], ...]
-    """What its calls may raise besides LinkError; the link turns them into one line."""
-
-    @property
-    def ended(self) -> str | None:
-        """Why the session was closed or aborted (one error line); None while it is not."""
-
-    def login(self, settings: SshSettings) -> None:
-        """Reach and log in to ``settings``' host (nothing, where each command logs in by itself)."""
-
-    def start_timeout_s(self, timeout_s: float) -> float:
-        """How long a command may take to say hello when each connecting step has ``timeout_s``."""
-
-    def exec(self, command: str, timeout_s: float) -> Pipe:
-        """Run ``command`` on the host; LinkError when it cannot start."""
-
-    def can_exec_again(self) -> bool:
-        """Whether another command can run after the first ended (the reduced collector)."""
-
-    def explain(self, error: LinkError) -> LinkError:
-        """The error to raise for ``error``, met while starting the last command (the client's own words)."""
-
-    def collector_started(self) -> None:
-        """The collector said hello; raises LinkError when the session must not go on after all."""
-
-    def abort(self, reason: str) -> None:
-        """End everything at once (a host that stopped answering)."""
-
-    def close(self) -> None:
-        """End everything, politely for a moment; returns within about 2 s."""
 
 
 class SshLink(HostLink):

@@ -9,7 +9,10 @@ one-shot's client. gputui reads SSH configs with ``ssh -G``; paramiko's parser i
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def block_invoke() -> None:

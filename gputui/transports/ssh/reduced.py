@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Any
 
 from gputui.agent import protocol
 from gputui.agent.gpu.smiparse import (
@@ -28,7 +27,14 @@ from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
 from gputui.transports.ssh.errors import PythonTooOld, python_too_old
 from gputui.transports.ssh.payload import _number_arg
-from gputui.transports.ssh.stream import PREAMBLE, PYTHON_MISSING_STATUS, CollectorStream, Decoded, Pipe
+from gputui.transports.ssh.stream import PREAMBLE, PYTHON_MISSING_STATUS, CollectorStream
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from gputui.transports.ssh.interfaces import Pipe
+    from gputui.transports.ssh.stream import Decoded
 
 REDUCED_PS_LINES_CAP = 200_000
 """Most lines taken from one section of a sample (a runaway host must not eat our memory)."""

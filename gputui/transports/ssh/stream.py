@@ -15,7 +15,6 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, overload
 
 from gputui.agent.protocol import CMD_CONFIGURE, PROTOCOL_VERSION
 from gputui.core.link import LinkError, LinkOptions
@@ -47,28 +46,19 @@ PYTHON_MISSING_MESSAGE = "python3 not found on host"
 PREAMBLE = "preamble"
 """What ``decode`` returns for a line before the hello that is not the collector's."""
 
-Decoded = HostSnapshot | dict[str, Any] | str | None
-_T = TypeVar("_T")
+TYPE_CHECKING = False
+if not TYPE_CHECKING:  # typing is a type checker's: at run time the last definition is the method
 
+    def overload(function: object) -> object:
+        return function
 
-class Pipe(Protocol):
-    """The collector's stdin, stdout and stderr. Calls raise OSError or EOFError when the pipe broke."""
+else:
+    from typing import Any, TypeVar, overload
 
-    def recv(self, max_bytes: int) -> bytes | None:
-        """Up to ``max_bytes`` of stdout; b"" at its end; None when nothing came within about a second."""
+    from gputui.transports.ssh.interfaces import Pipe
 
-    def send(self, data: memoryview) -> int | None:
-        """Write a prefix of ``data`` to stdin and return its length; 0: stdin is closed; None: nothing was
-        taken within about a second (the caller tries again until its own deadline)."""
-
-    def stderr(self, tail_bytes: int) -> bytes:
-        """The last ``tail_bytes`` (at most) of what arrived on stderr since the last call; never blocks."""
-
-    def exit_status(self, wait_s: float) -> int | None:
-        """The exit status, waiting up to ``wait_s`` for it; None: not known; -1: it ended without one."""
-
-    def close(self) -> None:
-        """Close every direction; never blocks for long."""
+    Decoded = HostSnapshot | dict[str, Any] | str | None
+    _T = TypeVar("_T")
 
 
 class CollectorStream:

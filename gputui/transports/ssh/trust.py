@@ -9,8 +9,6 @@ record it (``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's
 
 from __future__ import annotations
 
-from typing import Any
-
 from gputui.core.link import LinkError
 from gputui.transports.ssh.accepted import OfferedHostKey
 from gputui.transports.ssh.config import SshSettings, resolve
@@ -26,6 +24,10 @@ from gputui.transports.ssh.knownhosts import (
     lookup_name,
     record_host_key,
 )
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def known_hosts(settings: SshSettings) -> tuple[str, list[KnownHostLine]]:

@@ -1,7 +1,7 @@
 """The system OpenSSH client as the SSH transport: every host the user's ``ssh`` reaches, gputui reaches.
 
-``OpenSshSession`` is the ``ssh.link.Session`` of ``SshLink(client="openssh")``: each command the link runs
-(the collector, or the reduced collector) is one child process::
+``OpenSshSession`` is the ``ssh.interfaces.Session`` of ``SshLink(client="openssh")``: each command the link
+runs (the collector, or the reduced collector) is one child process::
 
     ssh [-F FILE] -T -e none -o BatchMode=yes -o StrictHostKeyChecking=yes -o ControlMaster=no \\
         -o ClearAllForwardings=yes -o RemoteCommand=none -o ConnectTimeout=N [-p PORT] [-l USER] -- HOST CMD
@@ -54,7 +54,7 @@ from gputui.transports.ssh.openssh.process import (
 
 
 class OpenSshSession:
-    """The ``ssh.link.Session`` of the system ssh client: one ssh child per command.
+    """The ``ssh.interfaces.Session`` of the system ssh client: one ssh child per command.
 
     Args:
         target: The target word the user asked for (validated again here; it starts every error line).

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
 
 POLL_S = 1.0
 """How long a read or write of an ssh pipe waits before the stream looks for a closed link again."""
@@ -45,14 +44,18 @@ PROBE_OPTIONS = (
 )
 PROBE_COMMAND = "true"
 SSH_ENV = {"SSH_ASKPASS_REQUIRE": "never"}
-_T = TypeVar("_T")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
 
 
 # -- one ssh child ---------------------------------------------------------------------------------------
 
 
 class SshProcess:
-    """One ``ssh`` child as a ``stream.Pipe``, in a process group of its own (with its ProxyCommand).
+    """One ``ssh`` child as an ``interfaces.Pipe``, in a process group of its own (with its ProxyCommand).
 
     The pipes may be closed from any thread while the stream's reader waits on them: a wake-up pipe ends
     every wait at once, and the descriptors are closed only when no call is using them any more (a number
@@ -179,7 +182,7 @@ class SshProcess:
                     self._kept += chunk
                     del self._kept[:-STDERR_KEEP_BYTES]
 
-    # -- stream.Pipe ----------------------------------------------------------------------------------------
+    # -- interfaces.Pipe ------------------------------------------------------------------------------------
 
     def recv(self, max_bytes: int) -> bytes | None:
         return self._when_ready(self._stdout, select.POLLIN, lambda: os.read(self._stdout, max_bytes))

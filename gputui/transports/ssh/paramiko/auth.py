@@ -11,13 +11,16 @@ import binascii
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 import paramiko
 import paramiko.agent
 
 from gputui.transports.ssh.config import SshSettings
 from gputui.transports.ssh.errors import AuthFailed, shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 KEY_DETAIL_CHARS = 60
 """Most characters of a library message quoted for one key in the list of keys tried."""

@@ -12,7 +12,6 @@ import math
 import socket
 import threading
 import time
-from typing import Any
 
 import paramiko
 
@@ -23,6 +22,10 @@ from gputui.transports.ssh.errors import SetupFailed, phase_error
 from gputui.transports.ssh.knownhosts import known_key_types
 from gputui.transports.ssh.paramiko.auth import authenticate
 from gputui.transports.ssh.trust import known_hosts, trust_host_key
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 READ_POLL_S = 1.0
 """How long a channel read or write waits before the stream looks for a closed link again."""
@@ -39,7 +42,7 @@ _RSA_HOSTKEY_ALGORITHMS = ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")
 
 
 class ChannelPipe:
-    """The ``stream.Pipe`` of a command run on a paramiko session channel."""
+    """The ``interfaces.Pipe`` of a command run on a paramiko session channel."""
 
     def __init__(self, channel: Any) -> None:
         self._channel = channel
@@ -86,7 +89,8 @@ class ChannelPipe:
 
 
 class Connection:
-    """One login to a host (through its jump hosts) and the channels run on it: paramiko's ``link.Session``.
+    """One login to a host (through its jump hosts) and the channels run on it: paramiko's
+    ``interfaces.Session``.
 
     Every socket, transport and channel is registered as soon as it exists, so that ``close()`` or
     ``abort()`` from another thread ends a connect or a start at any step; one registered after that is
