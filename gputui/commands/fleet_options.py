@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import os
 import stat
-from pathlib import Path
 
 from gputui.core.config import Config
 from gputui.core.record import Record
@@ -63,7 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--hosts-file",
-        type=Path,
         default=None,
         metavar="FILE",
         help="more targets, one per line (# comments)",
@@ -90,7 +88,7 @@ def _group(name: str, config: Config) -> list[str]:
     return list(members)
 
 
-def read_hosts_file(path: Path) -> list[str]:
+def read_hosts_file(path: str) -> list[str]:
     """The targets of a hosts file: one per line; blank lines and ``#`` comments are skipped.
 
     Raises:
@@ -131,7 +129,7 @@ def read_hosts_file(path: Path) -> list[str]:
     return targets
 
 
-def expand_targets(words: list[str], hosts_file: Path | None, config: Config) -> list[str]:
+def expand_targets(words: list[str], hosts_file: str | None, config: Config) -> list[str]:
     """``words`` with every ``@group`` replaced by its members, then the hosts file's targets.
 
     A host that a group or the file repeats is kept once (where it came first); a target typed twice stays

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 from gputui import __version__
 from gputui.agent.protocol import (
@@ -151,7 +150,6 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--config",
-        type=Path,
         default=None,
         metavar="FILE",
         help="gputui config file (default: $XDG_CONFIG_HOME/gputui/config.toml)",

@@ -51,7 +51,11 @@ def record(target: str, boot_id: str | None, found: dict[str, Any] | None, err: 
 def check_recorded(link: HostLink, target: str, boot_id: str | None, err: TextIO) -> dict[str, Any] | None:
     """Which recorded leftovers of ``target`` still exist; forgets the ones gone. None: nothing recorded, or
     the collector cannot say."""
-    known = leftovers.load(target, boot_id)
+    try:
+        known = leftovers.load(target, boot_id)
+    except StateError as exc:
+        print(f"gputui: warning: leftovers not checked: {visible(str(exc), 300)}", file=err)
+        return None
     if not known["segments"] and not known["mps"]:
         return None
     try:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from pathlib import Path
 
 from gputui.core.link import SSH_CLIENTS
 from gputui.core.record import Record, field
@@ -83,7 +82,7 @@ class Config(Record):
     host_metrics_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stall_after_s: float | None = None
     host_stall_after_s: dict[str, float] = field(default_factory=dict)
-    path: Path | None = None
+    path: str | None = None
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Group name -> host targets (``gputui @name``)."""
     fleet: dict[str, str | float] = field(default_factory=dict)
@@ -94,12 +93,12 @@ class Config(Record):
     """Host target -> the SSH client for that host only."""
 
 
-def default_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "gputui" / "config.toml"
+def default_config_path() -> str:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "gputui", "config.toml")
 
 
-def _urls(value: Any, where: str, path: Path, key: str = "health") -> tuple[str, ...]:
+def _urls(value: Any, where: str, path: str, key: str = "health") -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -107,14 +106,14 @@ def _urls(value: Any, where: str, path: Path, key: str = "health") -> tuple[str,
     return tuple(value)
 
 
-def _ssh_client(value: Any, where: str, path: Path) -> str:
+def _ssh_client(value: Any, where: str, path: str) -> str:
     if value not in SSH_CLIENTS:
         choices = ", ".join(f'"{name}"' for name in SSH_CLIENTS)
         raise ConfigError(f"{path}: {where}ssh_client must be one of {choices}")
     return str(value)
 
 
-def _stall_after(value: Any, where: str, path: Path) -> float:
+def _stall_after(value: Any, where: str, path: str) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
@@ -127,14 +126,14 @@ def _stall_after(value: Any, where: str, path: Path) -> float:
     return float(value)
 
 
-def _check_keys(table: dict[str, Any], allowed: frozenset[str], where: str, path: Path) -> None:
+def _check_keys(table: dict[str, Any], allowed: frozenset[str], where: str, path: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         known = ", ".join(sorted(allowed))
         raise ConfigError(f"{path}: unknown setting {where}{unknown[0]!r} (known: {known})")
 
 
-def _read_regular_file(path: Path) -> bytes:
+def _read_regular_file(path: str) -> bytes:
     """The bytes of ``path`` if it is a regular file of at most ``CONFIG_MAX_BYTES``, else ConfigError.
 
     Opened without blocking (a FIFO would wait for a writer) and checked before reading (/dev/zero never
@@ -157,7 +156,7 @@ def _read_regular_file(path: Path) -> bytes:
         os.close(fd)
 
 
-def _read_default_file(path: Path) -> bytes:
+def _read_default_file(path: str) -> bytes:
     """The default config file through ``safefile`` (links followed, then the file and its folders checked
     as OpenSSH checks ``~/.ssh/config``); FileNotFoundError when there is none."""
     from gputui.core import safefile
@@ -171,10 +170,10 @@ def _read_default_file(path: Path) -> bytes:
     return raw
 
 
-def load_config(path: Path | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """Read the config file; ``path`` None means the default location, which may be absent."""
     explicit = path is not None
-    path = path if path is not None else default_config_path()
+    path = os.fspath(path) if path is not None else default_config_path()
     try:
         raw = _read_regular_file(path) if explicit else _read_default_file(path)
     except FileNotFoundError:
@@ -230,7 +229,7 @@ def load_config(path: Path | None = None) -> Config:
     )
 
 
-def _groups(table: Any, path: Path) -> dict[str, tuple[str, ...]]:
+def _groups(table: Any, path: str) -> dict[str, tuple[str, ...]]:
     if not isinstance(table, dict):
         raise ConfigError(f'{path}: groups must be a table of name = ["host", ...]')
     groups: dict[str, tuple[str, ...]] = {}
@@ -241,7 +240,7 @@ def _groups(table: Any, path: Path) -> dict[str, tuple[str, ...]]:
     return groups
 
 
-def _fleet(table: Any, path: Path) -> dict[str, str | float]:
+def _fleet(table: Any, path: str) -> dict[str, str | float]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: fleet must be a table ([fleet])")
     _check_keys(table, FLEET_TEXT_KEYS | FLEET_SECONDS_KEYS, "fleet.", path)

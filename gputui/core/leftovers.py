@@ -14,8 +14,8 @@ that way).
 from __future__ import annotations
 
 import json
+import os
 import time
-from pathlib import Path
 
 from gputui.agent.protocol import LEFTOVERS_SCAN_COMMAND
 from gputui.core import state
@@ -28,6 +28,8 @@ from gputui.core.verdict_model import Finding
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from gputui.core.safefile import PathText
 
 LEFTOVERS_FILE = "leftovers.json"
 LEFTOVERS_KEPT_S = 86400.0
@@ -129,21 +131,31 @@ def judge(snapshot: HostSnapshot, checked: dict[str, Any] | None) -> HostSnapsho
 # -- the record ------------------------------------------------------------------------------------------
 
 
-def _path(path: Path | None) -> Path:
-    return state.state_dir() / LEFTOVERS_FILE if path is None else Path(path)
+def _path(path: PathText | None) -> str:
+    return os.path.join(state.state_dir(), LEFTOVERS_FILE) if path is None else os.fspath(path)
 
 
-def _document(path: Path) -> dict[str, Any]:
+def _document(path: str) -> dict[str, Any]:
+    """The record file's document ({} when there is none or it is not one).
+
+    Raises:
+        state.StateError: The file is planted (a link, FIFO or device, another user's) or cannot be read.
+    """
+    raw = state.read_state_file(path)
     try:
-        document = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        document = json.loads(raw.decode("utf-8")) if raw is not None else {}
+    except (UnicodeDecodeError, ValueError):
         return {}
     return document if isinstance(document, dict) else {}
 
 
-def load(target: str, boot_id: str | None, path: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+def load(target: str, boot_id: str | None, path: PathText | None = None) -> dict[str, list[dict[str, Any]]]:
     """The recorded leftovers of ``target`` in this boot: ``{"segments": [...], "mps": [...]}`` (empty
-    lists when none, the file is unusable, or the record is too old)."""
+    lists when none, the file is not a record, or the record is too old).
+
+    Raises:
+        state.StateError: The file must not be read (``state.read_state_file``): one line.
+    """
     entry = _document(_path(path)).get(target)
     empty: dict[str, list[dict[str, Any]]] = {"segments": [], "mps": []}
     if not isinstance(entry, dict) or boot_id is None or entry.get("boot_id") != boot_id:
@@ -158,13 +170,13 @@ def save(
     target: str,
     boot_id: str | None,
     found: dict[str, Any],
-    path: Path | None = None,
+    path: PathText | None = None,
     replace_all: bool = False,
 ) -> None:
     """Add (or with ``replace_all``, set) what a kill found to ``target``'s record; an empty record is
     forgotten. Raises state.StateError (one line) when the file cannot be written."""
     file_path = _path(path)
-    state.ensure_state_dir(file_path.parent)
+    state.ensure_state_dir(os.path.dirname(file_path))
     document = _document(file_path)
     known = {"segments": [], "mps": []} if replace_all else load(target, boot_id, file_path)
     for key in ("segments", "mps"):

@@ -23,7 +23,11 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    PathText = str | os.PathLike[str]
+    """A path as text, or as an object that gives it (``pathlib.Path``)."""
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -64,20 +68,33 @@ def _mode_problem(info: os.stat_result) -> str | None:
     return None
 
 
-def _check_ancestors(folder: Path) -> None:
+def _parent(path: str) -> str:
+    """The folder ``path`` is in (``pathlib.PurePath.parent``: "." for a bare name)."""
+    return os.path.dirname(path.rstrip("/") or "/") or "."
+
+
+def _name(path: str) -> str:
+    return os.path.basename(path.rstrip("/"))
+
+
+def _check_ancestors(folder: str) -> None:
     """Every folder above ``folder`` (by its real path): owned by the user or root, and not writable by group
     or others unless sticky (then nobody else can rename what is in it)."""
-    real = Path(os.path.realpath(folder.parent))
-    for ancestor in (real, *real.parents):
+    ancestor = os.path.realpath(_parent(folder))
+    while True:
         info = os.lstat(ancestor)
         problem = _owner_problem(info)
         if problem is None and info.st_mode & _GROUP_OTHER_WRITE and not info.st_mode & stat.S_ISVTX:
             problem = f"writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
         if problem is not None:
             raise UnsafeFile(f"folder {ancestor} (above {folder}): {problem}")
+        above = os.path.dirname(ancestor)
+        if above == ancestor:
+            return
+        ancestor = above
 
 
-def open_folder(folder: Path, create: bool = False) -> int:
+def open_folder(folder: PathText, create: bool = False) -> int:
     """A descriptor of ``folder`` once it passes the checks (the caller closes it).
 
     Args:
@@ -88,10 +105,10 @@ def open_folder(folder: Path, create: bool = False) -> int:
         FileNotFoundError: It does not exist (and ``create`` is False).
         UnsafeFile: It, or a folder above it, fails a check; or it cannot be made or opened.
     """
-    folder = Path(folder)
+    folder = os.fspath(folder)
     if create:
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.makedirs(folder, mode=0o700, exist_ok=True)
         except FileExistsError:
             pass  # a non-directory there: said below
         except OSError as exc:
@@ -120,7 +137,7 @@ def open_folder(folder: Path, create: bool = False) -> int:
     return fd
 
 
-def _checked_file(fd: int, before: os.stat_result, path: Path, max_bytes: int | None) -> None:
+def _checked_file(fd: int, before: os.stat_result, path: str, max_bytes: int | None) -> None:
     info = os.fstat(fd)
     if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
         raise UnsafeFile(f"{path}: replaced while it was opened")
@@ -135,7 +152,7 @@ def _size_text(size: int) -> str:
     return f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB"
 
 
-def _lstat_in(folder_fd: int, name: str, path: Path) -> os.stat_result:
+def _lstat_in(folder_fd: int, name: str, path: str) -> os.stat_result:
     """The entry ``name`` of the folder, not followed; UnsafeFile when it is no regular file."""
     info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
     problem = _kind_problem(info.st_mode)
@@ -144,7 +161,7 @@ def _lstat_in(folder_fd: int, name: str, path: Path) -> os.stat_result:
     return info
 
 
-def read_bytes(path: Path, max_bytes: int, follow_links: bool = False) -> bytes | None:
+def read_bytes(path: PathText, max_bytes: int, follow_links: bool = False) -> bytes | None:
     """The bytes of ``path``, None when it (or its folder) does not exist.
 
     Args:
@@ -156,14 +173,15 @@ def read_bytes(path: Path, max_bytes: int, follow_links: bool = False) -> bytes 
     Raises:
         UnsafeFile: The file or its folder fails a check, is over ``max_bytes``, or cannot be read.
     """
-    path = Path(os.path.realpath(path)) if follow_links else Path(path)
+    path = os.path.realpath(path) if follow_links else os.fspath(path)
+    name = _name(path)
     try:
-        folder_fd = open_folder(path.parent)
+        folder_fd = open_folder(_parent(path))
     except FileNotFoundError:
         return None
     try:
-        before = _lstat_in(folder_fd, path.name, path)
-        fd = os.open(path.name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=folder_fd)
+        before = _lstat_in(folder_fd, name, path)
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=folder_fd)
         try:
             _checked_file(fd, before, path, max_bytes)
             data = read_at_most(fd, max_bytes + 1)
@@ -180,7 +198,7 @@ def read_bytes(path: Path, max_bytes: int, follow_links: bool = False) -> bytes 
         os.close(folder_fd)
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: PathText, data: bytes, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data``: a temporary file in the same (checked, created if missing) folder,
     synced, then renamed over it, the rename synced too. A link or FIFO at ``path`` is replaced, never
     followed or opened.
@@ -188,11 +206,12 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
     Raises:
         UnsafeFile: The folder fails a check, or the file cannot be written.
     """
-    path = Path(path)
-    folder_fd = open_folder(path.parent, create=True)
+    path = os.fspath(path)
+    name = _name(path)
+    folder_fd = open_folder(_parent(path), create=True)
     # os.urandom is what secrets.token_hex reads; importing secrets would load hmac, hashlib and random
     # into every one-shot that only reads a file.
-    temporary = f".{path.name}.{os.urandom(6).hex()}.tmp"
+    temporary = f".{name}.{os.urandom(6).hex()}.tmp"
     made = False
     try:
         fd = os.open(
@@ -207,7 +226,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, path.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        os.replace(temporary, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
         made = False
         os.fsync(folder_fd)  # the rename itself survives a power cut
     except OSError as exc:
@@ -234,27 +253,28 @@ def read_at_most(fd: int, limit_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def append(path: Path, data: bytes) -> None:
+def append(path: PathText, data: bytes) -> None:
     """Append ``data`` to ``path`` (created owner-only) in one write, so concurrent writers do not
     interleave; the folder is created if missing.
 
     Raises:
         UnsafeFile: The file or its folder fails a check, or it cannot be written.
     """
-    path = Path(path)
-    folder_fd = open_folder(path.parent, create=True)
+    path = os.fspath(path)
+    name = _name(path)
+    folder_fd = open_folder(_parent(path), create=True)
     try:
         flags = os.O_WRONLY | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
         while True:
             try:
-                before = _lstat_in(folder_fd, path.name, path)
+                before = _lstat_in(folder_fd, name, path)
             except FileNotFoundError:
                 try:
-                    fd = os.open(path.name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder_fd)
+                    fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder_fd)
                 except FileExistsError:
                     continue  # another writer created it first: check and append to that one
             else:
-                fd = os.open(path.name, flags, dir_fd=folder_fd)
+                fd = os.open(name, flags, dir_fd=folder_fd)
                 try:
                     _checked_file(fd, before, path, None)
                 except BaseException:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 from gputui.core import safefile
 from gputui.core.cleanslate import WatchedPort
@@ -25,6 +24,8 @@ from gputui.core.record import Record, field
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from gputui.core.safefile import PathText
 
 BASELINES_FILE = "baselines.json"
 AUDIT_FILE = "audit.jsonl"
@@ -38,7 +39,7 @@ class StateError(Exception):
     """A state file cannot be read or written. ``str()`` is one line naming the file and the cause."""
 
 
-def state_dir() -> Path:
+def state_dir() -> str:
     """The directory for gputui's state files (not created here).
 
     ``$XDG_STATE_HOME/gputui`` when that variable holds an absolute path (the XDG spec says relative values
@@ -46,13 +47,13 @@ def state_dir() -> Path:
     """
     base = os.environ.get("XDG_STATE_HOME", "")
     if base and os.path.isabs(base):
-        return Path(base) / "gputui"
-    return Path.home() / ".local" / "state" / "gputui"
+        return os.path.join(base, "gputui")
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "gputui")
 
 
-def ensure_state_dir(directory: Path | None = None) -> Path:
+def ensure_state_dir(directory: PathText | None = None) -> str:
     """Create the state directory (owner-only, it holds an audit log), check it (``safefile``), return it."""
-    path = state_dir() if directory is None else Path(directory)
+    path = state_dir() if directory is None else os.fspath(directory)
     try:
         os.close(safefile.open_folder(path, create=True))
     except safefile.UnsafeFile as exc:
@@ -60,7 +61,7 @@ def ensure_state_dir(directory: Path | None = None) -> Path:
     return path
 
 
-def read_state_file(path: Path) -> bytes | None:
+def read_state_file(path: PathText) -> bytes | None:
     """The bytes of a state file, None when it does not exist; StateError (one line) when it is unsafe."""
     try:
         return safefile.read_bytes(path, STATE_FILE_MAX_BYTES)
@@ -82,7 +83,7 @@ class LoadedBaselines(Record):
     calibrated_at: float | None = None
 
 
-def _read_document(path: Path) -> dict[str, Any] | None:
+def _read_document(path: str) -> dict[str, Any] | None:
     """The parsed baselines file, None when it does not exist. Raises StateError when it is unusable."""
     raw = read_state_file(path)
     if raw is None:
@@ -104,10 +105,10 @@ def _valid_mib(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40
 
 
-def _document_to_load(path: Path | None) -> tuple[Path, dict[str, Any] | None, LoadedBaselines]:
+def _document_to_load(path: PathText | None) -> tuple[str, dict[str, Any] | None, LoadedBaselines]:
     """The baselines file, its document (None when absent or unusable), and what to load in that case:
     nothing, or a warning line and the defaults."""
-    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
+    file_path = os.path.join(state_dir(), BASELINES_FILE) if path is None else os.fspath(path)
     try:
         return file_path, _read_document(file_path), LoadedBaselines()
     except StateError as exc:
@@ -122,7 +123,7 @@ def _entry_gpus(entry: Any) -> dict[str, int] | None:
     return gpus
 
 
-def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
+def load_baselines(target: str, path: PathText | None = None) -> LoadedBaselines:
     """The calibrated baselines of ``target``; never raises.
 
     Args:
@@ -151,7 +152,7 @@ def load_baselines(target: str, path: Path | None = None) -> LoadedBaselines:
     )
 
 
-def load_calibrated_uuids(path: Path | None = None) -> LoadedBaselines:
+def load_calibrated_uuids(path: PathText | None = None) -> LoadedBaselines:
     """Every GPU calibrated on any host, by UUID; never raises.
 
     For the fleet view, whose hosts are named by a Prometheus label rather than by the target they were
@@ -171,10 +172,10 @@ def load_calibrated_uuids(path: Path | None = None) -> LoadedBaselines:
 def save_baselines(
     target: str,
     per_gpu_mib: dict[str, int],
-    path: Path | None = None,
+    path: PathText | None = None,
     hostname: str | None = None,
     now: float | None = None,
-) -> Path:
+) -> str:
     """Record ``per_gpu_mib`` as the calibrated baselines of ``target``, keeping other hosts' entries.
 
     The file is replaced atomically. An existing file that cannot be parsed is left exactly as it is and
@@ -193,8 +194,8 @@ def save_baselines(
     for key, value in per_gpu_mib.items():
         if not isinstance(key, str) or not _valid_mib(value):
             raise StateError(f"bad baseline {key!r}: {value!r} (MiB must be a non-negative whole number)")
-    file_path = state_dir() / BASELINES_FILE if path is None else Path(path)
-    ensure_state_dir(file_path.parent)
+    file_path = os.path.join(state_dir(), BASELINES_FILE) if path is None else os.fspath(path)
+    ensure_state_dir(os.path.dirname(file_path))
     try:
         document = _read_document(file_path)
     except StateError as exc:
@@ -211,26 +212,26 @@ def save_baselines(
     return file_path
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+def atomic_write_text(path: PathText, text: str, mode: int = 0o644) -> None:
     """Replace ``path`` with ``text`` so that readers see either the old or the new file, never a mix
     (``safefile.write_atomic``).
 
     Raises StateError (one line) when it cannot be written.
     """
     try:
-        safefile.write_atomic(Path(path), text.encode("utf-8"), mode)
+        safefile.write_atomic(path, text.encode("utf-8"), mode)
     except safefile.UnsafeFile as exc:
         raise StateError(str(exc)) from None
 
 
-def append_line(path: Path, line: str) -> None:
+def append_line(path: PathText, line: str) -> None:
     """Append one line to ``path`` (owner-only) in a single write, so concurrent writers do not interleave.
 
     Raises StateError (one line) when it cannot be written.
     """
     data = (line.rstrip("\n") + "\n").encode("utf-8")
     try:
-        safefile.append(Path(path), data)
+        safefile.append(path, data)
     except safefile.UnsafeFile as exc:
         raise StateError(str(exc)) from None
 
@@ -242,12 +243,12 @@ restarted much later to account)."""
 
 
 def load_watched_ports(
-    target: str, boot_id: str | None, path: Path | None = None, warnings: list[str] | None = None
+    target: str, boot_id: str | None, path: PathText | None = None, warnings: list[str] | None = None
 ) -> tuple[WatchedPort, ...]:
     """The ports of jobs ``gputui kill`` took down on ``target`` in this boot that no check has seen free
     yet (``cleanslate.WatchedPort``); none when the file is absent or unusable (it only narrows a verdict).
     A file refused as unsafe adds its one line to ``warnings``."""
-    file_path = state_dir() / WATCHED_PORTS_FILE if path is None else Path(path)
+    file_path = os.path.join(state_dir(), WATCHED_PORTS_FILE) if path is None else os.fspath(path)
     try:
         raw = read_state_file(file_path)
         document = json.loads(raw.decode("utf-8")) if raw is not None else None
@@ -272,14 +273,14 @@ def load_watched_ports(
 
 
 def save_watched_ports(
-    target: str, boot_id: str | None, ports: tuple[WatchedPort, ...], path: Path | None = None
+    target: str, boot_id: str | None, ports: tuple[WatchedPort, ...], path: PathText | None = None
 ) -> None:
     """Record (or, with no ports, forget) the watched ports of ``target``, keeping other hosts' entries.
 
     Raises StateError (one line) when the file cannot be written.
     """
-    file_path = state_dir() / WATCHED_PORTS_FILE if path is None else Path(path)
-    ensure_state_dir(file_path.parent)
+    file_path = os.path.join(state_dir(), WATCHED_PORTS_FILE) if path is None else os.fspath(path)
+    ensure_state_dir(os.path.dirname(file_path))
     raw = read_state_file(file_path)  # an unsafe file is refused, not replaced
     try:
         document = json.loads(raw.decode("utf-8")) if raw is not None else {}

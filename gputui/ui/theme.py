@@ -55,7 +55,7 @@ class ThemeStore:
 
     @property
     def path(self) -> Path:
-        return (state.state_dir() if self._directory is None else self._directory) / SETTINGS_FILE
+        return Path(state.state_dir() if self._directory is None else self._directory) / SETTINGS_FILE
 
     def load(self) -> str | None:
         """The theme kept, None when none is (or the file cannot be read: the default theme is fine).

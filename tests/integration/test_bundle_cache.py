@@ -23,7 +23,7 @@ def _plant(folder: Path, mark: Path) -> Path:
     and is re-hashed, so that its header and checksum are right."""
     key = bundle.cache_key(bundle.collector_files(), bundle.ENTRY)
     evil = bundle_of_source(f"open({str(mark)!r}, 'w').close()\n".encode())
-    path = folder / bundle.cache_path(key).name
+    path = folder / os.path.basename(bundle.cache_path(key))
     path.write_bytes(json.dumps(bundle.cache_header(key, evil)).encode() + b"\n" + evil.data)
     return path
 

@@ -85,15 +85,21 @@ def test_kill_refuses_without_a_safe_audit_log(
         assert planted.read_text() == "not gputui's\n"
 
 
-def test_check_goes_on_past_a_fifo_baselines_and_watched_ports(env: dict[str, str], state: Path) -> None:
+def test_check_goes_on_past_a_fifo_baselines_watched_ports_and_leftovers(
+    env: dict[str, str], state: Path
+) -> None:
     os.mkfifo(state / "baselines.json")
     os.mkfifo(state / "watched_ports.json")
+    os.mkfifo(state / "leftovers.json")
     result = run_gputui(["check", "--no-discover"], env, timeout_s=TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     assert "CLEAN: 8/8 GPUs at baseline (3 MiB + 2)" in result.stdout
     warnings = result.stderr.splitlines()
     assert any("baselines.json: a FIFO, not a regular file; using default baselines" in w for w in warnings)
     assert any("watched_ports.json: a FIFO, not a regular file" in w for w in warnings)
+    assert any(
+        "leftovers not checked: " in w and "leftovers.json: a FIFO, not a regular file" in w for w in warnings
+    )
     assert "Traceback" not in result.stderr
     assert stat.S_ISFIFO(os.lstat(state / "baselines.json").st_mode)  # reported, left as it is
 

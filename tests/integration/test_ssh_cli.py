@@ -368,3 +368,58 @@ def test_the_config_file_chooses_the_client_per_host_and_the_flag_overrides_it(
     assert line.startswith("gputui: behind: ")
     assert "ProxyCommand" in line
     assert line.endswith("use --ssh-client openssh")
+
+
+SSH_ONE_SHOT_UNUSED = (
+    "typing",  # below the UI, imported by type checkers only
+    "pathlib",  # state, config and cache paths are text
+    "paramiko",
+    "cryptography",
+    "hashlib",  # the collector cache is keyed by os.stat, checked by CRC-32
+    "ssl",
+    "textual",
+    "rich",
+    "dataclasses",
+    "gputui.transports.ssh.knownhosts",  # ssh checks host keys itself
+    "gputui.transports.ssh.openssh.failures",  # read only when ssh failed
+    "gputui.core.servers",  # no health endpoint on this host
+    "gputui.commands.check",
+)
+"""What ``gputui snapshot --json`` of a host reached through the user's ControlMaster must not load."""
+
+
+def test_a_one_shot_through_a_running_master_loads_only_what_it_uses(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    server = sshd_factory()
+    socket_path = tmp_path / "cm.sock"
+    ssh_client.add_host("gpu-cm", server, f"ControlPath {socket_path}", "ControlMaster auto")
+    ssh_client.trust(server)
+    code = (
+        "import json, sys\n"
+        "before = set(sys.modules)\n"
+        "from gputui.cli import main\n"
+        "status = main(['snapshot', '--json', '--no-discover', 'gpu-cm'])\n"
+        "sys.stdout.flush()\n"
+        "loaded = sorted(set(sys.modules) - before)\n"
+        "print(json.dumps({'status': status, 'modules': loaded}), file=sys.stderr)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    with control_master(ssh_client, "gpu-cm", socket_path):
+        logins = _logins(server)
+        for _ in range(2):  # the second run finds the collector's bundle in the cache
+            done = subprocess.run(
+                [sys.executable, "-c", code],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+                cwd=str(REPO),
+            )
+        assert _logins(server) == logins  # through the master
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report["status"] == 0, done.stderr
+    assert len(json.loads(done.stdout)["hosts"][0]["gpus"]) == 8
+    loaded = set(report["modules"])
+    assert "gputui.transports.ssh.openssh.link" in loaded
+    assert sorted(loaded & set(SSH_ONE_SHOT_UNUSED)) == []

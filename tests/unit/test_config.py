@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_missing_default_file_is_an_empty_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    assert default_config_path() == tmp_path / "gputui" / "config.toml"
+    assert default_config_path() == str(tmp_path / "gputui" / "config.toml")
     assert load_config() == Config()
 
 

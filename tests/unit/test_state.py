@@ -21,13 +21,13 @@ def xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_state_dir_follows_xdg_state_home(xdg: Path) -> None:
-    assert state_dir() == xdg
+    assert state_dir() == str(xdg)
 
 
 def test_state_dir_ignores_relative_xdg_value(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", "relative/dir")
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert state_dir() == tmp_path / ".local" / "state" / "gputui"
+    assert state_dir() == str(tmp_path / ".local" / "state" / "gputui")
 
 
 def test_nothing_recorded_gives_empty_baselines_without_warning(xdg: Path) -> None:
@@ -39,8 +39,8 @@ def test_nothing_recorded_gives_empty_baselines_without_warning(xdg: Path) -> No
 def test_save_then_load_round_trip_keyed_by_target_and_uuid(xdg: Path) -> None:
     path = save_baselines("local", {"GPU-aaa": 3, "GPU-bbb": 5}, hostname="node7", now=1000.0)
     save_baselines("gpu-node-08", {"GPU-ccc": 1})
-    assert path == xdg / "baselines.json"
-    document = json.loads(path.read_text())
+    assert path == str(xdg / "baselines.json")
+    document = json.loads(Path(path).read_text())
     assert document["hosts"]["local"]["gpus"] == {"GPU-aaa": 3, "GPU-bbb": 5}
     assert document["hosts"]["local"]["hostname"] == "node7"
     loaded = load_baselines("local")
@@ -146,7 +146,7 @@ def test_watched_ports_are_kept_per_host_and_boot_and_forgotten(xdg: Path) -> No
     ],
 )
 def test_a_bad_watched_ports_file_is_no_port_and_is_replaced(xdg: Path, content: bytes) -> None:
-    path = state_dir() / state.WATCHED_PORTS_FILE
+    path = Path(state_dir()) / state.WATCHED_PORTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
     loaded = state.load_watched_ports("gpu-a", "boot-1")

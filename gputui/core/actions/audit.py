@@ -46,7 +46,7 @@ class AuditLog:
     @property
     def path(self) -> Path:
         """The log file (its directory may not exist yet)."""
-        return (state.state_dir() if self.state_dir is None else Path(self.state_dir)) / state.AUDIT_FILE
+        return Path(state.state_dir() if self.state_dir is None else self.state_dir) / state.AUDIT_FILE
 
     def _line(
         self,
@@ -77,8 +77,7 @@ class AuditLog:
         }
 
     def _write(self, lines: list[dict[str, Any]]) -> Path:
-        directory = state.ensure_state_dir(self.state_dir)
-        path = directory / state.AUDIT_FILE
+        path = Path(state.ensure_state_dir(self.state_dir)) / state.AUDIT_FILE
         for line in lines:
             state.append_line(path, json_visible(line, separators=(",", ":")))
         return path

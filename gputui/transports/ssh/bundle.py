@@ -45,7 +45,6 @@ import re
 import sys
 import threading
 import zlib
-from pathlib import Path
 
 import gputui.agent
 from gputui.core import safefile
@@ -118,27 +117,32 @@ def _module_file(name: str, is_package: bool) -> str:
     return BUNDLE_ROOT + name.replace(".", "/") + ("/__init__.py" if is_package else ".py")
 
 
-ModuleFiles = dict[str, tuple[bool, Path]]
+ModuleFiles = dict[str, tuple[bool, str]]
 """Module name -> (is a package, the file its source is read from); ``gputui`` itself has none."""
 
 
 def collector_files() -> ModuleFiles:
     """The files of every module of the installed ``gputui.agent`` (but the boot stage), and of the client's
     pynvml when it is installed here as one source file."""
-    root = Path(gputui.agent.__file__).parent
-    files: ModuleFiles = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        is_package = parts[-1] == "__init__"
-        name = ".".join((AGENT_PACKAGE, *parts[:-1])) if is_package else ".".join((AGENT_PACKAGE, *parts))
-        if name != BOOT_MODULE:
-            files[name] = (is_package, path)
+    root = os.path.dirname(gputui.agent.__file__)
+    found: list[tuple[str, bool, str]] = []
+    for folder, _folders, names in os.walk(root):
+        package = os.path.relpath(folder, root).split(os.sep) if folder != root else []
+        for file_name in names:
+            if not file_name.endswith(".py"):
+                continue
+            stem = file_name[:-3]
+            is_package = stem == "__init__"
+            name = ".".join((AGENT_PACKAGE, *package) if is_package else (AGENT_PACKAGE, *package, stem))
+            if name != BOOT_MODULE:
+                found.append((name, is_package, os.path.join(folder, file_name)))
+    files: ModuleFiles = {name: (is_package, path) for name, is_package, path in sorted(found)}
     for name in FALLBACK_MODULES:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None or spec.submodule_search_locations is not None:
             continue  # not installed here, or a package (nvidia-ml-py's pynvml is one source file)
         if spec.origin.endswith(".py"):
-            files[name] = (False, Path(spec.origin))
+            files[name] = (False, spec.origin)
     return files
 
 
@@ -152,7 +156,7 @@ def collector_modules(files: ModuleFiles | None = None) -> Modules:
     modules: Modules = {"gputui": (True, _module_file("gputui", True), b"")}
     for name, (is_package, path) in (collector_files() if files is None else files).items():
         try:
-            modules[name] = (is_package, _module_file(name, is_package), path.read_bytes())
+            modules[name] = (is_package, _module_file(name, is_package), _read_file(path))
         except OSError as exc:
             if name in FALLBACK_MODULES:
                 continue
@@ -160,18 +164,23 @@ def collector_modules(files: ModuleFiles | None = None) -> Modules:
     return modules
 
 
-def boot_path() -> Path:
+def _read_file(path: str | os.PathLike[str]) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def boot_path() -> str:
     """``gputui/agent/remote/boot.py`` of this installation."""
     spec = importlib.util.find_spec(BOOT_MODULE)
     if spec is None or spec.origin is None:
         raise BundleError("gputui/agent/remote/boot.py is missing from this installation")
-    return Path(spec.origin)
+    return spec.origin
 
 
 def boot_source() -> bytes:
     """The second stage's source (``gputui/agent/remote/boot.py``)."""
     try:
-        return boot_path().read_bytes()
+        return _read_file(boot_path())
     except OSError as exc:
         raise BundleError(f"cannot read gputui/agent/remote/boot.py: {exc.strerror or exc}") from None
 
@@ -284,12 +293,12 @@ def loader(bundle: Bundle) -> str:
 # -- the cache ---------------------------------------------------------------------------------------------
 
 
-def cache_dir() -> Path:
+def cache_dir() -> str:
     """``$XDG_CACHE_HOME/gputui`` when that variable holds an absolute path, else ``~/.cache/gputui``."""
     base = os.environ.get("XDG_CACHE_HOME", "")
     if base and os.path.isabs(base):
-        return Path(base) / "gputui"
-    return Path.home() / ".cache" / "gputui"
+        return os.path.join(base, "gputui")
+    return os.path.join(os.path.expanduser("~"), ".cache", "gputui")
 
 
 def cache_key(files: ModuleFiles, entry: str) -> str:
@@ -313,10 +322,10 @@ def cache_key(files: ModuleFiles, entry: str) -> str:
     return "\n".join(parts)
 
 
-def cache_path(key: str) -> Path:
+def cache_path(key: str) -> str:
     """The cache file of ``key``; its header holds the whole key, so two keys sharing a name never mix."""
     data = key.encode("utf-8", "surrogateescape")
-    return cache_dir() / f"bundle-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.bin"
+    return os.path.join(cache_dir(), f"bundle-{zlib.crc32(data):08x}{zlib.adler32(data):08x}.bin")
 
 
 def cache_header(key: str, bundle: Bundle) -> dict[str, object]:
@@ -366,7 +375,7 @@ def _write_cache(key: str, bundle: Bundle) -> None:
     try:
         os.close(safefile.open_folder(directory, create=True))
     except safefile.UnsafeFile:
-        if not directory.is_dir():
+        if not os.path.isdir(directory):
             return  # cannot be made (read-only home): nothing to warn about
         raise
     try:
@@ -376,8 +385,13 @@ def _write_cache(key: str, bundle: Bundle) -> None:
     except safefile.UnsafeFile:
         return
     try:
-        kept = sorted(directory.glob("bundle-*.bin"), key=lambda p: p.lstat().st_mtime, reverse=True)
-        for old in kept[CACHE_KEEP:]:
-            old.unlink()
+        paths = [
+            os.path.join(directory, name)
+            for name in os.listdir(directory)
+            if name.startswith("bundle-") and name.endswith(".bin")
+        ]
+        paths.sort(key=lambda path: os.lstat(path).st_mtime, reverse=True)
+        for old in paths[CACHE_KEEP:]:
+            os.unlink(old)
     except OSError:
         pass

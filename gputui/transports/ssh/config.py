@@ -23,11 +23,14 @@ import re
 import shutil
 import stat
 import subprocess
-from pathlib import Path
 
 from gputui.core.link import LinkError
 from gputui.core.record import Record
 from gputui.core.targets import TargetSpec, parse_target
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CONFIG_ENV = "GPUTUI_SSH_CONFIG"
 RESOLVER_ENV = "GPUTUI_SSH_RESOLVER"
@@ -325,7 +328,7 @@ def expand_includes(path: Path, base_dir: Path, depth: int = 0) -> str:
 
             for included in sorted(glob.glob(pattern)):
                 if os.path.isfile(included):
-                    out.append(expand_includes(Path(included), base_dir, depth + 1))
+                    out.append(expand_includes(type(path)(included), base_dir, depth + 1))
     return "\n".join(out)
 
 
@@ -335,6 +338,8 @@ _MATCH_EXEC_RE = re.compile(r"^[ \t]*match\b[^\n]*\bexec\b", re.IGNORECASE | re.
 
 def resolve_with_paramiko(target: str, spec: TargetSpec, config_path: str | None) -> SshSettings:
     """Resolve with paramiko's parser after expanding Includes (OpenSSH file order: user, then system)."""
+    from pathlib import Path  # the fallback parser's: a host resolved by ssh -G reads no file here
+
     from gputui.transports.ssh.noinvoke import give_paramiko_invoke, import_paramiko
 
     paramiko = import_paramiko()
