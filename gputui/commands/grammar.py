@@ -166,8 +166,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         choices=SSH_CLIENTS,
         default=None,
         help="what reaches remote hosts: paramiko (built in; the default), openssh (the system ssh: "
-        "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where the ssh config "
-        "needs it); overrides ssh_client in the config",
+        "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where ssh is "
+        "installed, else paramiko; one-shot commands' default); overrides ssh_client in the config",
     )
     parser.add_argument(
         "--connect-timeout",

@@ -1,10 +1,10 @@
 """From a target word on the command line to a live link: local, simulated, or SSH.
 
 An SSH link goes through paramiko or the system ssh client as ``--ssh-client`` or the config's ``ssh_client``
-say; with ``auto``, ``SshLink`` chooses at every open from the host's resolved ssh config. Where neither says,
-the TUI and the exporter use paramiko and a one-shot command ``auto``: the system ssh for a host whose user's
-ControlMaster runs (the one-shot then rides it: no handshake, no paramiko import) or whose config needs it,
-paramiko for the rest, whose handshake costs less CPU than the system client's own.
+say; ``auto`` is the system ssh where one is installed, paramiko where none is. Where neither says, the TUI
+and the exporter use paramiko and a one-shot command ``auto``: it rides the user's running ControlMaster (no
+login, no handshake), and without one the system client's key exchange costs less CPU than importing
+paramiko and making its handshake.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 SSH_CLIENTS = ("paramiko", "openssh", "auto")
-"""What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (paramiko,
-and the system client for a host whose ssh config needs what only it can do)."""
+"""What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (the system
+client where one is installed, else paramiko)."""
 
 
 class LinkError(Exception):

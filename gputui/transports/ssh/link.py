@@ -51,8 +51,8 @@ class SshLink(HostLink):
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
         source: Collector source to ship instead of the installed collector (tests use a stand-in).
-        client: ``paramiko``, ``openssh`` (the system ssh client) or ``auto`` (openssh when the resolved
-            config needs it: ``SshSettings.openssh_only``); default ``options.ssh_client``.
+        client: ``paramiko``, ``openssh`` (the system ssh client) or ``auto`` (openssh where an ``ssh`` is
+            installed, paramiko where none is); default ``options.ssh_client``.
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
@@ -135,10 +135,8 @@ class SshLink(HostLink):
             raise phase_error(self.target, "connection failed", exc) from None
 
     def _new_session(self, settings: SshSettings) -> Session:
-        """The session of the client this open uses (``client``; ``auto`` asks the resolved settings)."""
-        use_system_ssh = self.client == "openssh" or (
-            self.client == "auto" and bool(settings.openssh_only()) and openssh_available()
-        )
+        """The session of the client this open uses (``client``; ``auto``: the system ssh where installed)."""
+        use_system_ssh = self.client == "openssh" or (self.client == "auto" and openssh_available())
         if use_system_ssh:
             from gputui.transports.ssh.openssh.link import OpenSshSession
 
