@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 
 from gputui import __version__
@@ -22,6 +24,10 @@ from gputui.agent.protocol import (
 )
 from gputui.commands import fleet_options
 from gputui.core.link import SSH_CLIENTS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SUBCOMMANDS = ("snapshot", "check", "kill", "reset", "leftovers", "exporter")
 KILL_DESCRIPTION = """\
@@ -57,7 +63,42 @@ MIB_MAX = 1 << 20
 """``--baseline-mib`` / ``--tolerance-mib``: at most 1 TiB."""
 
 
+def _terminal_columns() -> int:
+    """The width ``shutil.get_terminal_size`` gives help text (``COLUMNS``, else the terminal on stdout,
+    else 80), worked out here: argparse's own formatter imports shutil for it, and with it the archive modules
+    and their libraries, in every run, even one that prints no help."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    stdout = sys.__stdout__
+    if columns <= 0 and stdout is not None:
+        try:
+            columns = os.get_terminal_size(stdout.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, as wide as the terminal (``_terminal_columns``)."""
+
+    def __init__(
+        self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None
+    ) -> None:
+        width = _terminal_columns() - 2 if width is None else width
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """``HelpFormatter`` that keeps the description's and epilog's lines as they are written."""
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_ERROR, f"gputui: {message}\n")
 
@@ -247,7 +288,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     elif command == "kill":
         parser.description = KILL_DESCRIPTION
         parser.epilog = KILL_EPILOG
-        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.formatter_class = RawDescriptionHelpFormatter
         parser.add_argument("--signal", choices=("INT", "TERM", "KILL"), default="TERM")
         parser.add_argument("--tree", action="store_true", help="signal the job's tree, children first")
         parser.add_argument(
@@ -299,6 +340,7 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         from gputui.commands.reset_options import add_reset_arguments
 
         add_reset_arguments(parser)
+        parser.formatter_class = RawDescriptionHelpFormatter  # the plan's steps, one per line
         _add_no_audit(parser)
     elif command == "leftovers":
         from gputui.commands.reset_options import add_leftovers_arguments

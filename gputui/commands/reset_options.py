@@ -22,7 +22,6 @@ exit status with --yes:
 def add_reset_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = RESET_DESCRIPTION
     parser.epilog = RESET_EPILOG
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--all", action="store_true", help="every GPU of the host")
     parser.add_argument("--yes", action="store_true", help="run the plan (after writing it to the audit log)")
     parser.add_argument("--json", action="store_true", help="print the plan or the outcome as JSON")

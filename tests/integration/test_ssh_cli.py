@@ -373,6 +373,8 @@ def test_the_config_file_chooses_the_client_per_host_and_the_flag_overrides_it(
 SSH_ONE_SHOT_UNUSED = (
     "typing",  # below the UI, imported by type checkers only
     "pathlib",  # state, config and cache paths are text
+    "shutil",  # and with it bz2 and lzma: argparse's help width and the ssh lookup are worked out without it
+    "lzma",
     "paramiko",
     "cryptography",
     "hashlib",  # the collector cache is keyed by os.stat, checked by CRC-32

@@ -177,6 +177,26 @@ def test_kill_help_states_the_job_rule_the_escalation_and_the_exit_codes() -> No
     assert "--no-audit" in text
 
 
+@pytest.mark.parametrize("columns", [50, 120])
+def test_help_is_laid_out_as_argparse_lays_it_out_for_the_terminal_width(
+    monkeypatch: pytest.MonkeyPatch, columns: int
+) -> None:
+    """The parsers' formatter works out the width without shutil: the help must be argparse's own, line for
+    line, at the width ``COLUMNS`` gives (kill's and reset's epilogs kept as written)."""
+    import argparse
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    for command in (None, "snapshot", "check", "kill", "reset"):
+        parser = build_parser(command)
+        ours = parser.format_help()
+        raw = issubclass(parser.formatter_class, argparse.RawDescriptionHelpFormatter)
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter
+        assert ours == parser.format_help(), command
+    assert "\n  0  the reset can go ahead" in build_parser("reset").format_help()
+    usage = build_parser(None).format_usage().splitlines()
+    assert (len(usage) > 6) == (columns == 50)
+
+
 def test_kill_without_escalation_says_after_the_delay_that_it_is_still_alive(tmp_path: Path) -> None:
     """``--no-escalate``: TERM only, and the exit status tells the truth (1: it survived)."""
     import json

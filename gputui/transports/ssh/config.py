@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import stat
 import subprocess
 
@@ -167,8 +166,16 @@ def target_words(spec: TargetSpec) -> list[str]:
 
 
 def find_ssh() -> str | None:
-    """The ``ssh`` that ``PATH`` names first; None: none."""
-    return shutil.which("ssh")
+    """The ``ssh`` that ``PATH`` names first (an executable file), as ``shutil.which`` finds it; None: none.
+
+    Looked up here: shutil would load its archive modules (bz2, lzma and their libraries) into every
+    one-shot for this one lookup.
+    """
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or os.curdir, "ssh")
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
 
 
 def openssh_available() -> bool:
