@@ -16,8 +16,6 @@ from gputui.agent import answers as commands
 from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
 from gputui.agent.gpu.health import GpuHealthMonitor
 from gputui.agent.health.discovery import health_launcher_like_name
-from gputui.agent.kill.operation import KillContext
-from gputui.agent.kill.operations import KillOperations
 from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.exits import ExitWatch
 from gputui.agent.proc.ports import Listeners
@@ -39,6 +37,7 @@ if TYPE_CHECKING:
     from typing import Any, Iterable
 
     from gputui.agent.health.prober import HealthProber
+    from gputui.agent.kill.operations import KillOperations
 
 DRAIN_DROP_MIB = 8
 """A GPU whose used memory fell by more than this since the last sample is draining."""
@@ -132,9 +131,8 @@ class Agent:
         self._draining_until_mono = -1e18
         self._listeners = Listeners()
         self._listening_ports: list[int] | None = None
-        self.kills = KillOperations(
-            KillContext(self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
-        )
+        self._kills: KillOperations | None = None
+        self._kills_lock = threading.Lock()
         # Started here, so that the hello already says whether there is a driver.
         self._backend_args = (bool(use_pynvml), nvml_deadline_s, telemetry_interval_s)
         self._backend: Any = backend or open_backend(
@@ -281,7 +279,7 @@ class Agent:
 
     def _poll_gpus(self, want_processes: bool, forced: bool) -> list[dict[str, Any]]:
         """This sample's GPU dicts, with the health read when it is due (``GpuHealthMonitor.due``)."""
-        pending = self.kills.pending()
+        pending = self.escalations_pending()
         if self._kills_were_pending and not pending:
             self.gpu_health.request()  # a kill just finished: the GPU may be left unfit
         self._kills_were_pending = pending
@@ -332,7 +330,7 @@ class Agent:
     def watching(self) -> bool:
         """Whether ``pause`` waits on the GPU holders' exits: a clean-slate check asked for it
         (``watch_exits``), or a kill is under way."""
-        return self.watch_exits or self.kills.pending()
+        return self.watch_exits or self.escalations_pending()
 
     def pause(self, seconds: float, wake: threading.Event) -> bool:
         """Wait up to ``seconds`` for the next sample, less once ``wake`` is set; while ``watching``, also
@@ -400,13 +398,25 @@ class Agent:
             self.gpu_health.request()
         return commands.handle(self, command)
 
+    @property
+    def kills(self) -> KillOperations:
+        """The kill operations, made (the kill modules loaded) by the first kill command."""
+        with self._kills_lock:  # not the sampling lock: a kill never waits for a sample
+            if self._kills is None:
+                from gputui.agent.kill.operation import KillContext
+                from gputui.agent.kill.operations import KillOperations
+
+                facts = (self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
+                self._kills = KillOperations(KillContext(*facts))
+            return self._kills
+
     def escalations_pending(self) -> bool:
         """Whether a kill operation is still waiting, escalating or confirming."""
-        return self.kills.pending()
+        return self._kills is not None and self._kills.pending()  # made once, never unset
 
     def wait_for_escalations(self, timeout_s: float | None = None) -> bool:
         """Wait until every kill operation is done (``KillOperations.wait``); True when they are."""
-        return self.kills.wait(timeout_s)
+        return self._kills is None or self._kills.wait(timeout_s)
 
     # -- GPU resets: the collector lets go of the devices while the steps run ----------------------------
 

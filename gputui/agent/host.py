@@ -10,13 +10,14 @@ from typing import Any, Protocol
 class Agent(Protocol):
     """What the commands need of the collector (``collector.Agent``)."""
 
-    kills: Any
     discover_health: bool
     health_urls: tuple[str, ...]
     pid: int
     read_only: bool
     boot_id: str | None
 
+    @property
+    def kills(self) -> Any: ...
     @property
     def use_psutil(self) -> bool: ...
     @property

@@ -129,8 +129,9 @@ def test_the_import_rule_sees_a_client_import() -> None:
 
 
 def test_what_a_host_does_not_use_is_not_imported() -> None:
-    """The collector's start, sample and command modules leave the HTTP client, TLS and the nvidia-smi backend
-    unloaded: a host loads them only when it probes an endpoint or has no NVML."""
+    """The collector's start, sample and command modules leave the HTTP client, TLS, the nvidia-smi backend and
+    the kill path unloaded: a host loads them only when it probes an endpoint, has no NVML or is asked to
+    kill."""
     code = (
         "import sys\n"
         "from gputui.agent import collector\nfrom gputui.agent.remote import serve\n"
@@ -162,6 +163,8 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
         "gputui.agent.health.prober",
         "gputui.agent.gpu.smi",
         "gputui.agent.gpu.smiparse",
+        "gputui.agent.kill.operation",  # loaded by the first kill command
+        "gputui.agent.kill.operations",
     }
     assert not loaded & unused, sorted(loaded & unused)
     client = {m for m in loaded if m.startswith("gputui.") and not m.startswith("gputui.agent")}

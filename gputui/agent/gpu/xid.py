@@ -39,15 +39,17 @@ MAX_EVENTS = 256
 """Xid events kept per host, newest last (older ones dropped)."""
 DETAIL_MAX = 160
 
-_XID_RE = re.compile(
+_DMESG_TIME_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s?(.*)$")
+_KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
+# The patterns below meet only driver lines, Xid events and errors: kept as text, compiled by re (and kept in
+# its cache) the first time one is used, so a host whose log holds none never compiles them.
+_XID = (
     r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})(?:\.[0-7])?\):"
     r" ?(\d{1,5})(?:,\s*(.*))?$"
 )
 _DRIVER_LOAD = "NVRM: loading NVIDIA UNIX"
-_RECOVERED_RE = re.compile(r"recovery action changed from .* to 0x0\b", re.IGNORECASE)
-_DMESG_TIME_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]\s?(.*)$")
-_KMSG_RE = re.compile(r"^(\d+),(\d+),(\d+),[^;]*;(.*)$")
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_RECOVERED = r"(?i)recovery action changed from .* to 0x0\b"
+_UNSAFE = r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 
 
 def pci_key(text: Any) -> tuple[int, int, int] | None:
@@ -75,7 +77,7 @@ def pci_text(key: tuple[int, int, int]) -> str:
 
 
 def _clean(text: str) -> str:
-    return _UNSAFE.sub("?", text)[:DETAIL_MAX]
+    return re.sub(_UNSAFE, "?", text)[:DETAIL_MAX]
 
 
 class KernelLog:
@@ -230,7 +232,7 @@ class KernelLog:
         if _DRIVER_LOAD in text:
             self.driver_load_time = when if when is not None else time.time()
             return
-        match = _XID_RE.search(text.rstrip())
+        match = re.search(_XID, text.rstrip())
         if match is None:
             return  # a foreign or malformed line
         key = pci_key(":".join(match.group(1, 2, 3)))
@@ -238,7 +240,7 @@ class KernelLog:
             return
         xid = int(match.group(4))
         detail = _clean(match.group(5) or "")
-        if xid == 154 and _RECOVERED_RE.search(detail) and when is not None:
+        if xid == 154 and re.search(_RECOVERED, detail) and when is not None:
             self.recovered[key] = when
         self.events.append({"pci": key, "xid": xid, "time": when, "detail": detail})
         if len(self.events) > MAX_EVENTS:

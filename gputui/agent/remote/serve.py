@@ -20,7 +20,6 @@ from gputui.agent.args import finite_positive, seconds_in_range
 from gputui.agent.collector import Agent
 from gputui.agent.gpu import TELEMETRY_INTERVAL_S
 from gputui.agent.health import HEALTH_GENERATE_MIN_INTERVAL_S
-from gputui.agent.kill.operation import KILL_CONFIRM_S
 from gputui.agent.protocol import (
     CMD_CONFIGURE,
     CMD_QUIT,
@@ -146,6 +145,8 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
                 session.client_gone("quit")
                 return
             if name in KILL_COMMANDS:
+                from gputui.agent.kill.operation import KILL_CONFIRM_S
+
                 thread = threading.Thread(
                     target=run_command, args=(command,), name="gputui-kill", daemon=True
                 )
