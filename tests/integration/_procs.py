@@ -368,3 +368,41 @@ class Binary(Script):
 
     def __init__(self, binary: Path, roles: Sequence[str], args: Sequence[str] = ()) -> None:
         super().__init__("", roles, python=str(binary), argv_extra=args)
+
+
+class MainRun:
+    """What ``gputui.cli.main(words)`` did in an interpreter of its own (``run_main``)."""
+
+    def __init__(self, status: int, modules: set[str], stdout: str, stderr: str) -> None:
+        self.status = status
+        self.modules = modules
+        """The modules it loaded: what the interpreter had before gputui was imported is left out (an
+        editable install's finder loads pathlib at start-up; an installed gputui does not)."""
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def run_main(words: Sequence[str], env: dict[str, str], timeout_s: float = 120.0) -> MainRun:
+    """Run ``gputui.cli.main(words)`` in a fresh python from the repository, and say what it loaded."""
+    code = (
+        "import json, sys\n"
+        "before = set(sys.modules)\n"
+        "from gputui.cli import main\n"
+        f"status = main({list(words)!r})\n"
+        "sys.stdout.flush()\n"
+        "loaded = sorted(set(sys.modules) - before)\n"
+        "print(json.dumps({'status': status, 'modules': loaded}), file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=dict(env, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert lines, f"no report: exit {done.returncode}"
+    report = json.loads(lines[-1])
+    return MainRun(report["status"], set(report["modules"]), done.stdout, done.stderr)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
+from tests.integration._procs import run_main
 from tests.integration.openssh_peers import behind_a_proxy_command, control_master
 from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
 from tests.integration.sshd import (
@@ -397,31 +398,13 @@ def test_a_one_shot_through_a_running_master_loads_only_what_it_uses(
     socket_path = tmp_path / "cm.sock"
     ssh_client.add_host("gpu-cm", server, f"ControlPath {socket_path}", "ControlMaster auto")
     ssh_client.trust(server)
-    code = (
-        "import json, sys\n"
-        "before = set(sys.modules)\n"
-        "from gputui.cli import main\n"
-        "status = main(['snapshot', '--json', '--no-discover', 'gpu-cm'])\n"
-        "sys.stdout.flush()\n"
-        "loaded = sorted(set(sys.modules) - before)\n"
-        "print(json.dumps({'status': status, 'modules': loaded}), file=sys.stderr)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     with control_master(ssh_client, "gpu-cm", socket_path):
         logins = _logins(server)
         for _ in range(2):  # the second run finds the collector's bundle in the cache
-            done = subprocess.run(
-                [sys.executable, "-c", code],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env=env,
-                cwd=str(REPO),
-            )
+            run = run_main(["snapshot", "--json", "--no-discover", "gpu-cm"], dict(os.environ))
         assert _logins(server) == logins  # through the master
-    report = json.loads(done.stderr.strip().splitlines()[-1])
-    assert report["status"] == 0, done.stderr
-    assert len(json.loads(done.stdout)["hosts"][0]["gpus"]) == 8
-    loaded = set(report["modules"])
+    assert run.status == 0, run.stderr
+    assert len(json.loads(run.stdout)["hosts"][0]["gpus"]) == 8
+    loaded = run.modules
     assert "gputui.transports.ssh.openssh.link" in loaded
     assert sorted(loaded & set(SSH_ONE_SHOT_UNUSED)) == []

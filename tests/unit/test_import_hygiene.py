@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakenvml.plugin import FakeNvml
-from tests.integration._procs import REPO
+from tests.integration._procs import REPO, run_main
 
 DATA_LAYER = (
     "gputui.core.model",
@@ -129,9 +129,9 @@ def test_the_import_rule_sees_a_client_import() -> None:
 
 
 def test_what_a_host_does_not_use_is_not_imported() -> None:
-    """The collector's start, sample and command modules leave the HTTP client, TLS, the nvidia-smi backend and
-    the kill path unloaded: a host loads them only when it probes an endpoint, has no NVML or is asked to
-    kill."""
+    """The collector's start, sample and command modules leave the HTTP client, TLS, the nvidia-smi backend
+    and the kill path unloaded: a host loads them only when it probes an endpoint, has no NVML or is asked
+    to kill."""
     code = (
         "import sys\n"
         "from gputui.agent import collector\nfrom gputui.agent.remote import serve\n"
@@ -200,34 +200,13 @@ running, must not load: each is an import its output does not need."""
 def test_a_local_one_shot_loads_only_what_it_uses(
     fake_nvml: FakeNvml, tmp_path: Path, words: list[str]
 ) -> None:
-    # What the interpreter had before gputui was imported is left out: an editable install's finder loads
-    # pathlib at start-up, an installed gputui does not.
-    code = (
-        "import json, sys\n"
-        "before = set(sys.modules)\n"
-        "from gputui.cli import main\n"
-        f"status = main({words!r})\n"
-        "sys.stdout.flush()\n"
-        "loaded = sorted(set(sys.modules) - before)\n"
-        "print(json.dumps({'status': status, 'modules': loaded}), file=sys.stderr)\n"
-    )
-    env = dict(fake_nvml.env(), XDG_CONFIG_HOME=str(tmp_path / "no-config"))
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    report = json.loads(done.stderr.strip().splitlines()[-1])
-    assert report["status"] == 0, done.stderr
+    run = run_main(words, dict(fake_nvml.env(), XDG_CONFIG_HOME=str(tmp_path / "no-config")), timeout_s=60)
+    assert run.status == 0, run.stderr
     if words[0] == "snapshot":
-        assert json.loads(done.stdout)["hosts"][0]["gpus"], done.stdout[:200]
+        assert json.loads(run.stdout)["hosts"][0]["gpus"], run.stdout[:200]
     else:
-        assert "CLEAN" in done.stdout, done.stdout[:200]
-    loaded = set(report["modules"])
+        assert "CLEAN" in run.stdout, run.stdout[:200]
+    loaded = run.modules
     assert "pynvml" in loaded
     assert "gputui.agent.collector" in loaded
     unused = {name for name in ONE_SHOT_UNUSED if name in loaded}
