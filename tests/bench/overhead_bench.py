@@ -246,7 +246,7 @@ def remote_oneshot(
         return
     from tests.bench.bench_sshd import start_hosts
 
-    rounds = 5 if args.quick else 11
+    rounds = 5 if args.quick else 21  # both sides' CPU moves from run to run: more rounds, a steadier median
     with (
         fake_host(args.processes, args.holders) as host,
         tempfile.TemporaryDirectory(prefix="gputui-bench-remote-") as tmp_name,
@@ -308,8 +308,8 @@ def remote_oneshot(
         sec,
         f"remote one-shot: {hosts.source}; the remote python3 is a bare python (no pynvml, no "
         "psutil: the shipped pynvml is used), nvitop from the peers virtualenv; sshd's own CPU is "
-        "in neither figure; gputui at its defaults (a one-shot's client is auto: paramiko, or the system ssh "
-        "through a running master)",
+        "in neither figure; gputui at its defaults (a one-shot's client is auto: the system ssh where "
+        "installed, paramiko where not)",
     )
 
 
