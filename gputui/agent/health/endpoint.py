@@ -5,6 +5,13 @@ from __future__ import annotations
 from gputui.agent.health import HEALTH_MIN_GAP_S
 from gputui.agent.health.messages import HEALTH_SAMPLE_FIELDS, health_sample
 from gputui.agent.health.urls import health_is_generating_url, health_scrub, health_shown_url
+from gputui.agent.proc.procfs import (
+    CLOCK_TICKS_PER_S,
+    EXITED_STATES,
+    read_boot_time,
+    read_stat,
+    still_running,
+)
 from gputui.agent.protocol import HEALTH_STATE_UP
 
 TYPE_CHECKING = False
@@ -34,21 +41,11 @@ def launcher_start(pid: int | None) -> tuple[float, int] | None:
     or has exited (a zombie serves nothing)."""
     if pid is None:
         return None
-    from gputui.agent.proc.procfs import CLOCK_TICKS_PER_S, EXITED_STATES, read_boot_time, read_stat
-
     stat = read_stat(pid)
     boot = read_boot_time()
     if stat is None or boot is None or stat.state in EXITED_STATES:
         return None
     return boot + stat.start_ticks / float(CLOCK_TICKS_PER_S), stat.start_ticks
-
-
-def launcher_running(pid: int, start_ticks: int) -> bool:
-    """Whether the process that started at ``start_ticks`` is still ``pid`` and has not exited."""
-    from gputui.agent.proc.procfs import EXITED_STATES, read_stat
-
-    stat = read_stat(pid)
-    return stat is not None and stat.start_ticks == start_ticks and stat.state not in EXITED_STATES
 
 
 _SAMPLE_ONLY = ("launcher_age_s", "metrics")
@@ -112,7 +109,7 @@ class Endpoint:
             detail = HEALTH_NOT_PROBED_GENERATE
         started = self.launcher_started_at
         pid, ticks = self.launcher_pid, self.launcher_start_ticks
-        if started is not None and (pid is None or ticks is None or not launcher_running(pid, ticks)):
+        if started is not None and (pid is None or ticks is None or not still_running(pid, ticks)):
             # Discovery sees the launcher at the process-list rate; a launcher that died since has no age
             # from the moment it is gone, so a probe answered while it exits is never a remembered STARTING.
             started = None

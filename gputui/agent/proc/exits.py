@@ -16,7 +16,7 @@ import select
 import threading
 import time
 
-from gputui.agent.proc.procfs import EXITED_STATES, read_stat
+from gputui.agent.proc.procfs import EXITED_STATES, read_stat, still_running
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class ExitWatch:
             waited_ms = 0 if by_stat else int(wait_s * 1000)
             fired.update(by_fd[fd] for fd, _events in poller.poll(waited_ms))
         if by_stat:
-            fired.update(pid for pid, ticks in by_stat.items() if _gone(pid, ticks))
+            fired.update(pid for pid, ticks in by_stat.items() if not still_running(pid, ticks))
             if not fired and wake is not None and wait_s > 0:
                 wake.wait(wait_s)
         for pid in fired:
@@ -126,8 +126,3 @@ class ExitWatch:
         """Stop watching (closes the pidfds)."""
         self.watch(())
         self._left_exited = False
-
-
-def _gone(pid: int, start_ticks: int) -> bool:
-    stat = read_stat(pid)
-    return stat is None or stat.state in EXITED_STATES or stat.start_ticks != start_ticks

@@ -147,6 +147,13 @@ def read_stat(pid: int) -> ProcStat | None:
     return None if data is None else parse_stat(pid, data)
 
 
+def still_running(pid: int, start_ticks: int) -> bool:
+    """Whether the process that started at ``start_ticks`` is still ``pid`` and has not exited (a zombie
+    has; a later process given the same pid is another one)."""
+    stat = read_stat(pid)
+    return stat is not None and stat.start_ticks == start_ticks and stat.state not in EXITED_STATES
+
+
 def scan_proc() -> dict[int, ProcStat]:
     """One pass over /proc/[0-9]*/stat: every process on the host (threads are not listed).
 
