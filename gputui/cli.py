@@ -157,7 +157,7 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
 
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
     args: Any = parse_words(command, rest)
-    from gputui.core.config import ConfigError, load_config
+    from gputui.core.store import ConfigError, load_config
 
     try:
         args.config = load_config(args.config)

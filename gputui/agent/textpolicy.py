@@ -4,7 +4,7 @@ Every such string is hostile. Shown raw, C0/C1 controls move the cursor, retitle
 (``\\x1b]0;t\\x07``, ``\\x1b[2J``, ``\\x9b``), bidi controls reverse what follows (U+202E) and zero-width
 characters hide text or make two different names look the same. The policy is a fixed list of code points,
 not ``unicodedata`` categories, so that a collector on Python 3.8 and a client on 3.13 agree on every
-character. The collector applies it to what it reports; the client's ``gputui.core.textsafe`` is its face of
+character. The collector applies it to what it reports; the client's ``gputui.core.text.safe`` is its face of
 the same functions.
 """
 

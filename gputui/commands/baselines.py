@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gputui.core.analysis.baselines import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
-from gputui.core.state import load_baselines
-from gputui.core.textsafe import visible
+from gputui.core.store import load_baselines
+from gputui.core.text import visible
+from gputui.core.verdict import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

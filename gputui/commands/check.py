@@ -18,21 +18,18 @@ from gputui.commands.baselines import resolve_baselines
 from gputui.commands.output import link_error_line, safe_streams, wait_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.commands.verdict_text import verdict_lines
-from gputui.core import cleanslate, leftovers
-from gputui.core.analysis import Baselines
-from gputui.core.calibration import refusals
-from gputui.core.display import DASH, fit
-from gputui.core.judge import judge, no_data
 from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, snapshots_document
-from gputui.core.state import (
+from gputui.core.store import (
     StateError,
+    WatchedPort,
+    leftovers,
     load_watched_ports,
     save_baselines,
     save_watched_ports,
 )
-from gputui.core.textsafe import json_visible, visible
-from gputui.core.verdicts import exit_code, worst_exit_code
+from gputui.core.text import DASH, fit, json_visible, visible
+from gputui.core.verdict import Baselines, cleanslate, exit_code, judge, no_data, refusals, worst_exit_code
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -80,7 +77,7 @@ def wait_until_clean(
     wait_s: float,
     args: argparse.Namespace,
     clock: Callable[[], float] = time.monotonic,
-    ports: tuple[cleanslate.WatchedPort, ...] = (),
+    ports: tuple[WatchedPort, ...] = (),
 ) -> tuple[HostSnapshot, float | None, cleanslate.CleanCheck]:
     """Sample at 10+ per second until the host is clean or ``wait_s`` passed, by the rules of
     ``core.cleanslate`` (the same machine as the TUI's ``c``).
@@ -239,7 +236,7 @@ def ports_free_line(check: cleanslate.CleanCheck) -> str:
 
 
 def _forget_free_ports(
-    target: str, snapshot: HostSnapshot, ports: tuple[cleanslate.WatchedPort, ...], err: TextIO
+    target: str, snapshot: HostSnapshot, ports: tuple[WatchedPort, ...], err: TextIO
 ) -> None:
     """Stop watching the ports ``snapshot`` shows free: a later listener is the restarted server."""
     left = cleanslate.ports_left(snapshot, ports)

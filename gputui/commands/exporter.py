@@ -33,14 +33,13 @@ from gputui import __version__
 from gputui.commands.baselines import resolve_baselines
 from gputui.commands.exporter_options import DEFAULT_ADDRESS
 from gputui.commands.targets import open_link, options_from_args
-from gputui.core.analysis import Baselines, analyze
-from gputui.core.display import fit
-from gputui.core.exposition import ExportedSample, ExporterFigures, families
+from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
-from gputui.core.record import replace
+from gputui.core.model import replace
 from gputui.core.servers import ServerWatch
-from gputui.core.state import StateError, atomic_write_text
-from gputui.core.textsafe import visible
+from gputui.core.store import StateError, atomic_write_text
+from gputui.core.text import fit, visible
+from gputui.core.verdict import Baselines, analyze
 from gputui.transports.local import LOCAL_TARGET
 
 TYPE_CHECKING = False

@@ -12,9 +12,9 @@ import argparse
 import os
 import stat
 
-from gputui.core.config import Config
-from gputui.core.record import Record
-from gputui.core.textsafe import visible
+from gputui.core.model import Record
+from gputui.core.store import Config
+from gputui.core.text import visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def expand_targets(words: list[str], hosts_file: str | None, config: Config) -> 
 
 def _fleet_choice(args: argparse.Namespace, config: Config) -> FleetChoice:
     # Imported here: every other command line starts without the Prometheus client and the analysis.
-    from gputui.core.fleet_rows import DEFAULT_REFRESH_S, DEFAULT_SSH_TARGET, check_template
+    from gputui.core.fleet import DEFAULT_REFRESH_S, DEFAULT_SSH_TARGET, check_template
     from gputui.transports.prometheus import (
         DEFAULT_HOST_LABEL,
         DEFAULT_STALE_AFTER_S,

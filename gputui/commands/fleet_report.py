@@ -16,9 +16,8 @@ from functools import partial
 from gputui.agent.protocol import HEALTH_STATE_UP
 from gputui.commands.fleet_options import FleetChoice
 from gputui.commands.output import marks, safe_streams, wait_line
-from gputui.core.analysis import Baselines
-from gputui.core.display import fit
-from gputui.core.fleet_rows import (
+from gputui.core.fleet import (
+    FleetSample,
     analyze_fleet,
     baseline_text,
     fleet_baselines,
@@ -30,11 +29,9 @@ from gputui.core.fleet_rows import (
     summarize,
     xid_text,
 )
-from gputui.core.fleet_sample import FleetSample
-from gputui.core.levels import CLEAN, NOT_CLEAN
-from gputui.core.model import HostSnapshot, snapshots_document
-from gputui.core.textsafe import json_visible, visible
-from gputui.core.verdicts import CANNOT_TELL_WORDS, exit_code
+from gputui.core.model import CLEAN, NOT_CLEAN, HostSnapshot, snapshots_document
+from gputui.core.text import fit, json_visible, visible
+from gputui.core.verdict import CANNOT_TELL_WORDS, Baselines, exit_code
 from gputui.transports.prometheus import PrometheusError, PrometheusSource, shown_url
 
 TYPE_CHECKING = False

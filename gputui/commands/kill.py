@@ -42,17 +42,11 @@ from gputui.core.actions import (
     killed_jobs,
     plan_kill,
 )
-from gputui.core.analysis import find_survivors
-from gputui.core.cleanslate import watched_ports
-from gputui.core.cmdline import command_display
-from gputui.core.display import DASH, fit
 from gputui.core.link import HostLink, LinkError, full_sample
-from gputui.core.model import HostSnapshot
-from gputui.core.owner import parse_owner_option
-from gputui.core.state import StateError, load_watched_ports, save_watched_ports
-from gputui.core.textsafe import json_visible, visible
-from gputui.core.verdict_model import Finding
-from gputui.core.wire_values import plain
+from gputui.core.model import Finding, HostSnapshot, parse_owner_option, plain
+from gputui.core.store import StateError, load_watched_ports, save_watched_ports, watched_ports
+from gputui.core.text import DASH, command_display, fit, json_visible, visible
+from gputui.core.verdict import find_survivors
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

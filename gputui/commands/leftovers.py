@@ -1,6 +1,6 @@
 """Leftovers of killed jobs in the commands: recorded by ``kill``, named by ``kill``'s receipt and ``check``,
-listed and removed by ``gputui leftovers HOST [--remove]`` (``gputui.core.leftovers`` has the rule and the
-wording; the collector reads and removes, ``gputui.agent.proc.leftovers``).
+listed and removed by ``gputui leftovers HOST [--remove]`` (``gputui.core.store.leftovers`` has the rule and
+the wording; the collector reads and removes, ``gputui.agent.proc.leftovers``).
 
 ``gputui leftovers HOST`` lists what the kills recorded for the host that still exists (exit 0 nothing left,
 1 something left, 2 cannot tell). ``--remove`` removes the segments, after a confirmation (``--yes`` without
@@ -21,12 +21,10 @@ from gputui.agent.protocol import (
 )
 from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.core import leftovers
 from gputui.core.actions import AuditLog
-from gputui.core.display import fit
 from gputui.core.link import HostLink, LinkError, full_sample
-from gputui.core.state import StateError
-from gputui.core.textsafe import json_visible, visible
+from gputui.core.store import StateError, leftovers
+from gputui.core.text import fit, json_visible, visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

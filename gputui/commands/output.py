@@ -3,7 +3,7 @@ the one line for a host that could not be reached, and the last line of a wait."
 
 from __future__ import annotations
 
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -2,8 +2,8 @@
 
 The first word is the host (``local`` for this machine), then GPUs by index or UUID, or ``--all``. The
 collector on that host reads who holds the device nodes and the GPUs' modes and builds the plan
-(``gputui.agent.reset.plan``); this command prints it (``gputui.core.reset_plan`` words it) and exits 0 when
-the reset can go ahead, 1 when something blocks it (or only a reboot can help), 2 when it cannot tell.
+(``gputui.agent.reset.plan``); this command prints it (``gputui.core.actions.reset_plan`` words it) and exits
+0 when the reset can go ahead, 1 when something blocks it (or only a reboot can help), 2 when it cannot tell.
 
 With ``--yes`` every step goes to the audit log before anything runs (a log that cannot be written refuses
 the reset; ``--no-audit`` is the way out), the collector plans again and runs only if the plan is still the
@@ -30,12 +30,11 @@ from gputui.agent.protocol import (
 from gputui.commands.kill import _Interrupts
 from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import open_link, options_from_args
-from gputui.core.actions import AuditLog
-from gputui.core.link import LinkError
-from gputui.core.reset_plan import (
+from gputui.core.actions import (
     EXIT_BLOCKED,
     EXIT_CANNOT_TELL,
     STAGE_RESET,
+    AuditLog,
     PlanShapeError,
     ResetPlan,
     audit_lines,
@@ -45,8 +44,9 @@ from gputui.core.reset_plan import (
     run_exit,
     unknown_command_said,
 )
-from gputui.core.state import StateError
-from gputui.core.textsafe import json_visible, visible
+from gputui.core.link import LinkError
+from gputui.core.store import StateError
+from gputui.core.text import json_visible, visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

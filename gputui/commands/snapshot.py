@@ -10,15 +10,11 @@ from gputui.commands.baselines import resolve_baselines
 from gputui.commands.output import link_error_line
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.commands.verdict_text import verdict_lines
-from gputui.core.analysis.gpu_health import health_summary
-from gputui.core.cmdline import command_display
-from gputui.core.display import DASH, clock_time, fit
-from gputui.core.health_sample import HealthSample
-from gputui.core.judge import judge, no_data
 from gputui.core.link import LinkError, one_shot_sample
-from gputui.core.model import HostSnapshot
-from gputui.core.state import load_watched_ports
-from gputui.core.textsafe import json_visible, visible
+from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.store import load_watched_ports
+from gputui.core.text import DASH, clock_time, command_display, fit, json_visible, visible
+from gputui.core.verdict import health_summary, judge, no_data
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ finding (the jobs' ancestors up to init, a zombie no finding names) are counted 
 
 from __future__ import annotations
 
-from gputui.core.analysis import build_forest, flatten
+from gputui.core.jobs import build_forest, flatten
 from gputui.core.model import HostSnapshot, snapshots_document
 
 TYPE_CHECKING = False

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from gputui.core.config import Config
 from gputui.core.link import SSH_CLIENTS, HostLink, LinkOptions
+from gputui.core.store import Config
 
 LOCAL_TARGET = "local"
 ONE_SHOT_SSH_CLIENT = "auto"

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.core.link import HostLink
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,10 +86,9 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         args: Parsed by ``gputui.commands.grammar.build_parser(None)``.
         clock: Epoch seconds source for the app and the demo hosts (screenshots freeze it); default: now.
     """
-    from gputui.core.analysis import Baselines
-    from gputui.core.config import Config
     from gputui.core.servers import ServerWatch
-    from gputui.core.state import load_baselines
+    from gputui.core.store import Config, load_baselines
+    from gputui.core.verdict import Baselines
 
     with _asyncio_without_tls():
         from gputui.ui.app import GpuTuiApp

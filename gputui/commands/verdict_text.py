@@ -1,5 +1,5 @@
 """The verdict block ``check`` prints and ``snapshot`` prints after its table: the same lines for the same
-sample, from the one verdict the engine (``gputui.core.judge``) computed.
+sample, from the one verdict the engine (``gputui.core.verdict.judge``) computed.
 
 One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``verdicts.headline``), every other
 reason, then the findings with their actions. A reason that is word for word a finding listed below is not
@@ -9,10 +9,9 @@ printed twice (eight defunct workers would take sixteen lines to say eight thing
 from __future__ import annotations
 
 from gputui.commands.output import marks
-from gputui.core.display import DASH, age_since, fit
-from gputui.core.levels import CANNOT_TELL
-from gputui.core.model import HostSnapshot
-from gputui.core.verdicts import headline
+from gputui.core.model import CANNOT_TELL, HostSnapshot
+from gputui.core.text import DASH, age_since, fit
+from gputui.core.verdict import headline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,1 +1,12 @@
-"""Plain data and pure rules shared by every front end: no textual or rich imports."""
+"""Plain data and pure rules shared by every front end: no textual or rich imports.
+
+Concept packages, each with a face (``__init__``, ``__all__``) that loads nothing until a name is used; which
+may import which is an import-linter contract (``pyproject.toml``), from the top down:
+
+* ``fleet``, ``actions``: many hosts through Prometheus; kills and resets planned for the collector;
+* ``verdict``: THE engine, from a host sample to its findings and clean-slate verdict, and their wording;
+* ``servers``, ``store``: inference endpoints; the files gputui keeps and the one safe opener;
+* ``link``, ``jobs``: how a host is reached; the process forest of a sample;
+* ``model``: the host sample and its records;
+* ``text``: machine text made safe, figures and command lines as they read.
+"""

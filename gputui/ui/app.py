@@ -21,15 +21,12 @@ from textual.notifications import Notification
 from textual.screen import Screen
 
 from gputui.agent.protocol import MEMORY_INTERVAL_S
-from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
-from gputui.core.analysis import Baselines
-from gputui.core.display import fit
+from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan, ResetPlan
 from gputui.core.link import HostLink
-from gputui.core.model import HostSnapshot
-from gputui.core.owner import Owner
-from gputui.core.reset_plan import ResetPlan
+from gputui.core.model import HostSnapshot, Owner
 from gputui.core.servers import ServerWatch
-from gputui.core.textsafe import visible
+from gputui.core.text import fit, visible
+from gputui.core.verdict import Baselines
 from gputui.transports.ssh import trust as ssh_hostkeys
 from gputui.transports.ssh.knownhosts import UnknownHostKey
 from gputui.ui import keymap

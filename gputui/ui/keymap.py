@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from textual.binding import Binding, BindingType
 
-from gputui.core.fleet_rows import SORT_MODES as FLEET_SORT_MODES
+from gputui.core.fleet import SORT_MODES as FLEET_SORT_MODES
 
 APP = "app"
 MONITOR = "monitor"

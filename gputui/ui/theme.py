@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from gputui.core import state
+from gputui.core.store import saved
 from gputui.ui.session.jobs import spawn
 
 ANSI = "ansi"
@@ -55,7 +55,7 @@ class ThemeStore:
 
     @property
     def path(self) -> Path:
-        return Path(state.state_dir() if self._directory is None else self._directory) / SETTINGS_FILE
+        return Path(saved.state_dir() if self._directory is None else self._directory) / SETTINGS_FILE
 
     def load(self) -> str | None:
         """The theme kept, None when none is (or the file cannot be read: the default theme is fine).
@@ -63,9 +63,9 @@ class ThemeStore:
         A file refused as unsafe (``safefile``) leaves its one line in ``warning``, and is never replaced.
         """
         try:
-            raw = state.read_state_file(self.path)
+            raw = saved.read_state_file(self.path)
             document = json.loads(raw.decode("utf-8")) if raw is not None else None
-        except state.StateError as exc:
+        except saved.StateError as exc:
             self.warning = f"{exc}; using the default theme"
             self._unsafe = True
             return None
@@ -84,9 +84,9 @@ class ThemeStore:
 
         def write() -> None:
             try:
-                state.ensure_state_dir(path.parent)
-                state.atomic_write_text(path, json.dumps({"theme": theme}) + "\n")
-            except state.StateError:
+                saved.ensure_state_dir(path.parent)
+                saved.atomic_write_text(path, json.dumps({"theme": theme}) + "\n")
+            except saved.StateError:
                 pass
 
         spawn("theme", write)

@@ -158,7 +158,7 @@ def synthetic_snapshot(target: str, round_no: int) -> Any:
 
 
 async def _render(args: argparse.Namespace) -> dict:
-    from gputui.core.analysis import Baselines, analyze
+    from gputui.core.verdict import Baselines, analyze
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.session.hosts import Hosts
 

@@ -232,8 +232,8 @@ def client_main(argv: list[str]) -> int:
     start = time.monotonic()
     analyze = None
     try:
-        from gputui.core.analysis import Baselines
-        from gputui.core.analysis import analyze as analyze_fn
+        from gputui.core.verdict import Baselines
+        from gputui.core.verdict import analyze as analyze_fn
 
         baselines = Baselines()
 

@@ -64,8 +64,8 @@ def _changed(document: dict[str, Any], round_no: int) -> dict[str, Any]:
 
 
 def _client(args: argparse.Namespace) -> dict[str, Any]:
-    from gputui.core.analysis import Baselines
-    from gputui.core.fleet_rows import analyze_fleet, sort_key, summarize
+    from gputui.core.fleet import analyze_fleet, sort_key, summarize
+    from gputui.core.verdict import Baselines
     from gputui.transports.prometheus import FleetSettings, PrometheusSource
     from tests.data.prometheus import scaled_answer
 
@@ -104,8 +104,8 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _render(args: argparse.Namespace) -> dict[str, Any]:
-    from gputui.core.analysis import Baselines
-    from gputui.core.fleet_rows import analyze_fleet
+    from gputui.core.fleet import analyze_fleet
+    from gputui.core.verdict import Baselines
     from gputui.transports.prometheus import parse_answer
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.screens.fleet import FleetScreen
@@ -178,8 +178,8 @@ def _proc_cpu_s(pid: int) -> float:
 async def _loop(args: argparse.Namespace) -> dict[str, Any]:
     import tempfile
 
-    from gputui.core.analysis import Baselines
-    from gputui.core.fleet_rows import analyze_fleet
+    from gputui.core.fleet import analyze_fleet
+    from gputui.core.verdict import Baselines
     from gputui.transports.prometheus import FleetSettings, PrometheusSource, build_query, fetch
     from gputui.ui.app import GpuTuiApp
     from gputui.ui.screens.fleet import FleetScreen

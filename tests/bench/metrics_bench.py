@@ -75,7 +75,7 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
 
     from gputui.agent.health import messages as protocol
     from gputui.agent.health.metrics_filter import filter_metrics
-    from gputui.core.health_sample import HealthSample
+    from gputui.core.model import HealthSample
     from gputui.core.servers import ServerStateTracker, parse_server_metrics
 
     body = Path(args.body).read_bytes()

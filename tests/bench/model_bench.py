@@ -37,7 +37,7 @@ def _record_classes() -> list[type]:
     import importlib
     import pkgutil
 
-    from gputui.core.record import Record
+    from gputui.core.model import Record
 
     for package in ("gputui.core", "gputui.commands"):
         module = importlib.import_module(package)
@@ -72,7 +72,7 @@ def _twins(kind: str, shapes: list[tuple[str, list[tuple[str, bool]]]]) -> dict[
         namespace: dict[str, Any] = {"__annotations__": annotations, "__module__": __name__}
         namespace.update({f: None for f, has_default in fields if has_default})
         if kind == "record":
-            from gputui.core.record import Record
+            from gputui.core.model import Record
 
             made[name] = type(short, (Record,), namespace)
         elif kind == "dataclass":
@@ -100,7 +100,7 @@ def _stream() -> list[bytes]:
 
 
 def _instances(value: Any, found: list[Any]) -> None:
-    from gputui.core.record import fields, is_record
+    from gputui.core.model import fields, is_record
 
     if is_record(value):
         found.append(value)
@@ -203,7 +203,7 @@ def bench(report: Any, sec: int, peer_python: str | None, env: dict[str, str]) -
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             report.na(sec, "model classes, three kinds", str(exc)[:200])
             return
-    mechanism = {"record": "gputui.core.record", "dataclass": "dataclasses", "msgspec": MSGSPEC}
+    mechanism = {"record": "gputui.core.model.record", "dataclass": "dataclasses", "msgspec": MSGSPEC}
     for kind, got in figures.items():
         report.add(
             sec,

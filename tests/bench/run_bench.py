@@ -681,7 +681,7 @@ def collector_start(args: argparse.Namespace, host: FakeHost, report: Report, se
     python of another version); each with this python (its own pynvml and psutil) and with a python that has
     neither (the shipped pynvml then). 64 of these start at once when gputui opens a 64-host fleet.
     """
-    from gputui.core.record import replace
+    from gputui.core.model import replace
     from gputui.transports.ssh.bundle import bundle_for, loader
 
     payload = bundle_for()

@@ -20,8 +20,7 @@ from gputui.agent.health import messages as health_messages
 from gputui.agent.kill import messages as kill_messages
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
-from gputui.core.model import HostSnapshot, Proc
-from gputui.core.record import fields
+from gputui.core.model import HostSnapshot, Proc, fields
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 from gputui.ui.session.killflow import outcome_summary
 from tests.fakenvml.plugin import FakeNvml

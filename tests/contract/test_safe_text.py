@@ -10,11 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from gputui.agent.protocol import KERNEL_LOG
-from gputui.core.actions.replies import parse_reply
-from gputui.core.health_sample import HealthSample
+from gputui.core.actions import parse_reply
 from gputui.core.link import LinkOptions
-from gputui.core.model import HostSnapshot
-from gputui.core.record import fields, is_record
+from gputui.core.model import HealthSample, HostSnapshot, fields, is_record
 from gputui.core.servers import ServerWatch
 from gputui.transports.prometheus import parse_answer
 from gputui.transports.prometheus.parts import PART_LABEL

@@ -24,11 +24,10 @@ from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEAL
 from gputui.commands import check as check_command
 from gputui.commands import snapshot as snapshot_command
 from gputui.commands.grammar import build_parser
-from gputui.core.display import age_since
-from gputui.core.levels import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN
 from gputui.core.link import HostLink, LinkError
-from gputui.core.model import HostSnapshot
-from gputui.core.verdicts import headline
+from gputui.core.model import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, HostSnapshot
+from gputui.core.text import age_since
+from gputui.core.verdict import headline
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.clean_slate import CleanSlateLine

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gputui.core.actions import plan_kill
-from gputui.core.analysis import build_forest, flatten
+from gputui.core.jobs import build_forest, flatten
 from gputui.core.model import HostSnapshot, Proc
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import agent_process

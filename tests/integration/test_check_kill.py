@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gputui.core.analysis import build_forest, flatten
+from gputui.core.jobs import build_forest, flatten
 from gputui.core.model import HostSnapshot
 from tests.integration._procs import Binary, build_vfork_waiter
 from tests.integration.procs import (

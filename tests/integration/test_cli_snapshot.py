@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 from tests.fakenvml import FakeNvmlState
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, SLEEPER, is_gone, script, wait_for

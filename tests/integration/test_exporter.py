@@ -25,9 +25,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputui.core.analysis import Baselines
-from gputui.core.fleet_rows import analyze_fleet, summarize
-from gputui.core.fleet_sample import FleetHost
+from gputui.core.fleet import FleetHost, analyze_fleet, summarize
+from gputui.core.verdict import Baselines
 from gputui.transports.prometheus import FleetSettings, PrometheusSource
 from tests.fakenvml import FakeGpu, FakeNvmlState
 from tests.integration.dcgm_exporter import Exporters, gpu_uuid

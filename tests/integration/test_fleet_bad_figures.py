@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gputui.core.fleet_sample import FleetHost
+from gputui.core.fleet import FleetHost
 from gputui.transports.prometheus import FleetSettings, PrometheusSource
 from tests.integration.prometheus import Fleet
 

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from gputui.agent.gpu.xid import TEST_SOURCE_ENV
-from gputui.core.analysis import Baselines, analyze
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.core.verdict import Baselines, analyze
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, agent_process

@@ -39,10 +39,9 @@ from gputui.agent.health.probe import probe_url
 from gputui.agent.health.prober import HealthProber
 from gputui.agent.health.urls import health_redact_url
 from gputui.commands.snapshot import format_health_line
-from gputui.core.health_sample import HealthSample
 from gputui.core.link import LinkOptions
-from gputui.core.model import HostSnapshot
-from gputui.core.record import fields as record_fields
+from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.model import fields as record_fields
 from gputui.transports.ssh import SshLink
 from gputui.transports.ssh.bundle import Bundle, boot_source, build, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from gputui.core.actions import plan_kill
-from gputui.core.analysis import build_forest, flatten
+from gputui.core.jobs import build_forest, flatten
 from gputui.core.model import HostSnapshot
 from tests.integration.procs import (
     DEADLINE_S,

@@ -22,7 +22,7 @@ import pytest
 
 from gputui.agent.kill.guard import KillGuard
 from gputui.agent.proc.procfs import scan_proc
-from gputui.core.analysis import build_forest
+from gputui.core.jobs import build_forest
 from gputui.core.model import HostSnapshot
 from tests.integration._procs import agent_process
 from tests.integration.procs import (

@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.analysis import Baselines
-from gputui.core.fleet_rows import analyze_fleet, ssh_target_for
-from gputui.core.fleet_sample import FleetHost, FleetSample
-from gputui.core.model import HostSnapshot
-from gputui.core.record import fields
+from gputui.core.fleet import FleetHost, FleetSample, analyze_fleet, ssh_target_for
+from gputui.core.model import HostSnapshot, fields
+from gputui.core.verdict import Baselines
 from gputui.transports.prometheus import FleetSettings, PrometheusError, PrometheusSource
 from gputui.transports.prometheus.query import LOOKBACK_STEP
 from gputui.ui.app import GpuTuiApp

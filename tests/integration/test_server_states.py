@@ -27,13 +27,8 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
-from gputui.core.health_sample import HealthSample
-from gputui.core.servers import (
-    MetricsUnreadable,
-    ServerState,
-    ServerStateTracker,
-    parse_server_metrics,
-)
+from gputui.core.model import HealthSample
+from gputui.core.servers import MetricsUnreadable, ServerState, ServerStateTracker, parse_server_metrics
 from tests.integration._procs import REPO
 from tests.integration.metrics_server import FetchFailed, MetricsPeer, fetch_body
 from tests.interpreters import python38

@@ -26,8 +26,7 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
-from gputui.core.health_sample import HealthSample
-from gputui.core.model import HostSnapshot
+from gputui.core.model import HealthSample, HostSnapshot
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO

@@ -20,7 +20,7 @@ import pytest
 
 from gputui.agent.protocol import MODE_NVML
 from gputui.core.link import LinkError, LinkOptions
-from gputui.core.record import replace
+from gputui.core.model import replace
 from gputui.transports.ssh import bundle, remote_command_line
 from gputui.transports.ssh.bundle import Bundle, bundle_for, bundle_of_source, collector_modules, loader
 from tests.fakenvml.plugin import FakeNvml

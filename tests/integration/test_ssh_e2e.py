@@ -11,9 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gputui.core.link import LinkOptions
-from gputui.core.model import HostSnapshot
-from gputui.core.record import replace
-from gputui.core.textsafe import visible
+from gputui.core.model import HostSnapshot, replace
+from gputui.core.text import visible
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import CHAIN, script

@@ -12,7 +12,7 @@ import pytest
 
 from gputui.commands.grammar import build_parser
 from gputui.commands.tui import build_app
-from gputui.core.config import Config
+from gputui.core.store import Config
 from gputui.ui.screens.host_key import HostKeyScreen
 from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
 

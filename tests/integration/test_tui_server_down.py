@@ -19,7 +19,7 @@ from gputui.agent.health import HEALTH_DEFAULT_INTERVAL_S
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEALTH_STATE_UNHEALTHY
 from gputui.commands.grammar import build_parser
 from gputui.commands.tui import build_app
-from gputui.core.config import Config
+from gputui.core.store import Config
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.widgets.health_panel import HealthPanel
 from tests.contract.wedged import free_port, install, wedged_launcher

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gputui.core.link import HostLink
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, replace
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.clean_slate import CleanSlateLine

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gputui.commands.check import wait_until_clean
-from gputui.core.analysis import Baselines
 from gputui.core.link import HostLink
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot
+from gputui.core.verdict import Baselines
 from gputui.ui.app import GpuTuiApp
 
 from .conftest import wait_for

@@ -15,10 +15,9 @@ from textual.content import Content
 from textual.message import Message
 
 from gputui.agent.protocol import MODE_LABELS, MODE_NVML, MODE_REDUCED, MODE_SMI
-from gputui.core.analysis import Baselines, analyze
 from gputui.core.link import HostLink
-from gputui.core.model import HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import HostSnapshot, replace
+from gputui.core.verdict import Baselines, analyze
 from gputui.transports.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.session.hosts import Hosts, HostState

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 from textual.app import App, ComposeResult
 
-from gputui.core.model import HostSnapshot
-from gputui.core.record import replace
-from gputui.core.verdict_model import Finding
+from gputui.core.model import Finding, HostSnapshot, replace
 from gputui.transports.sim import LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock
 from gputui.ui.widgets.findings_list import FindingsList, finding_text, group_findings, group_text
 from gputui.ui.widgets.process_table import ProcessTable

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gputui.core.fleet_rows import SORT_MODES
+from gputui.core.fleet import SORT_MODES
 from gputui.transports.prometheus import PrometheusError
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp

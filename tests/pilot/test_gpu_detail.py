@@ -7,8 +7,7 @@ from typing import Any
 
 from textual.widgets import Static
 
-from gputui.core.model import HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import HostSnapshot, replace
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.widgets.history_chart import HistoryChart, chart_rows

@@ -7,9 +7,7 @@ from typing import Any
 
 from textual.widgets import Static
 
-from gputui.core.health_model import GpuHealth, KernelLogNote, XidEvent
-from gputui.core.model import HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import GpuHealth, HostSnapshot, KernelLogNote, XidEvent, replace
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.process_table import ProcessTable

@@ -9,9 +9,8 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from gputui.core.health_sample import HealthSample
-from gputui.core.health_view import HealthHistory
-from gputui.core.record import replace
+from gputui.core.model import HealthSample, replace
+from gputui.core.servers import HealthHistory
 from gputui.ui.widgets.health_panel import HealthPanel, endpoint_block, endpoint_line, health_dot
 
 NOW_S = 1_800_000_000.0

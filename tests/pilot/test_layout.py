@@ -9,7 +9,7 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from gputui.core.analysis import ProcNode
+from gputui.core.jobs import ProcNode
 from gputui.core.model import Proc
 from gputui.transports.sim import LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE
 from gputui.ui.widgets.findings_list import FindingsList

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputui.core.model import HostSnapshot, Proc
-from gputui.core.owner import Owner
-from gputui.core.record import replace
+from gputui.core.model import HostSnapshot, Owner, Proc, replace
 from gputui.transports.sim import SimLink
 from gputui.transports.sim.scenario import HEALTHY_TARGET, NSYS_PID, SCHEDULER_PID_BASE, VLLM_PID
 from gputui.ui.app import GpuTuiApp

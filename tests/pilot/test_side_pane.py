@@ -10,7 +10,7 @@ import pytest
 from textual.geometry import Region
 from textual.widgets import Footer, Static
 
-from gputui.core.cmdline import command_words
+from gputui.core.text import command_words
 from gputui.transports.sim import DETOKENIZER_PID, DRAIN_S, LAUNCHER_PID, ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen

@@ -22,9 +22,8 @@ from gputui.core.actions import (
     plan_kill,
 )
 from gputui.core.link import LinkOptions
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
-from gputui.core.record import replace
-from gputui.core.state import StateError
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc, replace
+from gputui.core.store import StateError
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 
 MIB = 40960

@@ -5,18 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.core.analysis import (
-    Baselines,
-    analyze,
-    build_forest,
-    clean_slate,
-    find_problems,
-    flatten,
-    is_session_boundary,
-    memory_at_baseline,
-)
-from gputui.core.display import age_since
+from gputui.core.jobs import build_forest, flatten, is_session_boundary
 from gputui.core.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.core.text import age_since
+from gputui.core.verdict import Baselines, analyze, clean_slate, find_problems, memory_at_baseline
 
 NOW = 1_000_000.0
 WORKER_MIB = 40960
@@ -532,7 +524,7 @@ def survivor_host(extra: list[Proc], holders: dict[int, list[GpuProcess]], **kw:
 
 
 def killed(**kw: object):  # type: ignore[no-untyped-def]
-    from gputui.core.analysis import KilledJob
+    from gputui.core.verdict import KilledJob
 
     job = {
         "root_pid": 100,
@@ -577,7 +569,7 @@ def p(
 
 
 def test_a_setsid_daemon_the_job_left_behind_is_a_survivor() -> None:
-    from gputui.core.analysis import find_survivors
+    from gputui.core.verdict import find_survivors
 
     host = survivor_host(
         [p(500, 1, "cache_daemon", 1020, sid=500, gpu={0: 2048})],
@@ -595,7 +587,7 @@ def test_a_setsid_daemon_the_job_left_behind_is_a_survivor() -> None:
 
 
 def test_what_is_not_a_survivor() -> None:
-    from gputui.core.analysis import find_survivors
+    from gputui.core.verdict import find_survivors
 
     others = [
         p(600, 1, "other_user", 1020, sid=600, uid=1001, gpu={0: 10}),  # another user's
@@ -619,7 +611,7 @@ def test_what_is_not_a_survivor() -> None:
 
 
 def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
-    from gputui.core.analysis import find_survivors
+    from gputui.core.verdict import find_survivors
 
     unit = "/system.slice/train.service"
     procs = [
@@ -632,7 +624,7 @@ def test_where_cgroups_tell_jobs_apart_the_job_cgroup_decides() -> None:
 
 
 def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
-    from gputui.core.analysis import find_survivors
+    from gputui.core.verdict import find_survivors
 
     host = survivor_host(
         [p(500, 1, "d", 1020, sid=500)], {}, device_holders=(DeviceHolder(500, "d", "/dev/nvidia1"),)
@@ -642,7 +634,7 @@ def test_a_device_holder_without_listed_memory_is_a_survivor_too() -> None:
 
 
 def test_job_remnants_are_the_killed_processes_still_defunct_or_stuck() -> None:
-    from gputui.core.analysis import job_remnants
+    from gputui.core.verdict import job_remnants
 
     host = survivor_host(
         [

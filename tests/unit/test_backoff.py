@@ -52,8 +52,7 @@ def test_bad_parameters_are_refused(base_s: float, cap_s: float) -> None:
 
 
 def test_only_errors_a_retry_can_fix_are_worth_retrying() -> None:
-    from gputui.core.link import LinkError
-    from gputui.core.targets import BadTarget
+    from gputui.core.link import BadTarget, LinkError
     from gputui.transports.ssh import AuthFailed, SetupFailed
     from gputui.transports.ssh.knownhosts import ChangedHostKey, UnknownHostKey
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from gputui.core import cleanslate
-from gputui.core.analysis import Baselines, analyze
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
-from gputui.core.record import replace
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc, replace
+from gputui.core.store import watched_ports
+from gputui.core.verdict import Baselines, analyze, cleanslate
 
 BASELINES = Baselines()
 T0 = 1_800_000_000.0
@@ -155,7 +154,7 @@ def _listening(snapshot: HostSnapshot, ports: tuple[int, ...]) -> HostSnapshot:
 
 
 def test_a_port_of_the_killed_job_still_listening_holds_the_receipt_and_says_by_whom() -> None:
-    watched = cleanslate.watched_ports([30000, 30001], killed_time=T0)
+    watched = watched_ports([30000, 30001], killed_time=T0)
     check = cleanslate.kills_settled(cleanslate.kill_sent(_started(), T0 + 1, watched), still_under_way=False)
     assert [p.port for p in check.ports] == [30000, 30001]
     launcher = Proc(
@@ -188,7 +187,7 @@ def test_a_port_of_the_killed_job_still_listening_holds_the_receipt_and_says_by_
 
 
 def test_the_restarted_server_and_a_host_that_cannot_list_ports_do_not_hold_the_receipt() -> None:
-    watched = cleanslate.watched_ports([30000], killed_time=T0)
+    watched = watched_ports([30000], killed_time=T0)
     restarted = Proc(
         pid=5000, ppid=1, state="S", name="python3", start_ticks=9, create_time=T0 + 5, listen_ports=(30000,)
     )

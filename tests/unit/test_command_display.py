@@ -5,8 +5,8 @@ from __future__ import annotations
 from gputui.commands.kill import format_plan
 from gputui.commands.snapshot import format_table
 from gputui.core.actions import plan_kill
-from gputui.core.cmdline import command_display
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
+from gputui.core.text import command_display
 from gputui.ui.widgets import fmt
 
 INTERPRETER = "/root/.pyenv/versions/3.11.7/bin/python3"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.core.cmdline import command_words, program_name
+from gputui.core.text import command_words, program_name
 
 
 @pytest.mark.parametrize(

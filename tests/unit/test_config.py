@@ -10,7 +10,7 @@ import pytest
 
 from gputui.commands.grammar import build_parser
 from gputui.commands.targets import options_from_args
-from gputui.core.config import Config, ConfigError, default_config_path, load_config
+from gputui.core.store import Config, ConfigError, default_config_path, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from gputui.core.actions import plan_kill
-from gputui.core.analysis import Baselines, find_problems
-from gputui.core.display import age_since
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
+from gputui.core.text import age_since
+from gputui.core.verdict import Baselines, find_problems
 
 NOW_S = 1_800_000_000.0
 

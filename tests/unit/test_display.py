@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from gputui.core.display import DASH, clock_time, dash, duration, size_text
+from gputui.core.text import DASH, clock_time, dash, duration, size_text
 
 
 def test_missing_values_read_as_the_dash() -> None:

@@ -12,8 +12,8 @@ import pytest
 from gputui.commands.exporter import ListenError, _link, is_loopback, parse_listen
 from gputui.commands.exporter_options import DEFAULT_PORT
 from gputui.commands.grammar import build_parser
-from gputui.core.config import Config
 from gputui.core.link import LinkError
+from gputui.core.store import Config
 
 
 @pytest.mark.parametrize(

@@ -9,13 +9,18 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputui.core import export_schema as s
-from gputui.core.analysis import Baselines, analyze
-from gputui.core.exposition import ExportedSample, ExporterFigures, families, server_port
-from gputui.core.fleet_rows import analyze_fleet, sort_key, summarize
-from gputui.core.health_sample import HealthSample
-from gputui.core.model import GpuProcess, LiveThreads, Proc
-from gputui.core.record import replace
+from gputui.core.fleet import (
+    ExportedSample,
+    ExporterFigures,
+    analyze_fleet,
+    families,
+    server_port,
+    sort_key,
+    summarize,
+)
+from gputui.core.fleet import schema as s
+from gputui.core.model import GpuProcess, HealthSample, LiveThreads, Proc, replace
+from gputui.core.verdict import Baselines, analyze
 from gputui.transports.prometheus import parse_answer
 from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
 

@@ -6,10 +6,8 @@ import math
 
 import pytest
 
-from gputui.core.analysis import Baselines
-from gputui.core.analysis.verdict import clean_slate, memory_verdict
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, replace
+from gputui.core.verdict import Baselines, clean_slate, memory_verdict
 
 
 @pytest.mark.parametrize(

@@ -9,22 +9,21 @@ import time
 import pytest
 
 from gputui.commands.fleet_report import fleet_status, format_fleet_check, format_fleet_table, host_status
-from gputui.core.analysis import Baselines, memory_verdict
-from gputui.core.fleet_rows import (
+from gputui.core.fleet import (
     SORT_MODES,
+    FleetSample,
     analyze_fleet,
     check_template,
     matches,
     memory_text,
-    size_text,
     sort_key,
     ssh_target_for,
     summarize,
 )
-from gputui.core.fleet_sample import FleetSample
-from gputui.core.model import Gpu, HostSnapshot
-from gputui.core.record import replace
-from gputui.core.targets import BadTarget
+from gputui.core.link import BadTarget
+from gputui.core.model import Gpu, HostSnapshot, replace
+from gputui.core.text import size_text
+from gputui.core.verdict import Baselines, memory_verdict
 from gputui.transports.prometheus import PrometheusError, parse_answer
 from gputui.ui.session.fleet_poller import FleetPoller
 from tests.data.prometheus import load_answer
@@ -246,8 +245,8 @@ def test_resuming_a_running_poller_does_not_ask_twice() -> None:
 
 
 def test_fleet_baselines_find_calibrations_by_uuid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
-    from gputui.core.fleet_rows import fleet_baselines
-    from gputui.core.state import save_baselines
+    from gputui.core.fleet import fleet_baselines
+    from gputui.core.store import save_baselines
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
     sample = parse_answer(load_answer())

@@ -11,7 +11,7 @@ import pytest
 
 from gputui.commands.fleet_options import FleetOptionError, expand_targets, read_hosts_file, resolve
 from gputui.commands.grammar import build_parser
-from gputui.core.config import Config, ConfigError, load_config
+from gputui.core.store import Config, ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 

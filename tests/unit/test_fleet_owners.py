@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gputui.core.fleet_owners import dcgm_owner
-from gputui.core.fleet_rows import matches, summarize
+from gputui.core.fleet import dcgm_owner, matches, summarize
 from gputui.transports.prometheus import parse_answer
 from tests.data.prometheus import load_answer
 

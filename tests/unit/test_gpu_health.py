@@ -10,21 +10,19 @@ import pytest
 
 from gputui.agent.gpu import xid as xidmod
 from gputui.agent.gpu.xid import KernelLog, pci_key
-from gputui.core import cleanslate
-from gputui.core.analysis import Baselines, analyze
-from gputui.core.analysis.gpu_health import (
+from gputui.core.model import CANNOT_TELL, Gpu, GpuHealth, HostSnapshot, XidEvent, replace
+from gputui.core.verdict import (
     ACTION_DRAIN,
     ACTION_NONE,
     ACTION_REBOOT,
     ACTION_RESET,
     XID_TABLE,
+    Baselines,
+    analyze,
     assess,
+    cleanslate,
     needs_reset,
 )
-from gputui.core.health_model import GpuHealth, XidEvent
-from gputui.core.levels import CANNOT_TELL
-from gputui.core.model import Gpu, HostSnapshot
-from gputui.core.record import replace
 from gputui.transports.prometheus.parse import dcgm_health
 from gputui.transports.prometheus.series import Series
 

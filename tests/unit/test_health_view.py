@@ -6,15 +6,9 @@ import subprocess
 import sys
 import time
 
-from gputui.core.display import clock_time
-from gputui.core.health_sample import HealthSample
-from gputui.core.health_view import (
-    HealthHistory,
-    health_transitions,
-    since_text,
-    state_word,
-    worst_state,
-)
+from gputui.core.model import HealthSample
+from gputui.core.servers import HealthHistory, health_transitions, since_text, state_word, worst_state
+from gputui.core.text import clock_time
 
 URL = "http://127.0.0.1:30000/health"
 OTHER = "http://127.0.0.1:8000/health"
@@ -138,7 +132,7 @@ def test_history_records_each_probe_once_and_forgets_removed_urls() -> None:
 
 
 def test_no_textual_or_rich_import() -> None:
-    code = "import sys, gputui.core.health_view; print('textual' in sys.modules, 'rich' in sys.modules)"
+    code = "import sys, gputui.core.servers.view; print('textual' in sys.modules, 'rich' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
@@ -146,8 +140,8 @@ def test_no_textual_or_rich_import() -> None:
 
 
 def test_history_keeps_tokens_per_s_once_per_metrics_reading() -> None:
-    from gputui.core.health_sample import HealthSample
-    from gputui.core.health_view import HealthHistory
+    from gputui.core.model import HealthSample
+    from gputui.core.servers import HealthHistory
 
     url = "http://127.0.0.1:30000/health"
     kept = HealthHistory(max_len=3)

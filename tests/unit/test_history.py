@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from gputui.core.history import POINTS_MAX, STEP_S, WINDOW_S, GpuHistory
-from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.model import POINTS_MAX, STEP_S, WINDOW_S, Gpu, GpuHistory, HostSnapshot
 
 START_S = 1_800_000_000.0
 

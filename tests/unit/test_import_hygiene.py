@@ -15,19 +15,19 @@ from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO, run_main
 
 DATA_LAYER = (
-    "gputui.core.model",
+    "gputui.core.model.snapshot",
     "gputui.agent",
-    "gputui.core.analysis",
+    "gputui.core.verdict.analysis",
     "gputui.core.actions",
-    "gputui.core.config",
-    "gputui.core.state",
+    "gputui.core.store.config",
+    "gputui.core.store.saved",
     "gputui.core.servers",
-    "gputui.core.cleanslate",
-    "gputui.core.history",
-    "gputui.core.cmdline",
+    "gputui.core.verdict.cleanslate",
+    "gputui.core.model.history",
+    "gputui.core.text.cmdline",
     "gputui.transports.freshness",
     "gputui.commands.check",
-    "gputui.core.fleet_rows",
+    "gputui.core.fleet.rows",
     "gputui.commands.fleet_options",
     "gputui.transports.prometheus",
 )
@@ -121,8 +121,11 @@ def test_the_collector_imports_nothing_from_the_client_and_no_third_party_module
 def test_the_import_rule_sees_a_client_import() -> None:
     """The rule above is not vacuous: a relative import that climbs out of the package, and an absolute one
     of the client, are both seen as client imports."""
-    climbs = ast.parse("from ...core import model\nfrom gputui.core.model import Proc\n")
-    assert _absolute_imports("gputui.agent.gpu.nvml", climbs, False) == {"gputui.core", "gputui.core.model"}
+    climbs = ast.parse("from ...core import model\nfrom gputui.core.model.snapshot import Proc\n")
+    assert _absolute_imports("gputui.agent.gpu.nvml", climbs, False) == {
+        "gputui.core",
+        "gputui.core.model.snapshot",
+    }
     inside = ast.parse("from ..calls import Worker\nfrom . import nvmlapi\n")
     resolved = _absolute_imports("gputui.agent.gpu.nvml", inside, False)
     assert resolved == {"gputui.agent.calls", "gputui.agent.gpu"}

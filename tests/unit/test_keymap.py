@@ -67,7 +67,7 @@ def test_the_readme_key_tables_are_the_key_table(scopes: tuple[str, ...]) -> Non
 
 
 def test_the_sort_keys_name_every_order() -> None:
-    from gputui.core.fleet_rows import SORT_MODES as FLEET_SORT_MODES
+    from gputui.core.fleet import SORT_MODES as FLEET_SORT_MODES
     from gputui.ui.widgets.process_table import SORT_MODES
 
     (process_sort,) = [k for k in keymap.keys_of(keymap.MONITOR) if k.action == "sort"]

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from gputui.agent.proc import leftovers as agent_leftovers
-from gputui.core import leftovers
-from gputui.core.model import HostSnapshot
-from gputui.core.verdict_model import Verdict
+from gputui.core.model import HostSnapshot, Verdict
+from gputui.core.store import leftovers
 
 GIB = 1 << 30
 

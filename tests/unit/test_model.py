@@ -11,10 +11,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gputui.agent.health import messages as health_messages
-from gputui.core.health_sample import HealthSample
-from gputui.core.model import DeviceHolder, Gpu, GpuProcess, HostSnapshot, Proc, snapshots_document
-from gputui.core.textsafe import visible
-from gputui.core.verdict_model import Finding, GpuVerdict, Verdict
+from gputui.core.model import (
+    DeviceHolder,
+    Finding,
+    Gpu,
+    GpuProcess,
+    GpuVerdict,
+    HealthSample,
+    HostSnapshot,
+    Proc,
+    Verdict,
+    snapshots_document,
+)
+from gputui.core.text import visible
 
 HOSTILE = (
     "[/]",
@@ -160,7 +169,7 @@ def test_snapshot_round_trips_through_json(snapshot: HostSnapshot) -> None:
 @given(snapshots)
 def test_the_json_form_is_every_field_of_every_record(snapshot: HostSnapshot) -> None:
     """``to_dict`` walks the fields itself; the document is a plain deep conversion of every record."""
-    from gputui.core.record import fields, is_record
+    from gputui.core.model import fields, is_record
 
     def deep(value: Any) -> Any:
         if is_record(value):
@@ -293,9 +302,7 @@ def test_unchanged_process_lists_without_the_earlier_list_are_a_malformed_line()
 def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
     """The client's model and the collector's message builders describe one shape."""
     from gputui.agent import protocol
-    from gputui.core.health_sample import HealthSample
-    from gputui.core.model import HostSnapshot
-    from gputui.core.record import fields
+    from gputui.core.model import HealthSample, HostSnapshot, fields
 
     assert fields(HostSnapshot) == protocol.SNAPSHOT_FIELDS
     assert fields(HealthSample) == health_messages.HEALTH_SAMPLE_FIELDS

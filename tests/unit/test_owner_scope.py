@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gputui.core.actions import OwnersError, plan_kill
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc
-from gputui.core.owner import Owner
+from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Owner, Proc
 
 STEP = Owner("slurm", "4242.0", "train", (("job", "4242"), ("step", "0")))
 POD = Owner("pod", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "infer-0", (("namespace", "prod"),))

@@ -19,9 +19,7 @@ from gputui.agent.proc.owners import (
     parse_environ,
     same_owner,
 )
-from gputui.core.model import Proc
-from gputui.core.owner import Owner, owner_matches, parse_owner_option, split_owner_word
-from gputui.core.procfilter import ProcFilter
+from gputui.core.model import Owner, Proc, ProcFilter, owner_matches, parse_owner_option, split_owner_word
 
 CID = "4f1d3c2b" * 8
 """A 64-hex container id."""

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from gputui.core.record import Record, field, fields, is_record, replace
+from gputui.core.model import Record, field, fields, is_record, replace
 
 
 class Sample(Record):
@@ -139,7 +139,7 @@ def _calls(cls: type) -> list[object]:
 def test_the_shared_init_and_the_compiled_one_take_the_same_arguments() -> None:
     """A class builds its first instances through the shared ``__init__`` and then compiles its own; both
     take the same arguments, fill the same defaults, run ``__post_init__`` and refuse the same mistakes."""
-    from gputui.core.record import COMPILE_AFTER
+    from gputui.core.model import COMPILE_AFTER
 
     class Fresh(Record):
         pid: int

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gputui.agent.reset.plan import build_plan
-from gputui.core.reset_plan import PlanShapeError, ResetPlan, format_plan, run_exit
+from gputui.core.actions import PlanShapeError, ResetPlan, format_plan, run_exit
 
 PREFIX = "/dev/nvidia"
 SMI = "/usr/bin/nvidia-smi"

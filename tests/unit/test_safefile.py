@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core import safefile
-from gputui.core.safefile import UnsafeFile
+from gputui.core.store import UnsafeFile, safefile
 
 NOBODY = 65534
 

@@ -14,13 +14,8 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
-from gputui.core.health_sample import HealthSample
-from gputui.core.servers import (
-    SERVER_STATES,
-    ServerMetrics,
-    ServerStateTracker,
-    parse_server_metrics,
-)
+from gputui.core.model import HealthSample
+from gputui.core.servers import SERVER_STATES, ServerMetrics, ServerStateTracker, parse_server_metrics
 
 URL = "http://127.0.0.1:8000/health"
 T0 = 1_700_000_000.0

@@ -9,13 +9,10 @@ import pytest
 from gputui.agent.health.discovery import discover_launchers, health_launcher_endpoints
 from gputui.agent.health.urls import url_origin
 from gputui.agent.protocol import HEALTH_STATE_STALLED, HEALTH_STATE_UNHEALTHY, HEALTH_STATE_UP
-from gputui.core.analysis import Baselines, analyze
-from gputui.core.config import ConfigError, load_config
-from gputui.core.health_sample import HealthSample
-from gputui.core.judge import judge
-from gputui.core.model import Gpu, HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import Gpu, HealthSample, HostSnapshot, replace
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch, failing_servers
+from gputui.core.store import ConfigError, load_config
+from gputui.core.verdict import Baselines, analyze, judge
 
 T0 = 1_800_000_000.0
 URL = "http://127.0.0.1:30000/health"

@@ -1,7 +1,7 @@
 """Where a GPU process tree stops: the session-boundary rule the agent kills by and the client shows.
 
-The agent (shipped as one file) owns the rule; gputui.core.analysis uses the same function, so the tree the
-confirmation lists is the tree the agent signals.
+The agent (shipped as one file) owns the rule; gputui.core.jobs.forest uses the same function, so the tree
+the confirmation lists is the tree the agent signals.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from gputui.agent.proc import procfs, proctree
-from gputui.core import analysis
 from gputui.core.model import Proc
+from gputui.core.verdict import analysis
 
 BOUNDARY, LAUNCHER = True, False
 

@@ -12,7 +12,7 @@ import pytest
 from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import HostSnapshot, LiveThreads
 from gputui.core.servers import parse_server_metrics
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 from gputui.transports.sim import (
     DETOKENIZER_PID,
     DRAIN_S,

@@ -403,7 +403,7 @@ def test_a_gpu_lost_from_the_start_is_an_error_row(tmp_path: Path) -> None:
         assert [(g["index"], g.get("error")) for g in gpus] == [(0, None), (1, None), (2, "GPU is lost")]
         assert gpus[2]["pci_bus_id"] == "00000000:19:00.0"
         snapshot = HostSnapshot.from_dict(agent.sample())
-    from gputui.core.analysis import Baselines, analyze
+    from gputui.core.verdict import Baselines, analyze
 
     verdict = analyze(snapshot, Baselines()).verdict
     assert verdict is not None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.record import replace
-from gputui.core.targets import BadTarget, TargetSpec, parse_target
+from gputui.core.link import BadTarget, TargetSpec, parse_target
+from gputui.core.model import replace
 from gputui.transports.ssh.config import SshSettings, openssh_available, resolve, target_words
 
 

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core import state
-from gputui.core.cleanslate import watched_ports
-from gputui.core.state import StateError, load_baselines, save_baselines, state_dir
+from gputui.core.store import StateError, load_baselines, save_baselines, saved, state_dir, watched_ports
 
 
 @pytest.fixture
@@ -108,26 +106,26 @@ def test_unwritable_directory_is_one_line_error(tmp_path: Path, monkeypatch: pyt
 
 def test_append_line_is_owner_only_and_appends(tmp_path: Path) -> None:
     path = tmp_path / "audit.jsonl"
-    state.append_line(path, "one")
-    state.append_line(path, "two\n")
+    saved.append_line(path, "one")
+    saved.append_line(path, "two\n")
     assert path.read_text() == "one\ntwo\n"
     assert os.stat(path).st_mode & 0o777 == 0o600
 
 
 def test_watched_ports_are_kept_per_host_and_boot_and_forgotten(xdg: Path) -> None:
     now = time.time()
-    state.save_watched_ports("gpu-a", "boot-1", watched_ports([30000, 30001], now))
-    state.save_watched_ports("gpu-b", "boot-9", watched_ports([8000], now))
-    assert [p.port for p in state.load_watched_ports("gpu-a", "boot-1")] == [30000, 30001]
-    assert state.load_watched_ports("gpu-a", "boot-2") == ()  # rebooted: the job is long gone
-    assert state.load_watched_ports("gpu-a", None) == ()
-    assert state.load_watched_ports("gpu-c", "boot-1") == ()
-    state.save_watched_ports("gpu-a", "boot-1", ())  # seen free
-    assert state.load_watched_ports("gpu-a", "boot-1") == ()
-    assert [p.port for p in state.load_watched_ports("gpu-b", "boot-9")] == [8000]
-    old = now - state.WATCHED_PORTS_KEPT_S - 1
-    state.save_watched_ports("gpu-a", "boot-1", watched_ports([30000], old))
-    assert state.load_watched_ports("gpu-a", "boot-1") == ()  # a check that never came: not held forever
+    saved.save_watched_ports("gpu-a", "boot-1", watched_ports([30000, 30001], now))
+    saved.save_watched_ports("gpu-b", "boot-9", watched_ports([8000], now))
+    assert [p.port for p in saved.load_watched_ports("gpu-a", "boot-1")] == [30000, 30001]
+    assert saved.load_watched_ports("gpu-a", "boot-2") == ()  # rebooted: the job is long gone
+    assert saved.load_watched_ports("gpu-a", None) == ()
+    assert saved.load_watched_ports("gpu-c", "boot-1") == ()
+    saved.save_watched_ports("gpu-a", "boot-1", ())  # seen free
+    assert saved.load_watched_ports("gpu-a", "boot-1") == ()
+    assert [p.port for p in saved.load_watched_ports("gpu-b", "boot-9")] == [8000]
+    old = now - saved.WATCHED_PORTS_KEPT_S - 1
+    saved.save_watched_ports("gpu-a", "boot-1", watched_ports([30000], old))
+    assert saved.load_watched_ports("gpu-a", "boot-1") == ()  # a check that never came: not held forever
 
 
 @pytest.mark.parametrize(
@@ -146,11 +144,11 @@ def test_watched_ports_are_kept_per_host_and_boot_and_forgotten(xdg: Path) -> No
     ],
 )
 def test_a_bad_watched_ports_file_is_no_port_and_is_replaced(xdg: Path, content: bytes) -> None:
-    path = Path(state_dir()) / state.WATCHED_PORTS_FILE
+    path = Path(state_dir()) / saved.WATCHED_PORTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
-    loaded = state.load_watched_ports("gpu-a", "boot-1")
+    loaded = saved.load_watched_ports("gpu-a", "boot-1")
     assert [p.port for p in loaded] in ([], [22])
-    state.save_watched_ports("gpu-b", "boot-1", ())
-    state.save_watched_ports("gpu-a", "boot-1", loaded)
-    assert state.load_watched_ports("gpu-a", "boot-1") == loaded
+    saved.save_watched_ports("gpu-b", "boot-1", ())
+    saved.save_watched_ports("gpu-a", "boot-1", loaded)
+    assert saved.load_watched_ports("gpu-a", "boot-1") == loaded

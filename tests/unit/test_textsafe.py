@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gputui.agent import textpolicy
-from gputui.core.textsafe import ELLIPSIS, json_visible, visible, visible_cmdline
+from gputui.core.text import ELLIPSIS, json_visible, visible, visible_cmdline
 
 BIDI = [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))]
 ZERO_WIDTH = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"]

@@ -12,18 +12,36 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
-from gputui.core.analysis import Baselines, readiness
-from gputui.core.analysis.findings import DEFUNCT_RESET_AFTER_S
-from gputui.core.calibration import IDLE_FLOOR_MIB, idle_limit_mib, refusals
-from gputui.core.health_sample import HealthSample
-from gputui.core.judge import judge, no_data, no_data_text
-from gputui.core.levels import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, NOT_READY
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
-from gputui.core.record import replace
-from gputui.core.servers import ServerStateTracker, parse_server_metrics
-from gputui.core.servers.jobs import JobFacts, job_facts
-from gputui.core.verdict_model import Verdict
-from gputui.core.verdicts import exit_code, headline, worst_exit_code
+from gputui.core.model import (
+    CANNOT_TELL,
+    CLEAN,
+    EXIT_CODES,
+    NOT_CLEAN,
+    NOT_READY,
+    Gpu,
+    GpuProcess,
+    HealthSample,
+    HostSnapshot,
+    LiveThreads,
+    Proc,
+    Verdict,
+    replace,
+)
+from gputui.core.servers import JobFacts, ServerStateTracker, job_facts, parse_server_metrics
+from gputui.core.verdict import (
+    DEFUNCT_RESET_AFTER_S,
+    IDLE_FLOOR_MIB,
+    Baselines,
+    exit_code,
+    headline,
+    idle_limit_mib,
+    judge,
+    no_data,
+    no_data_text,
+    readiness,
+    refusals,
+    worst_exit_code,
+)
 
 NOW = 1_800_000_000.0
 URL = "http://127.0.0.1:30000/health"
@@ -265,8 +283,7 @@ def test_no_data_cannot_tell_and_says_since_when() -> None:
 
 
 def test_every_finding_kind_and_reason_has_one_sentence_builder() -> None:
-    from gputui.core.analysis import FINDING_KINDS
-    from gputui.core.wording import FINDING_SENTENCES, REASON_SENTENCES
+    from gputui.core.verdict import FINDING_KINDS, FINDING_SENTENCES, REASON_SENTENCES
 
     assert set(FINDING_SENTENCES) == set(FINDING_KINDS)
     assert {"held", "ghost_memory", "port", "server", "remnant", "not_ready", "no_data"} <= set(
@@ -281,7 +298,7 @@ def test_finding_sentences_carry_no_age_the_start_time_does_and_every_view_rende
     import io
 
     from gputui.commands.verdict_text import verdict_lines
-    from gputui.core.display import age_since
+    from gputui.core.text import age_since
 
     zombie = proc(30, 20, "worker", state="Z")  # in Z since NOW - 60
     parent = proc(20, 1, "launcher")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gputui.core.wire_values import opt_float, opt_int, opt_str, ports_of
+from gputui.core.model import opt_float, opt_int, opt_str, ports_of
 
 
 def test_numbers_of_the_wrong_kind_are_missing() -> None:

@@ -9,7 +9,7 @@ them is itself a fact: the GPU needs a reset.
 kill), gathers Xids from NVML events and the kernel log (``xid.KernelLog``), applies the rule that an event
 stops counting after a later reset of its GPU (one the kernel log shows or one gputui performed and noted
 with ``note_reset``) or a driver reload, and puts each GPU's ``health`` dict on the sample. What it means is
-the client's (``gputui.core.analysis.gpu_health``).
+the client's (``gputui.core.verdict.fitness``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Read on the GPU host by the collector (stdlib only, Python 3.8). A plan is facts and one rule
 (``build_plan``): every process holding a ``/dev/nvidia*`` node (fds and mappings), persistence, MIG and
 display modes of each GPU, whether NVSwitches tie the GPUs into one baseboard, which tools are there. The
-client words it (``gputui.core.reset_plan``); the collector runs it (``reset_run``), planning again first.
+client words it (``gputui.core.actions.reset_plan``); the collector runs it (``reset_run``), planning again
+first.
 Nothing here signals anything, and no command line is ever built from a string of the host's: the only
 commands are the full paths of ``systemctl`` and ``nvidia-smi`` with fixed options, a GPU's UUID as read
 from the driver and a unit name that matched ``UNIT_NAME``.

@@ -9,10 +9,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gputui.agent.protocol import RESULT_REQUESTED, RESULT_UNKNOWN, STAGE_INTENT, STAGE_REQUEST
-from gputui.core import state
 from gputui.core.actions.plan import KillPlan
 from gputui.core.actions.replies import KillOutcome
-from gputui.core.textsafe import json_visible
+from gputui.core.store import saved
+from gputui.core.text import json_visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def _local_user() -> str:
 
 
 class AuditLog:
-    """The kill audit log: one JSON line per intent and per outcome, appended (``state.append_line``).
+    """The kill audit log: one JSON line per intent and per outcome, appended (``saved.append_line``).
 
     Fields: time (epoch s), host (target), boot_id, local_user (who ran gputui, by real uid), pid,
     start_ticks, name, command (argv), signal (the one that stage sent or, for an intent, will send; null for
@@ -46,7 +46,7 @@ class AuditLog:
     @property
     def path(self) -> Path:
         """The log file (its directory may not exist yet)."""
-        return Path(state.state_dir() if self.state_dir is None else self.state_dir) / state.AUDIT_FILE
+        return Path(saved.state_dir() if self.state_dir is None else self.state_dir) / saved.AUDIT_FILE
 
     def _line(
         self,
@@ -77,9 +77,9 @@ class AuditLog:
         }
 
     def _write(self, lines: list[dict[str, Any]]) -> Path:
-        path = Path(state.ensure_state_dir(self.state_dir)) / state.AUDIT_FILE
+        path = Path(saved.ensure_state_dir(self.state_dir)) / saved.AUDIT_FILE
         for line in lines:
-            state.append_line(path, json_visible(line, separators=(",", ":")))
+            saved.append_line(path, json_visible(line, separators=(",", ":")))
         return path
 
     def record(self, host: str, boot_id: str | None, entries: Iterable[dict[str, Any]]) -> Path:
@@ -87,7 +87,7 @@ class AuditLog:
         host, boot_id and local_user.
 
         Raises:
-            state.StateError: The log cannot be written (one line): the action must not run.
+            saved.StateError: The log cannot be written (one line): the action must not run.
         """
         base = {"host": host, "boot_id": boot_id, "local_user": _local_user()}
         return self._write([dict({"time": self._clock()}, **base, **entry) for entry in entries])
@@ -96,7 +96,7 @@ class AuditLog:
         """Write what ``plan`` will signal, before anything is sent.
 
         Raises:
-            state.StateError: The log cannot be written (one line): the kill must not be sent.
+            saved.StateError: The log cannot be written (one line): the kill must not be sent.
         """
         then = (
             f", then KILL after {plan.escalate_s:g} s to what is still alive"
@@ -127,7 +127,7 @@ class AuditLog:
         """Append one line per outcome (an outcome's own argv, else the plan's for that pid).
 
         Raises:
-            state.StateError: The log cannot be written (one line).
+            saved.StateError: The log cannot be written (one line).
         """
         by_pid = {t.pid: t for t in plan.targets}
         lines = []
@@ -153,7 +153,7 @@ class AuditLog:
         """Lines with result "unknown" for ``pids``: their command was sent, the answer never came.
 
         Raises:
-            state.StateError: The log cannot be written (one line).
+            saved.StateError: The log cannot be written (one line).
         """
         by_pid = {t.pid: t for t in plan.targets}
         lines = []

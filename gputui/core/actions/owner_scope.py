@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gputui.agent.proc.owners import same_owner
-from gputui.core.display import fit
-from gputui.core.model import Proc
-from gputui.core.owner import Owner, owner_matches
+from gputui.core.model import Owner, Proc, owner_matches
+from gputui.core.text import fit
 
 OWNER_ALL = "all"
 """``--owner all``: every owner's jobs."""

@@ -15,12 +15,9 @@ from gputui.agent.health.discovery import port_option
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.actions.owner_scope import OwnerScopeError, choose_roots, crosses
-from gputui.core.analysis import gpu_memory_by_pid, graphics_only_pids, kill_all_roots
-from gputui.core.analysis.trees import tree_parent
-from gputui.core.display import fit
-from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Proc
-from gputui.core.owner import Owner
-from gputui.core.record import Record
+from gputui.core.jobs import gpu_memory_by_pid, graphics_only_pids, kill_all_roots, tree_parent
+from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Owner, Proc, Record
+from gputui.core.text import fit
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gputui.agent.protocol import RESULTS_GONE
-from gputui.core.record import Record
-from gputui.core.wire_values import opt_float, opt_int, opt_safe, safe, safe_list
+from gputui.core.model import Record, opt_float, opt_int, opt_safe, safe, safe_list
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

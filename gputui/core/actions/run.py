@@ -8,13 +8,14 @@ from collections.abc import Iterable
 
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.protocol import RESULTS_GONE
-from gputui.core import state
 from gputui.core.actions.audit import AuditLog
 from gputui.core.actions.plan import KillPlan, kill_command
 from gputui.core.actions.replies import KillOutcome, KillReply, Pending, final_outcomes, parse_reply
-from gputui.core.analysis import KilledJob, gpu_memory_by_pid
+from gputui.core.jobs import gpu_memory_by_pid
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot
+from gputui.core.store import saved
+from gputui.core.verdict import KilledJob
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class KillRun:
         if self.audit is not None and new:
             try:
                 self.audit.outcomes(self.plan, new)
-            except state.StateError as exc:
+            except saved.StateError as exc:
                 self.audit_errors.append(str(exc))
         return reply
 
@@ -73,7 +74,7 @@ class KillRun:
         """Write the intent, send the kill; returns the first answer (the checks and the signals).
 
         Raises:
-            state.StateError: The audit log cannot be written: nothing was sent.
+            saved.StateError: The audit log cannot be written: nothing was sent.
             LinkError: The host could not be asked (the audit log says the outcome is unknown), or answered
                 badly.
         """
@@ -129,7 +130,7 @@ class KillRun:
             return
         try:
             self.audit.unknown(self.plan, pids, detail)
-        except state.StateError as exc:
+        except saved.StateError as exc:
             self.audit_errors.append(str(exc))
 
     @property

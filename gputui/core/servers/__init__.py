@@ -1,60 +1,149 @@
-"""The inference servers gputui watches: their metrics (``metrics``) and what they are doing (``state``).
+"""The inference servers gputui watches: their metrics, what each is doing, and views of it over time.
 
-Everything here is client side and pure: the collector reads the health endpoint and the ``/metrics`` body
-(cut down on the host by ``gputui.agent.health.metrics_filter``); these modules parse and judge what it
-sent.
+Everything here is client side and pure: the collector reads the endpoint and the ``/metrics`` body (cut down
+on the host by ``gputui.agent.health.metrics_filter``); these modules parse and judge what it sent.
+
+* ``metrics``: a server's ``/metrics`` read (sglang, vLLM); ``state``: its state (UP, BUSY, STALLED, …);
+* ``jobs``: the facts of the job behind an endpoint; ``watch``: the state of every endpoint over time;
+* ``view``: state changes as lines, a per-URL history, short labels.
 """
 
-from gputui.core.servers.metrics import (
-    ENGINE_SGLANG,
-    ENGINE_VLLM,
-    METRICS_JSON_KEYS,
-    CounterDelta,
-    MetricsUnreadable,
-    ServerMetrics,
-    generation_delta,
-    metrics_json,
-    parse_server_metrics,
-    with_rate,
-)
-from gputui.core.servers.state import (
-    DEFAULT_HISTORY_LEN,
-    DEFAULT_STALL_AFTER_S,
-    DEFAULT_STARTING_GRACE_S,
-    SERVER_STATES,
-    ServerState,
-    ServerStateTracker,
-)
-from gputui.core.servers.watch import (
-    DERIVED_STATES,
-    FAILING_STATES,
-    ServerWatch,
-    failing_servers,
-    judge_once,
-    read_metrics,
-)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.servers.jobs import JobFacts, job_facts
+    from gputui.core.servers.metrics import (
+        ENGINE_SGLANG,
+        ENGINE_VLLM,
+        METRICS_JSON_KEYS,
+        CounterDelta,
+        MetricsUnreadable,
+        ServerMetrics,
+        generation_delta,
+        metrics_json,
+        parse_server_metrics,
+        with_rate,
+    )
+    from gputui.core.servers.state import (
+        DEFAULT_HISTORY_LEN,
+        DEFAULT_STALL_AFTER_S,
+        DEFAULT_STARTING_GRACE_S,
+        SERVER_STATES,
+        ServerState,
+        ServerStateTracker,
+    )
+    from gputui.core.servers.view import (
+        BUSY,
+        DOWN,
+        ERROR,
+        STALLED,
+        STARTING,
+        TIMEOUT,
+        UNHEALTHY,
+        UP,
+        HealthHistory,
+        health_transitions,
+        since_text,
+        state_word,
+        worst_state,
+    )
+    from gputui.core.servers.watch import (
+        DERIVED_STATES,
+        FAILING_STATES,
+        ServerWatch,
+        failing_servers,
+        judge_once,
+        read_metrics,
+        server_reason,
+    )
 
 __all__ = [
-    "DERIVED_STATES",
-    "FAILING_STATES",
-    "ServerWatch",
-    "failing_servers",
-    "judge_once",
-    "read_metrics",
+    "BUSY",
+    "CounterDelta",
     "DEFAULT_HISTORY_LEN",
     "DEFAULT_STALL_AFTER_S",
     "DEFAULT_STARTING_GRACE_S",
+    "DERIVED_STATES",
+    "DOWN",
     "ENGINE_SGLANG",
     "ENGINE_VLLM",
+    "ERROR",
+    "FAILING_STATES",
+    "HealthHistory",
+    "JobFacts",
     "METRICS_JSON_KEYS",
-    "SERVER_STATES",
-    "CounterDelta",
     "MetricsUnreadable",
+    "SERVER_STATES",
+    "STALLED",
+    "STARTING",
     "ServerMetrics",
     "ServerState",
     "ServerStateTracker",
+    "ServerWatch",
+    "TIMEOUT",
+    "UNHEALTHY",
+    "UP",
+    "failing_servers",
     "generation_delta",
+    "health_transitions",
+    "job_facts",
+    "judge_once",
     "metrics_json",
     "parse_server_metrics",
+    "read_metrics",
+    "server_reason",
+    "since_text",
+    "state_word",
     "with_rate",
+    "worst_state",
 ]
+
+_HOMES = {
+    "BUSY": "view",
+    "CounterDelta": "metrics",
+    "DEFAULT_HISTORY_LEN": "state",
+    "DEFAULT_STALL_AFTER_S": "state",
+    "DEFAULT_STARTING_GRACE_S": "state",
+    "DERIVED_STATES": "watch",
+    "DOWN": "view",
+    "ENGINE_SGLANG": "metrics",
+    "ENGINE_VLLM": "metrics",
+    "ERROR": "view",
+    "FAILING_STATES": "watch",
+    "HealthHistory": "view",
+    "JobFacts": "jobs",
+    "METRICS_JSON_KEYS": "metrics",
+    "MetricsUnreadable": "metrics",
+    "SERVER_STATES": "state",
+    "STALLED": "view",
+    "STARTING": "view",
+    "ServerMetrics": "metrics",
+    "ServerState": "state",
+    "ServerStateTracker": "state",
+    "ServerWatch": "watch",
+    "TIMEOUT": "view",
+    "UNHEALTHY": "view",
+    "UP": "view",
+    "failing_servers": "watch",
+    "generation_delta": "metrics",
+    "health_transitions": "view",
+    "job_facts": "jobs",
+    "judge_once": "watch",
+    "metrics_json": "metrics",
+    "parse_server_metrics": "metrics",
+    "read_metrics": "watch",
+    "server_reason": "watch",
+    "since_text": "view",
+    "state_word": "view",
+    "with_rate": "metrics",
+    "worst_state": "view",
+}
+"""Each name of the face -> the module of this package that defines it (loaded on first use)."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
+    globals()[name] = value
+    return value

@@ -11,9 +11,8 @@ state (``state.ServerStateTracker``) weighs these facts from the same snapshot a
 
 from __future__ import annotations
 
-from gputui.core.analysis import D_STATE_THRESHOLD_S, gpu_tree_pids, proc_label
-from gputui.core.model import HostSnapshot, Proc
-from gputui.core.record import Record
+from gputui.core.jobs import D_STATE_THRESHOLD_S, gpu_tree_pids, proc_label
+from gputui.core.model import HostSnapshot, Proc, Record
 
 ZOMBIE_SETTLED_S = D_STATE_THRESHOLD_S
 """A zombie of the job counts against BUSY once it has been defunct this long (the zombie finding's

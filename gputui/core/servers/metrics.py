@@ -39,7 +39,7 @@ from gputui.agent.health.metrics_filter import (
     METRICS_VLLM_WAITING,
     select_metric_lines,
 )
-from gputui.core.record import Record, replace
+from gputui.core.model import Record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

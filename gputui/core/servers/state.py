@@ -31,13 +31,10 @@ from gputui.agent.protocol import (
     HEALTH_STATE_UNHEALTHY,
     HEALTH_STATE_UP,
 )
-from gputui.core.analysis import age_text
-from gputui.core.display import fit
-from gputui.core.health_sample import HealthSample
-from gputui.core.record import Record
+from gputui.core.model import HealthSample, Record
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
-from gputui.core.textsafe import SafeText
+from gputui.core.text import SafeText, age_text, fit
 
 SERVER_STATES = (
     HEALTH_STATE_STARTING,

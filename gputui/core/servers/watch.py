@@ -20,14 +20,11 @@ from gputui.agent.protocol import (
     HEALTH_STATE_STARTING,
     HEALTH_STATE_UNHEALTHY,
 )
-from gputui.core.display import fit
-from gputui.core.health_sample import HealthSample
-from gputui.core.model import HostSnapshot
-from gputui.core.record import replace
+from gputui.core.model import HealthSample, HostSnapshot, replace
 from gputui.core.servers.jobs import job_facts
 from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
 from gputui.core.servers.state import DEFAULT_STALL_AFTER_S, ServerState, ServerStateTracker
-from gputui.core.textsafe import visible
+from gputui.core.text import fit, visible
 
 DERIVED_STATES = frozenset({HEALTH_STATE_STARTING, HEALTH_STATE_BUSY, HEALTH_STATE_STALLED})
 """States the client derives: the probe alone never says them, so their detail is the tracker's reason."""

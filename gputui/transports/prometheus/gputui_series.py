@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gputui.core import export_schema as s
-from gputui.core.display import fit
-from gputui.core.exported import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
+from gputui.core.fleet import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
+from gputui.core.fleet import schema as s
+from gputui.core.text import fit
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, whole
 from gputui.transports.prometheus.query import INSTANCE
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
-from gputui.core.analysis import age_text
-from gputui.core.analysis.findings import duplicate_host_finding, xid_finding
-from gputui.core.display import fit
-from gputui.core.figures import impossible_error
-from gputui.core.fleet_owners import dcgm_owner
-from gputui.core.fleet_sample import FleetHost, FleetSample, MigInstance
-from gputui.core.health_model import GpuHealth, XidEvent
-from gputui.core.health_sample import HealthSample
-from gputui.core.model import Gpu, HostSnapshot
-from gputui.core.owner import Owner
-from gputui.core.record import replace
-from gputui.core.textsafe import visible
-from gputui.core.wire_values import opt_safe, safe
+from gputui.core.fleet import FleetHost, FleetSample, MigInstance, dcgm_owner
+from gputui.core.model import (
+    Gpu,
+    GpuHealth,
+    HealthSample,
+    HostSnapshot,
+    Owner,
+    XidEvent,
+    impossible_error,
+    opt_safe,
+    replace,
+    safe,
+)
+from gputui.core.text import age_text, fit, visible
+from gputui.core.verdict import duplicate_host_finding, xid_finding
 from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, host_part, whole
 from gputui.transports.prometheus.query import (
@@ -139,7 +141,7 @@ def _build_gpu(
 
 def dcgm_health(figures: Mapping[str, Series], xid: int | None) -> GpuHealth | None:
     """A GPU's health from DCGM's remap, retirement, ECC and Xid series (None when the exporter has none of
-    them): judged by the same table as a collector's (``gputui.core.analysis.gpu_health``). DCGM's Xid
+    them): judged by the same table as a collector's (``gputui.core.verdict.fitness``). DCGM's Xid
     gauge holds the last Xid only, without its time."""
     values = {name: _count(_figure(figures, name)) for name in DCGM_HEALTH_FIGURES}
     if xid is None and all(value is None for value in values.values()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gputui.core.record import Record, field
+from gputui.core.model import Record, field
 from gputui.transports.prometheus.query import PART_LABEL
 
 TYPE_CHECKING = False

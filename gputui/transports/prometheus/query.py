@@ -9,9 +9,9 @@ import time
 import urllib.parse
 
 from gputui import __version__
-from gputui.core.fleet_sample import DEFAULT_STALE_AFTER_S as DEFAULT_STALE_AFTER_S
+from gputui.core.fleet import DEFAULT_STALE_AFTER_S as DEFAULT_STALE_AFTER_S
 from gputui.core.link import LinkError
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

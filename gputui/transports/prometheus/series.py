@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gputui.core.fleet_owners import DCGM_OWNER_LABELS
-from gputui.core.textsafe import visible
+from gputui.core.fleet import DCGM_OWNER_LABELS
+from gputui.core.text import visible
 from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
 from gputui.transports.prometheus.parts import (
     GpuParts,

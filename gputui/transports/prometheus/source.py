@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gputui.core.fleet_sample import FleetHost, FleetSample
-from gputui.core.model import Gpu
-from gputui.core.record import Record, replace
-from gputui.core.textsafe import visible
+from gputui.core.fleet import FleetHost, FleetSample
+from gputui.core.model import Gpu, Record, replace
+from gputui.core.text import visible
 from gputui.transports.prometheus.parse import last_is, parse_answer
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,

@@ -11,7 +11,7 @@ from gputui.agent.args import optional_seconds
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.core.link import LinkError, LinkOptions
-from gputui.core.record import Record, field
+from gputui.core.model import Record, field
 from gputui.transports.sim.scenario import SimProc
 
 TYPE_CHECKING = False

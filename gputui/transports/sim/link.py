@@ -13,12 +13,20 @@ from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
 from gputui.agent.health import messages as health_messages
 from gputui.agent.proc.owners import OWNER_USER
-from gputui.core.health_sample import HealthSample
 from gputui.core.link import HostLink, LinkError, LinkOptions
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
-from gputui.core.owner import Owner
-from gputui.core.record import replace
-from gputui.core.wire_values import opt_safe, safe, safe_list
+from gputui.core.model import (
+    Gpu,
+    GpuProcess,
+    HealthSample,
+    HostSnapshot,
+    LiveThreads,
+    Owner,
+    Proc,
+    opt_safe,
+    replace,
+    safe,
+    safe_list,
+)
 from gputui.transports.sim.kills import SimKill, SimKills
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 from gputui.agent.health import metrics_filter as names
-from gputui.core.record import Record, field
+from gputui.core.model import Record, field
 
 Clock = Callable[[], float]
 """Returns wall-clock epoch seconds."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from gputui.core.link import LinkOptions
-from gputui.core.record import Record
+from gputui.core.model import Record
 from gputui.transports.ssh.config import SshSettings
 
 

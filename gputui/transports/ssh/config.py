@@ -23,9 +23,8 @@ import re
 import stat
 import subprocess
 
-from gputui.core.link import LinkError
-from gputui.core.record import Record
-from gputui.core.targets import TargetSpec, parse_target
+from gputui.core.link import LinkError, TargetSpec, parse_target
+from gputui.core.model import Record
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

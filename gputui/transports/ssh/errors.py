@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gputui.core.link import LinkError
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 
 DETAIL_CHARS = 160
 """Most characters of a remote or library message quoted in an error line."""

@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 
 from gputui.core.link import LinkError
-from gputui.core.record import Record
+from gputui.core.model import Record
 
 MARKER_CERT_AUTHORITY = "@cert-authority"
 MARKER_REVOKED = "@revoked"

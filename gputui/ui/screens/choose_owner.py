@@ -15,8 +15,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gputui.core.actions.owner_scope import OWNER_ALL
-from gputui.core.owner import Owner
+from gputui.core.actions import OWNER_ALL
+from gputui.core.model import Owner
 from gputui.ui import keymap
 from gputui.ui.widgets.fmt import safe_text
 

@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gputui.core.analysis import gpu_memory_by_pid
+from gputui.core.jobs import gpu_memory_by_pid
 from gputui.core.model import Proc
 from gputui.ui import keymap
 from gputui.ui.session.context import TextFetcher

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from gputui.agent.protocol import RESET_GO
-from gputui.core.reset_plan import ResetPlan, format_plan
+from gputui.core.actions import ResetPlan, format_plan
 from gputui.ui import keymap
 
 RUN_HINT = "Enter/y: run these steps · Esc/n: cancel"

@@ -21,17 +21,9 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 
-from gputui.core.display import fit
-from gputui.core.fleet_rows import (
-    SORT_MODES,
-    FleetRow,
-    matches,
-    sort_key,
-    summarize,
-)
-from gputui.core.fleet_sample import FleetHost, FleetSample
-from gputui.core.targets import BadTarget
-from gputui.core.textsafe import visible
+from gputui.core.fleet import SORT_MODES, FleetHost, FleetRow, FleetSample, matches, sort_key, summarize
+from gputui.core.link import BadTarget
+from gputui.core.text import fit, visible
 from gputui.transports.freshness import LatestInbox
 from gputui.ui import keymap
 from gputui.ui.screens.help import HelpScreen

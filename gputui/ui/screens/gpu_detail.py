@@ -23,9 +23,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from gputui.core.history import GpuPoint
 from gputui.core.link import HostLink, process_text
-from gputui.core.model import Gpu, HostSnapshot, Proc
+from gputui.core.model import Gpu, GpuPoint, HostSnapshot, Proc
 from gputui.ui import keymap
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from textual.widgets import Input
 
-from gputui.core.textsafe import visible
+from gputui.core.text import visible
 from gputui.ui import keymap
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import HelpScreen

@@ -23,13 +23,10 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from gputui.core.analysis import ProcNode, build_forest, flatten
-from gputui.core.analysis.jobview import outside_rows
-from gputui.core.display import clock_time, fit
-from gputui.core.judge import no_data_text
-from gputui.core.model import HostSnapshot
-from gputui.core.textsafe import visible
-from gputui.core.verdict_model import Verdict
+from gputui.core.jobs import ProcNode, build_forest, flatten, outside_rows
+from gputui.core.model import HostSnapshot, Verdict
+from gputui.core.text import clock_time, fit, visible
+from gputui.core.verdict import no_data_text
 from gputui.transports.freshness import LIVE
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import HostState

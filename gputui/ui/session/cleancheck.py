@@ -10,10 +10,9 @@ same machine from the CLI (``gputui.commands.check``).
 
 from __future__ import annotations
 
-from gputui.core import cleanslate
-from gputui.core.display import clock_time
 from gputui.core.model import HostSnapshot
-from gputui.core.textsafe import visible
+from gputui.core.text import clock_time, visible
+from gputui.core.verdict import cleanslate
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import receipt_times

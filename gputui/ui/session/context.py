@@ -19,10 +19,8 @@ from textual.screen import Screen
 from textual.signal import Signal
 
 from gputui.agent.protocol import MEMORY_INTERVAL_S
-from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan
-from gputui.core.model import HostSnapshot, Proc
-from gputui.core.owner import Owner
-from gputui.core.reset_plan import ResetPlan
+from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan, ResetPlan
+from gputui.core.model import HostSnapshot, Owner, Proc
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.host_bar import HostStatus
 

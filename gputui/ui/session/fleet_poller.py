@@ -7,8 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gputui.core.fleet_rows import DEFAULT_REFRESH_S
-from gputui.core.fleet_sample import FleetSample
+from gputui.core.fleet import DEFAULT_REFRESH_S, FleetSample
 from gputui.core.link import LinkError
 
 

@@ -25,15 +25,12 @@ from textual.message import Message
 
 from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.actions import KillPlan, Pending
-from gputui.core.analysis import Baselines, KilledJob
-from gputui.core.cleanslate import CleanCheck, WatchedPort, ports_left
-from gputui.core.health_view import HealthHistory, health_transitions
-from gputui.core.history import GpuHistory
-from gputui.core.judge import judge
 from gputui.core.link import HostLink, LinkError, full_sample
-from gputui.core.model import HostSnapshot
-from gputui.core.servers import ServerWatch
-from gputui.core.textsafe import visible
+from gputui.core.model import GpuHistory, HostSnapshot
+from gputui.core.servers import HealthHistory, ServerWatch, health_transitions
+from gputui.core.store import WatchedPort
+from gputui.core.text import visible
+from gputui.core.verdict import Baselines, CleanCheck, KilledJob, judge, ports_left
 from gputui.transports.freshness import LatestInbox, link_state, stale_after_s
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.transports.ssh.knownhosts import UnknownHostKey

@@ -29,7 +29,6 @@ from gputui.agent.protocol import (
     RESULT_UNKNOWN,
     SIGNALLING_STAGES,
 )
-from gputui.core import cleanslate, leftovers
 from gputui.core.actions import (
     KillOutcome,
     KillPlan,
@@ -41,12 +40,11 @@ from gputui.core.actions import (
     killed_jobs,
     plan_kill,
 )
-from gputui.core.analysis import KilledJob
-from gputui.core.display import fit
 from gputui.core.link import HostLink, LinkError, process_text
 from gputui.core.model import HostSnapshot, Proc
-from gputui.core.state import StateError
-from gputui.core.textsafe import visible
+from gputui.core.store import StateError, leftovers, saved
+from gputui.core.text import fit, visible
+from gputui.core.verdict import KilledJob, cleanslate
 from gputui.ui.session.cleancheck import CleanChecks, check_operation
 from gputui.ui.session.context import Session, TextFetcher
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState, PendingKill
@@ -306,7 +304,7 @@ class KillFlow:
             text, severity=severity, title=title, operation=operation_key(message.target, message.key, entry)
         )
         if any(o.stage in SIGNALLING_STAGES for o in message.outcomes):
-            ports = cleanslate.watched_ports(plan.ports, entry.snapshot.time)
+            ports = saved.watched_ports(plan.ports, entry.snapshot.time)
             host.watch_ports(ports)
             if host.check is not None:
                 host.check = cleanslate.kill_sent(host.check, app.clock(), ports)

@@ -10,8 +10,7 @@ from __future__ import annotations
 import threading
 
 from gputui.agent.protocol import RESET_PLAN_COMMAND, RESET_RUN_COMMAND
-from gputui.core.link import LinkError
-from gputui.core.reset_plan import (
+from gputui.core.actions import (
     EXIT_OK,
     STAGE_RESET,
     PlanShapeError,
@@ -20,8 +19,9 @@ from gputui.core.reset_plan import (
     run_exit,
     unknown_command_said,
 )
-from gputui.core.state import StateError
-from gputui.core.textsafe import visible
+from gputui.core.link import LinkError
+from gputui.core.store import StateError
+from gputui.core.text import visible
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
 from gputui.ui.session.jobs import spawn

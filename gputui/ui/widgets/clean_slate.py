@@ -5,11 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from gputui.core.cleanslate import CleanCheck
-from gputui.core.display import clock_time
-from gputui.core.levels import CANNOT_TELL, NOT_READY
-from gputui.core.verdict_model import Verdict
-from gputui.core.verdicts import headline
+from gputui.core.model import CANNOT_TELL, NOT_READY, Verdict
+from gputui.core.text import clock_time
+from gputui.core.verdict import CleanCheck, headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
 DRAIN_CURVE_CELLS = 24

@@ -19,9 +19,8 @@ from textual.timer import Timer
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from gputui.core.display import age_since
-from gputui.core.model import HostSnapshot
-from gputui.core.verdict_model import Finding
+from gputui.core.model import Finding, HostSnapshot
+from gputui.core.text import age_since
 from gputui.ui import keymap
 from gputui.ui.widgets.border import set_border_title
 from gputui.ui.widgets.fmt import command_text, pid_ranges, safe_text, screen_rows

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gputui.core.display import age_since
-from gputui.core.fleet_rows import FleetRow, size_text, state_text
-from gputui.core.fleet_sample import FleetHost
-from gputui.core.verdicts import headline
+from gputui.core.fleet import FleetHost, FleetRow, state_text
+from gputui.core.text import age_since, size_text
+from gputui.core.verdict import headline
 from gputui.ui.widgets.fmt import DASH, safe_text
 from gputui.ui.widgets.text_view import TextView
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from gputui.core.fleet_rows import FleetRow
+from gputui.core.fleet import FleetRow
 from gputui.ui.widgets.fmt import duration, safe_text
 from gputui.ui.widgets.text_view import TextView
 

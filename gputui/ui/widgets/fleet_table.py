@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
-from gputui.core.fleet_rows import (
+from gputui.core.fleet import (
     FleetRow,
     baseline_text,
     findings_text,

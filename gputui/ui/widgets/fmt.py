@@ -12,11 +12,10 @@ from collections.abc import Iterable, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from gputui.core.cmdline import command_display
-from gputui.core.display import DASH as DASH
-from gputui.core.display import dash as dash
-from gputui.core.display import duration as duration
-from gputui.core.display import fit
+from gputui.core.text import DASH as DASH
+from gputui.core.text import command_display, fit
+from gputui.core.text import dash as dash
+from gputui.core.text import duration as duration
 
 _MEASURE = Console(file=io.StringIO(), width=1000, color_system=None)
 """Lays text out to count its rows (``screen_rows``); writes nowhere."""

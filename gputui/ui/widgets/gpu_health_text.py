@@ -6,15 +6,8 @@ import time
 
 from rich.text import Text
 
-from gputui.core.analysis.gpu_health import (
-    ACTION_WORDS,
-    XID_HISTORY_UNAVAILABLE,
-    assess,
-    health_figures,
-    xid_text,
-)
-from gputui.core.health_model import KernelLogNote
-from gputui.core.model import Gpu
+from gputui.core.model import Gpu, KernelLogNote
+from gputui.core.verdict import ACTION_WORDS, XID_HISTORY_UNAVAILABLE, assess, health_figures, xid_text
 from gputui.ui.widgets.fmt import safe_text
 
 MAX_XIDS_SHOWN = 12

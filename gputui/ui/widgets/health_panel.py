@@ -10,19 +10,9 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gputui.core.display import clock_time
-from gputui.core.health_sample import HealthSample
-from gputui.core.health_view import (
-    BUSY,
-    DOWN,
-    ERROR,
-    STALLED,
-    STARTING,
-    TIMEOUT,
-    UNHEALTHY,
-    UP,
-    worst_state,
-)
+from gputui.core.model import HealthSample
+from gputui.core.servers import BUSY, DOWN, ERROR, STALLED, STARTING, TIMEOUT, UNHEALTHY, UP, worst_state
+from gputui.core.text import clock_time
 from gputui.ui.widgets.fmt import DASH, SPARK_CHARS, duration, safe_text, screen_rows
 
 STATE_STYLES: dict[str | None, str] = {

@@ -8,9 +8,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from gputui.core.health_view import worst_state
-from gputui.core.levels import NOT_READY
-from gputui.core.model import HostSnapshot
+from gputui.core.model import NOT_READY, HostSnapshot
+from gputui.core.servers import worst_state
 from gputui.ui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
 from gputui.ui.widgets.health_panel import health_dot
 from gputui.ui.widgets.host_bar import HostStatus, status_text

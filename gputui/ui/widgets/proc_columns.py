@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 
 from gputui.agent.proc.owners import OWNER_CONTAINER, OWNER_POD, OWNER_SLURM, OWNER_UNIT
-from gputui.core.display import fit
 from gputui.core.model import Proc
+from gputui.core.text import fit
 from gputui.ui.widgets.fmt import DASH
 
 if TYPE_CHECKING:
-    from gputui.core.analysis import ProcNode
+    from gputui.core.jobs import ProcNode
 
 OWNER_COLUMN_CHARS = 20
 OPTIONAL_COLUMNS = (

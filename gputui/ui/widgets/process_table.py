@@ -9,16 +9,16 @@ from rich.text import Text
 from textual.coordinate import Coordinate
 from textual.widgets.data_table import RowDoesNotExist
 
-from gputui.core.analysis.jobview import first_gpu_row
-from gputui.core.display import fit
-from gputui.core.procfilter import ProcFilter
+from gputui.core.jobs import first_gpu_row
+from gputui.core.model import ProcFilter
+from gputui.core.text import fit
 from gputui.ui import keymap
 from gputui.ui.widgets.fmt import command_text, safe_text
 from gputui.ui.widgets.lean_table import LeanTable
 from gputui.ui.widgets.proc_columns import OPTIONAL_COLUMNS, cell_inputs, choose_optional, optional_cells
 
 if TYPE_CHECKING:
-    from gputui.core.analysis import ProcNode
+    from gputui.core.jobs import ProcNode
 
 COMMAND_MAX_CHARS = 400
 """A 100 KB argv is cut here: the row stays one line and the table stays fast."""
@@ -198,7 +198,7 @@ class ProcessTable(LeanTable):
             nodes: Pre-order tree nodes.
             tagged: Pids marked for a batch action.
             filter_text: Case-insensitive substring of pid, user or command, and ``KIND:TEXT`` owner words
-                (``gputui.core.procfilter``); empty shows all.
+                (``gputui.core.model.procfilter``); empty shows all.
             sort_mode: One of ``SORT_MODES``.
             compact: Switch to the narrow column set (None: keep the current one).
             now_s: The clock the elapsed times are counted to (None: no elapsed column).

@@ -33,9 +33,9 @@ def recorded_fleet_app(
     fetch: Fetch, clock: Callable[[], float], audit_dir: Path, refresh_s: float = 3600.0
 ) -> tuple[GpuTuiApp, FleetScreen]:
     """The app on the fleet view, asking ``fetch`` instead of Prometheus; hosts open as simulated ones."""
-    from gputui.core.analysis import Baselines
-    from gputui.core.fleet_rows import analyze_fleet, ssh_target_for
+    from gputui.core.fleet import analyze_fleet, ssh_target_for
     from gputui.core.link import LinkOptions
+    from gputui.core.verdict import Baselines
     from gputui.transports.prometheus import FleetSettings, PrometheusSource
     from gputui.transports.sim import SimLink
     from gputui.ui.app import GpuTuiApp

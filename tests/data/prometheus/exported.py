@@ -8,12 +8,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gputui.core import export_schema as s
-from gputui.core.analysis import Baselines, analyze
-from gputui.core.exposition import ExportedSample, ExporterFigures, families
-from gputui.core.health_sample import HealthSample
-from gputui.core.model import Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc
-from gputui.core.record import replace
+from gputui.core.fleet import ExportedSample, ExporterFigures, families
+from gputui.core.fleet import schema as s
+from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc, replace
+from gputui.core.verdict import Baselines, analyze
 from gputui.transports.prometheus.query import PART_LABEL, TIME_PART
 
 NOW_S = 1_800_000_000.0

@@ -33,8 +33,7 @@ import signal
 import threading
 import time
 
-from gputui.core.link import LinkError, LinkOptions
-from gputui.core.targets import parse_target
+from gputui.core.link import LinkError, LinkOptions, parse_target
 from gputui.transports.ssh.accepted import OfferedHostKey, records_unknown_keys, take_accepted
 from gputui.transports.ssh.config import SshSettings, config_file, find_ssh, target_words
 from gputui.transports.ssh.errors import SetupFailed, phase_error, shown

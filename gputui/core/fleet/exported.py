@@ -1,0 +1,293 @@
+"""What a host's ``gputui exporter`` said, read back by the fleet view: findings, verdict and servers.
+
+The exporter sends fields, never sentences (``export_schema``): kind, GPU, memory, pid, short name, parent,
+threads, since. The findings are worded again here by the same function the monitor uses
+(``analysis.find_problems``), run over a host rebuilt from those fields, and only the findings the exporter
+reported are kept; so a fleet finding reads as the monitor's does. The verdict is the exporter's (it saw
+the processes), its reasons worded from its bounded reason per GPU and from the findings.
+
+No I/O, no clock, no Textual or Rich.
+"""
+
+from __future__ import annotations
+
+from gputui.core.fleet import schema as s
+from gputui.core.model import (
+    STATE_UNINTERRUPTIBLE,
+    STATE_ZOMBIE,
+    Finding,
+    Gpu,
+    GpuProcess,
+    GpuVerdict,
+    HealthSample,
+    HostSnapshot,
+    LiveThreads,
+    Proc,
+    Record,
+    Verdict,
+    field,
+    replace,
+)
+from gputui.core.text import age_text, fit, visible
+from gputui.core.verdict import DEFAULT_BASELINE_MIB, Baselines, find_problems
+
+EXPORTER_NOTE = "from its gputui exporter"
+
+
+class ExportedSubject(Record):
+    """A process a finding names, as the exporter's per-process series describe it."""
+
+    kind: str
+    pid: int
+    comm: str = ""
+    ppid: int | None = None
+    parent_comm: str = ""
+    memory_mib: dict[int, int] = field(default_factory=dict)
+    since: float | None = None
+    threads: dict[str, int] = field(default_factory=dict)
+
+
+class ExportedGpu(Record):
+    """One GPU's verdict and process figures as exported."""
+
+    index: int
+    clean: bool | None = None
+    reason: str = ""
+    known: bool | None = None
+    baseline_mib: int | None = None
+    processes: int | None = None
+    process_mib: int | None = None
+
+
+class ExportedServer(Record):
+    port: str
+    engine: str
+    state: str
+    since: float | None = None
+
+
+class ExportedHost(Record):
+    """Everything one host's gputui exporter said in one answer.
+
+    Attributes:
+        instances: The exporter scrape targets the series came from (more than one: a conflict).
+        sample_time: When the exporter's newest sample was complete (its clock).
+        sample_age_s: That sample's age at the scrape.
+        host_up: Whether its collector read the host without a host-level error.
+        clean: The host's verdict; None when not exported.
+        known: Whether the verdict could be told.
+        reason: The host's bounded reason.
+        gpus: GPU index -> its exported verdict.
+        findings: Kind -> count.
+        subjects: The processes findings name (at most ``MAX_SUBJECTS``).
+        subjects_omitted: Subjects the exporter left out.
+        servers: Server states.
+        checks: Check -> whether the exporter can do it.
+    """
+
+    instances: tuple[str, ...] = ()
+    sample_time: float | None = None
+    sample_age_s: float | None = None
+    host_up: bool | None = None
+    clean: bool | None = None
+    known: bool = False
+    reason: str = ""
+    gpus: dict[int, ExportedGpu] = field(default_factory=dict)
+    findings: dict[str, int] = field(default_factory=dict)
+    finding_memory: dict[tuple[str, int], int] = field(default_factory=dict)
+    subjects: tuple[ExportedSubject, ...] = ()
+    subjects_omitted: int = 0
+    servers: tuple[ExportedServer, ...] = ()
+    checks: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def conflict(self) -> bool:
+        """Two exporters claim this host: their figures are not merged."""
+        return len(self.instances) > 1
+
+    @property
+    def dead_held_mib(self) -> int:
+        """Memory held by defunct processes and by nobody (ghost memory), over all GPUs."""
+        return sum(mib for (kind, _), mib in self.finding_memory.items() if kind in DEAD_KINDS)
+
+    @property
+    def cannot_check(self) -> tuple[str, ...]:
+        """The checks this exporter says it cannot do."""
+        return tuple(sorted(name for name, able in self.checks.items() if not able))
+
+
+DEAD_KINDS = ("defunct_leader", "zombie", "ghost_memory")
+"""Finding kinds whose memory is held by a dead process or by nobody."""
+
+_STATE_OF_KIND = {
+    "zombie": STATE_ZOMBIE,
+    "defunct_leader": STATE_ZOMBIE,
+    "uninterruptible": STATE_UNINTERRUPTIBLE,
+}
+
+
+def _rebuilt(exported: ExportedHost, snapshot: HostSnapshot) -> tuple[HostSnapshot, Baselines]:
+    """A host snapshot with just enough in it for ``find_problems`` to word the exported findings."""
+    procs: dict[int, Proc] = {}
+    invisible: dict[int, list[GpuProcess]] = {}
+    for subject in exported.subjects:
+        if subject.kind == "invisible_pid":
+            for index, mib in subject.memory_mib.items():
+                invisible.setdefault(index, []).append(
+                    GpuProcess(pid=subject.pid, used_mib=mib, visible=False)
+                )
+            continue
+        threads = None
+        if subject.kind == "defunct_leader":
+            live = sum(count for state, count in subject.threads.items() if state != "?")
+            threads = LiveThreads(
+                live=live,
+                states={k: v for k, v in subject.threads.items() if k != "?"},
+                omitted=subject.threads.get("?", 0),
+            )
+        elif subject.kind == "zombie":
+            threads = LiveThreads(live=0)
+        procs[subject.pid] = Proc(
+            pid=subject.pid,
+            ppid=subject.ppid,
+            name=visible(subject.comm) if subject.comm else None,
+            state=visible(_STATE_OF_KIND.get(subject.kind, "S")),
+            state_since=subject.since,
+            gpu_memory_mib=dict(subject.memory_mib),
+            live_threads=threads,
+        )
+    for subject in exported.subjects:
+        if subject.ppid not in (None, 0, 1) and subject.ppid not in procs and subject.parent_comm:
+            procs[subject.ppid] = Proc(
+                pid=subject.ppid, name=visible(subject.parent_comm), state=visible("S")
+            )
+    per_gpu: dict[str, int] = {}
+    gpus = []
+    for gpu in snapshot.gpus:
+        facts = exported.gpus.get(gpu.index)
+        if facts is not None and facts.baseline_mib is not None:
+            per_gpu[gpu.key] = facts.baseline_mib
+        listed = list(invisible.get(gpu.index, ()))
+        visible_mib = None if facts is None else facts.process_mib
+        if visible_mib is not None:
+            # What the listed processes hold, as one entry: ghost memory is measured against it.
+            rest = visible_mib - sum(p.used_mib or 0 for p in listed)
+            listed.append(GpuProcess(pid=0, used_mib=max(0, rest)))
+        gpus.append(replace(gpu, processes=tuple(listed)))
+    rebuilt = replace(snapshot, gpus=tuple(gpus), processes=tuple(procs.values()), device_holders=None)
+    return rebuilt, Baselines(default_mib=DEFAULT_BASELINE_MIB, per_gpu_mib=per_gpu)
+
+
+def exported_findings(exported: ExportedHost, snapshot: HostSnapshot, now: float | None) -> list[Finding]:
+    """The exporter's findings, worded as the monitor words them; one line for subjects left out."""
+    rebuilt, baselines = _rebuilt(exported, snapshot)
+    reported_pids = {(subject.kind, subject.pid) for subject in exported.subjects}
+    ghost_gpus = {index for (kind, index) in exported.finding_memory if kind == "ghost_memory"}
+    kept: list[Finding] = []
+    for finding in find_problems(rebuilt, baselines, now):
+        if finding.kind == "ghost_memory":
+            keep = finding.gpu_index in ghost_gpus
+        elif finding.kind == "invisible_pid":
+            keep = True
+        else:
+            keep = (finding.kind, finding.pid) in reported_pids
+        if keep:
+            kept.append(finding)
+    if exported.subjects_omitted:
+        kept.append(
+            Finding(
+                kind="omitted",
+                target=snapshot.target,
+                detail=f"{exported.subjects_omitted} more processes named by findings on this host "
+                f"({EXPORTER_NOTE} leaves them out of its series)",
+                action="open the host over SSH for all of them",
+            )
+        )
+    return kept
+
+
+def _gpu_reason(gpu: Gpu, facts: ExportedGpu) -> str | None:
+    used = gpu.memory_used_mib
+    held = "" if used is None else f" {used} MiB"
+    count = facts.processes or 0
+    processes = f"{count} process{'' if count == 1 else 'es'}"
+    if facts.reason == s.REASON_HELD:
+        return f"GPU{gpu.index}{held} held by {processes} ({EXPORTER_NOTE})"
+    if facts.reason == s.REASON_LISTED:
+        return f"GPU{gpu.index}{held} but {processes} still listed ({EXPORTER_NOTE})"
+    if facts.reason == s.REASON_GHOST:
+        return f"GPU{gpu.index}{held} over baseline with no process listed (ghost memory)"
+    if facts.reason == s.REASON_UNREADABLE:
+        return f"GPU{gpu.index} memory could not be read ({EXPORTER_NOTE})"
+    if facts.clean is False:
+        return f"GPU{gpu.index} not clean ({EXPORTER_NOTE})"
+    return None
+
+
+REMNANT_KINDS = ("zombie", "defunct_leader", "uninterruptible")
+
+
+def exported_verdict(
+    exported: ExportedHost, snapshot: HostSnapshot, findings: list[Finding], stale_after_s: float | None
+) -> Verdict:
+    """The host's clean-slate verdict as its exporter judged it (processes included, not memory only).
+
+    Cannot tell (``known`` False) when two exporters claim the host, when the exporter's own sample is
+    older than ``stale_after_s`` (its collector is stuck: a device may hang), or when it says it cannot.
+    """
+    keyed = {gpu.key: g.baseline_mib for gpu in snapshot.gpus if (g := exported.gpus.get(gpu.index))}
+    baselines = {k: v for k, v in keyed.items() if v is not None}
+
+    def unknown(reason: str) -> Verdict:
+        return Verdict(clean=False, known=False, reasons=(reason,), baseline_mib=baselines)
+
+    if exported.conflict:
+        names = ", ".join(fit(i, 60) for i in exported.instances[:4])
+        return unknown(f"two gputui exporters claim this host ({names}): their figures are not merged")
+    age = exported.sample_age_s
+    if age is not None and stale_after_s is not None and age > stale_after_s:
+        return unknown(f"the gputui exporter's newest sample is {age_text(age)} old (its collector is stuck)")
+    if exported.clean is None:
+        return unknown(f"no verdict {EXPORTER_NOTE}")
+    gpu_verdicts: list[GpuVerdict] = []
+    reasons: list[str] = []
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
+        facts = exported.gpus.get(gpu.index) or ExportedGpu(index=gpu.index)
+        reason = None if facts.clean else _gpu_reason(gpu, facts)
+        gpu_verdicts.append(
+            GpuVerdict(
+                index=gpu.index,
+                used_mib=gpu.memory_used_mib,
+                baseline_mib=facts.baseline_mib if facts.baseline_mib is not None else DEFAULT_BASELINE_MIB,
+                clean=bool(facts.clean),
+                reasons=() if reason is None else (reason,),
+            )
+        )
+        if reason is not None:
+            reasons.append(reason)
+    reasons.extend(f.detail for f in findings if f.kind in REMNANT_KINDS and f.gpu_index is None)
+    if not exported.known:
+        reasons = reasons or [f"cannot tell ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
+    elif not exported.clean and not reasons:
+        reasons = [f"not clean ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
+    return Verdict(
+        clean=bool(exported.clean) and exported.known,
+        known=exported.known,
+        reasons=tuple(reasons),
+        baseline_mib=baselines,
+        gpus=tuple(gpu_verdicts),
+    )
+
+
+def exported_health(exported: ExportedHost, now: float | None) -> tuple[HealthSample, ...]:
+    """The exporter's servers as health samples, named by port (their URLs never travel)."""
+    return tuple(
+        HealthSample(
+            url=visible(f"port {server.port}" if server.port else "server"),
+            state=visible(server.state) if server.state else None,
+            since=server.since,
+            detail=visible(f"{server.engine}: {EXPORTER_NOTE}" if server.engine else EXPORTER_NOTE),
+            checked_at=now,
+        )
+        for server in exported.servers
+    )

@@ -1,0 +1,80 @@
+"""The process forest of a host sample: who holds GPU memory, the job each holder belongs to, and its tree.
+
+* ``forest``: GPU process trees rooted and walked the way the collector roots and walks them (the tree
+  shown is the tree a kill takes); built once per sample by the verdict engine and handed to every view;
+* ``jobview``: a job's members as one view sees them.
+"""
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.jobs.forest import (
+        D_STATE_THRESHOLD_S,
+        GRAPHICS,
+        NAME_MAX,
+        ProcNode,
+        build_forest,
+        flatten,
+        gpu_memory_by_pid,
+        gpu_tree_pids,
+        graphics_only_pids,
+        is_init_like,
+        is_session_boundary,
+        kill_all_roots,
+        proc_label,
+        proc_table,
+        shown,
+        tree_parent,
+    )
+    from gputui.core.jobs.jobview import first_gpu_row, outside_rows
+
+__all__ = [
+    "D_STATE_THRESHOLD_S",
+    "GRAPHICS",
+    "NAME_MAX",
+    "ProcNode",
+    "build_forest",
+    "first_gpu_row",
+    "flatten",
+    "gpu_memory_by_pid",
+    "gpu_tree_pids",
+    "graphics_only_pids",
+    "is_init_like",
+    "is_session_boundary",
+    "kill_all_roots",
+    "outside_rows",
+    "proc_label",
+    "proc_table",
+    "shown",
+    "tree_parent",
+]
+
+_HOMES = {
+    "D_STATE_THRESHOLD_S": "forest",
+    "GRAPHICS": "forest",
+    "NAME_MAX": "forest",
+    "ProcNode": "forest",
+    "build_forest": "forest",
+    "first_gpu_row": "jobview",
+    "flatten": "forest",
+    "gpu_memory_by_pid": "forest",
+    "gpu_tree_pids": "forest",
+    "graphics_only_pids": "forest",
+    "is_init_like": "forest",
+    "is_session_boundary": "forest",
+    "kill_all_roots": "forest",
+    "outside_rows": "jobview",
+    "proc_label": "forest",
+    "proc_table": "forest",
+    "shown": "forest",
+    "tree_parent": "forest",
+}
+"""Each name of the face -> the module of this package that defines it (loaded on first use)."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,54 @@
+"""How a host is reached: the interface every transport speaks and the grammar of a target.
+
+* ``interface``: a stream of samples in, commands out (``HostLink``), and its errors;
+* ``targets``: a word that names a host, never an option or a shell word, wherever it came from.
+"""
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.link.interface import (
+        SSH_CLIENTS,
+        HostLink,
+        LinkError,
+        LinkOptions,
+        full_sample,
+        one_shot_sample,
+        process_text,
+    )
+    from gputui.core.link.targets import BadTarget, TargetSpec, parse_target
+
+__all__ = [
+    "BadTarget",
+    "HostLink",
+    "LinkError",
+    "LinkOptions",
+    "SSH_CLIENTS",
+    "TargetSpec",
+    "full_sample",
+    "one_shot_sample",
+    "parse_target",
+    "process_text",
+]
+
+_HOMES = {
+    "BadTarget": "targets",
+    "HostLink": "interface",
+    "LinkError": "interface",
+    "LinkOptions": "interface",
+    "SSH_CLIENTS": "interface",
+    "TargetSpec": "targets",
+    "full_sample": "interface",
+    "one_shot_sample": "interface",
+    "parse_target": "targets",
+    "process_text": "interface",
+}
+"""Each name of the face -> the module of this package that defines it (loaded on first use)."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
+    globals()[name] = value
+    return value

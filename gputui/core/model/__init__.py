@@ -1,0 +1,152 @@
+"""The host sample and the records it is made of: what a collector sent, typed and made safe.
+
+* ``record``: the value classes of the data layer (declared like frozen dataclasses, built without their
+  cost);
+* ``snapshot``: the host sample (GPUs, processes, ports, errors) and its JSON form;
+* ``fitness``: a GPU's own fitness as the collector read it (remaps, ECC, Xids, the kernel log);
+* ``endpoint``: one inference server endpoint's latest sample;
+* ``verdict``: findings and the clean-slate verdict as records, with the verdict's four levels;
+* ``owner``: whose job a process is (user, unit, container, pod, Slurm step);
+* ``figures``: figures no card can have; ``wire``: typed values read from a collector's JSON;
+* ``history``: the last minutes of every GPU; ``procfilter``: the process panel's filter.
+"""
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.model.endpoint import HealthSample
+    from gputui.core.model.figures import impossible_error
+    from gputui.core.model.fitness import GpuHealth, KernelLogNote, XidEvent
+    from gputui.core.model.history import POINTS_MAX, STEP_S, WINDOW_S, GpuHistory, GpuPoint
+    from gputui.core.model.owner import Owner, owner_matches, parse_owner_option, split_owner_word
+    from gputui.core.model.procfilter import ProcFilter
+    from gputui.core.model.record import COMPILE_AFTER, Record, field, fields, is_record, replace
+    from gputui.core.model.snapshot import (
+        STATE_UNINTERRUPTIBLE,
+        STATE_ZOMBIE,
+        DeviceHolder,
+        Gpu,
+        GpuProcess,
+        HostSnapshot,
+        LiveThreads,
+        Proc,
+        snapshots_document,
+    )
+    from gputui.core.model.verdict import (
+        CANNOT_TELL,
+        CLEAN,
+        EXIT_CODES,
+        NOT_CLEAN,
+        NOT_READY,
+        Finding,
+        GpuVerdict,
+        Verdict,
+    )
+    from gputui.core.model.wire import opt_float, opt_int, opt_safe, opt_str, plain, ports_of, safe, safe_list
+
+__all__ = [
+    "CANNOT_TELL",
+    "CLEAN",
+    "COMPILE_AFTER",
+    "DeviceHolder",
+    "EXIT_CODES",
+    "Finding",
+    "Gpu",
+    "GpuHealth",
+    "GpuHistory",
+    "GpuPoint",
+    "GpuProcess",
+    "GpuVerdict",
+    "HealthSample",
+    "HostSnapshot",
+    "KernelLogNote",
+    "LiveThreads",
+    "NOT_CLEAN",
+    "NOT_READY",
+    "Owner",
+    "POINTS_MAX",
+    "Proc",
+    "ProcFilter",
+    "Record",
+    "STATE_UNINTERRUPTIBLE",
+    "STATE_ZOMBIE",
+    "STEP_S",
+    "Verdict",
+    "WINDOW_S",
+    "XidEvent",
+    "field",
+    "fields",
+    "impossible_error",
+    "is_record",
+    "opt_float",
+    "opt_int",
+    "opt_safe",
+    "opt_str",
+    "owner_matches",
+    "parse_owner_option",
+    "plain",
+    "ports_of",
+    "replace",
+    "safe",
+    "safe_list",
+    "snapshots_document",
+    "split_owner_word",
+]
+
+_HOMES = {
+    "CANNOT_TELL": "verdict",
+    "CLEAN": "verdict",
+    "COMPILE_AFTER": "record",
+    "DeviceHolder": "snapshot",
+    "EXIT_CODES": "verdict",
+    "Finding": "verdict",
+    "Gpu": "snapshot",
+    "GpuHealth": "fitness",
+    "GpuHistory": "history",
+    "GpuPoint": "history",
+    "GpuProcess": "snapshot",
+    "GpuVerdict": "verdict",
+    "HealthSample": "endpoint",
+    "HostSnapshot": "snapshot",
+    "KernelLogNote": "fitness",
+    "LiveThreads": "snapshot",
+    "NOT_CLEAN": "verdict",
+    "NOT_READY": "verdict",
+    "Owner": "owner",
+    "POINTS_MAX": "history",
+    "Proc": "snapshot",
+    "ProcFilter": "procfilter",
+    "Record": "record",
+    "STATE_UNINTERRUPTIBLE": "snapshot",
+    "STATE_ZOMBIE": "snapshot",
+    "STEP_S": "history",
+    "Verdict": "verdict",
+    "WINDOW_S": "history",
+    "XidEvent": "fitness",
+    "field": "record",
+    "fields": "record",
+    "impossible_error": "figures",
+    "is_record": "record",
+    "opt_float": "wire",
+    "opt_int": "wire",
+    "opt_safe": "wire",
+    "opt_str": "wire",
+    "owner_matches": "owner",
+    "parse_owner_option": "owner",
+    "plain": "wire",
+    "ports_of": "wire",
+    "replace": "record",
+    "safe": "wire",
+    "safe_list": "wire",
+    "snapshots_document": "snapshot",
+    "split_owner_word": "owner",
+}
+"""Each name of the face -> the module of this package that defines it (loaded on first use)."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
+    globals()[name] = value
+    return value

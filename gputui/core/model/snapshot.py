@@ -1,0 +1,447 @@
+"""The data model: plain frozen dataclasses and their JSON form.
+
+Everything a collector reports, everything the analysis derives and everything the UI shows is one of these.
+Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
+the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``; the collector's
+side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot --json``. This module imports
+nothing outside the standard library, that protocol module, the owner record (``gputui.core.model.owner``) and
+``figures`` (the figures no card can have).
+"""
+
+from __future__ import annotations
+
+import json
+
+from gputui.agent.protocol import (
+    GPU_HEALTH,
+    KERNEL_LOG,
+    LISTENING_PORTS,
+    MODE_LABELS,
+    PROCESS_CPU_PCT,
+    PROCESS_LISTEN_PORTS,
+    PROCESS_LIVE_THREADS,
+    PROCESS_OWNER,
+    PROCESSES_SAME,
+)
+from gputui.core.model import figures
+from gputui.core.model.endpoint import HealthSample
+from gputui.core.model.fitness import GpuHealth, KernelLogNote
+from gputui.core.model.owner import Owner
+from gputui.core.model.record import Record, field, fields, replace
+from gputui.core.model.verdict import Finding, Verdict
+from gputui.core.model.wire import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
+from gputui.core.text import SafeText
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# Process state letters as /proc/<pid>/stat reports them.
+STATE_ZOMBIE = "Z"
+STATE_UNINTERRUPTIBLE = "D"
+
+
+_PER_GPU_PCT = ("gpu_sm_pct", "gpu_mem_bw_pct", "gpu_enc_pct", "gpu_dec_pct")
+"""Process fields of GPU index -> percent (``Proc``)."""
+
+
+def _pct_float(value: Any) -> float | None:
+    """A CPU percent: None for what no process can use (negative, NaN, infinite)."""
+    number = opt_float(value)
+    return number if number is not None and 0.0 <= number < 1e6 else None
+
+
+def _per_gpu_pct(value: Any) -> dict[int, int]:
+    """GPU index -> percent from a collector: the entries that are one (0..100), others dropped."""
+    if not isinstance(value, dict):
+        return {}
+    out: dict[int, int] = {}
+    for key, pct in value.items():
+        index, number = opt_int(key), opt_int(pct)
+        if index is not None and index >= 0 and number is not None and 0 <= number <= 100:
+            out[index] = number
+    return dict(sorted(out.items()))
+
+
+class GpuProcess(Record):
+    """One process as NVML (or nvidia-smi) lists it on one GPU.
+
+    Attributes:
+        pid: Process id as the driver reports it (may be from another PID namespace).
+        used_mib: GPU memory the driver attributes to it, or None when the driver will not say.
+        type: "compute" or "graphics".
+        visible: Whether this pid exists in the collector's PID namespace (False: a container's view).
+    """
+
+    pid: int
+    used_mib: int | None = None
+    type: str = "compute"
+    visible: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuProcess:
+        return cls(
+            pid=int(data["pid"]),
+            used_mib=opt_int(data.get("used_mib")),
+            type=safe(data.get("type"), "compute"),
+            visible=bool(data.get("visible", True)),
+        )
+
+
+class Gpu(Record):
+    """One GPU's figures in one sample.
+
+    ``memory_used_mib`` is what ``nvidia-smi --query-gpu=memory.used`` prints: with NVML's v2 memory info the
+    driver's reserved memory is reported apart in ``memory_reserved_mib`` and is not included in used.
+    """
+
+    index: int
+    name: SafeText | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    memory_used_mib: int | None = None
+    memory_total_mib: int | None = None
+    memory_reserved_mib: int | None = None
+    utilization_pct: int | None = None
+    memory_utilization_pct: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    error: SafeText | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    health: GpuHealth | None = None
+    """The GPU's own health figures and Xid history (``health_model``); None where none was read."""
+
+    def __post_init__(self) -> None:
+        """Figures no card can have are dropped and named in ``error``: that GPU cannot tell (``figures``)."""
+        for name, value in figures.dropped(self).items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def key(self) -> str:
+        """A stable identity for baselines: the UUID when known, else the index."""
+        return self.uuid or f"index:{self.index}"
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], processes: tuple[GpuProcess, ...] | None = None) -> Gpu:
+        """``processes``: the list to use instead of the data's (a stream line that left it out)."""
+        return cls(
+            index=int(data["index"]),
+            name=opt_safe(data.get("name")),
+            uuid=opt_safe(data.get("uuid")),
+            pci_bus_id=opt_safe(data.get("pci_bus_id")),
+            memory_used_mib=opt_int(data.get("memory_used_mib")),
+            memory_total_mib=opt_int(data.get("memory_total_mib")),
+            memory_reserved_mib=opt_int(data.get("memory_reserved_mib")),
+            utilization_pct=opt_int(data.get("utilization_pct")),
+            memory_utilization_pct=opt_int(data.get("memory_utilization_pct")),
+            temperature_c=opt_int(data.get("temperature_c")),
+            power_w=opt_float(data.get("power_w")),
+            power_limit_w=opt_float(data.get("power_limit_w")),
+            error=opt_safe(data.get("error")),
+            processes=(
+                processes
+                if processes is not None
+                else tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ())
+            ),
+            health=GpuHealth.from_dict(data.get(GPU_HEALTH)),
+        )
+
+
+class LiveThreads(Record):
+    """The threads of a zombie-state process that have not exited (``protocol.live_threads``).
+
+    Attributes:
+        live: How many (leader excluded). 0: a true zombie, whose memory is already freed.
+        states: State letter -> how many of them are in it (``D``: uninterruptible, usually in a driver).
+        omitted: Thread entries the collector did not read (over its cap).
+    """
+
+    live: int
+    states: dict[str, int] = field(default_factory=dict)
+    omitted: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LiveThreads | None:
+        if not isinstance(data, dict):
+            return None
+        states = data.get("states")
+        pairs = states.items() if isinstance(states, dict) else ()
+        return cls(
+            live=max(0, opt_int(data.get("live")) or 0),
+            states={safe(k): max(0, opt_int(v) or 0) for k, v in pairs},
+            omitted=max(0, opt_int(data.get("omitted")) or 0),
+        )
+
+
+class Proc(Record):
+    """One host process: a GPU process, one of their ancestors or descendants, or a zombie/D-state process.
+
+    Attributes:
+        start_ticks: Start time in clock ticks since boot (field 22 of /proc/<pid>/stat). With the host's
+            boot id and the pid it identifies the process across pid reuse and wall-clock changes.
+        state: The state letter from /proc (R, S, D, Z, T, ...).
+        state_since: Wall-clock time (epoch seconds) at which the collector first saw the current state.
+        gpu_memory_mib: GPU index -> MiB this process holds there (empty when it holds none).
+        cmdline: The argv list; may be empty (kernel threads, zombies).
+        cmdline_truncated: The collector cut ``cmdline`` to keep its stream lines small (a process may carry
+            megabytes of argv); the whole text is one ``process`` command away
+            (``gputui.core.link.process_text``).
+        pgid: Its process group id (field 5 of /proc/<pid>/stat), None when the collector did not say. A tree
+            kill also signals the members of groups led by tree members, so a double-forked grandchild whose
+            middle parent died still belongs to its launcher's tree through this.
+        sid: Its session id (field 6 of /proc/<pid>/stat), None when the collector did not say.
+        cgroup: The cgroup that tells its job apart (``gputui.agent.proc.procfs.parse_cgroup``), None when
+            unknown.
+        live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
+            other process, or when they could not be read.
+        listen_ports: The TCP ports it has in LISTEN, sorted (read for the processes of GPU jobs only).
+        owner: Whose job it is (``gputui.core.owner.Owner``), None when the collector did not say.
+        cpu_pct: CPU % since the collector's last process sample (100 = one core), None when unknown.
+        gpu_sm_pct: GPU index -> the SM utilisation of this process there, percent, over the driver's last
+            sampling interval (``nvmlDeviceGetProcessUtilization``); only GPUs with a sample.
+        gpu_mem_bw_pct, gpu_enc_pct, gpu_dec_pct: The same for memory bandwidth, encoder and decoder.
+    """
+
+    pid: int
+    ppid: int | None = None
+    user: SafeText | None = None
+    uid: int | None = None
+    state: str | None = None
+    name: SafeText | None = None
+    cmdline: tuple[SafeText, ...] = ()
+    cmdline_truncated: bool = False
+    start_ticks: int | None = None
+    create_time: float | None = None
+    state_since: float | None = None
+    rss_kib: int | None = None
+    gpu_memory_mib: dict[int, int] = field(default_factory=dict)
+    pgid: int | None = None
+    sid: int | None = None
+    cgroup: SafeText | None = None
+    live_threads: LiveThreads | None = None
+    listen_ports: tuple[int, ...] = ()
+    owner: Owner | None = None
+    cpu_pct: float | None = None
+    gpu_sm_pct: dict[int, int] = field(default_factory=dict)
+    gpu_mem_bw_pct: dict[int, int] = field(default_factory=dict)
+    gpu_enc_pct: dict[int, int] = field(default_factory=dict)
+    gpu_dec_pct: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def is_zombie(self) -> bool:
+        return self.state == STATE_ZOMBIE
+
+    @property
+    def is_defunct_leader(self) -> bool:
+        """State Z with threads still alive: the process has not exited (it holds its files and GPU memory)
+        and can be signalled, unlike a true zombie."""
+        threads = self.live_threads
+        alive = threads is not None and (threads.live > 0 or threads.omitted > 0)
+        return self.state == STATE_ZOMBIE and alive
+
+    @property
+    def is_uninterruptible(self) -> bool:
+        return self.state == STATE_UNINTERRUPTIBLE
+
+    @property
+    def gpu_total_mib(self) -> int:
+        return sum(self.gpu_memory_mib.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = plain(self)
+        data["cmdline"] = list(self.cmdline)
+        data["listen_ports"] = list(self.listen_ports)
+        data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
+        data[PROCESS_OWNER] = None if self.owner is None else self.owner.to_dict()
+        for key in _PER_GPU_PCT:
+            data[key] = {str(k): v for k, v in getattr(self, key).items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Proc:
+        return cls(
+            pid=int(data["pid"]),
+            ppid=opt_int(data.get("ppid")),
+            user=opt_safe(data.get("user")),
+            uid=opt_int(data.get("uid")),
+            state=opt_safe(data.get("state")),
+            name=opt_safe(data.get("name")),
+            cmdline=safe_list(data.get("cmdline")),
+            cmdline_truncated=data.get("cmdline_truncated") is True,
+            start_ticks=opt_int(data.get("start_ticks")),
+            create_time=opt_float(data.get("create_time")),
+            state_since=opt_float(data.get("state_since")),
+            rss_kib=opt_int(data.get("rss_kib")),
+            gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
+            pgid=opt_int(data.get("pgid")),
+            sid=opt_int(data.get("sid")),
+            cgroup=opt_safe(data.get("cgroup")),
+            live_threads=LiveThreads.from_dict(data.get(PROCESS_LIVE_THREADS)),
+            listen_ports=ports_of(data.get(PROCESS_LISTEN_PORTS)) or (),
+            owner=Owner.from_dict(data.get(PROCESS_OWNER)),
+            cpu_pct=_pct_float(data.get(PROCESS_CPU_PCT)),
+            **{key: _per_gpu_pct(data.get(key)) for key in _PER_GPU_PCT},
+        )
+
+
+class DeviceHolder(Record):
+    """A process that has a /dev/nvidia* node open (a ghost-memory suspect)."""
+
+    pid: int
+    name: SafeText | None = None
+    device: SafeText | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeviceHolder:
+        return cls(pid=int(data["pid"]), name=opt_safe(data.get("name")), device=opt_safe(data.get("device")))
+
+
+class HostSnapshot(Record):
+    """Everything one collector saw on one host at one moment.
+
+    Attributes:
+        target: The name the user gave for the host ("local", an ssh alias, user@host:port).
+        time: Epoch seconds of the sample (the collector's clock).
+        processes_time: Epoch seconds at which the process list was last sampled (it is sampled less often
+            than memory); None when no process list was taken.
+        mode: How the data was collected (``protocol.MODE_*``): "nvml", "smi" (nvidia-smi + /proc), "none",
+            "ps" (reduced), "sim", "prometheus".
+        error: Host-level error (no driver, unreachable, ...); GPUs may then be empty.
+        processes_omitted: Processes the collector left out of ``processes`` to keep its lines small (it lists
+            GPU process trees first, then zombie / D-state processes, up to a cap).
+        listening_ports: Every TCP port in LISTEN on the host when the process list was taken, sorted; None
+            when the collector could not tell.
+    """
+
+    target: str
+    hostname: SafeText | None = None
+    boot_id: str | None = None
+    time: float | None = None
+    error: SafeText | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    mode: str | None = None
+    agent_version: str | None = None
+    agent_pid: int | None = None
+    processes_time: float | None = None
+    gpus: tuple[Gpu, ...] = ()
+    processes: tuple[Proc, ...] = ()
+    processes_omitted: int = 0
+    device_holders: tuple[DeviceHolder, ...] | None = None
+    listening_ports: tuple[int, ...] | None = None
+    kernel_log: KernelLogNote | None = None
+    findings: tuple[Finding, ...] = ()
+    health: tuple[HealthSample, ...] = ()
+    verdict: Verdict | None = None
+
+    @property
+    def mode_label(self) -> str | None:
+        """How a host line names the way its collector reads the host ("NVML", "nvidia-smi", "reduced");
+        None for the simulator, the fleet source and an unknown mode."""
+        return MODE_LABELS.get(self.mode or "")
+
+    def listener(self, port: int) -> Proc | None:
+        """The listed process that listens on ``port``, if one does."""
+        for proc in self.processes:
+            if port in proc.listen_ports:
+                return proc
+        return None
+
+    def process(self, pid: int) -> Proc | None:
+        """The process with this pid in this snapshot, if listed."""
+        for proc in self.processes:
+            if proc.pid == pid:
+                return proc
+        return None
+
+    def with_analysis(
+        self, findings: tuple[Finding, ...] | list[Finding], verdict: Verdict | None
+    ) -> HostSnapshot:
+        return replace(self, findings=tuple(findings), verdict=verdict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for name in fields(self):
+            data[name] = getattr(self, name)
+        data["gpus"] = [plain(g) for g in self.gpus]
+        data["processes"] = [p.to_dict() for p in self.processes]
+        data["device_holders"] = (
+            None if self.device_holders is None else [plain(h) for h in self.device_holders]
+        )
+        data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
+        data[KERNEL_LOG] = None if self.kernel_log is None else plain(self.kernel_log)
+        data["findings"] = [plain(f) for f in self.findings]
+        data["health"] = [h.to_dict() for h in self.health]
+        data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], previous: HostSnapshot | None = None) -> HostSnapshot:
+        """The snapshot in ``data``.
+
+        A collector stream line may say ``"processes_same": true`` instead of repeating the process lists
+        (``processes`` and each GPU's) it sent with the same ``processes_time`` before; ``previous`` is the
+        snapshot parsed from the stream before it, whose lists are then taken over (the same objects).
+
+        Raises:
+            ValueError: ``processes_same`` without a ``previous`` taken at the same ``processes_time``.
+        """
+        holders = data.get("device_holders")
+        verdict = data.get("verdict")
+        if data.get(PROCESSES_SAME) is True:
+            listed_at = opt_float(data.get("processes_time"))
+            if previous is None or listed_at is None or previous.processes_time != listed_at:
+                raise ValueError("process lists marked unchanged, but no earlier list from that time")
+            by_index = {gpu.index: gpu for gpu in previous.gpus}
+            gpus = tuple(_same_lists(g, by_index.get(int(g["index"]))) for g in data.get("gpus") or ())
+            processes = previous.processes
+            listening = previous.listening_ports
+            kernel_log = previous.kernel_log
+        else:
+            gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
+            processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
+            listening = ports_of(data.get(LISTENING_PORTS))
+            kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
+        return cls(
+            target=safe(data.get("target")),
+            hostname=opt_safe(data.get("hostname")),
+            boot_id=opt_safe(data.get("boot_id")),
+            time=opt_float(data.get("time")),
+            error=opt_safe(data.get("error")),
+            driver_version=opt_safe(data.get("driver_version")),
+            cuda_driver_version=opt_safe(data.get("cuda_driver_version")),
+            mode=opt_safe(data.get("mode")),
+            agent_version=opt_safe(data.get("agent_version")),
+            agent_pid=opt_int(data.get("agent_pid")),
+            processes_time=opt_float(data.get("processes_time")),
+            gpus=gpus,
+            processes=processes,
+            processes_omitted=max(0, opt_int(data.get("processes_omitted")) or 0),
+            device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
+            listening_ports=listening,
+            kernel_log=kernel_log,
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
+            health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
+            verdict=None if verdict is None else Verdict.from_dict(verdict),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> HostSnapshot:
+        return cls.from_dict(json.loads(text))
+
+
+def _same_lists(data: dict[str, Any], previous: Gpu | None) -> Gpu:
+    """A GPU of a line marked ``processes_same``: its process list and health are the previous line's."""
+    gpu = Gpu.from_dict(data, () if previous is None else previous.processes)
+    if GPU_HEALTH in data or previous is None:
+        return gpu
+    return replace(gpu, health=previous.health)
+
+
+def snapshots_document(snapshots: list[HostSnapshot] | tuple[HostSnapshot, ...]) -> dict[str, Any]:
+    """The top-level JSON document of ``gputui snapshot --json``: ``{"hosts": [...]}``."""
+    return {"hosts": [s.to_dict() for s in snapshots]}

@@ -1,0 +1,70 @@
+"""The files gputui keeps, and the one way it opens them.
+
+* ``safefile``: THE safe opener (no symlink, FIFO, device or foreign owner; a size cap);
+* ``saved``: calibrated GPU baselines, watched ports, the audit log's place;
+* ``config``: the user's config file;
+* ``leftovers``: the record of what killed jobs left behind (segments, semaphores, MPS daemons).
+"""
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.store.config import Config, ConfigError, default_config_path, load_config
+    from gputui.core.store.safefile import UnsafeFile
+    from gputui.core.store.saved import (
+        StateError,
+        WatchedPort,
+        atomic_write_text,
+        load_baselines,
+        load_calibrated_uuids,
+        load_watched_ports,
+        save_baselines,
+        save_watched_ports,
+        state_dir,
+        watched_ports,
+    )
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "StateError",
+    "UnsafeFile",
+    "WatchedPort",
+    "atomic_write_text",
+    "default_config_path",
+    "load_baselines",
+    "load_calibrated_uuids",
+    "load_config",
+    "load_watched_ports",
+    "save_baselines",
+    "save_watched_ports",
+    "state_dir",
+    "watched_ports",
+]
+
+_HOMES = {
+    "Config": "config",
+    "ConfigError": "config",
+    "StateError": "saved",
+    "UnsafeFile": "safefile",
+    "WatchedPort": "saved",
+    "atomic_write_text": "saved",
+    "default_config_path": "config",
+    "load_baselines": "saved",
+    "load_calibrated_uuids": "saved",
+    "load_config": "config",
+    "load_watched_ports": "saved",
+    "save_baselines": "saved",
+    "save_watched_ports": "saved",
+    "state_dir": "saved",
+    "watched_ports": "saved",
+}
+"""Each name of the face -> the module of this package that defines it (loaded on first use)."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
+    globals()[name] = value
+    return value

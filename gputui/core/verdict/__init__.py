@@ -1,0 +1,149 @@
+"""THE verdict engine: one function (``judge``) from a host sample to everything a view says about it.
+
+* ``judge``: the entry point — server states, findings and the clean-slate verdict of one sample;
+* ``analysis``: findings and verdict over the GPUs and processes (``analyze``);
+* ``findings``: zombies, defunct leaders, orphans, D-state, ghosts, invisible pids, survivors;
+* ``fitness``: what a GPU's own fitness figures mean (the action each asks for);
+* ``readiness``: NOT READY from processes stuck in the driver;
+* ``slate``: the clean slate per GPU and host (or memory alone for a source without processes);
+* ``baselines``: the idle figure of each GPU; ``calibration``: which GPUs may be recorded as idle;
+* ``cleanslate``: the clean-slate check as a state machine (the TUI's ``c``/``X``, ``check --wait``);
+* ``headline``: the one way each level is said, and the exit codes;
+* ``wording``: the one wording table every view calls.
+"""
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.verdict.analysis import analyze
+    from gputui.core.verdict.baselines import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
+    from gputui.core.verdict.calibration import IDLE_FLOOR_MIB, idle_limit_mib, refusals
+    from gputui.core.verdict.cleanslate import CleanCheck, ports_left
+    from gputui.core.verdict.findings import (
+        DEFUNCT_RESET_AFTER_S,
+        FINDING_KINDS,
+        KilledJob,
+        duplicate_host_finding,
+        find_problems,
+        find_survivors,
+        job_remnants,
+        xid_finding,
+    )
+    from gputui.core.verdict.fitness import (
+        ACTION_DRAIN,
+        ACTION_NONE,
+        ACTION_REBOOT,
+        ACTION_RESET,
+        ACTION_WORDS,
+        XID_HISTORY_UNAVAILABLE,
+        XID_TABLE,
+        assess,
+        health_figures,
+        health_summary,
+        needs_reset,
+        with_assessment,
+        xid_text,
+    )
+    from gputui.core.verdict.headline import CANNOT_TELL_WORDS, exit_code, headline, worst_exit_code
+    from gputui.core.verdict.judge import judge, no_data, no_data_text
+    from gputui.core.verdict.slate import clean_slate, memory_at_baseline, memory_verdict
+    from gputui.core.verdict.wording import FINDING_SENTENCES, REASON_SENTENCES
+
+__all__ = [
+    "ACTION_DRAIN",
+    "ACTION_NONE",
+    "ACTION_REBOOT",
+    "ACTION_RESET",
+    "ACTION_WORDS",
+    "Baselines",
+    "CANNOT_TELL_WORDS",
+    "CleanCheck",
+    "DEFAULT_BASELINE_MIB",
+    "DEFAULT_TOLERANCE_MIB",
+    "DEFUNCT_RESET_AFTER_S",
+    "FINDING_KINDS",
+    "FINDING_SENTENCES",
+    "IDLE_FLOOR_MIB",
+    "KilledJob",
+    "REASON_SENTENCES",
+    "XID_HISTORY_UNAVAILABLE",
+    "XID_TABLE",
+    "analyze",
+    "assess",
+    "clean_slate",
+    "duplicate_host_finding",
+    "exit_code",
+    "find_problems",
+    "find_survivors",
+    "headline",
+    "health_figures",
+    "health_summary",
+    "idle_limit_mib",
+    "job_remnants",
+    "judge",
+    "memory_at_baseline",
+    "memory_verdict",
+    "needs_reset",
+    "no_data",
+    "no_data_text",
+    "ports_left",
+    "refusals",
+    "with_assessment",
+    "worst_exit_code",
+    "xid_finding",
+    "xid_text",
+]
+
+_HOMES = {
+    "ACTION_DRAIN": "fitness",
+    "ACTION_NONE": "fitness",
+    "ACTION_REBOOT": "fitness",
+    "ACTION_RESET": "fitness",
+    "ACTION_WORDS": "fitness",
+    "Baselines": "baselines",
+    "CANNOT_TELL_WORDS": "headline",
+    "CleanCheck": "cleanslate",
+    "DEFAULT_BASELINE_MIB": "baselines",
+    "DEFAULT_TOLERANCE_MIB": "baselines",
+    "DEFUNCT_RESET_AFTER_S": "findings",
+    "FINDING_KINDS": "findings",
+    "FINDING_SENTENCES": "wording",
+    "IDLE_FLOOR_MIB": "calibration",
+    "KilledJob": "findings",
+    "REASON_SENTENCES": "wording",
+    "XID_HISTORY_UNAVAILABLE": "fitness",
+    "XID_TABLE": "fitness",
+    "analyze": "analysis",
+    "assess": "fitness",
+    "clean_slate": "slate",
+    "duplicate_host_finding": "findings",
+    "exit_code": "headline",
+    "find_problems": "findings",
+    "find_survivors": "findings",
+    "headline": "headline",
+    "health_figures": "fitness",
+    "health_summary": "fitness",
+    "idle_limit_mib": "calibration",
+    "job_remnants": "findings",
+    "judge": "judge",
+    "memory_at_baseline": "slate",
+    "memory_verdict": "slate",
+    "needs_reset": "fitness",
+    "no_data": "judge",
+    "no_data_text": "judge",
+    "ports_left": "cleanslate",
+    "refusals": "calibration",
+    "with_assessment": "fitness",
+    "worst_exit_code": "headline",
+    "xid_finding": "findings",
+    "xid_text": "fitness",
+}
+"""Each name of the face -> the module of this package that defines it (loaded on first use)."""
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,60 @@
+"""Whether a GPU is fit for the next job: the reasons that make a verdict NOT READY.
+
+A clean slate says nothing is left of the last job; NOT READY says the GPU itself needs a reset, a reboot or a
+drain first, whatever its memory says. The verdict engine (``verdict.clean_slate``) asks every rule of
+``UNFIT_RULES`` about every GPU it can read and puts each answer, as said, among the verdict's reasons (first)
+and in ``Verdict.not_ready``; views say NOT READY from that alone.
+
+The hook: a rule is a function ``(snapshot, gpu) -> str | None``: None when it finds the GPU fit, else one
+sentence that names the GPU and what it needs ("GPU3 needs a reset: …"). Adding a check of the GPU's own
+health (remapped rows, ECC, Xid) is one more entry in ``UNFIT_RULES``. Rules are pure: no I/O, no clock
+(the snapshot's ``time`` is the only now).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gputui.core.jobs import proc_label
+from gputui.core.model import STATE_UNINTERRUPTIBLE, Gpu, HostSnapshot
+from gputui.core.text import age_text
+from gputui.core.verdict.findings import DEFUNCT_RESET_AFTER_S
+from gputui.core.verdict.fitness import assess, unfit_reason
+
+UnfitRule = Callable[[HostSnapshot, Gpu], "str | None"]
+"""Why a GPU is not fit for the next job (one sentence naming it), None when this rule finds it fit."""
+
+
+def stuck_in_driver(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
+    """A defunct leader whose threads have been in the driver (D) for ``DEFUNCT_RESET_AFTER_S`` while it holds
+    memory on this GPU: that memory comes back only with a reset of the GPU or of its driver."""
+    if snapshot.time is None:
+        return None
+    for proc in snapshot.processes:
+        threads = proc.live_threads
+        if not proc.is_defunct_leader or threads is None or not threads.states.get(STATE_UNINTERRUPTIBLE):
+            continue
+        if not proc.gpu_memory_mib.get(gpu.index) or proc.state_since is None:
+            continue
+        age_s = snapshot.time - proc.state_since
+        if age_s >= DEFUNCT_RESET_AFTER_S:
+            return (
+                f"GPU{gpu.index} needs a reset: pid {proc_label(proc)} has held its memory with threads "
+                f"stuck in the driver for {age_text(age_s)}"
+            )
+    return None
+
+
+def health_asks(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
+    """The GPU's own health asks for a reset, a reboot or a drain (an Xid, a pending row remap or page
+    retirement, uncorrected ECC: ``gpu_health``'s one table)."""
+    return unfit_reason(gpu, assess(gpu.health))
+
+
+UNFIT_RULES: list[UnfitRule] = [health_asks, stuck_in_driver]
+"""Every rule the verdict asks about every readable GPU, in order (see the module docstring)."""
+
+
+def unfit_reasons(snapshot: HostSnapshot, gpu: Gpu) -> list[str]:
+    """Every rule's answer for this GPU (none when it is fit)."""
+    return [reason for rule in UNFIT_RULES if (reason := rule(snapshot, gpu)) is not None]

@@ -1,0 +1,54 @@
+"""The one wording table: every finding kind and every verdict reason, and the function that words it.
+
+Each sentence is built once, from plain fields, by the function named here, and every view shows the
+sentence as built (the TUI, ``snapshot``, ``check``, JSON, the fleet view); no view words a finding or a
+reason its own way. A new finding kind or verdict reason gets its entry here (a test holds every kind of
+``FINDING_KINDS`` to that), so the fleet or any later view can build the same sentence from the same fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gputui.core.servers import server_reason
+from gputui.core.store import leftovers
+from gputui.core.verdict import findings as finding_rules
+from gputui.core.verdict import fitness as gpu_health
+from gputui.core.verdict import readiness
+from gputui.core.verdict import slate as verdict
+from gputui.core.verdict.cleanslate import busy_port_reason
+from gputui.core.verdict.judge import no_data_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+FINDING_SENTENCES: dict[str, Callable[..., Any]] = {
+    "zombie": finding_rules.zombie_finding,
+    "defunct_leader": finding_rules.defunct_leader_finding,
+    "orphan": finding_rules.orphan_finding,
+    "uninterruptible": finding_rules.uninterruptible_finding,
+    "ghost_memory": finding_rules.ghost_finding,
+    "invisible_pid": finding_rules.invisible_pid_finding,
+    "survivor": finding_rules.survivor_finding,
+    "xid": finding_rules.xid_finding,
+    "duplicate_host": finding_rules.duplicate_host_finding,
+    "gpu_health": gpu_health.health_findings,
+    "xid_history": gpu_health.health_findings,
+    "leftover": leftovers.findings,
+}
+"""Finding kind -> the function that builds its finding (detail and action)."""
+
+REASON_SENTENCES: dict[str, Callable[..., Any]] = {
+    "held": verdict.held_reason,
+    "ghost_memory": verdict.ghost_reason,
+    "memory_only": verdict.memory_only_reason,
+    "unreadable": verdict.unreadable_reason,
+    "remnant": finding_rules.remnant_sentence,
+    "port": busy_port_reason,
+    "server": server_reason,
+    "not_ready": readiness.stuck_in_driver,
+    "gpu_health": gpu_health.unfit_reason,
+    "no_data": no_data_text,
+}
+"""Verdict reason -> the function that words it (a zombie or D-state remnant: its finding's sentence)."""
