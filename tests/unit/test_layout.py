@@ -1,5 +1,6 @@
-"""The layout's size rules: no module over 500 lines, no class over 400 (the import rules are import-linter's,
-in the test command)."""
+"""The layout's rules: every folder a package, every package of core/ a face, and a generous size ceiling (no
+module over 800 lines, no class over 600) that catches a heap, not one that drives cuts: a module holds one
+concept, cut by what changes together. The import rules are import-linter's, in the test command."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gputui"
-MODULE_MAX_LINES = 500
-CLASS_MAX_LINES = 400
+MODULE_MAX_LINES = 800
+CLASS_MAX_LINES = 600
 OVER_TODAY: dict[str, int] = {}
 """Modules and classes let over the rule, each held to a size: none, and none may join."""
 
@@ -55,3 +56,20 @@ def test_every_package_folder_is_a_package() -> None:
     for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if p.is_dir() and p.name != "__pycache__")]:
         if any(folder.glob("*.py")):
             assert (folder / "__init__.py").is_file(), folder
+
+
+def test_every_core_package_has_a_face() -> None:
+    """Each concept package of core/ says what it owns (a docstring) and names what others may use
+    (``__all__``), and every name it names loads from the module it says."""
+    import importlib
+
+    core = PACKAGE / "core"
+    packages = sorted(p.name for p in core.iterdir() if (p / "__init__.py").is_file())
+    assert len(packages) >= 8
+    assert sorted(p.stem for p in core.glob("*.py")) == ["__init__"]  # no module beside the packages
+    for name in packages:
+        face = importlib.import_module(f"gputui.core.{name}")
+        assert face.__doc__ and len(face.__doc__) > 80, name
+        assert isinstance(face.__all__, list) and face.__all__, name
+        for exported in face.__all__:
+            assert getattr(face, exported) is not None, f"{name}.{exported}"
