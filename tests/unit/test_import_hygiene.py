@@ -23,8 +23,7 @@ textual, rich   ~80, 3 ms  the TUI's; the data layer never imports them (import-
 ==============  =======  ===============================================================================
 
 A package face of ``core/`` (its ``__init__``) loads nothing until a name is used, so importing one module
-of a
-package costs that module only. Adding an import to this path needs its line here.
+of a package costs that module only. Adding an import to this path needs its line here.
 """
 
 from __future__ import annotations
