@@ -142,7 +142,7 @@ def tree_parent(proc: Proc, table: dict[int, Proc]) -> int | None:
     return job_parent(proc.pid, proc.ppid, proc.sid, None if parent is None else parent.sid)
 
 
-def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
+def _build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     """The GPU process trees of a host: every process holding GPU memory with its launcher and the rest.
 
     Each tree is the holder's job: rooted at its highest ancestor in the same session and cgroup that is not
@@ -176,6 +176,35 @@ def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
             node.subtree_total_mib = sum(totals.values())
     forest.sort(key=lambda node: (-node.subtree_total_mib, node.proc.pid))
     return forest
+
+
+_FORESTS_KEPT = 16
+"""Forests kept: one per host a TUI watches, and the sample before the newest."""
+_forests: dict[tuple[int, ...], tuple[tuple[object, ...], list[ProcNode]]] = {}
+
+
+def _forest_key(snapshot: HostSnapshot) -> tuple[tuple[int, ...], tuple[object, ...]]:
+    """What a forest is built from (the process list, each GPU's list of holders, the agent's pid), by
+    identity: a judged sample shares these with the sample it was judged from."""
+    parts: tuple[object, ...] = (snapshot.processes, *(gpu.processes for gpu in snapshot.gpus))
+    indexes = tuple(gpu.index for gpu in snapshot.gpus)
+    key = (*(id(part) for part in parts), *indexes, -1 if snapshot.agent_pid is None else snapshot.agent_pid)
+    return key, parts
+
+
+def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
+    """The GPU process trees of a host (``_build_forest``), built once per sample: the findings, the verdict,
+    the servers' jobs, ``snapshot``'s document and the monitor all read the forest the verdict engine built.
+    The nodes are shared: read them, never change them."""
+    key, parts = _forest_key(snapshot)
+    kept = _forests.get(key)
+    if kept is not None and all(a is b for a, b in zip(kept[0], parts, strict=True)):
+        return list(kept[1])
+    forest = _build_forest(snapshot)
+    if len(_forests) >= _FORESTS_KEPT:
+        del _forests[next(iter(_forests))]
+    _forests[key] = (parts, forest)
+    return list(forest)
 
 
 def flatten(forest: Iterable[ProcNode]) -> list[ProcNode]:
