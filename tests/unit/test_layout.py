@@ -69,7 +69,8 @@ def test_every_core_package_has_a_face() -> None:
     assert sorted(p.stem for p in core.glob("*.py")) == ["__init__"]  # no module beside the packages
     for name in packages:
         face = importlib.import_module(f"gputui.core.{name}")
-        assert face.__doc__ and len(face.__doc__) > 80, name
-        assert isinstance(face.__all__, list) and face.__all__, name
+        assert len(face.__doc__ or "") > 80, name
+        assert isinstance(face.__all__, list), name
+        assert face.__all__, name
         for exported in face.__all__:
             assert getattr(face, exported) is not None, f"{name}.{exported}"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from gputui.agent.proc import procfs, proctree
+from gputui.core.jobs import forest as jobs_forest
 from gputui.core.model import Proc
-from gputui.core.verdict import analysis
 
 BOUNDARY, LAUNCHER = True, False
 
@@ -73,7 +73,7 @@ def test_the_rule(pid: int, name: str | None, cmdline: list[str] | None, expecte
 def test_the_client_uses_the_agents_rule(
     pid: int, name: str | None, cmdline: list[str] | None, expected: bool
 ) -> None:
-    assert analysis.is_session_boundary(Proc(pid=pid, name=name, cmdline=tuple(cmdline or ()))) is expected
+    assert jobs_forest.is_session_boundary(Proc(pid=pid, name=name, cmdline=tuple(cmdline or ()))) is expected
 
 
 # -- the job rule: where the climb from a GPU process stops --------------------------------------------
@@ -241,5 +241,5 @@ def test_the_client_roots_trees_by_the_same_rule(
     )
     gpu = Gpu(index=0, processes=(GpuProcess(pid=holder, used_mib=100),))
     snapshot = HostSnapshot(target="t", gpus=(gpu,), processes=procs)
-    forest = analysis.build_forest(snapshot)
+    forest = jobs_forest.build_forest(snapshot)
     assert [node.proc.pid for node in forest] == [root], why
