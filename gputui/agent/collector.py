@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from gputui.agent import answers as commands
+from gputui.agent import answers
 from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
 from gputui.agent.gpu.health import GpuHealthMonitor
 from gputui.agent.health.discovery import health_launcher_like_name
@@ -396,7 +396,7 @@ class Agent:
         """Run one protocol command; returns the reply message (never raises)."""
         if isinstance(command, dict) and command.get("cmd") in KILL_COMMANDS:
             self.gpu_health.request()
-        return commands.handle(self, command)
+        return answers.handle(self, command)
 
     @property
     def kills(self) -> KillOperations:

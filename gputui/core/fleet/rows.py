@@ -1,5 +1,5 @@
 """The fleet view's data side: verdicts over a fleet sample, one summary row per host, sorting and filtering,
-the SSH target of a host, and the poller that asks Prometheus on a thread of its own.
+and the SSH target of a host (the poller that asks Prometheus is the UI session's, ``fleet_poller``).
 
 Shared by the fleet screen and by ``gputui snapshot/check --prometheus``; no Textual or Rich here.
 """

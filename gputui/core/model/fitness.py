@@ -1,6 +1,6 @@
-"""The model of a GPU's own health: the collector's raw figures, its Xid history, the host's kernel-log note.
+"""The model of a GPU's own fitness: the collector's raw figures, its Xid history, the host's kernel-log note.
 
-Plain frozen dataclasses with their JSON form (``gpus[i].health`` and ``kernel_log`` of a snapshot; the
+Records with their JSON form (``gpus[i].health`` and ``kernel_log`` of a snapshot; the
 collector's side is ``gputui.agent.gpu.health``). A figure the driver would not give is None, never a fake
 zero or False. ``action``, ``causes``, ``notes`` and ``needs_reset`` are derived by
 ``gputui.core.verdict.fitness`` (one function, every view renders its result); a collector's dict has

@@ -1,11 +1,12 @@
-"""The data model: plain frozen dataclasses and their JSON form.
+"""The host sample: GPUs, processes, device holders and ports as a collector reported them, and their JSON.
 
-Everything a collector reports, everything the analysis derives and everything the UI shows is one of these.
-Units are in the field names; a value that could not be read is ``None`` (never a fake zero). The JSON form is
-the wire format between the agent and the client (``HostSnapshot.to_dict`` / ``from_dict``; the collector's
-side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot --json``. This module imports
-nothing outside the standard library, that protocol module, the owner record (``gputui.core.model.owner``) and
-``figures`` (the figures no card can have).
+Everything a collector reports, everything the analysis derives and everything the UI shows is a record
+(``record``). Units are in the field names; a value that could not be read is ``None`` (never a fake zero).
+The JSON form is the wire format between the collector and the client (``HostSnapshot.to_dict`` /
+``from_dict``; the collector's side of it is ``gputui.agent.protocol``) and the output of ``gputui snapshot
+--json``. This module imports nothing outside the standard library, that protocol module and its siblings in
+``model`` (the records of a GPU's fitness, an endpoint's sample, an owner, the verdict, figures no card can
+have, typed wire values) and ``text`` (strings made safe).
 """
 
 from __future__ import annotations
