@@ -1,5 +1,5 @@
 """The verdict block ``check`` prints and ``snapshot`` prints after its table: the same lines for the same
-sample, from the one verdict the engine (``gputui.core.verdict.judge``) computed.
+sample, from the one verdict the engine (``gputui.core.verdict.engine``) computed.
 
 One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``verdicts.headline``), every other
 reason, then the findings with their actions. A reason that is word for word a finding listed below is not

@@ -38,6 +38,7 @@ from tests.integration.prometheus import PrometheusServer
 pytestmark = pytest.mark.timeout(240)
 
 HELD_MIB = 2048
+GHOST_MIB = 4096
 NODE = os.uname().nodename
 DEADLINE_S = 60.0
 
@@ -112,12 +113,17 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
             wait_for(lambda: state_of(leader) == "Z", "the leader to be defunct")
             wait_for(lambda: state_of(zombie) == "Z", "the child to be a zombie")
             fake_nvml.state.add_holder(0, leader, HELD_MIB, "compute")
+            # GPU1 holds memory no process is listed for: a ghost.
+            fake_nvml.state.gpus[1].baseline_mib = GHOST_MIB + 3
             fake_nvml.write()
             dcgm.set(NODE, 0, used=HELD_MIB + 3)
+            dcgm.set(NODE, 1, used=GHOST_MIB + 3)
             source = PrometheusSource(FleetSettings(url=prometheus.url))
             host = _fleet_until(
                 source,
-                lambda h: {"defunct_leader", "zombie"} <= set(_kinds(h)) and len(h.instances) == 2,
+                lambda h: (
+                    {"defunct_leader", "zombie", "ghost_memory"} <= set(_kinds(h)) and len(h.instances) == 2
+                ),
                 "the exported findings beside DCGM's series",
             )
             # Joined by host and GPU UUID: two GPUs, not four; DCGM's figures beside gputui's findings.
@@ -131,13 +137,24 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
             (true_zombie,) = kinds["zombie"]
             assert true_zombie.pid == zombie
             assert f"its parent {leader} (" in true_zombie.detail
+            # The fleet words each finding from the exported facts with the monitor's own function: the
+            # same sentence and the same action as this host's own snapshot says.
+            local = json.loads(_gputui(env, "snapshot", "--json", "--no-discover").stdout)
+            (mine,) = local["hosts"]
+            monitor = {(f["kind"], f["pid"], f["gpu_index"]): f for f in mine["findings"]}
+            fleet = {(f.kind, f.pid, f.gpu_index): f for f in host.snapshot.findings}
+            for key in [k for k in monitor if k[0] in ("defunct_leader", "zombie", "ghost_memory")]:
+                assert key in fleet, (key, sorted(fleet))
+                assert fleet[key].detail == monitor[key]["detail"]
+                assert fleet[key].action == monitor[key]["action"]
+            assert {k[0] for k in monitor} >= {"defunct_leader", "zombie", "ghost_memory"}
             verdict = host.snapshot.verdict
             assert verdict is not None
             assert verdict.known
             assert not verdict.clean
             row = summarize(host)
             assert not row.memory_only
-            assert row.dead_held_mib == HELD_MIB
+            assert row.dead_held_mib == HELD_MIB + GHOST_MIB  # the ghost is memory no one live holds
 
             done = _gputui(env, "snapshot", "--prometheus", prometheus.url, "--json")
             assert done.returncode == 0, done.stderr
@@ -154,6 +171,9 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
             running.kill()
         wait_for(lambda: state_of(leader) is None, "the defunct process to be gone")
         dcgm.set(NODE, 0, used=3)
+        dcgm.set(NODE, 1, used=3)
+        fake_nvml.state.gpus[1].baseline_mib = 3
+        fake_nvml.write()
         check = _gputui(env, "check", "--prometheus", prometheus.url, "--wait", "60")
         assert check.returncode == 0, (check.stdout, check.stderr)
         assert "✓ CLEAN: 1/1 hosts, 2/2 GPUs at baseline" in check.stdout

@@ -72,5 +72,9 @@ def test_every_core_package_has_a_face() -> None:
         assert len(face.__doc__ or "") > 80, name
         assert isinstance(face.__all__, list), name
         assert face.__all__, name
+        # A submodule named like an exported name would replace it on the package once imported.
+        modules = {m.stem for m in (core / name).glob("*.py")}
+        modules |= {m.name for m in (core / name).iterdir() if m.is_dir()}
+        assert not modules & set(face.__all__), f"{name}: a module shares a name of the face"
         for exported in face.__all__:
             assert getattr(face, exported) is not None, f"{name}.{exported}"

@@ -1,10 +1,10 @@
 """What a host's ``gputui exporter`` said, read back by the fleet view: findings, verdict and servers.
 
-The exporter sends fields, never sentences (``export_schema``): kind, GPU, memory, pid, short name, parent,
-threads, since. The findings are worded again here by the same function the monitor uses
-(``analysis.find_problems``), run over a host rebuilt from those fields, and only the findings the exporter
-reported are kept; so a fleet finding reads as the monitor's does. The verdict is the exporter's (it saw
-the processes), its reasons worded from its bounded reason per GPU and from the findings.
+The exporter sends each finding's fields, never its sentence (``schema``): kind, GPU, memory, pid, short
+name, parent, threads, since, a survivor's job. They become the finding's facts (``FindingFacts``), worded
+here by the same function the monitor's finding was worded by (``verdict.wording``): a fleet finding reads
+as the monitor's does, built from what was exported and nothing invented. The verdict is the exporter's (it
+saw the processes), its reasons worded from its bounded reason per GPU and from the findings.
 
 No I/O, no clock, no Textual or Rich.
 """
@@ -13,23 +13,18 @@ from __future__ import annotations
 
 from gputui.core.fleet import schema as s
 from gputui.core.model import (
-    STATE_UNINTERRUPTIBLE,
-    STATE_ZOMBIE,
     Finding,
+    FindingFacts,
     Gpu,
-    GpuProcess,
     GpuVerdict,
     HealthSample,
     HostSnapshot,
-    LiveThreads,
-    Proc,
     Record,
     Verdict,
     field,
-    replace,
 )
 from gputui.core.text import age_text, fit, visible
-from gputui.core.verdict import DEFAULT_BASELINE_MIB, Baselines, find_problems
+from gputui.core.verdict import DEFAULT_BASELINE_MIB, word_finding
 
 EXPORTER_NOTE = "from its gputui exporter"
 
@@ -45,6 +40,9 @@ class ExportedSubject(Record):
     memory_mib: dict[int, int] = field(default_factory=dict)
     since: float | None = None
     threads: dict[str, int] = field(default_factory=dict)
+    root_pid: int | None = None
+    root_comm: str = ""
+    why: str = ""
 
 
 class ExportedGpu(Record):
@@ -57,6 +55,8 @@ class ExportedGpu(Record):
     baseline_mib: int | None = None
     processes: int | None = None
     process_mib: int | None = None
+    holders_known: bool = False
+    suspects: tuple[tuple[int, str, str], ...] = ()
 
 
 class ExportedServer(Record):
@@ -119,80 +119,65 @@ class ExportedHost(Record):
 DEAD_KINDS = ("defunct_leader", "zombie", "ghost_memory")
 """Finding kinds whose memory is held by a dead process or by nobody."""
 
-_STATE_OF_KIND = {
-    "zombie": STATE_ZOMBIE,
-    "defunct_leader": STATE_ZOMBIE,
-    "uninterruptible": STATE_UNINTERRUPTIBLE,
-}
+
+def _subject_facts(subject: ExportedSubject, now: float | None) -> FindingFacts:
+    """A process finding's facts from its exported series (a defunct leader's threads: by state, ``?`` the
+    threads it did not describe)."""
+    threads = {k: v for k, v in subject.threads.items() if k != "?"}
+    defunct = subject.kind == "defunct_leader"
+    return FindingFacts(
+        pid=subject.pid,
+        name=visible(subject.comm) if subject.comm else None,
+        ppid=subject.ppid,
+        parent_name=visible(subject.parent_comm) if subject.parent_comm else None,
+        memory_mib=tuple(sorted(subject.memory_mib.items())),
+        state_since=subject.since,
+        age_s=None if subject.since is None or now is None else max(0.0, now - subject.since),
+        threads=tuple(threads.items()) if defunct else (),
+        threads_live=sum(threads.values()) if defunct else None,
+        threads_omitted=subject.threads.get("?", 0) if defunct else 0,
+        root_pid=subject.root_pid,
+        root_name=visible(subject.root_comm) if subject.root_comm else None,
+        why=subject.why or None,
+    )
 
 
-def _rebuilt(exported: ExportedHost, snapshot: HostSnapshot) -> tuple[HostSnapshot, Baselines]:
-    """A host snapshot with just enough in it for ``find_problems`` to word the exported findings."""
-    procs: dict[int, Proc] = {}
-    invisible: dict[int, list[GpuProcess]] = {}
-    for subject in exported.subjects:
-        if subject.kind == "invisible_pid":
-            for index, mib in subject.memory_mib.items():
-                invisible.setdefault(index, []).append(
-                    GpuProcess(pid=subject.pid, used_mib=mib, visible=False)
-                )
-            continue
-        threads = None
-        if subject.kind == "defunct_leader":
-            live = sum(count for state, count in subject.threads.items() if state != "?")
-            threads = LiveThreads(
-                live=live,
-                states={k: v for k, v in subject.threads.items() if k != "?"},
-                omitted=subject.threads.get("?", 0),
-            )
-        elif subject.kind == "zombie":
-            threads = LiveThreads(live=0)
-        procs[subject.pid] = Proc(
-            pid=subject.pid,
-            ppid=subject.ppid,
-            name=visible(subject.comm) if subject.comm else None,
-            state=visible(_STATE_OF_KIND.get(subject.kind, "S")),
-            state_since=subject.since,
-            gpu_memory_mib=dict(subject.memory_mib),
-            live_threads=threads,
-        )
-    for subject in exported.subjects:
-        if subject.ppid not in (None, 0, 1) and subject.ppid not in procs and subject.parent_comm:
-            procs[subject.ppid] = Proc(
-                pid=subject.ppid, name=visible(subject.parent_comm), state=visible("S")
-            )
-    per_gpu: dict[str, int] = {}
-    gpus = []
-    for gpu in snapshot.gpus:
-        facts = exported.gpus.get(gpu.index)
-        if facts is not None and facts.baseline_mib is not None:
-            per_gpu[gpu.key] = facts.baseline_mib
-        listed = list(invisible.get(gpu.index, ()))
-        visible_mib = None if facts is None else facts.process_mib
-        if visible_mib is not None:
-            # What the listed processes hold, as one entry: ghost memory is measured against it.
-            rest = visible_mib - sum(p.used_mib or 0 for p in listed)
-            listed.append(GpuProcess(pid=0, used_mib=max(0, rest)))
-        gpus.append(replace(gpu, processes=tuple(listed)))
-    rebuilt = replace(snapshot, gpus=tuple(gpus), processes=tuple(procs.values()), device_holders=None)
-    return rebuilt, Baselines(default_mib=DEFAULT_BASELINE_MIB, per_gpu_mib=per_gpu)
+def _ghost_facts(exported: ExportedHost, gpu: Gpu, excess_mib: int) -> FindingFacts:
+    facts = exported.gpus.get(gpu.index)
+    baseline = facts.baseline_mib if facts is not None and facts.baseline_mib is not None else None
+    suspects = () if facts is None else facts.suspects
+    return FindingFacts(
+        pid=suspects[0][0] if len(suspects) == 1 else None,
+        gpu=gpu.index,
+        used_mib=gpu.memory_used_mib,
+        baseline_mib=DEFAULT_BASELINE_MIB if baseline is None else baseline,
+        listed_mib=None if facts is None else facts.process_mib,
+        excess_mib=excess_mib,
+        suspects=suspects,
+        holders_known=facts is not None and facts.holders_known,
+    )
 
 
 def exported_findings(exported: ExportedHost, snapshot: HostSnapshot, now: float | None) -> list[Finding]:
-    """The exporter's findings, worded as the monitor words them; one line for subjects left out."""
-    rebuilt, baselines = _rebuilt(exported, snapshot)
-    reported_pids = {(subject.kind, subject.pid) for subject in exported.subjects}
-    ghost_gpus = {index for (kind, index) in exported.finding_memory if kind == "ghost_memory"}
+    """The exporter's findings, worded from their exported facts as the monitor words them; one line for
+    subjects left out."""
     kept: list[Finding] = []
-    for finding in find_problems(rebuilt, baselines, now):
-        if finding.kind == "ghost_memory":
-            keep = finding.gpu_index in ghost_gpus
-        elif finding.kind == "invisible_pid":
-            keep = True
-        else:
-            keep = (finding.kind, finding.pid) in reported_pids
-        if keep:
+    by_index = {gpu.index: gpu for gpu in snapshot.gpus}
+    for subject in exported.subjects:
+        if subject.kind == "invisible_pid":
+            for index, mib in sorted(subject.memory_mib.items()):
+                facts = FindingFacts(pid=subject.pid, gpu=index, used_mib=mib)
+                kept += [f for f in [word_finding(subject.kind, snapshot.target, facts)] if f is not None]
+            continue
+        finding = word_finding(subject.kind, snapshot.target, _subject_facts(subject, now))
+        if finding is not None:
             kept.append(finding)
+    for (kind, index), mib in sorted(exported.finding_memory.items()):
+        gpu = by_index.get(index)
+        if kind == "ghost_memory" and gpu is not None:
+            finding = word_finding(kind, snapshot.target, _ghost_facts(exported, gpu, mib))
+            if finding is not None:
+                kept.append(finding)
     if exported.subjects_omitted:
         kept.append(
             Finding(

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from gputui.core.fleet import schema as s
-from gputui.core.model import Finding, Gpu, GpuVerdict, HealthSample, HostSnapshot, Proc, Record
+from gputui.core.model import Finding, FindingFacts, Gpu, GpuVerdict, HealthSample, HostSnapshot, Record
 from gputui.core.servers import SERVER_STATES
 from gputui.core.text import fit
 from gputui.core.verdict import Baselines
@@ -165,7 +165,7 @@ def families(
     out.set(s.HOST_UP, "1 when the collector read the host without a host-level error", float(host_up))
     _gpu_families(out, snapshot, sample.baselines)
     _verdict_families(out, snapshot, sample.baselines)
-    _finding_families(out, snapshot, sample.baselines)
+    _finding_families(out, snapshot)
     _server_families(out, snapshot.health)
     return list(out)
 
@@ -229,34 +229,32 @@ def _verdict_families(out: _Families, snapshot: HostSnapshot, baselines: Baselin
     out.set(s.CLEAN_SLATE_KNOWN, known_doc, float(known), gpu="")
 
 
-def _finding_memory(finding: Finding, snapshot: HostSnapshot, baselines: Baselines) -> dict[int, int]:
-    """GPU index -> MiB the finding's subject holds (ghost memory: the excess it names)."""
-    if finding.kind == "ghost_memory" and finding.gpu_index is not None:
-        gpu = next((g for g in snapshot.gpus if g.index == finding.gpu_index), None)
-        if gpu is None or gpu.memory_used_mib is None:
-            return {}
-        listed = sum(p.used_mib or 0 for p in gpu.processes)
-        return {gpu.index: max(0, gpu.memory_used_mib - baselines.for_gpu(gpu) - listed)}
-    if finding.pid is not None:
-        proc = snapshot.process(finding.pid)
-        return dict(proc.gpu_memory_mib) if proc is not None else {}
-    return {}
+def _finding_memory(finding: Finding) -> dict[int, int]:
+    """GPU index -> MiB the finding's subject holds (ghost memory: the excess it names), from its facts."""
+    facts = finding.facts
+    if facts is None:
+        return {}
+    if finding.kind == "ghost_memory":
+        return {} if facts.gpu is None or facts.excess_mib is None else {facts.gpu: max(0, facts.excess_mib)}
+    return dict(facts.memory_mib)
 
 
-def _finding_families(out: _Families, snapshot: HostSnapshot, baselines: Baselines) -> None:
+def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
+    """Each finding as the fields its sentence is built from (``Finding.facts``): counts and memory by kind,
+    and per subject process its name, parent, memory, state start, threads and, for a survivor, its job."""
     counts = dict.fromkeys(s.EXPORTED_KINDS, 0)
     memory: dict[tuple[str, int], int] = {}
-    subjects: list[tuple[str, int, Proc | None, dict[int, int]]] = []
+    subjects: list[tuple[str, int, FindingFacts | None, dict[int, int]]] = []
     for finding in snapshot.findings:
         if finding.kind not in counts:
             continue
         counts[finding.kind] += 1
-        held = _finding_memory(finding, snapshot, baselines)
+        held = _finding_memory(finding)
         for index, mib in held.items():
             memory[(finding.kind, index)] = memory.get((finding.kind, index), 0) + mib
         if finding.pid is not None and finding.kind in s.PROCESS_KINDS:
             if all((kind, pid) != (finding.kind, finding.pid) for kind, pid, _, _ in subjects):
-                subjects.append((finding.kind, finding.pid, snapshot.process(finding.pid), held))
+                subjects.append((finding.kind, finding.pid, finding.facts, held))
     invisible: dict[int, dict[int, int]] = {}
     for gpu in snapshot.gpus:
         for listed in gpu.processes:
@@ -273,35 +271,69 @@ def _finding_families(out: _Families, snapshot: HostSnapshot, baselines: Baselin
         out.set(
             s.FINDING_MEMORY, "GPU memory the findings of a kind hold", mib * s.MIB, kind=kind, gpu=str(index)
         )
-    table = {p.pid: p for p in snapshot.processes}
-    for kind, pid, proc, held in subjects[: s.MAX_SUBJECTS]:
+    for kind, pid, facts, held in subjects[: s.MAX_SUBJECTS]:
         ids = {s.KIND_LABEL: kind, s.PID_LABEL: str(pid)}
-        ppid = proc.ppid if proc is not None else None
-        parent = table.get(ppid) if ppid is not None else None
+        ppid = facts.ppid if facts is not None else None
         out.set(
             s.SUBJECT,
             "A process a finding names (bounded labels only)",
             1.0,
             **ids,
-            comm=comm(proc.name if proc is not None else None),
+            comm=comm(facts.name if facts is not None else None),
             ppid="" if ppid is None else str(ppid),
-            parent_comm=comm(parent.name if parent is not None else None),
+            parent_comm=comm(facts.parent_name if facts is not None else None),
         )
         for index, mib in sorted(held.items()):
             out.set(s.SUBJECT_MEMORY, "GPU memory the subject holds", mib * s.MIB, **ids, gpu=str(index))
-        if proc is not None and proc.state_since is not None:
+        if facts is None:
+            continue
+        if facts.state_since is not None:
             out.set(
                 s.SUBJECT_SINCE,
                 "Since when the subject is in its state (epoch seconds)",
-                proc.state_since,
+                facts.state_since,
                 **ids,
             )
-        threads = proc.live_threads if proc is not None else None
-        if threads is not None:
-            for state, count in sorted(threads.states.items()):
+        if facts.threads_live is not None:
+            for state, count in sorted(facts.threads):
                 out.set(s.SUBJECT_THREADS, "Live threads of the subject", count, **ids, state=fit(state, 2))
-            if threads.omitted:
-                out.set(s.SUBJECT_THREADS, "Live threads of the subject", threads.omitted, **ids, state="?")
+            if facts.threads_omitted:
+                out.set(
+                    s.SUBJECT_THREADS, "Live threads of the subject", facts.threads_omitted, **ids, state="?"
+                )
+        if facts.root_pid is not None:
+            out.set(
+                s.SUBJECT_JOB,
+                "The killed job a survivor escaped: its root, and what ties the survivor to it",
+                1.0,
+                **ids,
+                root_pid=str(facts.root_pid),
+                root_comm=comm(facts.root_name),
+                why=fit(facts.why or "", 16),
+            )
+    suspects = 0
+    for finding in snapshot.findings:
+        facts = finding.facts
+        if finding.kind != "ghost_memory" or facts is None or facts.gpu is None:
+            continue
+        ghost_gpu = str(facts.gpu)
+        out.set(
+            s.GHOST_HOLDERS_KNOWN,
+            "Whether the holders of a GPU with ghost memory could be read",
+            float(facts.holders_known),
+            gpu=ghost_gpu,
+        )
+        for pid, name, device in facts.suspects[: max(0, s.MAX_SUBJECTS - suspects)]:
+            suspects += 1
+            out.set(
+                s.GHOST_SUSPECT,
+                "A process that may hold a GPU's ghost memory (it has the device node open)",
+                1.0,
+                gpu=ghost_gpu,
+                pid=str(pid),
+                comm=comm(name),
+                device=fit(device, 16),
+            )
     omitted = max(0, len(subjects) - s.MAX_SUBJECTS)
     out.set(s.SUBJECTS_OMITTED, "Finding subjects left out of the per-process series", float(omitted))
 

@@ -83,6 +83,15 @@ SUBJECT_SINCE = "gputui_finding_process_state_since_timestamp_seconds"
 SUBJECT_THREADS = "gputui_finding_process_threads"
 """Live threads of a defunct leader, by state letter."""
 SUBJECTS_OMITTED = "gputui_finding_subjects_omitted"
+SUBJECT_JOB = "gputui_finding_process_job"
+"""1 per survivor: the killed job it escaped (``root_pid``, ``root_comm``) and what ties it to it
+(``why``)."""
+
+GHOST_HOLDERS_KNOWN = "gputui_finding_ghost_holders_known"
+"""Per GPU with ghost memory: 1 when the device holders could be read (no suspect then means none)."""
+GHOST_SUSPECT = "gputui_finding_ghost_suspect"
+"""1 per process that may hold a GPU's ghost memory: ``gpu``, ``pid``, ``comm`` and the ``device`` node it
+has open (at most ``MAX_SUBJECTS`` per host)."""
 
 SERVER_STATE = "gputui_server_state"
 """State set per server (``port``, ``engine``): 1 for its current state, 0 for the others."""

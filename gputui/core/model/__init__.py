@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         NOT_CLEAN,
         NOT_READY,
         Finding,
+        FindingFacts,
         GpuVerdict,
         Verdict,
     )
@@ -50,6 +51,7 @@ __all__ = [
     "DeviceHolder",
     "EXIT_CODES",
     "Finding",
+    "FindingFacts",
     "Gpu",
     "GpuHealth",
     "GpuHistory",
@@ -99,6 +101,7 @@ _HOMES = {
     "DeviceHolder": "snapshot",
     "EXIT_CODES": "verdict",
     "Finding": "verdict",
+    "FindingFacts": "verdict",
     "Gpu": "snapshot",
     "GpuHealth": "fitness",
     "GpuHistory": "history",

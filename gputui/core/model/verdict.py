@@ -1,10 +1,10 @@
 """What the analysis says of a host: its findings and its clean-slate verdict, per GPU and as a whole, with
-the verdict's four levels and their exit codes (``gputui.core.verdict.headline`` says each)."""
+the verdict's four levels and their exit codes (``gputui.core.verdict.levels`` says each)."""
 
 from __future__ import annotations
 
 from gputui.core.model.record import Record, field
-from gputui.core.model.wire import opt_float, opt_int, plain, safe, safe_list
+from gputui.core.model.wire import opt_float, opt_int, opt_safe, plain, safe, safe_list
 from gputui.core.text import visible
 
 TYPE_CHECKING = False
@@ -30,6 +30,105 @@ def level_of(clean: bool, known: bool, not_ready: bool) -> str:
     return CLEAN if clean else NOT_CLEAN
 
 
+class FindingFacts(Record):
+    """The fields a finding's sentence is built from: what ``gputui exporter`` publishes of it, and what the
+    fleet words again with the same function the monitor uses (``gputui.core.verdict.wording``). A field a
+    kind does not use is None (or empty). Names are made safe on the way in.
+
+    Attributes:
+        pid: The process the finding is about (for an invisible pid: the driver's number, never used here).
+        name: Its name; ``ppid``, ``parent_name``: its parent's.
+        memory_mib: (GPU index, MiB) the process holds, by GPU.
+        state_since: Since when it is in its state (epoch seconds, the host's clock); ``age_s``: how long at
+            the sample the sentence was built for; None: not known.
+        threads: A defunct leader's live threads by state letter; ``threads_live``: how many live (None: not
+            a defunct leader); ``threads_omitted``: threads not described.
+        gpu: The GPU a GPU-level finding is about; ``used_mib``, ``baseline_mib``: its figures;
+            ``listed_mib``: what its listed processes hold (None: none listed); ``excess_mib``: the rest.
+        suspects: (pid, name, device node) of each process that may hold a ghost's memory (it has the node
+            open); ``holders_known``: the device holders could be read (no suspect then means none).
+        root_pid, root_name: A killed job's root (a survivor's job); ``why``: what ties the survivor to it
+            (``cgroup``, ``session``, ``parent``).
+    """
+
+    pid: int | None = None
+    name: str | None = None
+    ppid: int | None = None
+    parent_name: str | None = None
+    memory_mib: tuple[tuple[int, int], ...] = ()
+    state_since: float | None = None
+    age_s: float | None = None
+    threads: tuple[tuple[str, int], ...] = ()
+    threads_live: int | None = None
+    threads_omitted: int = 0
+    gpu: int | None = None
+    used_mib: int | None = None
+    baseline_mib: int | None = None
+    listed_mib: int | None = None
+    excess_mib: int | None = None
+    suspects: tuple[tuple[int, str, str], ...] = ()
+    holders_known: bool = False
+    root_pid: int | None = None
+    root_name: str | None = None
+    why: str | None = None
+
+    @property
+    def held_mib(self) -> int:
+        return sum(mib for _, mib in self.memory_mib)
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return tuple(index for index, _ in self.memory_mib)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FindingFacts | None:
+        if not isinstance(data, dict):
+            return None
+
+        def pairs(value: Any, first: type, second: type) -> tuple[tuple[Any, Any], ...]:
+            out = []
+            for item in value if isinstance(value, list) else ():
+                if isinstance(item, list) and len(item) == 2:
+                    a = opt_int(item[0]) if first is int else opt_safe(item[0])
+                    b = opt_int(item[1])
+                    if a is not None and b is not None:
+                        out.append((a, b))
+            return tuple(out)
+
+        return cls(
+            pid=opt_int(data.get("pid")),
+            name=opt_safe(data.get("name")),
+            ppid=opt_int(data.get("ppid")),
+            parent_name=opt_safe(data.get("parent_name")),
+            memory_mib=pairs(data.get("memory_mib"), int, int),
+            state_since=opt_float(data.get("state_since")),
+            age_s=opt_float(data.get("age_s")),
+            threads=pairs(data.get("threads"), str, int),
+            threads_live=opt_int(data.get("threads_live")),
+            threads_omitted=opt_int(data.get("threads_omitted")) or 0,
+            gpu=opt_int(data.get("gpu")),
+            used_mib=opt_int(data.get("used_mib")),
+            baseline_mib=opt_int(data.get("baseline_mib")),
+            listed_mib=opt_int(data.get("listed_mib")),
+            excess_mib=opt_int(data.get("excess_mib")),
+            suspects=_suspects(data.get("suspects")),
+            holders_known=data.get("holders_known") is True,
+            root_pid=opt_int(data.get("root_pid")),
+            root_name=opt_safe(data.get("root_name")),
+            why=opt_safe(data.get("why")),
+        )
+
+
+def _suspects(value: Any) -> tuple[tuple[int, str, str], ...]:
+    out = []
+    for item in value if isinstance(value, list) else ():
+        if isinstance(item, list) and len(item) == 3:
+            pid, name, device = opt_int(item[0]), opt_safe(item[1]), opt_safe(item[2])
+            if pid is not None and name is not None and device is not None:
+                out.append((pid, name, device))
+    return tuple(out)
+
+
 class Finding(Record):
     """Something stuck, dead or unaccounted for.
 
@@ -43,6 +142,7 @@ class Finding(Record):
         since: Epoch seconds (the host's clock) at which the state the finding is about began, as far as the
             collector saw it; None: not known. The sentence carries no age: every view renders it from this
             (``display.age_since``), so a ticking age is one cell, not a new finding.
+        facts: What the sentence was built from (``FindingFacts``); None for a kind not worded from facts.
     """
 
     kind: str
@@ -53,6 +153,7 @@ class Finding(Record):
     gpu_index: int | None = None
     action_pid: int | None = None
     since: float | None = None
+    facts: FindingFacts | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
@@ -65,6 +166,7 @@ class Finding(Record):
             gpu_index=opt_int(data.get("gpu_index")),
             action_pid=opt_int(data.get("action_pid")),
             since=opt_float(data.get("since")),
+            facts=FindingFacts.from_dict(data.get("facts")),
         )
 
 
@@ -116,7 +218,7 @@ class Verdict(Record):
 
     @property
     def level(self) -> str:
-        """CLEAN, NOT CLEAN, NOT READY or CANNOT TELL (``gputui.core.verdict.headline``)."""
+        """CLEAN, NOT CLEAN, NOT READY or CANNOT TELL (``gputui.core.verdict.levels``)."""
         return level_of(self.clean, self.known, bool(self.not_ready))
 
     def to_dict(self) -> dict[str, Any]:

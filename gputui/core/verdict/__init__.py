@@ -1,6 +1,6 @@
 """THE verdict engine: one function (``judge``) from a host sample to everything a view says about it.
 
-* ``judge``: the entry point — server states, findings and the clean-slate verdict of one sample;
+* ``engine``: ``judge``, the entry point — server states, findings and the clean-slate verdict of one sample;
 * ``analysis``: findings and verdict over the GPUs and processes (``analyze``);
 * ``findings``: zombies, defunct leaders, orphans, D-state, ghosts, invisible pids, survivors;
 * ``fitness``: what a GPU's own fitness figures mean (the action each asks for);
@@ -8,7 +8,7 @@
 * ``slate``: the clean slate per GPU and host (or memory alone for a source without processes);
 * ``baselines``: the idle figure of each GPU; ``calibration``: which GPUs may be recorded as idle;
 * ``cleanslate``: the clean-slate check as a state machine (the TUI's ``c``/``X``, ``check --wait``);
-* ``headline``: the one way each level is said, and the exit codes;
+* ``levels``: ``headline``, the one way each level is said, and the exit codes;
 * ``wording``: the one wording table every view calls.
 """
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gputui.core.verdict.baselines import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Baselines
     from gputui.core.verdict.calibration import IDLE_FLOOR_MIB, idle_limit_mib, refusals
     from gputui.core.verdict.cleanslate import CleanCheck, ports_left
+    from gputui.core.verdict.engine import judge, no_data, no_data_text
     from gputui.core.verdict.findings import (
         DEFUNCT_RESET_AFTER_S,
         FINDING_KINDS,
@@ -43,10 +44,9 @@ if TYPE_CHECKING:
         with_assessment,
         xid_text,
     )
-    from gputui.core.verdict.headline import CANNOT_TELL_WORDS, exit_code, headline, worst_exit_code
-    from gputui.core.verdict.judge import judge, no_data, no_data_text
+    from gputui.core.verdict.levels import CANNOT_TELL_WORDS, exit_code, headline, worst_exit_code
     from gputui.core.verdict.slate import clean_slate, memory_at_baseline, memory_verdict
-    from gputui.core.verdict.wording import FINDING_SENTENCES, REASON_SENTENCES
+    from gputui.core.verdict.wording import FINDING_SENTENCES, FINDING_WORDS, REASON_SENTENCES, word_finding
 
 __all__ = [
     "ACTION_DRAIN",
@@ -62,6 +62,7 @@ __all__ = [
     "DEFUNCT_RESET_AFTER_S",
     "FINDING_KINDS",
     "FINDING_SENTENCES",
+    "FINDING_WORDS",
     "IDLE_FLOOR_MIB",
     "KilledJob",
     "REASON_SENTENCES",
@@ -91,6 +92,7 @@ __all__ = [
     "worst_exit_code",
     "xid_finding",
     "xid_text",
+    "word_finding",
 ]
 
 _HOMES = {
@@ -100,13 +102,14 @@ _HOMES = {
     "ACTION_RESET": "fitness",
     "ACTION_WORDS": "fitness",
     "Baselines": "baselines",
-    "CANNOT_TELL_WORDS": "headline",
+    "CANNOT_TELL_WORDS": "levels",
     "CleanCheck": "cleanslate",
     "DEFAULT_BASELINE_MIB": "baselines",
     "DEFAULT_TOLERANCE_MIB": "baselines",
     "DEFUNCT_RESET_AFTER_S": "findings",
     "FINDING_KINDS": "findings",
     "FINDING_SENTENCES": "wording",
+    "FINDING_WORDS": "wording",
     "IDLE_FLOOR_MIB": "calibration",
     "KilledJob": "findings",
     "REASON_SENTENCES": "wording",
@@ -116,26 +119,27 @@ _HOMES = {
     "assess": "fitness",
     "clean_slate": "slate",
     "duplicate_host_finding": "findings",
-    "exit_code": "headline",
+    "exit_code": "levels",
     "find_problems": "findings",
     "find_survivors": "findings",
-    "headline": "headline",
+    "headline": "levels",
     "health_figures": "fitness",
     "health_summary": "fitness",
     "idle_limit_mib": "calibration",
     "job_remnants": "findings",
-    "judge": "judge",
+    "judge": "engine",
     "memory_at_baseline": "slate",
     "memory_verdict": "slate",
     "needs_reset": "fitness",
-    "no_data": "judge",
-    "no_data_text": "judge",
+    "no_data": "engine",
+    "no_data_text": "engine",
     "ports_left": "cleanslate",
     "refusals": "calibration",
     "with_assessment": "fitness",
-    "worst_exit_code": "headline",
+    "worst_exit_code": "levels",
     "xid_finding": "findings",
     "xid_text": "fitness",
+    "word_finding": "wording",
 }
 """Each name of the face -> the module of this package that defines it (loaded on first use)."""
 

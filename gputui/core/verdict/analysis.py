@@ -24,7 +24,7 @@ def analyze(
     one_shot: bool = False,
 ) -> HostSnapshot:
     """The snapshot with its findings and clean-slate verdict filled in (GPUs and processes only: the verdict
-    engine, ``gputui.core.verdict.judge``, adds the ports and servers every view must judge too). Each GPU's
+    engine, ``gputui.core.verdict.engine``, adds the ports and servers every view must judge too). Each GPU's
     fitness is assessed first, so that its action counts in findings and verdict alike."""
     snapshot = with_assessment(snapshot)
     findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs, one_shot=one_shot)

@@ -17,7 +17,6 @@ from gputui.core.jobs import (
     gpu_tree_pids,
     graphics_only_pids,
     is_init_like,
-    proc_label,
     proc_table,
     shown,
 )
@@ -25,11 +24,12 @@ from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
     Finding,
+    FindingFacts,
     Gpu,
     HostSnapshot,
-    LiveThreads,
     Proc,
     Record,
+    replace,
 )
 from gputui.core.text import fit
 from gputui.core.verdict.baselines import Baselines
@@ -71,8 +71,14 @@ def _state_age(proc: Proc, now: float) -> float | None:
     return max(0.0, now - proc.state_since)
 
 
-def ghost_suspects(snapshot: HostSnapshot, gpu: Gpu) -> list[tuple[int, str]]:
-    """(pid, "pid (name) has /dev/nvidiaN open") for processes that may hold this GPU's unlisted memory."""
+def suspect_text(pid: int, name: str, device: str) -> str:
+    """One ghost-memory suspect as every view says it."""
+    return f"pid {pid} ({name}) has {device} open"
+
+
+def ghost_suspects(snapshot: HostSnapshot, gpu: Gpu) -> list[tuple[int, str, str]]:
+    """(pid, name, device node) for processes that may hold this GPU's unlisted memory: those with its own
+    node open, else those with a node of no GPU open (``/dev/nvidia*``)."""
     if not snapshot.device_holders:
         return []
     own = f"/dev/nvidia{gpu.index}"
@@ -90,7 +96,7 @@ def ghost_suspects(snapshot: HostSnapshot, gpu: Gpu) -> list[tuple[int, str]]:
         elif not device[len("/dev/nvidia") :].isdigit():
             generic.setdefault(holder.pid, shown(holder.name))
     chosen, device_text = (specific, own) if specific else (generic, "/dev/nvidia*")
-    return [(pid, f"pid {pid} ({name}) has {device_text} open") for pid, name in sorted(chosen.items())]
+    return [(pid, name, device_text) for pid, name in sorted(chosen.items())]
 
 
 def find_problems(
@@ -125,8 +131,9 @@ def find_problems(
 
     for proc in sorted(table.values(), key=lambda p: p.pid):
         age = _state_age(proc, now_s)
+        parent = table.get(proc.ppid) if proc.ppid is not None else None
         if proc.is_defunct_leader:
-            findings.append(defunct_leader_finding(target, proc, age))
+            findings.append(defunct_leader_finding(target, proc, age, parent))
         elif proc.state == STATE_ZOMBIE:
             # init reaps its zombies within moments: only one that lingers says something is wrong.
             reaped_soon = proc.ppid in (None, 0, 1) and (age is None or age < d_state_threshold_s)
@@ -138,9 +145,8 @@ def find_problems(
             # GPU job's process in D is worth saying even so.
             seen_once = (age is None or one_shot) and proc.pid in tree_pids
             if long_enough or seen_once:
-                findings.append(uninterruptible_finding(target, proc, age if long_enough else None))
+                findings.append(uninterruptible_finding(target, proc, age if long_enough else None, parent))
         if proc.gpu_memory_mib and proc.state != STATE_ZOMBIE and proc.ppid is not None:
-            parent = table.get(proc.ppid)
             if is_init_like(parent, proc.ppid):
                 findings.append(orphan_finding(target, proc, parent))
 
@@ -159,34 +165,69 @@ def find_problems(
     return [f for f in findings if not (f.kind == "orphan" and f.pid in escaped)] + survivors
 
 
-def orphan_finding(target: str, proc: Proc, parent: Proc | None) -> Finding:
+def process_facts(proc: Proc, parent: Proc | None = None, age: float | None = None) -> FindingFacts:
+    """What a process finding's sentence is built from: the process, its parent, its memory and age."""
+    threads = proc.live_threads
+    return FindingFacts(
+        pid=proc.pid,
+        name=proc.name,
+        ppid=proc.ppid,
+        parent_name=None if parent is None else parent.name,
+        memory_mib=tuple(sorted(proc.gpu_memory_mib.items())),
+        state_since=proc.state_since,
+        age_s=age,
+        threads=() if threads is None else tuple(threads.states.items()),
+        threads_live=None if threads is None else threads.live,
+        threads_omitted=0 if threads is None else threads.omitted,
+    )
+
+
+def _label(pid: int | None, name: str | None) -> str:
+    """ "4242 (python)", the way ``proc_label`` says a process (the name made safe for a terminal)."""
+    return f"{pid} ({shown(name)})"
+
+
+def _gpus_text(facts: FindingFacts) -> str:
+    return ", ".join(f"GPU{i}" for i in facts.gpus)
+
+
+def orphan_words(target: str, f: FindingFacts) -> Finding:
     """A process holding GPU memory whose parent is init (or an init-like subreaper)."""
-    gpus = ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
     return Finding(
         kind="orphan",
         target=target,
-        pid=proc.pid,
-        gpu_index=min(proc.gpu_memory_mib),
-        detail=f"pid {proc_label(proc)} holds {proc.gpu_total_mib} MiB on {gpus} but its "
-        f"launcher is gone (parent is now {proc_label(parent, proc.ppid)}), "
+        pid=f.pid,
+        gpu_index=min(f.gpus),
+        detail=f"pid {_label(f.pid, f.name)} holds {f.held_mib} MiB on {_gpus_text(f)} but its "
+        f"launcher is gone (parent is now {_label(f.ppid, f.parent_name)}), "
         "or it was started as a service",
-        action=f"kill pid {proc.pid} (--tree to include its children)",
-        action_pid=proc.pid,
+        action=f"kill pid {f.pid} (--tree to include its children)",
+        action_pid=f.pid,
+        facts=f,
+    )
+
+
+def orphan_finding(target: str, proc: Proc, parent: Proc | None) -> Finding:
+    return orphan_words(target, process_facts(proc, parent))
+
+
+def invisible_pid_words(target: str, f: FindingFacts) -> Finding:
+    """A GPU holder listed by the driver whose pid belongs to another PID namespace."""
+    held = "memory" if f.used_mib is None else f"{f.used_mib} MiB"
+    return Finding(
+        kind="invisible_pid",
+        target=target,
+        gpu_index=f.gpu,
+        # pid stays None: the number belongs to another PID namespace and must never be used here.
+        detail=f"GPU{f.gpu}: pid {f.pid} holds {held} but is not visible here "
+        "(another PID namespace, e.g. a container)",
+        action="stop it from inside its container; gputui never signals it from here",
+        facts=f,
     )
 
 
 def invisible_pid_finding(target: str, gpu_index: int, pid: int, used_mib: int | None) -> Finding:
-    """A GPU holder listed by the driver whose pid belongs to another PID namespace."""
-    held = "memory" if used_mib is None else f"{used_mib} MiB"
-    return Finding(
-        kind="invisible_pid",
-        target=target,
-        gpu_index=gpu_index,
-        # pid stays None: the number belongs to another PID namespace and must never be used here.
-        detail=f"GPU{gpu_index}: pid {pid} holds {held} but is not visible here "
-        "(another PID namespace, e.g. a container)",
-        action="stop it from inside its container; gputui never signals it from here",
-    )
+    return invisible_pid_words(target, FindingFacts(pid=pid, gpu=gpu_index, used_mib=used_mib))
 
 
 def duplicate_host_finding(target: str, instances: tuple[str, ...]) -> Finding:
@@ -212,19 +253,26 @@ def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
     )
 
 
-def uninterruptible_finding(target: str, proc: Proc, age: float | None) -> Finding:
-    """``age`` None: how long it has been in D is not known (seen once): the finding has no start then."""
-    unknown = " (for how long unknown)" if age is None else ""
+def uninterruptible_words(target: str, f: FindingFacts) -> Finding:
+    """``age_s`` None: how long it has been in D is not known (seen once): the finding has no start then."""
+    unknown = " (for how long unknown)" if f.age_s is None else ""
     return Finding(
         kind="uninterruptible",
         target=target,
-        pid=proc.pid,
-        detail=f"pid {proc_label(proc)} is in uninterruptible sleep (D){unknown}; "
+        pid=f.pid,
+        detail=f"pid {_label(f.pid, f.name)} is in uninterruptible sleep (D){unknown}; "
         "it may not die even on SIGKILL until its I/O or driver call returns",
-        since=None if age is None else proc.state_since,
+        since=None if f.age_s is None else f.state_since,
         action="kill it and check again; if it stays in D, look at dmesg (driver or storage)",
-        action_pid=proc.pid,
+        action_pid=f.pid,
+        facts=f,
     )
+
+
+def uninterruptible_finding(
+    target: str, proc: Proc, age: float | None, parent: Proc | None = None
+) -> Finding:
+    return uninterruptible_words(target, process_facts(proc, parent, age))
 
 
 def remnant_sentence(
@@ -241,28 +289,35 @@ def remnant_sentence(
     return uninterruptible_finding(target, proc, age if known else None).detail
 
 
-def zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
-    parent = table.get(proc.ppid) if proc.ppid is not None else None
-    since = None if age is None else proc.state_since
-    if proc.ppid in (None, 0, 1):
+def zombie_words(target: str, f: FindingFacts) -> Finding:
+    since = None if f.age_s is None else f.state_since
+    if f.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",
             target=target,
-            pid=proc.pid,
-            detail=f"pid {proc_label(proc)} is defunct; its parent is init (pid 1), which should reap it",
+            pid=f.pid,
+            detail=f"pid {_label(f.pid, f.name)} is defunct; its parent is init (pid 1), which should reap "
+            "it",
             action="nothing to kill: a zombie holds no memory and cannot be signalled",
             since=since,
+            facts=f,
         )
+    parent = f"{f.ppid} (?)" if f.parent_name is None else _label(f.ppid, f.parent_name)
     return Finding(
         kind="zombie",
         target=target,
-        pid=proc.pid,
-        detail=f"pid {proc_label(proc)} is defunct; its parent {proc_label(parent, proc.ppid)} has not reaped"
-        " it",
-        action=f"signal or kill its parent {proc.ppid}: a zombie itself cannot be killed",
-        action_pid=proc.ppid,
+        pid=f.pid,
+        detail=f"pid {_label(f.pid, f.name)} is defunct; its parent {parent} has not reaped it",
+        action=f"signal or kill its parent {f.ppid}: a zombie itself cannot be killed",
+        action_pid=f.ppid,
         since=since,
+        facts=f,
     )
+
+
+def zombie_finding(target: str, proc: Proc, table: dict[int, Proc], age: float | None) -> Finding:
+    parent = table.get(proc.ppid) if proc.ppid is not None else None
+    return zombie_words(target, process_facts(proc, parent, age))
 
 
 def thread_states_text(states: dict[str, int]) -> str:
@@ -273,48 +328,85 @@ def thread_states_text(states: dict[str, int]) -> str:
     )
 
 
-def defunct_leader_finding(target: str, proc: Proc, age: float | None) -> Finding:
+def defunct_leader_words(target: str, f: FindingFacts) -> Finding:
     """A leader in state Z whose threads live on: the process has not exited, so it still holds its memory;
     its parent cannot reap what has not exited, so signalling the parent frees nothing."""
-    threads = proc.live_threads or LiveThreads(live=0)
-    count = threads.live + threads.omitted
-    states = thread_states_text(threads.states)
-    held = proc.gpu_total_mib
+    count = (f.threads_live or 0) + f.threads_omitted
+    states = thread_states_text(dict(f.threads))
+    held = f.held_mib
     detail = (
-        f"pid {proc_label(proc)}: its leader is defunct but {count} thread"
+        f"pid {_label(f.pid, f.name)}: its leader is defunct but {count} thread"
         f"{'' if count == 1 else 's'} live on ({states or 'states unknown'})"
     )
     if held:
-        gpus = ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
-        detail += f", holding {held} MiB on {gpus}"
-    stuck = threads.states.get(STATE_UNINTERRUPTIBLE, 0) > 0
+        detail += f", holding {held} MiB on {_gpus_text(f)}"
+    stuck = dict(f.threads).get(STATE_UNINTERRUPTIBLE, 0) > 0
     if stuck and held:
         minutes = DEFUNCT_RESET_AFTER_S / 60
         detail += (
             f"; threads stuck in the driver: memory is released when they exit; if it is still held after "
             f"{minutes:.0f} minutes the driver or GPU needs a reset"
         )
-        if age is not None and age >= DEFUNCT_RESET_AFTER_S:
+        if f.age_s is not None and f.age_s >= DEFUNCT_RESET_AFTER_S:
             action = (
                 f"held past {minutes:.0f} minutes: reset the GPU (nvidia-smi -r) or "
                 "reload the driver; signalling the parent frees nothing"
             )
         else:
             action = (
-                f"wait for the threads to leave the driver; kill {proc.pid}: it may still help threads not "
+                f"wait for the threads to leave the driver; kill {f.pid}: it may still help threads not "
                 "yet in D; signalling the parent frees nothing"
             )
     else:
-        action = f"kill {proc.pid}: its live threads hold the process; signalling the parent frees nothing"
+        action = f"kill {f.pid}: its live threads hold the process; signalling the parent frees nothing"
     return Finding(
         kind="defunct_leader",
         target=target,
-        pid=proc.pid,
-        gpu_index=min(proc.gpu_memory_mib) if proc.gpu_memory_mib else None,
+        pid=f.pid,
+        gpu_index=min(f.gpus) if f.gpus else None,
         detail=detail,
         action=action,
-        action_pid=proc.pid,
-        since=None if age is None else proc.state_since,
+        action_pid=f.pid,
+        since=None if f.age_s is None else f.state_since,
+        facts=f,
+    )
+
+
+def defunct_leader_finding(target: str, proc: Proc, age: float | None, parent: Proc | None = None) -> Finding:
+    facts = process_facts(proc, parent, age)
+    if facts.threads_live is None:
+        facts = replace(facts, threads_live=0)
+    return defunct_leader_words(target, facts)
+
+
+def ghost_words(target: str, f: FindingFacts) -> Finding:
+    if f.listed_mib is not None:
+        what = (
+            f"{f.excess_mib} MiB more than its {f.baseline_mib} MiB baseline and its listed processes "
+            f"({f.listed_mib} MiB)"
+        )
+    else:
+        what = f"{f.excess_mib} MiB over its {f.baseline_mib} MiB baseline with no process listed"
+    if f.suspects:
+        detail = f"GPU{f.gpu} holds {what} (ghost memory); suspects: " + "; ".join(
+            suspect_text(*suspect) for suspect in f.suspects
+        )
+        action = "kill the suspects holding the device open, then check again"
+    else:
+        detail = f"GPU{f.gpu} holds {what} (ghost memory)"
+        action = (
+            "no process has the device open: wait for the driver to free it, or reset the GPU (nvidia-smi -r)"
+            if f.holders_known
+            else "look for processes with /dev/nvidia* open (fuser -v /dev/nvidia*)"
+        )
+    return Finding(
+        kind="ghost_memory",
+        target=target,
+        gpu_index=f.gpu,
+        detail=detail,
+        action=action,
+        action_pid=f.pid,
+        facts=f,
     )
 
 
@@ -324,6 +416,7 @@ def ghost_finding(
     if gpu.error is not None or gpu.memory_used_mib is None:
         return None
     baseline = baselines.for_gpu(gpu)
+    listed_mib: int | None = None
     if gpu.processes:
         if any(p.used_mib is None for p in gpu.processes):
             return None  # the driver will not say what each holds: no sum to compare against
@@ -331,33 +424,23 @@ def ghost_finding(
         excess = gpu.memory_used_mib - baseline - listed_mib
         if excess <= tolerance_mib:
             return None
-        what = (
-            f"{excess} MiB more than its {baseline} MiB baseline and its listed processes ({listed_mib} MiB)"
-        )
     else:
         excess = gpu.memory_used_mib - baseline
         if excess <= baselines.tolerance_mib:
             return None
-        what = f"{excess} MiB over its {baseline} MiB baseline with no process listed"
     suspects = ghost_suspects(snapshot, gpu)
-    if suspects:
-        detail = f"GPU{gpu.index} holds {what} (ghost memory); suspects: " + "; ".join(s for _, s in suspects)
-        action = "kill the suspects holding the device open, then check again"
-    else:
-        detail = f"GPU{gpu.index} holds {what} (ghost memory)"
-        action = (
-            "no process has the device open: wait for the driver to free it, or reset the GPU (nvidia-smi -r)"
-            if snapshot.device_holders is not None
-            else "look for processes with /dev/nvidia* open (fuser -v /dev/nvidia*)"
-        )
-    return Finding(
-        kind="ghost_memory",
-        target=snapshot.target,
-        gpu_index=gpu.index,
-        detail=detail,
-        action=action,
-        action_pid=suspects[0][0] if len(suspects) == 1 else None,
+    facts = FindingFacts(
+        # The one suspect's pid is the action's: the only process that can be holding the memory.
+        pid=suspects[0][0] if len(suspects) == 1 else None,
+        gpu=gpu.index,
+        used_mib=gpu.memory_used_mib,
+        baseline_mib=baseline,
+        listed_mib=listed_mib,
+        excess_mib=excess,
+        suspects=tuple(suspects),
+        holders_known=snapshot.device_holders is not None,
     )
+    return ghost_words(snapshot.target, facts)
 
 
 class KilledJob(Record):
@@ -389,8 +472,12 @@ def _informative_cgroup(cgroup: str | None) -> bool:
     return cgroup is not None and cgroup != "/"
 
 
+WHY_CGROUP, WHY_SESSION, WHY_PARENT = "cgroup", "session", "parent"
+"""What ties a survivor to a killed job: its cgroup, a session of its own, or an init-like parent."""
+
+
 def _escaped(proc: Proc, job: KilledJob, table: dict[int, Proc], gpus: set[int]) -> str | None:
-    """How ``proc`` got out of ``job``'s tree if it looks like a survivor of it, else None.
+    """How ``proc`` got out of ``job``'s tree if it looks like a survivor of it (``WHY``), else None.
 
     It runs as the job's user and started after the job's root, and either shares the job's cgroup (where
     cgroups tell jobs apart), or left every tree (init adopted it, or it leads a session of its own) while
@@ -403,36 +490,46 @@ def _escaped(proc: Proc, job: KilledJob, table: dict[int, Proc], gpus: set[int])
     if job.start_ticks is None or proc.start_ticks is None or proc.start_ticks < job.start_ticks:
         return None
     if _informative_cgroup(job.cgroup) and proc.cgroup is not None:
-        return "in the job's cgroup" if proc.cgroup == job.cgroup else None
+        return WHY_CGROUP if proc.cgroup == job.cgroup else None
     if not gpus & job.gpus:
         return None
     if proc.sid is not None and proc.sid == proc.pid:
-        return "it leads a session of its own"
+        return WHY_SESSION
     parent = table.get(proc.ppid) if proc.ppid is not None else None
     if is_init_like(parent, proc.ppid):
-        return f"its parent is {proc_label(parent, proc.ppid)}"
+        return WHY_PARENT
     return None
 
 
-def survivor_finding(target: str, proc: Proc, job: KilledJob, why: str) -> Finding:
-    """A process that escaped ``job``'s tree (``why``: what ties it to the job) and still holds the GPU."""
-    held = proc.gpu_total_mib
-    what = (
-        f"holds {held} MiB on " + ", ".join(f"GPU{i}" for i in sorted(proc.gpu_memory_mib))
-        if held
-        else "has a /dev/nvidia* node open"
-    )
-    root = f"{job.root_pid} ({shown(job.root_name)})"
+def survivor_words(target: str, f: FindingFacts) -> Finding:
+    """A process that escaped a killed job's tree (``why``: what ties it to the job) and still holds a
+    GPU."""
+    held = f.held_mib
+    what = f"holds {held} MiB on {_gpus_text(f)}" if held else "has a /dev/nvidia* node open"
+    root = f"{f.root_pid} ({shown(f.root_name)})"
+    why = {
+        WHY_CGROUP: "in the job's cgroup",
+        WHY_SESSION: "it leads a session of its own",
+        WHY_PARENT: f"its parent is {_label(f.ppid, f.parent_name) if f.parent_name else f'{f.ppid} (?)'}",
+    }.get(f.why or "", "?")
     return Finding(
         kind="survivor",
         target=target,
-        pid=proc.pid,
-        gpu_index=min(proc.gpu_memory_mib) if proc.gpu_memory_mib else None,
-        detail=f"pid {proc_label(proc)} {what}: a survivor of the job of pid {root}, outside "
+        pid=f.pid,
+        gpu_index=min(f.gpus) if f.gpus else None,
+        detail=f"pid {_label(f.pid, f.name)} {what}: a survivor of the job of pid {root}, outside "
         f"its tree ({why})",
-        action=f"kill pid {proc.pid} if it belongs to that job",
-        action_pid=proc.pid,
+        action=f"kill pid {f.pid} if it belongs to that job",
+        action_pid=f.pid,
+        facts=f,
     )
+
+
+def survivor_finding(
+    target: str, proc: Proc, job: KilledJob, why: str, parent: Proc | None = None
+) -> Finding:
+    facts = replace(process_facts(proc, parent), root_pid=job.root_pid, root_name=job.root_name, why=why)
+    return survivor_words(target, facts)
 
 
 def find_survivors(snapshot: HostSnapshot, jobs: Iterable[KilledJob]) -> list[Finding]:
@@ -467,7 +564,8 @@ def find_survivors(snapshot: HostSnapshot, jobs: Iterable[KilledJob]) -> list[Fi
             why = _escaped(proc, job, table, using[pid])
             if why is None:
                 continue
-            findings.append(survivor_finding(snapshot.target, proc, job, why))
+            parent = table.get(proc.ppid) if proc.ppid is not None else None
+            findings.append(survivor_finding(snapshot.target, proc, job, why, parent))
             break
     return findings
 

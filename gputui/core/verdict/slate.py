@@ -18,7 +18,7 @@ from gputui.core.model import (
 )
 from gputui.core.text import fit
 from gputui.core.verdict.baselines import Baselines
-from gputui.core.verdict.findings import ghost_suspects, remnant_sentence
+from gputui.core.verdict.findings import ghost_suspects, remnant_sentence, suspect_text
 from gputui.core.verdict.readiness import unfit_reasons
 
 MAX_HOLDERS_IN_REASON = 3
@@ -172,7 +172,9 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
                 held_by = ", ".join(texts)
                 gpu_reasons.append(held_reason(gpu.index, used, held_by, over))
             elif over:
-                suspects = [text for _, text in ghost_suspects(snapshot, gpu)[:MAX_HOLDERS_IN_REASON]]
+                suspects = [
+                    suspect_text(*one) for one in ghost_suspects(snapshot, gpu)[:MAX_HOLDERS_IN_REASON]
+                ]
                 gpu_reasons.append(ghost_reason(gpu.index, used - baseline, suspects))
         gpu_verdicts.append(
             GpuVerdict(

@@ -3,13 +3,16 @@
 Each sentence is built once, from plain fields, by the function named here, and every view shows the
 sentence as built (the TUI, ``snapshot``, ``check``, JSON, the fleet view); no view words a finding or a
 reason its own way. A new finding kind or verdict reason gets its entry here (a test holds every kind of
-``FINDING_KINDS`` to that), so the fleet or any later view can build the same sentence from the same fields.
+``FINDING_KINDS`` to that). The kinds worded from facts (``FINDING_WORDS``) are what ``gputui exporter``
+publishes: the fleet calls ``word_finding`` with the exported facts, the monitor's finding was built by the
+same function from the same facts (``Finding.facts``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from gputui.core.model import Finding, FindingFacts
 from gputui.core.servers import server_reason
 from gputui.core.store import leftovers
 from gputui.core.verdict import findings as finding_rules
@@ -17,27 +20,40 @@ from gputui.core.verdict import fitness as gpu_health
 from gputui.core.verdict import readiness
 from gputui.core.verdict import slate as verdict
 from gputui.core.verdict.cleanslate import busy_port_reason
-from gputui.core.verdict.judge import no_data_text
+from gputui.core.verdict.engine import no_data_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+FINDING_WORDS: dict[str, Callable[[str, FindingFacts], Finding]] = {
+    "zombie": finding_rules.zombie_words,
+    "defunct_leader": finding_rules.defunct_leader_words,
+    "orphan": finding_rules.orphan_words,
+    "uninterruptible": finding_rules.uninterruptible_words,
+    "ghost_memory": finding_rules.ghost_words,
+    "invisible_pid": finding_rules.invisible_pid_words,
+    "survivor": finding_rules.survivor_words,
+}
+"""Finding kind -> the function that words it from its facts (target, ``FindingFacts``)."""
+
 FINDING_SENTENCES: dict[str, Callable[..., Any]] = {
-    "zombie": finding_rules.zombie_finding,
-    "defunct_leader": finding_rules.defunct_leader_finding,
-    "orphan": finding_rules.orphan_finding,
-    "uninterruptible": finding_rules.uninterruptible_finding,
-    "ghost_memory": finding_rules.ghost_finding,
-    "invisible_pid": finding_rules.invisible_pid_finding,
-    "survivor": finding_rules.survivor_finding,
+    **FINDING_WORDS,
     "xid": finding_rules.xid_finding,
     "duplicate_host": finding_rules.duplicate_host_finding,
     "gpu_health": gpu_health.health_findings,
     "xid_history": gpu_health.health_findings,
     "leftover": leftovers.findings,
 }
-"""Finding kind -> the function that builds its finding (detail and action)."""
+"""Finding kind -> the function that builds its finding (detail and action): from facts where it travels
+(``FINDING_WORDS``), else from what only the host shows."""
+
+
+def word_finding(kind: str, target: str, facts: FindingFacts) -> Finding | None:
+    """The finding of ``kind`` worded from ``facts``; None for a kind that is not worded from facts."""
+    words = FINDING_WORDS.get(kind)
+    return None if words is None else words(target, facts)
+
 
 REASON_SENTENCES: dict[str, Callable[..., Any]] = {
     "held": verdict.held_reason,

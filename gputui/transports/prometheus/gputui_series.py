@@ -107,6 +107,14 @@ def exported_host(host: HostParts) -> ExportedHost | None:
             mib = _mib(value)
             if mib is not None:
                 finding_memory[(fit(labels[s.KIND_LABEL], 20), gpu_index)] = mib
+        elif name == s.GHOST_HOLDERS_KNOWN and gpu_index is not None:
+            gpus.setdefault(gpu_index, {})["holders_known"] = value is not None and value >= 1
+        elif name == s.GHOST_SUSPECT and gpu_index is not None:
+            pid = _int(labels.get(s.PID_LABEL))
+            suspects = gpus.setdefault(gpu_index, {}).setdefault("suspects", [])
+            if pid is not None and isinstance(suspects, list) and len(suspects) < s.MAX_SUBJECTS:
+                device = fit(labels.get("device") or "", 16)
+                suspects.append((pid, fit(labels.get(s.COMM_LABEL) or "", s.COMM_MAX), device))
         elif name.startswith(s.SUBJECT):
             _subject(subjects, name, labels, value, gpu_index)
         elif name in (s.SERVER_STATE, s.SERVER_STATE_SINCE):
@@ -158,6 +166,7 @@ def _gpu(index: int, facts: Mapping[str, object]) -> ExportedGpu:
 
     clean = facts.get("clean")
     known = facts.get("known")
+    suspects = facts.get("suspects")
     return ExportedGpu(
         index=index,
         clean=clean if isinstance(clean, bool) else None,
@@ -166,6 +175,8 @@ def _gpu(index: int, facts: Mapping[str, object]) -> ExportedGpu:
         baseline_mib=_mib(number(s.GPU_BASELINE)),
         processes=whole(number(s.GPU_PROCESSES)),
         process_mib=_mib(number(s.GPU_PROCESS_MEMORY)),
+        holders_known=facts.get("holders_known") is True,
+        suspects=tuple(sorted(suspects)) if isinstance(suspects, list) else (),
     )
 
 
@@ -194,6 +205,10 @@ def _subject(
             memory[gpu_index] = mib
     elif name == s.SUBJECT_SINCE:
         facts["since"] = value
+    elif name == s.SUBJECT_JOB:
+        facts["root_pid"] = _int(labels.get("root_pid"))
+        facts["root_comm"] = fit(labels.get("root_comm") or "", s.COMM_MAX)
+        facts["why"] = fit(labels.get("why") or "", 16)
     elif name == s.SUBJECT_THREADS and value is not None:
         threads = facts.setdefault("threads", {})
         assert isinstance(threads, dict)  # noqa: S101
@@ -205,6 +220,7 @@ def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSub
     threads = facts.get("threads")
     ppid = facts.get("ppid")
     since = facts.get("since")
+    root_pid = facts.get("root_pid")
     return ExportedSubject(
         kind=kind,
         pid=pid,
@@ -214,4 +230,7 @@ def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSub
         memory_mib=dict(memory) if isinstance(memory, dict) else {},
         since=since if isinstance(since, float) else None,
         threads=dict(threads) if isinstance(threads, dict) else {},
+        root_pid=root_pid if isinstance(root_pid, int) else None,
+        root_comm=str(facts.get("root_comm") or ""),
+        why=str(facts.get("why") or ""),
     )

@@ -21,7 +21,7 @@ from gputui.core.verdict.analysis import analyze
 from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
 from gputui.core.verdict.findings import KilledJob
-from gputui.core.verdict.headline import NO_DATA
+from gputui.core.verdict.levels import NO_DATA
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
