@@ -5,6 +5,8 @@
 * ``jobview``: a job's members as one view sees them.
 """
 
+from gputui.core import lazy_face
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.jobs.forest import (
@@ -70,11 +72,4 @@ _HOMES = {
 }
 """Each name of the face -> the module of this package that defines it (loaded on first use)."""
 
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _HOMES)

@@ -11,6 +11,8 @@
 * ``history``: the last minutes of every GPU; ``procfilter``: the process panel's filter.
 """
 
+from gputui.core import lazy_face
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.model.endpoint import HealthSample
@@ -145,11 +147,4 @@ _HOMES = {
 }
 """Each name of the face -> the module of this package that defines it (loaded on first use)."""
 
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _HOMES)

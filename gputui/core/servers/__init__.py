@@ -8,6 +8,8 @@ on the host by ``gputui.agent.health.metrics_filter``); these modules parse and 
 * ``view``: state changes as lines, a per-URL history, short labels.
 """
 
+from gputui.core import lazy_face
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.servers.jobs import JobFacts, job_facts
@@ -139,11 +141,4 @@ _HOMES = {
 }
 """Each name of the face -> the module of this package that defines it (loaded on first use)."""
 
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _HOMES)

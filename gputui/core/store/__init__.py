@@ -6,6 +6,8 @@
 * ``leftovers``: the record of what killed jobs left behind (segments, semaphores, MPS daemons).
 """
 
+from gputui.core import lazy_face
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.store.config import Config, ConfigError, default_config_path, load_config
@@ -60,11 +62,4 @@ _HOMES = {
 }
 """Each name of the face -> the module of this package that defines it (loaded on first use)."""
 
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _HOMES)

@@ -7,6 +7,8 @@
 Shared by the TUI and the command line alike; imports nothing else of gputui's core.
 """
 
+from gputui.core import lazy_face
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.text.cmdline import command_display, command_words, program_name
@@ -54,11 +56,4 @@ _HOMES = {
 }
 """Each name of the face -> the module of this package that defines it (loaded on first use)."""
 
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(__import__(f"{__name__}.{home}", fromlist=[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_face(__name__, _HOMES)
