@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from gputui.core.actions import (
     parse_reply,
     plan_kill,
 )
-from gputui.core.link import LinkOptions
+from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc, replace
 from gputui.core.store import StateError
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
@@ -472,6 +473,69 @@ def test_a_run_whose_audit_log_cannot_be_written_sends_nothing(tmp_path: Path) -
     with pytest.raises(StateError, match="not a folder"):
         run.start()
     assert [cmd for cmd, _ in link.seen] == ["sample"]
+
+
+class _EndlessHost:
+    """A collector that is not gputui's: every answer names thousands of pids never asked, with escapes in
+    their names, and says it is not done, for ever."""
+
+    def __init__(self, asked: int) -> None:
+        self.asked = asked
+        self.requests = 0
+
+    def request(self, command: dict[str, object], timeout_s: float) -> dict[str, object]:
+        self.requests += 1
+        junk = [
+            {"pid": 100000 + i, "name": "\x1b[31mkilled", "stage": "signal", "result": "killed"}
+            for i in range(2000)
+        ]
+        mine = {"pid": self.asked, "stage": "signal", "signal": "TERM", "result": "signalled"}
+        return {
+            "op": 7,
+            "outcomes": [mine, *junk],
+            "count": 2001 * self.requests,
+            "done": False,
+            "pending": [{"pid": 100001, "due_in_s": 1.0}, {"pid": self.asked, "due_in_s": 1.0}],
+        }
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_a_collector_that_answers_for_ever_with_unasked_pids_is_held_to_the_plan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tree: bool
+) -> None:
+    from gputui.core.actions import run as run_module
+
+    monkeypatch.setattr(run_module, "FINISH_MARGIN_S", 0.3)
+    sim = SimLink("gpu-node-07", LinkOptions(memory_interval_s=0.01), clock=ManualClock())
+    sim.open()
+    snapshot = HostSnapshot.from_dict(sim.request({"cmd": "sample"}, 1)["snapshot"])
+    plan = plan_kill(snapshot, [DETOKENIZER_PID], tree=tree)
+    audit = AuditLog(tmp_path / "gputui")
+    hostile = _EndlessHost(DETOKENIZER_PID)
+    run = KillRun(hostile, plan, audit)  # type: ignore[arg-type]
+    run.start()
+
+    def wait_until_done() -> None:
+        for _ in range(10_000):
+            run.wait(0.05)
+            time.sleep(0.01)
+
+    with pytest.raises(LinkError, match="did not finish the kill within"):
+        wait_until_done()
+    assert run.done
+    # Each pid once per stage; a kill of one process believes no other pid, a tree kill a bounded few (the
+    # members it may have found since the listing): the audit log and the screen stay bounded.
+    unasked = run_module.UNASKED_MAX if tree else 0
+    assert (DETOKENIZER_PID, "signal") == (run.outcomes[0].pid, run.outcomes[0].stage)
+    assert len(run.outcomes) == 1 + unasked
+    assert len({(o.pid, o.stage) for o in run.outcomes}) == len(run.outcomes)
+    assert DETOKENIZER_PID in [p.pid for p in run.pending]
+    assert len(run.pending) <= 2
+    assert run.ignored >= 2000 * hostile.requests - unasked
+    lines = audit.path.read_text().splitlines()
+    assert len(lines) < 2 + unasked + 10, len(lines)
+    assert ("100001" in audit.path.read_text()) is tree
+    assert "did not finish the kill" in lines[-1]
 
 
 def test_an_abandoned_run_says_what_it_left(tmp_path: Path) -> None:

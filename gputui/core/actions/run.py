@@ -23,13 +23,24 @@ if TYPE_CHECKING:
 
 REQUEST_TIMEOUT_S = 30.0
 """Deadline of the kill command itself (the checks and the signals) and of an abandon."""
+UNASKED_MAX = 256
+"""Processes a tree kill may report beyond its plan (the collector re-reads each tree when it signals, and
+a zombie member goes with its parent): more than this are not believed."""
+FINISH_MARGIN_S = 60.0
+"""How long past the plan's own delay (escalation or wait) a collector may take to say it is done; past it,
+the outcome is unknown here and the run ends (a collector that answers "not done" for ever ends nothing)."""
 
 
 class KillRun:
     """One confirmed plan driven through a link: intent, kill, outcomes as they come, abandon on request.
 
     Every step's outcomes go to the audit log (None: not audited, ``--no-audit`` and the demo) as soon as
-    they arrive. Used from one thread at a time (the CLI's main thread, or one UI worker).
+    they arrive. The collector's answers are held to what was asked: an outcome for a pid the plan does not
+    name (beyond ``UNASKED_MAX`` members a tree kill found since the listing; none for a kill of single
+    processes), or a second one of the same stage for a pid, is dropped (counted in ``ignored``), so a
+    hostile collector can neither grow the audit log nor be shown as having killed what was not asked; and
+    the run ends by the plan's delay plus ``FINISH_MARGIN_S`` whatever the collector says. Used from one
+    thread at a time (the CLI's main thread, or one UI worker).
 
     Args:
         link: The host's link.
@@ -53,12 +64,43 @@ class KillRun:
         self.started_mono: float | None = None
         """Monotonic seconds at which the kill command was answered (the signals went out)."""
         self._count = 0
+        self._asked = frozenset(t.pid for t in plan.targets)
+        self._unasked: set[int] = set()
+        self._seen: set[tuple[int, str]] = set()
+        self.ignored = 0
+        """Outcomes the collector sent that were not asked for (dropped)."""
+
+    def _believed(self, pid: int) -> bool:
+        if pid in self._asked or pid in self._unasked:
+            return True
+        if self.plan.tree and len(self._unasked) < UNASKED_MAX:
+            self._unasked.add(pid)
+            return True
+        return False
+
+    def _held_to_the_plan(self, outcomes: Iterable[KillOutcome]) -> list[KillOutcome]:
+        kept = []
+        for outcome in outcomes:
+            key = (outcome.pid, outcome.stage)
+            if key in self._seen or not self._believed(outcome.pid):
+                self.ignored += 1
+                continue
+            self._seen.add(key)
+            kept.append(outcome)
+        return kept
+
+    @property
+    def finish_by_s(self) -> float:
+        """Seconds after the signals by which the run ends, done or not."""
+        delay = self.plan.escalate_s if self.plan.escalate_s is not None else self.plan.wait_s
+        return (delay or 0.0) + FINISH_MARGIN_S
 
     def _take(self, reply: KillReply) -> KillReply:
-        new = list(reply.outcomes)
+        new = self._held_to_the_plan(reply.outcomes)
         self.outcomes.extend(new)
         self._count = max(self._count, reply.count)
-        self.pending = reply.pending
+        believed = self._asked | self._unasked
+        self.pending = tuple(p for p in reply.pending if p.pid in believed)[: len(believed)]
         self.done = reply.done
         self.elapsed_s = reply.elapsed_s
         if reply.op is not None:
@@ -99,6 +141,13 @@ class KillRun:
         """
         if self.done or self.op is None:
             return KillReply(self.op, (), self._count, True)
+        if self.started_mono is not None and time.monotonic() - self.started_mono > self.finish_by_s:
+            self._unknown(
+                [p.pid for p in self.pending] or sorted(self._asked),
+                f"the collector did not finish the kill within {self.finish_by_s:.0f} s",
+            )
+            self.done = True
+            raise LinkError(f"the collector did not finish the kill within {self.finish_by_s:.0f} s")
         command = kill_messages.kill_wait_command(self.op, self._count, timeout_s)
         return self._ask(command, timeout_s + self.WAIT_MARGIN_S)
 
