@@ -63,7 +63,7 @@ devnull = os.open(os.devnull, os.O_RDWR)
 quiet = [(os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, devnull, 1)]
 
 def spawn(worker):
-    argv = [sys.executable, "-S", "-c", spec["code"], worker["name"], worker["mode"]]
+    argv = [sys.executable, "-S", "-c", spec["code"], worker["name"], worker["mode"], *worker["args"]]
     return os.posix_spawn(sys.executable, argv, os.environ, file_actions=quiet)
 
 workers = {}
@@ -116,6 +116,7 @@ class Worker:
         mode: "sleep", "ignore_term" (SIGTERM ignored), "exit" (exits at once: a zombie) or "setsid" (sleeps
             in a session of its own).
         orphan: Started through a middle process that then exits (a double-forked orphan).
+        args: More arguments on its command line (after the name and the mode).
     """
 
     name: str
@@ -123,6 +124,7 @@ class Worker:
     mib: int = WORKER_MIB
     mode: str = "sleep"
     orphan: bool = False
+    args: tuple[str, ...] = ()
 
 
 def sglang_workers(count: int = 8, **variants: Worker) -> list[Worker]:
@@ -201,7 +203,10 @@ class Launcher:
         self.workers = list(workers)
         spec = {
             "code": WORKER,
-            "workers": [{"name": w.name, "mode": w.mode, "orphan": w.orphan} for w in self.workers],
+            "workers": [
+                {"name": w.name, "mode": w.mode, "orphan": w.orphan, "args": list(w.args)}
+                for w in self.workers
+            ],
         }
         starter = subprocess.Popen(
             [python, "-S", "-c", LAUNCHER, json.dumps(spec)],

@@ -10,6 +10,7 @@ import pwd
 import sys
 import time
 
+from gputui.agent.argv_secrets import redact_argv
 from gputui.agent.proc.procfs import PAGE_SIZE, ProcStat, json_safe, read_cgroup, read_cmdline, read_real_uid
 from gputui.agent.wire import WIRE_CMDLINE_BYTES, wire_cmdline, wire_text
 
@@ -92,7 +93,8 @@ class ProcDetails:
         return self._users[uid]
 
     def read(self, pid: int) -> tuple[int | None, list[str] | None]:
-        """The real uid and the whole argv of a process (None for what could not be read)."""
+        """The real uid and the whole argv of a process, its secrets hidden (``argv_secrets``); None for
+        what could not be read."""
         uid: int | None = None
         cmdline: list[str] | None = None
         psutil = self.psutil
@@ -109,7 +111,7 @@ class ProcDetails:
         else:
             uid = read_real_uid(pid)
             cmdline = read_cmdline(pid)
-        return uid, cmdline
+        return uid, None if cmdline is None else redact_argv(cmdline)
 
     def details(self, stat: ProcStat, now: float) -> dict[str, Any]:
         """uid, user, cmdline (as sent), cmdline_truncated, cmdline_bytes and rss_kib of one process.

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from gputui.agent import protocol
+from gputui.agent.argv_secrets import redact_argv
 from gputui.agent.gpu.smiparse import (
     SMI_EXIT_GPU_LOST,
     SMI_QUERY_APPS,
@@ -227,7 +228,7 @@ def reduced_processes(ps_lines: list[str], held: dict[int, dict[int, int]]) -> l
         words = line[:REDUCED_PS_LINE_CHARS].split(None, 4)
         if len(words) < 4 or not words[0].isdigit() or not words[1].isdigit():
             continue
-        args = words[4].split() if len(words) > 4 else []
+        args = redact_argv(words[4].split()) if len(words) > 4 else []
         table[int(words[0])] = {
             "pid": int(words[0]),
             "ppid": int(words[1]),
