@@ -67,19 +67,24 @@ def _known_host(word: str, args: argparse.Namespace) -> bool:
         return False
     if settings.hostname != word:  # an alias: the ssh config names it
         return True
-    known = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+    try:
+        known = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+    except LinkError:
+        return False
     name = lookup_name(settings.hostname, settings.port, settings.host_key_alias)
     return bool(known_key_types(known, name))
 
 
 def _etc_hosts_names(path: str = "/etc/hosts") -> set[str]:
+    from gputui.core.store.safefile import UnsafeFile, read_plain
+
     names: set[str] = set()
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                names.update(line.split("#", 1)[0].split()[1:])
-    except OSError:
-        pass
+        data = read_plain(path, 4 << 20)  # a hint only: a FIFO, a device or a huge file gives none
+    except UnsafeFile:
+        return names
+    for line in (data or b"").decode("utf-8", "replace").splitlines():
+        names.update(line.split("#", 1)[0].split()[1:])
     return names
 
 

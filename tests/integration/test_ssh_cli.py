@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import run_main
 from tests.integration.openssh_peers import behind_a_proxy_command, control_master
@@ -408,3 +410,38 @@ def test_a_one_shot_through_a_running_master_loads_only_what_it_uses(
     loaded = run.modules
     assert "gputui.transports.ssh.openssh.link" in loaded
     assert sorted(loaded & set(SSH_ONE_SHOT_UNUSED)) == []
+
+
+@pytest.mark.parametrize("transport", ["paramiko", "openssh"])
+@pytest.mark.parametrize("planted", ["known_hosts", "key.pub", "config"])
+def test_a_fifo_among_the_ssh_files_is_one_line_not_a_hang(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, transport: str, planted: str
+) -> None:
+    server = sshd_factory()
+    ssh_client.add_host("host-a", server)
+    ssh_client.trust(server)
+    if planted == "known_hosts":
+        fifo = ssh_client.known_hosts
+        fifo.unlink()
+    elif planted == "key.pub":
+        key = ssh_client.ssh_dir / "id_planted"  # a copy: the key itself is shared by the session's tests
+        key.write_bytes(ssh_client.key.read_bytes())
+        key.chmod(0o600)
+        ssh_client.use_key(key)
+        fifo = Path(f"{key}.pub")
+    else:
+        fifo = ssh_client.ssh_dir / "included"
+        ssh_client.add_lines(f"Include {fifo}")
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    done = _gputui("--ssh-client", transport, "snapshot", "--json", "host-a")
+    assert time.monotonic() - started < 30
+    assert "Traceback" not in done.stderr
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    if planted == "known_hosts":
+        assert line == f"gputui: host-a: known hosts: {fifo}: a FIFO, not a regular file"
+    elif planted == "key.pub":
+        assert line == f"gputui: host-a: identity file: {fifo}: a FIFO, not a regular file"
+    else:
+        assert line.startswith("gputui: host-a: "), line  # the system ssh reads the config: bounded

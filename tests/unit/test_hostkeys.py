@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from gputui.core.link import LinkError
+from gputui.transports.ssh import knownhosts
 from gputui.transports.ssh.knownhosts import (
     HostKeyCheck,
     check_host_key,
@@ -186,4 +189,21 @@ def test_known_key_types_ignore_marker_lines() -> None:
 
 
 def test_missing_files_count_as_empty(tmp_path: Path) -> None:
-    assert load_known_hosts([str(tmp_path / "nope"), str(tmp_path)]) == []
+    assert load_known_hosts([str(tmp_path / "nope"), os.devnull]) == []
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "huge"])
+def test_a_known_hosts_that_is_no_file_is_one_line(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    planted = tmp_path / "known_hosts"
+    if kind == "directory":
+        planted.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(planted)  # opening it for reading would block for ever
+    else:
+        monkeypatch.setattr(knownhosts, "KNOWN_HOSTS_MAX_BYTES", 1024)
+        planted.write_bytes(b"# x\n" * 1024)
+    with pytest.raises(LinkError, match=f"^known hosts: {planted}: ") as caught:
+        load_known_hosts([str(planted)])
+    assert "\n" not in str(caught.value)

@@ -198,6 +198,41 @@ def read_bytes(path: PathText, max_bytes: int, follow_links: bool = False) -> by
         os.close(folder_fd)
 
 
+def read_plain(path: PathText, max_bytes: int) -> bytes | None:
+    """The bytes of a file another program owns the rules of (the user's ssh files: known hosts, config,
+    keys), None when it does not exist: links are followed and any owner or mode is taken, as ssh takes
+    them, but it must be a regular file (a FIFO would block the open, a device the read) within
+    ``max_bytes``.
+
+    Raises:
+        UnsafeFile: Not a regular file, over ``max_bytes``, or unreadable (one line naming the path).
+    """
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnsafeFile(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISCHR(info.st_mode) and info.st_rdev == os.stat(os.devnull).st_rdev:
+            return b""  # /dev/null: ssh's way to name no file
+        problem = _kind_problem(info.st_mode)
+        if problem is None and info.st_size > max_bytes:
+            problem = f"larger than {_size_text(max_bytes)}"
+        if problem is not None:
+            raise UnsafeFile(f"{path}: {problem}")
+        data = read_at_most(fd, max_bytes + 1)
+        if len(data) > max_bytes:
+            raise UnsafeFile(f"{path}: larger than {_size_text(max_bytes)}")
+        return data
+    except OSError as exc:
+        raise UnsafeFile(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: PathText, data: bytes, mode: int = 0o600) -> None:
     """Replace ``path`` with ``data``: a temporary file in the same (checked, created if missing) folder,
     synced, then renamed over it, the rename synced too. A link or FIFO at ``path`` is replaced, never

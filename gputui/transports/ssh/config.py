@@ -25,6 +25,7 @@ import subprocess
 
 from gputui.core.link import LinkError, TargetSpec, parse_target
 from gputui.core.model import Record
+from gputui.core.store.safefile import UnsafeFile, read_plain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,6 +36,10 @@ RESOLVER_ENV = "GPUTUI_SSH_RESOLVER"
 SYSTEM_CONFIG = "/etc/ssh/ssh_config"
 SSH_G_TIMEOUT_S = 10.0
 MAX_INCLUDE_DEPTH = 16
+CONFIG_MAX_BYTES = 4 << 20
+"""The largest ssh config file read."""
+IDENTITY_MAX_BYTES = 1 << 20
+"""The largest identity (key) file, or its ``.pub``, read: a key is a few KiB."""
 DEFAULT_PORT = 22
 # OpenSSH 9.x's default identity files, in the order ssh -G lists them.
 DEFAULT_IDENTITY_FILES = (
@@ -315,11 +320,12 @@ def expand_includes(path: Path, base_dir: Path, depth: int = 0) -> str:
     if depth > MAX_INCLUDE_DEPTH:
         raise LinkError(f"ssh config: Include nested deeper than {MAX_INCLUDE_DEPTH} at {path}")
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+        data = read_plain(path, CONFIG_MAX_BYTES)
+    except UnsafeFile as exc:
+        raise LinkError(f"ssh config: {exc}") from None
+    if data is None:
         return ""
-    except OSError as exc:
-        raise LinkError(f"ssh config: cannot read {path}: {exc.strerror or exc}") from None
+    text = data.decode("utf-8", "replace")
     out: list[str] = []
     for line in text.splitlines():
         match = _INCLUDE_RE.match(line)

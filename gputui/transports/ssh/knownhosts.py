@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gputui.core.link import LinkError
 from gputui.core.model import Record
+from gputui.core.store.safefile import UnsafeFile, read_plain
 
 MARKER_CERT_AUTHORITY = "@cert-authority"
 MARKER_REVOKED = "@revoked"
@@ -222,15 +223,25 @@ def parse_known_hosts(text: str, path: str) -> list[KnownHostLine]:
     return lines
 
 
+KNOWN_HOSTS_MAX_BYTES = 32 << 20
+"""The largest known-hosts file read (hundreds of thousands of hosts); a larger one is refused."""
+
+
 def load_known_hosts(paths: list[str] | tuple[str, ...]) -> list[KnownHostLine]:
-    """Every parsable line of the files that exist (missing or unreadable files count as empty)."""
+    """Every parsable line of the files that exist (missing files count as empty).
+
+    Raises:
+        LinkError: A file is no regular file (a FIFO would hang the read), is over
+            ``KNOWN_HOSTS_MAX_BYTES`` or cannot be read: one line naming it.
+    """
     lines: list[KnownHostLine] = []
     for path in paths:
         try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        lines.extend(parse_known_hosts(text, path))
+            data = read_plain(os.path.expanduser(path), KNOWN_HOSTS_MAX_BYTES)
+        except UnsafeFile as exc:
+            raise LinkError(f"known hosts: {exc}") from None
+        if data is not None:
+            lines.extend(parse_known_hosts(data.decode("utf-8", "replace"), path))
     return lines
 
 

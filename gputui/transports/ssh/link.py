@@ -14,10 +14,12 @@ from collections.abc import Callable
 
 from gputui.core.link import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
+from gputui.core.store.safefile import UnsafeFile, read_plain
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
-from gputui.transports.ssh.config import SshSettings, openssh_available, resolve
+from gputui.transports.ssh.config import IDENTITY_MAX_BYTES, SshSettings, openssh_available, resolve
 from gputui.transports.ssh.errors import PythonMissing, PythonTooOld, phase_error
+from gputui.transports.ssh.knownhosts import load_known_hosts
 from gputui.transports.ssh.payload import agent_payload, remote_command_line
 from gputui.transports.ssh.stream import CollectorStream
 
@@ -164,6 +166,14 @@ class SshLink(HostLink):
 
     def _open(self, session: Session, settings: SshSettings) -> None:
         timeout_s = settings.step_timeout_s(self.options.connect_timeout_s)
+        # Read here, not by a client that would block on a FIFO: one line names a file that is no file.
+        load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
+        for identity in settings.identity_files:
+            for path in (identity, f"{identity}.pub"):
+                try:
+                    read_plain(path, IDENTITY_MAX_BYTES)
+                except UnsafeFile as exc:
+                    raise LinkError(f"identity file: {exc}") from None
         session.login(settings)
         payload = agent_payload(self._source)
         command = remote_command_line(payload, self.options)

@@ -15,7 +15,8 @@ from pathlib import Path
 import paramiko
 import paramiko.agent
 
-from gputui.transports.ssh.config import SshSettings
+from gputui.core.store.safefile import UnsafeFile, read_plain
+from gputui.transports.ssh.config import IDENTITY_MAX_BYTES, SshSettings
 from gputui.transports.ssh.errors import AuthFailed, shown
 
 TYPE_CHECKING = False
@@ -75,13 +76,14 @@ def _candidates(
         if not Path(path).exists():
             continue
         try:
+            read_plain(path, IDENTITY_MAX_BYTES)  # a FIFO or a device would hang paramiko's read
             key = paramiko.PKey.from_path(path)
         except (paramiko.PasswordRequiredException, TypeError):
             # TypeError is cryptography's way of saying "encrypted, and no password given".
             if _public_blob(path) not in seen_blobs:
                 tried.append(f"{path} (encrypted, not in ssh-agent: skipped)")
             continue
-        except (paramiko.SSHException, OSError, ValueError) as exc:
+        except (paramiko.SSHException, OSError, ValueError, UnsafeFile) as exc:
             tried.append(f"{path} (unusable: {shown(str(exc), KEY_DETAIL_CHARS)})")
             continue
         if key.asbytes() in seen_blobs:
@@ -149,7 +151,8 @@ def _agent_socket_path(identity_agent: str | None) -> str | None:
 def _public_blob(path: str) -> bytes | None:
     """The key blob of ``path``.pub, when that file exists (lets encrypted keys be matched to agent keys)."""
     try:
-        words = Path(f"{path}.pub").read_text(encoding="ascii", errors="replace").split()
+        data = read_plain(f"{path}.pub", IDENTITY_MAX_BYTES)
+        words = [] if data is None else data.decode("ascii", "replace").split()
         return base64.b64decode(words[1], validate=True) if len(words) >= 2 else None
-    except (OSError, binascii.Error, ValueError):
+    except (OSError, binascii.Error, ValueError, UnsafeFile):
         return None
