@@ -16,6 +16,8 @@ from gputui.core.verdict import Baselines, clean_slate, memory_verdict
         ({"memory_used_mib": -5, "memory_total_mib": 81920}, "memory used -5 MiB"),
         ({"memory_used_mib": 90000, "memory_total_mib": 81920}, "memory used 90000 MiB > total 81920 MiB"),
         ({"memory_used_mib": 3, "memory_total_mib": -1}, "memory total -1 MiB"),
+        ({"memory_used_mib": 0, "memory_total_mib": 0}, "memory total 0 MiB"),
+        ({"memory_used_mib": 3, "memory_total_mib": 0}, "memory total 0 MiB"),
         (
             {"memory_used_mib": 3, "memory_total_mib": 81920, "memory_reserved_mib": -2},
             "memory reserved -2 MiB",

@@ -32,6 +32,8 @@ def impossible_memory(used_mib: int | None, total_mib: int | None, reserved_mib:
     for name, value in (("used", used_mib), ("total", total_mib), ("reserved", reserved_mib)):
         if value is not None and (value < 0 or value > MEMORY_MAX_MIB):
             problems.append(f"memory {name} {value} MiB")
+    if not problems and total_mib == 0:
+        problems.append("memory total 0 MiB")  # no card has none: every figure against it would read idle
     if not problems and used_mib is not None and total_mib is not None and used_mib > total_mib:
         problems.append(f"memory used {used_mib} MiB > total {total_mib} MiB")
     if not problems and reserved_mib is not None and total_mib is not None and reserved_mib > total_mib:
