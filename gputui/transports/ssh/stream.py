@@ -326,7 +326,7 @@ class CollectorStream:
         have_hello = self._hello is not None  # only this thread sets it
         try:
             message = json.loads(line.decode("utf-8", "replace"))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the parser goes
             message = None
         if not isinstance(message, dict):
             if not have_hello:
@@ -345,7 +345,7 @@ class CollectorStream:
                     raise TypeError("not an object")
                 data["target"] = self.target
                 snapshot = HostSnapshot.from_dict(data, self._elided_base)
-            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
                 raise LinkError(
                     f"{self.target}: the collector sent a malformed snapshot: {shown(str(exc))}"
                 ) from None
