@@ -55,6 +55,10 @@ RETRY_AFTER_ERROR_S = 5.0
 log = logging.getLogger("gputui.exporter")
 
 
+TLS_FILE_MAX_BYTES = 1 << 20
+"""The largest certificate, key or CA file read (a bundle of CAs is some hundred KiB)."""
+
+
 class ListenError(ValueError):
     """A ``--listen`` or TLS setting that cannot be used; ``str()`` is one line."""
 
@@ -285,6 +289,21 @@ def _tls(args: argparse.Namespace) -> dict[str, Any]:
         raise ListenError("--client-cafile needs --certfile and --keyfile")
     if not certfile:
         return {}
+    from gputui.core.store.safefile import UnsafeFile, read_plain
+
+    for option, path in (
+        ("--certfile", certfile),
+        ("--keyfile", keyfile),
+        ("--client-cafile", args.client_cafile),
+    ):
+        if not path:
+            continue
+        try:  # the TLS library would block for ever opening a FIFO, and say nothing
+            found = read_plain(path, TLS_FILE_MAX_BYTES)
+        except UnsafeFile as exc:
+            raise ListenError(f"{option}: {exc}") from None
+        if found is None:
+            raise ListenError(f"{option}: {path}: no such file")
     return {
         "certfile": certfile,
         "keyfile": keyfile,

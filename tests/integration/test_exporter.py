@@ -300,3 +300,31 @@ def test_once_writes_one_textfile_atomically(env: dict[str, str], tmp_path: Path
     assert failed.returncode == 2
     assert failed.stderr.count("\n") == 1
     assert "Traceback" not in failed.stderr
+
+
+@pytest.mark.parametrize("planted", ["certfile", "keyfile"])
+def test_a_fifo_as_a_tls_file_is_one_line_not_a_hang(
+    env: dict[str, str], tmp_path: Path, planted: str
+) -> None:
+    files = {"certfile": tmp_path / "cert.pem", "keyfile": tmp_path / "key.pem"}
+    for name, path in files.items():
+        if name == planted:
+            os.mkfifo(path)  # the TLS library would block for ever opening it
+        else:
+            path.write_text("-----BEGIN X-----\n")
+    started = time.monotonic()
+    done = _gputui(
+        env,
+        "exporter",
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--certfile",
+        str(files["certfile"]),
+        "--keyfile",
+        str(files["keyfile"]),
+        timeout_s=30,
+    )
+    assert time.monotonic() - started < 20
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.endswith(f"--{planted}: {files[planted]}: a FIFO, not a regular file"), line
