@@ -99,7 +99,36 @@ RESET_VERDICTS = (RESET_GO, RESET_BLOCKED, RESET_REBOOT, RESET_UNKNOWN)
 HOLDER_OWN = "own"
 """The collector that plans the reset: it steps aside before the steps run."""
 HOLDER_GPUTUI = "gputui"
-"""Another gputui process (a TUI, its collector, a gputui exporter run by hand)."""
+"""Another gputui process (a TUI, its collector, a gputui exporter run by hand): known by its command line
+(``is_gputui_command``), never by a substring of a path."""
+BOOT_NAME = "gputui-boot"
+"""The ``__name__`` the remote collector's first stage runs its second under: the mark of a collector that
+was sent over ssh, on its ``python3 -c`` command line."""
+
+
+def is_gputui_command(cmdline: list[str]) -> bool:
+    """Whether a command line is gputui's own: the ``gputui`` script (run directly or by a python), a
+    ``python -m gputui…``, or a collector's ``python3 -c`` first stage (``BOOT_NAME``). A checkout or venv
+    under a folder named ``gputui…``, or a user's ``gputui-experiments/train.py``, is not."""
+    if not cmdline:
+        return False
+    first = cmdline[0].rsplit("/", 1)[-1]
+    if first == "gputui":
+        return True
+    if not first.startswith("python"):
+        return False
+    words = cmdline[1:8]
+    for at, word in enumerate(words):
+        following = words[at + 1] if at + 1 < len(words) else ""
+        if word == "-m":
+            return following == "gputui" or following.startswith("gputui.")
+        if word == "-c":
+            return f'"__name__":"{BOOT_NAME}"' in following
+        if not word.startswith("-"):
+            return word.rsplit("/", 1)[-1] == "gputui"
+    return False
+
+
 HOLDER_SERVICE = "service"
 """A process of a systemd service unit: stopped by a ``systemctl stop`` step, never signalled."""
 HOLDER_PROCESS = "process"

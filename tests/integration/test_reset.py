@@ -71,23 +71,35 @@ def test_the_collectors_own_handle_is_named_and_stepped_aside(host: ResetHost) -
     assert "gputui's own collector (this one): it steps aside before the reset" in done.stdout
 
 
-def test_another_gputui_collector_is_named_as_gputui(
-    host: ResetHost, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    for name in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "FAKE_NVML_DEVICE"):
-        monkeypatch.setenv(name, host.env[name])
-    code = (
-        "import json, os, time\nfrom gputui.agent.collector import Agent\nagent = Agent()\n"
-        "os.write(1, (json.dumps({'role': 'agent', 'pid': os.getpid()}) + '\\n').encode())\ntime.sleep(600)\n"
-    )
-    with script(code, ["agent"]) as other:
-        pid = other.pids["agent"]
+def test_another_gputui_collector_is_named_as_gputui(host: ResetHost) -> None:
+    # Started exactly as the ssh transport starts one: known by its first stage's mark, not by a path.
+    with agent_process("--interval", "0.5", env=host.env) as other:
+        other.sample()  # NVML is open: the collector holds the device
+        pid = other.proc.pid
         status, plan = host.plan_json("local", "0")
         kinds = {b["holder"]["pid"]: b["holder"]["kind"] for b in plan["blockers"] if b["code"] == "holder"}
         done = host.run("local", "0")
     assert status == 1
     assert kinds.get(pid) == "gputui", kinds
     assert "gputui (a TUI's collector, its NVML event set, or an exporter): quit it first" in done.stdout
+
+
+def test_a_process_under_a_folder_named_gputui_is_not_gputui(
+    host: ResetHost, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("LD_LIBRARY_PATH", "FAKE_NVML_STATE", "FAKE_NVML_DEVICE"):
+        monkeypatch.setenv(name, host.env[name])
+    train = tmp_path / "gputui-experiments" / "train.py"
+    train.parent.mkdir()
+    train.write_text(
+        "import json, os, time\nfrom gputui.agent.collector import Agent\nagent = Agent()\n"
+        "os.write(1, (json.dumps({'role': 'train', 'pid': os.getpid()}) + '\\n').encode())\ntime.sleep(600)\n"
+    )
+    with script("", ["train"], argv_extra=[str(train)]) as other:
+        pid = other.pids["train"]
+        _status, plan = host.plan_json("local", "0")
+        kinds = {b["holder"]["pid"]: b["holder"]["kind"] for b in plan["blockers"] if b["code"] == "holder"}
+    assert kinds.get(pid) == "process", kinds
 
 
 def test_persistence_steps_only_where_it_is_on(host: ResetHost) -> None:

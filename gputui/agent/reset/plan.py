@@ -44,6 +44,7 @@ from gputui.agent.protocol import (
     STEP_RESET,
     STEP_START_SERVICE,
     STEP_STOP_SERVICE,
+    is_gputui_command,
 )
 from gputui.agent.wire import wire_cmdline, wire_text
 
@@ -134,7 +135,7 @@ def _kind(pid: int, own_pid: int, state: str, cmdline: list[str], unit: str | No
         return HOLDER_STUCK
     if unit is not None:
         return HOLDER_SERVICE
-    if any("gputui" in word for word in cmdline[:4]):
+    if is_gputui_command(cmdline):
         return HOLDER_GPUTUI
     return HOLDER_PROCESS
 

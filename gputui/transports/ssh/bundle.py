@@ -47,6 +47,7 @@ import threading
 import zlib
 
 import gputui.agent
+from gputui.agent.protocol import BOOT_NAME
 from gputui.core.link import LinkError
 from gputui.core.model import Record
 from gputui.core.store import safefile
@@ -59,7 +60,7 @@ STAND_IN_MODULE = "gputui_collector"
 BOOT_MODULE = "gputui.agent.remote.boot"
 FALLBACK_MODULES = ("pynvml",)
 """Shipped, but served only to a python that has none of its own."""
-BOOT_FILE = "gputui-boot"
+BOOT_FILE = BOOT_NAME
 """The second stage's file name in tracebacks."""
 BUNDLE_ROOT = "<gputui-bundle>/"
 """File names of shipped modules start with this (``boot.BUNDLE_ROOT``): tracebacks name the module, and no
@@ -281,7 +282,7 @@ def loader(bundle: Bundle) -> str:
     return (
         f"import sys;sys.version_info>=({major:d},{minor:d}) or (sys.stderr.write("
         f'"{TOO_OLD_MARK} %d.%d.%d\\n"%tuple(sys.version_info[:3])),sys.exit({TOO_OLD_STATUS:d}));'
-        'import zlib,marshal;i=sys.stdin.buffer;g={"__name__":"gputui-boot"};'
+        f'import zlib,marshal;i=sys.stdin.buffer;g={{"__name__":"{BOOT_NAME}"}};'
         f"s=i.read({len(bundle.boot_zlib):d});c=i.read({len(bundle.boot_code):d});"
         'm=bytes(getattr(sys.modules.get("_frozen_importlib_external"),"MAGIC_NUMBER",b"")).hex();'
         f'exec(marshal.loads(zlib.decompress(c)) if m=="{magic}" else '
