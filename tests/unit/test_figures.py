@@ -71,3 +71,25 @@ def test_the_wire_form_of_an_impossible_figure_is_cannot_tell() -> None:
     )
     assert snapshot.gpus[0].memory_used_mib is None
     assert not clean_slate(snapshot, Baselines()).known
+
+
+def test_a_pid_below_one_or_a_negative_process_figure_never_reaches_a_finding() -> None:
+    from gputui.core.verdict import find_problems
+
+    data = {
+        "target": "hostile",
+        "time": 1000.0,
+        "gpus": [{"index": 0, "memory_used_mib": 3, "memory_total_mib": 81920, "processes": []}],
+        "processes": [
+            {"pid": -1, "ppid": 1, "state": "Z", "name": "x"},
+            {"pid": 0, "ppid": 1, "state": "D", "name": "y"},
+            {"pid": 77, "ppid": 1, "state": "S", "name": "z", "gpu_memory_mib": {"0": -20480, "1": 512}},
+        ],
+        "device_holders": [{"pid": -1, "name": "h", "device": "/dev/nvidia0"}],
+    }
+    snapshot = HostSnapshot.from_dict(data)
+    assert [p.pid for p in snapshot.processes] == [77]
+    assert snapshot.processes[0].gpu_memory_mib == {1: 512}
+    assert snapshot.device_holders == ()
+    findings = find_problems(snapshot, Baselines(), 1000.0)
+    assert not any("-1" in f.detail + f.action or "-20480" in f.detail for f in findings)

@@ -143,7 +143,7 @@ class Gpu(Record):
             processes=(
                 processes
                 if processes is not None
-                else tuple(GpuProcess.from_dict(p) for p in data.get("processes") or ())
+                else tuple(p for p in map(GpuProcess.from_dict, data.get("processes") or ()) if p.pid >= 0)
             ),
             health=GpuHealth.from_dict(data.get(GPU_HEALTH)),
         )
@@ -274,7 +274,11 @@ class Proc(Record):
             create_time=opt_float(data.get("create_time")),
             state_since=opt_float(data.get("state_since")),
             rss_kib=opt_int(data.get("rss_kib")),
-            gpu_memory_mib={int(k): int(v) for k, v in (data.get("gpu_memory_mib") or {}).items()},
+            gpu_memory_mib={
+                int(k): int(v)
+                for k, v in (data.get("gpu_memory_mib") or {}).items()
+                if 0 <= int(v) <= figures.MEMORY_MAX_MIB  # a negative figure is no figure: never shown
+            },
             pgid=opt_int(data.get("pgid")),
             sid=opt_int(data.get("sid")),
             cgroup=opt_safe(data.get("cgroup")),
@@ -401,7 +405,7 @@ class HostSnapshot(Record):
             kernel_log = previous.kernel_log
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
-            processes = tuple(Proc.from_dict(p) for p in data.get("processes") or ())
+            processes = tuple(p for p in map(Proc.from_dict, data.get("processes") or ()) if p.pid > 0)
             listening = ports_of(data.get(LISTENING_PORTS))
             kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
         return cls(
@@ -419,7 +423,11 @@ class HostSnapshot(Record):
             gpus=gpus,
             processes=processes,
             processes_omitted=max(0, opt_int(data.get("processes_omitted")) or 0),
-            device_holders=None if holders is None else tuple(DeviceHolder.from_dict(h) for h in holders),
+            device_holders=(
+                None
+                if holders is None
+                else tuple(h for h in map(DeviceHolder.from_dict, holders) if h.pid > 0)
+            ),
             listening_ports=listening,
             kernel_log=kernel_log,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
