@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 PROCESSES_NOT_LISTED = "processes_not_listed"
-"""Key of a host's entry: ``{"count": N, "states": {state letter: N}}`` of the processes left out."""
+"""Key of a host's entry: ``{"count": N, "states": {state letter: N}}`` of the processes left out; null
+when the host gave no process list to leave anything out of (unreachable, no data)."""
 
 
 def listed_pids(snapshot: HostSnapshot) -> set[int]:
@@ -42,7 +43,10 @@ def host_entry(snapshot: HostSnapshot, all_processes: bool = False) -> dict[str,
             state = proc.state or "?"
             states[state] = states.get(state, 0) + 1
     entry["processes"] = listed
-    entry[PROCESSES_NOT_LISTED] = {"count": sum(states.values()), "states": dict(sorted(states.items()))}
+    no_data = snapshot.error is not None and not snapshot.processes
+    entry[PROCESSES_NOT_LISTED] = (
+        None if no_data else {"count": sum(states.values()), "states": dict(sorted(states.items()))}
+    )
     return entry
 
 
