@@ -183,3 +183,26 @@ def test_appends_are_whole_lines_in_a_private_file(folder: Path) -> None:
     runs = [lines[i : i + 50] for i in range(0, len(lines), 50)]
     assert all(len(set(run)) == 1 for run in runs)  # each append landed whole, never interleaved
     assert sorted(run[0] for run in runs) == [b"%d" % i for i in range(8)]
+
+
+def test_an_appended_line_is_whole_or_absent_and_never_glued_to_a_torn_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os as real_os
+
+    log = tmp_path / "state" / "audit.jsonl"
+    safefile.append(log, b'{"a": 1}\n')
+    real_write = real_os.write
+
+    def short_write(fd: int, data: bytes) -> int:  # a disk that fills after 5 bytes
+        return real_write(fd, data[:5])
+
+    monkeypatch.setattr(safefile.os, "write", short_write)
+    with pytest.raises(safefile.UnsafeFile, match="cannot append"):
+        safefile.append(log, b'{"b": 2}\n')
+    monkeypatch.setattr(safefile.os, "write", real_write)
+    assert log.read_bytes() == b'{"a": 1}\n'  # the torn part was cut off again
+    with log.open("ab") as torn:  # a line torn by a crash, before this process
+        torn.write(b'{"c": ')
+    safefile.append(log, b'{"d": 4}\n')
+    assert log.read_bytes().splitlines() == [b'{"a": 1}', b'{"c": ', b'{"d": 4}']

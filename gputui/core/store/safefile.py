@@ -288,9 +288,22 @@ def read_at_most(fd: int, limit_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
+def _append_whole(fd: int, data: bytes) -> None:
+    """One write of ``data``, whole or not at all: a short write (a full disk) is cut off again, and a
+    file whose last line was torn earlier (a crash, a full disk) gets its newline first, so the new line
+    is never glued onto it."""
+    size = os.fstat(fd).st_size
+    if size and data and os.pread(fd, 1, size - 1) != b"\n":
+        data = b"\n" + data
+    written = os.write(fd, data)
+    if written != len(data):
+        os.ftruncate(fd, max(0, os.fstat(fd).st_size - written))
+        raise OSError(errno.ENOSPC, f"only {written} of {len(data)} bytes written, none kept")
+
+
 def append(path: PathText, data: bytes) -> None:
     """Append ``data`` to ``path`` (created owner-only) in one write, so concurrent writers do not
-    interleave; the folder is created if missing.
+    interleave, whole or not at all; the folder is created if missing.
 
     Raises:
         UnsafeFile: The file or its folder fails a check, or it cannot be written.
@@ -299,7 +312,7 @@ def append(path: PathText, data: bytes) -> None:
     name = _name(path)
     folder_fd = open_folder(_parent(path), create=True)
     try:
-        flags = os.O_WRONLY | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+        flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC  # read: its last byte
         while True:
             try:
                 before = _lstat_in(folder_fd, name, path)
@@ -317,7 +330,7 @@ def append(path: PathText, data: bytes) -> None:
                     raise
             break
         try:
-            os.write(fd, data)
+            _append_whole(fd, data)
         finally:
             os.close(fd)
     except OSError as exc:
