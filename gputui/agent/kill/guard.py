@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 
 class KillGuard:
-    """The processes a kill must spare, as they are when it starts: pid 1, kernel threads, the collector, its
-    ancestors (its session: shell, terminal, sshd) and its own process group.
+    """The processes a kill must spare, as they are when it starts: pid 1, kernel threads, the collector and
+    its ancestors (its session: shell, terminal, sshd). Not its process group: a script's ``server &``
+    shares the group of the ``gputui kill`` it runs next (no job control), and is the user's to kill.
 
     Args:
         agent_pid: The collector's pid (the process that runs the kill, when it runs in-process elsewhere).
@@ -26,10 +27,6 @@ class KillGuard:
         self.agent_pid = agent_pid
         self.protected = {1, me}
         self.protected.update(ancestors_of(me))
-        try:
-            self.my_group = os.getpgid(0)
-        except OSError:
-            self.my_group = -1
         self.owners = OwnerReader()
 
     def owner_of(self, stat: ProcStat) -> dict[str, Any]:
@@ -66,8 +63,4 @@ class KillGuard:
             return "this is the gputui agent itself"
         if pid in self.protected:
             return "this is an ancestor of the gputui agent (its session or terminal)"
-        # Not the whole session: a server started with `cmd &` from the shell gputui runs in shares that
-        # session (in a process group of its own) and must stay killable. Its ancestors are protected above.
-        if stat.pgrp == self.my_group and self.my_group > 0:
-            return "this process is in the gputui agent's own process group"
         return None
