@@ -55,6 +55,10 @@ RETRY_AFTER_ERROR_S = 5.0
 log = logging.getLogger("gputui.exporter")
 
 
+IDLE_TIMEOUT_S = 10.0
+"""How long a connection may stay silent in a read or a write before it is closed."""
+MAX_CONNECTIONS = 64
+"""Connections served at once; more are closed at accept."""
 TLS_FILE_MAX_BYTES = 1 << 20
 """The largest certificate, key or CA file read (a bundle of CAs is some hundred KiB)."""
 
@@ -281,6 +285,32 @@ def run_once(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _bound_connections(server: Any) -> None:
+    """prometheus_client's server keeps a thread per connection with no deadline: a silent or trickling
+    client holds one for ever, and thousands grow thousands of threads. Each connection now gets
+    ``IDLE_TIMEOUT_S`` per read and write, and past ``MAX_CONNECTIONS`` at once a new one is closed at
+    accept; a scrape answers in milliseconds, so Prometheus never meets either."""
+    handler = server.RequestHandlerClass
+    server.RequestHandlerClass = type("BoundedHandler", (handler,), {"timeout": IDLE_TIMEOUT_S})
+    slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    serve_one = server.process_request_thread
+
+    def process_request(request: Any, client_address: Any) -> None:
+        if not slots.acquire(blocking=False):
+            server.shutdown_request(request)
+            return
+
+        def run() -> None:
+            try:
+                serve_one(request, client_address)
+            finally:
+                slots.release()
+
+        threading.Thread(target=run, name="gputui-exporter-connection", daemon=True).start()
+
+    server.process_request = process_request
+
+
 def _tls(args: argparse.Namespace) -> dict[str, Any]:
     certfile, keyfile = args.certfile, args.keyfile
     if bool(certfile) != bool(keyfile):
@@ -347,6 +377,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     collector = _collector(args, sampler)
     try:
         server, _thread = start_http_server(port, address, registry=registry_for(collector), **tls)
+        _bound_connections(server)
     except (OSError, ValueError) as exc:
         link.close()
         cause = getattr(exc, "strerror", None) or str(exc)

@@ -328,3 +328,36 @@ def test_a_fifo_as_a_tls_file_is_one_line_not_a_hang(
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.strip().splitlines()
     assert line.endswith(f"--{planted}: {files[planted]}: a FIFO, not a regular file"), line
+
+
+def test_silent_connections_neither_hold_threads_for_ever_nor_block_a_scrape(
+    exporter: ExporterProcess,
+) -> None:
+    import socket
+
+    from gputui.commands import exporter as exporter_module
+
+    assert exporter.process is not None
+    silent = []
+    try:
+        for _ in range(3 * exporter_module.MAX_CONNECTIONS):
+            silent.append(socket.create_connection(("127.0.0.1", exporter.port), timeout=5))
+        time.sleep(1.0)
+        with urllib.request.urlopen(exporter.url, timeout=10) as answer:  # noqa: S310 - loopback
+            assert b"gputui_" in answer.read()
+        threads = int(
+            next(
+                line.split()[1]
+                for line in Path(f"/proc/{exporter.process.pid}/status").read_text().splitlines()
+                if line.startswith("Threads:")
+            )
+        )
+        assert threads < exporter_module.MAX_CONNECTIONS + 16, threads
+        # A connection that says nothing is closed after the idle deadline, never held.
+        deadline = time.monotonic() + exporter_module.IDLE_TIMEOUT_S + 10
+        first = silent[0]
+        first.settimeout(max(0.1, deadline - time.monotonic()))
+        assert first.recv(1) == b""
+    finally:
+        for connection in silent:
+            connection.close()
