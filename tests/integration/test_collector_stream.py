@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import select
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -44,21 +45,35 @@ class ProcessPipe:
         self._stderr = proc.stderr.fileno()
         os.set_blocking(self._stdin, False)
         os.set_blocking(self._stderr, False)
+        # The stream's reader thread may still be in a call when the test closes the pipe: the lock keeps
+        # a closed (or reused) descriptor from being read, and a closed pipe reads as ended.
+        self._lock = threading.Lock()
+        self._closed = False
 
     def recv(self, max_bytes: int) -> bytes | None:
-        readable, _, _ = select.select([self._stdout], [], [], POLL_S)
-        return os.read(self._stdout, max_bytes) if readable else None
+        with self._lock:
+            if self._closed:
+                return b""
+            readable, _, _ = select.select([self._stdout], [], [], POLL_S)
+            return os.read(self._stdout, max_bytes) if readable else None
 
     def send(self, data: memoryview) -> int | None:
-        _, writable, _ = select.select([], [self._stdin], [], POLL_S)
-        if not writable:
-            return None
-        try:
-            return os.write(self._stdin, data)
-        except BlockingIOError:
-            return None
+        with self._lock:
+            if self._closed:
+                raise BrokenPipeError("pipe closed")
+            _, writable, _ = select.select([], [self._stdin], [], POLL_S)
+            if not writable:
+                return None
+            try:
+                return os.write(self._stdin, data)
+            except BlockingIOError:
+                return None
 
     def stderr(self, tail_bytes: int) -> bytes:
+        with self._lock:
+            return b"" if self._closed else self._stderr_tail(tail_bytes)
+
+    def _stderr_tail(self, tail_bytes: int) -> bytes:
         tail = bytearray()
         while True:
             try:
@@ -78,9 +93,11 @@ class ProcessPipe:
             return None
 
     def close(self) -> None:
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            assert stream is not None
-            stream.close()
+        with self._lock:
+            self._closed = True
+            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                assert stream is not None
+                stream.close()
 
 
 @contextmanager
@@ -124,6 +141,7 @@ def test_hello_snapshots_replies_and_quit_over_a_child_process() -> None:
         stream.close()
         assert pipe.proc.wait(DEADLINE_S) == 0  # the collector quit when asked
         with pytest.raises(LinkError, match=r"^pipe-host: link closed$"):
+            stream.next_snapshot(1.0)  # a snapshot taken before the close may come first, then no more
             stream.next_snapshot(1.0)
 
 

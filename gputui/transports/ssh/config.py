@@ -40,6 +40,8 @@ CONFIG_MAX_BYTES = 4 << 20
 """The largest ssh config file read."""
 IDENTITY_MAX_BYTES = 1 << 20
 """The largest identity (key) file, or its ``.pub``, read: a key is a few KiB."""
+KNOWN_HOSTS_MAX_BYTES = 32 << 20
+"""The largest known-hosts file read (hundreds of thousands of hosts); a larger one is refused."""
 DEFAULT_PORT = 22
 # OpenSSH 9.x's default identity files, in the order ssh -G lists them.
 DEFAULT_IDENTITY_FILES = (

@@ -27,6 +27,7 @@ from pathlib import Path
 from gputui.core.link import LinkError
 from gputui.core.model import Record
 from gputui.core.store.safefile import UnsafeFile, read_plain
+from gputui.transports.ssh.config import KNOWN_HOSTS_MAX_BYTES
 
 MARKER_CERT_AUTHORITY = "@cert-authority"
 MARKER_REVOKED = "@revoked"
@@ -221,10 +222,6 @@ def parse_known_hosts(text: str, path: str) -> list[KnownHostLine]:
         patterns = (host_field,) if host_field.startswith(HASH_MAGIC) else tuple(host_field.split(","))
         lines.append(KnownHostLine(path, lineno, marker, patterns, key_type, blob))
     return lines
-
-
-KNOWN_HOSTS_MAX_BYTES = 32 << 20
-"""The largest known-hosts file read (hundreds of thousands of hosts); a larger one is refused."""
 
 
 def load_known_hosts(paths: list[str] | tuple[str, ...]) -> list[KnownHostLine]:

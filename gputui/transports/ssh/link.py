@@ -17,9 +17,14 @@ from gputui.core.model import HostSnapshot
 from gputui.core.store.safefile import UnsafeFile, read_plain
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
-from gputui.transports.ssh.config import IDENTITY_MAX_BYTES, SshSettings, openssh_available, resolve
+from gputui.transports.ssh.config import (
+    IDENTITY_MAX_BYTES,
+    KNOWN_HOSTS_MAX_BYTES,
+    SshSettings,
+    openssh_available,
+    resolve,
+)
 from gputui.transports.ssh.errors import PythonMissing, PythonTooOld, phase_error
-from gputui.transports.ssh.knownhosts import load_known_hosts
 from gputui.transports.ssh.payload import agent_payload, remote_command_line
 from gputui.transports.ssh.stream import CollectorStream
 
@@ -166,14 +171,7 @@ class SshLink(HostLink):
 
     def _open(self, session: Session, settings: SshSettings) -> None:
         timeout_s = settings.step_timeout_s(self.options.connect_timeout_s)
-        # Read here, not by a client that would block on a FIFO: one line names a file that is no file.
-        load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
-        for identity in settings.identity_files:
-            for path in (identity, f"{identity}.pub"):
-                try:
-                    read_plain(path, IDENTITY_MAX_BYTES)
-                except UnsafeFile as exc:
-                    raise LinkError(f"identity file: {exc}") from None
+        _check_user_files(settings)
         session.login(settings)
         payload = agent_payload(self._source)
         command = remote_command_line(payload, self.options)
@@ -321,3 +319,23 @@ class SshLink(HostLink):
             stream.join(READER_JOIN_S)
         if current:
             self.hello = None
+
+
+def _check_user_files(settings: SshSettings) -> None:
+    """Refuse, in one line, a known-hosts or identity file that is no regular file or is too large.
+
+    Checked here rather than left to a client that would block on a FIFO or read a device for ever; the
+    files are only checked (ssh parses them itself, paramiko through ``knownhosts``).
+
+    Raises:
+        LinkError: The first such file, named.
+    """
+    known_hosts = settings.user_known_hosts_files + settings.global_known_hosts_files
+    checks = [("known hosts", os.path.expanduser(path), KNOWN_HOSTS_MAX_BYTES) for path in known_hosts]
+    for identity in settings.identity_files:
+        checks += [("identity file", path, IDENTITY_MAX_BYTES) for path in (identity, f"{identity}.pub")]
+    for label, path, max_bytes in checks:
+        try:
+            read_plain(path, max_bytes)
+        except UnsafeFile as exc:
+            raise LinkError(f"{label}: {exc}") from None
