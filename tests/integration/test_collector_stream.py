@@ -141,8 +141,12 @@ def test_hello_snapshots_replies_and_quit_over_a_child_process() -> None:
         stream.close()
         assert pipe.proc.wait(DEADLINE_S) == 0  # the collector quit when asked
         with pytest.raises(LinkError, match=r"^pipe-host: link closed$"):
-            stream.next_snapshot(1.0)  # a snapshot taken before the close may come first, then no more
-            stream.next_snapshot(1.0)
+            _read_twice(stream)  # a snapshot taken before the close may come first, then no more
+
+
+def _read_twice(stream: CollectorStream) -> None:
+    stream.next_snapshot(1.0)
+    stream.next_snapshot(1.0)
 
 
 def test_a_silent_collector_goes_stale() -> None:
