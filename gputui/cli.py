@@ -76,7 +76,7 @@ def _known_host(word: str, args: argparse.Namespace) -> bool:
 
 
 def _etc_hosts_names(path: str = "/etc/hosts") -> set[str]:
-    from gputui.core.store.safefile import UnsafeFile, read_plain
+    from gputui.agent.safefile import UnsafeFile, read_plain
 
     names: set[str] = set()
     try:

@@ -319,7 +319,7 @@ def _tls(args: argparse.Namespace) -> dict[str, Any]:
         raise ListenError("--client-cafile needs --certfile and --keyfile")
     if not certfile:
         return {}
-    from gputui.core.store.safefile import UnsafeFile, read_plain
+    from gputui.agent.safefile import UnsafeFile, read_plain
 
     for option, path in (
         ("--certfile", certfile),

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.store import UnsafeFile, safefile
+from gputui.agent import safefile
+from gputui.agent.safefile import UnsafeFile
 
 NOBODY = 65534
 

@@ -1,6 +1,6 @@
-"""The files gputui keeps, and the one way it opens them.
+"""The files gputui keeps (each opened through ``gputui.agent.safefile``, THE safe opener, which the
+collector uses on its host too).
 
-* ``safefile``: THE safe opener (no symlink, FIFO, device or foreign owner; a size cap);
 * ``saved``: calibrated GPU baselines, watched ports, the audit log's place;
 * ``config``: the user's config file;
 * ``leftovers``: the record of what killed jobs left behind (segments, semaphores, MPS daemons).
@@ -11,7 +11,6 @@ from gputui.core import lazy_face
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.store.config import Config, ConfigError, default_config_path, load_config
-    from gputui.core.store.safefile import UnsafeFile
     from gputui.core.store.saved import (
         StateError,
         WatchedPort,
@@ -29,7 +28,6 @@ __all__ = [
     "Config",
     "ConfigError",
     "StateError",
-    "UnsafeFile",
     "WatchedPort",
     "atomic_write_text",
     "default_config_path",
@@ -47,7 +45,6 @@ _HOMES = {
     "Config": "config",
     "ConfigError": "config",
     "StateError": "saved",
-    "UnsafeFile": "safefile",
     "WatchedPort": "saved",
     "atomic_write_text": "saved",
     "default_config_path": "config",

@@ -146,7 +146,7 @@ def _read_regular_file(path: str) -> bytes:
             raise ConfigError(f"{path}: not a regular file")
         if info.st_size > CONFIG_MAX_BYTES:
             raise ConfigError(f"{path}: larger than {CONFIG_MAX_BYTES // 1024} KiB")
-        from gputui.core.store.safefile import read_at_most
+        from gputui.agent.safefile import read_at_most
 
         data = read_at_most(fd, CONFIG_MAX_BYTES + 1)
         if len(data) > CONFIG_MAX_BYTES:
@@ -159,7 +159,7 @@ def _read_regular_file(path: str) -> bytes:
 def _read_default_file(path: str) -> bytes:
     """The default config file through ``safefile`` (links followed, then the file and its folders checked
     as OpenSSH checks ``~/.ssh/config``); FileNotFoundError when there is none."""
-    from gputui.core.store import safefile
+    from gputui.agent import safefile
 
     try:
         raw = safefile.read_bytes(path, CONFIG_MAX_BYTES, follow_links=True)

@@ -27,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from gputui.core.store.safefile import PathText
+    from gputui.agent.safefile import PathText
 
 LEFTOVERS_FILE = "leftovers.json"
 LEFTOVERS_KEPT_S = 86400.0

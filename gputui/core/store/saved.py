@@ -17,15 +17,16 @@ import json
 import os
 import time
 
+from gputui.agent import safefile
+from gputui.agent.safefile import state_dir
 from gputui.core.model import Record, field
-from gputui.core.store import safefile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection
     from typing import Any
 
-    from gputui.core.store.safefile import PathText
+    from gputui.agent.safefile import PathText
 
 BASELINES_FILE = "baselines.json"
 AUDIT_FILE = "audit.jsonl"
@@ -55,18 +56,6 @@ class WatchedPort(Record):
 def watched_ports(ports: Collection[int], killed_time: float | None) -> tuple[WatchedPort, ...]:
     """``ports`` (a kill plan's) as watched ports, by port."""
     return tuple(WatchedPort(port, killed_time) for port in sorted(set(ports)))
-
-
-def state_dir() -> str:
-    """The directory for gputui's state files (not created here).
-
-    ``$XDG_STATE_HOME/gputui`` when that variable holds an absolute path (the XDG spec says relative values
-    are to be ignored), else ``~/.local/state/gputui``.
-    """
-    base = os.environ.get("XDG_STATE_HOME", "")
-    if base and os.path.isabs(base):
-        return os.path.join(base, "gputui")
-    return os.path.join(os.path.expanduser("~"), ".local", "state", "gputui")
 
 
 def ensure_state_dir(directory: PathText | None = None) -> str:

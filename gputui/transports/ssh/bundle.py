@@ -28,7 +28,7 @@ kept in ``$XDG_CACHE_HOME/gputui`` for the next one, keyed by what ``os.stat`` s
 python's bytecode magic, so a process that finds its bundle there reads no source; the SSH transport and the
 system-OpenSSH transport both ship it through ``bundle_for`` and ``loader``.
 
-The cache runs code on every host gputui reaches, so it is used only through ``gputui.core.store.safefile``: a
+The cache runs code on every host gputui reaches, so it is used only through ``gputui.agent.safefile``: a
 folder owned by the user (or root) that nobody else may write, files that are regular, not links, owned by
 the user. Anything else is not read, not written, and the bundle is built in memory for that run; the user is
 told once, in one line on stderr, why the cache was skipped.
@@ -47,10 +47,10 @@ import threading
 import zlib
 
 import gputui.agent
+from gputui.agent import safefile
 from gputui.agent.protocol import BOOT_NAME
 from gputui.core.link import LinkError
 from gputui.core.model import Record
-from gputui.core.store import safefile
 
 AGENT_PACKAGE = "gputui.agent"
 ENTRY = "gputui.agent.__main__"

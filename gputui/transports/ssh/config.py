@@ -23,9 +23,9 @@ import re
 import stat
 import subprocess
 
+from gputui.agent.safefile import UnsafeFile, read_plain
 from gputui.core.link import LinkError, TargetSpec, parse_target
 from gputui.core.model import Record
-from gputui.core.store.safefile import UnsafeFile, read_plain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -24,9 +24,9 @@ import os
 import re
 from pathlib import Path
 
+from gputui.agent.safefile import UnsafeFile, read_plain
 from gputui.core.link import LinkError
 from gputui.core.model import Record
-from gputui.core.store.safefile import UnsafeFile, read_plain
 from gputui.transports.ssh.config import KNOWN_HOSTS_MAX_BYTES
 
 MARKER_CERT_AUTHORITY = "@cert-authority"

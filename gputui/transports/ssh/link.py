@@ -12,9 +12,9 @@ import os
 import threading
 from collections.abc import Callable
 
+from gputui.agent.safefile import UnsafeFile, read_plain
 from gputui.core.link import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
-from gputui.core.store.safefile import UnsafeFile, read_plain
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh.config import (

@@ -15,7 +15,7 @@ from pathlib import Path
 import paramiko
 import paramiko.agent
 
-from gputui.core.store.safefile import UnsafeFile, read_plain
+from gputui.agent.safefile import UnsafeFile, read_plain
 from gputui.transports.ssh.config import IDENTITY_MAX_BYTES, SshSettings
 from gputui.transports.ssh.errors import AuthFailed, shown
 

@@ -44,6 +44,18 @@ _KINDS = (
 )
 
 
+def state_dir() -> str:
+    """The directory for gputui's state files, on the host this runs on (not created here).
+
+    ``$XDG_STATE_HOME/gputui`` when that variable holds an absolute path (the XDG spec says relative values
+    are to be ignored), else ``~/.local/state/gputui``.
+    """
+    base = os.environ.get("XDG_STATE_HOME", "")
+    if base and os.path.isabs(base):
+        return os.path.join(base, "gputui")
+    return os.path.join(os.path.expanduser("~"), ".local", "state", "gputui")
+
+
 class UnsafeFile(Exception):
     """A file or folder gputui will not use. ``str()`` is one line naming the path and the cause."""
 
