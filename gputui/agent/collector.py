@@ -18,6 +18,7 @@ from gputui.agent.gpu.health import GpuHealthMonitor
 from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.exits import ExitWatch
+from gputui.agent.proc.jobmemory import JobMemory
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
@@ -131,6 +132,8 @@ class Agent:
         self._draining_until_mono = -1e18
         self._listeners = Listeners()
         self._listening_ports: list[int] | None = None
+        self.job_memory = JobMemory(self.boot_id)
+        self._remembered: dict[str, Any] | None = None
         self._kills: KillOperations | None = None
         self._kills_lock = threading.Lock()
         # Started here, so that the hello already says whether there is a driver.
@@ -246,8 +249,17 @@ class Agent:
                 }
                 # While watching, every list is a whole-host sweep: a sample whose list was read with it may
                 # be a clean-slate check's confirming sample (``core.cleanslate``).
-                sampler.sample(gpus, now, full=force_processes or self.watching)
-                self._listening_ports = self._listeners.note(sampler.processes, sampler.job_pids)
+                memory = self.job_memory
+                sampler.sample(
+                    gpus, now, full=force_processes or self.watching, remembered=memory.remembered_pids()
+                )
+                self._listening_ports = self._listeners.note(
+                    sampler.processes, sampler.job_pids | set(sampler.remembered)
+                )
+                listed = None if self._backend.host_error is not None else gpus
+                if listed is not None:
+                    memory.note(sampler.jobs, sampler.processes, gpus, now)
+                self._remembered = memory.wire(sampler.remembered, listed)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every
                     # process intervals.
@@ -275,6 +287,7 @@ class Agent:
                 health=self._health_samples(),
                 listening_ports=self._listening_ports,
                 kernel_log=self.gpu_health.kernel_log_note(),
+                remembered=self._remembered,
             )
 
     def _poll_gpus(self, want_processes: bool, forced: bool) -> list[dict[str, Any]]:

@@ -211,6 +211,13 @@ KERNEL_LOG = "kernel_log"
 (``error``), and the Xids for PCI addresses no GPU has (``unmatched``); null before the first health read.
 Each GPU's own health figures and Xids are its ``health`` (``gpu.health``)."""
 
+REMEMBERED = "remembered"
+"""The key of a snapshot that holds what the collector remembers of its host since boot
+(``proc.jobmemory``): the jobs whose GPU memory is gone (``jobs``: each with its members still there,
+``remaining``), the GPUs listed before and not now (``gpus_gone``), how many jobs it saw (``jobs_seen``),
+since when (``since``) and why the record is not kept (``warning``); null from a collector that does not
+remember (the simulator, before the first process sample)."""
+
 GPU_HEALTH = "health"
 """The key of a GPU dict that holds its health figures and Xid history (``gpu.health.read_gpu_health`` and
 ``GpuHealthMonitor``); absent where nothing was read."""
@@ -414,6 +421,7 @@ SNAPSHOT_FIELDS = (
     "device_holders",
     LISTENING_PORTS,
     KERNEL_LOG,
+    REMEMBERED,
     "findings",
     "health",
     "verdict",
@@ -440,6 +448,7 @@ def snapshot(
     health: Iterable[dict[str, Any]] = (),
     listening_ports: list[int] | None = None,
     kernel_log: dict[str, Any] | None = None,
+    remembered: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One host's snapshot as a dict: what a collector saw, with no findings or verdict (the client's)."""
     return {
@@ -460,6 +469,7 @@ def snapshot(
         "device_holders": device_holders,
         LISTENING_PORTS: listening_ports,
         KERNEL_LOG: kernel_log,
+        REMEMBERED: remembered,
         "findings": [],
         "health": list(health),
         "verdict": None,

@@ -29,7 +29,16 @@ from gputui.core.store import (
     save_watched_ports,
 )
 from gputui.core.text import DASH, fit, json_visible, visible
-from gputui.core.verdict import Baselines, cleanslate, exit_code, judge, no_data, refusals, worst_exit_code
+from gputui.core.verdict import (
+    Baselines,
+    cleanslate,
+    exit_code,
+    judge,
+    no_data,
+    refusals,
+    with_facts,
+    worst_exit_code,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -212,7 +221,9 @@ def _check_target(
         if not demo:
             from gputui.commands.leftovers import check_recorded
 
-            analysed = leftovers.judge(analysed, check_recorded(link, target, analysed.boot_id, err))
+            analysed = with_facts(
+                leftovers.judge(analysed, check_recorded(link, target, analysed.boot_id, err))
+            )
     finally:
         link.close()
     status = exit_code(analysed.verdict)

@@ -25,6 +25,7 @@ from gputui.core.actions import AuditLog
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.store import StateError, leftovers
 from gputui.core.text import fit, json_visible, visible
+from gputui.core.verdict import nothing_recorded
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -106,12 +107,15 @@ def run_leftovers(
     try:
         try:
             link.open()
-            boot_id = full_sample(link, target).boot_id
+            sample = full_sample(link, target)
+            boot_id = sample.boot_id
             checked = check_recorded(link, target, boot_id, err) or {"segments": [], "mps": [], "shm": None}
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR
-        lines = receipt_lines(target, checked) or [f"{visible(target, 100)}: no leftovers of killed jobs"]
+        # A host whose collector saw no GPU job since boot has no record to say "none" from.
+        none_line = nothing_recorded(sample) or f"{visible(target, 100)}: no leftovers of killed jobs"
+        lines = receipt_lines(target, checked) or [none_line]
         if not args.remove or not checked["segments"]:
             if args.json:
                 print(json_visible({"target": target, "leftovers": checked}, indent=1), file=out)

@@ -1,8 +1,9 @@
 """The verdict block ``check`` prints and ``snapshot`` prints after its table: the same lines for the same
 sample, from the one verdict the engine (``gputui.core.verdict.engine``) computed.
 
-One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``verdicts.headline``), every other
-reason, then the findings with their actions. A reason that is word for word a finding listed below is not
+One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``verdicts.headline``), its three
+facts (workers, residue, GPUs: ``facts.fact_rows``), every other reason, then the findings with their
+actions. A reason that is word for word a finding listed below is not
 printed twice (eight defunct workers would take sixteen lines to say eight things); JSON keeps every reason.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from gputui.commands.output import marks
 from gputui.core.model import CANNOT_TELL, HostSnapshot
 from gputui.core.text import DASH, age_since, fit
-from gputui.core.verdict import headline
+from gputui.core.verdict import fact_rows, headline
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -48,6 +49,11 @@ def verdict_lines(snapshot: HostSnapshot, stream: TextIO) -> list[str]:
             lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {bad} {fit('; '.join(texts), 400)}")
             shown.update(gpu_verdict.reasons)
     lines.append(fit(headline(verdict), 600))
+    if verdict is not None and verdict.facts is not None:
+        for label, holds, line in fact_rows(verdict.facts):
+            lines.append(f"  {label + ':':<8} {good if holds else bad} {fit(line, 400)}")
+        if verdict.facts.workers.note:
+            lines.append(f"  note: {fit(verdict.facts.workers.note, 300)}")
     if verdict is not None and verdict.level != CANNOT_TELL:
         findings = {f.detail for f in snapshot.findings}
         for reason in verdict.reasons:

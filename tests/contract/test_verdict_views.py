@@ -244,7 +244,7 @@ def assert_views_agree(views: dict[str, Any], tui: dict[str, str]) -> dict[str, 
 def test_clean(states: dict[str, HostSnapshot], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     raw = states["clean"]
     host = assert_views_agree(cli_views(raw, monkeypatch), tui_view(raw, None, tmp_path))
-    assert host["verdict"]["level"] == CLEAN
+    assert host["verdict"]["level"] == CLEAN, host["verdict"]["reasons"]
     assert not [
         f for f in host["findings"] if f["gpu_index"] is not None
     ]  # the machine's own zombies may show
@@ -281,7 +281,13 @@ def test_killed_launcher_reads_down_not_starting(
     (sample,) = host["health"]
     assert sample["state"] == HEALTH_STATE_DOWN
     assert sample["launcher_age_s"] is None
-    assert host["verdict"]["level"] == CLEAN
+    # Its members left defunct under an init that does not reap them (a container's pid 1 may not) are
+    # what is left of it, named with the job; nothing else is.
+    job = f"of the job of pid {PIDS['launcher']} "
+    left = [f for f in host["findings"] if f["kind"] == "zombie" and job in f["detail"]]
+    assert host["verdict"]["reasons"] == [f["detail"] for f in left]
+    assert host["verdict"]["level"] == (NOT_CLEAN if left else CLEAN)
+    assert all("kill pid 1" not in f["action"] and f["action_pid"] is None for f in left)
 
 
 def test_lost_gpu_cannot_tell(

@@ -351,7 +351,8 @@ def run_gputui(
 # fd, starts its children, and then sleeps, ignores TERM, or exits at once (a zombie: nobody waits for it).
 # A node with "sh" is a real `sh -c '<child>; exit 0'` whose one child is the next node (the shell stays as
 # its parent); "escape" double-forks a setsid daemon (its middle process reaped at once, so init adopts it);
-# "daemon" on the top node daemonises it (init adopts it, as after `nohup ... &` and logout).
+# "daemon" on the top node daemonises it (init adopts it, as after `nohup ... &` and logout); "subreaper"
+# makes a node adopt the orphans below it without ever reaping them (a container's init that does not reap).
 TREE_BUILDER = r"""
 import ctypes, json, os, shlex, signal, sys, time
 REPORT = int(os.environ["GPUTUI_TREE_FD"])
@@ -364,6 +365,8 @@ def say(node, **extra):
 def run(node, **extra):
     if node.get("setsid") and os.getsid(0) != os.getpid():
         os.setsid()
+    if node.get("subreaper"):
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: adopts the orphans below, never reaps them
     libc.prctl(15, node["name"].encode()[:15], 0, 0, 0)  # PR_SET_NAME
     if node.get("mode") == "ignore_term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

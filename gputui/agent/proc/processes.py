@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
@@ -17,14 +18,14 @@ from gputui.agent.proc.procfs import (
     scan_device_holders,
     scan_proc,
 )
-from gputui.agent.proc.proctree import ancestors_of, scan_trees, table_facts, tree_members, tree_root
+from gputui.agent.proc.proctree import ancestors_of, job_trees, scan_trees, table_facts, tree_root
 from gputui.agent.proc.statfds import StatFds
 from gputui.agent.protocol import PROCESS_CPU_PCT, PROCESS_LIVE_THREADS, PROCESS_OWNER
 from gputui.agent.wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Iterable
 
 FULL_SWEEP_EVERY = 3
 """Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
@@ -73,6 +74,11 @@ class ProcessSampler:
         self.device_holders: list[dict[str, Any]] | None = None
         self.job_pids: set[int] = set()
         """The GPU processes and the rest of their trees, of the last process sample."""
+        self.jobs: dict[int, list[int]] = {}
+        """Each GPU job's root -> its tree's members, of the last process sample."""
+        self.remembered: dict[int, int | None] = {}
+        """Of the pids ``sample`` was asked to look for: pid -> start ticks of each that exists (None: it
+        exists but cannot be read); the others are gone."""
         self._states: dict[tuple[int, int], tuple[str, float]] = {}
         # Process samples since the last full sweep. A stream's first one lists the GPU trees alone, so that
         # its first snapshot comes before a whole-host sweep; its second one sweeps.
@@ -84,8 +90,13 @@ class ProcessSampler:
         self._launcher_names: dict[str, bool] = {}
         """``may_be_launcher`` per process name: a host of thousands of processes has a few dozen names."""
 
-    def sample(self, gpus: list[dict[str, Any]], now: float, full: bool = True) -> None:
+    def sample(
+        self, gpus: list[dict[str, Any]], now: float, full: bool = True, remembered: Iterable[int] = ()
+    ) -> None:
         """Take the process part of a sample; ``gpus`` (with their process lists) get ``visible`` marks.
+
+        ``remembered`` are pids of jobs that held GPU memory before (``JobMemory.remembered_pids``): those
+        still there are read and listed after the GPU trees, and ``remembered`` says which exist.
 
         A full sweep reads the stat of every pid on the host. It runs when ``full`` is set (forced samples:
         the ``sample`` command), on every ``full_sweep_every``-th process sample, whenever some GPU holds
@@ -114,11 +125,17 @@ class ProcessSampler:
             gpu_pids: set[int] = set()
             for gpu in gpus:
                 gpu_pids.update(proc["pid"] for proc in gpu.get("processes") or [] if proc["pid"] > 0)
-            table = scan_trees(sorted(gpu_pids), [p["pid"] for p in self.processes], self.details.cgroup)
+            known = [p["pid"] for p in self.processes] + list(remembered)
+            table = scan_trees(sorted(gpu_pids), known, self.details.cgroup)
             self._partial_sweeps_done += 1
         self.last_sweep_full = full
         self._gpu_util.take(gpus)
         gpu_mib = self._note_gpu_processes(gpus, table)
+        self.remembered = {
+            pid: table[pid].start_ticks if pid in table else None
+            for pid in remembered
+            if pid in table or os.path.exists(f"/proc/{pid}")
+        }
         chosen, omitted = self._choose(gpu_mib, table)
         if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
             self._stat_fds.refresh(chosen, table)
@@ -155,8 +172,9 @@ class ProcessSampler:
         # (job_root) and everything under it. Its non-GPU children (a detokenizer) die with a tree kill, so
         # the confirmation must be able to list them.
         facts_of = table_facts(table, self.details.cgroup)
-        trees = tree_members(set(tree_root(pid, table, facts_of) for pid in gpu_mib), table)
-        self.job_pids = set(trees) | set(gpu_mib)
+        self.jobs = job_trees({tree_root(pid, table, facts_of) for pid in gpu_mib}, table)
+        trees = {pid for members in self.jobs.values() for pid in members}
+        self.job_pids = trees | set(gpu_mib)
         # Kernel threads (kthreadd's children) in D state are I/O weather, not stuck GPU work.
         remnants = [
             stat.pid
@@ -165,7 +183,9 @@ class ProcessSampler:
         ]
         # So that the caps on the line (process count, command-line bytes) fall on the least important: GPU
         # holders, the rest of their trees, then zombie / D-state processes elsewhere.
-        ranked = sorted(gpu_mib) + sorted(trees - set(gpu_mib)) + sorted(remnants)
+        # Then what is left of jobs that held GPU memory before: what the clean slate asks about.
+        left = sorted(pid for pid in self.remembered if pid in table and pid not in trees)
+        ranked = sorted(gpu_mib) + sorted(trees - set(gpu_mib)) + left + sorted(remnants)
         chosen: list[int] = []
         taken: set[int] = set()
         omitted = 0

@@ -342,6 +342,17 @@ def tree_members(roots: Iterable[int], table: dict[int, ProcStat]) -> set[int]:
     return {pid for pid, _via, _depth in walk([r for r in roots if r in table], table_relations(table))}
 
 
+def job_trees(roots: Iterable[int], table: dict[int, ProcStat]) -> dict[int, list[int]]:
+    """Each of ``roots`` in ``table`` -> its tree's members (``tree_members`` of it alone), a process placed
+    in the first tree (by root pid) that reaches it."""
+    related = table_relations(table)
+    placed: set[int] = set()
+    return {
+        root: [pid for pid, _via, _depth in walk([root], related, seen=placed)]
+        for root in sorted(r for r in set(roots) if r in table)
+    }
+
+
 def scan_trees(
     tree_pids: Iterable[int],
     known_pids: Iterable[int] = (),

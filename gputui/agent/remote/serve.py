@@ -33,6 +33,7 @@ from gputui.agent.protocol import (
     MEMORY_INTERVAL_S,
     PROCESS_INTERVAL_S,
     PROCESSES_SAME,
+    REMEMBERED,
     RESET_RUN_COMMAND,
     RESET_RUN_MAX_S,
     error_reply,
@@ -101,6 +102,7 @@ def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
     del out["processes"]
     del out[LISTENING_PORTS]  # read with the process lists, so just as unchanged
     out.pop(KERNEL_LOG, None)  # GPU health is read with the process lists only (``Agent._poll_gpus``)
+    out.pop(REMEMBERED, None)  # and so are the remembered jobs
     out[PROCESSES_SAME] = True
     out["gpus"] = [{k: v for k, v in gpu.items() if k not in _ELIDED} for gpu in snapshot["gpus"]]
     return out

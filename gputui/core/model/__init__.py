@@ -7,6 +7,7 @@
 * ``endpoint``: one inference server endpoint's latest sample;
 * ``verdict``: findings and the clean-slate verdict as records, with the verdict's four levels;
 * ``owner``: whose job a process is (user, unit, container, pod, Slurm step);
+* ``remembered``: the GPU jobs and GPUs a collector remembers of its host since boot;
 * ``figures``: figures no card can have; ``wire``: typed values read from a collector's JSON;
 * ``history``: the last minutes of every GPU; ``procfilter``: the process panel's filter.
 """
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from gputui.core.model.owner import Owner, owner_matches, parse_owner_option, split_owner_word
     from gputui.core.model.procfilter import ProcFilter
     from gputui.core.model.record import COMPILE_AFTER, Record, field, fields, is_record, replace
+    from gputui.core.model.remembered import GoneGpu, Remembered, RememberedJob
     from gputui.core.model.snapshot import (
         STATE_UNINTERRUPTIBLE,
         STATE_ZOMBIE,
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
         FindingFacts,
         GpuVerdict,
         Verdict,
+        VerdictFact,
+        VerdictFacts,
     )
     from gputui.core.model.wire import opt_float, opt_int, opt_safe, opt_str, plain, ports_of, safe, safe_list
 
@@ -54,6 +58,7 @@ __all__ = [
     "EXIT_CODES",
     "Finding",
     "FindingFacts",
+    "GoneGpu",
     "Gpu",
     "GpuHealth",
     "GpuHistory",
@@ -71,10 +76,14 @@ __all__ = [
     "Proc",
     "ProcFilter",
     "Record",
+    "Remembered",
+    "RememberedJob",
     "STATE_UNINTERRUPTIBLE",
     "STATE_ZOMBIE",
     "STEP_S",
     "Verdict",
+    "VerdictFact",
+    "VerdictFacts",
     "WINDOW_S",
     "XidEvent",
     "field",
@@ -109,6 +118,7 @@ _HOMES = {
     "GpuHistory": "history",
     "GpuPoint": "history",
     "GpuProcess": "snapshot",
+    "GoneGpu": "remembered",
     "GpuVerdict": "verdict",
     "HealthSample": "endpoint",
     "HostSnapshot": "snapshot",
@@ -121,10 +131,14 @@ _HOMES = {
     "Proc": "snapshot",
     "ProcFilter": "procfilter",
     "Record": "record",
+    "Remembered": "remembered",
+    "RememberedJob": "remembered",
     "STATE_UNINTERRUPTIBLE": "snapshot",
     "STATE_ZOMBIE": "snapshot",
     "STEP_S": "history",
     "Verdict": "verdict",
+    "VerdictFact": "verdict",
+    "VerdictFacts": "verdict",
     "WINDOW_S": "history",
     "XidEvent": "fitness",
     "field": "record",

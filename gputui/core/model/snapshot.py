@@ -23,12 +23,14 @@ from gputui.agent.protocol import (
     PROCESS_LIVE_THREADS,
     PROCESS_OWNER,
     PROCESSES_SAME,
+    REMEMBERED,
 )
 from gputui.core.model import figures
 from gputui.core.model.endpoint import HealthSample
 from gputui.core.model.fitness import GpuHealth, KernelLogNote
 from gputui.core.model.owner import Owner
 from gputui.core.model.record import Record, field, fields, replace
+from gputui.core.model.remembered import Remembered
 from gputui.core.model.verdict import Finding, Verdict
 from gputui.core.model.wire import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
 from gputui.core.text import SafeText
@@ -317,6 +319,8 @@ class HostSnapshot(Record):
             GPU process trees first, then zombie / D-state processes, up to a cap).
         listening_ports: Every TCP port in LISTEN on the host when the process list was taken, sorted; None
             when the collector could not tell.
+        remembered: What the collector remembers of the host's GPU jobs and GPUs since boot; None from a
+            collector that does not remember (the simulator, an older collector, the fleet).
     """
 
     target: str
@@ -336,6 +340,7 @@ class HostSnapshot(Record):
     device_holders: tuple[DeviceHolder, ...] | None = None
     listening_ports: tuple[int, ...] | None = None
     kernel_log: KernelLogNote | None = None
+    remembered: Remembered | None = None
     findings: tuple[Finding, ...] = ()
     health: tuple[HealthSample, ...] = ()
     verdict: Verdict | None = None
@@ -376,6 +381,7 @@ class HostSnapshot(Record):
         )
         data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
         data[KERNEL_LOG] = None if self.kernel_log is None else plain(self.kernel_log)
+        data[REMEMBERED] = None if self.remembered is None else plain(self.remembered)
         data["findings"] = [plain(f) for f in self.findings]
         data["health"] = [h.to_dict() for h in self.health]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
@@ -403,11 +409,13 @@ class HostSnapshot(Record):
             processes = previous.processes
             listening = previous.listening_ports
             kernel_log = previous.kernel_log
+            remembered = previous.remembered
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
             processes = tuple(p for p in map(Proc.from_dict, data.get("processes") or ()) if p.pid > 0)
             listening = ports_of(data.get(LISTENING_PORTS))
             kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
+            remembered = Remembered.from_dict(data.get(REMEMBERED))
         return cls(
             target=safe(data.get("target")),
             hostname=opt_safe(data.get("hostname")),
@@ -430,6 +438,7 @@ class HostSnapshot(Record):
             ),
             listening_ports=listening,
             kernel_log=kernel_log,
+            remembered=remembered,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
             verdict=None if verdict is None else Verdict.from_dict(verdict),

@@ -48,7 +48,8 @@ class FindingFacts(Record):
         suspects: (pid, name, device node) of each process that may hold a ghost's memory (it has the node
             open); ``holders_known``: the device holders could be read (no suspect then means none).
         root_pid, root_name: A killed job's root (a survivor's job); ``why``: what ties the survivor to it
-            (``cgroup``, ``session``, ``parent``).
+            (``cgroup``, ``session``, ``parent``, ``member``).
+        owner: Whose the process is (``Owner.label``: a container, a pod), where an action stops it.
     """
 
     pid: int | None = None
@@ -71,6 +72,7 @@ class FindingFacts(Record):
     root_pid: int | None = None
     root_name: str | None = None
     why: str | None = None
+    owner: str | None = None
 
     @property
     def held_mib(self) -> int:
@@ -116,6 +118,7 @@ class FindingFacts(Record):
             root_pid=opt_int(data.get("root_pid")),
             root_name=opt_safe(data.get("root_name")),
             why=opt_safe(data.get("why")),
+            owner=opt_safe(data.get("owner")),
         )
 
 
@@ -190,6 +193,50 @@ class GpuVerdict(Record):
         )
 
 
+class VerdictFact(Record):
+    """One of the clean slate's three facts (``gputui.core.verdict.facts``).
+
+    Attributes:
+        ok: Whether it holds.
+        line: The fact in one line ("13 of 13 processes of the job seen at 03:57 are gone", "none left").
+        reasons: The verdict's reasons that are about it (none when it holds).
+        note: Something said beside it that is not a reason ("nothing recorded on HOST since boot …").
+    """
+
+    ok: bool
+    line: str = ""
+    reasons: tuple[str, ...] = ()
+    note: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerdictFact | None:
+        if not isinstance(data, dict):
+            return None
+        return cls(
+            ok=data.get("ok") is True,
+            line=safe(data.get("line")),
+            reasons=safe_list(data.get("reasons")),
+            note=opt_safe(data.get("note")),
+        )
+
+
+class VerdictFacts(Record):
+    """The clean slate as three facts: every worker of the job gone, no residue left, every GPU fit."""
+
+    workers: VerdictFact
+    residue: VerdictFact
+    gpus: VerdictFact
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VerdictFacts | None:
+        if not isinstance(data, dict):
+            return None
+        workers, residue, gpus = (VerdictFact.from_dict(data.get(k)) for k in ("workers", "residue", "gpus"))
+        if workers is None or residue is None or gpus is None:
+            return None
+        return cls(workers=workers, residue=residue, gpus=gpus)
+
+
 class Verdict(Record):
     """Is every GPU back at its idle baseline?
 
@@ -202,6 +249,8 @@ class Verdict(Record):
         known: False when it could not be told (no driver, no data); then ``clean`` is False too.
         not_ready: The reasons (also in ``reasons``, first) that a GPU needs a reset, reboot or drain
             (``gputui.core.verdict.readiness``): the verdict is NOT READY; ``clean`` is False too.
+        facts: The verdict as its three facts (``gputui.core.verdict.facts``); None where the engine did not
+            judge a host sample (the fleet's memory-only verdict).
     """
 
     clean: bool
@@ -211,6 +260,7 @@ class Verdict(Record):
     gpus: tuple[GpuVerdict, ...] = ()
     known: bool = True
     not_ready: tuple[str, ...] = ()
+    facts: VerdictFacts | None = None
 
     @property
     def gpus_at_baseline(self) -> int:
@@ -234,4 +284,5 @@ class Verdict(Record):
             gpus=tuple(GpuVerdict.from_dict(g) for g in data.get("gpus") or ()),
             known=bool(data.get("known", True)),
             not_ready=safe_list(data.get("not_ready")),
+            facts=VerdictFacts.from_dict(data.get("facts")),
         )

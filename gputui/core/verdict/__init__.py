@@ -3,6 +3,8 @@
 * ``engine``: ``judge``, the entry point — server states, findings and the clean-slate verdict of one sample;
 * ``analysis``: findings and verdict over the GPUs and processes (``analyze``);
 * ``findings``: zombies, defunct leaders, orphans, D-state, ghosts, invisible pids, survivors;
+* ``remains``: what a job whose GPU memory is gone left (from what the collector remembers), GPUs gone;
+* ``facts``: the verdict as three facts (workers, residue, GPUs), each one line;
 * ``fitness``: what a GPU's own fitness figures mean (the action each asks for);
 * ``readiness``: NOT READY from processes stuck in the driver;
 * ``slate``: the clean slate per GPU and host (or memory alone for a source without processes);
@@ -21,6 +23,7 @@ if TYPE_CHECKING:
     from gputui.core.verdict.calibration import IDLE_FLOOR_MIB, idle_limit_mib, refusals
     from gputui.core.verdict.cleanslate import CleanCheck, ports_left
     from gputui.core.verdict.engine import judge, no_data, no_data_text
+    from gputui.core.verdict.facts import fact_rows, with_facts
     from gputui.core.verdict.findings import (
         DEFUNCT_RESET_AFTER_S,
         FINDING_KINDS,
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
         xid_text,
     )
     from gputui.core.verdict.levels import CANNOT_TELL_WORDS, exit_code, headline, worst_exit_code
+    from gputui.core.verdict.remains import nothing_recorded
     from gputui.core.verdict.slate import clean_slate, memory_at_baseline, memory_verdict
     from gputui.core.verdict.wording import FINDING_SENTENCES, FINDING_WORDS, REASON_SENTENCES, word_finding
 
@@ -75,6 +79,7 @@ __all__ = [
     "clean_slate",
     "duplicate_host_finding",
     "exit_code",
+    "fact_rows",
     "find_problems",
     "find_survivors",
     "headline",
@@ -88,13 +93,15 @@ __all__ = [
     "needs_reset",
     "no_data",
     "no_data_text",
+    "nothing_recorded",
     "ports_left",
     "refusals",
     "with_assessment",
+    "with_facts",
+    "word_finding",
     "worst_exit_code",
     "xid_finding",
     "xid_text",
-    "word_finding",
 ]
 
 _HOMES = {
@@ -124,6 +131,9 @@ _HOMES = {
     "exit_code": "levels",
     "find_problems": "findings",
     "find_survivors": "findings",
+    "fact_rows": "facts",
+    "nothing_recorded": "remains",
+    "with_facts": "facts",
     "headline": "levels",
     "health_figures": "fitness",
     "health_summary": "fitness",

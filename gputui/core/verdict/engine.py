@@ -2,9 +2,11 @@
 
 ``judge`` takes one snapshot as a collector sent it and returns it with its server states, findings and
 clean-slate verdict, the verdict's reasons including the ports a killed job served on that are still in
-LISTEN and the servers that are UNHEALTHY or STALLED. The TUI, ``snapshot``, ``check``, the fleet view and the
-receipt all render this result; none of them adds a step or rewords a reason. ``no_data`` is the one result
-for a host without data (before the first sample, unreachable, stale): it cannot tell, and says since when.
+LISTEN, the servers that are UNHEALTHY or STALLED, what jobs whose GPU memory is gone left (``remains``)
+and the GPUs that are gone; then the verdict as its three facts (``facts``). The TUI, ``snapshot``,
+``check``, the fleet view and the receipt all render this result; none of them adds a step or rewords a
+reason. ``no_data`` is the one result for a host without data (before the first sample, unreachable,
+stale): it cannot tell, and says since when.
 
 Nothing here does I/O or reads a clock.
 """
@@ -20,8 +22,10 @@ from gputui.core.text import visible
 from gputui.core.verdict.analysis import analyze
 from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
+from gputui.core.verdict.facts import with_facts
 from gputui.core.verdict.findings import KilledJob
 from gputui.core.verdict.levels import NO_DATA
+from gputui.core.verdict.remains import gone_gpu_reasons, job_remains
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -57,13 +61,21 @@ def judge(
 
         judged = (ServerWatch() if servers is None else servers).apply(snapshot, now)
     analysed = analyze(judged, baselines, now=now, killed_jobs=killed_jobs, one_shot=one_shot)
+    findings, remains = job_remains(analysed)
+    analysed = replace(analysed, findings=findings)
     verdict = analysed.verdict
     if verdict is None or not verdict.known:
         return analysed
-    extra = port_reasons(analysed, watched_ports) + server_reasons(analysed)
-    if not extra:
-        return analysed
-    return replace(analysed, verdict=replace(verdict, clean=False, reasons=verdict.reasons + extra))
+    extra = port_reasons(analysed, watched_ports) + server_reasons(analysed) + remains
+    gone = tuple(gone_gpu_reasons(analysed))
+    if extra or gone:
+        verdict = replace(
+            verdict,
+            clean=False,
+            reasons=gone + verdict.reasons + extra,
+            not_ready=gone + verdict.not_ready,
+        )
+    return with_facts(replace(analysed, verdict=verdict))
 
 
 def server_reasons(snapshot: HostSnapshot) -> tuple[str, ...]:

@@ -291,6 +291,8 @@ def remnant_sentence(
 
 def zombie_words(target: str, f: FindingFacts) -> Finding:
     since = None if f.age_s is None else f.state_since
+    if f.root_pid is not None:
+        return job_zombie_words(target, f, since)
     if f.ppid in (None, 0, 1):
         return Finding(
             kind="zombie",
@@ -310,6 +312,35 @@ def zombie_words(target: str, f: FindingFacts) -> Finding:
         detail=f"pid {_label(f.pid, f.name)} is defunct; its parent {parent} has not reaped it",
         action=f"signal or kill its parent {f.ppid}: a zombie itself cannot be killed",
         action_pid=f.ppid,
+        since=since,
+        facts=f,
+    )
+
+
+def job_zombie_words(target: str, f: FindingFacts, since: float | None) -> Finding:
+    """A defunct process of a job whose GPU memory is gone (``root_pid``: the job), whoever its parent is:
+    an init that does not reap (a container's) is stopped with its container, never signalled."""
+    job = f"the job of pid {f.root_pid} ({shown(f.root_name)})"
+    init_like = f.ppid in (None, 0, 1) or f.why == WHY_PARENT
+    parent = f"{f.ppid} (?)" if f.parent_name is None else _label(f.ppid, f.parent_name)
+    detail = f"pid {_label(f.pid, f.name)} of {job} is defunct; its parent {parent} has not reaped it"
+    host_init = f.ppid in (None, 0, 1)
+    if not init_like:
+        action = f"signal or kill its parent {f.ppid}: a zombie itself cannot be killed"
+    elif f.owner:
+        kind, _, name = f.owner.partition(":")
+        action = f"stop the {kind} {name}: its init does not reap (never signal its pid 1)"
+    elif not host_init:
+        action = f"stop its parent {parent}, the init that does not reap it: a zombie itself cannot be killed"
+    else:
+        action = "nothing to kill: a zombie holds no memory; init should reap it (a reboot clears it)"
+    return Finding(
+        kind="zombie",
+        target=target,
+        pid=f.pid,
+        detail=detail,
+        action=action,
+        action_pid=None if host_init or f.owner else f.ppid,
         since=since,
         facts=f,
     )
@@ -474,6 +505,9 @@ def _informative_cgroup(cgroup: str | None) -> bool:
 
 WHY_CGROUP, WHY_SESSION, WHY_PARENT = "cgroup", "session", "parent"
 """What ties a survivor to a killed job: its cgroup, a session of its own, or an init-like parent."""
+WHY_MEMBER = "member"
+"""A survivor that was seen as a member of the job (``RememberedJob``); on a zombie's facts, ``parent``
+says its parent is init-like."""
 
 
 def _escaped(proc: Proc, job: KilledJob, table: dict[int, Proc], gpus: set[int]) -> str | None:
@@ -503,7 +537,18 @@ def _escaped(proc: Proc, job: KilledJob, table: dict[int, Proc], gpus: set[int])
 
 def survivor_words(target: str, f: FindingFacts) -> Finding:
     """A process that escaped a killed job's tree (``why``: what ties it to the job) and still holds a
-    GPU."""
+    GPU; or (``why`` ``member``) a process of a job whose GPU memory is gone that still runs."""
+    if f.why == WHY_MEMBER:
+        return Finding(
+            kind="survivor",
+            target=target,
+            pid=f.pid,
+            detail=f"pid {_label(f.pid, f.name)} still runs: a process of the job of pid "
+            f"{f.root_pid} ({shown(f.root_name)}), whose GPU memory is gone",
+            action=f"gputui kill {target} {f.pid}",
+            action_pid=f.pid,
+            facts=f,
+        )
     held = f.held_mib
     what = f"holds {held} MiB on {_gpus_text(f)}" if held else "has a /dev/nvidia* node open"
     root = f"{f.root_pid} ({shown(f.root_name)})"

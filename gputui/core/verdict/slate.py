@@ -158,7 +158,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
             unfit = unfit_reasons(snapshot, gpu)
             not_ready.extend(unfit)
             gpu_reasons.extend(unfit)
-            holders = _gpu_holders(gpu, table)
+            holders = gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
             if holders:
                 texts = []
@@ -212,7 +212,7 @@ def ghost_reason(index: int, excess_mib: int, suspects: list[str]) -> str:
     return text + ("; " + "; ".join(suspects) if suspects else "")
 
 
-def _gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
+def gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
     """(pid, Proc or None, MiB or None, visible) for every process listed on this GPU, most memory first."""
     holders: dict[int, tuple[int, Proc | None, int | None, bool]] = {}
     for listed in gpu.processes:

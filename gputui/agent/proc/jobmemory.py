@@ -1,0 +1,408 @@
+"""The GPU jobs and GPUs a collector saw on its host since boot, remembered in a file on that host.
+
+A kill gputui did not make (``pkill``, ``docker stop``, Slurm, the OOM killer) leaves no trace in gputui but
+this: whenever the collector takes a process sample it notes each GPU job it sees (the tree of a GPU holder,
+as ``ProcessSampler`` roots it) with its members (pid, start ticks, name), owner, the GPUs and memory it
+held and the ports its members listened on; and every GPU it listed (UUID, PCI id). Once a job holds no GPU
+memory any more it is *released*: its members are read again on every process sample (``remembered_pids``)
+so that the client can name what is left of it (a member still running, one left defunct) and say how many
+are gone.
+
+The record is ``remembered-jobs.json`` in gputui's state folder on the collector's host, written through
+the safe opener only when something changes (a job or member first seen, a job released or back, a GPU
+first listed), bounded (``MAX_JOBS``, ``MAX_MEMBERS``), and forgotten at a new boot. A record that is
+planted (a link, a FIFO, another user's), over its cap or not a record is not trusted: one line says so
+and the collector remembers in memory only, for as long as it runs.
+
+Stdlib only (Python 3.8): this runs in the collector.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from gputui.agent import safefile
+from gputui.agent.protocol import PROCESS_LISTEN_PORTS
+from gputui.agent.wire import wire_text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
+
+RECORD_FILE = "remembered-jobs.json"
+RECORD_VERSION = 1
+RECORD_MAX_BYTES = 4 << 20
+MAX_JOBS = 64
+"""Jobs kept; beyond that the ones released longest ago are forgotten first (a host of many short jobs)."""
+MAX_MEMBERS = 512
+"""Members kept per job (a job of more processes keeps its first ones and counts the rest)."""
+MAX_PORTS = 32
+MAX_GPUS = 64
+MAX_RELEASED_SENT = 8
+"""Released jobs a snapshot carries (most recently released first)."""
+NAME_MAX_CHARS = 64
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(value) if abs(value) < 1e12 else None
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value[:NAME_MAX_CHARS] if isinstance(value, str) else None
+
+
+def _owner(value: Any) -> dict[str, str] | None:
+    """The owner's kind, id and name (``owners.owner_of``), each short text; None when it is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+        return None
+    return {
+        key: value[key][:NAME_MAX_CHARS] for key in ("kind", "id", "name") if isinstance(value.get(key), str)
+    }
+
+
+def _job_from_record(item: Any) -> dict[str, Any] | None:
+    """A job of the record file, every field checked and bounded; None when it is not one."""
+    if not isinstance(item, dict):
+        return None
+    root, start = _int(item.get("root")), _int(item.get("root_start"))
+    first_seen = _number(item.get("first_seen"))
+    if root is None or root < 1 or start is None or first_seen is None:
+        return None
+    members: dict[int, list[Any]] = {}
+    for entry in _list(item.get("members")):
+        if isinstance(entry, list) and len(entry) == 3:
+            pid, ticks, name = _int(entry[0]), _int(entry[1]), _text(entry[2])
+            if pid is not None and pid > 1 and ticks is not None and len(members) < MAX_MEMBERS:
+                members[pid] = [ticks, name]
+    gpus: dict[int, int] = {}
+    for entry in _list(item.get("gpus")):
+        if isinstance(entry, list) and len(entry) == 2:
+            index, mib = _int(entry[0]), _int(entry[1])
+            if (
+                index is not None
+                and 0 <= index < 4096
+                and mib is not None
+                and mib >= 0
+                and len(gpus) < MAX_GPUS
+            ):
+                gpus[index] = mib
+    ports = _list(item.get("ports"))
+    return {
+        "root": root,
+        "root_start": start,
+        "name": _text(item.get("name")),
+        "user": _text(item.get("user")),
+        "uid": _int(item.get("uid")),
+        "owner": _owner(item.get("owner")),
+        "first_seen": first_seen,
+        "released": _number(item.get("released")),
+        "members": members,
+        "members_total": max(len(members), _int(item.get("members_total")) or 0),
+        "gpus": gpus,
+        "ports": sorted({p for p in ports if _int(p) is not None and 0 < p < 65536})[:MAX_PORTS],
+    }
+
+
+def _gpu_from_record(item: Any) -> dict[str, Any] | None:
+    if not isinstance(item, dict):
+        return None
+    uuid, first_seen = _text(item.get("uuid")), _number(item.get("first_seen"))
+    if not uuid or first_seen is None:
+        return None
+    return {
+        "uuid": uuid,
+        "pci_bus_id": _text(item.get("pci_bus_id")),
+        "index": _int(item.get("index")),
+        "first_seen": first_seen,
+        "last_seen": _number(item.get("last_seen")) or first_seen,
+    }
+
+
+def _job_to_record(job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **{key: value for key, value in job.items() if key not in ("members", "gpus")},
+        "members": [[pid, ticks, name] for pid, (ticks, name) in sorted(job["members"].items())],
+        "gpus": [[index, mib] for index, mib in sorted(job["gpus"].items())],
+    }
+
+
+class JobMemory:
+    """What the collector remembers of its host's GPU jobs and GPUs in this boot.
+
+    Args:
+        boot_id: The host's boot id (None: not known; then nothing is read or written).
+        path: The record file (default ``remembered-jobs.json`` in the state folder).
+
+    Not thread-safe: one owner (the collector's sampling, under its lock).
+    """
+
+    def __init__(self, boot_id: str | None, path: str | None = None) -> None:
+        self.boot_id = boot_id
+        self.path = path or os.path.join(safefile.state_dir(), RECORD_FILE)
+        self.warning: str | None = None
+        """One line saying why the record cannot be read or kept (then it lives in memory only)."""
+        self._jobs: dict[tuple[int, int], dict[str, Any]] = {}
+        self._gpus: dict[str, dict[str, Any]] = {}
+        self._since: float | None = None
+        self._loaded = False
+        self._writable = boot_id is not None
+        self._dirty = False
+
+    # -- the file -------------------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        self._loaded = True
+        if not self._writable:
+            return
+        try:
+            data = safefile.read_bytes(self.path, RECORD_MAX_BYTES)
+        except safefile.UnsafeFile as exc:
+            self.warning = f"job record not used: {exc}"
+            self._writable = False  # never written over: it is not ours to replace
+            return
+        if data is None:
+            return
+        try:
+            document = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            document = None
+        if not isinstance(document, dict) or document.get("version") != RECORD_VERSION:
+            self.warning = f"job record not used: {self.path}: not a gputui job record (it will be replaced)"
+            return
+        if document.get("boot_id") != self.boot_id:
+            return  # another boot: its jobs are long gone
+        self._since = _number(document.get("since"))
+        for item in _list(document.get("jobs"))[:MAX_JOBS]:
+            job = _job_from_record(item)
+            if job is not None:
+                self._jobs[(job["root"], job["root_start"])] = job
+        for item in _list(document.get("gpus"))[:MAX_GPUS]:
+            gpu = _gpu_from_record(item)
+            if gpu is not None:
+                self._gpus[gpu["uuid"]] = gpu
+
+    def _save(self) -> None:
+        self._dirty = False
+        if not self._writable:
+            return
+        document = {
+            "version": RECORD_VERSION,
+            "boot_id": self.boot_id,
+            "since": self._since,
+            "jobs": [_job_to_record(job) for job in self._jobs.values()],
+            "gpus": list(self._gpus.values()),
+        }
+        try:
+            safefile.write_atomic(self.path, json.dumps(document, separators=(",", ":")).encode("utf-8"))
+        except safefile.UnsafeFile as exc:
+            self.warning = f"job record not kept: {exc}"
+            self._writable = False
+
+    # -- what a sample saw ----------------------------------------------------------------------------------
+
+    def note(
+        self,
+        jobs: dict[int, list[int]],
+        processes: Iterable[dict[str, Any]],
+        gpus: Iterable[dict[str, Any]],
+        now: float,
+    ) -> None:
+        """Take what a process sample saw.
+
+        Args:
+            jobs: Each GPU job's root pid -> its members' pids (``ProcessSampler.jobs``).
+            processes: The sample's process dicts (pid, start ticks, name, owner, GPU memory, ports).
+            gpus: The sample's GPU dicts (a GPU with an error or without a UUID is not noted).
+            now: Epoch seconds.
+        """
+        if not self._loaded:
+            self._load()
+        by_pid = {proc["pid"]: proc for proc in processes}
+        self._note_gpus(gpus, now)
+        held_now: set[tuple[int, int]] = set()
+        for root, pids in jobs.items():
+            root_proc = by_pid.get(root)
+            if root_proc is None or _int(root_proc.get("start_ticks")) is None:
+                continue
+            key = self._job_for(root_proc, pids, by_pid, now)
+            held_now.add(key)
+            self._add_members(self._jobs[key], pids, by_pid)
+        for key, job in self._jobs.items():
+            if key in held_now:
+                if job["released"] is not None:
+                    job["released"] = None
+                    self._dirty = True
+            elif job["released"] is None:
+                job["released"] = now
+                self._dirty = True
+        if self._since is None and (self._jobs or self._gpus):
+            self._since = now
+            self._dirty = True
+        self._bound()
+        if self._dirty:
+            self._save()
+
+    def _job_for(
+        self, root: dict[str, Any], pids: list[int], by_pid: dict[int, dict[str, Any]], now: float
+    ) -> tuple[int, int]:
+        """The remembered job this tree is: by its root, else by a member it shares (a root that changed)."""
+        key = (root["pid"], root["start_ticks"])
+        if key in self._jobs:
+            return key
+        members = {(pid, by_pid[pid].get("start_ticks")) for pid in pids if pid in by_pid}
+        for known_key, job in self._jobs.items():
+            if any((pid, entry[0]) in members for pid, entry in job["members"].items()):
+                return known_key
+        self._jobs[key] = {
+            "root": key[0],
+            "root_start": key[1],
+            "name": _text(root.get("name")),
+            "user": _text(root.get("user")),
+            "uid": _int(root.get("uid")),
+            "owner": _owner(root.get("owner")),
+            "first_seen": now,
+            "released": None,
+            "members": {},
+            "members_total": 0,
+            "gpus": {},
+            "ports": [],
+        }
+        self._dirty = True
+        return key
+
+    def _add_members(self, job: dict[str, Any], pids: list[int], by_pid: dict[int, dict[str, Any]]) -> None:
+        members = job["members"]
+        for pid in pids:
+            proc = by_pid.get(pid)
+            if proc is None or pid <= 1:
+                continue
+            ticks = _int(proc.get("start_ticks"))
+            known = members.get(pid)
+            if ticks is not None and (known is None or known[0] != ticks):
+                if len(members) < MAX_MEMBERS or known is not None:
+                    members[pid] = [ticks, _text(proc.get("name"))]
+                job["members_total"] += 1
+                self._dirty = True
+            for index, mib in (proc.get("gpu_memory_mib") or {}).items():
+                gpu, held = _int(int(index)) if str(index).isdigit() else None, _int(mib)
+                if gpu is not None and held is not None and held > job["gpus"].get(gpu, -1):
+                    if gpu not in job["gpus"]:
+                        self._dirty = True
+                    if len(job["gpus"]) < MAX_GPUS or gpu in job["gpus"]:
+                        job["gpus"][gpu] = held
+            ports = [p for p in proc.get(PROCESS_LISTEN_PORTS) or () if _int(p) is not None]
+            if ports and not set(ports) <= set(job["ports"]):
+                job["ports"] = sorted(set(job["ports"]) | set(ports))[:MAX_PORTS]
+                self._dirty = True
+
+    def _note_gpus(self, gpus: Iterable[dict[str, Any]], now: float) -> None:
+        for gpu in gpus:
+            uuid = gpu.get("uuid")
+            if gpu.get("error") is not None or not isinstance(uuid, str) or not uuid:
+                continue
+            known = self._gpus.get(uuid)
+            if known is None:
+                if len(self._gpus) >= MAX_GPUS:
+                    continue
+                known = self._gpus[uuid[:NAME_MAX_CHARS]] = {
+                    "uuid": uuid[:NAME_MAX_CHARS],
+                    "pci_bus_id": _text(gpu.get("pci_bus_id")),
+                    "index": _int(gpu.get("index")),
+                    "first_seen": now,
+                    "last_seen": now,
+                }
+                self._dirty = True
+            known["last_seen"] = now
+
+    def _bound(self) -> None:
+        if len(self._jobs) <= MAX_JOBS:
+            return
+        released = sorted(
+            (job["released"], key) for key, job in self._jobs.items() if job["released"] is not None
+        )
+        for _when, key in released[: len(self._jobs) - MAX_JOBS]:
+            del self._jobs[key]
+        self._dirty = True
+
+    # -- what the client is told ----------------------------------------------------------------------------
+
+    def remembered_pids(self) -> list[int]:
+        """The members of every job not yet known to be all gone: the next process sample reads (and lists)
+        those still there, so that a job released by that very sample is judged by it."""
+        if not self._loaded:
+            self._load()
+        return sorted(
+            {pid for job in self._jobs.values() if not job.get("settled") for pid in job["members"]}
+        )
+
+    def wire(
+        self, alive: dict[int, int | None], listed_gpus: Iterable[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        """The snapshot's ``remembered`` part.
+
+        Args:
+            alive: pid -> start ticks of each member read in this sample (None: it exists, unreadable).
+            listed_gpus: The GPUs listed now (None: the list failed, so no GPU is called gone).
+        """
+        if not self._loaded:
+            self._load()
+        released = sorted(
+            (job for job in self._jobs.values() if job["released"] is not None),
+            key=lambda job: -job["released"],
+        )[:MAX_RELEASED_SENT]
+        jobs = []
+        for job in released:
+            remaining, unseen = [], []
+            for pid, (ticks, _name) in sorted(job["members"].items()):
+                if pid not in alive:
+                    continue
+                if alive[pid] is None:
+                    unseen.append(pid)
+                elif alive[pid] == ticks:
+                    remaining.append([pid, ticks])
+            job["settled"] = not remaining and not unseen and alive is not None
+            jobs.append(
+                {
+                    "root": job["root"],
+                    "root_start": job["root_start"],
+                    "name": wire_text(job["name"]),
+                    "user": wire_text(job["user"]),
+                    "owner": job["owner"],
+                    "first_seen": job["first_seen"],
+                    "released": job["released"],
+                    "gpus": [[index, mib] for index, mib in sorted(job["gpus"].items())],
+                    "ports": list(job["ports"]),
+                    "members_total": job["members_total"],
+                    "remaining": remaining,
+                    "unseen": unseen,
+                }
+            )
+        gone = []
+        if listed_gpus is not None:
+            now_listed = {gpu.get("uuid") for gpu in listed_gpus}
+            for gpu in self._gpus.values():
+                if gpu["uuid"] not in now_listed:
+                    gone.append(
+                        {
+                            key: wire_text(value) if isinstance(value, str) else value
+                            for key, value in gpu.items()
+                        }
+                    )
+        return {
+            "since": self._since,
+            "jobs_seen": len(self._jobs),
+            "jobs": jobs,
+            "gpus_gone": gone,
+            "warning": wire_text(self.warning),
+        }

@@ -1,0 +1,156 @@
+"""What a collector remembers of its host since boot (``agent.proc.jobmemory``), read off the wire.
+
+The GPU jobs it saw that hold no GPU memory any more, each with its members still there, and the GPUs it
+listed before that it does not list now. Every field is checked and bounded on the way in: the collector
+may not be gputui's.
+"""
+
+from __future__ import annotations
+
+from gputui.core.model.owner import Owner
+from gputui.core.model.record import Record
+from gputui.core.model.wire import opt_float, opt_int, opt_safe, ports_of
+from gputui.core.text import SafeText
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+MAX_JOBS = 8
+MAX_MEMBERS = 512
+MAX_GPUS = 64
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _pairs(value: Any, limit: int) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for item in _list(value):
+        if len(out) >= limit:
+            break
+        if isinstance(item, list) and len(item) == 2:
+            first, second = opt_int(item[0]), opt_int(item[1])
+            if first is not None and second is not None:
+                out.append((first, second))
+    return tuple(out)
+
+
+class RememberedJob(Record):
+    """A GPU job the collector saw that holds no GPU memory any more (its fields are named as on the wire, so
+    that ``plain`` of it reads back the same).
+
+    Attributes:
+        root: The pid of the job's root as it was seen; ``root_start``: its start ticks.
+        name: The root's name; ``user``: its owner's name; ``owner``: whose job it was.
+        first_seen: When the collector first saw it; ``released``: when it first saw it hold no GPU memory
+            (epoch seconds, the host's clock).
+        gpus: (GPU index, the most MiB the job was seen to hold there).
+        ports: TCP ports its members listened on.
+        members_total: How many processes it was seen to have.
+        remaining: (pid, start ticks) of its members still there (running or defunct); ``unseen``: pids that
+            exist but could not be read (another user's, hidden): neither gone nor known to be the job's.
+    """
+
+    root: int
+    root_start: int | None = None
+    name: SafeText | None = None
+    user: SafeText | None = None
+    owner: Owner | None = None
+    first_seen: float | None = None
+    released: float | None = None
+    gpus: tuple[tuple[int, int], ...] = ()
+    ports: tuple[int, ...] = ()
+    members_total: int = 0
+    remaining: tuple[tuple[int, int], ...] = ()
+    unseen: tuple[int, ...] = ()
+
+    @property
+    def gone(self) -> int:
+        """How many of its members are gone (never fewer than none)."""
+        return max(0, self.members_total - len(self.remaining) - len(self.unseen))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RememberedJob | None:
+        if not isinstance(data, dict):
+            return None
+        root = opt_int(data.get("root"))
+        if root is None or root <= 1:
+            return None
+        remaining = tuple(pair for pair in _pairs(data.get("remaining"), MAX_MEMBERS) if pair[0] > 1)
+        unseen_raw = _list(data.get("unseen"))
+        unseen = tuple(p for p in map(opt_int, unseen_raw[:MAX_MEMBERS]) if p is not None and p > 1)
+        owner = data.get("owner")
+        return cls(
+            root=root,
+            root_start=opt_int(data.get("root_start")),
+            name=opt_safe(data.get("name")),
+            user=opt_safe(data.get("user")),
+            owner=Owner.from_dict(owner) if isinstance(owner, dict) else None,
+            first_seen=opt_float(data.get("first_seen")),
+            released=opt_float(data.get("released")),
+            gpus=tuple(pair for pair in _pairs(data.get("gpus"), MAX_GPUS) if pair[0] >= 0 and pair[1] >= 0),
+            ports=ports_of(data.get("ports")) or (),
+            members_total=min(
+                1 << 20, max(len(remaining) + len(unseen), opt_int(data.get("members_total")) or 0)
+            ),
+            remaining=remaining,
+            unseen=unseen,
+        )
+
+
+class GoneGpu(Record):
+    """A GPU the collector listed before in this boot and does not list now."""
+
+    uuid: SafeText
+    pci_bus_id: SafeText | None = None
+    index: int | None = None
+    last_seen: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> GoneGpu | None:
+        if not isinstance(data, dict):
+            return None
+        uuid = opt_safe(data.get("uuid"))
+        if not uuid:
+            return None
+        return cls(
+            uuid=uuid,
+            pci_bus_id=opt_safe(data.get("pci_bus_id")),
+            index=opt_int(data.get("index")),
+            last_seen=opt_float(data.get("last_seen")),
+        )
+
+
+class Remembered(Record):
+    """What the collector remembers of its host since boot.
+
+    Attributes:
+        since: When it started remembering in this boot (None: it has seen nothing to remember).
+        jobs_seen: How many GPU jobs it remembers (0: none seen since boot).
+        jobs: The jobs that hold no GPU memory any more, most recently released first.
+        gpus_gone: GPUs listed before and not now.
+        warning: Why its record is not kept (it then remembers only while it runs).
+    """
+
+    since: float | None = None
+    jobs_seen: int = 0
+    jobs: tuple[RememberedJob, ...] = ()
+    gpus_gone: tuple[GoneGpu, ...] = ()
+    warning: SafeText | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Remembered | None:
+        if not isinstance(data, dict):
+            return None
+        jobs_raw = _list(data.get("jobs"))
+        gpus_raw = _list(data.get("gpus_gone"))
+        jobs = tuple(j for j in map(RememberedJob.from_dict, jobs_raw[:MAX_JOBS]) if j is not None)
+        return cls(
+            since=opt_float(data.get("since")),
+            jobs_seen=max(len(jobs), min(1 << 20, max(0, opt_int(data.get("jobs_seen")) or 0))),
+            jobs=jobs,
+            gpus_gone=tuple(g for g in map(GoneGpu.from_dict, gpus_raw[:MAX_GPUS]) if g is not None),
+            warning=opt_safe(data.get("warning")),
+        )

@@ -1,0 +1,116 @@
+"""The clean slate as three facts, one line each: every worker of the job gone, no residue, every GPU fit.
+
+``with_facts`` sorts a judged snapshot's reasons into the three (each reason into exactly one) and words each
+fact once, here; the receipt, ``check`` (text and JSON: ``verdict.facts.{workers,residue,gpus}``) and the
+TUI's clean-slate line all show these lines. CLEAN only when all three hold.
+
+* *workers*: no GPU process listed, no process of a job left running (a survivor), no server still failing;
+* *residue*: no zombie or D-state process left of a GPU job, no port of a job gone still in LISTEN, no
+  leftover in /dev/shm or MPS daemon;
+* *GPUs*: every GPU's memory at its baseline, every GPU readable, fit (``readiness``) and still listed.
+
+A reason that is neither a worker's nor a GPU's is residue. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gputui.core.jobs import proc_table
+from gputui.core.model import HostSnapshot, Verdict, VerdictFact, VerdictFacts, replace
+from gputui.core.verdict.remains import gone_gpu_reasons, nothing_recorded
+from gputui.core.verdict.slate import gpu_holders
+
+WORKER_KINDS = frozenset({"survivor"})
+"""Finding kinds whose sentence is about a worker still there."""
+RESIDUE_OK = "none left"
+
+
+def _clock(epoch_s: float | None) -> str | None:
+    if epoch_s is None:
+        return None
+    try:
+        return time.strftime("%H:%M", time.localtime(epoch_s))
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def workers_line(snapshot: HostSnapshot) -> str:
+    """ "13 of 13 processes of the job seen at 03:57 are gone", or, with no job remembered, "no GPU process
+    left"."""
+    remembered = snapshot.remembered
+    job = remembered.jobs[0] if remembered is not None and remembered.jobs else None
+    if job is None:
+        return "no GPU process left"
+    at = _clock(job.first_seen)
+    seen = f" seen at {at}" if at else ""
+    text = f"{job.gone} of {job.members_total} processes of the job{seen} are gone"
+    if job.unseen:
+        text += f"; {len(job.unseen)} cannot be seen (another user's?)"
+    return text
+
+
+def gpus_line(verdict: Verdict) -> str:
+    at = f"{verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at baseline"
+    return f"{at} and fit" if not verdict.not_ready else at
+
+
+def _sorted_reasons(snapshot: HostSnapshot, verdict: Verdict) -> tuple[list[str], list[str], list[str]]:
+    """The verdict's reasons as (workers, residue, GPUs), each in the verdict's order."""
+    table_gpus = {gpu.index: gpu for gpu in snapshot.gpus}
+    table = proc_table(snapshot)
+    gpu_reasons = set(verdict.not_ready) | set(gone_gpu_reasons(snapshot))
+    worker_reasons: set[str] = set()
+    for gpu_verdict in verdict.gpus:
+        gpu = table_gpus.get(gpu_verdict.index)
+        held = gpu is not None and bool(gpu_holders(gpu, table))
+        for position, reason in enumerate(gpu_verdict.reasons):
+            last = position == len(gpu_verdict.reasons) - 1
+            if held and last and reason not in verdict.not_ready:
+                worker_reasons.add(reason)  # "GPU0 41003 MiB held by pid 4241 (…)"
+            else:
+                gpu_reasons.add(reason)
+    worker_reasons.update(f.detail for f in snapshot.findings if f.kind in WORKER_KINDS)
+    if snapshot.health:
+        from gputui.core.servers import failing_servers
+
+        worker_reasons.update(failing_servers(snapshot.health))
+    workers, residue, gpus = [], [], []
+    for reason in verdict.reasons:
+        if reason in gpu_reasons:
+            gpus.append(reason)
+        elif reason in worker_reasons:
+            workers.append(reason)
+        else:
+            residue.append(reason)
+    return workers, residue, gpus
+
+
+def with_facts(snapshot: HostSnapshot) -> HostSnapshot:
+    """The snapshot with its verdict's three facts (a verdict that cannot tell gets none)."""
+    verdict = snapshot.verdict
+    if verdict is None or not verdict.known:
+        return snapshot
+    workers, residue, gpus = _sorted_reasons(snapshot, verdict)
+    facts = VerdictFacts(
+        workers=VerdictFact(
+            ok=not workers,
+            line=workers_line(snapshot) if not workers else workers[0],
+            reasons=tuple(workers),
+            note=nothing_recorded(snapshot),
+        ),
+        residue=VerdictFact(
+            ok=not residue, line=RESIDUE_OK if not residue else residue[0], reasons=tuple(residue)
+        ),
+        gpus=VerdictFact(ok=not gpus, line=gpus_line(verdict) if not gpus else gpus[0], reasons=tuple(gpus)),
+    )
+    return replace(snapshot, verdict=replace(verdict, facts=facts))
+
+
+FACT_LABELS = (("workers", "workers"), ("residue", "residue"), ("gpus", "GPUs"))
+"""Each fact's field and the word every view labels it with, in the order they are said."""
+
+
+def fact_rows(facts: VerdictFacts) -> list[tuple[str, bool, str]]:
+    """(label, holds, line) of each fact, in ``FACT_LABELS`` order."""
+    return [(label, getattr(facts, name).ok, getattr(facts, name).line) for name, label in FACT_LABELS]

@@ -1,0 +1,113 @@
+"""What a job whose GPU memory is gone left on its host, judged from what the collector remembers of it.
+
+Whoever killed the job (gputui, ``pkill``, ``docker stop``, Slurm, the OOM killer), the collector remembers
+it (``HostSnapshot.remembered``): its members, the GPUs it held, the ports it listened on. Once it holds no
+GPU memory, what is left of it is said here, once:
+
+* a member still running (same pid and start time) is a ``survivor`` of it: NOT CLEAN, with the command
+  that kills it;
+* a member left defunct is a ``zombie`` of it, whoever its parent is (an init that does not reap: its
+  container is stopped, pid 1 never signalled): NOT CLEAN;
+* a port it listened on still in LISTEN, by no process that started after it was released: NOT CLEAN;
+* a GPU listed before in this boot and not now: NOT READY (a GPU that fell off the bus comes back with a
+  reboot).
+
+Only what belonged to the job counts: a pid reused by another process (another start time) is not its, and
+a member that exists but cannot be read is said as unseen, not as gone. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gputui.core.jobs import is_init_like, proc_table
+from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, replace
+from gputui.core.store import watched_ports
+from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
+from gputui.core.verdict.findings import WHY_MEMBER, WHY_PARENT, process_facts, survivor_words, zombie_words
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.model import GoneGpu
+
+NOTHING_RECORDED = "nothing recorded on {target} since boot (gputui has not seen a GPU job there)"
+
+
+def _member_finding(target: str, proc: Proc, job: RememberedJob, table: dict[int, Proc]) -> Finding | None:
+    """A member still there, said as what it is now; None for a defunct leader (``find_problems`` says it)."""
+    if proc.is_defunct_leader:
+        return None
+    parent = table.get(proc.ppid) if proc.ppid is not None else None
+    facts = replace(process_facts(proc, parent), root_pid=job.root, root_name=job.name)
+    if proc.state == STATE_ZOMBIE:
+        init_like = is_init_like(parent, proc.ppid)
+        owner = proc.owner.label if proc.owner is not None and proc.owner.kind != "user" else None
+        return zombie_words(target, replace(facts, why=WHY_PARENT if init_like else None, owner=owner))
+    return survivor_words(target, replace(facts, why=WHY_MEMBER))
+
+
+REPLACED_KINDS = frozenset({"zombie", "orphan", "survivor"})
+"""A finding of these kinds about a member of a remembered job gives way to the one that names the job;
+any other (a process stuck in D, a defunct leader) says more and stays."""
+
+
+def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str, ...]]:
+    """The snapshot's findings with what the remembered jobs left (members, ports), and the NOT CLEAN
+    reasons those give (each a finding's sentence, or a port's)."""
+    remembered = snapshot.remembered
+    findings = tuple(snapshot.findings)
+    if remembered is None or not remembered.jobs:
+        return findings, ()
+    table = proc_table(snapshot)
+    by_pid = {f.pid: f for f in findings if f.pid is not None}
+    replaced: dict[int, Finding] = {}
+    reasons: list[str] = []
+    for job in remembered.jobs:
+        for pid, start in job.remaining:
+            proc = table.get(pid)
+            if proc is None or proc.start_ticks != start or proc.gpu_memory_mib:
+                continue  # not listed now, another process by that number, or holding memory again
+            existing = by_pid.get(pid)
+            if existing is not None and existing.kind not in REPLACED_KINDS:
+                reasons.append(existing.detail)
+                continue
+            finding = replaced.get(pid) or _member_finding(snapshot.target, proc, job, table)
+            if finding is not None:
+                replaced[pid] = finding
+                reasons.append(finding.detail)
+        members = {pid for pid, _start in job.remaining}
+        for port, listener in busy_ports(snapshot, watched_ports(job.ports, job.released)) or ():
+            if listener is None or listener.pid not in members:
+                reasons.append(busy_port_reason(port, listener))
+    kept = tuple(f for f in findings if f.pid not in replaced or f.kind not in REPLACED_KINDS)
+    return kept + tuple(replaced.values()), tuple(dict.fromkeys(reasons))
+
+
+def gone_gpu_reason(gpu: GoneGpu) -> str:
+    """``GPU-8c5… (PCI 0000:3b:00.0) was listed at 03:57:12 and is gone: fallen off the bus? reboot``."""
+    where = f" (PCI {gpu.pci_bus_id})" if gpu.pci_bus_id else ""
+    at = ""
+    if gpu.last_seen is not None:
+        try:
+            at = " at " + time.strftime("%H:%M:%S", time.localtime(gpu.last_seen))
+        except (OverflowError, OSError, ValueError):
+            at = ""
+    return f"GPU {gpu.uuid}{where} was listed{at} and is gone: fallen off the bus? reboot the host"
+
+
+def gone_gpu_reasons(snapshot: HostSnapshot) -> list[str]:
+    """One NOT READY reason per GPU listed before in this boot and not now."""
+    remembered = snapshot.remembered
+    return [] if remembered is None else [gone_gpu_reason(gpu) for gpu in remembered.gpus_gone]
+
+
+def nothing_recorded(snapshot: HostSnapshot) -> str | None:
+    """The note beside the verdict about the collector's record (never a reason): why it is not kept, or,
+    for a host where it saw no GPU job since boot, that there is none (no record is no record, not "nothing
+    left")."""
+    remembered = snapshot.remembered
+    if remembered is None:
+        return None
+    if remembered.warning:
+        return remembered.warning
+    return None if remembered.jobs_seen else NOTHING_RECORDED.format(target=snapshot.target)
