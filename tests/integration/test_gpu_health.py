@@ -359,3 +359,24 @@ def test_a_kill_reads_the_health_again_before_its_interval(
             if agent.next_snapshot()["gpus"][1]["health"]["remap_pending"] is True:
                 break
             assert time.monotonic() < end, "the kill did not bring a health read"
+
+
+def test_a_gpu_fallen_off_the_bus_and_no_longer_listed_blocks(
+    fake_nvml: FakeNvml, kernel_log: KernelLog
+) -> None:
+    # A lost GPU drops out of NVML's list: its Xid 79 names a PCI address no listed GPU has.
+    kernel_log.xid("0000:99:00", 79, "pid=4242, name=python, GPU has fallen off the bus.", at_s=50.0)
+    done = run_cli("check", fake_nvml)
+    assert done.returncode == 1, done.stdout + done.stderr
+    reason = (
+        "Xid 79: GPU has fallen off the bus logged for PCI 0000:99:00, which no GPU has now: "
+        "needs a reboot of the host"
+    )
+    assert re.search(r"^NOT READY: 8/8 GPUs at baseline", done.stdout, re.M), done.stdout
+    assert f"  GPUs:    ✗ {reason}" in done.stdout.splitlines()
+    host = snapshot_host(fake_nvml)
+    assert host["verdict"]["not_ready"] == [reason]
+    assert host["verdict"]["facts"]["gpus"]["reasons"] == [reason]
+    (finding,) = [f for f in host["findings"] if f["kind"] == "xid"]
+    assert finding["detail"] == reason
+    assert finding["action"] == "reboot the host: a GPU reset does not recover from this"

@@ -211,6 +211,8 @@ async def test_x_then_drain_gives_the_clean_receipt(make_app, clock: ManualClock
         await wait_for(pilot, lambda: "CLEAN ✓ 8/8 GPUs at baseline" in _clean_line(app), "receipt")
         assert "3.0 s since the kill · 13 s since X" in _clean_line(app)
         assert "verified" in _clean_line(app)
+        # The receipt says the other two facts as every view does (the simulator remembers no job).
+        assert _clean_line(app).endswith(" · workers: no GPU process left · residue: none left")
         # Fast sampling ends with the check.
         await wait_for(pilot, lambda: app.factory.links["gpu-node-07"].memory_interval_s == 0.05, "interval")
 

@@ -43,6 +43,7 @@ class ExportedSubject(Record):
     root_pid: int | None = None
     root_comm: str = ""
     why: str = ""
+    owner: str = ""
 
 
 class ExportedGpu(Record):
@@ -139,6 +140,7 @@ def _subject_facts(subject: ExportedSubject, now: float | None) -> FindingFacts:
         root_pid=subject.root_pid,
         root_name=visible(subject.root_comm) if subject.root_comm else None,
         why=subject.why or None,
+        owner=visible(subject.owner) if subject.owner else None,
     )
 
 

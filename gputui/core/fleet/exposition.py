@@ -304,12 +304,13 @@ def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
         if facts.root_pid is not None:
             out.set(
                 s.SUBJECT_JOB,
-                "The killed job a survivor escaped: its root, and what ties the survivor to it",
+                "The job a process belonged to: its root, what ties the process to it, whose it is",
                 1.0,
                 **ids,
                 root_pid=str(facts.root_pid),
                 root_comm=comm(facts.root_name),
                 why=fit(facts.why or "", 16),
+                owner=fit(facts.owner or "", s.OWNER_MAX),
             )
     suspects = 0
     for finding in snapshot.findings:

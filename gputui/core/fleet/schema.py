@@ -84,8 +84,10 @@ SUBJECT_THREADS = "gputui_finding_process_threads"
 """Live threads of a defunct leader, by state letter."""
 SUBJECTS_OMITTED = "gputui_finding_subjects_omitted"
 SUBJECT_JOB = "gputui_finding_process_job"
-"""1 per survivor: the killed job it escaped (``root_pid``, ``root_comm``) and what ties it to it
-(``why``)."""
+"""1 per subject tied to a job: a survivor's killed job, or the job a defunct process of a job whose GPU
+memory is gone belonged to (``root_pid``, ``root_comm``), what ties it to it (``why``) and, where an
+action stops it, whose it is (``owner``, ``container:trainer``)."""
+OWNER_MAX = 80
 
 GHOST_HOLDERS_KNOWN = "gputui_finding_ghost_holders_known"
 """Per GPU with ghost memory: 1 when the device holders could be read (no suspect then means none)."""

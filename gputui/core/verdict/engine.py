@@ -24,6 +24,7 @@ from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
 from gputui.core.verdict.facts import with_facts
 from gputui.core.verdict.findings import KilledJob
+from gputui.core.verdict.fitness import lost_gpu_reasons
 from gputui.core.verdict.levels import NO_DATA
 from gputui.core.verdict.remains import gone_gpu_reasons, job_remains
 
@@ -67,7 +68,7 @@ def judge(
     if verdict is None or not verdict.known:
         return analysed
     extra = port_reasons(analysed, watched_ports) + server_reasons(analysed) + remains
-    gone = tuple(gone_gpu_reasons(analysed))
+    gone = tuple(dict.fromkeys(gone_gpu_reasons(analysed) + lost_gpu_reasons(analysed)))
     if extra or gone:
         verdict = replace(
             verdict,

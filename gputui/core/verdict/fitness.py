@@ -240,6 +240,16 @@ def health_findings(snapshot: HostSnapshot) -> list[Finding]:
                 )
     if note is not None:
         for event in note.unmatched:
+            if lost_gpu_event(event):
+                findings.append(
+                    Finding(
+                        kind="xid",
+                        target=target,
+                        detail=lost_gpu_reason(event),
+                        action=ACTION_HINTS[ACTION_REBOOT],
+                    )
+                )
+                continue
             findings.append(
                 Finding(
                     kind="xid",
@@ -250,6 +260,29 @@ def health_findings(snapshot: HostSnapshot) -> list[Finding]:
                 )
             )
     return findings
+
+
+def lost_gpu_event(event: XidEvent) -> bool:
+    """Whether an Xid logged for a PCI address no GPU has now says that GPU is lost until a reboot (Xid 79,
+    fallen off the bus): the host is short of a GPU, not merely renumbered."""
+    return event.cleared is None and xid_action(event)[1] == ACTION_REBOOT
+
+
+def lost_gpu_reason(event: XidEvent) -> str:
+    """ "Xid 79: GPU has fallen off the bus logged for PCI 0000:99:00, which no GPU has now: needs a reboot of
+    the host"."""
+    return (
+        f"{xid_text(event)} logged for PCI {fit(event.pci or '?', 40)}, which no GPU has now: "
+        f"{ACTION_WORDS[ACTION_REBOOT]}"
+    )
+
+
+def lost_gpu_reasons(snapshot: HostSnapshot) -> list[str]:
+    """One NOT READY reason per lost-GPU Xid (``lost_gpu_event``) for a PCI address no GPU has."""
+    note = snapshot.kernel_log
+    if note is None:
+        return []
+    return list(dict.fromkeys(lost_gpu_reason(e) for e in note.unmatched if lost_gpu_event(e)))
 
 
 def _yes_no(value: bool | None) -> str:

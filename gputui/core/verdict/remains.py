@@ -7,8 +7,10 @@ GPU memory, what is left of it is said here, once:
 * a member still running (same pid and start time) is a ``survivor`` of it: NOT CLEAN, with the command
   that kills it;
 * a member left defunct is a ``zombie`` of it, whoever its parent is (an init that does not reap: its
-  container is stopped, pid 1 never signalled): NOT CLEAN;
-* a port it listened on still in LISTEN, by no process that started after it was released: NOT CLEAN;
+  container is stopped, pid 1 never signalled): NOT CLEAN; the host's own init (pid 1) is given the
+  moments it takes to reap (``D_STATE_THRESHOLD_S`` since the job's memory went);
+* a port it listened on still in LISTEN by a listed process that is not its member and started before it
+  was released (one that inherited the socket): NOT CLEAN;
 * a GPU listed before in this boot and not now: NOT READY (a GPU that fell off the bus comes back with a
   reboot).
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from gputui.core.jobs import is_init_like, proc_table
+from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_table
 from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, replace
 from gputui.core.store import watched_ports
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
@@ -33,13 +35,19 @@ if TYPE_CHECKING:
 NOTHING_RECORDED = "nothing recorded on {target} since boot (gputui has not seen a GPU job there)"
 
 
-def _member_finding(target: str, proc: Proc, job: RememberedJob, table: dict[int, Proc]) -> Finding | None:
-    """A member still there, said as what it is now; None for a defunct leader (``find_problems`` says it)."""
+def _member_finding(
+    target: str, proc: Proc, job: RememberedJob, table: dict[int, Proc], now_s: float | None
+) -> Finding | None:
+    """A member still there, said as what it is now; None for a defunct leader (``find_problems`` says it)
+    and for a zombie of the host's init that has not lingered yet."""
     if proc.is_defunct_leader:
         return None
     parent = table.get(proc.ppid) if proc.ppid is not None else None
     facts = replace(process_facts(proc, parent), root_pid=job.root, root_name=job.name)
     if proc.state == STATE_ZOMBIE:
+        lingered_s = None if job.released is None or now_s is None else now_s - job.released
+        if proc.ppid in (None, 0, 1) and (lingered_s is None or lingered_s < D_STATE_THRESHOLD_S):
+            return None  # the host's init reaps within moments: only a zombie that lingers says something
         init_like = is_init_like(parent, proc.ppid)
         owner = proc.owner.label if proc.owner is not None and proc.owner.kind != "user" else None
         return zombie_words(target, replace(facts, why=WHY_PARENT if init_like else None, owner=owner))
@@ -71,13 +79,14 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
             if existing is not None and existing.kind not in REPLACED_KINDS:
                 reasons.append(existing.detail)
                 continue
-            finding = replaced.get(pid) or _member_finding(snapshot.target, proc, job, table)
+            finding = replaced.get(pid) or _member_finding(snapshot.target, proc, job, table, snapshot.time)
             if finding is not None:
                 replaced[pid] = finding
                 reasons.append(finding.detail)
         members = {pid for pid, _start in job.remaining}
         for port, listener in busy_ports(snapshot, watched_ports(job.ports, job.released)) or ():
-            if listener is None or listener.pid not in members:
+            # A listener not listed cannot be told from the job restarted; a member is a survivor already.
+            if listener is not None and listener.pid not in members:
                 reasons.append(busy_port_reason(port, listener))
     kept = tuple(f for f in findings if f.pid not in replaced or f.kind not in REPLACED_KINDS)
     return kept + tuple(replaced.values()), tuple(dict.fromkeys(reasons))

@@ -17,7 +17,7 @@ from gputui.core.servers import server_reason
 from gputui.core.store import leftovers
 from gputui.core.verdict import findings as finding_rules
 from gputui.core.verdict import fitness as gpu_health
-from gputui.core.verdict import readiness
+from gputui.core.verdict import readiness, remains
 from gputui.core.verdict import slate as verdict
 from gputui.core.verdict.cleanslate import busy_port_reason
 from gputui.core.verdict.engine import no_data_text
@@ -65,6 +65,8 @@ REASON_SENTENCES: dict[str, Callable[..., Any]] = {
     "server": server_reason,
     "not_ready": readiness.stuck_in_driver,
     "gpu_health": gpu_health.unfit_reason,
+    "lost_gpu": gpu_health.lost_gpu_reason,
+    "gone_gpu": remains.gone_gpu_reason,
     "no_data": no_data_text,
 }
 """Verdict reason -> the function that words it (a zombie or D-state remnant: its finding's sentence)."""

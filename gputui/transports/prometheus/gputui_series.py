@@ -209,6 +209,7 @@ def _subject(
         facts["root_pid"] = _int(labels.get("root_pid"))
         facts["root_comm"] = fit(labels.get("root_comm") or "", s.COMM_MAX)
         facts["why"] = fit(labels.get("why") or "", 16)
+        facts["owner"] = fit(labels.get("owner") or "", s.OWNER_MAX)
     elif name == s.SUBJECT_THREADS and value is not None:
         threads = facts.setdefault("threads", {})
         assert isinstance(threads, dict)  # noqa: S101
@@ -233,4 +234,5 @@ def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSub
         root_pid=root_pid if isinstance(root_pid, int) else None,
         root_comm=str(facts.get("root_comm") or ""),
         why=str(facts.get("why") or ""),
+        owner=str(facts.get("owner") or ""),
     )

@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from gputui.core.model import CANNOT_TELL, NOT_READY, Verdict
 from gputui.core.text import clock_time
-from gputui.core.verdict import CleanCheck, headline
+from gputui.core.verdict import CleanCheck, fact_rows, headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
 DRAIN_CURVE_CELLS = 24
@@ -67,6 +67,10 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
         ports = ports_free_text(check)
         if ports:
             line.append(f" · {ports}", style="green")
+        if verdict.facts is not None:  # the GPUs' fact is the line's start
+            for label, _holds, fact in fact_rows(verdict.facts)[:2]:
+                line.append(f" · {label}: ", style="green")
+                line.append_text(safe_text(fact, 120, style="green"))
         return line
     if verdict.clean and check is not None and check.finished_s is None:
         # A clean memory sample is not the receipt: the kill has to be over and a full sample has to agree.
