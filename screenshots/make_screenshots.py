@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputui.cli import build_parser  # noqa: E402
+from gputui.commands.grammar import build_parser  # noqa: E402
 from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
 from gputui.core.servers import DEFAULT_STALL_AFTER_S  # noqa: E402
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
