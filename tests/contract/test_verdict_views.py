@@ -31,12 +31,22 @@ from gputui.core.verdict import headline
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.clean_slate import CleanSlateLine
-from gputui.ui.widgets.findings_list import FindingsList
+from gputui.ui.widgets.findings_list import FindingsList, group_findings
 from gputui.ui.widgets.health_panel import HealthPanel
 from tests.contract.wedged import free_port, install, wedged_launcher
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.defunct import build_defunct_leader
-from tests.integration.procs import REPO, gputui_env, is_gone, state_of, wait_for
+from tests.integration.procs import (
+    OUTSIDE_KILL_SCHEDULERS,
+    REPO,
+    gputui_env,
+    is_gone,
+    kill_from_outside,
+    outside_kill_job,
+    proc_tree,
+    state_of,
+    wait_for,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -117,6 +127,16 @@ def states(
     fake.state.holders.clear()
     fake.write()
     recorded["killed"] = record(env, "--no-discover", "--health", url)
+    with proc_tree(outside_kill_job()) as tree:
+        for gpu, role in enumerate(OUTSIDE_KILL_SCHEDULERS):
+            fake.state.add_holder(gpu, tree[role], HELD_MIB, "compute")
+        fake.write()
+        record(env, "--no-discover")  # the collector sees the job once, and remembers it
+        kill_from_outside(tree)
+        fake.state.holders.clear()
+        fake.write()
+        recorded["outside_kill"] = record(env, "--no-discover")
+        OUTSIDE.update(tree.pids)
     fake.state.gpus[2].error = "GPU_IS_LOST"
     fake.write()
     recorded["lost_gpu"] = record(env, "--no-discover")
@@ -126,6 +146,8 @@ def states(
 
 PIDS: dict[str, int] = {}
 """The wedged job's pids by role, once recorded."""
+OUTSIDE: dict[str, int] = {}
+"""The pids by role of the job killed outside gputui, once recorded."""
 
 
 def _args(command: str, *argv: str) -> Any:
@@ -232,8 +254,13 @@ def assert_views_agree(views: dict[str, Any], tui: dict[str, str]) -> dict[str, 
     assert tui["verdict"].startswith(said), (tui["verdict"], said)
     if verdict["level"] != CANNOT_TELL and verdict["reasons"]:
         assert verdict["reasons"][0] in tui["verdict"]
-    for finding in check_host["findings"]:
-        assert finding["detail"] in tui["findings"], (finding["detail"], tui["findings"])
+    # A row per finding, but findings of one kind with one action (eight zombies of one parent) share one.
+    for row in group_findings(parsed.findings):
+        if row.grouped:
+            first = row.findings[0]
+            assert f"{len(row.findings)} {first.kind}s under pid {first.action_pid}" in tui["findings"]
+        else:
+            assert row.findings[0].detail in tui["findings"], (row.findings[0].detail, tui["findings"])
     for sample in check_host["health"]:
         assert sample["state"] in tui["health"]
     if verdict["level"] == CANNOT_TELL:
@@ -288,6 +315,26 @@ def test_killed_launcher_reads_down_not_starting(
     assert host["verdict"]["reasons"] == [f["detail"] for f in left]
     assert host["verdict"]["level"] == (NOT_CLEAN if left else CLEAN)
     assert all("kill pid 1" not in f["action"] and f["action_pid"] is None for f in left)
+
+
+def test_a_job_killed_outside_gputui_is_named_alike_in_every_view(
+    states: dict[str, HostSnapshot], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    raw = states["outside_kill"]
+    host = assert_views_agree(cli_views(raw, monkeypatch), tui_view(raw, None, tmp_path))
+    verdict = host["verdict"]
+    assert verdict["level"] == NOT_CLEAN
+    (survivor,) = [f for f in host["findings"] if f["kind"] == "survivor"]
+    assert survivor["pid"] == OUTSIDE["detok"]
+    assert f"of the job of pid {OUTSIDE['nsys']} (nsys)" in survivor["detail"]
+    assert verdict["facts"]["workers"]["reasons"] == [survivor["detail"]]
+    assert verdict["reasons"][0] == survivor["detail"]  # the TUI's line shows it first (checked above)
+    zombies = [f for f in host["findings"] if f["kind"] == "zombie"]
+    assert {f["pid"] for f in zombies} >= {OUTSIDE[r] for r in OUTSIDE_KILL_SCHEDULERS}
+    assert sorted(verdict["facts"]["residue"]["reasons"]) == sorted(f["detail"] for f in zombies)
+    check_text = cli_views(raw, monkeypatch)["check"][1].splitlines()
+    (workers,) = [line for line in check_text if line.startswith("  workers: ")]
+    assert workers.endswith(f" {survivor['detail']}")
 
 
 def test_lost_gpu_cannot_tell(

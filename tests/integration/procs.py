@@ -514,3 +514,26 @@ def proc_tree(spec: dict[str, Any], login_shell: bool = False) -> Iterator[ProcT
 def node(role: str, name: str | None = None, **extra: Any) -> dict[str, Any]:
     """One node of a ``ProcTree`` spec (its comm name defaults to the role)."""
     return {"role": role, "name": name or role, **extra}
+
+
+OUTSIDE_KILL_SCHEDULERS = ("sched0", "sched1")
+
+
+def outside_kill_job() -> dict[str, Any]:
+    """An sglang-shaped job under a profiler named ``nsys``, below a container init that adopts orphans and
+    never reaps them: two schedulers that ignore TERM (the GPU holders) and a detokenizer that holds none."""
+    workers = [node(role, "sglang::schedul", mode="ignore_term") for role in OUTSIDE_KILL_SCHEDULERS]
+    launcher = node("launcher", "python3", children=[*workers, node("detok", "sglang::detoken")])
+    return node("init", "tini", subreaper=True, children=[node("nsys", "nsys", children=[launcher])])
+
+
+def kill_from_outside(tree: ProcTree) -> tuple[str, ...]:
+    """The story's own kill, by pid: TERM to the profiler and the launcher, KILL to the schedulers; returns
+    the roles left defunct (under the init that does not reap)."""
+    for role in ("nsys", "launcher"):
+        os.kill(tree[role], signal.SIGTERM)
+    for role in OUTSIDE_KILL_SCHEDULERS:
+        os.kill(tree[role], signal.SIGKILL)
+    dead = ("nsys", "launcher", *OUTSIDE_KILL_SCHEDULERS)
+    wait_for(lambda: all(state_of(tree[r]) == "Z" for r in dead), "the killed processes to be defunct")
+    return dead

@@ -18,19 +18,21 @@ from typing import Any
 import pytest
 
 from tests.integration.procs import (
+    OUTSIDE_KILL_SCHEDULERS,
     WORKER_MIB,
     gputui_env,
+    kill_from_outside,
     node,
+    outside_kill_job,
     proc_tree,
     run_gputui,
     start_ticks_of,
-    state_of,
     wait_for,
 )
 
 pytestmark = pytest.mark.timeout(180)
 
-SCHEDULERS = ("sched0", "sched1")
+SCHEDULERS = OUTSIDE_KILL_SCHEDULERS
 
 
 def check(env: dict[str, str], *extra: str) -> tuple[int, dict[str, Any]]:
@@ -40,17 +42,11 @@ def check(env: dict[str, str], *extra: str) -> tuple[int, dict[str, Any]]:
     return result.returncode, host
 
 
-def job_spec() -> dict[str, Any]:
-    workers = [node(role, "sglang::schedul", mode="ignore_term") for role in SCHEDULERS]
-    launcher = node("launcher", "python3", children=[*workers, node("detok", "sglang::detoken")])
-    return node("init", "tini", subreaper=True, children=[node("nsys", "nsys", children=[launcher])])
-
-
 def test_an_outside_kill_names_the_survivor_and_the_zombies_then_says_clean_as_three_facts(
     fake_nvml: Any, tmp_path: Path
 ) -> None:
     env = gputui_env(fake_nvml, tmp_path / "state")
-    with proc_tree(job_spec()) as tree:
+    with proc_tree(outside_kill_job()) as tree:
         for gpu, role in enumerate(SCHEDULERS):
             fake_nvml.state.add_holder(gpu, tree[role], WORKER_MIB)
         fake_nvml.write()
@@ -58,13 +54,7 @@ def test_an_outside_kill_names_the_survivor_and_the_zombies_then_says_clean_as_t
         assert status == 1
         assert host["verdict"]["facts"]["workers"]["ok"] is False  # the schedulers hold the GPUs
 
-        # The operator's kill: TERM by pid to the profiler and the launcher, KILL to the schedulers.
-        for role in ("nsys", "launcher"):
-            os.kill(tree[role], signal.SIGTERM)
-        for role in SCHEDULERS:
-            os.kill(tree[role], signal.SIGKILL)
-        dead = ("nsys", "launcher", *SCHEDULERS)
-        wait_for(lambda: all(state_of(tree[r]) == "Z" for r in dead), "the killed processes to be defunct")
+        dead = kill_from_outside(tree)  # the operator's own kill, by pid
         fake_nvml.state.holders.clear()
         fake_nvml.write()
 

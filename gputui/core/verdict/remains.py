@@ -69,6 +69,7 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
     table = proc_table(snapshot)
     by_pid = {f.pid: f for f in findings if f.pid is not None}
     replaced: dict[int, Finding] = {}
+    running: list[str] = []
     reasons: list[str] = []
     for job in remembered.jobs:
         for pid, start in job.remaining:
@@ -82,14 +83,15 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
             finding = replaced.get(pid) or _member_finding(snapshot.target, proc, job, table, snapshot.time)
             if finding is not None:
                 replaced[pid] = finding
-                reasons.append(finding.detail)
+                (running if finding.kind == "survivor" else reasons).append(finding.detail)
         members = {pid for pid, _start in job.remaining}
         for port, listener in busy_ports(snapshot, watched_ports(job.ports, job.released)) or ():
             # A listener not listed cannot be told from the job restarted; a member is a survivor already.
             if listener is not None and listener.pid not in members:
                 reasons.append(busy_port_reason(port, listener))
     kept = tuple(f for f in findings if f.pid not in replaced or f.kind not in REPLACED_KINDS)
-    return kept + tuple(replaced.values()), tuple(dict.fromkeys(reasons))
+    # What still runs first: it is what the next launch would collide with.
+    return kept + tuple(replaced.values()), tuple(dict.fromkeys(running + reasons))
 
 
 def gone_gpu_reason(gpu: GoneGpu) -> str:
