@@ -85,8 +85,11 @@ def test_a_killed_jobs_segment_is_named_by_the_receipt_and_check_then_removed(
     (host,) = json.loads(checked.stdout)["hosts"]
     kinds = [f["kind"] for f in host["findings"]]
     assert kinds == ["leftover"]
-    assert checked.returncode == 0  # the GPUs are free: a leftover alone leaves the verdict clean
+    assert checked.returncode == 1  # the GPUs are free, but a leftover is residue
     assert any(r.startswith("leftover: segment") for r in host["verdict"]["reasons"])
+    residue = host["verdict"]["facts"]["residue"]
+    assert residue["ok"] is False
+    assert residue["line"].startswith(f"leftover: segment {segment} ")
 
     listed = run_gputui(["leftovers", "local"], env)
     assert listed.returncode == 1

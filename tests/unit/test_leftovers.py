@@ -18,7 +18,7 @@ def snapshot() -> HostSnapshot:
     return HostSnapshot(target="h", boot_id="b", verdict=Verdict(clean=True))
 
 
-def test_a_leftover_is_a_finding_and_a_full_shm_is_not_clean() -> None:
+def test_a_leftover_is_a_finding_and_residue_and_a_full_shm_is_said() -> None:
     segment = {"path": "/dev/shm/sgl_shm_1", "kind": "segment", "user": "alice", "size_bytes": 12 << 20}
     roomy = {
         "segments": [segment],
@@ -27,8 +27,11 @@ def test_a_leftover_is_a_finding_and_a_full_shm_is_not_clean() -> None:
     }
     judged = leftovers.judge(snapshot(), roomy)
     assert judged.verdict is not None
-    assert judged.verdict.clean
+    assert not judged.verdict.clean  # residue
     assert [f.kind for f in judged.findings] == ["leftover"]
+    assert leftovers.judge(snapshot(), {"segments": [], "mps": [], "shm": roomy["shm"]}).verdict == Verdict(
+        clean=True
+    )
     assert judged.findings[0].detail.startswith("segment /dev/shm/sgl_shm_1 (12.0 MiB, owner alice)")
     full = dict(roomy, shm={"dir": "/dev/shm", "total_bytes": 64 * GIB, "used_bytes": 63 * GIB})
     judged = leftovers.judge(snapshot(), full)

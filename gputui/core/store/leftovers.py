@@ -5,10 +5,10 @@ MPS control daemons of their users (``agent.leftovers.scan``), in ``leftovers.js
 directory. The kill's receipt, ``gputui check`` and ``gputui leftovers`` ask the collector which still
 exist (``agent.leftovers.check``) and word them here, once, as findings of kind ``leftover``.
 
-The rule: a leftover is a finding and a reason line, and leaves the verdict as it is: the GPUs are free, and
-a segment may be the next launch's to reuse. A /dev/shm at ``SHM_FULL_PCT`` or fuller makes the host NOT
-clean, leftovers or not: the next launch will crash on it (sglang's ``sgl_shm_*`` segments crash-loop a pod
-that way).
+The rule: a leftover is a finding and a reason line, and residue (one of the clean slate's three facts,
+``gputui.core.verdict.facts``): the host is NOT clean until it is gone. A /dev/shm at ``SHM_FULL_PCT`` or
+fuller makes the host NOT clean too, leftovers or not: the next launch will crash on it (sglang's
+``sgl_shm_*`` segments crash-loop a pod that way).
 """
 
 from __future__ import annotations
@@ -112,7 +112,8 @@ def findings(target: str, checked: dict[str, Any]) -> list[Finding]:
 
 
 def judge(snapshot: HostSnapshot, checked: dict[str, Any] | None) -> HostSnapshot:
-    """The snapshot with the leftovers as findings and reasons; NOT clean while /dev/shm is full."""
+    """The snapshot with the leftovers as findings and reasons: NOT clean while one is left or /dev/shm is
+    full."""
     if checked is None:
         return snapshot
     extra = findings(snapshot.target, checked)
@@ -122,7 +123,8 @@ def judge(snapshot: HostSnapshot, checked: dict[str, Any] | None) -> HostSnapsho
         full = shm_full(checked.get("shm"))
         if full:
             reasons += (f"{SHM_DIR_NAME} is full: {shm_line(checked.get('shm'))}",)
-        verdict = replace(verdict, clean=verdict.clean and not full, reasons=verdict.reasons + reasons)
+        clean = verdict.clean and not full and not reasons
+        verdict = replace(verdict, clean=clean, reasons=verdict.reasons + reasons)
     return replace(snapshot, findings=tuple(snapshot.findings) + tuple(extra), verdict=verdict)
 
 
