@@ -18,7 +18,8 @@ from gputui.agent.gpu.health import GpuHealthMonitor
 from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.exits import ExitWatch
-from gputui.agent.proc.jobmemory import JobMemory
+from gputui.agent.proc.jobmemory import MAX_SEGMENTS, JobMemory
+from gputui.agent.proc.leftovers import segments_held, still_there
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
@@ -259,7 +260,9 @@ class Agent:
                 listed = None if self._backend.host_error is not None else gpus
                 if listed is not None:
                     memory.note(sampler.jobs, sampler.processes, gpus, now)
-                self._remembered = memory.wire(sampler.remembered, listed)
+                    for key, pids in memory.scans_due(now):
+                        memory.add_segments(key, segments_held(pids, MAX_SEGMENTS))
+                self._remembered = memory.wire(sampler.remembered, listed, still_there)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every
                     # process intervals.

@@ -23,6 +23,7 @@ from gputui.commands.output import link_error_line, safe_streams
 from gputui.commands.targets import default_targets, open_link, options_from_args
 from gputui.core.actions import AuditLog
 from gputui.core.link import HostLink, LinkError, full_sample
+from gputui.core.model import Remembered, plain
 from gputui.core.store import StateError, leftovers
 from gputui.core.text import fit, json_visible, visible
 from gputui.core.verdict import nothing_recorded
@@ -47,25 +48,40 @@ def record(target: str, boot_id: str | None, found: dict[str, Any] | None, err: 
         print(f"gputui: warning: {warning}", file=err)
 
 
-def check_recorded(link: HostLink, target: str, boot_id: str | None, err: TextIO) -> dict[str, Any] | None:
-    """Which recorded leftovers of ``target`` still exist; forgets the ones gone. None: nothing recorded, or
-    the collector cannot say."""
+def check_recorded(
+    link: HostLink, target: str, boot_id: str | None, err: TextIO, remembered: Remembered | None = None
+) -> dict[str, Any] | None:
+    """Which recorded leftovers of ``target`` still exist; forgets the ones gone. With ``remembered`` (the
+    collector's record of its jobs), the segments of its jobs that are gone are checked too, so that they can
+    be listed and removed the same way. None: nothing recorded, or the collector cannot say."""
     try:
         known = leftovers.load(target, boot_id)
     except StateError as exc:
         print(f"gputui: warning: leftovers not checked: {visible(str(exc), 300)}", file=err)
         return None
-    if not known["segments"] and not known["mps"]:
+    asked = {"segments": list(known["segments"]), "mps": list(known["mps"])}
+    identities = {(seg.get("dev"), seg.get("inode")) for seg in asked["segments"]}
+    for job in remembered.jobs if remembered is not None else ():
+        for segment in job.segments:
+            if (segment.dev, segment.inode) not in identities:
+                identities.add((segment.dev, segment.inode))
+                asked["segments"].append(plain(segment))
+    if not asked["segments"] and not asked["mps"]:
         return None
     try:
-        checked = link.request({"cmd": LEFTOVERS_CHECK_COMMAND, **known}, TIMEOUT_S)
+        checked = link.request({"cmd": LEFTOVERS_CHECK_COMMAND, **asked}, TIMEOUT_S)
     except LinkError:
         return None
-    if len(checked.get("segments") or ()) != len(known["segments"]) or len(checked.get("mps") or ()) != len(
-        known["mps"]
-    ):
+    ours = {(seg.get("dev"), seg.get("inode")) for seg in known["segments"]}
+    kept = {
+        "segments": [
+            seg for seg in checked.get("segments") or () if (seg.get("dev"), seg.get("inode")) in ours
+        ],
+        "mps": checked.get("mps") or [],
+    }
+    if len(kept["segments"]) != len(known["segments"]) or len(kept["mps"]) != len(known["mps"]):
         try:
-            leftovers.save(target, boot_id, checked, replace_all=True)
+            leftovers.save(target, boot_id, kept, replace_all=True)
         except StateError as exc:
             print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
     return checked
@@ -109,7 +125,11 @@ def run_leftovers(
             link.open()
             sample = full_sample(link, target)
             boot_id = sample.boot_id
-            checked = check_recorded(link, target, boot_id, err) or {"segments": [], "mps": [], "shm": None}
+            checked = check_recorded(link, target, boot_id, err, sample.remembered) or {
+                "segments": [],
+                "mps": [],
+                "shm": None,
+            }
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR

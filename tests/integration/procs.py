@@ -352,11 +352,13 @@ def run_gputui(
 # A node with "sh" is a real `sh -c '<child>; exit 0'` whose one child is the next node (the shell stays as
 # its parent); "escape" double-forks a setsid daemon (its middle process reaped at once, so init adopts it);
 # "daemon" on the top node daemonises it (init adopts it, as after `nohup ... &` and logout); "subreaper"
-# makes a node adopt the orphans below it without ever reaping them (a container's init that does not reap).
+# makes a node adopt the orphans below it without ever reaping them (a container's init that does not reap);
+# "shm" makes it create and keep open a 1 MiB file at that path (a /dev/shm segment).
 TREE_BUILDER = r"""
 import ctypes, json, os, shlex, signal, sys, time
 REPORT = int(os.environ["GPUTUI_TREE_FD"])
 libc = ctypes.CDLL(None)
+HELD = []
 
 def say(node, **extra):
     line = dict(role=node["role"], pid=os.getpid(), ppid=os.getppid(), **extra)
@@ -370,6 +372,9 @@ def run(node, **extra):
     libc.prctl(15, node["name"].encode()[:15], 0, 0, 0)  # PR_SET_NAME
     if node.get("mode") == "ignore_term":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if node.get("shm"):
+        HELD.append(os.open(node["shm"], os.O_RDWR | os.O_CREAT, 0o600))
+        os.write(HELD[-1], b"x" * (1 << 20))
     if node.get("mode") == "exit":
         say(node, **extra)
         os._exit(0)
@@ -519,10 +524,15 @@ def node(role: str, name: str | None = None, **extra: Any) -> dict[str, Any]:
 OUTSIDE_KILL_SCHEDULERS = ("sched0", "sched1")
 
 
-def outside_kill_job() -> dict[str, Any]:
+def outside_kill_job(segment: Path | None = None) -> dict[str, Any]:
     """An sglang-shaped job under a profiler named ``nsys``, below a container init that adopts orphans and
-    never reaps them: two schedulers that ignore TERM (the GPU holders) and a detokenizer that holds none."""
-    workers = [node(role, "sglang::schedul", mode="ignore_term") for role in OUTSIDE_KILL_SCHEDULERS]
+    never reaps them: two schedulers that ignore TERM (the GPU holders; the first holds ``segment`` open when
+    given) and a detokenizer that holds none."""
+    shm = {"shm": str(segment)} if segment is not None else {}
+    workers = [
+        node(role, "sglang::schedul", mode="ignore_term", **(shm if role == "sched0" else {}))
+        for role in OUTSIDE_KILL_SCHEDULERS
+    ]
     launcher = node("launcher", "python3", children=[*workers, node("detok", "sglang::detoken")])
     return node("init", "tini", subreaper=True, children=[node("nsys", "nsys", children=[launcher])])
 

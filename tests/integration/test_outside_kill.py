@@ -106,6 +106,48 @@ def test_an_outside_kill_names_the_survivor_and_the_zombies_then_says_clean_as_t
         assert not [f for f in host["findings"] if f["kind"] in ("survivor", "zombie")]
 
 
+def test_a_segment_of_a_job_killed_outside_gputui_is_residue_until_removed(
+    fake_nvml: Any, tmp_path: Path
+) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    segment = shm / "sgl_shm_7c1e"
+    env = dict(gputui_env(fake_nvml, tmp_path / "state"), GPUTUI_TEST_SHM_DIR=str(shm))
+    with proc_tree(outside_kill_job(segment)) as tree:
+        for gpu, role in enumerate(SCHEDULERS):
+            fake_nvml.state.add_holder(gpu, tree[role], WORKER_MIB)
+        fake_nvml.write()
+        assert check(env)[0] == 1  # seen once: the job and the segment its scheduler has open
+        for role in ("detok", *kill_from_outside(tree)):
+            os.kill(tree[role], signal.SIGKILL)
+        os.kill(tree["init"], signal.SIGKILL)
+        tree.starter.wait(timeout=30)
+        fake_nvml.state.holders.clear()
+        fake_nvml.write()
+        members = [tree[r] for r in ("nsys", "launcher", "detok", *SCHEDULERS)]
+        wait_for(lambda: all(start_ticks_of(p) != tree.ticks[p] for p in members), "the job to be reaped")
+    assert segment.exists()
+    status, host = check(env)
+    assert status == 1
+    (left,) = [f for f in host["findings"] if f["kind"] == "leftover"]
+    assert left["detail"].startswith(f"segment {segment} (1.0 MiB, owner ")
+    assert left["action"] == "gputui leftovers local --remove"
+    residue = host["verdict"]["facts"]["residue"]
+    assert residue["reasons"] == [f"leftover: {left['detail']}"]
+    snapshot = run_gputui(["snapshot", "--json", "--no-discover"], env)
+    (same,) = json.loads(snapshot.stdout)["hosts"]
+    assert same["verdict"]["facts"]["residue"] == residue
+    listed = run_gputui(["leftovers", "local"], env)
+    assert listed.returncode == 1
+    assert str(segment) in listed.stdout
+    removed = run_gputui(["leftovers", "local", "--remove", "--yes"], env)
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    assert not segment.exists()
+    status, host = check(env)
+    assert status == 0, host["verdict"]["reasons"]
+    assert host["verdict"]["facts"]["residue"]["line"] == "none left"
+
+
 def test_a_pid_reused_by_another_process_is_not_a_survivor(fake_nvml: Any, tmp_path: Path) -> None:
     env = gputui_env(fake_nvml, tmp_path / "state")
     with proc_tree(node("init", "tini", subreaper=True, children=[node("job", "python3")])) as tree:

@@ -28,7 +28,7 @@ from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from typing import Any, Callable, Iterable
 
 RECORD_FILE = "remembered-jobs.json"
 RECORD_VERSION = 1
@@ -39,6 +39,11 @@ MAX_MEMBERS = 512
 """Members kept per job (a job of more processes keeps its first ones and counts the rest)."""
 MAX_PORTS = 32
 MAX_GPUS = 64
+MAX_SEGMENTS = 32
+"""Segments (in /dev/shm) kept per job."""
+SEGMENT_SCAN_S = 60.0
+"""A live job's members are looked at for /dev/shm segments when they change, and at most this often
+otherwise (a segment made after the last change is found within this long)."""
 MAX_RELEASED_SENT = 8
 """Released jobs a snapshot carries (most recently released first)."""
 NAME_MAX_CHARS = 64
@@ -98,6 +103,7 @@ def _job_from_record(item: Any) -> dict[str, Any] | None:
             ):
                 gpus[index] = mib
     ports = _list(item.get("ports"))
+    segments = [_segment(entry) for entry in _list(item.get("segments"))[:MAX_SEGMENTS]]
     return {
         "root": root,
         "root_start": start,
@@ -111,7 +117,19 @@ def _job_from_record(item: Any) -> dict[str, Any] | None:
         "members_total": max(len(members), _int(item.get("members_total")) or 0),
         "gpus": gpus,
         "ports": sorted({p for p in ports if _int(p) is not None and 0 < p < 65536})[:MAX_PORTS],
+        "segments": [segment for segment in segments if segment is not None],
     }
+
+
+def _segment(item: Any) -> dict[str, Any] | None:
+    """A segment as ``leftovers`` describes it (its identity: path, device, inode, owner), checked."""
+    if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+        return None
+    identity = {key: _int(item.get(key)) for key in ("dev", "inode", "uid", "size_bytes")}
+    if any(value is None for value in identity.values()):
+        return None
+    texts = {key: _text(item.get(key)) for key in ("name", "kind", "user")}
+    return {"path": item["path"][:512], **identity, **texts}
 
 
 def _gpu_from_record(item: Any) -> dict[str, Any] | None:
@@ -277,6 +295,7 @@ class JobMemory:
             "members_total": 0,
             "gpus": {},
             "ports": [],
+            "segments": [],
         }
         self._dirty = True
         return key
@@ -335,6 +354,36 @@ class JobMemory:
             del self._jobs[key]
         self._dirty = True
 
+    def scans_due(self, now: float) -> list[tuple[tuple[int, int], list[int]]]:
+        """The live jobs whose members are due a look for /dev/shm segments (``SEGMENT_SCAN_S``), each with
+        its members' pids."""
+        due = []
+        for key, job in self._jobs.items():
+            if job["released"] is not None:
+                continue
+            changed = job.get("scanned_members") != job["members_total"]
+            if changed or now - job.get("scanned_at", -1e18) >= SEGMENT_SCAN_S:
+                job["scanned_members"], job["scanned_at"] = job["members_total"], now
+                due.append((key, sorted(job["members"])))
+        return due
+
+    def add_segments(self, key: tuple[int, int], segments: Iterable[dict[str, Any]]) -> None:
+        """Keep the /dev/shm segments a job's members had open or mapped (by device and inode)."""
+        job = self._jobs.get(key)
+        if job is None:
+            return
+        known = {(seg["dev"], seg["inode"]) for seg in job["segments"]}
+        for found in segments:
+            segment = _segment(found)
+            if segment is None or (segment["dev"], segment["inode"]) in known:
+                continue
+            if len(job["segments"]) < MAX_SEGMENTS:
+                job["segments"].append(segment)
+                known.add((segment["dev"], segment["inode"]))
+                self._dirty = True
+        if self._dirty:
+            self._save()
+
     # -- what the client is told ----------------------------------------------------------------------------
 
     def remembered_pids(self) -> list[int]:
@@ -347,13 +396,17 @@ class JobMemory:
         )
 
     def wire(
-        self, alive: dict[int, int | None], listed_gpus: Iterable[dict[str, Any]] | None
+        self,
+        alive: dict[int, int | None],
+        listed_gpus: Iterable[dict[str, Any]] | None,
+        still_there: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = lambda _segments: [],
     ) -> dict[str, Any]:
         """The snapshot's ``remembered`` part.
 
         Args:
             alive: pid -> start ticks of each member read in this sample (None: it exists, unreadable).
             listed_gpus: The GPUs listed now (None: the list failed, so no GPU is called gone).
+            still_there: Which of a job's recorded segments are still the same file (``leftovers``).
         """
         if not self._loaded:
             self._load()
@@ -383,6 +436,7 @@ class JobMemory:
                     "released": job["released"],
                     "gpus": [[index, mib] for index, mib in sorted(job["gpus"].items())],
                     "ports": list(job["ports"]),
+                    "segments": still_there(job["segments"]) if job["segments"] else [],
                     "members_total": job["members_total"],
                     "remaining": remaining,
                     "unseen": unseen,

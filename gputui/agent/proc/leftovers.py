@@ -127,19 +127,26 @@ def _mps_daemons(uids: set[int]) -> list[dict[str, Any]]:
     return daemons
 
 
+def segments_held(pids: Iterable[int], limit: int = MAX_SEGMENTS) -> list[dict[str, Any]]:
+    """The /dev/shm segments and semaphores ``pids`` have open or mapped, each described (``_describe``)."""
+    folder = shm_dir()
+    paths: set[str] = set()
+    for pid in pids:
+        paths |= _held_paths(pid, folder)
+    return [d for d in (_describe(p) for p in sorted(paths)[:limit]) if d is not None]
+
+
 def scan(pids: Iterable[int]) -> dict[str, Any]:
     """What ``pids`` (a job about to be killed) have open or mapped in /dev/shm, and their users' MPS control
     daemons: ``{"segments": [...], "mps": [...], "shm": usage}``."""
-    folder = shm_dir()
-    paths: set[str] = set()
-    uids: set[int] = set()
-    for pid in pids:
-        paths |= _held_paths(pid, folder)
-        uid = read_real_uid(pid)
-        if uid is not None:
-            uids.add(uid)
-    segments = [d for d in (_describe(p) for p in sorted(paths)[:MAX_SEGMENTS]) if d is not None]
-    return {"segments": segments, "mps": _mps_daemons(uids), "shm": usage()}
+    pids = list(pids)
+    uids = {uid for uid in map(read_real_uid, pids) if uid is not None}
+    return {"segments": segments_held(pids), "mps": _mps_daemons(uids), "shm": usage()}
+
+
+def still_there(segments: Iterable[Any]) -> list[dict[str, Any]]:
+    """The recorded segments that are still the same file (``_same``: no holder sweep, an lstat each)."""
+    return [now for now in (_same(r) for r in segments if isinstance(r, dict)) if now is not None]
 
 
 def _holders_of(paths: set[str], folder: str) -> dict[str, list[int]]:
@@ -181,7 +188,7 @@ def _same(recorded: dict[str, Any]) -> dict[str, Any] | None:
 def check(segments: Iterable[Any], mps: Iterable[Any]) -> dict[str, Any]:
     """Which recorded leftovers still exist (the same file; the same daemon), with who holds each segment."""
     folder = shm_dir()
-    still = [now for now in (_same(r) for r in segments if isinstance(r, dict)) if now is not None]
+    still = still_there(segments)
     holders = _holders_of({now["path"] for now in still}, folder)
     left = [dict(now, open_by=holders[now["path"]]) for now in still]
     alive = []

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 MAX_JOBS = 8
 MAX_MEMBERS = 512
 MAX_GPUS = 64
+MAX_SEGMENTS = 32
 
 
 def _list(value: Any) -> list[Any]:
@@ -37,6 +38,31 @@ def _pairs(value: Any, limit: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+class RememberedSegment(Record):
+    """A /dev/shm segment or semaphore a job's members had open or mapped, by its identity (what
+    ``gputui leftovers`` checks again before it removes anything)."""
+
+    path: SafeText
+    dev: int
+    inode: int
+    uid: int
+    size_bytes: int
+    kind: str = "segment"
+    user: SafeText | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RememberedSegment | None:
+        if not isinstance(data, dict):
+            return None
+        path = opt_safe(data.get("path"))
+        numbers = [opt_int(data.get(key)) for key in ("dev", "inode", "uid", "size_bytes")]
+        if not path or any(n is None or n < 0 for n in numbers):
+            return None
+        dev, inode, uid, size = (int(n) for n in numbers)  # type: ignore[arg-type]
+        kind = "semaphore" if data.get("kind") == "semaphore" else "segment"
+        return cls(path, dev, inode, uid, size, kind, opt_safe(data.get("user")))
+
+
 class RememberedJob(Record):
     """A GPU job the collector saw that holds no GPU memory any more (its fields are named as on the wire, so
     that ``plain`` of it reads back the same).
@@ -48,6 +74,7 @@ class RememberedJob(Record):
             (epoch seconds, the host's clock).
         gpus: (GPU index, the most MiB the job was seen to hold there).
         ports: TCP ports its members listened on.
+        segments: Its /dev/shm segments that are still there (the same file).
         members_total: How many processes it was seen to have.
         remaining: (pid, start ticks) of its members still there (running or defunct); ``unseen``: pids that
             exist but could not be read (another user's, hidden): neither gone nor known to be the job's.
@@ -62,6 +89,7 @@ class RememberedJob(Record):
     released: float | None = None
     gpus: tuple[tuple[int, int], ...] = ()
     ports: tuple[int, ...] = ()
+    segments: tuple[RememberedSegment, ...] = ()
     members_total: int = 0
     remaining: tuple[tuple[int, int], ...] = ()
     unseen: tuple[int, ...] = ()
@@ -92,6 +120,11 @@ class RememberedJob(Record):
             released=opt_float(data.get("released")),
             gpus=tuple(pair for pair in _pairs(data.get("gpus"), MAX_GPUS) if pair[0] >= 0 and pair[1] >= 0),
             ports=ports_of(data.get("ports")) or (),
+            segments=tuple(
+                seg
+                for seg in map(RememberedSegment.from_dict, _list(data.get("segments"))[:MAX_SEGMENTS])
+                if seg
+            ),
             members_total=min(
                 1 << 20, max(len(remaining) + len(unseen), opt_int(data.get("members_total")) or 0)
             ),

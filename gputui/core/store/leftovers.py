@@ -116,7 +116,8 @@ def judge(snapshot: HostSnapshot, checked: dict[str, Any] | None) -> HostSnapsho
     full."""
     if checked is None:
         return snapshot
-    extra = findings(snapshot.target, checked)
+    said = {f.detail for f in snapshot.findings if f.kind == KIND}  # a job's, from the collector's record
+    extra = [f for f in findings(snapshot.target, checked) if f.detail not in said]
     verdict = snapshot.verdict
     if verdict is not None and verdict.known:
         reasons = tuple(f"leftover: {f.detail}" for f in extra)

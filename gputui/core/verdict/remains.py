@@ -9,6 +9,8 @@ GPU memory, what is left of it is said here, once:
 * a member left defunct is a ``zombie`` of it, whoever its parent is (an init that does not reap: its
   container is stopped, pid 1 never signalled): NOT CLEAN; the host's own init (pid 1) is given the
   moments it takes to reap (``D_STATE_THRESHOLD_S`` since the job's memory went);
+* a /dev/shm segment its members had open or mapped, still the same file: a ``leftover`` (the same
+  finding a kill's record gives), NOT CLEAN;
 * a port it listened on still in LISTEN by a listed process that is not its member and started before it
   was released (one that inherited the socket): NOT CLEAN;
 * a GPU listed before in this boot and not now: NOT READY (a GPU that fell off the bus comes back with a
@@ -24,7 +26,8 @@ import time
 
 from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_table
 from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, replace
-from gputui.core.store import watched_ports
+from gputui.core.model.wire import plain
+from gputui.core.store import leftovers, watched_ports
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
 from gputui.core.verdict.findings import WHY_MEMBER, WHY_PARENT, process_facts, survivor_words, zombie_words
 
@@ -71,6 +74,8 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
     replaced: dict[int, Finding] = {}
     running: list[str] = []
     reasons: list[str] = []
+    leftover_findings: list[Finding] = []
+    seen_leftovers = {f.detail for f in findings if f.kind == leftovers.KIND}
     for job in remembered.jobs:
         for pid, start in job.remaining:
             proc = table.get(pid)
@@ -84,6 +89,12 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
             if finding is not None:
                 replaced[pid] = finding
                 (running if finding.kind == "survivor" else reasons).append(finding.detail)
+        for segment in job.segments:
+            for finding in leftovers.findings(snapshot.target, {"segments": [plain(segment)]}):
+                if finding.detail not in seen_leftovers:
+                    seen_leftovers.add(finding.detail)
+                    leftover_findings.append(finding)
+                    reasons.append(f"leftover: {finding.detail}")
         members = {pid for pid, _start in job.remaining}
         for port, listener in busy_ports(snapshot, watched_ports(job.ports, job.released)) or ():
             # A listener not listed cannot be told from the job restarted; a member is a survivor already.
@@ -91,7 +102,7 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
                 reasons.append(busy_port_reason(port, listener))
     kept = tuple(f for f in findings if f.pid not in replaced or f.kind not in REPLACED_KINDS)
     # What still runs first: it is what the next launch would collide with.
-    return kept + tuple(replaced.values()), tuple(dict.fromkeys(running + reasons))
+    return kept + tuple(replaced.values()) + tuple(leftover_findings), tuple(dict.fromkeys(running + reasons))
 
 
 def gone_gpu_reason(gpu: GoneGpu) -> str:
