@@ -234,3 +234,22 @@ def test_a_planted_or_broken_record_is_one_line_and_never_trusted(
         assert elsewhere.read_text() == "{}"  # nor followed
     if planted == "fifo":
         assert record.is_fifo()
+
+
+def test_a_calibrated_gpu_not_listed_after_a_reboot_is_not_ready(fake_nvml: Any, tmp_path: Path) -> None:
+    env = gputui_env(fake_nvml, tmp_path / "state")
+    for index, gpu in enumerate(fake_nvml.state.gpus):
+        gpu.uuid = f"GPU-5e1f0c2a-0000-4000-8000-00000000000{index}"
+    fake_nvml.write()
+    assert run_gputui(["check", "--calibrate", "--no-discover"], env).returncode == 0
+    (tmp_path / "state" / "gputui" / "remembered-jobs.json").unlink()  # as after a reboot: no record
+    del fake_nvml.state.gpus[3]
+    fake_nvml.write()
+    status, host = check(env)
+    assert status == 1
+    (gone,) = host["verdict"]["not_ready"]
+    assert gone == (
+        "GPU GPU-5e1f0c2a-0000-4000-8000-000000000003 was calibrated on this host and is not listed now: "
+        "fallen off the bus? reboot the host (a GPU replaced since: calibrate again)"
+    )
+    assert host["verdict"]["level"] == "NOT READY"

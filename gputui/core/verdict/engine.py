@@ -68,7 +68,9 @@ def judge(
     if verdict is None or not verdict.known:
         return analysed
     extra = port_reasons(analysed, watched_ports) + server_reasons(analysed) + remains
-    gone = tuple(dict.fromkeys(gone_gpu_reasons(analysed) + lost_gpu_reasons(analysed)))
+    gone = tuple(
+        dict.fromkeys(gone_gpu_reasons(analysed, baselines.per_gpu_mib) + lost_gpu_reasons(analysed))
+    )
     if extra or gone:
         verdict = replace(
             verdict,

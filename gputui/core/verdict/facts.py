@@ -18,8 +18,7 @@ import time
 
 from gputui.core.jobs import proc_table
 from gputui.core.model import HostSnapshot, Verdict, VerdictFact, VerdictFacts, replace
-from gputui.core.verdict.fitness import lost_gpu_reasons
-from gputui.core.verdict.remains import gone_gpu_reasons, nothing_recorded
+from gputui.core.verdict.remains import nothing_recorded
 from gputui.core.verdict.slate import gpu_holders
 
 WORKER_KINDS = frozenset({"survivor"})
@@ -60,7 +59,7 @@ def _sorted_reasons(snapshot: HostSnapshot, verdict: Verdict) -> tuple[list[str]
     """The verdict's reasons as (workers, residue, GPUs), each in the verdict's order."""
     table_gpus = {gpu.index: gpu for gpu in snapshot.gpus}
     table = proc_table(snapshot)
-    gpu_reasons = set(verdict.not_ready) | set(gone_gpu_reasons(snapshot)) | set(lost_gpu_reasons(snapshot))
+    gpu_reasons = set(verdict.not_ready)  # a GPU gone or lost is NOT READY too
     worker_reasons: set[str] = set()
     for gpu_verdict in verdict.gpus:
         gpu = table_gpus.get(gpu_verdict.index)

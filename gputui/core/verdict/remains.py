@@ -23,11 +23,13 @@ a member that exists but cannot be read is said as unseen, not as gone. Nothing 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_table
 from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, replace
 from gputui.core.model.wire import plain
 from gputui.core.store import leftovers, watched_ports
+from gputui.core.text import visible
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
 from gputui.core.verdict.findings import WHY_MEMBER, WHY_PARENT, process_facts, survivor_words, zombie_words
 
@@ -117,10 +119,22 @@ def gone_gpu_reason(gpu: GoneGpu) -> str:
     return f"GPU {gpu.uuid}{where} was listed{at} and is gone: fallen off the bus? reboot the host"
 
 
-def gone_gpu_reasons(snapshot: HostSnapshot) -> list[str]:
-    """One NOT READY reason per GPU listed before in this boot and not now."""
+def gone_gpu_reasons(snapshot: HostSnapshot, calibrated: Iterable[str] = ()) -> list[str]:
+    """One NOT READY reason per GPU listed before in this boot and not now, and per GPU calibrated on the
+    host (``calibrated``: the baselines' keys) that is not listed now."""
     remembered = snapshot.remembered
-    return [] if remembered is None else [gone_gpu_reason(gpu) for gpu in remembered.gpus_gone]
+    reasons = [] if remembered is None else [gone_gpu_reason(gpu) for gpu in remembered.gpus_gone]
+    if snapshot.error is not None or not snapshot.gpus:
+        return reasons  # a host that lists no GPU cannot tell which are gone
+    said = {gpu.uuid for gpu in remembered.gpus_gone} if remembered is not None else set()
+    listed = {gpu.key for gpu in snapshot.gpus}
+    for key in sorted(calibrated):
+        if key.startswith("GPU-") and key not in listed and key not in said:
+            reasons.append(
+                f"GPU {visible(key, 80)} was calibrated on this host and is not listed now: fallen off the "
+                "bus? reboot the host (a GPU replaced since: calibrate again)"
+            )
+    return reasons
 
 
 def nothing_recorded(snapshot: HostSnapshot) -> str | None:
