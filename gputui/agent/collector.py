@@ -19,7 +19,7 @@ from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.exits import ExitWatch
 from gputui.agent.proc.jobmemory import MAX_SEGMENTS, JobMemory
-from gputui.agent.proc.leftovers import segments_held, still_there
+from gputui.agent.proc.leftovers import job_leftovers, still_left
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
@@ -261,8 +261,8 @@ class Agent:
                 if listed is not None:
                     memory.note(sampler.jobs, sampler.processes, gpus, now)
                     for key, pids in memory.scans_due(now):
-                        memory.add_segments(key, segments_held(pids, MAX_SEGMENTS))
-                self._remembered = memory.wire(sampler.remembered, listed, still_there)
+                        memory.add_leftovers(key, job_leftovers(pids, MAX_SEGMENTS))
+                self._remembered = memory.wire(sampler.remembered, listed, still_left)
                 if sampler.last_sweep_full and (self.discover_health or self._health is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every
                     # process intervals.

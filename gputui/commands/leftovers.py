@@ -61,11 +61,16 @@ def check_recorded(
         return None
     asked = {"segments": list(known["segments"]), "mps": list(known["mps"])}
     identities = {(seg.get("dev"), seg.get("inode")) for seg in asked["segments"]}
+    daemons = {(d.get("pid"), d.get("start_ticks")) for d in asked["mps"]}
     for job in remembered.jobs if remembered is not None else ():
         for segment in job.segments:
             if (segment.dev, segment.inode) not in identities:
                 identities.add((segment.dev, segment.inode))
                 asked["segments"].append(plain(segment))
+        for daemon in job.mps:
+            if (daemon.pid, daemon.start_ticks) not in daemons:
+                daemons.add((daemon.pid, daemon.start_ticks))
+                asked["mps"].append(plain(daemon))
     if not asked["segments"] and not asked["mps"]:
         return None
     try:
@@ -73,11 +78,12 @@ def check_recorded(
     except LinkError:
         return None
     ours = {(seg.get("dev"), seg.get("inode")) for seg in known["segments"]}
+    our_daemons = {(d.get("pid"), d.get("start_ticks")) for d in known["mps"]}
     kept = {
         "segments": [
             seg for seg in checked.get("segments") or () if (seg.get("dev"), seg.get("inode")) in ours
         ],
-        "mps": checked.get("mps") or [],
+        "mps": [d for d in checked.get("mps") or () if (d.get("pid"), d.get("start_ticks")) in our_daemons],
     }
     if len(kept["segments"]) != len(known["segments"]) or len(kept["mps"]) != len(known["mps"]):
         try:

@@ -113,7 +113,10 @@ def test_a_segment_of_a_job_killed_outside_gputui_is_residue_until_removed(
     shm.mkdir()
     segment = shm / "sgl_shm_7c1e"
     env = dict(gputui_env(fake_nvml, tmp_path / "state"), GPUTUI_TEST_SHM_DIR=str(shm))
-    with proc_tree(outside_kill_job(segment)) as tree:
+    with (
+        proc_tree(node("mps", "nvidia-cuda-mps-control")) as mps,
+        proc_tree(outside_kill_job(segment)) as tree,
+    ):
         for gpu, role in enumerate(SCHEDULERS):
             fake_nvml.state.add_holder(gpu, tree[role], WORKER_MIB)
         fake_nvml.write()
@@ -126,23 +129,26 @@ def test_a_segment_of_a_job_killed_outside_gputui_is_residue_until_removed(
         fake_nvml.write()
         members = [tree[r] for r in ("nsys", "launcher", "detok", *SCHEDULERS)]
         wait_for(lambda: all(start_ticks_of(p) != tree.ticks[p] for p in members), "the job to be reaped")
-    assert segment.exists()
-    status, host = check(env)
-    assert status == 1
-    (left,) = [f for f in host["findings"] if f["kind"] == "leftover"]
-    assert left["detail"].startswith(f"segment {segment} (1.0 MiB, owner ")
-    assert left["action"] == "gputui leftovers local --remove"
-    residue = host["verdict"]["facts"]["residue"]
-    assert residue["reasons"] == [f"leftover: {left['detail']}"]
-    snapshot = run_gputui(["snapshot", "--json", "--no-discover"], env)
-    (same,) = json.loads(snapshot.stdout)["hosts"]
-    assert same["verdict"]["facts"]["residue"] == residue
-    listed = run_gputui(["leftovers", "local"], env)
-    assert listed.returncode == 1
-    assert str(segment) in listed.stdout
-    removed = run_gputui(["leftovers", "local", "--remove", "--yes"], env)
-    assert removed.returncode == 0, removed.stdout + removed.stderr
-    assert not segment.exists()
+        assert segment.exists()
+        status, host = check(env)
+        assert status == 1
+        left, daemon = [f for f in host["findings"] if f["kind"] == "leftover"]
+        assert left["detail"].startswith(f"segment {segment} (1.0 MiB, owner ")
+        assert left["action"] == "gputui leftovers local --remove"
+        assert daemon["detail"] == f"MPS control daemon pid {mps['mps']} (user root) outlived its killed job"
+        residue = host["verdict"]["facts"]["residue"]
+        assert residue["reasons"] == [f"leftover: {left['detail']}", f"leftover: {daemon['detail']}"]
+        snapshot = run_gputui(["snapshot", "--json", "--no-discover"], env)
+        (same,) = json.loads(snapshot.stdout)["hosts"]
+        assert same["verdict"]["facts"]["residue"] == residue
+        listed = run_gputui(["leftovers", "local"], env)
+        assert listed.returncode == 1
+        assert str(segment) in listed.stdout
+        assert f"MPS control daemon pid {mps['mps']}" in listed.stdout
+        removed = run_gputui(["leftovers", "local", "--remove", "--yes"], env)
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        assert not segment.exists()
+        assert check(env)[0] == 1  # gputui never stops an MPS daemon: its user does
     status, host = check(env)
     assert status == 0, host["verdict"]["reasons"]
     assert host["verdict"]["facts"]["residue"]["line"] == "none left"

@@ -136,7 +136,7 @@ def test_a_record_that_is_not_a_file_is_one_line_and_left_alone(tmp_path: Path) 
     assert path.is_fifo()
 
 
-def test_a_jobs_segments_are_looked_for_on_change_and_kept_by_identity(tmp_path: Path) -> None:
+def test_what_a_job_may_leave_is_looked_for_on_change_and_kept_by_identity(tmp_path: Path) -> None:
     memory = JobMemory(BOOT, str(tmp_path / "record.json"))
     memory.note({100: [100]}, [proc(100, 5, gpu_mib=10)], GPUS, now=1.0)
     assert memory.scans_due(1.0) == [((100, 5), [100])]
@@ -149,10 +149,16 @@ def test_a_jobs_segments_are_looked_for_on_change_and_kept_by_identity(tmp_path:
         "size_bytes": 4096,
         "kind": "segment",
     }
-    memory.add_segments((100, 5), [segment, dict(segment, path="/dev/shm/renamed"), {"path": 3}])
+    daemon = {"pid": 77, "start_ticks": 3, "uid": 1000, "user": "alice"}
+    found = {
+        "segments": [segment, dict(segment, path="/dev/shm/renamed"), {"path": 3}],
+        "mps": [daemon, daemon],
+    }
+    memory.add_leftovers((100, 5), found)
     memory.note({100: [100, 101]}, [proc(100, 5, gpu_mib=10), proc(101, 6)], GPUS, now=3.0)
     assert memory.scans_due(3.0) == [((100, 5), [100, 101])]  # a new member: looked at again
     assert memory.scans_due(3.0 + jobmemory.SEGMENT_SCAN_S) == [((100, 5), [100, 101])]
     memory.note({}, [], GPUS, now=100.0)
     (job,) = JobMemory(BOOT, str(tmp_path / "record.json")).wire({}, GPUS, lambda kept: kept)["jobs"]
     assert [s["path"] for s in job["segments"]] == ["/dev/shm/sgl_shm_1"]
+    assert job["mps"] == [daemon]

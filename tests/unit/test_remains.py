@@ -109,3 +109,17 @@ def test_the_facts_of_a_clean_host_say_what_is_gone() -> None:
     assert unseen.verdict.facts is not None
     assert unseen.verdict.facts.workers.line.endswith("; 1 cannot be seen (another user's?)")
     assert unseen.verdict.facts.workers.line.startswith("3 of 4 processes")
+
+
+def test_an_mps_daemon_is_residue_only_while_no_job_of_its_user_holds_memory() -> None:
+    daemon = {"pid": 77, "start_ticks": 3, "uid": 1000, "user": "alice"}
+    host = judged(sample([], [], mps=[daemon]))
+    (left,) = host.findings
+    assert left.detail == "MPS control daemon pid 77 (user alice) outlived its killed job"
+    assert host.verdict is not None
+    assert host.verdict.facts is not None
+    assert host.verdict.facts.residue.reasons == (f"leftover: {left.detail}",)
+    launcher = proc(899, 1, uid=1000, name="python3")
+    serving = proc(900, 899, uid=1000, gpu_memory_mib={"0": 2048})
+    busy = judged(sample([launcher, serving], [], mps=[daemon]))
+    assert [f.kind for f in busy.findings] == []

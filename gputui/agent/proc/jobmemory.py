@@ -41,6 +41,8 @@ MAX_PORTS = 32
 MAX_GPUS = 64
 MAX_SEGMENTS = 32
 """Segments (in /dev/shm) kept per job."""
+MAX_MPS = 4
+"""MPS control daemons kept per job (one per user of the job)."""
 SEGMENT_SCAN_S = 60.0
 """A live job's members are looked at for /dev/shm segments when they change, and at most this often
 otherwise (a segment made after the last change is found within this long)."""
@@ -104,6 +106,7 @@ def _job_from_record(item: Any) -> dict[str, Any] | None:
                 gpus[index] = mib
     ports = _list(item.get("ports"))
     segments = [_segment(entry) for entry in _list(item.get("segments"))[:MAX_SEGMENTS]]
+    daemons = [_daemon(entry) for entry in _list(item.get("mps"))[:MAX_MPS]]
     return {
         "root": root,
         "root_start": start,
@@ -118,6 +121,7 @@ def _job_from_record(item: Any) -> dict[str, Any] | None:
         "gpus": gpus,
         "ports": sorted({p for p in ports if _int(p) is not None and 0 < p < 65536})[:MAX_PORTS],
         "segments": [segment for segment in segments if segment is not None],
+        "mps": [daemon for daemon in daemons if daemon is not None],
     }
 
 
@@ -130,6 +134,16 @@ def _segment(item: Any) -> dict[str, Any] | None:
         return None
     texts = {key: _text(item.get(key)) for key in ("name", "kind", "user")}
     return {"path": item["path"][:512], **identity, **texts}
+
+
+def _daemon(item: Any) -> dict[str, Any] | None:
+    """An MPS control daemon as ``leftovers`` describes it (pid, start ticks, owner), checked."""
+    if not isinstance(item, dict):
+        return None
+    pid, ticks, uid = (_int(item.get(key)) for key in ("pid", "start_ticks", "uid"))
+    if pid is None or pid <= 1 or ticks is None or uid is None:
+        return None
+    return {"pid": pid, "start_ticks": ticks, "uid": uid, "user": _text(item.get("user"))}
 
 
 def _gpu_from_record(item: Any) -> dict[str, Any] | None:
@@ -296,6 +310,7 @@ class JobMemory:
             "gpus": {},
             "ports": [],
             "segments": [],
+            "mps": [],
         }
         self._dirty = True
         return key
@@ -355,8 +370,8 @@ class JobMemory:
         self._dirty = True
 
     def scans_due(self, now: float) -> list[tuple[tuple[int, int], list[int]]]:
-        """The live jobs whose members are due a look for /dev/shm segments (``SEGMENT_SCAN_S``), each with
-        its members' pids."""
+        """The live jobs whose members are due a look for what they may leave behind (``SEGMENT_SCAN_S``),
+        each with its members' pids."""
         due = []
         for key, job in self._jobs.items():
             if job["released"] is not None:
@@ -367,14 +382,23 @@ class JobMemory:
                 due.append((key, sorted(job["members"])))
         return due
 
-    def add_segments(self, key: tuple[int, int], segments: Iterable[dict[str, Any]]) -> None:
-        """Keep the /dev/shm segments a job's members had open or mapped (by device and inode)."""
+    def add_leftovers(self, key: tuple[int, int], found: dict[str, Any]) -> None:
+        """Keep what a job may leave behind (``leftovers.job_leftovers``): the /dev/shm segments its members
+        had open or mapped (by device and inode) and its users' MPS control daemons (by pid and start)."""
         job = self._jobs.get(key)
         if job is None:
             return
+        daemons = {(d["pid"], d["start_ticks"]) for d in job["mps"]}
+        for item in found.get("mps") or ():
+            daemon = _daemon(item)
+            if daemon is not None and (daemon["pid"], daemon["start_ticks"]) not in daemons:
+                if len(job["mps"]) < MAX_MPS:
+                    job["mps"].append(daemon)
+                    daemons.add((daemon["pid"], daemon["start_ticks"]))
+                    self._dirty = True
         known = {(seg["dev"], seg["inode"]) for seg in job["segments"]}
-        for found in segments:
-            segment = _segment(found)
+        for found_segment in found.get("segments") or ():
+            segment = _segment(found_segment)
             if segment is None or (segment["dev"], segment["inode"]) in known:
                 continue
             if len(job["segments"]) < MAX_SEGMENTS:
@@ -385,6 +409,15 @@ class JobMemory:
             self._save()
 
     # -- what the client is told ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _left(
+        job: dict[str, Any], still_left: Callable[[dict[str, Any]], dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        if still_left is None or not (job["segments"] or job["mps"]):
+            return {"segments": [], "mps": []}
+        left = still_left({"segments": job["segments"], "mps": job["mps"]})
+        return {"segments": left.get("segments") or [], "mps": left.get("mps") or []}
 
     def remembered_pids(self) -> list[int]:
         """The members of every job not yet known to be all gone: the next process sample reads (and lists)
@@ -399,14 +432,15 @@ class JobMemory:
         self,
         alive: dict[int, int | None],
         listed_gpus: Iterable[dict[str, Any]] | None,
-        still_there: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] = lambda _segments: [],
+        still_left: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """The snapshot's ``remembered`` part.
 
         Args:
             alive: pid -> start ticks of each member read in this sample (None: it exists, unreadable).
             listed_gpus: The GPUs listed now (None: the list failed, so no GPU is called gone).
-            still_there: Which of a job's recorded segments are still the same file (``leftovers``).
+            still_left: Which of a job's recorded segments and MPS daemons are still there
+                (``leftovers.still_left``); None: none are looked for.
         """
         if not self._loaded:
             self._load()
@@ -436,7 +470,7 @@ class JobMemory:
                     "released": job["released"],
                     "gpus": [[index, mib] for index, mib in sorted(job["gpus"].items())],
                     "ports": list(job["ports"]),
-                    "segments": still_there(job["segments"]) if job["segments"] else [],
+                    **self._left(job, still_left),
                     "members_total": job["members_total"],
                     "remaining": remaining,
                     "unseen": unseen,

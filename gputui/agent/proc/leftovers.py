@@ -191,6 +191,11 @@ def check(segments: Iterable[Any], mps: Iterable[Any]) -> dict[str, Any]:
     still = still_there(segments)
     holders = _holders_of({now["path"] for now in still}, folder)
     left = [dict(now, open_by=holders[now["path"]]) for now in still]
+    return {"segments": left, "mps": daemons_alive(mps), "shm": usage()}
+
+
+def daemons_alive(mps: Iterable[Any]) -> list[dict[str, Any]]:
+    """The recorded MPS control daemons still running (the same pid and start time, the same name)."""
     alive = []
     for daemon in mps:
         if not isinstance(daemon, dict) or not isinstance(daemon.get("pid"), int):
@@ -198,7 +203,22 @@ def check(segments: Iterable[Any], mps: Iterable[Any]) -> dict[str, Any]:
         info = read_stat(daemon["pid"])
         if info is not None and info.start_ticks == daemon.get("start_ticks") and info.name == MPS_COMM:
             alive.append(daemon)
-    return {"segments": left, "mps": alive, "shm": usage()}
+    return alive
+
+
+def job_leftovers(pids: Iterable[int], max_segments: int) -> dict[str, Any]:
+    """What a live job may leave behind, looked at while it runs: ``{"segments": [...], "mps": [...]}``."""
+    pids = list(pids)
+    uids = {uid for uid in map(read_real_uid, pids) if uid is not None}
+    return {"segments": segments_held(pids, max_segments), "mps": _mps_daemons(uids)}
+
+
+def still_left(recorded: dict[str, Any]) -> dict[str, Any]:
+    """Which of a job's recorded segments and MPS daemons are still there (no holder sweep)."""
+    return {
+        "segments": still_there(recorded.get("segments") or ()),
+        "mps": daemons_alive(recorded.get("mps") or ()),
+    }
 
 
 def remove(segments: Iterable[Any], read_only: bool) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ MAX_JOBS = 8
 MAX_MEMBERS = 512
 MAX_GPUS = 64
 MAX_SEGMENTS = 32
+MAX_DAEMONS = 4
 
 
 def _list(value: Any) -> list[Any]:
@@ -63,6 +64,24 @@ class RememberedSegment(Record):
         return cls(path, dev, inode, uid, size, kind, opt_safe(data.get("user")))
 
 
+class RememberedDaemon(Record):
+    """An MPS control daemon of a job's user, by pid and start time."""
+
+    pid: int
+    start_ticks: int
+    uid: int
+    user: SafeText | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RememberedDaemon | None:
+        if not isinstance(data, dict):
+            return None
+        pid, ticks, uid = (opt_int(data.get(key)) for key in ("pid", "start_ticks", "uid"))
+        if pid is None or pid <= 1 or ticks is None or uid is None:
+            return None
+        return cls(pid, ticks, uid, opt_safe(data.get("user")))
+
+
 class RememberedJob(Record):
     """A GPU job the collector saw that holds no GPU memory any more (its fields are named as on the wire, so
     that ``plain`` of it reads back the same).
@@ -75,6 +94,7 @@ class RememberedJob(Record):
         gpus: (GPU index, the most MiB the job was seen to hold there).
         ports: TCP ports its members listened on.
         segments: Its /dev/shm segments that are still there (the same file).
+        mps: Its users' MPS control daemons that still run.
         members_total: How many processes it was seen to have.
         remaining: (pid, start ticks) of its members still there (running or defunct); ``unseen``: pids that
             exist but could not be read (another user's, hidden): neither gone nor known to be the job's.
@@ -90,6 +110,7 @@ class RememberedJob(Record):
     gpus: tuple[tuple[int, int], ...] = ()
     ports: tuple[int, ...] = ()
     segments: tuple[RememberedSegment, ...] = ()
+    mps: tuple[RememberedDaemon, ...] = ()
     members_total: int = 0
     remaining: tuple[tuple[int, int], ...] = ()
     unseen: tuple[int, ...] = ()
@@ -125,6 +146,7 @@ class RememberedJob(Record):
                 for seg in map(RememberedSegment.from_dict, _list(data.get("segments"))[:MAX_SEGMENTS])
                 if seg
             ),
+            mps=tuple(filter(None, map(RememberedDaemon.from_dict, _list(data.get("mps"))[:MAX_DAEMONS]))),
             members_total=min(
                 1 << 20, max(len(remaining) + len(unseen), opt_int(data.get("members_total")) or 0)
             ),

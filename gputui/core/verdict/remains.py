@@ -9,8 +9,9 @@ GPU memory, what is left of it is said here, once:
 * a member left defunct is a ``zombie`` of it, whoever its parent is (an init that does not reap: its
   container is stopped, pid 1 never signalled): NOT CLEAN; the host's own init (pid 1) is given the
   moments it takes to reap (``D_STATE_THRESHOLD_S`` since the job's memory went);
-* a /dev/shm segment its members had open or mapped, still the same file: a ``leftover`` (the same
-  finding a kill's record gives), NOT CLEAN;
+* a /dev/shm segment its members had open or mapped, still the same file, and its users' MPS control
+  daemon still running while no process of that user holds GPU memory: a ``leftover`` (the same finding a
+  kill's record gives), NOT CLEAN;
 * a port it listened on still in LISTEN by a listed process that is not its member and started before it
   was released (one that inherited the socket): NOT CLEAN;
 * a GPU listed before in this boot and not now: NOT READY (a GPU that fell off the bus comes back with a
@@ -91,8 +92,14 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
             if finding is not None:
                 replaced[pid] = finding
                 (running if finding.kind == "survivor" else reasons).append(finding.detail)
-        for segment in job.segments:
-            for finding in leftovers.findings(snapshot.target, {"segments": [plain(segment)]}):
+        # An MPS daemon still serving a job of its user that holds GPU memory is that job's, not residue.
+        serving = {p.uid for p in table.values() if p.gpu_memory_mib and p.uid is not None}
+        left = {
+            "segments": [plain(segment) for segment in job.segments],
+            "mps": [plain(daemon) for daemon in job.mps if daemon.uid not in serving],
+        }
+        if left["segments"] or left["mps"]:
+            for finding in leftovers.findings(snapshot.target, left):
                 if finding.detail not in seen_leftovers:
                     seen_leftovers.add(finding.detail)
                     leftover_findings.append(finding)
