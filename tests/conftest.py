@@ -3,8 +3,12 @@
 A skipped test is a failed run: every dependency the suite needs is installed by `.ci/run`, so a skip can only
 mean something is missing that should not be. A process left behind fails the run too (`tests/leakcheck.py`),
 and so does a change to the user's own gputui files or `.ssh`: HOME and the XDG directories point into a
-temporary tree for the whole run and every subprocess (`tests/homeguard.py`).
+temporary tree for the whole run and every subprocess (`tests/homeguard.py`), and each test gets a state
+folder of its own.
 """
+
+import os
+import tempfile
 
 import pytest
 
@@ -23,6 +27,14 @@ SLOW_FOLDERS = ("integration", "bench", "snapshot")
 bench, or render the app to SVG: ``pytest -m "not slow"`` leaves them out, for a run of a few minutes."""
 
 _skipped: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _own_state_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test keeps gputui's state (baselines, audit log, the collector's record of the jobs it saw) in a
+    folder of its own inside the run's temporary one: a job one test leaves in the record is not another
+    test's to judge."""
+    monkeypatch.setenv("XDG_STATE_HOME", tempfile.mkdtemp(prefix="test-", dir=os.environ["XDG_STATE_HOME"]))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -85,7 +85,7 @@ async def test_shows_the_wedged_host(make_app):
         assert state.plain.strip() == "Z"
         assert "red" in str(state.style)  # zombies stand out
         # The headline every view prints, then the first reason: GPU0's scheduler exited whole (freed).
-        assert _clean_line(app).startswith("NOT CLEAN: 1/8 GPUs at baseline (3 MiB + 2) · GPU1 ")
+        assert _clean_line(app).startswith("NOT CLEAN: 1/8 GPUs at baseline (3 MiB + 2) · workers: GPU1 ")
         assert len(app.query_one(FindingsList).findings) >= 8
         gpu_text = str(app.query_one(GpuPanel).render())
         assert "41239/49152" in gpu_text

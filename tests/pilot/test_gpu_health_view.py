@@ -74,7 +74,7 @@ async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make
         await wait_for(pilot, lambda: "NOT READY" in str(line.render()), "NOT READY")
         said = str(line.render())
         assert said.startswith("NOT READY: ")
-        assert "· GPU2 needs a reset (row remap pending)" in said
+        assert "· GPUs: GPU2 needs a reset (row remap pending)" in said  # the reason, labelled with its fact
         await pilot.press("g", *["down"] * UNFIT_GPU, "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), "the GPU view")
         shown = _health(app)

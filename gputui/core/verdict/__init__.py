@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from gputui.core.verdict.calibration import IDLE_FLOOR_MIB, idle_limit_mib, refusals
     from gputui.core.verdict.cleanslate import CleanCheck, ports_left
     from gputui.core.verdict.engine import judge, no_data, no_data_text
-    from gputui.core.verdict.facts import fact_rows, with_facts
+    from gputui.core.verdict.facts import fact_label, fact_rows, with_facts
     from gputui.core.verdict.findings import (
         DEFUNCT_RESET_AFTER_S,
         FINDING_KINDS,
@@ -79,6 +79,7 @@ __all__ = [
     "clean_slate",
     "duplicate_host_finding",
     "exit_code",
+    "fact_label",
     "fact_rows",
     "find_problems",
     "find_survivors",
@@ -131,6 +132,7 @@ _HOMES = {
     "exit_code": "levels",
     "find_problems": "findings",
     "find_survivors": "findings",
+    "fact_label": "facts",
     "fact_rows": "facts",
     "nothing_recorded": "remains",
     "with_facts": "facts",

@@ -114,3 +114,11 @@ FACT_LABELS = (("workers", "workers"), ("residue", "residue"), ("gpus", "GPUs"))
 def fact_rows(facts: VerdictFacts) -> list[tuple[str, bool, str]]:
     """(label, holds, line) of each fact, in ``FACT_LABELS`` order."""
     return [(label, getattr(facts, name).ok, getattr(facts, name).line) for name, label in FACT_LABELS]
+
+
+def fact_label(facts: VerdictFacts, reason: str) -> str | None:
+    """The label of the fact ``reason`` is about (None: none of them has it)."""
+    for name, label in FACT_LABELS:
+        if reason in getattr(facts, name).reasons:
+            return label
+    return None

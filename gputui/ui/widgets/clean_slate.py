@@ -7,7 +7,7 @@ from textual.widgets import Static
 
 from gputui.core.model import CANNOT_TELL, NOT_READY, Verdict
 from gputui.core.text import clock_time
-from gputui.core.verdict import CleanCheck, fact_rows, headline
+from gputui.core.verdict import CleanCheck, fact_label, fact_rows, headline
 from gputui.ui.widgets.fmt import curve, duration, safe_text
 
 DRAIN_CURVE_CELLS = 24
@@ -47,6 +47,18 @@ def drain_text(check: CleanCheck) -> Text:
     return text
 
 
+def other_facts(verdict: Verdict) -> Text:
+    """`` · workers: … · residue: none left``: the two facts a CLEAN line does not already say (its start
+    is the GPUs'); empty for a verdict without facts."""
+    text = Text("")
+    if verdict.facts is None:
+        return text
+    for label, _holds, fact in fact_rows(verdict.facts)[:2]:
+        text.append(f" · {label}: ", style="green")
+        text.append_text(safe_text(fact, 120, style="green"))
+    return text
+
+
 def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> Text:
     """The line for a verdict, with the progress or receipt of a running or finished check."""
     if verdict is None:
@@ -67,10 +79,7 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
         ports = ports_free_text(check)
         if ports:
             line.append(f" · {ports}", style="green")
-        if verdict.facts is not None:  # the GPUs' fact is the line's start
-            for label, _holds, fact in fact_rows(verdict.facts)[:2]:
-                line.append(f" · {label}: ", style="green")
-                line.append_text(safe_text(fact, 120, style="green"))
+        line.append_text(other_facts(verdict))
         return line
     if verdict.clean and check is not None and check.finished_s is None:
         # A clean memory sample is not the receipt: the kill has to be over and a full sample has to agree.
@@ -84,7 +93,9 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
             line.append(then, style="yellow")
         return line
     if verdict.clean:
-        return Text(f"{headline(verdict)} ✓", style="bold green")
+        line = Text(f"{headline(verdict)} ✓", style="bold green")
+        line.append_text(other_facts(verdict))
+        return line
     line = Text()
     if check is not None and check.finished_s is None:
         line.append(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
@@ -106,6 +117,9 @@ def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: f
         line.append(headline(verdict), style="bold red")
         line.append(" · ", style="dim")
     reason = verdict.reasons[0] if verdict.reasons else f"{total - at_baseline} GPUs above baseline"
+    label = None if verdict.facts is None else fact_label(verdict.facts, reason)
+    if label is not None:
+        line.append(f"{label}: ", style="bold")
     line.append_text(safe_text(reason, 200))
     if len(verdict.reasons) > 1:
         line.append(f" (+{len(verdict.reasons) - 1} more)", style="dim")
