@@ -309,6 +309,13 @@ def launcher(workers: Sequence[Worker], fake: Any = None) -> Iterator[Launcher]:
         running.kill()
 
 
+def hangup_ends_it() -> None:
+    """``preexec_fn`` for a child whose SIGHUP and SIGTERM must take their default course: a test run under
+    ``nohup`` (or any runner that ignores them) would otherwise hand it the ignored hangup."""
+    for signum in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def gputui_env(fake: Any, state_home: Path) -> dict[str, str]:
     """Environment for ``python -m gputui.cli``: the fake NVML and a private XDG state directory."""
     env = fake.env()

@@ -32,6 +32,7 @@ from tests.integration.openssh_peers import (
     ssh_children,
     wait_until_gone,
 )
+from tests.integration.procs import hangup_ends_it
 from tests.integration.sshd import (
     ClientHome,
     SshdFactory,
@@ -263,7 +264,14 @@ def test_quitting_the_app_while_the_host_hangs_leaves_no_ssh_behind(
     argv = [sys.executable, "-m", "gputui.cli", "--ssh-client", "openssh", "--interval", "0.5", "host-a"]
     master, slave = pty.openpty()
     app = subprocess.Popen(  # noqa: S603 - this interpreter and fixed words
-        argv, cwd=REPO, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True
+        argv,
+        cwd=REPO,
+        env=env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+        preexec_fn=hangup_ends_it,  # signal dispositions only, before exec
     )
     os.close(slave)
     drained = threading.Event()

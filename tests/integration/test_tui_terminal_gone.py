@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.procs import hangup_ends_it
+
 REPO = Path(__file__).resolve().parents[2]
 GONE_WITHIN_S = 2.0
 STARTUP_S = 60.0
@@ -92,8 +94,9 @@ def _close_under(keys: list[bytes], delay_s: float, home: Path, ignore_hup: bool
     pid, master = pty.fork()
     if pid == 0:  # the child: gputui on the pty, its controlling terminal
         try:
-            if ignore_hup:
-                signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup: only the hangup itself is seen
+            # As under nohup, only the hangup itself is seen; else as a login terminal hands it over.
+            signal.signal(signal.SIGHUP, signal.SIG_IGN if ignore_hup else signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.execve(sys.executable, [sys.executable, "-m", "gputui.cli", "--demo"], _env(home))  # noqa: S606
         finally:
             os._exit(127)
@@ -154,6 +157,7 @@ def test_a_signal_without_a_tty_ends_it_cleanly(tmp_path: Path, signum: int) -> 
         stderr=subprocess.PIPE,
         env=_env(tmp_path),
         start_new_session=True,
+        preexec_fn=hangup_ends_it,  # signal dispositions only, before exec
     )
     try:
         time.sleep(4.0)  # well into the app's start

@@ -72,13 +72,16 @@ def shm_full(usage: Any) -> bool:
     return pct is not None and pct >= SHM_FULL_PCT
 
 
+def segment_name(segment: dict[str, Any]) -> str:
+    """``segment /dev/shm/sgl_shm_1``: how a leftover's sentence starts, and what names it."""
+    kind = "semaphore" if segment.get("kind") == "semaphore" else "segment"
+    return f"{kind} {visible(str(segment.get('path')), 200)}"
+
+
 def segment_detail(segment: dict[str, Any], usage: Any) -> str:
     """``/dev/shm/sgl_shm_1 (12.0 MiB, owner alice) outlived its killed job; /dev/shm: … (61%)``."""
-    kind = "semaphore" if segment.get("kind") == "semaphore" else "segment"
     owner = visible(str(segment.get("user") or segment.get("uid") or "?"), 32)
-    text = (
-        f"{kind} {visible(str(segment.get('path')), 200)} ({_mib(segment.get('size_bytes'))}, owner {owner})"
-    )
+    text = f"{segment_name(segment)} ({_mib(segment.get('size_bytes'))}, owner {owner})"
     text += " outlived its killed job"
     holders = segment.get("open_by") or []
     if holders:
@@ -116,17 +119,27 @@ def judge(snapshot: HostSnapshot, checked: dict[str, Any] | None) -> HostSnapsho
     full."""
     if checked is None:
         return snapshot
-    said = {f.detail for f in snapshot.findings if f.kind == KIND}  # a job's, from the collector's record
-    extra = [f for f in findings(snapshot.target, checked) if f.detail not in said]
+    extra = findings(snapshot.target, checked)
+    # The collector's record of its jobs may have named the same leftovers: the checked sentence (its holders,
+    # how full /dev/shm is) takes their place, once.
+    names = [segment_name(s) + " (" for s in checked.get("segments") or () if isinstance(s, dict)]
+    named = {f.detail for f in extra}
+
+    def replaced(finding: Finding) -> bool:
+        return finding.kind == KIND and (finding.detail in named or finding.detail.startswith(tuple(names)))
+
+    gone = {f"leftover: {f.detail}" for f in snapshot.findings if replaced(f)}
+    kept = tuple(f for f in snapshot.findings if not replaced(f))
     verdict = snapshot.verdict
     if verdict is not None and verdict.known:
         reasons = tuple(f"leftover: {f.detail}" for f in extra)
         full = shm_full(checked.get("shm"))
         if full:
             reasons += (f"{SHM_DIR_NAME} is full: {shm_line(checked.get('shm'))}",)
+        before = tuple(r for r in verdict.reasons if r not in gone)
         clean = verdict.clean and not full and not reasons
-        verdict = replace(verdict, clean=clean, reasons=verdict.reasons + reasons)
-    return replace(snapshot, findings=tuple(snapshot.findings) + tuple(extra), verdict=verdict)
+        verdict = replace(verdict, clean=clean, reasons=before + reasons)
+    return replace(snapshot, findings=kept + tuple(extra), verdict=verdict)
 
 
 # -- the record ------------------------------------------------------------------------------------------
