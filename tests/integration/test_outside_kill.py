@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.exporter_proc import ExporterProcess
 from tests.integration.procs import (
     OUTSIDE_KILL_SCHEDULERS,
     WORKER_MIB,
@@ -120,7 +121,16 @@ def test_a_segment_of_a_job_killed_outside_gputui_is_residue_until_removed(
         for gpu, role in enumerate(SCHEDULERS):
             fake_nvml.state.add_holder(gpu, tree[role], WORKER_MIB)
         fake_nvml.write()
-        assert check(env)[0] == 1  # seen once: the job and the segment its scheduler has open
+        # A collector that runs a while (the exporter here; the TUI alike) looks at the job's processes for
+        # what they may leave behind, and remembers it.
+        record = tmp_path / "state" / "gputui" / "remembered-jobs.json"
+        exporter = ExporterProcess(env, tmp_path / "exporter.log").start()
+        try:
+            wait_for(
+                lambda: record.exists() and str(segment) in record.read_text(), "the segment recorded", 60
+            )
+        finally:
+            assert exporter.stop() is not None
         for role in ("detok", *kill_from_outside(tree)):
             os.kill(tree[role], signal.SIGKILL)
         os.kill(tree["init"], signal.SIGKILL)

@@ -139,8 +139,10 @@ def test_a_record_that_is_not_a_file_is_one_line_and_left_alone(tmp_path: Path) 
 def test_what_a_job_may_leave_is_looked_for_on_change_and_kept_by_identity(tmp_path: Path) -> None:
     memory = JobMemory(BOOT, str(tmp_path / "record.json"))
     memory.note({100: [100]}, [proc(100, 5, gpu_mib=10)], GPUS, now=1.0)
-    assert memory.scans_due(1.0) == [((100, 5), [100])]
-    assert memory.scans_due(2.0) == []  # nothing changed, not a minute yet
+    assert memory.scans_due(2.0) == []  # a one-shot's collector ends before it looks
+    after = 1.0 + jobmemory.SCAN_AFTER_S
+    assert memory.scans_due(after) == [((100, 5), [100])]
+    assert memory.scans_due(after + 1) == []  # nothing changed, not a minute yet
     segment = {
         "path": "/dev/shm/sgl_shm_1",
         "dev": 5,
@@ -155,9 +157,9 @@ def test_what_a_job_may_leave_is_looked_for_on_change_and_kept_by_identity(tmp_p
         "mps": [daemon, daemon],
     }
     memory.add_leftovers((100, 5), found)
-    memory.note({100: [100, 101]}, [proc(100, 5, gpu_mib=10), proc(101, 6)], GPUS, now=3.0)
-    assert memory.scans_due(3.0) == [((100, 5), [100, 101])]  # a new member: looked at again
-    assert memory.scans_due(3.0 + jobmemory.SEGMENT_SCAN_S) == [((100, 5), [100, 101])]
+    memory.note({100: [100, 101]}, [proc(100, 5, gpu_mib=10), proc(101, 6)], GPUS, now=after + 2)
+    assert memory.scans_due(after + 2) == [((100, 5), [100, 101])]  # a new member: looked at again
+    assert memory.scans_due(after + 2 + jobmemory.SEGMENT_SCAN_S) == [((100, 5), [100, 101])]
     memory.note({}, [], GPUS, now=100.0)
     (job,) = JobMemory(BOOT, str(tmp_path / "record.json")).wire({}, GPUS, lambda kept: kept)["jobs"]
     assert [s["path"] for s in job["segments"]] == ["/dev/shm/sgl_shm_1"]

@@ -46,6 +46,9 @@ MAX_MPS = 4
 SEGMENT_SCAN_S = 60.0
 """A live job's members are looked at for /dev/shm segments when they change, and at most this often
 otherwise (a segment made after the last change is found within this long)."""
+SCAN_AFTER_S = 10.0
+"""No look before the collector has run this long: a one-shot (``snapshot``, ``check``) ends before it, and
+pays nothing for it (a kill takes a look of its own right before it signals)."""
 MAX_RELEASED_SENT = 8
 """Released jobs a snapshot carries (most recently released first)."""
 NAME_MAX_CHARS = 64
@@ -188,6 +191,7 @@ class JobMemory:
         self._gpus: dict[str, dict[str, Any]] = {}
         self._since: float | None = None
         self._loaded = False
+        self._first_note: float | None = None
         self._writable = boot_id is not None
         self._dirty = False
 
@@ -260,6 +264,8 @@ class JobMemory:
         """
         if not self._loaded:
             self._load()
+        if self._first_note is None:
+            self._first_note = now
         by_pid = {proc["pid"]: proc for proc in processes}
         self._note_gpus(gpus, now)
         held_now: set[tuple[int, int]] = set()
@@ -372,7 +378,9 @@ class JobMemory:
     def scans_due(self, now: float) -> list[tuple[tuple[int, int], list[int]]]:
         """The live jobs whose members are due a look for what they may leave behind (``SEGMENT_SCAN_S``),
         each with its members' pids."""
-        due = []
+        due: list[tuple[tuple[int, int], list[int]]] = []
+        if self._first_note is None or now - self._first_note < SCAN_AFTER_S:
+            return due
         for key, job in self._jobs.items():
             if job["released"] is not None:
                 continue
