@@ -164,3 +164,20 @@ def test_what_a_job_may_leave_is_looked_for_on_change_and_kept_by_identity(tmp_p
     (job,) = JobMemory(BOOT, str(tmp_path / "record.json")).wire({}, GPUS, lambda kept: kept)["jobs"]
     assert [s["path"] for s in job["segments"]] == ["/dev/shm/sgl_shm_1"]
     assert job["mps"] == [daemon]
+
+
+def test_more_live_jobs_than_the_bound_keep_the_first_without_rewriting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobmemory, "MAX_JOBS", 4)
+    path = tmp_path / "record.json"
+    memory = JobMemory(BOOT, str(path))
+    roots = list(range(1000, 1010))
+    for n in range(len(roots)):  # ten jobs at once, none released
+        seen = roots[: n + 1]
+        memory.note({r: [r] for r in seen}, [proc(r, 1, gpu_mib=1) for r in seen], GPUS, now=float(n))
+    document = json.loads(path.read_text())
+    assert sorted(job["root"] for job in document["jobs"]) == roots[:4]
+    before = os.stat(path)
+    memory.note({r: [r] for r in roots}, [proc(r, 1, gpu_mib=1) for r in roots], GPUS, now=20.0)
+    assert os.stat(path).st_mtime_ns == before.st_mtime_ns  # no swap, no write

@@ -274,6 +274,8 @@ class JobMemory:
             if root_proc is None or _int(root_proc.get("start_ticks")) is None:
                 continue
             key = self._job_for(root_proc, pids, by_pid, now)
+            if key is None:
+                continue  # the record is full of live jobs: this one is not remembered
             held_now.add(key)
             self._add_members(self._jobs[key], pids, by_pid)
         for key, job in self._jobs.items():
@@ -293,8 +295,10 @@ class JobMemory:
 
     def _job_for(
         self, root: dict[str, Any], pids: list[int], by_pid: dict[int, dict[str, Any]], now: float
-    ) -> tuple[int, int]:
-        """The remembered job this tree is: by its root, else by a member it shares (a root that changed)."""
+    ) -> tuple[int, int] | None:
+        """The remembered job this tree is: by its root, else by a member it shares (a root that changed);
+        a new one when there is room (the job released longest ago makes room), None when every place holds
+        a live job (they are kept, not swapped on every sample)."""
         key = (root["pid"], root["start_ticks"])
         if key in self._jobs:
             return key
@@ -302,6 +306,11 @@ class JobMemory:
         for known_key, job in self._jobs.items():
             if any((pid, entry[0]) in members for pid, entry in job["members"].items()):
                 return known_key
+        if len(self._jobs) >= MAX_JOBS:
+            released = [(job["released"], k) for k, job in self._jobs.items() if job["released"] is not None]
+            if not released:
+                return None
+            del self._jobs[min(released)[1]]
         self._jobs[key] = {
             "root": key[0],
             "root_start": key[1],
@@ -366,12 +375,17 @@ class JobMemory:
             known["last_seen"] = now
 
     def _bound(self) -> None:
+        """At most ``MAX_JOBS``: the ones released longest ago go first, then (a host of more live GPU jobs
+        than that) the ones first seen longest ago."""
         if len(self._jobs) <= MAX_JOBS:
             return
-        released = sorted(
-            (job["released"], key) for key, job in self._jobs.items() if job["released"] is not None
-        )
-        for _when, key in released[: len(self._jobs) - MAX_JOBS]:
+
+        def age(key: tuple[int, int]) -> tuple[bool, float]:
+            job = self._jobs[key]
+            released = job["released"]
+            return (released is None, released if released is not None else job["first_seen"])
+
+        for key in sorted(self._jobs, key=age)[: len(self._jobs) - MAX_JOBS]:
             del self._jobs[key]
         self._dirty = True
 

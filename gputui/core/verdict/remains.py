@@ -79,6 +79,8 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
     reasons: list[str] = []
     leftover_findings: list[Finding] = []
     seen_leftovers = {f.detail for f in findings if f.kind == leftovers.KIND}
+    # An MPS daemon still serving a job of its user that holds GPU memory is that job's, not residue.
+    serving = {p.uid for p in table.values() if p.gpu_memory_mib and p.uid is not None}
     for job in remembered.jobs:
         for pid, start in job.remaining:
             proc = table.get(pid)
@@ -92,8 +94,6 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
             if finding is not None:
                 replaced[pid] = finding
                 (running if finding.kind == "survivor" else reasons).append(finding.detail)
-        # An MPS daemon still serving a job of its user that holds GPU memory is that job's, not residue.
-        serving = {p.uid for p in table.values() if p.gpu_memory_mib and p.uid is not None}
         left = {
             "segments": [plain(segment) for segment in job.segments],
             "mps": [plain(daemon) for daemon in job.mps if daemon.uid not in serving],
