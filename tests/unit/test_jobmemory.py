@@ -181,3 +181,15 @@ def test_more_live_jobs_than_the_bound_keep_the_first_without_rewriting(
     before = os.stat(path)
     memory.note({r: [r] for r in roots}, [proc(r, 1, gpu_mib=1) for r in roots], GPUS, now=20.0)
     assert os.stat(path).st_mtime_ns == before.st_mtime_ns  # no swap, no write
+
+
+def test_every_released_job_whose_processes_are_gone_stops_being_looked_for(tmp_path: Path) -> None:
+    memory = JobMemory(BOOT, str(tmp_path / "record.json"))
+    roots = [1000 + 10 * n for n in range(jobmemory.MAX_RELEASED_SENT + 4)]
+    memory.note({r: [r] for r in roots}, [proc(r, 1, gpu_mib=1) for r in roots], GPUS, now=1.0)
+    memory.note({}, [], GPUS, now=2.0)
+    assert memory.remembered_pids() == roots
+    assert len(memory.wire({}, GPUS)["jobs"]) == jobmemory.MAX_RELEASED_SENT
+    assert memory.remembered_pids() == []  # the jobs not sent settle too
+    record = json.loads((tmp_path / "record.json").read_text())
+    assert all("settled" not in job and "scanned_at" not in job for job in record["jobs"])

@@ -34,7 +34,8 @@ RECORD_FILE = "remembered-jobs.json"
 RECORD_VERSION = 1
 RECORD_MAX_BYTES = 4 << 20
 MAX_JOBS = 64
-"""Jobs kept; beyond that the ones released longest ago are forgotten first (a host of many short jobs)."""
+"""Jobs kept: a new one takes the place of the one released longest ago (a host of many short jobs); with
+every place held by a live job, a new one is not remembered."""
 MAX_MEMBERS = 512
 """Members kept per job (a job of more processes keeps its first ones and counts the rest)."""
 MAX_PORTS = 32
@@ -164,9 +165,13 @@ def _gpu_from_record(item: Any) -> dict[str, Any] | None:
     }
 
 
+_IN_MEMORY_ONLY = ("members", "gpus", "settled", "scanned_members", "scanned_at")
+"""Keys of a job that are written their own way (members, GPUs) or not at all (what this collector did)."""
+
+
 def _job_to_record(job: dict[str, Any]) -> dict[str, Any]:
     return {
-        **{key: value for key, value in job.items() if key not in ("members", "gpus")},
+        **{key: value for key, value in job.items() if key not in _IN_MEMORY_ONLY},
         "members": [[pid, ticks, name] for pid, (ticks, name) in sorted(job["members"].items())],
         "gpus": [[index, mib] for index, mib in sorted(job["gpus"].items())],
     }
@@ -289,7 +294,6 @@ class JobMemory:
         if self._since is None and (self._jobs or self._gpus):
             self._since = now
             self._dirty = True
-        self._bound()
         if self._dirty:
             self._save()
 
@@ -374,21 +378,6 @@ class JobMemory:
                 self._dirty = True
             known["last_seen"] = now
 
-    def _bound(self) -> None:
-        """At most ``MAX_JOBS``: the ones released longest ago go first, then (a host of more live GPU jobs
-        than that) the ones first seen longest ago."""
-        if len(self._jobs) <= MAX_JOBS:
-            return
-
-        def age(key: tuple[int, int]) -> tuple[bool, float]:
-            job = self._jobs[key]
-            released = job["released"]
-            return (released is None, released if released is not None else job["first_seen"])
-
-        for key in sorted(self._jobs, key=age)[: len(self._jobs) - MAX_JOBS]:
-            del self._jobs[key]
-        self._dirty = True
-
     def scans_due(self, now: float) -> list[tuple[tuple[int, int], list[int]]]:
         """The live jobs whose members are due a look for what they may leave behind (``SEGMENT_SCAN_S``),
         each with its members' pids."""
@@ -469,9 +458,9 @@ class JobMemory:
         released = sorted(
             (job for job in self._jobs.values() if job["released"] is not None),
             key=lambda job: -job["released"],
-        )[:MAX_RELEASED_SENT]
+        )
         jobs = []
-        for job in released:
+        for position, job in enumerate(released):
             remaining, unseen = [], []
             for pid, (ticks, _name) in sorted(job["members"].items()):
                 if pid not in alive:
@@ -480,7 +469,10 @@ class JobMemory:
                     unseen.append(pid)
                 elif alive[pid] == ticks:
                     remaining.append([pid, ticks])
-            job["settled"] = not remaining and not unseen and alive is not None
+            # Every released job settles (its pids are no longer looked for), whether it is sent or not.
+            job["settled"] = not remaining and not unseen
+            if position >= MAX_RELEASED_SENT:
+                continue
             jobs.append(
                 {
                     "root": job["root"],

@@ -23,14 +23,13 @@ a member that exists but cannot be read is said as unseen, not as gone. Nothing 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_table
 from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, replace
 from gputui.core.model.wire import plain
 from gputui.core.store import leftovers, watched_ports
-from gputui.core.text import visible
+from gputui.core.text import DASH, clock_time, visible
 from gputui.core.verdict.cleanslate import busy_port_reason, busy_ports
 from gputui.core.verdict.findings import WHY_MEMBER, WHY_PARENT, process_facts, survivor_words, zombie_words
 
@@ -117,12 +116,8 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
 def gone_gpu_reason(gpu: GoneGpu) -> str:
     """``GPU-8c5… (PCI 0000:3b:00.0) was listed at 03:57:12 and is gone: fallen off the bus? reboot``."""
     where = f" (PCI {gpu.pci_bus_id})" if gpu.pci_bus_id else ""
-    at = ""
-    if gpu.last_seen is not None:
-        try:
-            at = " at " + time.strftime("%H:%M:%S", time.localtime(gpu.last_seen))
-        except (OverflowError, OSError, ValueError):
-            at = ""
+    clock = clock_time(gpu.last_seen)
+    at = "" if clock == DASH else f" at {clock}"
     return f"GPU {gpu.uuid}{where} was listed{at} and is gone: fallen off the bus? reboot the host"
 
 
