@@ -43,7 +43,7 @@ def mistyped_command(word: str, args: argparse.Namespace) -> str | None:
         return None
     import difflib  # only for a first word that may be a mistyped command
 
-    from gputui.commands.grammar import SUBCOMMANDS
+    from gputui.commands.grammar.parser import SUBCOMMANDS
 
     close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=MISTYPED_COMMAND_CUTOFF)
     if not close or _known_host(word, args):
@@ -59,7 +59,7 @@ def _known_host(word: str, args: argparse.Namespace) -> bool:
         return True
     from gputui.core.link import LinkError
     from gputui.transports.ssh.config import resolve
-    from gputui.transports.ssh.knownhosts import known_key_types, load_known_hosts, lookup_name
+    from gputui.transports.ssh.hostkeys.knownhosts import known_key_types, load_known_hosts, lookup_name
 
     try:
         settings = resolve(word, getattr(args, "ssh_config", None))
@@ -130,7 +130,7 @@ def _quiet_output_failure(exc: OSError) -> int:
             print(f"gputui: cannot write the output: {exc.strerror or exc}", file=sys.stderr)
         except OSError:
             pass
-    from gputui.commands.grammar import EXIT_ERROR
+    from gputui.commands.grammar.parser import EXIT_ERROR
 
     return EXIT_ERROR
 
@@ -157,8 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None, collecting: bool) -> int:
     # Imported here, with the collector off (see the module's docstring).
-    from gputui.commands import fleet_options
-    from gputui.commands.grammar import EXIT_ERROR, parse_words, split_command
+    from gputui.commands.grammar import fleet as fleet_options
+    from gputui.commands.grammar.parser import EXIT_ERROR, parse_words, split_command
 
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
     args: Any = parse_words(command, rest)

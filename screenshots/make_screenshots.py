@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gputui.commands.grammar import build_parser  # noqa: E402
+from gputui.commands.grammar.parser import build_parser  # noqa: E402
 from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
 from gputui.core.servers import DEFAULT_STALL_AFTER_S  # noqa: E402
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
@@ -50,7 +50,7 @@ async def _serve_then_wedge(pilot, clock: ManualClock) -> None:  # type: ignore[
         await pilot.pause(0.15)
     host = app.hosts[0]
     await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID + 40).state == "Z", "the wedge")
-    await _until(pilot, lambda: host.snapshot.health[0].state == "STALLED", "the stalled server")
+    await _until(pilot, lambda: host.snapshot.endpoints[0].state == "STALLED", "the stalled server")
 
 
 async def fleet_screenshot(out_dir: Path) -> None:

@@ -14,7 +14,7 @@ served by a small importer in the remote ``python3``, nothing installed there). 
 * ``proc/``: /proc, the job rule, the one tree walk, the live threads of a defunct leader, listening ports,
   the process sampler;
 * ``kill/``: a confirmed kill run to its end here (identity guard, signals, outcomes, the kill messages);
-* ``health/``: endpoint probes from the GPU host itself, discovery of launchers' endpoints;
+* ``servers/``: inference-server endpoint probes from the GPU host itself, discovery of launchers' endpoints;
 * ``remote/``: the stdio form (``session``, ``serve``; ``__main__`` runs it) and ``boot``, the remote
   importer of the shipped bundle.
 
@@ -23,9 +23,9 @@ nothing never loads the HTTP client, and one in NVML mode never loads the nvidia
 """
 
 SHIPPED_AS_SOURCE = (
-    "health.http",
-    "health.probe",
-    "health.metrics_filter",
+    "servers.http",
+    "servers.probe",
+    "servers.metrics_filter",
     "gpu.smi",
     "gpu.smiparse",
     "gpu.none",

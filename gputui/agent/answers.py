@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from gputui.agent.args import CommandError, seconds_in_range
-from gputui.agent.health.messages import health_config
 from gputui.agent.proc.details import ProcDetails
 from gputui.agent.proc.procfs import read_stat
 from gputui.agent.protocol import (
@@ -27,6 +26,7 @@ from gputui.agent.protocol import (
     error_reply,
     reply,
 )
+from gputui.agent.servers.messages import health_config
 from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
 
 TYPE_CHECKING = False
@@ -74,7 +74,7 @@ def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     raise CommandError(f"unknown command {name!r}")
 
 
-HEALTH_QUERY_KEYS = frozenset({"id", "cmd", "discover_now"})
+ENDPOINT_QUERY_KEYS = frozenset({"id", "cmd", "discover_now"})
 """A ``health`` command with no other key changes no setting: it only asks."""
 
 
@@ -83,7 +83,7 @@ def health(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     now) answers its idle settings without loading the prober."""
     if command.get("discover_now") is True:
         agent.discover_now()
-    if agent.probing or not HEALTH_QUERY_KEYS.issuperset(command):
+    if agent.probing or not ENDPOINT_QUERY_KEYS.issuperset(command):
         try:
             return agent.health.handle_command(dict(command, discover_now=False))
         except ValueError as exc:
@@ -92,11 +92,11 @@ def health(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
 
 
 def idle_health_config(discover: bool) -> dict[str, Any]:
-    """The settings of a prober that was never configured (``HealthProber``'s defaults)."""
-    from gputui.agent.health import (
-        HEALTH_DEFAULT_DEADLINE_S,
-        HEALTH_DEFAULT_INTERVAL_S,
-        HEALTH_GENERATE_MIN_INTERVAL_S,
+    """The settings of a prober that was never configured (``EndpointProber``'s defaults)."""
+    from gputui.agent.servers import (
+        ENDPOINT_DEFAULT_DEADLINE_S,
+        ENDPOINT_DEFAULT_INTERVAL_S,
+        ENDPOINT_GENERATE_MIN_INTERVAL_S,
     )
 
     return health_config(
@@ -104,9 +104,9 @@ def idle_health_config(discover: bool) -> dict[str, Any]:
         [],
         False,
         discover,
-        HEALTH_DEFAULT_INTERVAL_S,
-        HEALTH_DEFAULT_DEADLINE_S,
-        HEALTH_GENERATE_MIN_INTERVAL_S,
+        ENDPOINT_DEFAULT_INTERVAL_S,
+        ENDPOINT_DEFAULT_DEADLINE_S,
+        ENDPOINT_GENERATE_MIN_INTERVAL_S,
     )
 
 

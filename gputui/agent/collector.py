@@ -14,8 +14,7 @@ import time
 
 from gputui.agent import answers
 from gputui.agent.gpu import NVML_DEADLINE_S, TELEMETRY_INTERVAL_S, open_backend
-from gputui.agent.gpu.health import GpuHealthMonitor
-from gputui.agent.health.discovery import health_launcher_like_name
+from gputui.agent.gpu.fitness import FitnessMonitor
 from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.exits import ExitWatch
 from gputui.agent.proc.jobmemory import MAX_SEGMENTS, JobMemory
@@ -32,14 +31,15 @@ from gputui.agent.protocol import (
     hello,
     snapshot,
 )
+from gputui.agent.servers.discovery import health_launcher_like_name
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-    from gputui.agent.health.prober import HealthProber
     from gputui.agent.kill.operations import KillOperations
+    from gputui.agent.servers.prober import EndpointProber
 
 DRAIN_DROP_MIB = 8
 """A GPU whose used memory fell by more than this since the last sample is draining."""
@@ -64,10 +64,10 @@ class Agent:
             on that sample (then at most every ``CHANGED_PROCESS_INTERVAL_S``), and while a GPU drains (its
             used memory fell within ``DRAIN_WINDOW_S``) at most every ``DRAIN_PROCESS_INTERVAL_S`` (never
             below the memory interval).
-        health_urls: Health endpoints to probe from this host (at most ``HEALTH_MAX_URLS``).
+        health_urls: Health endpoints to probe from this host (at most ``ENDPOINT_MAX_URLS``).
         discover_health: Also probe the /health URLs of sglang/vLLM launchers found in the process list.
         health_generate: Probe generating endpoints (``/health_generate``) too, at most every
-            ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+            ``ENDPOINT_GENERATE_MIN_INTERVAL_S``.
         metrics_urls: Servers' metrics endpoints, each read beside the health URL of its origin.
         use_psutil: Use psutil, where installed, to read who a process is in the kill path (False: /proc
             only). Samples always read /proc.
@@ -80,7 +80,7 @@ class Agent:
         backend: The GPU backend to read (``gpu.Backend``), already started; None: the one this host
             offers (``gpu.open_backend``).
 
-    A bad health setting is an ERROR row of the health list (``HealthProber``), never a collector that does
+    A bad health setting is an ERROR row of the health list (``EndpointProber``), never a collector that does
     not start: the host's GPUs are shown whatever the health URLs are. The prober and its modules are loaded
     once something is to be probed or discovered.
     """
@@ -114,7 +114,7 @@ class Agent:
             bool(health_generate),
             list(metrics_urls),
         )
-        self._health: HealthProber | None = None
+        self._health: EndpointProber | None = None
         self._health_lock = threading.Lock()
         if self._health_settings[0] or health_generate:
             self.health  # noqa: B018 - configured endpoints are probed from the start
@@ -142,8 +142,8 @@ class Agent:
         self._backend: Any = backend or open_backend(
             use_pynvml, self.memory_interval_s, nvml_deadline_s, telemetry_interval_s
         )
-        self.gpu_health = GpuHealthMonitor()
-        """Per-GPU health and Xids, read at a slow cadence of their own, on forced samples and after kills."""
+        self.fitness_monitor = FitnessMonitor()
+        """Per-GPU fitness and Xids, read at a slow cadence, on forced samples and after kills."""
         self._kills_were_pending = False
         self.watch_exits = False
         """Wait on the GPU holders' exits between samples (``pause``): a clean-slate check is watching."""
@@ -164,14 +164,14 @@ class Agent:
         return self._use_psutil
 
     @property
-    def health(self) -> HealthProber:
+    def health(self) -> EndpointProber:
         """The health prober, made on first use with the settings the collector was started with."""
         with self._health_lock:
             if self._health is None:
-                from gputui.agent.health.prober import HealthProber
+                from gputui.agent.servers.prober import EndpointProber
 
                 urls, discover, generate, metrics_urls = self._health_settings
-                self._health = HealthProber(
+                self._health = EndpointProber(
                     urls, discover=discover, generate=generate, metrics_urls=metrics_urls
                 )
                 self._health.read_processes = self.launcher_processes
@@ -193,7 +193,7 @@ class Agent:
         """Add (and retire) discovered health URLs. The prober, its thread and the HTTP modules are loaded
         once a launcher is found (or something is configured), not for a host that runs none."""
         if self._health is None:
-            from gputui.agent.health.discovery import discover_health_urls
+            from gputui.agent.servers.discovery import discover_health_urls
 
             if not discover_health_urls(processes):
                 return
@@ -289,17 +289,17 @@ class Agent:
                 device_holders=None if holders is None else list(holders),
                 health=self._health_samples(),
                 listening_ports=self._listening_ports,
-                kernel_log=self.gpu_health.kernel_log_note(),
+                kernel_log=self.fitness_monitor.kernel_log_note(),
                 remembered=self._remembered,
             )
 
     def _poll_gpus(self, want_processes: bool, forced: bool) -> list[dict[str, Any]]:
-        """This sample's GPU dicts, with the health read when it is due (``GpuHealthMonitor.due``)."""
+        """This sample's GPU dicts, with the health read when it is due (``FitnessMonitor.due``)."""
         pending = self.escalations_pending()
         if self._kills_were_pending and not pending:
-            self.gpu_health.request()  # a kill just finished: the GPU may be left unfit
+            self.fitness_monitor.request()  # a kill just finished: the GPU may be left unfit
         self._kills_were_pending = pending
-        monitor = self.gpu_health
+        monitor = self.fitness_monitor
         # Health is read with a process list only, so that a stream line whose process lists are elided
         # (``serve.elide_unchanged_processes``) carries no new health either.
         if not (want_processes and monitor.due(forced)):
@@ -411,7 +411,7 @@ class Agent:
     def handle(self, command: Any) -> dict[str, Any]:
         """Run one protocol command; returns the reply message (never raises)."""
         if isinstance(command, dict) and command.get("cmd") in KILL_COMMANDS:
-            self.gpu_health.request()
+            self.fitness_monitor.request()
         return answers.handle(self, command)
 
     @property
@@ -461,7 +461,7 @@ class Agent:
         if self._health is not None:
             self._health.close()
         self._backend.close()
-        self.gpu_health.close()
+        self.fitness_monitor.close()
         with self._lock:
             self.processes.close()
             self._exits.close()

@@ -208,8 +208,8 @@ the ones of the line before it, which has the same ``processes_time``."""
 
 KERNEL_LOG = "kernel_log"
 """The key of a snapshot that says where the host's Xid history was read (``source``), why it could not be
-(``error``), and the Xids for PCI addresses no GPU has (``unmatched``); null before the first health read.
-Each GPU's own health figures and Xids are its ``health`` (``gpu.health``)."""
+(``error``), and the Xids for PCI addresses no GPU has (``unmatched``); null before the first fitness read.
+Each GPU's own fitness figures and Xids are its ``health`` key (``gpu.fitness``)."""
 
 REMEMBERED = "remembered"
 """The key of a snapshot that holds what the collector remembers of its host since boot
@@ -218,9 +218,9 @@ REMEMBERED = "remembered"
 since when (``since``) and why the record is not kept (``warning``); null from a collector that does not
 remember (the simulator, before the first process sample)."""
 
-GPU_HEALTH = "health"
-"""The key of a GPU dict that holds its health figures and Xid history (``gpu.health.read_gpu_health`` and
-``GpuHealthMonitor``); absent where nothing was read."""
+GPU_FITNESS = "health"
+"""The key of a GPU dict that holds its fitness figures and Xid history (``gpu.fitness.read_gpu_fitness`` and
+``FitnessMonitor``); absent where nothing was read."""
 
 # ----------------------------------------------------------------------------------------------------------
 # Limits the collector holds its commands and arguments to
@@ -343,33 +343,33 @@ RESULTS_GONE = frozenset({RESULT_EXITED, RESULT_KILLED, RESULT_REAPED, RESULT_GO
 # ----------------------------------------------------------------------------------------------------------
 # Health endpoints: the state of a probe
 
-HEALTH_STATE_UP = "UP"
+ENDPOINT_STATE_UP = "UP"
 """A 2xx answer with its whole body (up to the read cap) inside the deadline."""
-HEALTH_STATE_UNHEALTHY = "UNHEALTHY"
+ENDPOINT_STATE_UNHEALTHY = "UNHEALTHY"
 """A 5xx answer (sglang answers 503 when its scheduler is wedged), and 429 (shedding load)."""
-HEALTH_STATE_DOWN = "DOWN"
+ENDPOINT_STATE_DOWN = "DOWN"
 """Connection refused: nothing listens on the port."""
-HEALTH_STATE_TIMEOUT = "TIMEOUT"
+ENDPOINT_STATE_TIMEOUT = "TIMEOUT"
 """The total deadline (lookup + connect + TLS + headers + body) passed."""
-HEALTH_STATE_ERROR = "ERROR"
+ENDPOINT_STATE_ERROR = "ERROR"
 """The probe cannot tell: bad URL, unresolvable name, TLS failure, a connection closed or reset without an
 answer (a prohibited SSH forward), a redirect, or a 4xx other than 429 (a configuration problem)."""
-HEALTH_STATES = (
-    HEALTH_STATE_UP,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_DOWN,
-    HEALTH_STATE_TIMEOUT,
-    HEALTH_STATE_ERROR,
+ENDPOINT_STATES = (
+    ENDPOINT_STATE_UP,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_DOWN,
+    ENDPOINT_STATE_TIMEOUT,
+    ENDPOINT_STATE_ERROR,
 )
 """The states the collector's probe sends."""
 
 # Server states the collector does not send: the client derives them from health, the server's metrics and
 # its launcher's age (``gputui.core.servers``). They belong beside the five above.
-HEALTH_STATE_STARTING = "STARTING"
+ENDPOINT_STATE_STARTING = "STARTING"
 """Refused or 503 while the launcher is young and has not served yet: loading weights, compiling, warming."""
-HEALTH_STATE_BUSY = "BUSY"
+ENDPOINT_STATE_BUSY = "BUSY"
 """Health failing (503, timeout) while tokens are being generated: working, not dead. Do not kill."""
-HEALTH_STATE_STALLED = "STALLED"
+ENDPOINT_STATE_STALLED = "STALLED"
 """Requests running or waiting and no token generated for the stall window, whatever /health says."""
 
 # ----------------------------------------------------------------------------------------------------------

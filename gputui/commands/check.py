@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 
 from gputui.agent.protocol import CMD_CONFIGURE
-from gputui.commands.baselines import resolve_baselines
-from gputui.commands.output import link_error_line, safe_streams, wait_line
-from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.commands.verdict_text import verdict_lines
+from gputui.commands.inputs.baselines import resolve_baselines
+from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
+from gputui.commands.output.streams import link_error_line, safe_streams, wait_line
+from gputui.commands.output.verdict_text import verdict_lines
 from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.store import (

@@ -30,9 +30,9 @@ from prometheus_client import CollectorRegistry, ProcessCollector, generate_late
 from prometheus_client.metrics_core import Metric
 
 from gputui import __version__
-from gputui.commands.baselines import resolve_baselines
-from gputui.commands.exporter_options import DEFAULT_ADDRESS
-from gputui.commands.targets import open_link, options_from_args
+from gputui.commands.grammar.exporter import DEFAULT_ADDRESS
+from gputui.commands.inputs.baselines import resolve_baselines
+from gputui.commands.inputs.targets import open_link, options_from_args
 from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
 from gputui.core.model import replace
@@ -245,7 +245,7 @@ def _figures() -> ExporterFigures:
 def _link(args: argparse.Namespace) -> HostLink:
     options = replace(options_from_args(args), read_only=True)  # no kill path, whatever was asked
     demo = bool(getattr(args, "demo", False))
-    from gputui.commands.targets import default_targets
+    from gputui.commands.inputs.targets import default_targets
 
     target = default_targets([], demo)[0] if demo else LOCAL_TARGET
     return open_link(target, options, demo=demo)

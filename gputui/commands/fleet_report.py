@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from gputui.agent.protocol import HEALTH_STATE_UP
-from gputui.commands.fleet_options import FleetChoice
-from gputui.commands.output import marks, safe_streams, wait_line
+from gputui.agent.protocol import ENDPOINT_STATE_UP
+from gputui.commands.grammar.fleet import FleetChoice
+from gputui.commands.output.streams import marks, safe_streams, wait_line
 from gputui.core.fleet import (
     FleetSample,
     analyze_fleet,
@@ -129,7 +129,7 @@ def format_fleet_table(sample: FleetSample) -> list[str]:
         row = summarize(host)
         util = "–" if row.util_pct is None else f"{row.util_pct}%"
         server = "–" if row.server is None else fit(row.server, 60)
-        if row.server_state not in (None, HEALTH_STATE_UP):
+        if row.server_state not in (None, ENDPOINT_STATE_UP):
             server = f"{fit(row.server_state or '', 12)} {server}"
         lines.append(
             f"{fit(row.name, 24):<24} {row.gpus:>4} {baseline_text(row):>5} {memory_text(row):>11} "

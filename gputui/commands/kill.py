@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gputui.agent.protocol import SIGNALLING_STAGES
+from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.leftovers import check_recorded, receipt_lines, scan_job
 from gputui.commands.leftovers import record as record_leftovers
-from gputui.commands.output import link_error_line, safe_streams
-from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.commands.output.streams import link_error_line, safe_streams
 from gputui.core.actions import (
     DEFAULT_ESCALATE_S,
     AuditLog,

@@ -19,8 +19,8 @@ from gputui.agent.protocol import (
     RESULT_REQUESTED,
     STAGE_INTENT,
 )
-from gputui.commands.output import link_error_line, safe_streams
-from gputui.commands.targets import default_targets, open_link, options_from_args
+from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
+from gputui.commands.output.streams import link_error_line, safe_streams
 from gputui.core.actions import AuditLog
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Remembered, plain

@@ -27,9 +27,9 @@ from gputui.agent.protocol import (
     STAGE_INTENT,
     STAGE_REQUEST,
 )
+from gputui.commands.inputs.targets import open_link, options_from_args
 from gputui.commands.kill import _Interrupts
-from gputui.commands.output import link_error_line, safe_streams
-from gputui.commands.targets import open_link, options_from_args
+from gputui.commands.output.streams import link_error_line, safe_streams
 from gputui.core.actions import (
     EXIT_BLOCKED,
     EXIT_CANNOT_TELL,

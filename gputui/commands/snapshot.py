@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gputui.agent.protocol import HEALTH_STATE_UP
-from gputui.commands.baselines import resolve_baselines
-from gputui.commands.output import link_error_line
-from gputui.commands.targets import default_targets, open_link, options_from_args
-from gputui.commands.verdict_text import verdict_lines
+from gputui.agent.protocol import ENDPOINT_STATE_UP
+from gputui.commands.inputs.baselines import resolve_baselines
+from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
+from gputui.commands.output.streams import link_error_line
+from gputui.commands.output.verdict_text import verdict_lines
 from gputui.core.link import LinkError, one_shot_sample
-from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.model import EndpointSample, HostSnapshot
 from gputui.core.store import load_watched_ports
 from gputui.core.text import DASH, clock_time, command_display, fit, json_visible, visible
-from gputui.core.verdict import health_summary, judge, no_data
+from gputui.core.verdict import fitness_summary, judge, no_data
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_ERROR = 2
 COMMAND_WIDTH = 80
-HEALTH_URL_WIDTH = 60
-HEALTH_DETAIL_WIDTH = 60
+ENDPOINT_URL_WIDTH = 60
+ENDPOINT_DETAIL_WIDTH = 60
 
 
 def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> HostSnapshot:
@@ -59,15 +59,15 @@ def _num(value: float | int | None, unit: str = "", digits: int = 0) -> str:
     return f"{value}{unit}"
 
 
-def format_health_line(sample: HealthSample) -> str:
+def format_health_line(sample: EndpointSample) -> str:
     """One endpoint: URL, state, HTTP code, latency and since when the state holds (detail when not UP)."""
-    url = fit(sample.url, HEALTH_URL_WIDTH)
+    url = fit(sample.url, ENDPOINT_URL_WIDTH)
     state = fit(sample.state, 10) if sample.state else DASH
     code = str(sample.code) if sample.code is not None else DASH
     latency = f"{sample.latency_ms:.0f} ms" if sample.latency_ms is not None else DASH
     line = f"  {url:<40} {state:<9} {code:>3} {latency:>8}  since {clock_time(sample.since)}"
-    if sample.detail and sample.state != HEALTH_STATE_UP:
-        line += f"  {fit(sample.detail, HEALTH_DETAIL_WIDTH)}"
+    if sample.detail and sample.state != ENDPOINT_STATE_UP:
+        line += f"  {fit(sample.detail, ENDPOINT_DETAIL_WIDTH)}"
     metrics = sample.metrics or {}
     if metrics.get("engine"):
         kv = metrics.get("kv_cache_usage")
@@ -76,7 +76,7 @@ def format_health_line(sample: HealthSample) -> str:
             f"{_num(metrics.get('waiting'))} waiting, KV {_num(None if kv is None else kv * 100, '%')}"
         )
     elif sample.metrics_error:
-        line += f"\n    metrics: {fit(sample.metrics_error, HEALTH_DETAIL_WIDTH)}"
+        line += f"\n    metrics: {fit(sample.metrics_error, ENDPOINT_DETAIL_WIDTH)}"
     return line
 
 
@@ -123,10 +123,10 @@ def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[s
         lines.append(f"{'PID':>8}  {'USER':<16} {'GPU:MiB':>10}  COMMAND")
         for pid, user, mib, command in rows:
             lines.append(f"{pid:>8}  {user:<16} {mib:>10}  {command}")
-    if snapshot.health:
+    if snapshot.endpoints:
         lines.append("HEALTH")
-        lines.extend(format_health_line(sample) for sample in snapshot.health)
-    health_lines = [(gpu.index, health_summary(gpu)) for gpu in snapshot.gpus]
+        lines.extend(format_health_line(sample) for sample in snapshot.endpoints)
+    health_lines = [(gpu.index, fitness_summary(gpu)) for gpu in snapshot.gpus]
     if any(text is not None for _index, text in health_lines):
         lines.append("GPU HEALTH")
         lines.extend(f"  GPU{index} {text}" for index, text in health_lines if text is not None)
@@ -172,7 +172,7 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
             status = EXIT_ERROR
         snapshots.append(_analyze(snapshot, args, err))
     if getattr(args, "json", False):
-        from gputui.commands.snapshot_document import document
+        from gputui.commands.output.snapshot_document import document
 
         order = {target: i for i, target in enumerate(targets)}
         every = sorted(snapshots + unreachable, key=lambda s: order.get(s.target, len(order)))

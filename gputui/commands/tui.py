@@ -7,7 +7,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
-from gputui.commands.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
+from gputui.commands.inputs.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.core.link import HostLink
 from gputui.core.text import visible
 

@@ -27,8 +27,8 @@ from gputui.core.model import HostSnapshot, Owner
 from gputui.core.servers import ServerWatch
 from gputui.core.text import fit, visible
 from gputui.core.verdict import Baselines
-from gputui.transports.ssh import trust as ssh_hostkeys
-from gputui.transports.ssh.knownhosts import UnknownHostKey
+from gputui.transports.ssh.hostkeys import trust as ssh_hostkeys
+from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from gputui.ui import keymap
 from gputui.ui.screens.choose_owner import ChooseOwnerScreen
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
@@ -63,7 +63,7 @@ class GpuTuiApp(App[int]):
         audit_dir: Where the audit log goes (None: the XDG state directory).
         audit: Write the audit log (False: ``--no-audit``, and the demo, whose kills are simulated).
         accept_host_key: Records a host key the user accepted, called with ``UnknownHostKey.hop`` and
-            ``.key`` on a thread (default ``gputui.transports.ssh.trust.accept_host_key``).
+            ``.key`` on a thread (default ``gputui.transports.ssh.hostkeys.trust.accept_host_key``).
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
         retry_cap_s: Largest reconnect delay, seconds.
         fleet: The fleet view, shown first; ``targets`` may then be empty, and hosts opened from it are

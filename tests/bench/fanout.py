@@ -6,7 +6,7 @@ host. Measured from inside that process: time from start to the first complete f
 snapshot), then CPU (utime + stime of this process only, from /proc/self/stat: the agents and sshd sessions
 that share this machine are not counted) and RSS over a steady-state window.
 
-Transports, best first: the SSH link (``gputui.commands.targets.open_link`` on Host aliases that all point at one
+Transports, best first: the SSH link (``gputui.commands.inputs.targets.open_link`` on Host aliases that all point at one
 loopback sshd), else a pipe link of this module that runs the very same agent source the same way SSH does
 (``python3 -u -c exec(...)``) without the crypto, so the figure is the link layer minus SSH.
 """
@@ -242,7 +242,7 @@ def client_main(argv: list[str]) -> int:
     except ImportError:
         pass
     if args.mode == "ssh":
-        from gputui.commands.targets import open_link
+        from gputui.commands.inputs.targets import open_link
         from gputui.core.link import LinkOptions
 
         options = LinkOptions(
@@ -332,7 +332,7 @@ async def _app_client(
 ) -> dict[str, Any]:
     """The real app, headless (App.run_test), polling every host over SSH; measured like the link client."""
     start = time.monotonic()
-    from gputui.commands.targets import open_link
+    from gputui.commands.inputs.targets import open_link
     from gputui.core.link import LinkOptions
     from gputui.ui.app import GpuTuiApp
 

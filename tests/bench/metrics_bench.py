@@ -8,9 +8,9 @@ sglang ~49 KB). Each part runs in a fresh process:
 
 - ``collector`` (under this Python, and again under Python 3.8 when one is installed, as on an old GPU
   host): one metrics probe as the collector runs it beside each health probe
-  (``gputui.agent.health.probe.fetch_metrics``: lookup, connect, request, headers, the body up to its cap,
+  (``gputui.agent.servers.probe.fetch_metrics``: lookup, connect, request, headers, the body up to its cap,
   then the filter that cuts it down to the series gputui reads), in CPU time per sample; the filter
-  (``gputui.agent.health.metrics_filter``) alone is shown beside it.
+  (``gputui.agent.servers.metrics_filter``) alone is shown beside it.
 - ``client``: the client's parse of what arrives (``parse_server_metrics`` on the filtered text) and one
   tracker update; for comparison, the same parse given the whole body, and ``prometheus_client``'s parser
   alone over the whole body (what parsing without the filter would cost).
@@ -48,9 +48,9 @@ ENGINES = ("vllm", "sglang")
 # Runs under any Python >= 3.8 with the repository on sys.path: imports only the collector-side modules.
 COLLECTOR_WORKER = r"""
 import json, sys, time
-from gputui.agent.health import messages as health_messages
-from gputui.agent.health.probe import fetch_metrics
-from gputui.agent.health.metrics_filter import filter_metrics
+from gputui.agent.servers import messages as health_messages
+from gputui.agent.servers.probe import fetch_metrics
+from gputui.agent.servers.metrics_filter import filter_metrics
 url, repeats = sys.argv[1], int(sys.argv[2])
 body = sys.stdin.buffer.read()
 def per_call_ms(call):
@@ -73,9 +73,9 @@ print(json.dumps({"python": sys.version.split()[0], "probe_ms": probe_ms, "filte
 def _client(args: argparse.Namespace) -> dict[str, Any]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gputui.agent.health import messages as protocol
-    from gputui.agent.health.metrics_filter import filter_metrics
-    from gputui.core.model import HealthSample
+    from gputui.agent.servers import messages as protocol
+    from gputui.agent.servers.metrics_filter import filter_metrics
+    from gputui.core.model import EndpointSample
     from gputui.core.servers import ServerStateTracker, parse_server_metrics
 
     body = Path(args.body).read_bytes()
@@ -83,7 +83,7 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
     filtered = text.decode()
     whole = body.decode()
     tracker = ServerStateTracker()
-    health = HealthSample(url="http://127.0.0.1:8000/health", state="UP", code=200)
+    health = EndpointSample(url="http://127.0.0.1:8000/health", state="UP", code=200)
 
     def per_call_ms(call: Any) -> float:
         samples = []

@@ -1,6 +1,6 @@
 """Section 2 over real SSH: wire bytes per sample and the remote agent's CPU per sample.
 
-The SSH link (``gputui.commands.targets.open_link``) connects to a loopback sshd (the test suite's fixture module)
+The SSH link (``gputui.commands.inputs.targets.open_link``) connects to a loopback sshd (the test suite's fixture module)
 through a byte-counting TCP relay on another loopback port, so the figures are what crosses the network:
 SSH framing, encryption, MACs and window adjustments included. The agent's CPU is read from /proc of the
 agent process that sshd started for the session.
@@ -135,7 +135,7 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
         os.environ.pop("SSH_AUTH_SOCK", None)
         link = None
         try:
-            from gputui.commands.targets import open_link
+            from gputui.commands.inputs.targets import open_link
             from gputui.core.link import LinkOptions
 
             options = LinkOptions(
@@ -215,6 +215,6 @@ def measure_ssh_stream(args: argparse.Namespace, report: Any, sec: int, duration
         report.na(sec, "agent CPU per sample (SSH, remote side)", "agent process not found under sshd")
     report.note(
         sec,
-        "ssh: sshd from tests/integration/sshd.py, link via gputui.commands.targets.open_link through a "
+        "ssh: sshd from tests/integration/sshd.py, link via gputui.commands.inputs.targets.open_link through a "
         "byte-counting loopback relay (what crosses the network, SSH framing included)",
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from gputui.commands.grammar import build_parser
+from gputui.commands.grammar.parser import build_parser
 from gputui.commands.snapshot import take_snapshot
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from gputui.agent import protocol
-from gputui.agent.health import messages as health_messages
 from gputui.agent.kill import messages as kill_messages
+from gputui.agent.servers import messages as health_messages
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot, Proc, fields
@@ -130,11 +130,11 @@ def test_health_has_one_vocabulary_and_shape(real: dict[str, Any], simulated: di
         assert set(health) == {"config", "samples"}
         configs.append(set(health["config"]))
         for sample in health["samples"] + side["sample"]["health"]:
-            assert tuple(sample) == health_messages.HEALTH_SAMPLE_FIELDS
-            assert sample["state"] in protocol.HEALTH_STATES
+            assert tuple(sample) == health_messages.ENDPOINT_SAMPLE_FIELDS
+            assert sample["state"] in protocol.ENDPOINT_STATES
     assert configs[0] == configs[1]
     (probed,) = real["health"]["samples"]
-    assert (probed["state"], probed["code"]) == (protocol.HEALTH_STATE_UNHEALTHY, 503)
+    assert (probed["state"], probed["code"]) == (protocol.ENDPOINT_STATE_UNHEALTHY, 503)
 
 
 def test_each_role_goes_through_the_same_stages(real: dict[str, Any], simulated: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from gputui.agent.protocol import KERNEL_LOG
 from gputui.core.actions import parse_reply
 from gputui.core.link import LinkOptions
-from gputui.core.model import HealthSample, HostSnapshot, fields, is_record
+from gputui.core.model import EndpointSample, HostSnapshot, fields, is_record
 from gputui.core.servers import ServerWatch
 from gputui.transports.prometheus import parse_answer
 from gputui.transports.prometheus.parts import PART_LABEL
@@ -29,7 +29,7 @@ HOSTILE = (
     "\x00\x7f\t\n"
 )
 ACTIVE = [chr(c) for c in [*range(0x20), *range(0x7F, 0xA0), 0x202E, 0x200B, 0x2060, 0xD800, 0xDCFF]]
-RAW_FIELDS = {(HealthSample, "metrics_text")}
+RAW_FIELDS = {(EndpointSample, "metrics_text")}
 """Fields that hold a body for a parser, never shown: what is read from them is made visible there."""
 
 
@@ -111,7 +111,7 @@ def test_a_hostile_collector_sample_reads_as_visible_text_only() -> None:
     snapshot = HostSnapshot.from_json(line)
     assert snapshot.processes
     assert snapshot.gpus
-    assert snapshot.health
+    assert snapshot.endpoints
     assert snapshot.findings
     assert all(p.owner is not None for p in snapshot.processes)
     assert snapshot.kernel_log is not None
@@ -153,7 +153,7 @@ def test_a_hostile_http_body_reads_as_visible_text_only() -> None:
     }
     snapshot = HostSnapshot.from_json(json.dumps({"target": "gpu-a", "time": 2.0, "health": [health]}))
     judged = ServerWatch().apply(snapshot, now=2.0)
-    assert judged.health[0].metrics is not None
+    assert judged.endpoints[0].metrics is not None
     assert assert_visible(judged) >= 4
     assert assert_visible(ServerWatch().states("gpu-a")) == 0
 

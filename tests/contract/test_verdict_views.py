@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEALTH_STATE_UNHEALTHY
+from gputui.agent.protocol import ENDPOINT_STATE_DOWN, ENDPOINT_STATE_STARTING, ENDPOINT_STATE_UNHEALTHY
 from gputui.commands import check as check_command
 from gputui.commands import snapshot as snapshot_command
-from gputui.commands.grammar import build_parser
+from gputui.commands.grammar.parser import build_parser
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, HostSnapshot
 from gputui.core.text import age_since
@@ -31,8 +31,8 @@ from gputui.core.verdict import headline
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.findings_list import FindingsList, group_findings
-from gputui.ui.widgets.health_panel import HealthPanel
 from tests.contract.wedged import free_port, install, wedged_launcher
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.defunct import build_defunct_leader
@@ -210,7 +210,7 @@ def tui_view(raw: HostSnapshot | None, error: str | None, tmp_path: Path) -> dic
                 str(findings.get_option_at_index(i).prompt) for i in range(findings.option_count)
             )
             shown["findings_title"] = str(findings.border_title)
-            shown["health"] = str(app.screen.query_one(HealthPanel).render())
+            shown["health"] = str(app.screen.query_one(EndpointPanel).render())
 
     asyncio.run(run())
     return shown
@@ -288,7 +288,7 @@ def test_wedged_launcher_with_defunct_schedulers_and_503(
     assert verdict["level"] == NOT_CLEAN
     (ours,) = [h for h in host["health"] if h["launcher_pid"] == pids["launcher"]]
     # A young launcher whose job has defunct members is not starting: it is UNHEALTHY, from this sample.
-    assert ours["state"] == HEALTH_STATE_UNHEALTHY != HEALTH_STATE_STARTING
+    assert ours["state"] == ENDPOINT_STATE_UNHEALTHY != ENDPOINT_STATE_STARTING
     assert "defunct member" in ours["detail"]
     assert any(r.startswith(f"server {ours['url']} is UNHEALTHY") for r in verdict["reasons"])
     (leader,) = [f for f in host["findings"] if f["kind"] == "defunct_leader"]
@@ -306,7 +306,7 @@ def test_killed_launcher_reads_down_not_starting(
     raw = states["killed"]
     host = assert_views_agree(cli_views(raw, monkeypatch), tui_view(raw, None, tmp_path))
     (sample,) = host["health"]
-    assert sample["state"] == HEALTH_STATE_DOWN
+    assert sample["state"] == ENDPOINT_STATE_DOWN
     assert sample["launcher_age_s"] is None
     # Its members left defunct under an init that does not reap them (a container's pid 1 may not) are
     # what is left of it, named with the job; nothing else is.

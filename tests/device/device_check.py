@@ -4,7 +4,7 @@ Run by ``run_device_check.sh`` (which installs gputui from the wheels carried wi
 suite. What it does, each step bounded, the whole within ``--budget`` seconds:
 
 1. records what this driver returns for each GPU-health query gputui makes (the raw NVML answer or error,
-   and the call's time), what gputui's own ``read_gpu_health`` makes of it, whether an NVML event set takes
+   and the call's time), what gputui's own ``read_gpu_fitness`` makes of it, whether an NVML event set takes
    critical Xids, and what the kernel log gives (``/dev/kmsg``, else ``dmesg``, else why not);
 2. times the collector: memory-only samples, forced samples, health rounds;
 3. allocates GPU memory in a child of its own through the CUDA driver API (``ctypes`` on ``libcuda.so.1``:
@@ -99,7 +99,7 @@ def timed(fn: Any) -> dict[str, Any]:
 def raw_queries() -> None:
     import pynvml
 
-    from gputui.agent.gpu.health import XidEvents, read_gpu_health
+    from gputui.agent.gpu.fitness import XidEvents, read_gpu_fitness
 
     pynvml.nvmlInit()
     try:
@@ -134,8 +134,8 @@ def raw_queries() -> None:
                 "supported_event_types": timed(lambda h=handle: pynvml.nvmlDeviceGetSupportedEventTypes(h)),
                 "mig_mode": timed(lambda h=handle: list(pynvml.nvmlDeviceGetMigMode(h))),
             }
-            health = timed(lambda h=handle: read_gpu_health(h))
-            gpus.append({"index": index, "queries": queries, "gputui_read_gpu_health": health})
+            health = timed(lambda h=handle: read_gpu_fitness(h))
+            gpus.append({"index": index, "queries": queries, "gputui_read_gpu_fitness": health})
         events_start = time.perf_counter()
         events = XidEvents()
         for index, handle in enumerate(handles):
@@ -166,7 +166,7 @@ def raw_queries() -> None:
                 if k not in ("name", "pci_bus_id")
             )
         )
-        say(f"  gputui read_gpu_health: {gpu['gputui_read_gpu_health']}")
+        say(f"  gputui read_gpu_fitness: {gpu['gputui_read_gpu_fitness']}")
     say(f"NVML Xid event set: {REPORT['steps']['nvml_health']['xid_event_set']}")
 
 

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from gputui.agent.health.discovery import health_launcher_like_name
 from gputui.agent.proc import processes
 from gputui.agent.proc.procfs import read_stat
+from gputui.agent.servers.discovery import health_launcher_like_name
 
 
 @contextmanager

@@ -22,7 +22,12 @@ import pytest
 from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SshLink, accept_host_key
-from gputui.transports.ssh.knownhosts import ChangedHostKey, HostKeyError, RevokedHostKey, UnknownHostKey
+from gputui.transports.ssh.hostkeys.knownhosts import (
+    ChangedHostKey,
+    HostKeyError,
+    RevokedHostKey,
+    UnknownHostKey,
+)
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.openssh_peers import (
     kill_quietly,

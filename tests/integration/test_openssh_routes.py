@@ -19,7 +19,7 @@ import pytest
 from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.reconnect import worth_retrying
 from gputui.transports.ssh import AuthFailed, SetupFailed, SshLink
-from gputui.transports.ssh.knownhosts import UnknownHostKey
+from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.openssh_peers import (
     behind_a_proxy_command,

@@ -83,12 +83,12 @@ def test_gputui_follows_what_the_exporters_serve(prometheus_fleet: Fleet, tmp_pa
     exporters.set("vllm-a", running=2, waiting=5)
     source = PrometheusSource(FleetSettings(url=server.url))
     hosts = _sample_until(
-        source, lambda h: {"gpu-a", "gpu-b"} <= set(h) and bool(h["gpu-a"].snapshot.health), "both hosts"
+        source, lambda h: {"gpu-a", "gpu-b"} <= set(h) and bool(h["gpu-a"].snapshot.endpoints), "both hosts"
     )
     assert hosts["gpu-a"].snapshot.gpus[3].memory_used_mib == 3
     assert hosts["gpu-b"].mig
     assert [i.profile for i in hosts["gpu-b"].mig[1]] == ["3g.40gb", "3g.40gb"]
-    assert hosts["gpu-a"].snapshot.health[0].detail == "vllm: 2 running, 5 waiting"
+    assert hosts["gpu-a"].snapshot.endpoints[0].detail == "vllm: 2 running, 5 waiting"
 
     exporters.set("gpu-a", 3, used=40000, util=99, xid=48)
     hosts = _sample_until(source, lambda h: _gpu_used(h, "gpu-a", 3) == 40000, "the new figure")
@@ -274,10 +274,10 @@ def test_dcgm_remap_and_ecc_series_make_a_host_not_ready(prometheus_fleet: Fleet
         return (
             a is not None
             and b is not None
-            and a.snapshot.gpus[1].health is not None
-            and bool(a.snapshot.gpus[1].health.remap_pending)
-            and b.snapshot.gpus[0].health is not None
-            and b.snapshot.gpus[0].health.ecc_uncorrected_volatile == 3
+            and a.snapshot.gpus[1].fitness is not None
+            and bool(a.snapshot.gpus[1].fitness.remap_pending)
+            and b.snapshot.gpus[0].fitness is not None
+            and b.snapshot.gpus[0].fitness.ecc_uncorrected_volatile == 3
         )
 
     _sample_until(source, judged, "the health series")

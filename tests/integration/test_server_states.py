@@ -15,19 +15,19 @@ import subprocess
 
 import pytest
 
-from gputui.agent.health.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
-from gputui.agent.health.probe import probe_url
 from gputui.agent.protocol import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_DOWN,
-    HEALTH_STATE_ERROR,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_STARTING,
-    HEALTH_STATE_TIMEOUT,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_UP,
+    ENDPOINT_STATE_BUSY,
+    ENDPOINT_STATE_DOWN,
+    ENDPOINT_STATE_ERROR,
+    ENDPOINT_STATE_STALLED,
+    ENDPOINT_STATE_STARTING,
+    ENDPOINT_STATE_TIMEOUT,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_UP,
 )
-from gputui.core.model import HealthSample
+from gputui.agent.servers.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+from gputui.agent.servers.probe import probe_url
+from gputui.core.model import EndpointSample
 from gputui.core.servers import MetricsUnreadable, ServerState, ServerStateTracker, parse_server_metrics
 from tests.integration._procs import REPO
 from tests.integration.metrics_server import FetchFailed, MetricsPeer, fetch_body
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.timeout(120)
 TICK_S = 5.0
 T0 = 1_700_000_000.0
 OLD_LAUNCHER_S = 7200.0
-HEALTH_DEADLINE_S = 0.5
+ENDPOINT_DEADLINE_S = 0.5
 METRICS_DEADLINE_S = 1.0
 
 
@@ -54,8 +54,8 @@ class Watch:
 
     def tick(self, launcher_age_s: float | None = OLD_LAUNCHER_S) -> ServerState:
         self.now += TICK_S
-        probe = probe_url(self.peer.url("/health"), deadline_s=HEALTH_DEADLINE_S)
-        health = HealthSample(
+        probe = probe_url(self.peer.url("/health"), deadline_s=ENDPOINT_DEADLINE_S)
+        health = EndpointSample(
             url=self.peer.url("/health"),
             state=probe["state"],
             code=probe["code"],
@@ -82,22 +82,22 @@ def test_starting_then_up_then_busy_through_a_failing_health_then_up(peer: Metri
     watch = Watch(peer)
     peer.listen(False)
     state = watch.tick(launcher_age_s=5.0)
-    assert state.state == HEALTH_STATE_STARTING
+    assert state.state == ENDPOINT_STATE_STARTING
     assert state.reason == "starting: connection refused, launcher 5 s old"
     assert watch.metrics_error == "connection refused"
     peer.listen(True)
     peer.set(health="503", metrics="404")  # the API server is up, the engine still loading
     state = watch.tick(launcher_age_s=40.0)
-    assert (state.state, state.since) == (HEALTH_STATE_STARTING, T0 + TICK_S)
+    assert (state.state, state.since) == (ENDPOINT_STATE_STARTING, T0 + TICK_S)
     assert watch.metrics_error == "HTTP 404"
     peer.set(health="200", metrics="ok", running=2, tokens_per_scrape=50)
-    assert watch.ticks(2, launcher_age_s=50.0) == [HEALTH_STATE_UP, HEALTH_STATE_UP]
+    assert watch.ticks(2, launcher_age_s=50.0) == [ENDPOINT_STATE_UP, ENDPOINT_STATE_UP]
     assert watch.tracker.current.reason == "serving: 2 running, 0 waiting, 10 tokens/s"
-    assert watch.tracker.current.previous_state == HEALTH_STATE_STARTING
+    assert watch.tracker.current.previous_state == ENDPOINT_STATE_STARTING
     # /health fails while tokens keep coming (sglang during a long chunked prefill): busy, not dead.
     peer.set(health="503")
     state = watch.tick(launcher_age_s=60.0)
-    assert state.state == HEALTH_STATE_BUSY
+    assert state.state == ENDPOINT_STATE_BUSY
     assert state.reason == "busy: health HTTP 503 but generating 10 tokens/s; not dead, do not kill"
     assert state.metrics is not None
     assert state.metrics.to_dict() == {
@@ -109,7 +109,7 @@ def test_starting_then_up_then_busy_through_a_failing_health_then_up(peer: Metri
     }
     peer.set(health="200")
     state = watch.tick(launcher_age_s=65.0)
-    assert (state.state, state.previous_state) == (HEALTH_STATE_UP, HEALTH_STATE_BUSY)
+    assert (state.state, state.previous_state) == (ENDPOINT_STATE_UP, ENDPOINT_STATE_BUSY)
     # Refused, 404, a first reading (no rate yet), then three rates.
     assert state.tokens_per_s_history == (None, None, None, 10.0, 10.0, 10.0)
     # What went on the wire each time: a few hundred bytes of a ~50 KB body.
@@ -124,10 +124,10 @@ def test_up_then_stalled_while_health_says_200_then_up(peer: MetricsPeer, engine
         engine=engine, engines=2, ranks=2, running=2, waiting=3, kv_cache_usage=0.0, tokens_per_scrape=100
     )
     watch = Watch(peer)
-    assert watch.ticks(2) == [HEALTH_STATE_UP, HEALTH_STATE_UP]
+    assert watch.ticks(2) == [ENDPOINT_STATE_UP, ENDPOINT_STATE_UP]
     peer.set(tokens_per_scrape=0)
     states = watch.ticks(6)  # the last tokens came with the second reading: 30 s later it is stalled
-    assert states == [HEALTH_STATE_UP] * 5 + [HEALTH_STATE_STALLED]
+    assert states == [ENDPOINT_STATE_UP] * 5 + [ENDPOINT_STATE_STALLED]
     state = watch.tracker.current
     assert state.reason == "stalled: 4 running, 6 waiting, no token generated for 30 s (health UP)"
     assert state.since == watch.now
@@ -135,7 +135,7 @@ def test_up_then_stalled_while_health_says_200_then_up(peer: MetricsPeer, engine
     assert state.metrics.generation_tokens_per_s == 0.0
     peer.set(tokens_per_scrape=25)
     state = watch.tick()
-    assert (state.state, state.previous_state) == (HEALTH_STATE_UP, HEALTH_STATE_STALLED)
+    assert (state.state, state.previous_state) == (ENDPOINT_STATE_UP, ENDPOINT_STATE_STALLED)
     assert state.metrics is not None
     assert state.metrics.generation_tokens_per_s == 10.0  # two engines, 25 tokens each in 5 s
 
@@ -143,11 +143,11 @@ def test_up_then_stalled_while_health_says_200_then_up(peer: MetricsPeer, engine
 def test_each_health_failure_is_reached_and_left(peer: MetricsPeer) -> None:
     peer.set(running=0, tokens_per_scrape=0)
     watch = Watch(peer)
-    assert watch.tick().state == HEALTH_STATE_UP
+    assert watch.tick().state == ENDPOINT_STATE_UP
     steps = [
-        ({"health": "503"}, HEALTH_STATE_UNHEALTHY, "HTTP 503"),
-        ({"health": "hang"}, HEALTH_STATE_TIMEOUT, "no response within 0.5s"),
-        ({"health": "404"}, HEALTH_STATE_ERROR, "HTTP 404"),
+        ({"health": "503"}, ENDPOINT_STATE_UNHEALTHY, "HTTP 503"),
+        ({"health": "hang"}, ENDPOINT_STATE_TIMEOUT, "no response within 0.5s"),
+        ({"health": "404"}, ENDPOINT_STATE_ERROR, "HTTP 404"),
     ]
     for settings, failed, reason in steps:
         peer.set(**settings)
@@ -155,15 +155,15 @@ def test_each_health_failure_is_reached_and_left(peer: MetricsPeer) -> None:
         assert (state.state, state.reason) == (failed, reason)
         peer.set(health="200")
         state = watch.tick()
-        assert (state.state, state.previous_state) == (HEALTH_STATE_UP, failed)
+        assert (state.state, state.previous_state) == (ENDPOINT_STATE_UP, failed)
     # Refused by a launcher that has long served: DOWN, not STARTING; its metrics are gone with it.
     peer.listen(False)
     state = watch.tick()
-    assert state.state == HEALTH_STATE_DOWN
+    assert state.state == ENDPOINT_STATE_DOWN
     assert state.reason == "connection refused; metrics: connection refused"
     assert state.metrics is None
     peer.listen(True)
-    assert watch.tick().state == HEALTH_STATE_UP
+    assert watch.tick().state == ENDPOINT_STATE_UP
 
 
 BLANKING = {
@@ -183,17 +183,17 @@ def test_slow_huge_vanished_or_foreign_metrics_leave_the_state_to_health(
     peer.set(running=2, waiting=1, tokens_per_scrape=0, metrics=fault)
     watch = Watch(peer)
     states = watch.ticks(8)
-    assert states == [HEALTH_STATE_UP] * 8
+    assert states == [ENDPOINT_STATE_UP] * 8
     state = watch.tracker.current
     assert state.metrics is None
     assert state.reason == f"health UP; metrics: {BLANKING[fault]}"
     assert state.tokens_per_s_history == (None,) * 8
     # Failing health with tokens flowing reads UNHEALTHY, not BUSY, while metrics are blank.
     peer.set(health="503", tokens_per_scrape=100)
-    assert watch.tick().state == HEALTH_STATE_UNHEALTHY
+    assert watch.tick().state == ENDPOINT_STATE_UNHEALTHY
     # The metrics come back: from the second reading on (a first has no rate) they count again.
     peer.set(metrics="ok")
-    assert watch.ticks(2) == [HEALTH_STATE_UNHEALTHY, HEALTH_STATE_BUSY]
+    assert watch.ticks(2) == [ENDPOINT_STATE_UNHEALTHY, ENDPOINT_STATE_BUSY]
 
 
 @pytest.mark.parametrize(
@@ -217,7 +217,7 @@ def test_a_bad_series_blanks_its_figure_and_the_rest_still_count(
     assert [reason for _, reason in state.metrics.unreadable] == ([unreadable] if unreadable else [])
     assert state.metrics.waiting == 1
     # Flat from the first reading on: 30 s later (the seventh) stalled, when the counter can be read.
-    assert states == [HEALTH_STATE_UP] * 6 + [HEALTH_STATE_STALLED if stalls else HEALTH_STATE_UP] * 2
+    assert states == [ENDPOINT_STATE_UP] * 6 + [ENDPOINT_STATE_STALLED if stalls else ENDPOINT_STATE_UP] * 2
 
 
 def test_metrics_that_vanish_and_return_keep_their_counter(peer: MetricsPeer) -> None:
@@ -228,7 +228,7 @@ def test_metrics_that_vanish_and_return_keep_their_counter(peer: MetricsPeer) ->
     watch.ticks(2)  # the counter grows on the server meanwhile only when read: it reads flat
     peer.set(metrics="ok")
     state = watch.tick()
-    assert state.state == HEALTH_STATE_UP
+    assert state.state == ENDPOINT_STATE_UP
     assert state.metrics is not None
     # 30 tokens over the three ticks since the last reading.
     assert state.metrics.generation_tokens_per_s == pytest.approx(30 / (3 * TICK_S))
@@ -241,7 +241,7 @@ def test_a_restarted_counter_is_no_negative_rate_and_no_stall(peer: MetricsPeer)
     watch.ticks(3)
     peer.reset_counters()
     state = watch.tick()
-    assert state.state == HEALTH_STATE_UP
+    assert state.state == ENDPOINT_STATE_UP
     assert state.metrics is not None
     assert state.metrics.generation_tokens_per_s == 100.0
     assert all(rate is None or rate >= 0 for rate in state.tokens_per_s_history)
@@ -249,7 +249,7 @@ def test_a_restarted_counter_is_no_negative_rate_and_no_stall(peer: MetricsPeer)
 
 FILTER_ON_38 = """
 import json, sys
-from gputui.agent.health.metrics_filter import filter_metrics
+from gputui.agent.servers.metrics_filter import filter_metrics
 body = sys.stdin.buffer.read()
 for truncated in (False, True):
     text, dropped = filter_metrics(body, truncated)

@@ -3,7 +3,7 @@ watch judges them.
 
 The peer (``tests/integration/metrics_server.py``) serves vLLM- or sglang-format ``/metrics`` (about 50 KB)
 whose counters advance at each read, stall, or vanish, and a ``/health`` the test sets. The collector's own
-``HealthProber`` probes both (its threads, its deadlines, its filter on the host); its samples go through
+``EndpointProber`` probes both (its threads, its deadlines, its filter on the host); its samples go through
 the wire shape (``HostSnapshot.from_dict``) into a ``ServerWatch`` with a short stall window, so each state
 is reached, and left, in seconds. The CLI runs are the real ``snapshot`` and ``check`` in a subprocess.
 """
@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from gputui.agent.health.prober import HealthProber
 from gputui.agent.protocol import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_UP,
+    ENDPOINT_STATE_BUSY,
+    ENDPOINT_STATE_STALLED,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_UP,
 )
-from gputui.core.model import HealthSample, HostSnapshot
+from gputui.agent.servers.prober import EndpointProber
+from gputui.core.model import EndpointSample, HostSnapshot
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
@@ -45,7 +45,7 @@ class Watched:
     """One endpoint probed by the collector's prober and judged by a client's watch."""
 
     def __init__(self, peer: MetricsPeer) -> None:
-        self.prober = HealthProber(
+        self.prober = EndpointProber(
             [peer.url("/health")],
             discover=False,
             interval_s=INTERVAL_S,
@@ -55,16 +55,16 @@ class Watched:
         self.watch = ServerWatch(stall_after_s=STALL_AFTER_S)
         self.seen: list[str | None] = []
 
-    def judged(self) -> HealthSample:
+    def judged(self) -> EndpointSample:
         snapshot = HostSnapshot.from_dict(
             {"target": "h", "time": time.time(), "health": self.prober.samples()}
         )
-        (sample,) = self.watch.apply(snapshot).health
+        (sample,) = self.watch.apply(snapshot).endpoints
         if not self.seen or self.seen[-1] != sample.state:
             self.seen.append(sample.state)
         return sample
 
-    def until(self, what: str, ok: Callable[[HealthSample], bool]) -> HealthSample:
+    def until(self, what: str, ok: Callable[[EndpointSample], bool]) -> EndpointSample:
         deadline = time.monotonic() + REACH_S
         while time.monotonic() < deadline:
             sample = self.judged()
@@ -86,9 +86,9 @@ def watched(peer: MetricsPeer) -> Iterator[Watched]:
         running.close()
 
 
-def _serving(sample: HealthSample) -> bool:
+def _serving(sample: EndpointSample) -> bool:
     rate = (sample.metrics or {}).get("generation_tokens_per_s")
-    return sample.state == HEALTH_STATE_UP and rate is not None and rate > 0
+    return sample.state == ENDPOINT_STATE_UP and rate is not None and rate > 0
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -103,34 +103,34 @@ def test_each_state_is_reached_and_left(peer: MetricsPeer, watched: Watched, eng
     assert len(up.metrics_text) < 16384
     # The counter stops with requests pending: STALLED, whatever /health says.
     peer.set(tokens_per_scrape=0)
-    stalled = watched.until("STALLED", lambda s: s.state == HEALTH_STATE_STALLED)
+    stalled = watched.until("STALLED", lambda s: s.state == ENDPOINT_STATE_STALLED)
     assert stalled.detail is not None
     assert "no token generated for" in stalled.detail
     peer.set(tokens_per_scrape=40)
     watched.until("UP again once tokens flow", _serving)
     # Health failing while tokens flow: BUSY, not dead.
     peer.set(health="503")
-    busy = watched.until("BUSY", lambda s: s.state == HEALTH_STATE_BUSY)
+    busy = watched.until("BUSY", lambda s: s.state == ENDPOINT_STATE_BUSY)
     assert busy.detail is not None
     assert "do not kill" in busy.detail
     # The metrics endpoint vanishes: metrics blank, the state from health alone.
     peer.set(metrics="404")
     unhealthy = watched.until(
-        "UNHEALTHY with blank metrics", lambda s: s.state == HEALTH_STATE_UNHEALTHY and s.metrics_error
+        "UNHEALTHY with blank metrics", lambda s: s.state == ENDPOINT_STATE_UNHEALTHY and s.metrics_error
     )
     assert unhealthy.metrics == dict.fromkeys(METRICS_JSON_KEYS)
     assert unhealthy.metrics_error == "HTTP 404"
     peer.set(health="200", metrics="ok")
     watched.until("UP once more", _serving)
-    assert watched.seen[0] in (None, HEALTH_STATE_UP)
-    for state in (HEALTH_STATE_STALLED, HEALTH_STATE_BUSY, HEALTH_STATE_UNHEALTHY):
+    assert watched.seen[0] in (None, ENDPOINT_STATE_UP)
+    for state in (ENDPOINT_STATE_STALLED, ENDPOINT_STATE_BUSY, ENDPOINT_STATE_UNHEALTHY):
         assert state in watched.seen
 
 
 def test_a_hanging_metrics_endpoint_leaves_health_to_itself(peer: MetricsPeer, watched: Watched) -> None:
     peer.set(metrics="hang", health="200")
     sample = watched.until("UP with the metrics read timed out", lambda s: s.metrics_error is not None)
-    assert sample.state == HEALTH_STATE_UP
+    assert sample.state == ENDPOINT_STATE_UP
     assert "within" in sample.metrics_error
     assert sample.metrics == dict.fromkeys(METRICS_JSON_KEYS)
 
@@ -166,7 +166,7 @@ def test_snapshot_and_check_carry_the_metrics_and_check_fails_an_unhealthy_serve
         "kv_cache_usage": 0.5,
         "generation_tokens_per_s": None,
     }
-    assert sample["state"] == HEALTH_STATE_UP
+    assert sample["state"] == ENDPOINT_STATE_UP
     status, document = _cli(fake_nvml, "check", *endpoints)
     assert status == 0, document["hosts"][0]["verdict"]
     peer.set(health="503")
@@ -205,7 +205,7 @@ def test_the_collector_on_python38_carries_the_cut_metrics_in_its_samples(peer: 
     assert sample["metrics_error"] is None
     assert "sglang:num_running_reqs" in sample["metrics_text"]
     assert "_bucket" not in sample["metrics_text"]  # the histograms stayed on the host
-    (judged,) = ServerWatch().apply(HostSnapshot.from_dict(snapshot)).health
+    (judged,) = ServerWatch().apply(HostSnapshot.from_dict(snapshot)).endpoints
     metrics = judged.metrics
     assert metrics is not None
     assert (metrics["engine"], metrics["running"], metrics["waiting"]) == ("sglang", 3, 2)

@@ -385,7 +385,7 @@ SSH_ONE_SHOT_UNUSED = (
     "textual",
     "rich",
     "dataclasses",
-    "gputui.transports.ssh.knownhosts",  # ssh checks host keys itself
+    "gputui.transports.ssh.hostkeys.knownhosts",  # ssh checks host keys itself
     "gputui.transports.ssh.openssh.failures",  # read only when ssh failed
     "gputui.core.servers",  # no health endpoint on this host
     "gputui.commands.check",

@@ -106,7 +106,7 @@ def test_the_bundle_is_the_collector_package_and_the_clients_pynvml() -> None:
     # Compiled here for a remote python of this one's version: what every host imports, the shipped pynvml
     # (most remote pythons have none of their own) included, not what few hosts import.
     assert {"gputui.agent.collector", "pynvml"} <= set(codes)
-    assert not {"gputui.agent.health.http", "gputui.agent.gpu.smi"} & set(codes)
+    assert not {"gputui.agent.servers.http", "gputui.agent.gpu.smi"} & set(codes)
     kill_code = marshal.loads(zlib.decompress(codes["gputui.agent.kill.operation"]))  # noqa: S302 - one by one
     assert kill_code.co_filename == "<gputui-bundle>/gputui/agent/kill/operation.py"
     assert payload.magic_hex == importlib.util.MAGIC_NUMBER.hex()

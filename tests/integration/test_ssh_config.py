@@ -10,7 +10,7 @@ import pytest
 
 from gputui.core.link import LinkError, LinkOptions
 from gputui.transports.ssh import SetupFailed, SshLink
-from gputui.transports.ssh.knownhosts import UnknownHostKey
+from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from tests.integration.openssh_peers import ssh_children
 from tests.integration.sshd import ClientHome, SshdFactory, stand_in_agent
 

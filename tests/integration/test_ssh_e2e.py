@@ -292,9 +292,9 @@ def test_health_urls_travel_as_json_and_are_probed_remotely(
     link = SshLink("host-a", replace(FAST, health_urls=(url,), discover_health=False))
     link.open()
     try:
-        probed = _until(link, lambda s: any(h.url == url and h.state is not None for h in s.health))
-        assert [h.url for h in probed.health] == [url]
-        assert probed.health[0].state not in (None, "UP")  # nothing listens there
+        probed = _until(link, lambda s: any(h.url == url and h.state is not None for h in s.endpoints))
+        assert [h.url for h in probed.endpoints] == [url]
+        assert probed.endpoints[0].state not in (None, "UP")  # nothing listens there
     finally:
         link.close()
     assert not canary.exists()

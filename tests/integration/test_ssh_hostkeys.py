@@ -10,7 +10,12 @@ import pytest
 
 from gputui.core.link import LinkOptions
 from gputui.transports.ssh import SshLink, accept_host_key
-from gputui.transports.ssh.knownhosts import ChangedHostKey, RevokedHostKey, UnknownHostKey, hash_name
+from gputui.transports.ssh.hostkeys.knownhosts import (
+    ChangedHostKey,
+    RevokedHostKey,
+    UnknownHostKey,
+    hash_name,
+)
 from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen, keygen
 
 OPTIONS = LinkOptions(memory_interval_s=0.5, process_interval_s=0.5, connect_timeout_s=10.0)

@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from gputui.commands.grammar import build_parser
+from gputui.commands.grammar.parser import build_parser
 from gputui.commands.tui import build_app
 from gputui.core.store import Config
 from gputui.ui.screens.host_key import HostKeyScreen

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from gputui.agent.health import HEALTH_DEFAULT_INTERVAL_S
-from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_STARTING, HEALTH_STATE_UNHEALTHY
-from gputui.commands.grammar import build_parser
+from gputui.agent.protocol import ENDPOINT_STATE_DOWN, ENDPOINT_STATE_STARTING, ENDPOINT_STATE_UNHEALTHY
+from gputui.agent.servers import ENDPOINT_DEFAULT_INTERVAL_S
+from gputui.commands.grammar.parser import build_parser
 from gputui.commands.tui import build_app
 from gputui.core.store import Config
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
-from gputui.ui.widgets.health_panel import HealthPanel
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from tests.contract.wedged import free_port, install, wedged_launcher
 from tests.integration.defunct import build_defunct_leader
 from tests.integration.procs import is_gone, state_of, wait_for
@@ -47,7 +47,7 @@ async def _until(pilot, condition, what: str, deadline_s: float = DEADLINE_S) ->
 
 def _state(app: Any, url: str) -> tuple[str | None, str | None]:
     snapshot = app.hosts[0].snapshot
-    for sample in () if snapshot is None else snapshot.health:
+    for sample in () if snapshot is None else snapshot.endpoints:
         if sample.url == url:
             return sample.state, sample.detail
     return None, None
@@ -82,7 +82,10 @@ def test_a_killed_wedged_launcher_reads_down_within_two_probe_intervals(
             async with app.run_test(size=(160, 50)) as pilot:
                 await _until(pilot, lambda: _state(app, url)[0] is not None, "the first probe")
                 state, detail = _state(app, url)
-                assert state == HEALTH_STATE_UNHEALTHY, (state, detail)  # never STARTING with defunct members
+                assert state == ENDPOINT_STATE_UNHEALTHY, (
+                    state,
+                    detail,
+                )  # never STARTING with defunct members
                 assert detail is not None
                 assert "defunct member" in detail
                 await _until(
@@ -102,19 +105,19 @@ def test_a_killed_wedged_launcher_reads_down_within_two_probe_intervals(
                 fake_nvml.write()
                 took_s = await _until(
                     pilot,
-                    lambda: seen.append(_state(app, url)[0]) or seen[-1] == HEALTH_STATE_DOWN,
+                    lambda: seen.append(_state(app, url)[0]) or seen[-1] == ENDPOINT_STATE_DOWN,
                     "the endpoint to read DOWN",
-                    deadline_s=2 * HEALTH_DEFAULT_INTERVAL_S + 2.0,
+                    deadline_s=2 * ENDPOINT_DEFAULT_INTERVAL_S + 2.0,
                 )
-                assert took_s <= 2 * HEALTH_DEFAULT_INTERVAL_S + 2.0
+                assert took_s <= 2 * ENDPOINT_DEFAULT_INTERVAL_S + 2.0
                 await pilot.pause(3 * 0.3)
                 state, detail = _state(app, url)
-                assert state == HEALTH_STATE_DOWN, (state, detail)
+                assert state == ENDPOINT_STATE_DOWN, (state, detail)
                 assert "launcher" not in (detail or "")  # a dead launcher has no age
-                panel = str(app.screen.query_one(HealthPanel).render())
-                assert HEALTH_STATE_DOWN in panel
-                assert HEALTH_STATE_STARTING not in panel
+                panel = str(app.screen.query_one(EndpointPanel).render())
+                assert ENDPOINT_STATE_DOWN in panel
+                assert ENDPOINT_STATE_STARTING not in panel
                 await pilot.press("q")
 
         asyncio.run(asyncio.wait_for(run(), timeout=3 * DEADLINE_S))
-        assert HEALTH_STATE_STARTING not in seen
+        assert ENDPOINT_STATE_STARTING not in seen

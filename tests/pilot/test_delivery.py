@@ -22,9 +22,9 @@ from gputui.transports.sim import SCHEDULER_PID_BASE, ManualClock, SimLink
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.gpu_panel import GpuPanel
-from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.host_bar import HostBar
 from gputui.ui.widgets.process_table import ProcessTable
 
@@ -264,7 +264,7 @@ async def test_an_unchanged_snapshot_repaints_nothing_and_a_change_shows_at_once
         widgets = {
             "procs": procs,
             "gpus": app.query_one(GpuPanel),
-            "health": app.query_one(HealthPanel),
+            "health": app.query_one(EndpointPanel),
             "findings": app.query_one(FindingsList),
             "clean": app.query_one(CleanSlateLine),
         }
@@ -349,8 +349,8 @@ async def test_many_deliveries_between_redraws_start_one_host_bar_timer(app, clo
 async def test_a_host_whose_data_went_stale_says_no_data_since_in_every_panel(app, clock):
     """Data once, then nothing: past the stale window the verdict, findings and health say "no data since
     HH:MM:SS", never the old verdict or "nothing stuck"; fresh data brings the panels back."""
+    from gputui.ui.widgets.endpoint_panel import EndpointPanel
     from gputui.ui.widgets.findings_list import FindingsList
-    from gputui.ui.widgets.health_panel import HealthPanel
 
     target = TARGETS[0]
     snapshot = _sample(target, clock)
@@ -371,7 +371,7 @@ async def test_a_host_whose_data_went_stale_says_no_data_since_in_every_panel(ap
         assert "stale" in str(line.render())
         assert str(findings.get_option_at_index(0).prompt).startswith("no data since ")
         assert findings.border_title == "Findings (–)"
-        assert str(app.query_one(HealthPanel).render()).startswith("no data since ")
+        assert str(app.query_one(EndpointPanel).render()).startswith("no data since ")
         app.post_message(Hosts.Sampled(target, replace(snapshot, time=(snapshot.time or 0) + 60.0)))
         for _ in range(150):
             await pilot.pause(0.1)

@@ -12,9 +12,9 @@ from textual.geometry import Region
 from gputui.core.jobs import ProcNode
 from gputui.core.model import Proc
 from gputui.transports.sim import LAUNCHER_PID, NSYS_PID, SCHEDULER_PID_BASE
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.gpu_panel import GpuPanel
-from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import wait_for
@@ -33,7 +33,7 @@ async def test_the_panels_share_the_width_and_nothing_important_is_cut(make_app,
     app = make_app()
     async with app.run_test(size=(columns, 40)) as pilot:
         procs = app.query_one(ProcessTable)
-        health = app.query_one(HealthPanel)
+        health = app.query_one(EndpointPanel)
         findings = app.query_one(FindingsList)
         gpus = app.query_one(GpuPanel)
         await wait_for(pilot, lambda: procs.row_count > 0 and health.samples, "rows and health")

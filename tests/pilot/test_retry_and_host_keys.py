@@ -15,7 +15,7 @@ import pytest
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.transports.sim import ManualClock, SimLink
 from gputui.transports.ssh import AuthFailed, SetupFailed
-from gputui.transports.ssh.knownhosts import ChangedHostKey, UnknownHostKey, fingerprint_sha256
+from gputui.transports.ssh.hostkeys.knownhosts import ChangedHostKey, UnknownHostKey, fingerprint_sha256
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.widgets.gpu_panel import GpuPanel

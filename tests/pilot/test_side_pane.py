@@ -18,8 +18,8 @@ from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import CLOSE_HINT, HelpScreen
 from gputui.ui.screens.monitor_view import CLEAN_ROWS_WITH_FOOTER
 from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.fmt import screen_rows
-from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.history_chart import HistoryChart
 from gputui.ui.widgets.process_table import ProcessTable
 
@@ -86,7 +86,7 @@ async def test_x_y_is_one_notification_that_covers_neither_cursor_nor_receipt(
         # The server's state changes went to the health panel, not to a toast each.
         assert not any(title == "health" for _, title, _ in operation)
         assert host.health_changes
-        assert "→" in str(app.query_one(HealthPanel).border_subtitle)
+        assert "→" in str(app.query_one(EndpointPanel).border_subtitle)
 
 
 async def test_a_single_k_says_its_outcome_once(make_app) -> None:
@@ -151,7 +151,7 @@ async def test_health_at_50_columns_keeps_state_url_and_reason(make_app) -> None
     app = make_app()
     async with app.run_test(size=(50, 40)) as pilot:
         await _ready(pilot, app)
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         await wait_for(pilot, lambda: bool(panel.samples) and panel.samples[0].state is not None, "a probe")
         await pilot.pause(0.3)
         sample = panel.samples[0]

@@ -15,7 +15,7 @@ import pytest
 
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock, SimLink
-from gputui.transports.ssh.knownhosts import UnknownHostKey
+from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.host_key import HostKeyScreen

@@ -54,7 +54,7 @@ def test_bad_parameters_are_refused(base_s: float, cap_s: float) -> None:
 def test_only_errors_a_retry_can_fix_are_worth_retrying() -> None:
     from gputui.core.link import BadTarget, LinkError
     from gputui.transports.ssh import AuthFailed, SetupFailed
-    from gputui.transports.ssh.knownhosts import ChangedHostKey, UnknownHostKey
+    from gputui.transports.ssh.hostkeys.knownhosts import ChangedHostKey, UnknownHostKey
 
     assert worth_retrying(LinkError("gpu1: no data for 3.2 s"))
     assert worth_retrying(TimeoutError())

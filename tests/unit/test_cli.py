@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gputui import __version__
-from gputui.commands.grammar import build_parser, split_command
-from gputui.commands.targets import default_targets, options_from_args
+from gputui.commands.grammar.parser import build_parser, split_command
+from gputui.commands.inputs.targets import default_targets, options_from_args
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.commands.grammar import build_parser
-from gputui.commands.targets import options_from_args
+from gputui.commands.grammar.parser import build_parser
+from gputui.commands.inputs.targets import options_from_args
 from gputui.core.store import Config, ConfigError, default_config_path, load_config
 
 REPO = Path(__file__).resolve().parents[2]

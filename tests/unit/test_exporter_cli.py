@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gputui.commands.exporter import ListenError, _link, is_loopback, parse_listen
-from gputui.commands.exporter_options import DEFAULT_PORT
-from gputui.commands.grammar import build_parser
+from gputui.commands.grammar.exporter import DEFAULT_PORT
+from gputui.commands.grammar.parser import build_parser
 from gputui.core.link import LinkError
 from gputui.core.store import Config
 

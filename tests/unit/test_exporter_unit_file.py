@@ -6,8 +6,8 @@ import configparser
 import shlex
 from pathlib import Path
 
-from gputui.commands.exporter_options import DEFAULT_LISTEN
-from gputui.commands.grammar import build_parser, split_command
+from gputui.commands.grammar.exporter import DEFAULT_LISTEN
+from gputui.commands.grammar.parser import build_parser, split_command
 
 UNIT = Path(__file__).resolve().parents[2] / "contrib" / "systemd" / "gputui-exporter.service"
 

@@ -19,7 +19,7 @@ from gputui.core.fleet import (
     summarize,
 )
 from gputui.core.fleet import schema as s
-from gputui.core.model import GpuProcess, HealthSample, LiveThreads, Proc, replace
+from gputui.core.model import EndpointSample, GpuProcess, LiveThreads, Proc, replace
 from gputui.core.verdict import Baselines, analyze
 from gputui.transports.prometheus import parse_answer
 from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
@@ -47,7 +47,7 @@ def test_the_fleet_words_the_exported_findings_as_the_monitor_does() -> None:
     assert [g.clean for g in verdict.gpus] == [False, False, False, False]
     assert any("pid 41 (child)" in r for r in verdict.reasons)  # a remnant that holds no memory
     # The servers travel by port only: the URL's credentials never leave the host.
-    (server,) = [h for h in fleet_host.snapshot.health if h.url == "port 30000"]
+    (server,) = [h for h in fleet_host.snapshot.endpoints if h.url == "port 30000"]
     assert server.state == "STALLED"
     row = summarize(fleet_host)
     assert row.findings == 5
@@ -191,10 +191,10 @@ def test_no_series_twice_even_for_one_server_by_two_addresses_or_a_pid_on_two_gp
     twice = GpuProcess(pid=777, used_mib=100, visible=False)
     gpus = (*host.gpus[:2], replace(host.gpus[2], processes=(twice,)), host.gpus[3])
     health = (
-        HealthSample(url="http://127.0.0.1:30000/health", state="UP"),
-        HealthSample(url="http://[::1]:30000/health", state="UP"),
+        EndpointSample(url="http://127.0.0.1:30000/health", state="UP"),
+        EndpointSample(url="http://[::1]:30000/health", state="UP"),
     )
-    host = analyze(replace(host, gpus=gpus, health=health), Baselines(), NOW_S)
+    host = analyze(replace(host, gpus=gpus, endpoints=health), Baselines(), NOW_S)
     keys = [
         (sample.name, tuple(sorted(sample.labels.items())))
         for family in text_string_to_metric_families(exposition_text(host))

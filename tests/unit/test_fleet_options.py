@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gputui.commands.fleet_options import FleetOptionError, expand_targets, read_hosts_file, resolve
-from gputui.commands.grammar import build_parser
+from gputui.commands.grammar.fleet import FleetOptionError, expand_targets, read_hosts_file, resolve
+from gputui.commands.grammar.parser import build_parser
 from gputui.core.store import Config, ConfigError, load_config
 
 REPO = Path(__file__).resolve().parents[2]

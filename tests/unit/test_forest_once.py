@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gputui.commands.snapshot_document import document
+from gputui.commands.output.snapshot_document import document
 from gputui.core.jobs import forest
 from gputui.core.model import HostSnapshot, replace
 from gputui.core.verdict import Baselines, judge

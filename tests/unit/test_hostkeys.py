@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gputui.core.link import LinkError
-from gputui.transports.ssh import knownhosts
-from gputui.transports.ssh.knownhosts import (
+from gputui.transports.ssh.hostkeys import knownhosts
+from gputui.transports.ssh.hostkeys.knownhosts import (
     HostKeyCheck,
     check_host_key,
     fingerprint_sha256,

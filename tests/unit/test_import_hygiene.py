@@ -53,7 +53,7 @@ DATA_LAYER = (
     "gputui.transports.freshness",
     "gputui.commands.check",
     "gputui.core.fleet.rows",
-    "gputui.commands.fleet_options",
+    "gputui.commands.grammar.fleet",
     "gputui.transports.prometheus",
 )
 
@@ -63,7 +63,7 @@ SSH_SHARED = (
     "gputui.transports.ssh.payload",
     "gputui.transports.ssh.reduced",
     "gputui.transports.ssh.link",
-    "gputui.transports.ssh.trust",
+    "gputui.transports.ssh.hostkeys.trust",
     "gputui.transports.ssh.openssh.link",
 )
 """The SSH link as the system ssh client runs it: paramiko is loaded only by a link that logs in with it."""
@@ -186,9 +186,9 @@ def test_what_a_host_does_not_use_is_not_imported() -> None:
     unused = {
         "ssl",
         "typing",  # imported by type checkers only
-        "gputui.agent.health.http",
-        "gputui.agent.health.probe",
-        "gputui.agent.health.prober",
+        "gputui.agent.servers.http",
+        "gputui.agent.servers.probe",
+        "gputui.agent.servers.prober",
         "gputui.agent.gpu.smi",
         "gputui.agent.gpu.smiparse",
         "gputui.agent.kill.operation",  # loaded by the first kill command
@@ -203,9 +203,9 @@ ONE_SHOT_UNUSED = (
     "psutil",  # the kill path's, not a sample's
     "socket",
     "ssl",
-    "gputui.agent.health.prober",
-    "gputui.agent.health.http",
-    "gputui.agent.health.probe",
+    "gputui.agent.servers.prober",
+    "gputui.agent.servers.http",
+    "gputui.agent.servers.probe",
     "tomllib",
     "tomli",  # no config file to read
     "difflib",  # no mistyped command to name

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gputui.agent.health.metrics_filter import (
+from gputui.agent.servers.metrics_filter import (
     METRICS_FILTERED_CAP_BYTES,
     METRICS_MAX_LINE_BYTES,
     METRICS_MAX_SERIES_PER_NAME,

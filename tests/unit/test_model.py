@@ -10,14 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.agent.health import messages as health_messages
+from gputui.agent.servers import messages as health_messages
 from gputui.core.model import (
     DeviceHolder,
+    EndpointSample,
     Finding,
     Gpu,
+    GpuFitness,
     GpuProcess,
     GpuVerdict,
-    HealthSample,
     HostSnapshot,
     Proc,
     Verdict,
@@ -102,7 +103,7 @@ findings = st.builds(
     action_pid=opt_int,
 )
 health = st.builds(
-    HealthSample,
+    EndpointSample,
     url=text,
     state=opt_text,
     code=opt_int,
@@ -153,7 +154,7 @@ snapshots = st.builds(
         st.builds(DeviceHolder, pid=st.integers(1, 2**22), name=opt_text, device=opt_text), max_size=2
     ).map(tuple),
     findings=st.lists(findings, max_size=2).map(tuple),
-    health=st.lists(health, max_size=2).map(tuple),
+    endpoints=st.lists(health, max_size=2).map(tuple),
     verdict=verdicts,
 )
 
@@ -168,12 +169,14 @@ def test_snapshot_round_trips_through_json(snapshot: HostSnapshot) -> None:
 @settings(max_examples=40, deadline=None)
 @given(snapshots)
 def test_the_json_form_is_every_field_of_every_record(snapshot: HostSnapshot) -> None:
-    """``to_dict`` walks the fields itself; the document is a plain deep conversion of every record."""
+    """``to_dict`` walks the fields itself; the document is a plain deep conversion of every record, each
+    field under its JSON key (``JSON_KEYS``: the field's name unless the record says otherwise)."""
     from gputui.core.model import fields, is_record
 
     def deep(value: Any) -> Any:
         if is_record(value):
-            return {name: deep(getattr(value, name)) for name in fields(value)}
+            keys = value.JSON_KEYS or {}
+            return {keys.get(name, name): deep(getattr(value, name)) for name in fields(value)}
         if isinstance(value, (list, tuple)):
             return [deep(item) for item in value]
         if isinstance(value, dict):
@@ -187,8 +190,8 @@ def test_the_json_form_is_every_field_of_every_record(snapshot: HostSnapshot) ->
         reference["verdict"]["level"] = snapshot.verdict.level  # the one key not a field: said with the facts
     assert json.loads(json.dumps(snapshot.to_dict())) == json.loads(json.dumps(reference))
     document = snapshot.to_dict()
-    if snapshot.health and snapshot.health[0].metrics is not None:
-        assert document["health"][0]["metrics"] is not snapshot.health[0].metrics  # a new container
+    if snapshot.endpoints and snapshot.endpoints[0].metrics is not None:
+        assert document["health"][0]["metrics"] is not snapshot.endpoints[0].metrics  # a new container
 
 
 def test_all_none_gpu_stays_none() -> None:
@@ -302,13 +305,28 @@ def test_unchanged_process_lists_without_the_earlier_list_are_a_malformed_line()
 def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
     """The client's model and the collector's message builders describe one shape."""
     from gputui.agent import protocol
-    from gputui.core.model import HealthSample, HostSnapshot, fields
+    from gputui.core.model import EndpointSample, HostSnapshot, fields
 
-    assert fields(HostSnapshot) == protocol.SNAPSHOT_FIELDS
-    assert fields(HealthSample) == health_messages.HEALTH_SAMPLE_FIELDS
+    keys = HostSnapshot.JSON_KEYS or {}
+    assert tuple(keys.get(name, name) for name in fields(HostSnapshot)) == protocol.SNAPSHOT_FIELDS
+    assert fields(EndpointSample) == health_messages.ENDPOINT_SAMPLE_FIELDS
     health = [health_messages.health_sample("u", None)]
     built = protocol.snapshot("h", "host", "boot", 1.0, protocol.MODE_SMI, health=health)
     assert HostSnapshot.from_dict(built).to_dict() == built
     modes = ("nvml", "smi", "ps", "sim", None)
     labels = {mode: HostSnapshot(target="h", mode=mode).mode_label for mode in modes}
     assert labels == {"nvml": "NVML", "smi": "nvidia-smi", "ps": "reduced", "sim": None, None: None}
+
+
+def test_renamed_fields_keep_the_keys_scripts_read() -> None:
+    """A GPU's fitness and a host's endpoints are named for what they hold in the code; their JSON keys are
+    the ones dashboards and scripts already read."""
+    gpu = Gpu(index=0, fitness=GpuFitness(remap_pending=True))
+    sample = health_messages.health_sample("http://127.0.0.1:30000/health", None)
+    snapshot = HostSnapshot(target="h", gpus=(gpu,), endpoints=(EndpointSample.from_dict(sample),))
+    document = json.loads(snapshot.to_json())
+    assert document["health"][0]["url"] == "http://127.0.0.1:30000/health"
+    assert document["gpus"][0]["health"]["remap_pending"] is True
+    assert "fitness" not in document["gpus"][0]
+    assert "endpoints" not in document
+    assert HostSnapshot.from_json(snapshot.to_json()) == snapshot

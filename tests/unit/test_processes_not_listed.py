@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gputui.commands.snapshot_document import PROCESSES_NOT_LISTED, host_entry
+from gputui.commands.output.snapshot_document import PROCESSES_NOT_LISTED, host_entry
 from gputui.core.model import HostSnapshot, Proc
 
 

@@ -67,7 +67,7 @@ def test_recorded_fleet_is_read_whole() -> None:
     assert a.xid == {3: 79}
     assert [(f.kind, f.gpu_index) for f in a.snapshot.findings] == [("xid", 3)]
     # The vLLM scrape target labelled Hostname="gpu-a" is that host's server, with its own up.
-    (server,) = a.snapshot.health
+    (server,) = a.snapshot.endpoints
     assert server.state == "UP"
     assert server.detail == "vllm: 3 running, 1 waiting"
     # What DCGM cannot know stays unknown, never a fake empty value.
@@ -250,13 +250,13 @@ def test_servers_on_a_shared_address_are_not_guessed() -> None:
     for item in document["data"]["result"]:
         if item["metric"].get("__name__", "").startswith("vllm:"):
             item["metric"].pop("Hostname")
-    assert all(not h.snapshot.health for h in _hosts(document).values())
+    assert all(not h.snapshot.endpoints for h in _hosts(document).values())
 
 
 def test_a_known_server_whose_gauges_vanished_is_shown_down() -> None:
     document = load_answer()
     source = PrometheusSource(FleetSettings(url="http://127.0.0.1:9"), fetcher=fetcher_of(document))
-    (server,) = {h.name: h for h in source.sample().hosts}["gpu-a"].snapshot.health
+    (server,) = {h.name: h for h in source.sample().hosts}["gpu-a"].snapshot.endpoints
     result = document["data"]["result"]
     document["data"]["result"] = [
         i for i in result if not i["metric"].get("__name__", "").startswith("vllm:")
@@ -264,7 +264,7 @@ def test_a_known_server_whose_gauges_vanished_is_shown_down() -> None:
     for item in document["data"]["result"]:
         if item["metric"].get("__name__") == "up" and item["metric"]["instance"] == server.url:
             item["value"][1] = "0"
-    (down,) = {h.name: h for h in source.sample().hosts}["gpu-a"].snapshot.health
+    (down,) = {h.name: h for h in source.sample().hosts}["gpu-a"].snapshot.endpoints
     assert down.url == server.url
     assert down.state == "DOWN"
 

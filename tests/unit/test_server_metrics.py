@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.agent.health.metrics_filter import (
+from gputui.agent.servers.metrics_filter import (
     METRICS_BODY_CAP_BYTES,
     METRICS_NAMES,
     METRICS_VLLM_GENERATION_TOKENS,

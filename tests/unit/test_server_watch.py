@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gputui.agent.health.discovery import discover_launchers, health_launcher_endpoints
-from gputui.agent.health.urls import url_origin
-from gputui.agent.protocol import HEALTH_STATE_STALLED, HEALTH_STATE_UNHEALTHY, HEALTH_STATE_UP
-from gputui.core.model import Gpu, HealthSample, HostSnapshot, replace
+from gputui.agent.protocol import ENDPOINT_STATE_STALLED, ENDPOINT_STATE_UNHEALTHY, ENDPOINT_STATE_UP
+from gputui.agent.servers.discovery import discover_launchers, health_launcher_endpoints
+from gputui.agent.servers.urls import url_origin
+from gputui.core.model import EndpointSample, Gpu, HostSnapshot, replace
 from gputui.core.servers import METRICS_JSON_KEYS, ServerWatch, failing_servers
 from gputui.core.store import ConfigError, load_config
 from gputui.core.verdict import Baselines, analyze, judge
@@ -102,9 +102,9 @@ def _vllm(running: int, waiting: int, tokens: int) -> str:
 
 
 def _snapshot(
-    now: float, text: str | None, state: str = HEALTH_STATE_UP, error: str | None = None
+    now: float, text: str | None, state: str = ENDPOINT_STATE_UP, error: str | None = None
 ) -> HostSnapshot:
-    sample = HealthSample(
+    sample = EndpointSample(
         url=URL,
         state=state,
         code=200,
@@ -115,12 +115,12 @@ def _snapshot(
         metrics_at=None if text is None else now,
         metrics_error=error,
     )
-    return HostSnapshot(target="h", time=now, health=(sample,))
+    return HostSnapshot(target="h", time=now, endpoints=(sample,))
 
 
 def test_the_watch_keeps_a_rate_and_a_stall_and_forgets_what_is_gone() -> None:
     watch = ServerWatch(stall_after_s=30, host_stall_after_s={"other": 600})
-    (first,) = watch.apply(_snapshot(T0, _vllm(2, 1, 100))).health
+    (first,) = watch.apply(_snapshot(T0, _vllm(2, 1, 100))).endpoints
     assert first.metrics == {
         "engine": "vllm",
         "running": 2,
@@ -128,12 +128,12 @@ def test_the_watch_keeps_a_rate_and_a_stall_and_forgets_what_is_gone() -> None:
         "kv_cache_usage": 0.5,
         "generation_tokens_per_s": None,
     }
-    (second,) = watch.apply(_snapshot(T0 + 10, _vllm(2, 1, 600))).health
+    (second,) = watch.apply(_snapshot(T0 + 10, _vllm(2, 1, 600))).endpoints
     assert second.metrics is not None
     assert second.metrics["generation_tokens_per_s"] == 50.0
     for step in range(1, 5):
-        (sample,) = watch.apply(_snapshot(T0 + 10 + 10 * step, _vllm(2, 1, 600))).health
-    assert sample.state == HEALTH_STATE_STALLED
+        (sample,) = watch.apply(_snapshot(T0 + 10 + 10 * step, _vllm(2, 1, 600))).endpoints
+    assert sample.state == ENDPOINT_STATE_STALLED
     assert sample.since == T0 + 40  # 30 s after the last token
     assert sample.detail is not None
     assert "no token generated for 40 s" in sample.detail
@@ -146,18 +146,20 @@ def test_the_watch_keeps_a_rate_and_a_stall_and_forgets_what_is_gone() -> None:
 
 def test_blank_or_unreadable_metrics_are_null_and_say_why() -> None:
     watch = ServerWatch()
-    (blank,) = watch.apply(_snapshot(T0, None, error="HTTP 404")).health
+    (blank,) = watch.apply(_snapshot(T0, None, error="HTTP 404")).endpoints
     assert blank.metrics == dict.fromkeys(METRICS_JSON_KEYS)
-    assert blank.state == HEALTH_STATE_UP
-    (garbage,) = ServerWatch().apply(_snapshot(T0, "<html>oops</html>\n")).health
+    assert blank.state == ENDPOINT_STATE_UP
+    (garbage,) = ServerWatch().apply(_snapshot(T0, "<html>oops</html>\n")).endpoints
     assert garbage.metrics == dict.fromkeys(METRICS_JSON_KEYS)
 
 
 def test_check_counts_a_failing_server_as_not_clean_only_when_the_gpus_can_be_told() -> None:
-    raw = _snapshot(T0, None, state=HEALTH_STATE_UNHEALTHY)
+    raw = _snapshot(T0, None, state=ENDPOINT_STATE_UNHEALTHY)
     unknown = analyze(raw, Baselines())
     assert judge(raw, Baselines()).verdict == unknown.verdict  # no GPU: still "cannot tell", not "not clean"
-    idle = replace(_snapshot(T0, None, state=HEALTH_STATE_UNHEALTHY), gpus=(Gpu(index=0, memory_used_mib=3),))
+    idle = replace(
+        _snapshot(T0, None, state=ENDPOINT_STATE_UNHEALTHY), gpus=(Gpu(index=0, memory_used_mib=3),)
+    )
     snapshot = analyze(idle, Baselines())
     assert snapshot.verdict is not None
     assert snapshot.verdict.clean

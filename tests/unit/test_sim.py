@@ -68,9 +68,9 @@ def test_wedged_host_matches_the_story():
     assert "--tp" in launcher.cmdline
     assert launcher.ppid == NSYS_PID
     assert snap.process(NSYS_PID).name == "nsys"
-    assert snap.health[0].code == 503
+    assert snap.endpoints[0].code == 503
     # Its metrics: requests pending, the token counter flat.
-    reading = parse_server_metrics(snap.health[0].metrics_text or "", 1.0)
+    reading = parse_server_metrics(snap.endpoints[0].metrics_text or "", 1.0)
     assert (reading.engine, reading.running, reading.waiting) == ("sglang", 8, 5)
 
 
@@ -84,11 +84,11 @@ def test_serves_then_wedges_on_the_scenario_clock():
     link, clock = _link(wedged_at_s=5.0)
     serving = _snap(link)
     assert all(serving.process(SCHEDULER_PID_BASE + i).state != "Z" for i in range(8))
-    assert serving.health[0].state == "UP"
+    assert serving.endpoints[0].state == "UP"
     clock.advance(5.0)
     wedged = _snap(link)
     assert all(wedged.process(SCHEDULER_PID_BASE + i).state == "Z" for i in range(8))
-    assert wedged.health[0].state == "UNHEALTHY"
+    assert wedged.endpoints[0].state == "UNHEALTHY"
     # Memory stays held by the defunct schedulers.
     assert [g.memory_used_mib for g in wedged.gpus] == [g.memory_used_mib for g in serving.gpus]
 
@@ -254,7 +254,7 @@ def test_healthy_host_and_hostile_names():
         assert hostile in texts  # the simulated host's text enters the model made visible, like any host's
     assert {visible(t) for t in HOSTILE_TEXTS} <= texts
     assert max(len(a) for a in texts) >= 100_000
-    assert snap.health[0].state == "UP"
+    assert snap.endpoints[0].state == "UP"
 
 
 @pytest.mark.parametrize(("target", "server"), [("gpu-node-08", VLLM_PID), ("gpu-node-07", LAUNCHER_PID)])
@@ -262,10 +262,10 @@ def test_a_killed_servers_endpoint_goes_down(target: str, server: int):
     """Whichever host it is, once the process serving /health is gone, nothing answers there any more."""
     link, clock = _link(target)
     before = _snap(link)
-    assert before.health[0].state in ("UP", "UNHEALTHY")
+    assert before.endpoints[0].state in ("UP", "UNHEALTHY")
     _kill(link, before, [server], tree=True, escalate_s=0.1)
     clock.advance(1.0)
-    (sample,) = _snap(link).health
+    (sample,) = _snap(link).endpoints
     assert (sample.state, sample.detail) == ("DOWN", "connection refused")
     assert sample.since is not None
     assert sample.since <= clock()
@@ -329,7 +329,7 @@ def _judged_states(target: str, seconds: int, **kwargs) -> list[str | None]:
     watch = ServerWatch()
     states = []
     for _ in range(seconds):
-        (sample,) = watch.apply(_snap(link)).health
+        (sample,) = watch.apply(_snap(link)).endpoints
         states.append(sample.state)
         clock.advance(1.0)
     return states

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from gputui.agent.protocol import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_DOWN,
-    HEALTH_STATE_STARTING,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_UP,
+    ENDPOINT_STATE_BUSY,
+    ENDPOINT_STATE_DOWN,
+    ENDPOINT_STATE_STARTING,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_UP,
 )
 from gputui.core.model import (
     CANNOT_TELL,
@@ -18,9 +18,9 @@ from gputui.core.model import (
     EXIT_CODES,
     NOT_CLEAN,
     NOT_READY,
+    EndpointSample,
     Gpu,
     GpuProcess,
-    HealthSample,
     HostSnapshot,
     LiveThreads,
     Proc,
@@ -136,36 +136,36 @@ def test_a_health_rule_plugs_in_with_one_entry(monkeypatch: pytest.MonkeyPatch) 
 # -- server states ------------------------------------------------------------------------------------
 
 
-def sample(state: str, code: int | None = None, **kw: object) -> HealthSample:
-    return HealthSample(url=URL, state=state, code=code, checked_at=NOW, **kw)  # type: ignore[arg-type]
+def sample(state: str, code: int | None = None, **kw: object) -> EndpointSample:
+    return EndpointSample(url=URL, state=state, code=code, checked_at=NOW, **kw)  # type: ignore[arg-type]
 
 
 def test_a_launcher_that_is_gone_has_no_age_and_refused_reads_down() -> None:
     tracker = ServerStateTracker()
-    assert tracker.update(sample(HEALTH_STATE_DOWN), None, 30.0, NOW).state == HEALTH_STATE_STARTING
-    after = tracker.update(sample(HEALTH_STATE_DOWN), None, None, NOW + 60)
-    assert after.state == HEALTH_STATE_DOWN
+    assert tracker.update(sample(ENDPOINT_STATE_DOWN), None, 30.0, NOW).state == ENDPOINT_STATE_STARTING
+    after = tracker.update(sample(ENDPOINT_STATE_DOWN), None, None, NOW + 60)
+    assert after.state == ENDPOINT_STATE_DOWN
     assert "launcher" not in after.reason
 
 
 def test_a_503_with_defunct_members_is_unhealthy_not_starting() -> None:
     facts = JobFacts(defunct=("4241 (scheduler)",))
-    state = ServerStateTracker().update(sample(HEALTH_STATE_UNHEALTHY, 503), None, 30.0, NOW, job=facts)
-    assert state.state == HEALTH_STATE_UNHEALTHY
+    state = ServerStateTracker().update(sample(ENDPOINT_STATE_UNHEALTHY, 503), None, 30.0, NOW, job=facts)
+    assert state.state == ENDPOINT_STATE_UNHEALTHY
     assert state.reason == "HTTP 503 with 1 defunct member in its job"
     assert state.from_job
 
 
 def test_a_launcher_that_served_is_not_starting_again() -> None:
     # Without metrics: /health answered 200 since this launcher started.
-    served = sample(HEALTH_STATE_UNHEALTHY, 503, last_ok=NOW - 10)
-    assert ServerStateTracker().update(served, None, 60.0, NOW).state == HEALTH_STATE_UNHEALTHY
-    before = sample(HEALTH_STATE_UNHEALTHY, 503, last_ok=NOW - 120)  # a 200 from the launcher before it
-    assert ServerStateTracker().update(before, None, 60.0, NOW).state == HEALTH_STATE_STARTING
+    served = sample(ENDPOINT_STATE_UNHEALTHY, 503, last_ok=NOW - 10)
+    assert ServerStateTracker().update(served, None, 60.0, NOW).state == ENDPOINT_STATE_UNHEALTHY
+    before = sample(ENDPOINT_STATE_UNHEALTHY, 503, last_ok=NOW - 120)  # a 200 from the launcher before it
+    assert ServerStateTracker().update(before, None, 60.0, NOW).state == ENDPOINT_STATE_STARTING
     # With metrics: tokens were generated.
     tokens = parse_server_metrics("sglang:generation_tokens_total 12\nsglang:num_running_reqs 0\n", NOW)
-    state = ServerStateTracker().update(sample(HEALTH_STATE_UNHEALTHY, 503), tokens, 60.0, NOW)
-    assert state.state == HEALTH_STATE_UNHEALTHY
+    state = ServerStateTracker().update(sample(ENDPOINT_STATE_UNHEALTHY, 503), tokens, 60.0, NOW)
+    assert state.state == ENDPOINT_STATE_UNHEALTHY
 
 
 def metrics(at: float, tokens: float) -> object:
@@ -178,18 +178,18 @@ def test_busy_is_never_said_of_a_job_with_a_defunct_leader_holding_memory() -> N
     )
     plain, vetoed = ServerStateTracker(), ServerStateTracker()
     for tracker, job in ((plain, None), (vetoed, facts)):
-        tracker.update(sample(HEALTH_STATE_UP), metrics(NOW, 0), 3600.0, NOW, job=job)  # type: ignore[arg-type]
+        tracker.update(sample(ENDPOINT_STATE_UP), metrics(NOW, 0), 3600.0, NOW, job=job)  # type: ignore[arg-type]
         last = tracker.update(
-            replace(sample(HEALTH_STATE_UNHEALTHY, 500), checked_at=NOW + 5),
+            replace(sample(ENDPOINT_STATE_UNHEALTHY, 500), checked_at=NOW + 5),
             metrics(NOW + 5, 50),  # type: ignore[arg-type]
             3600.0,
             NOW + 5,
             job=job,
         )
         if job is None:
-            assert last.state == HEALTH_STATE_BUSY
+            assert last.state == ENDPOINT_STATE_BUSY
         else:
-            assert last.state == HEALTH_STATE_UNHEALTHY
+            assert last.state == ENDPOINT_STATE_UNHEALTHY
             assert "not dead, do not kill" not in last.reason
             assert "defunct leader holding 41000 MiB" in last.reason
 
@@ -215,16 +215,16 @@ def test_the_engine_judges_servers_from_the_same_sample() -> None:
     raw = host(
         listed,
         (proc(4200, 1, "python3"), defunct_leader(4241, 4200, 41000, NOW - 20)),
-        health=(sample(HEALTH_STATE_UNHEALTHY, 503, launcher_age_s=40.0, launcher_pid=4200),),
+        endpoints=(sample(ENDPOINT_STATE_UNHEALTHY, 503, launcher_age_s=40.0, launcher_pid=4200),),
     )
     judged = judge(raw, Baselines(), one_shot=True)
-    (server,) = judged.health
-    assert server.state == HEALTH_STATE_UNHEALTHY
+    (server,) = judged.endpoints
+    assert server.state == ENDPOINT_STATE_UNHEALTHY
     assert server.detail == "HTTP 503 with 1 defunct member in its job"
     assert judged.verdict is not None
     assert judged.verdict.reasons[-1] == f"server {URL} is UNHEALTHY: {server.detail}"
     assert judged.verdict.level == NOT_CLEAN
-    up = judge(replace(raw, gpus=gpus(), processes=(), health=(sample(HEALTH_STATE_UP),)), Baselines())
+    up = judge(replace(raw, gpus=gpus(), processes=(), endpoints=(sample(ENDPOINT_STATE_UP),)), Baselines())
     assert up.verdict is not None
     assert up.verdict.level == CLEAN
 
@@ -297,7 +297,7 @@ def test_every_finding_kind_and_reason_has_one_sentence_builder() -> None:
 def test_finding_sentences_carry_no_age_the_start_time_does_and_every_view_renders_it() -> None:
     import io
 
-    from gputui.commands.verdict_text import verdict_lines
+    from gputui.commands.output.verdict_text import verdict_lines
     from gputui.core.text import age_since
 
     zombie = proc(30, 20, "worker", state="Z")  # in Z since NOW - 60
@@ -343,16 +343,16 @@ def test_a_watching_view_says_unhealthy_from_the_first_wedged_sample_then_stalle
     for _ in range(30):
         raw = HostSnapshot.from_dict(link.request({"cmd": "sample"}, timeout_s=1)["snapshot"])
         judged = judge(raw, Baselines(), servers=watch)
-        (server,) = judged.health
+        (server,) = judged.endpoints
         seen.append(server.state)
         if any(p.state == "Z" for p in raw.processes) and seen.count(server.state) == 1:
-            assert server.state in (HEALTH_STATE_UNHEALTHY, "STALLED"), server
-        if server.state in (HEALTH_STATE_UNHEALTHY, "STALLED"):
+            assert server.state in (ENDPOINT_STATE_UNHEALTHY, "STALLED"), server
+        if server.state in (ENDPOINT_STATE_UNHEALTHY, "STALLED"):
             assert judged.verdict is not None
             assert f"server {server.url} is {server.state}: {server.detail}" in judged.verdict.reasons
         clock.advance(1.0)
     link.close()
-    assert HEALTH_STATE_BUSY not in seen
-    assert HEALTH_STATE_STARTING not in seen
+    assert ENDPOINT_STATE_BUSY not in seen
+    assert ENDPOINT_STATE_STARTING not in seen
     assert seen[-1] == "STALLED"
-    assert HEALTH_STATE_UP in seen[:3]
+    assert ENDPOINT_STATE_UP in seen[:3]

@@ -6,7 +6,7 @@ import functools
 import time
 
 from gputui.agent.calls import CallTimeout, Worker
-from gputui.agent.gpu import health, nvmlapi
+from gputui.agent.gpu import fitness, nvmlapi
 from gputui.agent.gpu.limits import NVML_DEADLINE_S, PROCESS_UTIL_INTERVAL_S, TELEMETRY_INTERVAL_S
 from gputui.agent.gpu.nvmlapi import (
     NvmlVersions,
@@ -76,7 +76,7 @@ class NvmlBackend:
         self._initialized = False
         self._last_init_try = -1e18
         self.reads_health = True
-        """``poll`` takes ``want_health`` (``health.read_gpu_health`` in each device job)."""
+        """``poll`` takes ``want_fitness`` (``fitness.read_gpu_fitness`` in each device job)."""
         self._xid_events: Any = None
         # Every versioned call, newest version first (drivers before R510 lack the _v3 process lists and v2
         # memory info; older ones the _v2 calls too).
@@ -132,7 +132,7 @@ class NvmlBackend:
                 cuda = f"{cuda_int // 1000}.{(cuda_int % 1000) // 10}"
             except nv.NVMLError:
                 cuda = None
-            self._xid_events = health.XidEvents()
+            self._xid_events = fitness.XidEvents()
             return handles, driver, cuda
 
         self._last_init_try = time.monotonic()
@@ -173,7 +173,7 @@ class NvmlBackend:
         want_static: bool,
         want_processes: bool,
         want_telemetry: bool = True,
-        want_health: bool = False,
+        want_fitness: bool = False,
         want_util: bool = False,
     ) -> Callable[[], dict[str, Any]]:
         nv = nvmlapi.pynvml
@@ -232,8 +232,8 @@ class NvmlBackend:
                             }
                         )
                 out["processes"] = procs
-            if want_health:
-                out["health"] = health.read_gpu_health(handle)
+            if want_fitness:
+                out["health"] = fitness.read_gpu_fitness(handle)
                 if self._xid_events is not None:
                     self._xid_events.register(index, handle)
             if want_util:
@@ -269,9 +269,9 @@ class NvmlBackend:
         handle = self._handles[index]
         return lambda: self._read_memory(index, handle)
 
-    def poll(self, want_processes: bool, want_health: bool = False) -> list[dict[str, Any]]:
+    def poll(self, want_processes: bool, want_fitness: bool = False) -> list[dict[str, Any]]:
         """One sample of every GPU: a list of Gpu dicts (``processes`` only when ``want_processes``, the
-        ``health`` figures only when ``want_health``)."""
+        ``fitness`` figures only when ``want_fitness``)."""
         if not self._initialized:
             if time.monotonic() - self._last_init_try >= NVML_INIT_RETRY_S:
                 self._init()
@@ -292,9 +292,9 @@ class NvmlBackend:
             want_util = want_processes and now_mono - self._util_mono[index] >= self.process_util_interval_s
             if want_util:
                 self._util_mono[index] = now_mono
-            if want_static or want_processes or want_telemetry or want_health:
+            if want_static or want_processes or want_telemetry or want_fitness:
                 job = self._device_job(
-                    index, want_static, want_processes, want_telemetry, want_health, want_util
+                    index, want_static, want_processes, want_telemetry, want_fitness, want_util
                 )
             else:
                 job = self._memory_jobs[index]

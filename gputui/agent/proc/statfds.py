@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def _fd_budget() -> int:
     """How many /proc stat fds a ``StatFds`` may keep: half the soft fd limit, at most 4096.
 
-    The agent's other fds (NVML's device nodes, at most ``HEALTH_MAX_URLS`` probe sockets, its pipes) are
+    The agent's other fds (NVML's device nodes, at most ``ENDPOINT_MAX_URLS`` probe sockets, its pipes) are
     a few dozen, so half of a common soft limit of 1024 still leaves hundreds spare.
     """
     try:

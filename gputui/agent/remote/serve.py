@@ -19,12 +19,11 @@ import time
 from gputui.agent.args import finite_positive, seconds_in_range
 from gputui.agent.collector import Agent
 from gputui.agent.gpu import TELEMETRY_INTERVAL_S
-from gputui.agent.health import HEALTH_GENERATE_MIN_INTERVAL_S
 from gputui.agent.protocol import (
     CMD_CONFIGURE,
     CMD_QUIT,
     ESCALATE_MAX_S,
-    GPU_HEALTH,
+    GPU_FITNESS,
     INTERVAL_MAX_S,
     INTERVAL_MIN_S,
     KERNEL_LOG,
@@ -40,6 +39,7 @@ from gputui.agent.protocol import (
     snapshot_message,
 )
 from gputui.agent.remote.session import ClientSession
+from gputui.agent.servers import ENDPOINT_GENERATE_MIN_INTERVAL_S
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ def _wait_writable(stream: Any) -> None:
         time.sleep(0.01)
 
 
-_ELIDED = ("processes", GPU_HEALTH)
+_ELIDED = ("processes", GPU_FITNESS)
 
 
 def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
     out = dict(snapshot)
     del out["processes"]
     del out[LISTENING_PORTS]  # read with the process lists, so just as unchanged
-    out.pop(KERNEL_LOG, None)  # GPU health is read with the process lists only (``Agent._poll_gpus``)
+    out.pop(KERNEL_LOG, None)  # GPU fitness is read with the process lists only (``Agent._poll_gpus``)
     out.pop(REMEMBERED, None)  # and so are the remembered jobs
     out[PROCESSES_SAME] = True
     out["gpus"] = [{k: v for k, v in gpu.items() if k not in _ELIDED} for gpu in snapshot["gpus"]]
@@ -221,7 +221,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--health-generate",
         action="store_true",
         help="also probe generating endpoints (/health_generate), at most every "
-        f"{HEALTH_GENERATE_MIN_INTERVAL_S:g} s",
+        f"{ENDPOINT_GENERATE_MIN_INTERVAL_S:g} s",
     )
     parser.add_argument(
         "--metrics",

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gputui.agent import protocol
-from gputui.agent.health.discovery import port_option
 from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
+from gputui.agent.servers.discovery import port_option
 from gputui.core.actions.owner_scope import OwnerScopeError, choose_roots, crosses
 from gputui.core.jobs import gpu_memory_by_pid, graphics_only_pids, kill_all_roots, tree_parent
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Owner, Proc, Record

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from gputui.core.fleet import schema as s
 from gputui.core.model import (
+    EndpointSample,
     Finding,
     FindingFacts,
     Gpu,
     GpuVerdict,
-    HealthSample,
     HostSnapshot,
     Record,
     Verdict,
@@ -266,10 +266,10 @@ def exported_verdict(
     )
 
 
-def exported_health(exported: ExportedHost, now: float | None) -> tuple[HealthSample, ...]:
+def exported_health(exported: ExportedHost, now: float | None) -> tuple[EndpointSample, ...]:
     """The exporter's servers as health samples, named by port (their URLs never travel)."""
     return tuple(
-        HealthSample(
+        EndpointSample(
             url=visible(f"port {server.port}" if server.port else "server"),
             state=visible(server.state) if server.state else None,
             since=server.since,

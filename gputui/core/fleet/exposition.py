@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from gputui.core.fleet import schema as s
-from gputui.core.model import Finding, FindingFacts, Gpu, GpuVerdict, HealthSample, HostSnapshot, Record
+from gputui.core.model import EndpointSample, Finding, FindingFacts, Gpu, GpuVerdict, HostSnapshot, Record
 from gputui.core.servers import SERVER_STATES
 from gputui.core.text import fit
 from gputui.core.verdict import Baselines
@@ -166,7 +166,7 @@ def families(
     _gpu_families(out, snapshot, sample.baselines)
     _verdict_families(out, snapshot, sample.baselines)
     _finding_families(out, snapshot)
-    _server_families(out, snapshot.health)
+    _server_families(out, snapshot.endpoints)
     return list(out)
 
 
@@ -339,7 +339,7 @@ def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
     out.set(s.SUBJECTS_OMITTED, "Finding subjects left out of the per-process series", float(omitted))
 
 
-def _server_families(out: _Families, health: tuple[HealthSample, ...]) -> None:
+def _server_families(out: _Families, health: tuple[EndpointSample, ...]) -> None:
     documentation = "1 for the server's current state, 0 for the others"
     seen: set[tuple[str, str]] = set()
     for sample in health:

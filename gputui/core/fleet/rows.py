@@ -52,8 +52,8 @@ def analyze_fleet(
             continue
         findings = exported_findings(exported, snapshot, sample.eval_time)
         verdict = exported_verdict(exported, snapshot, findings, stale_after_s)
-        health = snapshot.health + exported_health(exported, sample.eval_time)
-        judged = replace(snapshot, health=health).with_analysis((*snapshot.findings, *findings), verdict)
+        health = snapshot.endpoints + exported_health(exported, sample.eval_time)
+        judged = replace(snapshot, endpoints=health).with_analysis((*snapshot.findings, *findings), verdict)
         hosts.append(replace(host, snapshot=judged))
     return replace(sample, hosts=tuple(hosts))
 
@@ -179,7 +179,7 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         temp, index = max(temps)
         hottest = (index, temp)
         hottest_power = next((g.power_w for g in gpus if g.index == index), None)
-    health = snapshot.health
+    health = snapshot.endpoints
     server: str | None = None
     if health:
         server = health[0].detail or health[0].url

@@ -124,11 +124,11 @@ def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSna
         raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
 
 
-HEALTH_WAIT_S = 35.0
+ENDPOINT_WAIT_S = 35.0
 """How long a one-shot client (snapshot, check) waits for the first probe of each health endpoint: the
 agent's probe deadline (30 s, longer than sglang's own 20 s check) plus slack, so a hanging endpoint shows
 TIMEOUT, not "–"."""
-HEALTH_POLL_S = 0.1
+ENDPOINT_POLL_S = 0.1
 
 
 def one_shot_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSnapshot:
@@ -154,7 +154,7 @@ def _first_read_pending(sample: dict[str, Any]) -> bool:
     return bool(sample.get("metrics_url")) and sample.get("metrics_at") is None
 
 
-def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> bool:
+def wait_for_health(link: HostLink, timeout_s: float = ENDPOINT_WAIT_S) -> bool:
     """Have the agent look for launchers now, then wait until it probed each endpoint once (or ``timeout_s``).
 
     What the TUI's stream finds over its first seconds, a one-shot client must ask for: the agent discovers
@@ -184,7 +184,7 @@ def wait_for_health(link: HostLink, timeout_s: float = HEALTH_WAIT_S) -> bool:
             return False
         if not [s for s in samples if isinstance(s, dict) and _first_read_pending(s)]:
             return bool(samples)
-        time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(ENDPOINT_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:

@@ -16,9 +16,9 @@ from gputui.core import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gputui.core.model.endpoint import HealthSample
+    from gputui.core.model.endpoint import EndpointSample
     from gputui.core.model.figures import impossible_error
-    from gputui.core.model.fitness import GpuHealth, KernelLogNote, XidEvent
+    from gputui.core.model.fitness import GpuFitness, KernelLogNote, XidEvent
     from gputui.core.model.history import POINTS_MAX, STEP_S, WINDOW_S, GpuHistory, GpuPoint
     from gputui.core.model.owner import Owner, owner_matches, parse_owner_option, split_owner_word
     from gputui.core.model.procfilter import ProcFilter
@@ -60,12 +60,12 @@ __all__ = [
     "FindingFacts",
     "GoneGpu",
     "Gpu",
-    "GpuHealth",
+    "GpuFitness",
     "GpuHistory",
     "GpuPoint",
     "GpuProcess",
     "GpuVerdict",
-    "HealthSample",
+    "EndpointSample",
     "HostSnapshot",
     "KernelLogNote",
     "LiveThreads",
@@ -114,13 +114,13 @@ _HOMES = {
     "Finding": "verdict",
     "FindingFacts": "verdict",
     "Gpu": "snapshot",
-    "GpuHealth": "fitness",
+    "GpuFitness": "fitness",
     "GpuHistory": "history",
     "GpuPoint": "history",
     "GpuProcess": "snapshot",
     "GoneGpu": "remembered",
     "GpuVerdict": "verdict",
-    "HealthSample": "endpoint",
+    "EndpointSample": "endpoint",
     "HostSnapshot": "snapshot",
     "KernelLogNote": "fitness",
     "LiveThreads": "snapshot",

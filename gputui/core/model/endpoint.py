@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-class HealthSample(Record):
+class EndpointSample(Record):
     """The state of one health endpoint as the agent last probed it, with the server's metrics beside it.
 
     Attributes:
@@ -56,7 +56,7 @@ class HealthSample(Record):
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HealthSample:
+    def from_dict(cls, data: dict[str, Any]) -> EndpointSample:
         return cls(
             url=safe(data["url"]),
             state=opt_safe(data.get("state")),

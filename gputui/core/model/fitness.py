@@ -1,7 +1,7 @@
 """The model of a GPU's own fitness: the collector's raw figures, its Xid history, the host's kernel-log note.
 
 Records with their JSON form (``gpus[i].health`` and ``kernel_log`` of a snapshot; the
-collector's side is ``gputui.agent.gpu.health``). A figure the driver would not give is None, never a fake
+collector's side is ``gputui.agent.gpu.fitness``). A figure the driver would not give is None, never a fake
 zero or False. ``action``, ``causes``, ``notes`` and ``needs_reset`` are derived by
 ``gputui.core.verdict.fitness`` (one function, every view renders its result); a collector's dict has
 none of them.
@@ -86,8 +86,8 @@ def _events(value: Any) -> tuple[XidEvent, ...]:
     return tuple(e for e in (XidEvent.from_dict(item) for item in value[:256]) if e is not None)
 
 
-class GpuHealth(Record):
-    """A GPU's health figures (NVML's, or DCGM's in the fleet view) and Xid history.
+class GpuFitness(Record):
+    """A GPU's fitness figures (NVML's, or DCGM's in the fleet view) and Xid history.
 
     Attributes:
         remapped_rows_correctable, remapped_rows_uncorrectable: Rows remapped for each kind of error.
@@ -100,9 +100,9 @@ class GpuHealth(Record):
         clock_event_reasons: NVML's clock-event reason bits (HW slowdown 0x8, HW thermal 0x40, power brake
             0x80 mean hardware trouble).
         persistence_mode: Whether persistence mode is on.
-        reset_required: NVML answered a health query with RESET_REQUIRED.
+        reset_required: NVML answered a fitness query with RESET_REQUIRED.
         xids: The Xid history of this boot, oldest first (cleared ones included, marked).
-        action, causes, notes, needs_reset: Derived (``gpu_health.assess``), see the module docstring.
+        action, causes, notes, needs_reset: Derived (``verdict.fitness.assess``), see the module docstring.
     """
 
     remapped_rows_correctable: int | None = None
@@ -123,8 +123,8 @@ class GpuHealth(Record):
     needs_reset: bool = False
 
     @classmethod
-    def from_dict(cls, data: Any) -> GpuHealth | None:
-        """The health in a collector's (or a snapshot's) dict; None when there is none."""
+    def from_dict(cls, data: Any) -> GpuFitness | None:
+        """The fitness in a collector's (or a snapshot's) dict; None when there is none."""
         if not isinstance(data, dict):
             return None
         return cls(

@@ -172,6 +172,9 @@ class Record(metaclass=RecordMeta):
     _fields: ClassVar[tuple[str, ...]] = ()
     _defaults: ClassVar[dict[str, Any]] = {}
     """Field name -> its default (a ``field(default_factory=...)`` marker for a fresh one)."""
+    JSON_KEYS: ClassVar[dict[str, str] | None] = None
+    """Field name -> its key in the record's JSON form, where the two differ (a field renamed inside the code
+    keeps the key scripts read); ``wire.plain`` reads it."""
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, n) for n in self._fields)

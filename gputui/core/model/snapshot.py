@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from gputui.agent.protocol import (
-    GPU_HEALTH,
+    GPU_FITNESS,
     KERNEL_LOG,
     LISTENING_PORTS,
     MODE_LABELS,
@@ -26,8 +26,8 @@ from gputui.agent.protocol import (
     REMEMBERED,
 )
 from gputui.core.model import figures
-from gputui.core.model.endpoint import HealthSample
-from gputui.core.model.fitness import GpuHealth, KernelLogNote
+from gputui.core.model.endpoint import EndpointSample
+from gputui.core.model.fitness import GpuFitness, KernelLogNote
 from gputui.core.model.owner import Owner
 from gputui.core.model.record import Record, field, fields, replace
 from gputui.core.model.remembered import Remembered
@@ -37,7 +37,7 @@ from gputui.core.text import SafeText
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, ClassVar
 
 # Process state letters as /proc/<pid>/stat reports them.
 STATE_ZOMBIE = "Z"
@@ -112,8 +112,10 @@ class Gpu(Record):
     power_limit_w: float | None = None
     error: SafeText | None = None
     processes: tuple[GpuProcess, ...] = ()
-    health: GpuHealth | None = None
-    """The GPU's own health figures and Xid history (``health_model``); None where none was read."""
+    fitness: GpuFitness | None = None
+    """The GPU's own fitness figures and Xid history (``model.fitness``); None where none was read. Its JSON
+    key is the protocol's ``GPU_FITNESS``."""
+    JSON_KEYS: ClassVar[dict[str, str] | None] = {"fitness": GPU_FITNESS}
 
     def __post_init__(self) -> None:
         """Figures no card can have are dropped and named in ``error``: that GPU cannot tell (``figures``)."""
@@ -147,7 +149,7 @@ class Gpu(Record):
                 if processes is not None
                 else tuple(p for p in map(GpuProcess.from_dict, data.get("processes") or ()) if p.pid >= 0)
             ),
-            health=GpuHealth.from_dict(data.get(GPU_HEALTH)),
+            fitness=GpuFitness.from_dict(data.get(GPU_FITNESS)),
         )
 
 
@@ -342,8 +344,10 @@ class HostSnapshot(Record):
     kernel_log: KernelLogNote | None = None
     remembered: Remembered | None = None
     findings: tuple[Finding, ...] = ()
-    health: tuple[HealthSample, ...] = ()
+    endpoints: tuple[EndpointSample, ...] = ()
+    """The inference-server endpoints the collector probed, each as last seen; JSON key ``health``."""
     verdict: Verdict | None = None
+    JSON_KEYS: ClassVar[dict[str, str] | None] = {"endpoints": "health"}
 
     @property
     def mode_label(self) -> str | None:
@@ -372,8 +376,9 @@ class HostSnapshot(Record):
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
+        keys = self.JSON_KEYS or {}
         for name in fields(self):
-            data[name] = getattr(self, name)
+            data[keys.get(name, name)] = getattr(self, name)
         data["gpus"] = [plain(g) for g in self.gpus]
         data["processes"] = [p.to_dict() for p in self.processes]
         data["device_holders"] = (
@@ -383,7 +388,7 @@ class HostSnapshot(Record):
         data[KERNEL_LOG] = None if self.kernel_log is None else plain(self.kernel_log)
         data[REMEMBERED] = None if self.remembered is None else plain(self.remembered)
         data["findings"] = [plain(f) for f in self.findings]
-        data["health"] = [h.to_dict() for h in self.health]
+        data["health"] = [h.to_dict() for h in self.endpoints]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
         return data
 
@@ -440,7 +445,7 @@ class HostSnapshot(Record):
             kernel_log=kernel_log,
             remembered=remembered,
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
-            health=tuple(HealthSample.from_dict(h) for h in data.get("health") or ()),
+            endpoints=tuple(EndpointSample.from_dict(h) for h in data.get("health") or ()),
             verdict=None if verdict is None else Verdict.from_dict(verdict),
         )
 
@@ -453,11 +458,11 @@ class HostSnapshot(Record):
 
 
 def _same_lists(data: dict[str, Any], previous: Gpu | None) -> Gpu:
-    """A GPU of a line marked ``processes_same``: its process list and health are the previous line's."""
+    """A GPU of a line marked ``processes_same``: its process list and fitness are the previous line's."""
     gpu = Gpu.from_dict(data, () if previous is None else previous.processes)
-    if GPU_HEALTH in data or previous is None:
+    if GPU_FITNESS in data or previous is None:
         return gpu
-    return replace(gpu, health=previous.health)
+    return replace(gpu, fitness=previous.fitness)
 
 
 def snapshots_document(snapshots: list[HostSnapshot] | tuple[HostSnapshot, ...]) -> dict[str, Any]:

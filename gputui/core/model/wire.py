@@ -67,7 +67,10 @@ def safe_list(value: Any) -> tuple[SafeText, ...]:
 def plain(obj: Any) -> dict[str, Any]:
     """A record as a dict of JSON-ready values, nested records included, without a deep copy of every leaf
     (the model is frozen and its leaves immutable; lists and dicts are new containers)."""
-    return {name: _plain_value(getattr(obj, name)) for name in fields(obj)}
+    keys = obj.JSON_KEYS
+    if keys is None:
+        return {name: _plain_value(getattr(obj, name)) for name in fields(obj)}
+    return {keys.get(name, name): _plain_value(getattr(obj, name)) for name in fields(obj)}
 
 
 def _plain_value(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """The inference servers gputui watches: their metrics, what each is doing, and views of it over time.
 
 Everything here is client side and pure: the collector reads the endpoint and the ``/metrics`` body (cut down
-on the host by ``gputui.agent.health.metrics_filter``); these modules parse and judge what it sent.
+on the host by ``gputui.agent.servers.metrics_filter``); these modules parse and judge what it sent.
 
 * ``metrics``: a server's ``/metrics`` read (sglang, vLLM); ``state``: its state (UP, BUSY, STALLED, …);
 * ``jobs``: the facts of the job behind an endpoint; ``watch``: the state of every endpoint over time;
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
         TIMEOUT,
         UNHEALTHY,
         UP,
-        HealthHistory,
+        EndpointHistory,
         health_transitions,
         since_text,
         state_word,
@@ -70,7 +70,7 @@ __all__ = [
     "ENGINE_VLLM",
     "ERROR",
     "FAILING_STATES",
-    "HealthHistory",
+    "EndpointHistory",
     "JobFacts",
     "METRICS_JSON_KEYS",
     "MetricsUnreadable",
@@ -111,7 +111,7 @@ _HOMES = {
     "ENGINE_VLLM": "metrics",
     "ERROR": "view",
     "FAILING_STATES": "watch",
-    "HealthHistory": "view",
+    "EndpointHistory": "view",
     "JobFacts": "jobs",
     "METRICS_JSON_KEYS": "metrics",
     "MetricsUnreadable": "metrics",

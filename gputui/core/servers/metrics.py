@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from gputui.agent.health.metrics_filter import (
+from gputui.agent.servers.metrics_filter import (
     METRICS_BODY_CAP_BYTES,
     METRICS_NAMES,
     METRICS_SGLANG_GEN_THROUGHPUT,

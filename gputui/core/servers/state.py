@@ -22,29 +22,29 @@ from __future__ import annotations
 from collections import deque
 
 from gputui.agent.protocol import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_DOWN,
-    HEALTH_STATE_ERROR,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_STARTING,
-    HEALTH_STATE_TIMEOUT,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_UP,
+    ENDPOINT_STATE_BUSY,
+    ENDPOINT_STATE_DOWN,
+    ENDPOINT_STATE_ERROR,
+    ENDPOINT_STATE_STALLED,
+    ENDPOINT_STATE_STARTING,
+    ENDPOINT_STATE_TIMEOUT,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_UP,
 )
-from gputui.core.model import HealthSample, Record
+from gputui.core.model import EndpointSample, Record
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
 from gputui.core.text import SafeText, age_text, fit
 
 SERVER_STATES = (
-    HEALTH_STATE_STARTING,
-    HEALTH_STATE_UP,
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_DOWN,
-    HEALTH_STATE_TIMEOUT,
-    HEALTH_STATE_ERROR,
+    ENDPOINT_STATE_STARTING,
+    ENDPOINT_STATE_UP,
+    ENDPOINT_STATE_BUSY,
+    ENDPOINT_STATE_STALLED,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_DOWN,
+    ENDPOINT_STATE_TIMEOUT,
+    ENDPOINT_STATE_ERROR,
 )
 
 DEFAULT_STALL_AFTER_S = 30.0
@@ -59,7 +59,7 @@ LAUNCHER_SAME_SLACK_S = 2.0
 REASON_MAX_CHARS = 160
 
 _CODE_MAY_BE_LOADING = 503
-_FAILING_BUT_MAY_BE_BUSY = (HEALTH_STATE_UNHEALTHY, HEALTH_STATE_TIMEOUT)
+_FAILING_BUT_MAY_BE_BUSY = (ENDPOINT_STATE_UNHEALTHY, ENDPOINT_STATE_TIMEOUT)
 
 
 class ServerState(Record):
@@ -91,8 +91,8 @@ def _figure(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _health_word(health: HealthSample) -> str:
-    if health.code is not None and health.state != HEALTH_STATE_UP:
+def _health_word(health: EndpointSample) -> str:
+    if health.code is not None and health.state != ENDPOINT_STATE_UP:
         return f"HTTP {health.code}"
     if health.detail:
         return fit(health.detail, 80)
@@ -145,7 +145,7 @@ class ServerStateTracker:
 
     def update(
         self,
-        health: HealthSample | None,
+        health: EndpointSample | None,
         metrics: ServerMetrics | None,
         launcher_age_s: float | None,
         now: float,
@@ -183,7 +183,7 @@ class ServerStateTracker:
         self._note_served(health, metrics)
         facts = job or JobFacts()
         state, reason = self._decide(health, launcher_age_s, metrics_error, facts)
-        if state == HEALTH_STATE_UP:
+        if state == ENDPOINT_STATE_UP:
             self._served = True
         previous = self._current
         changed = state != previous.state
@@ -238,7 +238,7 @@ class ServerStateTracker:
             self._launcher_started_at = started
             self._served = False
 
-    def _note_served(self, health: HealthSample | None, metrics: ServerMetrics | None) -> None:
+    def _note_served(self, health: EndpointSample | None, metrics: ServerMetrics | None) -> None:
         """Whether this launcher has served, from what one sample can show: generated tokens in its metrics,
         or (without metrics) a /health that answered 200 since it started."""
         if metrics is not None and metrics.generation_tokens_total:
@@ -264,7 +264,7 @@ class ServerStateTracker:
 
     def _decide(
         self,
-        health: HealthSample | None,
+        health: EndpointSample | None,
         launcher_age_s: float | None,
         metrics_error: str | None,
         job: JobFacts,
@@ -275,26 +275,26 @@ class ServerStateTracker:
         word = _health_word(health)
         reading = self._metrics
         blank = f"; metrics: {metrics_error}" if reading is None and metrics_error else ""
-        loading = state == HEALTH_STATE_DOWN or (
-            state == HEALTH_STATE_UNHEALTHY and health.code == _CODE_MAY_BE_LOADING
+        loading = state == ENDPOINT_STATE_DOWN or (
+            state == ENDPOINT_STATE_UNHEALTHY and health.code == _CODE_MAY_BE_LOADING
         )
         young = launcher_age_s is not None and launcher_age_s < self.starting_grace_s
         if loading and young and not self._served and launcher_age_s is not None and not job.defunct:
             # Before it first serves, a flat counter with work queued is a warm-up (compiling, capturing
             # graphs), not a stall.
-            return HEALTH_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
+            return ENDPOINT_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
         stalled_for = self._stalled_for()
         if (
             reading is not None
-            and state != HEALTH_STATE_DOWN
+            and state != ENDPOINT_STATE_DOWN
             and stalled_for is not None
             and stalled_for >= self.stall_after_s
         ):
-            return HEALTH_STATE_STALLED, (
+            return ENDPOINT_STATE_STALLED, (
                 f"stalled: {_figure(reading.running)} running, {_figure(reading.waiting)} waiting, "
                 f"no token generated for {age_text(stalled_for)} (health {word})"
             )
-        if state == HEALTH_STATE_UP:
+        if state == ENDPOINT_STATE_UP:
             if reading is None:
                 return state, f"health UP{blank}"
             return state, (
@@ -310,7 +310,7 @@ class ServerStateTracker:
             else:  # between two scrapes that moved: a token within the stall window, none since
                 quiet = reading.sampled_at - (self._last_progress_at or reading.sampled_at)
                 doing = f"a token generated {age_text(quiet)} ago"
-            return HEALTH_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
-        if state == HEALTH_STATE_UNHEALTHY and job.defunct:
+            return ENDPOINT_STATE_BUSY, f"busy: health {word} but {doing}; not dead, do not kill"
+        if state == ENDPOINT_STATE_UNHEALTHY and job.defunct:
             return state, f"{word} with {job.defunct_text()}{blank}"
         return state, f"{word}{blank}"

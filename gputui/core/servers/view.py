@@ -1,7 +1,7 @@
 """Client-side views of health samples: state changes as human lines, a per-URL history, short labels.
 
-Pure functions and a small history class over ``model.HealthSample``; no Textual or Rich here, so the CLI and
-notifications use the same words as the health panel. Every machine string (URL, detail) goes through
+Pure functions and a small history class over ``model.EndpointSample``; no Textual or Rich here, so the CLI
+and notifications use the same words as the endpoint panel. Every machine string (URL, detail) goes through
 ``textsafe.visible`` before it is put in a line.
 """
 
@@ -11,15 +11,15 @@ import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 
-from gputui.agent.protocol import HEALTH_STATE_BUSY as BUSY
-from gputui.agent.protocol import HEALTH_STATE_DOWN as DOWN
-from gputui.agent.protocol import HEALTH_STATE_ERROR as ERROR
-from gputui.agent.protocol import HEALTH_STATE_STALLED as STALLED
-from gputui.agent.protocol import HEALTH_STATE_STARTING as STARTING
-from gputui.agent.protocol import HEALTH_STATE_TIMEOUT as TIMEOUT
-from gputui.agent.protocol import HEALTH_STATE_UNHEALTHY as UNHEALTHY
-from gputui.agent.protocol import HEALTH_STATE_UP as UP
-from gputui.core.model import HealthSample
+from gputui.agent.protocol import ENDPOINT_STATE_BUSY as BUSY
+from gputui.agent.protocol import ENDPOINT_STATE_DOWN as DOWN
+from gputui.agent.protocol import ENDPOINT_STATE_ERROR as ERROR
+from gputui.agent.protocol import ENDPOINT_STATE_STALLED as STALLED
+from gputui.agent.protocol import ENDPOINT_STATE_STARTING as STARTING
+from gputui.agent.protocol import ENDPOINT_STATE_TIMEOUT as TIMEOUT
+from gputui.agent.protocol import ENDPOINT_STATE_UNHEALTHY as UNHEALTHY
+from gputui.agent.protocol import ENDPOINT_STATE_UP as UP
+from gputui.core.model import EndpointSample
 from gputui.core.text import clock_time, fit
 
 STATE_SEVERITY: dict[str | None, int] = {
@@ -39,7 +39,7 @@ working; a stalled one is as bad as a dead one: requests hang."""
 URL_MAX_CHARS = 100
 DETAIL_MAX_CHARS = 120
 DEFAULT_HISTORY_LEN = 20
-"""Probes remembered per URL by :class:`HealthHistory`."""
+"""Probes remembered per URL by :class:`EndpointHistory`."""
 
 
 def severity(state: str | None) -> int:
@@ -47,7 +47,7 @@ def severity(state: str | None) -> int:
     return STATE_SEVERITY.get(state, STATE_SEVERITY[ERROR])
 
 
-def worst_state(samples: Iterable[HealthSample]) -> str | None:
+def worst_state(samples: Iterable[EndpointSample]) -> str | None:
     """The worst state among ``samples`` (None when there are none or none was probed yet)."""
     worst: str | None = None
     seen_any = False
@@ -58,7 +58,7 @@ def worst_state(samples: Iterable[HealthSample]) -> str | None:
     return worst
 
 
-def state_word(sample: HealthSample) -> str:
+def state_word(sample: EndpointSample) -> str:
     """What the endpoint is now, shortest form: the code for an HTTP answer that is not UP, else the state.
 
     "503", "404", "DOWN", "TIMEOUT", "ERROR", "UP", or "not probed".
@@ -70,7 +70,7 @@ def state_word(sample: HealthSample) -> str:
     return fit(sample.state, 12)
 
 
-def since_text(sample: HealthSample, now_s: float | None = None) -> str:
+def since_text(sample: EndpointSample, now_s: float | None = None) -> str:
     """How long the current state has lasted: "503 since 16:41:02", "UP since 09:00:00", "not probed yet"."""
     if sample.state is None:
         return "not probed yet"
@@ -79,7 +79,7 @@ def since_text(sample: HealthSample, now_s: float | None = None) -> str:
     return f"{state_word(sample)} since {clock_time(sample.since, time.time() if now_s is None else now_s)}"
 
 
-def _reason(sample: HealthSample) -> str:
+def _reason(sample: EndpointSample) -> str:
     """The parenthesised reason for a line: the code for HTTP answers, else the detail."""
     if sample.state == UP:
         return ""
@@ -90,7 +90,7 @@ def _reason(sample: HealthSample) -> str:
     return ""
 
 
-def health_transitions(prev: Sequence[HealthSample], cur: Sequence[HealthSample]) -> list[str]:
+def health_transitions(prev: Sequence[EndpointSample], cur: Sequence[EndpointSample]) -> list[str]:
     """One human line per state change between two sample lists of one host.
 
     * a state change: ``http://127.0.0.1:30000/health UP → UNHEALTHY (503)``
@@ -125,7 +125,7 @@ def health_transitions(prev: Sequence[HealthSample], cur: Sequence[HealthSample]
     return lines
 
 
-class HealthHistory:
+class EndpointHistory:
     """The last N probe results per URL of one host, kept by the client from successive snapshots.
 
     A probe is told apart from the next by its ``checked_at``: a snapshot that repeats the same probe (the
@@ -140,7 +140,7 @@ class HealthHistory:
         self._tokens: dict[str, deque[float | None]] = {}
         self._last_read: dict[str, float | None] = {}
 
-    def update(self, samples: Iterable[HealthSample]) -> None:
+    def update(self, samples: Iterable[EndpointSample]) -> None:
         """Record the probes (and the tokens/s of each metrics reading) of one snapshot; URLs no longer listed
         are forgotten."""
         seen: set[str] = set()

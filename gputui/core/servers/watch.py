@@ -15,27 +15,27 @@ import time
 from collections.abc import Iterable, Mapping
 
 from gputui.agent.protocol import (
-    HEALTH_STATE_BUSY,
-    HEALTH_STATE_STALLED,
-    HEALTH_STATE_STARTING,
-    HEALTH_STATE_UNHEALTHY,
+    ENDPOINT_STATE_BUSY,
+    ENDPOINT_STATE_STALLED,
+    ENDPOINT_STATE_STARTING,
+    ENDPOINT_STATE_UNHEALTHY,
 )
-from gputui.core.model import HealthSample, HostSnapshot, replace
+from gputui.core.model import EndpointSample, HostSnapshot, replace
 from gputui.core.servers.jobs import job_facts
 from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
 from gputui.core.servers.state import DEFAULT_STALL_AFTER_S, ServerState, ServerStateTracker
 from gputui.core.text import fit, visible
 
-DERIVED_STATES = frozenset({HEALTH_STATE_STARTING, HEALTH_STATE_BUSY, HEALTH_STATE_STALLED})
+DERIVED_STATES = frozenset({ENDPOINT_STATE_STARTING, ENDPOINT_STATE_BUSY, ENDPOINT_STATE_STALLED})
 """States the client derives: the probe alone never says them, so their detail is the tracker's reason."""
-FAILING_STATES = (HEALTH_STATE_UNHEALTHY, HEALTH_STATE_STALLED)
+FAILING_STATES = (ENDPOINT_STATE_UNHEALTHY, ENDPOINT_STATE_STALLED)
 """Server states that make ``check`` say "not clean": a server answering unhealthy, or one that stopped
 generating with requests pending, whatever its /health says."""
 URL_MAX_CHARS = 100
 DETAIL_MAX_CHARS = 200
 
 
-def read_metrics(sample: HealthSample) -> tuple[ServerMetrics | None, str | None]:
+def read_metrics(sample: EndpointSample) -> tuple[ServerMetrics | None, str | None]:
     """The metrics a sample carries, parsed: ``(reading, None)`` or ``(None, why they are blank)``."""
     if sample.metrics_url is None:
         return None, None
@@ -88,8 +88,8 @@ class ServerWatch:
 
     def _apply_locked(self, snapshot: HostSnapshot, now_s: float) -> HostSnapshot:
         target = snapshot.target
-        judged: list[HealthSample] = []
-        for sample in snapshot.health:
+        judged: list[EndpointSample] = []
+        for sample in snapshot.endpoints:
             key = (target, sample.url)
             tracker = self._trackers.get(key)
             if tracker is None:
@@ -99,13 +99,13 @@ class ServerWatch:
             job = job_facts(snapshot, sample.launcher_pid)
             current = tracker.update(sample, metrics, sample.launcher_age_s, now_s, error, job)
             judged.append(_judged(sample, current))
-        listed = {sample.url for sample in snapshot.health}
+        listed = {sample.url for sample in snapshot.endpoints}
         for gone in [k for k in self._trackers if k[0] == target and k[1] not in listed]:
             del self._trackers[gone]
-        return replace(snapshot, health=tuple(judged))
+        return replace(snapshot, endpoints=tuple(judged))
 
 
-def _judged(sample: HealthSample, current: ServerState) -> HealthSample:
+def _judged(sample: EndpointSample, current: ServerState) -> EndpointSample:
     reading = metrics_json(current.metrics)
     if current.state is None:
         return replace(sample, metrics=reading)
@@ -127,12 +127,12 @@ def judge_once(snapshot: HostSnapshot) -> HostSnapshot:
     return ServerWatch().apply(snapshot)
 
 
-def failing_servers(samples: Iterable[HealthSample]) -> list[str]:
+def failing_servers(samples: Iterable[EndpointSample]) -> list[str]:
     """One line per server in a failing state (``FAILING_STATES``), for ``check``'s reasons."""
     return [server_reason(sample) for sample in samples if sample.state in FAILING_STATES]
 
 
-def server_reason(sample: HealthSample) -> str:
+def server_reason(sample: EndpointSample) -> str:
     """ "server http://…/health is UNHEALTHY: HTTP 503 with 2 defunct members in its job (…)"."""
     why = f": {fit(sample.detail, DETAIL_MAX_CHARS)}" if sample.detail else ""
     return f"server {fit(sample.url, URL_MAX_CHARS)} is {sample.state}{why}"

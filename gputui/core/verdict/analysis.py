@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from gputui.core.model import HostSnapshot
 from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.findings import KilledJob, find_problems
-from gputui.core.verdict.fitness import health_findings, with_assessment
+from gputui.core.verdict.fitness import fitness_findings, with_assessment
 from gputui.core.verdict.slate import clean_slate
 
 
@@ -28,5 +28,5 @@ def analyze(
     fitness is assessed first, so that its action counts in findings and verdict alike."""
     snapshot = with_assessment(snapshot)
     findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs, one_shot=one_shot)
-    findings += health_findings(snapshot)
+    findings += fitness_findings(snapshot)
     return snapshot.with_analysis(findings, clean_slate(snapshot, baselines, one_shot=one_shot))

@@ -57,7 +57,7 @@ def judge(
             unknown.
     """
     judged = snapshot
-    if servers is not None or snapshot.health:  # the server modules load with the first endpoint
+    if servers is not None or snapshot.endpoints:  # the server modules load with the first endpoint
         from gputui.core.servers import ServerWatch
 
         judged = (ServerWatch() if servers is None else servers).apply(snapshot, now)
@@ -83,11 +83,11 @@ def judge(
 
 def server_reasons(snapshot: HostSnapshot) -> tuple[str, ...]:
     """One reason per endpoint whose judged state makes the host not clean (``servers.failing_servers``)."""
-    if not snapshot.health:
+    if not snapshot.endpoints:
         return ()
     from gputui.core.servers import failing_servers
 
-    return tuple(failing_servers(snapshot.health))
+    return tuple(failing_servers(snapshot.endpoints))
 
 
 def port_reasons(snapshot: HostSnapshot, ports: Collection[WatchedPort]) -> tuple[str, ...]:

@@ -71,10 +71,10 @@ def _sorted_reasons(snapshot: HostSnapshot, verdict: Verdict) -> tuple[list[str]
             else:
                 gpu_reasons.add(reason)
     worker_reasons.update(f.detail for f in snapshot.findings if f.kind in WORKER_KINDS)
-    if snapshot.health:
+    if snapshot.endpoints:
         from gputui.core.servers import failing_servers
 
-        worker_reasons.update(failing_servers(snapshot.health))
+        worker_reasons.update(failing_servers(snapshot.endpoints))
     workers, residue, gpus = [], [], []
     for reason in verdict.reasons:
         if reason in gpu_reasons:

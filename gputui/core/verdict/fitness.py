@@ -1,4 +1,4 @@
-"""Is the GPU itself fit for the next launch? One table of Xids and health states -> what to do.
+"""Is the GPU itself fit for the next launch? One table of Xids and fitness states -> what to do.
 
 The actions are NVIDIA's "resolution buckets" of the Xid catalogue, folded into four: nothing (an
 application fault: the job that hit it died, the GPU is fine; shown because it says why the job died), reset
@@ -17,7 +17,7 @@ use its result.
 
 from __future__ import annotations
 
-from gputui.core.model import Finding, Gpu, GpuHealth, HostSnapshot, Record, XidEvent, replace
+from gputui.core.model import Finding, Gpu, GpuFitness, HostSnapshot, Record, XidEvent, replace
 from gputui.core.text import fit
 
 ACTION_NONE = "none"
@@ -88,8 +88,8 @@ STATE_RESET_REQUIRED = "NVML says a reset is required"
 XID_HISTORY_UNAVAILABLE = "Xid history unavailable"
 
 
-class HealthAssessment(Record):
-    """What a GPU's health asks for.
+class FitnessAssessment(Record):
+    """What a GPU's fitness asks for.
 
     Attributes:
         action: The strongest action asked for (``ACTION_*``); ``ACTION_NONE`` when nothing is.
@@ -127,24 +127,24 @@ def xid_text(event: XidEvent) -> str:
     return f"Xid {event.xid}: {xid_action(event)[0]}"
 
 
-def assess(health: GpuHealth | None) -> HealthAssessment:
-    """What this GPU's health asks for (the one derivation every view shows)."""
-    if health is None:
-        return HealthAssessment()
+def assess(fitness: GpuFitness | None) -> FitnessAssessment:
+    """What this GPU's fitness asks for (the one derivation every view shows)."""
+    if fitness is None:
+        return FitnessAssessment()
     found: list[tuple[str, str]] = []
     notes: list[str] = []
-    if health.reset_required:
+    if fitness.reset_required:
         found.append((ACTION_RESET, STATE_RESET_REQUIRED))
-    if health.remap_failure:
+    if fitness.remap_failure:
         found.append((ACTION_DRAIN, STATE_REMAP_FAILURE))
-    if health.remap_pending:
+    if fitness.remap_pending:
         found.append((ACTION_RESET, STATE_REMAP_PENDING))
-    if health.retired_pages_pending:
+    if fitness.retired_pages_pending:
         found.append((ACTION_RESET, STATE_RETIRED_PENDING))
-    if health.ecc_uncorrected_volatile:
-        count = health.ecc_uncorrected_volatile
+    if fitness.ecc_uncorrected_volatile:
+        count = fitness.ecc_uncorrected_volatile
         found.append((ACTION_RESET, f"{count} uncorrected ECC errors since the last reset"))
-    for event in health.xids:
+    for event in fitness.xids:
         meaning, action = xid_action(event)
         text = f"Xid {event.xid}: {meaning}"
         if event.cleared is not None:
@@ -154,53 +154,55 @@ def assess(health: GpuHealth | None) -> HealthAssessment:
                 found.append((action, text))
         elif text not in notes:
             notes.append(text)
-    reasons = health.clock_event_reasons or 0
+    reasons = fitness.clock_event_reasons or 0
     for bit, name in HW_CLOCK_REASONS.items():
         if reasons & bit:
             notes.append(f"clocks held down: {name}")
-    if health.persistence_mode is False:
+    if fitness.persistence_mode is False:
         notes.append("persistence mode off")
     if not found:
-        return HealthAssessment(notes=tuple(notes))
+        return FitnessAssessment(notes=tuple(notes))
     found.sort(key=lambda item: -ACTION_RANK[item[0]])
-    return HealthAssessment(action=found[0][0], causes=tuple(cause for _, cause in found), notes=tuple(notes))
+    return FitnessAssessment(
+        action=found[0][0], causes=tuple(cause for _, cause in found), notes=tuple(notes)
+    )
 
 
-def unfit_reason(gpu: Gpu, assessment: HealthAssessment) -> str | None:
-    """ "GPU3 needs a reset (row remap pending)", or None when the GPU's health asks for nothing."""
+def unfit_reason(gpu: Gpu, assessment: FitnessAssessment) -> str | None:
+    """ "GPU3 needs a reset (row remap pending)", or None when the GPU's fitness asks for nothing."""
     if not assessment.blocking:
         return None
     return f"GPU{gpu.index} {ACTION_WORDS[assessment.action]} ({fit('; '.join(assessment.causes), 200)})"
 
 
 def needs_reset(gpu: Gpu) -> bool:
-    """Whether this GPU's health asks for a reset (the reset plan's input)."""
-    return assess(gpu.health).needs_reset
+    """Whether this GPU's fitness asks for a reset (the reset plan's input)."""
+    return assess(gpu.fitness).needs_reset
 
 
 def with_assessment(snapshot: HostSnapshot) -> HostSnapshot:
-    """The snapshot with each GPU's ``health.action``, ``causes``, ``notes`` and ``needs_reset`` filled in."""
+    """The snapshot with each GPU's ``fitness.action``, ``causes``, ``notes`` and ``needs_reset`` set."""
     gpus = []
     changed = False
     for gpu in snapshot.gpus:
-        if gpu.health is None:
+        if gpu.fitness is None:
             gpus.append(gpu)
             continue
-        judged = assess(gpu.health)
-        health = replace(
-            gpu.health,
+        judged = assess(gpu.fitness)
+        fitness = replace(
+            gpu.fitness,
             action=judged.action,
             causes=judged.causes,
             notes=judged.notes,
             needs_reset=judged.needs_reset,
         )
-        gpus.append(replace(gpu, health=health))
+        gpus.append(replace(gpu, fitness=fitness))
         changed = True
     return replace(snapshot, gpus=tuple(gpus)) if changed else snapshot
 
 
-def health_findings(snapshot: HostSnapshot) -> list[Finding]:
-    """The host's kernel log that could not be read (once), each GPU's blocking health, its application
+def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
+    """The host's kernel log that could not be read (once), each GPU's blocking fitness, its application
     Xids, and Xids for PCI addresses no GPU has."""
     target = snapshot.target
     findings: list[Finding] = []
@@ -215,7 +217,7 @@ def health_findings(snapshot: HostSnapshot) -> list[Finding]:
             )
         )
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
-        judged = assess(gpu.health)
+        judged = assess(gpu.fitness)
         reason = unfit_reason(gpu, judged)
         if reason is not None:
             findings.append(
@@ -293,36 +295,36 @@ def _on_off(value: bool | None) -> str:
     return "–" if value is None else ("on" if value else "off")
 
 
-def health_figures(health: GpuHealth) -> list[tuple[str, str]]:
-    """(label, value) of each raw health figure, "–" where the driver gave none: what views list."""
+def fitness_figures(fitness: GpuFitness) -> list[tuple[str, str]]:
+    """(label, value) of each raw fitness figure, "–" where the driver gave none: what views list."""
 
     def number(value: int | None) -> str:
         return "–" if value is None else str(value)
 
-    reasons = health.clock_event_reasons
+    reasons = fitness.clock_event_reasons
     hardware = [] if reasons is None else [name for bit, name in HW_CLOCK_REASONS.items() if reasons & bit]
     return [
-        ("row remap pending", _yes_no(health.remap_pending)),
-        ("row remap failure", _yes_no(health.remap_failure)),
+        ("row remap pending", _yes_no(fitness.remap_pending)),
+        ("row remap failure", _yes_no(fitness.remap_failure)),
         (
             "remapped rows (correctable/uncorrectable)",
-            f"{number(health.remapped_rows_correctable)}/{number(health.remapped_rows_uncorrectable)}",
+            f"{number(fitness.remapped_rows_correctable)}/{number(fitness.remapped_rows_uncorrectable)}",
         ),
-        ("retired pages pending", _yes_no(health.retired_pages_pending)),
-        ("ECC", _on_off(health.ecc_enabled)),
-        ("uncorrected ECC since reset", number(health.ecc_uncorrected_volatile)),
-        ("uncorrected ECC, lifetime", number(health.ecc_uncorrected_aggregate)),
+        ("retired pages pending", _yes_no(fitness.retired_pages_pending)),
+        ("ECC", _on_off(fitness.ecc_enabled)),
+        ("uncorrected ECC since reset", number(fitness.ecc_uncorrected_volatile)),
+        ("uncorrected ECC, lifetime", number(fitness.ecc_uncorrected_aggregate)),
         ("clock events (hardware)", "–" if reasons is None else (", ".join(hardware) or "none")),
-        ("persistence mode", _on_off(health.persistence_mode)),
-        ("reset required (NVML)", "yes" if health.reset_required else "no"),
+        ("persistence mode", _on_off(fitness.persistence_mode)),
+        ("reset required (NVML)", "yes" if fitness.reset_required else "no"),
     ]
 
 
-def health_summary(gpu: Gpu) -> str | None:
-    """One line of a GPU's health for text views: its action and causes, else its notes, else "ok"."""
-    if gpu.health is None:
+def fitness_summary(gpu: Gpu) -> str | None:
+    """One line of a GPU's fitness for text views: its action and causes, else its notes, else "ok"."""
+    if gpu.fitness is None:
         return None
-    judged = assess(gpu.health)
+    judged = assess(gpu.fitness)
     if judged.blocking:
         text = f"{ACTION_WORDS[judged.action]} ({'; '.join(judged.causes)})"
     else:

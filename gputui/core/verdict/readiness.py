@@ -7,7 +7,7 @@ and in ``Verdict.not_ready``; views say NOT READY from that alone.
 
 The hook: a rule is a function ``(snapshot, gpu) -> str | None``: None when it finds the GPU fit, else one
 sentence that names the GPU and what it needs ("GPU3 needs a reset: …"). Adding a check of the GPU's own
-health (remapped rows, ECC, Xid) is one more entry in ``UNFIT_RULES``. Rules are pure: no I/O, no clock
+fitness (remapped rows, ECC, Xid) is one more entry in ``UNFIT_RULES``. Rules are pure: no I/O, no clock
 (the snapshot's ``time`` is the only now).
 """
 
@@ -46,9 +46,9 @@ def stuck_in_driver(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
 
 
 def health_asks(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
-    """The GPU's own health asks for a reset, a reboot or a drain (an Xid, a pending row remap or page
+    """The GPU's own fitness asks for a reset, a reboot or a drain (an Xid, a pending row remap or page
     retirement, uncorrected ECC: ``gpu_health``'s one table)."""
-    return unfit_reason(gpu, assess(gpu.health))
+    return unfit_reason(gpu, assess(gpu.fitness))
 
 
 UNFIT_RULES: list[UnfitRule] = [health_asks, stuck_in_driver]

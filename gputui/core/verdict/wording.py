@@ -16,8 +16,7 @@ from gputui.core.model import Finding, FindingFacts
 from gputui.core.servers import server_reason
 from gputui.core.store import leftovers
 from gputui.core.verdict import findings as finding_rules
-from gputui.core.verdict import fitness as gpu_health
-from gputui.core.verdict import readiness, remains
+from gputui.core.verdict import fitness, readiness, remains
 from gputui.core.verdict import slate as verdict
 from gputui.core.verdict.cleanslate import busy_port_reason
 from gputui.core.verdict.engine import no_data_text
@@ -41,8 +40,8 @@ FINDING_SENTENCES: dict[str, Callable[..., Any]] = {
     **FINDING_WORDS,
     "xid": finding_rules.xid_finding,
     "duplicate_host": finding_rules.duplicate_host_finding,
-    "gpu_health": gpu_health.health_findings,
-    "xid_history": gpu_health.health_findings,
+    "gpu_health": fitness.fitness_findings,
+    "xid_history": fitness.fitness_findings,
     "leftover": leftovers.findings,
 }
 """Finding kind -> the function that builds its finding (detail and action): from facts where it travels
@@ -64,8 +63,8 @@ REASON_SENTENCES: dict[str, Callable[..., Any]] = {
     "port": busy_port_reason,
     "server": server_reason,
     "not_ready": readiness.stuck_in_driver,
-    "gpu_health": gpu_health.unfit_reason,
-    "lost_gpu": gpu_health.lost_gpu_reason,
+    "gpu_health": fitness.unfit_reason,
+    "lost_gpu": fitness.lost_gpu_reason,
     "gone_gpu": remains.gone_gpu_reason,
     "no_data": no_data_text,
 }

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from gputui.agent.protocol import HEALTH_STATE_DOWN, HEALTH_STATE_UP, MODE_PROMETHEUS
+from gputui.agent.protocol import ENDPOINT_STATE_DOWN, ENDPOINT_STATE_UP, MODE_PROMETHEUS
 from gputui.core.fleet import FleetHost, FleetSample, MigInstance, dcgm_owner
 from gputui.core.model import (
+    EndpointSample,
     Gpu,
-    GpuHealth,
-    HealthSample,
+    GpuFitness,
     HostSnapshot,
     Owner,
     XidEvent,
@@ -120,7 +120,7 @@ def _build_gpu(
         name=opt_safe(name),
         uuid=uuid,
         pci_bus_id=pci_bus_id,
-        health=dcgm_health(figures, whole(xid)),
+        fitness=dcgm_fitness(figures, whole(xid)),
         memory_used_mib=used,
         memory_total_mib=total,
         memory_reserved_mib=reserved,
@@ -139,11 +139,11 @@ def _build_gpu(
     return gpu, (code if code else None), instances
 
 
-def dcgm_health(figures: Mapping[str, Series], xid: int | None) -> GpuHealth | None:
+def dcgm_fitness(figures: Mapping[str, Series], xid: int | None) -> GpuFitness | None:
     """A GPU's health from DCGM's remap, retirement, ECC and Xid series (None when the exporter has none of
     them): judged by the same table as a collector's (``gputui.core.verdict.fitness``). DCGM's Xid
     gauge holds the last Xid only, without its time."""
-    values = {name: _count(_figure(figures, name)) for name in DCGM_HEALTH_FIGURES}
+    values = {name: _count(_figure(figures, name)) for name in DCGM_FITNESS_FIGURES}
     if xid is None and all(value is None for value in values.values()):
         return None
 
@@ -151,7 +151,7 @@ def dcgm_health(figures: Mapping[str, Series], xid: int | None) -> GpuHealth | N
         value = values[name]
         return None if value is None else value > 0
 
-    return GpuHealth(
+    return GpuFitness(
         remapped_rows_correctable=values["remap_corr"],
         remapped_rows_uncorrectable=values["remap_unc"],
         remap_pending=flag("remap_pending"),
@@ -170,7 +170,7 @@ def _count(value: float | None) -> int | None:
     return int(round(value))
 
 
-DCGM_HEALTH_FIGURES = (
+DCGM_FITNESS_FIGURES = (
     "remap_corr",
     "remap_unc",
     "remap_pending",
@@ -378,11 +378,11 @@ def _build_host(
     elif exporter_up is False:
         error = "its exporter is down (up=0), but Prometheus still serves its last data"
     health = tuple(
-        HealthSample(
+        EndpointSample(
             url=safe(instance),
             state=None
             if parser.up.get(instance) is None
-            else safe(HEALTH_STATE_UP if parser.up[instance] else HEALTH_STATE_DOWN),
+            else safe(ENDPOINT_STATE_UP if parser.up[instance] else ENDPOINT_STATE_DOWN),
             detail=safe(server_detail(str(figures["kind"]), figures)),
             checked_at=now,
         )
@@ -396,7 +396,7 @@ def _build_host(
         mode=MODE_PROMETHEUS,
         gpus=tuple(gpus),
         findings=tuple(xid_finding(parts.name, i, c) for i, c in sorted(xid.items())),
-        health=health,
+        endpoints=health,
     )
     return FleetHost(
         name=parts.name,

@@ -89,7 +89,7 @@ class PrometheusSource:
         hosts.sort(key=lambda h: h.name)
         self._known = {host.name: host for host in hosts}
         for host in sample.hosts:
-            for health in host.snapshot.health:
+            for health in host.snapshot.endpoints:
                 kind = (health.detail or "").split(":", 1)[0]
                 self._servers[health.url] = (host.name, kind)
         return replace(sample, hosts=tuple(hosts))
@@ -106,7 +106,7 @@ def gone_host(old: FleetHost, now: float | None) -> FleetHost:
         gpus=gpus,
         error=visible(f"no series in Prometheus any more{last_is(age)}"),
         findings=(),
-        health=(),
+        endpoints=(),
         verdict=None,
     )
     return replace(old, snapshot=snapshot, age_s=age, stale=True, xid={}, mig={}, gone=True, exported=None)

@@ -10,14 +10,14 @@ from contextlib import contextmanager
 
 from gputui.agent import protocol
 from gputui.agent.args import CommandError, optional_seconds
-from gputui.agent.health import HEALTH_DEFAULT_DEADLINE_S, HEALTH_GENERATE_MIN_INTERVAL_S
-from gputui.agent.health import messages as health_messages
 from gputui.agent.proc.owners import OWNER_USER
+from gputui.agent.servers import ENDPOINT_DEFAULT_DEADLINE_S, ENDPOINT_GENERATE_MIN_INTERVAL_S
+from gputui.agent.servers import messages as health_messages
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import (
+    EndpointSample,
     Gpu,
     GpuProcess,
-    HealthSample,
     HostSnapshot,
     LiveThreads,
     Owner,
@@ -33,10 +33,10 @@ from gputui.transports.sim.scenario import (
     BUSY_FROM_S,
     BUSY_UNTIL_S,
     DRAIN_S,
+    ENDPOINT_PROBE_S,
     GPU_COUNT,
     GPU_NAME,
     GPU_TOTAL_MIB,
-    HEALTH_PROBE_S,
     HEALTHY_TARGET,
     IDLE_MIB,
     LAUNCHER_PID,
@@ -186,9 +186,9 @@ class SimLink(SimKills, HostLink):
                 found,
                 False,
                 True,
-                HEALTH_PROBE_S,
-                HEALTH_DEFAULT_DEADLINE_S,
-                HEALTH_GENERATE_MIN_INTERVAL_S,
+                ENDPOINT_PROBE_S,
+                ENDPOINT_DEFAULT_DEADLINE_S,
+                ENDPOINT_GENERATE_MIN_INTERVAL_S,
             )
             return {"config": config, "samples": samples}
         if name == protocol.CMD_QUIT:
@@ -267,9 +267,9 @@ class SimLink(SimKills, HostLink):
             processes=holders,
         )
 
-    def _health(self, now_s: float) -> tuple[HealthSample, ...]:
+    def _health(self, now_s: float) -> tuple[EndpointSample, ...]:
         # The agent probes every few seconds, not on every sample: checked_at says which probe this is.
-        probed_s = self._start_s + HEALTH_PROBE_S * ((now_s - self._start_s) // HEALTH_PROBE_S)
+        probed_s = self._start_s + ENDPOINT_PROBE_S * ((now_s - self._start_s) // ENDPOINT_PROBE_S)
         samples = self._health_at(now_s)
         metrics = self._metrics_at(probed_s)
         return tuple(replace(sample, checked_at=probed_s, **metrics) for sample in samples)
@@ -295,15 +295,15 @@ class SimLink(SimKills, HostLink):
             "launcher_age_s": probed_s - started_s,
         }
 
-    def _health_at(self, now_s: float) -> tuple[HealthSample, ...]:
+    def _health_at(self, now_s: float) -> tuple[EndpointSample, ...]:
         url = "http://127.0.0.1:8000/health" if self._healthy else "http://127.0.0.1:30000/health"
         wedge_s = now_s if self._healthy else self._start_s + self._wedged_at_s
         if self._server_dead_at is not None:
             # Nothing listens on the port any more, whichever way the server went.
             return (
-                HealthSample(
+                EndpointSample(
                     url=safe(url),
-                    state=safe(protocol.HEALTH_STATE_DOWN),
+                    state=safe(protocol.ENDPOINT_STATE_DOWN),
                     since=self._server_dead_at,
                     last_ok=min(wedge_s, self._server_dead_at),
                     consecutive_failures=1,
@@ -315,23 +315,23 @@ class SimLink(SimKills, HostLink):
         busy_s = self._start_s + BUSY_FROM_S
         if self._healthy and busy_s <= now_s < self._start_s + BUSY_UNTIL_S:
             return (
-                HealthSample(
+                EndpointSample(
                     url=safe(url),
-                    state=safe(protocol.HEALTH_STATE_TIMEOUT),
-                    latency_ms=HEALTH_DEFAULT_DEADLINE_S * 1000,
+                    state=safe(protocol.ENDPOINT_STATE_TIMEOUT),
+                    latency_ms=ENDPOINT_DEFAULT_DEADLINE_S * 1000,
                     since=busy_s,
                     last_ok=busy_s,
-                    consecutive_failures=1 + int((now_s - busy_s) // HEALTH_PROBE_S),
-                    detail=safe(f"no response within {HEALTH_DEFAULT_DEADLINE_S:g}s"),
+                    consecutive_failures=1 + int((now_s - busy_s) // ENDPOINT_PROBE_S),
+                    detail=safe(f"no response within {ENDPOINT_DEFAULT_DEADLINE_S:g}s"),
                     discovered=True,
                     checked_at=now_s,
                 ),
             )
         if not self._healthy and now_s >= wedge_s:
             return (
-                HealthSample(
+                EndpointSample(
                     url=safe(url),
-                    state=safe(protocol.HEALTH_STATE_UNHEALTHY),
+                    state=safe(protocol.ENDPOINT_STATE_UNHEALTHY),
                     code=503,
                     latency_ms=20_004.0,
                     since=wedge_s,
@@ -343,9 +343,9 @@ class SimLink(SimKills, HostLink):
                 ),
             )
         return (
-            HealthSample(
+            EndpointSample(
                 url=safe(url),
-                state=safe(protocol.HEALTH_STATE_UP),
+                state=safe(protocol.ENDPOINT_STATE_UP),
                 code=200,
                 latency_ms=3.1 if self._healthy else 4.2,
                 since=self._start_s,
@@ -403,5 +403,5 @@ class SimLink(SimKills, HostLink):
             gpus=tuple(self._gpu(i, now_s) for i in range(GPU_COUNT)),
             processes=procs,
             listening_ports=tuple(sorted(listening)),
-            health=self._health(now_s),
+            endpoints=self._health(now_s),
         )

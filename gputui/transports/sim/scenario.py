@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from gputui.agent.health import metrics_filter as names
+from gputui.agent.servers import metrics_filter as names
 from gputui.core.model import Record, field
 
 Clock = Callable[[], float]
@@ -48,7 +48,7 @@ BUSY_FROM_S = 15.0
 BUSY_UNTIL_S = 90.0
 """Scenario seconds during which the healthy host's /health times out while its tokens keep flowing."""
 GPU_COUNT = 8
-HEALTH_PROBE_S = 2.0
+ENDPOINT_PROBE_S = 2.0
 """Seconds between the simulated agent's health probes."""
 POWER_LIMIT_W = 600.0
 CLOCK_TICKS_PER_S = 100

@@ -2,7 +2,7 @@
 
 Nothing of gputui is installed on the remote host. ``SshLink.open()`` resolves the target as OpenSSH would
 (``config``), logs in with paramiko (``paramiko/``: ``connect``, TCP or ProxyJump hops as ``direct-tcpip``
-channels, each hop resolved, host-key checked (``knownhosts`` and ``trust``) and authenticated (``auth``) on
+channels, each hop resolved, host-key checked (``hostkeys/``) and authenticated (``auth``) on
 its own) or has the system ssh client do all of that (``openssh/``: the child ``process``, its
 ``failures``, the session ``link``), then runs
 ``python3 -u -c <loader>`` and writes the collector's bundle to its stdin (``payload``, over
@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
 
     from gputui.transports.ssh.errors import AuthFailed as AuthFailed
     from gputui.transports.ssh.errors import SetupFailed as SetupFailed
+    from gputui.transports.ssh.hostkeys.trust import accept_host_key as accept_host_key
     from gputui.transports.ssh.link import SshLink as SshLink
     from gputui.transports.ssh.payload import AgentPayload as AgentPayload
     from gputui.transports.ssh.payload import agent_loader as agent_loader
@@ -48,7 +49,6 @@ if TYPE_CHECKING:  # what type checkers see; __getattr__ serves the same names a
     from gputui.transports.ssh.payload import remote_command_line as remote_command_line
     from gputui.transports.ssh.reduced import reduced_command as reduced_command
     from gputui.transports.ssh.stream import LINE_CAP_BYTES as LINE_CAP_BYTES
-    from gputui.transports.ssh.trust import accept_host_key as accept_host_key
 
 _HOMES = {
     "AgentPayload": "payload",
@@ -56,7 +56,7 @@ _HOMES = {
     "LINE_CAP_BYTES": "stream",
     "SetupFailed": "errors",
     "SshLink": "link",
-    "accept_host_key": "trust",
+    "accept_host_key": "hostkeys.trust",
     "remote_command_line": "payload",
     "agent_loader": "payload",
     "agent_payload": "payload",

@@ -29,8 +29,8 @@ from gputui.ui import keymap
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
 from gputui.ui.session.jobs import spawn
+from gputui.ui.widgets.fitness_text import fitness_text
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
-from gputui.ui.widgets.gpu_health_text import gpu_health_text
 from gputui.ui.widgets.history_chart import HistoryChart
 from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
@@ -139,7 +139,7 @@ class GpuDetailScreen(Screen[None]):
                 with Horizontal(classes="gpu-series"):
                     yield Static(id=f"gpu-{series.label}-figures", classes="gpu-series-figures")
                     yield HistoryChart(id=f"gpu-{series.label}", classes="gpu-series-line")
-            yield Static(id="gpu-health")
+            yield Static(id="gpu-fitness")
             with VerticalScroll(id="gpu-holders-box"):
                 yield Static(id="gpu-holders")
         yield Footer()
@@ -182,8 +182,8 @@ class GpuDetailScreen(Screen[None]):
             chart = self.query_one(f"#gpu-{series.label}", HistoryChart)
             chart.data = values
             chart.top = (None if gpu is None else series.top(gpu)) or max(values, default=1.0)
-        health = self.query_one("#gpu-health", Static)
-        health_text = None if gpu is None or snapshot is None else gpu_health_text(gpu, snapshot.kernel_log)
+        health = self.query_one("#gpu-fitness", Static)
+        health_text = None if gpu is None or snapshot is None else fitness_text(gpu, snapshot.kernel_log)
         health.display = health_text is not None
         health.update(health_text or "")
         holders = self.query_one("#gpu-holders", Static)

@@ -19,7 +19,7 @@ from gputui.ui import keymap
 from gputui.ui.widgets.fmt import safe_text
 
 if TYPE_CHECKING:
-    from gputui.transports.ssh.knownhosts import UnknownHostKey
+    from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 
 KEYS_HINT = "a: accept and remember · Esc: refuse"
 RISK_TEXT = (

@@ -20,10 +20,10 @@ from gputui.ui.session.cleancheck import CleanChecks
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import HostState
 from gputui.ui.session.killflow import KillFlow
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.gpu_panel import GpuPanel
-from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
 
 _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keymap.MONITOR)}
@@ -229,7 +229,7 @@ class MonitorScreen(MonitorView):
         if host is not None:
             self.app.push_screen(GpuDetailScreen(self.session, host.target, message.index))
 
-    def on_health_panel_rows_changed(self, _message: HealthPanel.RowsChanged) -> None:
+    def on_health_panel_rows_changed(self, _message: EndpointPanel.RowsChanged) -> None:
         self._size_top()
 
     def on_findings_list_lines_changed(self, _message: FindingsList.LinesChanged) -> None:

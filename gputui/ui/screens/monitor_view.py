@@ -32,11 +32,11 @@ from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import HostState
 from gputui.ui.widgets.border import set_border_subtitle, set_border_title
 from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.fmt import screen_rows
 from gputui.ui.widgets.gpu_panel import GpuPanel
-from gputui.ui.widgets.health_panel import HealthPanel
 from gputui.ui.widgets.host_bar import HostBar
 from gputui.ui.widgets.hosts_overview import HostsOverview
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
@@ -121,7 +121,7 @@ class MonitorView(Screen[None]):
                 with Horizontal(id="top"):
                     yield GpuPanel(id="gpus", selectable=True)
                     with Vertical(id="side"):
-                        yield HealthPanel(id="health")
+                        yield EndpointPanel(id="health")
                         yield FindingsList(id="findings")
                 # A container of its own: Textual renders again every widget whose clip meets a repainted
                 # region, and the table's clip would otherwise be #main's, which the GPU panel repaints
@@ -134,7 +134,7 @@ class MonitorView(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(GpuPanel).border_title = "GPUs"
-        self.query_one(HealthPanel).border_title = "Health"
+        self.query_one(EndpointPanel).border_title = "Health"
         self.query_one(FindingsList).border_title = "Findings"
         self._layout_for(self.app.size.width)
         self.query_one(ProcessTable).focus()
@@ -151,7 +151,7 @@ class MonitorView(Screen[None]):
 
     def watch_narrow(self, narrow: bool) -> None:
         self.query_one("#body").set_class(narrow, "-narrow")
-        self.query_one(HealthPanel).compact = narrow
+        self.query_one(EndpointPanel).compact = narrow
         self._show_active()
 
     def watch_stacked(self, stacked: bool) -> None:
@@ -181,7 +181,7 @@ class MonitorView(Screen[None]):
         height: str | int = "auto"
         if not self.stacked:
             gpu_rows = 3 + max(1, len(self.query_one(GpuPanel).gpus))
-            health_rows = 2 + max(1, self.query_one(HealthPanel).rows)
+            health_rows = 2 + max(1, self.query_one(EndpointPanel).rows)
             findings_rows = 2 + max(FINDINGS_MIN_ROWS - 2, self.query_one(FindingsList).lines)
             # Findings may take the band up to half the screen; past that they scroll.
             most = max(gpu_rows, self.size.height // 2)
@@ -272,7 +272,7 @@ class MonitorView(Screen[None]):
         now_s = session.clock()
         gpus = self.query_one(GpuPanel)
         procs = self.query_one(ProcessTable)
-        health = self.query_one(HealthPanel)
+        health = self.query_one(EndpointPanel)
         # What the panels say depends on it ("no data since …"): the tick redraws them only when it changed
         # since this draw, not once more after the sample that brought a host back.
         self._active_live = session.host_status(host).state == LIVE
@@ -327,13 +327,13 @@ class MonitorView(Screen[None]):
             empty = procs.row_count == 0 and not self.filter_text
             set_border_subtitle(procs, "no GPU processes" if empty else "")
             health.show(
-                snapshot.health,
+                snapshot.endpoints,
                 host.health_history.as_dict(),
                 now_s=now_s,
                 tokens=host.health_history.tokens_per_s(),
                 no_data=missing,
             )
-            set_border_subtitle(health, _last_change(host, len(snapshot.health)))
+            set_border_subtitle(health, _last_change(host, len(snapshot.endpoints)))
             self.query_one(FindingsList).show(snapshot.findings, snapshot, no_data=missing)
             self._size_top()
 

@@ -27,13 +27,13 @@ from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.actions import KillPlan, Pending
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import GpuHistory, HostSnapshot
-from gputui.core.servers import HealthHistory, ServerWatch, health_transitions
+from gputui.core.servers import EndpointHistory, ServerWatch, health_transitions
 from gputui.core.store import WatchedPort
 from gputui.core.text import visible
 from gputui.core.verdict import Baselines, CleanCheck, KilledJob, judge, ports_left
 from gputui.transports.freshness import LatestInbox, link_state, stale_after_s
 from gputui.transports.reconnect import Backoff, worth_retrying
-from gputui.transports.ssh.knownhosts import UnknownHostKey
+from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.host_bar import HostStatus
 
@@ -52,7 +52,7 @@ HostKeyAcceptor = Callable[[str, Any], object]
 """Records an accepted host key: called with ``UnknownHostKey.hop`` and ``.key`` (does file IO)."""
 
 
-HEALTH_CHANGES_KEPT = 20
+ENDPOINT_CHANGES_KEPT = 20
 """State changes of a host's endpoints kept for the health panel."""
 
 
@@ -84,9 +84,9 @@ class HostState:
     halted: bool = False
     """The last error cannot be fixed by retrying (auth, host key, bad target): the poller waits for ``r``."""
     history: GpuHistory = field(default_factory=GpuHistory)
-    health_history: HealthHistory = field(default_factory=HealthHistory)
+    health_history: EndpointHistory = field(default_factory=EndpointHistory)
     health_changes: deque[tuple[float, str]] = field(
-        default_factory=lambda: deque(maxlen=HEALTH_CHANGES_KEPT)
+        default_factory=lambda: deque(maxlen=ENDPOINT_CHANGES_KEPT)
     )
     """(epoch seconds, line) of the endpoints' state changes, newest last: the health panel shows them (a
     toast per change would pile up over the panels during an incident)."""
@@ -119,9 +119,11 @@ class HostState:
             self.tagged.clear()
             notices.append(("warning", "", f"{name} rebooted: tagged processes forgotten"))
         self.history.record(snapshot)
-        for line in health_transitions(previous.health if previous is not None else (), snapshot.health):
+        for line in health_transitions(
+            previous.endpoints if previous is not None else (), snapshot.endpoints
+        ):
             self.health_changes.append((now_s, line))
-        self.health_history.update(snapshot.health)
+        self.health_history.update(snapshot.endpoints)
         self.snapshot = snapshot
         self.watched_ports = () if reboot else ports_left(snapshot, self.watched_ports)
         self.last_ok_s = now_s

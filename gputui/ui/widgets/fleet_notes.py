@@ -58,7 +58,7 @@ def notes_text(host: FleetHost, row: FleetRow, ssh_target: str | None) -> Text:
             line.append_text(safe_text(instance.profile or "?", 16))
             line.append(f") {size_text(instance.memory_used_mib)}/{size_text(instance.memory_total_mib)}")
         lines.append(line)
-    for server in host.snapshot.health:
+    for server in host.snapshot.endpoints:
         line = Text("server ")
         line.append_text(safe_text(server.url, 60))
         state = server.state or "state unknown"

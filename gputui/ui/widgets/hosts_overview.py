@@ -10,8 +10,8 @@ from textual.widgets import Static
 
 from gputui.core.model import NOT_READY, HostSnapshot
 from gputui.core.servers import worst_state
+from gputui.ui.widgets.endpoint_panel import health_dot
 from gputui.ui.widgets.fmt import SPARK_CHARS, duration, mem_pct, safe_text
-from gputui.ui.widgets.health_panel import health_dot
 from gputui.ui.widgets.host_bar import HostStatus, status_text
 
 
@@ -36,7 +36,7 @@ def _shown_key(snapshot: HostSnapshot | None) -> tuple[object, ...] | None:
         _gpu_level(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3))
         for gpu in snapshot.gpus
     )
-    health = (bool(snapshot.health), worst_state(snapshot.health) if snapshot.health else None)
+    health = (bool(snapshot.endpoints), worst_state(snapshot.endpoints) if snapshot.endpoints else None)
     summary = None if verdict is None else (verdict.clean, verdict.gpus_at_baseline, len(verdict.gpus))
     return blocks, health, summary, len(snapshot.findings)
 
@@ -119,7 +119,7 @@ class HostsOverview(Static):
             glyph, style = _gpu_level(gpu.memory_used_mib, gpu.memory_total_mib, baselines.get(gpu.key, 3))
             line.append(glyph, style=style)
         line.append("  ")
-        line.append_text(health_dot(snapshot.health))
+        line.append_text(health_dot(snapshot.endpoints))
         line.append("  ")
         verdict = snapshot.verdict
         if verdict is None:

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.fleet import schema as s
-from gputui.core.model import Gpu, GpuProcess, HealthSample, HostSnapshot, LiveThreads, Proc, replace
+from gputui.core.model import EndpointSample, Gpu, GpuProcess, HostSnapshot, LiveThreads, Proc, replace
 from gputui.core.verdict import Baselines, analyze
 from gputui.transports.prometheus.query import PART_LABEL, TIME_PART
 
@@ -70,8 +70,8 @@ def wedged_host(name: str = "scheduler", now: float = NOW_S, hostname: str = "gp
         gpus=gpus,
         processes=(launcher, leader, zombie, orphan),
         device_holders=(),
-        health=(
-            HealthSample(url="http://user:secret@127.0.0.1:30000/health", state="STALLED", since=now - 90),
+        endpoints=(
+            EndpointSample(url="http://user:secret@127.0.0.1:30000/health", state="STALLED", since=now - 90),
         ),
     )
     return analyze(snapshot, Baselines(), now)

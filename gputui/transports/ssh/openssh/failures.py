@@ -6,7 +6,7 @@ import re
 
 from gputui.core.link import LinkError
 from gputui.transports.ssh.errors import AuthFailed, SetupFailed, shown
-from gputui.transports.ssh.knownhosts import (
+from gputui.transports.ssh.hostkeys.knownhosts import (
     ChangedHostKey,
     HostKeyError,
     RevokedHostKey,

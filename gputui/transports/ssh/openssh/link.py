@@ -34,9 +34,9 @@ import threading
 import time
 
 from gputui.core.link import LinkError, LinkOptions, parse_target
-from gputui.transports.ssh.accepted import OfferedHostKey, records_unknown_keys, take_accepted
 from gputui.transports.ssh.config import SshSettings, config_file, find_ssh, target_words
 from gputui.transports.ssh.errors import SetupFailed, phase_error, shown
+from gputui.transports.ssh.hostkeys.accepted import OfferedHostKey, records_unknown_keys, take_accepted
 from gputui.transports.ssh.openssh.process import (
     CONNECT_STEPS,
     EXIT_WAIT_S,
@@ -138,7 +138,7 @@ class OpenSshSession:
             proc = self._last
         if proc is None or proc.wait_exit(EXIT_WAIT_S) != SSH_FAILED:
             return error
-        from gputui.transports.ssh.knownhosts import ChangedHostKey, RevokedHostKey
+        from gputui.transports.ssh.hostkeys.knownhosts import ChangedHostKey, RevokedHostKey
         from gputui.transports.ssh.openssh.failures import UNKNOWN_KEY_RE, explain_failure
 
         lines = proc.stderr_lines()
@@ -153,7 +153,11 @@ class OpenSshSession:
         offer = self.accepting
         if offer is None:
             return
-        from gputui.transports.ssh.knownhosts import ChangedHostKey, fingerprint_sha256, load_known_hosts
+        from gputui.transports.ssh.hostkeys.knownhosts import (
+            ChangedHostKey,
+            fingerprint_sha256,
+            load_known_hosts,
+        )
 
         settings = self.settings
         known = load_known_hosts(settings.user_known_hosts_files + settings.global_known_hosts_files)
@@ -219,7 +223,7 @@ class OpenSshSession:
         stops there (``PROBE_OPTIONS``). A jump host's key cannot be accepted from here: ssh checks it in a
         process of its own, with the user's own settings.
         """
-        from gputui.transports.ssh.knownhosts import HostKeyError, UnknownHostKey, lookup_name
+        from gputui.transports.ssh.hostkeys.knownhosts import HostKeyError, UnknownHostKey, lookup_name
         from gputui.transports.ssh.openssh.failures import SERVER_KEY_RE
 
         own_name = lookup_name(self.settings.hostname, self.settings.port, self.settings.host_key_alias)

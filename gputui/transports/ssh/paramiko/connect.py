@@ -16,12 +16,12 @@ import time
 import paramiko
 
 from gputui.core.link import LinkError, LinkOptions
-from gputui.transports.ssh.accepted import records_unknown_keys
 from gputui.transports.ssh.config import SshSettings, resolve
 from gputui.transports.ssh.errors import SetupFailed, phase_error
-from gputui.transports.ssh.knownhosts import known_key_types
+from gputui.transports.ssh.hostkeys.accepted import records_unknown_keys
+from gputui.transports.ssh.hostkeys.knownhosts import known_key_types
+from gputui.transports.ssh.hostkeys.trust import known_hosts, trust_host_key
 from gputui.transports.ssh.paramiko.auth import authenticate
-from gputui.transports.ssh.trust import known_hosts, trust_host_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -12,14 +12,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-HEALTH_SHOWN_URL_CHARS = 200
+ENDPOINT_SHOWN_URL_CHARS = 200
 
 
 def health_is_generating_url(url: str) -> bool:
     """Whether probing ``url`` makes the server generate tokens (sglang's ``/health_generate``).
 
     Errs on the side of caution: any last path segment mentioning "generate" counts, so such endpoints are
-    only probed when asked for and never more often than ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+    only probed when asked for and never more often than ``ENDPOINT_GENERATE_MIN_INTERVAL_S``.
     """
     try:
         path = urlsplit(str(url)).path
@@ -29,7 +29,7 @@ def health_is_generating_url(url: str) -> bool:
     return "generate" in last_segment.lower()
 
 
-_HEALTH_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+_USERINFO_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
 
 
 def health_redact_url(url: Any) -> str:
@@ -38,14 +38,14 @@ def health_redact_url(url: Any) -> str:
     A URL's credentials are sent as HTTP basic auth (over the loopback or TLS of the GPU host itself) and
     never displayed: not in the panel, the JSON output, a log or an error line.
     """
-    return _HEALTH_USERINFO_RE.sub(r"\1***@", str(url), count=1)
+    return _USERINFO_RE.sub(r"\1***@", str(url), count=1)
 
 
 def health_shown_url(url: str) -> str:
     """A URL as every sample and reply carries it: credentials redacted, an over-long one cut."""
     shown = health_redact_url(url)
-    if len(shown) > HEALTH_SHOWN_URL_CHARS:
-        shown = shown[: HEALTH_SHOWN_URL_CHARS - 1] + TEXT_ELLIPSIS
+    if len(shown) > ENDPOINT_SHOWN_URL_CHARS:
+        shown = shown[: ENDPOINT_SHOWN_URL_CHARS - 1] + TEXT_ELLIPSIS
     return shown
 
 

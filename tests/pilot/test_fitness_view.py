@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.widgets import Static
 
-from gputui.core.model import GpuHealth, HostSnapshot, KernelLogNote, XidEvent, replace
+from gputui.core.model import GpuFitness, HostSnapshot, KernelLogNote, XidEvent, replace
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.process_table import ProcessTable
@@ -22,7 +22,7 @@ NOW = 1796100000.0
 def _unfit(snapshot: HostSnapshot) -> HostSnapshot:
     """The demo host with every GPU idle, GPU 2 with a pending row remap and an Xid 79 history, and a
     kernel log that could be read only in part (an Xid of a hostile-looking line)."""
-    health = GpuHealth(
+    health = GpuFitness(
         remap_pending=True,
         remapped_rows_correctable=1,
         remapped_rows_uncorrectable=0,
@@ -37,7 +37,7 @@ def _unfit(snapshot: HostSnapshot) -> HostSnapshot:
         ),
     )
     gpus = tuple(
-        replace(g, memory_used_mib=3, processes=(), health=health if g.index == UNFIT_GPU else GpuHealth())
+        replace(g, memory_used_mib=3, processes=(), fitness=health if g.index == UNFIT_GPU else GpuFitness())
         for g in snapshot.gpus
     )
     return replace(snapshot, gpus=gpus, processes=(), kernel_log=KernelLogNote(source="/dev/kmsg"))
@@ -63,7 +63,7 @@ class UnfitFactory(SimFactory):
 
 
 def _health(app) -> str:  # type: ignore[no-untyped-def]
-    return str(app.screen.query_one("#gpu-health", Static).render())
+    return str(app.screen.query_one("#gpu-fitness", Static).render())
 
 
 async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make_app, clock) -> None:

@@ -1,11 +1,11 @@
-"""Per-GPU health: row remapping, retired pages, uncorrected ECC, clock-event reasons, persistence, Xids.
+"""Per-GPU fitness: row remapping, retired pages, uncorrected ECC, clock-event reasons, persistence, Xids.
 
-The NVML queries run inside the backend's device jobs (``read_gpu_health``), so they are bounded by the same
+The NVML queries run inside the backend's device jobs (``read_gpu_fitness``), so they are bounded by the same
 per-device deadline and isolation as every other call; a query this GPU, driver or user cannot answer
 (NOT_SUPPORTED, FUNCTION_NOT_FOUND, NO_PERMISSION) is a blank, never an error. RESET_REQUIRED from any of
 them is itself a fact: the GPU needs a reset.
 
-``GpuHealthMonitor`` decides when to read (every ``HEALTH_INTERVAL_S``, on every forced sample and after a
+``FitnessMonitor`` decides when to read (every ``FITNESS_INTERVAL_S``, on every forced sample and after a
 kill), gathers Xids from NVML events and the kernel log (``xid.KernelLog``), applies the rule that an event
 stops counting after a later reset of its GPU (one the kernel log shows or one gputui performed and noted
 with ``note_reset``) or a driver reload, and puts each GPU's ``health`` dict on the sample. What it means is
@@ -23,8 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 
-HEALTH_INTERVAL_S = 30.0
-"""Seconds between health reads (besides forced samples and kills)."""
+FITNESS_INTERVAL_S = 30.0
+"""Seconds between fitness reads (besides forced samples and kills)."""
 MAX_XIDS_PER_GPU = 32
 MAX_UNMATCHED = 16
 MAX_EVENTS_PER_WAIT = 256
@@ -41,8 +41,8 @@ def _code(exc: BaseException) -> int | None:
     return getattr(exc, "value", None) if pynvml is not None and isinstance(exc, pynvml.NVMLError) else None
 
 
-def read_gpu_health(handle: Any) -> dict[str, Any]:
-    """The NVML health figures of one GPU (runs on its worker thread; raises only for a lost GPU)."""
+def read_gpu_fitness(handle: Any) -> dict[str, Any]:
+    """The NVML fitness figures of one GPU (runs on its worker thread; raises only for a lost GPU)."""
     nv = pynvml
     reset_required = False
 
@@ -163,15 +163,15 @@ class XidEvents:
             self._set = None
 
 
-class GpuHealthMonitor:
-    """When to read GPU health, and the Xid history that goes with it.
+class FitnessMonitor:
+    """When to read GPU fitness, and the Xid history that goes with it.
 
     Args:
-        interval_s: Seconds between health reads.
+        interval_s: Seconds between fitness reads.
         kernel_log: The kernel-log reader (default: the test source when set, else /dev/kmsg / dmesg).
     """
 
-    def __init__(self, interval_s: float = HEALTH_INTERVAL_S, kernel_log: KernelLog | None = None) -> None:
+    def __init__(self, interval_s: float = FITNESS_INTERVAL_S, kernel_log: KernelLog | None = None) -> None:
         self.interval_s = float(interval_s)
         self.kernel_log = kernel_log if kernel_log is not None else KernelLog()
         self._last_mono = -1e18
@@ -184,7 +184,7 @@ class GpuHealthMonitor:
         self._unmatched: list[dict[str, Any]] = []
 
     def request(self) -> None:
-        """Read health with the next sample (after a kill)."""
+        """Read fitness with the next sample (after a kill)."""
         self._requested = True
 
     def note_reset(self, pci_bus_id: str, when: float | None = None) -> None:
@@ -195,11 +195,11 @@ class GpuHealthMonitor:
             self._requested = True
 
     def due(self, forced: bool) -> bool:
-        """Whether this sample reads health (a forced sample always does)."""
+        """Whether this sample reads fitness (a forced sample always does)."""
         return forced or self._requested or time.monotonic() - self._last_mono >= self.interval_s
 
     def update(self, gpus: list[dict[str, Any]], live: list[tuple[int, int]]) -> None:
-        """Take this sample's health figures (``gpu["health"]`` from the backend, popped) and Xid events."""
+        """Take this sample's fitness figures (``gpu["health"]`` from the backend, popped) and Xid events."""
         self._last_mono = time.monotonic()
         self._requested = False
         now = time.time()
@@ -269,7 +269,7 @@ class GpuHealthMonitor:
         self._unmatched = unmatched[-MAX_UNMATCHED:]
 
     def apply(self, gpus: list[dict[str, Any]]) -> None:
-        """Put each GPU's last health (figures and Xids) on this sample's GPU dicts."""
+        """Put each GPU's last fitness (figures and Xids) on this sample's GPU dicts."""
         for gpu in gpus:
             gpu.pop("health", None)
             index = gpu.get("index")
@@ -277,9 +277,9 @@ class GpuHealthMonitor:
             xids = self._xids.get(index, []) if isinstance(index, int) else []
             if figures is None and not xids and self.kernel_log.source is None and not self.kernel_log.error:
                 continue
-            health = dict(figures or {})
-            health["xids"] = [dict(e) for e in xids]
-            gpu["health"] = health
+            fitness = dict(figures or {})
+            fitness["xids"] = [dict(e) for e in xids]
+            gpu["health"] = fitness
 
     def kernel_log_note(self) -> dict[str, Any] | None:
         """The host's kernel-log part: where Xids were read, why they could not be, Xids no GPU has."""

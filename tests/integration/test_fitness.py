@@ -322,7 +322,7 @@ def test_health_over_ssh_in_every_stream_line_and_the_suite_s_kernel_log(
                 seen.append(snapshot)
         assert len(seen) == 8
         for snapshot in seen:
-            health = snapshot.gpus[2].health
+            health = snapshot.gpus[2].fitness
             assert health is not None
             assert health.remap_pending is True
             assert snapshot.kernel_log is not None

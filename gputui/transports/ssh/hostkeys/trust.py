@@ -1,19 +1,18 @@
 """Whether to trust the key a host presented: one decision for connecting and for the user's "accept".
 
-The known_hosts files themselves are read and written by ``gputui.transports.ssh.knownhosts``; here the
-verdict
-becomes an action: a known key passes, a revoked or changed one is refused always, and an unknown one is
-refused (``UnknownHostKey``, carrying the key so the user can accept it) or recorded when the caller may
-record it (``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's explicit accept).
+The known_hosts files themselves are read and written by ``knownhosts`` beside it; here the verdict becomes
+an action: a known key passes, a revoked or changed one is refused always, and an unknown one is refused
+(``UnknownHostKey``, carrying the key so the user can accept it) or recorded when the caller may record it
+(``--accept-new``, ``StrictHostKeyChecking accept-new``, or the user's explicit accept).
 """
 
 from __future__ import annotations
 
 from gputui.core.link import LinkError
-from gputui.transports.ssh.accepted import OfferedHostKey
 from gputui.transports.ssh.config import SshSettings, resolve
 from gputui.transports.ssh.errors import phase_error
-from gputui.transports.ssh.knownhosts import (
+from gputui.transports.ssh.hostkeys.accepted import OfferedHostKey
+from gputui.transports.ssh.hostkeys.knownhosts import (
     ChangedHostKey,
     KnownHostLine,
     RevokedHostKey,

@@ -7,45 +7,45 @@ import threading
 import time
 from urllib.parse import urlsplit
 
-from gputui.agent.health import (
-    HEALTH_BODY_CAP_BYTES,
-    HEALTH_DEFAULT_DEADLINE_S,
-    HEALTH_DEFAULT_INTERVAL_S,
-    HEALTH_DISCOVERED_LINGER_S,
-    HEALTH_GENERATE_MIN_INTERVAL_S,
-    HEALTH_MAX_URLS,
+from gputui.agent.protocol import ENDPOINT_STATE_ERROR
+from gputui.agent.servers import (
+    ENDPOINT_BODY_CAP_BYTES,
+    ENDPOINT_DEFAULT_DEADLINE_S,
+    ENDPOINT_DEFAULT_INTERVAL_S,
+    ENDPOINT_DISCOVERED_LINGER_S,
+    ENDPOINT_GENERATE_MIN_INTERVAL_S,
+    ENDPOINT_MAX_URLS,
 )
-from gputui.agent.health.discovery import (
+from gputui.agent.servers.discovery import (
     discover_launchers,
     health_is_local_url,
     health_local_addresses,
     health_read_proc_cmdlines,
 )
-from gputui.agent.health.endpoint import Endpoint, launcher_start, url_list
-from gputui.agent.health.messages import health_config
-from gputui.agent.health.urls import health_shown_url, url_origin
-from gputui.agent.protocol import HEALTH_STATE_ERROR
+from gputui.agent.servers.endpoint import Endpoint, launcher_start, url_list
+from gputui.agent.servers.messages import health_config
+from gputui.agent.servers.urls import health_shown_url, url_origin
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterable
 
-HEALTH_LOCAL_ADDRESSES_S = 60.0
+ENDPOINT_LOCAL_ADDRESSES_S = 60.0
 """This host's own addresses are read again at most this often."""
 
 
-class HealthProber:
+class EndpointProber:
     """Probes health URLs in background threads; :meth:`samples` returns the latest state at once.
 
     One scheduler thread (started when the first URL appears) starts at most one probe thread per URL at a
-    time; a URL is probed every ``interval_s`` (start to start, and never sooner than ``HEALTH_MIN_GAP_S``
+    time; a URL is probed every ``interval_s`` (start to start, and never sooner than ``ENDPOINT_MIN_GAP_S``
     after the previous probe ended). Generating endpoints are probed only when ``generate`` is on, and then
-    at most every ``HEALTH_GENERATE_MIN_INTERVAL_S``.
+    at most every ``ENDPOINT_GENERATE_MIN_INTERVAL_S``.
 
     Discovery probes this host only: a launcher whose ``--host`` is not one of this host's addresses (any
     user can start a process whose argv names any host) is listed, found but not probed, unless that URL is
-    configured. A bad setting never stops the prober: a URL longer than ``HEALTH_MAX_URL_CHARS`` is an ERROR
-    row, and URLs past the first ``HEALTH_MAX_URLS`` are one ERROR row. Every URL it reports has its
+    configured. A bad setting never stops the prober: a URL longer than ``ENDPOINT_MAX_URL_CHARS`` is an ERROR
+    row, and URLs past the first ``ENDPOINT_MAX_URLS`` are one ERROR row. Every URL it reports has its
     credentials redacted (``health_redact_url``); they are sent as basic auth.
 
     Each endpoint's metrics URL (a configured one of the same origin, else the one its launcher serves) is
@@ -70,12 +70,12 @@ class HealthProber:
         urls: Iterable[str] = (),
         discover: bool = True,
         generate: bool = False,
-        interval_s: float = HEALTH_DEFAULT_INTERVAL_S,
-        deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
-        body_cap_bytes: int = HEALTH_BODY_CAP_BYTES,
+        interval_s: float = ENDPOINT_DEFAULT_INTERVAL_S,
+        deadline_s: float = ENDPOINT_DEFAULT_DEADLINE_S,
+        body_cap_bytes: int = ENDPOINT_BODY_CAP_BYTES,
         metrics_urls: Iterable[str] = (),
         ssl_context: Any = None,
-        discovered_linger_s: float = HEALTH_DISCOVERED_LINGER_S,
+        discovered_linger_s: float = ENDPOINT_DISCOVERED_LINGER_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._lock = threading.Condition()
@@ -84,7 +84,7 @@ class HealthProber:
         self._discovered_metrics: dict[str, tuple[str | None, tuple[float, int] | None, int | None]] = {}
         """Discovered health URL -> (the metrics URL its launcher serves, when the launcher started as
         ``launcher_start`` gives it, the launcher's pid)."""
-        self._ignored: list[str] = []  # configured past HEALTH_MAX_URLS
+        self._ignored: list[str] = []  # configured past ENDPOINT_MAX_URLS
         self._discovered_seen: dict[str, float] = {}
         self._remote: set[str] = set()  # discovered URLs that are not this host's: listed, never probed
         self._local_addresses: set[str] = set()
@@ -96,8 +96,8 @@ class HealthProber:
         self._last_started: dict[str, float] = {}
         self._discover = bool(discover)
         self._generate = bool(generate)
-        self._interval_s = HEALTH_DEFAULT_INTERVAL_S
-        self._deadline_s = HEALTH_DEFAULT_DEADLINE_S
+        self._interval_s = ENDPOINT_DEFAULT_INTERVAL_S
+        self._deadline_s = ENDPOINT_DEFAULT_DEADLINE_S
         self._body_cap_bytes = int(body_cap_bytes)
         self._ssl_context = ssl_context
         self._linger_s = float(discovered_linger_s)
@@ -124,7 +124,7 @@ class HealthProber:
     ) -> dict[str, Any]:
         """Change what is probed; None leaves a setting as it is. Returns the settings now in force.
 
-        A URL that cannot be probed (too long, malformed) or one past ``HEALTH_MAX_URLS`` is not refused: it
+        A URL that cannot be probed (too long, malformed) or one past ``ENDPOINT_MAX_URLS`` is not refused: it
         is an ERROR row, and the other URLs are probed.
 
         Raises:
@@ -136,10 +136,10 @@ class HealthProber:
         _check_settings(generate, discover, interval_s, deadline_s)
         with self._lock:
             if new_urls is not None:
-                self._configured = new_urls[:HEALTH_MAX_URLS]
-                self._ignored = new_urls[HEALTH_MAX_URLS:]
+                self._configured = new_urls[:ENDPOINT_MAX_URLS]
+                self._ignored = new_urls[ENDPOINT_MAX_URLS:]
             if new_metrics is not None:
-                self._metrics_configured = new_metrics[:HEALTH_MAX_URLS]
+                self._metrics_configured = new_metrics[:ENDPOINT_MAX_URLS]
             if generate is not None:
                 self._generate = generate
             if discover is not None:
@@ -209,7 +209,7 @@ class HealthProber:
         found = [launcher[0] for launcher in launchers]
         started = dict((url, launcher_start(pid)) for url, _metrics, pid in launchers)
         now = time.monotonic()
-        if found and now - self._local_read_mono >= HEALTH_LOCAL_ADDRESSES_S:
+        if found and now - self._local_read_mono >= ENDPOINT_LOCAL_ADDRESSES_S:
             self._local_read_mono = now
             self._local_addresses = health_local_addresses()
         local = self._local_addresses
@@ -227,7 +227,7 @@ class HealthProber:
             for url, seen in list(self._discovered_seen.items()):
                 if now - seen > self._linger_s:
                     del self._discovered_seen[url]
-            while len(self._discovered_seen) > HEALTH_MAX_URLS:
+            while len(self._discovered_seen) > ENDPOINT_MAX_URLS:
                 oldest = min(self._discovered_seen, key=self._discovered_seen.__getitem__)
                 del self._discovered_seen[oldest]
             for url in [u for u in self._discovered_metrics if u not in self._discovered_seen]:
@@ -242,7 +242,7 @@ class HealthProber:
             self._discover,
             self._interval_s,
             self._deadline_s,
-            HEALTH_GENERATE_MIN_INTERVAL_S,
+            ENDPOINT_GENERATE_MIN_INTERVAL_S,
             [health_shown_url(u) for u in self._metrics_configured],
         )
 
@@ -259,7 +259,7 @@ class HealthProber:
             if url not in wanted:
                 del self._endpoints[url]
         now = time.monotonic()
-        forget_before = now - max(self._interval_s, HEALTH_GENERATE_MIN_INTERVAL_S)
+        forget_before = now - max(self._interval_s, ENDPOINT_GENERATE_MIN_INTERVAL_S)
         for url, started in list(self._last_started.items()):
             if url not in wanted and started < forget_before:
                 del self._last_started[url]
@@ -289,8 +289,8 @@ class HealthProber:
         if self._ignored and url == self._ignored[0] and url not in self._configured:
             more = len(self._ignored) - 1
             return (
-                HEALTH_STATE_ERROR,
-                f"not probed: at most {HEALTH_MAX_URLS} health URLs; this one"
+                ENDPOINT_STATE_ERROR,
+                f"not probed: at most {ENDPOINT_MAX_URLS} health URLs; this one"
                 + (f" and {more} more are" if more else " is")
                 + " ignored",
             )
@@ -310,7 +310,7 @@ class HealthProber:
     # -- reading -------------------------------------------------------------------------------------------
 
     def samples(self) -> list[dict[str, Any]]:
-        """The latest state of every endpoint (``model.HealthSample`` dicts); never waits for a probe.
+        """The latest state of every endpoint (``model.EndpointSample`` dicts); never waits for a probe.
 
         Configured URLs come first in their order, then discovered ones sorted.
         """
@@ -340,7 +340,7 @@ class HealthProber:
 
     def _period_s(self, endpoint: Endpoint) -> float:
         if endpoint.generating:
-            return max(self._interval_s, HEALTH_GENERATE_MIN_INTERVAL_S)
+            return max(self._interval_s, ENDPOINT_GENERATE_MIN_INTERVAL_S)
         return self._interval_s
 
     def _schedule(self) -> None:
@@ -391,13 +391,13 @@ class HealthProber:
 
     def _probe_one(self, url: str, deadline_s: float) -> None:
         try:
-            from gputui.agent.health.probe import (
+            from gputui.agent.servers.probe import (
                 probe_url,  # the HTTP client only on hosts that have something to probe
             )
 
             result = probe_url(url, deadline_s, self._body_cap_bytes, self._ssl_context)
         except Exception as exc:  # probe_url should not raise; never kill the thread silently
-            result = {"state": HEALTH_STATE_ERROR, "code": None, "latency_ms": None, "detail": str(exc)}
+            result = {"state": ENDPOINT_STATE_ERROR, "code": None, "latency_ms": None, "detail": str(exc)}
         try:
             self._record_probe(url, result)
             with self._lock:
@@ -413,7 +413,7 @@ class HealthProber:
     def _read_metrics(self, url: str, metrics_url: str, deadline_s: float) -> None:
         """Read the endpoint's metrics after its health probe, under a deadline of its own (same length)."""
         try:
-            from gputui.agent.health.probe import fetch_metrics
+            from gputui.agent.servers.probe import fetch_metrics
 
             read = fetch_metrics(metrics_url, deadline_s, self._ssl_context)
         except Exception as exc:  # fetch_metrics should not raise; never kill the thread silently

@@ -9,7 +9,7 @@ printed twice (eight defunct workers would take sixteen lines to say eight thing
 
 from __future__ import annotations
 
-from gputui.commands.output import marks
+from gputui.commands.output.streams import marks
 from gputui.core.model import CANNOT_TELL, HostSnapshot
 from gputui.core.text import DASH, age_since, fit
 from gputui.core.verdict import fact_rows, headline

@@ -51,7 +51,7 @@ class UnknownHostKey(HostKeyError):
             it with ``key`` to ``gputui.transports.ssh.accept_host_key`` after the user confirmed.
         lookup_name: The known_hosts name (``host`` or ``[host]:port``).
         key: The presented paramiko key, or what the system ssh client refused
-            (``gputui.transports.ssh.accepted.OfferedHostKey``).
+            (``gputui.transports.ssh.hostkeys.accepted.OfferedHostKey``).
         key_type: Its type, e.g. ``ssh-ed25519``.
         blob: The public key blob, when known (the system ssh client names the key by fingerprint only).
         fingerprint: ``SHA256:...`` as OpenSSH prints it.

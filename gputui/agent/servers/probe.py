@@ -5,19 +5,23 @@ from __future__ import annotations
 import socket
 import time
 
-from gputui.agent.health import HEALTH_BODY_CAP_BYTES, HEALTH_DEFAULT_DEADLINE_S, HEALTH_DETAIL_MAX_CHARS
-from gputui.agent.health.http import (
+from gputui.agent.protocol import (
+    ENDPOINT_STATE_ERROR,
+    ENDPOINT_STATE_TIMEOUT,
+    ENDPOINT_STATE_UNHEALTHY,
+    ENDPOINT_STATE_UP,
+)
+from gputui.agent.servers import (
+    ENDPOINT_BODY_CAP_BYTES,
+    ENDPOINT_DEFAULT_DEADLINE_S,
+    ENDPOINT_DETAIL_MAX_CHARS,
+)
+from gputui.agent.servers.http import (
     ProbeFailure,
     connect,
     exchange,
     parse_url,
     wrap_tls,
-)
-from gputui.agent.protocol import (
-    HEALTH_STATE_ERROR,
-    HEALTH_STATE_TIMEOUT,
-    HEALTH_STATE_UNHEALTHY,
-    HEALTH_STATE_UP,
 )
 from gputui.agent.textpolicy import visible_text
 
@@ -29,17 +33,17 @@ if TYPE_CHECKING:
 def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | None]:
     excerpt = body.strip()
     if 200 <= code < 300:
-        return HEALTH_STATE_UP, None
+        return ENDPOINT_STATE_UP, None
     # The body says more than the reason phrase, and the detail line is short: one or the other.
     if excerpt:
-        detail = f"HTTP {code}: {visible_text(excerpt, HEALTH_DETAIL_MAX_CHARS)}"
+        detail = f"HTTP {code}: {visible_text(excerpt, ENDPOINT_DETAIL_MAX_CHARS)}"
     else:
-        detail = f"HTTP {code} {visible_text(reason, HEALTH_DETAIL_MAX_CHARS)}".strip()
+        detail = f"HTTP {code} {visible_text(reason, ENDPOINT_DETAIL_MAX_CHARS)}".strip()
     if code >= 500 or code == 429:
-        return HEALTH_STATE_UNHEALTHY, detail
+        return ENDPOINT_STATE_UNHEALTHY, detail
     if 300 <= code < 400:
-        return HEALTH_STATE_ERROR, "redirect not followed: " + detail
-    return HEALTH_STATE_ERROR, detail
+        return ENDPOINT_STATE_ERROR, "redirect not followed: " + detail
+    return ENDPOINT_STATE_ERROR, detail
 
 
 def _get(url: str, deadline_s: float, body_cap_bytes: int, ssl_context: Any) -> tuple[int, str, bytes]:
@@ -66,8 +70,8 @@ def _get(url: str, deadline_s: float, body_cap_bytes: int, ssl_context: Any) -> 
 
 def probe_url(
     url: str,
-    deadline_s: float = HEALTH_DEFAULT_DEADLINE_S,
-    body_cap_bytes: int = HEALTH_BODY_CAP_BYTES,
+    deadline_s: float = ENDPOINT_DEFAULT_DEADLINE_S,
+    body_cap_bytes: int = ENDPOINT_BODY_CAP_BYTES,
     ssl_context: Any = None,
 ) -> dict[str, Any]:
     """Probe one health URL once, blocking for at most ``deadline_s`` (plus scheduling noise).
@@ -95,20 +99,20 @@ def probe_url(
         state, detail = failure.state, failure.detail
         code = failure.code
     except socket.timeout:
-        state, detail = HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s"
+        state, detail = ENDPOINT_STATE_TIMEOUT, f"no response within {deadline_s:g}s"
     except Exception as exc:  # one bad endpoint must never take the agent down
-        state, detail = HEALTH_STATE_ERROR, f"probe failed: {type(exc).__name__}: {exc}"
+        state, detail = ENDPOINT_STATE_ERROR, f"probe failed: {type(exc).__name__}: {exc}"
     latency_ms = round((time.monotonic() - started) * 1000.0, 1)
     return {
         "state": state,
         "code": code,
         "latency_ms": latency_ms,
-        "detail": None if detail is None else visible_text(detail, HEALTH_DETAIL_MAX_CHARS),
+        "detail": None if detail is None else visible_text(detail, ENDPOINT_DETAIL_MAX_CHARS),
     }
 
 
 def fetch_metrics(
-    url: str, deadline_s: float = HEALTH_DEFAULT_DEADLINE_S, ssl_context: Any = None
+    url: str, deadline_s: float = ENDPOINT_DEFAULT_DEADLINE_S, ssl_context: Any = None
 ) -> dict[str, Any]:
     """Read a server's ``/metrics`` once, bounded like a health probe, and cut it down on this host.
 
@@ -119,7 +123,7 @@ def fetch_metrics(
         ``{"text", "dropped", "error"}``: the filtered exposition (None when the read failed), the names a cap
         or the cut dropped, and why the read failed (None when it did not).
     """
-    from gputui.agent.health.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
+    from gputui.agent.servers.metrics_filter import METRICS_BODY_CAP_BYTES, filter_metrics
 
     error: str | None = None
     try:
@@ -136,4 +140,4 @@ def fetch_metrics(
         error = f"no whole answer within {deadline_s:g}s"
     except Exception as exc:  # one bad endpoint must never take the agent down
         error = f"read failed: {type(exc).__name__}: {exc}"
-    return {"text": None, "dropped": [], "error": visible_text(error, HEALTH_DETAIL_MAX_CHARS)}
+    return {"text": None, "dropped": [], "error": visible_text(error, ENDPOINT_DETAIL_MAX_CHARS)}

@@ -22,7 +22,7 @@ from gputui.agent.protocol import (
     MEMORY_INTERVAL_S,
     PROCESS_INTERVAL_S,
 )
-from gputui.commands import fleet_options
+from gputui.commands.grammar import fleet as fleet_options
 from gputui.core.link import SSH_CLIENTS
 
 TYPE_CHECKING = False
@@ -332,18 +332,18 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             help="an optional host target, then process ids",
         )
     elif command == "exporter":
-        from gputui.commands.exporter_options import add_arguments
+        from gputui.commands.grammar.exporter import add_arguments
 
         parser.description = "Serve this host's GPUs, findings and clean-slate verdict to Prometheus."
         add_arguments(parser)
     elif command == "reset":
-        from gputui.commands.reset_options import add_reset_arguments
+        from gputui.commands.grammar.reset import add_reset_arguments
 
         add_reset_arguments(parser)
         parser.formatter_class = RawDescriptionHelpFormatter  # the plan's steps, one per line
         _add_no_audit(parser)
     elif command == "leftovers":
-        from gputui.commands.reset_options import add_leftovers_arguments
+        from gputui.commands.grammar.reset import add_leftovers_arguments
 
         add_leftovers_arguments(parser)
         _add_no_audit(parser)

@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from gputui.core.model import HealthSample
+from gputui.core.model import EndpointSample
 from gputui.core.servers import BUSY, DOWN, ERROR, STALLED, STARTING, TIMEOUT, UNHEALTHY, UP, worst_state
 from gputui.core.text import clock_time
 from gputui.ui.widgets.fmt import DASH, SPARK_CHARS, duration, safe_text, screen_rows
@@ -79,7 +79,7 @@ def tokens_strip(history: Sequence[float | None], width_cells: int) -> Text:
 
 
 def metrics_text(
-    sample: HealthSample, history: Sequence[float | None] = (), compact: bool = False, width: int = 10_000
+    sample: EndpointSample, history: Sequence[float | None] = (), compact: bool = False, width: int = 10_000
 ) -> Text | None:
     """What the server is doing: ``vllm · 2 running · 1 waiting · KV 45% · 1234 tok/s ▁▃▅▇`` (compact:
     ``2r 1w KV45% 1234t/s``); None when it has no metrics endpoint. The sparkline takes what is left of
@@ -130,7 +130,7 @@ def history_strip(states: Sequence[str | None], width_cells: int) -> Text:
     return strip
 
 
-def health_dot(samples: Iterable[HealthSample]) -> Text:
+def health_dot(samples: Iterable[EndpointSample]) -> Text:
     """One cell for the multi-host overview: the worst endpoint state of a host.
 
     ● green all UP, ▲ (yellow/orange/magenta) unhealthy, timing out or erroring, ✖ red down, ○ not probed yet,
@@ -151,7 +151,7 @@ def health_dot(samples: Iterable[HealthSample]) -> Text:
     return Text(glyph, style=_state_style(worst))
 
 
-def _state_cell(sample: HealthSample) -> Text:
+def _state_cell(sample: EndpointSample) -> Text:
     """The state, padded to one column width so that endpoints line up."""
     label = DASH if sample.state is None else sample.state
     cell = safe_text(label, STATE_COLUMN_CELLS, style=_state_style(sample.state))
@@ -160,7 +160,7 @@ def _state_cell(sample: HealthSample) -> Text:
 
 
 def state_line(
-    sample: HealthSample, states: Sequence[str | None], now_s: float, width: int, strip_max: int = 12
+    sample: EndpointSample, states: Sequence[str | None], now_s: float, width: int, strip_max: int = 12
 ) -> Text:
     """What the endpoint is, first: ``UNHEALTHY 503 since 16:41:02 (3 min 05 s) · 20.0 s ▁▁▁▅▅▅``.
 
@@ -187,7 +187,7 @@ def state_line(
 
 
 def endpoint_block(
-    sample: HealthSample,
+    sample: EndpointSample,
     states: Sequence[str | None],
     now_s: float,
     width: int,
@@ -224,7 +224,7 @@ def endpoint_block(
     return block
 
 
-def endpoint_line(sample: HealthSample, states: Sequence[str | None], now_s: float) -> Text:
+def endpoint_line(sample: EndpointSample, states: Sequence[str | None], now_s: float) -> Text:
     """One endpoint on one line, state first, its URL last (where a narrow panel cuts it):
 
     ``STALLED 200 since 16:41:02 (3 min 05 s) · 20 ms ▁▁██ 2r 3w KV45% 0t/s http://127.0.0.1:30000/health``
@@ -240,7 +240,7 @@ def endpoint_line(sample: HealthSample, states: Sequence[str | None], now_s: flo
 
 
 def endpoint_compact_block(
-    sample: HealthSample, states: Sequence[str | None], now_s: float, width: int
+    sample: EndpointSample, states: Sequence[str | None], now_s: float, width: int
 ) -> Text:
     """One endpoint for a narrow pane: the state line, then the URL and what is wrong, each on its own lines
     (wrapped, never cut): the answer to "is it up, which one, why not" survives any width.
@@ -265,17 +265,17 @@ def endpoint_compact_block(
     return block
 
 
-class HealthPanel(Widget):
+class EndpointPanel(Widget):
     """Health endpoints of one host, as the agent last probed them, with a client-kept history strip.
 
     Feed it with :meth:`show` on every snapshot of the shown host.
     """
 
     DEFAULT_CSS = """
-    HealthPanel {
+    EndpointPanel {
         height: auto;
     }
-    HealthPanel.-condensed {
+    EndpointPanel.-condensed {
         text-wrap: nowrap;
         text-overflow: ellipsis;
     }
@@ -297,7 +297,7 @@ class HealthPanel(Widget):
         classes: str | None = None,  # noqa: A002
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self._samples: tuple[HealthSample, ...] = ()
+        self._samples: tuple[EndpointSample, ...] = ()
         self._no_data: str | None = None
         self._history: dict[str, tuple[str | None, ...]] = {}
         self._tokens: dict[str, tuple[float | None, ...]] = {}
@@ -310,13 +310,13 @@ class HealthPanel(Widget):
         """Screen rows the text takes at the panel's width (0 before the first ``show``)."""
 
     @property
-    def samples(self) -> tuple[HealthSample, ...]:
+    def samples(self) -> tuple[EndpointSample, ...]:
         """The samples now shown."""
         return self._samples
 
     def show(
         self,
-        samples: Sequence[HealthSample],
+        samples: Sequence[EndpointSample],
         history: Mapping[str, Sequence[str | None]] | None = None,
         now_s: float | None = None,
         tokens: Mapping[str, Sequence[float | None]] | None = None,
@@ -326,8 +326,8 @@ class HealthPanel(Widget):
 
         Args:
             samples: The host's health samples (``HostSnapshot.health``), judged (``core.servers``).
-            history: URL → its last probe states, oldest first (``HealthHistory.as_dict()``).
-            tokens: URL → its server's tokens/s readings, oldest first (``HealthHistory.tokens_per_s()``).
+            history: URL → its last probe states, oldest first (``EndpointHistory.as_dict()``).
+            tokens: URL → its server's tokens/s readings, oldest first (``EndpointHistory.tokens_per_s()``).
             now_s: The time to measure "since" against (epoch seconds); default: the clock when rendered.
             no_data: The host has no fresh data: this line ("no data since …") instead of stale states.
         """

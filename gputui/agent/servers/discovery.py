@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import re
 
-from gputui.agent.health import HEALTH_MAX_URLS
+from gputui.agent.servers import ENDPOINT_MAX_URLS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-HEALTH_SGLANG_DEFAULT_PORT = 30000
-HEALTH_VLLM_DEFAULT_PORT = 8000
-_HEALTH_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+ENDPOINT_SGLANG_DEFAULT_PORT = 30000
+ENDPOINT_VLLM_DEFAULT_PORT = 8000
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 
 
 def _health_valid_port(text: str) -> int | None:
@@ -33,7 +33,7 @@ def _health_url_host(host: str | None) -> str | None:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        return host if _HEALTH_HOSTNAME_RE.match(host) else None
+        return host if _HOSTNAME_RE.match(host) else None
     if address.is_unspecified:
         return "127.0.0.1"  # bound to every address: the loopback one answers
     return f"[{address.compressed}]" if address.version == 6 else address.compressed
@@ -147,7 +147,7 @@ def health_launcher_endpoints(cmdline: Iterable[Any]) -> tuple[str, str | None] 
         if port is None:
             return None
     else:
-        port = HEALTH_SGLANG_DEFAULT_PORT if kind == "sglang" else HEALTH_VLLM_DEFAULT_PORT
+        port = ENDPOINT_SGLANG_DEFAULT_PORT if kind == "sglang" else ENDPOINT_VLLM_DEFAULT_PORT
     _host_given, host_text = _health_option(argv, "--host")
     host = _health_url_host(host_text)
     if host is None:
@@ -178,14 +178,14 @@ def discover_health_urls(processes: Iterable[Any]) -> list[str]:
         processes: Dicts with a "cmdline" argv list (other keys ignored), or objects with a ``cmdline``.
 
     Returns:
-        Distinct URLs in a stable (sorted) order, at most ``HEALTH_MAX_URLS``.
+        Distinct URLs in a stable (sorted) order, at most ``ENDPOINT_MAX_URLS``.
     """
     return [launcher[0] for launcher in discover_launchers(processes)]
 
 
 def discover_launchers(processes: Iterable[Any]) -> list[tuple[str, str | None, int | None]]:
     """``(health URL, metrics URL or None, launcher pid or None)`` of each launcher among ``processes``, by
-    health URL (sorted, at most ``HEALTH_MAX_URLS``); of two launchers of one URL, the lower pid."""
+    health URL (sorted, at most ``ENDPOINT_MAX_URLS``); of two launchers of one URL, the lower pid."""
     found: dict[str, tuple[str, str | None, int | None]] = {}
     for process in processes:
         get = process.get if isinstance(process, dict) else lambda key, p=process: getattr(p, key, None)
@@ -200,7 +200,7 @@ def discover_launchers(processes: Iterable[Any]) -> list[tuple[str, str | None, 
         known = found.get(endpoints[0])
         if known is None or (pid is not None and (known[2] is None or pid < known[2])):
             found[endpoints[0]] = (endpoints[0], endpoints[1], pid)
-    return [found[url] for url in sorted(found)[:HEALTH_MAX_URLS]]
+    return [found[url] for url in sorted(found)[:ENDPOINT_MAX_URLS]]
 
 
 def health_read_proc_cmdlines(proc_root: str = "/proc") -> list[dict[str, Any]]:

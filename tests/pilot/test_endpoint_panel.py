@@ -1,4 +1,4 @@
-"""HealthPanel mounted in a small app: hostile samples shown literally, compact mode, the overview dot."""
+"""EndpointPanel mounted in a small app: hostile samples shown literally, compact mode, the overview dot."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 
-from gputui.core.model import HealthSample, replace
-from gputui.core.servers import HealthHistory
-from gputui.ui.widgets.health_panel import HealthPanel, endpoint_block, endpoint_line, health_dot
+from gputui.core.model import EndpointSample, replace
+from gputui.core.servers import EndpointHistory
+from gputui.ui.widgets.endpoint_panel import EndpointPanel, endpoint_block, endpoint_line, health_dot
 
 NOW_S = 1_800_000_000.0
 SGLANG = "http://127.0.0.1:30000/health"
@@ -19,9 +19,9 @@ HOSTILE_URL = "http://127.0.0.1:1/[@click=app.quit]x[/][bold]B[/bold][$x]\x1b]0;
 HOSTILE_DETAIL = "HTTP 503: \x1b[2J\x9b31m[red]boom[/red]\u202eevil\nsecond"
 
 
-def samples() -> list[HealthSample]:
+def samples() -> list[EndpointSample]:
     return [
-        HealthSample(
+        EndpointSample(
             url=SGLANG,
             state="UNHEALTHY",
             code=503,
@@ -33,7 +33,7 @@ def samples() -> list[HealthSample]:
             discovered=True,
             checked_at=NOW_S,
         ),
-        HealthSample(
+        EndpointSample(
             url=HOSTILE_URL,
             state="[blink]X",  # an agent that says nonsense is shown literally, coloured like ERROR
             code=None,
@@ -43,30 +43,32 @@ def samples() -> list[HealthSample]:
             consecutive_failures=1,
             checked_at=NOW_S,
         ),
-        HealthSample(url="http://127.0.0.1:30000/health_generate", detail="not probed: generating endpoint"),
+        EndpointSample(
+            url="http://127.0.0.1:30000/health_generate", detail="not probed: generating endpoint"
+        ),
     ]
 
 
 class PanelApp(App[None]):
     def compose(self) -> ComposeResult:
-        yield HealthPanel(id="health")
+        yield EndpointPanel(id="health")
 
 
-def screen_lines(panel: HealthPanel) -> list[str]:
+def screen_lines(panel: EndpointPanel) -> list[str]:
     return [strip.text for strip in panel.render_lines(Region(0, 0, panel.size.width, panel.size.height))]
 
 
 def history() -> dict[str, tuple[str | None, ...]]:
-    kept = HealthHistory(max_len=20)
+    kept = EndpointHistory(max_len=20)
     for step, state in enumerate(["UP", "UP", "TIMEOUT", "UNHEALTHY", "UNHEALTHY"]):
-        kept.update([HealthSample(url=SGLANG, state=state, checked_at=NOW_S - 100 + step)])
+        kept.update([EndpointSample(url=SGLANG, state=state, checked_at=NOW_S - 100 + step)])
     return kept.as_dict()
 
 
 async def test_full_rendering_shows_every_field_literally() -> None:
     app = PanelApp()
     async with app.run_test(size=(120, 20)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         panel.show(samples()[:2], history(), now_s=NOW_S)
         await pilot.pause()
         lines = screen_lines(panel)
@@ -92,7 +94,7 @@ async def test_more_endpoints_than_fit_condense_to_one_line_each_state_first() -
     """Three endpoints do not fit in full: every one gets a line, and every line starts with its state."""
     app = PanelApp()
     async with app.run_test(size=(120, 20)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         panel.show(samples(), history(), now_s=NOW_S)
         await pilot.pause()
         lines = screen_lines(panel)
@@ -118,7 +120,7 @@ def test_state_styles_in_the_text() -> None:
 async def test_states_have_distinct_colours_on_screen() -> None:
     app = PanelApp()
     async with app.run_test(size=(120, 20)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         panel.show(samples(), history(), now_s=NOW_S)
         await pilot.pause()
         colours: dict[str, object] = {}
@@ -135,13 +137,13 @@ async def test_states_have_distinct_colours_on_screen() -> None:
 async def test_clicking_hostile_text_runs_nothing() -> None:
     app = PanelApp()
     async with app.run_test(size=(120, 20)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         panel.show(samples(), history(), now_s=NOW_S)
         await pilot.pause()
         hostile_row = next(i for i, line in enumerate(screen_lines(panel)) if "[@click=app.quit]" in line)
         column = screen_lines(panel)[hostile_row].index("[@click")
         for offset in (1, 20, 22):
-            await pilot.click(HealthPanel, offset=(column + offset, hostile_row))
+            await pilot.click(EndpointPanel, offset=(column + offset, hostile_row))
         await pilot.pause()
         assert app.is_running
         assert app.return_code is None
@@ -151,7 +153,7 @@ async def test_narrow_keeps_state_url_and_reason_on_lines_of_their_own() -> None
     """A side pane: each endpoint is its state line, its URL and what is wrong, wrapped, never cut."""
     app = PanelApp()
     async with app.run_test(size=(50, 20)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         panel.show(samples(), history(), now_s=NOW_S)
         panel.compact = True
         await pilot.pause()
@@ -174,10 +176,10 @@ async def test_narrow_keeps_state_url_and_reason_on_lines_of_their_own() -> None
 async def test_empty_and_updated() -> None:
     app = PanelApp()
     async with app.run_test(size=(80, 10)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         await pilot.pause()
         assert "no health endpoints" in screen_lines(panel)[0]
-        up = HealthSample(
+        up = EndpointSample(
             url=SGLANG, state="UP", code=200, latency_ms=3.4, since=NOW_S - 10, checked_at=NOW_S
         )
         panel.show([up], {SGLANG: ("UP",)}, now_s=NOW_S)
@@ -191,7 +193,7 @@ async def test_empty_and_updated() -> None:
 
 def test_health_dot() -> None:
     def dot(*states: str | None) -> Text:
-        return health_dot(HealthSample(url=f"http://h/{i}", state=s) for i, s in enumerate(states))
+        return health_dot(EndpointSample(url=f"http://h/{i}", state=s) for i, s in enumerate(states))
 
     assert health_dot([]).plain == "–"
     assert dot("UP", "UP").plain == "●"
@@ -204,7 +206,7 @@ def test_health_dot() -> None:
     assert dot("ERROR").plain == "▲"
 
 
-def _server_samples() -> tuple[list[HealthSample], dict[str, tuple[float | None, ...]]]:
+def _server_samples() -> tuple[list[EndpointSample], dict[str, tuple[float | None, ...]]]:
     """A STALLED sglang server and a BUSY vLLM one, as a ``ServerWatch`` judges them."""
     stalled_url, busy_url = SGLANG, "http://127.0.0.1:8000/health"
     metrics_stalled = {
@@ -221,7 +223,7 @@ def _server_samples() -> tuple[list[HealthSample], dict[str, tuple[float | None,
         "kv_cache_usage": 0.9,
         "generation_tokens_per_s": 1234.0,
     }
-    stalled = HealthSample(
+    stalled = EndpointSample(
         url=stalled_url,
         state="STALLED",
         code=200,
@@ -232,7 +234,7 @@ def _server_samples() -> tuple[list[HealthSample], dict[str, tuple[float | None,
         metrics_url="http://127.0.0.1:30000/metrics",
         metrics=metrics_stalled,
     )
-    busy = HealthSample(
+    busy = EndpointSample(
         url=busy_url,
         state="BUSY",
         code=503,
@@ -252,7 +254,7 @@ async def test_stalled_and_busy_servers_stand_out_with_their_figures(width: int)
     shown, tokens = _server_samples()
     app = PanelApp()
     async with app.run_test(size=(width, 20)) as pilot:
-        panel = app.query_one(HealthPanel)
+        panel = app.query_one(EndpointPanel)
         panel.show(shown[:1], {SGLANG: ("UP", "UP", "STALLED")}, now_s=NOW_S, tokens=tokens)
         await pilot.pause()
         text = " ".join(" ".join(screen_lines(panel)).split())
@@ -286,7 +288,7 @@ def test_server_states_are_coloured_apart_and_tokens_get_a_sparkline() -> None:
 
 
 def test_a_metrics_read_that_failed_says_why() -> None:
-    sample = HealthSample(
+    sample = EndpointSample(
         url=SGLANG,
         state="UP",
         code=200,

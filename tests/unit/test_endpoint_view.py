@@ -6,8 +6,8 @@ import subprocess
 import sys
 import time
 
-from gputui.core.model import HealthSample
-from gputui.core.servers import HealthHistory, health_transitions, since_text, state_word, worst_state
+from gputui.core.model import EndpointSample
+from gputui.core.servers import EndpointHistory, health_transitions, since_text, state_word, worst_state
 from gputui.core.text import clock_time
 
 URL = "http://127.0.0.1:30000/health"
@@ -15,10 +15,10 @@ OTHER = "http://127.0.0.1:8000/health"
 T0 = 1_800_000_000.0
 
 
-def sample(url: str = URL, state: str | None = "UP", **fields: object) -> HealthSample:
+def sample(url: str = URL, state: str | None = "UP", **fields: object) -> EndpointSample:
     defaults: dict[str, object] = {"code": 200 if state == "UP" else None, "checked_at": T0, "since": T0}
     defaults.update(fields)
-    return HealthSample(url=url, state=state, **defaults)  # type: ignore[arg-type]
+    return EndpointSample(url=url, state=state, **defaults)  # type: ignore[arg-type]
 
 
 def test_up_to_unhealthy_names_the_code() -> None:
@@ -117,7 +117,7 @@ def test_since_text_names_the_code_and_local_time() -> None:
 
 
 def test_history_records_each_probe_once_and_forgets_removed_urls() -> None:
-    history = HealthHistory(max_len=3)
+    history = EndpointHistory(max_len=3)
     history.update([sample(checked_at=None, state=None)])
     assert history.states(URL) == ()
     history.update([sample(checked_at=T0)])
@@ -140,14 +140,14 @@ def test_no_textual_or_rich_import() -> None:
 
 
 def test_history_keeps_tokens_per_s_once_per_metrics_reading() -> None:
-    from gputui.core.model import HealthSample
-    from gputui.core.servers import HealthHistory
+    from gputui.core.model import EndpointSample
+    from gputui.core.servers import EndpointHistory
 
     url = "http://127.0.0.1:30000/health"
-    kept = HealthHistory(max_len=3)
+    kept = EndpointHistory(max_len=3)
     for at, rate in ((1.0, None), (1.0, None), (2.0, 50.0), (3.0, 0.0), (4.0, 10.0)):
         metrics = {"generation_tokens_per_s": rate}
-        kept.update([HealthSample(url=url, state="UP", checked_at=at, metrics_at=at, metrics=metrics)])
+        kept.update([EndpointSample(url=url, state="UP", checked_at=at, metrics_at=at, metrics=metrics)])
     assert kept.tokens_per_s() == {url: (50.0, 0.0, 10.0)}
     kept.update([])
     assert kept.tokens_per_s() == {}

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from gputui.agent.health import HEALTH_MIN_GAP_S
-from gputui.agent.health.messages import HEALTH_SAMPLE_FIELDS, health_sample
-from gputui.agent.health.urls import health_is_generating_url, health_scrub, health_shown_url
 from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
     EXITED_STATES,
@@ -12,13 +9,16 @@ from gputui.agent.proc.procfs import (
     read_stat,
     still_running,
 )
-from gputui.agent.protocol import HEALTH_STATE_UP
+from gputui.agent.protocol import ENDPOINT_STATE_UP
+from gputui.agent.servers import ENDPOINT_MIN_GAP_S
+from gputui.agent.servers.messages import ENDPOINT_SAMPLE_FIELDS, health_sample
+from gputui.agent.servers.urls import health_is_generating_url, health_scrub, health_shown_url
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-HEALTH_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
+ENDPOINT_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
 
 
 def url_list(urls: Any, name: str) -> list[str] | None:
@@ -57,7 +57,7 @@ class Endpoint:
     """One health URL the prober knows: its latest probe result and metrics, and when it is due again."""
 
     __slots__ = (
-        *(f for f in HEALTH_SAMPLE_FIELDS if f not in _SAMPLE_ONLY),
+        *(f for f in ENDPOINT_SAMPLE_FIELDS if f not in _SAMPLE_ONLY),
         "generating",
         "next_due",
         "not_probed",
@@ -68,7 +68,7 @@ class Endpoint:
     def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
         self.url = url
         self.not_probed: tuple[str | None, str] | None = None
-        """(state, detail) of an endpoint that is listed but never probed (see ``HealthProber``)."""
+        """(state, detail) of an endpoint that is listed but never probed (see ``EndpointProber``)."""
         self.discovered = discovered
         self.generating = health_is_generating_url(url)
         self.state: str | None = None
@@ -96,7 +96,7 @@ class Endpoint:
         """Its start in clock ticks after boot, which tells it from a later process given the same pid."""
 
     def sample(self, generate: bool, now_s: float) -> dict[str, Any]:
-        """The endpoint's latest state as a health sample (``health.messages.health_sample``).
+        """The endpoint's latest state as a health sample (``servers.messages.health_sample``).
 
         Args:
             generate: Generating endpoints are probed (else one never probed says why).
@@ -106,7 +106,7 @@ class Endpoint:
         if self.not_probed is not None:
             state, detail = self.not_probed
         elif self.generating and not generate and self.state is None:
-            detail = HEALTH_NOT_PROBED_GENERATE
+            detail = ENDPOINT_NOT_PROBED_GENERATE
         started = self.launcher_started_at
         pid, ticks = self.launcher_pid, self.launcher_start_ticks
         if started is not None and (pid is None or ticks is None or not still_running(pid, ticks)):
@@ -143,12 +143,12 @@ class Endpoint:
         self.latency_ms = result["latency_ms"]
         self.detail = health_scrub(result["detail"], self.url)
         self.checked_at = now_s
-        if state == HEALTH_STATE_UP:
+        if state == ENDPOINT_STATE_UP:
             self.last_ok = now_s
             self.consecutive_failures = 0
         else:
             self.consecutive_failures += 1
-        self.next_due = max(self.next_due, finished_mono + HEALTH_MIN_GAP_S)
+        self.next_due = max(self.next_due, finished_mono + ENDPOINT_MIN_GAP_S)
 
     def record_metrics(self, read: dict[str, Any], now_s: float) -> None:
         """The endpoint's metrics were read (``probe.fetch_metrics``) at ``now_s``."""

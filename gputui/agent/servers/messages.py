@@ -27,11 +27,11 @@ def health_sample(
     launcher_age_s: float | None = None,
     launcher_pid: int | None = None,
 ) -> dict[str, Any]:
-    """The latest state of one health endpoint: ``state`` from ``HEALTH_STATES`` (None: not probed yet),
+    """The latest state of one health endpoint: ``state`` from ``ENDPOINT_STATES`` (None: not probed yet),
     ``since`` when it began, ``last_ok`` the last UP and ``checked_at`` the last probe (epoch seconds).
 
     The server's metrics beside it: ``metrics_url`` (None: none read), ``metrics_text`` its last body cut down
-    on the host to the series the client reads (``health.metrics_filter``), ``metrics_at`` when it was read,
+    on the host to the series the client reads (``servers.metrics_filter``), ``metrics_at`` when it was read,
     ``metrics_dropped`` the names cut by a cap, ``metrics_error`` why the last read failed (the text is then
     None), and ``launcher_age_s`` the age of the launcher that serves the endpoint (None: not known, or it is
     gone), ``launcher_pid`` its pid (None likewise).
@@ -59,7 +59,7 @@ def health_sample(
     }
 
 
-HEALTH_SAMPLE_FIELDS = tuple(health_sample("", None))
+ENDPOINT_SAMPLE_FIELDS = tuple(health_sample("", None))
 """The keys of a health sample, in order (spelled once, by ``health_sample``)."""
 
 

@@ -1,4 +1,4 @@
-"""Health probes of the collector (``gputui.agent.health``) against a real HTTP(S) server and real processes.
+"""Health probes of the collector (``gputui.agent.servers``) against a real HTTP(S) server and real processes.
 
 RELIABILITY cases 26 (each failure a distinct state, bounded deadline, snapshot stream never blocked) and
 27 (the generating endpoint is probed only when asked for, at most every 10 s). The tests here run the
@@ -25,22 +25,22 @@ from urllib.parse import quote
 
 import pytest
 
-from gputui.agent.health import HEALTH_GENERATE_MIN_INTERVAL_S
-from gputui.agent.health.discovery import (
+from gputui.agent.servers import ENDPOINT_GENERATE_MIN_INTERVAL_S
+from gputui.agent.servers.discovery import (
     discover_health_urls,
     health_is_local_url,
     health_launcher_url,
     health_local_addresses,
     health_read_proc_cmdlines,
 )
-from gputui.agent.health.endpoint import HEALTH_NOT_PROBED_GENERATE
-from gputui.agent.health.messages import HEALTH_SAMPLE_FIELDS
-from gputui.agent.health.probe import probe_url
-from gputui.agent.health.prober import HealthProber
-from gputui.agent.health.urls import health_redact_url
+from gputui.agent.servers.endpoint import ENDPOINT_NOT_PROBED_GENERATE
+from gputui.agent.servers.messages import ENDPOINT_SAMPLE_FIELDS
+from gputui.agent.servers.probe import probe_url
+from gputui.agent.servers.prober import EndpointProber
+from gputui.agent.servers.urls import health_redact_url
 from gputui.commands.snapshot import format_health_line
 from gputui.core.link import LinkOptions
-from gputui.core.model import HealthSample, HostSnapshot
+from gputui.core.model import EndpointSample, HostSnapshot
 from gputui.core.model import fields as record_fields
 from gputui.transports.ssh import SshLink
 from gputui.transports.ssh.bundle import Bundle, boot_source, build, collector_modules, loader
@@ -109,14 +109,14 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 20.0, step_s: floa
         time.sleep(step_s)
 
 
-def sample_for(prober: HealthProber, url: str) -> dict[str, Any] | None:
+def sample_for(prober: EndpointProber, url: str) -> dict[str, Any] | None:
     for sample in prober.samples():
         if sample["url"] == url:
             return sample
     return None
 
 
-def state_of(prober: HealthProber, url: str) -> str | None:
+def state_of(prober: EndpointProber, url: str) -> str | None:
     sample = sample_for(prober, url)
     return None if sample is None else sample["state"]
 
@@ -142,7 +142,7 @@ def _probe_bundle() -> Bundle:
 
 PROBE_ENTRY = b"""
 import json, sys
-from gputui.agent.health.probe import probe_url
+from gputui.agent.servers.probe import probe_url
 assert "gputui.core" not in sys.modules
 print(json.dumps([probe_url(url, 10.0) for url in sys.argv[1:]]))
 """
@@ -217,7 +217,7 @@ def test_a_503_whose_body_is_cut_short_is_unhealthy(peer: HttpPeer) -> None:
 
 
 def test_credentials_in_a_url_are_sent_as_basic_auth_and_never_shown(
-    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+    peer: HttpPeer, make_prober: Callable[..., EndpointProber]
 ) -> None:
     secret = quote(AUTH_PASSWORD, safe="")
     url = f"http://{AUTH_USER}:{secret}@127.0.0.1:{peer.http_port}/auth"
@@ -346,11 +346,11 @@ def test_huge_body_is_capped(peer: HttpPeer) -> None:
 
 
 @pytest.fixture
-def make_prober() -> Iterator[Callable[..., HealthProber]]:
-    probers: list[HealthProber] = []
+def make_prober() -> Iterator[Callable[..., EndpointProber]]:
+    probers: list[EndpointProber] = []
 
-    def make(**kwargs: Any) -> HealthProber:
-        prober = HealthProber(**kwargs)
+    def make(**kwargs: Any) -> EndpointProber:
+        prober = EndpointProber(**kwargs)
         probers.append(prober)
         return prober
 
@@ -359,14 +359,14 @@ def make_prober() -> Iterator[Callable[..., HealthProber]]:
         prober.close()
 
 
-def test_samples_have_the_model_shape(peer: HttpPeer, make_prober: Callable[..., HealthProber]) -> None:
+def test_samples_have_the_model_shape(peer: HttpPeer, make_prober: Callable[..., EndpointProber]) -> None:
     url = peer.url("/status/200")
     prober = make_prober(urls=[url], discover=False, interval_s=0.2)
     wait_for(lambda: state_of(prober, url) == "UP")
     sample = prober.samples()[0]
-    assert tuple(sample) == HEALTH_SAMPLE_FIELDS
-    assert HEALTH_SAMPLE_FIELDS == record_fields(HealthSample)
-    assert HealthSample.from_dict(sample).to_dict() == sample
+    assert tuple(sample) == ENDPOINT_SAMPLE_FIELDS
+    assert ENDPOINT_SAMPLE_FIELDS == record_fields(EndpointSample)
+    assert EndpointSample.from_dict(sample).to_dict() == sample
     assert sample["code"] == 200
     assert sample["consecutive_failures"] == 0
     assert sample["discovered"] is False
@@ -374,7 +374,7 @@ def test_samples_have_the_model_shape(peer: HttpPeer, make_prober: Callable[...,
     assert sample["since"] is not None
 
 
-def test_state_changes_are_tracked(peer: HttpPeer, make_prober: Callable[..., HealthProber]) -> None:
+def test_state_changes_are_tracked(peer: HttpPeer, make_prober: Callable[..., EndpointProber]) -> None:
     path = "/flip"
     url = peer.url(path)
     peer.set_mode(path, "200")
@@ -398,7 +398,7 @@ def test_state_changes_are_tracked(peer: HttpPeer, make_prober: Callable[..., He
 
 
 def test_samples_never_wait_for_a_hanging_probe(
-    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+    peer: HttpPeer, make_prober: Callable[..., EndpointProber]
 ) -> None:
     """A snapshot stream calling samples() every 50 ms keeps its pace while the endpoint hangs."""
     url = peer.url("/hang")
@@ -431,7 +431,7 @@ def test_samples_never_wait_for_a_hanging_probe(
 
 
 def test_close_returns_promptly_while_a_probe_hangs(
-    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+    peer: HttpPeer, make_prober: Callable[..., EndpointProber]
 ) -> None:
     hits_before = len(peer.hits("/hang"))
     prober = make_prober(urls=[peer.url("/hang")], discover=False, deadline_s=20.0)
@@ -442,7 +442,7 @@ def test_close_returns_promptly_while_a_probe_hangs(
 
 
 def test_generating_endpoint_probed_only_when_asked_and_at_most_every_10s(
-    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+    peer: HttpPeer, make_prober: Callable[..., EndpointProber]
 ) -> None:
     health = peer.url("/health")
     generate = peer.url("/health_generate")
@@ -451,7 +451,7 @@ def test_generating_endpoint_probed_only_when_asked_and_at_most_every_10s(
     prober = make_prober(urls=[health, generate], discover=False, interval_s=0.2)
     wait_for(lambda: len(peer.hits("/health")) >= health_before + 4)
     assert len(peer.hits("/health_generate")) == generate_before
-    assert sample_for(prober, generate)["detail"] == HEALTH_NOT_PROBED_GENERATE  # type: ignore[index]
+    assert sample_for(prober, generate)["detail"] == ENDPOINT_NOT_PROBED_GENERATE  # type: ignore[index]
     assert sample_for(prober, generate)["state"] is None  # type: ignore[index]
 
     result = prober.handle_command({"cmd": "health", "urls": [health, generate], "generate": True})
@@ -462,17 +462,17 @@ def test_generating_endpoint_probed_only_when_asked_and_at_most_every_10s(
     prober.configure(urls=[health])
     prober.configure(urls=[health, generate], generate=False)
     prober.configure(generate=True)
-    time.sleep(HEALTH_GENERATE_MIN_INTERVAL_S + 1.5)
+    time.sleep(ENDPOINT_GENERATE_MIN_INTERVAL_S + 1.5)
     hits = [t for t in peer.hits("/health_generate")[generate_before:] if t >= asked_at - 0.5]
     assert 1 <= len(hits) <= 2
     gaps = [b - a for a, b in zip(hits, hits[1:], strict=False)]
-    assert all(gap >= HEALTH_GENERATE_MIN_INTERVAL_S - 0.2 for gap in gaps), gaps
+    assert all(gap >= ENDPOINT_GENERATE_MIN_INTERVAL_S - 0.2 for gap in gaps), gaps
     # The plain /health kept its own 0.2 s pace meanwhile.
     assert len(peer.hits("/health")) >= health_before + 10
 
 
 def test_configure_adds_removes_and_validates(
-    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+    peer: HttpPeer, make_prober: Callable[..., EndpointProber]
 ) -> None:
     first, second = peer.url("/status/200"), peer.url("/status/503")
     prober = make_prober(urls=[first], discover=False, interval_s=0.2)
@@ -633,7 +633,7 @@ def read_cmdline(pid: int) -> list[str]:
 
 
 def test_discovery_from_a_real_sglang_launcher(
-    launchers: Callable[[list[str]], subprocess.Popen[bytes]], make_prober: Callable[..., HealthProber]
+    launchers: Callable[[list[str]], subprocess.Popen[bytes]], make_prober: Callable[..., EndpointProber]
 ) -> None:
     port = free_port()
     process = launchers(["-m", "sglang.launch_server", "--host", "0.0.0.0", "--port", str(port)])
@@ -665,7 +665,7 @@ def test_discovery_from_a_real_sglang_launcher(
 
 
 def test_discovery_from_a_real_vllm_script_and_linger_expiry(
-    launchers: Callable[[list[str]], subprocess.Popen[bytes]], make_prober: Callable[..., HealthProber]
+    launchers: Callable[[list[str]], subprocess.Popen[bytes]], make_prober: Callable[..., EndpointProber]
 ) -> None:
     port = free_port()
     process = launchers(["vllm", "serve", "some/model", f"--port={port}"])
@@ -680,7 +680,7 @@ def test_discovery_from_a_real_vllm_script_and_linger_expiry(
 
 
 def test_discovery_probes_only_this_hosts_own_addresses(
-    peer: HttpPeer, make_prober: Callable[..., HealthProber]
+    peer: HttpPeer, make_prober: Callable[..., EndpointProber]
 ) -> None:
     """Any user's process can claim to be a launcher listening anywhere: only this host's addresses are
     probed. Elsewhere, the launcher is listed as found but not probed (no connection, no name lookup)."""
@@ -732,7 +732,7 @@ def test_this_hosts_own_addresses_come_from_proc(tmp_path: Path) -> None:
 
 
 def test_configured_url_wins_over_discovery_and_discovery_can_be_disabled(
-    make_prober: Callable[..., HealthProber],
+    make_prober: Callable[..., EndpointProber],
 ) -> None:
     launcher = [{"pid": 1, "cmdline": ["python", "-m", "sglang.launch_server", "--port", "1"]}]
     url = "http://127.0.0.1:1/health"
@@ -752,7 +752,7 @@ def test_configured_url_wins_over_discovery_and_discovery_can_be_disabled(
 
 def test_no_thread_without_urls() -> None:
     before = {t.name for t in threading.enumerate()}
-    prober = HealthProber(discover=True)
+    prober = EndpointProber(discover=True)
     prober.update_discovered([{"pid": 1, "cmdline": ["bash"]}])
     assert prober.samples() == []
     assert "gputui-health" not in {t.name for t in threading.enumerate()} - before
@@ -764,7 +764,7 @@ def test_a_launcher_that_exits_between_scans_has_no_age_at_the_next_sample() -> 
     reaped, then gone) must not carry the age it had, whatever the last scan saw."""
     launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        prober = HealthProber(discover=True, interval_s=60.0)
+        prober = EndpointProber(discover=True, interval_s=60.0)
         argv = ["python3", "-m", "sglang.launch_server", "--port", "1"]
         prober.update_discovered([{"pid": launcher.pid, "cmdline": argv}])
         (sample,) = prober.samples()
@@ -817,7 +817,7 @@ def test_agent_streams_health_and_takes_it_from_configure_and_health_commands(
     with agent_process("--health", up, "--interval", "0.2", "--no-discover", env=fake_nvml.env()) as agent:
         first = _next_with(agent, lambda s: (_health_of(s, up) or {}).get("state") == "UP")
         assert len(first["gpus"]) == 8
-        assert HostSnapshot.from_dict(first).health[0].code == 200
+        assert HostSnapshot.from_dict(first).endpoints[0].code == 200
 
         # What SshLink sends right after the hello.
         reply = agent.send({"cmd": "configure", "health_urls": [unhealthy, hang], "discover_health": False})
@@ -966,8 +966,8 @@ def test_cli_discovers_launchers_like_the_tui_and_no_discover_turns_it_off(
 
 
 def test_the_tui_takes_no_discover_to_its_collector() -> None:
-    from gputui.commands.grammar import build_parser
-    from gputui.commands.targets import open_link, options_from_args
+    from gputui.commands.grammar.parser import build_parser
+    from gputui.commands.inputs.targets import open_link, options_from_args
     from gputui.transports.local import LocalLink
 
     options = options_from_args(build_parser(None).parse_args(["--no-discover"]))
@@ -1036,14 +1036,14 @@ def test_cli_snapshot_table_prints_one_health_line_per_endpoint(peer: HttpPeer, 
 
 
 def test_health_line_is_safe_and_shows_missing_values_as_a_dash() -> None:
-    hostile = HealthSample(url="http://127.0.0.1:1/\x1b[2J\u202e[bold]x", detail="\x1b]0;t\x07 boom")
+    hostile = EndpointSample(url="http://127.0.0.1:1/\x1b[2J\u202e[bold]x", detail="\x1b]0;t\x07 boom")
     line = format_health_line(hostile)
     assert_visible(line)
     assert "\\x1b[2J\\u202e[bold]x" in line
     assert line.split()[1:5] == ["–", "–", "–", "since"]
     assert line.endswith("since –  \\x1b]0;t\\x07 boom")
     stamp = time.mktime((2026, 1, 2, 3, 4, 5, 0, 0, -1))
-    up = HealthSample(url="http://h/health", state="UP", code=200, latency_ms=12.4, since=stamp, detail="x")
+    up = EndpointSample(url="http://h/health", state="UP", code=200, latency_ms=12.4, since=stamp, detail="x")
     assert format_health_line(up).split() == ["http://h/health", "UP", "200", "12", "ms", "since", "03:04:05"]
 
 
@@ -1071,11 +1071,11 @@ def test_health_probed_on_the_remote_side_through_ssh(
     try:
         assert link.mode == "nvml"
         deadline = time.monotonic() + 30.0
-        health: tuple[HealthSample, ...] = ()
+        health: tuple[EndpointSample, ...] = ()
         while time.monotonic() < deadline:
             snapshot = link.next_snapshot(1.0)
-            if snapshot is not None and snapshot.health and snapshot.health[0].state is not None:
-                health = snapshot.health
+            if snapshot is not None and snapshot.endpoints and snapshot.endpoints[0].state is not None:
+                health = snapshot.endpoints
                 break
         assert [(h.url, h.state, h.code, h.discovered) for h in health] == [(url, "UP", 200, False)]
         assert link.request({"cmd": "health"}, 30.0)["config"]["urls"] == [url]
@@ -1123,7 +1123,7 @@ def test_credentials_travel_as_data_and_are_never_printed_over_ssh(
 
 TUI_TLS_LATER = r"""
 import json, sys
-from gputui.commands.grammar import build_parser
+from gputui.commands.grammar.parser import build_parser
 from gputui.commands.tui import build_app
 
 args = build_parser(None).parse_args([])
@@ -1134,7 +1134,7 @@ at_start = {"ssl": "ssl" in sys.modules and sys.modules["ssl"] is not None, "lib
 import asyncio
 
 asyncio.run(asyncio.sleep(0))  # the event loop runs without asyncio's TLS transports
-from gputui.agent.health.probe import probe_url
+from gputui.agent.servers.probe import probe_url
 print(json.dumps({"at_start": at_start, "probe": probe_url(sys.argv[1], deadline_s=10.0)}))
 """
 

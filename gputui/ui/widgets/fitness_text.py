@@ -1,4 +1,4 @@
-"""A GPU's own health for the GPU view: the action it needs, its figures and its Xid history."""
+"""A GPU's own fitness for the GPU view: the action it needs, its figures and its Xid history."""
 
 from __future__ import annotations
 
@@ -7,35 +7,35 @@ import time
 from rich.text import Text
 
 from gputui.core.model import Gpu, KernelLogNote
-from gputui.core.verdict import ACTION_WORDS, XID_HISTORY_UNAVAILABLE, assess, health_figures, xid_text
+from gputui.core.verdict import ACTION_WORDS, XID_HISTORY_UNAVAILABLE, assess, fitness_figures, xid_text
 from gputui.ui.widgets.fmt import safe_text
 
 MAX_XIDS_SHOWN = 12
 
 
-def gpu_health_text(gpu: Gpu, kernel_log: KernelLogNote | None) -> Text | None:
-    """The health lines of one GPU; None when its collector read no health (the simulator, a fleet GPU
+def fitness_text(gpu: Gpu, kernel_log: KernelLogNote | None) -> Text | None:
+    """The fitness lines of one GPU; None when its collector read no fitness (the simulator, a fleet GPU
     without the series)."""
-    health = gpu.health
-    if health is None and kernel_log is None:
+    fitness = gpu.fitness
+    if fitness is None and kernel_log is None:
         return None
-    text = Text("health      ", style="bold")
-    judged = assess(health)
+    text = Text("fitness     ", style="bold")
+    judged = assess(fitness)
     if judged.blocking:
         text.append(ACTION_WORDS[judged.action], style="bold red")
         text.append(" (")
         text.append_text(safe_text("; ".join(judged.causes), 300))
         text.append(")")
-    elif health is None:
+    elif fitness is None:
         text.append("not read", style="dim")
     else:
         text.append("fit for the next launch", style="green")
     for note in judged.notes:
         text.append("\n            ")
         text.append_text(safe_text(note, 200, style="yellow"))
-    if health is not None:
+    if fitness is not None:
         text.append("\n            ")
-        for number, (label, value) in enumerate(health_figures(health)):
+        for number, (label, value) in enumerate(fitness_figures(fitness)):
             if number:
                 text.append(" · ", style="dim")
             text.append(f"{label} ", style="dim")
@@ -43,7 +43,7 @@ def gpu_health_text(gpu: Gpu, kernel_log: KernelLogNote | None) -> Text | None:
     text.append("\nXid history ", style="bold")
     if kernel_log is not None and kernel_log.error is not None:
         text.append_text(safe_text(f"{XID_HISTORY_UNAVAILABLE}: {kernel_log.error}", 300, style="yellow"))
-    xids = () if health is None else health.xids
+    xids = () if fitness is None else fitness.xids
     if not xids:
         if kernel_log is None or kernel_log.error is None:
             text.append("none this boot", style="dim")

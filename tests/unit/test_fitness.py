@@ -10,7 +10,7 @@ import pytest
 
 from gputui.agent.gpu import xid as xidmod
 from gputui.agent.gpu.xid import KernelLog, pci_key
-from gputui.core.model import CANNOT_TELL, Gpu, GpuHealth, HostSnapshot, XidEvent, replace
+from gputui.core.model import CANNOT_TELL, Gpu, GpuFitness, HostSnapshot, XidEvent, replace
 from gputui.core.verdict import (
     ACTION_DRAIN,
     ACTION_NONE,
@@ -23,7 +23,7 @@ from gputui.core.verdict import (
     cleanslate,
     needs_reset,
 )
-from gputui.transports.prometheus.parse import dcgm_health
+from gputui.transports.prometheus.parse import dcgm_fitness
 from gputui.transports.prometheus.series import Series
 
 
@@ -139,7 +139,7 @@ def test_the_table_covers_the_issue_s_xids() -> None:
 
 
 def test_assess_orders_causes_by_severity_and_ignores_cleared_xids() -> None:
-    health = GpuHealth(
+    health = GpuFitness(
         remap_pending=True,
         remap_failure=True,
         xids=(
@@ -157,7 +157,7 @@ def test_assess_orders_causes_by_severity_and_ignores_cleared_xids() -> None:
     )
     assert not judged.needs_reset
     assert assess(None).action == ACTION_NONE
-    assert needs_reset(Gpu(index=0, health=GpuHealth(retired_pages_pending=True)))
+    assert needs_reset(Gpu(index=0, fitness=GpuFitness(retired_pages_pending=True)))
     assert not needs_reset(Gpu(index=0))
 
 
@@ -169,7 +169,7 @@ def test_not_ready_beats_memory_at_baseline_and_is_kept_beside_a_gpu_that_cannot
     """GPU0 at its baseline needs a reset: not clean, and its reason is kept; GPU1 lost makes the host's
     level CANNOT TELL, which outranks NOT READY (``core.levels``)."""
     snapshot = _snapshot(
-        Gpu(index=0, memory_used_mib=3, memory_total_mib=100, health=GpuHealth(ecc_uncorrected_volatile=2)),
+        Gpu(index=0, memory_used_mib=3, memory_total_mib=100, fitness=GpuFitness(ecc_uncorrected_volatile=2)),
         Gpu(index=1, error="GPU is lost"),
     )
     verdict = analyze(snapshot, Baselines()).verdict
@@ -184,14 +184,14 @@ def test_not_ready_beats_memory_at_baseline_and_is_kept_beside_a_gpu_that_cannot
     back = HostSnapshot.from_json(analyze(snapshot, Baselines()).to_json())
     assert back.verdict is not None
     assert back.verdict.not_ready == verdict.not_ready
-    assert back.gpus[0].health is not None
-    assert back.gpus[0].health.action == ACTION_RESET
-    assert back.gpus[0].health.needs_reset
+    assert back.gpus[0].fitness is not None
+    assert back.gpus[0].fitness.action == ACTION_RESET
+    assert back.gpus[0].fitness.needs_reset
 
 
 def test_a_healthy_gpu_stays_clean() -> None:
     snapshot = _snapshot(
-        Gpu(index=0, memory_used_mib=3, health=GpuHealth(ecc_enabled=True, remap_pending=False))
+        Gpu(index=0, memory_used_mib=3, fitness=GpuFitness(ecc_enabled=True, remap_pending=False))
     )
     verdict = analyze(snapshot, Baselines()).verdict
     assert verdict is not None
@@ -201,7 +201,7 @@ def test_a_healthy_gpu_stays_clean() -> None:
 
 def test_the_clean_check_ends_not_ready_once_memory_is_back() -> None:
     snapshot = analyze(
-        _snapshot(Gpu(index=0, memory_used_mib=3, health=GpuHealth(remap_pending=True))), Baselines()
+        _snapshot(Gpu(index=0, memory_used_mib=3, fitness=GpuFitness(remap_pending=True))), Baselines()
     )
     streamed = replace(snapshot, processes_time=(snapshot.time or 0.0) - 1.0)  # an older list, reused
     check = cleanslate.start(90.0, timeout_s=60.0)
@@ -218,7 +218,7 @@ def test_the_clean_check_ends_not_ready_once_memory_is_back() -> None:
 
 
 def test_hostile_health_dicts_are_blanks() -> None:
-    health = GpuHealth.from_dict(
+    health = GpuFitness.from_dict(
         {
             "remap_pending": "yes",
             "ecc_uncorrected_volatile": -5,
@@ -231,7 +231,7 @@ def test_hostile_health_dicts_are_blanks() -> None:
     assert health.ecc_uncorrected_volatile is None
     assert health.clock_event_reasons is None
     assert [(e.xid, e.time, e.detail) for e in health.xids] == [(79, None, ""), (13, None, "")]
-    assert GpuHealth.from_dict("nope") is None
+    assert GpuFitness.from_dict("nope") is None
 
 
 def _series(value: float) -> Series:
@@ -239,16 +239,16 @@ def _series(value: float) -> Series:
 
 
 def test_dcgm_series_are_judged_by_the_same_table() -> None:
-    health = dcgm_health({"remap_pending": _series(1.0), "ecc_unc_volatile": _series(0.0)}, 79)
+    health = dcgm_fitness({"remap_pending": _series(1.0), "ecc_unc_volatile": _series(0.0)}, 79)
     assert health is not None
     judged = assess(health)
     assert judged.action == ACTION_REBOOT
     assert judged.causes == ("Xid 79: GPU has fallen off the bus", "row remap pending")
-    assert dcgm_health({}, None) is None
+    assert dcgm_fitness({}, None) is None
     # Figures no card can have are blanks: none left, no health at all.
     impossible = {"remap_pending": _series(float("nan")), "retired_pending": _series(-1.0)}
-    assert dcgm_health(impossible, None) is None
-    odd = dcgm_health({"remap_pending": _series(float("nan")), "remap_failure": _series(0.0)}, None)
+    assert dcgm_fitness(impossible, None) is None
+    odd = dcgm_fitness({"remap_pending": _series(float("nan")), "remap_failure": _series(0.0)}, None)
     assert odd is not None
     assert odd.remap_pending is None
     assert odd.remap_failure is False
@@ -272,6 +272,6 @@ def test_a_line_with_elided_lists_keeps_the_previous_health() -> None:
     assert "health" not in line["gpus"][0]
     assert "kernel_log" not in line
     second = HostSnapshot.from_dict(line, first)
-    assert second.gpus[0].health == first.gpus[0].health
+    assert second.gpus[0].fitness == first.gpus[0].fitness
     assert second.kernel_log == first.kernel_log
     assert second.time == 2.0

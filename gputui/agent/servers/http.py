@@ -11,13 +11,13 @@ import threading
 import time
 from urllib.parse import unquote, urlsplit
 
-from gputui.agent.health import HEALTH_DETAIL_MAX_CHARS, HEALTH_HEADER_CAP_BYTES, HEALTH_MAX_URL_CHARS
 from gputui.agent.protocol import (
-    HEALTH_STATE_DOWN,
-    HEALTH_STATE_ERROR,
-    HEALTH_STATE_TIMEOUT,
-    HEALTH_STATE_UNHEALTHY,
+    ENDPOINT_STATE_DOWN,
+    ENDPOINT_STATE_ERROR,
+    ENDPOINT_STATE_TIMEOUT,
+    ENDPOINT_STATE_UNHEALTHY,
 )
+from gputui.agent.servers import ENDPOINT_DETAIL_MAX_CHARS, ENDPOINT_HEADER_CAP_BYTES, ENDPOINT_MAX_URL_CHARS
 from gputui.agent.textpolicy import visible_text
 
 TYPE_CHECKING = False
@@ -82,25 +82,25 @@ class Target:
 
 def parse_url(url: Any) -> Target:
     if not isinstance(url, str) or not url:
-        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: empty")
-    if len(url) > HEALTH_MAX_URL_CHARS:
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"bad URL: over {HEALTH_MAX_URL_CHARS} characters")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "bad URL: empty")
+    if len(url) > ENDPOINT_MAX_URL_CHARS:
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"bad URL: over {ENDPOINT_MAX_URL_CHARS} characters")
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme not in ("http", "https"):
-        raise ProbeFailure(HEALTH_STATE_ERROR, "unsupported URL (only http:// and https://)")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "unsupported URL (only http:// and https://)")
     # Anything that could split the request line or a header is refused before it reaches the socket.
     if any(ord(c) <= 0x20 or ord(c) >= 0x7F for c in url):
-        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: spaces, control or non-ASCII characters")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "bad URL: spaces, control or non-ASCII characters")
     try:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"bad URL: {exc}") from None
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"bad URL: {exc}") from None
     host = parts.hostname
     if not host:
-        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: no host")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "bad URL: no host")
     if port == 0:
-        raise ProbeFailure(HEALTH_STATE_ERROR, "bad URL: port 0")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "bad URL: port 0")
     default_port = 443 if scheme == "https" else 80
     host_in_header = f"[{host}]" if ":" in host else host
     if port is not None and port != default_port:
@@ -161,12 +161,12 @@ def _resolve(host: str, port: int, deadline: float) -> list[Any]:
                 target=_lookup_worker, args=(key, pending), name="gputui-health-dns", daemon=True
             ).start()
     if not pending.done.wait(max(0.0, deadline - time.monotonic())):
-        raise ProbeFailure(HEALTH_STATE_TIMEOUT, f"name lookup of {host} timed out")
+        raise ProbeFailure(ENDPOINT_STATE_TIMEOUT, f"name lookup of {host} timed out")
     if pending.error is not None:
         reason = getattr(pending.error, "strerror", None) or str(pending.error)
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"cannot resolve {host}: {reason}")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"cannot resolve {host}: {reason}")
     if not pending.result:
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"cannot resolve {host}: no address")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"cannot resolve {host}: no address")
     return pending.result
 
 
@@ -190,7 +190,7 @@ def connect(target: Target, deadline: float, deadline_s: float) -> socket.socket
         except socket.timeout:
             sock.close()
             raise ProbeFailure(
-                HEALTH_STATE_TIMEOUT, f"connect timed out (deadline {deadline_s:g}s)"
+                ENDPOINT_STATE_TIMEOUT, f"connect timed out (deadline {deadline_s:g}s)"
             ) from None
         except ConnectionRefusedError:
             sock.close()
@@ -199,9 +199,9 @@ def connect(target: Target, deadline: float, deadline_s: float) -> socket.socket
             sock.close()
             last_error = exc
     if refused and last_error is None:
-        raise ProbeFailure(HEALTH_STATE_DOWN, "connection refused")
+        raise ProbeFailure(ENDPOINT_STATE_DOWN, "connection refused")
     reason = (last_error.strerror if last_error is not None else None) or str(last_error)
-    raise ProbeFailure(HEALTH_STATE_ERROR, f"connect failed: {reason}")
+    raise ProbeFailure(ENDPOINT_STATE_ERROR, f"connect failed: {reason}")
 
 
 def wrap_tls(sock: socket.socket, target: Target, deadline: float, ssl_context: Any) -> socket.socket:
@@ -209,7 +209,7 @@ def wrap_tls(sock: socket.socket, target: Target, deadline: float, ssl_context: 
     ssl = _ssl_module()
     if ssl is None:
         sock.close()
-        raise ProbeFailure(HEALTH_STATE_ERROR, "TLS: this python3 has no ssl module")
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "TLS: this python3 has no ssl module")
     context = ssl_context
     if context is None:
         # Loading the system's CA store costs milliseconds of CPU: once per agent, not once per probe.
@@ -222,17 +222,17 @@ def wrap_tls(sock: socket.socket, target: Target, deadline: float, ssl_context: 
     except ssl.SSLCertVerificationError as exc:
         sock.close()
         reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or str(exc)
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: certificate verify failed: {reason}") from None
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"TLS: certificate verify failed: {reason}") from None
     except socket.timeout:
         sock.close()
-        raise ProbeFailure(HEALTH_STATE_TIMEOUT, "TLS handshake timed out") from None
+        raise ProbeFailure(ENDPOINT_STATE_TIMEOUT, "TLS handshake timed out") from None
     except ssl.SSLError as exc:
         sock.close()
         reason = getattr(exc, "reason", None) or str(exc)
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: {reason}") from None
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"TLS: {reason}") from None
     except OSError as exc:
         sock.close()
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: {exc.strerror or exc}") from None
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"TLS: {exc.strerror or exc}") from None
 
 
 def _dechunk(raw: bytes) -> tuple[bytes, bool]:
@@ -247,7 +247,7 @@ def _dechunk(raw: bytes) -> tuple[bytes, bool]:
         try:
             size = int(size_text, 16)
         except ValueError:
-            raise ProbeFailure(HEALTH_STATE_ERROR, "bad chunked encoding") from None
+            raise ProbeFailure(ENDPOINT_STATE_ERROR, "bad chunked encoding") from None
         if size == 0:
             return bytes(decoded), True
         start = line_end + 2
@@ -275,10 +275,10 @@ def exchange(
         sock.settimeout(_remaining(deadline))
         sock.sendall(request)
     except socket.timeout:
-        raise ProbeFailure(HEALTH_STATE_TIMEOUT, "sending the request timed out") from None
+        raise ProbeFailure(ENDPOINT_STATE_TIMEOUT, "sending the request timed out") from None
     except OSError as exc:
         raise ProbeFailure(
-            HEALTH_STATE_ERROR, f"connection closed before a response ({exc.strerror or exc})"
+            ENDPOINT_STATE_ERROR, f"connection closed before a response ({exc.strerror or exc})"
         ) from None
 
     buffer = b""
@@ -289,16 +289,16 @@ def exchange(
         while True:
             header_end = buffer.find(b"\r\n\r\n")
             if header_end < 0:
-                if len(buffer) > HEALTH_HEADER_CAP_BYTES:
-                    raise ProbeFailure(HEALTH_STATE_ERROR, "response headers too long")
+                if len(buffer) > ENDPOINT_HEADER_CAP_BYTES:
+                    raise ProbeFailure(ENDPOINT_STATE_ERROR, "response headers too long")
                 chunk = _recv(sock, deadline)
                 if not chunk:
                     if not received_any:
                         raise ProbeFailure(
-                            HEALTH_STATE_ERROR,
+                            ENDPOINT_STATE_ERROR,
                             "connection closed without a response (refused by a proxy or forward?)",
                         )
-                    raise ProbeFailure(HEALTH_STATE_ERROR, "connection closed mid-headers")
+                    raise ProbeFailure(ENDPOINT_STATE_ERROR, "connection closed mid-headers")
                 received_any = True
                 buffer += chunk
                 continue
@@ -307,8 +307,8 @@ def exchange(
             lines = head.split(b"\r\n")
             match = _STATUS_RE.match(lines[0])
             if match is None:
-                excerpt = visible_text(lines[0], HEALTH_DETAIL_MAX_CHARS)
-                raise ProbeFailure(HEALTH_STATE_ERROR, "not an HTTP response: " + excerpt)
+                excerpt = visible_text(lines[0], ENDPOINT_DETAIL_MAX_CHARS)
+                raise ProbeFailure(ENDPOINT_STATE_ERROR, "not an HTTP response: " + excerpt)
             code = int(match.group(1))
             reason = (match.group(2) or b"").decode("latin-1")
             if 100 <= code < 200:
@@ -326,7 +326,7 @@ def exchange(
             try:
                 length = int(headers["content-length"])
             except ValueError:
-                raise ProbeFailure(HEALTH_STATE_ERROR, "bad Content-Length", code) from None
+                raise ProbeFailure(ENDPOINT_STATE_ERROR, "bad Content-Length", code) from None
         if code in (204, 304):
             return code, reason, b""
         while True:
@@ -343,32 +343,32 @@ def exchange(
             if not chunk:
                 if chunked or length is not None:
                     raise ProbeFailure(
-                        _cut_state(code, HEALTH_STATE_ERROR), f"response truncated (HTTP {code})", code
+                        _cut_state(code, ENDPOINT_STATE_ERROR), f"response truncated (HTTP {code})", code
                     )
                 return code, reason, buffer[:body_cap_bytes]
             buffer += chunk
     except socket.timeout:
         if code is not None and phase == "body":
             raise ProbeFailure(
-                _cut_state(code, HEALTH_STATE_TIMEOUT),
+                _cut_state(code, ENDPOINT_STATE_TIMEOUT),
                 f"body incomplete at the {deadline_s:g}s deadline (HTTP {code})",
                 code,
             ) from None
         if received_any:
             raise ProbeFailure(
-                HEALTH_STATE_TIMEOUT, f"response headers incomplete at the {deadline_s:g}s deadline"
+                ENDPOINT_STATE_TIMEOUT, f"response headers incomplete at the {deadline_s:g}s deadline"
             ) from None
-        raise ProbeFailure(HEALTH_STATE_TIMEOUT, f"no response within {deadline_s:g}s") from None
+        raise ProbeFailure(ENDPOINT_STATE_TIMEOUT, f"no response within {deadline_s:g}s") from None
     except ConnectionResetError:
-        raise ProbeFailure(HEALTH_STATE_ERROR, "connection reset by peer", code) from None
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, "connection reset by peer", code) from None
     except OSError as exc:  # ssl.SSLError is one
         if _is_ssl_error(exc):
             tls_reason = getattr(exc, "reason", None) or exc
-            raise ProbeFailure(HEALTH_STATE_ERROR, f"TLS: {tls_reason}") from None
-        raise ProbeFailure(HEALTH_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
+            raise ProbeFailure(ENDPOINT_STATE_ERROR, f"TLS: {tls_reason}") from None
+        raise ProbeFailure(ENDPOINT_STATE_ERROR, f"read failed: {exc.strerror or exc}", code) from None
 
 
 def _cut_state(code: int, otherwise: str) -> str:
     """The state of an answer whose body was cut short: its status line already said 5xx or 429, so the
     server is UNHEALTHY whatever became of the body; for any other status the probe cannot tell."""
-    return HEALTH_STATE_UNHEALTHY if code >= 500 or code == 429 else otherwise
+    return ENDPOINT_STATE_UNHEALTHY if code >= 500 or code == 429 else otherwise

@@ -1,0 +1,5 @@
+"""The command line's words: the parser of every subcommand (``parser``) and the option groups kept apart so
+that building the parser loads nothing heavy (``exporter``, ``fleet``, ``reset``).
+
+Importing this package imports none of its modules.
+"""
