@@ -13,6 +13,7 @@ from gputui.agent.protocol import (
     CMD_PROCESS,
     CMD_QUIT,
     CMD_SAMPLE,
+    FITNESS_INTERVAL_KEY,
     INTERVAL_MAX_S,
     INTERVAL_MIN_S,
     KILL_ABANDON_COMMAND,
@@ -113,9 +114,10 @@ def idle_health_config(discover: bool) -> dict[str, Any]:
 def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     """Intervals, and the health settings the SSH link sends right after the hello.
 
-    Keys (all optional): memory_interval_s, process_interval_s, watch_exits (bool: wait on the GPU holders'
-    exits between samples, ``Agent.pause``), health_urls and metrics_urls (lists of URLs), discover_health
-    (bool), health_generate (bool). A bad value changes nothing.
+    Keys (all optional): memory_interval_s, process_interval_s, fitness_interval_s (how often the GPUs'
+    fitness is read; null: the default), watch_exits (bool: wait on the GPU holders' exits between samples,
+    ``Agent.pause``), health_urls and metrics_urls (lists of URLs), discover_health (bool), health_generate
+    (bool). A bad value changes nothing.
     """
     watch_exits = command.get("watch_exits")
     if watch_exits is not None and not isinstance(watch_exits, bool):
@@ -129,6 +131,19 @@ def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
                     f"{key} must be a number of seconds from {INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g}"
                 )
             updates[key] = value
+    fitness_interval: float | None = None
+    if FITNESS_INTERVAL_KEY in command:
+        from gputui.agent.gpu.fitness import FITNESS_INTERVAL_S
+
+        raw = command[FITNESS_INTERVAL_KEY]
+        fitness_interval = (
+            FITNESS_INTERVAL_S if raw is None else seconds_in_range(raw, INTERVAL_MIN_S, INTERVAL_MAX_S)
+        )
+        if fitness_interval is None:
+            raise CommandError(
+                f"{FITNESS_INTERVAL_KEY} must be null or a number of seconds from {INTERVAL_MIN_S:g} to"
+                f" {INTERVAL_MAX_S:g}"
+            )
     health_keys = ("health_urls", "metrics_urls", "discover_health", "health_generate")
     if any(command.get(key) is not None for key in health_keys):
         try:
@@ -144,6 +159,8 @@ def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         agent.health_urls = tuple(config["urls"])
         agent.discover_health = bool(config["discover"])
     agent.set_intervals(updates.get("memory_interval_s"), updates.get("process_interval_s"), watch_exits)
+    if fitness_interval is not None:
+        agent.fitness_monitor.interval_s = fitness_interval
     return {}
 
 

@@ -300,14 +300,16 @@ class Agent:
             self.fitness_monitor.request()  # a kill just finished: the GPU may be left unfit
         self._kills_were_pending = pending
         monitor = self.fitness_monitor
-        # Health is read with a process list only, so that a stream line whose process lists are elided
-        # (``serve.elide_unchanged_processes``) carries no new health either.
+        reads = getattr(self._backend, "reads_fitness", False)
+        if want_processes and reads:
+            monitor.add_events(self._backend.take_events())  # an event has the fitness read now
+        # Fitness is read with a process list only, so that a stream line whose process lists are elided
+        # (``serve.elide_unchanged_processes``) carries no new fitness either.
         if not (want_processes and monitor.due(forced)):
             gpus = self._backend.poll(want_processes)
         else:
-            reads = getattr(self._backend, "reads_health", False)
             gpus = self._backend.poll(want_processes, True) if reads else self._backend.poll(want_processes)
-            monitor.update(gpus, self._backend.take_xid_events() if reads else [])
+            monitor.update(gpus)
         monitor.apply(gpus)
         return gpus
 

@@ -27,8 +27,9 @@ MSG_REPLY = "reply"
 
 CMD_HELLO = "hello"
 CMD_CONFIGURE = "configure"
-"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "watch_exits", "health_urls",
-"metrics_urls", "discover_health", "health_generate"}``, every key optional: a bad value changes nothing."""
+"""``{"cmd": "configure", "memory_interval_s", "process_interval_s", "fitness_interval_s", "watch_exits",
+"health_urls", "metrics_urls", "discover_health", "health_generate"}``, every key optional: a bad value
+changes nothing."""
 CMD_SAMPLE = "sample"
 """A full snapshot now (process list included): ``{"snapshot": {...}}``."""
 CMD_CALIBRATE = "calibrate"
@@ -221,6 +222,25 @@ remember (the simulator, before the first process sample)."""
 GPU_FITNESS = "health"
 """The key of a GPU dict that holds its fitness figures and Xid history (``gpu.fitness.read_gpu_fitness`` and
 ``FitnessMonitor``); absent where nothing was read."""
+
+GPU_UNREACHABLE = "unreachable"
+"""The key of a GPU dict that says why the collector could not read it, as a fact with an action: one of
+``UNREACHABLE_STATES``; absent while the GPU answers."""
+UNREACHABLE_LOST = "lost"
+"""The driver says the GPU is lost (NVML GPU_IS_LOST, nvidia-smi "GPU is lost"): a reboot brings it back."""
+UNREACHABLE_RESET_REQUIRED = "reset_required"
+"""NVML answered the GPU's own reads with RESET_REQUIRED."""
+UNREACHABLE_TIMED_OUT = "timed_out"
+"""The GPU's NVML calls did not return within the sample's deadline."""
+UNREACHABLE_STATES = (UNREACHABLE_LOST, UNREACHABLE_RESET_REQUIRED, UNREACHABLE_TIMED_OUT)
+
+GPU_TIMEOUTS_IN_ROW = "timeouts_in_row"
+"""The key of a GPU dict that counts the samples in a row whose NVML calls on it timed out (absent at 0):
+every GPU of a host timing out sample after sample is a wedged driver, not a slow one."""
+
+FITNESS_INTERVAL_KEY = "fitness_interval_s"
+"""The ``configure`` key that sets how often the GPUs' fitness is read (``FitnessMonitor.interval_s``): the
+TUI's clean-slate check reads it with every memory sample while it waits."""
 
 # ----------------------------------------------------------------------------------------------------------
 # Limits the collector holds its commands and arguments to

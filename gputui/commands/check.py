@@ -13,12 +13,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.commands.inputs.baselines import resolve_baselines
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line, safe_streams, wait_line
 from gputui.commands.output.verdict_text import verdict_lines
-from gputui.core.link import HostLink, LinkError, full_sample, one_shot_sample
+from gputui.core.link import HostLink, LinkError, configure_command, full_sample, one_shot_sample
 from gputui.core.model import HostSnapshot, snapshots_document
 from gputui.core.store import (
     StateError,
@@ -63,15 +62,7 @@ def format_check(snapshot: HostSnapshot, stream: TextIO, header: bool) -> list[s
 def _configure(
     link: HostLink, memory_interval_s: float, process_interval_s: float, watch_exits: bool
 ) -> None:
-    link.request(
-        {
-            "cmd": CMD_CONFIGURE,
-            "memory_interval_s": memory_interval_s,
-            "process_interval_s": process_interval_s,
-            "watch_exits": watch_exits,
-        },
-        SAMPLE_TIMEOUT_S,
-    )
+    link.request(configure_command(memory_interval_s, process_interval_s, watch_exits), SAMPLE_TIMEOUT_S)
 
 
 def cannot_tell_at_all(snapshot: HostSnapshot) -> bool:

@@ -11,8 +11,8 @@ exporter costs per scrape at that interval. The answer's size and series count a
 
 nvitop-exporter (1.7.2, the version nvitop 1.7.2 ships with) is installed into a throwaway virtualenv under
 ``~/.cache/gputui-bench/exporter-peers-venv`` unless ``--nvitop-exporter`` names one; it is no project
-dependency. Without it the row says ``n/a``. The fake library lacks ``nvmlDeviceGetFieldValues`` (NVLink
-figures): nvitop-exporter logs that once and serves every other figure.
+dependency. Without it the row says ``n/a``. The fake library answers ``nvmlDeviceGetFieldValues`` for the
+recovery action only: nvitop-exporter's NVLink fields read NOT_SUPPORTED, as on a GPU without NVLink.
 """
 
 from __future__ import annotations

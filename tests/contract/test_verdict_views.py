@@ -25,7 +25,7 @@ from gputui.commands import check as check_command
 from gputui.commands import snapshot as snapshot_command
 from gputui.commands.grammar.parser import build_parser
 from gputui.core.link import HostLink, LinkError
-from gputui.core.model import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, HostSnapshot
+from gputui.core.model import CANNOT_TELL, CLEAN, EXIT_CODES, NOT_CLEAN, NOT_READY, HostSnapshot
 from gputui.core.text import age_since
 from gputui.core.verdict import headline
 from gputui.transports.sim import ManualClock
@@ -337,13 +337,18 @@ def test_a_job_killed_outside_gputui_is_named_alike_in_every_view(
     assert workers.endswith(f" {survivor['detail']}")
 
 
-def test_lost_gpu_cannot_tell(
+def test_lost_gpu_is_not_ready_and_needs_a_reboot(
     states: dict[str, HostSnapshot], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """A GPU the driver says is lost is a known fact whose action is a reboot: NOT READY (exit 1) in every
+    view, never "cannot tell"."""
     raw = states["lost_gpu"]
     host = assert_views_agree(cli_views(raw, monkeypatch), tui_view(raw, None, tmp_path))
-    assert host["verdict"]["level"] == CANNOT_TELL
-    assert "GPU2" in headline(HostSnapshot.from_dict(host).verdict)
+    assert host["verdict"]["level"] == NOT_READY
+    assert host["verdict"]["not_ready"] == ["GPU2 needs a reboot of the host (the driver says it is lost)"]
+    status, text = cli_views(raw, monkeypatch)["check"][:2]
+    assert status == 1
+    assert "GPU2 needs a reboot of the host (the driver says it is lost)" in text
 
 
 def test_unreachable_host_says_no_data_everywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

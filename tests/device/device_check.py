@@ -171,7 +171,8 @@ def raw_queries() -> None:
 
 
 def kernel_log() -> None:
-    from gputui.agent.gpu.xid import TEST_SOURCE_ENV, KernelLog, pci_text
+    from gputui.agent.gpu.xid import TEST_SOURCE_ENV, KernelLog
+    from gputui.agent.pci import pci_text
 
     os.environ.pop(TEST_SOURCE_ENV, None)  # the machine's own kernel log, read only
     log = KernelLog()
@@ -238,7 +239,7 @@ def collector_timing() -> None:
         backend = agent._backend
         for _ in range(10):
             t = time.perf_counter()
-            backend.poll(False, True) if getattr(backend, "reads_health", False) else backend.poll(False)
+            backend.poll(False, True) if getattr(backend, "reads_fitness", False) else backend.poll(False)
             health.append(time.perf_counter() - t)
         cpu = os.times()
         figures = {

@@ -48,11 +48,15 @@ OMIT_GROUPS = {
     "v2": "FAKENVML_NO_V2",
     "power": "FAKENVML_NO_POWER",
     "health": "FAKENVML_NO_HEALTH",
+    "fabric": "FAKENVML_NO_FABRIC",
 }
 """Symbol groups a build can leave out, as older drivers lack them (see the top of ``fakenvml.c``):
 ``v3`` a driver before R510 (no ``*RunningProcesses_v3``, no ``nvmlDeviceGetMemoryInfo_v2``), ``v2`` an
 older one (no ``_v2`` process lists, PCI info, count or handle calls), ``power`` no power queries,
-``health`` no row-remap, page-retirement or event calls."""
+``health`` no row-remap, page-retirement or event calls, ``fabric`` a driver before R525 (no
+``nvmlDeviceGetGpuFabricInfo``, ``nvmlDeviceGetGpuFabricInfoV``). ``nvmlDeviceGetFieldValues`` is always
+there; a driver before R565 is modelled per GPU instead: no ``recovery_action`` (field 230 answers
+NOT_SUPPORTED) or ``unsupported="recovery"``."""
 
 
 def build(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
@@ -118,6 +122,13 @@ _HEALTH_KEYS = (
     "persistence",
     "health_error",
     "unsupported",
+    "recovery_action",
+    "fabric_state",
+    "fabric_status",
+    "fabric_health_mask",
+    "fabric_clique",
+    "fabric_cluster_uuid",
+    "fabric_health_summary",
 )
 
 
@@ -154,7 +165,21 @@ class FakeGpu:
     clock_reasons: int | None = None  # a bit mask (0x8 HW slowdown, 0x40 HW thermal, 0x80 power brake)
     persistence: int | None = None
     health_error: str | None = None  # e.g. "RESET_REQUIRED": every health query returns it
-    unsupported: str | None = None  # comma list of remap,retired,ecc,clocks,persistence,events
+    unsupported: str | None = None
+    """Comma list of remap,retired,ecc,clocks,persistence,events,recovery,fabric: those queries answer
+    NOT_SUPPORTED ("recovery": nvmlDeviceGetFieldValues as a whole, and no nvmlEventTypeGpuRecoveryAction
+    among the supported event types)."""
+    recovery_action: int | None = None
+    """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (field 230): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
+    4 drain and reset. None: that field answers NOT_SUPPORTED, as a driver before R565."""
+    fabric_state: int | str | None = None
+    """nvmlGpuFabricInfo state: 0 NOT_SUPPORTED, 1 NOT_STARTED, 2 IN_PROGRESS, 3 COMPLETED (or the name).
+    None: no NVSwitch fabric, the fabric-info calls answer NOT_SUPPORTED; the other fabric_* need it."""
+    fabric_status: str | int | None = None  # an nvmlReturn_t name or number; None: SUCCESS
+    fabric_health_mask: int | None = None  # healthMask (v2 on), NVML_GPU_FABRIC_HEALTH_MASK_* fields
+    fabric_clique: int | None = None  # cliqueId
+    fabric_cluster_uuid: str | None = None  # clusterUuid as 32 hex digits, dashes allowed
+    fabric_health_summary: int | None = None  # healthSummary (v3): NVML_GPU_FABRIC_HEALTH_SUMMARY_*
     display_active: bool | None = None
     mig_current: bool | None = None
     mig_pending: bool | None = None
@@ -243,6 +268,11 @@ class FakeNvmlState:
     xids: list[tuple[int, int]] = field(default_factory=list)
     """(GPU index, Xid) critical Xid events, in order: an NVML event set delivers those added after it was
     made, once each."""
+    recoveries: list[tuple[int, int]] = field(default_factory=list)
+    """(GPU index, action) nvmlEventTypeGpuRecoveryAction events (eventData = the action), in order, the
+    same way: a set delivers those added after it was made, once each, to sets that registered the type.
+    The library counts each kind on its own, so appending to either list at any time is safe; xid lines are
+    written before recovery lines, and a set that finds both kinds waiting gets them in that order."""
 
     @classmethod
     def with_gpus(cls, count: int = 8, **gpu_kwargs: object) -> FakeNvmlState:
@@ -263,6 +293,7 @@ class FakeNvmlState:
         lines.extend(gpu.render(i) for i, gpu in enumerate(self.gpus))
         lines.extend(h.render() for h in self.holders)
         lines.extend(f"xid {int(gpu)} {int(code)}" for gpu, code in self.xids)
+        lines.extend(f"recovery {int(gpu)} {int(action)}" for gpu, action in self.recoveries)
         return "\n".join(lines) + "\n"
 
     def write(self, path: Path) -> None:

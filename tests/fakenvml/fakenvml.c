@@ -25,11 +25,40 @@
  * (nvmlDeviceGetTotalEccErrors), clock_reasons (a bit mask; default: idle or
  * none), persistence (0/1), health_error (an error name every health query
  * returns: RESET_REQUIRED, NO_PERMISSION, ...), unsupported (a comma list of
- * remap,retired,ecc,clocks,persistence,events: those return NOT_SUPPORTED).
+ * remap,retired,ecc,clocks,persistence,events,recovery,fabric: those return
+ * NOT_SUPPORTED; "recovery" also makes nvmlDeviceGetFieldValues as a whole
+ * return it and drops nvmlEventTypeGpuRecoveryAction from the supported event
+ * types, as a driver before R565).
  *
- *   xid <gpu> <code>      one critical Xid event; an event set delivers the
- *                         xid lines listed after those present when it was
- *                         created, in file order, once each.
+ * recovery_action=N (unsigned): field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230)
+ * of nvmlDeviceGetFieldValues (NVML_GPU_RECOVERY_ACTION_NONE 0, GPU_RESET 1,
+ * NODE_REBOOT 2, DRAIN_P2P 3, DRAIN_AND_RESET 4, ...). Absent: that value's
+ * nvmlReturn is NOT_SUPPORTED, as from a driver before R565; every other
+ * fieldId always answers NOT_SUPPORTED per value.
+ *
+ * Fabric (nvmlDeviceGetGpuFabricInfo, nvmlDeviceGetGpuFabricInfoV with
+ * nvmlGpuFabricInfo_v2 or _v3): fabric_state (0 NOT_SUPPORTED, 1 NOT_STARTED,
+ * 2 IN_PROGRESS, 3 COMPLETED, or those names), fabric_status (an nvmlReturn_t
+ * name or number, SUCCESS/0 by default), fabric_health_mask (decimal or 0x..),
+ * fabric_clique (cliqueId), fabric_cluster_uuid (32 hex digits, dashes
+ * allowed: clusterUuid's 16 bytes), fabric_health_summary (v3 healthSummary).
+ * Without fabric_state both calls return NOT_SUPPORTED (no NVSwitch fabric,
+ * e.g. a PCIe board).
+ *
+ *   xid <gpu> <code>      one critical Xid event (nvmlEventTypeXidCriticalError,
+ *                         eventData = code).
+ *   recovery <gpu> <N>    one GPU recovery action event
+ *                         (nvmlEventTypeGpuRecoveryAction, eventData = N).
+ *                         An event set delivers the xid and recovery lines
+ *                         listed after those of their kind present when it
+ *                         was created, in file order, once each, and only
+ *                         those of a type it registered for that GPU (the
+ *                         others are passed over for good).
+ *                         nvmlDeviceGetSupportedEventTypes: ECC single/double
+ *                         bit, Xid, recovery action (0x1|0x2|0x8|0x8000);
+ *                         nvmlDeviceRegisterEvents asked for any other type
+ *                         returns NOT_SUPPORTED and registers none, as nvml.h
+ *                         says.
  * display_active (0/1), mig_current mig_pending (0/1).
  *
  * FAKE_NVML_DEVICE (optional): a file kept open from the first nvmlInit to the last nvmlShutdown.
@@ -70,7 +99,9 @@
  *                      nvmlDeviceGetCount_v2, nvmlDeviceGetHandleByIndex_v2
  *   FAKENVML_NO_POWER  a missing optional query: no nvmlDeviceGetPowerUsage, nvmlDeviceGetEnforcedPowerLimit
  *   FAKENVML_NO_HEALTH a driver before the health queries: no nvmlDeviceGetRemappedRows,
- *                      nvmlDeviceGetRetiredPagesPendingStatus, nvmlEventSet* nor nvmlDeviceRegisterEvents */
+ *                      nvmlDeviceGetRetiredPagesPendingStatus, nvmlEventSet* nor nvmlDeviceRegisterEvents
+ *   FAKENVML_NO_FABRIC a driver before the fabric queries (R525): no nvmlDeviceGetGpuFabricInfo,
+ *                      nvmlDeviceGetGpuFabricInfoV */
 #ifdef FAKENVML_NO_V3
 #define EXPORT_V3 HIDDEN
 #else
@@ -90,6 +121,11 @@
 #define EXPORT_POWER HIDDEN
 #else
 #define EXPORT_POWER EXPORT
+#endif
+#ifdef FAKENVML_NO_FABRIC
+#define EXPORT_FABRIC HIDDEN
+#else
+#define EXPORT_FABRIC EXPORT
 #endif
 
 /* ---- nvml.h ABI ------------------------------------------------------- */
@@ -200,6 +236,85 @@ typedef struct {
     unsigned int smUtil, memUtil, encUtil, decUtil;
 } nvmlProcessUtilizationSample_t;
 
+/* Field values (nvml.h: nvmlValueType_t, nvmlValue_t, nvmlFieldValue_t, NVML_FI_*). */
+enum {
+    NVML_VALUE_TYPE_DOUBLE = 0,
+    NVML_VALUE_TYPE_UNSIGNED_INT = 1,
+    NVML_VALUE_TYPE_UNSIGNED_LONG = 2,
+    NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
+    NVML_VALUE_TYPE_SIGNED_INT = 5,
+    NVML_VALUE_TYPE_UNSIGNED_SHORT = 6,
+};
+typedef unsigned int nvmlValueType_t; /* an enum in nvml.h: 4 bytes */
+
+typedef union {
+    double dVal;
+    int siVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;   /* CPU time of the value, microseconds since 1970 */
+    long long latencyUsec;
+    nvmlValueType_t valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+#define NVML_FI_DEV_GET_GPU_RECOVERY_ACTION 230
+
+/* Fabric (nvml.h: nvmlFabricDefs). */
+#define NVML_GPU_FABRIC_UUID_LEN 16
+#define NVML_GPU_FABRIC_STATE_NOT_SUPPORTED 0
+#define NVML_GPU_FABRIC_STATE_NOT_STARTED 1
+#define NVML_GPU_FABRIC_STATE_IN_PROGRESS 2
+#define NVML_GPU_FABRIC_STATE_COMPLETED 3
+typedef unsigned char nvmlGpuFabricState_t;
+
+typedef struct {
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+} nvmlGpuFabricInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+    unsigned int healthMask;
+} nvmlGpuFabricInfo_v2_t;
+#define nvmlGpuFabricInfo_v2 NVML_STRUCT_VERSION(nvmlGpuFabricInfo, 2)
+
+typedef struct {
+    unsigned int version;
+    unsigned char clusterUuid[NVML_GPU_FABRIC_UUID_LEN];
+    nvmlReturn_t status;
+    unsigned int cliqueId;
+    nvmlGpuFabricState_t state;
+    unsigned int healthMask;
+    unsigned char healthSummary;
+} nvmlGpuFabricInfo_v3_t;
+typedef nvmlGpuFabricInfo_v3_t nvmlGpuFabricInfoV_t;
+#define nvmlGpuFabricInfo_v3 NVML_STRUCT_VERSION(nvmlGpuFabricInfo, 3)
+
+/* The sizes nvml.h's layouts have on x86-64 / aarch64 Linux (LP64). */
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t");
+_Static_assert(sizeof(nvmlGpuFabricInfo_t) == 28, "nvmlGpuFabricInfo_t");
+_Static_assert(sizeof(nvmlGpuFabricInfo_v2_t) == 36, "nvmlGpuFabricInfo_v2_t");
+_Static_assert(sizeof(nvmlGpuFabricInfo_v3_t) == 40, "nvmlGpuFabricInfo_v3_t");
+_Static_assert(nvmlGpuFabricInfo_v2 == 0x02000024u, "nvmlGpuFabricInfo_v2");
+_Static_assert(nvmlGpuFabricInfo_v3 == 0x03000028u, "nvmlGpuFabricInfo_v3");
+
 /* ---- state ------------------------------------------------------------ */
 
 #define MAX_GPUS 64
@@ -229,6 +344,12 @@ struct gpu {
     unsigned int unsupported; /* U_* bits */
     unsigned int display_active, mig_current, mig_pending;
     int proc_util_error;
+    int has_recovery; /* recovery_action given */
+    unsigned int recovery_action;
+    int has_fabric; /* fabric_state given */
+    unsigned int fabric_state, fabric_health_mask, fabric_clique, fabric_health_summary;
+    int fabric_status;
+    unsigned char fabric_cluster_uuid[NVML_GPU_FABRIC_UUID_LEN];
 };
 
 #define U_REMAP 1u
@@ -237,11 +358,16 @@ struct gpu {
 #define U_CLOCKS 8u
 #define U_PERSISTENCE 16u
 #define U_EVENTS 32u
+#define U_RECOVERY 64u
+#define U_FABRIC 128u
 
-#define MAX_XIDS 256
-struct xid_event {
+/* Event lines of the state file, in file order: xid and recovery lines alike. */
+enum event_kind { EV_XID, EV_RECOVERY, EV_KINDS };
+#define MAX_EVENTS 512
+struct event_line {
     unsigned int gpu;
-    unsigned long long code;
+    enum event_kind kind;
+    unsigned long long data; /* the Xid, or the recovery action */
 };
 
 struct holder {
@@ -260,8 +386,9 @@ struct state {
     struct gpu gpus[MAX_GPUS];
     unsigned int holder_count;
     struct holder holders[MAX_HOLDERS];
-    unsigned int xid_count;
-    struct xid_event xids[MAX_XIDS];
+    unsigned int event_count;
+    struct event_line events[MAX_EVENTS];
+    unsigned int kind_count[EV_KINDS]; /* how many of event_count are of each kind */
 };
 
 struct nvmlDevice_st {
@@ -317,6 +444,17 @@ static int error_code(const char *name)
     if (*name && !*end && v > 0)
         return (int)v;
     return -1;
+}
+
+/* Like error_code, but SUCCESS (or 0) is allowed too: an nvmlReturn_t a struct carries. */
+static int return_code(const char *name)
+{
+    const char *n = name;
+    if (strncasecmp(n, "NVML_", 5) == 0)
+        n += 5;
+    if (!strcasecmp(n, "SUCCESS") || !strcmp(name, "0"))
+        return NVML_SUCCESS;
+    return error_code(name);
 }
 
 static void warn(const char *path, unsigned int line, const char *what, const char *tok)
@@ -415,6 +553,55 @@ static int parse_uint(const char *v, unsigned int *out)
         return -1;
     *out = (unsigned int)x;
     return 0;
+}
+
+/* An unsigned int in decimal or 0x hex (bit masks). */
+static int parse_uint_mask(const char *v, unsigned int *out)
+{
+    if (v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v + 2, &end, 16);
+        if (errno || !v[2] || *end || v[2] == '-' || v[2] == '+' || x > 0xFFFFFFFFull)
+            return -1;
+        *out = (unsigned int)x;
+        return 0;
+    }
+    return parse_uint(v, out);
+}
+
+/* 32 hex digits, dashes anywhere between them: 16 bytes. */
+static int parse_uuid_bytes(const char *v, unsigned char out[NVML_GPU_FABRIC_UUID_LEN])
+{
+    unsigned int n = 0;
+    unsigned char bytes[NVML_GPU_FABRIC_UUID_LEN] = {0};
+    for (const char *p = v; *p; p++) {
+        if (*p == '-')
+            continue;
+        if (!isxdigit((unsigned char)*p) || n >= 2 * NVML_GPU_FABRIC_UUID_LEN)
+            return -1;
+        int d = isdigit((unsigned char)*p) ? *p - '0' : tolower((unsigned char)*p) - 'a' + 10;
+        bytes[n / 2] = (unsigned char)(bytes[n / 2] | (n % 2 ? d : d << 4));
+        n++;
+    }
+    if (n != 2 * NVML_GPU_FABRIC_UUID_LEN)
+        return -1;
+    memcpy(out, bytes, sizeof(bytes));
+    return 0;
+}
+
+static int parse_fabric_state(const char *v, unsigned int *out)
+{
+    static const char *names[4] = {"NOT_SUPPORTED", "NOT_STARTED", "IN_PROGRESS", "COMPLETED"};
+    const char *n = v;
+    if (strncasecmp(n, "NVML_GPU_FABRIC_STATE_", 22) == 0)
+        n += 22;
+    for (unsigned int i = 0; i < 4; i++)
+        if (!strcasecmp(n, names[i])) {
+            *out = i;
+            return 0;
+        }
+    return parse_uint(v, out) || *out > 255 ? -1 : 0; /* nvmlGpuFabricState_t is one byte */
 }
 
 static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
@@ -520,10 +707,35 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
                 g->unsupported |= U_PERSISTENCE;
             else if (!strcmp(part, "events"))
                 g->unsupported |= U_EVENTS;
+            else if (!strcmp(part, "recovery"))
+                g->unsupported |= U_RECOVERY;
+            else if (!strcmp(part, "fabric"))
+                g->unsupported |= U_FABRIC;
             else
                 bad = 1;
         }
-    } else {
+    } else if (!strcmp(key, "recovery_action")) {
+        bad = parse_uint(val, &g->recovery_action);
+        if (!bad)
+            g->has_recovery = 1;
+    } else if (!strcmp(key, "fabric_state")) {
+        bad = parse_fabric_state(val, &g->fabric_state);
+        if (!bad)
+            g->has_fabric = 1;
+    } else if (!strcmp(key, "fabric_status")) {
+        int c = return_code(val);
+        bad = c < 0;
+        if (!bad)
+            g->fabric_status = c;
+    } else if (!strcmp(key, "fabric_health_mask"))
+        bad = parse_uint_mask(val, &g->fabric_health_mask);
+    else if (!strcmp(key, "fabric_clique"))
+        bad = parse_uint(val, &g->fabric_clique);
+    else if (!strcmp(key, "fabric_health_summary"))
+        bad = parse_uint(val, &g->fabric_health_summary) || g->fabric_health_summary > 255;
+    else if (!strcmp(key, "fabric_cluster_uuid"))
+        bad = parse_uuid_bytes(val, g->fabric_cluster_uuid);
+    else {
         warn(path, ln, "unknown gpu key", key);
         return;
     }
@@ -624,16 +836,24 @@ static int parse_file(const char *path, struct state *st)
                 st->holders[st->holder_count++] = h;
             else
                 warn(path, ln, "too many holders", tok[2]);
-        } else if (!strcmp(tok[0], "xid") && n >= 3) {
-            struct xid_event e = {0, 0};
-            if (parse_uint(tok[1], &e.gpu) || parse_ull(tok[2], &e.code)) {
-                warn(path, ln, "bad xid", tok[1]);
+        } else if ((!strcmp(tok[0], "xid") || !strcmp(tok[0], "recovery")) && n >= 3) {
+            struct event_line e = {0, tok[0][0] == 'x' ? EV_XID : EV_RECOVERY, 0};
+            unsigned int action;
+            int bad = parse_uint(tok[1], &e.gpu);
+            if (e.kind == EV_XID)
+                bad = bad || parse_ull(tok[2], &e.data);
+            else if (!(bad = bad || parse_uint(tok[2], &action)))
+                e.data = action;
+            if (bad) {
+                warn(path, ln, e.kind == EV_XID ? "bad xid" : "bad recovery", tok[1]);
                 continue;
             }
-            if (st->xid_count < MAX_XIDS)
-                st->xids[st->xid_count++] = e;
-            else
-                warn(path, ln, "too many xids", tok[2]);
+            if (st->event_count < MAX_EVENTS) {
+                st->events[st->event_count++] = e;
+                st->kind_count[e.kind]++;
+            } else {
+                warn(path, ln, "too many events", tok[2]);
+            }
         } else {
             warn(path, ln, "unknown directive", tok[0]);
         }
@@ -1791,10 +2011,115 @@ EXPORT nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t devic
     return nvmlDeviceGetCurrentClocksEventReasons(device, reasons);
 }
 
+/* ---- field values ----------------------------------------------------- */
+
+static long long now_usec(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (long long)now.tv_sec * 1000000LL + (long long)now.tv_nsec / 1000LL;
+}
+
+/* Only NVML_FI_DEV_GET_GPU_RECOVERY_ACTION is known; every other field answers NOT_SUPPORTED in its own
+ * nvmlReturn while the call succeeds, as the driver does for fields a GPU lacks. */
+EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    if (!values || valuesCount < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = health_enter(device, &v, U_RECOVERY);
+    if (r != NVML_SUCCESS)
+        return r;
+    long long stamp = now_usec();
+    for (int i = 0; i < valuesCount; i++) {
+        nvmlFieldValue_t *f = &values[i];
+        f->timestamp = stamp;
+        f->latencyUsec = 0;
+        f->value.ullVal = 0;
+        if (f->fieldId == NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) {
+            f->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+            if (v.g.has_recovery) {
+                f->nvmlReturn = NVML_SUCCESS;
+                f->value.uiVal = v.g.recovery_action;
+            } else {
+                f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; /* a driver before R565 */
+            }
+        } else {
+            f->valueType = NVML_VALUE_TYPE_DOUBLE;
+            f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- fabric ------------------------------------------------------------ */
+
+static nvmlReturn_t fabric_enter(nvmlDevice_t device, struct dev_view *v)
+{
+    nvmlReturn_t r = health_enter(device, v, U_FABRIC);
+    if (r == NVML_SUCCESS && !v->g.has_fabric)
+        r = NVML_ERROR_NOT_SUPPORTED; /* no NVSwitch fabric: a PCIe board */
+    return r;
+}
+
+EXPORT_FABRIC nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t device, nvmlGpuFabricInfo_t *gpuFabricInfo)
+{
+    if (!gpuFabricInfo)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct dev_view v;
+    nvmlReturn_t r = fabric_enter(device, &v);
+    if (r != NVML_SUCCESS)
+        return r;
+    memset(gpuFabricInfo, 0, sizeof(*gpuFabricInfo));
+    memcpy(gpuFabricInfo->clusterUuid, v.g.fabric_cluster_uuid, NVML_GPU_FABRIC_UUID_LEN);
+    gpuFabricInfo->status = v.g.fabric_status;
+    gpuFabricInfo->cliqueId = v.g.fabric_clique;
+    gpuFabricInfo->state = (nvmlGpuFabricState_t)v.g.fabric_state;
+    return NVML_SUCCESS;
+}
+
+/* Takes nvmlGpuFabricInfo_v2 or nvmlGpuFabricInfo_v3 in .version and fills that much. */
+EXPORT_FABRIC nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t device, nvmlGpuFabricInfoV_t *gpuFabricInfo)
+{
+    if (!gpuFabricInfo)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int version = gpuFabricInfo->version;
+    if (version != nvmlGpuFabricInfo_v2 && version != nvmlGpuFabricInfo_v3)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct dev_view v;
+    nvmlReturn_t r = fabric_enter(device, &v);
+    if (r != NVML_SUCCESS)
+        return r;
+    if (version == nvmlGpuFabricInfo_v2) {
+        nvmlGpuFabricInfo_v2_t *info = (nvmlGpuFabricInfo_v2_t *)gpuFabricInfo;
+        memset(info, 0, sizeof(*info));
+        info->version = version;
+        memcpy(info->clusterUuid, v.g.fabric_cluster_uuid, NVML_GPU_FABRIC_UUID_LEN);
+        info->status = v.g.fabric_status;
+        info->cliqueId = v.g.fabric_clique;
+        info->state = (nvmlGpuFabricState_t)v.g.fabric_state;
+        info->healthMask = v.g.fabric_health_mask;
+    } else {
+        nvmlGpuFabricInfo_v3_t *info = gpuFabricInfo;
+        memset(info, 0, sizeof(*info));
+        info->version = version;
+        memcpy(info->clusterUuid, v.g.fabric_cluster_uuid, NVML_GPU_FABRIC_UUID_LEN);
+        info->status = v.g.fabric_status;
+        info->cliqueId = v.g.fabric_clique;
+        info->state = (nvmlGpuFabricState_t)v.g.fabric_state;
+        info->healthMask = v.g.fabric_health_mask;
+        info->healthSummary = (unsigned char)v.g.fabric_health_summary;
+    }
+    return NVML_SUCCESS;
+}
+
 /* ---- events ----------------------------------------------------------- */
 
-#define NVML_EVENT_TYPE_XID 0x8ull
+#define NVML_EVENT_TYPE_XID 0x8ull              /* nvmlEventTypeXidCriticalError */
+#define NVML_EVENT_TYPE_RECOVERY 0x8000ull      /* nvmlEventTypeGpuRecoveryAction (R565) */
 #define MAX_SETS 16
+
+static const unsigned long long g_event_type[EV_KINDS] = {NVML_EVENT_TYPE_XID, NVML_EVENT_TYPE_RECOVERY};
 
 typedef struct nvmlEventSet_st *nvmlEventSet_t;
 
@@ -1808,9 +2133,11 @@ typedef struct {
 
 struct nvmlEventSet_st {
     int used;
-    unsigned int cursor;                /* index of the next xid line to deliver */
+    unsigned int seen[EV_KINDS];        /* lines of each kind already passed (delivered or not wanted) */
     unsigned long long types[MAX_GPUS]; /* registered event types per device */
 };
+
+_Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
 
 static struct nvmlEventSet_st g_sets[MAX_SETS];
 
@@ -1826,7 +2153,8 @@ EXPORT_HEALTH nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
         if (!g_sets[i].used) {
             memset(&g_sets[i], 0, sizeof(g_sets[i]));
             g_sets[i].used = 1;
-            g_sets[i].cursor = g_state.xid_count; /* events from now on, as a real set */
+            for (unsigned int k = 0; k < EV_KINDS; k++)
+                g_sets[i].seen[k] = g_state.kind_count[k]; /* events from now on, as a real set */
             *set = &g_sets[i];
             r = NVML_SUCCESS;
             break;
@@ -1841,6 +2169,14 @@ static int set_valid(nvmlEventSet_t set)
     return set >= &g_sets[0] && set < &g_sets[MAX_SETS] && set->used;
 }
 
+static unsigned long long supported_events(const struct gpu *g)
+{
+    unsigned long long types = 0x1ull | 0x2ull | NVML_EVENT_TYPE_XID; /* single/double bit ECC, Xid */
+    if (!(g->unsupported & U_RECOVERY))
+        types |= NVML_EVENT_TYPE_RECOVERY;
+    return types;
+}
+
 EXPORT_HEALTH nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types)
 {
     if (!types)
@@ -1849,7 +2185,7 @@ EXPORT_HEALTH nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
     nvmlReturn_t r = health_enter(device, &v, U_EVENTS);
     if (r != NVML_SUCCESS)
         return r;
-    *types = 0x1ull | 0x2ull | NVML_EVENT_TYPE_XID;
+    *types = supported_events(&v.g);
     return NVML_SUCCESS;
 }
 
@@ -1860,6 +2196,8 @@ EXPORT_HEALTH nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigne
     nvmlReturn_t r = health_enter(device, &v, U_EVENTS);
     if (r != NVML_SUCCESS)
         return r;
+    if (types & ~supported_events(&v.g))
+        return NVML_ERROR_NOT_SUPPORTED; /* "some of requested event types": none registered */
     pthread_mutex_lock(&g_lock);
     if (!set_valid(set))
         r = NVML_ERROR_INVALID_ARGUMENT;
@@ -1881,15 +2219,22 @@ EXPORT_HEALTH nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData
             system_leave();
             return NVML_ERROR_INVALID_ARGUMENT;
         }
-        if (set->cursor > g_state.xid_count)
-            set->cursor = g_state.xid_count; /* the file lost lines: deliver what comes next */
-        while (set->cursor < g_state.xid_count) {
-            struct xid_event e = g_state.xids[set->cursor++];
-            if (e.gpu < MAX_GPUS && e.gpu < g_state.gpu_count && (set->types[e.gpu] & NVML_EVENT_TYPE_XID)) {
+        unsigned int ordinal[EV_KINDS] = {0};
+        for (unsigned int k = 0; k < EV_KINDS; k++)
+            if (set->seen[k] > g_state.kind_count[k])
+                set->seen[k] = g_state.kind_count[k]; /* the file lost lines: deliver what comes next */
+        /* One walk in file order: each line not yet passed for its kind is delivered or passed over. */
+        for (unsigned int i = 0; i < g_state.event_count; i++) {
+            struct event_line e = g_state.events[i];
+            if (ordinal[e.kind]++ < set->seen[e.kind])
+                continue;
+            set->seen[e.kind]++;
+            unsigned long long type = g_event_type[e.kind];
+            if (e.gpu < MAX_GPUS && e.gpu < g_state.gpu_count && (set->types[e.gpu] & type)) {
                 memset(data, 0, sizeof(*data));
                 data->device = &g_devices[e.gpu];
-                data->eventType = NVML_EVENT_TYPE_XID;
-                data->eventData = e.code;
+                data->eventType = type;
+                data->eventData = e.data;
                 system_leave();
                 return NVML_SUCCESS;
             }

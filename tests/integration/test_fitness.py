@@ -86,11 +86,16 @@ def test_a_healthy_host_with_ecc_on_is_clean(fake_nvml: FakeNvml, kernel_log: Ke
     ("state", "words"),
     [
         ({"remap_pending": 1, "remap_corr": 2}, "GPU2 needs a reset (row remap pending)"),
-        ({"retired_pending": 1}, "GPU2 needs a reset (retired pages pending)"),
+        (
+            {"retired_pending": 1},
+            "GPU2 needs a reboot of the host"
+            " (retired pages pending: a driver reload or a reboot retires them)",
+        ),
         ({"ecc_unc_volatile": 4}, "GPU2 needs a reset (4 uncorrected ECC errors since the last reset)"),
         (
             {"remap_failure": 1, "remap_unc": 9},
-            "GPU2 needs the node drained (service the GPU) (row remapping failed)",
+            "GPU2 needs the node drained and the GPU serviced"
+            " (row remapping failed: NVIDIA's RMA policy counts it)",
         ),
         ({"health_error": "RESET_REQUIRED"}, "GPU2 needs a reset (NVML says a reset is required)"),
     ],
@@ -109,7 +114,7 @@ def test_each_blocking_state_is_not_ready_naming_gpu_cause_and_action(
     assert host["verdict"]["not_ready"] == [words]
     assert host["verdict"]["known"] is True
     health = host["gpus"][2]["health"]
-    assert health["action"] in ("reset", "drain")
+    assert health["action"] in ("reset", "drain", "reboot")
     assert health["needs_reset"] is (health["action"] == "reset")
     # The memory is at its baseline all along: only the GPU's own health blocks.
     assert all(g["memory_used_mib"] == 3 for g in host["gpus"])
@@ -127,7 +132,10 @@ def test_xid_79_and_xid_13_on_different_gpus(fake_nvml: FakeNvml, kernel_log: Ke
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1, done.stdout + done.stderr
     _says_not_ready(done.stdout, "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)")
-    assert "GPU5 Xid 13: graphics engine exception (does not block the next launch)" in done.stdout
+    assert (
+        "GPU5 Xid 13: graphics engine exception; the application that hit it must be restarted,"
+        " the GPU is fit (does not block the next launch)"
+    ) in done.stdout
     assert "GPU5  3 MiB  ✓" in done.stdout or "GPU5  3 MiB  ok" in done.stdout
     host = snapshot_host(fake_nvml)
     gpu3, gpu5 = host["gpus"][3]["health"], host["gpus"][5]["health"]
@@ -135,7 +143,9 @@ def test_xid_79_and_xid_13_on_different_gpus(fake_nvml: FakeNvml, kernel_log: Ke
     assert [(x["xid"], x["source"], x["cleared"]) for x in gpu3["xids"]] == [(79, "kernel log", None)]
     assert "fallen off the bus" in gpu3["xids"][0]["detail"]
     assert gpu5["action"] == "none"
-    assert gpu5["notes"] == ["Xid 13: graphics engine exception"]
+    assert gpu5["notes"] == [
+        "Xid 13: graphics engine exception; the application that hit it must be restarted, the GPU is fit"
+    ]
     assert [x["xid"] for x in gpu5["xids"]] == [13]
     assert all(not host["gpus"][i]["health"]["xids"] for i in (0, 1, 2, 4, 6, 7))
     assert host["verdict"]["not_ready"] == [
@@ -196,11 +206,18 @@ def test_an_xid_stops_counting_after_a_driver_reload_or_a_recovery(
         (95, "GPU reset since"),
         (154, None),
     ]
-    # A later Xid counts again.
+    # A contained error is advice; a later uncontained one counts again, and says it came back after a reset.
     kernel_log.xid("0000:18:00", 94, "Contained: SM (0x1). RST: No", at_s=50.0)
     done = run_cli("check", fake_nvml)
+    assert done.returncode == 0, done.stdout
+    assert "GPU1 Xid 94: contained memory error; reset when convenient" in done.stdout
+    kernel_log.xid("0000:18:00", 95, "Uncontained: FBHUB. RST: Yes", at_s=60.0)
+    done = run_cli("check", fake_nvml)
     assert done.returncode == 1
-    _says_not_ready(done.stdout, "GPU1 needs a reset (Xid 94: contained ECC error (a reset remaps the row))")
+    _says_not_ready(
+        done.stdout,
+        "GPU1 needs a reset (Xid 95: uncontained memory error; recurred after a reset: investigate)",
+    )
 
 
 def test_xid_154_names_its_own_action(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
@@ -209,7 +226,9 @@ def test_xid_154_names_its_own_action(fake_nvml: FakeNvml, kernel_log: KernelLog
     )
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1
-    _says_not_ready(done.stdout, "GPU7 needs a reboot of the host (Xid 154: GPU recovery action changed)")
+    _says_not_ready(
+        done.stdout, "GPU7 needs a reboot of the host (Xid 154: GPU recovery action changed to Node Reboot)"
+    )
 
 
 def test_live_xid_events_from_nvml_and_the_health_cadence(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
@@ -285,7 +304,7 @@ def test_hardware_clock_events_and_persistence_off_are_shown_not_blocking(
     assert host["gpus"][4]["health"]["ecc_uncorrected_volatile"] is None
 
 
-def test_the_collector_reads_health_and_xids_on_python38(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
+def test_the_collector_reads_fitness_and_xids_on_python38(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
     kernel_log.xid("0000:17:00", 79, "GPU has fallen off the bus.")
     fake_nvml.state.gpus[1].retired_pending = 1
     fake_nvml.write()

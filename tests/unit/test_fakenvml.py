@@ -3,6 +3,7 @@ ctypes) in subprocesses, the way a GPU tool would load it."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakenvml import FakeGpu, FakeNvmlState, build
+from tests.fakenvml import SOURCE, FakeGpu, FakeNvmlState, build
 from tests.fakenvml.plugin import FakeNvml
 
 MIB = 1024 * 1024
@@ -539,6 +540,9 @@ def test_exported_symbols(fake_nvml_lib: Path) -> None:
         "nvmlDeviceGetTemperatureV",
         "nvmlDeviceGetPciInfo_v3",
         "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetGpuFabricInfo",
+        "nvmlDeviceGetGpuFabricInfoV",
     ):
         assert required in symbols
     # nvitop picks its process struct layout from the presence of these.
@@ -573,6 +577,10 @@ def test_older_driver_builds_lack_exactly_their_symbols(
         "nvmlDeviceGetPowerUsage",
         "nvmlDeviceGetEnforcedPowerLimit",
     }
+    assert full - _exported(fake_nvml_older("fabric")) == {
+        "nvmlDeviceGetGpuFabricInfo",
+        "nvmlDeviceGetGpuFabricInfoV",
+    }
 
 
 def test_a_name_can_hold_any_bytes(fake_nvml: FakeNvml) -> None:
@@ -603,3 +611,245 @@ def test_state_rejects_unrenderable_values(tmp_path: Path) -> None:
         state.write(tmp_path / "s")
     assert not (tmp_path / "s").exists()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_recovery_action_field_value(fake_nvml: FakeNvml) -> None:
+    gpus = fake_nvml.state.gpus
+    gpus[1].recovery_action = 4  # NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
+    gpus[2].recovery_action = 1
+    gpus[2].unsupported = "recovery"
+    gpus[3].recovery_action = 1
+    gpus[3].error = "GPU_IS_LOST"
+    gpus[4].recovery_action = 2
+    gpus[4].health_error = "RESET_REQUIRED"
+    gpus[5].recovery_action = 0
+    gpus[5].hang_ms = 300
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        pynvml.nvmlInit()
+        hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
+        FI = pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+        def read(h):
+            vals = pynvml.nvmlDeviceGetFieldValues(h, [FI, (FI, 3), pynvml.NVML_FI_DEV_ECC_CURRENT])
+            return [[v.fieldId, v.scopeId, v.nvmlReturn, v.valueType, v.value.uiVal, v.timestamp]
+                    for v in vals]
+        res = {"fi": FI, "now": time.time() * 1e6, "one": read(hs[1]), "absent": read(hs[0])}
+        t = time.monotonic()
+        res["hung"] = read(hs[5])
+        res["hang_s"] = time.monotonic() - t
+        res["unsupported"] = err_name(read, hs[2])
+        res["lost"] = err_name(read, hs[3])
+        res["health_error"] = err_name(read, hs[4])
+        lib = pynvml.nvmlLib
+        res["null"] = lib.nvmlDeviceGetFieldValues(hs[1], 1, None)
+        res["negative"] = lib.nvmlDeviceGetFieldValues(hs[1], -1, ctypes.byref(pynvml.c_nvmlFieldValue_t()))
+        out(res)
+        """,
+    )
+    assert got["fi"] == 230
+    one = got["one"]
+    # NVML_SUCCESS, NVML_VALUE_TYPE_UNSIGNED_INT, the action; the scope id is kept.
+    assert [v[:5] for v in one[:2]] == [[230, 0, 0, 1, 4], [230, 3, 0, 1, 4]]
+    assert one[2][:3] == [1, 0, 3]  # any other field (here ECC_CURRENT): NOT_SUPPORTED in its value
+    for value in one:
+        assert abs(value[5] - got["now"]) < 60e6  # microseconds since 1970
+    # No recovery_action: the call succeeds, the value says NOT_SUPPORTED (a driver before R565).
+    assert [v[2] for v in got["absent"]] == [3, 3, 3]
+    assert got["hung"][0][2:5] == [0, 1, 0]
+    assert got["hang_s"] >= 0.28
+    assert got["unsupported"] == "NVMLError_NotSupported"
+    assert got["lost"] == "NVMLError_GpuIsLost"
+    assert got["health_error"] == "NVMLError_ResetRequired"
+    assert got["null"] == got["negative"] == 2  # NVML_ERROR_INVALID_ARGUMENT
+
+
+CLUSTER = "5f1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+
+
+def test_gpu_fabric_info(fake_nvml: FakeNvml) -> None:
+    gpus = fake_nvml.state.gpus
+    gpus[0].fabric_state = 3  # NVML_GPU_FABRIC_STATE_COMPLETED
+    gpus[0].fabric_clique = 32766
+    gpus[0].fabric_cluster_uuid = CLUSTER
+    gpus[0].fabric_health_mask = 0x1 | (0x2 << 2) | (0x1 << 8)  # degraded BW, no route recovery
+    gpus[0].fabric_health_summary = 3  # LIMITED_CAPACITY
+    gpus[2].fabric_state = "IN_PROGRESS"
+    gpus[2].fabric_status = "NOT_READY"
+    gpus[3].fabric_state = 3
+    gpus[3].unsupported = "fabric"
+    gpus[4].fabric_state = 3
+    gpus[4].error = "GPU_IS_LOST"
+    gpus[5].fabric_state = 0  # the call answers, the state says NOT_SUPPORTED
+    fake_nvml.write()
+    got = run_py(
+        fake_nvml,
+        """
+        pynvml.nvmlInit()
+        hs = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(8)]
+        def v1(h):
+            info = pynvml.c_nvmlGpuFabricInfo_t()
+            pynvml.nvmlDeviceGetGpuFabricInfo(h, ctypes.byref(info))
+            return [bytes(info.clusterUuid).hex(), info.status, info.cliqueId, info.state]
+        def v2(h):
+            info = pynvml.c_nvmlGpuFabricInfoV_t()
+            pynvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+            return [info.version, bytes(info.clusterUuid).hex(), info.status, info.cliqueId, info.state,
+                    info.healthMask]
+        def v3(h):
+            info = pynvml.c_nvmlGpuFabricInfo_v3_t()
+            pynvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+            return [info.version, bytes(info.clusterUuid).hex(), info.status, info.cliqueId, info.state,
+                    info.healthMask, info.healthSummary]
+        res = {}
+        for i in (0, 1, 2, 3, 4, 5):
+            res[i] = [err_name(fn, hs[i]) or fn(hs[i]) for fn in (v1, v2, v3)]
+        bad = pynvml.c_nvmlGpuFabricInfo_v2_t()
+        bad.version = 0x01000024
+        res["bad_version"] = pynvml.nvmlLib.nvmlDeviceGetGpuFabricInfoV(hs[0], ctypes.byref(bad))
+        res["null"] = pynvml.nvmlLib.nvmlDeviceGetGpuFabricInfoV(hs[0], None)
+        res["versions"] = [pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3]
+        out(res)
+        """,
+    )
+    uuid = CLUSTER.replace("-", "")
+    mask = 0x1 | (0x2 << 2) | (0x1 << 8)
+    assert got["0"] == [
+        [uuid, 0, 32766, 3],
+        [0x02000024, uuid, 0, 32766, 3, mask],
+        [0x03000028, uuid, 0, 32766, 3, mask, 3],
+    ]
+    # No fabric_state: a GPU without an NVSwitch fabric.
+    assert got["1"] == ["NVMLError_NotSupported"] * 3
+    assert got["2"] == [
+        ["00" * 16, 27, 0, 2],  # NVML_ERROR_NOT_READY, NVML_GPU_FABRIC_STATE_IN_PROGRESS
+        [0x02000024, "00" * 16, 27, 0, 2, 0],
+        [0x03000028, "00" * 16, 27, 0, 2, 0, 0],
+    ]
+    assert got["3"] == ["NVMLError_NotSupported"] * 3
+    assert got["4"] == ["NVMLError_GpuIsLost"] * 3
+    assert got["5"][0] == ["00" * 16, 0, 0, 0]
+    assert got["bad_version"] == 25  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    assert got["null"] == 2
+    assert got["versions"] == [0x02000024, 0x03000028]
+
+
+def test_recovery_events_share_the_event_sequence_with_xids(fake_nvml: FakeNvml) -> None:
+    fake_nvml.state.xids.append((0, 13))  # present before the sets: never delivered
+    fake_nvml.state.recoveries.append((0, 1))
+    fake_nvml.state.gpus[2].unsupported = "recovery"
+    fake_nvml.write()
+    script = PRELUDE + textwrap.dedent(
+        """
+        P = pynvml
+        P.nvmlInit()
+        h0, h1, h2 = (P.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+        XID, REC = P.nvmlEventTypeXidCriticalError, P.nvmlEventTypeGpuRecoveryAction
+        both = P.nvmlEventSetCreate()
+        P.nvmlDeviceRegisterEvents(h0, XID | REC, both)
+        P.nvmlDeviceRegisterEvents(h1, REC, both)
+        xid_only = P.nvmlEventSetCreate()
+        P.nvmlDeviceRegisterEvents(h0, XID, xid_only)
+        P.nvmlDeviceRegisterEvents(h1, XID, xid_only)
+        out({
+            "types": [REC, P.nvmlDeviceGetSupportedEventTypes(h0), P.nvmlDeviceGetSupportedEventTypes(h2)],
+            "refused": err_name(P.nvmlDeviceRegisterEvents, h2, XID | REC, xid_only),
+        })
+        def drain(s):
+            got = []
+            while True:
+                try:
+                    d = P.nvmlEventSetWait_v2(s, 0)
+                except P.NVMLError_Timeout:
+                    return got
+                got.append([P.nvmlDeviceGetIndex(d.device), d.eventType, d.eventData])
+        for _ in sys.stdin:
+            out({"both": drain(both), "xid_only": drain(xid_only)})
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=fake_nvml.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+
+    def ask():
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        return json.loads(proc.stdout.readline())
+
+    xid, rec = 0x8, 0x8000
+    try:
+        first = json.loads(proc.stdout.readline())
+        assert first["types"][0] == rec
+        assert first["types"][1] == 0x1 | 0x2 | xid | rec
+        assert first["types"][2] == 0x1 | 0x2 | xid  # unsupported=recovery: as a driver before R565
+        assert first["refused"] == "NVMLError_NotSupported"
+        assert ask() == {"both": [], "xid_only": []}
+        state = fake_nvml.state
+        state.recoveries += [(0, 4), (1, 2), (3, 1)]  # GPU 3: registered by no set
+        state.xids.append((1, 79))  # GPU 1: "both" registered only recovery actions there
+        fake_nvml.write()
+        assert ask() == {"both": [[0, rec, 4], [1, rec, 2]], "xid_only": [[1, xid, 79]]}
+        state.recoveries.append((0, 5))
+        state.xids.append((0, 48))
+        state.recoveries.append((2, 1))  # GPU 2 cannot register them
+        fake_nvml.write()
+        assert ask() == {"both": [[0, xid, 48], [0, rec, 5]], "xid_only": [[0, xid, 48]]}
+        assert ask() == {"both": [], "xid_only": []}  # once each
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert proc.returncode == 0
+    assert "xid 1 79\nxid 0 48\nrecovery 0 1\nrecovery 0 4" in fake_nvml.state_path.read_text()
+
+
+# (fake's typedef in fakenvml.c, pynvml's ctypes Structure)
+LAYOUTS = [
+    ("nvmlFieldValue_t", "c_nvmlFieldValue_t"),
+    ("nvmlValue_t", "c_nvmlValue_t"),
+    ("nvmlGpuFabricInfo_t", "c_nvmlGpuFabricInfo_t"),
+    ("nvmlGpuFabricInfo_v2_t", "c_nvmlGpuFabricInfo_v2_t"),
+    ("nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v3_t"),
+    ("nvmlGpuFabricInfoV_t", "c_nvmlGpuFabricInfo_v3_t"),
+    ("nvmlEventData_t", "c_nvmlEventData_t"),
+    ("nvmlMemory_v2_t", "c_nvmlMemory_v2_t"),
+]
+
+
+def test_struct_layouts_match_pynvml(tmp_path: Path) -> None:
+    """sizeof and every field's offset of the fake's structs (compiled from fakenvml.c itself) equal those of
+    pynvml's ctypes Structures, and its version macros equal pynvml's constants."""
+    import pynvml
+
+    lines = []
+    for c_name, py_name in LAYOUTS:
+        fields = [name for name, *_ in getattr(pynvml, py_name)._fields_]
+        offsets = " ".join(f'printf(" %zu", offsetof({c_name}, {f}));' for f in fields)
+        lines.append(f'printf("%zu", sizeof({c_name})); {offsets} printf("\\n");')
+    lines.append('printf("%u %u %u\\n", nvmlGpuFabricInfo_v2, nvmlGpuFabricInfo_v3, nvmlMemory_v2);')
+    probe = tmp_path / "probe.c"
+    probe.write_text(
+        f'#include "{SOURCE}"\n#include <stddef.h>\nint main(void)\n{{\n'
+        + "\n".join(lines)
+        + "\nreturn 0;\n}\n"
+    )
+    cc = os.environ.get("CC") or "cc"
+    subprocess.run([cc, "-o", str(tmp_path / "probe"), str(probe), "-lpthread"], check=True)
+    printed = subprocess.run([str(tmp_path / "probe")], capture_output=True, text=True, check=True).stdout
+    rows = printed.splitlines()
+    for (c_name, py_name), row in zip(LAYOUTS, rows, strict=False):
+        cls = getattr(pynvml, py_name)
+        want = [ctypes.sizeof(cls)] + [getattr(cls, name).offset for name, *_ in cls._fields_]
+        assert [int(x) for x in row.split()] == want, (c_name, py_name)
+    assert [int(x) for x in rows[-1].split()] == [
+        pynvml.nvmlGpuFabricInfo_v2,
+        pynvml.nvmlGpuFabricInfo_v3,
+        pynvml.nvmlMemory_v2,
+    ]
+    assert len(rows) == len(LAYOUTS) + 1

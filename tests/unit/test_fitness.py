@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from gputui.agent.gpu import xid as xidmod
-from gputui.agent.gpu.xid import KernelLog, pci_key
+from gputui.agent.gpu.xid import KernelLog
+from gputui.agent.pci import pci_key
 from gputui.core.model import CANNOT_TELL, Gpu, GpuFitness, HostSnapshot, XidEvent, replace
 from gputui.core.verdict import (
     ACTION_DRAIN,
     ACTION_NONE,
     ACTION_REBOOT,
     ACTION_RESET,
-    XID_TABLE,
     Baselines,
     analyze,
     assess,
@@ -129,15 +129,6 @@ def test_a_restricted_kernel_log_says_why(tmp_path: Path, monkeypatch: pytest.Mo
     )
 
 
-def test_the_table_covers_the_issue_s_xids() -> None:
-    assert XID_TABLE[79][1] == ACTION_REBOOT
-    for code in (48, 94, 95, 119, 120):
-        assert XID_TABLE[code][1] == ACTION_RESET
-    for code in (13, 31, 43, 45):
-        assert XID_TABLE[code][1] == ACTION_NONE
-    assert XID_TABLE[64][1] == ACTION_DRAIN
-
-
 def test_assess_orders_causes_by_severity_and_ignores_cleared_xids() -> None:
     health = GpuFitness(
         remap_pending=True,
@@ -150,14 +141,20 @@ def test_assess_orders_causes_by_severity_and_ignores_cleared_xids() -> None:
     )
     judged = assess(health)
     assert judged.action == ACTION_DRAIN
-    assert judged.causes == ("row remapping failed", "row remap pending")
+    assert judged.causes == (
+        "row remapping failed: NVIDIA's RMA policy counts it",
+        "row remap pending",
+        "unclassified Xid 4242 since boot; see NVIDIA's Xid Catalog (https://docs.nvidia.com/deploy/xid-errors/)",
+    )
     assert judged.notes == (
-        "Xid 13: graphics engine exception",
-        "Xid 4242: not in gputui's table: see NVIDIA's Xid catalogue",
+        "Xid 13: graphics engine exception; the application that hit it must be restarted, the GPU is fit",
     )
     assert not judged.needs_reset
     assert assess(None).action == ACTION_NONE
-    assert needs_reset(Gpu(index=0, fitness=GpuFitness(retired_pages_pending=True)))
+    assert needs_reset(Gpu(index=0, fitness=GpuFitness(remap_pending=True)))
+    assert not needs_reset(
+        Gpu(index=0, fitness=GpuFitness(retired_pages_pending=True))
+    )  # a reload or a reboot
     assert not needs_reset(Gpu(index=0))
 
 

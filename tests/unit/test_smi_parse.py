@@ -118,7 +118,12 @@ def test_a_lost_gpu_is_an_error_row_at_its_place_in_bus_order() -> None:
     text = "\n".join([LOST_3B, _line(0, 0x17), _line(1, 0x2A), _line(3, 0x5D)])
     gpus = parse_smi_gpu_output(text)
     assert [g["index"] for g in gpus] == [0, 1, 2, 3]
-    assert gpus[2] == {"index": 2, "pci_bus_id": "00000000:3B:00.0", "error": "GPU is lost"}
+    assert gpus[2] == {
+        "index": 2,
+        "pci_bus_id": "00000000:3B:00.0",
+        "error": "GPU is lost",
+        "unreachable": "lost",  # a fact with an action: a reboot
+    }
     assert all("error" not in g for i, g in enumerate(gpus) if i != 2)
     # nvidia-smi renumbers what it can read (0, 1, 2): the lost GPU then takes the first free index.
     renumbered = parse_smi_gpu_output("\n".join([_line(0, 0x17), _line(1, 0x2A), _line(2, 0x5D), LOST_3B]))
@@ -407,7 +412,9 @@ def test_a_gpu_lost_from_the_start_is_an_error_row(tmp_path: Path) -> None:
 
     verdict = analyze(snapshot, Baselines()).verdict
     assert verdict is not None
-    assert (verdict.clean, verdict.known) == (False, False)
+    # A lost GPU is a known fact with its action, not "cannot tell".
+    assert (verdict.clean, verdict.known) == (False, True)
+    assert verdict.not_ready == ("GPU2 needs a reboot of the host (the driver says it is lost)",)
 
 
 def test_nvidia_smi_that_exits_15_keeps_the_gpus_it_printed(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 
 from gputui.agent.gpu.nvmlapi import nvml_function_missing, nvml_is_lost, pynvml
-from gputui.agent.gpu.xid import KernelLog, pci_key, pci_text
+from gputui.agent.gpu.xid import KernelLog
+from gputui.agent.pci import pci_key, pci_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,6 +32,18 @@ MAX_EVENTS_PER_WAIT = 256
 NVML_ERROR_RESET_REQUIRED = 16
 XID_EVENT_TYPE = 0x8
 """nvmlEventTypeXidCriticalError."""
+RECOVERY_EVENT_TYPE = 0x8000
+"""nvmlEventTypeGpuRecoveryAction (R565 and later): the driver's recovery action changed; its data is the new
+action."""
+FIELD_RECOVERY_ACTION = 230
+"""NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, read through ``nvmlDeviceGetFieldValues`` (R565 and later)."""
+FABRIC_STATE_NOT_SUPPORTED = 0
+FABRIC_STATE_COMPLETED = 3
+"""NVML_GPU_FABRIC_STATE_*: a GPU without an NVLink fabric says NOT_SUPPORTED; COMPLETED once registered."""
+FABRIC_MANAGER_NAME = "nv-fabricmanager"
+"""The fabric manager's process name (``/proc/PID/comm``), looked for when a registration is not complete."""
+_FIELD_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
+"""``nvmlValue_t``'s member for each ``NVML_VALUE_TYPE_*`` (0 to 6)."""
 SAME_EVENT_S = 5.0
 """An NVML event and a kernel-log line with the same Xid this close in time are one event."""
 SOURCE_NVML = "NVML event"
@@ -68,7 +81,9 @@ def read_gpu_fitness(handle: Any) -> dict[str, Any]:
     aggregate = query(lambda: nv.nvmlDeviceGetTotalEccErrors(handle, 1, 1)) if ecc_on is not False else None
     reasons = query(lambda: _clock_event_reasons(handle))
     persistence = query(lambda: nv.nvmlDeviceGetPersistenceMode(handle))
-    return {
+    recovery = query(lambda: _recovery_action(handle))
+    fabric = query(lambda: _fabric_info(handle))
+    out = {
         "remapped_rows_correctable": None if rows is None else int(rows[0]),
         "remapped_rows_uncorrectable": None if rows is None else int(rows[1]),
         "remap_pending": None if rows is None else bool(rows[2]),
@@ -80,7 +95,82 @@ def read_gpu_fitness(handle: Any) -> dict[str, Any]:
         "clock_event_reasons": None if reasons is None else int(reasons),
         "persistence_mode": None if persistence is None else bool(persistence),
         "reset_required": reset_required,
+        "recovery_action": recovery,
+        "read_time": time.time(),
     }
+    if fabric is not None:
+        out.update(fabric)
+    return out
+
+
+def _recovery_action(handle: Any) -> int | None:
+    """The driver's recovery action for this GPU (field 230); None where the driver has no such field."""
+    (value,) = pynvml.nvmlDeviceGetFieldValues(handle, [FIELD_RECOVERY_ACTION])
+    if int(value.nvmlReturn) != 0:
+        return None
+    kind = int(value.valueType)
+    if not 0 < kind < len(_FIELD_VALUE_MEMBERS):
+        return None
+    number = getattr(value.value, _FIELD_VALUE_MEMBERS[kind])
+    return int(number) if int(number) >= 0 else None
+
+
+def _fabric_info(handle: Any) -> dict[str, Any] | None:
+    """The GPU's NVLink fabric registration (state, status, health bits); None on a GPU without a fabric.
+
+    The versioned call first (v3, then v2: a driver refuses a version it does not know), then the first form.
+    """
+    import ctypes
+
+    nv = pynvml
+    info: Any = None
+    for name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"):
+        struct = getattr(nv, name, None)
+        if struct is None or not hasattr(nv, "nvmlDeviceGetGpuFabricInfoV"):
+            continue
+        try:
+            candidate = struct()
+            nv.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(candidate))  # the bindings pass it as given
+        except Exception as exc:
+            if nvml_function_missing(exc):
+                break
+            if _code(exc) == getattr(nv, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25):
+                continue
+            raise
+        info = candidate
+        break
+    if info is None:
+        info = nv.c_nvmlGpuFabricInfo_t()
+        nv.nvmlDeviceGetGpuFabricInfo(handle, ctypes.byref(info))
+    state = int(info.state) & 0xFF  # an unsigned char in nvml.h; the bindings declare a wider field
+    if state == FABRIC_STATE_NOT_SUPPORTED:
+        return None
+    out: dict[str, Any] = {
+        "fabric_state": state,
+        "fabric_status": int(info.status),
+        "fabric_health_mask": int(info.healthMask) if hasattr(info, "healthMask") else None,
+    }
+    if state != FABRIC_STATE_COMPLETED or int(info.status) != 0:
+        out["fabric_manager"] = "running" if _process_named(FABRIC_MANAGER_NAME) else "not running"
+    return out
+
+
+def _process_named(name: str) -> bool:
+    """Whether a process of this name runs on the host (read from ``/proc/*/comm``; never raises)."""
+    import os
+
+    try:
+        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as comm:
+                if comm.read(64).strip() == name.encode():
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def _clock_event_reasons(handle: Any) -> int:
@@ -124,11 +214,14 @@ class XidEvents:
         if self._set is None or index in self._tried:
             return
         self._tried.add(index)
-        try:
-            pynvml.nvmlDeviceRegisterEvents(handle, XID_EVENT_TYPE, self._set)
-        except Exception as exc:
-            if nvml_is_lost(exc):
-                raise
+        for types in (XID_EVENT_TYPE | RECOVERY_EVENT_TYPE, XID_EVENT_TYPE):
+            try:
+                pynvml.nvmlDeviceRegisterEvents(handle, types, self._set)
+                break
+            except Exception as exc:
+                if nvml_is_lost(exc):
+                    raise
+        else:
             return
         self._index_of[ctypes.cast(handle, ctypes.c_void_p).value] = index
 
@@ -137,11 +230,12 @@ class XidEvents:
         """How many GPUs deliver Xid events to this set."""
         return len(self._index_of)
 
-    def take(self) -> list[tuple[int, int]]:
-        """(GPU index, Xid) of every event since the last call; never waits."""
+    def take(self) -> list[tuple[int, int, int]]:
+        """(GPU index, event type, data) of every Xid (``XID_EVENT_TYPE``: data is the Xid) and
+        recovery-action event (``RECOVERY_EVENT_TYPE``) since the last call; never waits."""
         import ctypes
 
-        out: list[tuple[int, int]] = []
+        out: list[tuple[int, int, int]] = []
         if self._set is None or not self._index_of:
             return out
         for _ in range(MAX_EVENTS_PER_WAIT):
@@ -150,8 +244,13 @@ class XidEvents:
             except Exception:
                 break  # TIMEOUT: nothing more now (any other failure: try again next round)
             index = self._index_of.get(ctypes.cast(data.device, ctypes.c_void_p).value)
-            if index is not None and int(data.eventType) & XID_EVENT_TYPE:
-                out.append((index, int(data.eventData)))
+            if index is None:
+                continue
+            kind = int(data.eventType)
+            if kind & XID_EVENT_TYPE:
+                out.append((index, XID_EVENT_TYPE, int(data.eventData)))
+            elif kind & RECOVERY_EVENT_TYPE:
+                out.append((index, RECOVERY_EVENT_TYPE, int(data.eventData)))
         return out
 
     def close(self) -> None:
@@ -179,6 +278,8 @@ class FitnessMonitor:
         self._live: list[dict[str, Any]] = []
         """Xids from NVML events: {"pci", "index", "xid", "time"}."""
         self._resets: dict[tuple[int, int, int], float] = {}
+        self._pci_of: dict[Any, tuple[int, int, int] | None] = {}
+        self._pci_by_uuid: dict[str, tuple[int, int, int] | None] = {}
         self._figures: dict[int, dict[str, Any]] = {}
         self._xids: dict[int, list[dict[str, Any]]] = {}
         self._unmatched: list[dict[str, Any]] = []
@@ -187,26 +288,41 @@ class FitnessMonitor:
         """Read fitness with the next sample (after a kill)."""
         self._requested = True
 
-    def note_reset(self, pci_bus_id: str, when: float | None = None) -> None:
-        """A reset gputui performed on this GPU: its earlier Xids stop counting."""
-        key = pci_key(pci_bus_id)
-        if key is not None:
-            self._resets[key] = time.time() if when is None else when
-            self._requested = True
+    def note_reset(self, uuid: str, when: float | None = None) -> bool:
+        """A reset gputui performed and verified on this GPU (by UUID, as the reset plan names it): its
+        earlier Xids stop counting, and its fitness is read again with the next sample. False for a GPU this
+        monitor has not read."""
+        key = self._pci_by_uuid.get(uuid)
+        if key is None:
+            return False
+        self._resets[key] = time.time() if when is None else when
+        self._requested = True
+        return True
 
     def due(self, forced: bool) -> bool:
         """Whether this sample reads fitness (a forced sample always does)."""
         return forced or self._requested or time.monotonic() - self._last_mono >= self.interval_s
 
-    def update(self, gpus: list[dict[str, Any]], live: list[tuple[int, int]]) -> None:
-        """Take this sample's fitness figures (``gpu["health"]`` from the backend, popped) and Xid events."""
+    def add_events(self, events: list[tuple[int, int, int]]) -> None:
+        """The driver's events since the last call (``XidEvents.take``): each Xid joins the history, and any
+        event (an Xid, a changed recovery action) has the fitness read with this sample."""
+        if not events:
+            return
+        now = time.time()
+        for index, kind, data in events:
+            if kind == XID_EVENT_TYPE:
+                self._live.append({"pci": self._pci_of.get(index), "index": index, "xid": data, "time": now})
+        del self._live[: max(0, len(self._live) - MAX_XIDS_PER_GPU * 8)]
+        self._requested = True
+
+    def update(self, gpus: list[dict[str, Any]]) -> None:
+        """Take this sample's fitness figures (``gpu["health"]`` from the backend, popped)."""
         self._last_mono = time.monotonic()
         self._requested = False
-        now = time.time()
-        pci_of = {gpu.get("index"): pci_key(gpu.get("pci_bus_id")) for gpu in gpus}
-        for index, xid in live:
-            self._live.append({"pci": pci_of.get(index), "index": index, "xid": xid, "time": now})
-        del self._live[: max(0, len(self._live) - MAX_XIDS_PER_GPU * 8)]
+        self._pci_of = {gpu.get("index"): pci_key(gpu.get("pci_bus_id")) for gpu in gpus}
+        self._pci_by_uuid.update(
+            (gpu["uuid"], self._pci_of[gpu.get("index")]) for gpu in gpus if gpu.get("uuid")
+        )
         for gpu in gpus:
             figures = gpu.pop("health", None)
             if isinstance(figures, dict):

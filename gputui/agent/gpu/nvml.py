@@ -21,11 +21,12 @@ from gputui.agent.gpu.nvmlapi import (
     nvml_pci_bus_id,
     nvml_processes_v1,
     nvml_text,
+    nvml_unreachable,
     pynvml_call,
 )
 from gputui.agent.gpu.process_util import read_process_util
 from gputui.agent.proc.figures import PROCESS_UTIL_KEY
-from gputui.agent.protocol import MODE_NVML
+from gputui.agent.protocol import GPU_TIMEOUTS_IN_ROW, GPU_UNREACHABLE, MODE_NVML, UNREACHABLE_TIMED_OUT
 from gputui.agent.wire import MIB
 
 TYPE_CHECKING = False
@@ -70,12 +71,13 @@ class NvmlBackend:
         self._base: list[dict[str, Any] | None] = []
         self._telemetry: list[dict[str, Any] | None] = []
         self._telemetry_mono = -1e18
+        self._timeouts_in_row: list[int] = []
         self.process_util_interval_s = PROCESS_UTIL_INTERVAL_S
         self._util_mono: list[float] = []
         self._util_since_us: list[int] = []
         self._initialized = False
         self._last_init_try = -1e18
-        self.reads_health = True
+        self.reads_fitness = True
         """``poll`` takes ``want_fitness`` (``fitness.read_gpu_fitness`` in each device job)."""
         self._xid_events: Any = None
         # Every versioned call, newest version first (drivers before R510 lack the _v3 process lists and v2
@@ -165,6 +167,7 @@ class NvmlBackend:
         self._telemetry_mono = -1e18
         self._util_mono = [-1e18] * len(handles)
         self._util_since_us = [0] * len(handles)
+        self._timeouts_in_row = [0] * len(handles)
         self._initialized = True
 
     def _device_job(
@@ -321,10 +324,18 @@ class NvmlBackend:
                 gpu: dict[str, Any] = {"index": index}
                 gpu.update(self._static[index] or {})
                 gpu["error"] = nvml_error_text(exc)
+                unreachable = nvml_unreachable(exc)
+                if unreachable is not None:
+                    gpu[GPU_UNREACHABLE] = unreachable
+                timed_out = unreachable == UNREACHABLE_TIMED_OUT
+                self._timeouts_in_row[index] = self._timeouts_in_row[index] + 1 if timed_out else 0
+                if timed_out:
+                    gpu[GPU_TIMEOUTS_IN_ROW] = self._timeouts_in_row[index]
                 if want_processes:
                     gpu["processes"] = []
                 gpus.append(gpu)
                 continue
+            self._timeouts_in_row[index] = 0
             base = self._base[index]
             static_new = None
             if "static" in out or "telemetry" in out or base is None:
@@ -398,9 +409,9 @@ class NvmlBackend:
             out.setdefault(index, CallTimeout())
         return out
 
-    def take_xid_events(self) -> list[tuple[int, int]]:
-        """(GPU index, Xid) of the critical Xid events NVML delivered since the last call (bounded; never
-        waits for one)."""
+    def take_events(self) -> list[tuple[int, int, int]]:
+        """The Xid and recovery-action events NVML delivered since the last call (``XidEvents.take``;
+        bounded, never waits for one)."""
         events = self._xid_events
         if not self._initialized or events is None:
             return []

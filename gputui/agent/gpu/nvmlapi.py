@@ -72,6 +72,24 @@ def nvml_is_lost(exc: BaseException) -> bool:
     return _nvml_code(exc) == getattr(pynvml, "NVML_ERROR_GPU_IS_LOST", -1)
 
 
+def nvml_unreachable(exc: BaseException) -> str | None:
+    """What a GPU's failed read says as a fact (``protocol.UNREACHABLE_STATES``): lost, RESET_REQUIRED, timed
+    out; None for any other failure."""
+    from gputui.agent.protocol import UNREACHABLE_LOST, UNREACHABLE_RESET_REQUIRED, UNREACHABLE_TIMED_OUT
+
+    if isinstance(exc, CallTimeout):
+        return UNREACHABLE_TIMED_OUT
+    code = _nvml_code(exc)
+    if code is None:
+        return None
+    known = {
+        getattr(pynvml, "NVML_ERROR_GPU_IS_LOST", 15): UNREACHABLE_LOST,
+        getattr(pynvml, "NVML_ERROR_RESET_REQUIRED", 16): UNREACHABLE_RESET_REQUIRED,
+        getattr(pynvml, "NVML_ERROR_TIMEOUT", 10): UNREACHABLE_TIMED_OUT,
+    }
+    return known.get(code)
+
+
 def nvml_library_missing(exc: BaseException) -> bool:
     """Whether an NVML failure says the library itself (libnvidia-ml.so.1) cannot be loaded on this host."""
     return _nvml_code(exc) == getattr(pynvml, "NVML_ERROR_LIBRARY_NOT_FOUND", -1)

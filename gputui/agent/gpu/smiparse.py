@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from gputui.agent.protocol import GPU_UNREACHABLE, UNREACHABLE_LOST
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -22,7 +24,10 @@ SMI_QUERY_GPU = (
 SMI_QUERY_APPS = "gpu_uuid,pid,used_memory"
 SMI_MISSING = ("N/A", "ERR!", "")
 SMI_GPU_FIELDS = 10
-SMI_BAD_MEMORY = ("[Unknown Error]", "ERR!", "[GPU is lost]")
+SMI_LOST = "[GPU is lost]"
+SMI_LOST_REASON = "GPU is lost"
+"""How nvidia-smi says the driver lost a GPU: in a figure, and as the reason it could not open one."""
+SMI_BAD_MEMORY = ("[Unknown Error]", "ERR!", SMI_LOST)
 _PCI_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
 _HANDLE_ERROR = re.compile(
     r"device handle for GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*:?\s*(.*)"
@@ -142,6 +147,8 @@ def parse_smi_gpu_line(line: str) -> dict[str, Any] | None:
         raw = fields[4].strip()
         if raw in SMI_BAD_MEMORY or raw == "":
             gpu["error"] = "nvidia-smi: memory.used is %s" % (raw or "empty")
+            if raw == SMI_LOST:
+                gpu[GPU_UNREACHABLE] = UNREACHABLE_LOST
         else:
             gpu["error"] = f"nvidia-smi: memory.used not available ({raw[:40]})"
     return gpu
@@ -163,7 +170,7 @@ def parse_smi_handle_error(line: str) -> tuple[str, str] | None:
         return None
     reason = match.group(2).strip().rstrip(".") or "unreachable"
     if "is lost" in reason:
-        reason = "GPU is lost"
+        reason = SMI_LOST_REASON
     return pci_key(match.group(1)), reason
 
 
@@ -186,7 +193,10 @@ def with_lost_gpus(gpus: list[dict[str, Any]], lost: dict[str, str]) -> list[dic
         if index in used:
             index = min(set(range(len(order) + len(used) + 1)) - used)
         used.add(index)
-        rows.append({"index": index, "pci_bus_id": bus, "error": lost[bus]})
+        row = {"index": index, "pci_bus_id": bus, "error": lost[bus]}
+        if lost[bus] == SMI_LOST_REASON:
+            row[GPU_UNREACHABLE] = UNREACHABLE_LOST
+        rows.append(row)
     return sorted(rows, key=lambda g: g["index"])
 
 

@@ -23,6 +23,8 @@ import re
 import subprocess
 import time
 
+from gputui.agent.pci import pci_key
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -48,32 +50,20 @@ _XID = (
     r" ?(\d{1,5})(?:,\s*(.*))?$"
 )
 _DRIVER_LOAD = "NVRM: loading NVIDIA UNIX"
+# "GPU has fallen off the bus" without an Xid number: one line (``NVRM: GPU 0000:91:00.0: GPU has fallen
+# off the bus.``, older ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.``) or three (``NVRM: The NVIDIA
+# GPU 0000:18:00.0`` / ``(PCI ID: …) installed in this system has`` / ``fallen off the bus and is not
+# responding``).
+_FALLEN = "fallen off the bus"
+_PCI = r"([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?)"
+_FALLEN_ONE_LINE = r"NVRM: GPU (?:at )?" + _PCI + r":? (?:GPU )?has fallen"
+_FALLEN_FIRST_LINE = r"NVRM: The NVIDIA GPU " + _PCI + r"\s*$"
+XID_FALLEN_OFF_THE_BUS = 79
+FALLEN_DETAIL = "GPU has fallen off the bus (logged without an Xid number)"
+SAME_EVENT_S = 5.0
+"""A bare "fallen off the bus" line this close to an Xid 79 of the same GPU is that Xid's own line."""
 _RECOVERED = r"(?i)recovery action changed from .* to 0x0\b"
 _UNSAFE = r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-
-
-def pci_key(text: Any) -> tuple[int, int, int] | None:
-    """(domain, bus, device) of a PCI address: ``00000000:17:00.0``, ``0000:17:00``, ``17:00.0``; None when
-    it is not one."""
-    if not isinstance(text, str):
-        return None
-    parts = text.strip().split(".", 1)[0].split(":")
-    if len(parts) == 2:
-        parts.insert(0, "0")
-    if len(parts) != 3:
-        return None
-    try:
-        domain, bus, device = (int(part, 16) for part in parts)
-    except ValueError:
-        return None
-    if not (0 <= domain <= 0xFFFFFFFF and 0 <= bus <= 0xFF and 0 <= device <= 0x1F):
-        return None
-    return domain, bus, device
-
-
-def pci_text(key: tuple[int, int, int]) -> str:
-    """The log's spelling of a PCI address: ``0000:17:00``."""
-    return f"{key[0]:04x}:{key[1]:02x}:{key[2]:02x}"
 
 
 def _clean(text: str) -> str:
@@ -100,6 +90,8 @@ class KernelLog:
         self.recovered: dict[tuple[int, int, int], float] = {}
         self._kmsg_fd: int | None = None
         self._kmsg_failed: str | None = None
+        self._named_gpu: tuple[tuple[int, int, int], float | None] | None = None
+        """The GPU a three-line "fallen off the bus" message named on its first line, until the third."""
 
     def read(self) -> None:
         """Take what the log says now (never blocks longer than ``DMESG_TIMEOUT_S``); never raises."""
@@ -119,6 +111,7 @@ class KernelLog:
         self.events = []
         self.driver_load_time = None
         self.recovered = {}
+        self._named_gpu = None
 
     def _read_file(self, path: str) -> None:
         try:
@@ -232,6 +225,9 @@ class KernelLog:
         if _DRIVER_LOAD in text:
             self.driver_load_time = when if when is not None else time.time()
             return
+        if "Xid" not in text:
+            self._take_bare_line(text, when)
+            return
         match = re.search(_XID, text.rstrip())
         if match is None:
             return  # a foreign or malformed line
@@ -242,6 +238,41 @@ class KernelLog:
         detail = _clean(match.group(5) or "")
         if xid == 154 and re.search(_RECOVERED, detail) and when is not None:
             self.recovered[key] = when
+        self._add(key, xid, when, detail)
+
+    def _take_bare_line(self, text: str, when: float | None) -> None:
+        """A line without an Xid number that still says a GPU is gone: "fallen off the bus" (Xid 79's
+        meaning), in its one-line and three-line forms."""
+        first = re.search(_FALLEN_FIRST_LINE, text)
+        if first is not None:
+            key = pci_key(first.group(1))
+            self._named_gpu = None if key is None else (key, when)
+            return
+        if _FALLEN not in text:
+            return
+        one = re.search(_FALLEN_ONE_LINE, text)
+        if one is not None:
+            key = pci_key(one.group(1))
+        elif self._named_gpu is not None:
+            key, named_when = self._named_gpu
+            when = when if when is not None else named_when
+        else:
+            return
+        self._named_gpu = None
+        if key is None or self._logged_just_before(key, XID_FALLEN_OFF_THE_BUS, when):
+            return
+        self._add(key, XID_FALLEN_OFF_THE_BUS, when, FALLEN_DETAIL)
+
+    def _logged_just_before(self, key: tuple[int, int, int], xid: int, when: float | None) -> bool:
+        """Whether the last events already hold this Xid for this GPU, moments before (or undated)."""
+        for event in reversed(self.events[-8:]):
+            if event["pci"] != key or event["xid"] != xid:
+                continue
+            if when is None or event["time"] is None or abs(when - event["time"]) < SAME_EVENT_S:
+                return True
+        return False
+
+    def _add(self, key: tuple[int, int, int], xid: int, when: float | None, detail: str) -> None:
         self.events.append({"pci": key, "xid": xid, "time": when, "detail": detail})
         if len(self.events) > MAX_EVENTS:
             del self.events[: len(self.events) - MAX_EVENTS]

@@ -492,9 +492,17 @@ class JobMemory:
             )
         gone = []
         if listed_gpus is not None:
+            from gputui.agent.pci import pci_key
+
+            # A GPU listed now whose UUID cannot be read (lost) is there, at its PCI address or, where that
+            # cannot be read either, at its index: it says what it is itself.
             now_listed = {gpu.get("uuid") for gpu in listed_gpus}
+            now_pci = {pci_key(gpu.get("pci_bus_id")) for gpu in listed_gpus} - {None}
+            nameless = {gpu.get("index") for gpu in listed_gpus if not gpu.get("uuid")}
             for gpu in self._gpus.values():
-                if gpu["uuid"] not in now_listed:
+                if gpu["uuid"] in now_listed or pci_key(gpu["pci_bus_id"]) in now_pci:
+                    continue
+                if gpu["index"] not in nameless:
                     gone.append(
                         {
                             key: wire_text(value) if isinstance(value, str) else value

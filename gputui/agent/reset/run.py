@@ -140,14 +140,20 @@ def run_reset(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
             outcomes = run_steps(plan["steps"])
         finally:
             agent.come_back()
+        reset_at = time.time()
         after = make_plan(words, agent.pid, False, agent.uses_nvml)
+        done = verified(plan, after, outcomes)
+        if done:
+            for gpu in plan["gpus"]:  # what the reset cleared stops counting against these GPUs
+                if isinstance(gpu.get("uuid"), str):
+                    agent.fitness_monitor.note_reset(gpu["uuid"], reset_at)
         return {
             "plan": plan,
             "stepped_aside": STEPPED_ASIDE,
             "released": released,
             "steps": outcomes,
             "after": after,
-            "verified": verified(plan, after, outcomes),
+            "verified": done,
         }
     finally:
         _one_at_a_time.release()

@@ -44,7 +44,7 @@ def analyze_fleet(
     """
     hosts = []
     for host in sample.hosts:
-        snapshot = with_assessment(host.snapshot)  # each GPU's health action, from DCGM's series
+        snapshot = with_assessment(host.snapshot, baselines.accepted_xids)  # each GPU's action, from DCGM
         exported = host.exported
         if exported is None or host.stale:
             verdict = memory_verdict(snapshot, baselines)
@@ -52,8 +52,9 @@ def analyze_fleet(
             continue
         findings = exported_findings(exported, snapshot, sample.eval_time)
         verdict = exported_verdict(exported, snapshot, findings, stale_after_s)
-        health = snapshot.endpoints + exported_health(exported, sample.eval_time)
-        judged = replace(snapshot, endpoints=health).with_analysis((*snapshot.findings, *findings), verdict)
+        endpoints = snapshot.endpoints + exported_health(exported, sample.eval_time)
+        judged = replace(snapshot, endpoints=endpoints)
+        judged = judged.with_analysis((*snapshot.findings, *findings), verdict)
         hosts.append(replace(host, snapshot=judged))
     return replace(sample, hosts=tuple(hosts))
 

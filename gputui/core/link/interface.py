@@ -9,7 +9,15 @@ from __future__ import annotations
 import abc
 import time
 
-from gputui.agent.protocol import CMD_HEALTH, CMD_PROCESS, CMD_SAMPLE, MEMORY_INTERVAL_S, PROCESS_INTERVAL_S
+from gputui.agent.protocol import (
+    CMD_CONFIGURE,
+    CMD_HEALTH,
+    CMD_PROCESS,
+    CMD_SAMPLE,
+    FITNESS_INTERVAL_KEY,
+    MEMORY_INTERVAL_S,
+    PROCESS_INTERVAL_S,
+)
 from gputui.core.model import HostSnapshot, Proc, Record, field, replace, safe_list
 from gputui.core.text import visible
 
@@ -106,6 +114,21 @@ class HostLink(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release everything; must return promptly even when the host hangs."""
+
+
+def configure_command(
+    memory_interval_s: float, process_interval_s: float, watch_exits: bool
+) -> dict[str, Any]:
+    """The ``configure`` command that sets a host's sampling: fast and watching the GPU holders' exits while
+    a clean-slate check waits (``watch_exits``), the GPUs' fitness then read with every process list (so a
+    GPU that turns unfit is seen within one), and the default fitness period again after it."""
+    return {
+        "cmd": CMD_CONFIGURE,
+        "memory_interval_s": memory_interval_s,
+        "process_interval_s": process_interval_s,
+        "watch_exits": watch_exits,
+        FITNESS_INTERVAL_KEY: process_interval_s if watch_exits else None,
+    }
 
 
 def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSnapshot:

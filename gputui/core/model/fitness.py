@@ -38,6 +38,14 @@ def _time(value: Any) -> float | None:
     return number if number == number and 0 <= number < 1e12 else None
 
 
+FABRIC_MANAGER_STATES = ("running", "not running")
+"""What the collector says of the fabric manager's process (``GpuFitness.fabric_manager``)."""
+
+
+def _choice(value: Any, allowed: tuple[str, ...]) -> str | None:
+    return value if isinstance(value, str) and value in allowed else None
+
+
 def _text(value: Any, limit: int = 200) -> SafeText:
     return visible(value[:limit] if isinstance(value, str) else "")
 
@@ -101,6 +109,14 @@ class GpuFitness(Record):
             0x80 mean hardware trouble).
         persistence_mode: Whether persistence mode is on.
         reset_required: NVML answered a fitness query with RESET_REQUIRED.
+        recovery_action: The driver's own recovery action (NVML field 230, R565 and later:
+            ``NVML_GPU_RECOVERY_ACTION_*``, 0 none); None where the driver reports none.
+        fabric_state, fabric_status: The GPU's registration with the NVLink fabric
+            (``NVML_GPU_FABRIC_STATE_*`` and the ``nvmlReturn_t`` it ended with); None on a GPU without one.
+        fabric_health_mask: The fabric's health bits (``NVML_GPU_FABRIC_HEALTH_MASK_*``); None where not read.
+        fabric_manager: Whether the fabric manager's process runs on the host ("running", "not running"),
+            looked for only when a GPU's fabric registration is not complete; None otherwise.
+        read_time: Epoch seconds the figures were read; None where not known.
         xids: The Xid history of this boot, oldest first (cleared ones included, marked).
         action, causes, notes, needs_reset: Derived (``verdict.fitness.assess``), see the module docstring.
     """
@@ -116,6 +132,12 @@ class GpuFitness(Record):
     clock_event_reasons: int | None = None
     persistence_mode: bool | None = None
     reset_required: bool = False
+    recovery_action: int | None = None
+    fabric_state: int | None = None
+    fabric_status: int | None = None
+    fabric_health_mask: int | None = None
+    fabric_manager: str | None = None
+    read_time: float | None = None
     xids: tuple[XidEvent, ...] = ()
     action: str | None = None
     causes: tuple[str, ...] = ()
@@ -139,6 +161,12 @@ class GpuFitness(Record):
             clock_event_reasons=_int(data.get("clock_event_reasons")),
             persistence_mode=_flag(data.get("persistence_mode")),
             reset_required=data.get("reset_required") is True,
+            recovery_action=_int(data.get("recovery_action")),
+            fabric_state=_int(data.get("fabric_state")),
+            fabric_status=_int(data.get("fabric_status")),
+            fabric_health_mask=_int(data.get("fabric_health_mask")),
+            fabric_manager=_choice(data.get("fabric_manager"), FABRIC_MANAGER_STATES),
+            read_time=_time(data.get("read_time")),
             xids=_events(data.get("xids")),
             action=_text(data.get("action"), 20) or None,
             causes=tuple(_text(c) for c in data.get("causes") or () if isinstance(c, str))[:16],

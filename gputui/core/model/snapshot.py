@@ -15,6 +15,8 @@ import json
 
 from gputui.agent.protocol import (
     GPU_FITNESS,
+    GPU_TIMEOUTS_IN_ROW,
+    GPU_UNREACHABLE,
     KERNEL_LOG,
     LISTENING_PORTS,
     MODE_LABELS,
@@ -24,6 +26,7 @@ from gputui.agent.protocol import (
     PROCESS_OWNER,
     PROCESSES_SAME,
     REMEMBERED,
+    UNREACHABLE_STATES,
 )
 from gputui.core.model import figures
 from gputui.core.model.endpoint import EndpointSample
@@ -111,6 +114,11 @@ class Gpu(Record):
     power_w: float | None = None
     power_limit_w: float | None = None
     error: SafeText | None = None
+    unreachable: str | None = None
+    """Why the GPU could not be read, as a fact with an action (``protocol.UNREACHABLE_STATES``); None while
+    it answers. ``error`` says it in the driver's words."""
+    timeouts_in_row: int = 0
+    """Samples in a row whose NVML calls on this GPU timed out."""
     processes: tuple[GpuProcess, ...] = ()
     fitness: GpuFitness | None = None
     """The GPU's own fitness figures and Xid history (``model.fitness``); None where none was read. Its JSON
@@ -144,6 +152,8 @@ class Gpu(Record):
             power_w=opt_float(data.get("power_w")),
             power_limit_w=opt_float(data.get("power_limit_w")),
             error=opt_safe(data.get("error")),
+            unreachable=_unreachable(data.get(GPU_UNREACHABLE)),
+            timeouts_in_row=min(max(opt_int(data.get(GPU_TIMEOUTS_IN_ROW)) or 0, 0), 1 << 30),
             processes=(
                 processes
                 if processes is not None
@@ -151,6 +161,10 @@ class Gpu(Record):
             ),
             fitness=GpuFitness.from_dict(data.get(GPU_FITNESS)),
         )
+
+
+def _unreachable(value: Any) -> str | None:
+    return value if isinstance(value, str) and value in UNREACHABLE_STATES else None
 
 
 class LiveThreads(Record):

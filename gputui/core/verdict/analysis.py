@@ -26,7 +26,7 @@ def analyze(
     """The snapshot with its findings and clean-slate verdict filled in (GPUs and processes only: the verdict
     engine, ``gputui.core.verdict.engine``, adds the ports and servers every view must judge too). Each GPU's
     fitness is assessed first, so that its action counts in findings and verdict alike."""
-    snapshot = with_assessment(snapshot)
+    snapshot = with_assessment(snapshot, baselines.accepted_xids)
     findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs, one_shot=one_shot)
     findings += fitness_findings(snapshot)
     return snapshot.with_analysis(findings, clean_slate(snapshot, baselines, one_shot=one_shot))

@@ -18,17 +18,20 @@ DEFAULT_TOLERANCE_MIB = 2
 
 
 class Baselines(Record):
-    """Idle memory per GPU for the clean-slate verdict.
+    """What a host is judged against: idle memory per GPU for the clean-slate verdict, and the Xids the site
+    accepts.
 
     Attributes:
         default_mib: Baseline of a GPU that has no calibrated value, in MiB.
         tolerance_mib: Allowed excess over the baseline, in MiB.
         per_gpu_mib: GPU key (UUID, else "index:N") -> calibrated idle MiB.
+        accepted_xids: Xids the site accepts (``accepted_xids`` in the config): shown, never blocking.
     """
 
     default_mib: int = DEFAULT_BASELINE_MIB
     tolerance_mib: int = DEFAULT_TOLERANCE_MIB
     per_gpu_mib: dict[str, int] = field(default_factory=dict)
+    accepted_xids: frozenset[int] = frozenset()
 
     def for_gpu(self, gpu: Gpu) -> int:
         """The baseline in MiB for this GPU: its calibrated value, else the default."""

@@ -1,78 +1,180 @@
-"""Is the GPU itself fit for the next launch? One table of Xids and fitness states -> what to do.
+"""Is the GPU itself fit for the next launch? The driver's own recovery action first, then one table of
+Xids and fitness states -> what to do.
 
-The actions are NVIDIA's "resolution buckets" of the Xid catalogue, folded into four: nothing (an
-application fault: the job that hit it died, the GPU is fine; shown because it says why the job died), reset
-the GPU, reboot the host, drain the node (the GPU needs service). Source: NVIDIA, "Xid Errors" and "Analyzing
-Xid Errors with the Xid Catalog" (https://docs.nvidia.com/deploy/xid-errors/), whose buckets RESTART_APP and
-IGNORE are "nothing" here, RESET_GPU (and the XID 48 / NVLink workflows, which start with a reset) "reset",
-RESTART_BM / RESTART_VM "reboot", CONTACT_SUPPORT on a hardware fault "drain"; and "Dynamic Page Retirement"
-and "Row Remapping" (https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/) for pending remaps and
-retirements, which take effect only after a reset.
+**The driver first.** From R565 the driver says what a GPU needs itself (NVML field 230, "recovery action";
+its log form is Xid 154). Where it reports one, it decides: NONE clears what the Xid table would ask for (the
+Xids are then shown as what happened, with their advice), any other action blocks, worded as NVIDIA words it,
+with the Xid that explains it beside it ("Xid 48 at 03:57; the driver asks for a GPU reset"). A value this
+table does not know blocks too ("investigate"). The Xid table is the fallback for drivers before R565.
 
-An Xid stops counting after a later reset of its GPU (one the kernel log shows, or one gputui performed and
-recorded), a driver reload or a reboot (the collector marks it ``cleared``). Pure functions of the snapshot:
-``assess`` is the one place that derives a GPU's action; the verdict, the findings, the JSON and every view
-use its result.
+**The table** follows NVIDIA's Xid Catalog
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, ``XID_CATALOGUE_AS_OF``): its
+immediate-action buckets RESTART_APP and IGNORE are advisories (shown with their advice, never blocking),
+RESET_GPU and the XID 48 / NVLink workflows a reset, RESTART_BM and RESTART_VM a reboot, CHECK_MECHANICALS
+service, CONTACT_SUPPORT and CHECK_UVM a look before the next launch. Xid 154 is read by its ``0xN`` code,
+Xids 144-150 (NVLink5) by the severity the driver prints in the line ("Fatal": a reset), Xid 45 alone on a GPU
+with an NVLink fabric as the fabric manager's. An Xid the table does not know blocks ("unclassified Xid N
+since boot"), unless the driver's recovery action is NONE or the site accepts it (``accepted_xids`` in the
+config). Row remaps and retirements pending, uncorrected ECC and RESET_REQUIRED are NVML's own states
+("Dynamic Page Retirement", "Row Remapping": https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
+
+**Resets clear what they clear.** An Xid stops counting after a later reset of its GPU (one the kernel log
+shows: the recovery action back to None; or one gputui performed and verified), a driver reload or a boot (the
+collector marks it ``cleared``); the same Xid after such a reset is said ("recurred after a reset").
+Reboot-class Xids (79, 151) are cleared by a reload or a boot only. Pure functions of the snapshot: ``assess``
+is the one place that derives a GPU's action; the verdict, the findings, the JSON and every view use its
+result.
 """
 
 from __future__ import annotations
 
+import re
+
+from gputui.agent.protocol import UNREACHABLE_LOST, UNREACHABLE_RESET_REQUIRED, UNREACHABLE_TIMED_OUT
 from gputui.core.model import Finding, Gpu, GpuFitness, HostSnapshot, Record, XidEvent, replace
-from gputui.core.text import fit
+from gputui.core.text import clock_time, fit
+
+XID_CATALOGUE = "NVIDIA's Xid Catalog (https://docs.nvidia.com/deploy/xid-errors/)"
+XID_CATALOGUE_AS_OF = "2025-10-29"
+"""The catalogue's state the table follows (its immediate-action column)."""
 
 ACTION_NONE = "none"
+ACTION_INVESTIGATE = "investigate"
+ACTION_DRAIN_P2P = "drain_p2p"
 ACTION_RESET = "reset"
+ACTION_DRAIN_AND_RESET = "drain_and_reset"
+ACTION_FABRIC = "restart_fabric_manager"
+ACTION_RECOVER_IMEX = "recover_imex"
+ACTION_BUS_RESET = "bus_reset"
 ACTION_REBOOT = "reboot"
+ACTION_SYSTEM_REBOOT = "system_reboot"
 ACTION_DRAIN = "drain"
-ACTION_RANK = {ACTION_NONE: 0, ACTION_RESET: 1, ACTION_REBOOT: 2, ACTION_DRAIN: 3}
-BLOCKING_ACTIONS = frozenset({ACTION_RESET, ACTION_REBOOT, ACTION_DRAIN})
-ACTION_WORDS = {
-    ACTION_NONE: "nothing to do",
-    ACTION_RESET: "needs a reset",
-    ACTION_REBOOT: "needs a reboot of the host",
-    ACTION_DRAIN: "needs the node drained (service the GPU)",
-}
-"""How a verdict says each action: "GPU3 needs a reset (row remap pending)"."""
-ACTION_HINTS = {
-    ACTION_RESET: "reset the GPU (nvidia-smi -r -i N, nothing may hold it) before the next launch",
-    ACTION_REBOOT: "reboot the host: a GPU reset does not recover from this",
-    ACTION_DRAIN: "drain the node and have the GPU serviced (RMA): a reset does not fix it",
-}
 
-XID_TABLE: dict[int, tuple[str, str]] = {
-    # Application faults (catalogue: RESTART_APP / IGNORE): shown, never blocking.
-    8: ("GPU stopped processing (idle timeout)", ACTION_NONE),
-    13: ("graphics engine exception", ACTION_NONE),
-    31: ("GPU memory page fault", ACTION_NONE),
-    32: ("invalid or corrupted push buffer stream", ACTION_NONE),
-    43: ("GPU stopped processing", ACTION_NONE),
-    45: ("preemptive cleanup, due to previous errors", ACTION_NONE),
-    68: ("video processor exception", ACTION_NONE),
-    69: ("graphics engine class error", ACTION_NONE),
-    92: ("high single-bit ECC error rate", ACTION_NONE),
-    109: ("context switch timeout", ACTION_NONE),
-    # The GPU needs a reset (catalogue: RESET_GPU, and the XID 48 / NVLink workflows that start with one).
-    48: ("double-bit ECC error", ACTION_RESET),
-    61: ("internal micro-controller breakpoint/warning", ACTION_RESET),
-    62: ("internal micro-controller halt", ACTION_RESET),
-    63: ("row remap / page retirement recorded, a reset activates it", ACTION_RESET),
-    74: ("NVLink error", ACTION_RESET),
-    94: ("contained ECC error (a reset remaps the row)", ACTION_RESET),
-    95: ("uncontained ECC error", ACTION_RESET),
-    119: ("GSP RPC timeout", ACTION_RESET),
-    120: ("GSP error", ACTION_RESET),
-    140: ("unrecovered ECC error", ACTION_RESET),
-    # The host needs a reboot (catalogue: RESTART_BM).
-    79: ("GPU has fallen off the bus", ACTION_REBOOT),
-    # The GPU needs service (catalogue: CONTACT_SUPPORT on a memory or hardware fault).
-    64: ("row remap / page retirement failed", ACTION_DRAIN),
+ACTIONS: dict[str, tuple[str, str]] = {
+    ACTION_NONE: ("nothing to do", ""),
+    ACTION_INVESTIGATE: (
+        "needs a look before the next launch",
+        "look it up in " + XID_CATALOGUE + "; an Xid the site accepts goes in accepted_xids in the config",
+    ),
+    ACTION_DRAIN_P2P: (
+        "needs its peer-to-peer work drained",
+        "stop peer-to-peer traffic and UVM persistence on GPU N, then check again: the driver then names the"
+        " next step",
+    ),
+    ACTION_RESET: (
+        "needs a reset",
+        "reset the GPU (nvidia-smi -r -i N, nothing may hold it) before the next launch",
+    ),
+    ACTION_DRAIN_AND_RESET: (
+        "needs draining, then a reset",
+        "start no new work on GPU N, let the running work end, then reset it (nvidia-smi -r -i N)",
+    ),
+    ACTION_FABRIC: (
+        "is not registered with the NVLink fabric",
+        "start or restart the fabric manager (systemctl restart nvidia-fabricmanager), then check again:"
+        " every CUDA job fails on this GPU until then",
+    ),
+    ACTION_RECOVER_IMEX: (
+        "needs its IMEX domain recovered",
+        "recover the IMEX domain (restart nvidia-imex on the domain's nodes), then check again",
+    ),
+    ACTION_BUS_RESET: (
+        "needs a reset of its PCIe bus",
+        "reset the GPU's PCIe bus (a secondary bus reset), or reboot the host",
+    ),
+    ACTION_REBOOT: ("needs a reboot of the host", "reboot the host: a GPU reset does not recover from this"),
+    ACTION_SYSTEM_REBOOT: (
+        "needs a reboot of the whole system",
+        "reboot the whole system, every node it spans: a host reboot alone does not recover from this",
+    ),
+    ACTION_DRAIN: (
+        "needs the node drained and the GPU serviced",
+        "drain the node and have the GPU serviced: a reset does not fix it",
+    ),
 }
-"""Xid -> (meaning, action). An Xid not in the table is shown and does not block (see the catalogue)."""
+"""Each action, weakest first: how a verdict says it ("GPU3 needs a reset (row remap pending)") and what to do
+("-i N" becomes the GPU's index)."""
+ACTION_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
+ACTION_WORDS = {action: words for action, (words, _) in ACTIONS.items()}
+ACTION_HINTS = {action: hint for action, (_, hint) in ACTIONS.items() if action != ACTION_NONE}
+BLOCKING_ACTIONS = frozenset(ACTION_HINTS)
 
+RECOVERY_ACTIONS: dict[int, tuple[str, str]] = {
+    0: ("None", ACTION_NONE),
+    1: ("GPU Reset", ACTION_RESET),
+    2: ("Node Reboot", ACTION_REBOOT),
+    3: ("Drain P2P", ACTION_DRAIN_P2P),
+    4: ("Drain and Reset", ACTION_DRAIN_AND_RESET),
+    5: ("Recover IMEX Domain", ACTION_RECOVER_IMEX),
+    6: ("Bus Reset", ACTION_BUS_RESET),
+    7: ("System Reboot", ACTION_SYSTEM_REBOOT),
+}
+"""``nvmlDeviceGpuRecoveryAction_t`` (NVML field 230, DCGM field 1523, Xid 154's ``0xN``): NVIDIA's name and
+the action. A value not listed blocks ("investigate")."""
+
+_APP = "the application that hit it must be restarted, the GPU is fit"
+_INFO = "informational, the GPU is fit"
+XID_TABLE: dict[int, tuple[str, str, str]] = {
+    # RESTART_APP and IGNORE: advisories, shown with their advice, never blocking.
+    8: ("GPU stopped processing (idle timeout)", ACTION_NONE, _APP),
+    13: ("graphics engine exception", ACTION_NONE, _APP),
+    31: ("GPU memory page fault", ACTION_NONE, _APP),
+    32: ("invalid or corrupted push buffer stream", ACTION_NONE, _APP),
+    43: ("GPU stopped processing", ACTION_NONE, _INFO),
+    63: (
+        "GPU memory remapping event",
+        ACTION_NONE,
+        'recorded, the remap takes effect at the next reset ("row remap pending" until then)',
+    ),
+    68: ("video decoder (NVDEC0) exception", ACTION_NONE, _APP),
+    69: ("graphics engine class error", ACTION_NONE, _APP),
+    92: ("high single-bit ECC error rate", ACTION_NONE, _INFO),
+    94: (
+        "contained memory error",
+        ACTION_NONE,
+        "reset when convenient, the application that hit it must be restarted, the others can continue",
+    ),
+    # RESET_GPU, and the XID 48 and NVLink workflows, which start with a reset.
+    46: ("GPU stopped processing (GPU timeout)", ACTION_RESET, ""),
+    48: ("double-bit ECC error", ACTION_RESET, ""),
+    62: ("internal micro-controller halt", ACTION_RESET, ""),
+    64: ("GPU memory remapping failure", ACTION_RESET, "NVIDIA: contact support if it comes back"),
+    74: ("NVLink error", ACTION_RESET, ""),
+    95: ("uncontained memory error", ACTION_RESET, ""),
+    109: ("context switch timeout", ACTION_RESET, ""),
+    110: ("security fault", ACTION_RESET, ""),
+    119: ("GSP RPC timeout", ACTION_RESET, ""),
+    120: ("GSP error", ACTION_RESET, ""),
+    136: ("NVLink training failed", ACTION_RESET, ""),
+    140: ("unrecovered ECC error", ACTION_RESET, ""),
+    143: ("GPU initialization error", ACTION_RESET, ""),
+    155: ("NVLink software-defined error", ACTION_RESET, ""),
+    156: ("resource retirement event", ACTION_RESET, ""),
+    158: ("GPU fatal timeout", ACTION_RESET, ""),
+    # RESTART_BM / RESTART_VM.
+    79: ("GPU has fallen off the bus", ACTION_REBOOT, ""),
+    151: ("key rotation error", ACTION_REBOOT, "NVIDIA: restart the VM"),
+    # CHECK_MECHANICALS.
+    54: ("auxiliary power is not connected to the board", ACTION_DRAIN, "check the board's auxiliary power"),
+    # CONTACT_SUPPORT (a code NVIDIA no longer uses) and CHECK_UVM.
+    61: (
+        "internal micro-controller breakpoint (an unused code)",
+        ACTION_INVESTIGATE,
+        "NVIDIA: contact support",
+    ),
+    159: ("CHI non-data error", ACTION_INVESTIGATE, "NVIDIA: check UVM (nvidia-uvm and its persistence)"),
+}
+"""Xid -> (meaning, action, advice): the catalogue's immediate action. Xids 45, 144-150 and 154 are read from
+their own line (``xid_action``); an Xid in neither is unclassified and blocks."""
+
+XID_PREEMPTIVE_CLEANUP = 45
 XID_RECOVERY_ACTION = 154
-"""Xid 154 says the action in its text: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset
-Required)"; read from its ``to`` part."""
-_RECOVERY_WORDS = (("drain", ACTION_DRAIN), ("reboot", ACTION_REBOOT), ("reset", ACTION_RESET))
+"""Xid 154 names the driver's recovery action by code: "GPU recovery action changed from 0x0 (None) to 0x1
+(GPU Reset Required)"; the ``to`` code is read, never its words (drivers word a code differently)."""
+XID_NVLINK5 = range(144, 151)
+"""NVLink5 Xids ("NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x…)"): the unit, then the driver's severity."""
+_RECOVERY_CODE = re.compile(r"\bto\s+0x([0-9A-Fa-f]{1,8})\b")
+_NVLINK5_LINE = re.compile(r"(?:^|,\s*)([A-Z][A-Z0-9_]*(?:/[A-Z0-9_]+)?)\s+(Fatal|Nonfatal)\b")
 
 HW_CLOCK_REASONS = {
     0x8: "HW slowdown",
@@ -81,11 +183,27 @@ HW_CLOCK_REASONS = {
 }
 """Clock-event reason bits that mean hardware trouble (cooling, power delivery): shown, never blocking."""
 
+FABRIC_STATES = {1: "not started", 2: "in progress", 3: "completed"}
+"""``NVML_GPU_FABRIC_STATE_*`` as said in a reason (0, NOT_SUPPORTED, is never reported)."""
+FABRIC_COMPLETED = 3
+NVML_RETURN_NAMES = {
+    0: "success",
+    3: "not supported",
+    15: "GPU is lost",
+    16: "reset required",
+    23: "insufficient resources",
+    27: "not ready",
+    999: "unknown error",
+}
+"""The ``nvmlReturn_t`` values a fabric registration ends with that a reason names in words."""
+
 STATE_REMAP_PENDING = "row remap pending"
-STATE_REMAP_FAILURE = "row remapping failed"
-STATE_RETIRED_PENDING = "retired pages pending"
+STATE_REMAP_FAILURE = "row remapping failed: NVIDIA's RMA policy counts it"
+STATE_RETIRED_PENDING = "retired pages pending: a driver reload or a reboot retires them"
 STATE_RESET_REQUIRED = "NVML says a reset is required"
 XID_HISTORY_UNAVAILABLE = "Xid history unavailable"
+WEDGED_AFTER_SAMPLES = 2
+"""Samples in a row in which every GPU's NVML calls timed out before the host's driver counts as wedged."""
 
 
 class FitnessAssessment(Record):
@@ -94,8 +212,9 @@ class FitnessAssessment(Record):
     Attributes:
         action: The strongest action asked for (``ACTION_*``); ``ACTION_NONE`` when nothing is.
         causes: Why, for each blocking cause ("row remap pending", "Xid 79: GPU has fallen off the bus").
-        notes: What is shown but does not block (application Xids, clock-event reasons, persistence off).
-        needs_reset: Whether a GPU reset is the remedy (the reset issue's input): the action is a reset.
+        notes: What is shown but does not block (advisory Xids with their advice, clock-event reasons,
+            persistence off, Xids the driver or the site accepts).
+        needs_reset: Whether a GPU reset is the remedy (the reset plan's input).
     """
 
     action: str = ACTION_NONE
@@ -108,31 +227,63 @@ class FitnessAssessment(Record):
 
     @property
     def needs_reset(self) -> bool:
-        return self.action == ACTION_RESET
+        return self.action in (ACTION_RESET, ACTION_DRAIN_AND_RESET)
 
 
-def xid_action(event: XidEvent) -> tuple[str, str]:
-    """(meaning, action) of one Xid, from the table (Xid 154 from its own text)."""
+def recovery_action(code: int) -> tuple[str, str]:
+    """(NVIDIA's name, action) of a recovery-action code; an unknown code is named by number and blocks."""
+    return RECOVERY_ACTIONS.get(code, (f"unknown recovery action {code}", ACTION_INVESTIGATE))
+
+
+def xid_action(event: XidEvent, fabric: bool = False) -> tuple[str, str, str]:
+    """(meaning, action, advice) of one Xid: the table's row, else what its own line says (154 by its code,
+    144-150 by their severity, 45 by whether the GPU has a fabric), else "unclassified" (blocks)."""
     if event.xid == XID_RECOVERY_ACTION:
-        target = event.detail.lower().rsplit(" to ", 1)[-1]
-        for word, action in _RECOVERY_WORDS:
-            if word in target:
-                return "GPU recovery action changed", action
-        return "GPU recovery action changed", ACTION_NONE
-    return XID_TABLE.get(event.xid, ("not in gputui's table: see NVIDIA's Xid catalogue", ACTION_NONE))
+        code = _RECOVERY_CODE.search(event.detail)
+        if code is None:
+            return "GPU recovery action changed (no code in the line)", ACTION_INVESTIGATE, ""
+        name, action = recovery_action(int(code.group(1), 16))
+        return f"GPU recovery action changed to {name}", action, ""
+    if event.xid in XID_NVLINK5:
+        line = _NVLINK5_LINE.search(event.detail)
+        if line is None:
+            return "NVLink5 error", ACTION_INVESTIGATE, "the line names no unit: see " + XID_CATALOGUE
+        unit, severity = line.groups()
+        if severity == "Fatal":
+            return f"NVLink5 {unit} fatal error", ACTION_RESET, ""
+        return f"NVLink5 {unit} non-fatal error", ACTION_NONE, _INFO
+    if event.xid == XID_PREEMPTIVE_CLEANUP:
+        if fabric:
+            return "preemptive cleanup (alone: the fabric manager's)", ACTION_FABRIC, ""
+        return "preemptive cleanup, due to previous errors", ACTION_NONE, "the Xid before it says why"
+    row = XID_TABLE.get(event.xid)
+    if row is not None:
+        return row
+    return f"unclassified Xid {event.xid} since boot", ACTION_INVESTIGATE, "see " + XID_CATALOGUE
 
 
 def xid_text(event: XidEvent) -> str:
     """ "Xid 79: GPU has fallen off the bus"."""
-    return f"Xid {event.xid}: {xid_action(event)[0]}"
+    meaning = xid_action(event)[0]
+    return meaning if meaning.startswith("unclassified") else f"Xid {event.xid}: {meaning}"
 
 
-def assess(fitness: GpuFitness | None) -> FitnessAssessment:
-    """What this GPU's fitness asks for (the one derivation every view shows)."""
+def _when(event: XidEvent) -> str:
+    return "" if event.time is None else f" at {clock_time(event.time)}"
+
+
+def assess(fitness: GpuFitness | None, accepted_xids: frozenset[int] = frozenset()) -> FitnessAssessment:
+    """What this GPU's fitness asks for (the one derivation every view shows); ``accepted_xids``: Xids the
+    site accepts (shown, never blocking)."""
     if fitness is None:
         return FitnessAssessment()
     found: list[tuple[str, str]] = []
     notes: list[str] = []
+
+    def note(text: str) -> None:
+        if text not in notes:
+            notes.append(text)
+
     if fitness.reset_required:
         found.append((ACTION_RESET, STATE_RESET_REQUIRED))
     if fitness.remap_failure:
@@ -140,32 +291,142 @@ def assess(fitness: GpuFitness | None) -> FitnessAssessment:
     if fitness.remap_pending:
         found.append((ACTION_RESET, STATE_REMAP_PENDING))
     if fitness.retired_pages_pending:
-        found.append((ACTION_RESET, STATE_RETIRED_PENDING))
+        found.append((ACTION_REBOOT, STATE_RETIRED_PENDING))
     if fitness.ecc_uncorrected_volatile:
         count = fitness.ecc_uncorrected_volatile
         found.append((ACTION_RESET, f"{count} uncorrected ECC errors since the last reset"))
-    for event in fitness.xids:
-        meaning, action = xid_action(event)
-        text = f"Xid {event.xid}: {meaning}"
-        if event.cleared is not None:
-            continue
-        if action in BLOCKING_ACTIONS:
-            if all(cause != text for _, cause in found):
-                found.append((action, text))
-        elif text not in notes:
-            notes.append(text)
+    fabric_reason = _fabric_reason(fitness)
+    if fabric_reason is not None:
+        found.append((ACTION_FABRIC, fabric_reason))
+    driver = fitness.recovery_action
+    live = [e for e in fitness.xids if counts(e)]
+    changes = [e for e in live if e.xid == XID_RECOVERY_ACTION]  # oldest first, as the collector lists them
+    newest_154 = changes[-1] if changes else None
+    explained: list[str] = []
+    others = {e.xid for e in live if e.xid != XID_PREEMPTIVE_CLEANUP}
+    for event in live:
+        if event.xid == XID_RECOVERY_ACTION and event is not newest_154:
+            continue  # a later change of the action supersedes it
+        meaning, action, advice = xid_action(event, fabric=fitness.fabric_state is not None and not others)
+        text = meaning if meaning.startswith("unclassified") else f"Xid {event.xid}: {meaning}"
+        if action in BLOCKING_ACTIONS and _recurred(fitness, event):
+            text += "; recurred after a reset: investigate"
+        if action not in BLOCKING_ACTIONS:
+            note(f"{text}; {advice}" if advice else text)
+        elif event.xid in accepted_xids:
+            note(f"{text}; accepted by the site's config")
+        elif driver is not None:
+            explained.append(f"{text}{_when(event)}")
+        else:
+            cause = f"{text}; {advice}" if advice else text
+            if all(c != cause for _, c in found):
+                found.append((action, cause))
+    if driver is not None:
+        name, action = recovery_action(driver)
+        if action == ACTION_NONE:
+            for text in explained:
+                note(f"{text}; the driver asks for nothing")
+        else:
+            said = (
+                f"the driver asks for {name}"
+                if action != ACTION_INVESTIGATE
+                else f"the driver reports {name}"
+            )
+            found.append((action, "; ".join([*explained[-1:], said])))
     reasons = fitness.clock_event_reasons or 0
     for bit, name in HW_CLOCK_REASONS.items():
         if reasons & bit:
-            notes.append(f"clocks held down: {name}")
+            note(f"clocks held down: {name}")
     if fitness.persistence_mode is False:
-        notes.append("persistence mode off")
+        note("persistence mode off")
     if not found:
         return FitnessAssessment(notes=tuple(notes))
     found.sort(key=lambda item: -ACTION_RANK[item[0]])
     return FitnessAssessment(
         action=found[0][0], causes=tuple(cause for _, cause in found), notes=tuple(notes)
     )
+
+
+def counts(event: XidEvent) -> bool:
+    """Whether an Xid still counts: not cleared, or cleared by a GPU reset while only a reboot recovers from
+    it (a reset does not bring a GPU back onto the bus)."""
+    if event.cleared is None:
+        return True
+    return "reset" in event.cleared and xid_action(event)[1] in (ACTION_REBOOT, ACTION_SYSTEM_REBOOT)
+
+
+def _order(event: XidEvent) -> float:
+    return event.time if event.time is not None else float("-inf")
+
+
+def _recurred(fitness: GpuFitness, event: XidEvent) -> bool:
+    """Whether the same Xid was logged before a reset that cleared it: the reset did not fix the cause."""
+    return any(
+        e.xid == event.xid and e.cleared is not None and "reset" in e.cleared and _order(e) <= _order(event)
+        for e in fitness.xids
+    )
+
+
+def _fabric_reason(fitness: GpuFitness) -> str | None:
+    """ "NVLink fabric registration in progress (fabric manager not running)", or None when registered (or the
+    GPU has no fabric)."""
+    state = fitness.fabric_state
+    if state is None:
+        return None
+    status = fitness.fabric_status
+    if state == FABRIC_COMPLETED and not status:
+        return None
+    if state == FABRIC_COMPLETED:
+        said = (
+            f"NVLink fabric registration failed: {NVML_RETURN_NAMES.get(status or 0, f'NVML error {status}')}"
+        )
+    else:
+        said = f"NVLink fabric registration {FABRIC_STATES.get(state, f'in state {state}')}"
+    if fitness.fabric_manager is not None:
+        said += f" (fabric manager {fitness.fabric_manager})"
+    return said
+
+
+def assessed(gpu: Gpu) -> FitnessAssessment:
+    """The assessment the verdict engine stored on this GPU (``with_assessment``), else one made now."""
+    fitness = gpu.fitness
+    if fitness is not None and fitness.action is not None:
+        return FitnessAssessment(action=fitness.action, causes=fitness.causes, notes=fitness.notes)
+    return assess(fitness)
+
+
+def unreachable_action(gpu: Gpu, wedged: bool) -> tuple[str, str] | None:
+    """(action, cause) for a GPU the driver cannot reach as a known fact: lost (a reboot), RESET_REQUIRED (a
+    reset), or timing out while every GPU of the host does (``wedged``: a reboot); None otherwise (a GPU that
+    merely could not be read this time cannot tell)."""
+    if gpu.unreachable == UNREACHABLE_LOST:
+        return ACTION_REBOOT, "the driver says it is lost"
+    if gpu.unreachable == UNREACHABLE_RESET_REQUIRED:
+        return ACTION_RESET, STATE_RESET_REQUIRED
+    if gpu.unreachable == UNREACHABLE_TIMED_OUT and wedged:
+        return (
+            ACTION_REBOOT,
+            f"no NVML call on any GPU of the host returned, {gpu.timeouts_in_row} samples in a row: the"
+            " driver is wedged",
+        )
+    return None
+
+
+def driver_wedged(snapshot: HostSnapshot) -> bool:
+    """Whether every GPU of the host has timed out ``WEDGED_AFTER_SAMPLES`` samples in a row."""
+    return bool(snapshot.gpus) and all(
+        g.unreachable == UNREACHABLE_TIMED_OUT and g.timeouts_in_row >= WEDGED_AFTER_SAMPLES
+        for g in snapshot.gpus
+    )
+
+
+def unreachable_reason(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
+    """ "GPU2 needs a reboot of the host (the driver says it is lost)"; None: see ``unreachable_action``."""
+    found = unreachable_action(gpu, driver_wedged(snapshot))
+    if found is None:
+        return None
+    action, cause = found
+    return f"GPU{gpu.index} {ACTION_WORDS[action]} ({cause})"
 
 
 def unfit_reason(gpu: Gpu, assessment: FitnessAssessment) -> str | None:
@@ -177,18 +438,19 @@ def unfit_reason(gpu: Gpu, assessment: FitnessAssessment) -> str | None:
 
 def needs_reset(gpu: Gpu) -> bool:
     """Whether this GPU's fitness asks for a reset (the reset plan's input)."""
-    return assess(gpu.fitness).needs_reset
+    return assessed(gpu).needs_reset
 
 
-def with_assessment(snapshot: HostSnapshot) -> HostSnapshot:
-    """The snapshot with each GPU's ``fitness.action``, ``causes``, ``notes`` and ``needs_reset`` set."""
+def with_assessment(snapshot: HostSnapshot, accepted_xids: frozenset[int] = frozenset()) -> HostSnapshot:
+    """The snapshot with each GPU's ``fitness.action``, ``causes``, ``notes`` and ``needs_reset`` set (what a
+    collector's dict said of them is replaced)."""
     gpus = []
     changed = False
     for gpu in snapshot.gpus:
         if gpu.fitness is None:
             gpus.append(gpu)
             continue
-        judged = assess(gpu.fitness)
+        judged = assess(gpu.fitness, accepted_xids)
         fitness = replace(
             gpu.fitness,
             action=judged.action,
@@ -202,8 +464,8 @@ def with_assessment(snapshot: HostSnapshot) -> HostSnapshot:
 
 
 def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
-    """The host's kernel log that could not be read (once), each GPU's blocking fitness, its application
-    Xids, and Xids for PCI addresses no GPU has."""
+    """The host's kernel log that could not be read (once), each GPU's blocking fitness (or, for a GPU the
+    driver cannot reach, what that needs), its advisory Xids, and Xids for PCI addresses no GPU has."""
     target = snapshot.target
     findings: list[Finding] = []
     note = snapshot.kernel_log
@@ -216,8 +478,21 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                 action="run gputui as root, or allow reading the kernel log (sysctl kernel.dmesg_restrict=0)",
             )
         )
+    wedged = driver_wedged(snapshot)
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
-        judged = assess(gpu.fitness)
+        unreachable = unreachable_action(gpu, wedged)
+        if unreachable is not None:
+            findings.append(
+                Finding(
+                    kind="gpu_health",
+                    target=target,
+                    gpu_index=gpu.index,
+                    detail=f"GPU{gpu.index} {ACTION_WORDS[unreachable[0]]} ({unreachable[1]})",
+                    action=ACTION_HINTS[unreachable[0]].replace(" N", f" {gpu.index}"),
+                )
+            )
+            continue
+        judged = assessed(gpu)
         reason = unfit_reason(gpu, judged)
         if reason is not None:
             findings.append(
@@ -226,7 +501,7 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                     target=target,
                     gpu_index=gpu.index,
                     detail=reason,
-                    action=ACTION_HINTS[judged.action].replace("-i N", f"-i {gpu.index}"),
+                    action=ACTION_HINTS[judged.action].replace(" N", f" {gpu.index}"),
                 )
             )
         for text in judged.notes:
@@ -237,7 +512,7 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                         target=target,
                         gpu_index=gpu.index,
                         detail=f"GPU{gpu.index} {text} (does not block the next launch)",
-                        action="it says why the last job died; the GPU itself is fit",
+                        action="it says what happened to the last job; the GPU itself is fit",
                     )
                 )
     if note is not None:
@@ -267,7 +542,7 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
 def lost_gpu_event(event: XidEvent) -> bool:
     """Whether an Xid logged for a PCI address no GPU has now says that GPU is lost until a reboot (Xid 79,
     fallen off the bus): the host is short of a GPU, not merely renumbered."""
-    return event.cleared is None and xid_action(event)[1] == ACTION_REBOOT
+    return counts(event) and xid_action(event)[1] == ACTION_REBOOT
 
 
 def lost_gpu_reason(event: XidEvent) -> str:
@@ -317,14 +592,29 @@ def fitness_figures(fitness: GpuFitness) -> list[tuple[str, str]]:
         ("clock events (hardware)", "–" if reasons is None else (", ".join(hardware) or "none")),
         ("persistence mode", _on_off(fitness.persistence_mode)),
         ("reset required (NVML)", "yes" if fitness.reset_required else "no"),
+        ("recovery action (driver)", _recovery_figure(fitness.recovery_action)),
+        ("NVLink fabric", _fabric_figure(fitness)),
     ]
+
+
+def _recovery_figure(code: int | None) -> str:
+    if code is None:
+        return "– (a driver before R565 reports none)"
+    return recovery_action(code)[0]
+
+
+def _fabric_figure(fitness: GpuFitness) -> str:
+    if fitness.fabric_state is None:
+        return "– (none on this GPU)"
+    reason = _fabric_reason(fitness)
+    return "registered" if reason is None else reason.removeprefix("NVLink fabric ")
 
 
 def fitness_summary(gpu: Gpu) -> str | None:
     """One line of a GPU's fitness for text views: its action and causes, else its notes, else "ok"."""
     if gpu.fitness is None:
         return None
-    judged = assess(gpu.fitness)
+    judged = assessed(gpu)
     if judged.blocking:
         text = f"{ACTION_WORDS[judged.action]} ({'; '.join(judged.causes)})"
     else:

@@ -19,7 +19,7 @@ from gputui.core.jobs import proc_label
 from gputui.core.model import STATE_UNINTERRUPTIBLE, Gpu, HostSnapshot
 from gputui.core.text import age_text
 from gputui.core.verdict.findings import DEFUNCT_RESET_AFTER_S
-from gputui.core.verdict.fitness import assess, unfit_reason
+from gputui.core.verdict.fitness import assessed, unfit_reason
 
 UnfitRule = Callable[[HostSnapshot, Gpu], "str | None"]
 """Why a GPU is not fit for the next job (one sentence naming it), None when this rule finds it fit."""
@@ -45,13 +45,13 @@ def stuck_in_driver(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
     return None
 
 
-def health_asks(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
-    """The GPU's own fitness asks for a reset, a reboot or a drain (an Xid, a pending row remap or page
-    retirement, uncorrected ECC: ``gpu_health``'s one table)."""
-    return unfit_reason(gpu, assess(gpu.fitness))
+def fitness_asks(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
+    """The GPU's own fitness asks for an action before the next job (the driver's recovery action, an Xid, a
+    pending row remap, uncorrected ECC, the NVLink fabric: ``verdict.fitness``'s one derivation)."""
+    return unfit_reason(gpu, assessed(gpu))
 
 
-UNFIT_RULES: list[UnfitRule] = [health_asks, stuck_in_driver]
+UNFIT_RULES: list[UnfitRule] = [fitness_asks, stuck_in_driver]
 """Every rule the verdict asks about every readable GPU, in order (see the module docstring)."""
 
 

@@ -19,6 +19,7 @@ from gputui.core.model import (
 from gputui.core.text import fit
 from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.findings import ghost_suspects, remnant_sentence, suspect_text
+from gputui.core.verdict.fitness import unreachable_reason
 from gputui.core.verdict.readiness import unfit_reasons
 
 MAX_HOLDERS_IN_REASON = 3
@@ -130,8 +131,10 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
 
     Clean when every GPU's used memory is at most its baseline + tolerance, no GPU lists a process, and no
     zombie or D-state process remains in a GPU process tree. A host error, a host without GPUs, and a GPU
-    whose memory cannot be read (lost, timed out) give ``known=False``: "cannot tell", never clean. The
-    reasons say why without that prefix; whoever shows the verdict says "cannot tell" once.
+    whose memory cannot be read this time give ``known=False``: "cannot tell", never clean. A GPU the driver
+    cannot reach as a known fact (lost, RESET_REQUIRED, every GPU timing out sample after sample:
+    ``fitness.unreachable_reason``) is NOT READY with its action instead. The reasons say why without that
+    prefix; whoever shows the verdict says "cannot tell" once.
 
     A GPU that a rule of ``readiness.UNFIT_RULES`` finds unfit makes the verdict NOT READY (its reason
     first). A zombie or D-state process is worded as its finding is (``findings.remnant_sentence``);
@@ -150,8 +153,12 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
         baseline = baselines.for_gpu(gpu)
         used = gpu.memory_used_mib
         gpu_reasons: list[str] = []
+        known_unfit = unreachable_reason(snapshot, gpu)
         reason = unreadable_reason(gpu)
-        if reason is not None:
+        if known_unfit is not None:  # lost, reset required, a wedged driver: a fact, with its action
+            not_ready.append(known_unfit)
+            gpu_reasons.append(known_unfit)
+        elif reason is not None:
             gpu_reasons.append(reason)
             unreadable = True
         elif used is not None:  # always, once readable: said for the type checker

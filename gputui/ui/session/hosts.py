@@ -23,9 +23,8 @@ from typing import Any
 
 from textual.message import Message
 
-from gputui.agent.protocol import CMD_CONFIGURE
 from gputui.core.actions import KillPlan, Pending
-from gputui.core.link import HostLink, LinkError, full_sample
+from gputui.core.link import HostLink, LinkError, configure_command, full_sample
 from gputui.core.model import GpuHistory, HostSnapshot
 from gputui.core.servers import EndpointHistory, ServerWatch, health_transitions
 from gputui.core.store import WatchedPort
@@ -436,12 +435,7 @@ class Hosts:
     ) -> None:
         """Change a host's sampling intervals, and whether its collector waits on the GPU holders' exits
         (fast, and watching, while a clean-slate check runs)."""
-        command = {
-            "cmd": CMD_CONFIGURE,
-            "memory_interval_s": memory_interval_s,
-            "process_interval_s": process_interval_s,
-            "watch_exits": watch_exits,
-        }
+        command = configure_command(memory_interval_s, process_interval_s, watch_exits)
 
         def job(link: HostLink) -> None:
             try:

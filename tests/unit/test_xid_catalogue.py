@@ -1,0 +1,300 @@
+"""The GPU's fitness in the driver's own words: NVIDIA's Xid Catalog row by row, real kernel-log lines, the
+driver's recovery action first, the NVLink fabric, resets that clear, and GPUs the driver cannot reach."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from gputui.agent.gpu.xid import KernelLog
+from gputui.agent.pci import pci_key
+from gputui.agent.protocol import UNREACHABLE_LOST, UNREACHABLE_RESET_REQUIRED, UNREACHABLE_TIMED_OUT
+from gputui.core.model import CANNOT_TELL, NOT_READY, Gpu, GpuFitness, HostSnapshot, XidEvent
+from gputui.core.verdict import Baselines, analyze, assess
+from gputui.core.verdict.fitness import (
+    ACTION_DRAIN,
+    ACTION_DRAIN_AND_RESET,
+    ACTION_FABRIC,
+    ACTION_INVESTIGATE,
+    ACTION_NONE,
+    ACTION_REBOOT,
+    ACTION_RESET,
+    RECOVERY_ACTIONS,
+    xid_action,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+KERNEL_LOGS = DATA / "kernel_log"
+
+BUCKETS = {
+    "RESTART_APP": ACTION_NONE,
+    "IGNORE": ACTION_NONE,
+    "RESET_GPU": ACTION_RESET,
+    "WORKFLOW_XID_48": ACTION_RESET,
+    "WORKFLOW_NVLINK_ERR": ACTION_RESET,
+    "RESTART_BM": ACTION_REBOOT,
+    "RESTART_VM": ACTION_REBOOT,
+    "CHECK_MECHANICALS": ACTION_DRAIN,
+    "CONTACT_SUPPORT": ACTION_INVESTIGATE,
+    "CHECK_UVM": ACTION_INVESTIGATE,
+}
+"""How each immediate-action bucket of the catalogue folds into gputui's actions (the module docstring of
+``gputui.core.verdict.fitness``). WORKFLOW_XID_45, WORKFLOW_NVLINK5_ERR and XID_154 are read from the line."""
+FROM_THE_LINE = {"WORKFLOW_XID_45", "WORKFLOW_NVLINK5_ERR", "XID_154"}
+
+
+def _catalogue() -> list[tuple[int, str, str]]:
+    with (DATA / "xid" / "catalogue.csv").open() as handle:
+        rows = [row for row in csv.reader(line for line in handle if not line.startswith("#"))]
+    return [(int(xid), mnemonic, bucket) for xid, mnemonic, bucket in rows]
+
+
+def test_every_catalogue_row_asks_for_its_immediate_action() -> None:
+    rows = _catalogue()
+    assert len(rows) >= 40
+    for xid, mnemonic, bucket in rows:
+        if bucket in FROM_THE_LINE:
+            continue
+        meaning, action, _advice = xid_action(XidEvent(xid, 1.0, "kernel log"))
+        assert action == BUCKETS[bucket], (xid, mnemonic, bucket)
+        assert not meaning.startswith("unclassified"), xid
+
+
+def _events(name: str) -> dict[tuple[int, int, int], list[XidEvent]]:
+    """Every Xid of one sample file, per GPU, as the collector would list it (oldest first)."""
+    log = KernelLog(test_path=str(KERNEL_LOGS / name))
+    log.read()
+    assert log.error is None
+    per_gpu: dict[tuple[int, int, int], list[XidEvent]] = {}
+    for event in log.events:
+        per_gpu.setdefault(event["pci"], []).append(
+            XidEvent(event["xid"], event["time"], "kernel log", event["detail"])
+        )
+    return per_gpu
+
+
+def test_fallen_off_the_bus_is_xid_79_in_each_form_the_field_writes() -> None:
+    """With an Xid number, on a line of its own without one, and over three lines: each a reboot."""
+    gpud = _events("gpud_kmsg.txt")
+    sentinel = _events("nvsentinel_syslog_monitor.txt")
+    threads = _events("issue_threads.txt")
+    for per_gpu, pci in (
+        (
+            gpud,
+            "0000:91:00",
+        ),  # "NVRM: Xid (PCI:0000:91:00): 79, …" then "NVRM: GPU 0000:91:00.0: GPU has fallen …"
+        (gpud, "0000:29:00"),  # the one-line form alone
+        (
+            gpud,
+            "0000:18:00",
+        ),  # "NVRM: The NVIDIA GPU 0000:18:00.0" … "fallen off the bus and is not responding"
+        (sentinel, "0000:b3:00"),  # the three-line form with continuation indentation
+        (threads, "0000:01:00"),  # the old "NVRM: GPU at 0000:01:00.0 has fallen off the bus."
+    ):
+        events = per_gpu[pci_key(pci)]
+        assert [e.xid for e in events if e.xid == 79], pci
+        judged = assess(GpuFitness(xids=tuple(events)))
+        assert judged.action == ACTION_REBOOT, pci
+    # The Xid line and the bare line that follows it are one event.
+    assert [e.xid for e in gpud[pci_key("0000:91:00")]].count(79) == 1
+
+
+def test_xid_154_is_read_by_its_code_and_the_newest_change_decides() -> None:
+    per_gpu = _events("gpud_kmsg.txt")
+    # GB200: NETIR_LINK_EVT Fatal (a reset), then the driver's action 0x0 -> 0x4 (Drain and Reset).
+    judged = assess(GpuFitness(xids=tuple(per_gpu[pci_key("0009:01:00")])))
+    assert judged.action == ACTION_DRAIN_AND_RESET
+    assert any("GPU recovery action changed to Drain and Reset" in cause for cause in judged.causes)
+    # 0x4 -> 0x1 later on the same GPU: the newest change is what the driver asks for now.
+    later = assess(GpuFitness(xids=tuple(per_gpu[pci_key("0008:01:00")])))
+    assert "Xid 154: GPU recovery action changed to GPU Reset" in later.causes
+    assert all("Drain and Reset" not in cause for cause in later.causes)
+    # Back to 0x0 (None): the change says nothing is needed.
+    sentinel = _events("nvsentinel_syslog_monitor.txt")[pci_key("0008:01:00")]
+    assert [e.xid for e in sentinel] == [154, 154]
+    assert assess(GpuFitness(xids=tuple(sentinel))).action == ACTION_NONE
+    # The words are the driver's and change between drivers: only the code counts.
+    odd = XidEvent(154, 1.0, "kernel log", "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)")
+    assert xid_action(odd)[1] == ACTION_RESET
+    unknown = XidEvent(154, 1.0, "kernel log", "GPU recovery action changed from 0x0 (None) to 0x9 (Later)")
+    assert xid_action(unknown)[1] == ACTION_INVESTIGATE
+    assert xid_action(XidEvent(154, 1.0, "kernel log", "garbled"))[1] == ACTION_INVESTIGATE
+
+
+def test_nvlink5_xids_block_when_the_driver_says_fatal() -> None:
+    per_gpu = _events("gpud_kmsg.txt")
+    fatal = [
+        e for events in per_gpu.values() for e in events if e.xid in range(144, 151) and " Fatal" in e.detail
+    ]
+    nonfatal = [
+        e
+        for events in per_gpu.values()
+        for e in events
+        if e.xid in range(144, 151) and "Nonfatal" in e.detail
+    ]
+    assert fatal
+    assert nonfatal
+    for event in fatal:
+        meaning, action, _ = xid_action(event)
+        assert action == ACTION_RESET, event.detail
+        assert meaning.startswith("NVLink5 ")
+    for event in nonfatal:
+        assert xid_action(event)[1] == ACTION_NONE, event.detail
+    with_pid = next(e for e in nonfatal if "name=" in e.detail)  # "145, pid=…, name=…, RLW_RXPIPE Nonfatal …"
+    assert "RLW_" in xid_action(with_pid)[0]
+
+
+def test_advisories_are_shown_with_their_advice_and_never_block() -> None:
+    for xid in (94, 63, 92, 13, 31, 43):
+        judged = assess(GpuFitness(xids=(XidEvent(xid, 1.0, "kernel log"),)))
+        assert judged.action == ACTION_NONE
+        assert len(judged.notes) == 1
+        assert "; " in judged.notes[0]  # the advice
+    assert "reset when convenient" in assess(GpuFitness(xids=(XidEvent(94, 1.0, "kernel log"),))).notes[0]
+    # 109 is a reset (NVIDIA), not an application fault.
+    assert assess(GpuFitness(xids=(XidEvent(109, 1.0, "kernel log"),))).action == ACTION_RESET
+
+
+def test_an_unclassified_xid_blocks_unless_the_site_or_the_driver_accepts_it() -> None:
+    fitness = GpuFitness(xids=(XidEvent(4242, 1.0, "kernel log"),))
+    judged = assess(fitness)
+    assert judged.action == ACTION_INVESTIGATE
+    assert judged.causes[0].startswith("unclassified Xid 4242 since boot")
+    assert "Xid Catalog" in judged.causes[0]
+    accepted = assess(fitness, frozenset({4242}))
+    assert accepted.action == ACTION_NONE
+    assert accepted.notes == ("unclassified Xid 4242 since boot; accepted by the site's config",)
+    driver_none = assess(GpuFitness(recovery_action=0, xids=fitness.xids))
+    assert driver_none.action == ACTION_NONE
+    assert driver_none.notes[0].endswith("; the driver asks for nothing")
+    # The site's list reaches the verdict through the baselines.
+    host = HostSnapshot(
+        target="h", time=10.0, processes_time=10.0, gpus=(Gpu(index=0, memory_used_mib=3, fitness=fitness),)
+    )
+    assert analyze(host, Baselines()).verdict.level == NOT_READY  # type: ignore[union-attr]
+    assert analyze(host, Baselines(accepted_xids=frozenset({4242}))).verdict.clean  # type: ignore[union-attr]
+
+
+def test_the_driver_decides_and_the_xid_explains() -> None:
+    dbe = XidEvent(
+        48, 1_800_000_000.0, "kernel log", "An uncorrectable double bit error (DBE) has been detected"
+    )
+    judged = assess(GpuFitness(recovery_action=1, xids=(dbe,)))
+    assert judged.action == ACTION_RESET
+    (cause,) = judged.causes
+    assert cause.startswith("Xid 48: double-bit ECC error at ")
+    assert cause.endswith("; the driver asks for GPU Reset")
+    # Every value the bindings name maps to an action; one they do not blocks.
+    for code, (name, action) in RECOVERY_ACTIONS.items():
+        assert assess(GpuFitness(recovery_action=code)).action == action, name
+    assert assess(GpuFitness(recovery_action=2)).action == ACTION_REBOOT
+    assert assess(GpuFitness(recovery_action=4)).needs_reset
+    strange = assess(GpuFitness(recovery_action=77))
+    assert strange.action == ACTION_INVESTIGATE
+    assert strange.causes == ("the driver reports unknown recovery action 77",)
+    # NONE from the driver: a reboot-class Xid is what happened, not what is needed.
+    assert (
+        assess(GpuFitness(recovery_action=0, xids=(XidEvent(79, 1.0, "kernel log"),))).action == ACTION_NONE
+    )
+    # The driver's action never hides NVML's own states.
+    assert assess(GpuFitness(recovery_action=0, remap_pending=True)).action == ACTION_RESET
+
+
+def test_resets_clear_what_they_clear() -> None:
+    cleared = XidEvent(48, 10.0, "kernel log", cleared="GPU reset since")
+    assert assess(GpuFitness(xids=(cleared,))).action == ACTION_NONE
+    again = assess(GpuFitness(xids=(cleared, XidEvent(48, 50.0, "kernel log"))))
+    assert again.action == ACTION_RESET
+    assert again.causes == ("Xid 48: double-bit ECC error; recurred after a reset: investigate",)
+    # A reset does not bring a GPU back onto the bus; a reload or a boot does.
+    fallen = XidEvent(79, 10.0, "kernel log", cleared="GPU reset since")
+    assert assess(GpuFitness(xids=(fallen,))).action == ACTION_REBOOT
+    reloaded = XidEvent(79, 10.0, "kernel log", cleared="driver reloaded since")
+    assert assess(GpuFitness(xids=(reloaded,))).action == ACTION_NONE
+
+
+@pytest.mark.parametrize(
+    ("state", "status", "manager", "blocks", "said"),
+    [
+        (3, 0, None, False, None),
+        (2, 0, "not running", True, "NVLink fabric registration in progress (fabric manager not running)"),
+        (1, 0, "running", True, "NVLink fabric registration not started (fabric manager running)"),
+        (
+            3,
+            23,
+            "running",
+            True,
+            "NVLink fabric registration failed: insufficient resources (fabric manager running)",
+        ),
+        (None, None, None, False, None),
+    ],
+)
+def test_a_gpu_without_its_fabric_is_not_ready(
+    state: int | None, status: int | None, manager: str | None, blocks: bool, said: str | None
+) -> None:
+    judged = assess(GpuFitness(fabric_state=state, fabric_status=status, fabric_manager=manager))
+    assert judged.blocking is blocks
+    if said is not None:
+        assert judged.action == ACTION_FABRIC
+        assert judged.causes == (said,)
+
+
+def test_xid_45_alone_on_a_fabric_points_at_the_fabric_manager() -> None:
+    alone = XidEvent(45, 1.0, "kernel log", "Ch 00000001")
+    assert assess(GpuFitness(fabric_state=3, fabric_status=0, xids=(alone,))).action == ACTION_FABRIC
+    assert assess(GpuFitness(xids=(alone,))).action == ACTION_NONE  # no fabric: it only follows another Xid
+    with_149 = (XidEvent(149, 0.5, "kernel log", "NETIR Fatal XC0 i0 Link -1 (0x0)"), alone)
+    assert assess(GpuFitness(fabric_state=3, fabric_status=0, xids=with_149)).action == ACTION_RESET
+
+
+def _host(*gpus: Gpu) -> HostSnapshot:
+    return HostSnapshot(target="h", time=10.0, processes_time=10.0, gpus=gpus)
+
+
+def test_a_gpu_the_driver_cannot_reach_is_a_fact_with_an_action() -> None:
+    fine = Gpu(index=0, memory_used_mib=3)
+    lost = Gpu(index=1, error="GPU is lost", unreachable=UNREACHABLE_LOST)
+    verdict = analyze(_host(fine, lost), Baselines()).verdict
+    assert verdict is not None
+    assert verdict.known
+    assert verdict.level == NOT_READY
+    assert verdict.not_ready == ("GPU1 needs a reboot of the host (the driver says it is lost)",)
+    reset = Gpu(index=1, error="NVML error: Reset Required", unreachable=UNREACHABLE_RESET_REQUIRED)
+    assert analyze(_host(fine, reset), Baselines()).verdict.not_ready == (  # type: ignore[union-attr]
+        "GPU1 needs a reset (NVML says a reset is required)",
+    )
+    # One GPU timing out is a GPU that could not be read this time: cannot tell.
+    slow = Gpu(index=1, error="NVML call timed out", unreachable=UNREACHABLE_TIMED_OUT, timeouts_in_row=5)
+    assert analyze(_host(fine, slow), Baselines()).verdict.level == CANNOT_TELL  # type: ignore[union-attr]
+    # Every GPU timing out sample after sample is a wedged driver.
+    wedged = [
+        Gpu(index=i, error="NVML call timed out", unreachable=UNREACHABLE_TIMED_OUT, timeouts_in_row=2)
+        for i in range(2)
+    ]
+    judged = analyze(_host(*wedged), Baselines()).verdict
+    assert judged is not None
+    assert judged.level == NOT_READY
+    assert judged.not_ready[0] == (
+        "GPU0 needs a reboot of the host (no NVML call on any GPU of the host returned, 2 samples in a row:"
+        " the driver is wedged)"
+    )
+    once = [Gpu(index=i, error="t", unreachable=UNREACHABLE_TIMED_OUT, timeouts_in_row=1) for i in range(2)]
+    assert analyze(_host(*once), Baselines()).verdict.level == CANNOT_TELL  # type: ignore[union-attr]
+
+
+def test_hostile_unreachable_and_fabric_values_are_blanks() -> None:
+    gpu = Gpu.from_dict({"index": 0, "unreachable": "melted", "timeouts_in_row": -4})
+    assert gpu.unreachable is None
+    assert gpu.timeouts_in_row == 0
+    fitness = GpuFitness.from_dict(
+        {"recovery_action": "one", "fabric_state": -1, "fabric_manager": "rm -rf", "read_time": float("nan")}
+    )
+    assert fitness is not None
+    assert (fitness.recovery_action, fitness.fabric_state, fitness.fabric_manager, fitness.read_time) == (
+        None,
+        None,
+        None,
+        None,
+    )
