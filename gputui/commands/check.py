@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from gputui.commands.inputs.baselines import resolve_baselines
+from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line, safe_streams, wait_line
 from gputui.commands.output.verdict_text import verdict_lines
@@ -171,7 +171,9 @@ def _check_target(
     target: str, args: argparse.Namespace, out: TextIO, err: TextIO, header: bool
 ) -> tuple[int, HostSnapshot, float | None]:
     demo = bool(getattr(args, "demo", False))
-    baselines = resolve_baselines(target, args.baseline_mib, args.tolerance_mib, demo, err)
+    baselines = resolve_baselines(
+        target, args.baseline_mib, args.tolerance_mib, demo, err, accepted_xids(args)
+    )
     link = open_link(target, options_from_args(args, one_shot=True), demo=demo)
     waited: float | None = None
     ports_free = ""
@@ -186,7 +188,9 @@ def _check_target(
             force = bool(getattr(args, "force", False))
             status = _calibrate(analysed, target, out, err, bool(args.json), force)
             if status == EXIT_CLEAN:
-                baselines = resolve_baselines(target, None, args.tolerance_mib, demo, err)
+                baselines = resolve_baselines(
+                    target, None, args.tolerance_mib, demo, err, accepted_xids(args)
+                )
             return status, judge(snapshot, baselines, one_shot=True), None
         warnings: list[str] = []
         ports = () if demo else load_watched_ports(target, snapshot.boot_id, warnings=warnings)

@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import Metric
 
 from gputui import __version__
 from gputui.commands.grammar.exporter import DEFAULT_ADDRESS
-from gputui.commands.inputs.baselines import resolve_baselines
+from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
 from gputui.commands.inputs.targets import open_link, options_from_args
 from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
@@ -252,7 +252,9 @@ def _link(args: argparse.Namespace) -> HostLink:
 
 
 def _baselines(args: argparse.Namespace, target: str) -> Baselines:
-    return resolve_baselines(target, args.baseline_mib, args.tolerance_mib, bool(args.demo), sys.stderr)
+    return resolve_baselines(
+        target, args.baseline_mib, args.tolerance_mib, bool(args.demo), sys.stderr, accepted_xids(args)
+    )
 
 
 def run_once(args: argparse.Namespace) -> int:

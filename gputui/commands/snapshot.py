@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from gputui.agent.protocol import ENDPOINT_STATE_UP
-from gputui.commands.inputs.baselines import resolve_baselines
+from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line
 from gputui.commands.output.verdict_text import verdict_lines
@@ -31,7 +31,9 @@ def _analyze(snapshot: HostSnapshot, args: argparse.Namespace, err: TextIO) -> H
     """Server states, findings and the verdict by the engine ``gputui check`` uses, against the same
     baselines and the same watched ports (read only: only ``check`` forgets a port it sees free)."""
     demo = bool(getattr(args, "demo", False))
-    baselines = resolve_baselines(snapshot.target, args.baseline_mib, args.tolerance_mib, demo, err)
+    baselines = resolve_baselines(
+        snapshot.target, args.baseline_mib, args.tolerance_mib, demo, err, accepted_xids(args)
+    )
     ports = () if demo else load_watched_ports(snapshot.target, snapshot.boot_id)
     return judge(snapshot, baselines, watched_ports=ports, one_shot=True)
 

@@ -7,6 +7,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Iterator
 
+from gputui.commands.inputs.baselines import accepted_xids
 from gputui.commands.inputs.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.core.link import HostLink
 from gputui.core.text import visible
@@ -106,7 +107,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         return open_link(target, options)
 
     def baselines_for(target: str) -> Baselines:
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, object] = {"accepted_xids": accepted_xids(args)}
         if not args.demo:
             loaded = load_baselines(target)
             if loaded.warning:

@@ -266,8 +266,11 @@ class GpuTuiApp(App[int]):
             host = self.hosts.get(target)
             if host is None:
                 continue
+            waiting = host.fitness_due_s
             for severity, title, text in host.apply(snapshot, now_s):
                 self.say(text, severity=severity, title=title)
+            if host.fitness_due_s is not None and waiting is None:
+                self.hosts.sample_now(host)  # a forced sample reads the GPUs' fitness
             self.checks.memory_sample(host, snapshot)
             changed.append((host, forced))
         if changed:

@@ -399,3 +399,32 @@ def test_a_gpu_fallen_off_the_bus_and_no_longer_listed_blocks(
     (finding,) = [f for f in host["findings"] if f["kind"] == "xid"]
     assert finding["detail"] == reason
     assert finding["action"] == "reboot the host: a GPU reset does not recover from this"
+
+
+def test_an_unclassified_xid_blocks_until_the_site_accepts_it(
+    fake_nvml: FakeNvml, kernel_log: KernelLog, tmp_path: Path
+) -> None:
+    """An Xid the catalogue does not name is NOT READY naming it; listed in the config's ``accepted_xids``
+    it is shown beside a clean verdict. A config that is wrong is one line, exit 2."""
+    kernel_log.xid("0000:19:00", 4242, "something new", at_s=30.0)
+    done = run_cli("check", fake_nvml)
+    assert done.returncode == 1, done.stdout + done.stderr
+    _says_not_ready(
+        done.stdout,
+        "GPU2 needs a look before the next launch (unclassified Xid 4242 since boot; see NVIDIA's Xid"
+        " Catalog (https://docs.nvidia.com/deploy/xid-errors/))",
+    )
+    config = tmp_path / "config.toml"
+    config.write_text("accepted_xids = [4242]\n")
+    done = run_cli("check", fake_nvml, "--config", str(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    host = json.loads(run_cli("check", fake_nvml, "--config", str(config), "--json").stdout)["hosts"][0]
+    assert host["gpus"][2]["health"]["notes"] == [
+        "unclassified Xid 4242 since boot; accepted by the site's config"
+    ]
+    config.write_text("accepted_xids = 4242\n")
+    done = run_cli("check", fake_nvml, "--config", str(config))
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"gputui: {config}: accepted_xids must be a list of Xid numbers (1 to 65535)\n"
+    )

@@ -3,6 +3,7 @@ the Xid history, and a kernel log that could not be read is said."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from textual.widgets import Static
@@ -94,3 +95,88 @@ async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make
         assert "fit for the next launch" in shown
         assert "row remap pending –" in shown
         assert "none this boot" in shown
+
+
+class StaleFitnessLink(CountingSimLink):
+    """Every GPU idle; the stream's fitness was read 25 s before each sample (the 30 s period at rest) and
+    says nothing is wrong; a forced sample reads it now, and GPU2's row remap is pending by then."""
+
+    remap_after_all = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_at: float | None = None
+        """When the forced sample read the fitness; the stream carries that read after it, as a collector's
+        stream carries its last read."""
+
+    def _idle(self, snapshot: HostSnapshot, read_time: float, remap: bool) -> HostSnapshot:
+        gpus = tuple(
+            replace(
+                g,
+                memory_used_mib=3,
+                processes=(),
+                fitness=GpuFitness(remap_pending=remap and g.index == UNFIT_GPU, read_time=read_time),
+            )
+            for g in snapshot.gpus
+        )
+        return replace(snapshot, gpus=gpus, processes=())
+
+    def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
+        snapshot = super().next_snapshot(timeout_s)
+        if snapshot is None or snapshot.time is None:
+            return snapshot
+        if self.read_at is None:
+            return self._idle(snapshot, snapshot.time - 25.0, remap=False)
+        return self._idle(snapshot, self.read_at, remap=self.remap_after_all)
+
+    def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        result = super().request(command, timeout_s)
+        if command.get("cmd") == "sample":
+            time.sleep(0.3)  # reading eight GPUs takes a moment: the line says what it waits for meanwhile
+            fresh = HostSnapshot.from_dict(result["snapshot"])
+            self.read_at = fresh.time or 0.0
+            result = {"snapshot": self._idle(fresh, self.read_at, remap=self.remap_after_all).to_dict()}
+        return result
+
+
+class StaleFitnessFactory(SimFactory):
+    def __call__(self, target: str) -> CountingSimLink:
+        link = StaleFitnessLink(target, self.options, clock=self.clock)
+        self.links[target] = link
+        return link
+
+
+async def test_clean_is_never_shown_on_fitness_read_before_the_sample(make_app, clock) -> None:
+    """Memory at baseline with the GPUs' fitness read 25 s before: the line says it reads the fitness (the
+    app forces a read), and the read finds a pending row remap: NOT READY, never CLEAN in between."""
+    app = make_app(targets=("gpu-node-08",), factory_type=StaleFitnessFactory)
+    seen: list[str] = []
+    async with app.run_test(size=WIDE) as pilot:
+        line = app.query_one(CleanSlateLine)
+
+        def said() -> str:
+            text = str(line.render())
+            seen.append(text)
+            return text
+
+        await wait_for(pilot, lambda: "NOT READY" in said(), "NOT READY from the forced read")
+        assert said().startswith("NOT READY: ")
+        assert "GPU2 needs a reset (row remap pending)" in said()
+        link = app.factory.links["gpu-node-08"]
+        assert [c["cmd"] for c in link.commands].count("sample") >= 1
+    assert not any(text.startswith("CLEAN") for text in seen), seen
+    assert any(text.startswith("checking… 8/8 GPUs at baseline · reading the GPUs' fitness") for text in seen)
+
+
+async def test_a_fresh_read_that_finds_nothing_turns_the_line_clean(make_app, clock) -> None:
+    StaleFitnessLink.remap_after_all = False
+    try:
+        app = make_app(targets=("gpu-node-08",), factory_type=StaleFitnessFactory)
+        async with app.run_test(size=WIDE) as pilot:
+            line = app.query_one(CleanSlateLine)
+            await wait_for(pilot, lambda: str(line.render()).startswith("CLEAN"), "CLEAN after the read")
+            host = app.hosts.get("gpu-node-08")
+            assert host is not None
+            assert host.fitness_due_s is None
+    finally:
+        StaleFitnessLink.remap_after_all = True

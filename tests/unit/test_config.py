@@ -28,6 +28,13 @@ def test_default_file_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert load_config().health_urls == ("http://127.0.0.1:30000/health",)
 
 
+def test_the_site_s_accepted_xids(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("accepted_xids = [4242, 13]\n")
+    assert load_config(path).accepted_xids == frozenset({13, 4242})
+    assert Config().accepted_xids == frozenset()
+
+
 def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
@@ -56,6 +63,10 @@ def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
         ('ssh_client = "putty"', 'ssh_client must be one of "paramiko", "openssh", "auto"'),
         ("ssh_client = 1", "ssh_client must be one of"),
         ('[hosts."a"]\nssh_client = "OpenSSH"', "hosts.'a'.ssh_client must be one of"),
+        ("accepted_xids = 13", "accepted_xids must be a list of Xid numbers (1 to 65535)"),
+        ('accepted_xids = ["13"]', "accepted_xids must be a list of Xid numbers"),
+        ("accepted_xids = [true]", "accepted_xids must be a list of Xid numbers"),
+        ("accepted_xids = [0, 70000]", "accepted_xids must be a list of Xid numbers"),
     ],
 )
 def test_bad_files_are_one_clear_error(tmp_path: Path, text: str, fragment: str) -> None:

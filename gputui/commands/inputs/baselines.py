@@ -12,20 +12,35 @@ if TYPE_CHECKING:
 
 
 def resolve_baselines(
-    target: str, baseline_mib: int | None, tolerance_mib: int | None, demo: bool, err: TextIO
+    target: str,
+    baseline_mib: int | None,
+    tolerance_mib: int | None,
+    demo: bool,
+    err: TextIO,
+    accepted_xids: frozenset[int] = frozenset(),
 ) -> Baselines:
-    """The baselines for one target: ``--baseline-mib`` if given, else the calibrated values, else 3 MiB.
+    """The baselines for one target: ``--baseline-mib`` if given, else the calibrated values, else 3 MiB; and
+    the Xids the site accepts (the config's ``accepted_xids``).
 
     A calibration file that cannot be used gives one warning line on ``err`` and the defaults.
     """
     tolerance = DEFAULT_TOLERANCE_MIB if tolerance_mib is None else tolerance_mib
     if baseline_mib is not None:
-        return Baselines(default_mib=baseline_mib, tolerance_mib=tolerance)
-    if demo:
-        return Baselines(tolerance_mib=tolerance)  # simulated hosts have nothing recorded about them
+        return Baselines(default_mib=baseline_mib, tolerance_mib=tolerance, accepted_xids=accepted_xids)
+    if demo:  # simulated hosts have nothing recorded about them
+        return Baselines(tolerance_mib=tolerance, accepted_xids=accepted_xids)
     loaded = load_baselines(target)
     if loaded.warning:
         print(f"gputui: warning: {visible(loaded.warning, 400)}", file=err)
     return Baselines(
-        default_mib=DEFAULT_BASELINE_MIB, tolerance_mib=tolerance, per_gpu_mib=loaded.per_gpu_mib
+        default_mib=DEFAULT_BASELINE_MIB,
+        tolerance_mib=tolerance,
+        per_gpu_mib=loaded.per_gpu_mib,
+        accepted_xids=accepted_xids,
     )
+
+
+def accepted_xids(args: object) -> frozenset[int]:
+    """The config's ``accepted_xids`` (none without a config)."""
+    config = getattr(args, "config", None)
+    return getattr(config, "accepted_xids", frozenset())

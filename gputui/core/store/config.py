@@ -53,7 +53,9 @@ HOST_KEYS = frozenset({"health", "metrics", "stall_after_s", "ssh_client"})
 STALL_AFTER_MIN_S = 1.0
 STALL_AFTER_MAX_S = 86400.0
 """The range of ``stall_after_s``: under a second is noise between two reads, over a day is never."""
-TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet"}
+TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet", "accepted_xids"}
+XID_MAX = 65535
+"""The largest number an Xid may be in ``accepted_xids``."""
 FLEET_TEXT_KEYS = frozenset({"prometheus", "match", "host_label", "ssh_target"})
 FLEET_SECONDS_KEYS = frozenset({"stale_after_s", "refresh_s"})
 
@@ -91,6 +93,8 @@ class Config(Record):
     """The SSH client for every host (``SSH_CLIENTS``), or None when not set."""
     host_ssh_clients: dict[str, str] = field(default_factory=dict)
     """Host target -> the SSH client for that host only."""
+    accepted_xids: frozenset[int] = frozenset()
+    """Xids this site accepts: shown, never blocking the next launch (``verdict.fitness``)."""
 
 
 def default_config_path() -> str:
@@ -226,7 +230,16 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         fleet=_fleet(data.get("fleet", {}), path),
         ssh_client=_ssh_client(data["ssh_client"], "", path) if "ssh_client" in data else None,
         host_ssh_clients=host_clients,
+        accepted_xids=_xids(data["accepted_xids"], path) if "accepted_xids" in data else frozenset(),
     )
+
+
+def _xids(value: Any, path: str) -> frozenset[int]:
+    if not isinstance(value, list) or not all(
+        isinstance(x, int) and not isinstance(x, bool) and 0 < x <= XID_MAX for x in value
+    ):
+        raise ConfigError(f"{path}: accepted_xids must be a list of Xid numbers (1 to {XID_MAX})")
+    return frozenset(value)
 
 
 def _groups(table: Any, path: str) -> dict[str, tuple[str, ...]]:

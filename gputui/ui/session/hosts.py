@@ -99,6 +99,10 @@ class HostState:
     """Jobs killed here, newest last: what escaped them is a survivor finding. Replaced, never mutated."""
     watched_ports: tuple[WatchedPort, ...] = ()
     """The TCP ports of jobs killed here not yet seen free: a clean-slate check waits on them."""
+    fitness_due_s: float | None = None
+    """Set when the verdict turned CLEAN on GPU fitness read before that sample (at rest it is read every
+    30 s): the sample time a fresh read is awaited from. The clean-slate line says it checks the GPUs'
+    fitness instead of CLEAN until a sample read after it comes (the app asks for one)."""
     poller: HostPoller | None = None
 
     @property
@@ -123,6 +127,7 @@ class HostState:
         ):
             self.health_changes.append((now_s, line))
         self.health_history.update(snapshot.endpoints)
+        self.fitness_due_s = fitness_due(previous, snapshot, self.fitness_due_s)
         self.snapshot = snapshot
         self.watched_ports = () if reboot else ports_left(snapshot, self.watched_ports)
         self.last_ok_s = now_s
@@ -474,6 +479,29 @@ class Hosts:
             self.post(self.HostKeyRecorded(target, error, None))
 
         spawn("host-key", job)
+
+
+FITNESS_READ_SLACK_S = 1.0
+"""A fitness read this close before its sample's time is that sample's own (read during it)."""
+
+
+def fitness_due(previous: HostSnapshot | None, snapshot: HostSnapshot, due_s: float | None) -> float | None:
+    """The sample time from which a fresh read of the GPUs' fitness is awaited before CLEAN may be shown, or
+    None: when ``snapshot``'s verdict is CLEAN and was not on ``previous`` (or a read is already awaited),
+    and some GPU's fitness was read before it. A source that reads no fitness (the demo, a fleet, reduced
+    mode) never waits."""
+    verdict = snapshot.verdict
+    if verdict is None or not verdict.clean or snapshot.time is None:
+        return None
+    reads = [g.fitness.read_time for g in snapshot.gpus if g.fitness is not None]
+    if not reads or any(read is None for read in reads):
+        return None
+    if due_s is None:
+        if previous is not None and previous.verdict is not None and previous.verdict.clean:
+            return None  # CLEAN all along: the fitness keeps its period
+        due_s = snapshot.time
+    oldest = min(read for read in reads if read is not None)
+    return None if oldest >= due_s - FITNESS_READ_SLACK_S else due_s
 
 
 def _cause(exc: BaseException) -> str:

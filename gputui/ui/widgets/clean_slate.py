@@ -59,12 +59,20 @@ def other_facts(verdict: Verdict) -> Text:
     return text
 
 
-def clean_slate_text(verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> Text:
-    """The line for a verdict, with the progress or receipt of a running or finished check."""
+def clean_slate_text(
+    verdict: Verdict | None, check: CleanCheck | None, now_s: float, fitness_due: bool = False
+) -> Text:
+    """The line for a verdict, with the progress or receipt of a running or finished check; ``fitness_due``:
+    the verdict is CLEAN on GPU fitness read before its sample, and a fresh read is awaited
+    (``HostState.fitness_due_s``): never CLEAN until it comes."""
     if verdict is None:
         return Text(headline(None), style="dim")
     total = len(verdict.gpus)
     at_baseline = verdict.gpus_at_baseline
+    if verdict.clean and fitness_due:
+        line = Text(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
+        line.append(" · reading the GPUs' fitness", style="yellow")
+        return line
     if check is not None and check.finished_s is not None and check.clean and verdict.clean:
         line = Text(f"CLEAN ✓ {at_baseline}/{total} GPUs at baseline", style="bold green")
         # The time is the clean memory sample's; a fresh full sample (processes listed then) confirmed it.
@@ -139,9 +147,11 @@ class CleanSlateLine(Static):
         """The line as shown now (empty before the first ``show``)."""
         return self._shown if self._shown is not None else Text("")
 
-    def show(self, verdict: Verdict | None, check: CleanCheck | None, now_s: float) -> None:
+    def show(
+        self, verdict: Verdict | None, check: CleanCheck | None, now_s: float, fitness_due: bool = False
+    ) -> None:
         """Show the verdict; with a check, its progress ("5/8 GPUs at baseline") or its receipt."""
-        text = clean_slate_text(verdict, check, now_s)
+        text = clean_slate_text(verdict, check, now_s, fitness_due)
         key = (text.plain, str(text.style), tuple(text.spans))
         if key == self._shown_key:
             return  # the same verdict again: nothing to repaint
