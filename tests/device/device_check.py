@@ -96,6 +96,21 @@ def timed(fn: Any) -> dict[str, Any]:
     return out
 
 
+def _field_230(pynvml: Any, handle: Any) -> list[Any]:
+    """What the driver answers for its recovery action (NVML field 230): [nvmlReturn, valueType, uiVal]."""
+    (value,) = pynvml.nvmlDeviceGetFieldValues(handle, [230])
+    return [int(value.nvmlReturn), int(value.valueType), int(value.value.uiVal)]
+
+
+def _fabric(pynvml: Any, handle: Any) -> list[Any]:
+    """The NVLink fabric registration as the driver answers it: [state, status, healthMask] (read only)."""
+    import ctypes
+
+    info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    pynvml.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
+    return [int(info.state) & 0xFF, int(info.status), int(info.healthMask)]
+
+
 def raw_queries() -> None:
     import pynvml
 
@@ -133,6 +148,8 @@ def raw_queries() -> None:
                 "persistence_mode": timed(lambda h=handle: pynvml.nvmlDeviceGetPersistenceMode(h)),
                 "supported_event_types": timed(lambda h=handle: pynvml.nvmlDeviceGetSupportedEventTypes(h)),
                 "mig_mode": timed(lambda h=handle: list(pynvml.nvmlDeviceGetMigMode(h))),
+                "recovery_action_field_230": timed(lambda h=handle: _field_230(pynvml, h)),
+                "fabric_info": timed(lambda h=handle: _fabric(pynvml, h)),
             }
             health = timed(lambda h=handle: read_gpu_fitness(h))
             gpus.append({"index": index, "queries": queries, "gputui_read_gpu_fitness": health})

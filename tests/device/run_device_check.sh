@@ -29,6 +29,9 @@ started=$(date +%s)
 echo "== device: $(uname -srm), $($PY --version 2>&1)"
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.used,memory.total,persistence_mode,ecc.mode.current \
     --format=csv 2>&1 | head -20
+# The driver's own words on fitness, read only: its recovery action and the NVLink fabric registration.
+nvidia-smi --query-gpu=index,gpu_recovery_action --format=csv 2>&1 | head -20
+nvidia-smi -q 2>&1 | grep -A 6 -E '^\s+Fabric' | head -40
 
 VENV=$(mktemp -d)/venv
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
