@@ -11,6 +11,7 @@ from textual.widgets import Static
 from gputui.core.model import GpuFitness, HostSnapshot, KernelLogNote, XidEvent, replace
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.widgets.clean_slate import CleanSlateLine
+from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.process_table import ProcessTable
 
 from .conftest import CountingSimLink, SimFactory, wait_for
@@ -76,6 +77,9 @@ async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make
         said = str(line.render())
         assert said.startswith("NOT READY: ")
         assert "· GPUs: GPU2 needs a reset (row remap pending)" in said  # the reason, labelled with its fact
+        panel = str(app.query_one(GpuPanel).render()).splitlines()
+        assert panel[1 + UNFIT_GPU].lstrip().startswith(f"{UNFIT_GPU}!")  # marked in the GPU list
+        assert all("!" not in row.split()[0] for i, row in enumerate(panel[1:]) if i != UNFIT_GPU)
         await pilot.press("g", *["down"] * UNFIT_GPU, "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, GpuDetailScreen), "the GPU view")
         shown = _health(app)

@@ -183,7 +183,7 @@ class GpuDetailScreen(Screen[None]):
             chart.data = values
             chart.top = (None if gpu is None else series.top(gpu)) or max(values, default=1.0)
         health = self.query_one("#gpu-fitness", Static)
-        health_text = None if gpu is None or snapshot is None else fitness_text(gpu, snapshot.kernel_log)
+        health_text = None if gpu is None or snapshot is None else fitness_text(gpu, snapshot)
         health.display = health_text is not None
         health.update(health_text or "")
         holders = self.query_one("#gpu-holders", Static)

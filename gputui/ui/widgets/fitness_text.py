@@ -6,22 +6,37 @@ import time
 
 from rich.text import Text
 
-from gputui.core.model import Gpu, KernelLogNote
-from gputui.core.verdict import ACTION_WORDS, XID_HISTORY_UNAVAILABLE, assess, fitness_figures, xid_text
+from gputui.core.model import Gpu, HostSnapshot
+from gputui.core.verdict import (
+    ACTION_WORDS,
+    XID_HISTORY_UNAVAILABLE,
+    assessed,
+    driver_wedged,
+    fitness_figures,
+    unreachable_action,
+    xid_text,
+)
 from gputui.ui.widgets.fmt import safe_text
 
 MAX_XIDS_SHOWN = 12
 
 
-def fitness_text(gpu: Gpu, kernel_log: KernelLogNote | None) -> Text | None:
-    """The fitness lines of one GPU; None when its collector read no fitness (the simulator, a fleet GPU
-    without the series)."""
+def fitness_text(gpu: Gpu, snapshot: HostSnapshot) -> Text | None:
+    """The fitness lines of one GPU of ``snapshot``; None when its collector read no fitness (the simulator,
+    a fleet GPU without the series) and the driver can reach it."""
     fitness = gpu.fitness
-    if fitness is None and kernel_log is None:
+    kernel_log = snapshot.kernel_log
+    unreachable = unreachable_action(gpu, driver_wedged(snapshot))
+    if fitness is None and kernel_log is None and unreachable is None:
         return None
     text = Text("fitness     ", style="bold")
-    judged = assess(fitness)
-    if judged.blocking:
+    judged = assessed(gpu)
+    if unreachable is not None:
+        text.append(ACTION_WORDS[unreachable[0]], style="bold red")
+        text.append(" (")
+        text.append_text(safe_text(unreachable[1], 300))
+        text.append(")")
+    elif judged.blocking:
         text.append(ACTION_WORDS[judged.action], style="bold red")
         text.append(" (")
         text.append_text(safe_text("; ".join(judged.causes), 300))

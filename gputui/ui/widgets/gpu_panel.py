@@ -13,6 +13,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from gputui.core.model import Gpu
+from gputui.core.verdict import assessed
 from gputui.ui import keymap
 from gputui.ui.widgets.fmt import DASH, bar, dash, mem_pct, safe_text, sparkline
 
@@ -174,7 +175,10 @@ class GpuPanel(Widget):
 
     def _line(self, gpu: Gpu, wide: bool, power: bool, bar_cells: int, spark_cells: int, width: int) -> Text:
         style = self._style_for(gpu)
-        line = Text(f"{gpu.index:>2} " if wide else f"{gpu.index} ", style="bold")
+        # "!" beside the index: the GPU's own fitness asks for an action first (the GPU view says which).
+        mark = "!" if gpu.fitness is not None and assessed(gpu).blocking else " "
+        index = f"{gpu.index:>2}{mark}" if wide else f"{gpu.index}{mark}"
+        line = Text(index, style="bold red" if mark == "!" else "bold")
         if gpu.error is not None:
             line.append("error: ", style="bold red")
             line.append_text(safe_text(gpu.error, max(8, width - 12), style="red"))
