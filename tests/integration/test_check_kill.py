@@ -201,15 +201,15 @@ def test_kill_all_gpu_without_nvml_says_so(env: dict[str, str], fake_nvml: Any) 
     assert len(result.stderr.strip().splitlines()) == 1
 
 
-def test_lost_gpu_cannot_tell(env: dict[str, str], fake_nvml: Any) -> None:
+def test_lost_gpu_is_not_ready_and_needs_a_reboot(env: dict[str, str], fake_nvml: Any) -> None:
+    """A GPU the driver says is lost is a known fact whose action is a reboot: NOT READY, exit 1."""
     fake_nvml.state.gpus[2].error = "GPU_IS_LOST"
     fake_nvml.write()
     result = run_gputui(["check", "--no-discover"], env)
-    assert result.returncode == 2
-    assert "GPU2  –" in result.stdout
-    assert "✗ error: GPU is lost" in result.stdout
-    assert "cannot tell: GPU2 error: GPU is lost" in result.stdout
-    assert result.stdout.count("cannot tell") == 1
+    assert result.returncode == 1
+    assert "GPU2  – MiB  ✗ needs a reboot of the host (the driver says it is lost)" in result.stdout
+    assert "NOT READY: 7/8 GPUs at baseline" in result.stdout
+    assert "cannot tell" not in result.stdout
 
 
 def test_timed_out_gpu_cannot_tell(env: dict[str, str], fake_nvml: Any) -> None:

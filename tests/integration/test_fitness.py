@@ -425,6 +425,4 @@ def test_an_unclassified_xid_blocks_until_the_site_accepts_it(
     config.write_text("accepted_xids = 4242\n")
     done = run_cli("check", fake_nvml, "--config", str(config))
     assert done.returncode == 2
-    assert done.stderr == (
-        f"gputui: {config}: accepted_xids must be a list of Xid numbers (1 to 65535)\n"
-    )
+    assert done.stderr == (f"gputui: {config}: accepted_xids must be a list of Xid numbers (1 to 65535)\n")

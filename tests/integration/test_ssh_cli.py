@@ -223,24 +223,28 @@ LOST_GPU_CSV = (
 """Three GPUs, the middle one lost: nvidia-smi prints the two it can read and exits 15."""
 
 
-def test_a_lost_gpu_on_a_host_without_python3_cannot_tell(
+def test_a_lost_gpu_on_a_host_without_python3_needs_a_reboot(
     sshd_factory: SshdFactory, ssh_client: ClientHome
 ) -> None:
     server = host_without_python(sshd_factory, ssh_client, "reduced", LOST_GPU_CSV)
     assert server.smi_dir is not None
     (server.smi_dir / "gpus.rc").write_text("15\n")
     done = _gputui("check", "reduced")
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert lines[:3] == ["GPU0  3 MiB  ✓", "GPU1  – MiB  ✗ error: GPU is lost", "GPU2  3 MiB  ✓"]
-    assert "cannot tell: GPU1 error: GPU is lost" in done.stdout
+    assert lines[:3] == [
+        "GPU0  3 MiB  ✓",
+        "GPU1  – MiB  ✗ needs a reboot of the host (the driver says it is lost)",
+        "GPU2  3 MiB  ✓",
+    ]
+    assert "NOT READY: 2/3 GPUs at baseline" in done.stdout
     assert "NVIDIA H200" not in done.stdout + done.stderr  # no CSV line quoted as the cause
     snapshot = json.loads(_gputui("snapshot", "--json", "reduced").stdout)["hosts"][0]
     assert snapshot["error"] is None
     assert [(g["index"], g["error"]) for g in snapshot["gpus"]] == [(0, None), (1, "GPU is lost"), (2, None)]
 
 
-def test_a_lost_gpu_in_nvidia_smi_mode_cannot_tell(
+def test_a_lost_gpu_in_nvidia_smi_mode_needs_a_reboot(
     sshd_factory: SshdFactory, ssh_client: ClientHome, tmp_path: Path
 ) -> None:
     """No NVML library for the collector: it reads a long-lived ``nvidia-smi -lms``, which names the lost GPU
@@ -262,10 +266,10 @@ def test_a_lost_gpu_in_nvidia_smi_mode_cannot_tell(
     ssh_client.add_host("smi-host", server)
     ssh_client.trust(server)
     done = _gputui("check", "smi-host")
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "GPU1  – MiB  ✗ error: GPU is lost" in done.stdout
-    assert "CLEAN: " not in done.stdout  # neither CLEAN nor NOT CLEAN: it cannot tell
-    assert done.stdout.count("cannot tell") == 1
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "GPU1  – MiB  ✗ needs a reboot of the host (the driver says it is lost)" in done.stdout
+    assert "CLEAN: " not in done.stdout  # a lost GPU is a fact: NOT READY, never clean
+    assert "cannot tell" not in done.stdout
 
 
 def _logins(server: SshdServer) -> int:

@@ -8,8 +8,13 @@ them is itself a fact: the GPU needs a reset.
 ``FitnessMonitor`` decides when to read (every ``FITNESS_INTERVAL_S``, on every forced sample and after a
 kill), gathers Xids from NVML events and the kernel log (``xid.KernelLog``), applies the rule that an event
 stops counting after a later reset of its GPU (one the kernel log shows or one gputui performed and noted
-with ``note_reset``) or a driver reload, and puts each GPU's ``health`` dict on the sample. What it means is
+with ``note_resets``) or a driver reload, and puts each GPU's ``health`` dict on the sample. What it means is
 the client's (``gputui.core.verdict.fitness``).
+
+A reset gputui performed outlives the collector that ran it: ``ResetRecord`` keeps it in the state folder
+(``gpu-resets.json``, by GPU UUID, for this boot only, through the safe opener), and every collector on the
+host reads it with its fitness, so a ``gputui check`` after a ``gputui reset`` (each a collector of its own)
+does not hold the Xids the reset cleared against the GPU.
 """
 
 from __future__ import annotations
@@ -41,7 +46,15 @@ FABRIC_STATE_NOT_SUPPORTED = 0
 FABRIC_STATE_COMPLETED = 3
 """NVML_GPU_FABRIC_STATE_*: a GPU without an NVLink fabric says NOT_SUPPORTED; COMPLETED once registered."""
 FABRIC_MANAGER_NAME = "nv-fabricmanager"
-"""The fabric manager's process name (``/proc/PID/comm``), looked for when a registration is not complete."""
+"""The fabric manager's process name, looked for when a registration is not complete."""
+COMM_MAX_CHARS = 15
+"""What the kernel keeps of a process name in ``/proc/PID/comm`` (TASK_COMM_LEN less its NUL):
+``nv-fabricmanager`` is listed there as ``nv-fabricmanage``."""
+RESET_RECORD_FILE = "gpu-resets.json"
+RESET_RECORD_VERSION = 1
+RESET_RECORD_MAX_BYTES = 64 << 10
+MAX_RESET_RECORDS = 64
+"""GPUs a reset record keeps (the most recently reset)."""
 _FIELD_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 """``nvmlValue_t``'s member for each ``NVML_VALUE_TYPE_*`` (0 to 6)."""
 SAME_EVENT_S = 5.0
@@ -163,10 +176,11 @@ def _process_named(name: str) -> bool:
         pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
     except OSError:
         return False
+    wanted = name.encode()[:COMM_MAX_CHARS]
     for pid in pids:
         try:
             with open(f"/proc/{pid}/comm", "rb") as comm:
-                if comm.read(64).strip() == name.encode():
+                if comm.read(64).strip() == wanted:
                     return True
         except OSError:
             continue
@@ -262,17 +276,118 @@ class XidEvents:
             self._set = None
 
 
+class ResetRecord:
+    """The GPU resets gputui performed and verified on this host in this boot, by GPU UUID, in a file of the
+    state folder (``RESET_RECORD_FILE``): what a collector that starts later needs to know of them.
+
+    Read and written through the safe opener (a planted link, FIFO or another user's file is never believed
+    nor written over), bounded (``RESET_RECORD_MAX_BYTES``, ``MAX_RESET_RECORDS``), and forgotten at a new
+    boot (a record of another boot id counts for nothing). Never raises: a record that cannot be used is
+    ``warning``, and the resets live in the collector's memory only.
+
+    Args:
+        boot_id: The host's boot id (None: not known; then nothing is read or written).
+        path: The record file (default ``RESET_RECORD_FILE`` in the state folder).
+    """
+
+    def __init__(self, boot_id: str | None, path: str | None = None) -> None:
+        import os
+
+        from gputui.agent import safefile
+
+        self.boot_id = boot_id
+        self.path = path or os.path.join(safefile.state_dir(), RESET_RECORD_FILE)
+        self.warning: str | None = None
+
+    def read(self) -> dict[str, float]:
+        """UUID -> when it was reset (epoch seconds), for this boot; {} where there is no usable record."""
+        return self._read()[0]
+
+    def _read(self) -> tuple[dict[str, float], bool]:
+        """(the resets recorded in this boot, whether the file may be written: not when it is unsafe)."""
+        import json
+        import math
+
+        from gputui.agent import safefile
+
+        if self.boot_id is None:
+            return {}, False
+        try:
+            data = safefile.read_bytes(self.path, RESET_RECORD_MAX_BYTES)
+        except safefile.UnsafeFile as exc:
+            self.warning = f"GPU reset record not used: {exc}"
+            return {}, False  # never written over: it is not ours to replace
+        if data is None:
+            return {}, True
+        try:
+            document = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            document = None
+        if not isinstance(document, dict) or document.get("version") != RESET_RECORD_VERSION:
+            self.warning = f"GPU reset record not used: {self.path}: not a gputui reset record"
+            return {}, True
+        resets = document.get("resets")
+        if document.get("boot_id") != self.boot_id or not isinstance(resets, dict):
+            return {}, True  # another boot: its resets say nothing of this one
+        out: dict[str, float] = {}
+        for uuid, when in resets.items():
+            if not isinstance(uuid, str) or not 0 < len(uuid) <= 128:
+                continue
+            if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
+                continue
+            out[uuid] = float(when)
+        return _newest(out), True
+
+    def add(self, resets: dict[str, float]) -> None:
+        """Record these resets (UUID -> when) beside those already recorded in this boot."""
+        import json
+
+        from gputui.agent import safefile
+
+        merged, writable = self._read()
+        if not writable or not resets:
+            return
+        for uuid, when in resets.items():
+            merged[uuid] = max(when, merged.get(uuid, when))
+        document = {"version": RESET_RECORD_VERSION, "boot_id": self.boot_id, "resets": _newest(merged)}
+        try:
+            safefile.write_atomic(self.path, json.dumps(document, separators=(",", ":")).encode("utf-8"))
+        except safefile.UnsafeFile as exc:
+            self.warning = f"GPU reset record not kept: {exc}"
+
+
+def _newest(resets: dict[str, float]) -> dict[str, float]:
+    """The ``MAX_RESET_RECORDS`` most recent of these resets."""
+    if len(resets) <= MAX_RESET_RECORDS:
+        return resets
+    return dict(sorted(resets.items(), key=lambda item: item[1])[-MAX_RESET_RECORDS:])
+
+
 class FitnessMonitor:
     """When to read GPU fitness, and the Xid history that goes with it.
 
     Args:
         interval_s: Seconds between fitness reads.
         kernel_log: The kernel-log reader (default: the test source when set, else /dev/kmsg / dmesg).
+        reset_record: Where resets gputui performed are kept for later collectors (default: the state
+            folder's ``RESET_RECORD_FILE`` for this boot).
     """
 
-    def __init__(self, interval_s: float = FITNESS_INTERVAL_S, kernel_log: KernelLog | None = None) -> None:
+    def __init__(
+        self,
+        interval_s: float = FITNESS_INTERVAL_S,
+        kernel_log: KernelLog | None = None,
+        reset_record: ResetRecord | None = None,
+    ) -> None:
         self.interval_s = float(interval_s)
         self.kernel_log = kernel_log if kernel_log is not None else KernelLog()
+        if reset_record is None:
+            from gputui.agent.proc.procfs import read_boot_id
+
+            reset_record = ResetRecord(read_boot_id())
+        self.reset_record = reset_record
+        self._reset_by_uuid: dict[str, float] = {}
+        """Resets this collector performed (by GPU UUID), beside those the record holds."""
         self._last_mono = -1e18
         self._requested = True
         self._live: list[dict[str, Any]] = []
@@ -288,16 +403,23 @@ class FitnessMonitor:
         """Read fitness with the next sample (after a kill)."""
         self._requested = True
 
-    def note_reset(self, uuid: str, when: float | None = None) -> bool:
-        """A reset gputui performed and verified on this GPU (by UUID, as the reset plan names it): its
-        earlier Xids stop counting, and its fitness is read again with the next sample. False for a GPU this
-        monitor has not read."""
-        key = self._pci_by_uuid.get(uuid)
-        if key is None:
-            return False
-        self._resets[key] = time.time() if when is None else when
+    def note_resets(self, uuids: list[str], when: float | None = None) -> None:
+        """Resets gputui performed and verified on these GPUs (by UUID, as the reset plan names them): their
+        earlier Xids stop counting, for this collector and, through the reset record, for every collector
+        started later in this boot; their fitness is read again with the next sample."""
+        at = time.time() if when is None else when
+        done = {uuid: at for uuid in uuids if isinstance(uuid, str) and uuid}
+        if not done:
+            return
+        self._reset_by_uuid.update(done)
+        self.reset_record.add(done)
         self._requested = True
-        return True
+
+    def note_reset(self, uuid: str, when: float | None = None) -> bool:
+        """``note_resets`` for one GPU; whether this monitor has read that GPU already (one it has not is
+        matched by its UUID once it does)."""
+        self.note_resets([uuid], when)
+        return self._pci_by_uuid.get(uuid) is not None
 
     def due(self, forced: bool) -> bool:
         """Whether this sample reads fitness (a forced sample always does)."""
@@ -323,12 +445,23 @@ class FitnessMonitor:
         self._pci_by_uuid.update(
             (gpu["uuid"], self._pci_of[gpu.get("index")]) for gpu in gpus if gpu.get("uuid")
         )
+        self._take_resets()
         for gpu in gpus:
             figures = gpu.pop("health", None)
             if isinstance(figures, dict):
                 self._figures[gpu["index"]] = figures
         self.kernel_log.read()
         self._match(gpus)
+
+    def _take_resets(self) -> None:
+        """The resets recorded in this boot (by any collector) and this collector's own, by PCI address."""
+        resets = self.reset_record.read()
+        for uuid, when in self._reset_by_uuid.items():
+            resets[uuid] = max(when, resets.get(uuid, when))
+        for uuid, when in resets.items():
+            key = self._pci_by_uuid.get(uuid)
+            if key is not None and when > self._resets.get(key, float("-inf")):
+                self._resets[key] = when
 
     def _cleared(self, key: tuple[int, int, int] | None, when: float | None) -> str | None:
         """Why an event at ``when`` no longer counts (a later reset or driver load), else None."""

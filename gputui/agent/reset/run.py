@@ -143,10 +143,8 @@ def run_reset(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         reset_at = time.time()
         after = make_plan(words, agent.pid, False, agent.uses_nvml)
         done = verified(plan, after, outcomes)
-        if done:
-            for gpu in plan["gpus"]:  # what the reset cleared stops counting against these GPUs
-                if isinstance(gpu.get("uuid"), str):
-                    agent.fitness_monitor.note_reset(gpu["uuid"], reset_at)
+        if done:  # what the reset cleared stops counting against these GPUs, here and for later collectors
+            agent.fitness_monitor.note_resets([gpu.get("uuid") for gpu in plan["gpus"]], reset_at)
         return {
             "plan": plan,
             "stepped_aside": STEPPED_ASIDE,

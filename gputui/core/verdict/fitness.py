@@ -488,7 +488,7 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                     target=target,
                     gpu_index=gpu.index,
                     detail=f"GPU{gpu.index} {ACTION_WORDS[unreachable[0]]} ({unreachable[1]})",
-                    action=ACTION_HINTS[unreachable[0]].replace(" N", f" {gpu.index}"),
+                    action=_for_gpu(ACTION_HINTS[unreachable[0]], gpu.index),
                 )
             )
             continue
@@ -501,7 +501,7 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                     target=target,
                     gpu_index=gpu.index,
                     detail=reason,
-                    action=ACTION_HINTS[judged.action].replace(" N", f" {gpu.index}"),
+                    action=_for_gpu(ACTION_HINTS[judged.action], gpu.index),
                 )
             )
         for text in judged.notes:
@@ -537,6 +537,11 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                 )
             )
     return findings
+
+
+def _for_gpu(hint: str, index: int) -> str:
+    """An action's hint for one GPU: its ``N`` (``-i N``, ``GPU N``) becomes the index."""
+    return re.sub(r"\bN\b", str(index), hint)
 
 
 def lost_gpu_event(event: XidEvent) -> bool:
