@@ -187,6 +187,108 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
     assert "Traceback" not in log
 
 
+def _exported(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (
+            sample.name,
+            tuple(sorted((k, v) for k, v in sample.labels.items() if k != "Hostname")),
+        ): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture
+def unfit_exporter(fake_nvml: Any, env: dict[str, str], tmp_path: Path) -> Iterator[ExporterProcess]:
+    """The exporter over GPUs whose own fitness is not: GPU0's driver asks for a reset (recovery action 1),
+    GPU1's NVLink fabric registration is in progress. Set before it starts: the collector reads fitness every
+    ``FITNESS_INTERVAL_S`` (30 s)."""
+    fake_nvml.state.gpus[0].recovery_action = 1
+    fake_nvml.state.gpus[1].fabric_state = 2
+    fake_nvml.write()
+    process = ExporterProcess(env, tmp_path / "unfit.log")
+    try:
+        yield process.start()
+    finally:
+        process.stop()
+
+
+def test_a_gpu_s_own_fitness_is_exported_and_the_fleet_says_not_ready_as_check_does(
+    env: dict[str, str], unfit_exporter: ExporterProcess, tmp_path: Path
+) -> None:
+    """The exporter serves GPU0's recovery action and GPU1's fabric state, their actions and
+    ``check="gpu_health"`` 1; the fleet, through a real Prometheus and beside DCGM's series, says NOT READY
+    with ``gputui check``'s own sentences."""
+    exporter = unfit_exporter
+    uuid0, uuid1 = (("UUID", gpu_uuid(NODE, 0)), ("gpu", "0")), (("UUID", gpu_uuid(NODE, 1)), ("gpu", "1"))
+    recovery = ("gputui_gpu_recovery_action", (uuid0[0], uuid0[1], ("name", "GPU Reset")))
+
+    def served() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return _exported(exporter.scrape())
+
+    wait_for(lambda: served().get(recovery) == 1.0, "the recovery action in the exporter's series")
+    values = served()
+    assert values[("gputui_check_available", (("check", "gpu_health"),))] == 1.0
+    fabric = [
+        (dict(labels), value) for (name, labels), value in values.items() if name == "gputui_gpu_fabric_state"
+    ]
+    assert [(labels["gpu"], labels["state"], value) for labels, value in fabric] == [
+        ("1", "in_progress", 2.0)
+    ]
+    assert fabric[0][0]["fabric_manager"] in ("running", "not running")
+    assert values[("gputui_gpu_fitness_action", (uuid0[0], ("action", "reset"), uuid0[1]))] == 1.0
+    assert (
+        values[("gputui_gpu_fitness_action", (uuid1[0], ("action", "restart_fabric_manager"), uuid1[1]))]
+        == 1.0
+    )
+    assert values[("gputui_gpu_fitness_action", (uuid1[0], ("action", "none"), uuid1[1]))] == 0.0
+    reasons = {dict(k)["gpu"]: dict(k)["reason"] for name, k in values if name == "gputui_clean_slate"}
+    assert reasons == {"0": "gpu_health", "1": "gpu_health", "": "gpu"}  # not ghost memory
+
+    local = json.loads(_gputui(env, "snapshot", "--json", "--no-discover").stdout)["hosts"][0]
+    not_ready = local["verdict"]["not_ready"]
+    assert not_ready[0] == "GPU0 needs a reset (the driver asks for GPU Reset)"
+    assert not_ready[1].startswith(
+        "GPU1 is not registered with the NVLink fabric (NVLink fabric registration "
+    )
+    check = _gputui(env, "check", "--no-discover")
+    assert check.returncode == 1
+    assert f"GPUs:    ✗ {not_ready[0]}" in check.stdout
+
+    dcgm = Exporters([{"name": NODE, "gpus": 2}])
+    prometheus = PrometheusServer(
+        tmp_path / "prometheus",
+        {"dcgm": [(dcgm.address(NODE), {})], "gputui": [(exporter.address, {})]},
+    )
+    try:
+        prometheus.start()
+        source = PrometheusSource(FleetSettings(url=prometheus.url))
+        host = _fleet_until(
+            source,
+            lambda h: len(h.instances) == 2 and bool(h.snapshot.verdict and h.snapshot.verdict.not_ready),
+            "NOT READY from the exported fitness",
+        )
+        verdict = host.snapshot.verdict
+        assert verdict is not None
+        assert list(verdict.not_ready) == not_ready
+        assert verdict.level == "NOT READY"
+        monitor = {
+            (f["gpu_index"], f["detail"], f["action"]) for f in local["findings"] if f["kind"] == "gpu_health"
+        }
+        fleet = {(f.gpu_index, f.detail, f.action) for f in _kinds(host)["gpu_health"]}
+        assert fleet == monitor
+        assert host.exported is not None
+        assert "gpu_health" not in host.exported.cannot_check
+
+        done = _gputui(env, "check", "--prometheus", prometheus.url)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        assert f"{NODE}  NOT READY: {not_ready[0]}; {not_ready[1]}" in done.stdout
+        assert "ghost memory" not in done.stdout
+    finally:
+        prometheus.stop()
+        dcgm.close()
+
+
 def test_nothing_but_get_is_answered(exporter: ExporterProcess) -> None:
     body = json.dumps({"cmd": "kill", "pids": [1], "signal": "KILL"}).encode()
     for method in ("POST", "PUT", "DELETE"):

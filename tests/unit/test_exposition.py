@@ -19,8 +19,19 @@ from gputui.core.fleet import (
     summarize,
 )
 from gputui.core.fleet import schema as s
-from gputui.core.model import EndpointSample, GpuProcess, LiveThreads, Proc, replace
-from gputui.core.verdict import Baselines, analyze
+from gputui.core.fleet.exported import KERNEL_LOG_CAUSE
+from gputui.core.model import (
+    EndpointSample,
+    Gpu,
+    GpuFitness,
+    GpuProcess,
+    HostSnapshot,
+    LiveThreads,
+    Proc,
+    XidEvent,
+    replace,
+)
+from gputui.core.verdict import ACTION_WORDS, Baselines, analyze
 from gputui.transports.prometheus import parse_answer
 from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
 
@@ -227,3 +238,149 @@ def test_a_mixed_fleet_says_which_hosts_are_memory_only() -> None:
     lines = format_fleet_check(sample, ("ok", "X"))
     assert any(line.startswith("X gpu-x  NOT CLEAN: ") for line in lines)
     assert lines[-1].endswith(f"({note})")
+
+
+def _unfit_host(xids: tuple[XidEvent, ...] = ()) -> HostSnapshot:
+    """Four idle GPUs (memory at the baseline, nothing listed) whose own fitness is not: GPU0's driver asks
+    for a reset, GPU1's NVLink fabric registration is in progress (no fabric manager), GPU2 has a row remap
+    pending; GPU3 is fit."""
+    fit_one = GpuFitness(remap_pending=False, remap_failure=False, retired_pages_pending=False)
+    fitness = (
+        replace(fit_one, recovery_action=1, xids=xids),
+        replace(fit_one, fabric_state=2, fabric_status=0, fabric_manager="not running"),
+        replace(fit_one, remap_pending=True, ecc_uncorrected_volatile=0, remapped_rows_uncorrectable=1),
+        replace(fit_one, recovery_action=0, fabric_state=3, fabric_status=0),
+    )
+    gpus = tuple(
+        Gpu(
+            index=i,
+            uuid=f"GPU-{i}",
+            name="H100",
+            memory_used_mib=3,
+            memory_total_mib=81559,
+            fitness=fitness[i],
+        )
+        for i in range(4)
+    )
+    snapshot = HostSnapshot(target="local", hostname="gpu-a", time=NOW_S, mode="nvml", gpus=gpus)
+    return analyze(snapshot, Baselines(), NOW_S)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (
+            sample.name,
+            tuple(sorted((k, v) for k, v in sample.labels.items() if k != s.HOST_LABEL)),
+        ): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_a_gpu_s_fitness_is_exported_as_its_fields_and_its_action() -> None:
+    text = exposition_text(_unfit_host())
+    values = _samples(text)
+    gpu0 = (("UUID", "GPU-0"), ("gpu", "0"))
+    gpu1 = (("UUID", "GPU-1"), ("gpu", "1"))
+    gpu2 = (("UUID", "GPU-2"), ("gpu", "2"))
+    assert values[(s.CHECK_AVAILABLE, (("check", "gpu_health"),))] == 1.0
+    assert values[(s.GPU_RECOVERY_ACTION, (*gpu0[:1], ("gpu", "0"), ("name", "GPU Reset")))] == 1.0
+    assert values[(s.GPU_RECOVERY_ACTION, (("UUID", "GPU-3"), ("gpu", "3"), ("name", "None")))] == 0.0
+    fabric = (("UUID", "GPU-1"), ("fabric_manager", "not running"), ("gpu", "1"), ("state", "in_progress"))
+    assert values[(s.GPU_FABRIC_STATE, fabric)] == 2.0
+    assert values[(s.GPU_FABRIC_STATUS, gpu1)] == 0.0
+    assert values[(s.GPU_ROW_REMAP_PENDING, gpu2)] == 1.0
+    assert values[(s.GPU_ROW_REMAP_PENDING, gpu0)] == 0.0
+    assert values[(s.GPU_REMAPPED_ROWS, (("UUID", "GPU-2"), ("error", "uncorrectable"), ("gpu", "2")))] == 1.0
+    # A figure the driver did not give is no series: GPU0 has no fabric, GPU1's driver no recovery action.
+    assert not any(name == s.GPU_FABRIC_STATE and ("gpu", "0") in labels for name, labels in values)
+    assert not any(name == s.GPU_RECOVERY_ACTION and ("gpu", "1") in labels for name, labels in values)
+    actions = {
+        (dict(labels)["gpu"], dict(labels)["action"])
+        for (name, labels), value in values.items()
+        if name == s.GPU_FITNESS_ACTION and value == 1.0
+    }
+    assert actions == {("0", "reset"), ("1", "restart_fabric_manager"), ("2", "reset"), ("3", "none")}
+    assert sum(1 for name, _ in values if name == s.GPU_FITNESS_ACTION) == 4 * len(ACTION_WORDS)
+    # A GPU whose only problem is its fitness is not ghost memory: its reason says the GPU is not fit.
+    reasons = {
+        dict(labels)["gpu"]: dict(labels)["reason"] for name, labels in values if name == s.CLEAN_SLATE
+    }
+    assert reasons == {"0": "gpu_health", "1": "gpu_health", "2": "gpu_health", "3": "clean", "": "gpu"}
+
+
+def test_the_fleet_says_not_ready_in_the_monitor_s_own_words() -> None:
+    host = _unfit_host()
+    fleet = analyze_fleet(parse_answer(scraped_answer(exposition_text(host))), Baselines()).hosts[0]
+    assert host.verdict is not None
+    verdict = fleet.snapshot.verdict
+    assert verdict is not None
+    assert verdict.level == "NOT READY"
+    assert verdict.not_ready == host.verdict.not_ready
+    assert verdict.not_ready == (
+        "GPU0 needs a reset (the driver asks for GPU Reset)",
+        "GPU1 is not registered with the NVLink fabric (NVLink fabric registration in progress (fabric"
+        " manager not running))",
+        "GPU2 needs a reset (row remap pending)",
+    )
+    assert "ghost memory" not in " ".join(verdict.reasons)
+    assert [g.clean for g in verdict.gpus] == [False, False, False, True]
+    local = {(f.gpu_index, f.detail, f.action) for f in host.findings if f.kind == "gpu_health"}
+    remote = {(f.gpu_index, f.detail, f.action) for f in fleet.snapshot.findings if f.kind == "gpu_health"}
+    assert remote == local
+    assert len(remote) == 3
+    gpu0 = fleet.snapshot.gpus[0].fitness
+    assert gpu0 is not None
+    assert (gpu0.recovery_action, gpu0.action, gpu0.needs_reset) == (1, "reset", True)
+
+
+def test_an_action_from_the_kernel_log_keeps_its_action_in_the_fleet() -> None:
+    """The Xid history stays on the host: an action only an Xid asks for is kept, and said to come from it."""
+    xid = XidEvent(xid=79, time=NOW_S - 60, source="kernel log", detail="GPU has fallen off the bus.")
+    host = _unfit_host()
+    gpu3 = host.gpus[3]
+    assert gpu3.fitness is not None
+    unfit = replace(gpu3, fitness=replace(gpu3.fitness, recovery_action=None, action=None, xids=(xid,)))
+    host = analyze(replace(host, gpus=(*host.gpus[:3], unfit)), Baselines(), NOW_S)
+    assert host.verdict is not None
+    assert (
+        host.verdict.not_ready[-1] == "GPU3 needs a reboot of the host (Xid 79: GPU has fallen off the bus)"
+    )
+    fleet = analyze_fleet(parse_answer(scraped_answer(exposition_text(host))), Baselines()).hosts[0]
+    verdict = fleet.snapshot.verdict
+    assert verdict is not None
+    assert verdict.not_ready[:3] == host.verdict.not_ready[:3]
+    assert verdict.not_ready[3] == f"GPU3 needs a reboot of the host ({KERNEL_LOG_CAUSE})"
+
+
+def test_the_exporter_s_fitness_wins_over_dcgm_s_for_the_same_gpu() -> None:
+    """DCGM's last-Xid gauge never clears; the exporter's read of the same GPU (its kernel log, its driver)
+    is the one judged. A GPU it sent no fitness for keeps DCGM's."""
+    from tests.data.prometheus import eval_time, load_answer
+
+    document = load_answer()
+    now = eval_time(document)
+    dcgm = [item for item in document["data"]["result"] if item["metric"].get("Hostname") == "gpu-a"]
+    uuids = {item["metric"]["gpu"]: item["metric"]["UUID"] for item in dcgm if "gpu" in item["metric"]}
+    host = _unfit_host()
+    idle = [replace(host.gpus[3], index=i, fitness=None) for i in range(3, 8)]
+    gpus = tuple(replace(g, uuid=uuids[str(g.index)]) for g in (*host.gpus[:3], *idle))
+    host = analyze(replace(host, gpus=gpus, time=now), Baselines(), now)
+    ours = scraped_answer(exposition_text(host, now=now), "gpu-a:10191", now)
+    document["data"]["result"] += ours["data"]["result"]
+    fleet = next(h for h in analyze_fleet(parse_answer(document), Baselines()).hosts if h.name == "gpu-a")
+    verdict = fleet.snapshot.verdict
+    assert verdict is not None
+    assert host.verdict is not None
+    # GPU0-2: the exporter's; GPU3 (no fitness from the exporter): DCGM's last Xid, 79.
+    assert verdict.not_ready[:3] == host.verdict.not_ready
+    assert verdict.not_ready[3].startswith("GPU3 needs a reboot of the host (Xid 79: ")
+
+
+def test_without_fitness_the_gpu_health_check_is_said_unavailable() -> None:
+    text = exposition_text(wedged_host())
+    assert 'gputui_check_available{Hostname="gpu-a",check="gpu_health"} 0.0' in text
+    assert s.GPU_FITNESS_ACTION not in text
+    out = families(None, NOW_S, ExporterFigures(), "gpu-a", "9.9")
+    check = next(f for f in out if f.name == s.CHECK_AVAILABLE)
+    assert [x.value for x in check.samples if x.labels["check"] == "gpu_health"] == [0.0]

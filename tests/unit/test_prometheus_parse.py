@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from gputui.core.fleet import analyze_fleet
+from gputui.core.verdict import Baselines
 from gputui.transports.prometheus import (
     FB_USED,
     PART_LABEL,
@@ -20,6 +22,7 @@ from gputui.transports.prometheus import (
     parse_matcher,
 )
 from tests.data.prometheus import eval_time, fetcher_of, load_answer, scaled_answer
+from tests.data.prometheus.dcgm4 import RENAMED, renamed_answer, with_series
 from tests.integration.dcgm_exporter import IDLE_MIB, RESERVED_MIB, TOTAL_MIB
 
 
@@ -364,3 +367,79 @@ def test_urls() -> None:
     for bad in ("prom:9090", "ftp://x", "http://", "http://x/?q=1"):
         with pytest.raises(ValueError, match="--prometheus"):
             normalise_url(bad)
+
+
+def test_dcgm_4_names_are_read_as_the_old_ones() -> None:
+    """DCGM 4.6 renamed the Xid, page-retirement and row-remap fields; dcgm-exporter names a series as its
+    counters file names the field, so a host may send the new names (``tests/data/prometheus/dcgm4.py``)."""
+    a = _hosts(renamed_answer())["gpu-a"]
+    assert a.xid == {3: 79}
+    assert [(f.kind, f.gpu_index) for f in a.snapshot.findings] == [("xid", 3)]
+    document = load_answer()
+    for name, value in (
+        ("DCGM_FI_DEV_ROW_REMAP_FAILED", 1),
+        ("DCGM_FI_DEV_PAGE_RETIRED_PENDING", 1),
+        ("DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL", 2),
+        ("DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL", 5),
+        ("DCGM_FI_DEV_GPU_RECOVERY_ACTION", 4),
+    ):
+        with_series(document, "gpu-a", 5, name, value)
+    fitness = _hosts(document)["gpu-a"].snapshot.gpus[5].fitness
+    assert fitness is not None
+    assert (fitness.remap_failure, fitness.retired_pages_pending) == (True, True)
+    assert (fitness.remapped_rows_uncorrectable, fitness.remapped_rows_correctable) == (2, 5)
+    assert fitness.recovery_action == 4
+
+
+def test_dcgm_s_recovery_action_makes_the_fleet_not_ready_by_either_name() -> None:
+    for name in ("DCGM_FI_DEV_GPU_RECOVERY_ACTION", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"):
+        document = with_series(load_answer(), "gpu-a", 5, name, 1)
+        sample = analyze_fleet(parse_answer(document), Baselines())
+        a = next(h for h in sample.hosts if h.name == "gpu-a")
+        assert a.snapshot.gpus[5].fitness is not None
+        assert a.snapshot.gpus[5].fitness.action == "reset"
+        assert a.snapshot.verdict is not None
+        assert "GPU5 needs a reset (the driver asks for GPU Reset)" in a.snapshot.verdict.not_ready
+    # No recovery-action series (DCGM before 4.5, or a counters file without the field): none, not 0.
+    plain = _hosts(load_answer())["gpu-a"].snapshot.gpus[5].fitness
+    assert plain is None or plain.recovery_action is None
+
+
+@pytest.mark.parametrize("new_first", [True, False])
+def test_during_a_rollout_the_new_name_wins_for_one_gpu(new_first: bool) -> None:
+    """Both spellings of a field for one GPU (two counters files, or a DCGM that sends both): the field's
+    current name is read, whatever the order and the sample times."""
+    document = load_answer()
+    pairs = (
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", 1, "DCGM_FI_DEV_ROW_REMAP_FAILED", 0),
+        ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", 2, "DCGM_FI_DEV_GPU_RECOVERY_ACTION", 1),
+        ("DCGM_FI_DEV_RETIRED_PENDING", 1, "DCGM_FI_DEV_PAGE_RETIRED_PENDING", 0),
+    )
+    for old, old_value, new, new_value in pairs:
+        order = [(new, new_value), (old, old_value)] if new_first else [(old, old_value), (new, new_value)]
+        for name, value in order:
+            with_series(document, "gpu-a", 6, name, value)
+    xid_new = copy.deepcopy(_series(document, "gpu-a", "DCGM_FI_DEV_XID_ERRORS", "3")[0])
+    xid_new["metric"]["__name__"] = "DCGM_FI_DEV_XID_ERROR"
+    xid_new["value"] = [xid_new["value"][0], "48"]
+    result = document["data"]["result"]
+    if new_first:
+        result.insert(0, xid_new)
+    else:
+        result.append(xid_new)
+    a = _hosts(document)["gpu-a"]
+    fitness = a.snapshot.gpus[6].fitness
+    assert fitness is not None
+    assert (fitness.remap_failure, fitness.recovery_action, fitness.retired_pages_pending) == (
+        False,
+        1,
+        False,
+    )
+    assert a.xid == {3: 48}
+
+
+def test_the_query_asks_for_both_names_of_a_renamed_field() -> None:
+    query = build_query()
+    for old, new in RENAMED.items():
+        assert old in query
+        assert new in query

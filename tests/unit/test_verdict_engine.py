@@ -291,7 +291,7 @@ def test_every_finding_kind_and_reason_has_one_sentence_builder() -> None:
     )
     # The fleet builds its Xid finding from the same function as any other view would.
     xid = FINDING_SENTENCES["xid"]("gpu-a", 3, 79)
-    assert xid.detail == "GPU3 reported XID 79 (DCGM_FI_DEV_XID_ERRORS)"
+    assert xid.detail == "GPU3 reported XID 79 as DCGM's last Xid"
 
 
 def test_finding_sentences_carry_no_age_the_start_time_does_and_every_view_renders_it() -> None:

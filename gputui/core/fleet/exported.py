@@ -6,6 +6,12 @@ here by the same function the monitor's finding was worded by (``verdict.wording
 as the monitor's does, built from what was exported and nothing invented. The verdict is the exporter's (it
 saw the processes), its reasons worded from its bounded reason per GPU and from the findings.
 
+A GPU's fitness travels as its figures (the driver's recovery action, the NVLink fabric, NVML's pending and
+failed states, ECC) and the action the exporter judged: the fleet judges the figures with the monitor's one
+derivation (``verdict.assess``) and words NOT READY with the monitor's sentence. The Xid history stays on the
+host: where the exporter's action asks for more than its figures do (an Xid in the kernel log), that action
+is kept and the cause says where to look.
+
 No I/O, no clock, no Textual or Rich.
 """
 
@@ -17,14 +23,25 @@ from gputui.core.model import (
     Finding,
     FindingFacts,
     Gpu,
+    GpuFitness,
     GpuVerdict,
     HostSnapshot,
     Record,
     Verdict,
     field,
+    replace,
 )
 from gputui.core.text import age_text, fit, visible
-from gputui.core.verdict import DEFAULT_BASELINE_MIB, word_finding
+from gputui.core.verdict import (
+    ACTION_NONE,
+    ACTION_WORDS,
+    DEFAULT_BASELINE_MIB,
+    FINDING_SENTENCES,
+    REASON_SENTENCES,
+    assess,
+    assessed,
+    word_finding,
+)
 
 EXPORTER_NOTE = "from its gputui exporter"
 
@@ -47,7 +64,12 @@ class ExportedSubject(Record):
 
 
 class ExportedGpu(Record):
-    """One GPU's verdict and process figures as exported."""
+    """One GPU's verdict and process figures as exported.
+
+    Attributes:
+        fitness: Its fitness figures as exported (no Xid history, no derived fields); None: not read there.
+        action: The action the exporter judged its fitness to ask for ("" when not exported).
+    """
 
     index: int
     clean: bool | None = None
@@ -58,6 +80,8 @@ class ExportedGpu(Record):
     process_mib: int | None = None
     holders_known: bool = False
     suspects: tuple[tuple[int, str, str], ...] = ()
+    fitness: GpuFitness | None = None
+    action: str = ""
 
 
 class ExportedServer(Record):
@@ -161,8 +185,8 @@ def _ghost_facts(exported: ExportedHost, gpu: Gpu, excess_mib: int) -> FindingFa
 
 
 def exported_findings(exported: ExportedHost, snapshot: HostSnapshot, now: float | None) -> list[Finding]:
-    """The exporter's findings, worded from their exported facts as the monitor words them; one line for
-    subjects left out."""
+    """The exporter's findings, worded from their exported facts as the monitor words them (a GPU's fitness:
+    from the snapshot's, ``exported_fitness``); one line for subjects left out."""
     kept: list[Finding] = []
     by_index = {gpu.index: gpu for gpu in snapshot.gpus}
     for subject in exported.subjects:
@@ -180,6 +204,7 @@ def exported_findings(exported: ExportedHost, snapshot: HostSnapshot, now: float
             finding = word_finding(kind, snapshot.target, _ghost_facts(exported, gpu, mib))
             if finding is not None:
                 kept.append(finding)
+    kept += fitness_findings(snapshot)
     if exported.subjects_omitted:
         kept.append(
             Finding(
@@ -212,6 +237,46 @@ def _gpu_reason(gpu: Gpu, facts: ExportedGpu) -> str | None:
 
 
 REMNANT_KINDS = ("zombie", "defunct_leader", "uninterruptible")
+KERNEL_LOG_CAUSE = "an Xid in the host's kernel log, as its gputui exporter says"
+"""The cause of an exported action its exported figures do not explain: the Xid history stays on the host."""
+
+
+def exported_fitness(exported: ExportedHost, snapshot: HostSnapshot) -> HostSnapshot:
+    """The snapshot with each GPU's fitness as its exporter read it, judged by the monitor's one derivation
+    (``verdict.assess``); a GPU the exporter sent no fitness for keeps its own (DCGM's, or none).
+
+    Where the exporter judged a stronger action than its figures ask for (an Xid in the host's kernel log,
+    which is not exported), its action is kept, ``KERNEL_LOG_CAUSE`` among the causes.
+    """
+    gpus: list[Gpu] = []
+    for gpu in snapshot.gpus:
+        facts = exported.gpus.get(gpu.index)
+        if facts is None or facts.fitness is None:
+            gpus.append(gpu)
+            continue
+        judged = assess(facts.fitness)
+        action, causes = judged.action, judged.causes
+        if facts.action in ACTION_WORDS and facts.action not in (action, ACTION_NONE):
+            action, causes = facts.action, (*causes, KERNEL_LOG_CAUSE)
+        fitness = replace(facts.fitness, action=action, causes=causes, notes=judged.notes)
+        judged_gpu = replace(gpu, fitness=fitness)
+        fitness = replace(fitness, needs_reset=assessed(judged_gpu).needs_reset)
+        gpus.append(replace(gpu, fitness=fitness))
+    return replace(snapshot, gpus=tuple(gpus))
+
+
+def unfit_reason(gpu: Gpu) -> str | None:
+    """ "GPU3 needs a reset (row remap pending)": the monitor's NOT READY sentence for this GPU's fitness;
+    None when it asks for nothing (or was not read)."""
+    if gpu.fitness is None:
+        return None
+    reason = REASON_SENTENCES["gpu_health"](gpu, assessed(gpu))
+    return reason if isinstance(reason, str) else None
+
+
+def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
+    """The monitor's ``gpu_health`` finding of each GPU whose fitness blocks (its sentence and action)."""
+    return [f for f in FINDING_SENTENCES["gpu_health"](snapshot) if f.kind == "gpu_health"]
 
 
 def exported_verdict(
@@ -238,31 +303,39 @@ def exported_verdict(
         return unknown(f"no verdict {EXPORTER_NOTE}")
     gpu_verdicts: list[GpuVerdict] = []
     reasons: list[str] = []
+    not_ready: list[str] = []
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         facts = exported.gpus.get(gpu.index) or ExportedGpu(index=gpu.index)
+        unfit = unfit_reason(gpu)
         reason = None if facts.clean else _gpu_reason(gpu, facts)
+        if facts.reason == s.REASON_FITNESS and unfit is not None:
+            reason = None  # the GPU itself is not fit: its NOT READY sentence says it
+        gpu_reasons = tuple(r for r in (unfit, reason) if r is not None)
         gpu_verdicts.append(
             GpuVerdict(
                 index=gpu.index,
                 used_mib=gpu.memory_used_mib,
                 baseline_mib=facts.baseline_mib if facts.baseline_mib is not None else DEFAULT_BASELINE_MIB,
-                clean=bool(facts.clean),
-                reasons=() if reason is None else (reason,),
+                clean=bool(facts.clean) and unfit is None,
+                reasons=gpu_reasons,
             )
         )
+        if unfit is not None:
+            not_ready.append(unfit)
         if reason is not None:
             reasons.append(reason)
     reasons.extend(f.detail for f in findings if f.kind in REMNANT_KINDS and f.gpu_index is None)
     if not exported.known:
         reasons = reasons or [f"cannot tell ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
-    elif not exported.clean and not reasons:
+    elif not exported.clean and not reasons and not not_ready:
         reasons = [f"not clean ({EXPORTER_NOTE}: {fit(exported.reason, 20)})"]
     return Verdict(
-        clean=bool(exported.clean) and exported.known,
+        clean=bool(exported.clean) and exported.known and not not_ready,
         known=exported.known,
-        reasons=tuple(reasons),
+        reasons=(*not_ready, *reasons),
         baseline_mib=baselines,
         gpus=tuple(gpu_verdicts),
+        not_ready=tuple(not_ready),
     )
 
 

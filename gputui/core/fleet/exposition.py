@@ -3,8 +3,9 @@
 The families are prometheus_client's own (``GaugeMetricFamily`` and friends); its exposition writes the text,
 nothing here formats a line. Names and labels are ``export_schema``'s. Everything is computed from the
 snapshot's findings and verdict as ``analysis.analyze`` made them, so the exporter says what ``gputui
-check`` says; only bounded fields travel (kind, GPU, memory, pid, short name, threads, since), never a
-sentence: the fleet view words them again with the same functions.
+check`` says; only bounded fields travel (kind, GPU, memory, pid, short name, threads, since; a GPU's
+fitness figures and the action they ask for), never a sentence: the fleet view words them again with the
+same functions.
 
 No I/O and no clock here: the caller gives the time and the exporter's own figures.
 """
@@ -21,7 +22,7 @@ from gputui.core.fleet import schema as s
 from gputui.core.model import EndpointSample, Finding, FindingFacts, Gpu, GpuVerdict, HostSnapshot, Record
 from gputui.core.servers import SERVER_STATES
 from gputui.core.text import fit
-from gputui.core.verdict import Baselines
+from gputui.core.verdict import ACTION_WORDS, Baselines, assessed, recovery_action
 
 
 class ExportedSample(Record):
@@ -77,7 +78,8 @@ def server_port(url: str) -> str:
 
 
 def gpu_reason(gpu: Gpu, verdict: GpuVerdict | None, listed: bool, baselines: Baselines) -> str:
-    """The bounded reason of one GPU's verdict (``export_schema.REASONS``)."""
+    """The bounded reason of one GPU's verdict (``export_schema.REASONS``): what its memory and processes
+    say first; a GPU not clean for neither is not fit itself (``REASON_FITNESS``: its fitness says why)."""
     if gpu.error is not None or gpu.memory_used_mib is None:
         return s.REASON_UNREADABLE
     if verdict is None or verdict.clean:
@@ -85,7 +87,7 @@ def gpu_reason(gpu: Gpu, verdict: GpuVerdict | None, listed: bool, baselines: Ba
     over = gpu.memory_used_mib > baselines.for_gpu(gpu) + baselines.tolerance_mib
     if listed:
         return s.REASON_HELD if over else s.REASON_LISTED
-    return s.REASON_GHOST
+    return s.REASON_GHOST if over else s.REASON_FITNESS
 
 
 def _holders(snapshot: HostSnapshot) -> dict[int, int]:
@@ -117,7 +119,7 @@ class _Families:
     def add(self, family: Metric) -> None:
         self._families[family.name] = family
 
-    def set(self, name: str, documentation: str, value: float, **labels: str) -> None:
+    def set(self, name: str, documentation: str, value: float, /, **labels: str) -> None:
         family = self.gauge(name, documentation, tuple(labels))
         family.add_metric([self.hostname, *labels.values()], value)
 
@@ -154,7 +156,8 @@ def families(
     checks = "1 when this exporter can do the check, 0 when it cannot (its own series then say nothing)"
     out.set(s.CHECK_AVAILABLE, checks, float(figures.can_read_other_users), check=s.CHECK_OTHER_USERS)
     out.set(s.CHECK_AVAILABLE, checks, float(figures.can_read_kernel_log), check=s.CHECK_KERNEL_LOG)
-    out.set(s.CHECK_AVAILABLE, checks, 0.0, check=s.CHECK_GPU_HEALTH)
+    fitness_read = snapshot is not None and any(g.fitness is not None for g in snapshot.gpus)
+    out.set(s.CHECK_AVAILABLE, checks, float(fitness_read), check=s.CHECK_GPU_HEALTH)
     if sample is None or snapshot is None:
         out.set(s.HOST_UP, "1 when the collector read the host without a host-level error", 0.0)
         return list(out)
@@ -164,6 +167,7 @@ def families(
     host_up = snapshot.error is None and bool(snapshot.gpus)
     out.set(s.HOST_UP, "1 when the collector read the host without a host-level error", float(host_up))
     _gpu_families(out, snapshot, sample.baselines)
+    _fitness_families(out, snapshot)
     _verdict_families(out, snapshot, sample.baselines)
     _finding_families(out, snapshot)
     _server_families(out, snapshot.endpoints)
@@ -196,6 +200,71 @@ def _gpu_families(out: _Families, snapshot: HostSnapshot, baselines: Baselines) 
         if gpu.processes and all(p.used_mib is not None for p in gpu.processes):
             listed = sum(p.used_mib or 0 for p in gpu.processes)
             out.set(s.GPU_PROCESS_MEMORY, "What the listed processes hold", listed * s.MIB, **index)
+
+
+def _fitness_families(out: _Families, snapshot: HostSnapshot) -> None:
+    """Each GPU's fitness as the fields its NOT READY sentence is built from (the driver's recovery action,
+    the fabric, NVML's pending and failed states, ECC) and the action it asks for; nothing for a GPU whose
+    fitness was not read, and a figure the driver would not give is no series."""
+    for gpu in sorted(snapshot.gpus, key=lambda g: g.index)[: s.MAX_GPUS]:
+        fitness = gpu.fitness
+        if fitness is None:
+            continue
+        index = {s.GPU_LABEL: str(gpu.index), s.UUID_LABEL: fit(gpu.uuid or "", 64)}
+        action = assessed(gpu).action
+        for known in ACTION_WORDS:
+            out.set(
+                s.GPU_FITNESS_ACTION,
+                "1 for what the GPU's fitness asks for before the next launch, 0 for the other actions",
+                float(known == action),
+                **index,
+                action=known,
+            )
+        if fitness.recovery_action is not None:
+            out.set(
+                s.GPU_RECOVERY_ACTION,
+                "The driver's recovery action (nvmlDeviceGpuRecoveryAction_t, NVML field 230)",
+                float(fitness.recovery_action),
+                **index,
+                name=fit(recovery_action(fitness.recovery_action)[0], 40),
+            )
+        if fitness.fabric_state is not None:
+            state = fitness.fabric_state
+            out.set(
+                s.GPU_FABRIC_STATE,
+                "NVLink fabric registration (NVML_GPU_FABRIC_STATE_*: 1 not started, 2 in progress, 3 done)",
+                float(state),
+                **index,
+                state=s.FABRIC_STATES.get(state, str(state)),
+                fabric_manager=fitness.fabric_manager or "",
+            )
+            if fitness.fabric_status is not None:
+                out.set(
+                    s.GPU_FABRIC_STATUS,
+                    "The nvmlReturn_t the fabric registration ended with (0 success)",
+                    float(fitness.fabric_status),
+                    **index,
+                )
+        for name, field_name in s.GPU_FITNESS_FLAGS.items():
+            flag = getattr(fitness, field_name)
+            if flag is not None:
+                out.set(name, _FLAG_HELP[name], float(flag), **index)
+        for scope, field_name in s.ECC_SCOPES.items():
+            count = getattr(fitness, field_name)
+            if count is not None:
+                out.set(s.GPU_ECC_UNCORRECTED, "Uncorrected ECC errors", float(count), **index, scope=scope)
+        for error, field_name in s.REMAPPED_ROWS.items():
+            count = getattr(fitness, field_name)
+            if count is not None:
+                out.set(s.GPU_REMAPPED_ROWS, "Rows remapped", float(count), **index, error=error)
+
+
+_FLAG_HELP = {
+    s.GPU_ROW_REMAP_PENDING: "1 when a row remap waits for a reset of the GPU",
+    s.GPU_ROW_REMAP_FAILED: "1 when a row could not be remapped",
+    s.GPU_RETIRED_PAGES_PENDING: "1 when a page retirement waits for a driver reload or a reboot",
+    s.GPU_RESET_REQUIRED: "1 when NVML answered a fitness query with RESET_REQUIRED",
+}
 
 
 def _verdict_families(out: _Families, snapshot: HostSnapshot, baselines: Baselines) -> None:

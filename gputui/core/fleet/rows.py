@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gputui.core.fleet.exported import exported_findings, exported_health, exported_verdict
+from gputui.core.fleet.exported import exported_findings, exported_fitness, exported_health, exported_verdict
 from gputui.core.fleet.owners import owner_labels, owners_match
 from gputui.core.fleet.sample import DEFAULT_STALE_AFTER_S, FleetHost, FleetSample
 from gputui.core.link import BadTarget, parse_target
@@ -39,8 +39,9 @@ def analyze_fleet(
     """Every host's snapshot with its verdict and findings.
 
     A host whose gputui exporter is current gets that exporter's verdict (processes included) and its
-    findings worded as the monitor words them, its servers beside the others; every other host the
-    memory-only verdict (``analysis.memory_verdict``). XID findings are kept either way.
+    findings worded as the monitor words them, each GPU's fitness as the exporter read it (DCGM's where it
+    sent none), its servers beside the others; every other host the memory-only verdict
+    (``analysis.memory_verdict``). XID findings are kept either way.
     """
     hosts = []
     for host in sample.hosts:
@@ -50,6 +51,7 @@ def analyze_fleet(
             verdict = memory_verdict(snapshot, baselines)
             hosts.append(replace(host, snapshot=snapshot.with_analysis(snapshot.findings, verdict)))
             continue
+        snapshot = exported_fitness(exported, snapshot)  # the exporter's own read of each GPU's fitness
         findings = exported_findings(exported, snapshot, sample.eval_time)
         verdict = exported_verdict(exported, snapshot, findings, stale_after_s)
         endpoints = snapshot.endpoints + exported_health(exported, sample.eval_time)

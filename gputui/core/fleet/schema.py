@@ -28,6 +28,11 @@ REASON_LABEL = "reason"
 PORT_LABEL = "port"
 ENGINE_LABEL = "engine"
 CHECK_LABEL = "check"
+ACTION_LABEL = "action"
+NAME_LABEL = "name"
+FABRIC_MANAGER_LABEL = "fabric_manager"
+SCOPE_LABEL = "scope"
+ERROR_LABEL = "error"
 
 MIB = 1 << 20
 COMM_MAX = 32
@@ -66,6 +71,53 @@ GPU_PROCESSES = "gputui_gpu_processes"
 """Processes the driver lists on the GPU (visible here or not)."""
 GPU_PROCESS_MEMORY = "gputui_gpu_process_memory_bytes"
 """What the listed processes hold, summed; absent when the driver does not say for every one."""
+
+# --- a GPU's own fitness (per GPU whose fitness the collector read; none of them where it read none) ------
+GPU_FITNESS_ACTION = "gputui_gpu_fitness_action"
+"""State set per GPU (``action``: every action of ``verdict.fitness``, ``none`` included): 1 for what the
+GPU's fitness asks for before the next launch, 0 for the others (the one derivation, ``verdict.assessed``)."""
+GPU_RECOVERY_ACTION = "gputui_gpu_recovery_action"
+"""The driver's own recovery action (NVML field 230, ``nvmlDeviceGpuRecoveryAction_t``: 0 None, 1 GPU Reset,
+2 Node Reboot, 3 Drain P2P, 4 Drain and Reset, 5 Recover IMEX Domain, 6 Bus Reset, 7 System Reboot), NVIDIA's
+name in ``name``; absent where the driver reports none (before R565)."""
+GPU_FABRIC_STATE = "gputui_gpu_fabric_state"
+"""The GPU's NVLink fabric registration (``NVML_GPU_FABRIC_STATE_*``: 1 not started, 2 in progress, 3
+completed), its name in ``state`` (``FABRIC_STATES``) and, where the collector looked (registration not
+complete), whether the fabric manager runs in ``fabric_manager`` ("running", "not running"); absent on a GPU
+without an NVLink fabric."""
+GPU_FABRIC_STATUS = "gputui_gpu_fabric_status"
+"""The ``nvmlReturn_t`` the fabric registration ended with (0: success); absent without a fabric."""
+GPU_ROW_REMAP_PENDING = "gputui_gpu_row_remap_pending"
+"""1 when a row remap waits for a reset of the GPU (absent: the driver would not say)."""
+GPU_ROW_REMAP_FAILED = "gputui_gpu_row_remap_failed"
+GPU_RETIRED_PAGES_PENDING = "gputui_gpu_retired_pages_pending"
+GPU_RESET_REQUIRED = "gputui_gpu_reset_required"
+"""1 when NVML answered a fitness query with RESET_REQUIRED."""
+GPU_ECC_UNCORRECTED = "gputui_gpu_ecc_uncorrected_errors"
+"""Uncorrected ECC errors, ``scope`` "volatile" (since the last reset) or "aggregate" (the GPU's life)."""
+GPU_REMAPPED_ROWS = "gputui_gpu_remapped_rows"
+"""Rows remapped, ``error`` "correctable" or "uncorrectable"."""
+GPU_FITNESS_FLAGS = {
+    GPU_ROW_REMAP_PENDING: "remap_pending",
+    GPU_ROW_REMAP_FAILED: "remap_failure",
+    GPU_RETIRED_PAGES_PENDING: "retired_pages_pending",
+    GPU_RESET_REQUIRED: "reset_required",
+}
+"""Each 0/1 fitness family -> the ``GpuFitness`` field it holds."""
+ECC_SCOPES = {"volatile": "ecc_uncorrected_volatile", "aggregate": "ecc_uncorrected_aggregate"}
+REMAPPED_ROWS = {"correctable": "remapped_rows_correctable", "uncorrectable": "remapped_rows_uncorrectable"}
+FABRIC_STATES = {1: "not_started", 2: "in_progress", 3: "completed"}
+"""``NVML_GPU_FABRIC_STATE_*`` as the ``state`` label says it (another code: ``state`` is its number)."""
+GPU_FITNESS_FAMILIES = (
+    GPU_FITNESS_ACTION,
+    GPU_RECOVERY_ACTION,
+    GPU_FABRIC_STATE,
+    GPU_FABRIC_STATUS,
+    *GPU_FITNESS_FLAGS,
+    GPU_ECC_UNCORRECTED,
+    GPU_REMAPPED_ROWS,
+)
+"""What a GPU's fitness is exported as: the fields its NOT READY sentence is rebuilt from in the fleet."""
 
 CLEAN_SLATE = "gputui_clean_slate"
 """1 clean, 0 not clean or cannot tell; per GPU (``gpu`` label) and per host (no ``gpu`` label)."""
@@ -110,7 +162,8 @@ CHECK_OTHER_USERS = "other_users_processes"
 CHECK_KERNEL_LOG = "kernel_log"
 """The kernel log (Xid lines): readable by root or with dmesg unrestricted."""
 CHECK_GPU_HEALTH = "gpu_health"
-"""Remapped rows, ECC, Xid per GPU: not read by this collector yet."""
+"""Each GPU's fitness (remapped rows, ECC, the driver's recovery action, the NVLink fabric): 1 when the
+collector read it for some GPU (then the ``gputui_gpu_*`` fitness families say it), 0 otherwise."""
 
 # Verdict reasons (bounded): what keeps a GPU, or a host, from a clean slate.
 REASON_CLEAN = "clean"
@@ -119,6 +172,10 @@ REASON_HELD = "held"
 REASON_LISTED = "listed"
 """Memory at the baseline but a process is still listed."""
 REASON_GHOST = "ghost_memory"
+"""Memory over the baseline with no process listed."""
+REASON_FITNESS = "gpu_health"
+"""Memory at the baseline and nothing listed, but the GPU itself is not fit (NOT READY): the fitness families
+(``gputui_gpu_fitness_action``) say what it needs."""
 REASON_UNREADABLE = "unreadable"
 REASON_HOST_ERROR = "host_error"
 REASON_GPU = "gpu"
@@ -130,6 +187,7 @@ REASONS = (
     REASON_HELD,
     REASON_LISTED,
     REASON_GHOST,
+    REASON_FITNESS,
     REASON_UNREADABLE,
     REASON_HOST_ERROR,
     REASON_GPU,

@@ -248,7 +248,7 @@ def xid_finding(target: str, gpu_index: int, code: int) -> Finding:
         kind="xid",
         target=target,
         gpu_index=gpu_index,
-        detail=f"GPU{gpu_index} reported XID {code} (DCGM_FI_DEV_XID_ERRORS)",
+        detail=f"GPU{gpu_index} reported XID {code} as DCGM's last Xid",
         action="look at the host's kernel log (dmesg | grep -i xid); open it over SSH for its processes",
     )
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from gputui.core.fleet import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
 from gputui.core.fleet import schema as s
+from gputui.core.model import GpuFitness
 from gputui.core.text import fit
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, whole
 from gputui.transports.prometheus.query import INSTANCE
@@ -99,6 +100,8 @@ def exported_host(host: HostParts) -> ExportedHost | None:
             slot[key] = None if value is None else value >= 1
             if name == s.CLEAN_SLATE:
                 slot["reason"] = fit(labels.get(s.REASON_LABEL) or "", 20)
+        elif gpu_index is not None and name in s.GPU_FITNESS_FAMILIES:
+            _fitness(gpus.setdefault(gpu_index, {}), name, labels, value)
         elif gpu_index is not None and name in (s.GPU_BASELINE, s.GPU_PROCESSES, s.GPU_PROCESS_MEMORY):
             gpus.setdefault(gpu_index, {})[name] = value
         elif name == s.FINDINGS and labels.get(s.KIND_LABEL) and value is not None:
@@ -159,6 +162,37 @@ def _float(facts: Mapping[str, object]) -> float | None:
     return value if isinstance(value, float) else None
 
 
+def _code(value: float | None) -> int | None:
+    """An enum or count the driver gave; None for one no driver gives (negative, absurd)."""
+    return None if value is None or value < 0 or value >= 1 << 31 else int(round(value))
+
+
+def _fitness(facts: dict[str, object], name: str, labels: Mapping[str, str], value: float | None) -> None:
+    """One fitness series of a GPU into its ``GpuFitness`` fields (``fitness``) and its ``action``."""
+    fitness = facts.setdefault("fitness", {})
+    assert isinstance(fitness, dict)  # noqa: S101 - only this function fills it
+    if name == s.GPU_FITNESS_ACTION:
+        if value is not None and value >= 1:
+            facts["action"] = fit(labels.get(s.ACTION_LABEL) or "", 24)
+    elif name == s.GPU_RECOVERY_ACTION:
+        fitness["recovery_action"] = _code(value)
+    elif name == s.GPU_FABRIC_STATE:
+        fitness["fabric_state"] = _code(value)
+        fitness["fabric_manager"] = labels.get(s.FABRIC_MANAGER_LABEL) or None
+    elif name == s.GPU_FABRIC_STATUS:
+        fitness["fabric_status"] = _code(value)
+    elif name in s.GPU_FITNESS_FLAGS:
+        fitness[s.GPU_FITNESS_FLAGS[name]] = None if value is None else value >= 1
+    elif name == s.GPU_ECC_UNCORRECTED:
+        field_name = s.ECC_SCOPES.get(labels.get(s.SCOPE_LABEL) or "")
+        if field_name is not None:
+            fitness[field_name] = _code(value)
+    elif name == s.GPU_REMAPPED_ROWS:
+        field_name = s.REMAPPED_ROWS.get(labels.get(s.ERROR_LABEL) or "")
+        if field_name is not None:
+            fitness[field_name] = _code(value)
+
+
 def _gpu(index: int, facts: Mapping[str, object]) -> ExportedGpu:
     def number(name: str) -> float | None:
         value = facts.get(name)
@@ -167,6 +201,7 @@ def _gpu(index: int, facts: Mapping[str, object]) -> ExportedGpu:
     clean = facts.get("clean")
     known = facts.get("known")
     suspects = facts.get("suspects")
+    fitness = facts.get("fitness")
     return ExportedGpu(
         index=index,
         clean=clean if isinstance(clean, bool) else None,
@@ -177,6 +212,8 @@ def _gpu(index: int, facts: Mapping[str, object]) -> ExportedGpu:
         process_mib=_mib(number(s.GPU_PROCESS_MEMORY)),
         holders_known=facts.get("holders_known") is True,
         suspects=tuple(sorted(suspects)) if isinstance(suspects, list) else (),
+        fitness=GpuFitness.from_dict(fitness) if isinstance(fitness, dict) else None,
+        action=str(facts.get("action") or ""),
     )
 
 

@@ -140,9 +140,10 @@ def _build_gpu(
 
 
 def dcgm_fitness(figures: Mapping[str, Series], xid: int | None) -> GpuFitness | None:
-    """A GPU's health from DCGM's remap, retirement, ECC and Xid series (None when the exporter has none of
-    them): judged by the same table as a collector's (``gputui.core.verdict.fitness``). DCGM's Xid
-    gauge holds the last Xid only, without its time."""
+    """A GPU's fitness from DCGM's remap, retirement, ECC, recovery-action and Xid series, by either DCGM name
+    (``DCGM_RENAMED``; None when the exporter has none of them): judged by the same table as a collector's
+    (``gputui.core.verdict.fitness``). DCGM's Xid gauge holds the last Xid only, without its time; its
+    recovery action (field 1523) is NVML's own (``nvmlDeviceGpuRecoveryAction_t``)."""
     values = {name: _count(_figure(figures, name)) for name in DCGM_FITNESS_FIGURES}
     if xid is None and all(value is None for value in values.values()):
         return None
@@ -159,6 +160,7 @@ def dcgm_fitness(figures: Mapping[str, Series], xid: int | None) -> GpuFitness |
         retired_pages_pending=flag("retired_pending"),
         ecc_uncorrected_volatile=values["ecc_unc_volatile"],
         ecc_uncorrected_aggregate=values["ecc_unc_aggregate"],
+        recovery_action=values["recovery"],
         xids=(XidEvent(xid=xid, source="DCGM"),) if xid else (),
     )
 
@@ -178,6 +180,7 @@ DCGM_FITNESS_FIGURES = (
     "retired_pending",
     "ecc_unc_volatile",
     "ecc_unc_aggregate",
+    "recovery",
 )
 
 

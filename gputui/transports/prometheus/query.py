@@ -26,16 +26,38 @@ DCGM_METRICS: dict[str, str] = {
     "DCGM_FI_DEV_GPU_TEMP": "temp",
     "DCGM_FI_DEV_POWER_USAGE": "power",
     "DCGM_FI_DEV_XID_ERRORS": "xid",
+    "DCGM_FI_DEV_XID_ERROR": "xid",
     "DCGM_FI_DEV_ROW_REMAP_PENDING": "remap_pending",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE": "remap_failure",
+    "DCGM_FI_DEV_ROW_REMAP_FAILED": "remap_failure",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "remap_corr",
+    "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL": "remap_corr",
     "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "remap_unc",
+    "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL": "remap_unc",
     "DCGM_FI_DEV_RETIRED_PENDING": "retired_pending",
+    "DCGM_FI_DEV_PAGE_RETIRED_PENDING": "retired_pending",
     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "ecc_unc_volatile",
     "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": "ecc_unc_aggregate",
+    "DCGM_FI_DEV_GPU_RECOVERY_ACTION": "recovery",
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": "recovery",
 }
-"""The DCGM exporter's metric names (its default counters file; the remap, retirement and ECC ones where its
-counters file has them) -> the figure each one gives."""
+"""The DCGM exporter's metric names (its default counters file; the remap, retirement, ECC and recovery-action
+ones where its counters file has them) -> the figure each one gives. dcgm-exporter names a series as the
+field is named in its counters file, so both spellings of a field DCGM renamed are read (``DCGM_RENAMED``)."""
+
+DCGM_RENAMED: dict[str, str] = {
+    "DCGM_FI_DEV_XID_ERRORS": "DCGM_FI_DEV_XID_ERROR",
+    "DCGM_FI_DEV_RETIRED_PENDING": "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "DCGM_FI_DEV_ROW_REMAP_FAILED",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL",
+    "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
+}
+"""An older name of a DCGM field -> its name now (``dcgm_fields.h``): DCGM 4.6 renamed the Xid (field 230),
+page-retirement (392) and row-remap (393-395) fields and keeps the old names as deprecated aliases; field 1523
+(the driver's recovery action, ``nvmlDeviceGpuRecoveryAction_t``) was ``…_GET_GPU_RECOVERY_ACTION`` in 4.5.
+dcgm-exporter's default counters file still has the old names, so a fleet may send either, or both while it is
+rolled out: for one GPU, the series of the current name wins."""
 
 SERVER_METRICS: dict[str, tuple[str, str]] = {
     "vllm:num_requests_running": ("vllm", "running"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from gputui.core.fleet import DCGM_OWNER_LABELS
 from gputui.core.text import visible
@@ -18,6 +18,7 @@ from gputui.transports.prometheus.parts import (
 )
 from gputui.transports.prometheus.query import (
     DCGM_METRICS,
+    DCGM_RENAMED,
     FB_USED,
     GONE_PART,
     GPU_INSTANCE_ID,
@@ -200,7 +201,17 @@ class Parser:
         else:
             slot = gpu.figures
         old = slot.get(figure)
-        if old is None or newer(self.own_time(old), old, self.own_time(series), series):
+        if old is None or _preferred(old, series, self.own_time):
             slot[figure] = series
         if name == FB_USED:
             gpu.live = True
+
+
+def _preferred(old: Series, new: Series, own_time: Callable[[Series], float | None]) -> bool:
+    """Whether ``new`` replaces ``old`` for one figure of a GPU: a field's current DCGM name over an older one
+    (``DCGM_RENAMED``: both are sent while a fleet moves to DCGM 4.x), else the newer sample."""
+    old_renamed = old.labels.get("__name__") in DCGM_RENAMED
+    new_renamed = new.labels.get("__name__") in DCGM_RENAMED
+    if old_renamed != new_renamed:
+        return old_renamed
+    return newer(own_time(old), old, own_time(new), new)
