@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.leakcheck",
     "tests.kernellog",
     "tests.fakenvml.plugin",
+    "tests.fakecuda.plugin",
     "tests.integration.sshd",
     "tests.integration.prometheus",
     "pytester",

@@ -22,6 +22,13 @@ from gputui.agent.protocol import (
     LEFTOVERS_COMMANDS,
     LEFTOVERS_REMOVE_COMMAND,
     LEFTOVERS_SCAN_COMMAND,
+    PROBE_BUFFER_MAX_MIB,
+    PROBE_BUFFER_MIB,
+    PROBE_BUFFER_MIN_MIB,
+    PROBE_COMMAND,
+    PROBE_DEADLINE_MAX_S,
+    PROBE_DEADLINE_MIN_S,
+    PROBE_DEADLINE_S,
     RESET_PLAN_COMMAND,
     RESET_RUN_COMMAND,
     error_reply,
@@ -62,6 +69,8 @@ def _answer(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         return leftovers(agent, name, command)
     if name in (RESET_PLAN_COMMAND, RESET_RUN_COMMAND):
         return reset(agent, name, command)
+    if name == PROBE_COMMAND:
+        return probe(agent, command)
     if name == CMD_CALIBRATE:
         return calibrate(agent)
     if name == CMD_PROCESS:
@@ -233,6 +242,36 @@ def reset(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
         return run_reset(agent, command)
     except ResetRefused as exc:
         raise CommandError(str(exc)) from None
+
+
+def probe(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
+    """``probe``: does each GPU (all, or those named) take work? After any kill under way (``gpu.probe``)."""
+    words = command.get("gpus")
+    if words is not None and (not isinstance(words, list) or not all(isinstance(w, str) for w in words)):
+        raise CommandError("gpus must be a list of GPU indexes or UUIDs, or null for every GPU")
+    deadline_s = seconds_in_range(
+        command.get("deadline_s", PROBE_DEADLINE_S),
+        PROBE_DEADLINE_MIN_S,
+        PROBE_DEADLINE_MAX_S,
+    )
+    if deadline_s is None:
+        raise CommandError(
+            f"deadline_s must be a number of seconds from {PROBE_DEADLINE_MIN_S:g} to"
+            f" {PROBE_DEADLINE_MAX_S:g}"
+        )
+    buffer_mib = command.get("buffer_mib", PROBE_BUFFER_MIB)
+    if (
+        isinstance(buffer_mib, bool)
+        or not isinstance(buffer_mib, int)
+        or not PROBE_BUFFER_MIN_MIB <= buffer_mib <= PROBE_BUFFER_MAX_MIB
+    ):
+        raise CommandError(
+            f"buffer_mib must be a whole number of MiB from {PROBE_BUFFER_MIN_MIB} to {PROBE_BUFFER_MAX_MIB}"
+        )
+    force = command.get("force", False)
+    if not isinstance(force, bool):
+        raise CommandError("force must be true or false")
+    return agent.probe(words, deadline_s, buffer_mib, force)
 
 
 def _dicts(command: dict[str, Any], key: str) -> list[dict[str, Any]]:

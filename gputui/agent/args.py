@@ -1,4 +1,5 @@
-"""The collector's argument rules: what a command's numbers must be, and the error a malformed one gets.
+"""The collector's argument rules: what a command's numbers must be, which GPUs its words name, and the
+error a malformed one gets.
 
 Shared by the collector's own commands, its kill operations, its command line, and the simulated host of
 ``--demo``, so that the demo accepts exactly what a real collector accepts.
@@ -10,7 +11,7 @@ import math
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Iterable
 
 
 class CommandError(Exception):
@@ -45,3 +46,25 @@ def optional_seconds(command: dict[str, Any], key: str) -> float | None:
     if seconds is None:
         raise CommandError(f"{key} must be a positive number of seconds or null")
     return seconds
+
+
+def select_gpus(gpus: list[dict[str, Any]], words: Iterable[str] | None) -> list[dict[str, Any]]:
+    """The GPUs named by index or UUID (every GPU for None). Raises ValueError naming a word that is none."""
+    if words is None:
+        return list(gpus)
+    chosen: list[dict[str, Any]] = []
+    for word in words:
+        text = str(word).strip()
+        found = [
+            g
+            for g in gpus
+            if (text.isdigit() and g.get("index") == int(text))
+            or (g.get("uuid") and str(g["uuid"]).lower() == text.lower())
+        ]
+        if not found:
+            from gputui.agent.wire import wire_text
+
+            raise ValueError(f"no GPU {wire_text(text, 80)!r} on this host (an index or a UUID)")
+        if found[0] not in chosen:
+            chosen.append(found[0])
+    return chosen

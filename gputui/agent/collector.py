@@ -52,6 +52,10 @@ CHANGED_PROCESS_INTERVAL_S = 2.0
 allocates): the list is read on the first memory sample that differs, then at most this often."""
 
 
+PROBE_DRAIN_MAX_S = 5.0
+"""How long a probe waits for its children's GPU memory to be freed before it answers."""
+
+
 class Agent:
     """The collector for one host.
 
@@ -427,6 +431,57 @@ class Agent:
                 facts = (self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
                 self._kills = KillOperations(KillContext(*facts))
             return self._kills
+
+    def probe(
+        self, words: list[str] | None, deadline_s: float, buffer_mib: int, force: bool
+    ) -> dict[str, Any]:
+        """The readiness probe of the GPUs named (every GPU: None), after any kill under way has ended
+        (``gpu.probe``): ``{"probes": [...], "deadline_s", "buffer_mib"}``. Its children are never listed."""
+        from gputui.agent.args import CommandError
+        from gputui.agent.gpu import probe as readiness
+
+        waited = time.monotonic() + deadline_s
+        while self.escalations_pending() and time.monotonic() < waited:
+            time.sleep(0.05)
+        gpus = self.sample(force_processes=True)["gpus"]
+        try:
+            targets = readiness.probe_targets(gpus, words, force)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+
+        def seen(index: int, pid: int) -> bool | None:
+            """Whether the driver lists ``pid`` on GPU ``index`` now (its process list alone, no /proc)."""
+            with self._lock:
+                polled = self._backend.poll(True)
+            for gpu in polled:
+                if gpu.get("index") == index:
+                    return any(p.get("pid") == pid for p in gpu.get("processes") or ())
+            return None
+
+        def hide(pids: frozenset[int]) -> None:
+            self.processes.hidden_pids = pids
+
+        try:
+            probes = readiness.run_probes(targets, deadline_s, buffer_mib, seen, hide)
+        except RuntimeError as exc:
+            raise CommandError(str(exc)) from None
+        self._wait_for_drain({g.get("index"): g.get("memory_used_mib") for g in gpus})
+        return {"probes": probes, "deadline_s": deadline_s, "buffer_mib": buffer_mib, "time": time.time()}
+
+    def _wait_for_drain(self, before: dict[Any, Any], bound_s: float = PROBE_DRAIN_MAX_S) -> None:
+        """Until every GPU's used memory is back to what it was before the probe (the driver frees a dead
+        process's memory a moment after it exits), at most ``bound_s``."""
+        end = time.monotonic() + bound_s
+        while time.monotonic() < end:
+            with self._lock:
+                polled = self._backend.poll(False)
+            now = {g.get("index"): g.get("memory_used_mib") for g in polled}
+            if all(
+                not isinstance(used, int) or not isinstance(now.get(index), int) or now[index] <= used
+                for index, used in before.items()
+            ):
+                return
+            time.sleep(0.05)
 
     def escalations_pending(self) -> bool:
         """Whether a kill operation is still waiting, escalating or confirming."""

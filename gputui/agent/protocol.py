@@ -73,6 +73,11 @@ LEFTOVERS_CHECK_COMMAND = "leftovers_check"
 LEFTOVERS_REMOVE_COMMAND = "leftovers_remove"
 """``{"cmd": "leftovers_remove", "segments": [...]}``: unlink the segments still the same and used by none."""
 LEFTOVERS_COMMANDS = (LEFTOVERS_SCAN_COMMAND, LEFTOVERS_CHECK_COMMAND, LEFTOVERS_REMOVE_COMMAND)
+PROBE_COMMAND = "probe"
+"""``{"cmd": "probe", "gpus": ["0", "GPU-…"] or null, "deadline_s", "buffer_mib", "force"}``: does each GPU
+take work (``gpu.probe``): ``{"probes": [{"index", "uuid", "pci_bus_id", "result", "steps", "ms", "step",
+"error", "code", "visible", "skip", "detail"}, ...], "deadline_s", "buffer_mib"}``. Runs on a thread of its
+own, after any kill under way."""
 COMMANDS = (
     (
         CMD_HELLO,
@@ -85,6 +90,7 @@ COMMANDS = (
     )
     + KILL_COMMANDS
     + RESET_COMMANDS
+    + (PROBE_COMMAND,)
 )
 
 # GPU resets (``agent.reset``): the verdict of a plan, the kinds of device holders and steps, blocker codes.
@@ -219,6 +225,11 @@ REMEMBERED = "remembered"
 since when (``since``) and why the record is not kept (``warning``); null from a collector that does not
 remember (the simulator, before the first process sample)."""
 
+PROBE = "probe"
+"""The key of a snapshot that holds the readiness probe's report (the ``probe`` command's ``probes``,
+``buffer_mib``, ``deadline_s``, ``time``); null where no probe was asked for. A collector's own snapshots
+carry null: the client puts the probe it asked for beside the sample it took after it."""
+
 GPU_FITNESS = "health"
 """The key of a GPU dict that holds its fitness figures and Xid history (``gpu.fitness.read_gpu_fitness`` and
 ``FitnessMonitor``); absent where nothing was read."""
@@ -245,6 +256,27 @@ TUI's clean-slate check reads it with every memory sample while it waits."""
 # ----------------------------------------------------------------------------------------------------------
 # Limits the collector holds its commands and arguments to
 
+PROBE_OK = "ok"
+PROBE_FAILED = "failed"
+PROBE_HUNG = "hung"
+PROBE_STUCK = "stuck"
+PROBE_UNAVAILABLE = "unavailable"
+PROBE_SKIPPED = "skipped"
+PROBE_RESULTS = (PROBE_OK, PROBE_FAILED, PROBE_HUNG, PROBE_STUCK, PROBE_UNAVAILABLE, PROBE_SKIPPED)
+"""What one GPU's probe ended with: took work; a step returned an error; past the deadline (killed); past the
+deadline and not killable (stuck in the driver); the probe cannot run on this host (no NVIDIA libcuda.so.1);
+not probed (the GPU lists a process)."""
+
+PROBE_STEPS = ("load", "init", "device", "context", "alloc", "write", "read", "compare", "free", "destroy")
+
+PROBE_DEADLINE_S = 20.0
+PROBE_DEADLINE_MIN_S = 1.0
+PROBE_DEADLINE_MAX_S = 300.0
+"""The readiness probe's deadline (``probe``'s ``deadline_s``): every GPU's child is past it killed."""
+PROBE_BUFFER_MIB = 64
+PROBE_BUFFER_MIN_MIB = 1
+PROBE_BUFFER_MAX_MIB = 4096
+"""The buffer each probe child allocates, writes and reads back (``probe``'s ``buffer_mib``)."""
 INTERVAL_MIN_S = 0.05
 """The shortest sample interval (``check --wait`` samples every 0.09 s): shorter would only spin the CPU."""
 INTERVAL_MAX_S = 3600.0
@@ -442,6 +474,7 @@ SNAPSHOT_FIELDS = (
     LISTENING_PORTS,
     KERNEL_LOG,
     REMEMBERED,
+    PROBE,
     "findings",
     "health",
     "verdict",
@@ -490,6 +523,7 @@ def snapshot(
         LISTENING_PORTS: listening_ports,
         KERNEL_LOG: kernel_log,
         REMEMBERED: remembered,
+        PROBE: None,
         "findings": [],
         "health": list(health),
         "verdict": None,

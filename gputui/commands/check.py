@@ -17,8 +17,15 @@ from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line, safe_streams, wait_line
 from gputui.commands.output.verdict_text import verdict_lines
-from gputui.core.link import HostLink, LinkError, configure_command, full_sample, one_shot_sample
-from gputui.core.model import HostSnapshot, snapshots_document
+from gputui.core.link import (
+    HostLink,
+    LinkError,
+    configure_command,
+    full_sample,
+    one_shot_sample,
+    probe_host,
+)
+from gputui.core.model import HostSnapshot, replace, snapshots_document
 from gputui.core.store import (
     StateError,
     WatchedPort,
@@ -212,6 +219,11 @@ def _check_target(
             ports_free = ports_free_line(check)
         elif args.wait is not None and analysed.verdict is not None and analysed.verdict.clean:
             waited = 0.0
+        if args.probe and not cannot_tell_at_all(analysed):
+            # After the wait (a Slurm prolog's "check --probe --wait 60"), and judged on a sample taken after
+            # it: the probe's own memory is gone by then.
+            probed = with_probe(link, target, args)
+            analysed = judge(probed, baselines, watched_ports=ports, one_shot=True)
         _forget_free_ports(target, analysed, ports, err)
         if not demo:
             from gputui.commands.leftovers import check_recorded
@@ -230,6 +242,13 @@ def _check_target(
             if last is not None:
                 print(last if not ports_free or waited is None else f"{last}; {ports_free}", file=out)
     return status, analysed, waited
+
+
+def with_probe(link: HostLink, target: str, args: argparse.Namespace) -> HostSnapshot:
+    """A sample taken after the readiness probe, with the probe's report (``--probe``)."""
+    force = bool(getattr(args, "force", False))
+    report = probe_host(link, target, args.probe_deadline, args.probe_mib, force)
+    return replace(full_sample(link, target), probe=report)
 
 
 def ports_free_line(check: cleanslate.CleanCheck) -> str:

@@ -48,6 +48,10 @@ def take_snapshot(target: str, args: argparse.Namespace) -> HostSnapshot:
     link = open_link(target, options, demo=bool(getattr(args, "demo", False)))
     try:
         link.open()
+        if getattr(args, "probe", False):
+            from gputui.commands.check import with_probe
+
+            return with_probe(link, target, args)
         return one_shot_sample(link, target)
     finally:
         link.close()
@@ -128,10 +132,10 @@ def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[s
     if snapshot.endpoints:
         lines.append("HEALTH")
         lines.extend(format_health_line(sample) for sample in snapshot.endpoints)
-    health_lines = [(gpu.index, fitness_summary(gpu)) for gpu in snapshot.gpus]
-    if any(text is not None for _index, text in health_lines):
-        lines.append("GPU HEALTH")
-        lines.extend(f"  GPU{index} {text}" for index, text in health_lines if text is not None)
+    fitness_lines = [(gpu.index, fitness_summary(gpu)) for gpu in snapshot.gpus]
+    if any(text is not None for _index, text in fitness_lines):
+        lines.append("GPU FITNESS")
+        lines.extend(f"  GPU{index} {text}" for index, text in fitness_lines if text is not None)
     if snapshot.verdict is not None:
         lines.append("CLEAN SLATE")
         lines.extend(verdict_lines(snapshot, sys.stdout if stream is None else stream))

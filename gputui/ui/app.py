@@ -100,12 +100,19 @@ class GpuTuiApp(App[int]):
         theme: str | None = None,
         theme_store: ThemeStore | None = None,
         servers: ServerWatch | None = None,
+        probe_after_check: bool = False,
     ) -> None:
         super().__init__()
         if not targets and fleet is None:
             raise ValueError("at least one target is needed")
         self.settings = Settings(
-            read_only, memory_interval_s, process_interval_s, escalate_s, check_timeout_s, notify_timeout_s
+            read_only,
+            memory_interval_s,
+            process_interval_s,
+            escalate_s,
+            check_timeout_s,
+            notify_timeout_s,
+            probe_after_check,
         )
         self.clock: Clock = clock or time.time
         self.fleet = fleet
@@ -291,6 +298,31 @@ class GpuTuiApp(App[int]):
 
     def on_hosts_clean_confirmed(self, message: Hosts.CleanConfirmed) -> None:
         self.checks.confirmed(message)
+
+    def on_hosts_probed(self, message: Hosts.Probed) -> None:
+        """A readiness probe ended: keep its report for the host's verdicts, show the sample taken after it,
+        and say what it proved (the GPUs fact's line, or the first GPU that did not take work)."""
+        host = self.hosts.get(message.target)
+        if host is None:
+            return
+        host.probing = False
+        name = visible(host.target, 40)
+        if message.report is None or message.snapshot is None:
+            self.say(f"{name}: probe failed: {fit(message.error, 200)}", severity="error", title="probe")
+            self.host_changed(host)
+            return
+        host.probe = message.report
+        for severity, title, text in host.apply(message.snapshot, self.clock()):
+            self.say(text, severity=severity, title=title)
+        self._data_changed([(host, True)])
+        verdict = message.snapshot.verdict
+        facts = None if verdict is None else verdict.facts
+        if facts is not None:
+            line = facts.gpus.line
+        else:
+            line = verdict.reasons[0] if verdict is not None and verdict.reasons else "no verdict"
+        severity = "information" if facts is not None and facts.gpus.ok else "error"
+        self.say(f"{name}: {fit(line, 300)}", severity=severity, title="probe")
 
     def _ask_host_key(self, target: str, error: UnknownHostKey) -> None:
         """Offer to accept an unknown host key; a changed or revoked key never gets here."""

@@ -123,6 +123,15 @@ KEYS: tuple[Key, ...] = (
         "Clean-slate check",
     ),
     Key(
+        "P",
+        "P",
+        "probe",
+        "probe: prove each GPU takes work (a CUDA context, 64 MiB written and read back; up to 20 s); GPUs"
+        " that list a process are left out",
+        "",
+        "Probe the GPUs",
+    ),
+    Key(
         "slash",
         "/",
         "filter",

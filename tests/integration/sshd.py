@@ -400,10 +400,17 @@ def sshd_factory(
         extra_config: tuple[str, ...] = (),
         nvml: bool = True,
         old_python: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> SshdServer:
-        """``old_python``: with ``python="none"``, its python3 is this (too old) interpreter."""
+        """``old_python``: with ``python="none"``, its python3 is this (too old) interpreter; ``extra_env``:
+        more for the sessions' environment (a ``LD_LIBRARY_PATH`` in it comes first on the fake NVML's)."""
         index = len(servers)
-        interpreter = old_python if old_python is not None else interpreters[python]
+        if python == "py38":  # the oldest python3 the collector supports, with nothing installed
+            from tests.interpreters import python38
+
+            interpreter: str | None = python38()
+        else:
+            interpreter = old_python if old_python is not None else interpreters[python]
         bin_dir = _python_wrapper(tmp_path / f"remote-bin-{index}", interpreter)
         remote_home = tmp_path / f"remote-home-{index}"
         remote_home.mkdir()
@@ -413,7 +420,7 @@ def sshd_factory(
             _tools_without_python(bin_dir, smi_dir)
         path = (
             f"{bin_dir}:/usr/local/bin:/usr/bin:/bin"
-            if python in ("venv", "bare")
+            if python in ("venv", "bare", "py38")
             else f"{bin_dir}:/nonexistent"
         )
         env = {
@@ -428,6 +435,11 @@ def sshd_factory(
             # The suite's kernel log, never the machine's (``tests.kernellog``).
             TEST_SOURCE_ENV: os.environ[TEST_SOURCE_ENV],
         }
+        for key, value in (extra_env or {}).items():
+            if key == "LD_LIBRARY_PATH":
+                env[key] = ":".join(dict.fromkeys([*value.split(":"), env[key]]))
+            elif key not in ("HOME", "PATH"):
+                env[key] = value
         server = SshdServer(
             root=tmp_path / f"sshd-{index}",
             authorized_pub=Path(f"{ssh_keys['good']}.pub"),

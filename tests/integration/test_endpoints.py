@@ -1032,7 +1032,7 @@ def test_cli_snapshot_table_prints_one_health_line_per_endpoint(peer: HttpPeer, 
         # The state began during this command: the local clock time of one of its seconds.
         assert words[6] in during
     assert "HTTP 503" in unhealthy_line  # the detail of a failure follows
-    assert lines[start + 3] in ("GPU HEALTH", "CLEAN SLATE")  # two endpoints, two lines, then the next block
+    assert lines[start + 3] in ("GPU FITNESS", "CLEAN SLATE")  # two endpoints, two lines, then the next block
 
 
 def test_health_line_is_safe_and_shows_missing_values_as_a_dash() -> None:

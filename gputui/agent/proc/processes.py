@@ -74,6 +74,8 @@ class ProcessSampler:
         self.device_holders: list[dict[str, Any]] | None = None
         self.job_pids: set[int] = set()
         """The GPU processes and the rest of their trees, of the last process sample."""
+        self.hidden_pids: frozenset[int] = frozenset()
+        """The collector's own readiness-probe children (``gpu.probe``): never listed, never a job."""
         self.jobs: dict[int, list[int]] = {}
         """Each GPU job's root -> its tree's members, of the last process sample."""
         self.remembered: dict[int, int | None] = {}
@@ -152,8 +154,11 @@ class ProcessSampler:
         """Mark each GPU process visible or not; returns visible pid -> {GPU index: MiB}."""
         gpu_mib: dict[int, dict[int, int]] = {}
         self.gpu_processes = {}
+        hidden = self.hidden_pids
         for gpu in gpus:
             listed = gpu.get("processes") or []
+            if hidden:
+                listed = [p for p in listed if p["pid"] not in hidden]
             for proc in listed:
                 proc["visible"] = self._is_local_gpu_pid(proc["pid"], table)
                 if proc["visible"]:

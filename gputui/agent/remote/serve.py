@@ -30,6 +30,8 @@ from gputui.agent.protocol import (
     KILL_COMMANDS,
     LISTENING_PORTS,
     MEMORY_INTERVAL_S,
+    PROBE_COMMAND,
+    PROBE_DEADLINE_MAX_S,
     PROCESS_INTERVAL_S,
     PROCESSES_SAME,
     REMEMBERED,
@@ -155,6 +157,13 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
                 thread.start()
                 escalate_s = finite_positive(command.get("escalate_s")) or 0.0
                 session.pending(thread, min(escalate_s, ESCALATE_MAX_S) + KILL_CONFIRM_S + 5.0)
+                continue
+            if name == PROBE_COMMAND:  # seconds, up to its deadline: the samples go on meanwhile
+                thread = threading.Thread(
+                    target=run_command, args=(command,), name="gputui-probe", daemon=True
+                )
+                thread.start()
+                session.pending(thread, PROBE_DEADLINE_MAX_S + 5.0)
                 continue
             if name == RESET_RUN_COMMAND:  # minutes: a reset finishes (and restores) even if the client goes
                 thread = threading.Thread(

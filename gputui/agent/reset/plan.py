@@ -16,6 +16,7 @@ import functools
 import os
 import re
 
+from gputui.agent.args import select_gpus
 from gputui.agent.calls import CallTimeout, Worker
 from gputui.agent.gpu.tools import which
 from gputui.agent.proc.procfs import fd_links, read_cgroup, read_cmdline, read_real_uid, read_stat
@@ -300,26 +301,6 @@ def read_modes(smi: str | None, use_nvml: bool = True) -> list[dict[str, Any]] |
 
 # ----------------------------------------------------------------------------------------------------------
 # The rule
-
-
-def select_gpus(gpus: list[dict[str, Any]], words: Iterable[str] | None) -> list[dict[str, Any]]:
-    """The GPUs named by index or UUID (every GPU for None). Raises ValueError naming a word that is none."""
-    if words is None:
-        return list(gpus)
-    chosen: list[dict[str, Any]] = []
-    for word in words:
-        text = str(word).strip()
-        found = [
-            g
-            for g in gpus
-            if (text.isdigit() and g.get("index") == int(text))
-            or (g.get("uuid") and str(g["uuid"]).lower() == text.lower())
-        ]
-        if not found:
-            raise ValueError(f"no GPU {wire_text(text, 80)!r} on this host (an index or a UUID)")
-        if found[0] not in chosen:
-            chosen.append(found[0])
-    return chosen
 
 
 def _gpu_nodes(holder: dict[str, Any], prefix: str) -> tuple[set[int], bool]:

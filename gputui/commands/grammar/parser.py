@@ -20,6 +20,12 @@ from gputui.agent.protocol import (
     INTERVAL_MAX_S,
     INTERVAL_MIN_S,
     MEMORY_INTERVAL_S,
+    PROBE_BUFFER_MAX_MIB,
+    PROBE_BUFFER_MIB,
+    PROBE_BUFFER_MIN_MIB,
+    PROBE_DEADLINE_MAX_S,
+    PROBE_DEADLINE_MIN_S,
+    PROBE_DEADLINE_S,
     PROCESS_INTERVAL_S,
 )
 from gputui.commands.grammar import fleet as fleet_options
@@ -116,6 +122,44 @@ def _seconds(low: float, high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}: {text!r}")
+        return value
+
+    return parse
+
+
+def _add_probe(parser: argparse.ArgumentParser) -> None:
+    """The readiness probe's options (``check``, ``snapshot``)."""
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="prove each GPU takes work: create a context, write and read back a buffer (libcuda.so.1)",
+    )
+    parser.add_argument(
+        "--probe-deadline",
+        type=_seconds(PROBE_DEADLINE_MIN_S, PROBE_DEADLINE_MAX_S),
+        default=PROBE_DEADLINE_S,
+        metavar="SECONDS",
+        help=f"a GPU that has not taken work by then is not ready (default {PROBE_DEADLINE_S:g})",
+    )
+    parser.add_argument(
+        "--probe-mib",
+        type=_whole(PROBE_BUFFER_MIN_MIB, PROBE_BUFFER_MAX_MIB),
+        default=PROBE_BUFFER_MIB,
+        metavar="MIB",
+        help=f"the buffer each GPU writes and reads back (default {PROBE_BUFFER_MIB})",
+    )
 
 
 def _mib(text: str) -> int:
@@ -262,6 +306,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             action="store_true",
             help="with --json: every process of the sample, not only the GPU jobs and what findings name",
         )
+        _add_probe(parser)
+        parser.add_argument(
+            "--force", action="store_true", help="with --probe: probe GPUs that list a process too"
+        )
         fleet_options.add_arguments(parser)
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "check":
@@ -282,8 +330,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
         parser.add_argument(
             "--force",
             action="store_true",
-            help="with --calibrate: record GPUs that do not look idle too (each is named)",
+            help="with --calibrate: record GPUs that do not look idle too (each is named); with --probe:"
+            " probe GPUs that list a process too",
         )
+        _add_probe(parser)
         parser.add_argument("targets", nargs="*", metavar="TARGET")
     elif command == "kill":
         parser.description = KILL_DESCRIPTION

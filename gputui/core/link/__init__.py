@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         configure_command,
         full_sample,
         one_shot_sample,
+        probe_host,
         process_text,
     )
     from gputui.core.link.targets import BadTarget, TargetSpec, parse_target
@@ -29,6 +30,7 @@ __all__ = [
     "TargetSpec",
     "configure_command",
     "full_sample",
+    "probe_host",
     "one_shot_sample",
     "parse_target",
     "process_text",
@@ -43,6 +45,7 @@ _HOMES = {
     "TargetSpec": "targets",
     "configure_command": "interface",
     "full_sample": "interface",
+    "probe_host": "interface",
     "one_shot_sample": "interface",
     "parse_target": "targets",
     "process_text": "interface",

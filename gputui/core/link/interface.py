@@ -16,9 +16,10 @@ from gputui.agent.protocol import (
     CMD_SAMPLE,
     FITNESS_INTERVAL_KEY,
     MEMORY_INTERVAL_S,
+    PROBE_COMMAND,
     PROCESS_INTERVAL_S,
 )
-from gputui.core.model import HostSnapshot, Proc, Record, field, replace, safe_list
+from gputui.core.model import HostSnapshot, ProbeReport, Proc, Record, field, replace, safe_list
 from gputui.core.text import visible
 
 TYPE_CHECKING = False
@@ -129,6 +130,34 @@ def configure_command(
         "watch_exits": watch_exits,
         FITNESS_INTERVAL_KEY: process_interval_s if watch_exits else None,
     }
+
+
+def probe_host(
+    link: HostLink, target: str, deadline_s: float, buffer_mib: int, force: bool = False
+) -> ProbeReport:
+    """The readiness probe of every GPU of the host, through the collector's ``probe`` command, and its
+    memory drained (``agent.gpu.probe``); a sample taken after it is the one to judge with it.
+
+    Raises:
+        LinkError: the host could not be asked, refused (another probe running, a mode without a collector),
+            or answered without a report.
+    """
+    command = {
+        "cmd": PROBE_COMMAND,
+        "gpus": None,
+        "deadline_s": deadline_s,
+        "buffer_mib": buffer_mib,
+        "force": force,
+    }
+    result = link.request(command, deadline_s + PROBE_REPLY_SLACK_S)
+    report = ProbeReport.from_dict(result)
+    if report is None or not isinstance(result.get("probes"), list):
+        raise LinkError(f"{target}: the agent answered the probe without a report")
+    return report
+
+
+PROBE_REPLY_SLACK_S = 30.0
+"""Beyond the probe's deadline, what its answer may take: the samples around it and the memory drain."""
 
 
 def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSnapshot:

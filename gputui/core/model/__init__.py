@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gputui.core.model.fitness import GpuFitness, KernelLogNote, XidEvent
     from gputui.core.model.history import POINTS_MAX, STEP_S, WINDOW_S, GpuHistory, GpuPoint
     from gputui.core.model.owner import Owner, owner_matches, parse_owner_option, split_owner_word
+    from gputui.core.model.probe import GpuProbe, ProbeReport, ProbeStep
     from gputui.core.model.procfilter import ProcFilter
     from gputui.core.model.record import COMPILE_AFTER, Record, field, fields, is_record, replace
     from gputui.core.model.remembered import GoneGpu, Remembered, RememberedJob
@@ -76,6 +77,9 @@ __all__ = [
     "Proc",
     "ProcFilter",
     "Record",
+    "GpuProbe",
+    "ProbeReport",
+    "ProbeStep",
     "Remembered",
     "RememberedJob",
     "STATE_UNINTERRUPTIBLE",
@@ -131,6 +135,9 @@ _HOMES = {
     "Proc": "snapshot",
     "ProcFilter": "procfilter",
     "Record": "record",
+    "GpuProbe": "probe",
+    "ProbeReport": "probe",
+    "ProbeStep": "probe",
     "Remembered": "remembered",
     "RememberedJob": "remembered",
     "STATE_UNINTERRUPTIBLE": "snapshot",

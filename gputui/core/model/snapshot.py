@@ -20,6 +20,7 @@ from gputui.agent.protocol import (
     KERNEL_LOG,
     LISTENING_PORTS,
     MODE_LABELS,
+    PROBE,
     PROCESS_CPU_PCT,
     PROCESS_LISTEN_PORTS,
     PROCESS_LIVE_THREADS,
@@ -32,6 +33,7 @@ from gputui.core.model import figures
 from gputui.core.model.endpoint import EndpointSample
 from gputui.core.model.fitness import GpuFitness, KernelLogNote
 from gputui.core.model.owner import Owner
+from gputui.core.model.probe import ProbeReport
 from gputui.core.model.record import Record, field, fields, replace
 from gputui.core.model.remembered import Remembered
 from gputui.core.model.verdict import Finding, Verdict
@@ -357,6 +359,8 @@ class HostSnapshot(Record):
     listening_ports: tuple[int, ...] | None = None
     kernel_log: KernelLogNote | None = None
     remembered: Remembered | None = None
+    probe: ProbeReport | None = None
+    """The readiness probe asked for with this sample (``check --probe``), taken before it; None otherwise."""
     findings: tuple[Finding, ...] = ()
     endpoints: tuple[EndpointSample, ...] = ()
     """The inference-server endpoints the collector probed, each as last seen; JSON key ``health``."""
@@ -401,6 +405,7 @@ class HostSnapshot(Record):
         data[LISTENING_PORTS] = None if self.listening_ports is None else list(self.listening_ports)
         data[KERNEL_LOG] = None if self.kernel_log is None else plain(self.kernel_log)
         data[REMEMBERED] = None if self.remembered is None else plain(self.remembered)
+        data[PROBE] = None if self.probe is None else plain(self.probe)
         data["findings"] = [plain(f) for f in self.findings]
         data["health"] = [h.to_dict() for h in self.endpoints]
         data["verdict"] = None if self.verdict is None else self.verdict.to_dict()
@@ -458,6 +463,7 @@ class HostSnapshot(Record):
             listening_ports=listening,
             kernel_log=kernel_log,
             remembered=remembered,
+            probe=ProbeReport.from_dict(data.get(PROBE)),
             findings=tuple(Finding.from_dict(f) for f in data.get("findings") or ()),
             endpoints=tuple(EndpointSample.from_dict(h) for h in data.get("health") or ()),
             verdict=None if verdict is None else Verdict.from_dict(verdict),

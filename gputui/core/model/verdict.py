@@ -221,11 +221,13 @@ class VerdictFact(Record):
 
 
 class VerdictFacts(Record):
-    """The clean slate as three facts: every worker of the job gone, no residue left, every GPU fit."""
+    """The clean slate as three facts: every worker gone, no residue left, every GPU fit; and,
+    where the probe ran, what it proved (``proof``: "8 of 8 took work (…)", also in the GPUs line)."""
 
     workers: VerdictFact
     residue: VerdictFact
     gpus: VerdictFact
+    proof: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> VerdictFacts | None:
@@ -234,7 +236,13 @@ class VerdictFacts(Record):
         workers, residue, gpus = (VerdictFact.from_dict(data.get(k)) for k in ("workers", "residue", "gpus"))
         if workers is None or residue is None or gpus is None:
             return None
-        return cls(workers=workers, residue=residue, gpus=gpus)
+        proof = data.get("proof")
+        return cls(
+            workers=workers,
+            residue=residue,
+            gpus=gpus,
+            proof=visible(proof[:400]) if isinstance(proof, str) else None,
+        )
 
 
 class Verdict(Record):

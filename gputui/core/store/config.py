@@ -53,7 +53,7 @@ HOST_KEYS = frozenset({"health", "metrics", "stall_after_s", "ssh_client"})
 STALL_AFTER_MIN_S = 1.0
 STALL_AFTER_MAX_S = 86400.0
 """The range of ``stall_after_s``: under a second is noise between two reads, over a day is never."""
-TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet", "accepted_xids"}
+TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet", "accepted_xids", "probe_after_check"}
 XID_MAX = 65535
 """The largest number an Xid may be in ``accepted_xids``."""
 FLEET_TEXT_KEYS = frozenset({"prometheus", "match", "host_label", "ssh_target"})
@@ -95,6 +95,8 @@ class Config(Record):
     """Host target -> the SSH client for that host only."""
     accepted_xids: frozenset[int] = frozenset()
     """Xids this site accepts: shown, never blocking the next launch (``verdict.fitness``)."""
+    probe_after_check: bool = False
+    """After every clean-slate check that ends clean, the TUI proves the GPUs take work (the probe)."""
 
 
 def default_config_path() -> str:
@@ -231,7 +233,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         ssh_client=_ssh_client(data["ssh_client"], "", path) if "ssh_client" in data else None,
         host_ssh_clients=host_clients,
         accepted_xids=_xids(data["accepted_xids"], path) if "accepted_xids" in data else frozenset(),
+        probe_after_check=_flag(data.get("probe_after_check", False), "probe_after_check", path),
     )
+
+
+def _flag(value: Any, name: str, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: {name} must be true or false")
+    return value
 
 
 def _xids(value: Any, path: str) -> frozenset[int]:

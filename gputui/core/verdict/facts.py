@@ -17,7 +17,8 @@ from __future__ import annotations
 import time
 
 from gputui.core.jobs import proc_table
-from gputui.core.model import HostSnapshot, Verdict, VerdictFact, VerdictFacts, replace
+from gputui.core.model import HostSnapshot, ProbeReport, Verdict, VerdictFact, VerdictFacts, replace
+from gputui.core.verdict.probing import probe_line
 from gputui.core.verdict.remains import nothing_recorded
 from gputui.core.verdict.slate import gpu_holders
 
@@ -50,9 +51,12 @@ def workers_line(snapshot: HostSnapshot) -> str:
     return text
 
 
-def gpus_line(verdict: Verdict) -> str:
+def gpus_line(verdict: Verdict, probe: ProbeReport | None = None) -> str:
+    """ "8/8 GPUs at baseline and fit", and what the readiness probe proved where one ran."""
     at = f"{verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at baseline"
-    return f"{at} and fit" if not verdict.not_ready else at
+    line = f"{at} and fit" if not verdict.not_ready else at
+    proved = probe_line(probe)
+    return line if proved is None else f"{line}; {proved}"
 
 
 def _sorted_reasons(snapshot: HostSnapshot, verdict: Verdict) -> tuple[list[str], list[str], list[str]]:
@@ -102,7 +106,10 @@ def with_facts(snapshot: HostSnapshot) -> HostSnapshot:
         residue=VerdictFact(
             ok=not residue, line=RESIDUE_OK if not residue else residue[0], reasons=tuple(residue)
         ),
-        gpus=VerdictFact(ok=not gpus, line=gpus_line(verdict) if not gpus else gpus[0], reasons=tuple(gpus)),
+        gpus=VerdictFact(
+            ok=not gpus, line=gpus_line(verdict, snapshot.probe) if not gpus else gpus[0], reasons=tuple(gpus)
+        ),
+        proof=probe_line(snapshot.probe),
     )
     return replace(snapshot, verdict=replace(verdict, facts=facts))
 

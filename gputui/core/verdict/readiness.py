@@ -20,6 +20,7 @@ from gputui.core.model import STATE_UNINTERRUPTIBLE, Gpu, HostSnapshot
 from gputui.core.text import age_text
 from gputui.core.verdict.findings import DEFUNCT_RESET_AFTER_S
 from gputui.core.verdict.fitness import assessed, unfit_reason
+from gputui.core.verdict.probing import probe_reason
 
 UnfitRule = Callable[[HostSnapshot, Gpu], "str | None"]
 """Why a GPU is not fit for the next job (one sentence naming it), None when this rule finds it fit."""
@@ -51,7 +52,7 @@ def fitness_asks(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
     return unfit_reason(gpu, assessed(gpu))
 
 
-UNFIT_RULES: list[UnfitRule] = [fitness_asks, stuck_in_driver]
+UNFIT_RULES: list[UnfitRule] = [fitness_asks, stuck_in_driver, probe_reason]
 """Every rule the verdict asks about every readable GPU, in order (see the module docstring)."""
 
 

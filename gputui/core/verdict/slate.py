@@ -20,6 +20,7 @@ from gputui.core.text import fit
 from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.findings import ghost_suspects, remnant_sentence, suspect_text
 from gputui.core.verdict.fitness import unreachable_reason
+from gputui.core.verdict.probing import probe_unavailable
 from gputui.core.verdict.readiness import unfit_reasons
 
 MAX_HOLDERS_IN_REASON = 3
@@ -183,6 +184,10 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
                     suspect_text(*one) for one in ghost_suspects(snapshot, gpu)[:MAX_HOLDERS_IN_REASON]
                 ]
                 gpu_reasons.append(ghost_reason(gpu.index, used - baseline, suspects))
+        unprovable = probe_unavailable(snapshot, gpu)
+        if unprovable is not None:  # a probe was asked for and cannot run: the GPU fact cannot be proven
+            gpu_reasons.append(unprovable)
+            unreadable = True
         gpu_verdicts.append(
             GpuVerdict(
                 index=gpu.index,

@@ -59,6 +59,11 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+SIM_PROBE_STEP_MS = (1.2, 180.0, 0.4, 210.0, 3.1, 9.8, 10.4, 21.0, 1.6, 12.5)
+"""What each step of a probe takes on the simulated GPUs (``protocol.PROBE_STEPS``): the first context
+dominates, as on real ones."""
+
+
 class SimLink(SimKills, HostLink):
     """A simulated host, driven by the same commands as a real agent.
 
@@ -191,9 +196,37 @@ class SimLink(SimKills, HostLink):
                 ENDPOINT_GENERATE_MIN_INTERVAL_S,
             )
             return {"config": config, "samples": samples}
+        if name == protocol.PROBE_COMMAND:
+            return self._probe(command)
         if name == protocol.CMD_QUIT:
             return {}
         raise LinkError(f"{self.target}: unknown command {name!r}")
+
+    def _probe(self, command: dict[str, Any]) -> dict[str, Any]:
+        """The readiness probe as a healthy driver answers it: every GPU that lists no process takes work
+        (the wedged host's GPUs held by its stuck schedulers are not probed, as a collector leaves them)."""
+        with self._lock:
+            snapshot = self._snapshot()
+        buffer_mib = command.get("buffer_mib") or protocol.PROBE_BUFFER_MIB
+        probes = []
+        for gpu in snapshot.gpus:
+            entry: dict[str, Any] = {"index": gpu.index, "uuid": gpu.uuid, "pci_bus_id": gpu.pci_bus_id}
+            if gpu.processes and not command.get("force"):
+                entry.update(
+                    result=protocol.PROBE_SKIPPED,
+                    steps=[],
+                    ms=0.0,
+                    skip="it lists a process (--force probes it anyway)",
+                )
+            else:
+                steps = [
+                    {"step": step, "ms": ms}
+                    for step, ms in zip(protocol.PROBE_STEPS, SIM_PROBE_STEP_MS, strict=True)
+                ]
+                entry.update(result=protocol.PROBE_OK, steps=steps, ms=sum(SIM_PROBE_STEP_MS), visible=True)
+            probes.append(entry)
+        deadline = command.get("deadline_s") or protocol.PROBE_DEADLINE_S
+        return {"probes": probes, "deadline_s": deadline, "buffer_mib": buffer_mib, "time": self._clock()}
 
     def close(self) -> None:
         self._closed.set()

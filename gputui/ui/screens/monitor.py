@@ -137,6 +137,11 @@ class MonitorScreen(MonitorView):
         if self.active is not None:
             self._checks.start(self.active)
 
+    def action_probe(self) -> None:
+        """Prove each GPU of the shown host takes work: a context, a buffer written and read back."""
+        if self.active is not None:
+            self.session.probe(self.active)
+
     def action_filter(self) -> None:
         self.query_one("#body").add_class("-filtering")
         self.query_one(FilterBar).focus()

@@ -356,6 +356,6 @@ class MonitorView(Screen[None]):
         """The clean-slate line, whole: when it needs more than ``CLEAN_ROWS_WITH_FOOTER`` rows, the footer
         makes room (the receipt is the answer; the keys are in the help)."""
         line = self.query_one(CleanSlateLine)
-        line.show(verdict, host.check, self.session.clock(), host.fitness_due_s is not None)
+        line.show(verdict, host.check, self.session.clock(), host.fitness_due_s is not None, host.probing)
         rows = screen_rows(line.shown, max(1, self.size.width))
         self.query_one(Footer).display = rows <= CLEAN_ROWS_WITH_FOOTER

@@ -81,6 +81,8 @@ class CleanChecks:
         verdict = confirming.verdict
         if check is not None and check.clean and check.finished_s is not None and verdict is not None:
             self._end(host)
+            if self._session.settings.probe_after_check:
+                self._session.probe(host)  # the receipt's GPU fact, proven
             self._session.say(
                 f"{visible(host.target, 40)}: CLEAN ✓ "
                 f"{verdict.gpus_at_baseline}/{len(verdict.gpus)} GPUs at"

@@ -21,6 +21,7 @@ from textual.signal import Signal
 from gputui.agent.protocol import MEMORY_INTERVAL_S
 from gputui.core.actions import DEFAULT_ESCALATE_S, AuditLog, KillPlan, ResetPlan
 from gputui.core.model import HostSnapshot, Owner, Proc
+from gputui.core.text import visible
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.host_bar import HostStatus
 
@@ -44,6 +45,8 @@ class Settings:
             says after this long whether the process is gone.
         check_timeout_s: A clean-slate check gives up after this many seconds.
         notify_timeout_s: Seconds a notification stays.
+        probe_after_check: After a clean-slate check ends clean, prove the GPUs take work (``P``): the
+            config's ``probe_after_check``.
     """
 
     read_only: bool = False
@@ -52,6 +55,7 @@ class Settings:
     escalate_s: float = DEFAULT_ESCALATE_S
     check_timeout_s: float = 60.0
     notify_timeout_s: float = 8.0
+    probe_after_check: bool = False
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,16 @@ class Session:
     def host_status(self, host: HostState) -> HostStatus:
         """What the host bar says about ``host`` now."""
         return host.status(self.clock(), self.settings.memory_interval_s)
+
+    def probe(self, host: HostState) -> None:
+        """Prove each GPU of ``host`` takes work (``P``; after a clean check with ``probe_after_check``); the
+        App gets ``Hosts.Probed``. One probe per host at a time."""
+        if host.probing:
+            self.say(f"{visible(host.target, 40)}: a probe is already running", severity="warning")
+            return
+        host.probing = True
+        self.hosts.probe(host)
+        self.host_changed(host)
 
     def host_changed(self, host: HostState) -> None:
         """Something but data changed about ``host``: the views showing it redraw."""

@@ -23,9 +23,10 @@ from typing import Any
 
 from textual.message import Message
 
+from gputui.agent.protocol import PROBE_BUFFER_MIB, PROBE_DEADLINE_S
 from gputui.core.actions import KillPlan, Pending
-from gputui.core.link import HostLink, LinkError, configure_command, full_sample
-from gputui.core.model import GpuHistory, HostSnapshot
+from gputui.core.link import HostLink, LinkError, configure_command, full_sample, probe_host
+from gputui.core.model import GpuHistory, HostSnapshot, ProbeReport, replace
 from gputui.core.servers import EndpointHistory, ServerWatch, health_transitions
 from gputui.core.store import WatchedPort
 from gputui.core.text import visible
@@ -99,6 +100,11 @@ class HostState:
     """Jobs killed here, newest last: what escaped them is a survivor finding. Replaced, never mutated."""
     watched_ports: tuple[WatchedPort, ...] = ()
     """The TCP ports of jobs killed here not yet seen free: a clean-slate check waits on them."""
+    probe: ProbeReport | None = None
+    """The last readiness probe of this host (``P``): judged with every sample after it until the next one or
+    a reboot (a GPU that did not take work stays NOT READY until a probe proves otherwise)."""
+    probing: bool = False
+    """A probe of this host is running."""
     fitness_due_s: float | None = None
     """Set when the verdict turned CLEAN on GPU fitness read before that sample (at rest it is read every
     30 s): the sample time a fresh read is awaited from. The clean-slate line says it checks the GPUs'
@@ -304,6 +310,15 @@ class Hosts:
         error: str = ""
 
     @dataclass
+    class Probed(Message):
+        """A readiness probe asked for with ``P`` ended: the sample taken after it, or why there is none."""
+
+        target: str
+        report: ProbeReport | None
+        snapshot: HostSnapshot | None
+        error: str = ""
+
+    @dataclass
     class HostKeyRecorded(Message):
         """Accepting a host key finished: recorded, or ``failure`` says why not."""
 
@@ -378,7 +393,14 @@ class Hosts:
             host.poller.start()
 
     def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
-        """Findings, verdict and server states of a snapshot, on the thread that took it (``core.judge``)."""
+        """Findings, verdict and server states of a snapshot, on the thread that took it (``core.judge``),
+        with the host's last probe where the sample has none and the host did not reboot since."""
+        probe = host.probe
+        previous = host.snapshot
+        if probe is not None and snapshot.probe is None:
+            same_boot = previous is None or previous.boot_id == snapshot.boot_id
+            if same_boot:
+                snapshot = replace(snapshot, probe=probe)
         return judge(
             snapshot,
             host.baselines,
@@ -466,6 +488,24 @@ class Hosts:
             self.post(self.CleanConfirmed(host.target, started_s, fresh))
 
         self._request(host, "confirm", job)
+
+    def probe(self, host: HostState) -> None:
+        """Prove each GPU of ``host`` takes work (``core.link.probe_host``); a fresh sample judged with it."""
+        if host.link is None:
+            self.post(self.Probed(host.target, None, None, "the host is not connected"))
+            return
+
+        def job(link: HostLink) -> None:
+            try:
+                report = probe_host(link, host.target, PROBE_DEADLINE_S, PROBE_BUFFER_MIB)
+                sample = full_sample(link, host.target, REQUEST_TIMEOUT_S)
+                fresh = self.analyze(host, replace(sample, probe=report))
+            except Exception as exc:  # noqa: BLE001 - as above
+                self.post(self.Probed(host.target, None, None, _cause(exc)))
+                return
+            self.post(self.Probed(host.target, report, fresh))
+
+        self._request(host, "probe", job)
 
     def record_host_key(self, target: str, error: UnknownHostKey) -> None:
         """Write the accepted key (file IO, so on a thread), then let the poller reconnect."""

@@ -56,11 +56,18 @@ def other_facts(verdict: Verdict) -> Text:
     for label, _holds, fact in fact_rows(verdict.facts)[:2]:
         text.append(f" · {label}: ", style="green")
         text.append_text(safe_text(fact, 120, style="green"))
+    if verdict.facts.proof:
+        text.append(" · probe: ", style="green")
+        text.append_text(safe_text(verdict.facts.proof, 200, style="green"))
     return text
 
 
 def clean_slate_text(
-    verdict: Verdict | None, check: CleanCheck | None, now_s: float, fitness_due: bool = False
+    verdict: Verdict | None,
+    check: CleanCheck | None,
+    now_s: float,
+    fitness_due: bool = False,
+    probing: bool = False,
 ) -> Text:
     """The line for a verdict, with the progress or receipt of a running or finished check; ``fitness_due``:
     the verdict is CLEAN on GPU fitness read before its sample, and a fresh read is awaited
@@ -69,6 +76,10 @@ def clean_slate_text(
         return Text(headline(None), style="dim")
     total = len(verdict.gpus)
     at_baseline = verdict.gpus_at_baseline
+    if probing:
+        line = Text(f"probing… {total} GPUs: does each take work?", style="bold yellow")
+        line.append(" · a context and a buffer written and read back on each", style="yellow")
+        return line
     if verdict.clean and fitness_due:
         line = Text(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
         line.append(" · reading the GPUs' fitness", style="yellow")
@@ -148,10 +159,15 @@ class CleanSlateLine(Static):
         return self._shown if self._shown is not None else Text("")
 
     def show(
-        self, verdict: Verdict | None, check: CleanCheck | None, now_s: float, fitness_due: bool = False
+        self,
+        verdict: Verdict | None,
+        check: CleanCheck | None,
+        now_s: float,
+        fitness_due: bool = False,
+        probing: bool = False,
     ) -> None:
         """Show the verdict; with a check, its progress ("5/8 GPUs at baseline") or its receipt."""
-        text = clean_slate_text(verdict, check, now_s, fitness_due)
+        text = clean_slate_text(verdict, check, now_s, fitness_due, probing)
         key = (text.plain, str(text.style), tuple(text.spans))
         if key == self._shown_key:
             return  # the same verdict again: nothing to repaint

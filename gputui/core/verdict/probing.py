@@ -1,0 +1,107 @@
+"""What the readiness probe says of each GPU (``model.ProbeReport``), worded once: the NOT READY reason of a
+GPU that did not take work, the "cannot tell" of one the probe could not run on, and the GPUs fact's line
+("8 of 8 took work (context + 64 MiB write/read, slowest 0.41 s)").
+
+The probe proves that a context can be created and memory written and read back; not compute throughput,
+not NVLink. Pure functions of the snapshot.
+"""
+
+from __future__ import annotations
+
+from gputui.agent.protocol import (
+    PROBE_FAILED,
+    PROBE_HUNG,
+    PROBE_OK,
+    PROBE_SKIPPED,
+    PROBE_STUCK,
+    PROBE_UNAVAILABLE,
+)
+from gputui.core.model import Gpu, GpuProbe, HostSnapshot, ProbeReport
+from gputui.core.text import fit
+
+STEP_WORDS = {
+    "load": "loading libcuda.so.1",
+    "init": "driver initialisation (cuInit)",
+    "device": "finding the device by its PCI bus id",
+    "context": "context creation",
+    "alloc": "allocation",
+    "write": "the write",
+    "read": "the read-back",
+    "compare": "the comparison",
+    "free": "freeing the buffer",
+    "destroy": "destroying the context",
+}
+"""How a reason names the step a probe failed or hung in."""
+CUDA_ERROR_HINTS = {
+    802: "the system is not initialised: on an NVSwitch system, the NVLink fabric (fabric manager up?)",
+    2: "out of memory: something else holds it",
+    46: "busy or unavailable: exclusive-process mode, or another context",
+    999: "an unknown error: reset the GPU, and reboot if it comes back",
+}
+"""What a CUDA error number most often means for the next job, said beside its name."""
+
+
+def _where(probe: GpuProbe) -> str:
+    return STEP_WORDS.get(probe.step or "", "an unknown step")
+
+
+def _seconds(ms: float | None) -> str:
+    return "–" if ms is None else f"{ms / 1000.0:.2f} s"
+
+
+def probe_reason(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
+    """ "GPU3 did not take work: CUDA_ERROR_SYSTEM_NOT_READY (802) in context creation — …", or None when it
+    took work, was not probed, or the probe could not run (``probe_unavailable``)."""
+    report = snapshot.probe
+    probe = None if report is None else report.for_gpu(gpu.index)
+    if probe is None or probe.result in (PROBE_OK, PROBE_SKIPPED, PROBE_UNAVAILABLE):
+        return None
+    deadline = _seconds(None if report is None or report.deadline_s is None else report.deadline_s * 1000.0)
+    if probe.result == PROBE_HUNG:
+        return f"GPU{gpu.index} did not take work within {deadline} (hung in {_where(probe)}): reboot likely"
+    if probe.result == PROBE_STUCK:
+        return (
+            f"GPU{gpu.index} did not take work within {deadline}, and its probe could not be killed (stuck in"
+            f" the driver in {_where(probe)}): needs a reboot of the host"
+        )
+    said = str(fit(probe.error or "failed", 80))
+    if probe.code is not None:
+        said += f" ({probe.code})"
+    said += f" in {_where(probe)}"
+    hint = None if probe.code is None else CUDA_ERROR_HINTS.get(probe.code)
+    return f"GPU{gpu.index} did not take work: {said}" + (f" — {hint}" if hint else "")
+
+
+def probe_unavailable(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
+    """ "GPU3 cannot be probed: libcuda.so.1: cannot open shared object file …": the GPU fact cannot be
+    proven (the verdict cannot tell)."""
+    report = snapshot.probe
+    probe = None if report is None else report.for_gpu(gpu.index)
+    if probe is None or probe.result != PROBE_UNAVAILABLE:
+        return None
+    return f"GPU{gpu.index} cannot be probed: {fit(probe.detail or probe.error or 'unavailable', 160)}"
+
+
+def probe_line(report: ProbeReport | None) -> str | None:
+    """ "8 of 8 took work (context + 64 MiB write/read, slowest 0.41 s; NVML saw each)", with the GPUs not
+    probed named; None without a probe."""
+    if report is None or not report.gpus:
+        return None
+    probed = [p for p in report.gpus if p.result != PROBE_SKIPPED]
+    took = [p for p in probed if p.result == PROBE_OK]
+    size = f"{report.buffer_mib} MiB " if report.buffer_mib else ""
+    slowest = max((p.ms for p in took if p.ms is not None), default=None)
+    line = f"{len(took)} of {len(probed)} took work (context + {size}write/read"
+    if slowest is not None:
+        line += f", slowest {_seconds(slowest)}"
+    unseen = [p.index for p in took if p.visible is False]
+    if unseen:
+        line += "; NVML did not list the allocation on GPU" + ", GPU".join(str(i) for i in unseen)
+    line += ")"
+    skipped = [p for p in report.gpus if p.result == PROBE_SKIPPED]
+    for probe in skipped:
+        line += f"; GPU{probe.index} not probed: {fit(probe.detail or 'skipped', 80)}"
+    return line
+
+
+PROBE_FAILURES = (PROBE_FAILED, PROBE_HUNG, PROBE_STUCK)

@@ -1,0 +1,213 @@
+"""A fake ``libcuda.so.1`` (the CUDA driver API) for tests on machines without an NVIDIA GPU.
+
+The C library in ``fakecuda.c`` implements the driver calls a readiness probe makes (``cuInit``, device
+lookup by ordinal or PCI bus id, a context, one allocation written with ``cuMemsetD8_v2`` or
+``cuMemcpyHtoD_v2`` and read back with ``cuMemcpyDtoH_v2``, ``cuGetErrorName``...) with the ABI of
+NVIDIA's ``cuda.h``, so a ``ctypes`` client can load it through ``LD_LIBRARY_PATH``. Its only input is the
+state file named by the ``FAKE_CUDA_STATE`` environment variable, which it re-reads whenever the file
+changes (a hung call polls it). This module builds the library and renders state files; the syntax is at
+the top of ``fakecuda.c``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "HANG_STEPS",
+    "LIB_NAME",
+    "OMIT_GROUPS",
+    "SOURCE",
+    "STATE_VAR",
+    "FakeCudaGpu",
+    "FakeCudaState",
+    "build",
+    "env_for",
+]
+
+LIB_NAME = "libcuda.so.1"
+STATE_VAR = "FAKE_CUDA_STATE"
+SOURCE = Path(__file__).with_name("fakecuda.c")
+CFLAGS = [
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-Wl,-soname," + LIB_NAME,
+]
+
+HANG_STEPS = ("init", "ctx", "alloc", "memcpy", "sync", "free")
+
+OMIT_GROUPS = {
+    "v2": "FAKECUDA_NO_V2",
+    "pci": "FAKECUDA_NO_PCI",
+    "foreign": "FAKECUDA_ONLY_INIT",
+}
+"""Symbol groups a build can leave out (see the top of ``fakecuda.c``): ``v2`` every ``*_v2`` symbol
+(``cuCtxCreate_v2``, ``cuCtxDestroy_v2``, ``cuDevicePrimaryCtxRelease_v2``, ``cuMemAlloc_v2``,
+``cuMemFree_v2``, ``cuMemsetD8_v2``, ``cuMemcpyHtoD_v2``, ``cuMemcpyDtoH_v2``), ``pci``
+``cuDeviceGetByPCIBusId`` and ``cuDeviceGetPCIBusId``: together an old or foreign libcuda a probe cannot
+use; ``foreign`` everything but ``cuInit``: a library of that name that is not NVIDIA's."""
+
+
+def build(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
+    """Compile the fake library into ``out_dir/libcuda.so.1``, without the symbol groups in ``omit``.
+
+    Raises RuntimeError when no C compiler is available or compilation fails; callers should let that
+    fail the run rather than skip tests.
+    """
+    unknown = sorted(set(omit) - set(OMIT_GROUPS))
+    if unknown:
+        raise ValueError(f"fakecuda: unknown symbol groups {unknown} (known: {sorted(OMIT_GROUPS)})")
+    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
+    if not cc:
+        raise RuntimeError(
+            "fakecuda: no C compiler found (need gcc or cc on PATH, or $CC) "
+            "to build the fake libcuda.so.1 the probe tests run against"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / LIB_NAME
+    defines = [f"-D{OMIT_GROUPS[group]}" for group in sorted(set(omit))]
+    cmd = [cc, *CFLAGS, *defines, "-o", str(target), str(SOURCE), "-lpthread"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RuntimeError(f"fakecuda: running {cmd[0]} failed: {exc}") from exc
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"fakecuda: compiling {SOURCE.name} failed (exit {proc.returncode}):\n"
+            f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        )
+    return target
+
+
+def _value(value: object) -> str:
+    text = str(value)
+    if text == "" or any(c in text for c in '"\n\r#'):
+        raise ValueError(f"fakecuda: value {text!r} cannot be written to a state file")
+    if any(c.isspace() for c in text):
+        return f'"{text}"'
+    return text
+
+
+@dataclass
+class FakeCudaGpu:
+    """One ``gpu`` line; the devices' ordinals follow the list's order. ``None`` leaves a key to the
+    library's default. Errors are CUresult names (``"SYSTEM_NOT_READY"``, ``"CUDA_ERROR_UNKNOWN"``) or
+    numbers."""
+
+    index: int | None = None
+    """The GPU's own number (its default PCI id ``0000:XX:00.0`` with XX = 0x17 + index, as fakenvml's,
+    and its default ``nvml_gpu``); None: its position in the list."""
+    pci: str | None = None
+    ctx_error: str | int | None = None
+    alloc_error: str | int | None = None
+    memcpy_error: str | int | None = None
+    sync_error: str | int | None = None
+    free_error: str | int | None = None
+    hang: str | None = None
+    """A step (``HANG_STEPS``) or a comma list: that call does not return while the state says so."""
+    slow_ms: int = 0
+    corrupt: bool = False
+    total_mib: int | None = None
+    ctx_mib: int | None = None
+    nvml_state: Path | str | None = None
+    """A fakenvml state file: a live allocation (or context with ``ctx_mib``) appears there as a
+    ``holder <nvml_gpu> <pid> <MiB>`` line, removed again on free or a normal exit."""
+    nvml_gpu: int | None = None
+
+    def render(self, position: int) -> str:
+        index = position if self.index is None else self.index
+        parts = [f"gpu {int(index)}"]
+        for key in (
+            "pci",
+            "ctx_error",
+            "alloc_error",
+            "memcpy_error",
+            "sync_error",
+            "free_error",
+            "hang",
+            "slow_ms",
+            "corrupt",
+            "total_mib",
+            "ctx_mib",
+            "nvml_state",
+            "nvml_gpu",
+        ):
+            value = getattr(self, key)
+            if value is None or (key in ("slow_ms", "corrupt") and not value):
+                continue
+            if isinstance(value, bool):
+                value = int(value)
+            parts.append(f"{key}={_value(value)}")
+        return " ".join(parts)
+
+
+_mtime_lock = threading.Lock()
+_last_mtime_ns: dict[str, int] = {}
+
+
+@dataclass
+class FakeCudaState:
+    driver_version: int = 12080
+    init_error: str | int | None = None
+    gpus: list[FakeCudaGpu] = field(default_factory=list)
+
+    @classmethod
+    def with_gpus(cls, count: int = 8, **gpu_kwargs: object) -> FakeCudaState:
+        return cls(gpus=[FakeCudaGpu(**gpu_kwargs) for _ in range(count)])  # type: ignore[arg-type]
+
+    def show_in_nvml(self, nvml_state: Path) -> None:
+        """Every GPU's allocations appear as holders in that fakenvml state file (``nvml_state``)."""
+        for gpu in self.gpus:
+            gpu.nvml_state = nvml_state
+
+    def render(self) -> str:
+        lines = [f"driver_version {int(self.driver_version)}"]
+        if self.init_error is not None:
+            lines.append(f"init_error {_value(self.init_error)}")
+        lines.extend(gpu.render(i) for i, gpu in enumerate(self.gpus))
+        return "\n".join(lines) + "\n"
+
+    def write(self, path: Path) -> None:
+        """Atomically replace ``path`` with the rendered state, with a strictly later mtime than the
+        previous write to it, so the library notices even two writes within one timestamp tick."""
+        path = Path(path)
+        text = self.render()
+        fd, tmp = tempfile.mkstemp(prefix=".fakecuda-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+            key = str(path.resolve())
+            with _mtime_lock:
+                floor = _last_mtime_ns.get(key, 0)
+                try:
+                    floor = max(floor, path.stat().st_mtime_ns)
+                except FileNotFoundError:
+                    pass
+                mtime = max(os.stat(tmp).st_mtime_ns, floor + 1000)
+                os.utime(tmp, ns=(mtime, mtime))
+                os.replace(tmp, path)
+                _last_mtime_ns[key] = mtime
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def env_for(lib_dir: Path, state_path: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``base`` (default os.environ) that makes a subprocess load the fake libcuda.so.1; pass
+    a fakenvml ``env()`` as ``base`` to load both fakes."""
+    env = dict(os.environ if base is None else base)
+    old = env.get("LD_LIBRARY_PATH")
+    env["LD_LIBRARY_PATH"] = str(lib_dir) + (os.pathsep + old if old else "")
+    env[STATE_VAR] = str(state_path)
+    return env

@@ -1,0 +1,66 @@
+"""pytest fixtures for the fake CUDA driver library.
+
+Enable with ``pytest_plugins = ["tests.fakecuda.plugin"]`` in a conftest, or ``-p tests.fakecuda.plugin``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.fakecuda import FakeCudaState, build, env_for
+
+DEFAULT_GPU_COUNT = 8
+
+
+@pytest.fixture(scope="session")
+def fake_cuda_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Directory holding a freshly built libcuda.so.1 (built once per session)."""
+    lib_dir = tmp_path_factory.mktemp("fakecuda-lib")
+    build(lib_dir)
+    return lib_dir
+
+
+@pytest.fixture(scope="session")
+def fake_cuda_older(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``fake_cuda_older("v2", "pci")``: a directory with a build that lacks those symbol groups
+    (``tests.fakecuda.OMIT_GROUPS``; ``"foreign"``: only ``cuInit``); built once per set and session."""
+    built: dict[tuple[str, ...], Path] = {}
+
+    def lib_dir(*omit: str) -> Path:
+        key = tuple(sorted(set(omit)))
+        if key not in built:
+            directory = tmp_path_factory.mktemp("fakecuda-lib-no-" + "-".join(key))
+            build(directory, omit=key)
+            built[key] = directory
+        return built[key]
+
+    return lib_dir
+
+
+@dataclass
+class FakeCuda:
+    lib_dir: Path
+    state_path: Path
+    state: FakeCudaState = field(default_factory=lambda: FakeCudaState.with_gpus(DEFAULT_GPU_COUNT))
+
+    def write(self) -> None:
+        """Render ``state`` to ``state_path``; running clients see it on their next call."""
+        self.state.write(self.state_path)
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """Environment for a subprocess that should load the fake library (on top of ``base``, e.g. a
+        fakenvml ``env()``)."""
+        return env_for(self.lib_dir, self.state_path, base)
+
+
+@pytest.fixture
+def fake_cuda(fake_cuda_lib: Path, tmp_path: Path) -> FakeCuda:
+    """8 healthy GPUs, ordinals 0-7 at PCI 0000:17:00.0 .. 0000:1E:00.0 (fakenvml's default GPUs), already
+    written."""
+    fake = FakeCuda(lib_dir=fake_cuda_lib, state_path=tmp_path / "fakecuda.state")
+    fake.write()
+    return fake
