@@ -381,6 +381,32 @@ def allocate_and_clean(hold_mib: int) -> None:
         step("allocate_kill_clean", result)
 
 
+def probe() -> None:
+    """The readiness probe as ``check --probe`` runs it, on every GPU: each step's time, the first context
+    creation included (the figure to quote), and whether NVML listed the allocation."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "check", "--probe", "--json", "--no-discover"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=max(30.0, min(120.0, left_s() - 10)),
+        check=False,
+    )
+    step("probe_exit", result.returncode)
+    try:
+        host = json.loads(result.stdout)["hosts"][0]
+    except (ValueError, KeyError, IndexError):
+        step("probe_error", (result.stdout + result.stderr)[-2000:])
+        return
+    step("probe", host.get("probe"))
+    for gpu in (host.get("probe") or {}).get("gpus") or []:
+        steps = ", ".join(f"{s['step']} {s.get('ms')} ms" for s in gpu.get("steps") or [])
+        say(
+            f"  probe GPU{gpu.get('index')}: {gpu.get('result')} ({steps});"
+            f" NVML listed it: {gpu.get('visible')}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--hold", type=int, help=argparse.SUPPRESS)
@@ -409,6 +435,7 @@ def main() -> int:
         ("kernel_log", kernel_log),
         ("collector_timing", collector_timing),
         ("allocate_kill_clean", lambda: allocate_and_clean(args.hold_mib)),
+        ("probe", probe),
     ):
         if left_s() < 20:
             step(name, {"skipped": "out of time"})

@@ -17,6 +17,8 @@
 # and carry the folder with the tree (the device tool's `carry: ["tests/device/wheels"]`). Without wheels,
 # the source tree itself is used where the machine's python3 already has the dependencies.
 #
+# It also runs the readiness probe (check --probe) and records each step's time.
+#
 # Usage, from the repository root:   OUT=/some/dir tests/device/run_device_check.sh
 set -u
 cd "$(dirname "$0")/../.."
