@@ -12,12 +12,12 @@ the top of ``fakecuda.c``.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.cbuild import build_library, library_cflags
 
 __all__ = [
     "HANG_STEPS",
@@ -34,15 +34,7 @@ __all__ = [
 LIB_NAME = "libcuda.so.1"
 STATE_VAR = "FAKE_CUDA_STATE"
 SOURCE = Path(__file__).with_name("fakecuda.c")
-CFLAGS = [
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-O2",
-    "-fPIC",
-    "-shared",
-    "-Wl,-soname," + LIB_NAME,
-]
+CFLAGS = library_cflags(LIB_NAME)
 
 HANG_STEPS = ("init", "ctx", "alloc", "memcpy", "sync", "free")
 
@@ -64,30 +56,7 @@ def build(out_dir: Path, omit: tuple[str, ...] = ()) -> Path:
     Raises RuntimeError when no C compiler is available or compilation fails; callers should let that
     fail the run rather than skip tests.
     """
-    unknown = sorted(set(omit) - set(OMIT_GROUPS))
-    if unknown:
-        raise ValueError(f"fakecuda: unknown symbol groups {unknown} (known: {sorted(OMIT_GROUPS)})")
-    cc = os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
-    if not cc:
-        raise RuntimeError(
-            "fakecuda: no C compiler found (need gcc or cc on PATH, or $CC) "
-            "to build the fake libcuda.so.1 the probe tests run against"
-        )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / LIB_NAME
-    defines = [f"-D{OMIT_GROUPS[group]}" for group in sorted(set(omit))]
-    cmd = [cc, *CFLAGS, *defines, "-o", str(target), str(SOURCE), "-lpthread"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RuntimeError(f"fakecuda: running {cmd[0]} failed: {exc}") from exc
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"fakecuda: compiling {SOURCE.name} failed (exit {proc.returncode}):\n"
-            f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
-        )
-    return target
+    return build_library("fakecuda", SOURCE, LIB_NAME, out_dir, omit, OMIT_GROUPS)
 
 
 def _value(value: object) -> str:
