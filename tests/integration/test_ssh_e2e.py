@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gputui.core.link import LinkOptions
-from gputui.core.model import HostSnapshot, replace
+from gputui.core.model import Gpu, HostSnapshot, replace
 from gputui.core.text import visible
 from gputui.transports.ssh import SshLink
 from tests.fakenvml.plugin import FakeNvml
@@ -80,9 +80,17 @@ def test_gpus_over_ssh_equal_a_local_collector_run_on_the_same_state(
     assert remote.target == "host-a"
     assert remote.driver_version == expected.driver_version == "570.124.06"
     assert remote.boot_id == expected.boot_id
-    assert remote.gpus == expected.gpus
+    assert _unread(remote.gpus) == _unread(expected.gpus)  # the same figures, each read at its own moment
+    assert all(g.fitness is None or g.fitness.read_time for g in remote.gpus if g.error is None)
     assert remote.gpus[5].error is not None
     assert remote.gpus[2].utilization_pct == 87
+
+
+def _unread(gpus: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
+    """The GPUs without the moment their fitness was read."""
+    return tuple(
+        g if g.fitness is None else replace(g, fitness=replace(g.fitness, read_time=None)) for g in gpus
+    )
 
 
 def _spawn(argv: list[str]) -> subprocess.Popen[bytes]:

@@ -98,9 +98,12 @@ def probe_line(report: ProbeReport | None) -> str | None:
     if unseen:
         line += "; NVML did not list the allocation on GPU" + ", GPU".join(str(i) for i in unseen)
     line += ")"
-    skipped = [p for p in report.gpus if p.result == PROBE_SKIPPED]
-    for probe in skipped:
-        line += f"; GPU{probe.index} not probed: {fit(probe.detail or 'skipped', 80)}"
+    why_skipped: dict[str, list[int]] = {}
+    for probe in report.gpus:
+        if probe.result == PROBE_SKIPPED:
+            why_skipped.setdefault(str(fit(probe.detail or "skipped", 80)), []).append(probe.index)
+    for why, indexes in why_skipped.items():
+        line += f"; {', '.join(f'GPU{i}' for i in indexes)} not probed: {why}"
     return line
 
 
