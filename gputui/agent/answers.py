@@ -294,7 +294,8 @@ def leftovers(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any
         return found.scan(pids)
     if name == LEFTOVERS_REMOVE_COMMAND:
         try:
-            return {"results": found.remove(_dicts(command, "segments"), agent.read_only)}
+            segments, reports = _dicts(command, "segments"), _dicts(command, "reports")
+            return {"results": found.remove(segments, agent.read_only, reports)}
         except PermissionError as exc:
             raise CommandError(str(exc)) from None
-    return found.check(_dicts(command, "segments"), _dicts(command, "mps"))
+    return found.check(_dicts(command, "segments"), _dicts(command, "mps"), _dicts(command, "reports"))

@@ -69,9 +69,11 @@ LEFTOVERS_SCAN_COMMAND = "leftovers_scan"
 """``{"cmd": "leftovers_scan", "pids": [...]}``: what a job about to be killed has open or mapped in /dev/shm
 and its users' MPS control daemons (``agent.leftovers.scan``)."""
 LEFTOVERS_CHECK_COMMAND = "leftovers_check"
-"""``{"cmd": "leftovers_check", "segments": [...], "mps": [...]}``: which recorded leftovers still exist."""
+"""``{"cmd": "leftovers_check", "segments": [...], "mps": [...], "reports": [...]}``: which recorded leftovers
+still exist (``reports``: killed profilers' unfinished reports, ``agent.proc.profiler``)."""
 LEFTOVERS_REMOVE_COMMAND = "leftovers_remove"
-"""``{"cmd": "leftovers_remove", "segments": [...]}``: unlink the segments still the same and used by none."""
+"""``{"cmd": "leftovers_remove", "segments": [...], "reports": [...]}``: unlink the segments and the
+unfinished reports' raw streams still the same and used by none (the reports first)."""
 LEFTOVERS_COMMANDS = (LEFTOVERS_SCAN_COMMAND, LEFTOVERS_CHECK_COMMAND, LEFTOVERS_REMOVE_COMMAND)
 PROBE_COMMAND = "probe"
 """``{"cmd": "probe", "gpus": ["0", "GPU-…"] or null, "deadline_s", "buffer_mib", "force"}``: does each GPU
@@ -194,6 +196,12 @@ PROCESS_LIVE_THREADS = "live_threads"
 """The key of a process dict that holds, for a zombie-state (Z) process, its threads still alive
 (:func:`live_threads`); null for every other process and where they could not be read."""
 
+PROCESS_WAITS = "waits"
+"""The key of a process dict that holds, for a process the collector found stuck (its leader in state D, a
+defunct leader whose threads live on, a GPU job's process whose user time stood still while it ran in the
+kernel), where its stuck threads wait in the kernel (:func:`thread_wait`, at most a few); null for every other
+process."""
+
 PROCESS_OWNER = "owner"
 """The key of a process dict that holds whose job it is (``gputui.agent.proc.owners``): ``{"kind", "id",
 "name", ...}``, ``kind`` one of ``owners.OWNER_KINDS`` (slurm, pod, container, unit, user)."""
@@ -204,6 +212,14 @@ first."""
 PROCESS_LISTEN_PORTS = "listen_ports"
 """The key of a process dict that holds the TCP ports it has in LISTEN, sorted (read for the processes of
 GPU jobs only; empty for every other process)."""
+
+PROCESS_PROFILER = "profiler"
+"""The key of a process dict that says whether it is a profiler or carries one's injection
+(``gputui.agent.proc.profiler``), read for the processes of GPU jobs only: ``{"tool", "via", ...}`` with
+``via`` "argv" (it is ``nsys profile …``, ``ncu …``: ``command``, ``trace``, ``cuda_graph_trace``,
+``output``, ``capture_range`` where given), "environ" (its environment carries a profiler's injection:
+``keys``, ``library``) or "unreadable" (its environment cannot be read: ``tool`` null); null for a process
+that is neither, and for every process outside GPU jobs."""
 
 LISTENING_PORTS = "listening_ports"
 """The key of a snapshot that holds every TCP port in LISTEN on the host, sorted and distinct (IPv4 and
@@ -221,7 +237,8 @@ Each GPU's own fitness figures and Xids are its ``health`` key (``gpu.fitness``)
 REMEMBERED = "remembered"
 """The key of a snapshot that holds what the collector remembers of its host since boot
 (``proc.jobmemory``): the jobs whose GPU memory is gone (``jobs``: each with its members still there,
-``remaining``), the GPUs listed before and not now (``gpus_gone``), how many jobs it saw (``jobs_seen``),
+``remaining``, those of them that are its profilers, ``profilers``, and the reports they left unfinished,
+``reports``), the GPUs listed before and not now (``gpus_gone``), how many jobs it saw (``jobs_seen``),
 since when (``since``) and why the record is not kept (``warning``); null from a collector that does not
 remember (the simulator, before the first process sample)."""
 
@@ -535,6 +552,40 @@ def live_threads(live: int, states: dict[str, int], omitted: int) -> dict[str, A
     each state letter (``D``: uninterruptible, usually in a driver), and how many thread entries were not
     read (over the collector's cap). ``live == 0``: a true zombie, which holds no memory."""
     return {"live": live, "states": dict(sorted(states.items())), "omitted": omitted}
+
+
+def thread_wait(
+    tid: int,
+    state: str,
+    symbol: str | None,
+    module: str | None,
+    stack: bool,
+    since: float,
+    killed: bool | None,
+) -> dict[str, Any]:
+    """Where one stuck thread waits in the kernel (``agent.proc.waits``).
+
+    Args:
+        tid: The thread.
+        state: Its state letter: ``D`` (uninterruptible sleep), or ``R`` for a thread that runs in the kernel
+            and has not returned to its program since ``since``.
+        symbol: The kernel function it is in; None: unknown (no wait channel, no readable stack).
+        module: The kernel module that function belongs to (``nvidia_uvm``); None: the kernel itself when
+            ``stack``, else unknown.
+        stack: Whether the place was read from the thread's kernel stack (root only), else from its wait
+            channel (which names no module).
+        since: Epoch seconds since when the collector has seen it so (in D, or with its user time still).
+        killed: Whether a SIGKILL waits for it (it was killed and is still there); None: unknown.
+    """
+    return {
+        "tid": tid,
+        "state": state,
+        "symbol": symbol,
+        "module": module,
+        "stack": stack,
+        "since": since,
+        "killed": killed,
+    }
 
 
 def snapshot_message(snapshot: dict[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 listed and removed by ``gputui leftovers HOST [--remove]`` (``gputui.core.store.leftovers`` has the rule and
 the wording; the collector reads and removes, ``gputui.agent.proc.leftovers``).
 
-``gputui leftovers HOST`` lists what the kills recorded for the host that still exists (exit 0 nothing left,
-1 something left, 2 cannot tell). ``--remove`` removes the segments, after a confirmation (``--yes`` without
-a terminal): each goes to the audit log first, and the collector checks again right before unlinking that
-it is the same file and that no process has it open or mapped. MPS daemons are never stopped by gputui.
+``gputui leftovers HOST`` lists what the kills recorded for the host that still exists, and the reports the
+profilers of its jobs left unfinished (exit 0 nothing left, 1 something left, 2 cannot tell). ``--remove``
+removes the unfinished reports' raw streams (listed first) and the segments, after a confirmation (``--yes``
+without a terminal): each goes to the audit log first, and the collector checks again right before
+unlinking that it is the same file and that no process has it open or mapped. MPS daemons are never stopped
+by gputui; nothing a profiler left is deleted unless asked here.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def check_recorded(
     except StateError as exc:
         print(f"gputui: warning: leftovers not checked: {visible(str(exc), 300)}", file=err)
         return None
-    asked = {"segments": list(known["segments"]), "mps": list(known["mps"])}
+    asked = {"segments": list(known["segments"]), "mps": list(known["mps"]), "reports": []}
     identities = {(seg.get("dev"), seg.get("inode")) for seg in asked["segments"]}
     daemons = {(d.get("pid"), d.get("start_ticks")) for d in asked["mps"]}
     for job in remembered.jobs if remembered is not None else ():
@@ -71,7 +73,11 @@ def check_recorded(
             if (daemon.pid, daemon.start_ticks) not in daemons:
                 daemons.add((daemon.pid, daemon.start_ticks))
                 asked["mps"].append(plain(daemon))
-    if not asked["segments"] and not asked["mps"]:
+        for report in () if job.profilers else job.reports:  # a profiler still running may yet finish it
+            if (report.dev, report.inode) not in identities:
+                identities.add((report.dev, report.inode))
+                asked["reports"].append(plain(report))
+    if not asked["segments"] and not asked["mps"] and not asked["reports"]:
         return None
     try:
         checked = link.request({"cmd": LEFTOVERS_CHECK_COMMAND, **asked}, TIMEOUT_S)
@@ -101,7 +107,7 @@ def receipt_lines(target: str, checked: dict[str, Any] | None) -> list[str]:
 
 
 def _confirm(count: int, stdin: TextIO, out: TextIO) -> bool:
-    out.write(f"Remove {count} segment{'s' if count != 1 else ''}? [y/N] ")
+    out.write(f"Remove {count} file{'s' if count != 1 else ''}? [y/N] ")
     out.flush()
     return stdin.readline().strip().lower() in ("y", "yes")
 
@@ -136,18 +142,20 @@ def run_leftovers(
                 "mps": [],
                 "shm": None,
             }
+            checked.setdefault("reports", [])
         except LinkError as exc:
             print(link_error_line(target, exc), file=err)
             return EXIT_ERROR
         # A host whose collector saw no GPU job since boot has no record to say "none" from.
         none_line = nothing_recorded(sample) or f"{visible(target, 100)}: no leftovers of killed jobs"
         lines = receipt_lines(target, checked) or [none_line]
-        if not args.remove or not checked["segments"]:
+        if not args.remove or not (checked["segments"] or checked["reports"]):
             if args.json:
                 print(json_visible({"target": target, "leftovers": checked}, indent=1), file=out)
             else:
                 print("\n".join(lines), file=out)
-            return EXIT_LEFT if checked["segments"] or checked["mps"] else EXIT_NONE_LEFT
+            left = checked["segments"] or checked["mps"] or checked["reports"]
+            return EXIT_LEFT if left else EXIT_NONE_LEFT
         print("\n".join(lines), file=err if args.json else out)
         return _remove(args, link, target, boot_id, checked, stdin, out, err)
     finally:
@@ -165,9 +173,10 @@ def _remove(
     err: TextIO,
 ) -> int:
     segments = [s for s in checked["segments"] if not s.get("open_by")]
-    if not segments:
+    reports = [r for r in checked.get("reports") or () if not r.get("open_by")]
+    if not segments and not reports:
         print(
-            f"gputui: {visible(target, 100)}: every segment left is still open or mapped: none removed",
+            f"gputui: {visible(target, 100)}: every file left is still open or mapped: none removed",
             file=err,
         )
         return EXIT_LEFT
@@ -178,13 +187,13 @@ def _remove(
                 file=err,
             )
             return EXIT_ERROR
-        if not _confirm(len(segments), stdin, out):
+        if not _confirm(len(segments) + len(reports), stdin, out):
             print("nothing removed", file=out)
             return EXIT_LEFT
     audit = None if args.no_audit else AuditLog()
     entries = [
         {"stage": STAGE_INTENT, "action": "remove_leftover", "path": s.get("path"), "inode": s.get("inode")}
-        for s in segments
+        for s in reports + segments
     ]
     if audit is not None:
         try:
@@ -196,9 +205,8 @@ def _remove(
             )
             return EXIT_ERROR
     try:
-        results = link.request({"cmd": LEFTOVERS_REMOVE_COMMAND, "segments": segments}, TIMEOUT_S).get(
-            "results"
-        )
+        command = {"cmd": LEFTOVERS_REMOVE_COMMAND, "segments": segments, "reports": reports}
+        results = link.request(command, TIMEOUT_S).get("results")
     except LinkError as exc:
         print(link_error_line(target, exc), file=err)
         return EXIT_ERROR

@@ -3,7 +3,8 @@
 A kill gputui did not make (``pkill``, ``docker stop``, Slurm, the OOM killer) leaves no trace in gputui but
 this: whenever the collector takes a process sample it notes each GPU job it sees (the tree of a GPU holder,
 as ``ProcessSampler`` roots it) with its members (pid, start ticks, name), owner, the GPUs and memory it
-held and the ports its members listened on; and every GPU it listed (UUID, PCI id). Once a job holds no GPU
+held, the ports its members listened on and its profilers (the members that are one, and the output their
+argv names: ``proc.profiler``); and every GPU it listed (UUID, PCI id). Once a job holds no GPU
 memory any more it is *released*: its members are read again on every process sample (``remembered_pids``)
 so that the client can name what is left of it (a member still running, one left defunct) and say how many
 are gone.
@@ -23,7 +24,7 @@ import json
 import os
 
 from gputui.agent import safefile
-from gputui.agent.protocol import PROCESS_LISTEN_PORTS
+from gputui.agent.protocol import PROCESS_LISTEN_PORTS, PROCESS_PROFILER
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
@@ -44,6 +45,10 @@ MAX_SEGMENTS = 32
 """Segments (in /dev/shm) kept per job."""
 MAX_MPS = 4
 """MPS control daemons kept per job (one per user of the job)."""
+MAX_PROFILERS = 8
+"""Members kept per job that are profilers (``nsys profile``, its agent and launcher, ``ncu``)."""
+MAX_OUTPUTS = 4
+"""Report outputs kept per job (an absolute path from a profiler's argv each)."""
 SEGMENT_SCAN_S = 60.0
 """A live job's members are looked at for /dev/shm segments when they change, and at most this often
 otherwise (a segment made after the last change is found within this long)."""
@@ -110,6 +115,8 @@ def _job_from_record(item: Any) -> dict[str, Any] | None:
                 gpus[index] = mib
     ports = _list(item.get("ports"))
     segments = [_segment(entry) for entry in _list(item.get("segments"))[:MAX_SEGMENTS]]
+    profilers = [_pair(entry) for entry in _list(item.get("profilers"))[:MAX_PROFILERS]]
+    outputs = [entry[:512] for entry in _list(item.get("outputs"))[:MAX_OUTPUTS] if _absolute(entry)]
     daemons = [_daemon(entry) for entry in _list(item.get("mps"))[:MAX_MPS]]
     return {
         "root": root,
@@ -126,7 +133,21 @@ def _job_from_record(item: Any) -> dict[str, Any] | None:
         "ports": sorted({p for p in ports if _int(p) is not None and 0 < p < 65536})[:MAX_PORTS],
         "segments": [segment for segment in segments if segment is not None],
         "mps": [daemon for daemon in daemons if daemon is not None],
+        "profilers": [pair for pair in profilers if pair is not None],
+        "outputs": outputs,
     }
+
+
+def _pair(item: Any) -> list[int] | None:
+    """A member's [pid, start ticks], checked."""
+    if not isinstance(item, list) or len(item) != 2:
+        return None
+    pid, ticks = _int(item[0]), _int(item[1])
+    return None if pid is None or pid <= 1 or ticks is None else [pid, ticks]
+
+
+def _absolute(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith("/")
 
 
 def _segment(item: Any) -> dict[str, Any] | None:
@@ -330,6 +351,8 @@ class JobMemory:
             "ports": [],
             "segments": [],
             "mps": [],
+            "profilers": [],
+            "outputs": [],
         }
         self._dirty = True
         return key
@@ -354,10 +377,24 @@ class JobMemory:
                         self._dirty = True
                     if len(job["gpus"]) < MAX_GPUS or gpu in job["gpus"]:
                         job["gpus"][gpu] = held
+            self._note_profiler(job, pid, ticks, proc.get(PROCESS_PROFILER))
             ports = [p for p in proc.get(PROCESS_LISTEN_PORTS) or () if _int(p) is not None]
             if ports and not set(ports) <= set(job["ports"]):
                 job["ports"] = sorted(set(job["ports"]) | set(ports))[:MAX_PORTS]
                 self._dirty = True
+
+    def _note_profiler(self, job: dict[str, Any], pid: int, ticks: int | None, mark: Any) -> None:
+        """Keep a member that is a profiler (by its argv), and the report output its argv names."""
+        if ticks is None or not isinstance(mark, dict) or mark.get("via") != "argv":
+            return
+        if [pid, ticks] not in job["profilers"] and len(job["profilers"]) < MAX_PROFILERS:
+            job["profilers"].append([pid, ticks])
+            self._dirty = True
+        output = mark.get("output")
+        if isinstance(output, str) and _absolute(output) and output[:512] not in job["outputs"]:
+            if len(job["outputs"]) < MAX_OUTPUTS:
+                job["outputs"].append(output[:512])
+            self._dirty = True
 
     def _note_gpus(self, gpus: Iterable[dict[str, Any]], now: float) -> None:
         for gpu in gpus:
@@ -425,10 +462,14 @@ class JobMemory:
     def _left(
         job: dict[str, Any], still_left: Callable[[dict[str, Any]], dict[str, Any]] | None
     ) -> dict[str, Any]:
-        if still_left is None or not (job["segments"] or job["mps"]):
-            return {"segments": [], "mps": []}
-        left = still_left({"segments": job["segments"], "mps": job["mps"]})
-        return {"segments": left.get("segments") or [], "mps": left.get("mps") or []}
+        if still_left is None or not (job["segments"] or job["mps"] or job["outputs"]):
+            return {"segments": [], "mps": [], "reports": []}
+        left = still_left({"segments": job["segments"], "mps": job["mps"], "outputs": job["outputs"]})
+        return {
+            "segments": left.get("segments") or [],
+            "mps": left.get("mps") or [],
+            "reports": left.get("reports") or [],
+        }
 
     def remembered_pids(self) -> list[int]:
         """The members of every job not yet known to be all gone: the next process sample reads (and lists)
@@ -485,6 +526,7 @@ class JobMemory:
                     "gpus": [[index, mib] for index, mib in sorted(job["gpus"].items())],
                     "ports": list(job["ports"]),
                     **self._left(job, still_left),
+                    "profilers": [pair for pair in job["profilers"] if pair in remaining],
                     "members_total": job["members_total"],
                     "remaining": remaining,
                     "unseen": unseen,

@@ -6,7 +6,9 @@ daemons its users run; after the kill ``check`` says which of them still exist, 
 has them open or mapped, and how full /dev/shm is. ``remove`` unlinks a segment only after checking, right
 before, that it is still the same file (regular, same device, inode and owner, never through a symlink)
 and that no process has it open or mapped. An MPS daemon is never stopped here: it is reported, with the
-command that stops it, because only its own control pipe can tell whether it still has clients.
+command that stops it, because only its own control pipe can tell whether it still has clients. A killed
+profiler's unfinished report (``profiler.unfinished_reports``: a ``.qdstrm`` without its ``.nsys-rep``) is
+checked and removed the same way as a segment, in its own folder.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import stat
 
 from gputui.agent.proc.procfs import fd_links, read_real_uid, read_stat
+from gputui.agent.proc.profiler import STREAM_SUFFIX, still_unfinished, unfinished_reports
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
@@ -185,13 +188,19 @@ def _same(recorded: dict[str, Any]) -> dict[str, Any] | None:
     return now
 
 
-def check(segments: Iterable[Any], mps: Iterable[Any]) -> dict[str, Any]:
-    """Which recorded leftovers still exist (the same file; the same daemon), with who holds each segment."""
+def check(segments: Iterable[Any], mps: Iterable[Any], reports: Iterable[Any] = ()) -> dict[str, Any]:
+    """Which recorded leftovers still exist (the same file; the same daemon), with who holds each segment
+    and each unfinished report."""
     folder = shm_dir()
     still = still_there(segments)
     holders = _holders_of({now["path"] for now in still}, folder)
     left = [dict(now, open_by=holders[now["path"]]) for now in still]
-    return {"segments": left, "mps": daemons_alive(mps), "shm": usage()}
+    unfinished = [dict(now, open_by=_report_holders(now["path"])) for now in still_unfinished(reports)]
+    return {"segments": left, "mps": daemons_alive(mps), "shm": usage(), "reports": unfinished}
+
+
+def _report_holders(path: str) -> list[int]:
+    return _holders(path, os.path.dirname(path))
 
 
 def daemons_alive(mps: Iterable[Any]) -> list[dict[str, Any]]:
@@ -214,27 +223,39 @@ def job_leftovers(pids: Iterable[int], max_segments: int) -> dict[str, Any]:
 
 
 def still_left(recorded: dict[str, Any]) -> dict[str, Any]:
-    """Which of a job's recorded segments and MPS daemons are still there (no holder sweep)."""
+    """Which of a job's recorded segments and MPS daemons are still there, and the unfinished reports of the
+    outputs its profilers named (no holder sweep)."""
     return {
         "segments": still_there(recorded.get("segments") or ()),
         "mps": daemons_alive(recorded.get("mps") or ()),
+        "reports": unfinished_reports(recorded.get("outputs") or ()),
     }
 
 
-def remove(segments: Iterable[Any], read_only: bool) -> list[dict[str, Any]]:
-    """Unlink each recorded segment that is still the same file and that no process has open or mapped."""
+def remove(segments: Iterable[Any], read_only: bool, reports: Iterable[Any] = ()) -> list[dict[str, Any]]:
+    """Unlink each recorded segment, and each unfinished report's raw stream (``.qdstrm``), that is still the
+    same file and that no process has open or mapped; the reports first."""
     if read_only:
         raise PermissionError("read-only mode: nothing is removed")
     folder = shm_dir()
     results = []
-    for recorded in segments:
+    entries = [(r, True) for r in reports] + [(s, False) for s in segments]
+    for recorded, is_report in entries:
         if not isinstance(recorded, dict):
             continue
         path = recorded.get("path")
         result = {"path": path, "result": GONE, "detail": ""}
-        if isinstance(path, str) and os.path.lexists(path):
-            now = _same(recorded)
-            holders = [] if now is None else _holders(path, folder)
+        if is_report and not (
+            isinstance(path, str) and path.startswith("/") and path.endswith(STREAM_SUFFIX)
+        ):
+            result.update(result=CHANGED, detail="not a report's raw stream: left alone")
+        elif isinstance(path, str) and os.path.lexists(path):
+            if is_report:
+                unfinished = still_unfinished([recorded])
+                now = unfinished[0] if unfinished else None
+            else:
+                now = _same(recorded)
+            holders = [] if now is None else _holders(path, os.path.dirname(path) if is_report else folder)
             if now is None:
                 result["result"] = CHANGED
                 result["detail"] = "not the file the job had (another inode, owner or type): left alone"

@@ -19,8 +19,16 @@ from gputui.agent.proc.procfs import (
     scan_proc,
 )
 from gputui.agent.proc.proctree import ancestors_of, job_trees, scan_trees, table_facts, tree_root
+from gputui.agent.proc.profiler import ProfilerMarks
 from gputui.agent.proc.statfds import StatFds
-from gputui.agent.protocol import PROCESS_CPU_PCT, PROCESS_LIVE_THREADS, PROCESS_OWNER
+from gputui.agent.proc.waits import ThreadWaits
+from gputui.agent.protocol import (
+    PROCESS_CPU_PCT,
+    PROCESS_LIVE_THREADS,
+    PROCESS_OWNER,
+    PROCESS_PROFILER,
+    PROCESS_WAITS,
+)
 from gputui.agent.wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireBudget
 
 TYPE_CHECKING = False
@@ -61,7 +69,10 @@ class ProcessSampler:
         self.may_be_launcher = may_be_launcher
         """Whether a process of this name may be an inference-server launcher (health discovery's rule)."""
         self.owners = owners or OwnerReader()
+        self.profilers = ProfilerMarks()
+        """Whether each process of a GPU job is a profiler or carries one's injection."""
         self._cpu = CpuMeter()
+        self._waits = ThreadWaits()
         self._gpu_util = GpuUtilBook()
         self.full_sweep_every = max(1, int(full_sweep_every))
         self.details = ProcDetails(use_psutil=False)
@@ -213,6 +224,8 @@ class ProcessSampler:
         live_keys: set[tuple[int, int]] = set()
         budget = WireBudget()
         now_mono = time.monotonic()
+        self._waits.begin()
+        jobs = self.job_pids | set(self.remembered)
         for pid in chosen:
             stat = table[pid]
             key = (pid, stat.start_ticks)
@@ -250,6 +263,8 @@ class ProcessSampler:
                     PROCESS_LIVE_THREADS: _live_threads(stat),
                     PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
                     PROCESS_CPU_PCT: self._cpu.percent(key, stat.cpu_ticks, now_mono),
+                    PROCESS_WAITS: self._waits.waits(stat, now, pid in jobs),
+                    PROCESS_PROFILER: self._profiler(pid, stat, details["cmdline"]),
                 }
             )
             # A visible GPU process only: never a local pid that only shares the number; every entry has the
@@ -260,8 +275,17 @@ class ProcessSampler:
             del self._states[key]
         self.details.forget_except(live_keys)
         self.owners.forget_except(live_keys)
+        self.profilers.forget_except(live_keys)
         self._cpu.forget_except(live_keys)
+        self._waits.forget_except(live_keys)
         return processes
+
+    def _profiler(self, pid: int, stat: ProcStat, cmdline: list[str]) -> dict[str, Any] | None:
+        """``PROCESS_PROFILER`` of a process of a GPU job, or of a job whose memory is gone (its profiler
+        may outlive it); None for every other process."""
+        if pid not in self.job_pids and pid not in self.remembered:
+            return None
+        return self.profilers.mark(pid, stat.start_ticks, cmdline)
 
     def _is_local_gpu_pid(self, pid: int, table: dict[int, ProcStat]) -> bool:
         """Whether the driver's ``pid`` is the local process with that number.

@@ -53,7 +53,18 @@ def json_safe(value: str | None) -> str | None:
 class ProcStat:
     """The fields of /proc/<pid>/stat the collector needs."""
 
-    __slots__ = ("pid", "name", "state", "ppid", "pgrp", "session", "start_ticks", "rss_pages", "cpu_ticks")
+    __slots__ = (
+        "pid",
+        "name",
+        "state",
+        "ppid",
+        "pgrp",
+        "session",
+        "start_ticks",
+        "rss_pages",
+        "cpu_ticks",
+        "user_ticks",
+    )
 
     def __init__(
         self,
@@ -66,6 +77,7 @@ class ProcStat:
         start_ticks: int,
         rss_pages: int,
         cpu_ticks: int | None = None,
+        user_ticks: int | None = None,
     ) -> None:
         self.pid = pid
         self.name = name
@@ -77,6 +89,9 @@ class ProcStat:
         self.rss_pages = rss_pages
         self.cpu_ticks = cpu_ticks
         """User plus system CPU time in clock ticks (fields 14 and 15), None where not read."""
+        self.user_ticks = user_ticks
+        """User CPU time alone in clock ticks (field 14), None where not read: a thread that runs in the
+        kernel and never returns to its program leaves it still (``waits``)."""
 
 
 def parse_stat(pid: int, data: bytes) -> ProcStat | None:
@@ -98,6 +113,7 @@ def parse_stat(pid: int, data: bytes) -> ProcStat | None:
     if len(rest) < 22:
         return None
     try:
+        user_ticks = int(rest[11])  # field 14: utime
         return ProcStat(
             pid,
             data[open_at + 1 : close_at].decode("utf-8", "backslashreplace"),
@@ -107,7 +123,8 @@ def parse_stat(pid: int, data: bytes) -> ProcStat | None:
             int(rest[3]),
             int(rest[19]),  # field 22 (rest[0] is field 3): start time in clock ticks
             int(rest[21]),  # field 24: rss in pages
-            int(rest[11]) + int(rest[12]),  # fields 14 and 15: utime + stime
+            user_ticks + int(rest[12]),  # fields 14 and 15: utime + stime
+            user_ticks,
         )
     except ValueError:
         return None

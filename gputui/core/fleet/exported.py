@@ -26,6 +26,7 @@ from gputui.core.model import (
     GpuFitness,
     GpuVerdict,
     HostSnapshot,
+    ProfilerMark,
     Record,
     Verdict,
     field,
@@ -61,6 +62,7 @@ class ExportedSubject(Record):
     root_comm: str = ""
     why: str = ""
     owner: str = ""
+    profiler: ProfilerMark | None = None
 
 
 class ExportedGpu(Record):
@@ -106,6 +108,7 @@ class ExportedHost(Record):
         findings: Kind -> count.
         subjects: The processes findings name (at most ``MAX_SUBJECTS``).
         subjects_omitted: Subjects the exporter left out.
+        profiler_unknown: Processes of its GPU jobs whose profiler it could not know.
         servers: Server states.
         checks: Check -> whether the exporter can do it.
     """
@@ -122,6 +125,7 @@ class ExportedHost(Record):
     finding_memory: dict[tuple[str, int], int] = field(default_factory=dict)
     subjects: tuple[ExportedSubject, ...] = ()
     subjects_omitted: int = 0
+    profiler_unknown: int = 0
     servers: tuple[ExportedServer, ...] = ()
     checks: dict[str, bool] = field(default_factory=dict)
 
@@ -165,6 +169,7 @@ def _subject_facts(subject: ExportedSubject, now: float | None) -> FindingFacts:
         root_name=visible(subject.root_comm) if subject.root_comm else None,
         why=subject.why or None,
         owner=visible(subject.owner) if subject.owner else None,
+        profiler=subject.profiler,
     )
 
 
@@ -204,6 +209,9 @@ def exported_findings(exported: ExportedHost, snapshot: HostSnapshot, now: float
             finding = word_finding(kind, snapshot.target, _ghost_facts(exported, gpu, mib))
             if finding is not None:
                 kept.append(finding)
+    if exported.profiler_unknown:
+        facts = FindingFacts(count=exported.profiler_unknown)
+        kept += [f for f in [word_finding("profiler_unknown", snapshot.target, facts)] if f is not None]
     kept += fitness_findings(snapshot)
     if exported.subjects_omitted:
         kept.append(

@@ -19,7 +19,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.metrics_core import Metric
 
 from gputui.core.fleet import schema as s
-from gputui.core.model import EndpointSample, Finding, FindingFacts, Gpu, GpuVerdict, HostSnapshot, Record
+from gputui.core.model import (
+    EndpointSample,
+    Finding,
+    FindingFacts,
+    Gpu,
+    GpuVerdict,
+    HostSnapshot,
+    ProfilerMark,
+    Record,
+)
 from gputui.core.servers import SERVER_STATES
 from gputui.core.text import fit
 from gputui.core.verdict import ACTION_WORDS, Baselines, assessed, recovery_action
@@ -381,6 +390,12 @@ def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
                 why=fit(facts.why or "", 16),
                 owner=fit(facts.owner or "", s.OWNER_MAX),
             )
+        if facts.profiler is not None:
+            _profiler_series(out, ids, facts.profiler)
+    for finding in snapshot.findings:
+        if finding.kind == "profiler_unknown" and finding.facts is not None:
+            doc = "Processes of GPU jobs whose profiler cannot be known (their environment cannot be read)"
+            out.set(s.PROFILER_UNKNOWN, doc, float(finding.facts.count or 0))
     suspects = 0
     for finding in snapshot.findings:
         facts = finding.facts
@@ -406,6 +421,21 @@ def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
             )
     omitted = max(0, len(subjects) - s.MAX_SUBJECTS)
     out.set(s.SUBJECTS_OMITTED, "Finding subjects left out of the per-process series", float(omitted))
+
+
+def _profiler_series(out: _Families, ids: dict[str, str], mark: ProfilerMark) -> None:
+    """The profiler a ``profiled`` finding names, as labels (bounded, made safe: text the fleet words the
+    finding from again)."""
+    values = {name: getattr(mark, name) for name in s.PROFILER_LABELS}
+    labels = {name: fit(str(value or ""), s.PROFILER_TEXT_MAX) for name, value in values.items()}
+    out.set(
+        s.SUBJECT_PROFILER,
+        "The profiler a profiled job runs under, found on this process",
+        1.0,
+        **ids,
+        **labels,
+        keys=",".join(mark.keys),
+    )
 
 
 def _server_families(out: _Families, health: tuple[EndpointSample, ...]) -> None:

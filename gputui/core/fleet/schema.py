@@ -140,6 +140,26 @@ SUBJECT_JOB = "gputui_finding_process_job"
 memory is gone belonged to (``root_pid``, ``root_comm``), what ties it to it (``why``) and, where an
 action stops it, whose it is (``owner``, ``container:trainer``)."""
 OWNER_MAX = 80
+SUBJECT_PROFILER = "gputui_finding_process_profiler"
+"""1 per subject of a ``profiled`` finding: the profiler found on it (``tool``: nsys, ncu, cupti, tool), how
+(``via``: argv, environ), its ``command`` and the options the finding names (``trace``, ``cuda_graph_trace``,
+``capture_range``, ``output``: the report's path, cut to ``PROFILER_TEXT_MAX``) or, for an injection, the
+variables that carry it (``keys``) and the profiler library they name (``library``: a name from gputui's own
+table, never another value of the environment)."""
+PROFILER_LABELS = (
+    "tool",
+    "via",
+    "command",
+    "trace",
+    "cuda_graph_trace",
+    "capture_range",
+    "output",
+    "library",
+)
+PROFILER_TEXT_MAX = 160
+PROFILER_UNKNOWN = "gputui_finding_profiler_unknown_processes"
+"""Processes of GPU jobs with no profiler found whose environment could not be read (the
+``profiler_unknown`` finding's count)."""
 
 GHOST_HOLDERS_KNOWN = "gputui_finding_ghost_holders_known"
 """Per GPU with ghost memory: 1 when the device holders could be read (no suspect then means none)."""
@@ -151,10 +171,19 @@ SERVER_STATE = "gputui_server_state"
 """State set per server (``port``, ``engine``): 1 for its current state, 0 for the others."""
 SERVER_STATE_SINCE = "gputui_server_state_since_timestamp_seconds"
 
-PROCESS_KINDS = ("zombie", "defunct_leader", "orphan", "uninterruptible", "survivor", "invisible_pid")
+PROCESS_KINDS = (
+    "zombie",
+    "defunct_leader",
+    "orphan",
+    "uninterruptible",
+    "survivor",
+    "invisible_pid",
+    "profiled",
+)
 """Finding kinds whose subject is a process (named in per-process series)."""
 GPU_KINDS = ("ghost_memory",)
-EXPORTED_KINDS = (*PROCESS_KINDS, *GPU_KINDS)
+HOST_KINDS = ("profiler_unknown",)
+EXPORTED_KINDS = (*PROCESS_KINDS, *GPU_KINDS, *HOST_KINDS)
 """Every kind the exporter judges (``xid`` comes from DCGM)."""
 
 CHECK_OTHER_USERS = "other_users_processes"

@@ -2,7 +2,8 @@
 
 * ``forest``: GPU process trees rooted and walked the way the collector roots and walks them (the tree
   shown is the tree a kill takes); built once per sample by the verdict engine and handed to every view;
-* ``jobview``: a job's members as one view sees them.
+* ``jobview``: a job's members as one view sees them;
+* ``profiled``: which jobs run under a profiler (a member that is one, or carries its injection).
 """
 
 from gputui.core import lazy_face
@@ -28,12 +29,14 @@ if TYPE_CHECKING:
         tree_parent,
     )
     from gputui.core.jobs.jobview import first_gpu_row, outside_rows
+    from gputui.core.jobs.profiled import ProfiledJob, profiled_jobs, profiler_of_pid
 
 __all__ = [
     "D_STATE_THRESHOLD_S",
     "GRAPHICS",
     "NAME_MAX",
     "ProcNode",
+    "ProfiledJob",
     "build_forest",
     "first_gpu_row",
     "flatten",
@@ -46,6 +49,8 @@ __all__ = [
     "outside_rows",
     "proc_label",
     "proc_table",
+    "profiled_jobs",
+    "profiler_of_pid",
     "shown",
     "tree_parent",
 ]
@@ -67,6 +72,9 @@ _HOMES = {
     "outside_rows": "jobview",
     "proc_label": "forest",
     "proc_table": "forest",
+    "ProfiledJob": "profiled",
+    "profiled_jobs": "profiled",
+    "profiler_of_pid": "profiled",
     "shown": "forest",
     "tree_parent": "forest",
 }

@@ -6,7 +6,9 @@
 * ``fitness``: a GPU's own fitness as the collector read it (remaps, ECC, Xids, the kernel log);
 * ``endpoint``: one inference server endpoint's latest sample;
 * ``verdict``: findings and the clean-slate verdict as records, with the verdict's four levels;
+* ``waits``: where a stuck thread of a process waits in the kernel;
 * ``owner``: whose job a process is (user, unit, container, pod, Slurm step);
+* ``profiler``: whether a process of a GPU job is a profiler or carries one's injection;
 * ``remembered``: the GPU jobs and GPUs a collector remembers of its host since boot;
 * ``figures``: figures no card can have; ``wire``: typed values read from a collector's JSON;
 * ``history``: the last minutes of every GPU; ``procfilter``: the process panel's filter.
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from gputui.core.model.owner import Owner, owner_matches, parse_owner_option, split_owner_word
     from gputui.core.model.probe import GpuProbe, ProbeReport, ProbeStep
     from gputui.core.model.procfilter import ProcFilter
+    from gputui.core.model.profiler import ProfilerMark, profiler_name, profiler_options
     from gputui.core.model.record import COMPILE_AFTER, Record, field, fields, is_record, replace
     from gputui.core.model.remembered import GoneGpu, Remembered, RememberedJob
     from gputui.core.model.snapshot import (
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
         VerdictFact,
         VerdictFacts,
     )
+    from gputui.core.model.waits import ThreadWait
     from gputui.core.model.wire import opt_float, opt_int, opt_safe, opt_str, plain, ports_of, safe, safe_list
 
 __all__ = [
@@ -76,6 +80,7 @@ __all__ = [
     "POINTS_MAX",
     "Proc",
     "ProcFilter",
+    "ProfilerMark",
     "Record",
     "GpuProbe",
     "ProbeReport",
@@ -85,6 +90,7 @@ __all__ = [
     "STATE_UNINTERRUPTIBLE",
     "STATE_ZOMBIE",
     "STEP_S",
+    "ThreadWait",
     "Verdict",
     "VerdictFact",
     "VerdictFacts",
@@ -102,6 +108,8 @@ __all__ = [
     "parse_owner_option",
     "plain",
     "ports_of",
+    "profiler_name",
+    "profiler_options",
     "replace",
     "safe",
     "safe_list",
@@ -134,6 +142,9 @@ _HOMES = {
     "POINTS_MAX": "history",
     "Proc": "snapshot",
     "ProcFilter": "procfilter",
+    "ProfilerMark": "profiler",
+    "profiler_name": "profiler",
+    "profiler_options": "profiler",
     "Record": "record",
     "GpuProbe": "probe",
     "ProbeReport": "probe",
@@ -143,6 +154,7 @@ _HOMES = {
     "STATE_UNINTERRUPTIBLE": "snapshot",
     "STATE_ZOMBIE": "snapshot",
     "STEP_S": "history",
+    "ThreadWait": "waits",
     "Verdict": "verdict",
     "VerdictFact": "verdict",
     "VerdictFacts": "verdict",

@@ -21,6 +21,8 @@ MAX_MEMBERS = 512
 MAX_GPUS = 64
 MAX_SEGMENTS = 32
 MAX_DAEMONS = 4
+MAX_REPORTS = 4
+MAX_PROFILERS = 8
 
 
 def _list(value: Any) -> list[Any]:
@@ -82,6 +84,29 @@ class RememberedDaemon(Record):
         return cls(pid, ticks, uid, opt_safe(data.get("user")))
 
 
+class RememberedReport(Record):
+    """A killed profiler's unfinished report: its raw stream (``path``, a ``.qdstrm``) by its identity, and
+    the report (``report``, the ``.nsys-rep``) that was never written."""
+
+    path: SafeText
+    dev: int
+    inode: int
+    uid: int
+    size_bytes: int
+    report: SafeText | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RememberedReport | None:
+        if not isinstance(data, dict):
+            return None
+        path = opt_safe(data.get("path"))
+        numbers = [opt_int(data.get(key)) for key in ("dev", "inode", "uid", "size_bytes")]
+        if not path or any(n is None or n < 0 for n in numbers):
+            return None
+        dev, inode, uid, size = (int(n) for n in numbers)  # type: ignore[arg-type]
+        return cls(path, dev, inode, uid, size, opt_safe(data.get("report")))
+
+
 class RememberedJob(Record):
     """A GPU job the collector saw that holds no GPU memory any more (its fields are named as on the wire, so
     that ``plain`` of it reads back the same).
@@ -95,6 +120,9 @@ class RememberedJob(Record):
         ports: TCP ports its members listened on.
         segments: Its /dev/shm segments that are still there (the same file).
         mps: Its users' MPS control daemons that still run.
+        reports: Its profilers' reports left unfinished (a raw stream, no report).
+        profilers: (pid, start ticks) of its members that are profilers (``nsys``, its agent, ``ncu``) and
+            are still there.
         members_total: How many processes it was seen to have.
         remaining: (pid, start ticks) of its members still there (running or defunct); ``unseen``: pids that
             exist but could not be read (another user's, hidden): neither gone nor known to be the job's.
@@ -114,6 +142,8 @@ class RememberedJob(Record):
     members_total: int = 0
     remaining: tuple[tuple[int, int], ...] = ()
     unseen: tuple[int, ...] = ()
+    reports: tuple[RememberedReport, ...] = ()
+    profilers: tuple[tuple[int, int], ...] = ()
 
     @property
     def gone(self) -> int:
@@ -152,6 +182,12 @@ class RememberedJob(Record):
             ),
             remaining=remaining,
             unseen=unseen,
+            reports=tuple(
+                filter(None, map(RememberedReport.from_dict, _list(data.get("reports"))[:MAX_REPORTS]))
+            ),
+            profilers=tuple(
+                pair for pair in _pairs(data.get("profilers"), MAX_PROFILERS) if pair in remaining
+            ),
         )
 
 

@@ -25,6 +25,8 @@ from gputui.agent.protocol import (
     PROCESS_LISTEN_PORTS,
     PROCESS_LIVE_THREADS,
     PROCESS_OWNER,
+    PROCESS_PROFILER,
+    PROCESS_WAITS,
     PROCESSES_SAME,
     REMEMBERED,
     UNREACHABLE_STATES,
@@ -34,9 +36,11 @@ from gputui.core.model.endpoint import EndpointSample
 from gputui.core.model.fitness import GpuFitness, KernelLogNote
 from gputui.core.model.owner import Owner
 from gputui.core.model.probe import ProbeReport
+from gputui.core.model.profiler import ProfilerMark
 from gputui.core.model.record import Record, field, fields, replace
 from gputui.core.model.remembered import Remembered
 from gputui.core.model.verdict import Finding, Verdict
+from gputui.core.model.waits import ThreadWait, thread_waits
 from gputui.core.model.wire import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
 from gputui.core.text import SafeText
 
@@ -222,6 +226,12 @@ class Proc(Record):
         gpu_sm_pct: GPU index -> the SM utilisation of this process there, percent, over the driver's last
             sampling interval (``nvmlDeviceGetProcessUtilization``); only GPUs with a sample.
         gpu_mem_bw_pct, gpu_enc_pct, gpu_dec_pct: The same for memory bandwidth, encoder and decoder.
+        waits: Its stuck threads and where each waits in the kernel (``ThreadWait``): for a process in D, a
+            defunct leader, or a job's process whose threads run in the kernel without returning; () for any
+            other process.
+        profiler: For a process of a GPU job: whether it is a profiler, carries one's injection, or could
+            not be looked at (``ProfilerMark``); None for any other process, or where the collector did not
+            say.
     """
 
     pid: int
@@ -248,6 +258,8 @@ class Proc(Record):
     gpu_mem_bw_pct: dict[int, int] = field(default_factory=dict)
     gpu_enc_pct: dict[int, int] = field(default_factory=dict)
     gpu_dec_pct: dict[int, int] = field(default_factory=dict)
+    waits: tuple[ThreadWait, ...] = ()
+    profiler: ProfilerMark | None = None
 
     @property
     def is_zombie(self) -> bool:
@@ -306,7 +318,9 @@ class Proc(Record):
             listen_ports=ports_of(data.get(PROCESS_LISTEN_PORTS)) or (),
             owner=Owner.from_dict(data.get(PROCESS_OWNER)),
             cpu_pct=_pct_float(data.get(PROCESS_CPU_PCT)),
+            waits=thread_waits(data.get(PROCESS_WAITS)),
             **{key: _per_gpu_pct(data.get(key)) for key in _PER_GPU_PCT},
+            profiler=ProfilerMark.from_dict(data.get(PROCESS_PROFILER)),
         )
 
 

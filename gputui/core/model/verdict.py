@@ -3,7 +3,9 @@ the verdict's four levels and their exit codes (``gputui.core.verdict.levels`` s
 
 from __future__ import annotations
 
+from gputui.core.model.profiler import ProfilerMark
 from gputui.core.model.record import Record, field
+from gputui.core.model.waits import ThreadWait, thread_waits
 from gputui.core.model.wire import opt_float, opt_int, opt_safe, plain, safe, safe_list
 from gputui.core.text import visible
 
@@ -50,6 +52,10 @@ class FindingFacts(Record):
         root_pid, root_name: A killed job's root (a survivor's job); ``why``: what ties the survivor to it
             (``cgroup``, ``session``, ``parent``, ``member``).
         owner: Whose the process is (``Owner.label``: a container, a pod), where an action stops it.
+        waits: Its stuck threads and where each waits in the kernel (``gputui.core.verdict.stuck``).
+        profiler: A profiled job's profiler as found on ``pid`` (``ProfilerMark``: the tool, how it was
+            found, its options that matter); ``count``: how many processes a finding counts (the members
+            of GPU jobs whose environment could not be read).
     """
 
     pid: int | None = None
@@ -73,6 +79,9 @@ class FindingFacts(Record):
     root_name: str | None = None
     why: str | None = None
     owner: str | None = None
+    waits: tuple[ThreadWait, ...] = ()
+    profiler: ProfilerMark | None = None
+    count: int | None = None
 
     @property
     def held_mib(self) -> int:
@@ -119,6 +128,9 @@ class FindingFacts(Record):
             root_name=opt_safe(data.get("root_name")),
             why=opt_safe(data.get("why")),
             owner=opt_safe(data.get("owner")),
+            waits=thread_waits(data.get("waits")),
+            profiler=ProfilerMark.from_dict(data.get("profiler")),
+            count=opt_int(data.get("count")),
         )
 
 

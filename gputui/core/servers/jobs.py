@@ -6,13 +6,15 @@ state (``state.ServerStateTracker``) weighs these facts from the same snapshot a
 
 * any defunct member (a zombie or a defunct leader) means the job is not starting up: a 503 is UNHEALTHY;
 * a defunct leader holding GPU memory, or a zombie GPU worker past ``ZOMBIE_SETTLED_S`` (a child that
-  exited a moment ago does not count), means the job is not merely busy: BUSY ("do not kill") is not said.
+  exited a moment ago does not count), means the job is not merely busy: BUSY ("do not kill") is not said;
+* a profiler in the job (``jobs.profiled``): an UNHEALTHY or STALLED server's reason names it (the overhead
+  may be why).
 """
 
 from __future__ import annotations
 
-from gputui.core.jobs import D_STATE_THRESHOLD_S, gpu_tree_pids, proc_label
-from gputui.core.model import HostSnapshot, Proc, Record
+from gputui.core.jobs import D_STATE_THRESHOLD_S, gpu_tree_pids, proc_label, profiler_of_pid
+from gputui.core.model import HostSnapshot, Proc, Record, profiler_name
 
 ZOMBIE_SETTLED_S = D_STATE_THRESHOLD_S
 """A zombie of the job counts against BUSY once it has been defunct this long (the zombie finding's
@@ -25,10 +27,13 @@ class JobFacts(Record):
     Attributes:
         defunct: Labels ("4241 (python3)") of its zombies and defunct leaders, whatever their age.
         not_busy: Why BUSY must not be said of it (one clause), "" when nothing forbids it.
+        profiled: The profiler it runs under (one clause: "under Nsight Systems (nsys profile), pid 4100"),
+            "" when none is known.
     """
 
     defunct: tuple[str, ...] = ()
     not_busy: str = ""
+    profiled: str = ""
 
     def defunct_text(self) -> str:
         """ "2 defunct members in its job" (the findings name them, with what to do about each)."""
@@ -73,4 +78,15 @@ def job_facts(snapshot: HostSnapshot, launcher_pid: int | None) -> JobFacts:
         elif not proc.is_defunct_leader and proc.state_since is not None and now_s is not None:
             if now_s - proc.state_since >= ZOMBIE_SETTLED_S:
                 not_busy = f"pid {proc_label(proc)} of its job is defunct"
-    return JobFacts(defunct=tuple(defunct), not_busy=not_busy)
+    return JobFacts(
+        defunct=tuple(defunct), not_busy=not_busy, profiled=profiled_clause(snapshot, launcher_pid)
+    )
+
+
+def profiled_clause(snapshot: HostSnapshot, launcher_pid: int | None) -> str:
+    """ "its job is under Nsight Systems (nsys profile)" for a launcher whose job is profiled (any GPU job
+    of the host, where the launcher is not known; the profiled finding names the process); "" otherwise."""
+    found = profiler_of_pid(snapshot, launcher_pid)
+    if found is None or found.mark is None or found.subject is None:
+        return ""
+    return f"its job is under {profiler_name(found.mark)}"

@@ -10,7 +10,8 @@ counts only recent detokenizer output). :class:`ServerStateTracker` (one per end
 - the age of the launcher process that serves the endpoint, when it is known and alive (a launcher that is
   gone has no age: nothing of it is remembered);
 - the dead members of its job (``jobs.JobFacts``): a 503 with a defunct member is UNHEALTHY, never
-  STARTING, and a job with a defunct leader holding GPU memory or a settled zombie is never BUSY;
+  STARTING, and a job with a defunct leader holding GPU memory or a settled zombie is never BUSY; an
+  UNHEALTHY or STALLED server whose job runs under a profiler says so (its overhead may be why);
 
 into one of the states below, with the time of the last change, a one-line reason and a short history of
 tokens/s. Metrics that could not be read (slow, huge, malformed, gone) blank only the metrics: the state then
@@ -183,6 +184,8 @@ class ServerStateTracker:
         self._note_served(health, metrics)
         facts = job or JobFacts()
         state, reason = self._decide(health, launcher_age_s, metrics_error, facts)
+        if facts.profiled and state in (ENDPOINT_STATE_UNHEALTHY, ENDPOINT_STATE_STALLED):
+            reason = f"{reason}; {facts.profiled}"
         if state == ENDPOINT_STATE_UP:
             self._served = True
         previous = self._current

@@ -1,4 +1,5 @@
-"""Leftovers of killed jobs: /dev/shm segments and POSIX semaphores, MPS control daemons that outlived them.
+"""Leftovers of killed jobs: /dev/shm segments and POSIX semaphores, MPS control daemons that outlived them,
+and the reports their profilers left unfinished (a raw ``.qdstrm`` stream without its ``.nsys-rep``).
 
 ``gputui kill`` records, per host and boot, what the job's processes had open or mapped in /dev/shm and the
 MPS control daemons of their users (``agent.leftovers.scan``), in ``leftovers.json`` of the state
@@ -90,10 +91,37 @@ def segment_detail(segment: dict[str, Any], usage: Any) -> str:
     return f"{text}; {line}" if line else text
 
 
+def report_name(report: dict[str, Any]) -> str:
+    """``report /tmp/glm5_decode.nsys-rep``: how an unfinished report's sentence starts, and what names it."""
+    path = str(report.get("path"))
+    return f"report {visible(str(report.get('report') or path), 200)}"
+
+
+def report_detail(report: dict[str, Any]) -> str:
+    """``report /tmp/x.nsys-rep left unfinished: only its raw stream /tmp/x.qdstrm (12.0 MiB) is there``."""
+    text = (
+        f"{report_name(report)} left unfinished: only its raw stream {visible(str(report.get('path')), 200)} "
+        f"({_mib(report.get('size_bytes'))}) is there, its profiler was stopped before it wrote the report"
+    )
+    holders = report.get("open_by") or []
+    if holders:
+        text += "; open by " + ", ".join(str(p) for p in holders[:8])
+    return text
+
+
 def findings(target: str, checked: dict[str, Any]) -> list[Finding]:
-    """One ``leftover`` finding per segment and per MPS daemon still there."""
+    """One ``leftover`` finding per unfinished report (first: what the user may still want), per segment and
+    per MPS daemon still there."""
     usage = checked.get("shm")
     found = []
+    for report in checked.get("reports") or ():
+        if isinstance(report, dict):
+            stream = visible(str(report.get("path")), 200)
+            action = (
+                f"convert it (Nsight Systems' QdstrmImporter -i {stream}), or remove it: "
+                f"gputui leftovers {target} --remove"
+            )
+            found.append(Finding(KIND, target, report_detail(report), action))
     for segment in checked.get("segments") or ():
         if isinstance(segment, dict):
             busy = bool(segment.get("open_by"))
@@ -123,6 +151,7 @@ def judge(snapshot: HostSnapshot, checked: dict[str, Any] | None) -> HostSnapsho
     # The collector's record of its jobs may have named the same leftovers: the checked sentence (its holders,
     # how full /dev/shm is) takes their place, once.
     names = [segment_name(s) + " (" for s in checked.get("segments") or () if isinstance(s, dict)]
+    names += [report_name(r) + " " for r in checked.get("reports") or () if isinstance(r, dict)]
     named = {f.detail for f in extra}
 
     def replaced(finding: Finding) -> bool:

@@ -7,6 +7,8 @@
 * ``facts``: the verdict as three facts (workers, residue, GPUs), each one line;
 * ``fitness``: what a GPU's own fitness figures mean (the action each asks for);
 * ``readiness``: NOT READY from processes stuck in the driver;
+* ``stuck``: where a stuck thread waits in the kernel, said in findings; a reboot when it stays in the driver;
+* ``order``: the one order every view lists findings in (GPU memory held, then blocking, then age);
 * ``slate``: the clean slate per GPU and host (or memory alone for a source without processes);
 * ``baselines``: the idle figure of each GPU; ``calibration``: which GPUs may be recorded as idle;
 * ``cleanslate``: the clean-slate check as a state machine (the TUI's ``c``/``X``, ``check --wait``);
@@ -56,8 +58,10 @@ if TYPE_CHECKING:
         xid_text,
     )
     from gputui.core.verdict.levels import CANNOT_TELL_WORDS, exit_code, headline, worst_exit_code
+    from gputui.core.verdict.order import held_mib, ordered_findings
     from gputui.core.verdict.remains import nothing_recorded
     from gputui.core.verdict.slate import clean_slate, memory_at_baseline, memory_verdict
+    from gputui.core.verdict.stuck import STUCK_WINDOW_S, place_text, threads_text
     from gputui.core.verdict.wording import FINDING_SENTENCES, FINDING_WORDS, REASON_SENTENCES, word_finding
 
 __all__ = [
@@ -78,6 +82,7 @@ __all__ = [
     "IDLE_FLOOR_MIB",
     "KilledJob",
     "REASON_SENTENCES",
+    "STUCK_WINDOW_S",
     "XID_HISTORY_UNAVAILABLE",
     "XID_TABLE",
     "analyze",
@@ -96,6 +101,10 @@ __all__ = [
     "find_problems",
     "find_survivors",
     "headline",
+    "held_mib",
+    "ordered_findings",
+    "place_text",
+    "threads_text",
     "fitness_figures",
     "fitness_summary",
     "idle_limit_mib",
@@ -135,6 +144,11 @@ _HOMES = {
     "IDLE_FLOOR_MIB": "calibration",
     "KilledJob": "findings",
     "REASON_SENTENCES": "wording",
+    "STUCK_WINDOW_S": "stuck",
+    "held_mib": "order",
+    "ordered_findings": "order",
+    "place_text": "stuck",
+    "threads_text": "stuck",
     "XID_HISTORY_UNAVAILABLE": "fitness",
     "XID_TABLE": "fitness",
     "analyze": "analysis",

@@ -14,6 +14,7 @@ from gputui.core.verdict.baselines import Baselines
 from gputui.core.verdict.findings import KilledJob, find_problems
 from gputui.core.verdict.fitness import fitness_findings, with_assessment
 from gputui.core.verdict.slate import clean_slate
+from gputui.core.verdict.stuck import name_waits
 
 
 def analyze(
@@ -28,5 +29,6 @@ def analyze(
     fitness is assessed first, so that its action counts in findings and verdict alike."""
     snapshot = with_assessment(snapshot, baselines.accepted_xids)
     findings = find_problems(snapshot, baselines, now, killed_jobs=killed_jobs, one_shot=one_shot)
+    findings = name_waits(snapshot, findings, now if now is not None else snapshot.time)
     findings += fitness_findings(snapshot)
     return snapshot.with_analysis(findings, clean_slate(snapshot, baselines, one_shot=one_shot))

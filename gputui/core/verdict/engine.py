@@ -5,8 +5,9 @@ clean-slate verdict, the verdict's reasons including the ports a killed job serv
 LISTEN, the servers that are UNHEALTHY or STALLED, what jobs whose GPU memory is gone left (``remains``)
 and the GPUs that are gone; then the verdict as its three facts (``facts``). The TUI, ``snapshot``,
 ``check``, the fleet view and the receipt all render this result; none of them adds a step or rewords a
-reason. ``no_data`` is the one result for a host without data (before the first sample, unreachable,
-stale): it cannot tell, and says since when.
+reason, and each lists the findings in the order given here (``order``: by the GPU memory they hold).
+``no_data`` is the one result for a host without data (before the first sample, unreachable, stale): it
+cannot tell, and says since when.
 
 Nothing here does I/O or reads a clock.
 """
@@ -26,6 +27,7 @@ from gputui.core.verdict.facts import with_facts
 from gputui.core.verdict.findings import KilledJob
 from gputui.core.verdict.fitness import lost_gpu_reasons
 from gputui.core.verdict.levels import NO_DATA
+from gputui.core.verdict.order import ordered_findings
 from gputui.core.verdict.remains import gone_gpu_reasons, job_remains
 
 TYPE_CHECKING = False
@@ -63,7 +65,7 @@ def judge(
         judged = (ServerWatch() if servers is None else servers).apply(snapshot, now)
     analysed = analyze(judged, baselines, now=now, killed_jobs=killed_jobs, one_shot=one_shot)
     findings, remains = job_remains(analysed)
-    analysed = replace(analysed, findings=findings)
+    analysed = replace(analysed, findings=ordered_findings(findings))
     verdict = analysed.verdict
     if verdict is None or not verdict.known:
         return analysed

@@ -33,6 +33,8 @@ from gputui.core.model import (
 )
 from gputui.core.text import fit
 from gputui.core.verdict.baselines import Baselines
+from gputui.core.verdict.profiling import KINDS as PROFILING_KINDS
+from gputui.core.verdict.profiling import profiled_findings
 
 GHOST_TOLERANCE_MIB = 64
 """Allowed gap between a GPU's used memory and baseline + listed processes (see the module docstring)."""
@@ -54,12 +56,16 @@ FINDING_KINDS = (
     "xid_history",
     "leftover",
     "duplicate_host",
+    "stuck_thread",
+    *PROFILING_KINDS,
 )
 """``xid`` comes from the fleet source (a GPU's last XID error is not 0) and from ``gpu_health`` (an
 application Xid, an Xid no GPU has), as do ``gpu_health`` (the GPU needs a reset, reboot or drain) and
 ``xid_history`` (the kernel log could not be read); ``duplicate_host`` (two exporters claim one host) from the
-fleet source; ``leftover`` from ``core.leftovers`` (what a killed job left in /dev/shm); the rest from
-``find_problems`` and ``find_survivors``."""
+fleet source; ``leftover`` from ``core.leftovers`` (what a killed job left in /dev/shm); ``profiled`` and
+``profiler_unknown`` from ``profiling``; ``stuck_thread`` from ``stuck`` (a process whose threads are stuck
+in the kernel, neither in D itself nor a defunct leader); the rest from ``find_problems`` and
+``find_survivors``."""
 
 # Processes that keep /dev/nvidia* open without holding memory: never ghost-memory suspects.
 _BENIGN_DEVICE_HOLDERS = frozenset({"nvidia-persiste", "nvidia-persistenced"})
@@ -121,7 +127,8 @@ def find_problems(
             once is a finding, "for how long unknown" (a watching view waits for the threshold).
 
     Returns:
-        Findings: zombies, D-state processes, orphans, invisible pids, ghost memory per GPU, then survivors.
+        Findings: zombies, D-state processes, orphans, invisible pids, ghost memory per GPU, survivors, then
+        the jobs that run under a profiler (``profiling``).
     """
     now_s = now if now is not None else snapshot.time if snapshot.time is not None else time.time()
     target = snapshot.target
@@ -162,7 +169,8 @@ def find_problems(
     survivors = find_survivors(snapshot, killed_jobs)
     # A survivor is an orphan too; the survivor finding says more (which job it escaped).
     escaped = {f.pid for f in survivors}
-    return [f for f in findings if not (f.kind == "orphan" and f.pid in escaped)] + survivors
+    kept = [f for f in findings if not (f.kind == "orphan" and f.pid in escaped)]
+    return kept + survivors + profiled_findings(snapshot)
 
 
 def process_facts(proc: Proc, parent: Proc | None = None, age: float | None = None) -> FindingFacts:

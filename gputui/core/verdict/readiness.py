@@ -21,16 +21,23 @@ from gputui.core.text import age_text
 from gputui.core.verdict.findings import DEFUNCT_RESET_AFTER_S
 from gputui.core.verdict.fitness import assessed, unfit_reason
 from gputui.core.verdict.probing import probe_reason
+from gputui.core.verdict.stuck import reboot_reason
 
 UnfitRule = Callable[[HostSnapshot, Gpu], "str | None"]
 """Why a GPU is not fit for the next job (one sentence naming it), None when this rule finds it fit."""
 
 
 def stuck_in_driver(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
-    """A defunct leader whose threads have been in the driver (D) for ``DEFUNCT_RESET_AFTER_S`` while it holds
-    memory on this GPU: that memory comes back only with a reset of the GPU or of its driver."""
+    """A process holding memory on this GPU whose killed thread has been in a function of an NVIDIA kernel
+    module for ``stuck.STUCK_WINDOW_S`` (its kernel stack says so): a reboot of the host
+    (``stuck.reboot_reason``). Else a defunct leader whose threads have been in the driver (D) for
+    ``DEFUNCT_RESET_AFTER_S`` while it holds memory on this GPU: that memory comes back only with a reset of
+    the GPU or of its driver."""
     if snapshot.time is None:
         return None
+    reboot = reboot_reason(snapshot, gpu)
+    if reboot is not None:
+        return reboot
     for proc in snapshot.processes:
         threads = proc.live_threads
         if not proc.is_defunct_leader or threads is None or not threads.states.get(STATE_UNINTERRUPTIBLE):

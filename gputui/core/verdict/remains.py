@@ -12,6 +12,10 @@ GPU memory, what is left of it is said here, once:
 * a /dev/shm segment its members had open or mapped, still the same file, and its users' MPS control
   daemon still running while no process of that user holds GPU memory: a ``leftover`` (the same finding a
   kill's record gives), NOT CLEAN;
+* its profiler: a member that is one (``nsys``, its agent or launcher, ``ncu``) still running is a
+  ``leftover`` of it (not a survivor: it is the profiler's, named as such), and a report its profiler left
+  unfinished (the output its argv named, with a raw ``.qdstrm`` and no ``.nsys-rep``) is a ``leftover``
+  too, never deleted but by ``gputui leftovers --remove``: NOT CLEAN;
 * a port it listened on still in LISTEN by a listed process that is not its member and started before it
   was released (one that inherited the socket): NOT CLEAN;
 * a GPU listed before in this boot and not now: NOT READY (a GPU that fell off the bus comes back with a
@@ -25,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_table
-from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, replace
+from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_label, proc_table, shown
+from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, profiler_name, replace
 from gputui.core.model.wire import plain
 from gputui.core.store import leftovers, watched_ports
 from gputui.core.text import DASH, clock_time, visible
@@ -38,6 +42,22 @@ if TYPE_CHECKING:
     from gputui.core.model import GoneGpu
 
 NOTHING_RECORDED = "nothing recorded on {target} since boot (gputui has not seen a GPU job there)"
+
+
+def profiler_left(target: str, proc: Proc, job: RememberedJob) -> Finding:
+    """A member of a job whose GPU memory is gone that is its profiler (or the profiler's agent) and still
+    runs: a leftover of the job, killed by pid."""
+    mark = proc.profiler
+    what = profiler_name(mark) if mark is not None and mark.known else "its profiler"
+    return Finding(
+        kind=leftovers.KIND,
+        target=target,
+        detail=f"profiler pid {proc_label(proc)}, {what}, still runs after the job of pid {job.root} "
+        f"({shown(job.name)}) lost its GPU memory",
+        action=f"gputui kill {target} {proc.pid} (its report may still be written: wait if it is busy)",
+        pid=proc.pid,
+        action_pid=proc.pid,
+    )
 
 
 def _member_finding(
@@ -89,15 +109,24 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
             if existing is not None and existing.kind not in REPLACED_KINDS:
                 reasons.append(existing.detail)
                 continue
-            finding = replaced.get(pid) or _member_finding(snapshot.target, proc, job, table, snapshot.time)
+            finding: Finding | None = replaced.get(pid)
+            if finding is None and (pid, start) in job.profilers and not proc.is_zombie:
+                finding = profiler_left(snapshot.target, proc, job)
+            elif finding is None:
+                finding = _member_finding(snapshot.target, proc, job, table, snapshot.time)
             if finding is not None:
                 replaced[pid] = finding
-                (running if finding.kind == "survivor" else reasons).append(finding.detail)
+                if finding.kind == leftovers.KIND:  # a profiler left running: residue, said as a leftover
+                    reasons.append(f"leftover: {finding.detail}")
+                else:
+                    (running if finding.kind == "survivor" else reasons).append(finding.detail)
         left = {
             "segments": [plain(segment) for segment in job.segments],
             "mps": [plain(daemon) for daemon in job.mps if daemon.uid not in serving],
+            # A profiler still running may yet write its report: it is said (above), its report not yet.
+            "reports": [] if job.profilers else [plain(report) for report in job.reports],
         }
-        if left["segments"] or left["mps"]:
+        if left["segments"] or left["mps"] or left["reports"]:
             for finding in leftovers.findings(snapshot.target, left):
                 if finding.detail not in seen_leftovers:
                     seen_leftovers.add(finding.detail)

@@ -18,10 +18,11 @@ from gputui.core.model import (
 )
 from gputui.core.text import fit
 from gputui.core.verdict.baselines import Baselines
-from gputui.core.verdict.findings import ghost_suspects, remnant_sentence, suspect_text
+from gputui.core.verdict.findings import ghost_suspects, suspect_text
 from gputui.core.verdict.fitness import unreachable_reason
 from gputui.core.verdict.probing import probe_unavailable
 from gputui.core.verdict.readiness import unfit_reasons
+from gputui.core.verdict.stuck import remnant_sentence
 
 MAX_HOLDERS_IN_REASON = 3
 
@@ -138,7 +139,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
     prefix; whoever shows the verdict says "cannot tell" once.
 
     A GPU that a rule of ``readiness.UNFIT_RULES`` finds unfit makes the verdict NOT READY (its reason
-    first). A zombie or D-state process is worded as its finding is (``findings.remnant_sentence``);
+    first). A zombie or D-state process is worded as its finding is (``stuck.remnant_sentence``);
     ``one_shot``: the sample of a one-shot run, where a D state's age is not known.
     """
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}

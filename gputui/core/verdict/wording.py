@@ -16,7 +16,7 @@ from gputui.core.model import Finding, FindingFacts
 from gputui.core.servers import server_reason
 from gputui.core.store import leftovers
 from gputui.core.verdict import findings as finding_rules
-from gputui.core.verdict import fitness, readiness, remains
+from gputui.core.verdict import fitness, profiling, readiness, remains, stuck
 from gputui.core.verdict import slate as verdict
 from gputui.core.verdict.cleanslate import busy_port_reason
 from gputui.core.verdict.engine import no_data_text
@@ -27,12 +27,15 @@ if TYPE_CHECKING:
 
 FINDING_WORDS: dict[str, Callable[[str, FindingFacts], Finding]] = {
     "zombie": finding_rules.zombie_words,
-    "defunct_leader": finding_rules.defunct_leader_words,
+    "defunct_leader": stuck.defunct_leader_words,
     "orphan": finding_rules.orphan_words,
-    "uninterruptible": finding_rules.uninterruptible_words,
+    "uninterruptible": stuck.uninterruptible_words,
     "ghost_memory": finding_rules.ghost_words,
     "invisible_pid": finding_rules.invisible_pid_words,
     "survivor": finding_rules.survivor_words,
+    "stuck_thread": stuck.stuck_thread_words,
+    "profiled": profiling.profiled_words,
+    "profiler_unknown": profiling.profiler_unknown_words,
 }
 """Finding kind -> the function that words it from its facts (target, ``FindingFacts``)."""
 
@@ -59,7 +62,7 @@ REASON_SENTENCES: dict[str, Callable[..., Any]] = {
     "ghost_memory": verdict.ghost_reason,
     "memory_only": verdict.memory_only_reason,
     "unreadable": verdict.unreadable_reason,
-    "remnant": finding_rules.remnant_sentence,
+    "remnant": stuck.remnant_sentence,
     "port": busy_port_reason,
     "server": server_reason,
     "not_ready": readiness.stuck_in_driver,

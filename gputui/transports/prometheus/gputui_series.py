@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from gputui.core.fleet import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
 from gputui.core.fleet import schema as s
-from gputui.core.model import GpuFitness
+from gputui.core.model import GpuFitness, ProfilerMark
 from gputui.core.text import fit
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, whole
 from gputui.transports.prometheus.query import INSTANCE
@@ -90,7 +90,7 @@ def exported_host(host: HostParts) -> ExportedHost | None:
         gpu_index = _int(labels.get(s.GPU_LABEL))
         if name == s.INFO_SERIES:
             instances.add(labels.get(INSTANCE) or "")
-        elif name in (s.SAMPLE_TIME, s.SAMPLE_AGE, s.HOST_UP, s.SUBJECTS_OMITTED):
+        elif name in (s.SAMPLE_TIME, s.SAMPLE_AGE, s.HOST_UP, s.SUBJECTS_OMITTED, s.PROFILER_UNKNOWN):
             scalars[name] = value
         elif name == s.CHECK_AVAILABLE and labels.get(s.CHECK_LABEL):
             checks[fit(labels[s.CHECK_LABEL], 40)] = value is not None and value >= 1
@@ -149,6 +149,7 @@ def exported_host(host: HostParts) -> ExportedHost | None:
             if facts.get("seen")
         )[: s.MAX_SUBJECTS],
         subjects_omitted=max(0, whole(scalars.get(s.SUBJECTS_OMITTED)) or 0),
+        profiler_unknown=max(0, min(whole(scalars.get(s.PROFILER_UNKNOWN)) or 0, 1 << 22)),
         servers=tuple(
             ExportedServer(port=port, engine=engine, state=str(facts.get("state") or ""), since=_float(facts))
             for (port, engine), facts in sorted(servers.items())
@@ -247,6 +248,12 @@ def _subject(
         facts["root_comm"] = fit(labels.get("root_comm") or "", s.COMM_MAX)
         facts["why"] = fit(labels.get("why") or "", 16)
         facts["owner"] = fit(labels.get("owner") or "", s.OWNER_MAX)
+    elif name == s.SUBJECT_PROFILER:
+        profiler: dict[str, object] = {
+            label: fit(labels.get(label) or "", s.PROFILER_TEXT_MAX) or None for label in s.PROFILER_LABELS
+        }
+        profiler["keys"] = [fit(k, 32) for k in (labels.get("keys") or "").split(",") if k][:3]
+        facts["profiler"] = profiler
     elif name == s.SUBJECT_THREADS and value is not None:
         threads = facts.setdefault("threads", {})
         assert isinstance(threads, dict)  # noqa: S101
@@ -272,4 +279,5 @@ def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSub
         root_comm=str(facts.get("root_comm") or ""),
         why=str(facts.get("why") or ""),
         owner=str(facts.get("owner") or ""),
+        profiler=ProfilerMark.from_dict(facts.get("profiler")),
     )

@@ -22,6 +22,7 @@ from gputui.core.model import (
     LiveThreads,
     Owner,
     Proc,
+    ProfilerMark,
     opt_safe,
     replace,
     safe,
@@ -419,6 +420,7 @@ class SimLink(SimKills, HostLink):
                 ),
                 listen_ports=p.listen_ports,
                 owner=Owner(OWNER_USER, opt_safe(p.user), opt_safe(p.user)),
+                profiler=None if p.state == "Z" else ProfilerMark.from_dict(p.profiler),
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )

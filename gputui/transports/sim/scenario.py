@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from gputui.agent.proc.profiler import profiler_of_argv
 from gputui.agent.servers import metrics_filter as names
 from gputui.core.model import Record, field
 
@@ -175,6 +176,8 @@ class SimProc(Record, frozen=False):
     state_since: float | None = None
     rss_kib: int = 1_048_576
     listen_ports: tuple[int, ...] = ()
+    profiler: dict[str, object] | None = None
+    """What the collector would say of it as a process of a GPU job (``protocol.PROCESS_PROFILER``)."""
 
     @property
     def start_ticks(self) -> int:
@@ -204,7 +207,15 @@ class ManualClock:
 
 def wedge_processes() -> list[SimProc]:
     procs = [
-        SimProc(NSYS_PID, 3811, "nsys", NSYS_CMDLINE, start_offset_s=80_000.0, rss_kib=412_000),
+        SimProc(
+            NSYS_PID,
+            3811,
+            "nsys",
+            NSYS_CMDLINE,
+            start_offset_s=80_000.0,
+            rss_kib=412_000,
+            profiler=profiler_of_argv(NSYS_CMDLINE),
+        ),
         SimProc(
             LAUNCHER_PID,
             NSYS_PID,

@@ -21,6 +21,7 @@ from textual.widgets.option_list import Option
 
 from gputui.core.model import Finding, HostSnapshot
 from gputui.core.text import age_since
+from gputui.core.verdict import place_text
 from gputui.ui import keymap
 from gputui.ui.widgets.border import set_border_title
 from gputui.ui.widgets.fmt import command_text, pid_ranges, safe_text, screen_rows
@@ -33,6 +34,9 @@ _KIND_STYLES = {
     "orphan": "bold black on cyan",
     "invisible_pid": "bold white on blue",
     "survivor": "bold white on dark_orange3",
+    "stuck_thread": "bold black on orange1",
+    "profiled": "bold black on bright_yellow",
+    "profiler_unknown": "bold black on grey70",
 }
 AGE_TICK_S = 1.0
 """How often the listed ages are drawn again (the display counts them in whole seconds)."""
@@ -194,6 +198,13 @@ def _defunct_leaders_line(row: FindingRow, snapshot: HostSnapshot | None, now_s:
         line.append(f", holding {held} MiB")
     if states.get("D") and held:
         line.append(": threads stuck in the driver, memory released when they exit")
+    places: dict[str, int] = {}
+    for proc in procs:
+        for wait in proc.waits:
+            places[place_text(wait)] = places.get(place_text(wait), 0) + 1
+    if places:
+        place, count = max(places.items(), key=lambda item: item[1])
+        line.append_text(safe_text(f"; {count} thread{'' if count == 1 else 's'} {place}", 120))
     return line
 
 
