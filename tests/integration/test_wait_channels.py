@@ -151,6 +151,11 @@ def test_unprivileged_the_wait_channel_names_its_own_and_another_users_is_unknow
     binary = shared / "vfork_waiter"
     shutil.copy2(waiter_binary, binary)
     binary.chmod(0o755)
+    # The checkout may be private (a 0700 mktemp clone): the reader runs on a copy anyone may read.
+    code = shared / "py"
+    shutil.copytree(REPO / "gputui", code / "gputui", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [code, *code.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
     own = Script("", ("waiter",), python=str(binary), user=CLI_UID)
     foreign = Binary(waiter_binary, ("waiter",))
     try:
@@ -160,7 +165,7 @@ def test_unprivileged_the_wait_channel_names_its_own_and_another_users_is_unknow
         done = subprocess.run(
             [SYSTEM_PYTHON, "-S", "-c", READ_WAITS, str(mine), str(roots)],
             cwd="/",
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(code)},
             user=CLI_UID,
             group=CLI_UID,
             extra_groups=[],

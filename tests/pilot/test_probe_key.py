@@ -4,6 +4,7 @@ clean check does so once the receipt is said."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -23,7 +24,10 @@ def _idle(snapshot: HostSnapshot) -> HostSnapshot:
 
 
 class SlowProbeLink(CountingSimLink):
-    """The simulated host idle, its probe taking a moment (as eight first contexts do)."""
+    """The simulated host idle, its probe taking a moment (as eight first contexts do); while ``gate`` is
+    clear a probe waits for the test to let it end."""
+
+    gate = threading.Event()
 
     def next_snapshot(self, timeout_s: float) -> HostSnapshot | None:
         snapshot = super().next_snapshot(timeout_s)
@@ -32,6 +36,7 @@ class SlowProbeLink(CountingSimLink):
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if command.get("cmd") == "probe":
             time.sleep(0.3)
+            SlowProbeLink.gate.wait(30.0)
             # The simulator answers from its own job, which this link hides: its GPUs are idle here.
             self.commands.append(dict(command))  # what the app sent
             return SimLink.request(self, dict(command, force=True), timeout_s)
@@ -39,6 +44,9 @@ class SlowProbeLink(CountingSimLink):
         if command.get("cmd") == "sample":
             result = {"snapshot": _idle(HostSnapshot.from_dict(result["snapshot"])).to_dict()}
         return result
+
+
+SlowProbeLink.gate.set()
 
 
 class SlowProbeFactory(SimFactory):
@@ -65,8 +73,16 @@ async def test_p_probes_the_shown_host_and_the_gpus_fact_says_what_it_proved(mak
             {"cmd": "probe", "gpus": None, "deadline_s": 20.0, "buffer_mib": 64, "force": False}
         ]
         # Pressed again while one runs: said, not sent twice.
-        await pilot.press("P", "P")
-        await wait_for(pilot, lambda: any("already running" in n[2] for n in app.notices), "one at a time")
+        SlowProbeLink.gate.clear()
+        try:
+            await pilot.press("P")
+            await wait_for(pilot, lambda: app.hosts.get("gpu-node-08").probing, "the second probe under way")
+            await pilot.press("P")
+            await wait_for(
+                pilot, lambda: any("already running" in n[2] for n in app.notices), "one at a time"
+            )
+        finally:
+            SlowProbeLink.gate.set()
         await wait_for(pilot, lambda: not app.hosts.get("gpu-node-08").probing, "the second probe over")
         assert [c["cmd"] for c in link.commands].count("probe") == 2
 
