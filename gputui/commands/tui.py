@@ -147,6 +147,8 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         theme=None if theme is None else resolve_theme(theme),
         # Screenshots (a frozen clock) neither read nor change the user's choice.
         theme_store=ThemeStore() if clock is None else None,
-        servers=ServerWatch(config.stall_after_s, config.host_stall_after_s),
+        servers=ServerWatch(
+            config.stall_after_s, config.host_stall_after_s, config.spin_after_s, config.host_spin_after_s
+        ),
         probe_after_check=config.probe_after_check,
     )

@@ -56,6 +56,8 @@ class FindingFacts(Record):
         profiler: A profiled job's profiler as found on ``pid`` (``ProfilerMark``: the tool, how it was
             found, its options that matter); ``count``: how many processes a finding counts (the members
             of GPU jobs whose environment could not be read).
+        window_s: How long a pattern had to last before it was said (a spinning collective's
+            ``spin_after_s``), in seconds; None for a kind that has none.
     """
 
     pid: int | None = None
@@ -82,6 +84,7 @@ class FindingFacts(Record):
     waits: tuple[ThreadWait, ...] = ()
     profiler: ProfilerMark | None = None
     count: int | None = None
+    window_s: float | None = None
 
     @property
     def held_mib(self) -> int:
@@ -131,6 +134,7 @@ class FindingFacts(Record):
             waits=thread_waits(data.get("waits")),
             profiler=ProfilerMark.from_dict(data.get("profiler")),
             count=opt_int(data.get("count")),
+            window_s=opt_float(data.get("window_s")),
         )
 
 

@@ -5,7 +5,8 @@ on the host by ``gputui.agent.servers.metrics_filter``); these modules parse and
 
 * ``metrics``: a server's ``/metrics`` read (sglang, vLLM); ``state``: its state (UP, BUSY, STALLED, …);
 * ``jobs``: the facts of the job behind an endpoint; ``watch``: the state of every endpoint over time;
-* ``view``: state changes as lines, a per-URL history, short labels.
+* ``view``: state changes as lines, a per-URL history, short labels;
+* ``spinning``: a GPU job whose GPUs spin at idle power with nothing moving (a collective likely hung).
 """
 
 from gputui.core import lazy_face
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         parse_server_metrics,
         with_rate,
     )
+    from gputui.core.servers.spinning import DEFAULT_SPIN_AFTER_S, JobSpin, SpinTracker, spinning_words
     from gputui.core.servers.state import (
         DEFAULT_HISTORY_LEN,
         DEFAULT_STALL_AFTER_S,
@@ -62,6 +64,7 @@ __all__ = [
     "BUSY",
     "CounterDelta",
     "DEFAULT_HISTORY_LEN",
+    "DEFAULT_SPIN_AFTER_S",
     "DEFAULT_STALL_AFTER_S",
     "DEFAULT_STARTING_GRACE_S",
     "DERIVED_STATES",
@@ -72,6 +75,7 @@ __all__ = [
     "FAILING_STATES",
     "EndpointHistory",
     "JobFacts",
+    "JobSpin",
     "METRICS_JSON_KEYS",
     "MetricsUnreadable",
     "SERVER_STATES",
@@ -81,6 +85,7 @@ __all__ = [
     "ServerState",
     "ServerStateTracker",
     "ServerWatch",
+    "SpinTracker",
     "TIMEOUT",
     "UNHEALTHY",
     "UP",
@@ -94,6 +99,7 @@ __all__ = [
     "read_metrics",
     "server_reason",
     "since_text",
+    "spinning_words",
     "state_word",
     "with_rate",
     "worst_state",
@@ -103,6 +109,7 @@ _HOMES = {
     "BUSY": "view",
     "CounterDelta": "metrics",
     "DEFAULT_HISTORY_LEN": "state",
+    "DEFAULT_SPIN_AFTER_S": "spinning",
     "DEFAULT_STALL_AFTER_S": "state",
     "DEFAULT_STARTING_GRACE_S": "state",
     "DERIVED_STATES": "watch",
@@ -113,6 +120,7 @@ _HOMES = {
     "FAILING_STATES": "watch",
     "EndpointHistory": "view",
     "JobFacts": "jobs",
+    "JobSpin": "spinning",
     "METRICS_JSON_KEYS": "metrics",
     "MetricsUnreadable": "metrics",
     "SERVER_STATES": "state",
@@ -122,6 +130,7 @@ _HOMES = {
     "ServerState": "state",
     "ServerStateTracker": "state",
     "ServerWatch": "watch",
+    "SpinTracker": "spinning",
     "TIMEOUT": "view",
     "UNHEALTHY": "view",
     "UP": "view",
@@ -135,6 +144,7 @@ _HOMES = {
     "read_metrics": "watch",
     "server_reason": "watch",
     "since_text": "view",
+    "spinning_words": "spinning",
     "state_word": "view",
     "with_rate": "metrics",
     "worst_state": "view",

@@ -8,13 +8,19 @@ state (``state.ServerStateTracker``) weighs these facts from the same snapshot a
 * a defunct leader holding GPU memory, or a zombie GPU worker past ``ZOMBIE_SETTLED_S`` (a child that
   exited a moment ago does not count), means the job is not merely busy: BUSY ("do not kill") is not said;
 * a profiler in the job (``jobs.profiled``): an UNHEALTHY or STALLED server's reason names it (the overhead
-  may be why).
+  may be why);
+* its GPUs busy at idle power (``spinning.JobSpin``, kept across samples by the watch): with no token
+  generated for as long, the server is STALLED on a collective that is likely hung.
 """
 
 from __future__ import annotations
 
 from gputui.core.jobs import D_STATE_THRESHOLD_S, gpu_tree_pids, proc_label, profiler_of_pid
 from gputui.core.model import HostSnapshot, Proc, Record, profiler_name
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.core.servers.spinning import JobSpin
 
 ZOMBIE_SETTLED_S = D_STATE_THRESHOLD_S
 """A zombie of the job counts against BUSY once it has been defunct this long (the zombie finding's
@@ -29,11 +35,14 @@ class JobFacts(Record):
         not_busy: Why BUSY must not be said of it (one clause), "" when nothing forbids it.
         profiled: The profiler it runs under (one clause: "under Nsight Systems (nsys profile), pid 4100"),
             "" when none is known.
+        spin: Its GPUs as the watch's spin tracker saw them (``spinning.JobSpin``); None where the job is
+            not known or holds no GPU.
     """
 
     defunct: tuple[str, ...] = ()
     not_busy: str = ""
     profiled: str = ""
+    spin: JobSpin | None = None
 
     def defunct_text(self) -> str:
         """ "2 defunct members in its job" (the findings name them, with what to do about each)."""

@@ -12,6 +12,9 @@ counts only recent detokenizer output). :class:`ServerStateTracker` (one per end
 - the dead members of its job (``jobs.JobFacts``): a 503 with a defunct member is UNHEALTHY, never
   STARTING, and a job with a defunct leader holding GPU memory or a settled zombie is never BUSY; an
   UNHEALTHY or STALLED server whose job runs under a profiler says so (its overhead may be why);
+- its job's GPUs (``spinning``): busy at idle power for the spin window while no token came, with requests
+  pending, the server is STALLED on a collective that is likely hung, whatever the stall window; a stall
+  whose GPUs cannot tell (MIG, power not given) says so;
 
 into one of the states below, with the time of the last change, a one-line reason and a short history of
 tokens/s. Metrics that could not be read (slow, huge, malformed, gone) blank only the metrics: the state then
@@ -35,6 +38,7 @@ from gputui.agent.protocol import (
 from gputui.core.model import EndpointSample, Record
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
+from gputui.core.servers.spinning import WHY_TOKENS, spinning_text
 from gputui.core.text import SafeText, age_text, fit
 
 SERVER_STATES = (
@@ -287,15 +291,22 @@ class ServerStateTracker:
             # graphs), not a stall.
             return ENDPOINT_STATE_STARTING, f"starting: {word}, launcher {age_text(launcher_age_s)} old"
         stalled_for = self._stalled_for()
+        pending = f"{_figure(reading.running)} running, {_figure(reading.waiting)} waiting" if reading else ""
+        spin = job.spin
+        if reading is not None and state != ENDPOINT_STATE_DOWN and spin is not None:
+            if spin.spun_long_enough(stalled_for):
+                # Its GPUs spun at idle power while no token came, both for the whole spin window.
+                sentence = spinning_text(spin.gpus, spin.after_s, WHY_TOKENS)
+                return ENDPOINT_STATE_STALLED, f"{sentence} ({pending}, health {word})"
         if (
             reading is not None
             and state != ENDPOINT_STATE_DOWN
             and stalled_for is not None
             and stalled_for >= self.stall_after_s
         ):
+            unknown = f"; a spinning collective: unknown, {spin.unknown}" if spin and spin.unknown else ""
             return ENDPOINT_STATE_STALLED, (
-                f"stalled: {_figure(reading.running)} running, {_figure(reading.waiting)} waiting, "
-                f"no token generated for {age_text(stalled_for)} (health {word})"
+                f"stalled: {pending}, no token generated for {age_text(stalled_for)} (health {word}){unknown}"
             )
         if state == ENDPOINT_STATE_UP:
             if reading is None:

@@ -7,6 +7,7 @@
     health = ["http://127.0.0.1:30000/health"]
     metrics = ["http://127.0.0.1:30000/metrics"]   # read beside the health URL of the same origin
     stall_after_s = 30             # requests pending and no token generated this long: STALLED
+    spin_after_s = 120             # a job's GPUs busy at idle power, nothing moving, this long: hung
     ssh_client = "auto"            # paramiko, openssh (the system ssh) or auto; unset: see README
 
     [hosts."gpu-node-07"]
@@ -49,10 +50,11 @@ if TYPE_CHECKING:
 
 CONFIG_MAX_BYTES = 1024 * 1024
 """The largest config file read (a settings file is a few hundred bytes)."""
-HOST_KEYS = frozenset({"health", "metrics", "stall_after_s", "ssh_client"})
+HOST_KEYS = frozenset({"health", "metrics", "stall_after_s", "spin_after_s", "ssh_client"})
 STALL_AFTER_MIN_S = 1.0
 STALL_AFTER_MAX_S = 86400.0
-"""The range of ``stall_after_s``: under a second is noise between two reads, over a day is never."""
+"""The range of ``stall_after_s`` and ``spin_after_s``: under a second is noise between two reads, over a
+day is never."""
 TOP_KEYS = HOST_KEYS | {"hosts", "groups", "fleet", "accepted_xids", "probe_after_check"}
 XID_MAX = 65535
 """The largest number an Xid may be in ``accepted_xids``."""
@@ -75,6 +77,9 @@ class Config(Record):
         stall_after_s: Seconds of a flat token counter with requests pending before a server is STALLED
             (None: the default).
         host_stall_after_s: Host target -> its own stall window.
+        spin_after_s: Seconds a GPU job's GPUs spin at idle power, with nothing moving, before a collective
+            is said to be likely hung (None: the default, ``servers.spinning``).
+        host_spin_after_s: Host target -> its own spin window.
         path: The file read, or None when there was none.
     """
 
@@ -84,6 +89,8 @@ class Config(Record):
     host_metrics_urls: dict[str, tuple[str, ...]] = field(default_factory=dict)
     stall_after_s: float | None = None
     host_stall_after_s: dict[str, float] = field(default_factory=dict)
+    spin_after_s: float | None = None
+    host_spin_after_s: dict[str, float] = field(default_factory=dict)
     path: str | None = None
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Group name -> host targets (``gputui @name``)."""
@@ -119,14 +126,14 @@ def _ssh_client(value: Any, where: str, path: str) -> str:
     return str(value)
 
 
-def _stall_after(value: Any, where: str, path: str) -> float:
+def _stall_after(value: Any, where: str, path: str, key: str = "stall_after_s") -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not STALL_AFTER_MIN_S <= value <= STALL_AFTER_MAX_S
     ):
         raise ConfigError(
-            f"{path}: {where}stall_after_s must be a number of seconds from {STALL_AFTER_MIN_S:g} to "
+            f"{path}: {where}{key} must be a number of seconds from {STALL_AFTER_MIN_S:g} to "
             f"{STALL_AFTER_MAX_S:g}"
         )
     return float(value)
@@ -207,6 +214,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     host_clients: dict[str, str] = {}
     host_metrics: dict[str, tuple[str, ...]] = {}
     host_stall: dict[str, float] = {}
+    host_spin: dict[str, float] = {}
     for name, table in hosts.items():
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: hosts.{name!r} must be a table")
@@ -218,6 +226,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
             host_metrics[name] = _urls(table["metrics"], where, path, "metrics")
         if "stall_after_s" in table:
             host_stall[name] = _stall_after(table["stall_after_s"], where, path)
+        if "spin_after_s" in table:
+            host_spin[name] = _stall_after(table["spin_after_s"], where, path, "spin_after_s")
         if "ssh_client" in table:
             host_clients[name] = _ssh_client(table["ssh_client"], where, path)
     return Config(
@@ -227,6 +237,10 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         host_metrics_urls=host_metrics,
         stall_after_s=_stall_after(data["stall_after_s"], "", path) if "stall_after_s" in data else None,
         host_stall_after_s=host_stall,
+        spin_after_s=(
+            _stall_after(data["spin_after_s"], "", path, "spin_after_s") if "spin_after_s" in data else None
+        ),
+        host_spin_after_s=host_spin,
         path=path,
         groups=_groups(data.get("groups", {}), path),
         fleet=_fleet(data.get("fleet", {}), path),

@@ -50,8 +50,8 @@ def judge(
     Args:
         snapshot: The sample as the collector sent it.
         baselines: The host's idle baselines.
-        servers: The watch that keeps each endpoint's state over time (the TUI's); None: a fresh one (one
-            reading: no rate, no stall).
+        servers: The watch that keeps each endpoint's state and each GPU job's spin over time (the TUI's);
+            None: a fresh one (one reading: no rate, no stall, no spinning collective).
         now: Epoch seconds on the host's clock to measure ages against (default the snapshot's time).
         killed_jobs: Jobs killed on this host: what escaped them is a survivor.
         watched_ports: Ports of jobs killed on this host not yet seen free: one in LISTEN is a reason.
@@ -59,12 +59,16 @@ def judge(
             unknown.
     """
     judged = snapshot
+    watch = servers
     if servers is not None or snapshot.endpoints:  # the server modules load with the first endpoint
         from gputui.core.servers import ServerWatch
 
-        judged = (ServerWatch() if servers is None else servers).apply(snapshot, now)
+        watch = ServerWatch() if servers is None else servers
+        judged = watch.apply(snapshot, now)
     analysed = analyze(judged, baselines, now=now, killed_jobs=killed_jobs, one_shot=one_shot)
     findings, remains = job_remains(analysed)
+    if watch is not None:  # what only a watch over samples sees: a collective spinning for its window
+        findings += watch.findings(snapshot.target)
     analysed = replace(analysed, findings=ordered_findings(findings))
     verdict = analysed.verdict
     if verdict is None or not verdict.known:

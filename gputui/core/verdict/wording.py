@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gputui.core.model import Finding, FindingFacts
-from gputui.core.servers import server_reason
+from gputui.core.servers import server_reason, spinning_words
 from gputui.core.store import leftovers
 from gputui.core.verdict import findings as finding_rules
 from gputui.core.verdict import fitness, profiling, readiness, remains, stuck
@@ -36,6 +36,7 @@ FINDING_WORDS: dict[str, Callable[[str, FindingFacts], Finding]] = {
     "stuck_thread": stuck.stuck_thread_words,
     "profiled": profiling.profiled_words,
     "profiler_unknown": profiling.profiler_unknown_words,
+    "spinning": spinning_words,
 }
 """Finding kind -> the function that words it from its facts (target, ``FindingFacts``)."""
 

@@ -37,6 +37,7 @@ _KIND_STYLES = {
     "stuck_thread": "bold black on orange1",
     "profiled": "bold black on bright_yellow",
     "profiler_unknown": "bold black on grey70",
+    "spinning": "bold white on dark_violet",
 }
 AGE_TICK_S = 1.0
 """How often the listed ages are drawn again (the display counts them in whole seconds)."""
