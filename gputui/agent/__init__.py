@@ -29,8 +29,9 @@ SHIPPED_AS_SOURCE = (
     "gpu.smi",
     "gpu.smiparse",
     "gpu.none",
+    "gpu.probe",
     "proc.threads",
 )
 """Modules most hosts never import (the HTTP client of the probes, the metrics filter, the nvidia-smi backend,
-the threads of a defunct leader): the bundle carries them as source only, for the remote python to compile on
-first import."""
+the readiness probe, the threads of a defunct leader): the bundle carries them as source only, for the remote
+python to compile on first import."""

@@ -213,6 +213,16 @@ PROCESS_LISTEN_PORTS = "listen_ports"
 """The key of a process dict that holds the TCP ports it has in LISTEN, sorted (read for the processes of
 GPU jobs only; empty for every other process)."""
 
+NSYS, NCU, CUPTI, TOOL = "nsys", "ncu", "cupti", "tool"
+TOOLS = (NSYS, NCU, CUPTI, TOOL)
+"""What a profiler mark (``PROCESS_PROFILER``) names, most specific first: Nsight Systems, Nsight Compute, a
+CUPTI library, a tool library the injection variable names that is none of them."""
+VIA_ARGV, VIA_ENVIRON, VIA_UNREADABLE = "argv", "environ", "unreadable"
+"""How a mark was found: the process is the profiler (its argv), it carries one's injection (its
+environment), or its environment cannot be read (nothing known)."""
+DAEMON = "daemon"
+"""The ``command`` of a profiler's helper process (an agent, a launcher): no options of its own."""
+
 PROCESS_PROFILER = "profiler"
 """The key of a process dict that says whether it is a profiler or carries one's injection
 (``gputui.agent.proc.profiler``), read for the processes of GPU jobs only: ``{"tool", "via", ...}`` with

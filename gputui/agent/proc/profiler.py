@@ -25,6 +25,17 @@ import os
 import stat
 
 from gputui.agent.proc.owners import read_capped
+from gputui.agent.protocol import (
+    CUPTI,
+    DAEMON,
+    NCU,
+    NSYS,
+    TOOL,
+    TOOLS,
+    VIA_ARGV,
+    VIA_ENVIRON,
+    VIA_UNREADABLE,
+)
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
@@ -39,13 +50,6 @@ PRELOAD_KEY = "LD_PRELOAD"
 ENV_KEYS = INJECTION_KEYS + (PRELOAD_KEY,)
 """The only variables of an environment looked at."""
 
-NSYS, NCU, CUPTI, TOOL = "nsys", "ncu", "cupti", "tool"
-TOOLS = (NSYS, NCU, CUPTI, TOOL)
-"""What a mark names, most specific first: Nsight Systems, Nsight Compute, a CUPTI library, a tool library
-the injection variable names that is none of them."""
-VIA_ARGV, VIA_ENVIRON, VIA_UNREADABLE = "argv", "environ", "unreadable"
-"""How a mark was found: the process is the profiler (its argv), it carries one's injection (its
-environment), or its environment cannot be read (nothing known)."""
 
 NSYS_BINARIES = frozenset({"nsys"})
 NSYS_DAEMON_BINARIES = frozenset({"nsys-launcher"})
@@ -54,8 +58,6 @@ NSYS_PROFILING = ("profile", "launch")
 """``nsys`` subcommands that start the application under the profiler."""
 NSYS_AGENT_FLAG = "--start-agent"
 """``nsys --start-agent``: the daemon ``nsys profile`` starts, which outlives a killed launcher."""
-DAEMON = "daemon"
-"""The ``command`` of a profiler's helper process (an agent, a launcher): no options of its own."""
 
 LIBRARIES = (
     ("libToolsInjection", NSYS),

@@ -6,7 +6,7 @@ Every field is checked and bounded on the way in (the collector may not be gputu
 
 from __future__ import annotations
 
-from gputui.agent.proc.profiler import DAEMON, TOOLS, VIA_ARGV, VIA_ENVIRON, VIA_UNREADABLE
+from gputui.agent.protocol import DAEMON, TOOLS, VIA_ARGV, VIA_ENVIRON, VIA_UNREADABLE
 from gputui.core.model.record import Record
 from gputui.core.model.wire import opt_safe
 from gputui.core.text import SafeText, fit
