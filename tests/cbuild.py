@@ -1,12 +1,14 @@
-"""Build a fake shared library (``libnvidia-ml.so.1``, ``libcuda.so.1``) from the suite's C source: one
-compiler invocation, warnings as errors, and the failure said in full (a missing compiler fails the run,
-never skips it)."""
+"""Build a fake shared library (``libnvidia-ml.so.1``, ``libcuda.so.1``) from the suite's C source, and write
+the state file that drives it: one compiler invocation, warnings as errors, the failure said in full (a
+missing compiler fails the run, never skips it); each state write atomic and seen by the library."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 
@@ -48,3 +50,32 @@ def build_library(
             f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
         )
     return target
+
+
+_mtime_lock = threading.Lock()
+_last_mtime_ns: dict[str, int] = {}
+
+
+def write_state(path: Path, text: str, prefix: str) -> None:
+    """Atomically replace ``path`` with ``text``, with a strictly later mtime than the previous write to it,
+    so the library (which re-reads its state when inode, size or mtime change) notices even two writes of
+    one size within one timestamp tick."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        key = str(path.resolve())
+        with _mtime_lock:
+            floor = _last_mtime_ns.get(key, 0)
+            try:
+                floor = max(floor, path.stat().st_mtime_ns)
+            except FileNotFoundError:
+                pass
+            mtime = max(os.stat(tmp).st_mtime_ns, floor + 1000)
+            os.utime(tmp, ns=(mtime, mtime))
+            os.replace(tmp, path)
+            _last_mtime_ns[key] = mtime
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -12,12 +12,10 @@ the top of ``fakecuda.c``.
 from __future__ import annotations
 
 import os
-import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.cbuild import build_library, library_cflags
+from tests.cbuild import build_library, library_cflags, write_state
 
 __all__ = [
     "HANG_STEPS",
@@ -121,10 +119,6 @@ class FakeCudaGpu:
         return " ".join(parts)
 
 
-_mtime_lock = threading.Lock()
-_last_mtime_ns: dict[str, int] = {}
-
-
 @dataclass
 class FakeCudaState:
     driver_version: int = 12080
@@ -152,24 +146,7 @@ class FakeCudaState:
         previous write to it, so the library notices even two writes within one timestamp tick."""
         path = Path(path)
         text = self.render()
-        fd, tmp = tempfile.mkstemp(prefix=".fakecuda-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            key = str(path.resolve())
-            with _mtime_lock:
-                floor = _last_mtime_ns.get(key, 0)
-                try:
-                    floor = max(floor, path.stat().st_mtime_ns)
-                except FileNotFoundError:
-                    pass
-                mtime = max(os.stat(tmp).st_mtime_ns, floor + 1000)
-                os.utime(tmp, ns=(mtime, mtime))
-                os.replace(tmp, path)
-                _last_mtime_ns[key] = mtime
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_state(path, text, ".fakecuda-")
 
 
 def env_for(lib_dir: Path, state_path: Path, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -10,12 +10,10 @@ changes. This module builds the library and renders state files.
 from __future__ import annotations
 
 import os
-import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.cbuild import build_library, library_cflags
+from tests.cbuild import build_library, library_cflags, write_state
 
 __all__ = [
     "LIB_NAME",
@@ -223,10 +221,6 @@ class FakeHolder:
         return line
 
 
-_mtime_lock = threading.Lock()
-_last_mtime_ns: dict[str, int] = {}
-
-
 @dataclass
 class FakeNvmlState:
     driver: str = "570.124.06"
@@ -274,24 +268,7 @@ class FakeNvmlState:
         """
         path = Path(path)
         text = self.render()
-        fd, tmp = tempfile.mkstemp(prefix=".fakenvml-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            key = str(path.resolve())
-            with _mtime_lock:
-                floor = _last_mtime_ns.get(key, 0)
-                try:
-                    floor = max(floor, path.stat().st_mtime_ns)
-                except FileNotFoundError:
-                    pass
-                mtime = max(os.stat(tmp).st_mtime_ns, floor + 1000)
-                os.utime(tmp, ns=(mtime, mtime))
-                os.replace(tmp, path)
-                _last_mtime_ns[key] = mtime
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_state(path, text, ".fakenvml-")
 
 
 def env_for(lib_dir: Path, state_path: Path) -> dict[str, str]:
