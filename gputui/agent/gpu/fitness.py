@@ -169,22 +169,12 @@ def _fabric_info(handle: Any) -> dict[str, Any] | None:
 
 
 def _process_named(name: str) -> bool:
-    """Whether a process of this name runs on the host (read from ``/proc/*/comm``; never raises)."""
-    import os
+    """Whether a process of this name runs on the host (the name ``/proc/PID/stat`` gives, which the kernel
+    cuts as it cuts ``comm``; never raises)."""
+    from gputui.agent.proc.procfs import scan_proc
 
-    try:
-        pids = [entry for entry in os.listdir("/proc") if entry.isdigit()]
-    except OSError:
-        return False
-    wanted = name.encode()[:COMM_MAX_CHARS]
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/comm", "rb") as comm:
-                if comm.read(64).strip() == wanted:
-                    return True
-        except OSError:
-            continue
-    return False
+    wanted = name[:COMM_MAX_CHARS]
+    return any(stat.name == wanted for stat in scan_proc().values())
 
 
 def _clock_event_reasons(handle: Any) -> int:

@@ -14,9 +14,8 @@ checked and removed the same way as a segment, in its own folder.
 from __future__ import annotations
 
 import os
-import stat
 
-from gputui.agent.proc.procfs import fd_links, read_real_uid, read_stat
+from gputui.agent.proc.procfs import fd_links, file_identity, read_real_uid, read_stat
 from gputui.agent.proc.profiler import STREAM_SUFFIX, still_unfinished, unfinished_reports
 from gputui.agent.wire import wire_text
 
@@ -74,23 +73,21 @@ def _user_name(uid: int) -> str:
 
 
 def _describe(path: str) -> dict[str, Any] | None:
-    """A regular file's identity and size, read without following a symlink; None otherwise."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(info.st_mode):
+    """A segment's identity and size (``procfs.file_identity``), its name, kind and owner; None for anything
+    but a regular file."""
+    identity = file_identity(path)
+    if identity is None:
         return None
     name = os.path.basename(path)
     return {
-        "path": wire_text(path, 512),
+        "path": identity["path"],
         "name": wire_text(name, 256),
         "kind": "semaphore" if name.startswith("sem.") else "segment",
-        "dev": info.st_dev,
-        "inode": info.st_ino,
-        "uid": info.st_uid,
-        "user": wire_text(_user_name(info.st_uid), 64),
-        "size_bytes": info.st_blocks * 512,
+        "dev": identity["dev"],
+        "inode": identity["inode"],
+        "uid": identity["uid"],
+        "user": wire_text(_user_name(identity["uid"]), 64),
+        "size_bytes": identity["size_bytes"],
     }
 
 

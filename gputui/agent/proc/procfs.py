@@ -8,6 +8,9 @@ bytes visible as ``\\xNN`` (JSON-safe, no surrogates).
 from __future__ import annotations
 
 import os
+import stat
+
+from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -193,6 +196,24 @@ def scan_proc() -> dict[int, ProcStat]:
         if stat is not None:
             table[pid] = stat
     return table
+
+
+def file_identity(path: str) -> dict[str, Any] | None:
+    """A regular file's identity and size, read without following a symlink (``path``, ``dev``, ``inode``,
+    ``uid``, ``size_bytes``: what a later removal checks again); None for anything else."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    return {
+        "path": wire_text(path, 512),
+        "dev": info.st_dev,
+        "inode": info.st_ino,
+        "uid": info.st_uid,
+        "size_bytes": info.st_blocks * 512,
+    }
 
 
 def read_cmdline(pid: int) -> list[str] | None:

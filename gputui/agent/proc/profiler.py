@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import stat
 
 from gputui.agent.proc.owners import read_capped
+from gputui.agent.proc.procfs import file_identity
 from gputui.agent.protocol import (
     CUPTI,
     DAEMON,
@@ -271,23 +271,6 @@ def report_base(output: str) -> str:
     return output
 
 
-def _file_identity(path: str) -> dict[str, Any] | None:
-    """A regular file's identity and size, not through a symlink; None otherwise."""
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISREG(info.st_mode):
-        return None
-    return {
-        "path": wire_text(path, 512),
-        "dev": info.st_dev,
-        "inode": info.st_ino,
-        "uid": info.st_uid,
-        "size_bytes": info.st_blocks * 512,
-    }
-
-
 def _finished(base: str) -> bool:
     return any(os.path.lexists(base + suffix) for suffix in REPORT_SUFFIXES)
 
@@ -333,7 +316,7 @@ def unfinished_reports(outputs: Iterable[Any]) -> list[dict[str, Any]]:
         if not isinstance(output, str) or not output.startswith("/"):
             continue
         for base in _stream_bases(output):
-            identity = _file_identity(base + STREAM_SUFFIX)
+            identity = file_identity(base + STREAM_SUFFIX)
             if identity is not None and not _finished(base):
                 identity["report"] = wire_text(base + REPORT_SUFFIXES[0], 512)
                 found.append(identity)
@@ -351,7 +334,7 @@ def still_unfinished(recorded: Iterable[Any]) -> list[dict[str, Any]]:
         path = item["path"]
         if not path.endswith(STREAM_SUFFIX) or not path.startswith("/"):
             continue
-        now = _file_identity(path)
+        now = file_identity(path)
         same = now is not None and all(now[k] == item.get(k) for k in ("dev", "inode", "uid"))
         if same and now is not None and not _finished(path[: -len(STREAM_SUFFIX)]):
             now["report"] = wire_text(path[: -len(STREAM_SUFFIX)] + REPORT_SUFFIXES[0], 512)

@@ -124,8 +124,8 @@ def _seconds(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-def _whole(low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number in [low, high]."""
+def _whole(low: int, high: int, unit: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high]; ``unit`` names it in the error (" of MiB")."""
 
     def parse(text: str) -> int:
         try:
@@ -133,7 +133,7 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {low} to {high}: {text!r}")
+            raise argparse.ArgumentTypeError(f"must be a whole number{unit} from {low} to {high}: {text!r}")
         return value
 
     return parse
@@ -162,14 +162,8 @@ def _add_probe(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _mib(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 0 <= value <= MIB_MAX:
-        raise argparse.ArgumentTypeError(f"must be a whole number of MiB from 0 to {MIB_MAX}: {text!r}")
-    return value
+_mib = _whole(0, MIB_MAX, " of MiB")
+"""An argparse type: MiB from 0 to ``MIB_MAX``."""
 
 
 def _add_common(parser: argparse.ArgumentParser) -> None:

@@ -41,6 +41,19 @@ def _pairs(value: Any, limit: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _file_identity(data: Any) -> tuple[SafeText, int, int, int, int] | None:
+    """(path, dev, inode, uid, size in bytes) of a file's identity as the collector sent it (``procfs
+    .file_identity``); None where one is missing or negative."""
+    if not isinstance(data, dict):
+        return None
+    path = opt_safe(data.get("path"))
+    numbers = [opt_int(data.get(key)) for key in ("dev", "inode", "uid", "size_bytes")]
+    if not path or any(n is None or n < 0 for n in numbers):
+        return None
+    dev, inode, uid, size = (int(n) for n in numbers)  # type: ignore[arg-type]
+    return path, dev, inode, uid, size
+
+
 class RememberedSegment(Record):
     """A /dev/shm segment or semaphore a job's members had open or mapped, by its identity (what
     ``gputui leftovers`` checks again before it removes anything)."""
@@ -55,15 +68,11 @@ class RememberedSegment(Record):
 
     @classmethod
     def from_dict(cls, data: Any) -> RememberedSegment | None:
-        if not isinstance(data, dict):
+        identity = _file_identity(data)
+        if identity is None:
             return None
-        path = opt_safe(data.get("path"))
-        numbers = [opt_int(data.get(key)) for key in ("dev", "inode", "uid", "size_bytes")]
-        if not path or any(n is None or n < 0 for n in numbers):
-            return None
-        dev, inode, uid, size = (int(n) for n in numbers)  # type: ignore[arg-type]
         kind = "semaphore" if data.get("kind") == "semaphore" else "segment"
-        return cls(path, dev, inode, uid, size, kind, opt_safe(data.get("user")))
+        return cls(*identity, kind, opt_safe(data.get("user")))
 
 
 class RememberedDaemon(Record):
@@ -97,14 +106,10 @@ class RememberedReport(Record):
 
     @classmethod
     def from_dict(cls, data: Any) -> RememberedReport | None:
-        if not isinstance(data, dict):
+        identity = _file_identity(data)
+        if identity is None:
             return None
-        path = opt_safe(data.get("path"))
-        numbers = [opt_int(data.get(key)) for key in ("dev", "inode", "uid", "size_bytes")]
-        if not path or any(n is None or n < 0 for n in numbers):
-            return None
-        dev, inode, uid, size = (int(n) for n in numbers)  # type: ignore[arg-type]
-        return cls(path, dev, inode, uid, size, opt_safe(data.get("report")))
+        return cls(*identity, opt_safe(data.get("report")))
 
 
 class RememberedJob(Record):
