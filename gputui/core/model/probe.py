@@ -26,7 +26,7 @@ def _ms(value: Any) -> float | None:
 
 
 class ProbeStep(Record):
-    """One step of a GPU's probe and how long it took (``agent.gpu.probe.STEPS``)."""
+    """One step of a GPU's probe and how long it took (``protocol.PROBE_STEPS``)."""
 
     step: str
     ms: float | None = None

@@ -9,7 +9,6 @@ not NVLink. Pure functions of the snapshot.
 from __future__ import annotations
 
 from gputui.agent.protocol import (
-    PROBE_FAILED,
     PROBE_HUNG,
     PROBE_OK,
     PROBE_SKIPPED,
@@ -105,6 +104,3 @@ def probe_line(report: ProbeReport | None) -> str | None:
     for why, indexes in why_skipped.items():
         line += f"; {', '.join(f'GPU{i}' for i in indexes)} not probed: {why}"
     return line
-
-
-PROBE_FAILURES = (PROBE_FAILED, PROBE_HUNG, PROBE_STUCK)
