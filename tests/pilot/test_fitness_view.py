@@ -3,7 +3,7 @@ the Xid history, and a kernel log that could not be read is said."""
 
 from __future__ import annotations
 
-import time
+import threading
 from typing import Any
 
 from textual.widgets import Static
@@ -106,6 +106,9 @@ class StaleFitnessLink(CountingSimLink):
     says nothing is wrong; a forced sample reads it now, and GPU2's row remap is pending by then."""
 
     remap_after_all = True
+    read_gate: threading.Event | None = None
+    """When set, the forced sample waits for it: reading eight GPUs takes a moment, and a test holds that
+    moment open until it has seen what the line says meanwhile."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -136,7 +139,9 @@ class StaleFitnessLink(CountingSimLink):
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         result = super().request(command, timeout_s)
         if command.get("cmd") == "sample":
-            time.sleep(0.3)  # reading eight GPUs takes a moment: the line says what it waits for meanwhile
+            gate = type(self).read_gate
+            if gate is not None:
+                gate.wait(timeout=30.0)
             fresh = HostSnapshot.from_dict(result["snapshot"])
             self.read_at = fresh.time or 0.0
             result = {"snapshot": self._idle(fresh, self.read_at, remap=self.remap_after_all).to_dict()}
@@ -153,23 +158,30 @@ class StaleFitnessFactory(SimFactory):
 async def test_clean_is_never_shown_on_fitness_read_before_the_sample(make_app, clock) -> None:
     """Memory at baseline with the GPUs' fitness read 25 s before: the line says it reads the fitness (the
     app forces a read), and the read finds a pending row remap: NOT READY, never CLEAN in between."""
-    app = make_app(targets=("gpu-node-08",), factory_type=StaleFitnessFactory)
-    seen: list[str] = []
-    async with app.run_test(size=WIDE) as pilot:
-        line = app.query_one(CleanSlateLine)
+    gate = StaleFitnessLink.read_gate = threading.Event()
+    try:
+        app = make_app(targets=("gpu-node-08",), factory_type=StaleFitnessFactory)
+        seen: list[str] = []
+        async with app.run_test(size=WIDE) as pilot:
+            line = app.query_one(CleanSlateLine)
 
-        def said() -> str:
-            text = str(line.render())
-            seen.append(text)
-            return text
+            def said() -> str:
+                text = str(line.render())
+                seen.append(text)
+                return text
 
-        await wait_for(pilot, lambda: "NOT READY" in said(), "NOT READY from the forced read")
-        assert said().startswith("NOT READY: ")
-        assert "GPU2 needs a reset (row remap pending)" in said()
-        link = app.factory.links["gpu-node-08"]
-        assert [c["cmd"] for c in link.commands].count("sample") >= 1
-    assert not any(text.startswith("CLEAN") for text in seen), seen
-    assert any(text.startswith("checking… 8/8 GPUs at baseline · reading the GPUs' fitness") for text in seen)
+            reading = "checking… 8/8 GPUs at baseline · reading the GPUs' fitness"
+            await wait_for(pilot, lambda: said().startswith(reading), "the line saying it reads the fitness")
+            gate.set()
+            await wait_for(pilot, lambda: "NOT READY" in said(), "NOT READY from the forced read")
+            assert said().startswith("NOT READY: ")
+            assert "GPU2 needs a reset (row remap pending)" in said()
+            link = app.factory.links["gpu-node-08"]
+            assert [c["cmd"] for c in link.commands].count("sample") >= 1
+        assert not any(text.startswith("CLEAN") for text in seen), seen
+    finally:
+        gate.set()
+        StaleFitnessLink.read_gate = None
 
 
 async def test_a_fresh_read_that_finds_nothing_turns_the_line_clean(make_app, clock) -> None:
