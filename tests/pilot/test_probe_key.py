@@ -5,7 +5,6 @@ clean check does so once the receipt is said."""
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from gputui.core.model import HostSnapshot, replace
@@ -35,7 +34,6 @@ class SlowProbeLink(CountingSimLink):
 
     def request(self, command: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         if command.get("cmd") == "probe":
-            time.sleep(0.3)
             SlowProbeLink.gate.wait(30.0)
             # The simulator answers from its own job, which this link hides: its GPUs are idle here.
             self.commands.append(dict(command))  # what the app sent
@@ -61,8 +59,14 @@ async def test_p_probes_the_shown_host_and_the_gpus_fact_says_what_it_proved(mak
     async with app.run_test(size=WIDE) as pilot:
         line = app.query_one(CleanSlateLine)
         await wait_for(pilot, lambda: str(line.render()).startswith("CLEAN"), "the healthy host clean")
-        await pilot.press("P")
-        await wait_for(pilot, lambda: str(line.render()).startswith("probing… 8 GPUs"), "the probe under way")
+        SlowProbeLink.gate.clear()
+        try:
+            await pilot.press("P")
+            await wait_for(
+                pilot, lambda: str(line.render()).startswith("probing… 8 GPUs"), "the probe under way"
+            )
+        finally:
+            SlowProbeLink.gate.set()
         await wait_for(pilot, lambda: "took work" in str(line.render()), "what the probe proved")
         said = str(line.render())
         assert said.startswith("CLEAN: 8/8 GPUs at baseline (3 MiB + 2) ✓")
