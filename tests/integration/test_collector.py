@@ -319,6 +319,50 @@ def test_in_a_child_pid_namespace_an_unrelated_local_pid_is_not_the_holder(fake_
     assert procs_by_pid(snapshot)[1]["gpu_memory_mib"] == {"0": 4096}
 
 
+# Inside the new namespaces: /dev is a tmpfs of its own (so a file named /dev/nvidia1 can be held without a
+# device node), and a process of the container holds it under a pid number the driver also reports.
+CONTAINER_WITH_A_HOLDER = r"""
+set -e
+mount -t tmpfs tmpfs /dev
+: > /dev/null
+: > /dev/nvidia1
+sh -c 'exec 3</dev/nvidia1; echo $$ > "$HOLDER_PID_FILE.tmp"; mv "$HOLDER_PID_FILE.tmp" "$HOLDER_PID_FILE"; exec sleep 600' &
+exec "$@"
+"""
+
+
+def test_in_a_pid_namespace_a_container_process_holding_a_gpu_node_is_not_the_drivers_pid(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """The driver's pids are the host's: a container process that shares the number and holds
+    /dev/nvidia1 is not the process the driver lists on GPU0, is never shown holding its memory, and no
+    kill plan names it (RELIABILITY 54)."""
+    unshare = shutil.which("unshare")
+    assert unshare is not None, "util-linux unshare is needed to make a PID namespace"
+    pid_file = tmp_path / "holder.pid"
+    env = dict(fake_nvml.env(), HOLDER_PID_FILE=str(pid_file))
+    prefix = [unshare, "--user", "--map-root-user", "--pid", "--fork", "--mount", "--mount-proc"]
+    prefix += ["sh", "-c", CONTAINER_WITH_A_HOLDER, "container"]
+    with agent_process(env=env, prefix=prefix) as agent:
+        assert agent.hello["pid_namespace"] == "child"
+        deadline = time.monotonic() + 30
+        while not pid_file.exists():
+            assert time.monotonic() < deadline, "the container's holder did not start"
+            time.sleep(0.05)
+        inner = int(pid_file.read_text())
+        fake_nvml.state.add_holder(0, inner, 30000)
+        fake_nvml.write()
+        snapshot = agent.sample()
+        listed = procs_by_pid(snapshot)
+        holder = listed.get(inner)
+        assert holder is None or holder["gpu_memory_mib"] == {}, holder
+        assert gpus_by_index(snapshot)[0]["processes"] == [
+            {"pid": inner, "used_mib": 30000, "type": "compute", "visible": False}
+        ]
+        judged = HostSnapshot.from_dict(snapshot)
+        assert all(p.gpu_memory_mib == {} for p in judged.processes)
+
+
 def test_unaccounted_memory_triggers_the_device_holder_scan(fake_nvml: FakeNvml) -> None:
     with agent_process(env=fake_nvml.env()) as agent:
         assert agent.sample()["device_holders"] is None

@@ -12,7 +12,6 @@ from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
     ProcStat,
     children_file_supported,
-    nvidia_nodes_open,
     read_boot_time,
     read_cmdline,
     scan_device_holders,
@@ -290,13 +289,14 @@ class ProcessSampler:
     def _is_local_gpu_pid(self, pid: int, table: dict[int, ProcStat]) -> bool:
         """Whether the driver's ``pid`` is the local process with that number.
 
-        On the host it is whenever it exists. In a child PID namespace the driver may report pids of another
-        namespace, so a local process only counts as that GPU process if it has a /dev/nvidia* node open:
-        an unrelated process that happens to have the same number is never shown (or offered) as a holder.
+        On the host it is whenever it exists. The driver knows no PID namespace: its pids are the host's. In a
+        child namespace a local process with the same number is another process, even one that holds a
+        /dev/nvidia* node (of another GPU, or of this one through another context), and the host's number
+        cannot be found here either: a container's own /proc lists each process's ``NSpid`` from the
+        container's level down, never the host's. So there no driver pid is a local process: each is "not
+        visible here", never shown, offered or signalled by its number.
         """
-        if pid <= 0 or pid not in table:
-            return False
-        return not self.child_pid_namespace or bool(nvidia_nodes_open(pid))
+        return pid > 0 and pid in table and not self.child_pid_namespace
 
     def launcher_cmdlines(self) -> list[dict[str, Any]]:
         """``{"pid", "cmdline"}`` of the processes whose name says they may be inference-server launchers,
