@@ -138,13 +138,44 @@ def is_gputui_command(cmdline: list[str]) -> bool:
     return False
 
 
+GPU_STACK_SERVICES = {
+    "nv-fabricmanager": "the NVSwitch fabric manager",
+    "nv-hostengine": "the DCGM host engine",
+    "nvidia-persistenced": "the persistence daemon",
+    "nvidia-device-plugin": "the Kubernetes device plugin",
+    "dcgm-exporter": "DCGM's Prometheus exporter",
+    "nvidia-imex": "the IMEX daemon",
+}
+"""The GPU stack's own services by their binaries' names, and what each is. The GPU operator runs them in
+pods, a site may run them in containers or by hand: wherever they run they keep the node's GPUs working, so
+they are never a kill target, and a reset plan names them as what they are."""
+_COMM_BYTES = 15
+"""The kernel keeps a process name (comm) in 16 bytes: ``nv-fabricmanager`` is ``nv-fabricmanage`` there."""
+
+
+def gpu_stack_service(cmdline: list[str] | None, name: str | None = None) -> str | None:
+    """The GPU-stack service a process is (a ``GPU_STACK_SERVICES`` key), by its first argument's file name
+    or, when its command line is unreadable, by its process name; None for any other process."""
+    if cmdline:
+        first = cmdline[0].rsplit("/", 1)[-1]
+        return first if first in GPU_STACK_SERVICES else None
+    if name:
+        for binary in GPU_STACK_SERVICES:
+            if name == binary[:_COMM_BYTES]:
+                return binary
+    return None
+
+
 HOLDER_SERVICE = "service"
 """A process of a systemd service unit: stopped by a ``systemctl stop`` step, never signalled."""
+HOLDER_GPU_SERVICE = "gpu_service"
+"""A GPU-stack service (``GPU_STACK_SERVICES``) outside a systemd unit, in a pod or a container: never
+signalled; it blocks the reset until it is stopped where it runs."""
 HOLDER_PROCESS = "process"
 """Any other process: it blocks the reset until the user kills it (``gputui kill``)."""
 HOLDER_STUCK = "stuck"
 """A holder in uninterruptible sleep or a defunct leader with live threads: it may never let go."""
-HOLDER_KINDS = (HOLDER_OWN, HOLDER_GPUTUI, HOLDER_SERVICE, HOLDER_PROCESS, HOLDER_STUCK)
+HOLDER_KINDS = (HOLDER_OWN, HOLDER_GPUTUI, HOLDER_SERVICE, HOLDER_GPU_SERVICE, HOLDER_PROCESS, HOLDER_STUCK)
 STEP_STOP_SERVICE = "stop_service"
 STEP_PERSISTENCE_OFF = "persistence_off"
 STEP_RESET = "reset"
@@ -275,6 +306,11 @@ UNREACHABLE_STATES = (UNREACHABLE_LOST, UNREACHABLE_RESET_REQUIRED, UNREACHABLE_
 GPU_TIMEOUTS_IN_ROW = "timeouts_in_row"
 """The key of a GPU dict that counts the samples in a row whose NVML calls on it timed out (absent at 0):
 every GPU of a host timing out sample after sample is a wedged driver, not a slow one."""
+
+GPU_MEMORY_UNREPORTED = "memory_unreported"
+"""The key of a GPU dict (true) whose driver does not report its memory: a unified-memory GPU (GB10) answers
+NVML's memory info with NOT_SUPPORTED and prints ``[N/A]`` in nvidia-smi; its memory figures are null and it
+is judged by its processes. Absent where the memory is reported."""
 
 FITNESS_INTERVAL_KEY = "fitness_interval_s"
 """The ``configure`` key that sets how often the GPUs' fitness is read (``FitnessMonitor.interval_s``): the

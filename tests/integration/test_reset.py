@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.integration._procs import agent_process, script
-from tests.integration.reset_host import ResetHost, holder_code, make_reset_host, uuid_of
+from tests.integration.reset_host import REPO, ResetHost, holder_code, make_reset_host, uuid_of
 from tests.interpreters import python38
 
 NOBODY = 65534
@@ -289,3 +294,61 @@ def test_a_simulated_host_cannot_plan_a_reset(host: ResetHost) -> None:
         "gputui: gpu-node-07: the collector there cannot plan GPU resets "
         "(a simulated host, or an older collector)"
     )
+
+
+@contextlib.contextmanager
+def gpu_stack_service(binary: str, device: str) -> Iterator[int]:
+    """A real process whose first argument is a GPU-stack service's binary, holding ``device`` open, outside
+    any systemd unit (as the GPU operator's pods run them)."""
+    proc = subprocess.Popen(
+        ["bash", "-c", f'exec 3<"$1"; exec -a "/usr/bin/{binary}" sleep 600', "bash", device],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{proc.pid}/cmdline").read_bytes().startswith(f"/usr/bin/{binary}".encode()):
+            assert time.monotonic() < deadline, "the service stand-in did not start"
+            time.sleep(0.02)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_a_gpu_stack_service_in_a_container_is_named_and_never_offered_to_kill(host: ResetHost) -> None:
+    """RELIABILITY 55: the DCGM host engine, run as the GPU operator runs it, blocks the reset as a service
+    to stop where it runs, and neither the plan nor ``gputui kill`` signals it."""
+    with gpu_stack_service("nv-hostengine", host.prefix + "0") as pid:
+        status, plan = host.plan_json("local", "0")
+        done = host.run("local", "0")
+        host.state.add_holder(0, pid, 300)  # DCGM's profiling module holds a context on the GPU
+        host.write()
+        kill = subprocess.run(
+            [sys.executable, "-m", "gputui.cli", "kill", "local", str(pid), "--yes"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=host.env,
+        )
+        kill_all = subprocess.run(
+            [sys.executable, "-m", "gputui.cli", "kill", "local", "--all-gpu", "--yes"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=host.env,
+        )
+        assert Path(f"/proc/{pid}").exists()
+    assert status == 1
+    held = [b for b in plan["blockers"] if b["code"] == "holder" and b["holder"]["pid"] == pid]
+    assert held[0]["holder"]["kind"] == "gpu_service"
+    assert held[0]["holder"]["service"] == "nv-hostengine"
+    assert held[0]["effect"] == "blocked"
+    line = next(line for line in done.stdout.splitlines() if f" {pid} " in f" {line} ")
+    assert "nv-hostengine, the DCGM host engine, outside a systemd unit" in line
+    assert "gputui kill" not in line
+    assert kill.returncode != 0
+    refusal = f"pid {pid} is nv-hostengine, the DCGM host engine: a GPU-stack service is never signalled"
+    assert refusal in kill.stdout + kill.stderr
+    assert refusal in kill_all.stdout + kill_all.stderr

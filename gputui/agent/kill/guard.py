@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 
 from gputui.agent.proc.owners import OwnerReader, same_owner
-from gputui.agent.proc.procfs import ProcStat
+from gputui.agent.proc.procfs import ProcStat, read_cmdline
 from gputui.agent.proc.proctree import ancestors_of, deepest_first, table_relations, walk
+from gputui.agent.protocol import GPU_STACK_SERVICES, gpu_stack_service
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,4 +64,7 @@ class KillGuard:
             return "this is the gputui agent itself"
         if pid in self.protected:
             return "this is an ancestor of the gputui agent (its session or terminal)"
+        service = gpu_stack_service(read_cmdline(pid), stat.name)
+        if service is not None:
+            return f"this is {service}, {GPU_STACK_SERVICES[service]}: a GPU-stack service is never signalled"
         return None

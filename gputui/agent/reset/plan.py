@@ -31,6 +31,7 @@ from gputui.agent.protocol import (
     BLOCK_PERSISTENCE,
     BLOCK_READ_ONLY,
     BLOCK_UNREADABLE,
+    HOLDER_GPU_SERVICE,
     HOLDER_GPUTUI,
     HOLDER_OWN,
     HOLDER_PROCESS,
@@ -45,6 +46,7 @@ from gputui.agent.protocol import (
     STEP_RESET,
     STEP_START_SERVICE,
     STEP_STOP_SERVICE,
+    gpu_stack_service,
     is_gputui_command,
 )
 from gputui.agent.wire import wire_cmdline, wire_text
@@ -129,13 +131,17 @@ def _user_name(uid: int | None) -> str | None:
         return str(uid)
 
 
-def _kind(pid: int, own_pid: int, state: str, cmdline: list[str], unit: str | None) -> str:
+def _kind(
+    pid: int, own_pid: int, state: str, cmdline: list[str], unit: str | None, service: str | None
+) -> str:
     if pid == own_pid:
         return HOLDER_OWN
     if state == "D" or state == "Z":  # a holder that is a zombie still has threads inside the driver
         return HOLDER_STUCK
     if unit is not None:
         return HOLDER_SERVICE
+    if service is not None:
+        return HOLDER_GPU_SERVICE
     if is_gputui_command(cmdline):
         return HOLDER_GPUTUI
     return HOLDER_PROCESS
@@ -169,6 +175,7 @@ def scan_holders(prefix: str, own_pid: int) -> tuple[list[dict[str, Any]], int]:
             continue
         argv = read_cmdline(pid) or []
         unit = _unit_of(read_cgroup(pid))
+        service = gpu_stack_service(argv, stat.name)
         cmdline, _cut, _bytes = wire_cmdline(argv, HOLDER_CMDLINE_BYTES)
         uid = read_real_uid(pid)
         holders.append(
@@ -182,7 +189,8 @@ def scan_holders(prefix: str, own_pid: int) -> tuple[list[dict[str, Any]], int]:
                 "cmdline": cmdline,
                 "devices": sorted(nodes),
                 "unit": unit,
-                "kind": _kind(pid, own_pid, stat.state, argv, unit),
+                "service": service,
+                "kind": _kind(pid, own_pid, stat.state, argv, unit, service),
             }
         )
     holders.sort(key=lambda h: h["pid"])

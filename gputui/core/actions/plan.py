@@ -15,7 +15,14 @@ from gputui.agent.kill import messages as kill_messages
 from gputui.agent.proc.proctree import deepest_first, related_map, walk
 from gputui.agent.servers.discovery import port_option
 from gputui.core.actions.owner_scope import OwnerScopeError, choose_roots, crosses
-from gputui.core.jobs import gpu_memory_by_pid, graphics_only_pids, kill_all_roots, tree_parent
+from gputui.core.jobs import (
+    gpu_memory_by_pid,
+    graphics_only_pids,
+    kill_all_roots,
+    service_note,
+    service_of,
+    tree_parent,
+)
 from gputui.core.model import STATE_ZOMBIE, HostSnapshot, Owner, Proc, Record
 from gputui.core.text import fit
 
@@ -165,12 +172,15 @@ def _target_for(
     )
 
 
-def _refuse_early(pid: int, snapshot: HostSnapshot) -> None:
+def _refuse_early(pid: int, snapshot: HostSnapshot, table: dict[int, Proc]) -> None:
     if pid in PROTECTED_PIDS:
         what = "init" if pid == 1 else "not a process"
         raise PlanError(f"pid {pid} is {what}: it is never signalled")
     if snapshot.agent_pid is not None and pid == snapshot.agent_pid:
         raise PlanError(f"pid {pid} is the gputui agent itself: it is never signalled")
+    service = service_of(table.get(pid))
+    if service is not None:
+        raise PlanError(service_note(pid, service))
 
 
 def plan_kill(
@@ -221,9 +231,9 @@ def plan_kill(
         if delay is not None and not delay > 0:
             raise PlanError("escalation delay must be a positive number of seconds")
     requested = list(dict.fromkeys(int(p) for p in pids))
-    for pid in requested:
-        _refuse_early(pid, snapshot)
     table = {p.pid: p for p in snapshot.processes}
+    for pid in requested:
+        _refuse_early(pid, snapshot, table)
     held = gpu_memory_by_pid(snapshot)
     graphics = graphics_only_pids(snapshot)
     notes: list[str] = []
@@ -268,7 +278,7 @@ def plan_kill(
             zombies.append(ZombieNote(pid, parent.pid, asked=True))
             notes.append(zombies[-1].text)
             proc = parent
-            _refuse_early(proc.pid, snapshot)
+            _refuse_early(proc.pid, snapshot, table)
         if all(r.pid != proc.pid for r in roots):
             roots.append(proc)
     if not roots:
@@ -294,6 +304,10 @@ def plan_kill(
                 if not inside(pid):
                     label = member.owner.label if member.owner is not None else "?"
                     notes.append(f"pid {pid} belongs to another owner ({fit(label, 80)}): not signalled")
+                    continue
+                service = service_of(member)
+                if service is not None:
+                    notes.append(service_note(pid, service))
                     continue
                 if member.state == STATE_ZOMBIE and not member.is_defunct_leader:
                     if member.ppid is not None:

@@ -23,6 +23,8 @@ from gputui.agent.protocol import (
     BLOCK_PERSISTENCE,
     BLOCK_READ_ONLY,
     BLOCK_UNREADABLE,
+    GPU_STACK_SERVICES,
+    HOLDER_GPU_SERVICE,
     HOLDER_GPUTUI,
     HOLDER_OWN,
     HOLDER_PROCESS,
@@ -63,6 +65,8 @@ HOLDER_WORDS = {
     HOLDER_OWN: "gputui's own collector (this one): it steps aside before the reset",
     HOLDER_GPUTUI: "gputui (a TUI's collector, its NVML event set, or an exporter): quit it first",
     HOLDER_SERVICE: "service {unit}: stopped by the plan, started again after",
+    HOLDER_GPU_SERVICE: "{service}, {what}, outside a systemd unit (a pod or a container): never signalled; "
+    "stop it where it runs first",
     HOLDER_PROCESS: "kill it first (gputui kill {target} {pid})",
     HOLDER_STUCK: "stuck in the driver (state {state}): it may never let go",
 }
@@ -154,7 +158,12 @@ def holder_line(target: str, holder: dict[str, Any], effect: str = "step") -> st
     words = HOLDER_WORDS.get(kind, "?")
     if kind == HOLDER_SERVICE and effect != "step":
         words = BLOCKER_WORDS[BLOCK_NO_SYSTEMCTL]
+    service = holder.get("service")
+    if service not in GPU_STACK_SERVICES:  # a collector's word, checked against the one list
+        service = None
     why = words.format(
+        service=service or "a GPU-stack service",
+        what=GPU_STACK_SERVICES.get(service or "", "of the GPU stack"),
         unit=fit(str(holder.get("unit") or "?"), 80),
         target=fit(target, 60) if " " not in target else shlex.quote(target),
         pid=holder.get("pid"),

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
         kill_all_roots,
         proc_label,
         proc_table,
+        service_note,
+        service_of,
         shown,
         tree_parent,
     )
@@ -51,6 +53,8 @@ __all__ = [
     "proc_table",
     "profiled_jobs",
     "profiler_of_pid",
+    "service_note",
+    "service_of",
     "shown",
     "tree_parent",
 ]
@@ -75,6 +79,8 @@ _HOMES = {
     "ProfiledJob": "profiled",
     "profiled_jobs": "profiled",
     "profiler_of_pid": "profiled",
+    "service_note": "forest",
+    "service_of": "forest",
     "shown": "forest",
     "tree_parent": "forest",
 }

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from gputui.agent.proc.proctree import JobFacts, job_parent, job_root, related_map, walk
 from gputui.agent.proc.proctree import is_session_boundary as agent_is_session_boundary
+from gputui.agent.protocol import GPU_STACK_SERVICES, gpu_stack_service
 from gputui.core.model import HostSnapshot, Proc, Record, field, replace
 from gputui.core.text import age_text as age_text  # re-exported: the analysis words ages with it
 from gputui.core.text import fit
@@ -248,6 +249,19 @@ def _root_off_line(pid: int, root: int, table: dict[int, Proc], line: set[int]) 
     return current
 
 
+def service_of(proc: Proc | None) -> str | None:
+    """The GPU-stack service ``proc`` is (``protocol.GPU_STACK_SERVICES``), or None."""
+    return None if proc is None else gpu_stack_service(list(proc.cmdline), proc.name)
+
+
+def service_note(pid: int, service: str) -> str:
+    """Why a GPU-stack service is never signalled, in one line."""
+    return (
+        f"pid {pid} is {service}, {GPU_STACK_SERVICES[service]}: a GPU-stack service is never signalled; "
+        "stop it where it runs"
+    )
+
+
 def kill_all_roots(snapshot: HostSnapshot, include_graphics: bool = False) -> tuple[list[int], list[str]]:
     """The roots of what killing every GPU process tree takes, and human notes on what it leaves out.
 
@@ -266,6 +280,10 @@ def kill_all_roots(snapshot: HostSnapshot, include_graphics: bool = False) -> tu
     for pid in gpu_pids(table):
         if pid in graphics and not include_graphics:
             left_out.append(pid)
+            continue
+        service = service_of(table.get(pid))
+        if service is not None:
+            notes.append(service_note(pid, service))
             continue
         root = _root_off_line(pid, tree_root(pid, table), table, line)
         if root in (0, 1):
