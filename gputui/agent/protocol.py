@@ -9,6 +9,8 @@ same shape, whichever side builds it.
 
 from __future__ import annotations
 
+import re
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
@@ -181,6 +183,8 @@ STEP_PERSISTENCE_OFF = "persistence_off"
 STEP_RESET = "reset"
 STEP_PERSISTENCE_ON = "persistence_on"
 STEP_START_SERVICE = "start_service"
+UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.@-]{0,200}\.service")
+"""A systemd service unit's name as a reset plan may stop and start it."""
 RESET_STEP_KINDS = (
     STEP_STOP_SERVICE,
     STEP_PERSISTENCE_OFF,

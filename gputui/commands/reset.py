@@ -101,7 +101,7 @@ def run_reset(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         try:
             link.open()
             answer = link.request({"cmd": RESET_PLAN_COMMAND, "gpus": gpus}, PLAN_TIMEOUT_S)
-            plan = ResetPlan.from_dict(target, answer.get("plan"))
+            plan = ResetPlan.from_dict(target, answer.get("plan"), gpus)
         except (LinkError, PlanShapeError) as exc:
             print(link_error_line(target, unknown_command_said(exc)), file=err)
             return EXIT_CANNOT_TELL
@@ -187,7 +187,7 @@ def _execute(
     after = result.get("after")
     if isinstance(after, dict):
         try:
-            left = ResetPlan.from_dict(target, after)
+            left = ResetPlan.from_dict(target, after, gpus)
         except PlanShapeError:
             left = None
         for blocker in left.blockers if left is not None else ():

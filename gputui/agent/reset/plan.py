@@ -46,6 +46,7 @@ from gputui.agent.protocol import (
     STEP_RESET,
     STEP_START_SERVICE,
     STEP_STOP_SERVICE,
+    UNIT_NAME,
     gpu_stack_service,
     is_gputui_command,
 )
@@ -68,7 +69,6 @@ RESET_TIMEOUT_S = 120.0
 HOLDER_CMDLINE_BYTES = 2048
 MAPS_MAX_BYTES = 8 << 20
 """The most of one process's /proc/<pid>/maps read for mapped device nodes."""
-UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9:_.@-]{0,200}\.service")
 _SERVICE_CGROUP = re.compile(r"/system\.slice/(?:[^/]+\.slice/)*([^/]+\.service)(?:/.*)?$")
 SERVICE_ORDER = (
     "dcgm-exporter",

@@ -39,6 +39,12 @@ from gputui.agent.protocol import (
     RESULT_UNKNOWN,
     STAGE_INTENT,
     STEP_OK,
+    STEP_PERSISTENCE_OFF,
+    STEP_PERSISTENCE_ON,
+    STEP_RESET,
+    STEP_START_SERVICE,
+    STEP_STOP_SERVICE,
+    UNIT_NAME,
 )
 from gputui.core.model import Record
 from gputui.core.text import fit, visible, visible_tree
@@ -94,6 +100,57 @@ class PlanShapeError(ValueError):
     """The collector's answer is not a reset plan."""
 
 
+NOT_OUR_PLAN = "the collector answered with a reset plan gputui never makes (not gputui's collector?)"
+_STEP_TOOLS = {
+    STEP_STOP_SERVICE: "systemctl",
+    STEP_START_SERVICE: "systemctl",
+    STEP_PERSISTENCE_OFF: "nvidia-smi",
+    STEP_PERSISTENCE_ON: "nvidia-smi",
+    STEP_RESET: "nvidia-smi",
+}
+"""The tool each kind of step runs: the collector's plan (``agent.reset.plan``) has no other."""
+
+
+def _step_fits(step: dict[str, Any], uuids: set[str], units: set[str]) -> bool:
+    """Whether a step is one of the five that gputui plans, for a GPU of the plan or a unit it names."""
+    kind = step.get("kind")
+    argv = step["argv"]
+    tool = _STEP_TOOLS.get(str(kind))
+    if tool is None or not argv or (not argv[0].startswith("/") and argv[0] != tool):
+        return False
+    if argv[0].rsplit("/", 1)[-1] != tool:
+        return False
+    words = argv[1:]
+    if kind in (STEP_STOP_SERVICE, STEP_START_SERVICE):
+        verb = "stop" if kind == STEP_STOP_SERVICE else "start"
+        return (
+            len(words) == 2 and words[0] == verb and words[1] in units and bool(UNIT_NAME.fullmatch(words[1]))
+        )
+    if kind in (STEP_PERSISTENCE_OFF, STEP_PERSISTENCE_ON):
+        mode = "0" if kind == STEP_PERSISTENCE_OFF else "1"
+        return words[:3] == ["-pm", mode, "-i"] and len(words) == 4 and words[3] in uuids
+    return words == ["-r"] or (len(words) == 3 and words[:2] == ["-r", "-i"] and words[2] in uuids)
+
+
+def check_steps(plan: ResetPlan, asked: list[str] | None) -> None:
+    """Refuse a plan whose steps gputui's collector never plans (another tool, other words, a GPU outside
+    the plan, a unit no holder runs in) or whose GPUs are not those asked for. Raises PlanShapeError."""
+    uuids = {str(g.get("uuid")) for g in plan.gpus if g.get("uuid")}
+    units = {str(h.get("unit")) for h in plan.holders if h.get("kind") == HOLDER_SERVICE and h.get("unit")}
+    for step in plan.steps:
+        if not _step_fits(step, uuids, units):
+            raise PlanShapeError(f"{plan.target}: {NOT_OUR_PLAN}: {fit(step_line(step), 120)}")
+    if asked is None:
+        return
+    words = set(asked)
+    for gpu in plan.gpus:
+        if str(gpu.get("index")) not in words and str(gpu.get("uuid")) not in words:
+            raise PlanShapeError(
+                f"{plan.target}: {NOT_OUR_PLAN}: it resets GPU {fit(str(gpu.get('index')), 8)}, "
+                "which was not asked"
+            )
+
+
 class ResetPlan(Record):
     """One host's reset plan (``agent.reset.build_plan``'s dict, checked).
 
@@ -115,11 +172,14 @@ class ResetPlan(Record):
     raw: dict[str, Any]
 
     @classmethod
-    def from_dict(cls, target: str, data: Any) -> ResetPlan:
+    def from_dict(cls, target: str, data: Any, asked: list[str] | None = None) -> ResetPlan:
+        """The plan as read, checked: every step one that gputui plans (``check_steps``), and the GPUs it
+        resets those ``asked`` (indexes or UUIDs; None: every GPU). Raises PlanShapeError with one line."""
         if not isinstance(data, dict) or data.get("verdict") not in RESET_VERDICTS:
             raise PlanShapeError(f"{target}: the collector answered without a reset plan")
-        raw, data = data, visible_tree(data)
+        raw = data
         try:
+            data = visible_tree(data)
             gpus = tuple(g for g in data["gpus"] if isinstance(g, dict))
             blockers = tuple(b for b in data["blockers"] if isinstance(b, dict) and "code" in b)
             steps = tuple(
@@ -132,7 +192,13 @@ class ResetPlan(Record):
             notes = tuple(str(n) for n in data.get("notes") or ())  # visible already
         except (KeyError, TypeError) as exc:
             raise PlanShapeError(f"{target}: malformed reset plan from the collector ({exc})") from None
-        return cls(target, data["verdict"], gpus, blockers, steps, notes, raw)
+        except RecursionError:  # nested deeper than any plan gputui makes
+            raise PlanShapeError(f"{target}: {NOT_OUR_PLAN}: nested too deep") from None
+        if len(steps) != len(data["steps"]):
+            raise PlanShapeError(f"{target}: {NOT_OUR_PLAN}: a step that is not a command line")
+        plan = cls(target, data["verdict"], gpus, blockers, steps, notes, raw)
+        check_steps(plan, asked)
+        return plan
 
     @property
     def exit_status(self) -> int:

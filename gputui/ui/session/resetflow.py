@@ -43,7 +43,7 @@ def request_reset(session: Session, host: HostState, gpu_index: int) -> None:
     def plan_it() -> None:
         try:
             answer = link.request({"cmd": RESET_PLAN_COMMAND, "gpus": [str(gpu_index)]}, REQUEST_TIMEOUT_S)
-            plan = ResetPlan.from_dict(target, answer.get("plan"))
+            plan = ResetPlan.from_dict(target, answer.get("plan"), [str(gpu_index)])
         except (LinkError, PlanShapeError) as exc:
             said = unknown_command_said(exc)
             session.from_thread(session.say, visible(str(said), 300), severity="error", title="reset")
