@@ -33,6 +33,8 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _GROUP_OTHER_WRITE = stat.S_IWGRP | stat.S_IWOTH
+_PRIVATE_DENIED = stat.S_IRWXO | stat.S_IWGRP
+"""A private key may be read by its owner and a group kept for keys (Debian's ``ssl-cert``), never others."""
 
 _KINDS = (
     (stat.S_ISLNK, "a symbolic link (not followed)"),
@@ -149,11 +151,24 @@ def open_folder(folder: PathText, create: bool = False) -> int:
     return fd
 
 
-def _checked_file(fd: int, before: os.stat_result, path: str, max_bytes: int | None) -> None:
+def _private_problem(info: os.stat_result) -> str | None:
+    if info.st_mode & _PRIVATE_DENIED:
+        return (
+            f"a private key that others may read (mode {stat.S_IMODE(info.st_mode):04o}; "
+            "chmod 600, or 640 for a key group)"
+        )
+    return None
+
+
+def _checked_file(
+    fd: int, before: os.stat_result, path: str, max_bytes: int | None, private: bool = False
+) -> None:
     info = os.fstat(fd)
     if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino):
         raise UnsafeFile(f"{path}: replaced while it was opened")
     problem = _kind_problem(info.st_mode) or _owner_problem(info) or _mode_problem(info)
+    if problem is None and private:
+        problem = _private_problem(info)
     if problem is None and max_bytes is not None and info.st_size > max_bytes:
         problem = f"larger than {_size_text(max_bytes)}"
     if problem is not None:
@@ -173,14 +188,17 @@ def _lstat_in(folder_fd: int, name: str, path: str) -> os.stat_result:
     return info
 
 
-def read_bytes(path: PathText, max_bytes: int, follow_links: bool = False) -> bytes | None:
+def read_bytes(
+    path: PathText, max_bytes: int, follow_links: bool = False, private: bool = False
+) -> bytes | None:
     """The bytes of ``path``, None when it (or its folder) does not exist.
 
     Args:
         path: The file.
         max_bytes: Its size cap.
-        follow_links: Resolve links in ``path`` first (a config file kept in a dotfiles repository), then
-            check the file and folders it leads to as any other.
+        follow_links: Resolve links in ``path`` first (a config file kept in a dotfiles repository, a
+            Kubernetes secret's ``..data`` link), then check the file and folders it leads to as any other.
+        private: The file is a private key: others may not read it either.
 
     Raises:
         UnsafeFile: The file or its folder fails a check, is over ``max_bytes``, or cannot be read.
@@ -195,7 +213,7 @@ def read_bytes(path: PathText, max_bytes: int, follow_links: bool = False) -> by
         before = _lstat_in(folder_fd, name, path)
         fd = os.open(name, os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, dir_fd=folder_fd)
         try:
-            _checked_file(fd, before, path, max_bytes)
+            _checked_file(fd, before, path, max_bytes, private)
             data = read_at_most(fd, max_bytes + 1)
             if len(data) > max_bytes:
                 raise UnsafeFile(f"{path}: larger than {_size_text(max_bytes)}")

@@ -321,7 +321,7 @@ def _tls(args: argparse.Namespace) -> dict[str, Any]:
         raise ListenError("--client-cafile needs --certfile and --keyfile")
     if not certfile:
         return {}
-    from gputui.agent.safefile import UnsafeFile, read_plain
+    from gputui.agent.safefile import UnsafeFile, read_bytes
 
     for option, path in (
         ("--certfile", certfile),
@@ -330,8 +330,11 @@ def _tls(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if not path:
             continue
-        try:  # the TLS library would block for ever opening a FIFO, and say nothing
-            found = read_plain(path, TLS_FILE_MAX_BYTES)
+        # Checked as gputui's own state files are (the TLS library would block for ever opening a FIFO, and
+        # take a key anyone may read or replace), the key kept from others' eyes too. Links are followed to
+        # the file they name and that file is checked: a Kubernetes secret is mounted through links.
+        try:
+            found = read_bytes(path, TLS_FILE_MAX_BYTES, follow_links=True, private=option == "--keyfile")
         except UnsafeFile as exc:
             raise ListenError(f"{option}: {exc}") from None
         if found is None:

@@ -133,7 +133,7 @@ def test_the_fleet_shows_the_exported_findings_and_check_follows_the_kill(
             (defunct,) = kinds["defunct_leader"]
             assert defunct.pid == leader
             assert f"holding {HELD_MIB} MiB on GPU0" in defunct.detail
-            assert "thread live on" in defunct.detail
+            assert "thread lives on" in defunct.detail or "threads live on" in defunct.detail
             (true_zombie,) = kinds["zombie"]
             assert true_zombie.pid == zombie
             assert f"its parent {leader} (" in true_zombie.detail
@@ -463,3 +463,93 @@ def test_silent_connections_neither_hold_threads_for_ever_nor_block_a_scrape(
     finally:
         for connection in silent:
             connection.close()
+
+
+def _key_pair(folder: Path) -> tuple[Path, Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+        + ["-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    key.chmod(0o600)
+    return cert, key
+
+
+def _plant(case: str, tmp_path: Path) -> tuple[Path, Path, str]:
+    """A certificate and key with one thing wrong, and what the refusal says."""
+    if case == "key readable by others":
+        cert, key = _key_pair(tmp_path / "tls")
+        key.chmod(0o644)
+        return cert, key, "a private key that others may read (mode 0644"
+    if case == "key of another user":
+        cert, key = _key_pair(tmp_path / "tls")
+        os.chown(key, 65534, 65534)
+        return cert, key, "owned by uid 65534"
+    cert, real = _key_pair(tmp_path / "tls")
+    _cert, key = _key_pair(tmp_path / "open")
+    (tmp_path / "open").chmod(0o777)
+    said = f"folder {tmp_path / 'open'}: writable by group or others (mode 0777)"
+    if case == "key in a folder anyone may write":
+        return cert, key, said
+    # A link to a key that lives in a folder anyone may write: the file it leads to is what is checked.
+    link = tmp_path / "tls" / "link.pem"
+    link.symlink_to(key)
+    return cert, link, said
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "key readable by others",
+        "key of another user",
+        "key in a folder anyone may write",
+        "link to a key in a folder anyone may write",
+    ],
+)
+def test_a_tls_key_is_checked_like_a_state_file(env: dict[str, str], tmp_path: Path, case: str) -> None:
+    """RELIABILITY 56: a key others may read or replace is refused in one line, before anything listens."""
+    cert, key, said = _plant(case, tmp_path)
+    port = free_port()
+    done = _gputui(
+        env,
+        "exporter",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--certfile",
+        str(cert),
+        "--keyfile",
+        str(key),
+        timeout_s=30,
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "--keyfile: " in line
+    assert said in line, line
+
+
+def test_a_tls_key_behind_a_link_as_kubernetes_mounts_secrets_is_served(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A secret volume: ``tls.key -> ..data/key.pem``, ``..data -> ..2026_12_01``, files 0600."""
+    cert, key = _key_pair(tmp_path / "secret" / "..2026_12_01")
+    (tmp_path / "secret" / "..data").symlink_to("..2026_12_01")
+    (tmp_path / "secret" / "tls.key").symlink_to("..data/key.pem")
+    (tmp_path / "secret" / "tls.crt").symlink_to("..data/cert.pem")
+    served = ExporterProcess(
+        env,
+        tmp_path / "tls.log",
+        "--certfile",
+        str(tmp_path / "secret" / "tls.crt"),
+        "--keyfile",
+        str(tmp_path / "secret" / "tls.key"),
+    )
+    served.scrape = lambda timeout_s=5.0: _tls_get(served, cert, timeout_s)  # type: ignore[method-assign]
+    try:
+        served.start()
+    finally:
+        assert served.stop() == 0
+    assert "serving https://127.0.0.1:" in served.log()
