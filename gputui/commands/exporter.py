@@ -37,9 +37,9 @@ from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
 from gputui.core.model import replace
 from gputui.core.servers import ServerWatch
-from gputui.core.store import StateError, atomic_write_text
+from gputui.core.store import Config, StateError, atomic_write_text
 from gputui.core.text import fit, visible
-from gputui.core.verdict import Baselines, analyze
+from gputui.core.verdict import Baselines, judge
 from gputui.transports.local import LOCAL_TARGET
 
 TYPE_CHECKING = False
@@ -117,11 +117,13 @@ class Sampler:
             sampler waits itself, so that a sample's duration and CPU time are its own, not the wait's.
     """
 
-    def __init__(self, link: HostLink, baselines: Baselines, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, link: HostLink, baselines: Baselines, interval_s: float = 1.0, watch: ServerWatch | None = None
+    ) -> None:
         self.link = link
         self.baselines = baselines
         self.interval_s = interval_s
-        self.watch = ServerWatch()
+        self.watch = watch or ServerWatch()
         self._lock = threading.Lock()
         self._latest: ExportedSample | None = None
         self._cpu_s = 0.0
@@ -140,8 +142,9 @@ class Sampler:
             return self._cpu_s
 
     def take(self, snapshot: Any, started: float, cpu_started: float) -> ExportedSample:
-        """Judge and keep one snapshot (its servers, findings and verdict)."""
-        judged = analyze(self.watch.apply(snapshot), self.baselines)
+        """Judge and keep one snapshot (its servers, findings and verdict), as every view judges one: with the
+        watch's findings over samples (a spinning collective) and the verdict's reasons."""
+        judged = judge(snapshot, self.baselines, servers=self.watch)
         finished = time.time()
         sample = ExportedSample(judged, self.baselines, finished, max(0.0, time.monotonic() - started))
         with self._lock:
@@ -257,6 +260,16 @@ def _baselines(args: argparse.Namespace, target: str) -> Baselines:
     )
 
 
+def _watch(args: argparse.Namespace) -> ServerWatch:
+    """The server watch with the config's stall and spin windows, as the TUI keeps one."""
+    config = getattr(args, "config", None)
+    if not isinstance(config, Config):
+        return ServerWatch()
+    return ServerWatch(
+        config.stall_after_s, config.host_stall_after_s, config.spin_after_s, config.host_spin_after_s
+    )
+
+
 def run_once(args: argparse.Namespace) -> int:
     """``--once FILE``: one full sample written to FILE in the exposition format, atomically."""
     path = Path(args.once)
@@ -270,7 +283,7 @@ def run_once(args: argparse.Namespace) -> int:
         link.open()
         started, cpu_started = time.monotonic(), time.process_time()
         snapshot = one_shot_sample(link, link.target)
-        sampler = Sampler(link, _baselines(args, link.target))
+        sampler = Sampler(link, _baselines(args, link.target), watch=_watch(args))
         sampler.take(snapshot, started, cpu_started)
     except LinkError as exc:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
@@ -378,7 +391,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     except LinkError as exc:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
-    sampler = Sampler(link, _baselines(args, link.target), args.interval)
+    sampler = Sampler(link, _baselines(args, link.target), args.interval, _watch(args))
     collector = _collector(args, sampler)
     try:
         server, _thread = start_http_server(port, address, registry=registry_for(collector), **tls)

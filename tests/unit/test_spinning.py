@@ -330,3 +330,25 @@ def test_config_spin_window(tmp_path: Path) -> None:
     path.write_text("spin_after_s = 0\n")
     with pytest.raises(ConfigError, match="spin_after_s must be a number of seconds from 1 to 86400"):
         load_config(path)
+
+
+def test_the_exporter_judges_as_the_monitor_does_and_publishes_the_spinning_job() -> None:
+    """The exporter's sampler keeps a watch over its samples: the finding, and its subject, are published."""
+    from gputui.commands.exporter import Sampler
+    from tests.data.prometheus.exported import exposition_text
+
+    watch = ServerWatch(stall_after_s=30, spin_after_s=20)
+    sampler = Sampler(link=None, baselines=Baselines(), watch=watch)  # type: ignore[arg-type]
+    now = T0
+    sample = None
+    for util, power_w in [(0, 70.0)] * 3 + [(100, 110.0)] * 5:
+        now += STEP_S
+        sample = sampler.take(_host(now, _gpus(util, power_w), None, cpu_pct=0.4), 0.0, 0.0)
+    assert sample is not None
+    assert [f.kind for f in sample.snapshot.findings if f.kind == "spinning"] == ["spinning"]
+    text = exposition_text(sample.snapshot)
+    assert 'gputui_findings{Hostname="gpu-a",kind="spinning"} 1.0' in text
+    assert (
+        f'gputui_finding_process{{Hostname="gpu-a",comm="python3",kind="spinning",parent_comm="",pid="{ROOT}"'
+        in text
+    )

@@ -179,8 +179,11 @@ PROCESS_KINDS = (
     "survivor",
     "invisible_pid",
     "profiled",
+    "stuck_thread",
+    "spinning",
 )
-"""Finding kinds whose subject is a process (named in per-process series)."""
+"""Finding kinds whose subject is a process (named in per-process series); a spinning collective's is its
+job's root."""
 GPU_KINDS = ("ghost_memory",)
 HOST_KINDS = ("profiler_unknown",)
 EXPORTED_KINDS = (*PROCESS_KINDS, *GPU_KINDS, *HOST_KINDS)
