@@ -13,9 +13,15 @@ of its default counters: ``DCGM_FI_DEV_FB_USED/FREE/RESERVED``, ``GPU_UTIL``, ``
 * ``{"cmd": "quit"}``.
 
 A host is ``{"name": ..., "gpus": 8}``, optionally ``"mig": {"0": ["1g.10gb", "1g.10gb"]}`` (GPU index ->
-instance profiles), ``"hostname_label": false`` (no ``Hostname`` label: the series are keyed by instance),
-``"hostname": "gpu-x"`` (the ``Hostname`` label claims that host, not the name: two exporters, one identity),
-or ``{"name": ..., "kind": "vllm"}`` for a vLLM metrics endpoint. :class:`Exporters` drives it from a test.
+instance profiles), ``"hostname_label": false`` (no ``Hostname`` label: the series are keyed by instance) or
+``"hostname_label": "hostname"`` (the spelling of dcgm-exporter's main branch), ``"hostname": "gpu-x"`` (the
+label claims that host, not the name: two exporters, one identity), ``"names": "current"`` (DCGM 4.6's names
+of the fields it renamed: ``DCGM_FI_DEV_XID_ERROR``, ``..._PAGE_RETIRED_PENDING``, ``..._ROW_REMAP_FAILED``),
+``"no_memory": [1]`` (those GPUs send no ``FB_*`` series, as some releases do for a GPU in MIG mode),
+``"target_labels": {...}`` (Prometheus's labels of the scrape target, a ServiceMonitor's ``pod`` and
+``namespace``: read by ``prometheus.Fleet``), ``{"name": ..., "body": "mig_pods_main.prom"}`` for a recorded
+exposition of ``tests/data/dcgm`` served as it is, or ``{"name": ..., "kind": "vllm"}`` for a vLLM metrics
+endpoint. :class:`Exporters` drives it from a test.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from tests.integration.jsonlines import JsonLinesChild, serve_commands
@@ -34,6 +41,13 @@ RESERVED_MIB = 512
 IDLE_MIB = 3
 MODEL = "NVIDIA H100 80GB HBM3"
 DRIVER = "550.54.15"
+DCGM_DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm"
+CURRENT_NAMES = {
+    "DCGM_FI_DEV_XID_ERRORS": "DCGM_FI_DEV_XID_ERROR",
+    "DCGM_FI_DEV_RETIRED_PENDING": "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": "DCGM_FI_DEV_ROW_REMAP_FAILED",
+}
+"""Names DCGM 4.6 gave these fields (``dcgm_fields.h``); the old ones stay as deprecated aliases."""
 
 HELP = {
     "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
@@ -95,7 +109,11 @@ class Host:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.name: str = spec["name"]
         self.kind: str = spec.get("kind", "dcgm")
-        self.hostname_label: bool = spec.get("hostname_label", True)
+        spelling = spec.get("hostname_label", True)
+        self.hostname_label: str | None = "Hostname" if spelling is True else spelling or None
+        self.current_names = spec.get("names") == "current"
+        self.no_memory = {int(i) for i in spec.get("no_memory", ())}
+        self.body = (DCGM_DATA / spec["body"]).read_bytes() if spec.get("body") else None
         self.hostname: str = spec.get("hostname", self.name)
         self.lock = threading.Lock()
         self.gpus: dict[int, dict[str, float]] = {i: idle_figures() for i in range(int(spec.get("gpus", 8)))}
@@ -119,12 +137,14 @@ class Host:
         labels = [f'gpu="{index}"', f'UUID="{self.uuids[index]}"', f'device="nvidia{index}"']
         labels.append(f'modelName="{MODEL}"')
         if self.hostname_label:
-            labels.append(f'Hostname="{self.hostname}"')
+            labels.append(f'{self.hostname_label}="{self.hostname}"')
         labels += [f'pci_bus_id="00000000:{0x18 + index:02X}:00.0"', f'DCGM_FI_DRIVER_VERSION="{DRIVER}"']
         return ",".join(labels) + extra
 
     def text(self) -> bytes:
         with self.lock:
+            if self.body is not None:
+                return self.body
             if self.kind == "vllm":
                 return (
                     "# HELP vllm:num_requests_running Number of requests currently running on GPU.\n"
@@ -135,11 +155,14 @@ class Host:
                     f'vllm:num_requests_waiting{{model_name="llama"}} {_value(self.server["waiting"])}\n'
                 ).encode()
             lines: list[str] = []
-            for figure, metric in FIGURE_METRICS.items():
-                kind, help_text = HELP[metric]
+            for figure, old_name in FIGURE_METRICS.items():
+                kind, help_text = HELP[old_name]
+                metric = CURRENT_NAMES.get(old_name, old_name) if self.current_names else old_name
                 lines.append(f"# HELP {metric} {help_text}")
                 lines.append(f"# TYPE {metric} {kind}")
                 for index, figures in self.gpus.items():
+                    if index in self.no_memory and figure in ("used", "free", "reserved"):
+                        continue
                     profiles = self.mig.get(index)
                     if profiles and figure in ("used", "free", "reserved", "util"):
                         # MIG mode: memory and activity per GPU instance, split evenly.

@@ -138,6 +138,8 @@ class Fleet:
         self.exporters: list[Exporters] = []
         self.servers: list[PrometheusServer] = []
         self.by_host: dict[str, Exporters] = {}
+        self.target_labels: dict[str, dict[str, str]] = {}
+        """Host -> the labels Prometheus gives its scrape target (a spec's ``target_labels``)."""
 
     def exporter(self, hosts: list[dict[str, Any]]) -> Exporters:
         """Start one exporter process serving ``hosts`` (see ``dcgm_exporter``)."""
@@ -145,6 +147,7 @@ class Fleet:
         self.exporters.append(exporters)
         for spec in hosts:
             self.by_host[spec["name"]] = exporters
+            self.target_labels[spec["name"]] = dict(spec.get("target_labels", {}))
         return exporters
 
     def prometheus(self, host_labels: dict[str, str] | None = None) -> PrometheusServer:
@@ -156,7 +159,7 @@ class Fleet:
             if name in (host_labels or {}):
                 jobs["vllm"].append((address, {"Hostname": (host_labels or {})[name]}))
             else:
-                jobs["dcgm"].append((address, {}))
+                jobs["dcgm"].append((address, dict(self.target_labels.get(name, {}))))
         jobs = {job: targets for job, targets in jobs.items() if targets}
         server = PrometheusServer(self.directory / f"prometheus-{len(self.servers)}", jobs)
         self.servers.append(server)

@@ -170,8 +170,8 @@ BLANKING = {
     "404": "HTTP 404",
     "hang": f"no whole answer within {METRICS_DEADLINE_S:g} s",
     "drip": f"no whole answer within {METRICS_DEADLINE_S:g} s",
-    "huge": "no vLLM or sglang metrics in the text",
-    "garbage": "no vLLM or sglang metrics in the text",
+    "huge": "no metrics of a known inference server in the text",
+    "garbage": "no metrics of a known inference server in the text",
 }
 
 

@@ -36,7 +36,7 @@ def test_a_host_whose_gpu_is_a_pods_names_it_in_its_row_and_filter() -> None:
     hosts = {host.name: host for host in parse_answer(document).hosts}
     a = hosts["gpu-a"]
     assert set(a.owners) == {3}
-    assert a.owners[3].label == "pod:ml/train-0"
+    assert [o.label for o in a.owners[3]] == ["pod:ml/train-0"]
     row = summarize(a)
     assert row.owners == ("pod:ml/train-0",)
     assert matches(row, a, "pod:train-0")

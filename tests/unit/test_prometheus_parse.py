@@ -21,6 +21,7 @@ from gputui.transports.prometheus import (
     parse_answer,
     parse_matcher,
 )
+from gputui.transports.prometheus.query import TIME_ANCHORS
 from tests.data.prometheus import eval_time, fetcher_of, load_answer, scaled_answer
 from tests.data.prometheus.dcgm4 import RENAMED, renamed_answer, with_series
 from tests.integration.dcgm_exporter import IDLE_MIB, RESERVED_MIB, TOTAL_MIB
@@ -336,8 +337,9 @@ def test_scaled_answer_keeps_the_recorded_shape() -> None:
 
 def test_the_query_marks_its_timestamp_parts_and_narrows_only_gpu_series() -> None:
     query = build_query(parse_matcher('{instance=~"gpu-.*", job="dcgm"}'))
-    # The values, the live timestamps and the looked-back ones, of DCGM's series and of gputui's.
-    assert query.count('instance=~"gpu-.*", job="dcgm"') == 8
+    # The values, the live timestamps (one per anchor) and the looked-back ones, of DCGM's series and of
+    # gputui's.
+    assert query.count('instance=~"gpu-.*", job="dcgm"') == 7 + len(TIME_ANCHORS)
     assert '{__name__=~"gputui_.+",instance=~"gpu-.*", job="dcgm"}' in query
     assert f'"{PART_LABEL}"' in query
     assert '{__name__=~"up|vllm:num_requests_running|' in query  # up and servers: read whole, attached later

@@ -164,7 +164,7 @@ def test_names_the_collector_dropped_are_unknown() -> None:
 
 def test_a_text_over_the_cap_is_cut_as_the_collector_would() -> None:
     filler = "vllm:other_bucket 1\n" * (METRICS_BODY_CAP_BYTES // 20 + 10)
-    with pytest.raises(MetricsUnreadable, match="no vLLM or sglang metrics"):
+    with pytest.raises(MetricsUnreadable, match="no metrics of a known inference server"):
         parse_server_metrics(filler + VLLM, 1.0)
     metrics = parse_server_metrics(VLLM + filler, 1.0)
     assert metrics.running == 3
@@ -173,9 +173,9 @@ def test_a_text_over_the_cap_is_cut_as_the_collector_would() -> None:
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ("", "no vLLM or sglang metrics"),
-        ("<html><body>502 Bad Gateway</body></html>\n", "no vLLM or sglang metrics"),
-        ("process_cpu_seconds_total 12.5\n", "no vLLM or sglang metrics"),
+        ("", "no metrics of a known inference server"),
+        ("<html><body>502 Bad Gateway</body></html>\n", "no metrics of a known inference server"),
+        ("process_cpu_seconds_total 12.5\n", "no metrics of a known inference server"),
         ("vllm:num_requests_running{ 1\n", "vllm metrics unreadable: vllm:num_requests_running: malformed"),
         ("sglang:token_usage NaN\n", "sglang metrics unreadable: sglang:token_usage: not a usable figure"),
     ],

@@ -1,10 +1,10 @@
 """An inference server's Prometheus text, cut down on the GPU host to the series gputui reads.
 
-A real ``/metrics`` body of vLLM or sglang is tens of KB, almost all of it histogram buckets; gputui reads
-about a dozen series of it. :func:`filter_metrics` keeps the sample lines of the names in
-``METRICS_NAMES`` and their ``# TYPE`` lines, so what crosses the wire per sample is a few hundred bytes and
-is still a well-formed exposition. The client parses what arrives with a maintained parser
-(``gputui.core.servers``); nothing here interprets a value.
+A real ``/metrics`` body of an inference server (vLLM, sglang, TGI, llama.cpp, TensorRT-LLM, Triton) is tens
+of KB, almost all of it histogram buckets; gputui reads about a dozen series of it. :func:`filter_metrics`
+keeps the sample lines of the names in ``METRICS_NAMES`` and their ``# TYPE`` lines, so what crosses the wire
+per sample is a few hundred bytes and is still a well-formed exposition. The client parses what arrives with
+a maintained parser (``gputui.core.servers``); nothing here interprets a value.
 
 It runs on the GPU host beside the health probes. Nothing in a body can make the output large: an over-long
 line or a name with too many series drops that name (its value would otherwise be partial), and the whole
@@ -38,6 +38,46 @@ METRICS_SGLANG_GEN_THROUGHPUT = "sglang:gen_throughput"
 """The scheduler's own tokens/s, set when it logs decode statistics: it keeps its value when the scheduler
 stops."""
 
+# The same figures under the underscore names the sglang router and model gateway serve when they gather their
+# workers' metrics (``/engine_metrics``: ``sglang_num_running_reqs{source="worker1"}``).
+METRICS_SGLANG_ROUTER_RUNNING = "sglang_num_running_reqs"
+METRICS_SGLANG_ROUTER_WAITING = "sglang_num_queue_reqs"
+METRICS_SGLANG_ROUTER_TOKEN_USAGE = "sglang_token_usage"  # noqa: S105 - a metric name
+METRICS_SGLANG_ROUTER_GENERATION_TOKENS = "sglang_generation_tokens_total"
+METRICS_SGLANG_ROUTER_GEN_THROUGHPUT = "sglang_gen_throughput"
+# Hugging Face text-generation-inference (its router's metrics).
+METRICS_TGI_RUNNING = "tgi_batch_current_size"
+METRICS_TGI_WAITING = "tgi_queue_size"
+METRICS_TGI_GENERATED_TOKENS = "tgi_request_generated_tokens_sum"
+"""The sum of the generated-tokens histogram: tokens of the requests finished so far."""
+METRICS_TGI_FORWARD_PASSES = "tgi_batch_inference_duration_count"
+"""Forward passes so far (prefill and decode): it moves while the batch decodes."""
+# llama.cpp's llama-server (``--metrics``).
+METRICS_LLAMACPP_RUNNING = "llamacpp:requests_processing"
+METRICS_LLAMACPP_WAITING = "llamacpp:requests_deferred"
+METRICS_LLAMACPP_KV_CACHE_USAGE = "llamacpp:kv_cache_usage_ratio"
+"""Served by older releases only."""
+METRICS_LLAMACPP_GENERATION_TOKENS = "llamacpp:tokens_predicted_total"
+METRICS_LLAMACPP_TOKENS_PER_S = "llamacpp:predicted_tokens_seconds"
+METRICS_LLAMACPP_DECODE_CALLS = "llamacpp:n_decode_total"
+"""Calls of ``llama_decode()`` so far: it moves while a generation runs, the token counter when it ends."""
+# TensorRT-LLM's own server (trtllm-serve).
+METRICS_TRTLLM_RUNNING = "trtllm_num_requests_running"
+METRICS_TRTLLM_WAITING = "trtllm_num_requests_waiting"
+METRICS_TRTLLM_KV_CACHE_USAGE = "trtllm_kv_cache_utilization"
+METRICS_TRTLLM_GENERATION_TOKENS = "trtllm_generation_tokens_total"
+# Triton Inference Server with the TensorRT-LLM backend: one family, a label per figure.
+METRICS_TRITON_TRT_LLM_REQUESTS = "nv_trt_llm_request_metrics"
+"""``request_type`` is ``scheduled`` (running), ``waiting``, ``context``, ``active`` or ``max``."""
+METRICS_TRITON_TRT_LLM_KV_CACHE = "nv_trt_llm_kv_cache_block_metrics"
+"""``kv_cache_block_type="fraction"`` is the KV cache in use (0-1)."""
+METRICS_TRITON_TRT_LLM_GENERAL = "nv_trt_llm_general_metrics"
+"""``general_type="iteration_counter"``: the batch manager's iterations so far."""
+METRICS_TRITON_PENDING = "nv_inference_pending_request_count"
+"""Triton's own queue, per model: the waiting figure of a model without the TensorRT-LLM backend's."""
+METRICS_TRITON_OUTPUT_TOKENS = "nv_llm_output_token_len_sum"
+"""The TensorRT-LLM backend's output-token histogram sum (``response_metric_type="total_output_tokens"``)."""
+
 METRICS_NAMES_VLLM = (
     METRICS_VLLM_RUNNING,
     METRICS_VLLM_WAITING,
@@ -52,8 +92,47 @@ METRICS_NAMES_SGLANG = (
     METRICS_SGLANG_TOKEN_USAGE,
     METRICS_SGLANG_GENERATION_TOKENS,
     METRICS_SGLANG_GEN_THROUGHPUT,
+    METRICS_SGLANG_ROUTER_RUNNING,
+    METRICS_SGLANG_ROUTER_WAITING,
+    METRICS_SGLANG_ROUTER_TOKEN_USAGE,
+    METRICS_SGLANG_ROUTER_GENERATION_TOKENS,
+    METRICS_SGLANG_ROUTER_GEN_THROUGHPUT,
 )
-METRICS_NAMES = METRICS_NAMES_VLLM + METRICS_NAMES_SGLANG
+METRICS_NAMES_TGI = (
+    METRICS_TGI_RUNNING,
+    METRICS_TGI_WAITING,
+    METRICS_TGI_GENERATED_TOKENS,
+    METRICS_TGI_FORWARD_PASSES,
+)
+METRICS_NAMES_LLAMACPP = (
+    METRICS_LLAMACPP_RUNNING,
+    METRICS_LLAMACPP_WAITING,
+    METRICS_LLAMACPP_KV_CACHE_USAGE,
+    METRICS_LLAMACPP_GENERATION_TOKENS,
+    METRICS_LLAMACPP_TOKENS_PER_S,
+    METRICS_LLAMACPP_DECODE_CALLS,
+)
+METRICS_NAMES_TRTLLM = (
+    METRICS_TRTLLM_RUNNING,
+    METRICS_TRTLLM_WAITING,
+    METRICS_TRTLLM_KV_CACHE_USAGE,
+    METRICS_TRTLLM_GENERATION_TOKENS,
+)
+METRICS_NAMES_TRITON = (
+    METRICS_TRITON_TRT_LLM_REQUESTS,
+    METRICS_TRITON_TRT_LLM_KV_CACHE,
+    METRICS_TRITON_TRT_LLM_GENERAL,
+    METRICS_TRITON_PENDING,
+    METRICS_TRITON_OUTPUT_TOKENS,
+)
+METRICS_NAMES = (
+    METRICS_NAMES_VLLM
+    + METRICS_NAMES_SGLANG
+    + METRICS_NAMES_TGI
+    + METRICS_NAMES_LLAMACPP
+    + METRICS_NAMES_TRTLLM
+    + METRICS_NAMES_TRITON
+)
 
 METRICS_BODY_CAP_BYTES = 1 << 20
 """At most this much of a ``/metrics`` body is read; a longer one is cut (``truncated``)."""

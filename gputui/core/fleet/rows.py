@@ -208,7 +208,7 @@ def summarize(host: FleetHost, since_s: float = 0.0, stale_after_s: float | None
         if memory_only(host) or not live or host.exported is None
         else host.exported.dead_held_mib,
         memory_only=memory_only(host),
-        owners=owner_labels(host.owners.values()) if live else (),
+        owners=owner_labels(o for gpu_owners in host.owners.values() for o in gpu_owners) if live else (),
     )
 
 
@@ -291,7 +291,7 @@ def matches(row: FleetRow, host: FleetHost, needle: str) -> bool:
         return True
     if row.server is not None and needle in row.server.lower():
         return True
-    if owners_match(host.owners.values(), needle):
+    if owners_match((o for gpu_owners in host.owners.values() for o in gpu_owners), needle):
         return True
     return any(needle in (g.name or "").lower() for g in host.snapshot.gpus)
 

@@ -19,6 +19,8 @@ class MigInstance(Record):
     memory_used_mib: int | None = None
     memory_total_mib: int | None = None
     utilization_pct: int | None = None
+    owner: Owner | None = None
+    """The pod DCGM's labels say has this instance."""
 
 
 class FleetHost(Record):
@@ -38,7 +40,8 @@ class FleetHost(Record):
         instances: The exporter ``instance`` labels the host's series came from.
         xid: GPU index -> last XID error code, for GPUs whose last XID is not 0.
         mig: GPU index -> its MIG instances.
-        owners: GPU index -> the pod DCGM's labels say has it (``gputui.core.fleet.owners``).
+        owners: GPU index -> the pods DCGM's labels say have it, one per MIG instance (or per shared GPU's
+            series) that has one, sorted (``gputui.core.fleet.owners``).
         gone: The host has no series in Prometheus any more; it is known from an earlier refresh.
         exported: What the host's gputui exporter said (findings, verdict, servers); None: it runs none, or
             its series are not current.
@@ -56,7 +59,7 @@ class FleetHost(Record):
     mig: dict[int, tuple[MigInstance, ...]] = field(default_factory=dict)
     gone: bool = False
     exported: ExportedHost | None = None
-    owners: dict[int, Owner] = field(default_factory=dict)
+    owners: dict[int, tuple[Owner, ...]] = field(default_factory=dict)
 
 
 class FleetSample(Record):

@@ -16,6 +16,13 @@ one per data-parallel rank) and per model, sglang per scheduler; both add up. sg
 tensor-, pipeline- and expert-parallel rank of one data-parallel group (``tp_rank``, ``pp_rank``, ...);
 those ranks serve the same requests, so their series count once (the largest). The KV cache usage is the
 fullest engine's: that is the one that queues and preempts.
+
+The engines are one table (``ENGINE_METRIC_NAMES``): vLLM, sglang (and the underscore names its router and
+model gateway serve for their workers, one ``source`` or ``worker_addr`` per worker, which add up), Hugging
+Face TGI, llama.cpp's server, TensorRT-LLM's own server and Triton with the TensorRT-LLM backend. A body is
+read as the engine most of its names belong to. Some engines count a request's tokens only when it ends (TGI's
+histogram sum, llama.cpp's counter); each also has a figure that moves while it decodes (``progress``), which
+keeps a long generation from reading as a stall.
 """
 
 from __future__ import annotations
@@ -23,22 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from gputui.agent.servers.metrics_filter import (
-    METRICS_BODY_CAP_BYTES,
-    METRICS_NAMES,
-    METRICS_SGLANG_GEN_THROUGHPUT,
-    METRICS_SGLANG_GENERATION_TOKENS,
-    METRICS_SGLANG_RUNNING,
-    METRICS_SGLANG_TOKEN_USAGE,
-    METRICS_SGLANG_WAITING,
-    METRICS_VLLM_GENERATION_TOKENS,
-    METRICS_VLLM_GPU_CACHE_USAGE,
-    METRICS_VLLM_KV_CACHE_USAGE,
-    METRICS_VLLM_PREEMPTIONS,
-    METRICS_VLLM_RUNNING,
-    METRICS_VLLM_WAITING,
-    select_metric_lines,
-)
+from gputui.agent.servers import metrics_filter as mf
+from gputui.agent.servers.metrics_filter import METRICS_BODY_CAP_BYTES, METRICS_NAMES, select_metric_lines
 from gputui.core.model import Record, replace
 
 TYPE_CHECKING = False
@@ -47,6 +40,10 @@ if TYPE_CHECKING:
 
 ENGINE_VLLM = "vllm"
 ENGINE_SGLANG = "sglang"
+ENGINE_TGI = "tgi"
+ENGINE_LLAMACPP = "llamacpp"
+ENGINE_TRTLLM = "trtllm"
+ENGINE_TRITON = "triton"
 
 RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank", "attn_tp_rank", "attn_cp_rank", "cp_rank"})
 """Labels of ranks inside one data-parallel group: their series describe the same requests."""
@@ -63,66 +60,146 @@ class MetricsUnreadable(Exception):
     """Nothing usable in a metrics text; ``str()`` is the one-line reason."""
 
 
+class Selector(Record):
+    """The series of one figure: a sample name, and the label values they must have (Triton keeps several
+    figures in one family, told apart by a label)."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def pick(self, values: Mapping[SeriesKey, float]) -> dict[SeriesKey, float]:
+        """The series of ``values`` this selector takes, its own labels left out of their keys."""
+        if not self.labels:
+            return dict(values)
+        wanted = set(self.labels)
+        return {
+            tuple(item for item in key if item not in wanted): value
+            for key, value in values.items()
+            if wanted <= set(key)
+        }
+
+
+def _sel(name: str, **labels: str) -> Selector:
+    return Selector(name, tuple(sorted(labels.items())))
+
+
 class EngineMetricNames(Record):
-    """Where one engine keeps each figure (names from ``metrics_filter``)."""
+    """Where one engine keeps each figure. Each figure lists its selectors in order of preference: the first
+    whose series are present is read (a newer name before an older one)."""
 
     engine: str
-    running: str
-    waiting: str
-    kv_cache_usage: tuple[str, ...]
-    """Candidates in order of preference: the first one present is read."""
-    generation_tokens: str
-    preemptions: str | None = None
-    engine_tokens_per_s: str | None = None
+    running: tuple[Selector, ...]
+    waiting: tuple[Selector, ...]
+    kv_cache_usage: tuple[Selector, ...] = ()
+    generation_tokens: tuple[Selector, ...] = ()
+    """A counter of tokens generated (some engines count a request's tokens when it ends)."""
+    preemptions: tuple[Selector, ...] = ()
+    engine_tokens_per_s: tuple[Selector, ...] = ()
+    """The engine's own tokens/s gauge: shown when the counter has not moved."""
+    progress: tuple[Selector, ...] = ()
+    """A figure that changes while the engine decodes (a throughput gauge it sets as it logs, a count of
+    forward passes or decode calls): progress even when the token counter waits for requests to end."""
+
+    def selectors(self) -> tuple[Selector, ...]:
+        return (
+            *self.running,
+            *self.waiting,
+            *self.kv_cache_usage,
+            *self.generation_tokens,
+            *self.preemptions,
+            *self.engine_tokens_per_s,
+            *self.progress,
+        )
 
     def all_names(self) -> frozenset[str]:
         """Every name this engine's figures are read from."""
-        optional = (self.preemptions, self.engine_tokens_per_s)
-        return frozenset(
-            (
-                self.running,
-                self.waiting,
-                self.generation_tokens,
-                *self.kv_cache_usage,
-                *(name for name in optional if name is not None),
-            )
-        )
+        return frozenset(selector.name for selector in self.selectors())
 
 
 ENGINE_METRIC_NAMES = (
     EngineMetricNames(
         ENGINE_VLLM,
-        running=METRICS_VLLM_RUNNING,
-        waiting=METRICS_VLLM_WAITING,
-        kv_cache_usage=(METRICS_VLLM_KV_CACHE_USAGE, METRICS_VLLM_GPU_CACHE_USAGE),
-        generation_tokens=METRICS_VLLM_GENERATION_TOKENS,
-        preemptions=METRICS_VLLM_PREEMPTIONS,
+        running=(_sel(mf.METRICS_VLLM_RUNNING),),
+        waiting=(_sel(mf.METRICS_VLLM_WAITING),),
+        kv_cache_usage=(_sel(mf.METRICS_VLLM_KV_CACHE_USAGE), _sel(mf.METRICS_VLLM_GPU_CACHE_USAGE)),
+        generation_tokens=(_sel(mf.METRICS_VLLM_GENERATION_TOKENS),),
+        preemptions=(_sel(mf.METRICS_VLLM_PREEMPTIONS),),
     ),
     EngineMetricNames(
         ENGINE_SGLANG,
-        running=METRICS_SGLANG_RUNNING,
-        waiting=METRICS_SGLANG_WAITING,
-        kv_cache_usage=(METRICS_SGLANG_TOKEN_USAGE,),
-        generation_tokens=METRICS_SGLANG_GENERATION_TOKENS,
-        engine_tokens_per_s=METRICS_SGLANG_GEN_THROUGHPUT,
+        running=(_sel(mf.METRICS_SGLANG_RUNNING), _sel(mf.METRICS_SGLANG_ROUTER_RUNNING)),
+        waiting=(_sel(mf.METRICS_SGLANG_WAITING), _sel(mf.METRICS_SGLANG_ROUTER_WAITING)),
+        kv_cache_usage=(_sel(mf.METRICS_SGLANG_TOKEN_USAGE), _sel(mf.METRICS_SGLANG_ROUTER_TOKEN_USAGE)),
+        generation_tokens=(
+            _sel(mf.METRICS_SGLANG_GENERATION_TOKENS),
+            _sel(mf.METRICS_SGLANG_ROUTER_GENERATION_TOKENS),
+        ),
+        engine_tokens_per_s=(
+            _sel(mf.METRICS_SGLANG_GEN_THROUGHPUT),
+            _sel(mf.METRICS_SGLANG_ROUTER_GEN_THROUGHPUT),
+        ),
+        progress=(_sel(mf.METRICS_SGLANG_GEN_THROUGHPUT), _sel(mf.METRICS_SGLANG_ROUTER_GEN_THROUGHPUT)),
+    ),
+    EngineMetricNames(
+        ENGINE_TGI,
+        running=(_sel(mf.METRICS_TGI_RUNNING),),
+        waiting=(_sel(mf.METRICS_TGI_WAITING),),
+        generation_tokens=(_sel(mf.METRICS_TGI_GENERATED_TOKENS),),
+        progress=(_sel(mf.METRICS_TGI_FORWARD_PASSES),),
+    ),
+    EngineMetricNames(
+        ENGINE_LLAMACPP,
+        running=(_sel(mf.METRICS_LLAMACPP_RUNNING),),
+        waiting=(_sel(mf.METRICS_LLAMACPP_WAITING),),
+        kv_cache_usage=(_sel(mf.METRICS_LLAMACPP_KV_CACHE_USAGE),),
+        generation_tokens=(_sel(mf.METRICS_LLAMACPP_GENERATION_TOKENS),),
+        engine_tokens_per_s=(_sel(mf.METRICS_LLAMACPP_TOKENS_PER_S),),
+        progress=(_sel(mf.METRICS_LLAMACPP_DECODE_CALLS),),
+    ),
+    EngineMetricNames(
+        ENGINE_TRTLLM,
+        running=(_sel(mf.METRICS_TRTLLM_RUNNING),),
+        waiting=(_sel(mf.METRICS_TRTLLM_WAITING),),
+        kv_cache_usage=(_sel(mf.METRICS_TRTLLM_KV_CACHE_USAGE),),
+        generation_tokens=(_sel(mf.METRICS_TRTLLM_GENERATION_TOKENS),),
+    ),
+    EngineMetricNames(
+        ENGINE_TRITON,
+        running=(_sel(mf.METRICS_TRITON_TRT_LLM_REQUESTS, request_type="scheduled"),),
+        waiting=(
+            _sel(mf.METRICS_TRITON_TRT_LLM_REQUESTS, request_type="waiting"),
+            _sel(mf.METRICS_TRITON_PENDING),
+        ),
+        kv_cache_usage=(_sel(mf.METRICS_TRITON_TRT_LLM_KV_CACHE, kv_cache_block_type="fraction"),),
+        generation_tokens=(
+            _sel(mf.METRICS_TRITON_OUTPUT_TOKENS, response_metric_type="total_output_tokens"),
+        ),
+        progress=(_sel(mf.METRICS_TRITON_TRT_LLM_GENERAL, general_type="iteration_counter"),),
     ),
 )
+"""Every engine gputui reads, by the names its documentation and its code give its figures: the one table the
+collector's filter (``metrics_filter.METRICS_NAMES``), this parser and the fleet's server gauges follow."""
+
+ENGINES = tuple(entry.engine for entry in ENGINE_METRIC_NAMES)
+NO_SERVER_METRICS = "no metrics of a known inference server in the text"
 
 
 class ServerMetrics(Record):
     """One reading of a server's metrics. None wherever the figure is unknown (absent, unreadable, cut).
 
     Attributes:
-        engine: ``"vllm"`` or ``"sglang"``.
+        engine: One of ``ENGINES`` (``"vllm"``, ``"sglang"``, ``"tgi"``, ``"llamacpp"``, ``"trtllm"``,
+            ``"triton"``).
         sampled_at: Epoch seconds at which the collector read the body (its clock).
         running: Requests being executed, every engine together.
         waiting: Requests queued, every engine together.
         kv_cache_usage: Fraction (0-1) of the fullest engine's KV cache in use.
         generation_tokens_total: Tokens generated since the server started, every engine together.
         preemptions_total: Requests preempted since the server started (vLLM).
-        engine_tokens_per_s: The engine's own throughput figure (sglang's ``gen_throughput``): set when the
-            scheduler logs, so it keeps its last value when the scheduler stops. Shown, never trusted for
-            a stall.
+        engine_tokens_per_s: The engine's own throughput figure (sglang's ``gen_throughput``, llama.cpp's
+            ``predicted_tokens_seconds``): set when the engine logs, so it may keep its last value when the
+            engine stops. Shown where the counter has not moved, never trusted for a stall on its own.
+        progress: The engine's figure that changes while it decodes (``EngineMetricNames.progress``).
         generation_tokens_per_s: Derived from the generated-token counter between this reading and the one
             before (:func:`with_rate`); None for a first reading.
         generation_tokens_series: The counter per series, to tell a restart (a series going down) from
@@ -139,6 +216,7 @@ class ServerMetrics(Record):
     generation_tokens_total: int | None = None
     preemptions_total: int | None = None
     engine_tokens_per_s: float | None = None
+    progress: float | None = None
     generation_tokens_per_s: float | None = None
     generation_tokens_series: tuple[tuple[SeriesKey, float], ...] = ()
     unreadable: tuple[tuple[str, str], ...] = ()
@@ -226,8 +304,22 @@ def _fraction(values: Mapping[SeriesKey, float]) -> float:
 def _pick_engine(found: Iterable[str]) -> EngineMetricNames | None:
     """The engine most of the names found belong to (on a tie, the first listed); None for none."""
     present = set(found)
-    best = max(ENGINE_METRIC_NAMES, key=lambda names: len(names.all_names() & present))
+    best = max(ENGINE_METRIC_NAMES, key=lambda entry: len(entry.all_names() & present))
     return best if best.all_names() & present else None
+
+
+def _figure(
+    selectors: tuple[Selector, ...], series: Mapping[str, dict[SeriesKey, float]]
+) -> tuple[Selector | None, dict[SeriesKey, float] | None]:
+    """The series of the first of ``selectors`` present (None, None when none is)."""
+    for selector in selectors:
+        values = series.get(selector.name)
+        if values is None:
+            continue
+        picked = selector.pick(values)
+        if picked:
+            return selector, picked
+    return None, None
 
 
 def parse_server_metrics(text: str, sampled_at: float, dropped: Iterable[str] = ()) -> ServerMetrics:
@@ -258,33 +350,32 @@ def parse_server_metrics(text: str, sampled_at: float, dropped: Iterable[str] = 
             continue
         if values:  # a "# TYPE" line without samples says nothing
             series[name] = values
-    names = _pick_engine([*series, *unreadable])
-    if names is None:
-        raise MetricsUnreadable("no vLLM or sglang metrics in the text")
-    mine = names.all_names()
+    engine = _pick_engine([*series, *unreadable])
+    if engine is None:
+        raise MetricsUnreadable(NO_SERVER_METRICS)
+    mine = engine.all_names()
     if not mine & set(series):
         name, reason = next((n, r) for n, r in unreadable.items() if n in mine)
-        raise MetricsUnreadable(f"{names.engine} metrics unreadable: {name}: {reason}")
+        raise MetricsUnreadable(f"{engine.engine} metrics unreadable: {name}: {reason}")
     kv_cache_usage = None
-    kv_name = next((n for n in names.kv_cache_usage if n in series), None)
-    if kv_name is not None:
+    kv_selector, kv_values = _figure(engine.kv_cache_usage, series)
+    if kv_selector is not None and kv_values is not None:
         try:
-            kv_cache_usage = _fraction(series[kv_name])
+            kv_cache_usage = _fraction(kv_values)
         except _Unreadable as exc:
-            unreadable[kv_name] = str(exc)
-    generation = series.get(names.generation_tokens)
+            unreadable[kv_selector.name] = str(exc)
+    _, generation = _figure(engine.generation_tokens, series)
     generation_groups = _by_group(generation) if generation is not None else {}
     return ServerMetrics(
-        engine=names.engine,
+        engine=engine.engine,
         sampled_at=sampled_at,
-        running=_count(series.get(names.running)),
-        waiting=_count(series.get(names.waiting)),
+        running=_count(_figure(engine.running, series)[1]),
+        waiting=_count(_figure(engine.waiting, series)[1]),
         kv_cache_usage=kv_cache_usage,
         generation_tokens_total=_count(generation),
-        preemptions_total=None if names.preemptions is None else _count(series.get(names.preemptions)),
-        engine_tokens_per_s=(
-            None if names.engine_tokens_per_s is None else _total(series.get(names.engine_tokens_per_s))
-        ),
+        preemptions_total=_count(_figure(engine.preemptions, series)[1]),
+        engine_tokens_per_s=_total(_figure(engine.engine_tokens_per_s, series)[1]),
+        progress=_total(_figure(engine.progress, series)[1]),
         generation_tokens_series=tuple(sorted(generation_groups.items())),
         unreadable=tuple((name, reason) for name, reason in unreadable.items() if name in mine),
     )

@@ -35,7 +35,7 @@ from gputui.agent.protocol import (
     ENDPOINT_STATE_UNHEALTHY,
     ENDPOINT_STATE_UP,
 )
-from gputui.core.model import EndpointSample, Record
+from gputui.core.model import EndpointSample, Record, replace
 from gputui.core.servers.jobs import JobFacts
 from gputui.core.servers.metrics import ServerMetrics, generation_delta, with_rate
 from gputui.core.servers.spinning import WHY_TOKENS, spinning_text
@@ -213,18 +213,22 @@ class ServerStateTracker:
             return
         reading = with_rate(self._counter_reading, metrics)
         delta = generation_delta(self._counter_reading, metrics)
-        throughput_moved = (
+        # The engine's progress figure changes only while it decodes (sglang's throughput gauge is set when
+        # its scheduler logs, TGI counts forward passes, llama.cpp decode calls): progress even when the
+        # token counter waits for requests to end.
+        engine_moved = (
             self._counter_reading is not None
-            and reading.engine_tokens_per_s is not None
-            and self._counter_reading.engine_tokens_per_s is not None
-            and reading.engine_tokens_per_s != self._counter_reading.engine_tokens_per_s
+            and reading.progress is not None
+            and self._counter_reading.progress is not None
+            and reading.progress != self._counter_reading.progress
         )
+        if engine_moved and delta is not None and not delta.tokens and not delta.reset:
+            # A flat counter under a moving engine is not 0 tokens/s: the engine's own figure, else unknown.
+            reading = replace(reading, generation_tokens_per_s=reading.engine_tokens_per_s)
         if reading.generation_tokens_series:
-            # The engine's own throughput figure changes only when its scheduler logs, which it does while it
-            # decodes: progress even when the token counter waits for requests to finish.
-            if delta is None or delta.tokens > 0 or delta.reset or throughput_moved:
+            if delta is None or delta.tokens > 0 or delta.reset or engine_moved:
                 self._quiet_since = reading.sampled_at
-                if delta is not None and (delta.tokens > 0 or throughput_moved):
+                if delta is not None and (delta.tokens > 0 or engine_moved):
                     self._last_progress_at = reading.sampled_at
                     self._served = True
             self._counter_reading = reading

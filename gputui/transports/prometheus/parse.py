@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from gputui.agent.protocol import ENDPOINT_STATE_DOWN, ENDPOINT_STATE_UP, MODE_PROMETHEUS
-from gputui.core.fleet import FleetHost, FleetSample, MigInstance, dcgm_owner
+from gputui.core.fleet import FleetHost, FleetSample, MigInstance
 from gputui.core.model import (
     EndpointSample,
     Gpu,
@@ -51,7 +51,8 @@ def _memory(figures: Mapping[str, Series]) -> tuple[int | None, int | None, int 
     return whole(used), whole(total), whole(reserved)
 
 
-def _mig_instances(parts: GpuParts) -> tuple[MigInstance, ...]:
+def _mig_instances(parts: GpuParts, owners: Mapping[str, Owner]) -> tuple[MigInstance, ...]:
+    by_instance = {key.split("|", 1)[0]: owner for key, owner in owners.items()}
     out = []
     for mig_id in sorted(parts.mig, key=lambda i: (len(i), i)):
         figures = parts.mig[mig_id]
@@ -63,6 +64,7 @@ def _mig_instances(parts: GpuParts) -> tuple[MigInstance, ...]:
                 memory_used_mib=used,
                 memory_total_mib=total,
                 utilization_pct=whole(_figure(figures, "util")),
+                owner=by_instance.get(mig_id),
             )
         )
     return tuple(out)
@@ -84,7 +86,7 @@ def _mig_max(parts: GpuParts, figure: str) -> float | None:
 
 
 def _build_gpu(
-    parts: GpuParts, index: int, stale: bool, stale_reason: str
+    parts: GpuParts, index: int, stale: bool, stale_reason: str, owners: Mapping[str, Owner]
 ) -> tuple[Gpu, int | None, tuple[MigInstance, ...]]:
     """The model's GPU from its parts (no figures when stale), its last XID (None: no error) and its MIG
     instances."""
@@ -103,7 +105,7 @@ def _build_gpu(
         if name == "free" and s.value is not None and s.value < 0
     )
     used, total, reserved = _memory(figures)
-    instances = _mig_instances(parts) if parts.mig else ()
+    instances = _mig_instances(parts, owners) if parts.mig else ()
     xid = _figure(figures, "xid")
     temp = _figure(figures, "temp")
     power = _figure(figures, "power")
@@ -246,14 +248,14 @@ def _servers_by_host(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """host name -> server instance -> {"kind", figure: value}: each server attached to the host it runs on.
 
-    A series with the host label names its host; else its ``instance`` without the port must name exactly one
-    host (or that host's exporter address). Anything else is left out: several hosts behind one address
-    (loopback, a NAT) cannot be told apart.
+    A series with a host label (``Parser.host_labels`` before ``instance``) names its host; else its
+    ``instance`` without the port must name exactly one host (or that host's exporter address). Anything else
+    is left out: several hosts behind one address (loopback, a NAT) cannot be told apart.
     """
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for series in parser.servers:
         kind, figure = SERVER_METRICS[series.labels.get("__name__", "")]
-        host = series.labels.get(parser.host_label)
+        host = next((series.labels[k] for k in parser.host_labels[:-1] if series.labels.get(k)), None)
         instance = series.labels.get(INSTANCE) or ""
         if not host or host not in parser.hosts:
             host = aliases.get(host_part(instance)) if instance else None
@@ -295,7 +297,8 @@ def parse_answer(
 
     Args:
         document: The decoded JSON answer.
-        host_label: The label that names a host (``instance`` when a series lacks it).
+        host_label: The label that names a host, tried first; then ``HOST_LABEL_FALLBACKS``, then
+            ``instance``.
         stale_after_s: A GPU whose newest sample is older than this has no current data.
         known_servers: Server instance -> (host, kind) from earlier answers: a server whose gauges went away
             while its ``up`` is 0 is shown DOWN on its host.
@@ -352,7 +355,7 @@ def _build_host(
     gpus: list[Gpu] = []
     xid: dict[int, int] = {}
     mig: dict[int, tuple[MigInstance, ...]] = {}
-    owners: dict[int, Owner] = {}
+    owners: dict[int, tuple[Owner, ...]] = {}
     stale_count = 0
     for index, gpu_parts in _index_gpus(parts.gpus.values()):
         gpu_newest = max(gpu_parts.times, default=last_up)
@@ -360,16 +363,16 @@ def _build_host(
         too_old = age is not None and age > parser.stale_after_s
         stale = not gpu_parts.live or too_old
         reason = f"no current data{last_is(age)}"
-        gpu, code, instances = _build_gpu(gpu_parts, index, stale, reason)
+        gpu_owners = parser.owners(gpu_parts)
+        gpu, code, instances = _build_gpu(gpu_parts, index, stale, reason, gpu_owners)
         stale_count += stale
         gpus.append(gpu)
         if code:
             xid[index] = code
         if instances:
             mig[index] = instances
-        owner = dcgm_owner(gpu_parts.labels)
-        if owner is not None:
-            owners[index] = owner
+        if gpu_owners:
+            owners[index] = tuple(sorted(gpu_owners.values(), key=lambda o: o.label))
     host_stale = stale_count == len(gpus) if gpus else exporter_up is False
     error = None
     if host_stale:

@@ -60,7 +60,9 @@ class GpuParts(Record, frozen=False):
     times: list[float] = field(default_factory=list)
     """Own sample times of its current FB_USED series."""
     live: bool = False
-    """An FB_USED value of this GPU is in the instant result: a series of it is not marked stale."""
+    """A DCGM value of this GPU is in the instant result: a series of it is not marked stale."""
+    owner_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Where an owner sits (``series._owner_key``) -> the labels of a series that names it."""
     instances: set[str] = field(default_factory=set)
     """The exporters (``instance``) whose series name this GPU."""
     gputui_figures: dict[str, Series] = field(default_factory=dict)

@@ -45,6 +45,11 @@ DCGM_METRICS: dict[str, str] = {
 ones where its counters file has them) -> the figure each one gives. dcgm-exporter names a series as the
 field is named in its counters file, so both spellings of a field DCGM renamed are read (``DCGM_RENAMED``)."""
 
+TIME_ANCHORS = (FB_USED, "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE")
+"""The series whose own sample time dates a GPU, in order: a GPU is as current as its FB_USED series, else as
+its first other one of the default counters (some releases send no memory series for a GPU in MIG mode).
+``or`` keeps one time per label set, and timestamp() of a plain selector is the sample's own time."""
+
 DCGM_RENAMED: dict[str, str] = {
     "DCGM_FI_DEV_XID_ERRORS": "DCGM_FI_DEV_XID_ERROR",
     "DCGM_FI_DEV_RETIRED_PENDING": "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
@@ -59,12 +64,22 @@ page-retirement (392) and row-remap (393-395) fields and keeps the old names as 
 dcgm-exporter's default counters file still has the old names, so a fleet may send either, or both while it is
 rolled out: for one GPU, the series of the current name wins."""
 
-SERVER_METRICS: dict[str, tuple[str, str]] = {
-    "vllm:num_requests_running": ("vllm", "running"),
-    "vllm:num_requests_waiting": ("vllm", "waiting"),
-    "sglang:num_running_reqs": ("sglang", "running"),
-    "sglang:num_queue_reqs": ("sglang", "waiting"),
-}
+
+def _server_metrics() -> dict[str, tuple[str, str]]:
+    # The engines' own table: a fleet reads the request gauges a server's metrics reader reads. A figure kept
+    # under a label of a shared family (Triton's) cannot be a name of its own here and is left out.
+    from gputui.core.servers.metrics import ENGINE_METRIC_NAMES
+
+    out: dict[str, tuple[str, str]] = {}
+    for entry in ENGINE_METRIC_NAMES:
+        for figure, selectors in (("running", entry.running), ("waiting", entry.waiting)):
+            for selector in selectors:
+                if not selector.labels:
+                    out.setdefault(selector.name, (entry.engine, figure))
+    return out
+
+
+SERVER_METRICS: dict[str, tuple[str, str]] = _server_metrics()
 """Inference-server gauges -> (server kind, figure)."""
 
 GPUTUI_PREFIX = "gputui_"
@@ -74,12 +89,16 @@ UP = "up"
 PART_LABEL = "gputui_part"
 """Marks the series of the answer's parts other than the values, with one of the ``*_PART`` values."""
 TIME_PART = "time"
-"""Own sample time of a live FB_USED series."""
+"""Own sample time of a GPU's live series (``TIME_ANCHORS``)."""
 GONE_PART = "gone"
 """An FB_USED series of the lookback without a current sample."""
 UP_TIME_PART = "up_time"
 """When a target that is down now was last up."""
 DEFAULT_HOST_LABEL = "Hostname"
+HOST_LABEL_FALLBACKS = ("Hostname", "hostname", "exported_Hostname", "exported_hostname", "exported_instance")
+"""The labels that name a host, in order, after the configured one and before ``instance``: dcgm-exporter's
+``Hostname``, its ``hostname`` (the spelling of its main branch), then either as Prometheus keeps it when the
+target has a label of that name, then the ``instance`` a federated or pushed series brought with it."""
 INSTANCE = "instance"
 GPU_INSTANCE_ID = "GPU_I_ID"
 GPU_INSTANCE_PROFILE = "GPU_I_PROFILE"
@@ -140,6 +159,7 @@ def build_query(matcher: str = "") -> str:
     extra = f",{matcher}" if matcher else ""
     dcgm = "|".join(DCGM_METRICS)
     anchor = f'{{__name__="{FB_USED}"{extra}}}'
+    times = " or ".join(f'timestamp({{__name__="{name}"{extra}}})' for name in TIME_ANCHORS)
     others = "|".join([UP, *SERVER_METRICS])
 
     def part(expression: str, value: str) -> str:
@@ -149,7 +169,7 @@ def build_query(matcher: str = "") -> str:
     return " or ".join(
         [
             f'{{__name__=~"{dcgm}"{extra}}}',
-            part(f"timestamp({anchor})", TIME_PART),
+            part(f"({times})", TIME_PART),
             part(f"last_over_time({anchor}[{LOOKBACK}]) unless {anchor}", GONE_PART),
             f'{{__name__=~"{GPUTUI_PREFIX}.+"{extra}}}',
             part(f"timestamp({ours})", TIME_PART),

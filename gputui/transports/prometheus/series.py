@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from gputui.core.fleet import DCGM_OWNER_LABELS
+from gputui.core.fleet import DCGM_OWNER_LABELS, dcgm_owner
+from gputui.core.model import Owner
 from gputui.core.text import visible
 from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
 from gputui.transports.prometheus.parts import (
@@ -25,6 +26,7 @@ from gputui.transports.prometheus.query import (
     GPU_INSTANCE_PROFILE,
     GPUTUI_MEMORY_USED,
     GPUTUI_PREFIX,
+    HOST_LABEL_FALLBACKS,
     INSTANCE,
     PART_LABEL,
     SERVER_METRICS,
@@ -37,7 +39,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device", *DCGM_OWNER_LABELS)
+_GPU_LABELS = ("UUID", "modelName", "pci_bus_id", "device")
+_ADDRESS_LABELS = frozenset({INSTANCE, "exported_instance"})
+"""Host labels whose value is an exporter's address (``host:port``): its host part is the SSH host."""
+
+
+def host_labels(configured: str) -> tuple[str, ...]:
+    """The labels that name a host, in the order they are tried: the configured one, then
+    ``HOST_LABEL_FALLBACKS``, then ``instance``."""
+    return tuple(dict.fromkeys((configured, *HOST_LABEL_FALLBACKS, INSTANCE)))
 
 
 class Parser:
@@ -45,6 +55,7 @@ class Parser:
 
     def __init__(self, host_label: str, stale_after_s: float) -> None:
         self.host_label = host_label
+        self.host_labels = host_labels(host_label)
         self.stale_after_s = stale_after_s
         self.hosts: dict[str, HostParts] = {}
         self.up: dict[str, bool] = {}
@@ -57,12 +68,14 @@ class Parser:
         """(instance, job) of every target whose ``up`` is 0."""
         self.up_time: dict[str, float] = {}
         """Instance -> when its ``up`` was last 1, for targets that are down."""
+        self.targets: dict[str, dict[str, str]] = {}
+        """Instance -> the owner labels of its scrape target (``pod``, ``namespace``: the exporter's own)."""
         self._time_series: list[tuple[dict[str, str], float]] = []
         self._gone_series: list[dict[str, str]] = []
         self._times: dict[frozenset[tuple[str, str]], float] | None = None
 
     def own_time(self, series: Series) -> float | None:
-        """The own sample time of a DCGM series: that of the FB_USED series with the same labels.
+        """The own sample time of a DCGM series: that of the time part's series with the same labels.
 
         Needed only to choose among duplicate series, so the map is built on first use: making the identity
         of every series of a 500-host answer costs more than everything else the parser does.
@@ -76,15 +89,20 @@ class Parser:
             series.time = self._times.get(series_key(series.labels))
         return series.time
 
+    def host_name(self, labels: Mapping[str, str]) -> tuple[str, str]:
+        """``(name, ssh host)`` a series names its host by (the first of ``host_labels`` it has); empty
+        strings for none."""
+        for label in self.host_labels:
+            value = labels.get(label) or ""
+            if value:
+                return value, host_part(value) if label in _ADDRESS_LABELS else value
+        return "", ""
+
     def host_of(self, labels: Mapping[str, str]) -> HostParts | None:
-        name = labels.get(self.host_label) or ""
-        instance = labels.get(INSTANCE) or ""
-        ssh_host = name
-        if not name:
-            name = instance
-            ssh_host = host_part(instance)
+        name, ssh_host = self.host_name(labels)
         if not name:
             return None
+        instance = labels.get(INSTANCE) or ""
         host = self.hosts.get(name)
         if host is None:
             host = self.hosts[name] = HostParts(name, ssh_host or name)
@@ -151,6 +169,9 @@ class Parser:
         for name, series in values:
             if name == UP:
                 instance = series.labels.get(INSTANCE)
+                if instance:
+                    own = {k: series.labels[k] for k in DCGM_OWNER_LABELS if series.labels.get(k)}
+                    self.targets.setdefault(instance, own)
                 if instance and series.value is not None:
                     self.up[instance] = self.up.get(instance, True) and series.value >= 1
                     if series.value < 1 and series.labels.get("job"):
@@ -203,8 +224,25 @@ class Parser:
         old = slot.get(figure)
         if old is None or _preferred(old, series, self.own_time):
             slot[figure] = series
-        if name == FB_USED:
-            gpu.live = True
+        gpu.live = True  # any current series of a GPU is current data of it
+        if any(series.labels.get(label) for label in DCGM_OWNER_LABELS):
+            gpu.owner_labels.setdefault(_owner_key(series.labels, mig_id), series.labels)
+
+    def owners(self, gpu: GpuParts) -> dict[str, Owner]:
+        """The pods that have ``gpu`` (key: its MIG instance, or a shared GPU's other owner labels), without
+        the pod of the exporter's own scrape target."""
+        out: dict[str, Owner] = {}
+        for key, labels in sorted(gpu.owner_labels.items()):
+            owner = dcgm_owner(labels, self.targets.get(labels.get(INSTANCE) or ""))
+            if owner is not None and owner not in out.values():
+                out[key] = owner
+        return out
+
+
+def _owner_key(labels: Mapping[str, str], mig_id: str | None) -> str:
+    """Where one owner sits on a GPU: its MIG instance, else its owner labels (pods sharing a GPU)."""
+    owner = "/".join(labels.get(label) or "" for label in DCGM_OWNER_LABELS)
+    return f"{mig_id or ''}|{owner}"
 
 
 def _preferred(old: Series, new: Series, own_time: Callable[[Series], float | None]) -> bool:

@@ -25,7 +25,7 @@ class FleetSettings(Record):
     Attributes:
         url: Prometheus's base URL (checked by ``normalise_url``).
         matcher: Label matchers for the DCGM series (checked by ``parse_matcher``).
-        host_label: The label naming a host.
+        host_label: The label tried first to name a host (then ``HOST_LABEL_FALLBACKS``, then ``instance``).
         stale_after_s: Samples older than this are not current data.
         timeout_s: Deadline of one query, connect to last byte.
     """
