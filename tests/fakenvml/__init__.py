@@ -133,9 +133,9 @@ class FakeGpu:
     persistence: int | None = None
     health_error: str | None = None  # e.g. "RESET_REQUIRED": every health query returns it
     unsupported: str | None = None
-    """Comma list of remap,retired,ecc,clocks,persistence,events,recovery,fabric: those queries answer
+    """Comma list of remap,retired,ecc,clocks,persistence,events,recovery,fabric,memory: those queries answer
     NOT_SUPPORTED ("recovery": nvmlDeviceGetFieldValues as a whole, and no nvmlEventTypeGpuRecoveryAction
-    among the supported event types)."""
+    among the supported event types; "memory": both memory info calls, as on a unified-memory GB10)."""
     recovery_action: int | None = None
     """NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (field 230): 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
     4 drain and reset. None: that field answers NOT_SUPPORTED, as a driver before R565."""

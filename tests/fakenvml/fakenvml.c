@@ -25,10 +25,11 @@
  * (nvmlDeviceGetTotalEccErrors), clock_reasons (a bit mask; default: idle or
  * none), persistence (0/1), health_error (an error name every health query
  * returns: RESET_REQUIRED, NO_PERMISSION, ...), unsupported (a comma list of
- * remap,retired,ecc,clocks,persistence,events,recovery,fabric: those return
- * NOT_SUPPORTED; "recovery" also makes nvmlDeviceGetFieldValues as a whole
- * return it and drops nvmlEventTypeGpuRecoveryAction from the supported event
- * types, as a driver before R565).
+ * remap,retired,ecc,clocks,persistence,events,recovery,fabric,memory: those
+ * return NOT_SUPPORTED; "recovery" also makes nvmlDeviceGetFieldValues as a
+ * whole return it and drops nvmlEventTypeGpuRecoveryAction from the supported
+ * event types, as a driver before R565; "memory" makes both memory info calls
+ * return it, as on a unified-memory GPU such as the GB10).
  *
  * recovery_action=N (unsigned): field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (230)
  * of nvmlDeviceGetFieldValues (NVML_GPU_RECOVERY_ACTION_NONE 0, GPU_RESET 1,
@@ -360,6 +361,7 @@ struct gpu {
 #define U_EVENTS 32u
 #define U_RECOVERY 64u
 #define U_FABRIC 128u
+#define U_MEMORY 256u /* unified memory (GB10): the memory info calls answer NOT_SUPPORTED */
 
 /* Event lines of the state file, in file order: xid and recovery lines alike. */
 enum event_kind { EV_XID, EV_RECOVERY, EV_KINDS };
@@ -711,6 +713,8 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
                 g->unsupported |= U_RECOVERY;
             else if (!strcmp(part, "fabric"))
                 g->unsupported |= U_FABRIC;
+            else if (!strcmp(part, "memory"))
+                g->unsupported |= U_MEMORY;
             else
                 bad = 1;
         }
@@ -1453,6 +1457,8 @@ static nvmlReturn_t memory_figures(nvmlDevice_t device, unsigned long long *tota
     if (!v)
         return NVML_ERROR_MEMORY;
     nvmlReturn_t r = dev_enter(device, v, 1);
+    if (r == NVML_SUCCESS && (v->g.unsupported & U_MEMORY))
+        r = NVML_ERROR_NOT_SUPPORTED;
     if (r == NVML_SUCCESS) {
         *total = v->g.total_mib * MIB;
         *reserved = v->g.reserved_mib * MIB;

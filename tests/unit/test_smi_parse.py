@@ -246,7 +246,10 @@ def test_generated_lines_keep_every_value_or_none(
     assert gpu["temperature_c"] == (temp if isinstance(temp, int) else None)
     assert gpu["power_w"] == (float(power) if isinstance(power, float) else None)
     assert gpu["power_limit_w"] == 600.0
-    assert ("error" in gpu) == (not isinstance(used, int))
+    # Memory the GPU does not report (unified memory) is unknown; any other unreadable figure is an error.
+    unreported = used in ("[N/A]", "[Not Supported]", "N/A")
+    assert ("error" in gpu) == (not isinstance(used, int) and not unreported)
+    assert gpu.get("memory_unreported", False) == unreported
 
 
 # -- the long-lived process, with a fake nvidia-smi --------------------------------------------------------

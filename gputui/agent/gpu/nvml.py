@@ -26,7 +26,13 @@ from gputui.agent.gpu.nvmlapi import (
 )
 from gputui.agent.gpu.process_util import read_process_util
 from gputui.agent.proc.figures import PROCESS_UTIL_KEY
-from gputui.agent.protocol import GPU_TIMEOUTS_IN_ROW, GPU_UNREACHABLE, MODE_NVML, UNREACHABLE_TIMED_OUT
+from gputui.agent.protocol import (
+    GPU_MEMORY_UNREPORTED,
+    GPU_TIMEOUTS_IN_ROW,
+    GPU_UNREACHABLE,
+    MODE_NVML,
+    UNREACHABLE_TIMED_OUT,
+)
 from gputui.agent.wire import MIB
 
 TYPE_CHECKING = False
@@ -36,6 +42,13 @@ if TYPE_CHECKING:
 NVML_INIT_DEADLINE_S = 5.0
 NVML_INIT_RETRY_S = 5.0
 """A failed nvmlInit (no driver yet) is retried at most this often."""
+
+
+def _memory_not_reported(exc: BaseException) -> bool:
+    """Whether a memory info call failed with NOT_SUPPORTED: the GPU has no memory of its own to report."""
+    nv = nvmlapi.pynvml
+    code = getattr(exc, "value", None) if nv is not None and isinstance(exc, nv.NVMLError) else None
+    return code is not None and code == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", 3)
 
 
 class NvmlBackend:
@@ -257,10 +270,25 @@ class NvmlBackend:
         return rows
 
     def _read_memory(self, index: int, handle: Any) -> dict[str, Any]:
-        """One GPU's memory figures (runs on a worker thread; raises NVMLError)."""
+        """One GPU's memory figures (runs on a worker thread; raises NVMLError).
+
+        A GPU whose driver answers NOT_SUPPORTED has no memory of its own to report (unified memory, e.g.
+        GB10): its figures are None with ``GPU_MEMORY_UNREPORTED``, not an error, and it is judged by its
+        processes.
+        """
         if isinstance(handle, BaseException):
             raise handle
-        used, total, reserved = self._memory[index](handle)
+        try:
+            used, total, reserved = self._memory[index](handle)
+        except Exception as exc:
+            if not _memory_not_reported(exc):
+                raise
+            return {
+                "memory_used_mib": None,
+                "memory_total_mib": None,
+                "memory_reserved_mib": None,
+                GPU_MEMORY_UNREPORTED: True,
+            }
         return {
             "memory_used_mib": int(used) // MIB,
             "memory_total_mib": int(total) // MIB,

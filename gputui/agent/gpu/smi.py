@@ -7,7 +7,7 @@ import threading
 import time
 
 from gputui.agent.gpu.smiparse import (
-    SMI_EXIT_GPU_LOST,
+    SMI_EXIT_NO_DRIVER,
     SMI_QUERY_APPS,
     SMI_QUERY_GPU,
     parse_smi_apps_output,
@@ -150,11 +150,16 @@ class SmiBackend:
         with self._lock:
             if self._closed:
                 return
-            if code == SMI_EXIT_GPU_LOST and (self._partial or self._complete):
-                # It printed the GPUs it could reach, then gave up on the lost one: keep what it printed
-                # (the lost GPU is an error row), and the next start reads them again.
+            printed = bool(self._partial or self._complete or self._lost)
+            if printed and code not in SMI_EXIT_NO_DRIVER:
+                # It printed the GPUs it could read and the handle errors of those it could not, then gave
+                # up (15: a GPU is lost; 255: "Unknown Error"): keep what it printed, each error that GPU's
+                # row, and the next start reads them again. A failure no GPU row explains is said too.
                 self._complete.update(self._partial)
                 self._partial = {}
+                explained = bool(self._lost) or any(g.get("error") for g in self._complete.values())
+                if code != 0 and not explained:
+                    self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
                 return
             self.host_error = smi_exit_error(code, "\n".join(self._output_tail))
             self._complete = {}

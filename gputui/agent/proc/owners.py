@@ -8,7 +8,14 @@ carry come from the runtime's metadata on the host when it is readable: the kube
 Docker's ``config.v2.json`` and Podman's ``containers.json``.
 
 The most specific owner wins: Slurm step > pod > container > service unit > user. A login's
-``session-N.scope`` (and the user manager ``user@N.service``) is not an owner: such a process is its user's.
+``session-N.scope`` (and the user manager ``user@N.service``) is not an owner: such a process is its user's,
+and so is one in a transient scope or desktop app unit under the user manager (``tmux-spawn-….scope``,
+``vte-spawn-….scope``, ``app-gnome-….scope``, ``app-…@autostart.service``): tmux, a terminal or a launcher
+made it for a process the user started by hand. Nested containers (Docker in Docker, a kind node's pods)
+are the innermost one's. Runtimes write a container's cgroup in several ways, each recognised: the systemd
+``<runtime>-<id>.scope``, the cgroupfs ``…/<id>`` or ``…/crio-<id>``, containerd's
+``kubepods-…-pod<uid>.slice:cri-containerd:<id>`` (the ``parent:prefix:name`` form it hands runc), a bare
+64-hex top-level group on v1-only hosts; pods by their UID, dashed or (static pods) 32 hex digits.
 
 Stdlib only, Python 3.8. Every path is under a root that tests may plant (``proc_root``, ``host_root``); a
 planted file (symlink, FIFO, huge) is not followed, not blocked on, and read no further than a cap.
@@ -64,7 +71,8 @@ CGROUP_CACHE_S = 10.0
 # Patterns as text: ``re`` compiles (and keeps) each one the first time it is used, and most hosts' cgroups
 # meet only a few of them, so importing this module compiles none.
 _HEX_ID = r"^[0-9a-f]{12,64}$"
-_SCOPE = r"^(docker|cri-containerd|crio|libpod|nerdctl)-([0-9a-f]{12,64})\.scope$"
+_BARE_ID = r"^[0-9a-f]{64}$"
+_SCOPE = r"^(docker|cri-containerd|crio|libpod|nerdctl)-([0-9a-f]{12,64})(\.scope)?$"
 _RUNTIME_OF_PREFIX = {
     "docker": "docker",
     "cri-containerd": "containerd",
@@ -72,13 +80,17 @@ _RUNTIME_OF_PREFIX = {
     "crio": "cri-o",
     "libpod": "podman",
 }
-_POD_UID = r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})(?:\.slice)?$"
+# A pod's UID: a UUID (dashes, or underscores in a systemd slice name), or a static pod's 32-hex hash.
+_POD_UID = (
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32})(?:\.slice)?$"
+)
 _SLURM_JOB = r"^job_([0-9]{1,20})$"
 _SLURM_STEP = r"^step_([A-Za-z0-9_]{1,32})$"
 _STEP_ID = r"^([0-9]{1,20}|batch|extern|interactive)$"
 _JOB_ID = r"^[0-9]{1,20}$"
 _NOT_OWNER_UNITS = r"^(session-.*\.scope|user@[0-9]+\.service|init\.scope|.*slurmstepd\.scope)$"
-_POD_LOG_DIR = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_([0-9a-f-]{36})$"
+_USER_MANAGER = r"^user@[0-9]+\.service$"
+_POD_LOG_DIR = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_([0-9a-f-]{36}|[0-9a-f]{32})$"
 _CONTAINER_LOG = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_(.+)-([0-9a-f]{64})\.log$"
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
@@ -146,31 +158,81 @@ def cgroup_paths(text: str) -> list[str]:
     return list(dict.fromkeys(first + rest))
 
 
+def _path_parts(path: str) -> list[str]:
+    """The names of a cgroup path; containerd's ``<slice>:<prefix>:<id>`` (the cgroupsPath it hands runc
+    under the systemd driver) becomes the slice and the ``<prefix>-<id>.scope`` systemd makes of it."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if not part:
+            continue
+        pieces = part.split(":")
+        if len(pieces) == 3 and pieces[1] in _RUNTIME_OF_PREFIX:
+            parts += [pieces[0], f"{pieces[1]}-{pieces[2]}.scope"]
+        else:
+            parts.append(part)
+    return parts
+
+
+def _container_of(parts: list[str]) -> tuple[str, str | None] | None:
+    """(container id, runtime or None) of the innermost container a cgroup path names, or None."""
+    kube = any(part.startswith("kubepods") for part in parts)
+    found: tuple[str, str | None] | None = None
+    for at, part in enumerate(parts):
+        scope = re.match(_SCOPE, part)
+        if scope:
+            found = scope.group(2), _RUNTIME_OF_PREFIX[scope.group(1)]
+        elif at > 0 and re.match(_HEX_ID, part):
+            parent = parts[at - 1]
+            if parent == "docker":
+                found = part, "docker"
+            elif parent.startswith("libpod"):
+                found = part, "podman"
+            elif kube and re.search(_POD_UID, parent):
+                found = part, None
+        elif part.startswith("libpod-") and re.match(_HEX_ID, part[7:]):
+            found = part[7:], "podman"
+        elif at == 0 and re.match(_BARE_ID, part):
+            # v1-only hosts: a runtime given "/" as its cgroup parent puts each container at the top.
+            found = part, None
+    return found
+
+
+def _unit_of(parts: list[str]) -> str | None:
+    """The service unit a cgroup path is in, or None (a login session, the user manager, a container's
+    scope, or a scope the user manager made for a process started by hand: tmux, a terminal, a launcher)."""
+    for at, part in enumerate(reversed(parts)):
+        if not part.endswith((".service", ".scope")) or re.match(_NOT_OWNER_UNITS, part):
+            continue
+        if re.match(_SCOPE, part) or "-conmon-" in part:
+            return None
+        above = parts[: len(parts) - 1 - at]
+        if any(re.match(_USER_MANAGER, name) for name in above):
+            if part.endswith(".scope") or part.startswith("app-"):
+                return None
+        return part
+    return None
+
+
 def cgroup_facts(text: str) -> dict[str, str]:
     """What a /proc/<pid>/cgroup text says of the owner: ``container`` and ``runtime``, ``pod_uid``,
-    ``slurm_job`` and ``slurm_step``, ``unit`` (each only where found). Pure; for recorded texts."""
+    ``slurm_job`` and ``slurm_step``, ``unit`` (each only where found). Pure; for recorded texts.
+
+    Each hierarchy's path is read (the unified or systemd one first); within a path the innermost container
+    and pod count (a container nested in another, a kind node's pods in its container).
+    """
     facts: dict[str, str] = {}
     for path in cgroup_paths(text):
-        parts = [part for part in path.split("/") if part]
+        parts = _path_parts(path)
         kube = any(part.startswith("kubepods") for part in parts)
+        container = _container_of(parts)
+        if container is not None and "container" not in facts:
+            facts["container"] = container[0]
+            if container[1] is not None:
+                facts["runtime"] = container[1]
+        pods = [found.group(1) for found in (re.search(_POD_UID, part) for part in parts) if found]
+        if kube and pods and "pod_uid" not in facts:
+            facts["pod_uid"] = pods[-1].replace("_", "-")
         for at, part in enumerate(parts):
-            scope = re.match(_SCOPE, part)
-            if scope and "container" not in facts:
-                facts["container"] = scope.group(2)
-                facts["runtime"] = _RUNTIME_OF_PREFIX[scope.group(1)]
-            elif at > 0 and re.match(_HEX_ID, part) and "container" not in facts:
-                parent = parts[at - 1]
-                if parent == "docker":
-                    facts["container"], facts["runtime"] = part, "docker"
-                elif parent.startswith("libpod"):
-                    facts["container"], facts["runtime"] = part, "podman"
-                elif kube and re.search(_POD_UID, parent):
-                    facts["container"] = part
-            elif part.startswith("libpod-") and re.match(_HEX_ID, part[7:]) and "container" not in facts:
-                facts["container"], facts["runtime"] = part[7:], "podman"
-            pod = re.search(_POD_UID, part) if kube else None
-            if pod and "pod_uid" not in facts:
-                facts["pod_uid"] = pod.group(1).replace("_", "-")
             job = re.match(_SLURM_JOB, part)
             if job and "slurm_job" not in facts and any("slurm" in p for p in parts[:at]):
                 facts["slurm_job"] = job.group(1)
@@ -178,11 +240,9 @@ def cgroup_facts(text: str) -> dict[str, str]:
                 if step:
                     facts["slurm_step"] = step.group(1)
         if "unit" not in facts:
-            for part in reversed(parts):
-                if part.endswith((".service", ".scope")) and not re.match(_NOT_OWNER_UNITS, part):
-                    if not re.match(_SCOPE, part) and "-conmon-" not in part:
-                        facts["unit"] = part
-                    break
+            unit = _unit_of(parts)
+            if unit is not None:
+                facts["unit"] = unit
     return facts
 
 

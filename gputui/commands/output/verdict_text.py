@@ -40,8 +40,14 @@ def verdict_lines(snapshot: HostSnapshot, stream: TextIO) -> list[str]:
     if verdict is not None:
         for gpu_verdict in verdict.gpus:
             used = DASH if gpu_verdict.used_mib is None else str(gpu_verdict.used_mib)
+            # How the GPU was judged where not by its memory (unified memory: by its processes).
+            note = (
+                ""
+                if gpu_verdict.note is None
+                else "  " + fit(_gpu_reason_text(gpu_verdict.index, None, gpu_verdict.note), 200)
+            )
             if gpu_verdict.clean:
-                lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {good}")
+                lines.append(f"GPU{gpu_verdict.index}  {used} MiB  {good}{note}")
                 continue
             texts = [
                 _gpu_reason_text(gpu_verdict.index, gpu_verdict.used_mib, r) for r in gpu_verdict.reasons

@@ -15,6 +15,7 @@ import json
 
 from gputui.agent.protocol import (
     GPU_FITNESS,
+    GPU_MEMORY_UNREPORTED,
     GPU_TIMEOUTS_IN_ROW,
     GPU_UNREACHABLE,
     KERNEL_LOG,
@@ -125,6 +126,9 @@ class Gpu(Record):
     it answers. ``error`` says it in the driver's words."""
     timeouts_in_row: int = 0
     """Samples in a row whose NVML calls on this GPU timed out."""
+    memory_unreported: bool = False
+    """The driver does not report this GPU's memory (unified memory, e.g. GB10): the memory figures are None
+    and no error; the clean slate judges it by its processes. Its JSON key is ``GPU_MEMORY_UNREPORTED``."""
     processes: tuple[GpuProcess, ...] = ()
     fitness: GpuFitness | None = None
     """The GPU's own fitness figures and Xid history (``model.fitness``); None where none was read. Its JSON
@@ -160,6 +164,7 @@ class Gpu(Record):
             error=opt_safe(data.get("error")),
             unreachable=_unreachable(data.get(GPU_UNREACHABLE)),
             timeouts_in_row=min(max(opt_int(data.get(GPU_TIMEOUTS_IN_ROW)) or 0, 0), 1 << 30),
+            memory_unreported=data.get(GPU_MEMORY_UNREPORTED) is True,
             processes=(
                 processes
                 if processes is not None

@@ -190,13 +190,18 @@ class Finding(Record):
 
 
 class GpuVerdict(Record):
-    """One GPU's part of the clean-slate verdict."""
+    """One GPU's part of the clean-slate verdict.
+
+    ``note``: how the GPU was judged where that is not by its memory (a unified-memory GPU that reports none
+    is judged by its processes), said beside its line whether it is clean or not; None otherwise.
+    """
 
     index: int
     used_mib: int | None
     baseline_mib: int
     clean: bool
     reasons: tuple[str, ...] = ()
+    note: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GpuVerdict:
@@ -206,6 +211,7 @@ class GpuVerdict(Record):
             baseline_mib=int(data.get("baseline_mib") or 0),
             clean=bool(data.get("clean")),
             reasons=safe_list(data.get("reasons")),
+            note=opt_safe(data.get("note")),
         )
 
 

@@ -1,7 +1,8 @@
 """The clean-slate verdict: is every GPU of a host back at its idle baseline, nothing left of its GPU jobs?
 
 Nothing here does I/O or reads a clock; a host error, a host without GPUs and a GPU that cannot be read give a
-verdict that cannot tell (``known`` False), never a clean one.
+verdict that cannot tell (``known`` False), never a clean one. A GPU whose driver reports no memory of its own
+(unified memory, ``Gpu.memory_unreported``) is judged by its processes alone, and its line says so.
 """
 
 from __future__ import annotations
@@ -38,10 +39,19 @@ def memory_at_baseline(snapshot: HostSnapshot, baselines: Baselines) -> bool:
         return False
     return all(
         gpu.error is None
-        and gpu.memory_used_mib is not None
-        and gpu.memory_used_mib <= baselines.for_gpu(gpu) + baselines.tolerance_mib
+        and (
+            not gpu.processes  # memory not reported: its processes are all there is to go by
+            if memory_unreported(gpu)
+            else gpu.memory_used_mib is not None
+            and gpu.memory_used_mib <= baselines.for_gpu(gpu) + baselines.tolerance_mib
+        )
         for gpu in snapshot.gpus
     )
+
+
+def memory_unreported(gpu: Gpu) -> bool:
+    """Whether the driver reports no memory for this GPU (unified memory): judged by its processes alone."""
+    return gpu.memory_unreported and gpu.memory_used_mib is None and gpu.error is None
 
 
 def _unknown_verdict(snapshot: HostSnapshot, keyed: dict[str, int], baselines: Baselines) -> Verdict:
@@ -60,9 +70,28 @@ def unreadable_reason(gpu: Gpu) -> str | None:
     """Why this GPU's memory cannot be judged (an error, no figure), or None when it can."""
     if gpu.error is not None:
         return f"GPU{gpu.index} error: {fit(gpu.error, 80)}"
-    if gpu.memory_used_mib is None:
+    if gpu.memory_used_mib is None and not gpu.memory_unreported:
         return f"GPU{gpu.index} memory could not be read"
     return None
+
+
+UNIFIED_MEMORY = "memory not reported (unified memory)"
+"""What a GPU whose driver reports no memory of its own is, in every sentence about it."""
+
+
+def unreported_memory_note(index: int) -> str:
+    """ "GPU0 memory not reported (unified memory): judged by its processes" (the line of such a GPU)."""
+    return f"GPU{index} {UNIFIED_MEMORY}: judged by its processes"
+
+
+def unreported_held_reason(index: int, held_by: str) -> str:
+    """ "GPU0 memory not reported (unified memory): held by pid 4241 (…)"."""
+    return f"GPU{index} {UNIFIED_MEMORY}: held by {held_by}"
+
+
+def unreported_reason(index: int) -> str:
+    """ "GPU0 memory not reported (unified memory)": a source without processes cannot judge such a GPU."""
+    return f"GPU{index} {UNIFIED_MEMORY}"
 
 
 MEMORY_ONLY = "memory only"
@@ -85,7 +114,7 @@ def memory_verdict(snapshot: HostSnapshot, baselines: Baselines) -> Verdict:
     unreadable = False
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         baseline = baselines.for_gpu(gpu)
-        reason = unreadable_reason(gpu)
+        reason = unreported_reason(gpu.index) if memory_unreported(gpu) else unreadable_reason(gpu)
         unreadable = unreadable or reason is not None
         used = gpu.memory_used_mib
         unfit = unfit_reasons(snapshot, gpu) if reason is None else []
@@ -157,12 +186,20 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
         gpu_reasons: list[str] = []
         known_unfit = unreachable_reason(snapshot, gpu)
         reason = unreadable_reason(gpu)
+        note = unreported_memory_note(gpu.index) if memory_unreported(gpu) else None
         if known_unfit is not None:  # lost, reset required, a wedged driver: a fact, with its action
             not_ready.append(known_unfit)
             gpu_reasons.append(known_unfit)
         elif reason is not None:
             gpu_reasons.append(reason)
             unreadable = True
+        elif note is not None:  # no figure to go by: a process still listed is all that holds it
+            unfit = unfit_reasons(snapshot, gpu)
+            not_ready.extend(unfit)
+            gpu_reasons.extend(unfit)
+            holders = gpu_holders(gpu, table)
+            if holders:
+                gpu_reasons.append(unreported_held_reason(gpu.index, _held_by(holders, table)))
         elif used is not None:  # always, once readable: said for the type checker
             unfit = unfit_reasons(snapshot, gpu)
             not_ready.extend(unfit)
@@ -170,16 +207,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
             holders = gpu_holders(gpu, table)
             over = used > baseline + baselines.tolerance_mib
             if holders:
-                texts = []
-                for pid, proc, mib, is_visible in holders[:MAX_HOLDERS_IN_REASON]:
-                    if is_visible:
-                        texts.append(_holder_text(pid, proc, table, mib, len(holders) > 1))
-                    else:
-                        texts.append(f"pid {pid} (not visible here: another PID namespace)")
-                if len(holders) > MAX_HOLDERS_IN_REASON:
-                    texts.append(f"and {len(holders) - MAX_HOLDERS_IN_REASON} more")
-                held_by = ", ".join(texts)
-                gpu_reasons.append(held_reason(gpu.index, used, held_by, over))
+                gpu_reasons.append(held_reason(gpu.index, used, _held_by(holders, table), over))
             elif over:
                 suspects = [
                     suspect_text(*one) for one in ghost_suspects(snapshot, gpu)[:MAX_HOLDERS_IN_REASON]
@@ -196,6 +224,7 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
                 baseline_mib=baseline,
                 clean=not gpu_reasons,
                 reasons=tuple(gpu_reasons),
+                note=note,
             )
         )
         reasons.extend(r for r in gpu_reasons if r not in not_ready)
@@ -240,6 +269,19 @@ def gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None
         if mib is not None and pid not in holders:
             holders[pid] = (pid, proc, mib, True)
     return sorted(holders.values(), key=lambda h: (-(h[2] or 0), h[0]))
+
+
+def _held_by(holders: list[tuple[int, Proc | None, int | None, bool]], table: dict[int, Proc]) -> str:
+    """The holders of a GPU in one phrase, the first ``MAX_HOLDERS_IN_REASON`` of them by name."""
+    texts = []
+    for pid, proc, mib, is_visible in holders[:MAX_HOLDERS_IN_REASON]:
+        if is_visible:
+            texts.append(_holder_text(pid, proc, table, mib, len(holders) > 1))
+        else:
+            texts.append(f"pid {pid} (not visible here: another PID namespace)")
+    if len(holders) > MAX_HOLDERS_IN_REASON:
+        texts.append(f"and {len(holders) - MAX_HOLDERS_IN_REASON} more")
+    return ", ".join(texts)
 
 
 def _holder_text(pid: int, proc: Proc | None, table: dict[int, Proc], mib: int | None, show_mib: bool) -> str:

@@ -15,12 +15,10 @@ from pathlib import Path
 from gputui.agent import protocol
 from gputui.agent.argv_secrets import redact_argv
 from gputui.agent.gpu.smiparse import (
-    SMI_EXIT_GPU_LOST,
     SMI_QUERY_APPS,
     SMI_QUERY_GPU,
     parse_smi_apps_output,
-    parse_smi_gpu_output,
-    smi_exit_error,
+    smi_run,
 )
 from gputui.agent.proc.proctree import related_map, walk
 from gputui.agent.wire import WIRE_CMDLINE_BYTES
@@ -186,14 +184,14 @@ class ReducedStream(CollectorStream):
         gpu_text = "\n".join(self.lines["gpus"])
         error: str | None = None
         gpus: list[dict[str, Any]] = []
-        # Exit 15 (a GPU is lost) follows the lines of the GPUs nvidia-smi could still read, and the lost
-        # one becomes an error row.
-        if self.smi_status in (0, SMI_EXIT_GPU_LOST):
-            gpus = parse_smi_gpu_output(gpu_text)
         if self.smi_status == PYTHON_MISSING_STATUS:
             error = f"reduced mode ({self._why()}): nvidia-smi not found on host"
-        elif self.smi_status != 0 and not gpus:
-            error = f"reduced mode ({self._why()}): " + smi_exit_error(self.smi_status or 0, gpu_text)
+        else:
+            # A non-zero exit (15: a GPU is lost; 255: one in "Unknown Error") follows the lines of the
+            # GPUs nvidia-smi could still read: they stand, and the one it could not open is an error row.
+            gpus, smi_error = smi_run(-1 if self.smi_status is None else self.smi_status, gpu_text)
+            if smi_error is not None:
+                error = f"reduced mode ({self._why()}): " + smi_error
         apps = parse_smi_apps_output("\n".join(self.lines["apps"]))
         held: dict[int, dict[int, int]] = {}
         for gpu in gpus:
