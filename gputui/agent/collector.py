@@ -105,9 +105,13 @@ class Agent:
         full_sweep_every: int = FULL_SWEEP_EVERY,
         telemetry_interval_s: float = TELEMETRY_INTERVAL_S,
         backend: Any = None,
+        kill_keeper: bool = False,
     ) -> None:
         self.target = target
         self.read_only = bool(read_only)
+        self.kill_keeper = bool(kill_keeper)
+        """Hand kills that go on after their signals to a keeper process (``kill.keeper``): set where this
+        collector runs in the client's own process, whose end must not end a confirmed escalation."""
         self.memory_interval_s = float(memory_interval_s)
         self.process_interval_s = float(process_interval_s)
         self.discover_health = bool(discover_health)
@@ -429,7 +433,7 @@ class Agent:
                 from gputui.agent.kill.operations import KillOperations
 
                 facts = (self.read_only, self.boot_id, self.pid, self.use_psutil, self.processes.gpu_mib_of)
-                self._kills = KillOperations(KillContext(*facts))
+                self._kills = KillOperations(KillContext(*facts), keeper=self.kill_keeper)
             return self._kills
 
     def probe(
@@ -515,6 +519,8 @@ class Agent:
             self._backend = backend
 
     def close(self) -> None:
+        if self._kills is not None:
+            self._kills.close()
         if self._health is not None:
             self._health.close()
         self._backend.close()

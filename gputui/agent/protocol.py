@@ -512,6 +512,32 @@ def hello(mode: str, boot_id: str | None, hostname: str | None, **details: Any) 
     return message
 
 
+AUDIT_KEYS = (
+    "time",
+    "host",
+    "boot_id",
+    "local_user",
+    "pid",
+    "start_ticks",
+    "name",
+    "command",
+    "signal",
+    "requested_signal",
+    "stage",
+    "result",
+    "detail",
+)
+"""The fields of a kill's audit line, in order: the client writes them, and a local kill's keeper writes those
+the client was gone for."""
+
+
+def audit_line(when: float, base: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """One audit line: ``base`` (host, boot_id, local_user, requested_signal) and ``fields`` (pid,
+    start_ticks, name, command, signal, stage, result, detail) in ``AUDIT_KEYS`` order."""
+    given = dict(base, **fields, time=when)
+    return {key: given.get(key) for key in AUDIT_KEYS}
+
+
 def reply(command_id: Any, result: dict[str, Any]) -> dict[str, Any]:
     """The answer to a command that succeeded."""
     return {"t": MSG_REPLY, "id": command_id, "ok": True, "result": result}

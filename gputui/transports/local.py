@@ -20,6 +20,11 @@ LOCAL_TARGET = "local"
 class LocalLink(HostLink):
     """A link to an in-process Agent.
 
+    A kill that goes on after its signals (an escalation, a wait) runs in a keeper process of its own
+    (``gputui.agent.kill.keeper``), so that it finishes, and writes the audit lines of what it sent, even when
+    this process is killed or its terminal closes: ``keeps_kills``, and the client passes the audit log's
+    spec with the command.
+
     ``next_snapshot`` sleeps until the next sample is due (``memory_interval_s`` after the last one) and then
     samples; the agent reuses its last process list until ``process_interval_s`` has passed. While the agent
     watches exits (``Agent.pause``), a GPU holder's exit makes the sample, with a fresh process list, at once.
@@ -31,6 +36,7 @@ class LocalLink(HostLink):
         agent_kwargs: Extra Agent arguments (``use_psutil``, ``use_pynvml``, ``nvml_deadline_s``).
         """
         self.target = LOCAL_TARGET
+        self.keeps_kills = True
         self._options = options or LinkOptions()
         self._agent_kwargs = agent_kwargs
         self._agent: Agent | None = None
@@ -60,7 +66,7 @@ class LocalLink(HostLink):
                 discover_health=self._options.discover_health,
                 health_generate=self._options.health_generate,
                 metrics_urls=self._options.metrics_urls,
-                **self._agent_kwargs,
+                **dict({"kill_keeper": True}, **self._agent_kwargs),
             )
         except Exception as exc:  # the collector failing to start is a host error, one line
             raise LinkError(f"{self.target}: cannot start the collector: {exc}") from exc

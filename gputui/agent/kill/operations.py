@@ -7,6 +7,7 @@ import threading
 import time
 
 from gputui.agent.args import CommandError, optional_seconds
+from gputui.agent.kill.kept import KeptOperation
 from gputui.agent.kill.operation import KILL_KEEP_S, KillContext, KillOperation
 from gputui.agent.kill.signals import SIGNALS
 from gputui.agent.protocol import (
@@ -29,10 +30,13 @@ class KillOperations:
         context: What each operation needs of the collector.
     """
 
-    def __init__(self, context: KillContext) -> None:
+    def __init__(self, context: KillContext, keeper: bool = False) -> None:
         self.context = context
+        self.keeper = keeper
+        """Hand each kill that goes on after its signals to a keeper process (``keeper``): the local
+        collector, whose process is the client's."""
         self._lock = threading.Lock()
-        self._operations: dict[int, KillOperation] = {}
+        self._operations: dict[int, KillOperation | KeptOperation] = {}
         self._next_id = 0
 
     def handle(self, name: str, command: dict[str, Any]) -> dict[str, Any]:
@@ -82,24 +86,41 @@ class KillOperations:
         with self._lock:
             now = time.monotonic()
             for old_id in [i for i, o in self._operations.items() if o.forgettable(now)]:
-                del self._operations[old_id]
+                forgotten = self._operations.pop(old_id)
+                if isinstance(forgotten, KeptOperation):
+                    forgotten.close()
             self._next_id += 1
-            operation = KillOperation(
-                self.context,
-                self._next_id,
-                SIGNALS[signal_name],
-                signal_name,
-                bool(command.get("tree")),
-                escalate_s,
-                wait_s,
-            )
+            op_id = self._next_id
+        if self.keeper and (escalate_s is not None or wait_s is not None):
+            kept = KeptOperation(op_id, command, self.context)
+            try:
+                kept.start(targets, command.get("boot_id"))
+                started = True
+            except (OSError, ValueError):
+                started = False  # no keeper could start (nothing was signalled): the kill runs here
+            if started:
+                with self._lock:
+                    self._operations[op_id] = kept
+                if not command.get("detach"):
+                    kept.wait(None)
+                return kept.reply(0)
+        operation = KillOperation(
+            self.context,
+            op_id,
+            SIGNALS[signal_name],
+            signal_name,
+            bool(command.get("tree")),
+            escalate_s,
+            wait_s,
+        )
+        with self._lock:
             self._operations[operation.op_id] = operation
         operation.start(targets, command.get("boot_id"))
         if not command.get("detach"):
             operation.wait(None)
         return operation.reply(0)
 
-    def _operation(self, command: dict[str, Any]) -> tuple[KillOperation, int]:
+    def _operation(self, command: dict[str, Any]) -> tuple[KillOperation | KeptOperation, int]:
         op_id = command.get("op")
         since = command.get("since", 0)
         if isinstance(since, bool) or not isinstance(since, int) or since < 0:
@@ -111,6 +132,13 @@ class KillOperations:
                 f"no kill operation {op_id!r} here (unknown, or finished more than {KILL_KEEP_S:g} s ago)"
             )
         return operation, since
+
+    def close(self) -> None:
+        """Let every keeper go (``KeptOperation.close``): the collector is closing."""
+        with self._lock:
+            kept = [o for o in self._operations.values() if isinstance(o, KeptOperation)]
+        for operation in kept:
+            operation.close()
 
     def pending(self) -> bool:
         """Whether a kill operation is still waiting, escalating or confirming."""

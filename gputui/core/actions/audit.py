@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gputui.agent.protocol import RESULT_REQUESTED, RESULT_UNKNOWN, STAGE_INTENT, STAGE_REQUEST
+from gputui.agent.protocol import RESULT_REQUESTED, RESULT_UNKNOWN, STAGE_INTENT, STAGE_REQUEST, audit_line
 from gputui.core.actions.plan import KillPlan
 from gputui.core.actions.replies import KillOutcome
 from gputui.core.store import saved
@@ -42,6 +42,8 @@ class AuditLog:
     def __init__(self, state_dir: Path | None = None, clock: Any = None) -> None:
         self.state_dir = state_dir
         self._clock = clock or time.time
+        self.observer: Callable[[dict[str, Any]], None] | None = None
+        """Called with every line once it is written (a recording keeps them); on the writer's thread."""
 
     @property
     def path(self) -> Path:
@@ -60,26 +62,44 @@ class AuditLog:
         result: str,
         detail: str,
     ) -> dict[str, Any]:
+        return audit_line(
+            self._clock(),
+            self.base(plan),
+            pid=pid,
+            start_ticks=start_ticks,
+            name=name,
+            command=list(command),
+            signal=signal,
+            stage=stage,
+            result=result,
+            detail=detail,
+        )
+
+    @staticmethod
+    def base(plan: KillPlan) -> dict[str, Any]:
+        """What every line of ``plan``'s kill carries (``protocol.audit_line``'s base)."""
         return {
-            "time": self._clock(),
             "host": plan.target,
             "boot_id": plan.boot_id,
             "local_user": _local_user(),
-            "pid": pid,
-            "start_ticks": start_ticks,
-            "name": name,
-            "command": list(command),
-            "signal": signal,
             "requested_signal": plan.signal,
-            "stage": stage,
-            "result": result,
-            "detail": detail,
+        }
+
+    def keeper_spec(self, plan: KillPlan) -> dict[str, Any]:
+        """What a local kill's keeper needs to write the lines its client was gone for
+        (``agent.kill.keeper``): the log's path, the lines' base, each target's command line."""
+        return {
+            "path": str(self.path),
+            "base": self.base(plan),
+            "commands": {str(t.pid): list(t.cmdline) for t in plan.targets},
         }
 
     def _write(self, lines: list[dict[str, Any]]) -> Path:
         path = Path(saved.ensure_state_dir(self.state_dir)) / saved.AUDIT_FILE
         for line in lines:
             saved.append_line(path, json_visible(line, separators=(",", ":")))
+            if self.observer is not None:
+                self.observer(line)
         return path
 
     def record(self, host: str, boot_id: str | None, entries: Iterable[dict[str, Any]]) -> Path:

@@ -123,7 +123,10 @@ class KillRun:
         if self.audit is not None:
             self.audit.intent(self.plan)
         try:
-            result = self.link.request(kill_command(self.plan), REQUEST_TIMEOUT_S)
+            command = kill_command(self.plan)
+            if self.audit is not None and getattr(self.link, "keeps_kills", False):
+                command["audit"] = self.audit.keeper_spec(self.plan)
+            result = self.link.request(command, REQUEST_TIMEOUT_S)
             reply = parse_reply(result)
         except (LinkError, ValueError) as exc:
             self._unknown([t.pid for t in self.plan.roots], f"no answer to the kill command: {exc}")
