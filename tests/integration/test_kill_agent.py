@@ -98,7 +98,7 @@ def test_pid_1_the_agent_and_its_ancestors_are_refused() -> None:
         assert set(by_pid) == set(protected)
         assert all(o["result"] == "refused" for o in outcomes), outcomes
         assert "pid 1" in by_pid[1]["detail"]
-        assert "agent itself" in by_pid[agent_pid]["detail"]
+        assert "collector itself" in by_pid[agent_pid]["detail"]
         assert "ancestor" in by_pid[os.getpid()]["detail"]
         assert agent.proc.poll() is None  # still alive and answering
         assert agent.sample()["agent_pid"] == agent_pid
@@ -328,3 +328,22 @@ def test_members_listed_with_the_plan_are_signalled_when_their_root_died_meanwhi
         # Without a tree, members mean nothing: only the targets are looked at.
         alone = kill(agent, [{"pid": root, "start_ticks": ticks[root]}], members=members)
         assert [o["pid"] for o in alone] == [root]
+
+
+def test_a_process_that_moved_to_another_owner_since_the_listing_is_refused_as_changed() -> None:
+    """RELIABILITY 49: the plan listed the process under one owner; at the signal it belongs to another (here
+    the listing says a container, the process is the test's own): refused as changed, never signalled. Held
+    to the owner it really has, it is signalled."""
+    from gputui.agent.proc.owners import OwnerReader
+
+    with script(SLEEPER, ["sleeper"]) as sleeper, agent_process() as agent:
+        pid = sleeper.pids["sleeper"]
+        elsewhere = {"kind": "container", "id": "f" * 64}
+        outcomes = kill(agent, [dict(target(pid), owner=elsewhere)])
+        assert [o["result"] for o in outcomes] == ["changed"]
+        assert "belongs to another owner" in outcomes[0]["detail"]
+        assert state_of(pid) == "S"
+        real = OwnerReader().owner(pid, start_ticks(pid), None, None)
+        outcomes = kill(agent, [dict(target(pid), owner={"kind": real["kind"], "id": real.get("id")})])
+        assert [o["result"] for o in outcomes] == ["sent"]
+        wait_for(lambda: is_gone(pid), "the sleeper to die of TERM")

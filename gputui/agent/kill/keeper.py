@@ -4,9 +4,9 @@ A remote kill runs in the remote collector, which finishes it when the client go
 local one would run in the client's own process, so a client killed (SIGKILL, the OOM killer) or a terminal
 closed during the escalation would take it along: TERM sent, KILL never. So a local collector hands every kill
 that goes on after its signals (an escalation, a wait) to this keeper, a process of its own session that no
-terminal hang-up reaches, and answers for it (``kept.KeptOperation``): the keeper signals, waits, escalates and
-confirms exactly as the collector would (``KillOperations``), and the client reads its outcomes as it would
-read the collector's.
+terminal hang-up reaches, and answers for it (``kept.KeptOperation``): the keeper signals, waits, escalates
+and confirms exactly as the collector would (``KillOperations``), and the client reads its outcomes as it
+would read the collector's.
 
 The conversation is JSON lines. The first line on stdin is ``{"command": <the kill command>, "context": {...},
 "gpu_mib": {pid: MiB}, "audit": <spec or null>}``; each later line is a ``kill_wait`` or ``kill_abandon``

@@ -101,14 +101,24 @@ def kill_command(
     escalate_s: float | None,
     wait_s: float | None,
     detach: bool,
+    owners: dict[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ``kill`` command for (pid, start_ticks) targets and, for a tree kill, the members listed with
-    them."""
+    them; ``owners``: each pid's owner as listed (``kind``, ``id``), which the collector holds it to when it
+    signals."""
+    owned = owners or {}
+
+    def entry(pid: int, ticks: int | None) -> dict[str, Any]:
+        item: dict[str, Any] = {"pid": pid, "start_ticks": ticks}
+        if pid in owned:
+            item["owner"] = owned[pid]
+        return item
+
     return {
         "cmd": KILL_COMMAND,
         "boot_id": boot_id,
-        "targets": [{"pid": pid, "start_ticks": ticks} for pid, ticks in targets],
-        "members": [{"pid": pid, "start_ticks": ticks} for pid, ticks in members],
+        "targets": [entry(pid, ticks) for pid, ticks in targets],
+        "members": [entry(pid, ticks) for pid, ticks in members],
         "signal": signal,
         "tree": tree,
         "escalate_s": escalate_s,

@@ -11,6 +11,7 @@ from gputui.agent.kill.guard import KillGuard
 from gputui.agent.kill.messages import kill_reply, pending
 from gputui.agent.kill.outcomes import OutcomeLog
 from gputui.agent.kill.signals import alive, defunct_leader, send_signal_checked, wait_gone
+from gputui.agent.proc.owners import same_owner
 from gputui.agent.proc.procfs import ProcStat, read_stat, scan_proc
 from gputui.agent.proc.proctree import children_map
 from gputui.agent.protocol import (
@@ -39,6 +40,9 @@ if TYPE_CHECKING:
 
 KILL_CONFIRM_S = 2.0
 """After an escalated KILL, how long to wait for the process to disappear before reporting it."""
+OWNER_CHANGED = (
+    "process changed: it belongs to another owner (container, pod, job or unit) than when it was listed"
+)
 KILL_KEEP_S = 60.0
 """A finished kill operation's outcomes stay available to ``kill_wait`` this long."""
 
@@ -121,6 +125,7 @@ class KillOperation:
         self._zombies: dict[tuple[int, int], int] = {}
         self._groups: set[int] = set()
         self._guard: KillGuard | None = None
+        self._planned_owners: dict[tuple[int, int | None], dict[str, Any]] = {}
         self._done = threading.Event()
         self._cancel = threading.Event()
         self._escalating = False
@@ -172,8 +177,17 @@ class KillOperation:
 
     # -- the operation --------------------------------------------------------------------------------------
 
-    def start(self, targets: list[tuple[int, int | None]], boot_id: str | None) -> None:
-        """Check and signal every target (children first); start the rest of the operation when needed."""
+    def start(
+        self,
+        targets: list[tuple[int, int | None]],
+        boot_id: str | None,
+        owners: dict[tuple[int, int | None], dict[str, Any]] | None = None,
+    ) -> None:
+        """Check and signal every target (children first); start the rest of the operation when needed.
+
+        ``owners``: the owner each target was listed with: one that belongs to another owner now (moved into
+        another container's cgroup since) is refused as changed, never signalled."""
+        self._planned_owners = owners or {}
         try:
             self._signal_targets(targets, boot_id)
         except BaseException:
@@ -239,6 +253,11 @@ class KillOperation:
                 # whole host.
                 self._queued.add((pid, ticks))
                 self._log.say(pid, ticks, stat, STAGE_CHECK, None, RESULT_REFUSED, refusal)
+                continue
+            planned = self._planned_owners.get((pid, ticks))
+            if planned is not None and not same_owner(planned, guard.owner_of(stat)):
+                self._queued.add((pid, ticks))
+                self._log.say(pid, ticks, stat, STAGE_CHECK, None, RESULT_CHANGED, OWNER_CHANGED)
                 continue
             if stat.state == "Z" and not defunct_leader(pid, ticks):
                 asked_zombies.append(stat)

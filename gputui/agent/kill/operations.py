@@ -67,6 +67,7 @@ class KillOperations:
         if not isinstance(raw_members, list):
             raise CommandError("members must be a list of {pid, start_ticks}")
         targets: list[tuple[int, int | None]] = []
+        owners: dict[tuple[int, int | None], dict[str, Any]] = {}
         for item in raw_targets + raw_members:
             if not isinstance(item, dict):
                 raise CommandError("each target must be an object with pid and start_ticks")
@@ -76,6 +77,11 @@ class KillOperations:
                 raise CommandError("target pid must be an integer")
             if ticks is not None and (isinstance(ticks, bool) or not isinstance(ticks, int)):
                 raise CommandError("target start_ticks must be an integer")
+            owner = item.get("owner")
+            if owner is not None:
+                if not isinstance(owner, dict) or not isinstance(owner.get("kind"), str):
+                    raise CommandError("a target's owner must be an object with a kind and an id")
+                owners[(pid, ticks)] = {"kind": owner["kind"], "id": owner.get("id")}
             targets.append((pid, ticks))
         if not command.get("tree"):
             del targets[len(raw_targets) :]  # members only mean something to a tree kill
@@ -115,7 +121,7 @@ class KillOperations:
         )
         with self._lock:
             self._operations[operation.op_id] = operation
-        operation.start(targets, command.get("boot_id"))
+        operation.start(targets, command.get("boot_id"), owners)
         if not command.get("detach"):
             operation.wait(None)
         return operation.reply(0)
