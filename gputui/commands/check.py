@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
+from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines, server_watch
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line, safe_streams, wait_line
 from gputui.commands.output.verdict_text import verdict_lines
@@ -101,9 +101,10 @@ def wait_until_clean(
     """
     check = cleanslate.start(clock(), wait_s, trigger="--wait", ports=ports)
     _configure(link, WAIT_MEMORY_INTERVAL_S, WAIT_PROCESS_INTERVAL_S, watch_exits=True)
+    watch = server_watch(args)  # over the wait's samples: a server that stalls, a collective that spins
 
     def judged(sample: HostSnapshot) -> HostSnapshot:
-        return judge(sample, baselines, watched_ports=ports, one_shot=True)
+        return judge(sample, baselines, servers=watch, watched_ports=ports, one_shot=True)
 
     try:
         snapshot = judged(full_sample(link, target))

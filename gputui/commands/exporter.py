@@ -31,13 +31,13 @@ from prometheus_client.metrics_core import Metric
 
 from gputui import __version__
 from gputui.commands.grammar.exporter import DEFAULT_ADDRESS
-from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
+from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines, server_watch
 from gputui.commands.inputs.targets import open_link, options_from_args
 from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
 from gputui.core.model import replace
 from gputui.core.servers import ServerWatch
-from gputui.core.store import Config, StateError, atomic_write_text
+from gputui.core.store import StateError, atomic_write_text
 from gputui.core.text import fit, visible
 from gputui.core.verdict import Baselines, judge
 from gputui.transports.local import LOCAL_TARGET
@@ -260,16 +260,6 @@ def _baselines(args: argparse.Namespace, target: str) -> Baselines:
     )
 
 
-def _watch(args: argparse.Namespace) -> ServerWatch:
-    """The server watch with the config's stall and spin windows, as the TUI keeps one."""
-    config = getattr(args, "config", None)
-    if not isinstance(config, Config):
-        return ServerWatch()
-    return ServerWatch(
-        config.stall_after_s, config.host_stall_after_s, config.spin_after_s, config.host_spin_after_s
-    )
-
-
 def run_once(args: argparse.Namespace) -> int:
     """``--once FILE``: one full sample written to FILE in the exposition format, atomically."""
     path = Path(args.once)
@@ -283,7 +273,7 @@ def run_once(args: argparse.Namespace) -> int:
         link.open()
         started, cpu_started = time.monotonic(), time.process_time()
         snapshot = one_shot_sample(link, link.target)
-        sampler = Sampler(link, _baselines(args, link.target), watch=_watch(args))
+        sampler = Sampler(link, _baselines(args, link.target), watch=server_watch(args))
         sampler.take(snapshot, started, cpu_started)
     except LinkError as exc:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
@@ -391,7 +381,7 @@ def run_exporter(args: argparse.Namespace) -> int:
     except LinkError as exc:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
-    sampler = Sampler(link, _baselines(args, link.target), args.interval, _watch(args))
+    sampler = Sampler(link, _baselines(args, link.target), args.interval, server_watch(args))
     collector = _collector(args, sampler)
     try:
         server, _thread = start_http_server(port, address, registry=registry_for(collector), **tls)

@@ -1,4 +1,5 @@
-"""The idle baselines a command judges a host against: a flag, the calibrated figures, or the default."""
+"""The idle baselines a command judges a host against (a flag, the calibrated figures, or the default), and
+the config's other settings for judging: the Xids a site accepts, the server watch's windows."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from gputui.core.verdict import DEFAULT_BASELINE_MIB, DEFAULT_TOLERANCE_MIB, Bas
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TextIO
+
+    from gputui.core.servers import ServerWatch
 
 
 def resolve_baselines(
@@ -44,3 +47,17 @@ def accepted_xids(args: object) -> frozenset[int]:
     """The config's ``accepted_xids`` (none without a config)."""
     config = getattr(args, "config", None)
     return getattr(config, "accepted_xids", frozenset())
+
+
+def server_watch(args: object) -> ServerWatch:
+    """A server watch with the config's stall and spin windows (a command without a config: the defaults):
+    what judges a host over several samples (stalls, a spinning collective), as the TUI keeps one."""
+    from gputui.core.servers import ServerWatch
+    from gputui.core.store import Config
+
+    config = getattr(args, "config", None)
+    if not isinstance(config, Config):
+        return ServerWatch()
+    return ServerWatch(
+        config.stall_after_s, config.host_stall_after_s, config.spin_after_s, config.host_spin_after_s
+    )
