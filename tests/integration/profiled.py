@@ -4,7 +4,8 @@ and a job whose worker carries a profiler's injection in its environment.
 ``fake_nsys`` is a small C program named ``nsys`` (built with ``_procs.build_c_helper``): run as ``nsys
 profile [options] APP [args]`` it reads its options the way nsys does (every option takes a value), writes
 the raw stream a collecting nsys keeps beside its output (``OUTPUT.qdstrm``, never the ``.nsys-rep``: it is
-never let finish), starts APP as its child and stays its parent until it is killed. ``/proc`` then shows what
+never let finish; with ``FAKE_NSYS_TEMP`` set, ``nsys-report-PID.qdstrm`` in that folder, as nsys does since
+2024), starts APP as its child and stays its parent until it is killed. ``/proc`` then shows what
 it shows of a real ``nsys profile``: the binary's path in argv[0], comm ``nsys``, the application below.
 
 Each process reports itself as a JSON line on stdout (``{"role", "pid"}``); ``_procs.Binary`` and
@@ -23,6 +24,7 @@ from tests.integration._procs import Binary, Script, build_c_helper
 FAKE_NSYS_C = r"""
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,7 +55,12 @@ int main(int argc, char **argv)
     }
     if (output != NULL) {
         int fd;
-        snprintf(path, sizeof path, "%s.qdstrm", output);
+        /* Nsight Systems from 2024 on collects into its own temporary stream, and turns it into OUTPUT at
+         * the end: "Generating '/var/tmp/nsys-report-4279.qdstrm'" (FAKE_NSYS_TEMP names the folder). */
+        if (getenv("FAKE_NSYS_TEMP") != NULL)
+            snprintf(path, sizeof path, "%s/nsys-report-%d.qdstrm", getenv("FAKE_NSYS_TEMP"), (int)getpid());
+        else
+            snprintf(path, sizeof path, "%s.qdstrm", output);
         fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0644);
         if (fd >= 0) {
             if (write(fd, "QDSTRM raw event stream\n", 24) != 24)

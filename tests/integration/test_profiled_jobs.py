@@ -231,6 +231,34 @@ def test_the_unfinished_report_is_named_after_the_job_is_killed(
     assert run_gputui(["check", "--no-discover"], env).returncode == 0
 
 
+def test_a_newer_nsys_s_own_unfinished_stream_is_named_after_the_job_is_killed(
+    fake_nsys: Path, fake_nvml: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nsys from 2024 on collects into ``/var/tmp/nsys-report-NNNN.qdstrm`` and writes ``-o``'s report at the
+    end: killed, it leaves that stream, named here by the report it never wrote."""
+    temp = tmp_path / "var-tmp"
+    temp.mkdir()
+    monkeypatch.setenv("FAKE_NSYS_TEMP", str(temp))
+    env = dict(gputui_env(fake_nvml, tmp_path / "state"), GPUTUI_TEST_NSYS_TEMP=str(temp))
+    output = tmp_path / "reports" / "decode"
+    output.parent.mkdir()
+    (temp / "nsys-report-1.qdstrm").write_text("another run, before this job\n")
+    os.utime(temp / "nsys-report-1.qdstrm", (time.time() - 7200, time.time() - 7200))
+    with nsys_job(fake_nsys, "--trace=cuda,nvtx", "-o", str(output)) as job:
+        stream = temp / f"nsys-report-{job.pids['nsys']}.qdstrm"
+        fake_nvml.state.add_holder(0, job.pids["worker"], HELD_MIB)
+        fake_nvml.write()
+        assert _host(env)["findings"]  # the collector saw the job and its profiler once
+        fake_nvml.state.holders.clear()
+        fake_nvml.write()
+    check = run_gputui(["check", "--no-discover"], env)
+    assert check.returncode == 1, check.stdout
+    report = f"leftover: report {output}.nsys-rep left unfinished: only its raw stream {stream}"
+    assert report in check.stdout, check.stdout
+    assert "nsys-report-1.qdstrm" not in check.stdout  # older than the job: not its
+    assert stream.exists()
+
+
 def _fleet_until(source: PrometheusSource, condition: Any, what: str) -> FleetHost:
     deadline = time.monotonic() + DEADLINE_S
     while True:

@@ -462,9 +462,18 @@ class JobMemory:
     def _left(
         job: dict[str, Any], still_left: Callable[[dict[str, Any]], dict[str, Any]] | None
     ) -> dict[str, Any]:
-        if still_left is None or not (job["segments"] or job["mps"] or job["outputs"]):
+        if still_left is None or not (job["segments"] or job["mps"] or job["outputs"] or job["profilers"]):
             return {"segments": [], "mps": [], "reports": []}
-        left = still_left({"segments": job["segments"], "mps": job["mps"], "outputs": job["outputs"]})
+        left = still_left(
+            {
+                "segments": job["segments"],
+                "mps": job["mps"],
+                "outputs": job["outputs"],
+                "profiled": bool(job["profilers"]),
+                "uid": job.get("uid"),
+                "since": job.get("first_seen"),
+            }
+        )
         return {
             "segments": left.get("segments") or [],
             "mps": left.get("mps") or [],

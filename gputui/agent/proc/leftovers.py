@@ -225,7 +225,11 @@ def still_left(recorded: dict[str, Any]) -> dict[str, Any]:
     return {
         "segments": still_there(recorded.get("segments") or ()),
         "mps": daemons_alive(recorded.get("mps") or ()),
-        "reports": unfinished_reports(recorded.get("outputs") or ()),
+        "reports": unfinished_reports(
+            recorded.get("outputs") or (),
+            recorded.get("uid") if recorded.get("profiled") else None,
+            recorded.get("since"),
+        ),
     }
 
 

@@ -90,6 +90,14 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 STREAM_SUFFIX = ".qdstrm"
 """The raw event stream nsys writes while it collects and turns into the report at the end."""
 MAX_REPORTS = 4
+TEMP_FOLDERS = ("/var/tmp", "/tmp")  # noqa: S108 - read only: where nsys writes, never a file gputui makes
+"""Where Nsight Systems collects before it writes the report (``/var/tmp`` where it may, else ``/tmp``)."""
+TEST_TEMP_ENV = "GPUTUI_TEST_NSYS_TEMP"
+"""Tests only: the one folder looked at in place of ``TEMP_FOLDERS``."""
+TEMP_STREAM = "nsys-report-*" + ".qdstrm"
+"""The name of Nsight Systems' own raw stream there: "Generating '/var/tmp/nsys-report-4279.qdstrm'"."""
+TEMP_STREAM_SLACK_S = 60.0
+"""A stream written this long before the job was first seen is still the job's (it was seen late)."""
 DIR_SCAN_MAX = 4096
 """Entries of a report's folder looked at for a templated output (``%p``, ``%n``, ``%q{VAR}``)."""
 
@@ -307,11 +315,50 @@ def _stream_bases(output: str) -> list[str]:
     return [os.path.join(folder, entry[: -len(STREAM_SUFFIX)]) for entry in sorted(matched)]
 
 
-def unfinished_reports(outputs: Iterable[Any]) -> list[dict[str, Any]]:
+def temp_streams(uid: int | None, since: float | None) -> list[str]:
+    """Nsight Systems' own raw streams (``TEMP_STREAM``) in ``TEMP_FOLDERS`` that ``uid`` owns and that were
+    written since ``since`` (epoch seconds): an ``nsys profile`` from 2024 on collects into one of these and
+    turns it into the report named by its ``-o`` at the end, removing it; one still there after its job is
+    gone is a report never written. A bounded look per folder."""
+    if uid is None or since is None:
+        return []
+    found = []
+    test_folder = os.environ.get(TEST_TEMP_ENV)
+    for folder in (test_folder,) if test_folder else TEMP_FOLDERS:
+        try:
+            entries = os.listdir(folder)[:DIR_SCAN_MAX]
+        except OSError:
+            continue
+        for entry in sorted(fnmatch.filter(entries, TEMP_STREAM)):
+            path = os.path.join(folder, entry)
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if info.st_uid == uid and info.st_mtime >= since - TEMP_STREAM_SLACK_S:
+                found.append(path)
+    return found
+
+
+def unfinished_reports(
+    outputs: Iterable[Any], uid: int | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
     """The raw streams of these outputs (absolute ``output`` paths from a profiler's argv) whose report was
     never written: ``{"path": the .qdstrm, "dev", "inode", "uid", "size_bytes", "report": the .nsys-rep
-    that is missing}``, at most ``MAX_REPORTS``."""
+    that is missing}``, at most ``MAX_REPORTS``; with the job's ``uid`` and the time it was first seen
+    (``since``), Nsight Systems' own raw streams of the job's time too (``temp_streams``), each named by the
+    report the job's profiler was to write."""
+    outputs = list(outputs)
     found: list[dict[str, Any]] = []
+    named = [o for o in outputs if isinstance(o, str) and o.startswith("/") and "%" not in o]
+    for stream in temp_streams(uid, since):
+        identity = file_identity(stream)
+        if identity is not None:
+            missing = report_base(named[0]) if named else stream[: -len(STREAM_SUFFIX)]
+            identity["report"] = wire_text(missing + REPORT_SUFFIXES[0], 512)
+            found.append(identity)
+        if len(found) >= MAX_REPORTS:
+            return found
     for output in outputs:
         if not isinstance(output, str) or not output.startswith("/"):
             continue
