@@ -101,3 +101,81 @@ def test_a_client_that_stays_writes_each_line_once(fake_nvml: FakeNvml, tmp_path
     assert len(lines) == len(set(lines)), lines
     assert ("escalate", "KILL") in lines
     assert not any("keeper" in str(a["detail"]) for a in _audit(state))
+
+
+def test_the_terminal_closed_during_a_local_escalation_ends_the_tui_and_not_the_kill(
+    fake_nvml: FakeNvml, tmp_path: Path
+) -> None:
+    """RELIABILITY 50 and 58 together: the TUI's pty closes after ``X``, ``y``: the TUI is gone within 2 s,
+    the keeper sends the KILL when it is due and writes its line."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    state = tmp_path / "state"
+    env = dict(
+        _env(fake_nvml, state),
+        HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        TERM="xterm-256color",
+    )
+    with launcher(STUBBORN_TREE, fake_nvml) as tree:
+        stubborn = tree["scheduler_TP1"]
+        pid, master = pty.fork()
+        if pid == 0:
+            try:
+                argv = [sys.executable, "-m", "gputui.cli", "--no-discover", "local"]
+                os.execve(sys.executable, argv, env)  # noqa: S606
+            finally:
+                os._exit(127)
+        try:
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            _pty_until(master, b"40963/49152")
+            time.sleep(2.0)  # the process list follows the first frame
+            os.write(master, b"X")
+            _pty_until(master, b"Esc/n: cancel")
+            os.write(master, b"y")
+            wait_for(
+                lambda: (
+                    any(a["stage"] == "signal" for a in _audit(state) if a["pid"] == stubborn)
+                    if (state / "gputui" / "audit.jsonl").exists()
+                    else False
+                ),
+                "the TERM's audit line",
+                timeout_s=30,
+            )
+            os.close(master)
+            master = -1
+            closed = time.monotonic()
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                assert time.monotonic() - closed < 2.0, "the TUI outlived its terminal by 2 s"
+                time.sleep(0.02)
+            assert state_of(stubborn) not in (None, "Z")  # its KILL is not due yet
+            wait_for(lambda: is_gone(stubborn), "the keeper to KILL it", timeout_s=60)
+            wait_for(
+                lambda: any(a["stage"] == "escalate" for a in _audit(state) if a["pid"] == stubborn),
+                "the keeper's audit line of the KILL",
+                timeout_s=30,
+            )
+        finally:
+            if master >= 0:
+                os.close(master)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+
+
+def _pty_until(master: int, marker: bytes) -> None:
+    seen = b""
+    deadline = time.monotonic() + 60
+    while marker not in seen:
+        assert time.monotonic() < deadline, f"no {marker!r} on the screen: {seen[-3000:]!r}"
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            chunk = os.read(master, 65536)
+            assert chunk, "the TUI exited"
+            seen = (seen + chunk)[-200_000:]
