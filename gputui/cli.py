@@ -1,4 +1,5 @@
-"""Command-line entry: the TUI, ``snapshot``, ``check``, ``kill``, ``reset``, ``leftovers`` and ``exporter``.
+"""Command-line entry: the TUI, ``snapshot``, ``check``, ``kill``, ``reset``, ``leftovers``, ``exporter``,
+``record``, ``replay`` and ``bundle``.
 
 The words are parsed by ``commands.grammar``. A first word close to a subcommand that is no host this machine
 knows of is a mistyped command, not a host to connect to.
@@ -113,9 +114,32 @@ def _run(command: str | None, args: argparse.Namespace) -> int:
         from gputui.commands.leftovers import run_leftovers
 
         return run_leftovers(args)
+    if command in ("record", "replay", "bundle"):
+        from importlib import import_module
+
+        return int(import_module(f"gputui.commands.{command}").run(args))
     from gputui.commands.tui import run_tui
 
     return run_tui(args)
+
+
+def _print_reference(args: argparse.Namespace) -> int:
+    """``--print-completion SHELL`` or ``--print-man``, from the parsers, before any config file is read."""
+    from gputui.commands.grammar.completion import completion_script, manual_page
+
+    try:
+        text = completion_script(args.print_completion) if args.print_completion else manual_page()
+    except ImportError as exc:  # shtab is a dependency: only a broken install lacks it
+        print(f"gputui: --print-completion needs the shtab package: {exc}", file=sys.stderr)
+        from gputui.commands.grammar.parser import EXIT_ERROR
+
+        return EXIT_ERROR
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        return _quiet_output_failure(exc)
+    return 0
 
 
 def _quiet_output_failure(exc: OSError) -> int:
@@ -141,6 +165,8 @@ def runs_long(command: str | None, args: argparse.Namespace) -> bool:
         return True
     if command == "exporter":
         return not getattr(args, "once", False)
+    if command in ("record", "replay"):
+        return not (getattr(args, "json", False) or getattr(args, "timeline", False))
     return command == "check" and getattr(args, "wait", None) is not None
 
 
@@ -162,11 +188,13 @@ def _main(argv: Sequence[str] | None, collecting: bool) -> int:
 
     command, rest = split_command(sys.argv[1:] if argv is None else argv)
     args: Any = parse_words(command, rest)
+    if command is None and (args.print_completion or args.print_man):
+        return _print_reference(args)
     from gputui.core.store import ConfigError, load_config
 
     try:
         args.config = load_config(args.config)
-        if command not in ("kill", "exporter", "reset", "leftovers"):
+        if command not in ("kill", "exporter", "reset", "leftovers", "record", "replay", "bundle"):
             fleet_options.resolve(args, command)
     except (ConfigError, fleet_options.FleetOptionError) as exc:
         print(f"gputui: {exc}", file=sys.stderr)

@@ -2,11 +2,13 @@
 
     .venv/bin/python screenshots/make_screenshots.py [OUTPUT_DIR]
 
-Writes wedged.svg (the wedged sglang host, two hosts open), confirm.svg (the confirmation ``X`` opens),
-clean.svg (after confirming: memory drained, the clean-slate receipt with its drain curve), gpu.svg (Enter on
-GPU 0 then: its history through the wedge, the kill and the drain), narrow.svg (a 50-column tmux pane),
-narrow-clean.svg (the same pane after ``X``, ``y``: the receipt whole, its one notification at the top) and
-fleet.svg (the fleet view over an answer recorded from a real Prometheus).
+Writes wedged.svg (the wedged sglang host, the three demo hosts open), confirm.svg (the confirmation ``X``
+opens), not-ready.svg (after confirming: every worker gone, memory drained, and still NOT READY: GPU1 needs a
+reset), reset.svg (``R`` on GPU1: the collector's reset plan), clean.svg (the reset done, then ``c``: the
+clean-slate receipt), gpu.svg (Enter on GPU1 then: its history through the wedge, the kill, the drain and the
+reset, and its fitness), narrow.svg (a 50-column tmux pane), narrow-clean.svg (the same pane after ``X``,
+``y``, ``R``, ``y``: CLEAN, its notifications at the top) and fleet.svg (the fleet view over an answer
+recorded from a real Prometheus).
 The demo's clock is frozen and moved by the script, so the pictures are the same on every run.
 """
 
@@ -25,6 +27,7 @@ from gputui.commands.grammar.parser import build_parser  # noqa: E402
 from gputui.commands.tui import DEMO_WEDGE_AFTER_S, build_app  # noqa: E402
 from gputui.core.servers import DEFAULT_STALL_AFTER_S  # noqa: E402
 from gputui.transports.sim import DRAIN_S, LAUNCHER_PID, ManualClock  # noqa: E402
+from gputui.ui.screens.confirm_reset import ConfirmResetScreen  # noqa: E402
 from gputui.ui.screens.gpu_detail import GpuDetailScreen  # noqa: E402
 
 DEADLINE_S = 30.0
@@ -51,6 +54,28 @@ async def _serve_then_wedge(pilot, clock: ManualClock) -> None:  # type: ignore[
     host = app.hosts[0]
     await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID + 40).state == "Z", "the wedge")
     await _until(pilot, lambda: host.snapshot.endpoints[0].state == "STALLED", "the stalled server")
+
+
+async def _kill_then_reset(pilot, clock: ManualClock, out_dir: Path | None) -> None:  # type: ignore[no-untyped-def]
+    """``X`` confirmed and drained (NOT READY: GPU1's fitness), then ``R`` on GPU1 confirmed (the simulated
+    reset); with ``out_dir``, not-ready.svg and reset.svg on the way."""
+    app = pilot.app
+    host = app.hosts[0]
+    await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "the kill")
+    for _ in range(int(DRAIN_S / 0.5) + 1):
+        clock.advance(0.5)
+        await pilot.pause(0.2)
+    await _until(pilot, lambda: host.check is not None and host.check.clean is False, "NOT READY")
+    if out_dir is not None:
+        app.save_screenshot("not-ready.svg", str(out_dir))
+    await pilot.press("g", "down", "R")
+    await _until(pilot, lambda: isinstance(app.screen, ConfirmResetScreen), "the reset plan")
+    if out_dir is not None:
+        app.save_screenshot("reset.svg", str(out_dir))
+    await pilot.press("y")
+    await _until(pilot, lambda: any(n[1] == "reset" for n in app.notices), "the reset")
+    clock.advance(0.5)
+    await _until(pilot, lambda: host.snapshot.verdict.clean, "the clean verdict")
 
 
 async def fleet_screenshot(out_dir: Path) -> None:
@@ -88,16 +113,15 @@ async def main(out_dir: Path) -> None:
         app.save_screenshot("confirm.svg", str(out_dir))
         await pilot.press("enter")
         host = app.hosts[0]
-        await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "the kill")
-        await _until(pilot, lambda: any(n[1].startswith("TERM") for n in app.notices), "the kill's outcome")
-        for _ in range(int(DRAIN_S / 0.5) + 1):
-            clock.advance(0.5)
-            await pilot.pause(0.2)
+        await _kill_then_reset(pilot, clock, out_dir)
+        await pilot.press("c")
         await _until(pilot, lambda: host.check is not None and host.check.clean, "the clean slate")
         await pilot.pause(0.3)
         app.save_screenshot("clean.svg", str(out_dir))
-        await pilot.press("g", "enter")
+        await pilot.press("enter")  # the GPUs keep the focus and GPU1 the cursor since R
         await _until(pilot, lambda: isinstance(app.screen, GpuDetailScreen), "the GPU view")
+        if app.screen.index != 1:
+            raise SystemExit(f"make_screenshots: the GPU view opened GPU {app.screen.index}, not GPU1")
         app.save_screenshot("gpu.svg", str(out_dir))
 
     clock = ManualClock()
@@ -107,18 +131,15 @@ async def main(out_dir: Path) -> None:
         await _serve_then_wedge(pilot, clock)
         app.save_screenshot("narrow.svg", str(out_dir))
         await pilot.press("X", "y")
-        host = app.hosts[0]
-        await _until(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "the kill")
-        for _ in range(int(DRAIN_S / 0.5) + 1):
-            clock.advance(0.5)
-            await pilot.pause(0.2)
-        await _until(pilot, lambda: host.check is not None and host.check.clean, "the clean slate")
+        await _kill_then_reset(pilot, clock, None)
         await pilot.pause(0.3)
         app.save_screenshot("narrow-clean.svg", str(out_dir))
     await fleet_screenshot(out_dir)
     names = (
         "wedged.svg",
         "confirm.svg",
+        "not-ready.svg",
+        "reset.svg",
         "clean.svg",
         "gpu.svg",
         "narrow.svg",

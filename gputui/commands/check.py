@@ -295,8 +295,9 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
             status = EXIT_ERROR
             snapshot = no_data(target, visible(str(exc) or type(exc).__name__, 300), None)
             waited = None
-            if not args.json:  # the verdict in words too: "cannot tell: no data: …"
-                for line in format_check(snapshot, out, header=len(targets) > 1):
+            # The verdict in words too ("cannot tell: no data"); its cause is on stderr, once.
+            if not args.json:
+                for line in format_check(no_data(target, None, None), out, header=len(targets) > 1):
                     print(line, file=out)
         statuses.append(status)
         snapshots.append(snapshot)

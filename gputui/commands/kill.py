@@ -24,7 +24,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from gputui.agent.protocol import SIGNALLING_STAGES
+from gputui.agent.protocol import RESULTS_GONE, SIGNALLING_STAGES
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
 from gputui.commands.leftovers import check_recorded, receipt_lines, scan_job
 from gputui.commands.leftovers import record as record_leftovers
@@ -39,6 +39,7 @@ from gputui.core.actions import (
     PlanError,
     ReadOnlyError,
     all_gone,
+    final_outcomes,
     killed_jobs,
     plan_kill,
 )
@@ -47,6 +48,7 @@ from gputui.core.model import Finding, HostSnapshot, parse_owner_option, plain
 from gputui.core.store import StateError, load_watched_ports, save_watched_ports, watched_ports
 from gputui.core.text import DASH, command_display, fit, json_visible, visible
 from gputui.core.verdict import find_survivors
+from gputui.core.verdict.facts import receipt_times
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -156,6 +158,27 @@ def pending_line(pending: tuple[Pending, ...]) -> str:
     noun = "process" if len(pending) == 1 else "processes"
     what = "KILL" if any(p.signal == "KILL" for p in pending) else "a look whether they are gone"
     return f"{what} in {due:.1f} s to {len(pending)} {noun}: {who}"
+
+
+def event_times(outcomes: list[KillOutcome]) -> tuple[float | None, float | None]:
+    """(the first signal, the last process gone) on the collector's clock, from the outcomes' own times;
+    the second None unless every process is gone and each says when."""
+    sent = [o.time for o in outcomes if o.stage in SIGNALLING_STAGES and o.time is not None]
+    if not sent:
+        return None, None
+    finals = list(final_outcomes(outcomes).values())
+    times = [o.time for o in finals if o.time is not None]
+    if not finals or len(times) != len(finals) or any(o.result not in RESULTS_GONE for o in finals):
+        return min(sent), None
+    return min(sent), max(times)
+
+
+def receipt_line(outcomes: list[KillOutcome]) -> str:
+    """``receipt: workers gone 1.3 s after the signal``: the kill's events as every receipt words them
+    (``facts.receipt_times``); "" when the collector does not say when."""
+    signal_at, gone_at = event_times(outcomes)
+    said = receipt_times(signal_at, gone_at, None)
+    return f"receipt: {said}" if said else ""
 
 
 def _confirm(plan: KillPlan, stdin: TextIO, prompt_out: TextIO) -> bool:
@@ -383,6 +406,7 @@ def _execute(
             "all_gone": gone,
             "abandoned": abandoned,
             "elapsed_s": run.elapsed_s,
+            "workers_gone_after_s": _gone_after_s(list(run.outcomes)),
             "survivors": [plain(f) for f in survivors],
             "leftovers": job_left,
             "audit_log": None if audit is None else str(audit.path),
@@ -393,8 +417,19 @@ def _execute(
             print(f"survivor: {fit(finding.detail, 300)}", file=out)
         for line in receipt_lines(target, job_left):
             print(line, file=out)
+        said = receipt_line(list(run.outcomes))
+        if said:
+            print(said, file=out)
         print("every process is gone" if gone else "not every process is gone (see above)", file=out)
     return EXIT_OK if gone else EXIT_PARTIAL
+
+
+def _gone_after_s(outcomes: list[KillOutcome]) -> float | None:
+    """Seconds from the first signal to the last process gone, by the outcomes' times (None: not known)."""
+    signal_at, gone_at = event_times(outcomes)
+    if signal_at is None or gone_at is None or gone_at < signal_at:
+        return None
+    return round(gone_at - signal_at, 3)
 
 
 def _watch_ports(

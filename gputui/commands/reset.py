@@ -73,8 +73,14 @@ def parse_words(words: list[str], all_gpus: bool) -> tuple[str, list[str] | None
             raise _UsageError(f"not a GPU index or UUID: {visible(word, 60)!r}")
     if all_gpus and gpus:
         raise _UsageError("name GPUs or use --all, not both")
+    if not all_gpus and not gpus and _GPU_WORD.fullmatch(target) and target.isdigit():
+        # "gputui reset 3": the one word is read as the host, as always; say so, not "name a GPU".
+        raise _UsageError(
+            f"gputui reset HOST GPU...: {visible(target, 60)!r} is taken as the host; name a GPU after it "
+            f"(gputui reset local {visible(target, 60)} for this machine)"
+        )
     if not all_gpus and not gpus:
-        raise _UsageError("name at least one GPU (index or UUID), or use --all")
+        raise _UsageError("name at least one GPU (index or UUID) after the host, or use --all")
     return target, None if all_gpus else gpus
 
 

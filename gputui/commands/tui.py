@@ -103,7 +103,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         if args.demo:
             from gputui.transports.sim import SimLink
 
-            return SimLink(target, options, clock=clock, wedged_at_s=DEMO_WEDGE_AFTER_S)
+            return SimLink(target, options, clock=clock, wedged_at_s=DEMO_WEDGE_AFTER_S, gpu_fault=True)
         return open_link(target, options)
 
     def baselines_for(target: str) -> Baselines:
@@ -151,4 +151,5 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
             config.stall_after_s, config.host_stall_after_s, config.spin_after_s, config.host_spin_after_s
         ),
         probe_after_check=config.probe_after_check,
+        record=getattr(args, "record", None),
     )

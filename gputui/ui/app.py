@@ -27,9 +27,11 @@ from gputui.core.model import HostSnapshot, Owner
 from gputui.core.servers import ServerWatch
 from gputui.core.text import fit, visible
 from gputui.core.verdict import Baselines
+from gputui.transports.replay import ReplayControl
 from gputui.transports.ssh.hostkeys import trust as ssh_hostkeys
 from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from gputui.ui import keymap
+from gputui.ui.recording_actions import RecordingActions
 from gputui.ui.screens.choose_owner import ChooseOwnerScreen
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.confirm_reset import ConfirmResetScreen
@@ -40,6 +42,7 @@ from gputui.ui.session.cleancheck import CleanChecks
 from gputui.ui.session.context import Session, Settings, Surface, TextFetcher
 from gputui.ui.session.hosts import HostKeyAcceptor, Hosts, HostState
 from gputui.ui.session.killflow import KillFlow
+from gputui.ui.session.recorder import SessionRecorder
 from gputui.ui.theme import ThemeStore
 
 Clock = Callable[[], float]
@@ -48,9 +51,11 @@ FLEET_SCREEN = "fleet"
 FLEET_HOSTS_MAX = 32
 """Hosts that can be opened from the fleet view in one session: each keeps a link and a thread."""
 TICK_S = 1.0
+NOTIFICATIONS_SHOWN = 3
+"""Notifications on screen at once (each of another kind): more would reach below the GPU panel."""
 
 
-class GpuTuiApp(App[int]):
+class GpuTuiApp(RecordingActions, App[int]):
     """gputui: one screen for GPU memory, the processes holding it, what is stuck, and the clean slate.
 
     Args:
@@ -71,12 +76,19 @@ class GpuTuiApp(App[int]):
         theme: The Textual theme to start with (None: the one last chosen, else Textual's default).
         theme_store: Where the chosen theme is kept between runs (None: nowhere).
         servers: The inference servers' state machines, with their stall windows (default: 30 s everywhere).
+        replay: A recording to replay (``gputui replay``): the links are its ``ReplayLink``s, their samples
+            are shown as recorded, nothing is signalled or asked of a host, and a time bar moves through it.
+        record: Record the session to this new file from the start (``--record``).
     """
 
     CSS_PATH = "app.tcss"
     TITLE = "gputui"
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = keymap.bindings(keymap.APP)
+    BINDINGS = [
+        *keymap.bindings(keymap.APP),
+        *keymap.bindings(keymap.RECORDING),
+        *keymap.bindings(keymap.REPLAY),
+    ]
 
     def __init__(
         self,
@@ -101,23 +113,28 @@ class GpuTuiApp(App[int]):
         theme_store: ThemeStore | None = None,
         servers: ServerWatch | None = None,
         probe_after_check: bool = False,
+        replay: ReplayControl | None = None,
+        record: str | None = None,
     ) -> None:
         super().__init__()
         if not targets and fleet is None:
             raise ValueError("at least one target is needed")
         self.settings = Settings(
-            read_only,
+            read_only or replay is not None,
             memory_interval_s,
             process_interval_s,
             escalate_s,
             check_timeout_s,
             notify_timeout_s,
             probe_after_check,
+            replay=replay is not None,
         )
+        self.replay = replay
+        self._record_path = record
         self.clock: Clock = clock or time.time
         self.fleet = fleet
-        self.audit = AuditLog(audit_dir, self.clock) if audit else None
-        """The kill audit log; None: kills are not audited (``--no-audit``, the demo)."""
+        self.audit = AuditLog(audit_dir, self.clock) if audit and replay is None else None
+        """The kill audit log; None: kills are not audited (``--no-audit``, the demo, a replay)."""
         self.hosts = Hosts(
             link_factory,
             baselines_for or (lambda _target: Baselines()),
@@ -126,7 +143,14 @@ class GpuTuiApp(App[int]):
             retry_base_s=retry_base_s,
             retry_cap_s=retry_cap_s,
             servers=servers,
+            judged=replay is not None,
         )
+        self.recorder = SessionRecorder(
+            lambda: [host.target for host in self.hosts], memory_interval_s, self.clock
+        )
+        """The session's recording (``--record``, ``w``)."""
+        if self.audit is not None:
+            self.audit.observer = self.recorder.audit
         for target in targets:
             self.hosts.add(target)
         surface = Surface(
@@ -152,7 +176,8 @@ class GpuTuiApp(App[int]):
         self.kills = KillFlow(self.session, self.checks)
         self.monitor = MonitorScreen(self.session, self.checks, self.kills)
         self._operations: dict[str, Notification] = {}
-        """The notification of each operation (a kill, a check), replaced as the operation goes on."""
+        """The notification of each kind (an operation such as a kill or a check, else a title and severity),
+        replaced as the operation goes on or the same kind is said again."""
         self._opened_from_fleet: set[str] = set()
         """Targets the fleet view opened: Esc back to it closes them."""
         self._asking_host_key: set[str] = set()
@@ -171,6 +196,7 @@ class GpuTuiApp(App[int]):
                 self.say(visible(self._theme_store.warning, 300), severity="warning")
         for host in self.hosts:
             self.hosts.start(host)
+        self.start_recording_or_replay(self._record_path)
         self.set_interval(TICK_S, self._tick)
         if self.fleet is not None:
             self.install_screen(self.fleet, FLEET_SCREEN)
@@ -198,10 +224,12 @@ class GpuTuiApp(App[int]):
     def leave(self, message: Text | None = None) -> None:
         """Stop every host and exit, printing ``message`` after the app has left."""
         self.hosts.stop()
+        self.recorder.stop(wait_s=2.0)
         self.exit(0, message=message)
 
     def on_unmount(self) -> None:
         self.hosts.stop()
+        self.recorder.stop(wait_s=2.0)
 
     # -- what the screens and the flows use ------------------------------------------------------------
 
@@ -240,13 +268,18 @@ class GpuTuiApp(App[int]):
             self.settings.notify_timeout_s,
             markup=False,
         )
-        if operation is not None:
-            previous = self._operations.pop(operation, None)
-            if previous is not None:
-                # Textual has no update for a toast: the old one goes, the new one takes its place.
-                self._unnotify(previous, refresh=False)
-            self._operations = {k: n for k, n in self._operations.items() if not n.has_expired}
-            self._operations[operation] = notification
+        self.recorder.note(message, severity, title)
+        # One notification per kind on screen: an operation's own, else one per title and severity (five
+        # refused keys read as one "refused", the latest), so that they never stack over the panels.
+        kind = operation if operation is not None else f"{severity}\x00{title}"
+        previous = self._operations.pop(kind, None)
+        if previous is not None:
+            # Textual has no update for a toast: the old one goes, the new one takes its place.
+            self._unnotify(previous, refresh=False)
+        self._operations = {k: n for k, n in self._operations.items() if not n.has_expired}
+        self._operations[kind] = notification
+        for oldest in list(self._notifications)[: max(0, len(self._notifications) - NOTIFICATIONS_SHOWN + 1)]:
+            self._unnotify(oldest, refresh=False)  # still in ``notices``; the newest stay over the GPUs
         # Added at once rather than through a Notify message (``App.notify``): an update said right after
         # (the kill's outcome in the same batch as its start) must find this one to replace it.
         self._notifications.add(notification)
@@ -273,6 +306,7 @@ class GpuTuiApp(App[int]):
             host = self.hosts.get(target)
             if host is None:
                 continue
+            self.recorder.sample(target, snapshot)
             waiting = host.fitness_due_s
             for severity, title, text in host.apply(snapshot, now_s):
                 self.say(text, severity=severity, title=title)
@@ -282,12 +316,15 @@ class GpuTuiApp(App[int]):
             changed.append((host, forced))
         if changed:
             self._data_changed(changed)
+        self.recording_problem()
 
     def on_hosts_failed(self, message: Hosts.Failed) -> None:
         host = self.hosts.get(message.target)
         if host is None or self.hosts.stopping.is_set():
             return
         first = host.failed(message.error, message.retrying, self.clock())
+        if first:
+            self.recorder.error(host.target, message.error)
         cause = message.cause
         if host.halted and isinstance(cause, UnknownHostKey):
             self._ask_host_key(host.target, cause)  # the question says it all; a toast would cover it
@@ -312,6 +349,7 @@ class GpuTuiApp(App[int]):
             self.host_changed(host)
             return
         host.probe = message.report
+        self.recorder.sample(host.target, message.snapshot)
         for severity, title, text in host.apply(message.snapshot, self.clock()):
             self.say(text, severity=severity, title=title)
         self._data_changed([(host, True)])
@@ -364,9 +402,11 @@ class GpuTuiApp(App[int]):
             self.host_changed(host)
 
     def on_kill_flow_started(self, message: KillFlow.Started) -> None:
+        self.recorder.kill(message.target, "started", message.outcomes)
         self.kills.started(message)
 
     def on_kill_flow_finished(self, message: KillFlow.Finished) -> None:
+        self.recorder.kill(message.target, "finished", message.outcomes, message.error)
         self.kills.finished(message)
 
     # -- the fleet view --------------------------------------------------------------------------------
@@ -427,6 +467,7 @@ class GpuTuiApp(App[int]):
             hosts=len(self.hosts),
             fleet=self.fleet is not None,
             escalate_s=self.settings.escalate_s,
+            replay=self.settings.replay,
         ):
             yield SystemCommand(title, help_text, partial(self.monitor.run_action, action))
         if len(self.hosts) > 1:

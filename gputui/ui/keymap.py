@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from textual.binding import Binding, BindingType
 
 from gputui.core.fleet import SORT_MODES as FLEET_SORT_MODES
+from gputui.transports.replay import REPLAY_REFUSAL
 
 APP = "app"
 MONITOR = "monitor"
@@ -29,6 +30,8 @@ OWNER_CHOICE = "owner choice"
 HOST_KEY = "host key"
 HELP = "help"
 FLEET = "fleet"
+RECORDING = "recording"
+REPLAY = "replay"
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class Key:
         fleet: Only when the fleet view is there.
         priority: Checked before the focused widget's own keys.
         builtin: A key the widget already binds; documented only.
+        live: Asks the live host for something (a probe, a check, a recording): refused in a replay.
+        replay: Moves a replay: only while replaying a recording.
     """
 
     keys: str
@@ -64,6 +69,8 @@ class Key:
     fleet: bool = False
     priority: bool = False
     builtin: bool = False
+    live: bool = False
+    replay: bool = False
 
     def help_text(self, escalate_s: float) -> str:
         return self.help.format(escalate_s=f"{escalate_s:g}")
@@ -121,6 +128,7 @@ KEYS: tuple[Key, ...] = (
         "clean-slate check: sample fast until every GPU is at its baseline, then a receipt",
         "Clean?",
         "Clean-slate check",
+        live=True,
     ),
     Key(
         "P",
@@ -130,6 +138,7 @@ KEYS: tuple[Key, ...] = (
         " that list a process are left out",
         "",
         "Probe the GPUs",
+        live=True,
     ),
     Key(
         "slash",
@@ -175,7 +184,8 @@ KEYS: tuple[Key, ...] = (
         "escape",
         "Esc",
         "back",
-        "clear the filter; then, from the fleet view, back to it (closing the host opened from it)",
+        "clear the filter, then the tags; then, from the fleet view, back to it (closing the host opened "
+        "from it)",
         "Back",
     ),
     Key("escape,q", "Esc, q", "close", "back to the monitor", "Back", scope=GPU_VIEW),
@@ -239,6 +249,49 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("r", "r", "refresh", "ask Prometheus now", "Refresh", scope=FLEET),
     Key("question_mark", "?", "help", "this help", "Help", scope=FLEET),
+    Key(
+        "w",
+        "w",
+        "record",
+        "start / stop writing every sample, finding, verdict and kill to a file (gputui replay FILE plays"
+        " it back)",
+        "",
+        "Record: start / stop",
+        scope=RECORDING,
+        live=True,
+    ),
+    Key(
+        "p", "p", "", "pause / play the replay (the display with it)", scope=REPLAY, builtin=True, replay=True
+    ),
+    Key(
+        "greater_than_sign",
+        ">",
+        "replay_step(1)",
+        "pause, then step to the next sample",
+        scope=REPLAY,
+        replay=True,
+    ),
+    Key(
+        "less_than_sign",
+        "<",
+        "replay_step(-1)",
+        "pause, then step to the sample before",
+        scope=REPLAY,
+        replay=True,
+    ),
+    Key(
+        "right_square_bracket",
+        "]",
+        "replay_moment(1)",
+        "go to the next moment (a verdict, a server state, a finding, a kill)",
+        scope=REPLAY,
+        replay=True,
+    ),
+    Key(
+        "left_square_bracket", "[", "replay_moment(-1)", "go to the moment before", scope=REPLAY, replay=True
+    ),
+    Key("plus", "+", "replay_speed(1)", "replay faster (up to 256×)", scope=REPLAY, replay=True),
+    Key("minus", "-", "replay_speed(-1)", "replay slower (down to ¼×)", scope=REPLAY, replay=True),
 )
 """Every key, in the order the help and the README list them."""
 
@@ -267,13 +320,20 @@ def bindings(scope: str, *, read_only: bool = False) -> list[BindingType]:
     return made
 
 
-def available(key: Key, *, read_only: bool, hosts: int, fleet: bool) -> bool:
+def available(key: Key, *, read_only: bool, hosts: int, fleet: bool, replay: bool = False) -> bool:
     """Whether ``key`` works now."""
-    return why_off(key, read_only=read_only, hosts=hosts, fleet=fleet) is None
+    return why_off(key, read_only=read_only, hosts=hosts, fleet=fleet, replay=replay) is None
 
 
-def why_off(key: Key, *, read_only: bool, hosts: int, fleet: bool) -> str | None:
-    """The one line a key that does nothing now answers with (None: it works)."""
+def why_off(key: Key, *, read_only: bool, hosts: int, fleet: bool, replay: bool = False) -> str | None:
+    """The one line a key that does nothing now answers with (None: it works); ``replay``: the app shows a
+    recording (``gputui replay``), where nothing can be signalled or asked of a host."""
+    if replay and key.destructive:
+        return REPLAY_REFUSAL
+    if replay and key.live:
+        return f"replay: {key.display} asks the live host; a recording cannot be asked"
+    if key.replay and not replay:
+        return f"{key.display}: only while replaying a recording (gputui replay FILE)"
     if key.destructive and read_only:
         return f"read-only: {key.display} signals nothing (gputui was started with --read-only)"
     if key.several_hosts and hosts < 2:
@@ -283,6 +343,8 @@ def why_off(key: Key, *, read_only: bool, hosts: int, fleet: bool) -> str | None
     return None
 
 
+RECORDING_HELP_SCOPES = (RECORDING, REPLAY)
+"""What the monitor's help lists after ``MONITOR_HELP_SCOPES`` (the keys that record and replay)."""
 MONITOR_HELP_SCOPES = (
     PROCESSES,
     MONITOR,
@@ -311,35 +373,50 @@ def _where(key: Key) -> str:
 
 
 def help_rows(
-    scopes: Iterable[str], *, read_only: bool, hosts: int, fleet: bool, escalate_s: float
+    scopes: Iterable[str],
+    *,
+    read_only: bool,
+    hosts: int,
+    fleet: bool,
+    escalate_s: float,
+    replay: bool = False,
 ) -> list[tuple[str, str]]:
     """(key, what it does) for the help screen: the keys that work now, by scope, in table order."""
     rows = []
     for key in _in_scopes(scopes):
-        if available(key, read_only=read_only, hosts=hosts, fleet=fleet):
+        if available(key, read_only=read_only, hosts=hosts, fleet=fleet, replay=replay):
             if key.display:
                 rows.append((key.display, _where(key) + key.help_text(escalate_s)))
     return rows
 
 
 def palette_entries(
-    *, read_only: bool, hosts: int, fleet: bool, escalate_s: float
+    *, read_only: bool, hosts: int, fleet: bool, escalate_s: float, replay: bool = False
 ) -> list[tuple[str, str, str]]:
     """(title, help, action) of the monitor's commands for the command palette, as they work now."""
     return [
         (key.palette, key.help_text(escalate_s), key.action)
         for key in keys_of(MONITOR)
-        if key.palette and available(key, read_only=read_only, hosts=hosts, fleet=fleet)
+        if key.palette and available(key, read_only=read_only, hosts=hosts, fleet=fleet, replay=replay)
     ]
 
 
+def per_key(rows: Iterable[tuple[str, str]]) -> list[tuple[str, list[str]]]:
+    """(key, what it does in each place) once per key, in the order keys first come: a row shown as
+    "Esc, q" counts for Esc and for q."""
+    merged: dict[str, list[str]] = {}
+    for display, does in rows:
+        for name in display.split(","):
+            merged.setdefault(name.strip(), []).append(does)
+    return list(merged.items())
+
+
 def markdown_table(scopes: Iterable[str], escalate_s: float = 5.0) -> str:
-    """The README's key table for these scopes, one row per key."""
+    """The README's key table for these scopes: one row per key, what it does in each place after " · "."""
     lines = ["| key | does |", "| --- | --- |"]
-    for key in _in_scopes(scopes):
-        if key.display:
-            display = ", ".join(_markdown_key(part.strip()) for part in key.display.split(","))
-            lines.append(f"| {display} | {_where(key)}{key.help_text(escalate_s)} |")
+    rows = [(k.display, _where(k) + k.help_text(escalate_s)) for k in _in_scopes(scopes) if k.display]
+    for name, does in per_key(rows):
+        lines.append(f"| {_markdown_key(name)} | {' · '.join(does)} |")
     return "\n".join(lines)
 
 

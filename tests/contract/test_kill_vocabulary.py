@@ -17,6 +17,7 @@ import pytest
 
 from gputui.agent import protocol
 from gputui.agent.kill import messages as kill_messages
+from gputui.agent.wire import PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY
 from gputui.agent.servers import messages as health_messages
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
@@ -115,7 +116,9 @@ def test_a_sample_has_one_shape_and_the_model_reads_both(
         sample = side["sample"]
         assert tuple(sample) == protocol.SNAPSHOT_FIELDS
         assert sample["mode"] in (protocol.MODE_NVML, protocol.MODE_SIM)
-        assert [set(p) ^ proc_fields for p in sample["processes"]] == [set()] * len(sample["processes"])
+        always = proc_fields - set(PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY)
+        assert [set(p) - proc_fields for p in sample["processes"]] == [set()] * len(sample["processes"])
+        assert [always - set(p) for p in sample["processes"]] == [set()] * len(sample["processes"])
         assert len(sample["gpus"]) == 8
         snapshot = HostSnapshot.from_dict(sample)
         assert snapshot.to_dict().keys() == sample.keys()

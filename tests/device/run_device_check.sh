@@ -11,7 +11,8 @@
 #
 #   pip wheel --no-deps -w tests/device/wheels .
 #   pip download -d tests/device/wheels --only-binary=:all: \
-#       'textual>=1.0' 'nvidia-ml-py>=12.535' 'paramiko>=3.4' 'psutil>=5.9' 'prometheus-client>=0.20'
+#       'textual>=1.0' 'nvidia-ml-py>=12.535' 'paramiko>=3.4' 'psutil>=5.9' 'prometheus-client>=0.20' \
+#       'shtab>=1.7'
 #   # (add --python-version 3.X --platform manylinux2014_x86_64 when building on another Python)
 #
 # and carry the folder with the tree (the device tool's `carry: ["tests/device/wheels"]`). Without wheels,

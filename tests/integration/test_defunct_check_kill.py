@@ -54,7 +54,7 @@ def test_check_tells_the_defunct_leader_from_the_true_zombie(
     leader, zombie = stuck["leader"], stuck["zombie"]
     by_pid = {(f.kind, f.pid): f for f in snapshot.findings}
     defunct = by_pid[("defunct_leader", leader)]
-    assert "1 thread live on (1 in D (uninterruptible))" in defunct.detail
+    assert "1 thread lives on (1 in D (uninterruptible))" in defunct.detail
     assert f"holding {HELD_MIB} MiB on GPU0" in defunct.detail
     assert (
         "threads stuck in the driver: memory is released when they exit; if it is still held after 10 "

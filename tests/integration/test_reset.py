@@ -217,6 +217,7 @@ def test_nvswitch_baseboard_is_reset_whole(host: ResetHost) -> None:
         (["local", "0;rm"], "not a GPU index or UUID"),
         (["local", "0", "--all"], "not both"),
         ([], "name the host"),
+        (["3"], "'3' is taken as the host; name a GPU after it"),
     ],
 )
 def test_bad_words_are_one_line(host: ResetHost, words: list[str], message: str) -> None:
@@ -287,13 +288,14 @@ def test_without_nvml_the_modes_come_from_nvidia_smi(host: ResetHost) -> None:
     assert ["--query-gpu" in " ".join(call) for call in host.smi_calls()] == [True] * len(host.smi_calls())
 
 
-def test_a_simulated_host_cannot_plan_a_reset(host: ResetHost) -> None:
+def test_a_simulated_host_plans_a_reset_by_the_collectors_rule(host: ResetHost) -> None:
+    """The demo's wedged host: its defunct ranks hold the device nodes from the driver, so the plan is a
+    reboot, as the collector's rule says of stuck holders; nothing real is asked of nvidia-smi."""
     done = host.run("--demo", "gpu-node-07", "0")
-    assert done.returncode == 2
-    assert done.stderr.strip() == (
-        "gputui: gpu-node-07: the collector there cannot plan GPU resets "
-        "(a simulated host, or an older collector)"
-    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1].startswith("gpu-node-07: a reset cannot work here: reboot (")
+    assert "stuck in the driver (state Z)" in done.stdout
+    assert host.smi_calls() == []
 
 
 @contextlib.contextmanager

@@ -203,7 +203,7 @@ def test_health_dot() -> None:
     assert "yellow" in str(dot("UNHEALTHY").style)
     assert dot("TIMEOUT", "DOWN", "UP").plain == "✖"
     assert "red" in str(dot("DOWN").style)
-    assert dot("ERROR").plain == "▲"
+    assert dot("ERROR").plain == "◇"  # one glyph a state (gputui.ui.legend)
 
 
 def _server_samples() -> tuple[list[EndpointSample], dict[str, tuple[float | None, ...]]]:
@@ -283,8 +283,8 @@ def test_server_states_are_coloured_apart_and_tokens_get_a_sparkline() -> None:
     styles = {busy.plain[span.start : span.end].strip(): str(span.style) for span in busy.spans}
     assert styles["BUSY"] == "bold black on yellow"
     assert "tok/s ·▇█" in busy.plain  # a reading without a rate is a dot
-    assert health_dot(shown).plain == "✖"  # a stalled server is as bad as a dead one
-    assert health_dot(shown[1:]).plain == "▲"
+    assert health_dot(shown).plain == "■"  # the worse of the two: STALLED, a glyph of its own (not DOWN's)
+    assert health_dot(shown[1:]).plain == "◆"  # BUSY: never UNHEALTHY's ▲
 
 
 def test_a_metrics_read_that_failed_says_why() -> None:

@@ -76,7 +76,7 @@ async def test_the_gpu_view_shows_history_and_the_whole_command_of_each_holder(m
         assert screen.index == 6
         assert "GPU 6 · NVIDIA RTX PRO 6000 Blackwell · gpu-node-08" in _text(screen, "#gpu-detail-title")
         memory = _text(screen, "#gpu-memory-figures")
-        assert memory.startswith("memory      1 027 MiB now")
+        assert memory.startswith("memory      1027 MiB now")
         assert "over 5.0 s" in memory
         chart = screen.query_one("#gpu-memory", HistoryChart)
         assert len(chart.data) >= 5

@@ -16,7 +16,7 @@ from gputui.ui.app import GpuTuiApp
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.help import CLOSE_HINT, HelpScreen
-from gputui.ui.screens.monitor_view import CLEAN_ROWS_WITH_FOOTER
+from gputui.ui.screens.monitor_view import CLEAN_ROWS_WITH_FOOTER, PANEL_ROWS_WITH_FOOTER
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.fmt import screen_rows
@@ -106,24 +106,34 @@ async def test_a_single_k_says_its_outcome_once(make_app) -> None:
         assert "sent (TERM)" not in str(toasts[0].render())
 
 
-async def test_the_receipt_wraps_whole_at_50_columns_and_the_footer_yields(make_app, clock) -> None:
+def _footer_stays(line: CleanSlateLine, columns: int, rows: int) -> bool:
+    taken = screen_rows(line.shown, columns)
+    return taken <= CLEAN_ROWS_WITH_FOOTER or rows - taken >= PANEL_ROWS_WITH_FOOTER
+
+
+@pytest.mark.parametrize("rows", [40, 24])
+async def test_the_receipt_wraps_whole_at_50_columns_and_the_footer_yields_on_a_short_pane(
+    make_app, clock, rows
+) -> None:
     app = make_app()
-    async with app.run_test(size=(50, 40)) as pilot:
+    async with app.run_test(size=(50, rows)) as pilot:
         await _ready(pilot, app)
         host = app.hosts[0]
-        before = app.query_one(CleanSlateLine).shown
-        assert app.query_one(Footer).display == (screen_rows(before, 50) <= CLEAN_ROWS_WITH_FOOTER)
+        line = app.query_one(CleanSlateLine)
+        assert screen_rows(line.shown, 50) > CLEAN_ROWS_WITH_FOOTER
+        assert app.query_one(Footer).display == (rows == 40)  # a 40-row pane keeps its keys
         await pilot.press("X", "y")
         await wait_for(pilot, lambda: host.snapshot.process(LAUNCHER_PID) is None, "the kill")
         await wait_for(pilot, lambda: not host.kills, "the kill's end")
         clock.advance(DRAIN_S + 1.0)
-        line = app.query_one(CleanSlateLine)
         await wait_for(pilot, lambda: "verified" in line.shown.plain, "the receipt")
         await pilot.pause(0.3)
         shown = " ".join(_lines(line))
         assert "port 30000 free" in shown
         assert shown.split() == line.shown.plain.split()  # every word, none cut
-        assert not app.query_one(Footer).display
+        assert app.query_one(Footer).display == _footer_stays(line, 50, rows)
+        if rows == 24:
+            assert not app.query_one(Footer).display
 
 
 async def test_the_gpu_view_at_50_columns_draws_one_chart_per_row(make_app, clock) -> None:

@@ -71,7 +71,7 @@ def test_wedged_host(snap_compare, tmp_path: Path, columns: int, rows: int) -> N
     assert snap_compare(app, terminal_size=(columns, rows), run_before=_ready)
 
 
-@pytest.mark.parametrize("columns", [50, 120])
+@pytest.mark.parametrize("columns", [50, 120, 200])
 def test_gpu_view(snap_compare, tmp_path: Path, columns: int) -> None:
     """Enter on a GPU: its figures over the samples so far and the processes holding it (at 50 columns,
     one chart per row under its figures)."""
@@ -108,7 +108,7 @@ def test_hostile_names_keep_the_layout(snap_compare, tmp_path: Path) -> None:
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
 
 
-@pytest.mark.parametrize("columns", [50, 120])
+@pytest.mark.parametrize("columns", [50, 120, 200])
 def test_confirmation_modal(snap_compare, tmp_path: Path, columns: int) -> None:
     """T on the launcher: its tree, each command whole (at 50 columns under its pid, wrapped between
     arguments)."""
@@ -123,9 +123,34 @@ def test_confirmation_modal(snap_compare, tmp_path: Path, columns: int) -> None:
     assert snap_compare(app, terminal_size=(columns, 40), run_before=run_before)
 
 
-@pytest.mark.parametrize("columns", [50, 120])
+@pytest.mark.parametrize("columns", [50, 120, 200])
+def test_refusals_are_one_notification_over_the_gpus(snap_compare, tmp_path: Path, columns: int) -> None:
+    """--read-only, then X, k, K, T, R: one notification (the latest refusal), over the GPU panel, never over
+    the health panel's state or the verdict line."""
+    clock = ManualClock()
+    options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05, read_only=True)
+    app = GpuTuiApp(
+        ["gpu-node-07"],
+        lambda target: SimLink(target, options, clock=clock),
+        read_only=True,
+        clock=clock,
+        memory_interval_s=0.05,
+        process_interval_s=0.05,
+        notify_timeout_s=600.0,
+        audit_dir=tmp_path / "audit",
+    )
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        await pilot.press("X", "k", "K", "T", "R")
+        await _until(pilot, lambda: len(pilot.app.notices) == 5, "five answers")
+
+    assert snap_compare(app, terminal_size=(columns, 50 if columns == 200 else 40), run_before=run_before)
+
+
+@pytest.mark.parametrize("columns", [50, 120, 200])
 def test_help(snap_compare, tmp_path: Path, columns: int) -> None:
-    """? : every key that works now, and how to close the help on its border."""
+    """? : every key that works now, one row per key, and how to close the help on its border."""
     app = _app(("gpu-node-07",), ManualClock(), tmp_path)
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -133,10 +158,25 @@ def test_help(snap_compare, tmp_path: Path, columns: int) -> None:
         await pilot.press("question_mark")
         await pilot.pause(0.2)
 
-    assert snap_compare(app, terminal_size=(columns, 40), run_before=run_before)
+    assert snap_compare(app, terminal_size=(columns, 50 if columns == 200 else 40), run_before=run_before)
 
 
-@pytest.mark.parametrize("columns", [50, 120])
+@pytest.mark.parametrize("columns", [50, 120, 200])
+def test_help_legend(snap_compare, tmp_path: Path, columns: int) -> None:
+    """? scrolled to the legend: every mark drawn in its own colours beside what it means."""
+    app = _app(("gpu-node-07",), ManualClock(), tmp_path)
+
+    async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _ready(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        pilot.app.screen.query_one("#help-legend-title").scroll_visible(top=True, animate=False)
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(columns, 50 if columns == 200 else 40), run_before=run_before)
+
+
+@pytest.mark.parametrize("columns", [50, 120, 200])
 def test_clean_receipt(snap_compare, tmp_path: Path, columns: int) -> None:
     """After X, y: the receipt whole, up to the port it freed (at 50 columns over several rows, the footer
     giving up its row), and the operation's one notification."""

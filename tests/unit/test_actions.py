@@ -157,7 +157,7 @@ def test_pid_1_refused_early(pid: int) -> None:
 
 def test_agent_itself_refused_early() -> None:
     snapshot = host([proc(4000, 50, "gputui")])
-    with pytest.raises(PlanError, match="gputui agent itself"):
+    with pytest.raises(PlanError, match="gputui collector itself"):
         plan_kill(snapshot, [4000])
 
 

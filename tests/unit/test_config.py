@@ -60,7 +60,7 @@ def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
         ("health = 3", "health must be a URL or a list of URLs"),
         ("hosts = 3", "hosts must be a table"),
         ("[hosts]\na = 3", "hosts.'a' must be a table"),
-        ('ssh_client = "putty"', 'ssh_client must be one of "paramiko", "openssh", "auto"'),
+        ('ssh_client = "putty"', 'ssh_client must be one of "paramiko", "openssh", "auto", "config"'),
         ("ssh_client = 1", "ssh_client must be one of"),
         ('[hosts."a"]\nssh_client = "OpenSSH"', "hosts.'a'.ssh_client must be one of"),
         ("accepted_xids = 13", "accepted_xids must be a list of Xid numbers (1 to 65535)"),
@@ -125,10 +125,10 @@ def test_ssh_client_globally_per_host_and_from_the_flag(tmp_path: Path) -> None:
     args.config = config
     options = options_from_args(args)
     assert options.for_target("gpu-bastioned").ssh_client == "paramiko"
-    # Nothing said anywhere: paramiko.
+    # Nothing said anywhere: per host, by what its ssh config needs (``client_choice``).
     args = build_parser("snapshot").parse_args(["gpu-a"])
     args.config = Config()
-    assert options_from_args(args).for_target("gpu-a").ssh_client == "paramiko"
+    assert options_from_args(args).for_target("gpu-a").ssh_client == "config"
 
 
 def test_a_planted_default_config_is_refused_in_one_line(

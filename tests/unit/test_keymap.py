@@ -60,7 +60,9 @@ def test_every_key_is_documented_once_per_scope() -> None:
             seen.add((key.scope, name))
 
 
-@pytest.mark.parametrize("scopes", [keymap.MONITOR_HELP_SCOPES, keymap.FLEET_HELP_SCOPES])
+@pytest.mark.parametrize(
+    "scopes", [keymap.MONITOR_HELP_SCOPES, keymap.FLEET_HELP_SCOPES, keymap.RECORDING_HELP_SCOPES]
+)
 def test_the_readme_key_tables_are_the_key_table(scopes: tuple[str, ...]) -> None:
     readme = (REPO / "README.md").read_text()
     assert keymap.markdown_table(scopes) in readme
@@ -90,7 +92,8 @@ def test_read_only_and_one_host_leave_out_what_does_not_work() -> None:
     assert {"Tab", "1–9"} <= {key for key, _ in listed}
     assert (
         "Esc",
-        "clear the filter; then, from the fleet view, back to it (closing the host opened from it)",
+        "clear the filter, then the tags; then, from the fleet view, back to it (closing the host opened "
+        "from it)",
     ) in listed
 
 

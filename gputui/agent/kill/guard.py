@@ -61,7 +61,7 @@ class KillGuard:
         if pid == 2 or stat.ppid == 2:
             return "kernel thread: not signalled"
         if pid == self.agent_pid or pid == os.getpid():
-            return "this is the gputui agent itself"
+            return "this is the gputui collector itself"
         if pid in self.protected:
             return "this is an ancestor of the gputui agent (its session or terminal)"
         service = gpu_stack_service(read_cmdline(pid), stat.name)

@@ -25,6 +25,7 @@ OUTCOME_FIELDS = (
     "signal",
     "result",
     "detail",
+    "time",
 )
 
 
@@ -40,9 +41,12 @@ def outcome(
     cmdline: Iterable[str] = (),
     cmdline_truncated: bool = False,
     gpu_mib: int | None = None,
+    time: float | None = None,
 ) -> dict[str, Any]:
     """One stage of what a kill did to one process (``stage`` from ``KILL_STAGES``, ``result`` from
-    ``KILL_RESULTS``; ``signal`` the one that stage sent or concerns, None for checks and waits)."""
+    ``KILL_RESULTS``; ``signal`` the one that stage sent or concerns, None for checks and waits); ``time``:
+    when the collector saw it (epoch seconds, the host's clock), so that a receipt measures the events, not
+    how long the client took to ask."""
     return {
         "pid": pid,
         "start_ticks": start_ticks,
@@ -55,6 +59,7 @@ def outcome(
         "signal": signal,
         "result": result,
         "detail": detail,
+        "time": time,
     }
 
 

@@ -67,6 +67,7 @@ class OutcomeLog:
             cmdline=cmdline,
             cmdline_truncated=truncated,
             gpu_mib=self._gpu_mib_of(pid),
+            time=round(time.time(), 3),
         )
         with self._lock:
             self._outcomes.append(said)

@@ -9,10 +9,23 @@ DEFAULT_PORT = 10191
 """Prometheus's exporter range 9100-9999 is fully allocated (its default port allocations wiki); exporters
 take ports above 10000 since. 10191 is not one of the taken ports known to us."""
 DEFAULT_LISTEN = f"{DEFAULT_ADDRESS}:{DEFAULT_PORT}"
+DESCRIPTION = """\
+Serve this host's GPUs, findings and clean-slate verdict to Prometheus at
+/metrics, so that the fleet view and alerts see what only gputui knows, for
+every host at once. Read-only: no kill path, nothing but GET is answered. It
+serves this host alone: no SSH, no simulated host. On loopback unless told
+otherwise; any other address needs TLS (--certfile, --keyfile) or --insecure."""
+EPILOG = """\
+exit status:
+  0  stopped (SIGTERM, SIGINT, SIGHUP), or --once wrote its file
+  2  it cannot serve or write: a bad --listen, unusable TLS files, an address
+     beyond loopback without TLS, no driver, or a usage error"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The exporter's own options (the common ones come from the CLI)."""
+    """The exporter's description, exit status and own options (the common ones come from the CLI)."""
+    parser.description = DESCRIPTION
+    parser.epilog = EPILOG
     parser.add_argument(
         "--listen",
         default=DEFAULT_LISTEN,

@@ -35,28 +35,91 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-SUBCOMMANDS = ("snapshot", "check", "kill", "reset", "leftovers", "exporter")
+SUBCOMMANDS = ("snapshot", "check", "kill", "reset", "leftovers", "exporter", "record", "replay", "bundle")
+SUMMARIES: dict[str, str] = {
+    "snapshot": "one sample of each host: GPUs, jobs, findings, the verdict (a table or JSON)",
+    "check": "the clean-slate verdict; --wait until clean, --calibrate the idle baselines",
+    "kill": "signal GPU processes or whole jobs, confirmed and audited",
+    "reset": "can nvidia-smi -r reset these GPUs now? the plan; --yes runs it",
+    "leftovers": "what killed jobs left behind (/dev/shm segments, MPS daemons); --remove",
+    "exporter": "serve this host's GPUs, findings and verdict to Prometheus",
+    "record": "record every sample, finding, verdict and kill to a file",
+    "replay": "open the TUI on a recording, or print its timeline or a moment",
+    "bundle": "one host's snapshot, check, fitness, audit lines and recording in a tar.gz",
+}
+"""One line per subcommand: the TUI's help, the completion's and the manual page's list of commands."""
+COMMON_TITLE = "common options"
+COMMON_DESCRIPTION = "shared by the TUI and the subcommands; before or after the subcommand and its words"
+TUI_DESCRIPTION = """\
+Watch GPU memory, the process trees that hold it, what is stuck or dead and the
+inference servers' health, kill from the keyboard, and see whether every GPU is
+back at a clean slate: the job's workers gone, no residue, every GPU fit. With
+no target: this host; --demo: two simulated hosts, no GPU needed. In the app,
+? lists the keys and what every glyph and colour means."""
+TUI_EPILOG = """\
+exit status:
+  0  quit
+  2  usage error: a bad option, a target named twice, an unknown theme, a config
+     file that cannot be read"""
+SNAPSHOT_DESCRIPTION = """\
+Take one whole-host sample of each target and print its GPUs, its GPU jobs, the
+findings and the verdict block exactly as check prints it; --json prints the
+document scripts read. snapshot reports; check decides by its exit status."""
+SNAPSHOT_EPILOG = """\
+exit status:
+  0  every host sampled, whatever its verdict
+  2  a host unreachable or without a driver, or a usage error"""
+CHECK_DESCRIPTION = """\
+The clean slate of each host: one verdict with three facts, the job's workers
+gone (whoever killed them), no residue (ports, /dev/shm segments, zombies,
+profiler leftovers), and every GPU fit (memory at its baseline, nothing the
+driver asks for; --probe: proven to take work). --wait samples fast until clean
+or the deadline; --calibrate records an idle host's memory as its baseline."""
+CHECK_EPILOG = """\
+exit status:
+  0  CLEAN (with --calibrate: every GPU recorded)
+  1  NOT CLEAN or NOT READY: memory held, a process or residue left, a server
+     UNHEALTHY or STALLED, a GPU that needs an action first
+  2  CANNOT TELL (unreachable, no driver, a GPU not read, stale data), a refused
+     calibration, or a usage error"""
 KILL_DESCRIPTION = """\
-Signal GPU processes or their jobs. The plan lists everything it will signal; the intent is written to the
-audit log before anything is sent, and each process's identity is checked again right before its signal.
+Signal GPU processes or their jobs. The plan lists everything it will signal; the
+intent is written to the audit log before anything is sent, and each process's
+identity is checked again right before its signal.
 
-A job is the GPU process with the ancestors that share its session and cgroup, up to (not including) a
-shell, sshd, tmux, a service manager, a cron or display daemon, pid 1, or a daemon init adopted that leads
-neither the job's session nor its process group; --tree takes everything below its root, never the root's
-siblings. --all-gpu leaves graphics-only holders (Xorg, ...) out. pid 1 is never signalled. A kill never
-crosses an owner (Slurm step, pod, container, unit) nobody picked: a tree stops at a member of another one,
-and --all-gpu on a host whose GPU jobs have several owners needs --owner KIND:ID (or --owner all).
+A job is the GPU process with the ancestors that share its session and cgroup,
+up to (not including) a shell, sshd, tmux, a service manager, a cron or display
+daemon, pid 1, or a daemon init adopted that leads neither the job's session nor
+its process group; --tree takes everything below its root, never the root's
+siblings. --all-gpu leaves graphics-only holders (Xorg, ...) out. pid 1 is never
+signalled. A kill never crosses an owner (Slurm step, pod, container, unit)
+nobody picked: a tree stops at a member of another one, and --all-gpu on a host
+whose GPU jobs have several owners needs --owner KIND:ID (or --owner all).
 
-TERM escalates to KILL after 5 s (--escalate S to change, --no-escalate for TERM only); the collector runs
-the escalation and finishes it even if this command is interrupted. Ctrl-C says what is pending and keeps
-waiting; a second Ctrl-C abandons the escalation and says which processes were left."""
+TERM escalates to KILL after 5 s (--escalate S to change, --no-escalate for TERM
+only); the collector runs the escalation and finishes it even if this command is
+interrupted. Ctrl-C says what is pending and keeps waiting; a second Ctrl-C
+abandons the escalation and says which processes were left."""
 KILL_EPILOG = """\
 exit status:
   0  every targeted process is gone
-  1  some process survived, was denied, changed or refused by the collector, the escalation was abandoned,
-     or the confirmation was declined
-  2  usage error, read-only mode, a refused plan, an audit log that cannot be written, or cannot tell
-     (host unreachable, no answer)"""
+  1  some process survived, was denied, changed or refused by the collector, the
+     escalation was abandoned, or the confirmation was declined
+  2  usage error, read-only mode, a refused plan, an audit log that cannot be
+     written, or cannot tell (host unreachable, no answer)"""
+NOT_OFFERED: dict[str, dict[str, object]] = {
+    "exporter": {
+        "read_only": True,
+        "demo": False,
+        "accept_new": False,
+        "ssh_config": None,
+        "ssh_client": None,
+        "connect_timeout": 10.0,
+    },
+}
+"""Common options a subcommand does not offer, by destination, with the value its code reads instead: the
+exporter serves this host and nothing else (no SSH, no simulated host served to a real Prometheus), and its
+collector is read-only whatever is asked."""
 EXIT_OK = 0
 EXIT_NOT_CLEAN = 1
 EXIT_ERROR = 2
@@ -106,6 +169,8 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        if message.startswith("unrecognized arguments"):  # e.g. an option another subcommand takes
+            message += f" ({self.prog} --help lists its options)"
         self.exit(EXIT_ERROR, f"gputui: {message}\n")
 
 
@@ -162,23 +227,39 @@ def _add_probe(parser: argparse.ArgumentParser) -> None:
     )
 
 
+TARGETS_HELP = "local, an ssh alias, [user@]host[:port], @group from the config (default: local)"
 _mib = _whole(0, MIB_MAX, " of MiB")
 """An argparse type: MiB from 0 to ``MIB_MAX``."""
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--demo", action="store_true", help="use simulated hosts (no GPU needed)")
-    parser.add_argument(
-        "--read-only", action="store_true", help="never signal anything: kill keys and commands are refused"
-    )
-    parser.add_argument(
+def _add_common(parser: argparse.ArgumentParser, command: str | None) -> None:
+    """The common options, in a group of their own after the command's own (argparse lists groups in the
+    order they are made); those ``command`` does not offer (``NOT_OFFERED``) are left out, and their
+    destinations set to the value its code reads."""
+    left_out = NOT_OFFERED.get(command or "", {})
+    group = parser.add_argument_group(COMMON_TITLE, COMMON_DESCRIPTION)
+
+    def add(*flags: str, **kwargs: Any) -> None:
+        long = next(flag for flag in flags if flag.startswith("--"))
+        if long[2:].replace("-", "_") not in left_out:
+            group.add_argument(*flags, **kwargs)
+
+    _add_common_options(add)
+    parser.set_defaults(**left_out)
+
+
+def _add_common_options(add: Callable[..., None]) -> None:
+    """Every common option, each through ``add`` (which leaves out what a command does not offer)."""
+    add("--demo", action="store_true", help="use simulated hosts (no GPU needed)")
+    add("--read-only", action="store_true", help="never signal anything: kill keys and commands are refused")
+    add(
         "--interval",
         type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
         default=MEMORY_INTERVAL_S,
         metavar="SECONDS",
         help=f"memory sample interval ({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
-    parser.add_argument(
+    add(
         "--process-interval",
         type=_seconds(INTERVAL_MIN_S, INTERVAL_MAX_S),
         default=PROCESS_INTERVAL_S,
@@ -186,69 +267,68 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
         help=f"process-list period while GPU memory stands still; lists are read again when it moves "
         f"({INTERVAL_MIN_S:g} to {INTERVAL_MAX_S:g})",
     )
-    parser.add_argument(
+    add(
         "--baseline-mib",
         type=_mib,
         default=None,
         metavar="MIB",
         help="idle baseline per GPU (default: calibrated value, else 3)",
     )
-    parser.add_argument(
+    add(
         "--tolerance-mib",
         type=_mib,
         default=None,
         metavar="MIB",
         help="allowed excess over the baseline",
     )
-    parser.add_argument(
+    add(
         "--health",
         action="append",
         default=[],
         metavar="URL",
         help="health endpoint probed on the GPU host itself (repeatable)",
     )
-    parser.add_argument(
+    add(
         "--metrics",
         action="append",
         default=[],
         metavar="URL",
         help="server metrics endpoint read on the GPU host beside the health URL of its origin (repeatable)",
     )
-    parser.add_argument(
+    add(
         "--health-generate",
         action="store_true",
         help="also probe token-generating endpoints (/health_generate), at most every 10 s",
     )
-    parser.add_argument(
-        "--no-discover", action="store_true", help="do not probe health URLs discovered from launchers"
-    )
-    parser.add_argument(
+    add("--no-discover", action="store_true", help="do not probe health URLs discovered from launchers")
+    add(
         "--accept-new",
         action="store_true",
         help="accept and record unknown SSH host keys (never changed ones)",
     )
-    parser.add_argument(
+    add(
         "--config",
         default=None,
         metavar="FILE",
         help="gputui config file (default: $XDG_CONFIG_HOME/gputui/config.toml)",
     )
-    parser.add_argument(
+    add(
         "-F",
         "--ssh-config",
         default=None,
         metavar="FILE",
         help="ssh config file to use instead of ~/.ssh/config (like ssh -F)",
     )
-    parser.add_argument(
+    add(
         "--ssh-client",
         choices=SSH_CLIENTS,
         default=None,
-        help="what reaches remote hosts: paramiko (built in; the default), openssh (the system ssh: "
-        "ProxyCommand, certificates, GSSAPI, a running ControlMaster), auto (openssh where ssh is "
-        "installed, else paramiko; one-shot commands' default); overrides ssh_client in the config",
+        help="what reaches remote hosts: paramiko (built in), openssh (the system ssh: ProxyCommand, "
+        "certificates, a running ControlMaster), auto (openssh where ssh is installed; one-shot commands' "
+        "default) or config (per host, openssh where its ssh config needs it; the TUI's default); overrides "
+        "the config's ssh_client",
     )
-    parser.add_argument(
+    add(
         "--connect-timeout",
         type=_seconds(CONNECT_TIMEOUT_MIN_S, CONNECT_TIMEOUT_MAX_S),
         default=10.0,
@@ -261,20 +341,37 @@ def _add_no_audit(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-audit",
         action="store_true",
-        help="kill even though the audit log cannot be written, and write nothing to it",
+        help="kill, reset or remove even though the audit log cannot be written, and write nothing to it",
     )
 
 
+SHELLS = ("bash", "zsh", "fish")
+"""What ``--print-completion`` writes a completion script for."""
+
+
+def _tui_epilog() -> str:
+    """The TUI's epilog: every subcommand with its line (``SUMMARIES``), then the exit status."""
+    width = max(len(name) for name in SUBCOMMANDS) + 2
+    lines = ["subcommands (gputui SUBCOMMAND --help for each):"]
+    lines += [f"  {name:<{width}}{SUMMARIES.get(name, '')}".rstrip() for name in SUBCOMMANDS]
+    return "\n".join(lines) + "\n\n" + TUI_EPILOG
+
+
 def build_parser(command: str | None) -> argparse.ArgumentParser:
-    """The parser for one subcommand, or for the TUI when ``command`` is None."""
+    """The parser for one subcommand, or for the TUI when ``command`` is None.
+
+    Its help lists the command's own options first, then the common ones in a group of their own
+    (``COMMON_TITLE``), whatever the subcommand: a branch below adds only the command's own options, its
+    description and its exit status (the epilog). Descriptions and epilogs are kept as written.
+    """
+    parser = _Parser(
+        prog="gputui" if command is None else f"gputui {command}",
+        formatter_class=RawDescriptionHelpFormatter,
+    )
     if command is None:
-        parser = _Parser(
-            prog="gputui",
-            description="Terminal GPU monitor: memory, process trees, zombies, health, the clean slate.",
-            epilog=f"subcommands: {', '.join(SUBCOMMANDS)} (gputui SUBCOMMAND --help)",
-        )
+        parser.description = TUI_DESCRIPTION
+        parser.epilog = _tui_epilog()
         parser.add_argument("--version", action="version", version=f"gputui {__version__}")
-        _add_common(parser)
         _add_no_audit(parser)
         fleet_options.add_arguments(parser)
         parser.add_argument(
@@ -285,15 +382,30 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             "gruvbox; kept for the next run",
         )
         parser.add_argument(
+            "--print-completion",
+            choices=SHELLS,
+            default=None,
+            metavar="SHELL",
+            help=f"print the shell completion script for {', '.join(SHELLS)} and exit "
+            "(e.g. gputui --print-completion bash > ~/.local/share/bash-completion/completions/gputui)",
+        )
+        parser.add_argument(
+            "--print-man",
+            action="store_true",
+            help="print the manual page (roff) and exit (e.g. gputui --print-man | man -l -)",
+        )
+        from gputui.commands.grammar.recording import add_tui_record_argument
+
+        add_tui_record_argument(parser)
+        parser.add_argument(
             "targets",
             nargs="*",
             metavar="TARGET",
-            help="local, an ssh alias, [user@]host[:port], @group from the config",
+            help=TARGETS_HELP,
         )
-        return parser
-    parser = _Parser(prog=f"gputui {command}")
-    _add_common(parser)
-    if command == "snapshot":
+    elif command == "snapshot":
+        parser.description = SNAPSHOT_DESCRIPTION
+        parser.epilog = SNAPSHOT_EPILOG
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
         parser.add_argument(
             "--all-processes",
@@ -305,8 +417,10 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             "--force", action="store_true", help="with --probe: probe GPUs that list a process too"
         )
         fleet_options.add_arguments(parser)
-        parser.add_argument("targets", nargs="*", metavar="TARGET")
+        parser.add_argument("targets", nargs="*", metavar="TARGET", help=TARGETS_HELP)
     elif command == "check":
+        parser.description = CHECK_DESCRIPTION
+        parser.epilog = CHECK_EPILOG
         parser.add_argument("--json", action="store_true", help="print JSON instead of lines")
         fleet_options.add_arguments(parser)
         parser.add_argument(
@@ -328,12 +442,17 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
             " probe GPUs that list a process too",
         )
         _add_probe(parser)
-        parser.add_argument("targets", nargs="*", metavar="TARGET")
+        parser.add_argument("targets", nargs="*", metavar="TARGET", help=TARGETS_HELP)
     elif command == "kill":
         parser.description = KILL_DESCRIPTION
         parser.epilog = KILL_EPILOG
-        parser.formatter_class = RawDescriptionHelpFormatter
-        parser.add_argument("--signal", choices=("INT", "TERM", "KILL"), default="TERM")
+        parser.add_argument(
+            "--signal",
+            choices=("INT", "TERM", "KILL"),
+            default="TERM",
+            help="the signal sent first (default TERM); what is left after the delay gets KILL, unless "
+            "it was KILL already or --no-escalate",
+        )
         parser.add_argument("--tree", action="store_true", help="signal the job's tree, children first")
         parser.add_argument(
             "--all-gpu",
@@ -378,20 +497,38 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
     elif command == "exporter":
         from gputui.commands.grammar.exporter import add_arguments
 
-        parser.description = "Serve this host's GPUs, findings and clean-slate verdict to Prometheus."
         add_arguments(parser)
     elif command == "reset":
         from gputui.commands.grammar.reset import add_reset_arguments
 
         add_reset_arguments(parser)
-        parser.formatter_class = RawDescriptionHelpFormatter  # the plan's steps, one per line
         _add_no_audit(parser)
     elif command == "leftovers":
         from gputui.commands.grammar.reset import add_leftovers_arguments
 
         add_leftovers_arguments(parser)
         _add_no_audit(parser)
+    elif command in ("record", "replay", "bundle"):
+        from gputui.commands.grammar import recording
+
+        getattr(recording, f"add_{command}_arguments")(parser)
+    _add_common(parser, command)
+    parser.usage = _usage(parser, command)
     return parser
+
+
+def _usage(parser: argparse.ArgumentParser, command: str | None) -> str:
+    """``gputui check [options] [TARGET ...]``: the options are listed below it, not repeated in it."""
+    words = [parser.prog]
+    if command is None:
+        words.append("[SUBCOMMAND]")
+    words.append("[options]")
+    for action in parser._actions:
+        if not action.option_strings:
+            words.append(
+                f"[{action.metavar or action.dest} ...]" if action.nargs == "*" else str(action.metavar)
+            )
+    return " ".join(words)
 
 
 def _value_options(commands: Sequence[str | None]) -> tuple[set[str], list[str], set[str]]:

@@ -177,7 +177,7 @@ def _refuse_early(pid: int, snapshot: HostSnapshot, table: dict[int, Proc]) -> N
         what = "init" if pid == 1 else "not a process"
         raise PlanError(f"pid {pid} is {what}: it is never signalled")
     if snapshot.agent_pid is not None and pid == snapshot.agent_pid:
-        raise PlanError(f"pid {pid} is the gputui agent itself: it is never signalled")
+        raise PlanError(f"pid {pid} is the gputui collector itself: it is never signalled")
     service = service_of(table.get(pid))
     if service is not None:
         raise PlanError(service_note(pid, service))
@@ -250,7 +250,7 @@ def plan_kill(
         roots_of_jobs = [proc.pid for proc in chosen]
         for pid in roots_of_jobs:
             if pid == snapshot.agent_pid:
-                notes.append(f"pid {pid} is the gputui agent itself: never signalled")
+                notes.append(f"pid {pid} is the gputui collector itself: never signalled")
             elif pid not in requested:
                 requested.append(pid)
         for gpu in snapshot.gpus:
@@ -317,8 +317,8 @@ def plan_kill(
                 listed_pids.add(pid)
                 targets.append(_target_for(member, snapshot, held, root.pid, graphics))
         notes.append(
-            "the agent re-reads each tree (children and process-group members) when it signals: processes "
-            "started or double-forked away since this listing are signalled too"
+            "the collector re-reads each tree (children and process-group members) when it signals: "
+            "processes started or double-forked away since this listing are signalled too"
         )
     for root in roots:
         targets.append(_target_for(root, snapshot, held, None, graphics))
@@ -365,4 +365,5 @@ def kill_command(plan: KillPlan, detach: bool = True) -> dict[str, Any]:
         plan.escalate_s,
         plan.wait_s,
         detach,
+        {t.pid: {"kind": t.owner.kind, "id": t.owner.id} for t in plan.targets if t.owner is not None},
     )

@@ -20,6 +20,8 @@ class KillOutcome(Record):
         signal: The signal that stage sent (``SIGNALLING_STAGES``) or concerns; None for checks and waits.
         result: One of the agent's ``KILL_RESULTS``.
         detail: One human line (untrusted text from the agent).
+        time: When the collector saw it (epoch seconds, the host's clock); None from a collector that does
+            not say.
     """
 
     pid: int
@@ -32,6 +34,7 @@ class KillOutcome(Record):
     user: str | None = None
     cmdline: tuple[str, ...] = ()
     gpu_mib: int | None = None
+    time: float | None = None
 
 
 def parse_outcomes(result: dict[str, Any]) -> list[KillOutcome]:
@@ -60,6 +63,7 @@ def parse_outcomes(result: dict[str, Any]) -> list[KillOutcome]:
                 user=opt_safe(item.get("user")),
                 cmdline=safe_list(cmdline),
                 gpu_mib=opt_int(item.get("gpu_mib")),
+                time=opt_float(item.get("time")),
             )
         )
     return outcomes

@@ -26,9 +26,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-SSH_CLIENTS = ("paramiko", "openssh", "auto")
-"""What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), or auto (the system
-client where one is installed, else paramiko)."""
+SSH_CLIENTS = ("paramiko", "openssh", "auto", "config")
+"""What reaches remote hosts: paramiko (built in), openssh (the system ``ssh`` client), auto (the system
+client where one is installed, else paramiko), or config (per host, the system client where its ssh config
+needs it): ``gputui.transports.ssh.client_choice`` says the rule."""
 
 
 class LinkError(Exception):
@@ -152,7 +153,7 @@ def probe_host(
     result = link.request(command, deadline_s + PROBE_REPLY_SLACK_S)
     report = ProbeReport.from_dict(result)
     if report is None or not isinstance(result.get("probes"), list):
-        raise LinkError(f"{target}: the agent answered the probe without a report")
+        raise LinkError(f"{target}: the collector answered the probe without a report")
     return report
 
 
@@ -169,11 +170,11 @@ def full_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> HostSna
     result = link.request({"cmd": CMD_SAMPLE}, timeout_s)
     data = result.get("snapshot")
     if not isinstance(data, dict):
-        raise LinkError(f"{target}: the agent answered without a snapshot")
+        raise LinkError(f"{target}: the collector answered without a snapshot")
     try:
         return HostSnapshot.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise LinkError(f"{target}: malformed snapshot from the agent ({type(exc).__name__})") from None
+        raise LinkError(f"{target}: malformed snapshot from the collector ({type(exc).__name__})") from None
 
 
 ENDPOINT_WAIT_S = 35.0
@@ -254,7 +255,7 @@ def process_text(link: HostLink, proc: Proc, timeout_s: float = 30.0) -> Proc:
     result = link.request({"cmd": CMD_PROCESS, "pid": proc.pid, "start_ticks": proc.start_ticks}, timeout_s)
     cmdline = result.get("cmdline")
     if result.get("pid") != proc.pid or not isinstance(cmdline, list):
-        raise LinkError(f"{link.target}: the agent answered without the command line of pid {proc.pid}")
+        raise LinkError(f"{link.target}: the collector answered without the command line of pid {proc.pid}")
     return replace(
         proc,
         cmdline=safe_list(cmdline),

@@ -7,6 +7,7 @@ wherever it is shown.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -34,12 +35,20 @@ def duration(seconds: float) -> str:
 
 
 def age_text(seconds: float) -> str:
-    """A short age for reasons and findings: "12 s", "3 min", "1.5 h"."""
+    """A short age for reasons and findings: "12 s", "3 min", "1.5 h".
+
+    Every age is cut down to its unit, never rounded up: a state 10 min 40 s old is "10 min" wherever it is
+    said (a finding beside the verdict's reason, read a moment apart), and never older than it is, so a
+    threshold ("held past 10 minutes") and the age beside it agree.
+    """
+    if not math.isfinite(seconds):
+        return DASH  # a remote clock's garbage
+    seconds = max(0.0, seconds)
     if seconds < 120:
-        return f"{seconds:.0f} s"
+        return f"{int(seconds)} s"
     if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+        return f"{int(seconds // 60)} min"
+    return f"{int(seconds / 360) / 10:.1f} h"
 
 
 def age_since(since_s: float | None, now_s: float) -> str:

@@ -125,6 +125,10 @@ class CleanCheck(Record):
         ports_note: Why the last confirming sample was held back by a port ("" when it was not).
         pressed_s: When the key that started it was pressed, when that was before ``started_s`` (``X``
             waits for a confirmation): the receipt's "since X" counts from it. None: ``started_s``.
+        signal_at, workers_gone_at, memory_back_at, ports_free_at: The receipt's events on the host's clock
+            (``facts.receipt_times``): the kill's first signal and its last process gone (its outcomes'
+            times), the first sample with memory at baseline after the signal, the first that showed the
+            watched ports free; None where not known.
     """
 
     started_s: float
@@ -144,6 +148,10 @@ class CleanCheck(Record):
     ports_free_s: float | None = None
     ports_note: str = ""
     pressed_s: float | None = None
+    signal_at: float | None = None
+    workers_gone_at: float | None = None
+    memory_back_at: float | None = None
+    ports_free_at: float | None = None
 
     @property
     def key_s(self) -> float:

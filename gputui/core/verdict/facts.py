@@ -9,7 +9,8 @@ TUI's clean-slate line all show these lines. CLEAN only when all three hold.
   leftover in /dev/shm or MPS daemon;
 * *GPUs*: every GPU's memory at its baseline, every GPU readable, fit (``readiness``) and still listed.
 
-A reason that is neither a worker's nor a GPU's is residue. Nothing here does I/O.
+A reason that is neither a worker's nor a GPU's is residue. The receipt's times (``receipt_times``) are
+worded here too, once, for the TUI and ``gputui kill`` alike. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 
 from gputui.core.jobs import proc_table
 from gputui.core.model import HostSnapshot, ProbeReport, Verdict, VerdictFact, VerdictFacts, replace
+from gputui.core.text import duration
 from gputui.core.verdict.probing import probe_line
 from gputui.core.verdict.remains import nothing_recorded
 from gputui.core.verdict.slate import gpu_holders
@@ -112,6 +114,38 @@ def with_facts(snapshot: HostSnapshot) -> HostSnapshot:
         proof=probe_line(snapshot.probe),
     )
     return replace(snapshot, verdict=replace(verdict, facts=facts))
+
+
+def receipt_times(
+    signal_at: float | None,
+    workers_gone_at: float | None,
+    memory_back_at: float | None,
+    ports: tuple[int, ...] = (),
+    ports_free_at: float | None = None,
+) -> str:
+    """``workers gone 1.3 s after the signal · memory back 0.2 s later · port 30000 free 0.1 s later``: when
+    each event of a kill's receipt happened, measured between the events themselves (the collector's
+    clock: the kill's outcomes and the samples that first showed memory at baseline and the ports free),
+    never between the moments gputui got to look. Each event follows the one before it; one that is not
+    known is left out (a port with its own line when its time is not known). "" when there was no signal.
+    """
+    if signal_at is None:
+        return ""
+    events = [("workers gone", workers_gone_at), ("memory back", memory_back_at)]
+    if ports:
+        plural = "s" if len(ports) > 1 else ""
+        events.append((f"port{plural} {', '.join(map(str, ports))} free", ports_free_at))
+    parts: list[str] = []
+    last_s = signal_at
+    for what, at in sorted(
+        ((what, at) for what, at in events if at is not None and at >= signal_at), key=lambda e: e[1]
+    ):
+        since = "after the signal" if not parts else "later"
+        parts.append(f"{what} {duration(max(0.0, at - last_s))} {since}")
+        last_s = at
+    if ports and (ports_free_at is None or ports_free_at < signal_at):
+        parts.append(f"port{'s' if len(ports) > 1 else ''} {', '.join(map(str, ports))} free")
+    return " · ".join(parts)
 
 
 FACT_LABELS = (("workers", "workers"), ("residue", "residue"), ("gpus", "GPUs"))

@@ -377,7 +377,7 @@ def defunct_leader_words(target: str, f: FindingFacts) -> Finding:
     held = f.held_mib
     detail = (
         f"pid {_label(f.pid, f.name)}: its leader is defunct but {count} thread"
-        f"{'' if count == 1 else 's'} live on ({states or 'states unknown'})"
+        f"{' lives' if count == 1 else 's live'} on ({states or 'states unknown'})"
     )
     if held:
         detail += f", holding {held} MiB on {_gpus_text(f)}"

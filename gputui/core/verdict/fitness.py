@@ -294,7 +294,8 @@ def assess(fitness: GpuFitness | None, accepted_xids: frozenset[int] = frozenset
         found.append((ACTION_REBOOT, STATE_RETIRED_PENDING))
     if fitness.ecc_uncorrected_volatile:
         count = fitness.ecc_uncorrected_volatile
-        found.append((ACTION_RESET, f"{count} uncorrected ECC errors since the last reset"))
+        errors = "error" if count == 1 else "errors"
+        found.append((ACTION_RESET, f"{count} uncorrected ECC {errors} since the last reset"))
     fabric_reason = _fabric_reason(fitness)
     if fabric_reason is not None:
         found.append((ACTION_FABRIC, fabric_reason))

@@ -71,6 +71,7 @@ class SimKills:
             user=proc.user if proc else None,
             cmdline=proc.cmdline if proc else (),
             gpu_mib=sum(proc.gpu_mib.values()) if proc else None,
+            time=self._clock(),
         )
 
     def _say(
@@ -170,7 +171,7 @@ class SimKills:
     def _refusal(
         self, command: dict[str, Any], pid: int, ticks: Any, proc: SimProc | None
     ) -> tuple[str, str] | None:
-        """(result, detail) when a target is not signalled, as the agent's checks would say."""
+        """(result, detail) when a target is not signalled, as the collector's checks would say."""
         if self._options.read_only:
             return protocol.RESULT_REFUSED, "read-only: nothing is signalled"
         if command.get("boot_id") != self.boot_id:
@@ -181,7 +182,7 @@ class SimKills:
         if pid == 1:
             return protocol.RESULT_REFUSED, "pid 1 (init) is never signalled"
         if pid == self.agent_pid:
-            return protocol.RESULT_REFUSED, "this is the gputui agent itself"
+            return protocol.RESULT_REFUSED, "this is the gputui collector itself"
         if proc is None:
             return protocol.RESULT_GONE, "no such process"
         if ticks is not None and int(ticks) != proc.start_ticks:

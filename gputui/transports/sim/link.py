@@ -17,6 +17,7 @@ from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import (
     EndpointSample,
     Gpu,
+    GpuFitness,
     GpuProcess,
     HostSnapshot,
     LiveThreads,
@@ -28,13 +29,17 @@ from gputui.core.model import (
     safe,
     safe_list,
 )
+from gputui.transports.sim import shared
 from gputui.transports.sim.kills import SimKill, SimKills
+from gputui.transports.sim.resets import SimResets
 from gputui.transports.sim.scenario import (
     BOOT_EPOCH_S,
     BUSY_FROM_S,
     BUSY_UNTIL_S,
+    D_RELEASE_S,
     DRAIN_S,
     ENDPOINT_PROBE_S,
+    FAULTED_GPU,
     GPU_COUNT,
     GPU_NAME,
     GPU_TOTAL_MIB,
@@ -43,9 +48,14 @@ from gputui.transports.sim.scenario import (
     LAUNCHER_PID,
     PORT_LINGER_S,
     POWER_LIMIT_W,
+    SCHEDULER_PID_BASE,
     SGLANG_SERVING,
+    SHARED_TARGET,
+    SPIN_POWER_W,
+    STUCK_THREADS,
     VLLM_PID,
     VLLM_SERVING,
+    WAITING_THREADS,
     WEDGED,
     Clock,
     SimProc,
@@ -65,14 +75,17 @@ SIM_PROBE_STEP_MS = (1.2, 180.0, 0.4, 210.0, 3.1, 9.8, 10.4, 21.0, 1.6, 12.5)
 dominates, as on real ones."""
 
 
-class SimLink(SimKills, HostLink):
+class SimLink(SimKills, SimResets, HostLink):
     """A simulated host, driven by the same commands as a real agent.
 
     Args:
-        target: The host's name; ``gpu-node-08`` is the healthy host, anything else replays the wedge.
+        target: The host's name; ``gpu-node-08`` is the healthy host, ``gpu-node-09`` the shared one,
+            anything else replays the wedge.
         options: Intervals and read-only mode, as for any link.
         clock: Epoch seconds source for every time in the snapshots (default ``time.time``).
         wedged_at_s: Scenario seconds of serving before the schedulers wedge (0: wedged from the start).
+        gpu_fault: The wedge starts with GPU ``FAULTED_GPU``'s contained ECC error, which only a reset
+            clears (the demo's story); without it every GPU stays fit.
     """
 
     def __init__(
@@ -81,11 +94,13 @@ class SimLink(SimKills, HostLink):
         options: LinkOptions | None = None,
         clock: Clock | None = None,
         wedged_at_s: float = 0.0,
+        gpu_fault: bool = False,
     ) -> None:
         self.target = target
         self._options = options or LinkOptions()
         self._clock: Clock = clock or time.time
         self._wedged_at_s = wedged_at_s
+        self._gpu_fault = gpu_fault
         self._memory_interval_s = self._options.memory_interval_s
         self._process_interval_s = self._options.process_interval_s
         self._lock = threading.Lock()
@@ -95,9 +110,18 @@ class SimLink(SimKills, HostLink):
         self._next_due_monotonic = 0.0
         self._start_s = self._clock()
         self._healthy = target == HEALTHY_TARGET
-        self._procs: dict[int, SimProc] = {
-            p.pid: p for p in (healthy_processes() if self._healthy else wedge_processes())
-        }
+        self._shared = target == SHARED_TARGET
+        self._wedging = not self._healthy and not self._shared
+        procs = (
+            healthy_processes()
+            if self._healthy
+            else shared.shared_processes()
+            if self._shared
+            else wedge_processes()
+        )
+        self._procs: dict[int, SimProc] = {p.pid: p for p in procs}
+        self._fault_s: float | None = None
+        self._reset_s: dict[int, float] = {}
         self._draining: list[tuple[int, int, float]] = []
         """(gpu index, MiB, epoch seconds the holder died): memory on its way back to the driver."""
         self._closing_ports: list[tuple[int, float]] = []
@@ -108,7 +132,7 @@ class SimLink(SimKills, HostLink):
         self._ops: dict[int, SimKill] = {}
         self._next_op = 0
         self.boot_id = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{target}.gputui.transports.sim"))
-        self.agent_pid = 4999 if not self._healthy else 5999
+        self.agent_pid = 5999 if self._healthy else 6999 if self._shared else 4999
 
     # -- HostLink ---------------------------------------------------------------------------------------
 
@@ -199,6 +223,10 @@ class SimLink(SimKills, HostLink):
             return {"config": config, "samples": samples}
         if name == protocol.PROBE_COMMAND:
             return self._probe(command)
+        if name == protocol.RESET_PLAN_COMMAND:
+            return self._reset_plan(command)
+        if name == protocol.RESET_RUN_COMMAND:
+            return self._reset_run(command)
         if name == protocol.CMD_QUIT:
             return {}
         raise LinkError(f"{self.target}: unknown command {name!r}")
@@ -242,9 +270,11 @@ class SimLink(SimKills, HostLink):
 
     def _advance(self, now_s: float) -> None:
         """Apply the story's scheduled events up to ``now_s``. Called with the lock held."""
-        if self._healthy:
+        if not self._wedging:
             return
         wedge_s = self._start_s + self._wedged_at_s
+        if now_s >= wedge_s and self._gpu_fault:
+            self._fault_s = wedge_s
         if now_s >= wedge_s:
             for proc in self._procs.values():
                 if proc.defunct_on_wedge and proc.state != "Z":
@@ -258,6 +288,11 @@ class SimLink(SimKills, HostLink):
                         freed_s = wedge_s if self._wedged_at_s > 0 else wedge_s - DRAIN_S
                         self._draining.extend((gpu, mib, freed_s) for gpu, mib in proc.gpu_mib.items())
                         proc.gpu_mib = {}
+        if now_s >= wedge_s + D_RELEASE_S:
+            for proc in self._procs.values():
+                stuck = proc.state == "Z" and proc.live_threads == STUCK_THREADS
+                if stuck and proc.pid != SCHEDULER_PID_BASE + FAULTED_GPU:
+                    proc.live_threads = dict(WAITING_THREADS)
 
     def _gpu_used_mib(self, index: int, now_s: float) -> int:
         used = float(IDLE_MIB)
@@ -268,6 +303,12 @@ class SimLink(SimKills, HostLink):
                 used += mib * max(0.0, 1.0 - (now_s - died_s) / drain_s(gpu))
         return int(round(used))
 
+    def _uuid(self, index: int) -> str:
+        return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"gpu{index}.{self.target}.gputui.sim"))
+
+    def _bus_id(self, index: int) -> str:
+        return f"00000000:{0x18 + index * 0x10:02X}:00.0"
+
     def _gpu(self, index: int, now_s: float) -> Gpu:
         used_mib = self._gpu_used_mib(index, now_s)
         holders = tuple(
@@ -275,12 +316,21 @@ class SimLink(SimKills, HostLink):
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
             if index in p.gpu_mib
         )
-        busy = any(p.state != "Z" for p in self._procs.values() if index in p.gpu_mib)
+        invisible = shared.INVISIBLE.get(index) if self._shared else None
+        if invisible is not None:
+            holders += (GpuProcess(pid=invisible[0], used_mib=invisible[1], visible=False),)
+            used_mib += invisible[1]
+        on_gpu = [p for p in self._procs.values() if index in p.gpu_mib]
+        busy = invisible is not None or any(p.state != "Z" for p in on_gpu)
+        # A defunct rank's collective kernel keeps polling for its peers: 100 % busy at idle power.
+        spinning = any(p.state == "Z" and p.live_threads for p in on_gpu)
         scenario_s = int(now_s - self._start_s)
         if busy:
             util_pct = 78 + (index * 7 + scenario_s * 3) % 19
             power_w = 310.0 + (index * 13 + scenario_s * 5) % 70
             temp_c = 66 + (index * 3 + scenario_s) % 9
+        elif spinning:
+            util_pct, power_w, temp_c = 100, SPIN_POWER_W + index % 3, 52 + index % 3
         elif used_mib > IDLE_MIB + 64:
             util_pct, power_w, temp_c = 0, 96.0 + index, 51 + index % 3
         else:
@@ -288,8 +338,8 @@ class SimLink(SimKills, HostLink):
         return Gpu(
             index=index,
             name=safe(GPU_NAME),
-            uuid="GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"gpu{index}.{self.target}.gputui.sim")),
-            pci_bus_id=f"00000000:{0x18 + index * 0x10:02X}:00.0",
+            uuid=self._uuid(index),
+            pci_bus_id=self._bus_id(index),
             memory_used_mib=used_mib,
             memory_total_mib=GPU_TOTAL_MIB,
             memory_reserved_mib=476,
@@ -299,9 +349,18 @@ class SimLink(SimKills, HostLink):
             power_w=power_w,
             power_limit_w=POWER_LIMIT_W,
             processes=holders,
+            fitness=self._gpu_fitness(index, now_s),
         )
 
+    def _gpu_fitness(self, index: int, now_s: float) -> GpuFitness:
+        fitness = self._fitness(index, now_s)
+        if self._shared:
+            fitness = replace(fitness, xids=shared.xids(index, self._start_s))
+        return fitness
+
     def _health(self, now_s: float) -> tuple[EndpointSample, ...]:
+        if self._shared:
+            return ()  # no inference server there
         # The agent probes every few seconds, not on every sample: checked_at says which probe this is.
         probed_s = self._start_s + ENDPOINT_PROBE_S * ((now_s - self._start_s) // ENDPOINT_PROBE_S)
         samples = self._health_at(now_s)
@@ -410,7 +469,7 @@ class SimLink(SimKills, HostLink):
                 cmdline=() if p.state == "Z" else safe_list(p.cmdline),
                 start_ticks=p.start_ticks,
                 create_time=BOOT_EPOCH_S + p.start_offset_s,
-                state_since=p.state_since,
+                state_since=p.state_since if not self._shared else shared.state_since(p.pid, self._start_s),
                 rss_kib=p.rss_kib,
                 gpu_memory_mib=dict(p.gpu_mib),
                 live_threads=(
@@ -421,6 +480,7 @@ class SimLink(SimKills, HostLink):
                 listen_ports=p.listen_ports,
                 owner=Owner(OWNER_USER, opt_safe(p.user), opt_safe(p.user)),
                 profiler=None if p.state == "Z" else ProfilerMark.from_dict(p.profiler),
+                waits=shared.waits(p.pid, self._start_s) if self._shared else (),
             )
             for p in sorted(self._procs.values(), key=lambda p: p.pid)
         )
@@ -439,4 +499,6 @@ class SimLink(SimKills, HostLink):
             processes=procs,
             listening_ports=tuple(sorted(listening)),
             endpoints=self._health(now_s),
+            kernel_log=shared.kernel_log() if self._shared else None,
+            remembered=shared.remembered(self._start_s) if self._shared else None,
         )

@@ -8,10 +8,19 @@
   the generated-token counter flat: UNHEALTHY, then STALLED. A kill signals the defunct leaders themselves;
   once their threads leave the driver, their memory drains to the 3 MiB idle baseline over ``DRAIN_S``
   seconds, and the launcher's death reaps TP0.
-* the healthy host (``gpu-node-08``): a vLLM server on four of eight GPUs, plus a process whose name and
-  arguments are hostile text (markup, terminal escapes, a bidi override, a 100 KB argument) to keep every
-  renderer honest. Between ``BUSY_FROM_S`` and ``BUSY_UNTIL_S`` of the scenario its ``/health`` times out
-  under load while it keeps generating: BUSY, not dead.
+  GPU1 is where it started: a contained ECC error (Xid 94) with a row remap pending, and the driver's
+  recovery action asks for a GPU reset, so that GPU stays NOT READY after the kill until it is reset (the
+  simulated collector answers ``reset_plan`` and ``reset_run``; ``gputui.transports.sim.resets``). The
+  ranks' collective kernels keep polling on GPUs 1-7 (100 % busy at idle power: a spinning collective), and
+  the other ranks' threads come out of the driver ``D_RELEASE_S`` after the wedge (their calls fail once the
+  driver has contained GPU1's error) to wait (S) for TP1, which never answers; TP1's stay in D.
+* the healthy host (``gpu-node-08``): a vLLM server on four of eight GPUs, plus, under ``escaping-test``, a
+  process whose name and arguments are hostile text (markup, terminal escapes, a bidi override, a 100 KB
+  argument) under a parent that says it is a test of escaping, to keep every renderer honest. Between
+  ``BUSY_FROM_S`` and ``BUSY_UNTIL_S`` of the scenario its ``/health`` times out under load while it keeps
+  generating: BUSY, not dead.
+* the shared host (``gpu-node-09``): what the other findings look like, one of each
+  (``gputui.transports.sim.shared``).
 """
 
 from __future__ import annotations
@@ -27,7 +36,9 @@ Clock = Callable[[], float]
 """Returns wall-clock epoch seconds."""
 
 HEALTHY_TARGET = "gpu-node-08"
-"""The demo host that stays healthy; every other simulated target replays the wedge."""
+"""The demo host that stays healthy; every other simulated target replays the wedge (but the shared one)."""
+SHARED_TARGET = "gpu-node-09"
+"""The demo's shared host: the finding kinds the wedge does not show."""
 
 GPU_NAME = "NVIDIA RTX PRO 6000 Blackwell"
 GPU_TOTAL_MIB = 49152
@@ -142,6 +153,9 @@ HOSTILE_TEXTS = (
 )
 """Markup, terminal escapes and a bidi override, as machines may report them in names and arguments."""
 HOSTILE_LONG_ARG_CHARS = 100_000
+ESCAPING_TEST_PID = 5402
+ESCAPING_TEST_ARGV = ("escaping-test", "--hostile-names", "--expect=shown-literally")
+"""The hostile process's parent: its command says that the text under it is a test of escaping, not a bug."""
 
 SCHEDULER_PID_BASE = 4240
 """Scheduler TP<i> has pid SCHEDULER_PID_BASE + i."""
@@ -153,6 +167,21 @@ DETOKENIZER_PID = 4250
 SCHEDULER_HELD_MIB = (41236, 41228, 41236, 41236, 41240, 41236, 41232, 41236)
 STUCK_THREADS = {"D": 2}
 """The threads a wedged scheduler keeps once its leader is defunct: stuck in the driver."""
+WAITING_THREADS = {"S": 2}
+"""The same threads once out of the driver: waiting for TP1 in the collective."""
+FAULTED_GPU = 1
+"""The GPU whose contained memory error wedged the server: it needs a reset (its rank is TP1)."""
+D_RELEASE_S = 120.0
+"""Seconds after the wedge at which the other ranks' threads leave the driver (TP1's stay)."""
+FAULT_XID = 94
+FAULT_XID_DETAIL = "pid=4241, name=sglang::schedul, Contained ECC error"
+"""The rest of the kernel's Xid line, as the driver logs a contained ECC error (the shape of
+``NVRM: Xid (PCI:0000:9b:00): 94, pid=1234, name=python3, Contained ECC error``, leptonai/gpud#1174; the
+name is the kernel's 15-character comm)."""
+RECOVERY_GPU_RESET = 1
+"""``NVML_GPU_RECOVERY_ACTION_GPU_RESET``: what the driver asks for the faulted GPU."""
+SPIN_POWER_W = 104.0
+"""What a GPU draws while its collective kernel polls for a peer that never joins (near idle)."""
 
 
 class SimProc(Record, frozen=False):
@@ -232,7 +261,8 @@ def wedge_processes() -> list[SimProc]:
                 SCHEDULER_PID_BASE + tp,
                 LAUNCHER_PID,
                 f"sglang::scheduler_TP{tp}",
-                (),
+                # The title sglang sets (setproctitle): what /proc/PID/cmdline reads while it lives.
+                (f"sglang::scheduler_TP{tp}",),
                 gpu_mib={tp: SCHEDULER_HELD_MIB[tp]},
                 defunct_on_wedge=True,
                 threads_on_wedge={} if tp == 0 else dict(STUCK_THREADS),
@@ -245,7 +275,7 @@ def wedge_processes() -> list[SimProc]:
             DETOKENIZER_PID,
             LAUNCHER_PID,
             "sglang::detokenizer",
-            (),
+            ("sglang::detokenizer",),
             ignores_term=True,
             start_offset_s=80_010.0,
             rss_kib=640_000,
@@ -257,7 +287,15 @@ def wedge_processes() -> list[SimProc]:
 def healthy_processes() -> list[SimProc]:
     procs = [
         SimProc(VLLM_PID, 2901, "python3", VLLM_CMDLINE, user="svc-llm", uid=1001, start_offset_s=40_000.0),
-        SimProc(5110, 5100, "VLLM::EngineCore", (), user="svc-llm", uid=1001, start_offset_s=40_004.0),
+        SimProc(
+            5110,
+            5100,
+            "VLLM::EngineCore",
+            ("VLLM::EngineCore",),
+            user="svc-llm",
+            uid=1001,
+            start_offset_s=40_004.0,
+        ),
     ]
     for tp in range(4):
         procs.append(
@@ -265,7 +303,7 @@ def healthy_processes() -> list[SimProc]:
                 5120 + tp,
                 5110,
                 f"VLLM::Worker_TP{tp}",
-                (),
+                (f"VLLM::Worker_TP{tp}",),
                 user="svc-llm",
                 uid=1001,
                 gpu_mib={tp: 44236},
@@ -274,10 +312,24 @@ def healthy_processes() -> list[SimProc]:
             )
         )
     hostile_argv = ("python3", *HOSTILE_TEXTS, "A" * HOSTILE_LONG_ARG_CHARS)
+    # Labelled as what it is: the hostile process runs under a test of escaping (a pid after its children's,
+    # as after a wrap of the pid counter).
+    procs.append(
+        SimProc(
+            ESCAPING_TEST_PID,
+            3000,
+            ESCAPING_TEST_ARGV[0],
+            ESCAPING_TEST_ARGV,
+            user="svc-test",
+            uid=1004,
+            start_offset_s=59_990.0,
+            rss_kib=4_000,
+        )
+    )
     procs.append(
         SimProc(
             5400,
-            3000,
+            ESCAPING_TEST_PID,
             "[bold]x[/]",
             hostile_argv,
             user="[@click=app.quit]x[/]",

@@ -17,11 +17,11 @@ from gputui.core.link import SSH_CLIENTS, HostLink, LinkError, LinkOptions
 from gputui.core.model import HostSnapshot
 from gputui.transports.freshness import MIN_STALE_S, stale_after_s
 from gputui.transports.reconnect import worth_retrying
+from gputui.transports.ssh.client_choice import OPENSSH, choose_client
 from gputui.transports.ssh.config import (
     IDENTITY_MAX_BYTES,
     KNOWN_HOSTS_MAX_BYTES,
     SshSettings,
-    openssh_available,
     resolve,
 )
 from gputui.transports.ssh.errors import PythonMissing, PythonTooOld, phase_error
@@ -58,8 +58,9 @@ class SshLink(HostLink):
             ``options.extra["ssh_config"]``, then ``$GPUTUI_SSH_CONFIG``.
         use_openssh: Force or avoid ``ssh -G`` (default: use it when installed).
         source: Collector source to ship instead of the installed collector (tests use a stand-in).
-        client: ``paramiko``, ``openssh`` (the system ssh client) or ``auto`` (openssh where an ``ssh`` is
-            installed, paramiko where none is); default ``options.ssh_client``.
+        client: ``paramiko``, ``openssh`` (the system ssh client), ``auto`` (openssh where an ``ssh`` is
+            installed, paramiko where none is) or ``config`` (openssh where the host's ssh config needs it):
+            ``client_choice``'s rule; default ``options.ssh_client``.
 
     Attributes:
         boot_id: The remote boot id from the last hello (None before the first open).
@@ -142,9 +143,8 @@ class SshLink(HostLink):
             raise phase_error(self.target, "connection failed", exc) from None
 
     def _new_session(self, settings: SshSettings) -> Session:
-        """The session of the client this open uses (``client``; ``auto``: the system ssh where installed)."""
-        use_system_ssh = self.client == "openssh" or (self.client == "auto" and openssh_available())
-        if use_system_ssh:
+        """The session of the client this open uses (``client_choice.choose_client``)."""
+        if choose_client(self.client, settings) == OPENSSH:
             from gputui.transports.ssh.openssh.link import OpenSshSession
 
             self.client_used = "openssh"

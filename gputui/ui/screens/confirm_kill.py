@@ -26,7 +26,7 @@ from gputui.core.model import Proc
 from gputui.ui import keymap
 from gputui.ui.session.context import TextFetcher
 from gputui.ui.session.jobs import spawn
-from gputui.ui.widgets.fmt import DASH, command_text, pid_ranges, safe_text
+from gputui.ui.widgets.fmt import DASH, command_text, figure_text, pid_ranges, safe_text
 from gputui.ui.widths import NARROW_MAX_CELLS
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ COMMAND_CHARS = 400
 
 
 def mib_text(mib: int) -> str:
-    """``329 880``: thousands separated by a space, as the total line reads."""
-    return f"{mib:,}".replace(",", " ")
+    """``329880``: MiB as the process table writes them (``fmt.figure_text``)."""
+    return figure_text(mib)
 
 
 def freed_mib(plan: KillPlan, snapshot: HostSnapshot | None) -> dict[int, dict[int, int] | None]:
@@ -226,6 +226,16 @@ def _freed_cell(per_gpu: dict[int, int] | None) -> Text:
     return Text(mib_text(total) if total else "0", style="yellow" if total else "dim")
 
 
+def more_text(above: int, below: int) -> str:
+    """``↓ 6 more rows below (↑/↓ scroll)``: what of the list a small screen leaves out."""
+    parts = []
+    if above:
+        parts.append(f"↑ {above} more row{'s' if above != 1 else ''} above")
+    if below:
+        parts.append(f"↓ {below} more row{'s' if below != 1 else ''} below")
+    return " · ".join(parts) + " (↑/↓ scroll)" if parts else ""
+
+
 class ConfirmKillScreen(ModalScreen[bool]):
     """Lists everything a kill will signal. Enter/y confirms (dismisses True), Esc/n cancels (False).
 
@@ -264,6 +274,7 @@ class ConfirmKillScreen(ModalScreen[bool]):
             yield Static(plan_title(self.plan), id="confirm-title")
             with VerticalScroll(id="confirm-list"):
                 yield Static(plan_table(self.plan, self.snapshot), id="confirm-table")
+            yield Static("", id="confirm-more")
             yield Static(total_text(freed_mib(self.plan, self.snapshot)), id="confirm-total")
             if self.plan.notes:
                 notes = Text("\n").join(
@@ -277,16 +288,30 @@ class ConfirmKillScreen(ModalScreen[bool]):
         if narrow != self._narrow:
             self._narrow = narrow
             self._show_table()
+        self.call_after_refresh(self._show_more)
 
     def _show_table(self) -> None:
         self.set_class(self._narrow, "-narrow")
         table = plan_table(self.plan, self.snapshot, self.texts, narrow=self._narrow)
         self.query_one("#confirm-table", Static).update(table)
+        self.call_after_refresh(self._show_more)
+
+    def _show_more(self) -> None:
+        """Say what of the list is out of view (``more_text``): a job's root and launcher may be there."""
+        listed = self.query_one("#confirm-list", VerticalScroll)
+        above = round(listed.scroll_y)
+        below = max(0, listed.virtual_size.height - listed.size.height - above)
+        more = self.query_one("#confirm-more", Static)
+        more.update(Text(more_text(above, below), style="bold yellow"))
+        more.display = bool(above or below)
 
     def on_mount(self) -> None:
         if self.app.size.width <= NARROW_MAX_CELLS:
             self._narrow = True
             self._show_table()
+        listed = self.query_one("#confirm-list", VerticalScroll)
+        self.watch(listed, "scroll_y", lambda _y: self._show_more(), init=False)
+        self.call_after_refresh(self._show_more)
         fetch = self._fetch_text
         if fetch is None or self.snapshot is None:
             return

@@ -2,8 +2,9 @@
 
 Opened with Enter on a GPU of the monitor. The history is the host's ``GpuHistory`` (one point a second,
 bounded); the processes are those the GPU lists, with what each holds on it and its whole command line
-(read again from the host when the collector cut it on the wire). The screen follows new snapshots of its
-host until Esc.
+(read again from the host when the collector cut it on the wire). Below them, what each process held on the
+GPU over the whole session (over the whole recording, in a replay), so a slow leak shows as a slope. The
+screen follows new snapshots of its host until Esc.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
 from gputui.ui.session.jobs import spawn
 from gputui.ui.widgets.fitness_text import fitness_text
-from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, safe_text
+from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, figure_text, safe_text
 from gputui.ui.widgets.history_chart import HistoryChart
+from gputui.ui.widgets.process_memory import process_memory_text
 from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
 COMMAND_CHARS = 600
@@ -59,10 +61,17 @@ SERIES = (
 )
 
 
-def series_text(series: Series, points: Sequence[GpuPoint]) -> Text:
-    """``memory  41 236 MiB now · 3–41 240 over 10 min 00 s``; the dash when the driver never said."""
+def series_text(series: Series, points: Sequence[GpuPoint], narrow: bool = False) -> Text:
+    """``memory  41236 MiB now · 3–41240 over 10 min 00 s``; the dash when the driver never said.
+
+    ``narrow``: the figures have a row of their own above the chart (a 50-column pane), so the label is not
+    padded into a column; the line never wraps (a wrapped word would sit on the chart's row): what does not
+    fit ends in an ellipsis.
+    """
     values = [v for v in (series.read(p) for p in points) if v is not None]
-    line = Text(f"{series.label:<12}", style="bold")
+    line = Text(f"{series.label} " if narrow else f"{series.label:<12}", style="bold")
+    line.no_wrap = True
+    line.overflow = "ellipsis"
     if not values:
         line.append(DASH, style="dim")
         return line
@@ -72,8 +81,7 @@ def series_text(series: Series, points: Sequence[GpuPoint]) -> Text:
     return line
 
 
-def _figure(value: float) -> str:
-    return f"{round(value):,}".replace(",", " ")
+_figure = figure_text
 
 
 def holders_table(gpu: Gpu, snapshot: HostSnapshot, texts: dict[int, tuple[str, ...]]) -> Table:
@@ -140,6 +148,7 @@ class GpuDetailScreen(Screen[None]):
                     yield Static(id=f"gpu-{series.label}-figures", classes="gpu-series-figures")
                     yield HistoryChart(id=f"gpu-{series.label}", classes="gpu-series-line")
             yield Static(id="gpu-fitness")
+            yield Static(id="gpu-process-memory")
             with VerticalScroll(id="gpu-holders-box"):
                 yield Static(id="gpu-holders")
         yield Footer()
@@ -177,7 +186,9 @@ class GpuDetailScreen(Screen[None]):
         self.query_one("#gpu-detail-title", Static).update(title)
         points = host.history.points(self.index) if host is not None else ()
         for series in SERIES:
-            self.query_one(f"#gpu-{series.label}-figures", Static).update(series_text(series, points))
+            self.query_one(f"#gpu-{series.label}-figures", Static).update(
+                series_text(series, points, self.has_class("-narrow"))
+            )
             values = tuple(float(v) for v in (series.read(p) for p in points) if v is not None)
             chart = self.query_one(f"#gpu-{series.label}", HistoryChart)
             chart.data = values
@@ -186,6 +197,10 @@ class GpuDetailScreen(Screen[None]):
         health_text = None if gpu is None or snapshot is None else fitness_text(gpu, snapshot)
         health.display = health_text is not None
         health.update(health_text or "")
+        if host is not None:
+            what = "the recording" if self.session.settings.replay else "the session"
+            memory = process_memory_text(host.process_memory.series(self.index), self.app.size.width, what)
+            self.query_one("#gpu-process-memory", Static).update(memory)
         holders = self.query_one("#gpu-holders", Static)
         if gpu is None or snapshot is None or host is None:
             holders.update(Text("no data for this GPU", style="dim"))

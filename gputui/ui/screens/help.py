@@ -1,4 +1,5 @@
-"""The key reference (``?``)."""
+"""The help (``?``): every key the app answers to now, one row per key, then what every mark on the screen
+means (``legend``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,38 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from gputui.ui import keymap
+from gputui.ui import keymap, legend
 
 CLOSE_HINT = "Esc, ? or q closes"
+LEGEND_TITLE = "What the marks mean"
+
+
+def keys_table(rows: Sequence[tuple[str, str]]) -> Table:
+    """One row per key; what it does in each place on a line of its own."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column(ratio=1)
+    for key, does in keymap.per_key(rows):
+        table.add_row(Text(key), Text("\n".join(does)))
+    return table
+
+
+def legend_table(parts: Sequence[str] = legend.PARTS) -> Table:
+    """The legend, part by part: each mark drawn as the screen draws it, beside what it means."""
+    table = Table(box=None, show_header=False, padding=(0, 1), expand=True)
+    table.add_column(no_wrap=True)
+    table.add_column(ratio=1)
+    shown = None
+    for part, mark in legend.rows(parts):
+        if part != shown:
+            table.add_row(Text(part, style="bold underline"), Text(""))
+            shown = part
+        table.add_row(Text(mark.glyph, style=mark.style), Text(mark.meaning))
+    return table
 
 
 class HelpScreen(ModalScreen[None]):
-    """Every key the app answers to now (destructive keys are absent in read-only mode).
+    """Every key the app answers to now (destructive keys are absent in read-only mode), then the legend.
 
     Args:
         keys: (key, what it does) rows, from ``keymap.help_rows``.
@@ -33,17 +59,14 @@ class HelpScreen(ModalScreen[None]):
         self._read_only = read_only
 
     def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2))
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        for key, description in self.keys:
-            table.add_row(Text(key), Text(description))
         with Vertical(id="help-dialog") as dialog:
             # On the border too: a long list on a small pane scrolls, and how to close it must stay in view.
             dialog.border_title = "gputui keys"
             dialog.border_subtitle = CLOSE_HINT
             with VerticalScroll(id="help-keys"):
-                yield Static(table)
+                yield Static(keys_table(self.keys), id="help-key-list")
+                yield Static(Text(f"\n{LEGEND_TITLE}", style="bold"), id="help-legend-title")
+                yield Static(legend_table(), id="help-legend")
             if self._read_only:
                 yield Static(
                     Text("read-only: kill keys are off and kill commands are refused", style="yellow")

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import replace
 
-from textual.widgets import Input
+from textual.css.query import NoMatches
+from textual.widgets import Footer, Input
 
 from gputui.core.text import visible
 from gputui.ui import keymap
@@ -30,6 +32,8 @@ _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keyma
 _KEYS_BY_FULL_ACTION = {key.action: key for key in keymap.keys_of(keymap.MONITOR)}
 """k (``kill('TERM')``) and K (``kill('KILL')``) share an action name: each finds its own row by the whole."""
 _DESTRUCTIVE_ACTIONS = frozenset(key.action for key in keymap.keys_of(keymap.MONITOR) if key.destructive)
+NARROW_FOOTER_ACTIONS = frozenset({"help", "kill('TERM')", "kill_all", "check"})
+"""The keys a side pane's footer keeps (with the app's ``q``): the rest are in the help (``?``)."""
 FLAT_SORT_DEFAULT = "gpu"
 """What ``t`` switches the tree view to the first time: most GPU memory first."""
 
@@ -49,15 +53,39 @@ class MonitorScreen(MonitorView):
                 self._bindings.key_to_bindings[key] = [
                     replace(b, show=False) if b.action in _DESTRUCTIVE_ACTIONS else b for b in made
                 ]
+        self._footer_shows = {
+            (key, b.action): b.show for key, made in self._bindings.key_to_bindings.items() for b in made
+        }
+        """Each binding's place in the footer at full width (a side pane shows ``NARROW_FOOTER_ACTIONS``)."""
         self._flat_sort = FLAT_SORT_DEFAULT
         """The order ``t`` goes back to when it turns the tree view off."""
+
+    def watch_narrow(self, narrow: bool) -> None:
+        super().watch_narrow(narrow)
+        # A side pane's footer has room for a few keys only: those, whole, rather than all of them cut.
+        bindings = self._bindings.key_to_bindings
+        for key, made in bindings.items():
+            bindings[key] = [
+                replace(
+                    b,
+                    show=self._footer_shows.get((key, b.action), b.show)
+                    and (not narrow or b.action in NARROW_FOOTER_ACTIONS),
+                )
+                for b in made
+            ]
+        with suppress(NoMatches):
+            self.query_one(Footer).show_command_palette = not narrow
+        self.refresh_bindings()
 
     # -- keys ------------------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "back":
-            # Esc clears the filter first, then goes back to the fleet; with neither it is not this screen's.
-            return bool(self.filter_text) or self.session.has_fleet
+            # Esc clears the filter first, then the tags, then goes back to the fleet; with none of them it is
+            # not this screen's.
+            host = self.active
+            tagged = host is not None and bool(host.tagged)
+            return bool(self.filter_text) or tagged or self.session.has_fleet
         # Every other key answers: one that does nothing now says why (``_refused``).
         return True
 
@@ -68,7 +96,11 @@ class MonitorScreen(MonitorView):
             return False
         session = self.session
         why = keymap.why_off(
-            key, read_only=session.settings.read_only, hosts=len(session.hosts), fleet=session.has_fleet
+            key,
+            read_only=session.settings.read_only,
+            hosts=len(session.hosts),
+            fleet=session.has_fleet,
+            replay=session.settings.replay,
         )
         if why is not None:
             session.say(why, severity="warning", title="refused" if key.destructive else "")
@@ -112,6 +144,8 @@ class MonitorScreen(MonitorView):
         """Plan a reset of the GPU under the GPU list's cursor and confirm it (``ui.session.resetflow``)."""
         from gputui.ui.session.resetflow import request_reset
 
+        if self.session.settings.replay and self._refused("reset_gpu"):
+            return
         host = self.active
         panel = self.query_one(GpuPanel)
         if host is None or not 0 <= panel.cursor < len(panel.gpus):
@@ -129,16 +163,21 @@ class MonitorScreen(MonitorView):
             self.session.say("no process selected: nothing to tag", severity="warning")
             return
         host.tagged.symmetric_difference_update({pid})
+        self.refresh_bindings()  # Esc clears tags now, or no longer
         self._show_active()
         procs.action_cursor_down()
 
     def action_check(self) -> None:
         """Sample fast until every GPU is back at its baseline (or the deadline), then show a receipt."""
+        if self._refused("check"):
+            return
         if self.active is not None:
             self._checks.start(self.active)
 
     def action_probe(self) -> None:
         """Prove each GPU of the shown host takes work: a context, a buffer written and read back."""
+        if self._refused("probe"):
+            return
         if self.active is not None:
             self.session.probe(self.active)
 
@@ -183,8 +222,11 @@ class MonitorScreen(MonitorView):
     def action_host(self, index: int) -> None:
         if self._refused("host"):
             return
-        if 0 <= index < len(self.session.hosts):
+        hosts = len(self.session.hosts)
+        if 0 <= index < hosts:
             self.active_index = index
+        else:
+            self.session.say(f"{index + 1}: no such host ({hosts} are open: 1–{hosts})", severity="warning")
 
     def action_focus_findings(self) -> None:
         self.query_one(FindingsList).focus()
@@ -193,21 +235,31 @@ class MonitorScreen(MonitorView):
         self.query_one(GpuPanel).focus()
 
     def action_back(self) -> None:
-        """Esc: clear the filter first; without one, back to the fleet view (closing the host it opened)."""
+        """Esc: clear the filter first, then the tags; without either, back to the fleet view (closing the
+        host it opened)."""
         if self.filter_text:
             self.filter_text = ""
             self.query_one(FilterBar).value = ""
+            return
+        host = self.active
+        if host is not None and host.tagged:
+            count = len(host.tagged)
+            host.tagged.clear()
+            self.refresh_bindings()
+            self._show_active()
+            self.session.say(f"{count} tag{'s' if count != 1 else ''} cleared", title="tags")
             return
         self.session.show_fleet()
 
     def action_help(self) -> None:
         session = self.session
         rows = keymap.help_rows(
-            keymap.MONITOR_HELP_SCOPES,
+            keymap.MONITOR_HELP_SCOPES + keymap.RECORDING_HELP_SCOPES,
             read_only=session.settings.read_only,
             hosts=len(session.hosts),
             fleet=session.has_fleet,
             escalate_s=session.settings.escalate_s,
+            replay=session.settings.replay,
         )
         self.app.push_screen(HelpScreen(rows, session.settings.read_only))
 

@@ -19,10 +19,13 @@ from textual import events
 from textual.app import ComposeResult
 from textual.containers import Container, Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.geometry import Region
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
+from textual.widgets._toast import ToastRack
 
+from gputui.agent.servers.discovery import discover_health_urls
 from gputui.core.jobs import ProcNode, build_forest, flatten, outside_rows
 from gputui.core.model import HostSnapshot, Verdict
 from gputui.core.text import clock_time, fit, visible
@@ -42,6 +45,11 @@ from gputui.ui.widgets.hosts_overview import HostsOverview
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
 from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
+DISCOVERY_SWEEP_S = 12.0
+"""The collector's first look for launchers and the first probe of what it found take up to this long (a full
+process sweep, then a probe within its deadline): until then, no endpoint is "looking", not "none"."""
+DISCOVERY_FIND_MAX_S = 60.0
+"""With a launcher in the process list, "looking" lasts up to this long before it reads "none found"."""
 HOSTS_REDRAW_S = 0.25
 """The host bar and the overview are redrawn at most this often: with many hosts, redrawing them on every
 snapshot of every host costs O(hosts²) per second."""
@@ -50,7 +58,10 @@ FINDINGS_MIN_ROWS = 7
 FOOTER_ROOMY_CELLS = 140
 """Narrower than this, the footer packs its keys tighter (Textual's compact footer)."""
 CLEAN_ROWS_WITH_FOOTER = 2
-"""The clean-slate line takes up to this many rows beside the footer; a longer receipt hides the footer."""
+"""The clean-slate line takes up to this many rows beside the footer; a longer one hides the footer unless the
+panels keep ``PANEL_ROWS_WITH_FOOTER`` rows."""
+PANEL_ROWS_WITH_FOOTER = 28
+"""Rows the panels keep above a long clean-slate line for the footer to stay (a 40-row side pane keeps it)."""
 
 
 def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
@@ -72,6 +83,18 @@ def _last_change(host: HostState, endpoints: int) -> str:
     if endpoints == 1 and " " in line:
         line = line.split(" ", 1)[1]
     return f"{clock_time(at_s)} {line}"
+
+
+def _looking(host: HostState, snapshot: HostSnapshot, now_s: float) -> bool:
+    """Whether the host's collector may still be finding its endpoints: none reported yet, and either a
+    launcher it will probe is in the process list (until ``DISCOVERY_FIND_MAX_S``) or the host's data is
+    younger than ``DISCOVERY_SWEEP_S``."""
+    if snapshot.endpoints or host.first_data_s is None or host.health_changes:
+        return False
+    age_s = now_s - host.first_data_s
+    if age_s < DISCOVERY_SWEEP_S:
+        return True
+    return age_s < DISCOVERY_FIND_MAX_S and bool(discover_health_urls(snapshot.processes))
 
 
 class MonitorView(Screen[None]):
@@ -100,6 +123,8 @@ class MonitorView(Screen[None]):
         self._hosts_timer_pending = False
         self._active_live: bool | None = None
         """Whether the shown host was live when its panels were last drawn (None: not drawn yet)."""
+        self._toasts_over: Region | None = None
+        """The screen region the notifications were last placed over (the GPU panel's)."""
 
     @property
     def active(self) -> HostState | None:
@@ -142,6 +167,22 @@ class MonitorView(Screen[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self._layout_for(event.size.width)
+        self.call_after_refresh(self._place_toasts)
+
+    def _place_toasts(self) -> None:
+        """Notifications go over the GPU panel, no taller than it: the health panel's state, the process
+        list and the clean-slate line stay in view whatever is said (the newest shows when they overflow)."""
+        try:
+            region = self.query_one(GpuPanel).region
+            rack = self.get_child_by_type(ToastRack)
+        except NoMatches:
+            return
+        if not region or region == self._toasts_over:
+            return
+        self._toasts_over = region
+        rack.styles.margin = (region.y, 0, 0, region.x)
+        rack.styles.width = region.width
+        rack.styles.max_height = max(1, region.height - 1)
 
     def _layout_for(self, width: int) -> None:
         self.narrow = width <= NARROW_MAX_CELLS
@@ -188,6 +229,7 @@ class MonitorView(Screen[None]):
             height = max(gpu_rows, min(most, health_rows + findings_rows))
         if str(top.styles.height) != str(height):
             top.styles.height = height
+        self.call_after_refresh(self._place_toasts)
 
     # -- what the app tells the screen -----------------------------------------------------------------
 
@@ -213,6 +255,7 @@ class MonitorView(Screen[None]):
         """Once a second: ages in the host bar, the progress of a running check, and the panels again when the
         shown host's data went stale (or came back): they say "no data since …" without waiting for data."""
         self._show_hosts_now()
+        self._place_toasts()  # the host bar or the overview may have moved the panel
         host = self.active
         live = host is not None and self.session.host_status(host).state == LIVE
         if host is not None and live != self._active_live:
@@ -285,7 +328,8 @@ class MonitorView(Screen[None]):
             if snapshot is not None and snapshot.driver_version:
                 title += f" · driver {fit(snapshot.driver_version, 20)}"
             title += f" · {snapshot.mode_label}" if snapshot is not None and snapshot.mode_label else ""
-            read_only = " · READ-ONLY" if session.settings.read_only else ""
+            settings = session.settings
+            read_only = " · REPLAY" if settings.replay else " · READ-ONLY" if settings.read_only else ""
             flags = read_only + (" · ⏸ PAUSED" if self.paused else "")
             set_border_title(gpus, f"GPUs · {title}{flags}")
             filt = f" · filter: {visible(self.filter_text, 30)}" if self.filter_text else ""
@@ -303,6 +347,9 @@ class MonitorView(Screen[None]):
                 gpus.show((), {}, {}, message=fit(message, 200))
                 procs.show((), compact=self.narrow)
                 health.show((), now_s=now_s, no_data=missing)
+                # This host's own last state change (none before its first data), never the host shown before.
+                set_border_subtitle(health, _last_change(host, 1))
+                set_border_subtitle(procs, "")
                 self.query_one(FindingsList).show((), no_data=missing)
                 self._size_top()
                 return
@@ -332,6 +379,7 @@ class MonitorView(Screen[None]):
                 now_s=now_s,
                 tokens=host.health_history.tokens_per_s(),
                 no_data=missing,
+                looking=_looking(host, snapshot, now_s),
             )
             set_border_subtitle(health, _last_change(host, len(snapshot.endpoints)))
             self.query_one(FindingsList).show(snapshot.findings, snapshot, no_data=missing)
@@ -353,9 +401,10 @@ class MonitorView(Screen[None]):
         return no_data_text(reason, None if snapshot is None else snapshot.time)
 
     def _show_clean(self, verdict: Verdict | None, host: HostState) -> None:
-        """The clean-slate line, whole: when it needs more than ``CLEAN_ROWS_WITH_FOOTER`` rows, the footer
-        makes room (the receipt is the answer; the keys are in the help)."""
+        """The clean-slate line, whole: when it needs more than ``CLEAN_ROWS_WITH_FOOTER`` rows on a short
+        screen, the footer makes room (the receipt is the answer; the keys are in the help)."""
         line = self.query_one(CleanSlateLine)
         line.show(verdict, host.check, self.session.clock(), host.fitness_due_s is not None, host.probing)
         rows = screen_rows(line.shown, max(1, self.size.width))
-        self.query_one(Footer).display = rows <= CLEAN_ROWS_WITH_FOOTER
+        roomy = self.size.height - rows >= PANEL_ROWS_WITH_FOOTER
+        self.query_one(Footer).display = rows <= CLEAN_ROWS_WITH_FOOTER or roomy

@@ -6,13 +6,22 @@ its collector samples at once when a GPU holder exits (``Agent.pause``); every a
 receipt is said, and drawn, with that sample) and else asks for a fresh full sample; the check's end (the
 receipt, or the deadline) brings the normal intervals back. ``check --wait`` drives the
 same machine from the CLI (``gputui.commands.check``).
+
+The receipt's times are the events' own, on the host's clock (``facts.receipt_times``): the kill's first
+signal and its last process gone come from the kill's outcomes (``signalled``, ``kill_ended``), memory back
+and the ports free from the first sample that showed them. How long gputui took to look (its sampling, the
+kill's bookkeeping, a confirming sample) is never counted in them.
 """
 
 from __future__ import annotations
 
-from gputui.core.model import HostSnapshot
+from collections.abc import Sequence
+
+from gputui.agent.protocol import RESULTS_GONE, SIGNALLING_STAGES
+from gputui.core.actions import KillOutcome, final_outcomes
+from gputui.core.model import HostSnapshot, replace
 from gputui.core.text import clock_time, visible
-from gputui.core.verdict import cleanslate
+from gputui.core.verdict import cleanslate, memory_at_baseline
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import receipt_times
@@ -54,13 +63,41 @@ class CleanChecks:
         if host.check is None or not host.check.running:
             return
         now_s = self._session.clock()
+        before = host.check
         host.check, ask = cleanslate.memory_sample(
             host.check, snapshot, host.baselines, now_s, host.killed_members()
         )
+        host.check = _events_seen(before, host.check, snapshot, memory_at_baseline(snapshot, host.baselines))
         if ask:
             self._session.hosts.confirm_clean(host, host.check.started_s)
         elif not host.check.running:
             self._finished(host, snapshot)  # the sample confirmed itself: said now, drawn with this sample
+
+    def signalled(self, host: HostState, outcomes: Sequence[KillOutcome]) -> None:
+        """A kill on ``host`` sent its first signals: the receipt's times count from the first one (the
+        collector's time of it)."""
+        check = host.check
+        sent = [o.time for o in outcomes if o.stage in SIGNALLING_STAGES and o.time is not None]
+        if check is None or not check.running or not sent:
+            return
+        first = min(sent)
+        at = first if check.signal_at is None else min(check.signal_at, first)
+        host.check = replace(
+            check, signal_at=at, workers_gone_at=None, memory_back_at=None, ports_free_at=None
+        )
+
+    def kill_ended(self, host: HostState, outcomes: Sequence[KillOutcome]) -> None:
+        """A kill on ``host`` ended: its last process gone (when every one is), by the collector's clock."""
+        check = host.check
+        if check is None or not check.running or check.signal_at is None:
+            return
+        finals = list(final_outcomes(outcomes).values())
+        times = [o.time for o in finals if o.time is not None]
+        if not finals or any(o.result not in RESULTS_GONE for o in finals) or len(times) != len(finals):
+            return
+        gone = max(times)
+        if check.workers_gone_at is None or gone > check.workers_gone_at:
+            host.check = replace(check, workers_gone_at=gone)
 
     def confirmed(self, message: Hosts.CleanConfirmed) -> None:
         """The fresh full sample a check asked for came back."""
@@ -71,6 +108,8 @@ class CleanChecks:
         host.check = cleanslate.confirming_sample(
             check, message.snapshot, host.killed_members(), message.error
         )
+        if message.snapshot is not None:
+            host.check = _events_seen(check, host.check, message.snapshot, False)
         if message.snapshot is not None:
             self._finished(host, message.snapshot)
         self._session.host_changed(host)
@@ -120,3 +159,19 @@ class CleanChecks:
         self._session.hosts.configure(
             host, settings.memory_interval_s, settings.process_interval_s, watch_exits=False
         )
+
+
+def _events_seen(
+    before: cleanslate.CleanCheck, after: cleanslate.CleanCheck, snapshot: HostSnapshot, at_baseline: bool
+) -> cleanslate.CleanCheck:
+    """``after`` with the receipt's events that ``snapshot`` (host clock) shows first: memory back at
+    baseline and the watched ports free, each once a signal was sent and from a sample taken after it."""
+    sampled = snapshot.time
+    signal_at = after.signal_at
+    if sampled is None or signal_at is None or sampled < signal_at:
+        return after
+    if at_baseline and after.memory_back_at is None:
+        after = replace(after, memory_back_at=sampled)
+    if after.ports_free_at is None and after.ports_free_s is not None and before.ports_free_s is None:
+        after = replace(after, ports_free_at=sampled)
+    return after

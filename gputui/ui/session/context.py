@@ -47,6 +47,7 @@ class Settings:
         notify_timeout_s: Seconds a notification stays.
         probe_after_check: After a clean-slate check ends clean, prove the GPUs take work (``P``): the
             config's ``probe_after_check``.
+        replay: The hosts are a recording's (``gputui replay``): nothing is signalled or asked of a host.
     """
 
     read_only: bool = False
@@ -56,6 +57,7 @@ class Settings:
     check_timeout_s: float = 60.0
     notify_timeout_s: float = 8.0
     probe_after_check: bool = False
+    replay: bool = False
 
 
 @dataclass(frozen=True)

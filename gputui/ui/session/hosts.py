@@ -27,6 +27,7 @@ from gputui.agent.protocol import PROBE_BUFFER_MIB, PROBE_DEADLINE_S
 from gputui.core.actions import KillPlan, Pending
 from gputui.core.link import HostLink, LinkError, configure_command, full_sample, probe_host
 from gputui.core.model import GpuHistory, HostSnapshot, ProbeReport, replace
+from gputui.core.record import ProcessMemory
 from gputui.core.servers import EndpointHistory, ServerWatch, health_transitions
 from gputui.core.store import WatchedPort
 from gputui.core.text import visible
@@ -84,6 +85,8 @@ class HostState:
     halted: bool = False
     """The last error cannot be fixed by retrying (auth, host key, bad target): the poller waits for ``r``."""
     history: GpuHistory = field(default_factory=GpuHistory)
+    process_memory: ProcessMemory = field(default_factory=ProcessMemory)
+    """What each process held on each GPU over the whole session (or the whole recording, in a replay)."""
     health_history: EndpointHistory = field(default_factory=EndpointHistory)
     health_changes: deque[tuple[float, str]] = field(
         default_factory=lambda: deque(maxlen=ENDPOINT_CHANGES_KEPT)
@@ -109,6 +112,8 @@ class HostState:
     """Set when the verdict turned CLEAN on GPU fitness read before that sample (at rest it is read every
     30 s): the sample time a fresh read is awaited from. The clean-slate line says it checks the GPUs'
     fitness instead of CLEAN until a sample read after it comes (the app asks for one)."""
+    first_data_s: float | None = None
+    """When the host's first snapshot came (epoch seconds): discovery's first sweep is under way after it."""
     poller: HostPoller | None = None
 
     @property
@@ -127,7 +132,10 @@ class HostState:
         if reboot and self.tagged:
             self.tagged.clear()
             notices.append(("warning", "", f"{name} rebooted: tagged processes forgotten"))
+        if self.first_data_s is None or reboot:
+            self.first_data_s = now_s
         self.history.record(snapshot)
+        self.process_memory.record(snapshot)
         for line in health_transitions(
             previous.endpoints if previous is not None else (), snapshot.endpoints
         ):
@@ -274,6 +282,7 @@ class Hosts:
         accept_host_key: Records a host key the user accepted.
         retry_base_s: Upper bound of the first reconnect delay after a transient error, seconds.
         retry_cap_s: Largest reconnect delay, seconds.
+        judged: The links' samples come judged (a replay): they are shown as they are.
     """
 
     @dataclass
@@ -336,8 +345,11 @@ class Hosts:
         retry_base_s: float = 1.0,
         retry_cap_s: float = 30.0,
         servers: ServerWatch | None = None,
+        judged: bool = False,
     ) -> None:
         self.link_factory = link_factory
+        self.judged = judged
+        """The links deliver samples judged already (a replay's, as recorded): ``analyze`` keeps them."""
         self.servers = servers or ServerWatch()
         self._make_baselines = make_baselines
         self.post = post
@@ -395,6 +407,8 @@ class Hosts:
     def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
         """Findings, verdict and server states of a snapshot, on the thread that took it (``core.judge``),
         with the host's last probe where the sample has none and the host did not reboot since."""
+        if self.judged:
+            return snapshot
         probe = host.probe
         previous = host.snapshot
         if probe is not None and snapshot.probe is None:

@@ -72,7 +72,7 @@ def outcome_summary(plan: KillPlan, outcomes: Sequence[KillOutcome]) -> tuple[st
     A result is followed by its stage's signal where it has one ("killed (KILL)"); checks and waits have none.
     """
     if not outcomes:
-        return f"{plan.signal} on {visible(plan.target, 40)}: the agent reported nothing", "warning"
+        return f"{plan.signal} on {visible(plan.target, 40)}: the collector reported nothing", "warning"
     groups: dict[tuple[str, str, str], list[KillOutcome]] = {}
     for outcome in final_outcomes(outcomes).values():
         groups.setdefault((outcome.result, outcome.signal or "", outcome.detail or ""), []).append(outcome)
@@ -308,6 +308,7 @@ class KillFlow:
             host.watch_ports(ports)
             if host.check is not None:
                 host.check = cleanslate.kill_sent(host.check, app.clock(), ports)
+                self._checks.signalled(host, message.outcomes)
         host.tagged.clear()
         app.host_changed(host)
 
@@ -332,6 +333,7 @@ class KillFlow:
         if message.jobs:
             host.killed(message.jobs)
         if host.check is not None and host.check.running:
+            self._checks.kill_ended(host, message.outcomes)
             if entry.checking and message.error is not None and not message.outcomes:
                 self._checks.cancel(host)  # the kill never ran: nothing to watch drain
             else:

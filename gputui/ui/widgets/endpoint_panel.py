@@ -13,21 +13,13 @@ from textual.widget import Widget
 from gputui.core.model import EndpointSample
 from gputui.core.servers import BUSY, DOWN, ERROR, STALLED, STARTING, TIMEOUT, UNHEALTHY, UP, worst_state
 from gputui.core.text import clock_time
+from gputui.ui.legend import SERVER_GLYPHS, SERVER_STYLES
 from gputui.ui.widgets.fmt import DASH, SPARK_CHARS, duration, safe_text, screen_rows
 
-STATE_STYLES: dict[str | None, str] = {
-    UP: "bold green",
-    STARTING: "bold cyan",
-    BUSY: "bold black on yellow",
-    STALLED: "bold white on red",
-    UNHEALTHY: "bold yellow",
-    TIMEOUT: "bold dark_orange",
-    DOWN: "bold red",
-    ERROR: "bold magenta",
-    None: "dim",
-}
-"""Colour of each state; a state this client does not know is shown like ERROR. STALLED and BUSY are
-reversed, to stand out: one hangs requests behind a 200, the other must not be killed for its 503."""
+STATE_STYLES: dict[str | None, str] = dict(SERVER_STYLES)
+"""Colour of each state (``legend.SERVER_MARKS``); a state this client does not know is shown like ERROR.
+STALLED and BUSY are reversed, to stand out: one hangs requests behind a 200, the other must not be killed
+for its 503."""
 
 HISTORY_GLYPHS: dict[str | None, str] = {
     UP: "▁",
@@ -42,6 +34,8 @@ HISTORY_GLYPHS: dict[str | None, str] = {
 }
 """One cell per probe in the history strip: the worse, the taller (readable without colour too)."""
 
+NONE_TEXT = "no health endpoints (none set or found)"
+LOOKING_TEXT = "looking for endpoints… (the collector reads the launchers' command lines, then probes)"
 STATE_COLUMN_CELLS = 9  # len("UNHEALTHY")
 STRIP_MIN_CELLS = 3
 """A history strip narrower than this says nothing: left out."""
@@ -131,24 +125,14 @@ def history_strip(states: Sequence[str | None], width_cells: int) -> Text:
 
 
 def health_dot(samples: Iterable[EndpointSample]) -> Text:
-    """One cell for the multi-host overview: the worst endpoint state of a host.
-
-    ● green all UP, ▲ (yellow/orange/magenta) unhealthy, timing out or erroring, ✖ red down, ○ not probed yet,
-    the dash when the host has no endpoint.
-    """
+    """One cell for the multi-host overview: the worst endpoint state of a host, one glyph per state
+    (``legend.SERVER_MARKS``: ● UP, ◌ STARTING, ◆ BUSY, ▲ UNHEALTHY, ◔ TIMEOUT, ◇ ERROR, ■ STALLED, ✖ DOWN,
+    ○ not probed yet); the dash when the host has no endpoint."""
     samples = list(samples)
     if not samples:
         return Text(DASH, style="dim")
     worst = worst_state(samples)
-    if worst == UP:
-        glyph = "●"
-    elif worst is None:
-        glyph = "○"
-    elif worst in (DOWN, STALLED):
-        glyph = "✖"
-    else:
-        glyph = "▲"
-    return Text(glyph, style=_state_style(worst))
+    return Text(SERVER_GLYPHS.get(worst, SERVER_GLYPHS[ERROR]), style=_state_style(worst))
 
 
 def _state_cell(sample: EndpointSample) -> Text:
@@ -299,6 +283,7 @@ class EndpointPanel(Widget):
         super().__init__(name=name, id=id, classes=classes)
         self._samples: tuple[EndpointSample, ...] = ()
         self._no_data: str | None = None
+        self._looking = False
         self._history: dict[str, tuple[str | None, ...]] = {}
         self._tokens: dict[str, tuple[float | None, ...]] = {}
         self._now_s: float | None = None
@@ -321,6 +306,7 @@ class EndpointPanel(Widget):
         now_s: float | None = None,
         tokens: Mapping[str, Sequence[float | None]] | None = None,
         no_data: str | None = None,
+        looking: bool = False,
     ) -> None:
         """Show these samples.
 
@@ -330,8 +316,11 @@ class EndpointPanel(Widget):
             tokens: URL → its server's tokens/s readings, oldest first (``EndpointHistory.tokens_per_s()``).
             now_s: The time to measure "since" against (epoch seconds); default: the clock when rendered.
             no_data: The host has no fresh data: this line ("no data since …") instead of stale states.
+            looking: No endpoint yet, and the collector's discovery has not had its first sweep: said so,
+                rather than "none".
         """
         self._no_data = no_data
+        self._looking = looking
         self._samples = tuple(samples)
         self._history = {url: tuple(states) for url, states in (history or {}).items()}
         self._tokens = {url: tuple(values) for url, values in (tokens or {}).items()}
@@ -368,7 +357,7 @@ class EndpointPanel(Widget):
             return Text(self._no_data, style="dim")
         if not self._samples:
             self.set_class(False, "-condensed")
-            return Text("no health endpoints (none set or found)", style="dim")
+            return Text(LOOKING_TEXT if self._looking else NONE_TEXT, style="dim")
         width = self.content_size.width or 80
         history = self._history
         if self.compact:

@@ -22,12 +22,14 @@ if TYPE_CHECKING:
     from gputui.core.jobs import ProcNode
 
 OWNER_COLUMN_CHARS = 20
+ELAPSED_CELLS = 13
+"""``999-23:59:59`` and the gap before it: a process up for months never runs into the RSS beside it."""
 OPTIONAL_COLUMNS = (
     ("owner", " owner", OWNER_COLUMN_CHARS),
     ("sm", "  SM%", 5),
     ("cpu", "  CPU%", 6),
     ("rss", "    RSS", 7),
-    ("elapsed", "  elapsed", 10),
+    ("elapsed", "      elapsed", ELAPSED_CELLS),
 )
 """(key, label, width), by priority: the first ones stay longest as the table narrows."""
 COMMAND_MIN_CHARS = 80
@@ -112,5 +114,5 @@ def optional_cells(proc: Proc, keys: tuple[str, ...], now_s: float | None) -> li
             cells.append(Text(size_text(proc.rss_kib).rjust(7)))
         elif key == "elapsed":
             since = None if now_s is None or proc.create_time is None else now_s - proc.create_time
-            cells.append(Text(elapsed_text(since).rjust(10), style="dim"))
+            cells.append(Text(elapsed_text(since).rjust(ELAPSED_CELLS), style="dim"))
     return cells

@@ -13,7 +13,7 @@ from gputui.core.jobs import first_gpu_row
 from gputui.core.model import ProcFilter
 from gputui.core.text import fit
 from gputui.ui import keymap
-from gputui.ui.widgets.fmt import command_text, safe_text
+from gputui.ui.widgets.fmt import safe_text, telling_command
 from gputui.ui.widgets.lean_table import LeanTable
 from gputui.ui.widgets.proc_columns import OPTIONAL_COLUMNS, cell_inputs, choose_optional, optional_cells
 
@@ -23,9 +23,13 @@ if TYPE_CHECKING:
 COMMAND_MAX_CHARS = 400
 """A 100 KB argv is cut here: the row stays one line and the table stays fast."""
 SORT_MODES = ("tree", "gpu", "pid")
+"""tree: as the processes descend from each other; gpu: most GPU memory first; pid: ascending."""
 _RowCache = dict[str, tuple[tuple[object, ...], tuple[Text, ...]]]
 """Row key → (the values a row's cells were built from, the cells)."""
-"""tree: as the processes descend from each other; gpu: most GPU memory first; pid: ascending."""
+DEFUNCT_MARK = " <defunct>"
+GRAPHICS_MARK = " [graphics]"
+SCROLLBAR_CELLS = 2
+"""The table's vertical scrollbar: the command column's visible cells end before it."""
 
 # The table has no cell padding (a 120-column screen needs every cell for the command): each column's text
 # carries its own one-space gap, numbers right-aligned.
@@ -84,6 +88,8 @@ class ProcessTable(LeanTable):
         self._optional: tuple[str, ...] = ()
         """The optional columns shown (``proc_columns``), none in the compact set."""
         self._now_s: float | None = None
+        self._command_cells = 0
+        """How much of the command column is in view (the rest is reached with ←/→)."""
 
     def on_mount(self) -> None:
         self._set_columns(compact=False)
@@ -144,6 +150,7 @@ class ProcessTable(LeanTable):
             proc.name,
             proc.cmdline,
             proc.cmdline_truncated,
+            self._command_cells,
             cell_inputs(proc, self._optional, self._now_s),
         )
         cached = self._row_cache.get(key)
@@ -160,16 +167,21 @@ class ProcessTable(LeanTable):
         pid = Text(f"{mark}{proc.pid:>6} ", style="bold magenta" if tagged else "")
         total = str(node.subtree_total_mib) if node.subtree_total_mib else ""
         tree_total = Text(" " + total.rjust(8 if not self._compact else 6), style="yellow")
-        indent = " " + "  " * depth + ("└ " if depth else "")
+        if self._compact:
+            indent = " " + " " * max(0, depth - 1) + ("└ " if depth else "")  # a side pane: one cell a level
+        else:
+            indent = " " + "  " * depth + ("└ " if depth else "")
         command = Text(indent, style="dim")
         style = "red" if proc.is_zombie else "yellow" if proc.is_uninterruptible else ""
-        shown = command_text(proc.cmdline, proc.name, COMMAND_MAX_CHARS, proc.cmdline_truncated)
+        marks = (DEFUNCT_MARK if proc.is_zombie else "") + (GRAPHICS_MARK if node.graphics_only else "")
+        room = self._command_cells - len(indent) - len(marks)
+        shown = telling_command(proc.cmdline, proc.name, room, COMMAND_MAX_CHARS, proc.cmdline_truncated)
         command.append(shown, style=style)
         if proc.is_zombie:
-            command.append(" <defunct>", style="bold red")
+            command.append(DEFUNCT_MARK, style="bold red")
         if node.graphics_only:
             # NVML type G (an X server, a compositor): the display stack, left out of kill-all.
-            command.append(" [graphics]", style="cyan")
+            command.append(GRAPHICS_MARK, style="cyan")
         if self._compact:
             return (pid, _state_text(proc.state), tree_total, command)
         return (
@@ -209,6 +221,10 @@ class ProcessTable(LeanTable):
         if not wanted_compact and now_s is not None:
             fixed = sum(width or 0 for _key, _label, width in _WIDE_COLUMNS)
             optional = choose_optional(self.size.width or self.app.size.width, fixed, nodes)
+        spec = _COMPACT_COLUMNS if wanted_compact else _WIDE_COLUMNS
+        fixed_cells = sum(width or 0 for _key, _label, width in spec)
+        fixed_cells += sum(width for key, _label, width in OPTIONAL_COLUMNS if key in optional)
+        self._command_cells = (self.size.width or self.app.size.width) - fixed_cells - SCROLLBAR_CELLS
         if wanted_compact != self._compact or optional != self._optional:
             selected = self.selected_pid
             self._set_columns(wanted_compact, optional)
