@@ -80,9 +80,17 @@ def test_gpu_view(snap_compare, tmp_path: Path, columns: int) -> None:
 
     async def run_before(pilot) -> None:  # type: ignore[no-untyped-def]
         await _ready(pilot)
+        host = pilot.app.hosts.get("gpu-node-08")
         for _ in range(12):
             clock.advance(1.0)
-            await pilot.pause(0.1)
+            now = clock()
+            # One sample per second of the clock, each in the history before the next: the chart is the same
+            # however loaded the machine.
+            await _until(
+                pilot,
+                lambda now=now: host.snapshot is not None and (host.snapshot.time or 0) >= now,
+                "the sample of that second",
+            )
         await pilot.press("g", "enter")
         await _until(pilot, lambda: isinstance(pilot.app.screen, GpuDetailScreen), "the GPU view")
 
