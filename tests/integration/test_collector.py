@@ -326,7 +326,7 @@ set -e
 mount -t tmpfs tmpfs /dev
 : > /dev/null
 : > /dev/nvidia1
-sh -c 'exec 3</dev/nvidia1; echo $$ > "$HOLDER_PID_FILE.tmp"; mv "$HOLDER_PID_FILE.tmp" "$HOLDER_PID_FILE"; exec sleep 600' &
+F="$HOLDER_PID_FILE" sh -c 'exec 3</dev/nvidia1; echo $$ > "$F.tmp"; mv "$F.tmp" "$F"; exec sleep 600' &
 exec "$@"
 """
 
