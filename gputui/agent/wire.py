@@ -7,8 +7,7 @@ together they keep a full snapshot line far below the client's limit on one line
 
 from __future__ import annotations
 
-import json
-
+from gputui.agent.protocol import PROCESS_CPU_PCT, PROCESS_LIVE_THREADS, PROCESS_PROFILER, PROCESS_WAITS
 from gputui.agent.textpolicy import TEXT_ELLIPSIS
 
 MIB = 1024 * 1024
@@ -25,6 +24,20 @@ number left out is ``processes_omitted``."""
 WIRE_MAX_DEVICE_HOLDERS = 4096
 WIRE_TEXT_CHARS = 256
 """Most characters of a user name or a one-line error in a snapshot."""
+PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY = (
+    PROCESS_LIVE_THREADS,
+    PROCESS_CPU_PCT,
+    PROCESS_WAITS,
+    PROCESS_PROFILER,
+    "gpu_sm_pct",
+    "gpu_mem_bw_pct",
+    "gpu_enc_pct",
+    "gpu_dec_pct",
+)
+"""Keys of a process entry in a snapshot that the collector leaves out where the process has no value for
+them: null, or (the per-GPU figures) a process no GPU lists. The reader (``gputui.core.model.Proc``) takes an
+absent key as null or empty; every other key of ``Proc`` is always there. Most members of a large job are
+idle: this keeps each of their entries to what is known of them."""
 PROCESS_TEXT_BYTES = 8 * MIB
 """Most bytes of the command line the ``process`` command returns (the whole text of any ordinary
 process; still half of the client's line limit)."""
@@ -46,6 +59,20 @@ def _json_bytes(char: str) -> int:
     return 3 if code < 0x10000 else 4
 
 
+def _plain_ascii(arg: str) -> bool:
+    """Whether ``arg`` is written into a JSON string as it is, one byte a character."""
+    return arg.isascii() and arg.isprintable() and '"' not in arg and "\\" not in arg
+
+
+def argv_json_bytes(argv: list[str]) -> int:
+    """Bytes of ``argv``'s compact JSON form (``["a","b"]``) as UTF-8, counted without writing it: every
+    listed process is counted on every sample, and most arguments are plain ASCII."""
+    size = 2 + 3 * len(argv) - (1 if argv else 0)
+    for arg in argv:
+        size += len(arg) if _plain_ascii(arg) else sum(_json_bytes(char) for char in arg)
+    return size
+
+
 def wire_cmdline(argv: list[str], max_bytes: int) -> tuple[list[str], bool, int]:
     """``argv`` cut so that its JSON form (``["a","b"]``, UTF-8) takes at most ``max_bytes``.
 
@@ -57,8 +84,7 @@ def wire_cmdline(argv: list[str], max_bytes: int) -> tuple[list[str], bool, int]
     """
     # Every character costs at most 6 bytes and every argument 3 more (quotes, comma): most argv fit at once.
     if 6 * sum(len(arg) for arg in argv) + 3 * len(argv) + 2 <= max_bytes:
-        wire = json.dumps(argv, ensure_ascii=False, separators=(",", ":"))
-        return argv, False, len(wire.encode("utf-8", "backslashreplace"))
+        return argv, False, argv_json_bytes(argv)
     kept: list[str] = []
     used = 1  # the opening bracket
     for arg in argv:

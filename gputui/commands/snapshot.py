@@ -18,7 +18,7 @@ from gputui.core.verdict import fitness_summary, judge, no_data
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import TextIO
+    from typing import Any, TextIO
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -142,6 +142,33 @@ def format_table(snapshot: HostSnapshot, stream: TextIO | None = None) -> list[s
     return lines
 
 
+_PROCESSES_AT = "\0processes {}\0"
+"""Stands for a host's process list while the rest is written (no text of the model holds a NUL)."""
+
+
+def document_text(doc: dict[str, Any]) -> str:
+    """The JSON document indented by one, each process entry on a line of its own.
+
+    Python's JSON writer is C code without indentation only: a job of hundreds of members written with it
+    one entry at a time costs a fraction of indenting every key of every entry.
+    """
+    lists: list[list[Any]] = []
+    hosts = []
+    for entry in doc.get("hosts", []):
+        processes = entry.get("processes")
+        if isinstance(processes, list) and processes:
+            entry = dict(entry, processes=_PROCESSES_AT.format(len(lists)))
+            lists.append(processes)
+        hosts.append(entry)
+    text = json_visible(dict(doc, hosts=hosts), indent=1)
+    pieces: list[str] = []
+    for index, processes in enumerate(lists):
+        before, _placeholder, text = text.partition(json_visible(_PROCESSES_AT.format(index)))
+        rows = ",\n    ".join(json_visible(proc, separators=(", ", ": ")) for proc in processes)
+        pieces += [before, "[\n    ", rows, "\n   ]"]
+    return "".join(pieces) + text
+
+
 def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Sample every target once and print the result; returns the exit status.
 
@@ -183,7 +210,7 @@ def run_snapshot(args: argparse.Namespace, out: TextIO | None = None, err: TextI
         order = {target: i for i, target in enumerate(targets)}
         every = sorted(snapshots + unreachable, key=lambda s: order.get(s.target, len(order)))
         all_processes = bool(getattr(args, "all_processes", False))
-        out.write(json_visible(document(every, all_processes), indent=1) + "\n")
+        out.write(document_text(document(every, all_processes)) + "\n")
     else:
         for i, snapshot in enumerate(snapshots):
             if snapshot.error and not snapshot.gpus:

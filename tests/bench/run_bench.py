@@ -1038,7 +1038,7 @@ SECTIONS: dict[int, tuple[str, Callable[[argparse.Namespace, Report], None]]] = 
     11: ("the client model's value classes: records, dataclasses, msgspec", section_model),
 }
 OVERHEAD_PARTS = ("oneshot", "remote", "start", "tui", "soak")
-USERS_PARTS = ("tui", "oneshot", "remote", "clean")
+USERS_PARTS = ("tui", "oneshot", "remote", "clean", "job", "ssh", "fleet")
 
 
 def main(argv: list[str] | None = None) -> int:

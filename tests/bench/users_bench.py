@@ -56,12 +56,13 @@ from tests.bench.run_bench import (
     verdict,
 )
 
-TARGET_TUI_CPU = 1.0
-TARGET_TUI_RSS_MIB = 45.0
+TARGET_TUI_CPU = 0.8
+"""In every one of the runs, not only their median."""
+TARGET_TUI_RSS_MIB = 40.0
 TARGET_PROCESS_LIST_QUERIES = 0.5
 TARGET_NVML_CALLS = 0.6
 TARGET_ONESHOT_430 = 0.8
-TARGET_ONESHOT_2800 = 1.0
+TARGET_ONESHOT_2800 = 0.8
 TARGET_CLEAN_SEEN_MS = 100.0
 GPU_COUNT = 8
 CLEAN_MARK = "CLEAN ✓"
@@ -232,7 +233,7 @@ def tuis_side_by_side(
 
 
 def tui_rows(args: argparse.Namespace, bin_dir: Path, report: Report, sec: int) -> None:
-    settle_s, window_s, runs = (5.0, 15.0, 1) if args.quick else (10.0, 60.0, 3)
+    settle_s, window_s, runs = (5.0, 15.0, 2) if args.quick else (10.0, 60.0, 5)
     results = []
     with tempfile.TemporaryDirectory(prefix="gputui-bench-users-") as tmp_name:
         with users_host(Path(tmp_name), args.processes) as host:
@@ -259,24 +260,29 @@ def tui_rows(args: argparse.Namespace, bin_dir: Path, report: Report, sec: int) 
 
     span = f"{window_s:.0f} s x {len(results)}"
     value = ratio("cpu_pct")
+    each = [r["gputui"]["cpu_pct"] / r["nvitop"]["cpu_pct"] for r in results if r["nvitop"]["cpu_pct"]]
     report.add(
         sec,
         "TUI CPU / nvitop's TUI, both at defaults",
         value,
         "x CPU",
-        compare=both("cpu_pct", ".2f") + f" % of a core; side by side, {span}",
-        target=f"<= {TARGET_TUI_CPU:g}x",
-        verdict=verdict(value <= TARGET_TUI_CPU),
+        compare=f"min {min(each, default=0):.2f} max {max(each, default=0):.2f}; "
+        + both("cpu_pct", ".2f")
+        + f" % of a core; side by side, {span}",
+        target=f"<= {TARGET_TUI_CPU:g}x in every run",
+        verdict=verdict(bool(each) and max(each) <= TARGET_TUI_CPU),
     )
-    rss = statistics.median(r["gputui"]["rss_mib"] for r in results)
+    sizes = [r["gputui"]["rss_mib"] for r in results]
+    rss = statistics.median(sizes)
     report.add(
         sec,
         "TUI RSS",
         rss,
         "MiB",
-        compare=f"nvitop {statistics.median(r['nvitop']['rss_mib'] for r in results):.1f} MiB",
+        compare=f"min {min(sizes):.1f} max {max(sizes):.1f}; "
+        f"nvitop {statistics.median(r['nvitop']['rss_mib'] for r in results):.1f} MiB",
         target=f"<= {TARGET_TUI_RSS_MIB:g} MiB",
-        verdict=verdict(rss <= TARGET_TUI_RSS_MIB),
+        verdict=verdict(max(sizes) <= TARGET_TUI_RSS_MIB),
     )
     value = ratio("lists_s")
     report.add(
@@ -482,7 +488,17 @@ def run(args: argparse.Namespace, report: Report, sec: int) -> None:
         started = time.monotonic()
         bin_dir = fresh_install(Path(tmp_name))
         report.note(sec, f"fresh non-editable install of {REPO_ROOT} in {time.monotonic() - started:.0f} s")
-        parts = {"tui": tui_rows, "oneshot": oneshot_rows, "remote": remote_rows, "clean": clean_rows}
+        from tests.bench.scale_bench import fleet_rows, job_rows, ssh_rows
+
+        parts = {
+            "tui": tui_rows,
+            "oneshot": oneshot_rows,
+            "remote": remote_rows,
+            "clean": clean_rows,
+            "job": job_rows,
+            "ssh": ssh_rows,
+            "fleet": fleet_rows,
+        }
         for name in getattr(args, "users", None) or USERS_PARTS:
             started = time.monotonic()
             try:

@@ -17,8 +17,8 @@ import pytest
 
 from gputui.agent import protocol
 from gputui.agent.kill import messages as kill_messages
-from gputui.agent.wire import PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY
 from gputui.agent.servers import messages as health_messages
+from gputui.agent.wire import PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot, Proc, fields

@@ -8,13 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gputui.agent.wire import (
+    PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY,
     WIRE_CMDLINE_BUDGET_BYTES,
     WIRE_CMDLINE_BYTES,
     WIRE_CMDLINE_TIGHT_BYTES,
     WireBudget,
+    argv_json_bytes,
     wire_cmdline,
 )
-from gputui.core.model import Proc
+from gputui.core.model import Proc, fields
 
 
 def wire_bytes(argv: list[str]) -> int:
@@ -70,3 +72,16 @@ def test_the_model_carries_the_mark() -> None:
     assert proc.cmdline_truncated
     assert Proc.from_dict(proc.to_dict()) == proc
     assert not Proc.from_dict({"pid": 7, "cmdline_truncated": "yes"}).cmdline_truncated
+
+
+@given(st.lists(st.text(), max_size=6))
+def test_argv_bytes_are_counted_as_the_writer_writes_them(argv: list[str]) -> None:
+    assert argv_json_bytes(argv) == wire_bytes(argv)
+
+
+def test_an_entry_without_the_keys_left_out_reads_as_null_and_empty() -> None:
+    assert set(PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY) <= set(fields(Proc))
+    bare = Proc.from_dict({"pid": 42, "ppid": 1, "state": "S", "name": "sleep", "cmdline": ["sleep", "9"]})
+    assert (bare.live_threads, bare.cpu_pct, bare.profiler) == (None, None, None)
+    assert bare.waits == ()
+    assert (bare.gpu_sm_pct, bare.gpu_mem_bw_pct, bare.gpu_enc_pct, bare.gpu_dec_pct) == ({}, {}, {}, {})

@@ -6,7 +6,7 @@ import os
 import time
 
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
-from gputui.agent.proc.figures import CpuMeter, GpuUtilBook, no_gpu_util
+from gputui.agent.proc.figures import CpuMeter, GpuUtilBook
 from gputui.agent.proc.owners import OwnerReader
 from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
@@ -237,38 +237,44 @@ class ProcessSampler:
             cmdline, truncated = budget.take(
                 details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
             )
-            processes.append(
-                {
-                    "pid": pid,
-                    "ppid": stat.ppid,
-                    "user": details["user"],
-                    "uid": details["uid"],
-                    "state": stat.state,
-                    "name": stat.name,
-                    "cmdline": cmdline,
-                    "cmdline_truncated": truncated,
-                    "start_ticks": stat.start_ticks,
-                    "create_time": (
-                        None
-                        if self.boot_time is None
-                        else self.boot_time + stat.start_ticks / float(CLOCK_TICKS_PER_S)
-                    ),
-                    "state_since": seen[1],
-                    "rss_kib": details["rss_kib"],
-                    "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
-                    "pgid": stat.pgrp,
-                    "sid": stat.session,
-                    "cgroup": details["cgroup"],
-                    PROCESS_LIVE_THREADS: _live_threads(stat),
-                    PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
-                    PROCESS_CPU_PCT: self._cpu.percent(key, stat.cpu_ticks, now_mono),
-                    PROCESS_WAITS: self._waits.waits(stat, now, pid in jobs),
-                    PROCESS_PROFILER: self._profiler(pid, stat, details["cmdline"]),
-                }
-            )
-            # A visible GPU process only: never a local pid that only shares the number; every entry has the
-            # keys (one shape), empty where no GPU has a sample of it.
-            processes[-1].update(self._gpu_util.fields(pid) if pid in gpu_mib else no_gpu_util())
+            entry: dict[str, Any] = {
+                "pid": pid,
+                "ppid": stat.ppid,
+                "user": details["user"],
+                "uid": details["uid"],
+                "state": stat.state,
+                "name": stat.name,
+                "cmdline": cmdline,
+                "cmdline_truncated": truncated,
+                "start_ticks": stat.start_ticks,
+                "create_time": (
+                    None
+                    if self.boot_time is None
+                    else self.boot_time + stat.start_ticks / float(CLOCK_TICKS_PER_S)
+                ),
+                "state_since": seen[1],
+                "rss_kib": details["rss_kib"],
+                "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
+                "pgid": stat.pgrp,
+                "sid": stat.session,
+                "cgroup": details["cgroup"],
+                PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
+            }
+            # The keys most processes have no value for are left out where they have none (the reader takes
+            # an absent key as null): a job of hundreds of idle members would carry them on every line.
+            for name, value in (
+                (PROCESS_LIVE_THREADS, _live_threads(stat)),
+                (PROCESS_CPU_PCT, self._cpu.percent(key, stat.cpu_ticks, now_mono)),
+                (PROCESS_WAITS, self._waits.waits(stat, now, pid in jobs)),
+                (PROCESS_PROFILER, self._profiler(pid, stat, details["cmdline"])),
+            ):
+                if value is not None:
+                    entry[name] = value
+            if pid in gpu_mib:
+                # A visible GPU process only: never a local pid that only shares the number. A GPU process
+                # has every per-GPU key, empty where no GPU has a sample of it.
+                entry.update(self._gpu_util.fields(pid))
+            processes.append(entry)
         processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]

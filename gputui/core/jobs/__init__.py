@@ -2,7 +2,7 @@
 
 * ``forest``: GPU process trees rooted and walked the way the collector roots and walks them (the tree
   shown is the tree a kill takes); built once per sample by the verdict engine and handed to every view;
-* ``jobview``: a job's members as one view sees them;
+* ``jobview``: a job's members as one view sees them (alike idle members folded into one row);
 * ``profiled``: which jobs run under a profiler (a member that is one, or carries its injection).
 """
 
@@ -30,11 +30,20 @@ if TYPE_CHECKING:
         shown,
         tree_parent,
     )
-    from gputui.core.jobs.jobview import first_gpu_row, outside_rows
+    from gputui.core.jobs.jobview import (
+        FOLD_AT,
+        FoldedMembers,
+        first_gpu_row,
+        fold_key,
+        fold_members,
+        outside_rows,
+    )
     from gputui.core.jobs.profiled import ProfiledJob, profiled_jobs, profiler_of_pid
 
 __all__ = [
     "D_STATE_THRESHOLD_S",
+    "FOLD_AT",
+    "FoldedMembers",
     "GRAPHICS",
     "NAME_MAX",
     "ProcNode",
@@ -42,6 +51,8 @@ __all__ = [
     "build_forest",
     "first_gpu_row",
     "flatten",
+    "fold_key",
+    "fold_members",
     "gpu_memory_by_pid",
     "gpu_tree_pids",
     "graphics_only_pids",
@@ -61,12 +72,16 @@ __all__ = [
 
 _HOMES = {
     "D_STATE_THRESHOLD_S": "forest",
+    "FOLD_AT": "jobview",
+    "FoldedMembers": "jobview",
     "GRAPHICS": "forest",
     "NAME_MAX": "forest",
     "ProcNode": "forest",
     "build_forest": "forest",
     "first_gpu_row": "jobview",
     "flatten": "forest",
+    "fold_key": "jobview",
+    "fold_members": "jobview",
     "gpu_memory_by_pid": "forest",
     "gpu_tree_pids": "forest",
     "graphics_only_pids": "forest",

@@ -179,9 +179,12 @@ def _build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     return forest
 
 
-_FORESTS_KEPT = 16
-"""Forests kept: one per host a TUI watches, and the sample before the newest."""
-_forests: dict[tuple[int, ...], tuple[tuple[object, ...], list[ProcNode]]] = {}
+_FORESTS_PER_HOST = 2
+"""Forests kept per host: the newest sample's, and the one before (a view may still hold it)."""
+_HOSTS_KEPT = 256
+"""Hosts whose forests are kept; beyond that the host seen least recently is forgotten."""
+_forests: dict[tuple[object, ...], list[tuple[tuple[int, ...], tuple[object, ...], list[ProcNode]]]] = {}
+"""(target, boot id) -> its latest forests, newest last: (identity key, the parts, the forest)."""
 
 
 def _forest_key(snapshot: HostSnapshot) -> tuple[tuple[int, ...], tuple[object, ...]]:
@@ -196,15 +199,23 @@ def _forest_key(snapshot: HostSnapshot) -> tuple[tuple[int, ...], tuple[object, 
 def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     """The GPU process trees of a host (``_build_forest``), built once per sample: the findings, the verdict,
     the servers' jobs, ``snapshot``'s document and the monitor all read the forest the verdict engine built.
-    The nodes are shared: read them, never change them."""
+    The nodes are shared: read them, never change them.
+
+    Only the last ``_FORESTS_PER_HOST`` forests of each host are kept: a job of hundreds of members makes a
+    forest of as many nodes every process sample, and older ones are never asked for again.
+    """
     key, parts = _forest_key(snapshot)
-    kept = _forests.get(key)
-    if kept is not None and all(a is b for a, b in zip(kept[0], parts, strict=True)):
-        return list(kept[1])
+    host = (snapshot.target, snapshot.boot_id)
+    kept = _forests.pop(host, [])
+    _forests[host] = kept  # the host seen last goes last
+    for entry_key, entry_parts, forest in kept:
+        if entry_key == key and all(a is b for a, b in zip(entry_parts, parts, strict=True)):
+            return list(forest)
     forest = _build_forest(snapshot)
-    if len(_forests) >= _FORESTS_KEPT:
-        del _forests[next(iter(_forests))]
-    _forests[key] = (parts, forest)
+    kept.append((key, parts, forest))
+    del kept[:-_FORESTS_PER_HOST]
+    while len(_forests) > _HOSTS_KEPT:  # pollers of several hosts call this at once: a miss only rebuilds
+        _forests.pop(next(iter(_forests)), None)
     return list(forest)
 
 
