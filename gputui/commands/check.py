@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines, server_watch
 from gputui.commands.inputs.targets import default_targets, open_link, options_from_args
-from gputui.commands.output.streams import link_error_line, safe_streams, wait_line
+from gputui.commands.output.streams import link_error_line, safe_streams, same_terminal, wait_line
 from gputui.commands.output.verdict_text import verdict_lines
 from gputui.core.link import (
     HostLink,
@@ -291,13 +291,16 @@ def run_check(args: argparse.Namespace, out: TextIO | None = None, err: TextIO |
         try:
             status, snapshot, waited = _check_target(target, args, out, err, header=len(targets) > 1)
         except LinkError as exc:
-            print(link_error_line(target, exc), file=err)
             status = EXIT_ERROR
             snapshot = no_data(target, visible(str(exc) or type(exc).__name__, 300), None)
             waited = None
-            # The verdict in words too ("cannot tell: no data"); its cause is on stderr, once.
+            # The verdict is one sentence in every view ("cannot tell: no data: CAUSE"); the error line goes
+            # to stderr for whoever reads that stream, unless both are the one terminal, which would show the
+            # cause twice.
+            if args.json or not same_terminal(out, err):
+                print(link_error_line(target, exc), file=err)
             if not args.json:
-                for line in format_check(no_data(target, None, None), out, header=len(targets) > 1):
+                for line in format_check(snapshot, out, header=len(targets) > 1):
                     print(line, file=out)
         statuses.append(status)
         snapshots.append(snapshot)

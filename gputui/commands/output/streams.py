@@ -3,6 +3,8 @@ the one line for a host that could not be reached, and the last line of a wait."
 
 from __future__ import annotations
 
+import os
+
 from gputui.core.text import visible
 
 TYPE_CHECKING = False
@@ -44,3 +46,14 @@ def wait_line(waited_s: float | None, wait_s: float, known: bool) -> str | None:
     if waited_s is not None:
         return f"clean after {waited_s:.2f} s"
     return f"still not clean after {wait_s:g} s" if known else None
+
+
+def same_terminal(out: TextIO, err: TextIO) -> bool:
+    """Whether ``out`` and ``err`` are one terminal (what a person at it sees once is said once)."""
+    try:
+        if not (out.isatty() and err.isatty()):
+            return False
+        a, b = os.fstat(out.fileno()), os.fstat(err.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (a.st_dev, a.st_ino, a.st_rdev) == (b.st_dev, b.st_ino, b.st_rdev)
