@@ -2,7 +2,7 @@
 JSON and the exporter's exposition, on the simulated hosts at a frozen clock (``views_golden``), may only
 gain keys and samples: a dict keys, a list items at its end (a finding added after the others), a human
 sentence a clause after "; " (a server's reason naming its job's profiler). The file was written by the
-code before the move (``tests/data/contract/``)."""
+code before the move (``tests/data/contract/``), and again only when the simulated hosts changed."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The views a script reads, on the simulated hosts at a frozen clock: ``snapshot``/``check`` JSON and the
 exporter's exposition. ``python -m tests.contract.views_golden OUT.json`` writes them; the contract test
 compares today's against the file kept in ``tests/data/contract/`` (written by the code before ``core/``
-became concept packages), so a change of layout that changed what a script reads fails there.
+became concept packages, and again whenever the simulated hosts themselves change: never to accept a change
+of the code), so a change of layout that changed what a script reads fails there.
 
 Only what a script reads is kept: JSON documents whole, and the exposition's samples (name, labels, value).
 """
