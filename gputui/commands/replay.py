@@ -167,24 +167,14 @@ def build_replay_app(
 
 
 def _run_tui(recording: Recording, at_s: float | None, args: argparse.Namespace) -> int:
+    from gputui.commands.tui import run_app, theme_known
+
     theme = getattr(args, "theme", None)
+    if not theme_known(theme):
+        return EXIT_ERROR
     kwargs: dict[str, object] = {}
     if theme is not None:
-        from gputui.ui.theme import resolve, theme_names
+        from gputui.ui.theme import resolve
 
-        if theme not in theme_names():
-            print(f"gputui: unknown theme {visible(theme, 40)!r}", file=sys.stderr)
-            return EXIT_ERROR
         kwargs["theme"] = resolve(theme)
-    app = build_replay_app(recording, at_s, args.speed, **kwargs)
-    from gputui.ui.terminal_watch import TerminalWatch
-
-    watch = TerminalWatch(app)
-    watch.install()
-    try:
-        result = app.run()
-    finally:
-        watch.stop()
-    if watch.signum is not None:
-        watch.end_process()
-    return 0 if result is None else int(result)
+    return run_app(build_replay_app(recording, at_s, args.speed, **kwargs))

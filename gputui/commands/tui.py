@@ -35,20 +35,31 @@ def run_tui(args: argparse.Namespace) -> int:
     if len(set(targets)) != len(targets):
         print("gputui: a target is named twice", file=sys.stderr)
         return EXIT_ERROR
-    theme = getattr(args, "theme", None)
-    if theme is not None:
-        from gputui.ui.theme import theme_names
+    if not theme_known(getattr(args, "theme", None)):
+        return EXIT_ERROR
+    return run_app(build_app(args))
 
-        if theme not in theme_names():
-            print(
-                f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})",
-                file=sys.stderr,
-            )
-            return EXIT_ERROR
-    app = build_app(args)
+
+def theme_known(theme: str | None) -> bool:
+    """Whether ``--theme`` names a theme (none named: yes); one line on stderr when it does not."""
+    if theme is None:
+        return True
+    from gputui.ui.theme import theme_names
+
+    if theme in theme_names():
+        return True
+    print(
+        f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})", file=sys.stderr
+    )
+    return False
+
+
+def run_app(app: GpuTuiApp) -> int:
+    """Run a built app until it quits; returns its exit status. Its terminal gone, SIGTERM or SIGHUP: out
+    within 2 s (``TerminalWatch``)."""
     from gputui.ui.terminal_watch import TerminalWatch
 
-    watch = TerminalWatch(app)  # its terminal gone, SIGTERM or SIGHUP: out within 2 s
+    watch = TerminalWatch(app)
     watch.install()
     try:
         result = app.run()
