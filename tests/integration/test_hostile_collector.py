@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fakenvml.plugin import FakeNvml
+from tests.integration.procs import run_gputui
 from tests.integration.sshd import ClientHome, SshdFactory, SshdServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,19 +29,6 @@ def _hostile_host(sshd_factory: SshdFactory, ssh_client: ClientHome, mode: str) 
     ssh_client.add_host("host-h", server)
     ssh_client.trust(server)
     return server
-
-
-def _gputui(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
-        [sys.executable, "-m", "gputui.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=str(REPO),
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _audit_lines(home: Path) -> list[dict[str, object]]:
@@ -72,7 +59,7 @@ def test_a_reset_plan_gputui_never_makes_is_refused_in_one_line_and_nothing_runs
         ("reset", "host-h", "1", "--yes"),
         ("reset", "--json", "host-h", "1"),
     ):
-        done = _gputui(*args)
+        done = run_gputui(args, dict(os.environ, PYTHONPATH=str(REPO)))
         assert done.returncode != 0, (args, done.stdout)
         errors = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(errors) == 1, (done.stdout, done.stderr)
