@@ -272,3 +272,23 @@ def test_a_line_with_elided_lists_keeps_the_previous_health() -> None:
     assert second.gpus[0].fitness == first.gpus[0].fitness
     assert second.kernel_log == first.kernel_log
     assert second.time == 2.0
+
+
+@pytest.mark.parametrize(("remap_pending", "fit"), [(False, True), (True, False)])
+def test_an_xid_that_does_not_block_calls_the_gpu_fit_only_when_it_is(remap_pending: bool, fit: bool) -> None:
+    """Xid 94 (contained, applications continue) never blocks; its finding says the GPU is fit only when no
+    other cause makes it unfit (a pending row remap), never beside a finding that it needs a reset."""
+    xid = XidEvent(94, 90.0, "kernel log", "Contained: CE User Channel (0x9)")
+    snapshot = _snapshot(
+        Gpu(
+            index=1,
+            memory_used_mib=3,
+            memory_total_mib=100,
+            fitness=GpuFitness(ecc_enabled=True, remap_pending=remap_pending, xids=(xid,)),
+        )
+    )
+    findings = analyze(snapshot, Baselines()).findings
+    (said,) = [f for f in findings if f.kind == "xid"]
+    assert said.detail.startswith("GPU1 Xid 94")
+    assert ("the GPU itself is fit" in said.action) is fit
+    assert any(f.kind == "gpu_health" for f in findings) is not fit

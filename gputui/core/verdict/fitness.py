@@ -513,7 +513,13 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                         target=target,
                         gpu_index=gpu.index,
                         detail=f"GPU{gpu.index} {text} (does not block the next launch)",
-                        action="it says what happened to the last job; the GPU itself is fit",
+                        # Said of this Xid alone: the GPU may still be unfit for another cause (its own
+                        # finding above), never called fit here.
+                        action=(
+                            "it says what happened to the last job"
+                            if reason is not None
+                            else "it says what happened to the last job; the GPU itself is fit"
+                        ),
                     )
                 )
     if note is not None:
