@@ -10,7 +10,7 @@ then obeys JSON-line commands on stdin, answering each with one JSON line on std
 
 Behaviours (a path's mode, else the path itself names one: ``/status/503``, ``/hang``, ...):
 
-* ``"200"``, ``"503"``, any status code: that status with a short body.
+* ``"200"``, ``"503"``, any status code: that status with a short body; ``"503-json"``: 503 with ``{}``.
 * ``hang``: read the request, then never answer (until the server quits).
 * ``drip``: a 200 with Content-Length 100000 whose body comes one byte every 0.1 s.
 * ``drip-headers``: the status line, then header bytes one every 0.1 s.
@@ -147,6 +147,8 @@ class _Handler(QuietHandler):
             self.close_connection = True
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
+        elif behaviour == "503-json":  # what a launcher whose workers are gone answers on /health
+            self._send(503, b"{}", {"Content-Type": "application/json"})
         elif behaviour == "reset":
             self.close_connection = True
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -209,6 +209,13 @@ def test_probe_states(
         assert detail_part in result["detail"]
 
 
+def test_a_body_without_words_is_never_the_wording(peer: HttpPeer) -> None:
+    """A 503 whose body is ``{}`` says its reason phrase, not the body."""
+    result = probe_url(peer.url("/status/503-json"), deadline_s=10.0)
+    assert (result["state"], result["code"]) == ("UNHEALTHY", 503)
+    assert result["detail"] == "HTTP 503 Service Unavailable"
+
+
 def test_a_503_whose_body_is_cut_short_is_unhealthy(peer: HttpPeer) -> None:
     """The status line already said the server is unhealthy; a body that then breaks off changes nothing."""
     result = probe_url(peer.url("/503-cut"), deadline_s=10.0)
@@ -780,6 +787,34 @@ def test_a_launcher_that_exits_between_scans_has_no_age_at_the_next_sample() -> 
         assert (sample["launcher_pid"], sample["launcher_age_s"]) == (None, None)
         prober.close()
     finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_a_dead_launchers_endpoint_reads_down_at_once_not_its_last_probe(peer: HttpPeer) -> None:
+    """The launcher's /health answered 503 while its workers were being killed; the launcher is gone: the
+    endpoint is DOWN from the sample that sees it gone, without waiting for the next probe (a minute away
+    here), and stays so after discovery drops the launcher."""
+    peer.set_mode("/health", "503-json")
+    port = peer.url("/health").split(":")[2].split("/")[0]
+    launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    prober = EndpointProber(discover=True, interval_s=60.0)
+    try:
+        argv = ["python3", "-m", "sglang.launch_server", "--port", port]
+        prober.update_discovered([{"pid": launcher.pid, "cmdline": argv}])
+        wait_for(lambda: prober.samples()[0]["state"] == "UNHEALTHY")
+        (sample,) = prober.samples()
+        assert sample["detail"] == "HTTP 503 Service Unavailable"  # its body, {}, says nothing
+        launcher.kill()
+        launcher.wait()
+        (sample,) = prober.samples()
+        assert (sample["state"], sample["detail"]) == ("DOWN", f"its launcher (pid {launcher.pid}) is gone")
+        prober.update_discovered([])  # the next scan no longer finds it
+        (sample,) = prober.samples()
+        assert (sample["state"], sample["detail"]) == ("DOWN", f"its launcher (pid {launcher.pid}) is gone")
+        assert len(peer.hits("/health")) == 1  # no probe was needed to say it
+    finally:
+        prober.close()
         launcher.kill()
         launcher.wait()
 

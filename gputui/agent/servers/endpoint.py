@@ -9,7 +9,7 @@ from gputui.agent.proc.procfs import (
     read_stat,
     still_running,
 )
-from gputui.agent.protocol import ENDPOINT_STATE_UP
+from gputui.agent.protocol import ENDPOINT_STATE_DOWN, ENDPOINT_STATE_UP
 from gputui.agent.servers import ENDPOINT_MIN_GAP_S
 from gputui.agent.servers.messages import ENDPOINT_SAMPLE_FIELDS, health_sample
 from gputui.agent.servers.urls import health_is_generating_url, health_scrub, health_shown_url
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 ENDPOINT_NOT_PROBED_GENERATE = "not probed: generating endpoint (enable generate probes)"
+ENDPOINT_LAUNCHER_GONE = "its launcher (pid {pid}) is gone"
 
 
 def url_list(urls: Any, name: str) -> list[str] | None:
@@ -63,6 +64,7 @@ class Endpoint:
         "not_probed",
         "launcher_started_at",
         "launcher_start_ticks",
+        "launcher_gone",
     )
 
     def __init__(self, url: str, discovered: bool, now_monotonic: float) -> None:
@@ -94,6 +96,10 @@ class Endpoint:
         """The pid of that launcher, None as above."""
         self.launcher_start_ticks: int | None = None
         """Its start in clock ticks after boot, which tells it from a later process given the same pid."""
+        self.launcher_gone: tuple[float, int] | None = None
+        """(epoch seconds, pid) since the launcher serving ``url`` is seen gone; until a probe answers UP (a
+        server is back) or a new launcher is found, the endpoint is DOWN from then on: a probe answered
+        before the launcher died (a 503 while its workers were being killed) is never its state after."""
 
     def sample(self, generate: bool, now_s: float) -> dict[str, Any]:
         """The endpoint's latest state as a health sample (``servers.messages.health_sample``).
@@ -109,16 +115,23 @@ class Endpoint:
             detail = ENDPOINT_NOT_PROBED_GENERATE
         started = self.launcher_started_at
         pid, ticks = self.launcher_pid, self.launcher_start_ticks
-        if started is not None and (pid is None or ticks is None or not still_running(pid, ticks)):
+        alive = pid is not None and ticks is not None and still_running(pid, ticks)
+        if started is not None and not alive:
             # Discovery sees the launcher at the process-list rate; a launcher that died since has no age
             # from the moment it is gone, so a probe answered while it exits is never a remembered STARTING.
             started = None
+        if pid is not None and ticks is not None and not alive and self.launcher_gone is None:
+            self.launcher_gone = (now_s, pid)
+        since = self.since
+        if self.launcher_gone is not None and state != ENDPOINT_STATE_UP and self.not_probed is None:
+            since, gone_pid = self.launcher_gone
+            state, detail = ENDPOINT_STATE_DOWN, ENDPOINT_LAUNCHER_GONE.format(pid=gone_pid)
         return health_sample(
             health_shown_url(self.url),
             state,
             code=self.code,
             latency_ms=self.latency_ms,
-            since=self.since,
+            since=since,
             last_ok=self.last_ok,
             consecutive_failures=self.consecutive_failures,
             detail=detail,
@@ -138,6 +151,8 @@ class Endpoint:
         state = result["state"]
         if state != self.state:
             self.since = now_s
+        if state == ENDPOINT_STATE_UP:
+            self.launcher_gone = None  # something serves the URL again
         self.state = state
         self.code = result["code"]
         self.latency_ms = result["latency_ms"]

@@ -30,12 +30,23 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def _says_something(excerpt: bytes) -> bool:
+    """Whether a body has words in it: ``{}``, ``[]``, ``null`` or punctuation say nothing a person reads."""
+    letters = 0
+    for byte in excerpt:
+        letters = letters + 1 if (65 <= byte <= 90 or 97 <= byte <= 122) else 0
+        if letters >= 3 and excerpt.strip().lower() not in (b"null", b"none", b"true", b"false"):
+            return True
+    return False
+
+
 def _health_classify(code: int, reason: str, body: bytes) -> tuple[str, str | None]:
     excerpt = body.strip()
     if 200 <= code < 300:
         return ENDPOINT_STATE_UP, None
-    # The body says more than the reason phrase, and the detail line is short: one or the other.
-    if excerpt:
+    # The body says more than the reason phrase, and the detail line is short: one or the other. A body
+    # without words (an empty JSON object) is never the wording: the reason phrase is.
+    if _says_something(excerpt):
         detail = f"HTTP {code}: {visible_text(excerpt, ENDPOINT_DETAIL_MAX_CHARS)}"
     else:
         detail = f"HTTP {code} {visible_text(reason, ENDPOINT_DETAIL_MAX_CHARS)}".strip()

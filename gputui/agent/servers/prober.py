@@ -275,7 +275,13 @@ class EndpointProber:
                 endpoint.discovered = discovered
             endpoint.not_probed = self._not_probed_locked(url, discovered)
             launcher = self._discovered_metrics.get(url, (None, None, None))
-            launcher_metrics, start, endpoint.launcher_pid = launcher
+            launcher_metrics, start, pid = launcher
+            if pid is not None:
+                if pid != endpoint.launcher_pid:
+                    endpoint.launcher_gone = None  # a launcher serves the URL (again)
+            elif endpoint.launcher_pid is not None and endpoint.launcher_gone is None:
+                endpoint.launcher_gone = (self._clock(), endpoint.launcher_pid)  # discovery finds it no more
+            endpoint.launcher_pid = pid
             endpoint.launcher_started_at, endpoint.launcher_start_ticks = start or (None, None)
             origin = url_origin(url)
             configured = [m for m in self._metrics_configured if url_origin(m) == origin]
