@@ -167,7 +167,7 @@ def build_replay_app(
 
 
 def _run_tui(recording: Recording, at_s: float | None, args: argparse.Namespace) -> int:
-    from gputui.commands.tui import run_app, theme_known
+    from gputui.commands.tui import run_app, size_for_a_sizeless_terminal, theme_known
 
     theme = getattr(args, "theme", None)
     if not theme_known(theme):
@@ -177,4 +177,5 @@ def _run_tui(recording: Recording, at_s: float | None, args: argparse.Namespace)
         from gputui.ui.theme import resolve
 
         kwargs["theme"] = resolve(theme)
+    size_for_a_sizeless_terminal()
     return run_app(build_replay_app(recording, at_s, args.speed, **kwargs))

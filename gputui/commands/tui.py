@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 
@@ -37,6 +38,7 @@ def run_tui(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     if not theme_known(getattr(args, "theme", None)):
         return EXIT_ERROR
+    size_for_a_sizeless_terminal()
     return run_app(build_app(args))
 
 
@@ -52,6 +54,20 @@ def theme_known(theme: str | None) -> bool:
         f"gputui: unknown theme {visible(theme, 40)!r} (one of: {', '.join(theme_names())})", file=sys.stderr
     )
     return False
+
+
+def size_for_a_sizeless_terminal() -> None:
+    """A terminal that reports no size (a pty opened without one: some harnesses and ``ssh`` setups) reads
+    as 0×0 to one part of the stack and 80×24 to another, and the screen is then redrawn without end: give it
+    80×24 through the variables every part reads first, unless the user set them. Before the app is built:
+    its console reads them then."""
+    try:
+        size = os.get_terminal_size(sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        return
+    if size.columns == 0 or size.lines == 0:
+        os.environ.setdefault("COLUMNS", "80")
+        os.environ.setdefault("LINES", "24")
 
 
 def run_app(app: GpuTuiApp) -> int:

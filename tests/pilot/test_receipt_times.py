@@ -15,7 +15,7 @@ WIDE = (200, 40)
 
 
 async def test_the_receipt_says_when_each_event_happened(make_app, clock: ManualClock) -> None:
-    app = make_app(escalate_s=0.5)
+    app = make_app(escalate_s=3.0)  # the test moves the host clock well before the KILL is due
     async with app.run_test(size=WIDE) as pilot:
         host = app.hosts[0]
         await wait_for(pilot, lambda: host.snapshot is not None and host.snapshot.verdict is not None, "data")
