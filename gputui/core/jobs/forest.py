@@ -2,6 +2,11 @@
 
 A tree is rooted where the collector roots it (``gputui.agent.proc.proctree.job_root``) and walked the way the
 collector walks it (``gputui.agent.proc.proctree.walk``): the tree shown is the tree a kill takes.
+
+The trees and the sample's processes by pid, by GPU and by what is wrong with them (``SampleIndex``) are built
+once per sample (``sample_index``): what asks about each GPU or each server of a host reads the processes
+concerned, never every process of the sample again: a sample's cost grows with its processes, not with its
+processes times its GPUs.
 """
 
 from __future__ import annotations
@@ -179,44 +184,136 @@ def _build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
     return forest
 
 
+class SampleIndex(Record):
+    """One sample's processes looked up without a scan, built once per sample with its forest
+    (``sample_index``): a rule asked about each GPU reads the few processes listed there, not every process
+    of a job of hundreds. Shared by every reader of the sample: read it, never change it.
+
+    Attributes:
+        table: pid -> process with its GPU memory filled in (``proc_table``).
+        forest: The GPU process trees (``build_forest``).
+        jobs: Each tree's nodes, root first (``flatten([root])``), in the forest's order.
+        tree_pids: Pids of every process in a GPU process tree.
+        listed: pid -> the process as the collector listed it (of a pid listed twice, the later entry).
+        children: pid -> the pids of the processes of ``listed`` whose parent it is, in list order.
+        held_on: GPU index -> the listed processes whose own figures put memory there (more than 0 MiB),
+            in list order (a pid listed twice, twice).
+        on_gpu: GPU index -> the entries of ``table`` with a figure for that GPU, in table order.
+        defunct_leaders: The listed processes that are defunct leaders (``Proc.is_defunct_leader``), in
+            list order.
+        stuck: The listed processes with stuck threads (``Proc.waits``), in list order.
+    """
+
+    table: dict[int, Proc]
+    forest: tuple[ProcNode, ...]
+    jobs: tuple[tuple[ProcNode, ...], ...]
+    tree_pids: frozenset[int]
+    listed: dict[int, Proc]
+    children: dict[int, tuple[int, ...]]
+    held_on: dict[int, tuple[Proc, ...]]
+    on_gpu: dict[int, tuple[Proc, ...]]
+    defunct_leaders: tuple[Proc, ...]
+    stuck: tuple[Proc, ...]
+
+    def members(self, ancestor: int | None) -> list[Proc]:
+        """The listed processes whose line of parents reaches ``ancestor`` (itself included where listed),
+        as a walk up from each one finds them: never through pid 0 or 1, nor round a loop."""
+        if ancestor is None or ancestor <= 1:
+            return []
+        found: list[Proc] = []
+        stack, seen = [ancestor], {ancestor}
+        while stack:
+            pid = stack.pop()
+            proc = self.listed.get(pid)
+            if proc is not None:
+                found.append(proc)
+            for child in self.children.get(pid, ()):
+                if child > 1 and child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+        return found
+
+
+def _build_index(snapshot: HostSnapshot) -> SampleIndex:
+    """The index of one sample (``SampleIndex``), its forest built by ``_build_forest``."""
+    forest = tuple(_build_forest(snapshot))
+    jobs = tuple(tuple(flatten([root])) for root in forest)
+    table = proc_table(snapshot)
+    listed: dict[int, Proc] = {}
+    held_on: dict[int, list[Proc]] = {}
+    for proc in snapshot.processes:
+        listed[proc.pid] = proc
+        for index, mib in proc.gpu_memory_mib.items():
+            if mib:
+                held_on.setdefault(index, []).append(proc)
+    children: dict[int, list[int]] = {}
+    for proc in listed.values():
+        if proc.ppid is not None:
+            children.setdefault(proc.ppid, []).append(proc.pid)
+    on_gpu: dict[int, list[Proc]] = {}
+    for proc in table.values():
+        for index, mib in proc.gpu_memory_mib.items():
+            if mib is not None:
+                on_gpu.setdefault(index, []).append(proc)
+    return SampleIndex(
+        table=table,
+        forest=forest,
+        jobs=jobs,
+        tree_pids=frozenset(node.proc.pid for nodes in jobs for node in nodes),
+        listed=listed,
+        children={pid: tuple(pids) for pid, pids in children.items()},
+        held_on={index: tuple(procs) for index, procs in held_on.items()},
+        on_gpu={index: tuple(procs) for index, procs in on_gpu.items()},
+        defunct_leaders=tuple(proc for proc in snapshot.processes if proc.is_defunct_leader),
+        stuck=tuple(proc for proc in snapshot.processes if proc.waits),
+    )
+
+
 _FORESTS_PER_HOST = 2
-"""Forests kept per host: the newest sample's, and the one before (a view may still hold it)."""
+"""Samples whose index and forest are kept per host: the newest, and the one before (a view may still hold
+it)."""
 _HOSTS_KEPT = 256
-"""Hosts whose forests are kept; beyond that the host seen least recently is forgotten."""
-_forests: dict[tuple[object, ...], list[tuple[tuple[int, ...], tuple[object, ...], list[ProcNode]]]] = {}
-"""(target, boot id) -> its latest forests, newest last: (identity key, the parts, the forest)."""
+"""Hosts whose samples are kept; beyond that the host seen least recently is forgotten."""
+_forests: dict[tuple[object, ...], list[tuple[tuple[int, ...], tuple[object, ...], SampleIndex]]] = {}
+"""(target, boot id) -> its latest samples' indexes, newest last: (identity key, the parts, the index)."""
 
 
 def _forest_key(snapshot: HostSnapshot) -> tuple[tuple[int, ...], tuple[object, ...]]:
-    """What a forest is built from (the process list, each GPU's list of holders, the agent's pid), by
-    identity: a judged sample shares these with the sample it was judged from."""
+    """What a forest and an index are built from (the process list, each GPU's list of holders, the agent's
+    pid), by identity: a judged sample shares these with the sample it was judged from."""
     parts: tuple[object, ...] = (snapshot.processes, *(gpu.processes for gpu in snapshot.gpus))
     indexes = tuple(gpu.index for gpu in snapshot.gpus)
     key = (*(id(part) for part in parts), *indexes, -1 if snapshot.agent_pid is None else snapshot.agent_pid)
     return key, parts
 
 
-def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
-    """The GPU process trees of a host (``_build_forest``), built once per sample: the findings, the verdict,
-    the servers' jobs, ``snapshot``'s document and the monitor all read the forest the verdict engine built.
-    The nodes are shared: read them, never change them.
+def sample_index(snapshot: HostSnapshot) -> SampleIndex:
+    """The index of a sample's processes and its forest (``SampleIndex``), built once per sample: the
+    findings, the verdict, the servers' jobs, ``snapshot``'s document and the monitor all read what the
+    verdict engine built.
 
-    Only the last ``_FORESTS_PER_HOST`` forests of each host are kept: a job of hundreds of members makes a
-    forest of as many nodes every process sample, and older ones are never asked for again.
+    Only the last ``_FORESTS_PER_HOST`` of each host are kept: a job of hundreds of members makes a forest of
+    as many nodes every process sample, and older ones are never asked for again.
     """
     key, parts = _forest_key(snapshot)
     host = (snapshot.target, snapshot.boot_id)
     kept = _forests.pop(host, [])
     _forests[host] = kept  # the host seen last goes last
-    for entry_key, entry_parts, forest in kept:
+    for entry_key, entry_parts, index in kept:
         if entry_key == key and all(a is b for a, b in zip(entry_parts, parts, strict=True)):
-            return list(forest)
-    forest = _build_forest(snapshot)
-    kept.append((key, parts, forest))
+            return index
+    index = _build_index(snapshot)
+    kept.append((key, parts, index))
     del kept[:-_FORESTS_PER_HOST]
     while len(_forests) > _HOSTS_KEPT:  # pollers of several hosts call this at once: a miss only rebuilds
         _forests.pop(next(iter(_forests)), None)
-    return list(forest)
+    return index
+
+
+def build_forest(snapshot: HostSnapshot) -> list[ProcNode]:
+    """The GPU process trees of a host (``_build_forest``), built once per sample (``sample_index``). The
+    nodes are shared: read them, never change them."""
+    return list(sample_index(snapshot).forest)
 
 
 def flatten(forest: Iterable[ProcNode]) -> list[ProcNode]:
@@ -232,7 +329,7 @@ def flatten(forest: Iterable[ProcNode]) -> list[ProcNode]:
 
 def gpu_tree_pids(snapshot: HostSnapshot) -> set[int]:
     """Pids of every process in a GPU process tree."""
-    return {node.proc.pid for node in flatten(build_forest(snapshot))}
+    return set(sample_index(snapshot).tree_pids)
 
 
 def _agent_line(snapshot: HostSnapshot, table: dict[int, Proc]) -> set[int]:

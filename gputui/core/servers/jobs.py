@@ -15,7 +15,7 @@ state (``state.ServerStateTracker``) weighs these facts from the same snapshot a
 
 from __future__ import annotations
 
-from gputui.core.jobs import D_STATE_THRESHOLD_S, gpu_tree_pids, proc_label, profiler_of_pid
+from gputui.core.jobs import D_STATE_THRESHOLD_S, proc_label, profiler_of_pid, sample_index
 from gputui.core.model import HostSnapshot, Proc, Record, profiler_name
 
 TYPE_CHECKING = False
@@ -52,23 +52,13 @@ class JobFacts(Record):
 
 def _job_members(snapshot: HostSnapshot, launcher_pid: int | None) -> list[Proc]:
     """The listed processes of the launcher's tree; without a launcher, those of every GPU process tree (a
-    server whose launcher is not known is judged by every GPU job on the host: the cautious side)."""
-    table = {proc.pid: proc for proc in snapshot.processes}
+    server whose launcher is not known is judged by every GPU job on the host: the cautious side). Both are
+    looked up in the sample's index (``jobs.sample_index``)."""
+    index = sample_index(snapshot)
     if launcher_pid is None:
-        tree = gpu_tree_pids(snapshot)
-        return [proc for pid, proc in table.items() if pid in tree]
-    members = []
-    for proc in table.values():
-        pid: int | None = proc.pid
-        seen: set[int] = set()
-        while pid is not None and pid not in seen and pid > 1:
-            if pid == launcher_pid:
-                members.append(proc)
-                break
-            seen.add(pid)
-            parent = table.get(pid)
-            pid = None if parent is None else parent.ppid
-    return members
+        tree = index.tree_pids
+        return [proc for pid, proc in index.listed.items() if pid in tree]
+    return index.members(launcher_pid)
 
 
 def job_facts(snapshot: HostSnapshot, launcher_pid: int | None) -> JobFacts:

@@ -39,7 +39,7 @@ watch (``watch.ServerWatch``) feeds it every sample, judges each server with its
 
 from __future__ import annotations
 
-from gputui.core.jobs import build_forest, flatten, shown
+from gputui.core.jobs import sample_index, shown
 from gputui.core.model import Finding, FindingFacts, Gpu, HostSnapshot, Proc, Record
 from gputui.core.text import age_text
 
@@ -228,8 +228,8 @@ class SpinTracker:
         gpus = {gpu.index: gpu for gpu in snapshot.gpus}
         spins: dict[int, JobSpin] = {}
         seen: set[tuple[int, int | None]] = set()
-        for root in build_forest(snapshot):
-            nodes = flatten([root])
+        index = sample_index(snapshot)
+        for root, nodes in zip(index.forest, index.jobs, strict=True):
             if all(node.graphics_only for node in nodes if node.proc.gpu_memory_mib):
                 continue  # a display server's, not a GPU job
             held = tuple((i, mib) for i, mib in root.subtree_gpu_mib.items() if i in gpus)

@@ -25,7 +25,7 @@ from gputui.agent.protocol import (
     ENDPOINT_STATE_UNHEALTHY,
 )
 from gputui.agent.servers.urls import url_origin
-from gputui.core.jobs import build_forest
+from gputui.core.jobs import sample_index
 from gputui.core.model import EndpointSample, Finding, HostSnapshot, Proc, replace
 from gputui.core.servers.jobs import job_facts
 from gputui.core.servers.metrics import MetricsUnreadable, ServerMetrics, metrics_json, parse_server_metrics
@@ -114,8 +114,8 @@ class ServerWatch:
             now: Epoch seconds on the collector's clock (default the snapshot's time, else the clock).
         """
         now_s = now if now is not None else snapshot.time if snapshot.time is not None else time.time()
-        if snapshot.gpus:
-            build_forest(snapshot)  # built once per sample (kept), outside the lock every host shares
+        if snapshot.gpus or snapshot.endpoints:
+            sample_index(snapshot)  # built once per sample (kept), outside the lock every host shares
         with self._lock:
             return self._apply_locked(snapshot, now_s)
 
@@ -174,9 +174,9 @@ def server_job(snapshot: HostSnapshot, spins: dict[int, JobSpin], sample: Endpoi
         for spin in spins.values():
             if launcher in spin.members:
                 return spin
-        table = {proc.pid: proc for proc in snapshot.processes}
+        listed = sample_index(snapshot).listed
         for spin in spins.values():
-            if _descends(spin.root_pid, launcher, table):
+            if _descends(spin.root_pid, launcher, listed):
                 return spin
         return None
     origin = url_origin(sample.url)

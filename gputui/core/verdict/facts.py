@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from gputui.core.jobs import proc_table
+from gputui.core.jobs import sample_index
 from gputui.core.model import HostSnapshot, ProbeReport, Verdict, VerdictFact, VerdictFacts, replace
 from gputui.core.text import duration
 from gputui.core.verdict.probing import probe_line
@@ -64,12 +64,12 @@ def gpus_line(verdict: Verdict, probe: ProbeReport | None = None) -> str:
 def _sorted_reasons(snapshot: HostSnapshot, verdict: Verdict) -> tuple[list[str], list[str], list[str]]:
     """The verdict's reasons as (workers, residue, GPUs), each in the verdict's order."""
     table_gpus = {gpu.index: gpu for gpu in snapshot.gpus}
-    table = proc_table(snapshot)
+    index = sample_index(snapshot)
     gpu_reasons = set(verdict.not_ready)  # a GPU gone or lost is NOT READY too
     worker_reasons: set[str] = set()
     for gpu_verdict in verdict.gpus:
         gpu = table_gpus.get(gpu_verdict.index)
-        held = gpu is not None and bool(gpu_holders(gpu, table))
+        held = gpu is not None and bool(gpu_holders(gpu, index))
         for position, reason in enumerate(gpu_verdict.reasons):
             last = position == len(gpu_verdict.reasons) - 1
             if held and last and reason not in verdict.not_ready:

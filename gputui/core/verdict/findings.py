@@ -14,10 +14,9 @@ from collections.abc import Iterable
 
 from gputui.core.jobs import (
     D_STATE_THRESHOLD_S,
-    gpu_tree_pids,
     graphics_only_pids,
     is_init_like,
-    proc_table,
+    sample_index,
     shown,
 )
 from gputui.core.model import (
@@ -134,8 +133,8 @@ def find_problems(
     """
     now_s = now if now is not None else snapshot.time if snapshot.time is not None else time.time()
     target = snapshot.target
-    table = proc_table(snapshot)
-    tree_pids = gpu_tree_pids(snapshot)
+    index = sample_index(snapshot)
+    table, tree_pids = index.table, index.tree_pids
     findings: list[Finding] = []
 
     for proc in sorted(table.values(), key=lambda p: p.pid):
@@ -596,7 +595,7 @@ def find_survivors(snapshot: HostSnapshot, jobs: Iterable[KilledJob]) -> list[Fi
     jobs = [job for job in jobs if job.boot_id is None or job.boot_id == snapshot.boot_id]
     if not jobs:
         return []
-    table = proc_table(snapshot)
+    table = sample_index(snapshot).table
     graphics = graphics_only_pids(snapshot)
     using: dict[int, set[int]] = {
         pid: set(proc.gpu_memory_mib)

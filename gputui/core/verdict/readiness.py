@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gputui.core.jobs import proc_label
+from gputui.core.jobs import proc_label, sample_index
 from gputui.core.model import STATE_UNINTERRUPTIBLE, Gpu, HostSnapshot
 from gputui.core.text import age_text
 from gputui.core.verdict.findings import DEFUNCT_RESET_AFTER_S
@@ -32,15 +32,16 @@ def stuck_in_driver(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
     module for ``stuck.STUCK_WINDOW_S`` (its kernel stack says so): a reboot of the host
     (``stuck.reboot_reason``). Else a defunct leader whose threads have been in the driver (D) for
     ``DEFUNCT_RESET_AFTER_S`` while it holds memory on this GPU: that memory comes back only with a reset of
-    the GPU or of its driver."""
-    if snapshot.time is None:
+    the GPU or of its driver. The sample's defunct leaders are looked up (``jobs.sample_index``), not every
+    process of it for every GPU."""
+    if snapshot.time is None or not snapshot.processes:
         return None
     reboot = reboot_reason(snapshot, gpu)
     if reboot is not None:
         return reboot
-    for proc in snapshot.processes:
+    for proc in sample_index(snapshot).defunct_leaders:
         threads = proc.live_threads
-        if not proc.is_defunct_leader or threads is None or not threads.states.get(STATE_UNINTERRUPTIBLE):
+        if threads is None or not threads.states.get(STATE_UNINTERRUPTIBLE):
             continue
         if not proc.gpu_memory_mib.get(gpu.index) or proc.state_since is None:
             continue

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_label, proc_table, shown
+from gputui.core.jobs import D_STATE_THRESHOLD_S, is_init_like, proc_label, sample_index, shown
 from gputui.core.model import STATE_ZOMBIE, Finding, HostSnapshot, Proc, RememberedJob, profiler_name, replace
 from gputui.core.model.wire import plain
 from gputui.core.store import leftovers, watched_ports
@@ -91,7 +91,7 @@ def job_remains(snapshot: HostSnapshot) -> tuple[tuple[Finding, ...], tuple[str,
     findings = tuple(snapshot.findings)
     if remembered is None or not remembered.jobs:
         return findings, ()
-    table = proc_table(snapshot)
+    table = sample_index(snapshot).table
     by_pid = {f.pid: f for f in findings if f.pid is not None}
     replaced: dict[int, Finding] = {}
     running: list[str] = []

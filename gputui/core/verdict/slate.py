@@ -7,7 +7,7 @@ verdict that cannot tell (``known`` False), never a clean one. A GPU whose drive
 
 from __future__ import annotations
 
-from gputui.core.jobs import build_forest, flatten, is_init_like, proc_table, shown
+from gputui.core.jobs import SampleIndex, is_init_like, sample_index, shown
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
@@ -174,8 +174,8 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
     keyed = {gpu.key: baselines.for_gpu(gpu) for gpu in snapshot.gpus}
     if snapshot.error is not None or not snapshot.gpus:
         return _unknown_verdict(snapshot, keyed, baselines)
-    table = proc_table(snapshot)
-    forest = build_forest(snapshot)
+    index = sample_index(snapshot)
+    table = index.table
     unreadable = False
     gpu_verdicts: list[GpuVerdict] = []
     reasons: list[str] = []
@@ -197,14 +197,14 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
             unfit = unfit_reasons(snapshot, gpu)
             not_ready.extend(unfit)
             gpu_reasons.extend(unfit)
-            holders = gpu_holders(gpu, table)
+            holders = gpu_holders(gpu, index)
             if holders:
                 gpu_reasons.append(unreported_held_reason(gpu.index, _held_by(holders, table)))
         elif used is not None:  # always, once readable: said for the type checker
             unfit = unfit_reasons(snapshot, gpu)
             not_ready.extend(unfit)
             gpu_reasons.extend(unfit)
-            holders = gpu_holders(gpu, table)
+            holders = gpu_holders(gpu, index)
             over = used > baseline + baselines.tolerance_mib
             if holders:
                 gpu_reasons.append(held_reason(gpu.index, used, _held_by(holders, table), over))
@@ -228,9 +228,10 @@ def clean_slate(snapshot: HostSnapshot, baselines: Baselines, one_shot: bool = F
             )
         )
         reasons.extend(r for r in gpu_reasons if r not in not_ready)
-    for node in flatten(forest):
-        if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
-            reasons.append(remnant_sentence(snapshot.target, node.proc, table, snapshot.time, one_shot))
+    for nodes in index.jobs:
+        for node in nodes:
+            if node.proc.state in (STATE_ZOMBIE, STATE_UNINTERRUPTIBLE):
+                reasons.append(remnant_sentence(snapshot.target, node.proc, table, snapshot.time, one_shot))
     return _known_verdict(reasons, keyed, baselines, gpu_verdicts, known=not unreadable, not_ready=not_ready)
 
 
@@ -254,8 +255,11 @@ def ghost_reason(index: int, excess_mib: int, suspects: list[str]) -> str:
     return text + ("; " + "; ".join(suspects) if suspects else "")
 
 
-def gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None, int | None, bool]]:
-    """(pid, Proc or None, MiB or None, visible) for every process listed on this GPU, most memory first."""
+def gpu_holders(gpu: Gpu, index: SampleIndex) -> list[tuple[int, Proc | None, int | None, bool]]:
+    """(pid, Proc or None, MiB or None, visible) for every process listed on this GPU, most memory first;
+    ``index``: the sample's (``jobs.sample_index``), whose processes with a figure for this GPU are the only
+    ones read."""
+    table = index.table
     holders: dict[int, tuple[int, Proc | None, int | None, bool]] = {}
     for listed in gpu.processes:
         proc = table.get(listed.pid) if listed.visible else None
@@ -264,10 +268,10 @@ def gpu_holders(gpu: Gpu, table: dict[int, Proc]) -> list[tuple[int, Proc | None
             previous = holders[listed.pid][2]
             mib = None if mib is None or previous is None else max(mib, previous)
         holders[listed.pid] = (listed.pid, proc, mib, listed.visible)
-    for pid, proc in table.items():
-        mib = proc.gpu_memory_mib.get(gpu.index)
-        if mib is not None and pid not in holders:
-            holders[pid] = (pid, proc, mib, True)
+    for proc in index.on_gpu.get(gpu.index, ()):
+        mib = proc.gpu_memory_mib[gpu.index]
+        if proc.pid not in holders:
+            holders[proc.pid] = (proc.pid, proc, mib, True)
     return sorted(holders.values(), key=lambda h: (-(h[2] or 0), h[0]))
 
 

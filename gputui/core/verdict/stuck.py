@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gputui.core.jobs import D_STATE_THRESHOLD_S, proc_label, proc_table, shown
+from gputui.core.jobs import D_STATE_THRESHOLD_S, proc_label, sample_index, shown
 from gputui.core.model import (
     STATE_UNINTERRUPTIBLE,
     STATE_ZOMBIE,
@@ -185,7 +185,10 @@ def _stuck_since(proc: Proc, now_s: float) -> float | None:
 def name_waits(snapshot: HostSnapshot, found: list[Finding], now_s: float | None) -> list[Finding]:
     """The findings with their processes' stuck threads: a D-state or defunct-leader finding worded with
     them, and a ``stuck_thread`` finding for any other process with threads stuck long enough."""
-    stuck = {proc.pid: proc for proc in snapshot.processes if proc.waits}
+    if not snapshot.processes:
+        return found
+    index = sample_index(snapshot)
+    stuck = {proc.pid: proc for proc in index.stuck}
     if not stuck:
         return found
     out: list[Finding] = []
@@ -198,7 +201,7 @@ def name_waits(snapshot: HostSnapshot, found: list[Finding], now_s: float | None
         out.append(finding)
     if now_s is None:
         return out
-    table = proc_table(snapshot)
+    table = index.table
     for pid, proc in sorted(stuck.items()):
         if pid in named or proc.state in (STATE_UNINTERRUPTIBLE, STATE_ZOMBIE):
             continue
@@ -231,13 +234,13 @@ def remnant_sentence(
 def reboot_reason(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
     """ "GPU3 needs a reboot of the host: pid 77637 (VLLM::EngineCore) was killed and its thread 77637 is
     still in uvm_spin_loop (nvidia_uvm) after 6 min": a process holding memory on this GPU whose thread was
-    killed and has been in a function of an NVIDIA module for ``STUCK_WINDOW_S``; None otherwise."""
+    killed and has been in a function of an NVIDIA module for ``STUCK_WINDOW_S``; None otherwise. The
+    processes holding memory on the GPU are looked up (``jobs.sample_index``), not every process of the
+    sample."""
     now_s = snapshot.time
-    if now_s is None:
+    if now_s is None or not snapshot.processes:
         return None
-    for proc in snapshot.processes:
-        if not proc.gpu_memory_mib.get(gpu.index):
-            continue
+    for proc in sample_index(snapshot).held_on.get(gpu.index, ()):
         for wait in in_driver_too_long(proc.waits, now_s):
             if wait.killed and wait.since is not None:
                 age = age_text(now_s - wait.since)
