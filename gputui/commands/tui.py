@@ -61,9 +61,12 @@ def size_for_a_sizeless_terminal() -> None:
     as 0×0 to one part of the stack and 80×24 to another, and the screen is then redrawn without end: give it
     80×24 through the variables every part reads first, unless the user set them. Before the app is built:
     its console reads them then."""
+    stdout = sys.__stdout__
+    if stdout is None:
+        return
     try:
-        size = os.get_terminal_size(sys.__stdout__.fileno())
-    except (OSError, ValueError, AttributeError):
+        size = os.get_terminal_size(stdout.fileno())
+    except (OSError, ValueError):
         return
     if size.columns == 0 or size.lines == 0:
         os.environ.setdefault("COLUMNS", "80")

@@ -83,7 +83,21 @@ KEYS: tuple[Key, ...] = (
     Key("home", "Home", "scroll_top", "select the first process", scope=PROCESSES),
     Key("end", "End", "scroll_bottom", "select the last process", scope=PROCESSES),
     Key("left,right", "←/→", "", "scroll a long command line sideways", scope=PROCESSES, builtin=True),
-    Key("space", "Space", "tag", "tag / untag the selected process", "Tag", "Tag / untag process"),
+    Key(
+        "e",
+        "e",
+        "toggle_fold",
+        "expand / collapse a row of alike idle processes (⋯ N ×) to pick one of them",
+        scope=PROCESSES,
+    ),
+    Key(
+        "space",
+        "Space",
+        "tag",
+        "tag / untag the selected process (on a ⋯ row: every process in it)",
+        "Tag",
+        "Tag / untag process",
+    ),
     Key(
         "k",
         "k",

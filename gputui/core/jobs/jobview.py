@@ -21,18 +21,24 @@ from collections.abc import Collection, Sequence
 from gputui.core.jobs.forest import ProcNode
 from gputui.core.model import HostSnapshot, Proc, Record
 
-FOLD_AT = 4
-"""Alike siblings are folded into one row once there are at least this many."""
+FOLD_AT = 8
+"""Alike siblings are folded into one row once there are at least this many: fewer read well one by one (a
+server's handful of workers), and a fold hides their pids until it is expanded."""
+
+
+def finding_pids(snapshot: HostSnapshot) -> set[int]:
+    """Every pid a finding names (the process it is about, the one to signal): each keeps a row of its own."""
+    return {
+        pid for finding in snapshot.findings for pid in (finding.pid, finding.action_pid) if pid is not None
+    }
 
 
 def outside_rows(snapshot: HostSnapshot, in_trees: set[int]) -> list[Proc]:
     """The processes outside the trees that the panel lists, by pid (see the module docstring)."""
     table = {proc.pid: proc for proc in snapshot.processes}
-    keep: set[int] = set()
-    for finding in snapshot.findings:
-        for pid in (finding.pid, finding.action_pid):
-            if pid is not None and pid in table and pid not in in_trees and pid not in (0, 1):
-                keep.add(pid)
+    keep = {
+        pid for pid in finding_pids(snapshot) if pid in table and pid not in in_trees and pid not in (0, 1)
+    }
     for proc in snapshot.processes:
         if proc.pid in in_trees or not (proc.is_zombie or proc.is_uninterruptible):
             continue
@@ -43,7 +49,7 @@ def outside_rows(snapshot: HostSnapshot, in_trees: set[int]) -> list[Proc]:
     return [table[pid] for pid in sorted(keep)]
 
 
-def first_gpu_row(nodes: Sequence[ProcNode]) -> int | None:
+def first_gpu_row(nodes: Sequence[ProcNode | FoldedMembers]) -> int | None:
     """The index of the first row that holds GPU memory itself, None when none does."""
     for index, node in enumerate(nodes):
         if node.proc.gpu_total_mib > 0:
@@ -119,25 +125,18 @@ def fold_key(parent: int, proc: Proc) -> str:
     return f"fold:{parent}:{zlib.crc32(words.encode('utf-8', 'backslashreplace')):08x}"
 
 
-def fold_members(
-    nodes: Sequence[ProcNode],
-    keep: Collection[int] = (),
-    expanded: Collection[str] = (),
-    fold_at: int = FOLD_AT,
-) -> list[ProcNode | FoldedMembers]:
-    """``nodes`` (pre-order, ``flatten``) with each set of ``fold_at`` or more alike siblings as one row.
+def find_folds(
+    nodes: Sequence[ProcNode], keep: Collection[int] = (), fold_at: int = FOLD_AT
+) -> list[FoldedMembers]:
+    """Every set of ``fold_at`` or more alike siblings in ``nodes`` (pre-order, ``flatten``), as a fold.
 
     Args:
         nodes: Tree rows, a parent before its children.
-        keep: Pids that keep a row of their own (a finding names them, they are tagged or selected).
-        expanded: Keys of folds shown member by member.
+        keep: Pids that keep a row of their own (a finding names them).
         fold_at: The fewest alike siblings that are folded.
-
-    Returns:
-        The rows in order: a fold stands where its first member (by pid) stood; nothing else moves.
     """
-    folded: dict[int, FoldedMembers | None] = {}
-    """Member pid -> its fold at the first member, None at the others (their rows are dropped)."""
+    folds: list[FoldedMembers] = []
+    keys: set[str] = set()
     for node in nodes:
         if len(node.children) < fold_at:
             continue
@@ -149,16 +148,31 @@ def fold_members(
             if len(group) < fold_at:
                 continue
             members = sorted(group, key=lambda child: child.proc.pid)
-            key = fold_key(node.proc.pid, members[0].proc)
-            if key in expanded:
-                continue
-            fold = FoldedMembers(
-                key=key, parent=node.proc.pid, depth=members[0].depth, members=tuple(m.proc for m in members)
+            key = base = fold_key(node.proc.pid, members[0].proc)
+            while key in keys:  # alike but for the owner, or words that hash alike: still one row key each
+                key = f"{base}:{len(keys)}"
+            keys.add(key)
+            folds.append(
+                FoldedMembers(
+                    key=key,
+                    parent=node.proc.pid,
+                    depth=members[0].depth,
+                    members=tuple(m.proc for m in members),
+                )
             )
-            folded[members[0].proc.pid] = fold
-            folded.update((m.proc.pid, None) for m in members[1:])
-    if not folded:
+    return folds
+
+
+def place_folds(nodes: Sequence[ProcNode], folds: Sequence[FoldedMembers]) -> list[ProcNode | FoldedMembers]:
+    """``nodes`` with the members of each of ``folds`` as one row: a fold stands where its first member (by
+    pid) stood; nothing else moves."""
+    if not folds:
         return list(nodes)
+    folded: dict[int, FoldedMembers | None] = {}
+    """Member pid -> its fold at the first member, None at the others (their rows are dropped)."""
+    for fold in folds:
+        folded[fold.members[0].pid] = fold
+        folded.update((proc.pid, None) for proc in fold.members[1:])
     rows: list[ProcNode | FoldedMembers] = []
     for node in nodes:
         pid = node.proc.pid
@@ -169,3 +183,23 @@ def fold_members(
         if at is not None:
             rows.append(at)
     return rows
+
+
+def fold_members(
+    nodes: Sequence[ProcNode],
+    keep: Collection[int] = (),
+    expanded: Collection[str] = (),
+    fold_at: int = FOLD_AT,
+) -> list[ProcNode | FoldedMembers]:
+    """``nodes`` (pre-order, ``flatten``) with each set of ``fold_at`` or more alike siblings as one row.
+
+    Args:
+        nodes: Tree rows, a parent before its children.
+        keep: Pids that keep a row of their own (a finding names them).
+        expanded: Keys of folds shown member by member.
+        fold_at: The fewest alike siblings that are folded.
+
+    Returns:
+        The rows in order: a fold stands where its first member (by pid) stood; nothing else moves.
+    """
+    return place_folds(nodes, [fold for fold in find_folds(nodes, keep, fold_at) if fold.key not in expanded])

@@ -26,7 +26,7 @@ from gputui.ui.widgets.endpoint_panel import EndpointPanel
 from gputui.ui.widgets.filter_bar import FilterBar
 from gputui.ui.widgets.findings_list import FindingsList
 from gputui.ui.widgets.gpu_panel import GpuPanel
-from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
+from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable, fold_refusal
 
 _KEYS_BY_ACTION = {key.action.split("(")[0]: key for key in keymap.keys_of(keymap.MONITOR)}
 _KEYS_BY_FULL_ACTION = {key.action: key for key in keymap.keys_of(keymap.MONITOR)}
@@ -117,8 +117,13 @@ class MonitorScreen(MonitorView):
         if host is None:
             return
         pids = [] if all_gpu else self._selected_pids(host)
-        if not pids and not all_gpu and self.query_one(ProcessTable).row_count == 0:
+        procs = self.query_one(ProcessTable)
+        if not pids and not all_gpu and procs.row_count == 0:
             self.session.say("no GPU process is listed: nothing to signal", severity="warning")
+            return
+        fold = None if pids or all_gpu else procs.selected_fold
+        if fold is not None:  # one row for many processes: a signal takes the ones picked, never a guess
+            self.session.say(fold_refusal(fold), severity="warning")
             return
         self._kills.request(host, self.shown_snapshot(host), pids, signal, tree=tree, all_gpu=all_gpu)
 
@@ -156,13 +161,16 @@ class MonitorScreen(MonitorView):
     def action_tag(self) -> None:
         host = self.active
         procs = self.query_one(ProcessTable)
-        pid = procs.selected_pid
+        pids = set(procs.selected_pids)  # a fold's: every member
         if host is None:
             return
-        if pid is None:
+        if not pids:
             self.session.say("no process selected: nothing to tag", severity="warning")
             return
-        host.tagged.symmetric_difference_update({pid})
+        if pids <= host.tagged:
+            host.tagged.difference_update(pids)
+        else:
+            host.tagged.update(pids)
         self.refresh_bindings()  # Esc clears tags now, or no longer
         self._show_active()
         procs.action_cursor_down()
@@ -274,6 +282,9 @@ class MonitorScreen(MonitorView):
             procs.focus()
         else:
             self.session.say(f"pid {message.pid} is not listed any more", severity="warning")
+
+    def on_process_table_refused(self, message: ProcessTable.Refused) -> None:
+        self.session.say(message.text, severity="warning")
 
     def on_findings_list_left(self, _message: FindingsList.Left) -> None:
         self.query_one(ProcessTable).focus()

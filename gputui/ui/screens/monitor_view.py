@@ -26,7 +26,7 @@ from textual.widgets import Footer
 from textual.widgets._toast import ToastRack
 
 from gputui.agent.servers.discovery import discover_health_urls
-from gputui.core.jobs import ProcNode, build_forest, flatten, outside_rows
+from gputui.core.jobs import ProcNode, build_forest, finding_pids, flatten, outside_rows
 from gputui.core.model import HostSnapshot, Verdict
 from gputui.core.text import clock_time, fit, visible
 from gputui.core.verdict import no_data_text
@@ -370,6 +370,7 @@ class MonitorView(Screen[None]):
                 # Elapsed times as of the process list, on the host's clock: like every other process figure,
                 # and a table that is not repainted whole every second for a clock that moved.
                 now_s=snapshot.processes_time if snapshot.processes_time is not None else now_s,
+                keep=finding_pids(snapshot),  # a process a finding names keeps a row to jump to
             )
             empty = procs.row_count == 0 and not self.filter_text
             set_border_subtitle(procs, "no GPU processes" if empty else "")
