@@ -8,13 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.link import LinkOptions
 from gputui.transports.sim import ManualClock
-from gputui.ui.app import GpuTuiApp
 from gputui.ui.widgets.process_table import ProcessTable
 from tests.pilot.bigjob import HELPER_PIDS, TARGET, BigJobLink
-
-DEADLINE_S = 20.0
+from tests.snapshot.test_snapshots import _app, _until
 
 
 @pytest.fixture(autouse=True)
@@ -23,29 +20,6 @@ def _utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-
-
-def _app(clock: ManualClock, tmp_path: Path) -> GpuTuiApp:
-    options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05)
-    return GpuTuiApp(
-        [TARGET],
-        lambda target: BigJobLink(target, options, clock=clock),
-        clock=clock,
-        memory_interval_s=0.05,
-        process_interval_s=0.05,
-        escalate_s=0.2,
-        notify_timeout_s=600.0,
-        audit_dir=tmp_path / "audit",
-    )
-
-
-async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    waited_s = 0.0
-    while not condition():
-        if waited_s > DEADLINE_S:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-        waited_s += 0.05
 
 
 async def _on_the_fold(pilot) -> None:  # type: ignore[no-untyped-def]
@@ -60,5 +34,5 @@ async def _on_the_fold(pilot) -> None:  # type: ignore[no-untyped-def]
 def test_a_folded_job(snap_compare, tmp_path: Path, columns: int, rows: int) -> None:
     """292 idle data loaders as ``⋯ 292 × python3 dataloader.py --worker (idle)``, with their RSS and CPU
     together where the optional columns fit; the one that runs keeps its own row."""
-    app = _app(ManualClock(), tmp_path)
+    app = _app((TARGET,), ManualClock(), tmp_path, BigJobLink)
     assert snap_compare(app, terminal_size=(columns, rows), run_before=_on_the_fold)

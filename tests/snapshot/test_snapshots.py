@@ -33,11 +33,14 @@ def _utc(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
 
 
-def _app(targets: tuple[str, ...], clock: ManualClock, tmp_path: Path) -> GpuTuiApp:
+def _app(
+    targets: tuple[str, ...], clock: ManualClock, tmp_path: Path, link_type: type[SimLink] = SimLink
+) -> GpuTuiApp:
+    """The app on simulated hosts (``link_type``: a simulator of the test's own) at the clock ``clock``."""
     options = LinkOptions(memory_interval_s=0.05, process_interval_s=0.05)
     return GpuTuiApp(
         list(targets),
-        lambda target: SimLink(target, options, clock=clock),
+        lambda target: link_type(target, options, clock=clock),
         clock=clock,
         memory_interval_s=0.05,
         process_interval_s=0.05,
