@@ -17,12 +17,11 @@ import time
 
 from gputui.agent import safefile
 from gputui.commands.grammar.fleet import expand_targets
-from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines
+from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines, server_watch
 from gputui.commands.inputs.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.record import EVENT_AUDIT, EVENT_ERROR, RecordingError, RecordingWriter
-from gputui.core.servers import ServerWatch
 from gputui.core.store import Config, saved
 from gputui.core.text import visible
 from gputui.core.verdict import judge
@@ -74,7 +73,7 @@ class HostRecorder:
         self._make_link = make_link
         self._writer = writer
         self._stop = stop
-        self._servers = ServerWatch()
+        self._servers = server_watch(args)  # the config's stall and spin windows, as the TUI's
         self._baselines = resolve_baselines(
             target, args.baseline_mib, args.tolerance_mib, bool(args.demo), sys.stderr, accepted_xids(args)
         )

@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
-from gputui.commands.inputs.baselines import accepted_xids
+from gputui.commands.inputs.baselines import accepted_xids, server_watch
 from gputui.commands.inputs.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.core.link import HostLink
 from gputui.core.text import visible
@@ -117,7 +117,6 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         args: Parsed by ``gputui.commands.grammar.build_parser(None)``.
         clock: Epoch seconds source for the app and the demo hosts (screenshots freeze it); default: now.
     """
-    from gputui.core.servers import ServerWatch
     from gputui.core.store import Config, load_baselines
     from gputui.core.verdict import Baselines
 
@@ -177,9 +176,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
         theme=None if theme is None else resolve_theme(theme),
         # Screenshots (a frozen clock) neither read nor change the user's choice.
         theme_store=ThemeStore() if clock is None else None,
-        servers=ServerWatch(
-            config.stall_after_s, config.host_stall_after_s, config.spin_after_s, config.host_spin_after_s
-        ),
+        servers=server_watch(args),
         probe_after_check=config.probe_after_check,
         record=getattr(args, "record", None),
     )
