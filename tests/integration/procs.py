@@ -177,6 +177,30 @@ def wait_for(predicate: Any, what: str, timeout_s: float = DEADLINE_S) -> None:
         time.sleep(0.02)
 
 
+def read_until(fd: int, marker: bytes, accept_eof: bool = False, timeout_s: float = DEADLINE_S) -> bytes:
+    """What ``fd`` (a pipe or a pty's master) gives until ``marker`` is in it; with ``accept_eof``, what came
+    before the other side closed. Fails on the deadline, or on a close that was not accepted."""
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    while marker not in data:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"no {marker!r} in {data[-3000:]!r}")
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the other side closed
+            chunk = b""
+        if not chunk:
+            if accept_eof:
+                return data
+            raise AssertionError(f"closed before {marker!r}: {data[-3000:]!r}")
+        data += chunk
+    return data
+
+
 def unused_pid() -> int:
     """A pid number no process has here (for holders in another PID namespace or that never existed)."""
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import shlex
 import signal
 import subprocess
@@ -39,6 +38,7 @@ from tests.integration.procs import (
     kill_json,
     launcher,
     ppid_of,
+    read_until,
     run_gputui,
     sglang_workers,
     shared_copy,
@@ -384,7 +384,7 @@ def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, s
         os.close(slave)
         impostor: subprocess.Popen[bytes] | None = None
         try:
-            screen = _read_until(master, b"[y/N] ")
+            screen = read_until(master, b"[y/N] ")
             assert b"Send SIGTERM to 1 process?" in screen
             assert f"{victim}".encode() in screen
             assert b"40960" in screen
@@ -392,7 +392,7 @@ def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, s
             sleeper.wait(timeout=DEADLINE_S)
             impostor = _start_with_pid(victim)
             os.write(master, b"y\n")
-            output = _read_until(master, b"not every process is gone", accept_eof=True)
+            output = read_until(master, b"not every process is gone", accept_eof=True)
             assert cli.wait(timeout=DEADLINE_S) == 1
             assert b"changed" in output
             assert b"process changed" in output
@@ -412,28 +412,6 @@ def test_pid_reused_between_listing_and_confirmation_is_refused(env: dict[str, s
     intent, line = audit_lines(env)
     assert (intent["pid"], intent["stage"], intent["signal"]) == (victim, "intent", "TERM")
     assert (line["pid"], line["result"], line["signal"]) == (victim, "changed", None)
-
-
-def _read_until(fd: int, marker: bytes, accept_eof: bool = False) -> bytes:
-    data = b""
-    deadline = time.monotonic() + DEADLINE_S
-    while marker not in data:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {marker!r} in {data!r}")
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 65536)
-        except OSError:  # EIO: the other side closed
-            chunk = b""
-        if not chunk:
-            if accept_eof:
-                return data
-            raise AssertionError(f"terminal closed before {marker!r}: {data!r}")
-        data += chunk
-    return data
 
 
 def _start_with_pid(pid: int) -> subprocess.Popen[bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests.fakenvml.plugin import FakeNvml
-from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
+from tests.integration.procs import Worker, is_gone, launcher, read_until, state_of, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 STUBBORN_TREE = [Worker("scheduler_TP0", gpu=0), Worker("scheduler_TP1", gpu=1, mode="ignore_term")]
@@ -33,20 +32,6 @@ def _kill(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _read_until(proc: subprocess.Popen[bytes], marker: bytes) -> None:
-    assert proc.stdout is not None
-    seen = bytearray()
-    deadline = time.monotonic() + 60
-    while marker not in seen:
-        left = deadline - time.monotonic()
-        assert left > 0, f"no {marker!r} in {bytes(seen)!r}"
-        ready, _, _ = select.select([proc.stdout], [], [], left)
-        if ready:
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            assert chunk, f"the CLI exited before {marker!r}: {bytes(seen)!r}"
-            seen += chunk
-
-
 def _audit(state: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in (state / "gputui" / "audit.jsonl").read_text().splitlines()]
 
@@ -63,7 +48,8 @@ def test_a_client_killed_during_a_local_escalation_leaves_it_to_the_keeper(
         stubborn = tree["scheduler_TP1"]
         cli = _kill(_env(fake_nvml, state), "--yes", "--tree", "--escalate", "3", "local", str(tree.pid))
         try:
-            _read_until(cli, f"{tree.pid}  signal   TERM  sent".encode())
+            assert cli.stdout is not None
+            read_until(cli.stdout.fileno(), f"{tree.pid}  signal   TERM  sent".encode(), timeout_s=60)
         finally:
             cli.send_signal(signal.SIGKILL)
             cli.communicate()
@@ -132,10 +118,10 @@ def test_the_terminal_closed_during_a_local_escalation_ends_the_tui_and_not_the_
                 os._exit(127)
         try:
             fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-            _pty_until(master, b"40963/49152")
+            read_until(master, b"40963/49152", timeout_s=60)
             time.sleep(2.0)  # the process list follows the first frame
             os.write(master, b"X")
-            _pty_until(master, b"Esc/n: cancel")
+            read_until(master, b"Esc/n: cancel", timeout_s=60)
             os.write(master, b"y")
             wait_for(
                 lambda: (
@@ -167,15 +153,3 @@ def test_the_terminal_closed_during_a_local_escalation_ends_the_tui_and_not_the_
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-
-
-def _pty_until(master: int, marker: bytes) -> None:
-    seen = b""
-    deadline = time.monotonic() + 60
-    while marker not in seen:
-        assert time.monotonic() < deadline, f"no {marker!r} on the screen: {seen[-3000:]!r}"
-        ready, _, _ = select.select([master], [], [], 0.1)
-        if ready:
-            chunk = os.read(master, 65536)
-            assert chunk, "the TUI exited"
-            seen = (seen + chunk)[-200_000:]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import run_main
 from tests.integration.openssh_peers import behind_a_proxy_command, control_master
-from tests.integration.procs import Worker, is_gone, launcher, state_of, wait_for
+from tests.integration.procs import Worker, is_gone, launcher, read_until, state_of, wait_for
 from tests.integration.sshd import (
     ClientHome,
     SshdFactory,
@@ -144,21 +143,6 @@ def _kill_over_ssh(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _read_until(proc: subprocess.Popen[bytes], marker: bytes, seen: bytearray) -> None:
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while marker not in seen:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {marker!r} in {bytes(seen)!r}")
-        ready, _, _ = select.select([proc.stdout], [], [], left)
-        if ready:
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                raise AssertionError(f"the CLI exited before {marker!r}: {bytes(seen)!r}")
-            seen += chunk
-
-
 def test_ctrl_c_during_a_remote_escalation_waits_for_the_collector_to_finish_it(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, tmp_path: Path
 ) -> None:
@@ -169,15 +153,15 @@ def test_ctrl_c_during_a_remote_escalation_waits_for_the_collector_to_finish_it(
         stubborn = tree["scheduler_TP1"]
         cli = _kill_over_ssh(env, "--yes", "--tree", "host-a", str(tree.pid))
         try:
-            seen = bytearray()
-            _read_until(cli, f"{tree.pid}  signal   TERM  sent".encode(), seen)
+            assert cli.stdout is not None
+            seen = read_until(cli.stdout.fileno(), f"{tree.pid}  signal   TERM  sent".encode(), timeout_s=60)
             cli.send_signal(signal.SIGINT)
             out, err = cli.communicate(timeout=60)
         finally:
             if cli.poll() is None:
                 cli.kill()
                 cli.wait()
-        assert cli.returncode == 0, (bytes(seen) + out, err)
+        assert cli.returncode == 0, (seen + out, err)
         assert b"Ctrl-C again to abandon" in err
         assert f"{stubborn}  confirm  KILL  killed".encode() in out
         assert is_gone(stubborn)
@@ -201,7 +185,8 @@ def test_a_client_killed_during_a_remote_escalation_leaves_it_to_the_collector(
         stubborn = tree["scheduler_TP1"]
         cli = _kill_over_ssh(env, "--yes", "--tree", "--escalate", "3", "host-a", str(tree.pid))
         try:
-            _read_until(cli, f"{tree.pid}  signal   TERM  sent".encode(), bytearray())
+            assert cli.stdout is not None
+            read_until(cli.stdout.fileno(), f"{tree.pid}  signal   TERM  sent".encode(), timeout_s=60)
         finally:
             cli.kill()
             cli.communicate()
