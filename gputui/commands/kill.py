@@ -463,7 +463,7 @@ def _show(outcomes: tuple[KillOutcome, ...] | list[KillOutcome], out: TextIO | N
 def _survivors(
     link: HostLink, target: str, plan: KillPlan, run: KillRun, before: HostSnapshot
 ) -> list[Finding]:
-    """What escaped the killed jobs and still holds a GPU (``analysis.find_survivors``) in a fresh sample."""
+    """What escaped the killed jobs and still holds a GPU (``verdict.find_survivors``) in a fresh sample."""
     if not run.done:
         return []
     try:

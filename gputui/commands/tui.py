@@ -114,7 +114,7 @@ def build_app(args: argparse.Namespace, clock: Callable[[], float] | None = None
     """The app for these command-line arguments (targets default to local, or both demo hosts with --demo).
 
     Args:
-        args: Parsed by ``gputui.commands.grammar.build_parser(None)``.
+        args: Parsed by ``gputui.commands.grammar.parser.build_parser(None)``.
         clock: Epoch seconds source for the app and the demo hosts (screenshots freeze it); default: now.
     """
     from gputui.core.store import Config, load_baselines

@@ -1,4 +1,4 @@
-"""health_view: state changes as lines, the per-URL history, labels."""
+"""servers.view: state changes as lines, the per-URL history, labels."""
 
 from __future__ import annotations
 

@@ -211,7 +211,7 @@ ONE_SHOT_UNUSED = (
     "difflib",  # no mistyped command to name
     "secrets",
     "hmac",  # a temporary file's name needs only os.urandom
-    "dataclasses",  # the model is records (core/record.py): no methods compiled per class at import
+    "dataclasses",  # the model is records (core/model/record.py): no methods compiled per class at import
     "typing",  # imported by type checkers only (under TYPE_CHECKING) below the UI
     "pathlib",  # state, config and cache paths are text (with urllib.parse and ipaddress behind it)
     "inspect",

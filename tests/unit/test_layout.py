@@ -37,7 +37,7 @@ def test_no_module_or_class_is_too_big() -> None:
 
 def test_below_the_ui_value_classes_are_records() -> None:
     """``dataclasses`` is for the UI layer, whose widgets are Textual's; everything a one-shot imports uses
-    ``core/record.py`` instead, whose classes cost no generated code at import."""
+    ``core/model/record.py`` instead, whose classes cost no generated code at import."""
     users = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.relative_to(PACKAGE).parts[0] == "ui":

@@ -1,4 +1,4 @@
-"""The leftovers rule (``core.leftovers``) and the collector's checks before it removes anything."""
+"""The leftovers rule (``core.store.leftovers``) and the collector's checks before it removes anything."""
 
 from __future__ import annotations
 

@@ -183,7 +183,7 @@ class ProcessSampler:
         self, gpu_mib: dict[int, dict[int, int]], table: dict[int, ProcStat]
     ) -> tuple[list[int], int]:
         """The pids to list, most important first, each with its ancestors; and how many were left out."""
-        # Each GPU process's whole tree as the client roots it (analysis.build_forest): the job's root
+        # Each GPU process's whole tree as the client roots it (core.jobs.build_forest): the job's root
         # (job_root) and everything under it. Its non-GPU children (a detokenizer) die with a tree kill, so
         # the confirmation must be able to list them.
         facts_of = table_facts(table, self.details.cgroup)

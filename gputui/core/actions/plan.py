@@ -202,7 +202,7 @@ def plan_kill(
         pids: The requested process ids.
         signal: INT, TERM or KILL.
         tree: Signal each process's listed descendants too, children first.
-        all_gpu: The root of every GPU job on the host (``analysis.kill_all_roots``; implies ``tree``);
+        all_gpu: The root of every GPU job on the host (``jobs.kill_all_roots``; implies ``tree``);
             ``pids`` may then be empty.
         escalate_s: Send KILL to survivors after this many seconds.
         read_only: Refuse with ReadOnlyError.

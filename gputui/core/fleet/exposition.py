@@ -1,8 +1,8 @@
 """One analysed host sample as Prometheus metric families (``gputui exporter``'s custom collector).
 
 The families are prometheus_client's own (``GaugeMetricFamily`` and friends); its exposition writes the text,
-nothing here formats a line. Names and labels are ``export_schema``'s. Everything is computed from the
-snapshot's findings and verdict as ``analysis.analyze`` made them, so the exporter says what ``gputui
+nothing here formats a line. Names and labels are ``schema``'s. Everything is computed from the
+snapshot's findings and verdict as ``verdict.analyze`` made them, so the exporter says what ``gputui
 check`` says; only bounded fields travel (kind, GPU, memory, pid, short name, threads, since; a GPU's
 fitness figures and the action they ask for), never a sentence: the fleet view words them again with the
 same functions.
@@ -87,7 +87,7 @@ def server_port(url: str) -> str:
 
 
 def gpu_reason(gpu: Gpu, verdict: GpuVerdict | None, listed: bool, baselines: Baselines) -> str:
-    """The bounded reason of one GPU's verdict (``export_schema.REASONS``): what its memory and processes
+    """The bounded reason of one GPU's verdict (``schema.REASONS``): what its memory and processes
     say first; a GPU not clean for neither is not fit itself (``REASON_FITNESS``: its fitness says why)."""
     if gpu.error is not None or gpu.memory_used_mib is None:
         return s.REASON_UNREADABLE

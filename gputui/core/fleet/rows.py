@@ -41,7 +41,7 @@ def analyze_fleet(
     A host whose gputui exporter is current gets that exporter's verdict (processes included) and its
     findings worded as the monitor words them, each GPU's fitness as the exporter read it (DCGM's where it
     sent none), its servers beside the others; every other host the memory-only verdict
-    (``analysis.memory_verdict``). XID findings are kept either way.
+    (``verdict.memory_verdict``). XID findings are kept either way.
     """
     hosts = []
     for host in sample.hosts:

@@ -1,4 +1,4 @@
-"""One health endpoint's latest state as the collector probed it (``health.messages.health_sample``)."""
+"""One server endpoint's latest state as the collector probed it (``agent.servers.messages``)."""
 
 from __future__ import annotations
 

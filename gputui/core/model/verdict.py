@@ -152,7 +152,7 @@ class Finding(Record):
     """Something stuck, dead or unaccounted for.
 
     Attributes:
-        kind: One of ``gputui.core.analysis.FINDING_KINDS``: zombie, defunct_leader, orphan, uninterruptible,
+        kind: One of ``gputui.core.verdict.FINDING_KINDS``: zombie, defunct_leader, orphan, uninterruptible,
             ghost_memory, invisible_pid, survivor (a process that escaped a killed job and still holds a GPU).
         target: The host target the finding belongs to.
         detail: One human line.

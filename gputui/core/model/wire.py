@@ -47,7 +47,7 @@ def opt_str(value: Any) -> str | None:
 
 
 def opt_safe(value: Any) -> SafeText | None:
-    """Text from a machine, None when absent, made visible (``textsafe.visible``): how the model takes in
+    """Text from a machine, None when absent, made visible (``text.visible``): how the model takes in
     every string it will show, so each object of the model holds only display-safe text."""
     return None if value is None else visible(value)
 

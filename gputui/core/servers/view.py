@@ -2,7 +2,7 @@
 
 Pure functions and a small history class over ``model.EndpointSample``; no Textual or Rich here, so the CLI
 and notifications use the same words as the endpoint panel. Every machine string (URL, detail) goes through
-``textsafe.visible`` before it is put in a line.
+``text.visible`` before it is put in a line.
 """
 
 from __future__ import annotations

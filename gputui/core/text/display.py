@@ -87,7 +87,7 @@ def size_text(mib: int | None) -> str:
 
 
 _ESCAPE_RE = re.compile(r"\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8}|[tnr])")
-"""The escapes ``textsafe.visible`` writes; the longest is ten characters."""
+"""The escapes ``safe.visible`` writes; the longest is ten characters."""
 _ESCAPE_MAX_CHARS = 10
 
 

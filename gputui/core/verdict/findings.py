@@ -62,7 +62,7 @@ FINDING_KINDS = (
 """``xid`` comes from the fleet source (a GPU's last XID error is not 0) and from ``gpu_health`` (an
 application Xid, an Xid no GPU has), as do ``gpu_health`` (the GPU needs a reset, reboot or drain) and
 ``xid_history`` (the kernel log could not be read); ``duplicate_host`` (two exporters claim one host) from the
-fleet source; ``leftover`` from ``core.leftovers`` (what a killed job left in /dev/shm); ``profiled`` and
+fleet source; ``leftover`` from ``store.leftovers`` (what a killed job left in /dev/shm); ``profiled`` and
 ``profiler_unknown`` from ``profiling``; ``stuck_thread`` from ``stuck`` (a process whose threads are stuck
 in the kernel, neither in D itself nor a defunct leader); ``spinning`` from the server watch
 (``servers.spinning``: a GPU job's collective likely hung); the rest from ``find_problems`` and

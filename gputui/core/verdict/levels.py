@@ -2,7 +2,7 @@
 
 Every view (the TUI's clean-slate line, ``snapshot``, ``check``, the fleet view, the receipt) names a verdict
 with ``headline`` and exits with ``exit_code``; none has words of its own for it. Later checks extend the
-reasons behind a level (a GPU's health makes it NOT READY), never the levels themselves.
+reasons behind a level (a GPU's fitness makes it NOT READY), never the levels themselves.
 
 =========== ==== ==========================================================================================
 level       exit meaning

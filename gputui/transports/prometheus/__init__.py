@@ -29,7 +29,7 @@ current.
 
 Every label value and every byte of the answer comes from machines we do not control: values are parsed
 defensively (NaN, infinities, garbage become None), and text put into error lines goes through
-``textsafe.visible``. Standard library only; no Textual or Rich.
+``text.visible``. Standard library only; no Textual or Rich.
 
 * ``query``: the query, the server's URL, the bounded HTTP exchange;
 * ``series`` and ``parse``: an answer turned into hosts (``fleet``: the shapes it yields);

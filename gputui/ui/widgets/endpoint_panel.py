@@ -311,7 +311,7 @@ class EndpointPanel(Widget):
         """Show these samples.
 
         Args:
-            samples: The host's health samples (``HostSnapshot.health``), judged (``core.servers``).
+            samples: The host's endpoint samples (``HostSnapshot.endpoints``), judged (``core.servers``).
             history: URL → its last probe states, oldest first (``EndpointHistory.as_dict()``).
             tokens: URL → its server's tokens/s readings, oldest first (``EndpointHistory.tokens_per_s()``).
             now_s: The time to measure "since" against (epoch seconds); default: the clock when rendered.

@@ -214,7 +214,7 @@ class ProcessTable(LeanTable):
         now_s: float | None = None,
         keep: Collection[int] = (),
     ) -> None:
-        """Show these process nodes (from ``analysis.flatten``), alike idle members folded, filtered, sorted.
+        """Show these process nodes (from ``jobs.flatten``), alike idle members folded, filtered, sorted.
 
         Args:
             nodes: Pre-order tree nodes.
