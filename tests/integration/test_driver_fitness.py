@@ -456,6 +456,18 @@ FALLEN = "GPU{n} needs a reboot of the host (Xid 79: GPU has fallen off the bus)
             id="three-line-fallen-dmesg",
         ),
         pytest.param(
+            # The same three lines as /dev/kmsg gives them: the driver prints them in one call, so they are
+            # one record whose line breaks the kernel writes as \x0a (open-gpu-kernel-modules nv.c).
+            [
+                f"NVRM: The NVIDIA GPU {pci(2)}.0\\x0aNVRM: (PCI ID: 10de:2901) installed in this system has"
+                "\\x0aNVRM: fallen off the bus and is not responding to commands."
+            ],
+            2,
+            1,
+            FALLEN.format(n=2),
+            id="three-line-fallen-one-kmsg-record",
+        ),
+        pytest.param(
             # gpud kmsg_test.go: the one-line form.
             [f"NVRM: GPU {pci(6)}.0: GPU has fallen off the bus."],
             6,
@@ -518,6 +530,25 @@ FALLEN = "GPU{n} needs a reboot of the host (Xid 79: GPU has fallen off the bus)
             id="xid-94-contained",
         ),
         pytest.param(
+            # open-gpu-kernel-modules#1045 (tests/data/kernel_log/issue_threads.txt): IGNORE in the catalogue.
+            [
+                f"NVRM: Xid (PCI:{pci(1)}): 38, pid=326, name=modprobe, channel 0x00000003 0000c597 00000000"
+                " 00000000"
+            ],
+            1,
+            0,
+            "GPU1 Xid 38: driver firmware error (watchdog timeout); informational, the GPU is fit",
+            id="xid-38-ignore",
+        ),
+        pytest.param(
+            # nccl#2241 (tests/data/kernel_log/issue_threads.txt; its PCI address was redacted there): IGNORE.
+            [f"NVRM: Xid (PCI:{pci(3)}): 137, RLW_RXPIPE interrupt hit on link 11 on GPU0: PRIV Error"],
+            3,
+            0,
+            "GPU3 Xid 137: NVLink privilege error; informational, the GPU is fit",
+            id="xid-137-ignore",
+        ),
+        pytest.param(
             # chia-gigahorse#74 (tests/data/kernel_log/issue_threads.txt).
             [
                 f"[10900.272611] NVRM: Xid (PCI:{pci(7)}): 109, pid=11263, name=Renderer, Ch 00000020,"
@@ -560,6 +591,49 @@ def test_kernel_log_lines_as_the_field_writes_them(
             if has_xid
             else "GPU has fallen off the bus (logged without an Xid number)"
         )
+
+
+# gpud testdata/dmesg-with-xid-119.log and PR #46 (tests/data/kernel_log/gpud_kmsg.txt): an H100's GSP RPC
+# timeout, and the three lines one Xid 13 fault writes.
+XID_119 = (
+    "NVRM: Xid (PCI:{pci}): 119, pid=2024380, name=nvidia-smi, Timeout after 6s of waiting for RPC response"
+    " from GPU4 GSP! Expected function 103 (GSP_RM_ALLOC) (0x2081 0x4)."
+)
+XID_13_FAULT = tuple(
+    "NVRM: Xid (PCI:{pci}): 13, pid='<unknown>', name=<unknown>, " + detail
+    for detail in (
+        "Graphics SM Warp Exception on (GPC {gpc}, TPC {tpc}, SM 0): Illegal Instruction Parameter",
+        "Graphics SM Global Exception on (GPC {gpc}, TPC {tpc}, SM 0): Multiple Warp Errors",
+        "Graphics Exception: ESR 0x57c730=0xc04000b 0x57c734=0x24 0x57c728=0x1f81fb60 0x57c72c=0x1174",
+    )
+)
+
+
+def test_a_flood_of_advisory_xids_never_pushes_out_the_one_that_blocks(
+    fake_nvml: FakeNvml, kernel_log: KernelLog
+) -> None:
+    """An application faulting hundreds of times after a GPU's GSP timed out: the host's and the GPU's Xid
+    history are bounded, and what they keep still holds the Xid that asks for a reset."""
+    kernel_log.add(XID_119.format(pci=pci(1)), at_s=100.0)
+    at = 101.0
+    for fault in range(120):  # 360 lines on GPU0, past what the host keeps
+        for line in XID_13_FAULT:
+            kernel_log.add(line.format(pci=pci(0), gpc=fault % 8, tpc=fault % 9), at_s=at)
+            at += 0.001
+    for fault in range(15):  # 45 lines on GPU1 itself, past what one GPU keeps
+        for line in XID_13_FAULT:
+            kernel_log.add(line.format(pci=pci(1), gpc=fault % 8, tpc=fault % 9), at_s=at)
+            at += 0.001
+    done = run_cli("check", fake_nvml)
+    assert done.returncode == 1, done.stdout + done.stderr
+    says_not_ready(done.stdout, "GPU1 needs a reset (Xid 119: GSP RPC timeout)")
+    assert gpu_line(done.stdout, 0) == "GPU0  3 MiB  ✓"
+    host = snapshot_host(fake_nvml)
+    for index in (0, 1):
+        xids = [x["xid"] for x in host["gpus"][index]["health"]["xids"]]
+        assert 13 in xids
+        assert len(xids) <= 32
+    assert 119 in [x["xid"] for x in host["gpus"][1]["health"]["xids"]]
 
 
 # -- 6. a verified gputui reset clears the GPU's reset-class Xids ------------------------------------------

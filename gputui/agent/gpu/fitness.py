@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 
 from gputui.agent.gpu.nvmlapi import nvml_function_missing, nvml_is_lost, pynvml
-from gputui.agent.gpu.xid import KernelLog
+from gputui.agent.gpu.xid import KernelLog, newest_kept
 from gputui.agent.pci import pci_key, pci_text
 
 TYPE_CHECKING = False
@@ -424,7 +424,7 @@ class FitnessMonitor:
         for index, kind, data in events:
             if kind == XID_EVENT_TYPE:
                 self._live.append({"pci": self._pci_of.get(index), "index": index, "xid": data, "time": now})
-        del self._live[: max(0, len(self._live) - MAX_XIDS_PER_GPU * 8)]
+        self._live = newest_kept(self._live, MAX_XIDS_PER_GPU * 8)
         self._requested = True
 
     def update(self, gpus: list[dict[str, Any]]) -> None:
@@ -501,11 +501,11 @@ class FitnessMonitor:
                     "cleared": self._cleared(event["pci"], event["time"]),
                 }
             )
-        for listed in xids.values():
+        for index, listed in xids.items():
             listed.sort(key=lambda e: e["time"] or 0.0)
-            del listed[: max(0, len(listed) - MAX_XIDS_PER_GPU)]
+            xids[index] = newest_kept(listed, MAX_XIDS_PER_GPU)
         self._xids = xids
-        self._unmatched = unmatched[-MAX_UNMATCHED:]
+        self._unmatched = newest_kept(unmatched, MAX_UNMATCHED)
 
     def apply(self, gpus: list[dict[str, Any]]) -> None:
         """Put each GPU's last fitness (figures and Xids) on this sample's GPU dicts."""

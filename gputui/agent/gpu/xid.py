@@ -27,7 +27,7 @@ from gputui.agent.pci import pci_key
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 TEST_SOURCE_ENV = "GPUTUI_TEST_KERNEL_LOG"
 """A file read in place of the kernel log (tests only)."""
@@ -63,7 +63,14 @@ FALLEN_DETAIL = "GPU has fallen off the bus (logged without an Xid number)"
 SAME_EVENT_S = 5.0
 """A bare "fallen off the bus" line this close to an Xid 79 of the same GPU is that Xid's own line."""
 _RECOVERED = r"(?i)recovery action changed from .* to 0x0\b"
+_KMSG_ESCAPE = r"\\x([0-9a-fA-F]{2})"
+"""How /dev/kmsg writes a byte below 0x20, above 0x7e, or a backslash, in a record's text."""
+_FIGURES = r"0x[0-9A-Fa-f]+|\d+"
 _UNSAFE = r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+
+
+def _unescape(match: re.Match[str]) -> str:
+    return chr(int(match.group(1), 16))
 
 
 def _clean(text: str) -> str:
@@ -95,6 +102,10 @@ class KernelLog:
 
     def read(self) -> None:
         """Take what the log says now (never blocks longer than ``DMESG_TIMEOUT_S``); never raises."""
+        self._read()
+        self.events = newest_kept(self.events, MAX_EVENTS)
+
+    def _read(self) -> None:
         if self.test_path is not None:
             self._read_file(self.test_path)
             return
@@ -213,6 +224,13 @@ class KernelLog:
         if kmsg is not None:
             when = boot_epoch + int(kmsg.group(3)) / 1e6
             text = kmsg.group(4)
+            if "\\x" in text and "NVRM:" in text:
+                # /dev/kmsg writes a record's control bytes and backslashes as \xNN: a message the driver
+                # printed over several lines in one call ("The NVIDIA GPU …\x0aNVRM: (PCI ID: …) …") is one
+                # record, taken here line by line as dmesg prints it.
+                for part in re.sub(_KMSG_ESCAPE, _unescape, text).split("\n"):
+                    self._take_text(part, when)
+                return
         else:
             stamped = _DMESG_TIME_RE.match(line)
             if stamped is not None:
@@ -220,6 +238,11 @@ class KernelLog:
                 text = stamped.group(2)
             else:
                 text = line
+        self._take_text(text, when)
+
+    def _take_text(self, text: str, when: float | None) -> None:
+        """One line's text (its stamp taken off): a driver load, an Xid, or a bare line that says a GPU is
+        gone."""
         if "NVRM:" not in text:
             return
         if _DRIVER_LOAD in text:
@@ -274,8 +297,34 @@ class KernelLog:
 
     def _add(self, key: tuple[int, int, int], xid: int, when: float | None, detail: str) -> None:
         self.events.append({"pci": key, "xid": xid, "time": when, "detail": detail})
-        if len(self.events) > MAX_EVENTS:
-            del self.events[: len(self.events) - MAX_EVENTS]
+        if len(self.events) > 2 * MAX_EVENTS:
+            self.events = newest_kept(self.events, MAX_EVENTS)
+
+
+def event_kind(event: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes an Xid event another kind of event than its neighbours: its GPU, its number, whether a reset
+    cleared it, and the shape of its detail with the figures left out (Xid 149 ``Fatal`` and ``Nonfatal``
+    differ, the hundredth Xid 13 of one fault does not)."""
+    shape = re.sub(_FIGURES, "#", event.get("detail") or "")[:48]
+    return (event.get("pci"), event.get("index"), event.get("xid"), event.get("cleared") is None, shape)
+
+
+def newest_kept(
+    events: list[dict[str, Any]], limit: int, kind: Callable[[dict[str, Any]], Any] = event_kind
+) -> list[dict[str, Any]]:
+    """At most ``limit`` of these events (oldest first), the newest of each kind kept first: a flood of one
+    Xid never pushes out the one line that says a GPU needs a reset."""
+    if len(events) <= limit:
+        return events
+    newest: dict[Any, int] = {}
+    for at, event in enumerate(events):
+        newest[kind(event)] = at
+    keep = set(sorted(newest.values())[-limit:])
+    for at in range(len(events) - 1, -1, -1):
+        if len(keep) >= limit:
+            break
+        keep.add(at)
+    return [event for at, event in enumerate(events) if at in keep]
 
 
 def _boot_epoch() -> float:

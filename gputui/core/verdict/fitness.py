@@ -11,12 +11,13 @@ table does not know blocks too ("investigate"). The Xid table is the fallback fo
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, ``XID_CATALOGUE_AS_OF``): its
 immediate-action buckets RESTART_APP and IGNORE are advisories (shown with their advice, never blocking),
 RESET_GPU and the XID 48 / NVLink workflows a reset, RESTART_BM and RESTART_VM a reboot, CHECK_MECHANICALS
-service, CONTACT_SUPPORT and CHECK_UVM a look before the next launch. Xid 154 is read by its ``0xN`` code,
-Xids 144-150 (NVLink5) by the severity the driver prints in the line ("Fatal": a reset), Xid 45 alone on a GPU
-with an NVLink fabric as the fabric manager's. An Xid the table does not know blocks ("unclassified Xid N
-since boot"), unless the driver's recovery action is NONE or the site accepts it (``accepted_xids`` in the
-config). Row remaps and retirements pending, uncorrected ECC and RESET_REQUIRED are NVML's own states
-("Dynamic Page Retirement", "Row Remapping": https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
+service, CONTACT_SUPPORT, CHECK_UVM and UPDATE_SWFW a look before the next launch. Xid 154 is read by its
+``0xN`` code, Xids 144-150 (NVLink5) by the severity the driver prints in the line ("Fatal": a reset), Xid 45
+alone on a GPU with an NVLink fabric as the fabric manager's. An Xid the table does not know blocks
+("unclassified Xid N since boot"), unless the driver's recovery action is NONE or the site accepts it
+(``accepted_xids`` in the config). Row remaps and retirements pending, uncorrected ECC and RESET_REQUIRED
+are NVML's own states ("Dynamic Page Retirement", "Row Remapping":
+https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
 
 **Resets clear what they clear.** An Xid stops counting after a later reset of its GPU (one the kernel log
 shows: the recovery action back to None; or one gputui performed and verified), a driver reload or a boot (the
@@ -114,13 +115,46 @@ the action. A value not listed blocks ("investigate")."""
 
 _APP = "the application that hit it must be restarted, the GPU is fit"
 _INFO = "informational, the GPU is fit"
+_ENGINES = {
+    **{xid: f"copy engine CE{n}" for n, xid in ((0, 39), (1, 40), (2, 41), (3, 70), (4, 71), (5, 72))},
+    **{xid: f"copy engine CE{n}" for n, xid in ((6, 75), (7, 76), (8, 77), (9, 85))},
+    **{126 + n: f"copy engine CE{10 + n}" for n in range(10)},
+    **{xid: f"video decoder NVDEC{n}" for n, xid in ((1, 83), (2, 84), (3, 88), (4, 89), (5, 96), (6, 97))},
+    98: "video decoder NVDEC7",
+    82: "JPEG engine NVJPG0",
+    **{98 + n: f"JPEG engine NVJPG{n}" for n in range(1, 8)},
+    86: "optical flow engine OFA0",
+    139: "optical flow engine OFA1",
+}
+"""The catalogue's per-engine RESTART_APP rows ("CE3: Unknown Error", "NVDEC1 Error", ...)."""
 XID_TABLE: dict[int, tuple[str, str, str]] = {
     # RESTART_APP and IGNORE: advisories, shown with their advice, never blocking.
     8: ("GPU stopped processing (idle timeout)", ACTION_NONE, _APP),
+    11: ("invalid or corrupted push buffer stream", ACTION_NONE, _APP),
     13: ("graphics engine exception", ACTION_NONE, _APP),
+    25: ("invalid or illegal push buffer stream", ACTION_NONE, _APP),
     31: ("GPU memory page fault", ACTION_NONE, _APP),
     32: ("invalid or corrupted push buffer stream", ACTION_NONE, _APP),
+    37: ("driver firmware error", ACTION_NONE, _INFO),
+    38: ("driver firmware error (watchdog timeout)", ACTION_NONE, _INFO),
     43: ("GPU stopped processing", ACTION_NONE, _INFO),
+    44: ("graphics engine fault during context switch", ACTION_NONE, _INFO),
+    60: ("video processor exception", ACTION_NONE, _APP),
+    66: ("illegal access by driver", ACTION_NONE, _INFO),
+    67: ("illegal access by driver", ACTION_NONE, _INFO),
+    80: ("corrupted data sent to the GPU", ACTION_NONE, _APP),
+    93: ("InfoROM wear limit exceeded (non-fatal)", ACTION_NONE, _INFO),
+    106: ("SMBPBI test message", ACTION_NONE, _INFO),
+    107: ("SMBPBI test message (silent)", ACTION_NONE, _INFO),
+    121: ("C2C error", ACTION_NONE, _INFO),
+    137: ("NVLink privilege error", ACTION_NONE, _INFO),
+    141: ("CUDA fast path error", ACTION_NONE, _INFO),
+    152: ("DLA SMMU error", ACTION_NONE, _INFO),
+    153: ("DLA timeout error", ACTION_NONE, _INFO),
+    157: ("resource retirement failure", ACTION_NONE, _INFO),
+    160: ("channel retirement event", ACTION_NONE, _INFO),
+    161: ("channel retirement failure", ACTION_NONE, _INFO),
+    **{xid: (f"{engine} error", ACTION_NONE, _APP) for xid, engine in _ENGINES.items()},
     63: (
         "GPU memory remapping event",
         ACTION_NONE,
@@ -156,16 +190,19 @@ XID_TABLE: dict[int, tuple[str, str, str]] = {
     151: ("key rotation error", ACTION_REBOOT, "NVIDIA: restart the VM"),
     # CHECK_MECHANICALS.
     54: ("auxiliary power is not connected to the board", ACTION_DRAIN, "check the board's auxiliary power"),
-    # CONTACT_SUPPORT (a code NVIDIA no longer uses) and CHECK_UVM.
+    # CONTACT_SUPPORT (61: a code NVIDIA no longer uses), CHECK_UVM and UPDATE_SWFW.
     61: (
         "internal micro-controller breakpoint (an unused code)",
         ACTION_INVESTIGATE,
         "NVIDIA: contact support",
     ),
+    142: ("video encoder NVENC3 error", ACTION_INVESTIGATE, "NVIDIA: contact support"),
     159: ("CHI non-data error", ACTION_INVESTIGATE, "NVIDIA: check UVM (nvidia-uvm and its persistence)"),
+    78: ("vGPU start error", ACTION_INVESTIGATE, "NVIDIA: update the driver and firmware"),
 }
-"""Xid -> (meaning, action, advice): the catalogue's immediate action. Xids 45, 144-150 and 154 are read from
-their own line (``xid_action``); an Xid in neither is unclassified and blocks."""
+"""Xid -> (meaning, action, advice): the catalogue's immediate action, for every Xid it lists as in use and
+gives one. Xids 45, 144-150 and 154 are read from their own line (``xid_action``); an Xid in neither (a code
+the catalogue marks unused, one it gives no action yet, one newer than it) is unclassified and blocks."""
 
 XID_PREEMPTIVE_CLEANUP = 45
 XID_RECOVERY_ACTION = 154
