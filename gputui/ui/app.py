@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import App, SystemCommand
 from textual.notifications import Notification
 from textual.screen import Screen
@@ -201,6 +202,14 @@ class GpuTuiApp(RecordingActions, App[int]):
         if self.fleet is not None:
             self.install_screen(self.fleet, FLEET_SCREEN)
             self.show_fleet()
+
+    last_input_s: float = 0.0
+    """Monotonic time of the user's last key or mouse press: background work paces itself by it."""
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown)) and not event.is_forwarded:
+            self.last_input_s = time.monotonic()
+        await super().on_event(event)
 
     def get_default_screen(self) -> MonitorScreen:
         """The monitor is the first screen; the fleet view, the GPU view and the dialogs go on top of it."""

@@ -140,6 +140,37 @@ async def test_s_cycles_the_sort(clock: ManualClock, state_dir: Path) -> None:
         assert "sort: host" in str(fleet.query_one(FleetSummary).render())
 
 
+async def test_a_key_reorders_the_rows_it_has_and_answers_are_summarised_off_the_ui_thread(
+    clock: ManualClock, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gputui.ui.screens import fleet as fleet_module
+
+    made_on: list[str] = []
+    real = fleet_module.summarize
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made_on.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fleet_module, "summarize", counted)
+    app, fleet, prometheus = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot, fleet)
+        await wait_for(pilot, lambda: fleet.answers >= 2, "two answers")
+        # Every answer's rows were made on the poller's thread, none on the UI's.
+        assert made_on
+        assert set(made_on) == {"gputui-fleet"}
+        fleet.poller.interval_s = 3600.0
+        await pilot.pause(0.2)
+        before = len(made_on)
+        keys_at = app.last_input_s
+        for _ in SORT_MODES:
+            await pilot.press("s")
+        await pilot.press("slash", "g", "p", "u", "escape")
+        assert len(made_on) == before  # a new order or filter summarised nothing again
+        assert app.last_input_s > keys_at  # the keys were seen: a refresh in flight pauses for them
+
+
 async def test_r_asks_now_and_rows_follow_new_answers(clock: ManualClock, state_dir: Path) -> None:
     app, fleet, prometheus = fleet_app(clock, state_dir)
     fleet.poller.interval_s = 3600.0  # only r asks again

@@ -20,6 +20,7 @@ from gputui.core.model import (
 )
 from gputui.core.text import age_text, fit, visible
 from gputui.core.verdict import duplicate_host_finding, xid_finding
+from gputui.transports.pacing import pace
 from gputui.transports.prometheus.gputui_series import exported_host, merged_figures
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, host_part, whole
 from gputui.transports.prometheus.query import (
@@ -324,7 +325,10 @@ def parse_answer(
         for instance, (host_name, kind) in (known_servers or {}).items():
             if host_name in parser.hosts and parser.up.get(instance) is False:
                 servers.setdefault(host_name, {}).setdefault(instance, {"kind": kind})
-        hosts = [_build_host(parser.hosts[n], parser, now, servers.get(n, {})) for n in sorted(parser.hosts)]
+        hosts = []
+        for name in sorted(parser.hosts):
+            hosts.append(_build_host(parser.hosts[name], parser, now, servers.get(name, {})))
+            pace()
     except (TypeError, AttributeError, ValueError) as exc:
         cause = f"{type(exc).__name__}: {visible(str(exc), 80)}"
         raise PrometheusError(f"prometheus: malformed answer ({cause})") from None

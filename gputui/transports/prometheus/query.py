@@ -12,6 +12,7 @@ from gputui import __version__
 from gputui.core.fleet import DEFAULT_STALE_AFTER_S as DEFAULT_STALE_AFTER_S
 from gputui.core.link import LinkError
 from gputui.core.text import visible
+from gputui.transports import pacing
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -300,7 +301,7 @@ def fetch(
     except Exception as exc:  # noqa: BLE001 - http.client raises its own HTTPException family
         raise PrometheusError(f"{where}: {type(exc).__name__}: {visible(str(exc), 200)}") from None
     try:
-        document = json.loads(raw)
+        document = pacing.loads(raw)
     except (ValueError, RecursionError):
         excerpt = raw[:80].decode("utf-8", "replace")
         raise PrometheusError(

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from gputui.core.fleet import DCGM_OWNER_LABELS, dcgm_owner
 from gputui.core.model import Owner
 from gputui.core.text import visible
+from gputui.transports.pacing import SLICE_ITEMS, pace
 from gputui.transports.prometheus.gputui_series import GPU_FIGURES, gpu_figure, take
 from gputui.transports.prometheus.parts import (
     GpuParts,
@@ -137,7 +138,14 @@ class Parser:
         step raise TypeError or AttributeError, which ``parse_answer`` reports as a malformed answer.
         """
         values: list[tuple[str, Series]] = []
-        for item in result:
+        # Nearly every answer is printable text throughout: checked a series at a time, in one pass over its
+        # joined texts, before any label is made visible on its own.
+        printable = str.isprintable
+        join = "".join
+
+        for count, item in enumerate(result, 1):
+            if count % SLICE_ITEMS == 0:
+                pace()
             if not isinstance(item, dict):
                 self.ignored += 1
                 continue
@@ -147,7 +155,12 @@ class Parser:
                 self.ignored += 1
                 continue
             # Every label is machine text: made visible here, once, for every view of the fleet.
-            labels = {visible(k): visible(v) if isinstance(v, str) else v for k, v in labels.items()}
+            try:
+                clean = printable(join(labels)) and printable(join(labels.values()))
+            except TypeError:  # a value that is not text
+                clean = False
+            if not clean:
+                labels = {visible(k): visible(v) if isinstance(v, str) else v for k, v in labels.items()}
             at = number(sample[0])
             if at is not None and (self.eval_time is None or at > self.eval_time):
                 self.eval_time = at
@@ -166,7 +179,9 @@ class Parser:
                 self.up_time[instance] = max(value, self.up_time.get(instance, value))
             else:
                 self.ignored += 1
-        for name, series in values:
+        for count, (name, series) in enumerate(values, 1):
+            if count % SLICE_ITEMS == 0:
+                pace()
             if name == UP:
                 instance = series.labels.get(INSTANCE)
                 if instance:

@@ -1,7 +1,9 @@
 """The fleet view: every GPU host Prometheus knows, one line each, sortable and filterable.
 
-A ``FleetPoller`` asks Prometheus on a thread of its own and hands each answer over as ``Updated``; only the
-newest waiting answer is applied, so a slow screen never queues more than one. Rows are updated in place by
+A ``FleetPoller`` asks Prometheus on a thread of its own and hands each answer over as ``Updated``, its rows
+already summarised on that thread; only the newest waiting answer is applied, so a slow screen never queues
+more than one. A new order or filter reuses the rows on screen: a key costs the table's work, not 500
+summaries. Rows are updated in place by
 host name. Enter asks the app to open the host under the cursor over SSH (``OpenHost``); while another screen
 is shown the poller asks nothing. When Prometheus is down, slow or erroring the last answer stays on screen,
 its data ageing, with one line saying why, and every key keeps working.
@@ -90,7 +92,7 @@ class FleetScreen(Screen[None]):
         self._stale_after_s = stale_after_s
         self._clock = clock
         self._poller = FleetPoller(read, self._deliver, refresh_s, clock=clock)
-        self._inbox: LatestInbox[str, FleetUpdate] = LatestInbox()
+        self._inbox: LatestInbox[str, tuple[FleetUpdate, dict[str, FleetRow]]] = LatestInbox()
         self._sample: FleetSample | None = None
         self._sample_received_s: float | None = None
         self._error: str | None = None
@@ -119,6 +121,8 @@ class FleetScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        app = self.app
+        self._poller.input_at = lambda: float(getattr(app, "last_input_s", 0.0))
         self.query_one(FleetTable).focus()
         self._show()
         self.set_interval(TICK_S, self._tick)
@@ -136,22 +140,33 @@ class FleetScreen(Screen[None]):
     # -- data ------------------------------------------------------------------------------------------
 
     def _deliver(self, update: FleetUpdate) -> None:
-        """The poller's callback (its thread): keep the newest answer, post only when none was waiting."""
-        if self._inbox.put(FLEET_KEY, update):
+        """The poller's callback (its thread): summarise the answer's hosts as they are when it arrives, keep
+        the newest answer, post only when none was waiting."""
+        rows: dict[str, FleetRow] = {}
+        if update.sample is not None:
+            rows = {host.name: summarize(host, 0.0, self._stale_after_s) for host in update.sample.hosts}
+        if self._inbox.put(FLEET_KEY, (update, rows)):
             self.post_message(self.Updated())
 
     def on_fleet_screen_updated(self, message: Updated) -> None:
         message.stop()
-        update = self._inbox.take().get(FLEET_KEY)
-        if update is None:
+        delivered = self._inbox.take().get(FLEET_KEY)
+        if delivered is None:
             return
+        update, rows = delivered
         self.answers += 1
         self._error = update.error
-        if update.sample is not None:
-            self._sample = update.sample
-            self._sample_received_s = update.received_s
-            self._hosts = {host.name: host for host in update.sample.hosts}
-        self._show()
+        if update.sample is None:
+            self._show()
+            return
+        self._sample = update.sample
+        self._sample_received_s = update.received_s
+        self._hosts = {host.name: host for host in update.sample.hosts}
+        if self._clock() - update.received_s < 1.0:
+            self._rows = rows  # still what summarize would say: ages are whole seconds
+            self._show(resummarize=False)
+        else:
+            self._show()
 
     def _tick(self) -> None:
         received = self._sample_received_s
@@ -161,9 +176,13 @@ class FleetScreen(Screen[None]):
 
     # -- drawing ---------------------------------------------------------------------------------------
 
-    def _show(self) -> None:
+    def _show(self, resummarize: bool = True) -> None:
+        """Draw the rows; ``resummarize``: make them again from the hosts, their data aged to now."""
         since = 0.0 if self._sample_received_s is None else self._clock() - self._sample_received_s
-        self._rows = {name: summarize(host, since, self._stale_after_s) for name, host in self._hosts.items()}
+        if resummarize or self._rows.keys() != self._hosts.keys():
+            self._rows = {
+                name: summarize(host, since, self._stale_after_s) for name, host in self._hosts.items()
+            }
         needle = self.filter_text.strip().lower()
         shown = [row for name, row in self._rows.items() if matches(row, self._hosts[name], needle)]
         shown.sort(key=sort_key(self.sort_mode))
@@ -219,11 +238,11 @@ class FleetScreen(Screen[None]):
 
     def watch_sort_mode(self) -> None:
         if self.is_mounted:
-            self._show()
+            self._show(resummarize=False)
 
     def watch_filter_text(self) -> None:
         if self.is_mounted:
-            self._show()
+            self._show(resummarize=False)
 
     # -- actions ---------------------------------------------------------------------------------------
 

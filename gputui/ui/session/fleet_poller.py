@@ -9,6 +9,12 @@ from dataclasses import dataclass
 
 from gputui.core.fleet import DEFAULT_REFRESH_S, FleetSample
 from gputui.core.link import LinkError
+from gputui.transports.pacing import paced_by
+
+QUIET_S = 0.3
+"""A refresh pauses while a key was pressed within this long: a key's answer has the interpreter to itself."""
+MAX_PAUSED_S = 2.0
+"""Longest one refresh pauses for keys in all, so that keys held down cannot keep the fleet's data away."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +39,8 @@ class FleetPoller:
     pile-up), and hands each answer to ``deliver`` (called on that thread).
 
     ``read`` is bounded by the source's own deadline, so ``stop`` takes effect within it; quitting never
-    waits for it (daemon thread).
+    waits for it (daemon thread). It is paced (``transports.pacing``): while ``input_at`` (monotonic time of
+    the user's last key, set by the view) is recent, the read pauses between slices of its work.
     """
 
     def __init__(
@@ -52,6 +59,7 @@ class FleetPoller:
         self._running = threading.Event()
         self._running.set()
         self._thread: threading.Thread | None = None
+        self.input_at: Callable[[], float] | None = None
 
     def start(self) -> None:
         if self._thread is None:
@@ -82,12 +90,15 @@ class FleetPoller:
         started = time.monotonic()
         sample: FleetSample | None = None
         error: str | None = None
+        paced_by(None if self.input_at is None else _MakeWay(self.input_at))
         try:
             sample = self._read()
         except LinkError as exc:
             error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a bad answer must not end the polling
             error = f"prometheus: {type(exc).__name__}: {exc}"
+        finally:
+            paced_by(None)
         return FleetUpdate(sample, error, self._clock(), time.monotonic() - started)
 
     def _run(self) -> None:
@@ -101,3 +112,20 @@ class FleetPoller:
                 return
             self._deliver(update)
             self._wake.wait(self.interval_s)
+
+
+class _MakeWay:
+    """The pause of one read: wait while the user is pressing keys, up to ``MAX_PAUSED_S`` in all."""
+
+    def __init__(self, input_at: Callable[[], float]) -> None:
+        self._input_at = input_at
+        self._paused_s = 0.0
+
+    def __call__(self) -> None:
+        while self._paused_s < MAX_PAUSED_S:
+            quiet_s = time.monotonic() - self._input_at()
+            if quiet_s >= QUIET_S:
+                return
+            nap_s = min(QUIET_S - quiet_s, MAX_PAUSED_S - self._paused_s)
+            time.sleep(nap_s)
+            self._paused_s += nap_s

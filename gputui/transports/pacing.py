@@ -1,0 +1,150 @@
+"""Long work on a background thread, done in slices that let the UI thread have the interpreter.
+
+CPython runs one thread at a time: a thread decoding and parsing a 500-host Prometheus answer (half a second
+of CPU) takes turns with the UI thread every few milliseconds, so a key pressed meanwhile is answered at half
+speed, and one long C call (``json.loads`` of 15 MB) holds the interpreter for its whole length. Work that
+may run beside a UI calls ``pace()`` between slices of a few milliseconds; the thread that runs it names,
+with ``paced_by``, what a pause does there (the fleet view's poller waits while keys are being pressed). On
+any other thread, and in one-shot commands, ``pace()`` does nothing.
+
+``loads`` is ``json.loads`` for large answers: the first levels of objects and arrays are walked here and
+every element below them is decoded by the C decoder on its own, with a ``pace()`` between slices.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_local = threading.local()
+
+SLICE_ITEMS = 128
+"""Elements decoded (or series parsed) between two pauses: well under a millisecond of work each."""
+
+
+def pace() -> None:
+    """A point where the work of this thread may pause (see the module docstring)."""
+    hook = getattr(_local, "hook", None)
+    if hook is not None:
+        hook()
+
+
+def paced_by(hook: Callable[[], None] | None) -> None:
+    """Make ``pace()`` on this thread call ``hook`` (None: do nothing again)."""
+    _local.hook = hook
+
+
+# --- JSON in slices ----------------------------------------------------------------------------------
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+"""What JSON calls whitespace (``json.decoder.WHITESPACE``)."""
+_HAND_LEVELS = 3
+"""Levels of objects and arrays walked here: a Prometheus answer's ``{"data": {"result": [...]}}``."""
+
+
+def loads(raw: bytes | str) -> Any:
+    """``json.loads(raw)``, the same value and the same errors (``ValueError``), decoded in slices.
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``) or not text (``UnicodeDecodeError``).
+    """
+    text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw), "surrogatepass")
+    if text.startswith("\ufeff"):
+        raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    value, end = _value(text, _skip(text, 0), _HAND_LEVELS)
+    end = _skip(text, end)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def _skip(text: str, at: int) -> int:
+    """Where the whitespace from ``at`` ends."""
+    found = _SPACE.match(text, at)
+    return at if found is None else found.end()
+
+
+def _value(text: str, at: int, levels: int) -> tuple[Any, int]:
+    if levels > 0:
+        if text.startswith("{", at):
+            return _object(text, at + 1, levels - 1)
+        if text.startswith("[", at):
+            return _array(text, at + 1, levels - 1)
+    return _DECODER.raw_decode(text, at)
+
+
+def _object(text: str, at: int, levels: int) -> tuple[dict[str, Any], int]:
+    out: dict[str, Any] = {}
+    at = _skip(text, at)
+    if text.startswith("}", at):
+        return out, at + 1
+    while True:
+        if not text.startswith('"', at):
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
+        key, at = _DECODER.raw_decode(text, at)
+        at = _skip(text, at)
+        if not text.startswith(":", at):
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, at)
+        value, at = _value(text, _skip(text, at + 1), levels)
+        out[key] = value
+        at = _skip(text, at)
+        if text.startswith("}", at):
+            return out, at + 1
+        if not text.startswith(",", at):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+        at = _skip(text, at + 1)
+
+
+def _array(text: str, at: int, levels: int) -> tuple[list[Any], int]:
+    out: list[Any] = []
+    at = _skip(text, at)
+    if text.startswith("]", at):
+        return out, at + 1
+    if levels == 0:
+        at = _object_runs(text, at, out)
+    while True:
+        value, at = _value(text, at, levels)
+        out.append(value)
+        if len(out) % SLICE_ITEMS == 0:
+            pace()
+        at = _skip(text, at)
+        if text.startswith("]", at):
+            return out, at + 1
+        if not text.startswith(",", at):
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+        at = _skip(text, at + 1)
+
+
+_BETWEEN_OBJECTS = "},{"
+
+
+def _object_runs(text: str, at: int, out: list[Any]) -> int:
+    """Decode the array's elements from ``at`` in runs of ``SLICE_ITEMS``, one C call per run, appending them
+    to ``out``; return where the elements not decoded yet begin.
+
+    A run ends where the text reads ``},{``, which between two objects of a compact array is the boundary.
+    The same text can stand inside an element (in a string, or between nested objects): a run cut there is
+    not a list of whole values, so it does not decode, and the rest is left to the decoding of one element
+    at a time. A run that decodes is exactly those elements: the grammar reads the same characters the same
+    way wherever they stand. Runs share the key strings of their objects, as one ``json.loads`` does.
+    """
+    while True:
+        end = at
+        for _ in range(SLICE_ITEMS):
+            end = text.find(_BETWEEN_OBJECTS, end + 1)
+            if end < 0:
+                return at
+        try:
+            run = _DECODER.decode("[" + text[at : end + 1] + "]")
+        except ValueError:
+            return at
+        out.extend(run)
+        at = end + 2
+        pace()
