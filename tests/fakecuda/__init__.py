@@ -85,6 +85,11 @@ class FakeCudaGpu:
     """A step (``HANG_STEPS``) or a comma list: that call does not return while the state says so."""
     slow_ms: int = 0
     corrupt: bool = False
+    stuck: bool = False
+    """With ``hang``: the hung process cannot be reaped after SIGKILL while this says so (a tracer of its
+    own holds its exit), as one stuck in the driver cannot exit; a test writes False to let it go."""
+    compute_mode: int | None = None
+    """CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: 0 default, 2 prohibited, 3 exclusive-process."""
     total_mib: int | None = None
     ctx_mib: int | None = None
     nvml_state: Path | str | None = None
@@ -105,13 +110,15 @@ class FakeCudaGpu:
             "hang",
             "slow_ms",
             "corrupt",
+            "stuck",
+            "compute_mode",
             "total_mib",
             "ctx_mib",
             "nvml_state",
             "nvml_gpu",
         ):
             value = getattr(self, key)
-            if value is None or (key in ("slow_ms", "corrupt") and not value):
+            if value is None or (key in ("slow_ms", "corrupt", "stuck") and not value):
                 continue
             if isinstance(value, bool):
                 value = int(value)

@@ -34,6 +34,15 @@
  *                        hang=init on any gpu line holds cuInit
  *   slow_ms=N            each of those steps on this GPU takes N ms more (cuInit: the largest slow_ms)
  *   corrupt=1            cuMemcpyDtoH_v2 reads back one bit flipped (in the middle byte)
+ *   stuck=1              with hang: a process hung in a call on this GPU cannot be reaped after SIGKILL
+ *                        while the state says so, as one stuck in the driver (state D) cannot exit. The
+ *                        hung call forks a tracer in a session of its own that PTRACE_SEIZEs the process
+ *                        and never waits for it: a dead tracee stays a zombie its parent cannot reap
+ *                        (only its tracer can) until the tracer ends. The tracer ends once the state file
+ *                        no longer says stuck=1 for this GPU (or cannot be read), and after 300 s at most.
+ *   compute_mode=N       what cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE) answers (default 0,
+ *                        CU_COMPUTEMODE_DEFAULT; 2 PROHIBITED, 3 EXCLUSIVE_PROCESS); it changes no other
+ *                        call: a busy exclusive-process GPU is ctx_error=DEVICE_UNAVAILABLE beside it
  *   total_mib=N          device memory (default 49152): an allocation beyond it, counting this
  *                        process's live allocations and contexts on the GPU, is CUDA_ERROR_OUT_OF_MEMORY
  *   ctx_mib=N            a live context holds N MiB (default 0) in total_mib and in NVML (below)
@@ -54,6 +63,11 @@
  * current context: CUDA_ERROR_INVALID_CONTEXT; a device pointer (or range) outside a live allocation:
  * CUDA_ERROR_INVALID_VALUE. Device memory is host memory (calloc), at most 1 GiB per process in all
  * (beyond: CUDA_ERROR_OUT_OF_MEMORY); device addresses start at 0x302000000 and are never reused.
+ * CUDA_VISIBLE_DEVICES, where set, is a comma list of positions among the gpu lines, as the driver reads
+ * it: the devices are those, in that order (their ordinals), up to the first token that is not a position
+ * or repeats one; a GPU not among them has no ordinal and its PCI id is CUDA_ERROR_INVALID_DEVICE; none
+ * visible: cuInit returns CUDA_ERROR_NO_DEVICE. cuDeviceGetAttribute answers
+ * CU_DEVICE_ATTRIBUTE_COMPUTE_MODE (20) alone; any other attribute is CUDA_ERROR_INVALID_VALUE.
  *
  * Builds for the fallback tests: each define hides a group of symbols from dlsym.
  *   FAKECUDA_NO_V2      an old or foreign libcuda: no *_v2 symbols (cuCtxCreate_v2, cuCtxDestroy_v2,
@@ -73,7 +87,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -284,6 +301,8 @@ struct gpu {
     unsigned int hang; /* STEP_* bits */
     unsigned int slow_ms;
     int corrupt;
+    int stuck;
+    unsigned int compute_mode;
     unsigned long long total_mib;
     unsigned long long ctx_mib;
     char nvml_state[PATH_MAX];
@@ -541,6 +560,15 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val, const
             warn(path, ln, "bad corrupt", val);
         else
             g->corrupt = c != 0;
+    } else if (!strcmp(key, "stuck")) {
+        unsigned int c;
+        if (parse_uint(val, &c))
+            warn(path, ln, "bad stuck", val);
+        else
+            g->stuck = c != 0;
+    } else if (!strcmp(key, "compute_mode")) {
+        if (parse_uint(val, &g->compute_mode) || g->compute_mode > 3)
+            warn(path, ln, "bad compute_mode", val);
     } else if (!strcmp(key, "total_mib") || !strcmp(key, "ctx_mib")) {
         unsigned long long x;
         if (parse_ull(val, &x) || x > (1ULL << 40))
@@ -651,11 +679,42 @@ static const struct gpu *gpu_by_index(unsigned int index)
     return NULL;
 }
 
+/* With g_lock held: the positions among the gpu lines of the devices CUDA_VISIBLE_DEVICES leaves visible,
+ * by ordinal; returns how many. */
+static unsigned int visible_positions(unsigned int *positions)
+{
+    const char *env = getenv("CUDA_VISIBLE_DEVICES");
+    unsigned int n = 0;
+    if (!env) {
+        for (n = 0; n < g_state.count; n++)
+            positions[n] = n;
+        return n;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", env);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < MAX_GPUS; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        unsigned int position;
+        if (parse_uint(t, &position) || position >= g_state.count)
+            break;
+        unsigned int seen = 0;
+        for (unsigned int i = 0; i < n; i++)
+            seen |= positions[i] == position;
+        if (seen)
+            break;
+        positions[n++] = position;
+    }
+    return n;
+}
+
 static const struct gpu *gpu_by_ordinal(CUdevice dev)
 {
-    if (dev < 0 || (unsigned int)dev >= g_state.count)
+    unsigned int positions[MAX_GPUS];
+    unsigned int n = visible_positions(positions);
+    if (dev < 0 || (unsigned int)dev >= n)
         return NULL;
-    return &g_state.gpus[dev];
+    return &g_state.gpus[positions[dev]];
 }
 
 static void sleep_ms(unsigned int ms)
@@ -683,13 +742,71 @@ static CUresult leave(CUresult r)
     return r;
 }
 
+#define STUCK_MAX_MS (300 * 1000)
+
+/* Whether the state says stuck=1 for the GPU named index (any GPU: index UINT_MAX). */
+static int stuck_now(unsigned int index)
+{
+    const char *path = getenv("FAKE_CUDA_STATE");
+    struct stat sb;
+    int stuck = 0;
+    if (!path || stat(path, &sb) != 0) /* the test that wrote it is gone */
+        return 0;
+    pthread_mutex_lock(&g_lock);
+    if (refresh_locked() == 0)
+        for (unsigned int i = 0; i < g_state.count; i++)
+            if (index == UINT_MAX || g_state.gpus[i].index == index)
+                stuck |= g_state.gpus[i].stuck;
+    pthread_mutex_unlock(&g_lock);
+    return stuck;
+}
+
+/* stuck=1: a tracer of this process in a session of its own, which never waits for it, so that once
+ * killed this process stays a zombie only the tracer may reap; the tracer ends when the state lets go. */
+static void become_unreapable(unsigned int index)
+{
+    int go[2], seized[2];
+    if (pipe(go) != 0)
+        return;
+    if (pipe(seized) != 0) {
+        close(go[0]), close(go[1]);
+        return;
+    }
+    pid_t tracee = getpid();
+    pid_t tracer = fork();
+    if (tracer == 0) {
+        char byte = 0;
+        setsid();
+        close(go[1]), close(seized[0]);
+        for (int fd = 0; fd < 1024; fd++)
+            if (fd != go[0] && fd != seized[1])
+                close(fd);
+        if (read(go[0], &byte, 1) == 1 && ptrace(PTRACE_SEIZE, tracee, 0, 0) == 0 &&
+            write(seized[1], "s", 1) == 1) {
+            close(seized[1]);
+            for (unsigned int waited = 0; waited < STUCK_MAX_MS && stuck_now(index); waited += HANG_POLL_MS)
+                sleep_ms(HANG_POLL_MS);
+        }
+        _exit(0);
+    }
+    close(go[0]), close(seized[1]);
+    if (tracer > 0) {
+        char byte = 0;
+        prctl(PR_SET_PTRACER, tracer, 0, 0, 0); /* where Yama allows only ancestors to trace */
+        if (write(go[1], "g", 1) == 1 && read(seized[0], &byte, 1) != 1)
+            fprintf(stderr, "fakecuda: stuck=1: the tracer could not attach\n");
+    }
+    close(go[1]), close(seized[0]);
+}
+
 /* One step of the probe on the GPU named index (all GPUs for STEP_INIT), outside the lock: wait while the
  * state says hang, then slow_ms, then answer the step's error from the state as it is then. */
 static CUresult step(unsigned int index, unsigned int bit)
 {
     unsigned int slow = 0;
+    int traced = 0;
     for (;;) {
-        int hanging = 0;
+        int hanging = 0, stuck = 0;
         pthread_mutex_lock(&g_lock);
         refresh_locked();
         slow = 0;
@@ -698,12 +815,17 @@ static CUresult step(unsigned int index, unsigned int bit)
             if (bit != STEP_INIT && g->index != index)
                 continue;
             hanging |= (g->hang & bit) != 0;
+            stuck |= g->stuck && (g->hang & bit) != 0;
             if (g->slow_ms > slow)
                 slow = g->slow_ms;
         }
         pthread_mutex_unlock(&g_lock);
         if (!hanging)
             break;
+        if (stuck && !traced) {
+            traced = 1;
+            become_unreapable(bit == STEP_INIT ? UINT_MAX : index);
+        }
         sleep_ms(HANG_POLL_MS);
     }
     if (slow)
@@ -1051,7 +1173,8 @@ EXPORT CUresult cuInit(unsigned int Flags)
         return r;
     pthread_mutex_lock(&g_lock);
     refresh_locked();
-    if (g_state.count == 0)
+    unsigned int positions[MAX_GPUS];
+    if (visible_positions(positions) == 0)
         r = CUDA_ERROR_NO_DEVICE;
     else
         g_initialized = 1;
@@ -1078,7 +1201,8 @@ EXPORT_BASE CUresult cuDeviceGetCount(int *count)
         return r;
     if (!count)
         return leave(CUDA_ERROR_INVALID_VALUE);
-    *count = (int)g_state.count;
+    unsigned int positions[MAX_GPUS];
+    *count = (int)visible_positions(positions);
     return leave(CUDA_SUCCESS);
 }
 
@@ -1105,14 +1229,32 @@ EXPORT_PCI CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
     unsigned int dom, bus, d, fn;
     if (parse_pci(pciBusId, &dom, &bus, &d, &fn))
         return leave(CUDA_ERROR_INVALID_DEVICE);
-    for (unsigned int i = 0; i < g_state.count; i++) {
-        const struct gpu *g = &g_state.gpus[i];
+    unsigned int positions[MAX_GPUS];
+    unsigned int n = visible_positions(positions);
+    for (unsigned int o = 0; o < n; o++) {
+        const struct gpu *g = &g_state.gpus[positions[o]];
         if (g->dom == dom && g->bus == bus && g->dev == d && g->fn == fn) {
-            *dev = (CUdevice)i;
+            *dev = (CUdevice)o;
             return leave(CUDA_SUCCESS);
         }
     }
     return leave(CUDA_ERROR_INVALID_DEVICE);
+}
+
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_MODE 20
+
+EXPORT_BASE CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
+{
+    CUresult r = enter();
+    if (r != CUDA_SUCCESS)
+        return r;
+    const struct gpu *g = gpu_by_ordinal(dev);
+    if (!g)
+        return leave(CUDA_ERROR_INVALID_DEVICE);
+    if (!pi || attrib != CU_DEVICE_ATTRIBUTE_COMPUTE_MODE)
+        return leave(CUDA_ERROR_INVALID_VALUE);
+    *pi = (int)g->compute_mode;
+    return leave(CUDA_SUCCESS);
 }
 
 EXPORT_PCI CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)

@@ -46,9 +46,15 @@ KILL_GRACE_S = 1.0
 LINE_MAX_BYTES = 4096
 VISIBLE_WAIT_S = 2.0
 """How long a child holds its buffer for the collector to look whether NVML lists it."""
+SELF_END_AFTER_S = 0.5
+"""How long after the deadline a child ends itself (``SIGALRM``) if nobody killed it: its collector died."""
 
 CHILD_SOURCE = r"""
-import ctypes, json, os, select, sys, time
+import ctypes, json, os, select, signal, sys, time
+
+# Past its deadline the child ends itself (SIGALRM's default action), whoever is left to kill it: a
+# collector killed or an SSH session cut mid-probe leaves no child behind.
+signal.setitimer(signal.ITIMER_REAL, float(sys.argv[4]))
 
 def say(**fields):
     sys.stdout.write(json.dumps(fields) + "\n")
@@ -101,19 +107,41 @@ context = ctypes.c_void_p()
 pointer = ctypes.c_ulonglong()
 step("init", lambda: lib.cuInit(0))
 step("device", lambda: lib.cuDeviceGetByPCIBusId(ctypes.byref(device), pci.encode("ascii")))
-step("context", lambda: lib.cuCtxCreate_v2(ctypes.byref(context), 0, device.value))
+mode = ctypes.c_int(-1)
+if hasattr(lib, "cuDeviceGetAttribute"):  # CU_DEVICE_ATTRIBUTE_COMPUTE_MODE
+    lib.cuDeviceGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
+    if lib.cuDeviceGetAttribute(ctypes.byref(mode), 20, device.value) != 0:
+        mode.value = -1
+say(begin="context")
+start = time.monotonic()
+code = lib.cuCtxCreate_v2(ctypes.byref(context), 0, device.value)
+ms = round((time.monotonic() - start) * 1000.0, 3)
+if code == 46 and mode.value == 3:  # CUDA_ERROR_DEVICE_UNAVAILABLE in CU_COMPUTEMODE_EXCLUSIVE_PROCESS
+    say(step="context", ms=ms, skip="exclusive-process mode, and another process holds its one context")
+    sys.exit(4)
+if code != 0:
+    say(step="context", ms=ms, code=code, error=name_of(code))
+    sys.exit(1)
+say(step="context", ms=ms)
 step("alloc", lambda: lib.cuMemAlloc_v2(ctypes.byref(pointer), size))
 say(holding=os.getpid())
 ready, _, _ = select.select([sys.stdin], [], [], float(sys.argv[3]))
 if ready:
     sys.stdin.readline()
-pattern = (ctypes.c_ubyte * size).from_buffer(bytearray((bytes(range(251)) * (size // 251 + 1))[:size]))
-back = (ctypes.c_ubyte * size)()
-step("write", lambda: lib.cuMemcpyHtoD_v2(pointer.value, pattern, size))
-step("read", lambda: lib.cuMemcpyDtoH_v2(back, pointer.value, size))
+# Two buffers of the host's memory, no more (eight GPUs probe at once): the pattern doubled in place.
+written = bytearray(size)
+written[: min(size, 251)] = bytes(range(251))[:size]
+filled = min(size, 251)
+while filled < size:
+    more = min(filled, size - filled)
+    written[filled : filled + more] = memoryview(written)[:more]
+    filled += more
+back = bytearray(size)
+step("write", lambda: lib.cuMemcpyHtoD_v2(pointer.value, (ctypes.c_char * size).from_buffer(written), size))
+step("read", lambda: lib.cuMemcpyDtoH_v2((ctypes.c_char * size).from_buffer(back), pointer.value, size))
 say(begin="compare")
 start = time.monotonic()
-same = bytes(back) == bytes(pattern)
+same = back == written
 took = round((time.monotonic() - start) * 1000.0, 3)
 if not same:
     say(step="compare", ms=took, error="read-back differs from what was written")
@@ -123,7 +151,8 @@ step("free", lambda: lib.cuMemFree_v2(pointer.value))
 step("destroy", lambda: lib.cuCtxDestroy_v2(context))
 sys.exit(0)
 """
-"""The child: argv is the PCI bus id, the buffer in MiB and the seconds it holds the buffer for a look."""
+"""The child: argv is the PCI bus id, the buffer in MiB, the seconds it holds the buffer for a look and the
+seconds until its deadline."""
 
 _one_at_a_time = threading.Lock()
 
@@ -160,14 +189,16 @@ def _cuda_bus_id(pci: str) -> str:
 
 
 class _Child:
-    def __init__(self, target: dict[str, Any], buffer_mib: int) -> None:
+    def __init__(self, target: dict[str, Any], buffer_mib: int, left_s: float) -> None:
         self.target = target
         self.steps: list[dict[str, Any]] = []
         self.began: str | None = None
         self.ended: dict[str, Any] | None = None
+        self.skip: str | None = None
         self.visible: bool | None = None
+        self.abandoned = False
         self.partial = b""
-        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv; the bus id is a validated value
+        self.proc = subprocess.Popen(  # noqa: S603 - fixed argv; the bus id is the collector's own NVML's
             [
                 sys.executable,
                 "-I",
@@ -177,6 +208,7 @@ class _Child:
                 _cuda_bus_id(target["pci_bus_id"]),
                 str(buffer_mib),
                 str(VISIBLE_WAIT_S),
+                f"{left_s + SELF_END_AFTER_S:.3f}",
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -204,7 +236,9 @@ class _Child:
                 self._go()
             elif isinstance(line.get("step"), str):
                 step = {"step": line["step"][:20], "ms": line.get("ms")}
-                if isinstance(line.get("error"), str):
+                if isinstance(line.get("skip"), str):
+                    self.skip = line["skip"][:120]
+                elif isinstance(line.get("error"), str):
                     step["error"] = line["error"][:80]
                     step["code"] = line.get("code") if isinstance(line.get("code"), int) else None
                     if isinstance(line.get("detail"), str):
@@ -222,22 +256,45 @@ class _Child:
         except OSError:
             pass
 
-    def kill(self) -> bool:
-        """SIGKILL the child's group; whether it died within ``KILL_GRACE_S``."""
+    def signal_kill(self) -> None:
+        """SIGKILL the child's group (it and anything the driver forked)."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
-        try:
-            self.proc.wait(KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+
+
+_stuck_lock = threading.Lock()
+_stuck_pids: set[int] = set()
+"""Children that did not die when killed (stuck in the driver), until they do: hidden from every sample."""
+
+
+def _hidden(running: list[_Child]) -> frozenset[int]:
+    with _stuck_lock:
+        return frozenset(c.proc.pid for c in running) | frozenset(_stuck_pids)
+
+
+def _abandon(child: _Child, hide: Callable[[frozenset[int]], None]) -> None:
+    """Leave a child that cannot be killed to a thread that reaps it whenever it dies; hidden until then."""
+    child.abandoned = True
+    with _stuck_lock:
+        _stuck_pids.add(child.proc.pid)
+
+    def reap() -> None:
+        child.proc.wait()
+        with _stuck_lock:
+            _stuck_pids.discard(child.proc.pid)
+        if not _one_at_a_time.locked():  # a probe under way publishes its own set when it ends
+            hide(_hidden([]))
+
+    threading.Thread(target=reap, name="gputui-probe-reaper", daemon=True).start()
 
 
 def _report(child: _Child, result: str, total_ms: float) -> dict[str, Any]:
     out = dict(child.target, result=result, steps=child.steps, ms=round(total_ms, 1), visible=child.visible)
-    if child.ended is not None:
+    if result == PROBE_SKIPPED:
+        out["skip"] = child.skip
+    elif child.ended is not None:
         out["step"] = child.ended["step"]
         out["error"] = child.ended.get("error")
         out["code"] = child.ended.get("code")
@@ -248,46 +305,18 @@ def _report(child: _Child, result: str, total_ms: float) -> dict[str, Any]:
     return out
 
 
-def run_probes(
-    targets: list[dict[str, Any]],
-    deadline_s: float = PROBE_DEADLINE_S,
-    buffer_mib: int = PROBE_BUFFER_MIB,
-    seen: Callable[[int, int], bool | None] = lambda index, pid: None,
-    hide: Callable[[frozenset[int]], None] = lambda pids: None,
-) -> list[dict[str, Any]]:
-    """Probe every target not skipped, in parallel, within ``deadline_s``; one report per target, in order.
-
-    ``seen(index, pid)``: whether NVML lists ``pid`` on GPU ``index`` now (called while the buffer lives);
-    ``hide(pids)``: the probe children alive now, for the process sampler to leave out (empty at the end).
-    Raises RuntimeError when another probe is running on this collector.
-    """
+def _read_until(children: list[_Child], deadline: float, seen: Callable[[int, int], bool | None]) -> None:
+    """Read every child's lines until each closed its output or ``deadline`` (monotonic) passed."""
     import selectors
 
-    if not _one_at_a_time.acquire(False):
-        raise RuntimeError("another probe is running on this host")
-    children: list[_Child] = []
-    reports: dict[int, dict[str, Any]] = {}
+    selector = selectors.DefaultSelector()
     try:
-        started = time.monotonic()
-        for position, target in enumerate(targets):
-            if target.get("skip"):
-                reports[position] = dict(target, result=PROBE_SKIPPED, steps=[], ms=0.0, visible=None)
-                continue
-            try:
-                children.append(_Child(target, buffer_mib))
-            except OSError as exc:
-                reports[position] = dict(
-                    target, result=PROBE_UNAVAILABLE, steps=[], ms=0.0, visible=None, detail=str(exc)[:200]
-                )
-        hide(frozenset(c.proc.pid for c in children))
-        selector = selectors.DefaultSelector()
         for child in children:
             stdout = child.proc.stdout
             if stdout is not None:
                 os.set_blocking(stdout.fileno(), False)
                 selector.register(stdout, selectors.EVENT_READ, child)
         open_streams = len(selector.get_map())
-        deadline = started + deadline_s
         while open_streams and time.monotonic() < deadline:
             for key, _ in selector.select(max(0.0, min(0.2, deadline - time.monotonic()))):
                 child = key.data
@@ -302,37 +331,95 @@ def run_probes(
                 else:
                     selector.unregister(key.fileobj)
                     open_streams -= 1
+    finally:
         selector.close()
+
+
+def _ended(child: _Child, code: int) -> str:
+    """What a child that exited by itself with ``code`` found."""
+    if code == -signal.SIGALRM:  # it ended itself at its own deadline, a moment before it was killed
+        return PROBE_HUNG
+    if child.skip is not None:
+        return PROBE_SKIPPED
+    if code == 0 and child.ended is None:
+        return PROBE_OK
+    if child.ended is not None and child.ended.get("error") == PROBE_UNAVAILABLE:
+        return PROBE_UNAVAILABLE
+    if child.ended is None:  # died without saying why (a signal, a crash in the library)
+        child.ended = {"step": child.began, "error": f"the probe exited with status {code}"}
+    return PROBE_FAILED
+
+
+def run_probes(
+    targets: list[dict[str, Any]],
+    deadline_s: float = PROBE_DEADLINE_S,
+    buffer_mib: int = PROBE_BUFFER_MIB,
+    seen: Callable[[int, int], bool | None] = lambda index, pid: None,
+    hide: Callable[[frozenset[int]], None] = lambda pids: None,
+) -> list[dict[str, Any]]:
+    """Probe every target not skipped, in parallel, within ``deadline_s``; one report per target, in order.
+
+    Every child is gone within ``deadline_s`` plus ``KILL_GRACE_S``, or reported stuck and left to a reaper.
+    ``seen(index, pid)``: whether NVML lists ``pid`` on GPU ``index`` now (called while the buffer lives);
+    ``hide(pids)``: the probe children alive now, for the process sampler to leave out (at the end: those
+    stuck, until they die). Raises RuntimeError when another probe is running on this collector.
+    """
+    if not _one_at_a_time.acquire(False):
+        raise RuntimeError("another probe is running on this host")
+    children: list[_Child] = []
+    reports: dict[int, dict[str, Any]] = {}
+    try:
+        started = time.monotonic()
+        deadline = started + deadline_s
+        for position, target in enumerate(targets):
+            if target.get("skip"):
+                reports[position] = dict(target, result=PROBE_SKIPPED, steps=[], ms=0.0, visible=None)
+                continue
+            try:
+                children.append(_Child(target, buffer_mib, max(0.0, deadline - time.monotonic())))
+            except OSError as exc:
+                reports[position] = dict(
+                    target, result=PROBE_UNAVAILABLE, steps=[], ms=0.0, visible=None, detail=str(exc)[:200]
+                )
+            hide(_hidden(children))  # before the next child starts: none is ever sampled unhidden
+        _read_until(children, deadline, seen)
+        for child in children:  # those that end in time
+            try:
+                child.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        overdue = [child for child in children if child.proc.poll() is None]
+        elapsed_ms = (time.monotonic() - started) * 1000.0
+        for child in overdue:  # all at once: none lives past the deadline by more than the grace
+            child.signal_kill()
+        grace_end = time.monotonic() + KILL_GRACE_S
         for child in children:
             position = targets.index(child.target)
-            elapsed_ms = (time.monotonic() - started) * 1000.0
-            try:
-                code = child.proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                died = child.kill()
-                result = PROBE_HUNG if died else PROBE_STUCK
-                if not died:  # stuck in the driver: reaped whenever it dies, never waited on here
-                    threading.Thread(target=child.proc.wait, name="gputui-probe-reaper", daemon=True).start()
-                reports[position] = _report(child, result, elapsed_ms)
+            if child in overdue:
+                try:
+                    code = child.proc.wait(max(0.0, grace_end - time.monotonic()))
+                except subprocess.TimeoutExpired:  # stuck in the driver: never waited on here
+                    _abandon(child, hide)
+                    reports[position] = _report(child, PROBE_STUCK, elapsed_ms)
+                    continue
+                reports[position] = _report(child, PROBE_HUNG, elapsed_ms)
                 continue
-            unavailable = child.ended is not None and child.ended.get("error") == PROBE_UNAVAILABLE
-            if code == 0 and child.ended is None:
-                result = PROBE_OK
-            elif unavailable:
-                result = PROBE_UNAVAILABLE
+            code = child.proc.returncode
+            result = _ended(child, code)
+            if result == PROBE_HUNG:
+                reports[position] = _report(child, result, elapsed_ms)
             else:
-                result = PROBE_FAILED
-                if child.ended is None:  # died without saying why (a signal, a crash in the library)
-                    child.ended = {"step": child.began, "error": f"the probe exited with status {code}"}
-            reports[position] = _report(child, result, sum(s.get("ms") or 0.0 for s in child.steps))
+                reports[position] = _report(child, result, sum(s.get("ms") or 0.0 for s in child.steps))
         return [reports[position] for position in range(len(targets))]
     finally:
         for child in children:
+            if not child.abandoned and child.proc.poll() is None:  # left running by an exception
+                child.signal_kill()
             for stream in (child.proc.stdin, child.proc.stdout):
                 try:
                     if stream is not None:
                         stream.close()
                 except OSError:
                     pass
-        hide(frozenset())
+        hide(_hidden([]))
         _one_at_a_time.release()
