@@ -8,7 +8,7 @@ import time
 from gputui.agent.collector import Agent
 from gputui.agent.protocol import PROCESSES_SAME
 from gputui.core.link import HostLink, LinkError, LinkOptions
-from gputui.core.model import HostSnapshot
+from gputui.core.model import HostSnapshot, ProcMemo
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -44,6 +44,7 @@ class LocalLink(HostLink):
         self._wake = threading.Event()
         self.hello: dict[str, Any] | None = None
         self._previous: HostSnapshot | None = None
+        self._memo = ProcMemo()
 
     @property
     def agent(self) -> Agent:
@@ -100,7 +101,7 @@ class LocalLink(HostLink):
         listed_at = data.get("processes_time")
         if previous is not None and listed_at is not None and previous.processes_time == listed_at:
             data[PROCESSES_SAME] = True
-        snapshot = HostSnapshot.from_dict(data, previous)
+        snapshot = HostSnapshot.from_dict(data, previous, self._memo)
         self._previous = snapshot
         return snapshot
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         HostSnapshot,
         LiveThreads,
         Proc,
+        ProcMemo,
         snapshots_document,
     )
     from gputui.core.model.verdict import (
@@ -79,6 +80,7 @@ __all__ = [
     "Owner",
     "POINTS_MAX",
     "Proc",
+    "ProcMemo",
     "ProcFilter",
     "ProfilerMark",
     "Record",
@@ -141,6 +143,7 @@ _HOMES = {
     "Owner": "owner",
     "POINTS_MAX": "history",
     "Proc": "snapshot",
+    "ProcMemo": "snapshot",
     "ProcFilter": "procfilter",
     "ProfilerMark": "profiler",
     "profiler_name": "profiler",

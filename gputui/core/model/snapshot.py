@@ -47,6 +47,7 @@ from gputui.core.text import SafeText
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any, ClassVar
 
 # Process state letters as /proc/<pid>/stat reports them.
@@ -329,6 +330,33 @@ class Proc(Record):
         )
 
 
+class ProcMemo:
+    """The processes of one stream's sample before, by pid, each with the entry it was read from.
+
+    A collector lists every process of a job each sample, and hundreds of idle members come with the same
+    entry every time: an entry equal to the one its pid had the sample before is that same ``Proc``, not read
+    again. Only the last sample is kept.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[Any, Proc]] = {}
+
+    def decode(self, entries: Iterable[Any]) -> list[Proc]:
+        """``Proc.from_dict`` of each entry (its errors too), in order."""
+        last = self._last
+        kept: dict[int, tuple[Any, Proc]] = {}
+        out: list[Proc] = []
+        for entry in entries:
+            pid = entry.get("pid") if isinstance(entry, dict) else None
+            seen = last.get(pid) if type(pid) is int else None
+            same = seen is not None and (seen[0] is entry or seen[0] == entry)
+            proc = seen[1] if same and seen is not None else Proc.from_dict(entry)
+            kept[proc.pid] = (entry, proc)
+            out.append(proc)
+        self._last = kept
+        return out
+
+
 class DeviceHolder(Record):
     """A process that has a /dev/nvidia* node open (a ghost-memory suspect)."""
 
@@ -431,12 +459,16 @@ class HostSnapshot(Record):
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], previous: HostSnapshot | None = None) -> HostSnapshot:
+    def from_dict(
+        cls, data: dict[str, Any], previous: HostSnapshot | None = None, memo: ProcMemo | None = None
+    ) -> HostSnapshot:
         """The snapshot in ``data``.
 
         A collector stream line may say ``"processes_same": true`` instead of repeating the process lists
         (``processes`` and each GPU's) it sent with the same ``processes_time`` before; ``previous`` is the
         snapshot parsed from the stream before it, whose lists are then taken over (the same objects).
+        ``memo``: the stream's ``ProcMemo`` (a process entry equal to its entry of the sample before is not
+        read again).
 
         Raises:
             ValueError: ``processes_same`` without a ``previous`` taken at the same ``processes_time``.
@@ -455,7 +487,9 @@ class HostSnapshot(Record):
             remembered = previous.remembered
         else:
             gpus = tuple(Gpu.from_dict(g) for g in data.get("gpus") or ())
-            processes = tuple(p for p in map(Proc.from_dict, data.get("processes") or ()) if p.pid > 0)
+            entries = data.get("processes") or ()
+            decoded = map(Proc.from_dict, entries) if memo is None else memo.decode(entries)
+            processes = tuple(p for p in decoded if p.pid > 0)
             listening = ports_of(data.get(LISTENING_PORTS))
             kernel_log = KernelLogNote.from_dict(data.get(KERNEL_LOG))
             remembered = Remembered.from_dict(data.get(REMEMBERED))

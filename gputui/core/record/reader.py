@@ -17,7 +17,7 @@ import bisect
 import os
 
 from gputui.agent.safefile import UnsafeFile, read_plain
-from gputui.core.model import WINDOW_S, Gpu, GpuHistory, HostSnapshot, Proc, Record, replace
+from gputui.core.model import WINDOW_S, Gpu, GpuHistory, HostSnapshot, Proc, ProcMemo, Record, replace
 from gputui.core.record import format as fmt
 from gputui.core.record.delta import PatchError, patch
 from gputui.core.record.memory import ProcessMemory
@@ -99,8 +99,9 @@ class Recording:
         self._refs: dict[str, list[_Ref]] = {}
         self._times: dict[str, list[float]] = {}
         self._cache: dict[str, tuple[int, dict[str, Any]]] = {}
-        self._parsed: dict[str, dict[int, tuple[Any, Proc]]] = {}
-        """Per host, each process entry of the last sample read and the ``Proc`` made of it (by identity)."""
+        self._memos: dict[str, ProcMemo] = {}
+        """Per host, the processes of the last sample read (a delta copies the entries that did not
+        change)."""
         self._lists: dict[str, tuple[list[Any], tuple[Proc, ...]]] = {}
         """Per host, the last process list read and its ``Proc``s."""
         self._figures: dict[str, list[tuple[float | None, tuple[Gpu, ...]]]] = {}
@@ -211,28 +212,18 @@ class Recording:
         return None
 
     def _parse(self, target: str, sample: dict[str, Any]) -> HostSnapshot:
-        """``HostSnapshot.from_dict(sample)``, with the ``Proc`` of every process entry that is the same
-        object as in the host's sample before (a delta copies what did not change) taken over instead of made
-        again: a list of thousands is read once, not once a sample."""
+        """``HostSnapshot.from_dict(sample)``, with the ``Proc`` of every process entry that is the same as in
+        the host's sample before (``ProcMemo``) taken over instead of made again: a list of thousands is read
+        once, not once a sample."""
         entries = sample.get("processes")
         if not isinstance(entries, list) or not entries:
             return HostSnapshot.from_dict(sample)
         last = self._lists.get(target)
         if last is not None and last[0] is entries:  # the list itself unchanged: a sample between two reads
             return replace(HostSnapshot.from_dict(dict(sample, processes=[])), processes=last[1])
-        known = self._parsed.get(target, {})
-        made: dict[int, tuple[Any, Proc]] = {}
-        procs = []
-        for entry in entries:
-            hit = known.get(id(entry))
-            proc = hit[1] if hit is not None and hit[0] is entry else Proc.from_dict(entry)
-            made[id(entry)] = (entry, proc)
-            if proc.pid > 0:
-                procs.append(proc)
-        snapshot = HostSnapshot.from_dict(dict(sample, processes=[]))
-        self._parsed[target] = made
-        self._lists[target] = (entries, tuple(procs))
-        return replace(snapshot, processes=self._lists[target][1])
+        snapshot = HostSnapshot.from_dict(sample, memo=self._memos.setdefault(target, ProcMemo()))
+        self._lists[target] = (entries, snapshot.processes)
+        return snapshot
 
     def _event(self, t: float, record: dict[str, Any], tracker: _Moments) -> None:
         target = record.get("h")

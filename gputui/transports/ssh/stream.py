@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from gputui.agent.protocol import CMD_CONFIGURE, PROTOCOL_VERSION
 from gputui.core.link import LinkError, LinkOptions
-from gputui.core.model import HostSnapshot
+from gputui.core.model import HostSnapshot, ProcMemo
 from gputui.transports.freshness import LatestInbox
 from gputui.transports.ssh.bundle import PYTHON_MIN, TOO_OLD_MARK, TOO_OLD_STATUS
 from gputui.transports.ssh.errors import (
@@ -98,6 +98,7 @@ class CollectorStream:
         self._write_lock = threading.Lock()
         self._stderr_tail = bytearray()
         self._elided_base: HostSnapshot | None = None
+        self._memo = ProcMemo()
         """The last snapshot read: what the next one, sent with unchanged parts left out, completes."""
 
     @property
@@ -344,7 +345,7 @@ class CollectorStream:
                 if not isinstance(data, dict):
                     raise TypeError("not an object")
                 data["target"] = self.target
-                snapshot = HostSnapshot.from_dict(data, self._elided_base)
+                snapshot = HostSnapshot.from_dict(data, self._elided_base, self._memo)
             except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError) as exc:
                 raise LinkError(
                     f"{self.target}: the collector sent a malformed snapshot: {shown(str(exc))}"
