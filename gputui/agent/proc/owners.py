@@ -29,6 +29,7 @@ import re
 import stat as stat_module
 import time
 
+from gputui.agent.proc.procfs import ParsedBy
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
@@ -451,6 +452,8 @@ class OwnerReader:
         self.names = RuntimeNames(host_root, clock)
         self._env: dict[tuple[int, int], dict[str, str]] = {}
         self._facts: dict[tuple[int, int], tuple[float, dict[str, str]]] = {}
+        self._facts_of_text = ParsedBy(lambda data: cgroup_facts(data.decode("utf-8", "backslashreplace")))
+        self._environ_of_text = ParsedBy(parse_environ)
 
     def facts(self, pid: int, start_ticks: int) -> dict[str, str]:
         """``cgroup_facts`` of a live process ({} when its cgroup cannot be read)."""
@@ -460,7 +463,7 @@ class OwnerReader:
         if cached is not None and now - cached[0] < CGROUP_CACHE_S:
             return cached[1]
         data = read_capped(f"{self.proc_root}/{pid}/cgroup", 64 * 1024)
-        facts = cgroup_facts(data.decode("utf-8", "backslashreplace")) if data else {}
+        facts = self._facts_of_text(data) if data else {}
         self._facts[key] = (now, facts)
         return facts
 
@@ -469,7 +472,7 @@ class OwnerReader:
         key = (pid, start_ticks)
         if key not in self._env:
             data = read_capped(f"{self.proc_root}/{pid}/environ", ENVIRON_MAX_BYTES)
-            self._env[key] = parse_environ(data) if data else {}
+            self._env[key] = self._environ_of_text(data) if data else {}
         return self._env[key]
 
     def owner(self, pid: int, start_ticks: int, user: str | None, uid: int | None) -> dict[str, Any]:

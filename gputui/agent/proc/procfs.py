@@ -14,6 +14,7 @@ from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 try:
@@ -328,10 +329,44 @@ def parse_cgroup(data: bytes) -> str | None:
     return named if named is not None else unified
 
 
+class ParsedBy:
+    """A pure parser of /proc texts, with its results for the texts it was given lately.
+
+    The members of a job share their cgroup and their environment (inherited from the launcher): a job of
+    hundreds of processes has a handful of distinct texts, each parsed once. At most ``limit`` texts of
+    ``max_bytes`` in all are kept (all are forgotten when either is reached). Results are shared: callers
+    never change them.
+    """
+
+    def __init__(self, parse: Callable[[bytes], Any], limit: int = 64, max_bytes: int = 1 << 20) -> None:
+        self._parse = parse
+        self._limit = limit
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._results: dict[bytes, Any] = {}
+
+    def __call__(self, data: bytes) -> Any:
+        try:
+            return self._results[data]
+        except KeyError:
+            pass
+        if len(self._results) >= self._limit or self._bytes + len(data) > self._max_bytes:
+            self._results.clear()
+            self._bytes = 0
+        result = self._parse(data)
+        if len(data) <= self._max_bytes:
+            self._results[data] = result
+            self._bytes += len(data)
+        return result
+
+
+_cgroup_of_text = ParsedBy(parse_cgroup)
+
+
 def read_cgroup(pid: int) -> str | None:
     """``parse_cgroup`` of a live process (None when it is gone or unreadable)."""
     data = read_small(f"/proc/{pid}/cgroup")
-    return None if data is None else parse_cgroup(data)
+    return None if data is None else _cgroup_of_text(data)
 
 
 def children_file_supported() -> bool:

@@ -24,7 +24,7 @@ import fnmatch
 import os
 
 from gputui.agent.proc.owners import read_capped
-from gputui.agent.proc.procfs import file_identity
+from gputui.agent.proc.procfs import ParsedBy, file_identity
 from gputui.agent.protocol import (
     CUPTI,
     DAEMON,
@@ -237,6 +237,7 @@ class ProfilerMarks:
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = proc_root
         self._environ: dict[tuple[int, int], dict[str, Any] | None] = {}
+        self._injection_of_text = ParsedBy(injection_of_environ)
         self._unreadable: set[tuple[int, int]] = set()
         self._cwd: dict[tuple[int, int], str | None] = {}
 
@@ -255,7 +256,7 @@ class ProfilerMarks:
             if data is None:
                 self._unreadable.add(key)
             else:
-                self._environ[key] = injection_of_environ(data)
+                self._environ[key] = self._injection_of_text(data)
         if key in self._unreadable:
             return {"tool": None, "via": VIA_UNREADABLE}
         injected = self._environ.get(key)
