@@ -28,10 +28,12 @@ from gputui.core.model import (
     HostSnapshot,
     LiveThreads,
     Proc,
+    ThreadWait,
     XidEvent,
     replace,
 )
-from gputui.core.verdict import ACTION_WORDS, Baselines, analyze
+from gputui.core.model.waits import NAME_CHARS, WAITS_MAX
+from gputui.core.verdict import ACTION_WORDS, Baselines, analyze, headline
 from gputui.transports.prometheus import parse_answer
 from tests.data.prometheus.exported import HOSTILE, NOW_S, exposition_text, scraped_answer, wedged_host
 
@@ -236,7 +238,8 @@ def test_a_mixed_fleet_says_which_hosts_are_memory_only() -> None:
     gpu_x = next(h for h in sample.hosts if h.name == "gpu-x")
     assert host_status(gpu_x.snapshot) == EXIT_NOT_CLEAN
     lines = format_fleet_check(sample, ("ok", "X"))
-    assert any(line.startswith("X gpu-x  NOT CLEAN: ") for line in lines)
+    # The monitor's level: its defunct leader has held GPU0 with threads in the driver for 12 minutes.
+    assert any(line.startswith("X gpu-x  NOT READY: ") for line in lines)
     assert lines[-1].endswith(f"({note})")
 
 
@@ -384,3 +387,123 @@ def test_without_fitness_the_gpu_health_check_is_said_unavailable() -> None:
     out = families(None, NOW_S, ExporterFigures(), "gpu-a", "9.9")
     check = next(f for f in out if f.name == s.CHECK_AVAILABLE)
     assert [x.value for x in check.samples if x.labels["check"] == "gpu_health"] == [0.0]
+
+
+def _stuck_host(tolerance_mib: int = 2) -> HostSnapshot:
+    """The wedged host with an engine core on GPU1 that was killed and whose thread has spun in
+    ``uvm_spin_loop`` (nvidia_uvm) for 6 minutes, another of its threads in D where nothing says."""
+    host = wedged_host()
+    core = Proc(
+        pid=60,
+        ppid=10,
+        state="S",
+        name="VLLM::EngineCore",
+        start_ticks=8,
+        gpu_memory_mib={1: 8192},
+        waits=(
+            ThreadWait(61, "D", since=NOW_S - 30),
+            ThreadWait(62, "R", "uvm_spin_loop", "nvidia_uvm", stack=True, since=NOW_S - 360, killed=True),
+        ),
+    )
+    gpus = tuple(
+        replace(g, processes=(*g.processes, GpuProcess(pid=60, used_mib=8192))) if g.index == 1 else g
+        for g in host.gpus
+    )
+    baselines = Baselines(tolerance_mib=tolerance_mib)
+    return analyze(replace(host, processes=(*host.processes, core), gpus=gpus), baselines, NOW_S)
+
+
+def _exposed(host: HostSnapshot, tolerance_mib: int = 2) -> str:
+    sample = ExportedSample(host, Baselines(tolerance_mib=tolerance_mib), NOW_S - 2, 0.05)
+    registry = CollectorRegistry(auto_describe=False)
+
+    class One:
+        def collect(self) -> list[Any]:
+            return families(sample, NOW_S, ExporterFigures(), "gpu-a", "9.9")
+
+    registry.register(One())  # type: ignore[arg-type]
+    return generate_latest(registry).decode()
+
+
+def test_a_stuck_thread_s_places_and_the_reboot_they_call_for_read_as_the_monitor_says_them() -> None:
+    host = _stuck_host()
+    text = _exposed(host)
+    values = _samples(text)
+    waits = {dict(labels)[s.TID_LABEL]: dict(labels) for name, labels in values if name == s.SUBJECT_WAIT}
+    assert waits["62"] == {
+        s.KIND_LABEL: "stuck_thread",
+        s.PID_LABEL: "60",
+        s.TID_LABEL: "62",
+        s.STATE_LABEL: "R",
+        s.SYMBOL_LABEL: "uvm_spin_loop",
+        s.MODULE_LABEL: "nvidia_uvm",
+        s.STACK_LABEL: "1",
+        s.KILLED_LABEL: "1",
+    }
+    assert (waits["61"][s.SYMBOL_LABEL], waits["61"][s.KILLED_LABEL]) == ("", "")  # unknown: no value
+    since = {
+        dict(labels)[s.TID_LABEL]: v for (name, labels), v in values.items() if name == s.SUBJECT_WAIT_SINCE
+    }
+    assert since == {"61": NOW_S - 30, "62": NOW_S - 360}
+    tolerance = [v for (name, _), v in values.items() if name == s.BASELINE_TOLERANCE]
+    assert tolerance == [2 * s.MIB]
+
+    fleet = analyze_fleet(parse_answer(scraped_answer(text)), Baselines()).hosts[0].snapshot
+    (local,) = [(f.detail, f.action) for f in host.findings if f.kind == "stuck_thread"]
+    (remote,) = [(f.detail, f.action) for f in fleet.findings if f.kind == "stuck_thread"]
+    assert remote == local
+    assert local[1].startswith("it was killed and is still there: reboot the host")
+    assert host.verdict is not None
+    verdict = fleet.verdict
+    assert verdict is not None
+    assert verdict.level == host.verdict.level == "NOT READY"
+    assert verdict.not_ready == host.verdict.not_ready
+    assert verdict.not_ready[1] == (
+        "GPU1 needs a reboot of the host: pid 60 (VLLM::EngineCore) was killed and its thread 62 is still in "
+        "uvm_spin_loop (nvidia_uvm) after 6 min"
+    )
+    assert headline(verdict) == headline(host.verdict)
+
+
+def test_the_fleet_s_headline_says_the_tolerance_the_exporter_judged_with() -> None:
+    host = _stuck_host(tolerance_mib=5)
+    assert host.verdict is not None
+    fleet = analyze_fleet(parse_answer(scraped_answer(_exposed(host, 5))), Baselines()).hosts[0]
+    verdict = fleet.snapshot.verdict
+    assert verdict is not None
+    assert headline(verdict) == headline(host.verdict) == "NOT READY: 0/4 GPUs at baseline (3 MiB + 5)"
+
+
+def test_hostile_wait_series_are_read_as_the_collector_s_answer_is() -> None:
+    """A stuck thread's labels come from any exporter: a kernel name that is none is unknown, a tid that
+    is none is dropped, a subject's threads stop at ``WAITS_MAX``, a window that is no number is none."""
+    answer = scraped_answer(_exposed(_stuck_host()))
+    result = answer["data"]["result"]
+    for item in result:
+        labels = item["metric"]
+        if labels.get("__name__") == s.SUBJECT_WAIT and labels[s.TID_LABEL] == "62":
+            labels[s.SYMBOL_LABEL] = "\x1b]0;pwn\x07uvm"
+            labels[s.MODULE_LABEL] = "nvidia uvm"
+    wait = next(i for i in result if i["metric"].get("__name__") == s.SUBJECT_WAIT)
+    flood = [
+        {"metric": {**wait["metric"], s.TID_LABEL: str(tid)}, "value": wait["value"]}
+        for tid in range(100, 140)
+    ]
+    junk = {**wait["metric"], s.TID_LABEL: "x1", s.STATE_LABEL: "Z"}
+    window = {**wait["metric"], "__name__": s.SUBJECT_WINDOW, s.WHY_LABEL: "cpu"}
+    result += [*flood, {"metric": junk, "value": wait["value"]}, {"metric": window, "value": [NOW_S, "NaN"]}]
+    exported = analyze_fleet(parse_answer(answer), Baselines()).hosts[0]
+    assert exported.exported is not None
+    (subject,) = [x for x in exported.exported.subjects if x.kind == "stuck_thread"]
+    assert len(subject.waits) == s.WAITS_MAX
+    assert subject.window_s is None
+    (spun,) = [w for w in subject.waits if w.tid == 62]
+    assert (spun.symbol, spun.module) == (None, None)
+    (finding,) = [f for f in exported.snapshot.findings if f.kind == "stuck_thread"]
+    assert "pwn" not in finding.detail
+    assert "thread 62 (R) where unknown (its kernel stack names no function)" in finding.detail
+
+
+def test_the_exported_waits_are_as_many_as_a_collector_s_answer_keeps() -> None:
+    assert s.WAITS_MAX == WAITS_MAX
+    assert s.KERNEL_NAME_MAX == NAME_CHARS

@@ -1,10 +1,13 @@
 """What a host's ``gputui exporter`` said, read back by the fleet view: findings, verdict and servers.
 
 The exporter sends each finding's fields, never its sentence (``schema``): kind, GPU, memory, pid, short
-name, parent, threads, since, a survivor's job. They become the finding's facts (``FindingFacts``), worded
-here by the same function the monitor's finding was worded by (``verdict.wording``): a fleet finding reads
-as the monitor's does, built from what was exported and nothing invented. The verdict is the exporter's (it
-saw the processes), its reasons worded from its bounded reason per GPU and from the findings.
+name, parent, threads, since, a survivor's job, where each stuck thread waits, a pattern's window and what
+did not move in it. They become the finding's facts (``FindingFacts``), worded here by the same function the
+monitor's finding was worded by (``verdict.wording``): a fleet finding reads as the monitor's does, built
+from what was exported and nothing invented. The verdict is the exporter's (it
+saw the processes), its reasons worded from its bounded reason per GPU and from the findings; a GPU held by a
+process stuck in the driver is NOT READY by the monitor's rule (``readiness.stuck_in_driver``) asked of the
+findings' facts, in its words, and the headline says the tolerance the exporter judged with.
 
 A GPU's fitness travels as its figures (the driver's recovery action, the NVLink fabric, NVML's pending and
 failed states, ECC) and the action the exporter judged: the fleet judges the figures with the monitor's one
@@ -18,7 +21,9 @@ No I/O, no clock, no Textual or Rich.
 from __future__ import annotations
 
 from gputui.core.fleet import schema as s
+from gputui.core.jobs import shown
 from gputui.core.model import (
+    STATE_UNINTERRUPTIBLE,
     EndpointSample,
     Finding,
     FindingFacts,
@@ -28,6 +33,7 @@ from gputui.core.model import (
     HostSnapshot,
     ProfilerMark,
     Record,
+    ThreadWait,
     Verdict,
     field,
     replace,
@@ -37,6 +43,8 @@ from gputui.core.verdict import (
     ACTION_NONE,
     ACTION_WORDS,
     DEFAULT_BASELINE_MIB,
+    DEFAULT_TOLERANCE_MIB,
+    DEFUNCT_RESET_AFTER_S,
     FINDING_SENTENCES,
     REASON_SENTENCES,
     assess,
@@ -63,6 +71,8 @@ class ExportedSubject(Record):
     why: str = ""
     owner: str = ""
     profiler: ProfilerMark | None = None
+    waits: tuple[ThreadWait, ...] = ()
+    window_s: float | None = None
 
 
 class ExportedGpu(Record):
@@ -111,6 +121,7 @@ class ExportedHost(Record):
         profiler_unknown: Processes of its GPU jobs whose profiler it could not know.
         servers: Server states.
         checks: Check -> whether the exporter can do it.
+        tolerance_mib: The tolerance over each baseline its verdict was judged with; None: not exported.
     """
 
     instances: tuple[str, ...] = ()
@@ -128,6 +139,7 @@ class ExportedHost(Record):
     profiler_unknown: int = 0
     servers: tuple[ExportedServer, ...] = ()
     checks: dict[str, bool] = field(default_factory=dict)
+    tolerance_mib: int | None = None
 
     @property
     def conflict(self) -> bool:
@@ -151,7 +163,8 @@ DEAD_KINDS = ("defunct_leader", "zombie", "ghost_memory")
 
 def _subject_facts(subject: ExportedSubject, now: float | None) -> FindingFacts:
     """A process finding's facts from its exported series (a defunct leader's threads: by state, ``?`` the
-    threads it did not describe)."""
+    threads it did not describe; its stuck threads as the collector orders them: D before R, stuck longest
+    first)."""
     threads = {k: v for k, v in subject.threads.items() if k != "?"}
     defunct = subject.kind == "defunct_leader"
     return FindingFacts(
@@ -170,7 +183,15 @@ def _subject_facts(subject: ExportedSubject, now: float | None) -> FindingFacts:
         why=subject.why or None,
         owner=visible(subject.owner) if subject.owner else None,
         profiler=subject.profiler,
+        waits=tuple(sorted(subject.waits, key=_collector_order)),
+        window_s=subject.window_s,
     )
+
+
+def _collector_order(wait: ThreadWait) -> tuple[bool, float, int]:
+    """Where the collector lists a stuck thread among its process's (``agent.proc.waits``): the sentence
+    names places in that order, and an answer's series come in none."""
+    return wait.state != STATE_UNINTERRUPTIBLE, float("inf") if wait.since is None else wait.since, wait.tid
 
 
 def _ghost_facts(exported: ExportedHost, gpu: Gpu, excess_mib: int) -> FindingFacts:
@@ -287,6 +308,38 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
     return [f for f in FINDING_SENTENCES["gpu_health"](snapshot) if f.kind == "gpu_health"]
 
 
+def _taken_at(facts: FindingFacts) -> float | None:
+    """The time a finding's facts were taken at (their state's start plus its age), when both are known."""
+    if facts.state_since is None or facts.age_s is None:
+        return None
+    return facts.state_since + facts.age_s
+
+
+def stuck_in_driver(index: int, findings: list[Finding]) -> str | None:
+    """The monitor's ``readiness.stuck_in_driver`` for GPU ``index``, asked of the findings' facts (the
+    processes the exporter named, never others): a process holding memory there whose killed thread has
+    been in an NVIDIA module past the window (a reboot), else a defunct leader holding it with threads in D
+    for ``DEFUNCT_RESET_AFTER_S`` (a reset); each in the monitor's words. None when neither."""
+    held = [
+        (f.kind, f.facts)
+        for f in sorted(findings, key=lambda f: (f.pid or 0, f.kind))
+        if f.facts is not None and f.facts.pid is not None and dict(f.facts.memory_mib).get(index)
+    ]
+    for _, facts in held:
+        now = _taken_at(facts)
+        label = f"{facts.pid} ({shown(facts.name)})"
+        reason = None if now is None else REASON_SENTENCES["killed_in_driver"](index, label, facts.waits, now)
+        if reason is not None:
+            return str(reason)
+    for kind, facts in held:
+        age = facts.age_s
+        if kind == "defunct_leader" and dict(facts.threads).get(STATE_UNINTERRUPTIBLE) and age is not None:
+            if age >= DEFUNCT_RESET_AFTER_S:
+                label = f"{facts.pid} ({shown(facts.name)})"
+                return str(REASON_SENTENCES["defunct_in_driver"](index, label, age))
+    return None
+
+
 def exported_verdict(
     exported: ExportedHost, snapshot: HostSnapshot, findings: list[Finding], stale_after_s: float | None
 ) -> Verdict:
@@ -298,8 +351,12 @@ def exported_verdict(
     keyed = {gpu.key: g.baseline_mib for gpu in snapshot.gpus if (g := exported.gpus.get(gpu.index))}
     baselines = {k: v for k, v in keyed.items() if v is not None}
 
+    tolerance = DEFAULT_TOLERANCE_MIB if exported.tolerance_mib is None else exported.tolerance_mib
+
     def unknown(reason: str) -> Verdict:
-        return Verdict(clean=False, known=False, reasons=(reason,), baseline_mib=baselines)
+        return Verdict(
+            clean=False, known=False, reasons=(reason,), baseline_mib=baselines, tolerance_mib=tolerance
+        )
 
     if exported.conflict:
         names = ", ".join(fit(i, 60) for i in exported.instances[:4])
@@ -314,22 +371,24 @@ def exported_verdict(
     not_ready: list[str] = []
     for gpu in sorted(snapshot.gpus, key=lambda g: g.index):
         facts = exported.gpus.get(gpu.index) or ExportedGpu(index=gpu.index)
-        unfit = unfit_reason(gpu)
+        readable = facts.reason != s.REASON_UNREADABLE
+        unfit = [
+            r for r in (unfit_reason(gpu), stuck_in_driver(gpu.index, findings) if readable else None) if r
+        ]
         reason = None if facts.clean else _gpu_reason(gpu, facts)
-        if facts.reason == s.REASON_FITNESS and unfit is not None:
+        if facts.reason == s.REASON_FITNESS and unfit:
             reason = None  # the GPU itself is not fit: its NOT READY sentence says it
-        gpu_reasons = tuple(r for r in (unfit, reason) if r is not None)
+        gpu_reasons = (*unfit, *(() if reason is None else (reason,)))
         gpu_verdicts.append(
             GpuVerdict(
                 index=gpu.index,
                 used_mib=gpu.memory_used_mib,
                 baseline_mib=facts.baseline_mib if facts.baseline_mib is not None else DEFAULT_BASELINE_MIB,
-                clean=bool(facts.clean) and unfit is None,
+                clean=bool(facts.clean) and not unfit,
                 reasons=gpu_reasons,
             )
         )
-        if unfit is not None:
-            not_ready.append(unfit)
+        not_ready.extend(unfit)
         if reason is not None:
             reasons.append(reason)
     reasons.extend(f.detail for f in findings if f.kind in REMNANT_KINDS and f.gpu_index is None)
@@ -342,6 +401,7 @@ def exported_verdict(
         known=exported.known,
         reasons=(*not_ready, *reasons),
         baseline_mib=baselines,
+        tolerance_mib=tolerance,
         gpus=tuple(gpu_verdicts),
         not_ready=tuple(not_ready),
     )

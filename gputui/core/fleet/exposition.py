@@ -3,9 +3,9 @@
 The families are prometheus_client's own (``GaugeMetricFamily`` and friends); its exposition writes the text,
 nothing here formats a line. Names and labels are ``schema``'s. Everything is computed from the
 snapshot's findings and verdict as ``verdict.analyze`` made them, so the exporter says what ``gputui
-check`` says; only bounded fields travel (kind, GPU, memory, pid, short name, threads, since; a GPU's
-fitness figures and the action they ask for), never a sentence: the fleet view words them again with the
-same functions.
+check`` says; only bounded fields travel (kind, GPU, memory, pid, short name, threads, since, where a stuck
+thread waits, a pattern's window; a GPU's fitness figures and the action they ask for), never a sentence:
+the fleet view words them again with the same functions.
 
 No I/O and no clock here: the caller gives the time and the exporter's own figures.
 """
@@ -28,6 +28,7 @@ from gputui.core.model import (
     HostSnapshot,
     ProfilerMark,
     Record,
+    ThreadWait,
 )
 from gputui.core.servers import SERVER_STATES
 from gputui.core.text import fit
@@ -176,6 +177,11 @@ def families(
     host_up = snapshot.error is None and bool(snapshot.gpus)
     out.set(s.HOST_UP, "1 when the collector read the host without a host-level error", float(host_up))
     _gpu_families(out, snapshot, sample.baselines)
+    out.set(
+        s.BASELINE_TOLERANCE,
+        "How far over its baseline a GPU's memory may be and still be at baseline",
+        sample.baselines.tolerance_mib * s.MIB,
+    )
     _fitness_families(out, snapshot)
     _verdict_families(out, snapshot, sample.baselines)
     _finding_families(out, snapshot)
@@ -387,9 +393,19 @@ def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
                 **ids,
                 root_pid=str(facts.root_pid),
                 root_comm=comm(facts.root_name),
-                why=fit(facts.why or "", 16),
+                why=fit(facts.why or "", s.WHY_MAX),
                 owner=fit(facts.owner or "", s.OWNER_MAX),
             )
+        if facts.window_s is not None:
+            out.set(
+                s.SUBJECT_WINDOW,
+                "How long the finding's pattern had to last before it was said, and what did not move in it",
+                facts.window_s,
+                **ids,
+                why=fit(facts.why or "", s.WHY_MAX),
+            )
+        for wait in facts.waits[: s.WAITS_MAX]:
+            _wait_series(out, ids, wait)
         if facts.profiler is not None:
             _profiler_series(out, ids, facts.profiler)
     for finding in snapshot.findings:
@@ -421,6 +437,29 @@ def _finding_families(out: _Families, snapshot: HostSnapshot) -> None:
             )
     omitted = max(0, len(subjects) - s.MAX_SUBJECTS)
     out.set(s.SUBJECTS_OMITTED, "Finding subjects left out of the per-process series", float(omitted))
+
+
+def _flag(value: bool | None) -> str:
+    return "" if value is None else str(int(value))
+
+
+def _wait_series(out: _Families, ids: dict[str, str], wait: ThreadWait) -> None:
+    """One stuck thread of a subject: where it waits (kernel names, already checked on the way in, cut to
+    ``KERNEL_NAME_MAX``), whether a SIGKILL waits for it, and since when."""
+    thread = {**ids, s.TID_LABEL: str(wait.tid)}
+    out.set(
+        s.SUBJECT_WAIT,
+        "A stuck thread of the subject and where it waits in the kernel",
+        1.0,
+        **thread,
+        state=fit(wait.state, 2),
+        symbol=fit(wait.symbol or "", s.KERNEL_NAME_MAX),
+        module=fit(wait.module or "", s.KERNEL_NAME_MAX),
+        stack=_flag(wait.stack),
+        killed=_flag(wait.killed),
+    )
+    if wait.since is not None:
+        out.set(s.SUBJECT_WAIT_SINCE, "Since when the thread is stuck (epoch seconds)", wait.since, **thread)
 
 
 def _profiler_series(out: _Families, ids: dict[str, str], mark: ProfilerMark) -> None:

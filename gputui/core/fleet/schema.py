@@ -33,6 +33,12 @@ NAME_LABEL = "name"
 FABRIC_MANAGER_LABEL = "fabric_manager"
 SCOPE_LABEL = "scope"
 ERROR_LABEL = "error"
+WHY_LABEL = "why"
+TID_LABEL = "tid"
+SYMBOL_LABEL = "symbol"
+MODULE_LABEL = "module"
+STACK_LABEL = "stack"
+KILLED_LABEL = "killed"
 
 MIB = 1 << 20
 COMM_MAX = 32
@@ -67,6 +73,9 @@ GPU_TEMPERATURE = "gputui_gpu_temperature_celsius"
 GPU_POWER = "gputui_gpu_power_watts"
 GPU_READABLE = "gputui_gpu_readable"
 GPU_BASELINE = "gputui_gpu_baseline_bytes"
+BASELINE_TOLERANCE = "gputui_baseline_tolerance_bytes"
+"""How far over its baseline a GPU's memory may be and still be at baseline: the tolerance the host's verdict
+was judged with (one per host, as ``Baselines.tolerance_mib``)."""
 GPU_PROCESSES = "gputui_gpu_processes"
 """Processes the driver lists on the GPU (visible here or not)."""
 GPU_PROCESS_MEMORY = "gputui_gpu_process_memory_bytes"
@@ -140,6 +149,23 @@ SUBJECT_JOB = "gputui_finding_process_job"
 memory is gone belonged to (``root_pid``, ``root_comm``), what ties it to it (``why``) and, where an
 action stops it, whose it is (``owner``, ``container:trainer``)."""
 OWNER_MAX = 80
+WHY_MAX = 16
+SUBJECT_WAIT = "gputui_finding_process_thread_wait"
+"""1 per stuck thread of a subject (at most ``WAITS_MAX`` per process): its ``tid``, its ``state`` (``D``,
+``R``), where it waits in the kernel (``symbol``, ``module``: kernel names as the collector's answer was
+checked for them, "" unknown), whether that place was read from its kernel stack (``stack``: "1", "0") and
+whether a SIGKILL waits for it (``killed``: "1", "0", "" not known): the places a finding names and the
+reboot they call for (``FindingFacts.waits``)."""
+SUBJECT_WAIT_SINCE = "gputui_finding_process_thread_wait_since_timestamp_seconds"
+"""Since when the collector has seen a stuck thread so (``tid``; epoch seconds, the host's clock); absent when
+not known."""
+WAITS_MAX = 8
+"""Stuck threads per subject, as many as the collector's answer keeps (``model.waits.WAITS_MAX``)."""
+KERNEL_NAME_MAX = 128
+"""Longest kernel function or module name in a label (as long as the collector's answer may name one)."""
+SUBJECT_WINDOW = "gputui_finding_process_window_seconds"
+"""How long a finding's pattern had to last before it was said (a spinning collective's window), per subject,
+with what did not move in it (``why``: ``tokens``, ``cpu``)."""
 SUBJECT_PROFILER = "gputui_finding_process_profiler"
 """1 per subject of a ``profiled`` finding: the profiler found on it (``tool``: nsys, ncu, cupti, tool), how
 (``via``: argv, environ), its ``command`` and the options the finding names (``trace``, ``cuda_graph_trace``,

@@ -47,11 +47,18 @@ def stuck_in_driver(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
             continue
         age_s = snapshot.time - proc.state_since
         if age_s >= DEFUNCT_RESET_AFTER_S:
-            return (
-                f"GPU{gpu.index} needs a reset: pid {proc_label(proc)} has held its memory with threads "
-                f"stuck in the driver for {age_text(age_s)}"
-            )
+            return defunct_reset_reason(gpu.index, proc_label(proc), age_s)
     return None
+
+
+def defunct_reset_reason(index: int, label: str, age_s: float) -> str:
+    """``stuck_in_driver``'s sentence for a defunct leader (``label``: "4241 (python)") whose threads have
+    been in the driver for ``age_s`` while it holds memory on GPU ``index`` (the fleet words an exported
+    finding's facts with it too)."""
+    return (
+        f"GPU{index} needs a reset: pid {label} has held its memory with threads "
+        f"stuck in the driver for {age_text(age_s)}"
+    )
 
 
 def fitness_asks(snapshot: HostSnapshot, gpu: Gpu) -> str | None:

@@ -241,11 +241,22 @@ def reboot_reason(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
     if now_s is None or not snapshot.processes:
         return None
     for proc in sample_index(snapshot).held_on.get(gpu.index, ()):
-        for wait in in_driver_too_long(proc.waits, now_s):
-            if wait.killed and wait.since is not None:
-                age = age_text(now_s - wait.since)
-                return (
-                    f"GPU{gpu.index} {ACTION_WORDS[ACTION_REBOOT]}: pid {proc_label(proc)} was killed and "
-                    f"its thread {wait.tid} is still {place_text(wait)} after {age}"
-                )
+        reason = killed_in_driver_reason(gpu.index, proc_label(proc), proc.waits, now_s)
+        if reason is not None:
+            return reason
+    return None
+
+
+def killed_in_driver_reason(index: int, label: str, waits: Sequence[ThreadWait], now_s: float) -> str | None:
+    """``reboot_reason``'s sentence for GPU ``index`` and the process ``label`` ("77637 (VLLM::EngineCore)")
+    that holds memory on it, from its stuck threads: None unless one of them was killed and has been in a
+    function of an NVIDIA module for ``STUCK_WINDOW_S`` at ``now_s``. The fleet asks it of a finding's
+    exported facts."""
+    for wait in in_driver_too_long(waits, now_s):
+        if wait.killed and wait.since is not None:
+            age = age_text(now_s - wait.since)
+            return (
+                f"GPU{index} {ACTION_WORDS[ACTION_REBOOT]}: pid {label} was killed and "
+                f"its thread {wait.tid} is still {place_text(wait)} after {age}"
+            )
     return None

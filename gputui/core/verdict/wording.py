@@ -70,9 +70,12 @@ REASON_SENTENCES: dict[str, Callable[..., Any]] = {
     "port": busy_port_reason,
     "server": server_reason,
     "not_ready": readiness.stuck_in_driver,
+    "killed_in_driver": stuck.killed_in_driver_reason,
+    "defunct_in_driver": readiness.defunct_reset_reason,
     "gpu_health": fitness.unfit_reason,
     "lost_gpu": fitness.lost_gpu_reason,
     "gone_gpu": remains.gone_gpu_reason,
     "no_data": no_data_text,
 }
-"""Verdict reason -> the function that words it (a zombie or D-state remnant: its finding's sentence)."""
+"""Verdict reason -> the function that words it (a zombie or D-state remnant: its finding's sentence; the two
+sentences of ``not_ready`` by themselves, for the fleet's findings read back from an exporter)."""

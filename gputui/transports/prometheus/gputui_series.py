@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from gputui.core.fleet import ExportedGpu, ExportedHost, ExportedServer, ExportedSubject
 from gputui.core.fleet import schema as s
-from gputui.core.model import GpuFitness, ProfilerMark
+from gputui.core.model import GpuFitness, ProfilerMark, ThreadWait
 from gputui.core.text import fit
 from gputui.transports.prometheus.parts import GpuParts, HostParts, Series, whole
 from gputui.transports.prometheus.query import INSTANCE
@@ -90,7 +90,14 @@ def exported_host(host: HostParts) -> ExportedHost | None:
         gpu_index = _int(labels.get(s.GPU_LABEL))
         if name == s.INFO_SERIES:
             instances.add(labels.get(INSTANCE) or "")
-        elif name in (s.SAMPLE_TIME, s.SAMPLE_AGE, s.HOST_UP, s.SUBJECTS_OMITTED, s.PROFILER_UNKNOWN):
+        elif name in (
+            s.SAMPLE_TIME,
+            s.SAMPLE_AGE,
+            s.HOST_UP,
+            s.SUBJECTS_OMITTED,
+            s.PROFILER_UNKNOWN,
+            s.BASELINE_TOLERANCE,
+        ):
             scalars[name] = value
         elif name == s.CHECK_AVAILABLE and labels.get(s.CHECK_LABEL):
             checks[fit(labels[s.CHECK_LABEL], 40)] = value is not None and value >= 1
@@ -155,15 +162,16 @@ def exported_host(host: HostParts) -> ExportedHost | None:
             for (port, engine), facts in sorted(servers.items())
         )[: s.MAX_SERVERS],
         checks=checks,
+        tolerance_mib=_code(_mib(scalars.get(s.BASELINE_TOLERANCE))),
     )
 
 
-def _float(facts: Mapping[str, object]) -> float | None:
-    value = facts.get("since")
+def _float(facts: Mapping[str, object], key: str = "since") -> float | None:
+    value = facts.get(key)
     return value if isinstance(value, float) else None
 
 
-def _code(value: float | None) -> int | None:
+def _code(value: float | int | None) -> int | None:
     """An enum or count the driver gave; None for one no driver gives (negative, absurd)."""
     return None if value is None or value < 0 or value >= 1 << 31 else int(round(value))
 
@@ -246,8 +254,13 @@ def _subject(
     elif name == s.SUBJECT_JOB:
         facts["root_pid"] = _int(labels.get("root_pid"))
         facts["root_comm"] = fit(labels.get("root_comm") or "", s.COMM_MAX)
-        facts["why"] = fit(labels.get("why") or "", 16)
+        facts["why"] = fit(labels.get(s.WHY_LABEL) or "", s.WHY_MAX)
         facts["owner"] = fit(labels.get("owner") or "", s.OWNER_MAX)
+    elif name == s.SUBJECT_WINDOW and value is not None and 0 <= value < 1 << 31:
+        facts["window_s"] = value
+        facts.setdefault("why", fit(labels.get(s.WHY_LABEL) or "", s.WHY_MAX))
+    elif name in (s.SUBJECT_WAIT, s.SUBJECT_WAIT_SINCE):
+        _wait(facts, name, labels, value)
     elif name == s.SUBJECT_PROFILER:
         profiler: dict[str, object] = {
             label: fit(labels.get(label) or "", s.PROFILER_TEXT_MAX) or None for label in s.PROFILER_LABELS
@@ -258,6 +271,36 @@ def _subject(
         threads = facts.setdefault("threads", {})
         assert isinstance(threads, dict)  # noqa: S101
         threads[fit(labels.get(s.STATE_LABEL) or "?", 2)] = max(0, min(int(value), 1 << 22))
+
+
+def _wait(facts: dict[str, object], name: str, labels: Mapping[str, str], value: float | None) -> None:
+    """One series of a subject's stuck thread into its fields (read as the collector's answer is: a kernel
+    name that is none is unknown), at most ``WAITS_MAX`` threads a subject."""
+    tid = _int(labels.get(s.TID_LABEL))
+    waits = facts.setdefault("waits", {})
+    assert isinstance(waits, dict)  # noqa: S101 - only this function fills it
+    if tid is None or (tid not in waits and len(waits) >= s.WAITS_MAX):
+        return
+    wait = waits.setdefault(tid, {"tid": tid})
+    if name == s.SUBJECT_WAIT_SINCE:
+        wait["since"] = value
+        return
+    flags = {"1": True, "0": False}
+    wait["state"] = labels.get(s.STATE_LABEL)
+    wait["symbol"] = labels.get(s.SYMBOL_LABEL) or None
+    wait["module"] = labels.get(s.MODULE_LABEL) or None
+    wait["stack"] = flags.get(labels.get(s.STACK_LABEL) or "")
+    wait["killed"] = flags.get(labels.get(s.KILLED_LABEL) or "")
+    wait["seen"] = True
+
+
+def _waits(facts: Mapping[str, object]) -> tuple[ThreadWait, ...]:
+    """A subject's stuck threads, each checked as the collector's answer is (``ThreadWait.from_dict``)."""
+    waits = facts.get("waits")
+    if not isinstance(waits, dict):
+        return ()
+    read = (ThreadWait.from_dict(wait) for wait in waits.values() if wait.get("seen"))
+    return tuple(wait for wait in read if wait is not None)
 
 
 def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSubject:
@@ -280,4 +323,6 @@ def _subject_of(kind: str, pid: int, facts: Mapping[str, object]) -> ExportedSub
         why=str(facts.get("why") or ""),
         owner=str(facts.get("owner") or ""),
         profiler=ProfilerMark.from_dict(facts.get("profiler")),
+        waits=_waits(facts),
+        window_s=_float(facts, "window_s"),
     )
