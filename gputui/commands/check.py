@@ -27,7 +27,7 @@ from gputui.core.link import (
 )
 from gputui.core.model import HostSnapshot, replace, snapshots_document
 from gputui.core.store import (
-    StateError,
+    StoreError,
     WatchedPort,
     leftovers,
     load_watched_ports,
@@ -159,7 +159,7 @@ def _calibrate(
     values = {g.key: int(g.memory_used_mib or 0) for g in snapshot.gpus}
     try:
         path = save_baselines(target, values, hostname=snapshot.hostname)
-    except StateError as exc:
+    except StoreError as exc:
         print(f"gputui: {visible(str(exc), 400)}", file=err)
         return EXIT_ERROR
     forced = {r.index: r.reason for r in refused}
@@ -270,7 +270,7 @@ def _forget_free_ports(
         return
     try:
         save_watched_ports(target, snapshot.boot_id, left)
-    except StateError as exc:
+    except StoreError as exc:
         print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
 
 

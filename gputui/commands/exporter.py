@@ -37,7 +37,7 @@ from gputui.core.fleet import ExportedSample, ExporterFigures, families
 from gputui.core.link import HostLink, LinkError, one_shot_sample
 from gputui.core.model import replace
 from gputui.core.servers import ServerWatch
-from gputui.core.store import StateError, atomic_write_text
+from gputui.core.store import StoreError, atomic_write_text
 from gputui.core.text import fit, visible
 from gputui.core.verdict import Baselines, judge
 from gputui.transports.local import LOCAL_TARGET
@@ -284,7 +284,7 @@ def run_once(args: argparse.Namespace) -> int:
     text = generate_latest(registry_for(collector)).decode("utf-8")
     try:
         atomic_write_text(path, text)
-    except StateError as exc:
+    except StoreError as exc:
         print(f"gputui: exporter: {visible(str(exc), 300)}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK

@@ -45,7 +45,7 @@ from gputui.core.actions import (
 )
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Finding, HostSnapshot, parse_owner_option, plain
-from gputui.core.store import StateError, load_watched_ports, save_watched_ports, watched_ports
+from gputui.core.store import StoreError, load_watched_ports, save_watched_ports, watched_ports
 from gputui.core.text import DASH, command_display, fit, json_visible, visible
 from gputui.core.verdict import find_survivors
 from gputui.core.verdict.facts import receipt_times
@@ -347,7 +347,7 @@ def _execute(
     with interrupts.counting():
         try:
             first = run.start()
-        except StateError as exc:
+        except StoreError as exc:
             print(
                 f"gputui: {visible(target, 100)}: kill refused, nothing signalled: audit log: "
                 f"{visible(str(exc), 300)} (--no-audit to kill without it)",
@@ -443,7 +443,7 @@ def _watch_ports(
     try:
         known = load_watched_ports(target, plan.boot_id)
         save_watched_ports(target, plan.boot_id, (*known, *ports))
-    except StateError as exc:
+    except StoreError as exc:
         print(
             f"gputui: warning: the next check cannot wait for ports {', '.join(map(str, plan.ports))}: "
             f"{visible(str(exc), 300)}",

@@ -26,7 +26,7 @@ from gputui.commands.output.streams import link_error_line, safe_streams
 from gputui.core.actions import AuditLog
 from gputui.core.link import HostLink, LinkError, full_sample
 from gputui.core.model import Remembered, plain
-from gputui.core.store import StateError, leftovers
+from gputui.core.store import StoreError, leftovers
 from gputui.core.text import fit, json_visible, visible
 from gputui.core.verdict import nothing_recorded
 
@@ -58,7 +58,7 @@ def check_recorded(
     be listed and removed the same way. None: nothing recorded, or the collector cannot say."""
     try:
         known = leftovers.load(target, boot_id)
-    except StateError as exc:
+    except StoreError as exc:
         print(f"gputui: warning: leftovers not checked: {visible(str(exc), 300)}", file=err)
         return None
     asked = {"segments": list(known["segments"]), "mps": list(known["mps"]), "reports": []}
@@ -94,7 +94,7 @@ def check_recorded(
     if len(kept["segments"]) != len(known["segments"]) or len(kept["mps"]) != len(known["mps"]):
         try:
             leftovers.save(target, boot_id, kept, replace_all=True)
-        except StateError as exc:
+        except StoreError as exc:
             print(f"gputui: warning: {visible(str(exc), 300)}", file=err)
     return checked
 
@@ -198,7 +198,7 @@ def _remove(
     if audit is not None:
         try:
             audit.record(target, boot_id, [dict(e, result=RESULT_REQUESTED) for e in entries])
-        except StateError as exc:
+        except StoreError as exc:
             print(
                 f"gputui: {visible(target, 100)}: nothing removed: audit log: {visible(str(exc), 300)}",
                 file=err,
@@ -216,7 +216,7 @@ def _remove(
             audit.record(
                 target, boot_id, [dict(r, stage="remove", action="remove_leftover") for r in results]
             )
-        except StateError as exc:
+        except StoreError as exc:
             print(
                 f"gputui: warning: audit log not written after removing: {visible(str(exc), 300)}",
                 file=err,

@@ -45,7 +45,7 @@ from gputui.core.actions import (
     unknown_command_said,
 )
 from gputui.core.link import LinkError
-from gputui.core.store import StateError
+from gputui.core.store import StoreError
 from gputui.core.text import json_visible, visible
 
 TYPE_CHECKING = False
@@ -145,7 +145,7 @@ def _execute(
     if audit is not None:
         try:
             audit.record(target, boot_id, audit_lines(plan, STAGE_INTENT, None, "reset plan confirmed"))
-        except StateError as exc:
+        except StoreError as exc:
             _say(
                 target,
                 f"reset refused, nothing was run: audit log: {visible(str(exc), 300)} "
@@ -207,5 +207,5 @@ def _execute(
 def _audit_quietly(audit: AuditLog, target: str, boot_id: Any, lines: list[dict], err: TextIO) -> None:
     try:
         audit.record(target, boot_id, lines)
-    except StateError as exc:
+    except StoreError as exc:
         print(f"gputui: warning: audit log not written after the reset: {visible(str(exc), 300)}", file=err)

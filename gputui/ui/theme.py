@@ -63,9 +63,9 @@ class ThemeStore:
         A file refused as unsafe (``safefile``) leaves its one line in ``warning``, and is never replaced.
         """
         try:
-            raw = saved.read_state_file(self.path)
+            raw = saved.read_store_file(self.path)
             document = json.loads(raw.decode("utf-8")) if raw is not None else None
-        except saved.StateError as exc:
+        except saved.StoreError as exc:
             self.warning = f"{exc}; using the default theme"
             self._unsafe = True
             return None
@@ -86,7 +86,7 @@ class ThemeStore:
             try:
                 saved.ensure_state_dir(path.parent)
                 saved.atomic_write_text(path, json.dumps({"theme": theme}) + "\n")
-            except saved.StateError:
+            except saved.StoreError:
                 pass
 
         spawn("theme", write)

@@ -24,7 +24,7 @@ from gputui.core.actions import (
 )
 from gputui.core.link import LinkError, LinkOptions
 from gputui.core.model import Gpu, GpuProcess, HostSnapshot, Proc, replace
-from gputui.core.store import StateError
+from gputui.core.store import StoreError
 from gputui.transports.sim import DETOKENIZER_PID, LAUNCHER_PID, SCHEDULER_PID_BASE, ManualClock, SimLink
 
 MIB = 40960
@@ -470,7 +470,7 @@ def test_a_run_whose_audit_log_cannot_be_written_sends_nothing(tmp_path: Path) -
     link.open()
     snapshot = HostSnapshot.from_dict(link.request({"cmd": "sample"}, 1)["snapshot"])
     run = KillRun(link, plan_kill(snapshot, [DETOKENIZER_PID]), audit)
-    with pytest.raises(StateError, match="not a folder"):
+    with pytest.raises(StoreError, match="not a folder"):
         run.start()
     assert [cmd for cmd, _ in link.seen] == ["sample"]
 

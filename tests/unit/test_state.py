@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gputui.core.store import StateError, load_baselines, save_baselines, saved, state_dir, watched_ports
+from gputui.core.store import StoreError, load_baselines, save_baselines, saved, state_dir, watched_ports
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_corrupt_file_warns_once_uses_defaults_and_is_never_overwritten(xdg: Pat
     assert loaded.warning is not None
     assert "\n" not in loaded.warning
     assert str(path) in loaded.warning
-    with pytest.raises(StateError, match="not overwriting"):
+    with pytest.raises(StoreError, match="not overwriting"):
         save_baselines("local", {"GPU-aaa": 3})
     assert path.read_bytes() == content
 
@@ -90,7 +90,7 @@ def test_bad_values_for_one_host_warn_but_other_hosts_load(xdg: Path) -> None:
 
 @pytest.mark.parametrize("value", [-1, 2.5, "3", True, None])
 def test_save_refuses_bad_values(xdg: Path, value: object) -> None:
-    with pytest.raises(StateError):
+    with pytest.raises(StoreError):
         save_baselines("local", {"GPU-1": value})  # type: ignore[dict-item]
     assert not (xdg / "baselines.json").exists()
 
@@ -99,7 +99,7 @@ def test_unwritable_directory_is_one_line_error(tmp_path: Path, monkeypatch: pyt
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_STATE_HOME", str(blocker))  # a file where a directory should be
-    with pytest.raises(StateError) as info:
+    with pytest.raises(StoreError) as info:
         save_baselines("local", {"GPU-1": 3})
     assert "\n" not in str(info.value)
 

@@ -107,7 +107,7 @@ class AuditLog:
         host, boot_id and local_user.
 
         Raises:
-            saved.StateError: The log cannot be written (one line): the action must not run.
+            saved.StoreError: The log cannot be written (one line): the action must not run.
         """
         base = {"host": host, "boot_id": boot_id, "local_user": _local_user()}
         return self._write([dict({"time": self._clock()}, **base, **entry) for entry in entries])
@@ -116,7 +116,7 @@ class AuditLog:
         """Write what ``plan`` will signal, before anything is sent.
 
         Raises:
-            saved.StateError: The log cannot be written (one line): the kill must not be sent.
+            saved.StoreError: The log cannot be written (one line): the kill must not be sent.
         """
         then = (
             f", then KILL after {plan.escalate_s:g} s to what is still alive"
@@ -147,7 +147,7 @@ class AuditLog:
         """Append one line per outcome (an outcome's own argv, else the plan's for that pid).
 
         Raises:
-            saved.StateError: The log cannot be written (one line).
+            saved.StoreError: The log cannot be written (one line).
         """
         by_pid = {t.pid: t for t in plan.targets}
         lines = []
@@ -173,7 +173,7 @@ class AuditLog:
         """Lines with result "unknown" for ``pids``: their command was sent, the answer never came.
 
         Raises:
-            saved.StateError: The log cannot be written (one line).
+            saved.StoreError: The log cannot be written (one line).
         """
         by_pid = {t.pid: t for t in plan.targets}
         lines = []

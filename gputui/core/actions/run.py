@@ -108,7 +108,7 @@ class KillRun:
         if self.audit is not None and new:
             try:
                 self.audit.outcomes(self.plan, new)
-            except saved.StateError as exc:
+            except saved.StoreError as exc:
                 self.audit_errors.append(str(exc))
         return reply
 
@@ -116,7 +116,7 @@ class KillRun:
         """Write the intent, send the kill; returns the first answer (the checks and the signals).
 
         Raises:
-            saved.StateError: The audit log cannot be written: nothing was sent.
+            saved.StoreError: The audit log cannot be written: nothing was sent.
             LinkError: The host could not be asked (the audit log says the outcome is unknown), or answered
                 badly.
         """
@@ -182,7 +182,7 @@ class KillRun:
             return
         try:
             self.audit.unknown(self.plan, pids, detail)
-        except saved.StateError as exc:
+        except saved.StoreError as exc:
             self.audit_errors.append(str(exc))
 
     @property

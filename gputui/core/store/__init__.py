@@ -12,7 +12,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gputui.core.store.config import Config, ConfigError, default_config_path, load_config
     from gputui.core.store.saved import (
-        StateError,
+        StoreError,
         WatchedPort,
         atomic_write_text,
         load_baselines,
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Config",
     "ConfigError",
-    "StateError",
+    "StoreError",
     "WatchedPort",
     "atomic_write_text",
     "default_config_path",
@@ -44,7 +44,7 @@ __all__ = [
 _HOMES = {
     "Config": "config",
     "ConfigError": "config",
-    "StateError": "saved",
+    "StoreError": "saved",
     "WatchedPort": "saved",
     "atomic_write_text": "saved",
     "default_config_path": "config",

@@ -182,9 +182,9 @@ def _document(path: str) -> dict[str, Any]:
     """The record file's document ({} when there is none or it is not one).
 
     Raises:
-        saved.StateError: The file is planted (a link, FIFO or device, another user's) or cannot be read.
+        saved.StoreError: The file is planted (a link, FIFO or device, another user's) or cannot be read.
     """
-    raw = saved.read_state_file(path)
+    raw = saved.read_store_file(path)
     try:
         document = json.loads(raw.decode("utf-8")) if raw is not None else {}
     except (UnicodeDecodeError, ValueError):
@@ -197,7 +197,7 @@ def load(target: str, boot_id: str | None, path: PathText | None = None) -> dict
     lists when none, the file is not a record, or the record is too old).
 
     Raises:
-        saved.StateError: The file must not be read (``saved.read_state_file``): one line.
+        saved.StoreError: The file must not be read (``saved.read_store_file``): one line.
     """
     entry = _document(_path(path)).get(target)
     empty: dict[str, list[dict[str, Any]]] = {"segments": [], "mps": []}
@@ -217,7 +217,7 @@ def save(
     replace_all: bool = False,
 ) -> None:
     """Add (or with ``replace_all``, set) what a kill found to ``target``'s record; an empty record is
-    forgotten. Raises saved.StateError (one line) when the file cannot be written."""
+    forgotten. Raises saved.StoreError (one line) when the file cannot be written."""
     file_path = _path(path)
     saved.ensure_state_dir(os.path.dirname(file_path))
     document = _document(file_path)
@@ -252,6 +252,6 @@ def record(target: str, boot_id: str | None, found: dict[str, Any] | None) -> st
         return None
     try:
         save(target, boot_id, found)
-    except saved.StateError as exc:
+    except saved.StoreError as exc:
         return f"the job's /dev/shm leftovers are not recorded: {visible(str(exc), 300)}"
     return None

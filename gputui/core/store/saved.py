@@ -36,7 +36,7 @@ BASELINES_FORMAT = 1
 """Version of the baselines file layout; a file with another version is reported, not guessed at."""
 
 
-class StateError(Exception):
+class StoreError(Exception):
     """A state file cannot be read or written. ``str()`` is one line naming the file and the cause."""
 
 
@@ -64,16 +64,16 @@ def ensure_state_dir(directory: PathText | None = None) -> str:
     try:
         os.close(safefile.open_folder(path, create=True))
     except safefile.UnsafeFile as exc:
-        raise StateError(str(exc)) from None
+        raise StoreError(str(exc)) from None
     return path
 
 
-def read_state_file(path: PathText) -> bytes | None:
-    """The bytes of a state file, None when it does not exist; StateError (one line) when it is unsafe."""
+def read_store_file(path: PathText) -> bytes | None:
+    """The bytes of a state file, None when it does not exist; StoreError (one line) when it is unsafe."""
     try:
         return safefile.read_bytes(path, STATE_FILE_MAX_BYTES)
     except safefile.UnsafeFile as exc:
-        raise StateError(str(exc)) from None
+        raise StoreError(str(exc)) from None
 
 
 class LoadedBaselines(Record):
@@ -91,20 +91,20 @@ class LoadedBaselines(Record):
 
 
 def _read_document(path: str) -> dict[str, Any] | None:
-    """The parsed baselines file, None when it does not exist. Raises StateError when it is unusable."""
-    raw = read_state_file(path)
+    """The parsed baselines file, None when it does not exist. Raises StoreError when it is unusable."""
+    raw = read_store_file(path)
     if raw is None:
         return None
     try:
         document = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise StateError(f"{path}: not UTF-8 text") from None
+        raise StoreError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
-        raise StateError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        raise StoreError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     if not isinstance(document, dict) or not isinstance(document.get("hosts"), dict):
-        raise StateError(f'{path}: not a gputui baselines file (no "hosts" object)')
+        raise StoreError(f'{path}: not a gputui baselines file (no "hosts" object)')
     if document.get("format", BASELINES_FORMAT) != BASELINES_FORMAT:
-        raise StateError(f"{path}: baselines format {document.get('format')!r} is not {BASELINES_FORMAT}")
+        raise StoreError(f"{path}: baselines format {document.get('format')!r} is not {BASELINES_FORMAT}")
     return document
 
 
@@ -118,7 +118,7 @@ def _document_to_load(path: PathText | None) -> tuple[str, dict[str, Any] | None
     file_path = os.path.join(state_dir(), BASELINES_FILE) if path is None else os.fspath(path)
     try:
         return file_path, _read_document(file_path), LoadedBaselines()
-    except StateError as exc:
+    except StoreError as exc:
         return file_path, None, LoadedBaselines(warning=f"{exc}; using default baselines")
 
 
@@ -186,7 +186,7 @@ def save_baselines(
     """Record ``per_gpu_mib`` as the calibrated baselines of ``target``, keeping other hosts' entries.
 
     The file is replaced atomically. An existing file that cannot be parsed is left exactly as it is and
-    StateError is raised: replacing it would silently throw away other hosts' calibrations.
+    StoreError is raised: replacing it would silently throw away other hosts' calibrations.
 
     Args:
         target: Host target word.
@@ -200,13 +200,13 @@ def save_baselines(
     """
     for key, value in per_gpu_mib.items():
         if not isinstance(key, str) or not _valid_mib(value):
-            raise StateError(f"bad baseline {key!r}: {value!r} (MiB must be a non-negative whole number)")
+            raise StoreError(f"bad baseline {key!r}: {value!r} (MiB must be a non-negative whole number)")
     file_path = os.path.join(state_dir(), BASELINES_FILE) if path is None else os.fspath(path)
     ensure_state_dir(os.path.dirname(file_path))
     try:
         document = _read_document(file_path)
-    except StateError as exc:
-        raise StateError(f"{exc}; not overwriting it: move it away to calibrate again") from None
+    except StoreError as exc:
+        raise StoreError(f"{exc}; not overwriting it: move it away to calibrate again") from None
     if document is None:
         document = {"format": BASELINES_FORMAT, "hosts": {}}
     document["format"] = BASELINES_FORMAT
@@ -223,24 +223,24 @@ def atomic_write_text(path: PathText, text: str, mode: int = 0o644) -> None:
     """Replace ``path`` with ``text`` so that readers see either the old or the new file, never a mix
     (``safefile.write_atomic``).
 
-    Raises StateError (one line) when it cannot be written.
+    Raises StoreError (one line) when it cannot be written.
     """
     try:
         safefile.write_atomic(path, text.encode("utf-8"), mode)
     except safefile.UnsafeFile as exc:
-        raise StateError(str(exc)) from None
+        raise StoreError(str(exc)) from None
 
 
 def append_line(path: PathText, line: str) -> None:
     """Append one line to ``path`` (owner-only) in a single write, so concurrent writers do not interleave.
 
-    Raises StateError (one line) when it cannot be written.
+    Raises StoreError (one line) when it cannot be written.
     """
     data = (line.rstrip("\n") + "\n").encode("utf-8")
     try:
         safefile.append(path, data)
     except safefile.UnsafeFile as exc:
-        raise StateError(str(exc)) from None
+        raise StoreError(str(exc)) from None
 
 
 WATCHED_PORTS_FILE = "watched_ports.json"
@@ -257,9 +257,9 @@ def load_watched_ports(
     A file refused as unsafe adds its one line to ``warnings``."""
     file_path = os.path.join(state_dir(), WATCHED_PORTS_FILE) if path is None else os.fspath(path)
     try:
-        raw = read_state_file(file_path)
+        raw = read_store_file(file_path)
         document = json.loads(raw.decode("utf-8")) if raw is not None else None
-    except StateError as exc:
+    except StoreError as exc:
         if warnings is not None:
             warnings.append(f"{exc}; not watching the ports of killed jobs")
         return ()
@@ -284,11 +284,11 @@ def save_watched_ports(
 ) -> None:
     """Record (or, with no ports, forget) the watched ports of ``target``, keeping other hosts' entries.
 
-    Raises StateError (one line) when the file cannot be written.
+    Raises StoreError (one line) when the file cannot be written.
     """
     file_path = os.path.join(state_dir(), WATCHED_PORTS_FILE) if path is None else os.fspath(path)
     ensure_state_dir(os.path.dirname(file_path))
-    raw = read_state_file(file_path)  # an unsafe file is refused, not replaced
+    raw = read_store_file(file_path)  # an unsafe file is refused, not replaced
     try:
         document = json.loads(raw.decode("utf-8")) if raw is not None else {}
     except (UnicodeDecodeError, ValueError):

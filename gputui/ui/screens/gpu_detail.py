@@ -193,10 +193,10 @@ class GpuDetailScreen(Screen[None]):
             chart = self.query_one(f"#gpu-{series.label}", HistoryChart)
             chart.data = values
             chart.top = (None if gpu is None else series.top(gpu)) or max(values, default=1.0)
-        health = self.query_one("#gpu-fitness", Static)
-        health_text = None if gpu is None or snapshot is None else fitness_text(gpu, snapshot)
-        health.display = health_text is not None
-        health.update(health_text or "")
+        fitness = self.query_one("#gpu-fitness", Static)
+        said = None if gpu is None or snapshot is None else fitness_text(gpu, snapshot)
+        fitness.display = said is not None
+        fitness.update(said or "")
         if host is not None:
             what = "the recording" if self.session.settings.replay else "the session"
             memory = process_memory_text(host.process_memory.series(self.index), self.app.size.width, what)

@@ -42,7 +42,7 @@ from gputui.core.actions import (
 )
 from gputui.core.link import HostLink, LinkError, process_text
 from gputui.core.model import HostSnapshot, Proc
-from gputui.core.store import StateError, leftovers, saved
+from gputui.core.store import StoreError, leftovers, saved
 from gputui.core.text import fit, visible
 from gputui.core.verdict import KilledJob, cleanslate
 from gputui.ui.session.cleancheck import CleanChecks, check_operation
@@ -274,7 +274,7 @@ class KillFlow:
                     abandoned = True
                     break
                 entry.pending = run.wait(KILL_POLL_S).pending
-        except StateError as exc:
+        except StoreError as exc:
             error = (
                 f"kill refused, nothing signalled: audit log: {exc} "
                 "(start gputui with --no-audit to kill without it)"

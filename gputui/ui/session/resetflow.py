@@ -20,7 +20,7 @@ from gputui.core.actions import (
     unknown_command_said,
 )
 from gputui.core.link import LinkError
-from gputui.core.store import StateError
+from gputui.core.store import StoreError
 from gputui.core.text import visible
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
@@ -67,7 +67,7 @@ def _decided(session: Session, host: HostState, plan: ResetPlan, confirmed: bool
             session.audit.record(
                 plan.target, boot_id, audit_lines(plan, "intent", None, "reset plan confirmed")
             )
-        except StateError as exc:
+        except StoreError as exc:
             session.say(
                 f"reset refused, nothing was run: audit log: {visible(str(exc), 200)}", severity="error"
             )
@@ -92,7 +92,7 @@ def _decided(session: Session, host: HostState, plan: ResetPlan, confirmed: bool
         if session.audit is not None and isinstance(steps, list):
             try:
                 session.audit.record(plan.target, boot_id, audit_lines(plan, STAGE_RESET, steps, ""))
-            except StateError:
+            except StoreError:
                 pass  # said by the next line's severity: the reset itself has run
         status, line = run_exit(result)
         severity = "information" if status == EXIT_OK else "error"
