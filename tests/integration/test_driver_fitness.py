@@ -135,12 +135,12 @@ def test_the_recovery_action_decides_over_the_xid_table(
         assert figure(host["gpus"][2], "recovery action (driver)") == "None"
     elif recovery == 42:
         reason = (
-            "GPU2 needs a look before the next launch"
+            "GPU2 needs a recovery action gputui does not know"
             f" (Xid 48: double-bit ECC error at {at}; the driver reports unknown recovery action 42)"
         )
         assert done.returncode == 1, done.stdout + done.stderr
         says_not_ready(done.stdout, reason)
-        assert health["action"] == "investigate"
+        assert health["action"] == "unknown_recovery"
         assert health["needs_reset"] is False
         assert host["verdict"]["not_ready"] == [reason]
         assert figure(host["gpus"][2], "recovery action (driver)") == "unknown recovery action 42"
@@ -154,16 +154,45 @@ def test_the_recovery_action_decides_over_the_xid_table(
     assert [(h["recovery_action"], h["action"], h["xids"]) for h in others] == [(None, "none", [])] * 7
 
 
-def test_the_investigate_hint_names_nvidia_s_catalogue(fake_nvml: FakeNvml, kernel_log: KernelLog) -> None:
+UNKNOWN_RECOVERY_HINT = (
+    "    -> the driver asks for an action gputui does not know (value {value}): see NVIDIA's NVML"
+    " documentation of nvmlDeviceGpuRecoveryAction_t; GPU {gpu} counts as not ready until the driver's"
+    " recovery action returns to None"
+)
+
+
+def test_an_unknown_recovery_action_is_said_as_one_never_as_an_xid(
+    fake_nvml: FakeNvml, kernel_log: KernelLog
+) -> None:
+    """A recovery action gputui does not know is the driver's, not an Xid: its hint names the value and
+    NVML's type, never the Xid Catalog or ``accepted_xids``; it blocks until the action returns to None."""
     kernel_log.add(XID_48.format(pci=pci(2)), at_s=XID_48_AT_S)
-    fake_nvml.state.gpus[2].recovery_action = 42
+    fake_nvml.state.gpus[2].recovery_action = 9
     fake_nvml.write()
     done = run_cli("check", fake_nvml)
-    assert done.returncode == 1
-    assert (
-        "    -> look it up in NVIDIA's Xid Catalog (https://docs.nvidia.com/deploy/xid-errors/); an Xid the"
-        " site accepts goes in accepted_xids in the config"
-    ) in done.stdout.splitlines(), done.stdout
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert UNKNOWN_RECOVERY_HINT.format(value=9, gpu=2) in lines, done.stdout
+    assert "Xid Catalog" not in done.stdout
+    assert "accepted_xids" not in done.stdout
+    # Xid 154's log form of the same value, on a GPU whose NVML gives no field: said the same way (gpud
+    # kmsg_test.go's GB200 line, its code changed to one gputui does not know).
+    kernel_log.add(
+        f"NVRM: Xid (PCI:{pci(4)}): 154, GPU recovery action changed from 0x0 (None) to 0x9 (Unknown)",
+        at_s=300.0,
+    )
+    both = run_cli("check", fake_nvml)
+    assert UNKNOWN_RECOVERY_HINT.format(value=9, gpu=4) in both.stdout.splitlines(), both.stdout
+    says_not_ready(
+        both.stdout,
+        "GPU4 needs a recovery action gputui does not know (Xid 154: GPU recovery action changed to unknown"
+        " recovery action 9)",
+    )
+    # Back to None: nothing blocks on GPU2 any more.
+    fake_nvml.state.gpus[2].recovery_action = 0
+    fake_nvml.write()
+    after = run_cli("check", fake_nvml)
+    assert gpu_line(after.stdout, 2) == "GPU2  3 MiB  ✓"
 
 
 # -- 2. the NVLink fabric ------------------------------------------------------------------------------------
@@ -275,6 +304,53 @@ def test_a_completed_fabric_registration_is_clean_and_a_failed_one_is_not(
         assert done.returncode == 1, done.stdout + done.stderr
         says_not_ready(done.stdout, reason)
         assert host["verdict"]["not_ready"] == [reason]
+
+
+# gpud nvidia_smi_query.go (tests/data/kernel_log/gpud_kmsg.txt): Xid 45 alone, in dmesg --ctime form.
+XID_45 = (
+    "[Sat Oct 12 18:35:32 2024] NVRM: Xid (PCI:{pci}): 45, pid=1496200, name=distprovers-gpu, Ch 0000000f"
+)
+
+
+def test_a_job_killed_on_a_fabric_gpu_leaves_an_xid_45_that_does_not_block(
+    fake_nvml: FakeNvml, kernel_log: KernelLog
+) -> None:
+    """The operator kills a job on an NVSwitch system before asking whether it is safe to relaunch; the
+    driver logs Xid 45 as it cleans up the job's channels. The fabric is judged from NVML's fabric state
+    (registered here): the GPU is fit, and the Xid is shown with its advice."""
+    fake_nvml.state.gpus[5].fabric_state = 3
+    fake_nvml.state.gpus[5].fabric_status = 0
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        fake_nvml.state.add_holder(5, job.pid, 4096)
+        fake_nvml.write()
+        busy = run_cli("check", fake_nvml)
+        assert busy.returncode == 1, busy.stdout + busy.stderr
+        assert "NOT CLEAN: 7/8 GPUs at baseline (3 MiB + 2)" in busy.stdout.splitlines(), busy.stdout
+    finally:
+        job.terminate()  # the operator's kill
+        job.wait(timeout=30)
+    _dmesg(kernel_log, XID_45.format(pci=pci(5)))
+    done = run_cli("check", fake_nvml)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "CLEAN: 8/8 GPUs at baseline (3 MiB + 2)" in lines, done.stdout
+    assert gpu_line(done.stdout, 5) == "GPU5  3 MiB  ✓"
+    note = (
+        "Xid 45: preemptive cleanup: the driver cleaned up a stopped or failed application's work (a kill,"
+        " Ctrl-C, or the Xid before it); informational, the GPU is fit; its NVLink fabric state (read from"
+        " NVML) says whether the fabric manager needs a restart"
+    )
+    assert f"! xid: GPU5 {note} (does not block the next launch)" in lines, done.stdout
+    assert "fabric manager (systemctl" not in done.stdout  # no restart asked for
+    host = snapshot_host(fake_nvml)
+    health = host["gpus"][5]["health"]
+    assert [(x["xid"], x["detail"]) for x in health["xids"]] == [
+        (45, "pid=1496200, name=distprovers-gpu, Ch 0000000f")
+    ]
+    assert (health["fabric_state"], health["fabric_status"]) == (3, 0)
+    assert (health["action"], health["causes"], health["notes"]) == ("none", [], [note])
+    assert host["verdict"]["clean"] is True
 
 
 # -- 3. events bring a fitness read with the next process sample --------------------------------------------

@@ -109,6 +109,8 @@ def test_each_blocking_state_is_not_ready_naming_gpu_cause_and_action(
     done = run_cli("check", fake_nvml)
     assert done.returncode == 1, done.stdout + done.stderr
     _says_not_ready(done.stdout, words)
+    # "At baseline" is said of memory alone: the GPU's fitness is its own reason.
+    assert "NOT READY: 8/8 GPUs at baseline (3 MiB + 2)" in done.stdout.splitlines(), done.stdout
     assert "Traceback" not in done.stderr
     host = snapshot_host(fake_nvml)
     assert host["verdict"]["not_ready"] == [words]

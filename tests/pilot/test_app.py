@@ -232,7 +232,7 @@ async def test_c_checks_with_fast_sampling_and_reports_progress(make_app):
             "memory_interval_s": FAST_MEMORY_INTERVAL_S,
             "process_interval_s": 0.5,
             "watch_exits": True,  # a GPU holder's exit is sampled at once
-            "fitness_interval_s": 0.5,  # a GPU that turns unfit meanwhile is seen with the next list
+            "fitness_interval_s": FAST_MEMORY_INTERVAL_S,  # a GPU turning unfit: seen with the next sample
         }
         assert fast in commands
         assert FAST_MEMORY_INTERVAL_S < 0.1  # the clean slate seen within ~0.1 s, as check --wait sees it

@@ -60,7 +60,7 @@ async def test_the_faulted_gpu_stays_not_ready_after_the_kill_until_r_resets_it(
         assert host.check.clean is False
         verdict = host.snapshot.verdict
         assert not verdict.clean
-        assert verdict.gpus_at_baseline == 7
+        assert verdict.gpus_at_baseline == 8  # memory: every GPU's is back, GPU1's fitness is its own reason
         assert [r.split(" (")[0] for r in verdict.not_ready] == ["GPU1 needs a reset"]
         assert verdict.reasons == verdict.not_ready
         assert _line(app).startswith("NOT READY after ")

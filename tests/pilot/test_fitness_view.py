@@ -75,7 +75,8 @@ async def test_not_ready_in_the_clean_slate_line_and_health_in_the_gpu_view(make
         line = app.query_one(CleanSlateLine)
         await wait_for(pilot, lambda: "NOT READY" in str(line.render()), "NOT READY")
         said = str(line.render())
-        assert said.startswith("NOT READY: ")
+        # Every GPU's memory is at its baseline: the count says so, GPU2's fitness is its own reason.
+        assert said.startswith("NOT READY: 8/8 GPUs at baseline (3 MiB + 2) · ")
         assert "· GPUs: GPU2 needs a reset (row remap pending)" in said  # the reason, labelled with its fact
         panel = str(app.query_one(GpuPanel).render()).splitlines()
         assert panel[1 + UNFIT_GPU].lstrip().startswith(f"{UNFIT_GPU}!")  # marked in the GPU list

@@ -130,7 +130,8 @@ def test_a_health_rule_plugs_in_with_one_entry(monkeypatch: pytest.MonkeyPatch) 
     assert snapshot.verdict.level == NOT_READY
     assert snapshot.verdict.reasons == ("GPU1 needs a reboot: rows retired",)
     assert exit_code(snapshot.verdict) == 1
-    assert headline(snapshot.verdict) == "NOT READY: 1/2 GPUs at baseline (3 MiB + 2)"
+    # At baseline is said of memory: GPU1 needs a reboot, its memory is back all the same.
+    assert headline(snapshot.verdict) == "NOT READY: 2/2 GPUs at baseline (3 MiB + 2)"
 
 
 # -- server states ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from gputui.agent.gpu.xid import KernelLog
 from gputui.agent.pci import pci_key
 from gputui.agent.protocol import UNREACHABLE_LOST, UNREACHABLE_RESET_REQUIRED, UNREACHABLE_TIMED_OUT
 from gputui.core.model import CANNOT_TELL, NOT_READY, Gpu, GpuFitness, HostSnapshot, XidEvent
-from gputui.core.verdict import Baselines, analyze, assess
+from gputui.core.verdict import Baselines, analyze, assess, headline
 from gputui.core.verdict.fitness import (
     ACTION_DRAIN,
     ACTION_DRAIN_AND_RESET,
@@ -21,7 +21,9 @@ from gputui.core.verdict.fitness import (
     ACTION_NONE,
     ACTION_REBOOT,
     ACTION_RESET,
+    ACTION_UNKNOWN_RECOVERY,
     RECOVERY_ACTIONS,
+    fitness_findings,
     xid_action,
 )
 
@@ -127,7 +129,7 @@ def test_xid_154_is_read_by_its_code_and_the_newest_change_decides() -> None:
     odd = XidEvent(154, 1.0, "kernel log", "GPU recovery action changed from 0x0 (None) to 0x1 (PF FLR)")
     assert xid_action(odd)[1] == ACTION_RESET
     unknown = XidEvent(154, 1.0, "kernel log", "GPU recovery action changed from 0x0 (None) to 0x9 (Later)")
-    assert xid_action(unknown)[1] == ACTION_INVESTIGATE
+    assert xid_action(unknown)[1] == ACTION_UNKNOWN_RECOVERY
     assert xid_action(XidEvent(154, 1.0, "kernel log", "garbled"))[1] == ACTION_INVESTIGATE
 
 
@@ -200,7 +202,7 @@ def test_the_driver_decides_and_the_xid_explains() -> None:
     assert assess(GpuFitness(recovery_action=2)).action == ACTION_REBOOT
     assert assess(GpuFitness(recovery_action=4)).needs_reset
     strange = assess(GpuFitness(recovery_action=77))
-    assert strange.action == ACTION_INVESTIGATE
+    assert strange.action == ACTION_UNKNOWN_RECOVERY
     assert strange.causes == ("the driver reports unknown recovery action 77",)
     # NONE from the driver: a reboot-class Xid is what happened, not what is needed.
     assert (
@@ -249,12 +251,60 @@ def test_a_gpu_without_its_fabric_is_not_ready(
         assert judged.causes == (said,)
 
 
-def test_xid_45_alone_on_a_fabric_points_at_the_fabric_manager() -> None:
-    alone = XidEvent(45, 1.0, "kernel log", "Ch 00000001")
-    assert assess(GpuFitness(fabric_state=3, fabric_status=0, xids=(alone,))).action == ACTION_FABRIC
-    assert assess(GpuFitness(xids=(alone,))).action == ACTION_NONE  # no fabric: it only follows another Xid
+def test_xid_45_never_blocks_the_fabric_state_judges_the_fabric() -> None:
+    """The driver logs Xid 45 whenever an application using the GPU is stopped (a kill, Ctrl-C): shown with
+    its advice, never blocking, fabric or not; NVML's fabric state says whether the fabric needs anything."""
+    per_gpu = _events("gpud_kmsg.txt")
+    (alone,) = per_gpu[pci_key("0000:61:00")]  # "45, pid=1496200, name=distprovers-gpu, Ch 0000000f"
+    assert alone.xid == 45
+    cleanup = (
+        "Xid 45: preemptive cleanup: the driver cleaned up a stopped or failed application's work (a kill,"
+        " Ctrl-C, or the Xid before it)"
+    )
+    on_fabric = assess(GpuFitness(fabric_state=3, fabric_status=0, xids=(alone,)))
+    assert (on_fabric.action, on_fabric.causes) == (ACTION_NONE, ())
+    assert on_fabric.notes == (
+        f"{cleanup}; informational, the GPU is fit; its NVLink fabric state (read from NVML) says whether the"
+        " fabric manager needs a restart",
+    )
+    off_fabric = assess(GpuFitness(xids=(alone,)))
+    assert (off_fabric.action, off_fabric.notes) == (
+        ACTION_NONE,
+        (f"{cleanup}; informational, the GPU is fit",),
+    )
+    # A fabric that is not registered is NOT READY by its own state, Xid 45 or not.
+    down = assess(GpuFitness(fabric_state=2, fabric_status=0, fabric_manager="not running", xids=(alone,)))
+    assert down.action == ACTION_FABRIC
+    assert down.causes == ("NVLink fabric registration in progress (fabric manager not running)",)
+    # With another Xid that blocks, that one decides.
     with_149 = (XidEvent(149, 0.5, "kernel log", "NETIR Fatal XC0 i0 Link -1 (0x0)"), alone)
     assert assess(GpuFitness(fabric_state=3, fabric_status=0, xids=with_149)).action == ACTION_RESET
+    # The real lines that cite the Xid before them (open-gpu-kernel-modules#1150): advisories too.
+    threads = _events("issue_threads.txt")
+    cited = [e for events in threads.values() for e in events if e.xid == 45]
+    assert len(cited) == 7
+    assert all(xid_action(e, fabric=True)[1] == ACTION_NONE for e in cited)
+
+
+def test_the_unknown_recovery_hint_names_the_value_and_nvml_s_type() -> None:
+    """One table, one wording: an action the driver asks for that gputui does not know is said as that,
+    with its value, never as an Xid to look up in the catalogue or to accept in the config."""
+    for fitness, value in (
+        (GpuFitness(recovery_action=9), 9),
+        (GpuFitness(xids=(XidEvent(154, 1.0, "kernel log", "changed from 0x0 (None) to 0xb (Later)"),)), 11),
+    ):
+        gpu = Gpu(index=3, memory_used_mib=3, fitness=fitness)
+        (finding,) = fitness_findings(_host(gpu))
+        assert finding.detail.startswith("GPU3 needs a recovery action gputui does not know (")
+        assert finding.action == (
+            f"the driver asks for an action gputui does not know (value {value}): see NVIDIA's NVML"
+            " documentation of nvmlDeviceGpuRecoveryAction_t; GPU 3 counts as not ready until the driver's"
+            " recovery action returns to None"
+        )
+    known = fitness_findings(_host(Gpu(index=3, memory_used_mib=3, fitness=GpuFitness(recovery_action=1))))
+    assert [f.action for f in known] == [
+        "reset the GPU (nvidia-smi -r -i 3, nothing may hold it) before the next launch"
+    ]
 
 
 def _host(*gpus: Gpu) -> HostSnapshot:
@@ -306,3 +356,18 @@ def test_hostile_unreachable_and_fabric_values_are_blanks() -> None:
         None,
         None,
     )
+
+
+def test_at_baseline_is_said_of_memory_alone() -> None:
+    """Four GPUs at 3 MiB, each needing a reset: "4/4 GPUs at baseline", NOT READY for their fitness. Memory
+    held, or a GPU the driver lost, is not at baseline whatever else is said of it."""
+    remap = GpuFitness(remap_pending=True)
+    unfit = [Gpu(index=i, memory_used_mib=3, fitness=remap) for i in range(4)]
+    verdict = analyze(_host(*unfit), Baselines()).verdict
+    assert verdict is not None
+    assert headline(verdict) == "NOT READY: 4/4 GPUs at baseline (3 MiB + 2)"
+    held = Gpu(index=1, memory_used_mib=4099, fitness=remap)
+    lost = Gpu(index=2, error="GPU is lost", unreachable=UNREACHABLE_LOST)
+    mixed = analyze(_host(unfit[0], held, lost, unfit[3]), Baselines()).verdict
+    assert mixed is not None
+    assert headline(mixed) == "NOT READY: 2/4 GPUs at baseline (3 MiB + 2)"

@@ -6,10 +6,11 @@ per-device deadline and isolation as every other call; a query this GPU, driver 
 them is itself a fact: the GPU needs a reset.
 
 ``FitnessMonitor`` decides when to read (every ``FITNESS_INTERVAL_S``, on every forced sample and after a
-kill), gathers Xids from NVML events and the kernel log (``xid.KernelLog``), applies the rule that an event
-stops counting after a later reset of its GPU (one the kernel log shows or one gputui performed and noted
-with ``note_resets``) or a driver reload, and puts each GPU's ``health`` dict on the sample. What it means is
-the client's (``gputui.core.verdict.fitness``).
+kill; the collector reads it with every memory sample while a clean-slate check waits), gathers Xids from
+NVML events and the kernel log (``xid.KernelLog``), applies the rule that an event stops counting after a
+later reset of its GPU (one the kernel log shows or one gputui performed and noted with ``note_resets``) or a
+driver reload, and puts each GPU's ``health`` dict on the sample. What it means is the client's
+(``gputui.core.verdict.fitness``).
 
 A reset gputui performed outlives the collector that ran it: ``ResetRecord`` keeps it in the state folder
 (``gpu-resets.json``, by GPU UUID, for this boot only, through the safe opener), and every collector on the

@@ -93,21 +93,33 @@ def _wait_writable(stream: Any) -> None:
 _ELIDED = ("processes", GPU_FITNESS)
 
 
-def elide_unchanged_processes(snapshot: dict[str, Any]) -> dict[str, Any]:
+def elide_unchanged_processes(snapshot: dict[str, Any], keep_fitness: bool = False) -> dict[str, Any]:
     """``snapshot`` without its process lists, marked ``"processes_same": true``.
 
     For a stream line whose ``processes_time`` is that of a line already sent: the client takes the lists
     over from that line (``model.HostSnapshot.from_dict``), so a memory-only sample does not carry (nor cost
-    the parsing of) process lists that did not change.
+    the parsing of) process lists that did not change. Each GPU's fitness goes with them, unless this sample
+    read it (``keep_fitness``: a clean-slate check reads it with every memory sample, ``Agent._poll_gpus``).
     """
     out = dict(snapshot)
     del out["processes"]
     del out[LISTENING_PORTS]  # read with the process lists, so just as unchanged
-    out.pop(KERNEL_LOG, None)  # GPU fitness is read with the process lists only (``Agent._poll_gpus``)
+    out.pop(KERNEL_LOG, None)  # the client keeps the last one with the lists
     out.pop(REMEMBERED, None)  # and so are the remembered jobs
     out[PROCESSES_SAME] = True
-    out["gpus"] = [{k: v for k, v in gpu.items() if k not in _ELIDED} for gpu in snapshot["gpus"]]
+    elided = ("processes",) if keep_fitness else _ELIDED
+    out["gpus"] = [{k: v for k, v in gpu.items() if k not in elided} for gpu in snapshot["gpus"]]
     return out
+
+
+def fitness_read_at(snapshot: dict[str, Any]) -> float | None:
+    """When the sample's GPU fitness was last read (the newest ``read_time``), None where none was."""
+    times = [
+        gpu[GPU_FITNESS].get("read_time")
+        for gpu in snapshot.get("gpus") or ()
+        if isinstance(gpu, dict) and isinstance(gpu.get(GPU_FITNESS), dict)
+    ]
+    return max((t for t in times if isinstance(t, (int, float))), default=None)
 
 
 def collect_from_now() -> None:
@@ -129,6 +141,7 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
     """
     writer = Writer(stdout_binary)
     sent_processes_time: float | None = None
+    sent_fitness_at: float | None = None
 
     def run_command(command: dict[str, Any]) -> None:
         writer.write(agent.handle(command))
@@ -188,9 +201,11 @@ def serve(session: ClientSession, stdout_binary: Any, agent: Agent, elide_unchan
         except Exception as exc:  # a collector bug must not end the stream: report it as the host's error
             snapshot = agent.error_snapshot(f"collector error: {type(exc).__name__}: {exc}")
         listed_at = snapshot.get("processes_time")
+        read_at = fitness_read_at(snapshot)
         if elide_unchanged and listed_at is not None and listed_at == sent_processes_time:
-            snapshot = elide_unchanged_processes(snapshot)
+            snapshot = elide_unchanged_processes(snapshot, keep_fitness=read_at != sent_fitness_at)
         sent_processes_time = listed_at
+        sent_fitness_at = read_at
         if not writer.write(snapshot_message(snapshot)):
             session.client_gone("stdout closed")
             return

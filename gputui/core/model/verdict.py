@@ -294,7 +294,22 @@ class Verdict(Record):
 
     @property
     def gpus_at_baseline(self) -> int:
-        return sum(1 for g in self.gpus if g.clean)
+        """GPUs whose memory is back at its baseline: a fact of memory, so a GPU whose only reasons are NOT
+        READY ones (its fitness: a reset, a reboot, the fabric) counts when its memory is at its baseline
+        (+ tolerance), or, reporting no memory (``note``), when nothing holds it. A GPU with any other reason
+        (memory held, a process listed, an error) does not."""
+        unfit = set(self.not_ready)
+
+        def at_baseline(gpu: GpuVerdict) -> bool:
+            if gpu.clean:
+                return True
+            if any(reason not in unfit for reason in gpu.reasons):
+                return False
+            if gpu.used_mib is None:
+                return gpu.note is not None
+            return 0 <= gpu.used_mib <= gpu.baseline_mib + self.tolerance_mib
+
+        return sum(1 for g in self.gpus if at_baseline(g))
 
     @property
     def level(self) -> str:

@@ -5,15 +5,20 @@ Xids and fitness states -> what to do.
 its log form is Xid 154). Where it reports one, it decides: NONE clears what the Xid table would ask for (the
 Xids are then shown as what happened, with their advice), any other action blocks, worded as NVIDIA words it,
 with the Xid that explains it beside it ("Xid 48 at 03:57; the driver asks for a GPU reset"). A value this
-table does not know blocks too ("investigate"). The Xid table is the fallback for drivers before R565.
+table does not know blocks too, said as an action gputui does not know (its value, NVIDIA's documentation of
+``nvmlDeviceGpuRecoveryAction_t``), until the driver's action returns to None. The Xid table is the fallback
+for drivers before R565.
 
 **The table** follows NVIDIA's Xid Catalog
 (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, ``XID_CATALOGUE_AS_OF``): its
 immediate-action buckets RESTART_APP and IGNORE are advisories (shown with their advice, never blocking),
 RESET_GPU and the XID 48 / NVLink workflows a reset, RESTART_BM and RESTART_VM a reboot, CHECK_MECHANICALS
 service, CONTACT_SUPPORT, CHECK_UVM and UPDATE_SWFW a look before the next launch. Xid 154 is read by its
-``0xN`` code, Xids 144-150 (NVLink5) by the severity the driver prints in the line ("Fatal": a reset), Xid 45
-alone on a GPU with an NVLink fabric as the fabric manager's. An Xid the table does not know blocks
+``0xN`` code, Xids 144-150 (NVLink5) by the severity the driver prints in the line ("Fatal": a reset). Xid 45
+never blocks: the driver logs it whenever an application using the GPU is stopped (a kill, Ctrl-C) as well as
+after another Xid, which then decides; a GPU's NVLink fabric is judged from NVML's fabric state, never from
+Xid 45 (NVIDIA's k8s-device-plugin counts it among the application errors that leave the GPU healthy). An
+Xid the table does not know blocks
 ("unclassified Xid N since boot"), unless the driver's recovery action is NONE or the site accepts it
 (``accepted_xids`` in the config). Row remaps and retirements pending, uncorrected ECC and RESET_REQUIRED
 are NVML's own states ("Dynamic Page Retirement", "Row Remapping":
@@ -41,6 +46,7 @@ XID_CATALOGUE_AS_OF = "2025-10-29"
 
 ACTION_NONE = "none"
 ACTION_INVESTIGATE = "investigate"
+ACTION_UNKNOWN_RECOVERY = "unknown_recovery"
 ACTION_DRAIN_P2P = "drain_p2p"
 ACTION_RESET = "reset"
 ACTION_DRAIN_AND_RESET = "drain_and_reset"
@@ -56,6 +62,12 @@ ACTIONS: dict[str, tuple[str, str]] = {
     ACTION_INVESTIGATE: (
         "needs a look before the next launch",
         "look it up in " + XID_CATALOGUE + "; an Xid the site accepts goes in accepted_xids in the config",
+    ),
+    ACTION_UNKNOWN_RECOVERY: (
+        "needs a recovery action gputui does not know",
+        "the driver asks for an action gputui does not know (value V): see NVIDIA's NVML documentation of"
+        " nvmlDeviceGpuRecoveryAction_t; GPU N counts as not ready until the driver's recovery action returns"
+        " to None",
     ),
     ACTION_DRAIN_P2P: (
         "needs its peer-to-peer work drained",
@@ -94,7 +106,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
     ),
 }
 """Each action, weakest first: how a verdict says it ("GPU3 needs a reset (row remap pending)") and what to do
-("-i N" becomes the GPU's index)."""
+("-i N" becomes the GPU's index, "value V" the driver's recovery action)."""
 ACTION_RANK = {action: rank for rank, action in enumerate(ACTIONS)}
 ACTION_WORDS = {action: words for action, (words, _) in ACTIONS.items()}
 ACTION_HINTS = {action: hint for action, (_, hint) in ACTIONS.items() if action != ACTION_NONE}
@@ -111,7 +123,7 @@ RECOVERY_ACTIONS: dict[int, tuple[str, str]] = {
     7: ("System Reboot", ACTION_SYSTEM_REBOOT),
 }
 """``nvmlDeviceGpuRecoveryAction_t`` (NVML field 230, DCGM field 1523, Xid 154's ``0xN``): NVIDIA's name and
-the action. A value not listed blocks ("investigate")."""
+the action. A value not listed blocks (``ACTION_UNKNOWN_RECOVERY``)."""
 
 _APP = "the application that hit it must be restarted, the GPU is fit"
 _INFO = "informational, the GPU is fit"
@@ -205,6 +217,14 @@ gives one. Xids 45, 144-150 and 154 are read from their own line (``xid_action``
 the catalogue marks unused, one it gives no action yet, one newer than it) is unclassified and blocks."""
 
 XID_PREEMPTIVE_CLEANUP = 45
+PREEMPTIVE_CLEANUP = (
+    "preemptive cleanup: the driver cleaned up a stopped or failed application's work (a kill, Ctrl-C, or the"
+    " Xid before it)"
+)
+PREEMPTIVE_CLEANUP_FABRIC = (
+    _INFO + "; its NVLink fabric state (read from NVML) says whether the fabric manager needs a restart"
+)
+"""Xid 45's meaning, and its advice on a GPU with an NVLink fabric (elsewhere ``_INFO``)."""
 XID_RECOVERY_ACTION = 154
 """Xid 154 names the driver's recovery action by code: "GPU recovery action changed from 0x0 (None) to 0x1
 (GPU Reset Required)"; the ``to`` code is read, never its words (drivers word a code differently)."""
@@ -269,12 +289,13 @@ class FitnessAssessment(Record):
 
 def recovery_action(code: int) -> tuple[str, str]:
     """(NVIDIA's name, action) of a recovery-action code; an unknown code is named by number and blocks."""
-    return RECOVERY_ACTIONS.get(code, (f"unknown recovery action {code}", ACTION_INVESTIGATE))
+    return RECOVERY_ACTIONS.get(code, (f"unknown recovery action {code}", ACTION_UNKNOWN_RECOVERY))
 
 
 def xid_action(event: XidEvent, fabric: bool = False) -> tuple[str, str, str]:
     """(meaning, action, advice) of one Xid: the table's row, else what its own line says (154 by its code,
-    144-150 by their severity, 45 by whether the GPU has a fabric), else "unclassified" (blocks)."""
+    144-150 by their severity), else "unclassified" (blocks). Xid 45 never blocks; ``fabric``: the GPU has an
+    NVLink fabric, which its advice then names."""
     if event.xid == XID_RECOVERY_ACTION:
         code = _RECOVERY_CODE.search(event.detail)
         if code is None:
@@ -290,9 +311,7 @@ def xid_action(event: XidEvent, fabric: bool = False) -> tuple[str, str, str]:
             return f"NVLink5 {unit} fatal error", ACTION_RESET, ""
         return f"NVLink5 {unit} non-fatal error", ACTION_NONE, _INFO
     if event.xid == XID_PREEMPTIVE_CLEANUP:
-        if fabric:
-            return "preemptive cleanup (alone: the fabric manager's)", ACTION_FABRIC, ""
-        return "preemptive cleanup, due to previous errors", ACTION_NONE, "the Xid before it says why"
+        return PREEMPTIVE_CLEANUP, ACTION_NONE, PREEMPTIVE_CLEANUP_FABRIC if fabric else _INFO
     row = XID_TABLE.get(event.xid)
     if row is not None:
         return row
@@ -341,11 +360,10 @@ def assess(fitness: GpuFitness | None, accepted_xids: frozenset[int] = frozenset
     changes = [e for e in live if e.xid == XID_RECOVERY_ACTION]  # oldest first, as the collector lists them
     newest_154 = changes[-1] if changes else None
     explained: list[str] = []
-    others = {e.xid for e in live if e.xid != XID_PREEMPTIVE_CLEANUP}
     for event in live:
         if event.xid == XID_RECOVERY_ACTION and event is not newest_154:
             continue  # a later change of the action supersedes it
-        meaning, action, advice = xid_action(event, fabric=fitness.fabric_state is not None and not others)
+        meaning, action, advice = xid_action(event, fabric=fitness.fabric_state is not None)
         text = meaning if meaning.startswith("unclassified") else f"Xid {event.xid}: {meaning}"
         if action in BLOCKING_ACTIONS and _recurred(fitness, event):
             text += "; recurred after a reset: investigate"
@@ -367,7 +385,7 @@ def assess(fitness: GpuFitness | None, accepted_xids: frozenset[int] = frozenset
         else:
             said = (
                 f"the driver asks for {name}"
-                if action != ACTION_INVESTIGATE
+                if action != ACTION_UNKNOWN_RECOVERY
                 else f"the driver reports {name}"
             )
             found.append((action, "; ".join([*explained[-1:], said])))
@@ -539,7 +557,9 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
                     target=target,
                     gpu_index=gpu.index,
                     detail=reason,
-                    action=_for_gpu(ACTION_HINTS[judged.action], gpu.index),
+                    action=_for_gpu(
+                        ACTION_HINTS[judged.action], gpu.index, unknown_recovery_code(gpu.fitness)
+                    ),
                 )
             )
         for text in judged.notes:
@@ -583,9 +603,24 @@ def fitness_findings(snapshot: HostSnapshot) -> list[Finding]:
     return findings
 
 
-def _for_gpu(hint: str, index: int) -> str:
-    """An action's hint for one GPU: its ``N`` (``-i N``, ``GPU N``) becomes the index."""
-    return re.sub(r"\bN\b", str(index), hint)
+def _for_gpu(hint: str, index: int, value: int | None = None) -> str:
+    """An action's hint for one GPU: its ``N`` (``-i N``, ``GPU N``) becomes the index, its ``V``
+    (``value V``) the driver's recovery action (``unknown_recovery_code``)."""
+    hint = re.sub(r"\bN\b", str(index), hint)
+    return re.sub(r"\bV\b", "?" if value is None else str(value), hint)
+
+
+def unknown_recovery_code(fitness: GpuFitness | None) -> int | None:
+    """The recovery action the driver asks for that ``RECOVERY_ACTIONS`` does not know: NVML's field where it
+    reports one, else the newest counting Xid 154's code; None when the action is a known one (or none)."""
+    if fitness is None:
+        return None
+    code: int | None = fitness.recovery_action
+    if code is None:
+        changes = [e for e in fitness.xids if e.xid == XID_RECOVERY_ACTION and counts(e)]
+        found = _RECOVERY_CODE.search(changes[-1].detail) if changes else None
+        code = None if found is None else int(found.group(1), 16)
+    return None if code is None or code in RECOVERY_ACTIONS else code
 
 
 def lost_gpu_event(event: XidEvent) -> bool:

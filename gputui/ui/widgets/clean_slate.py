@@ -125,6 +125,8 @@ def clean_slate_text(
         return line
     line = Text()
     if check is not None and check.finished_s is None:
+        if verdict.not_ready:  # a GPU that needs an action is said as such while the memory still drains
+            line.append(f"{NOT_READY} · ", style="bold red")
         line.append(f"checking… {at_baseline}/{total} GPUs at baseline", style="bold yellow")
         line.append(f" · {duration(max(0.0, now_s - check.started_s))} · ", style="yellow")
         tearing = check.tearing_down_for_s(now_s)
