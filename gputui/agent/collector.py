@@ -241,7 +241,10 @@ class Agent:
         with self._lock:
             now_mono = time.monotonic()
             due = self._process_interval_now(now_mono)
-            want_processes = force_processes or now_mono - self._processes_mono >= due
+            # While a probe's children live (this collector's or another gputui's) every sample lists
+            # processes: their memory is left out of a figure only together with their list.
+            probing = bool(self.processes.probe_pids or self.processes.hidden_pids)
+            want_processes = force_processes or probing or now_mono - self._processes_mono >= due
             gpus = self._poll_gpus(want_processes, force_processes)
             if not want_processes and self._memory_moved(gpus, now_mono):
                 want_processes = True
@@ -309,11 +312,14 @@ class Agent:
         self._kills_were_pending = pending
         monitor = self.fitness_monitor
         reads = getattr(self._backend, "reads_fitness", False)
-        if want_processes and reads:
+        # At rest fitness is read with a process list only, when due: a memory sample costs no more than
+        # its memory. While a clean-slate check waits (``watch_exits``) it is read with every memory sample,
+        # the first one at once, so a GPU that turns unfit is seen within one memory interval; a stream line
+        # whose process lists are elided keeps a fitness read with it (``serve.elide_unchanged_processes``).
+        watching = self.watch_exits
+        if (want_processes or watching) and reads:
             monitor.add_events(self._backend.take_events())  # an event has the fitness read now
-        # Fitness is read with a process list only, so that a stream line whose process lists are elided
-        # (``serve.elide_unchanged_processes``) carries no new fitness either.
-        if not (want_processes and monitor.due(forced)):
+        if not (watching or (want_processes and monitor.due(forced))):
             gpus = self._backend.poll(want_processes)
         else:
             gpus = self._backend.poll(want_processes, True) if reads else self._backend.poll(want_processes)
@@ -440,13 +446,17 @@ class Agent:
         self, words: list[str] | None, deadline_s: float, buffer_mib: int, force: bool
     ) -> dict[str, Any]:
         """The readiness probe of the GPUs named (every GPU: None), after any kill under way has ended
-        (``gpu.probe``): ``{"probes": [...], "deadline_s", "buffer_mib"}``. Its children are never listed."""
+        (``gpu.probe``): ``{"probes": [...], "deadline_s", "buffer_mib", "kill_pending", "lock_problem"}``.
+        Its children are never listed. The wait for a kill and for GPUs another gputui is probing share one
+        ``deadline_s``; a kill still under way after it is said (``kill_pending``), the probe runs anyway."""
         from gputui.agent.args import CommandError
         from gputui.agent.gpu import probe as readiness
+        from gputui.agent.gpu.probelock import ProbeLocks
 
         waited = time.monotonic() + deadline_s
         while self.escalations_pending() and time.monotonic() < waited:
             time.sleep(0.05)
+        kill_pending = self.escalations_pending()
         gpus = self.sample(force_processes=True)["gpus"]
         try:
             targets = readiness.probe_targets(gpus, words, force)
@@ -465,12 +475,20 @@ class Agent:
         def hide(pids: frozenset[int]) -> None:
             self.processes.hidden_pids = pids
 
+        locks = ProbeLocks()
         try:
-            probes = readiness.run_probes(targets, deadline_s, buffer_mib, seen, hide)
+            probes = readiness.run_probes(targets, deadline_s, buffer_mib, seen, hide, locks, waited)
         except RuntimeError as exc:
             raise CommandError(str(exc)) from None
         self._wait_for_drain({g.get("index"): g.get("memory_used_mib") for g in gpus})
-        return {"probes": probes, "deadline_s": deadline_s, "buffer_mib": buffer_mib, "time": time.time()}
+        return {
+            "probes": probes,
+            "deadline_s": deadline_s,
+            "buffer_mib": buffer_mib,
+            "time": time.time(),
+            "kill_pending": kill_pending,
+            "lock_problem": locks.problem,
+        }
 
     def _wait_for_drain(self, before: dict[Any, Any], bound_s: float = PROBE_DRAIN_MAX_S) -> None:
         """Until every GPU's used memory is back to what it was before the probe (the driver frees a dead
@@ -478,7 +496,8 @@ class Agent:
         end = time.monotonic() + bound_s
         while time.monotonic() < end:
             with self._lock:
-                polled = self._backend.poll(False)
+                polled = self._backend.poll(True)
+                self.processes.leave_out_probes(polled, time.time())  # another gputui's probe is its own
             now = {g.get("index"): g.get("memory_used_mib") for g in polled}
             if all(
                 not isinstance(used, int) or not isinstance(now.get(index), int) or now[index] <= used

@@ -367,3 +367,79 @@ def append(path: PathText, data: bytes) -> None:
         raise UnsafeFile(f"{path}: cannot append ({exc.strerror or exc})") from None
     finally:
         os.close(folder_fd)
+
+
+def open_shared_folder(folder: PathText) -> int:
+    """A descriptor of a folder every user of the host shares, as /tmp (the caller closes it): made, sticky
+    and writable by all, where missing. Any owner is taken (the first user who needed it made it); it must
+    be a real directory, not a link, sticky wherever others may write it (nobody can then remove or rename
+    another user's file in it), under folders that pass ``open_folder``'s checks of the folders above.
+
+    Raises:
+        UnsafeFile: It or a folder above it fails a check, or it cannot be made or opened.
+    """
+    folder = os.fspath(folder)
+    made = True
+    try:
+        os.mkdir(folder, 0o700)  # owner-only until it is sticky
+    except FileExistsError:
+        made = False
+    except OSError as exc:
+        raise UnsafeFile(f"cannot create folder {folder}: {exc.strerror or exc}") from None
+    try:
+        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = _kind_problem(os.lstat(folder).st_mode) or "not a folder"
+            raise UnsafeFile(f"folder {folder}: {kind.replace('regular file', 'folder')}") from None
+        raise UnsafeFile(f"folder {folder}: cannot open ({exc.strerror or exc})") from None
+    try:
+        if made:  # by descriptor: what was made, not what a link put there meanwhile would lead to
+            os.fchmod(fd, 0o1777)
+        info = os.fstat(fd)
+        if info.st_mode & _GROUP_OTHER_WRITE and not info.st_mode & stat.S_ISVTX:
+            mode = stat.S_IMODE(info.st_mode)
+            raise UnsafeFile(f"folder {folder}: writable by group or others and not sticky (mode {mode:04o})")
+        _check_ancestors(folder)
+    except OSError as exc:
+        os.close(fd)
+        raise UnsafeFile(f"folder {folder}: cannot check ({exc.strerror or exc})") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_shared_file(folder_fd: int, name: str, path: str) -> int:
+    """A read-only descriptor of the regular file ``name`` in a shared folder (``open_shared_folder``), made
+    (readable by all) where missing; any owner is taken, never written (a lock's file). A link, FIFO or
+    device planted there is refused without being opened. Linux refuses ``O_CREAT`` on another user's file
+    in a sticky folder (``fs.protected_regular``): an existing file is opened without it.
+
+    Raises:
+        UnsafeFile: Not a regular file, or it cannot be opened.
+    """
+    flags = os.O_RDONLY | _NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+    try:
+        for _ in range(8):  # made and removed by others meanwhile: a few tries, never a loop without end
+            try:
+                before = _lstat_in(folder_fd, name, path)
+            except FileNotFoundError:
+                try:
+                    fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=folder_fd)
+                except FileExistsError:
+                    continue
+                os.fchmod(fd, 0o644)  # whatever the umask: another user's gputui opens it to lock it
+                return fd
+            try:
+                fd = os.open(name, flags, dir_fd=folder_fd)
+            except FileNotFoundError:
+                continue
+            info = os.fstat(fd)
+            if (info.st_dev, info.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(info.st_mode):
+                os.close(fd)
+                raise UnsafeFile(f"{path}: replaced while it was opened")
+            return fd
+    except OSError as exc:
+        raise UnsafeFile(f"{path}: cannot open ({exc.strerror or exc})") from None
+    raise UnsafeFile(f"{path}: made and removed again while it was opened")

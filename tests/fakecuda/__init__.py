@@ -20,6 +20,7 @@ from tests.cbuild import build_library, library_cflags, write_state
 __all__ = [
     "HANG_STEPS",
     "LIB_NAME",
+    "LOCKS_VAR",
     "OMIT_GROUPS",
     "SOURCE",
     "STATE_VAR",
@@ -156,11 +157,20 @@ class FakeCudaState:
         write_state(path, text, ".fakecuda-")
 
 
-def env_for(lib_dir: Path, state_path: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+LOCKS_VAR = "GPUTUI_TEST_PROBE_LOCKS"
+"""The folder gputui takes for its host-wide probe locks (``agent.gpu.probelock``) instead of /dev/shm's."""
+
+
+def env_for(
+    lib_dir: Path, state_path: Path, base: dict[str, str] | None = None, locks_dir: Path | None = None
+) -> dict[str, str]:
     """A copy of ``base`` (default os.environ) that makes a subprocess load the fake libcuda.so.1; pass
-    a fakenvml ``env()`` as ``base`` to load both fakes."""
+    a fakenvml ``env()`` as ``base`` to load both fakes. ``locks_dir``: where its probes keep their
+    host-wide locks (every gputui of one test shares it, as every gputui of a host shares /dev/shm's)."""
     env = dict(os.environ if base is None else base)
     old = env.get("LD_LIBRARY_PATH")
     env["LD_LIBRARY_PATH"] = str(lib_dir) + (os.pathsep + old if old else "")
     env[STATE_VAR] = str(state_path)
+    if locks_dir is not None:
+        env[LOCKS_VAR] = str(locks_dir)
     return env

@@ -54,7 +54,13 @@ class FakeCuda:
     def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for a subprocess that should load the fake library (on top of ``base``, e.g. a
         fakenvml ``env()``)."""
-        return env_for(self.lib_dir, self.state_path, base)
+        return env_for(self.lib_dir, self.state_path, base, self.locks_dir)
+
+    @property
+    def locks_dir(self) -> Path:
+        """The host-wide probe locks' folder of this test's gputui processes (made by the first probe),
+        beside the state file: never the host's /dev/shm."""
+        return self.state_path.with_name("probe-locks")
 
 
 @pytest.fixture

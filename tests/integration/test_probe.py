@@ -116,7 +116,7 @@ def test_a_gpu_that_fails_a_step_is_not_ready_naming_it(
     done = run_cli(fake_nvml, fake_cuda, "check", "--probe")
     assert done.returncode == 1, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert "NOT READY: 7/8 GPUs at baseline (3 MiB + 2)" in lines, done.stdout
+    assert "NOT READY: 8/8 GPUs at baseline (3 MiB + 2)" in lines, done.stdout  # memory: all back
     assert f"GPU3  3 MiB  ✗ {words.removeprefix('GPU3 ')}" in lines, done.stdout
     assert f"  GPUs:    ✗ {words}" in lines, done.stdout
     host = _host(run_cli(fake_nvml, fake_cuda, "check", "--probe", "--json"))

@@ -11,9 +11,10 @@ the driver) is reported as such and never waited on: either is an answer ("the G
 
 The children are the collector's own: ``run_probes`` hands their pids to ``hide`` and the process sampler
 never lists them, so they are never a job, a survivor, a leftover or a kill target; whoever judges memory
-does it after ``run_probes`` returned (every child gone). Only one probe runs at a time per collector. The
-child program is a string (``CHILD_SOURCE``) run by ``sys.executable -I -S -c``: a shipped collector has no
-files on its host to run.
+does it after ``run_probes`` returned (every child gone). Another gputui's collector knows them by their argv
+(``proc.probechild``). Only one probe runs at a time per collector, and one probe of a GPU at a time per host
+(``probelock``): a GPU another gputui is probing is waited for, then left out. The child program is a string
+(``CHILD_SOURCE``) run by ``sys.executable -I -S -c``: a shipped collector has no files on its host to run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import sys
 import threading
 import time
 
+from gputui.agent.gpu.probelock import ProbeLocks
+from gputui.agent.proc.probechild import child_argv
 from gputui.agent.protocol import (
     PROBE_BUFFER_MIB,
     PROBE_DEADLINE_S,
@@ -54,13 +57,13 @@ import ctypes, json, os, select, signal, sys, time
 
 # Past its deadline the child ends itself (SIGALRM's default action), whoever is left to kill it: a
 # collector killed or an SSH session cut mid-probe leaves no child behind.
-signal.setitimer(signal.ITIMER_REAL, float(sys.argv[4]))
+signal.setitimer(signal.ITIMER_REAL, float(sys.argv[5]))
 
 def say(**fields):
     sys.stdout.write(json.dumps(fields) + "\n")
     sys.stdout.flush()
 
-pci, size = sys.argv[1], int(sys.argv[2]) << 20
+pci, size = sys.argv[2], int(sys.argv[3]) << 20
 say(begin="load")
 try:
     lib = ctypes.CDLL("libcuda.so.1")
@@ -125,7 +128,7 @@ if code != 0:
 say(step="context", ms=ms)
 step("alloc", lambda: lib.cuMemAlloc_v2(ctypes.byref(pointer), size))
 say(holding=os.getpid())
-ready, _, _ = select.select([sys.stdin], [], [], float(sys.argv[3]))
+ready, _, _ = select.select([sys.stdin], [], [], float(sys.argv[4]))
 if ready:
     sys.stdin.readline()
 # Two buffers of the host's memory, no more (eight GPUs probe at once): the pattern doubled in place.
@@ -151,8 +154,10 @@ step("free", lambda: lib.cuMemFree_v2(pointer.value))
 step("destroy", lambda: lib.cuCtxDestroy_v2(context))
 sys.exit(0)
 """
-"""The child: argv is the PCI bus id, the buffer in MiB, the seconds it holds the buffer for a look and the
-seconds until its deadline."""
+"""The child: argv is ``proc.probechild.MARKER``, the PCI bus id, the buffer in MiB, the seconds it holds the
+buffer for a look and the seconds until its deadline (``probechild.child_argv``)."""
+BUSY = "another gputui is probing it"
+"""The skip of a GPU whose host-wide lock another gputui held past the deadline (``probelock``)."""
 
 _one_at_a_time = threading.Lock()
 
@@ -189,7 +194,7 @@ def _cuda_bus_id(pci: str) -> str:
 
 
 class _Child:
-    def __init__(self, target: dict[str, Any], buffer_mib: int, left_s: float) -> None:
+    def __init__(self, target: dict[str, Any], buffer_mib: int, left_s: float, lock_fd: int | None) -> None:
         self.target = target
         self.steps: list[dict[str, Any]] = []
         self.began: str | None = None
@@ -198,18 +203,18 @@ class _Child:
         self.visible: bool | None = None
         self.abandoned = False
         self.partial = b""
+        argv = child_argv(
+            sys.executable,
+            CHILD_SOURCE,
+            _cuda_bus_id(target["pci_bus_id"]),
+            buffer_mib,
+            VISIBLE_WAIT_S,
+            left_s + SELF_END_AFTER_S,
+        )
+        # The host-wide lock of its GPU goes with the child: held as long as the child lives.
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv; the bus id is the collector's own NVML's
-            [
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                CHILD_SOURCE,
-                _cuda_bus_id(target["pci_bus_id"]),
-                str(buffer_mib),
-                str(VISIBLE_WAIT_S),
-                f"{left_s + SELF_END_AFTER_S:.3f}",
-            ],
+            argv,
+            pass_fds=() if lock_fd is None else (lock_fd,),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -271,7 +276,7 @@ _stuck_pids: set[int] = set()
 
 def _hidden(running: list[_Child]) -> frozenset[int]:
     with _stuck_lock:
-        return frozenset(c.proc.pid for c in running) | frozenset(_stuck_pids)
+        return frozenset(c.proc.pid for c in running if c.proc.returncode is None) | frozenset(_stuck_pids)
 
 
 def _abandon(child: _Child, hide: Callable[[frozenset[int]], None]) -> None:
@@ -305,11 +310,21 @@ def _report(child: _Child, result: str, total_ms: float) -> dict[str, Any]:
     return out
 
 
-def _read_until(children: list[_Child], deadline: float, seen: Callable[[int, int], bool | None]) -> None:
-    """Read every child's lines until each closed its output or ``deadline`` (monotonic) passed."""
+def _read_until(
+    children: list[_Child],
+    deadline: float,
+    seen: Callable[[int, int], bool | None],
+    locks: ProbeLocks,
+    hide: Callable[[frozenset[int]], None],
+) -> None:
+    """Read every child's lines until each closed its output or ``deadline`` (monotonic) passed. A child
+    that closed its output has ended (or is ending): its GPU's lock is left to it, and is free with it, and
+    it is reaped as soon as it exited, so that no other gputui on the host sees it as a zombie while the
+    other GPUs' children run (its pid then leaves ``hide``: it may be another process's now)."""
     import selectors
 
     selector = selectors.DefaultSelector()
+    ending: list[_Child] = []
     try:
         for child in children:
             stdout = child.proc.stdout
@@ -318,7 +333,13 @@ def _read_until(children: list[_Child], deadline: float, seen: Callable[[int, in
                 selector.register(stdout, selectors.EVENT_READ, child)
         open_streams = len(selector.get_map())
         while open_streams and time.monotonic() < deadline:
-            for key, _ in selector.select(max(0.0, min(0.2, deadline - time.monotonic()))):
+            reaped = [child for child in ending if child.proc.poll() is not None]
+            if reaped:
+                ending = [child for child in ending if child not in reaped]
+                hide(_hidden(children))
+            for key, _ in selector.select(
+                max(0.0, min(0.05 if ending else 0.2, deadline - time.monotonic()))
+            ):
                 child = key.data
                 try:
                     data = os.read(key.fd, 65536)
@@ -331,6 +352,8 @@ def _read_until(children: list[_Child], deadline: float, seen: Callable[[int, in
                 else:
                     selector.unregister(key.fileobj)
                     open_streams -= 1
+                    locks.release_one(child.target["pci_bus_id"])
+                    ending.append(child)
     finally:
         selector.close()
 
@@ -356,33 +379,47 @@ def run_probes(
     buffer_mib: int = PROBE_BUFFER_MIB,
     seen: Callable[[int, int], bool | None] = lambda index, pid: None,
     hide: Callable[[frozenset[int]], None] = lambda pids: None,
+    locks: ProbeLocks | None = None,
+    wait_until: float | None = None,
 ) -> list[dict[str, Any]]:
     """Probe every target not skipped, in parallel, within ``deadline_s``; one report per target, in order.
 
-    Every child is gone within ``deadline_s`` plus ``KILL_GRACE_S``, or reported stuck and left to a reaper.
-    ``seen(index, pid)``: whether NVML lists ``pid`` on GPU ``index`` now (called while the buffer lives);
-    ``hide(pids)``: the probe children alive now, for the process sampler to leave out (at the end: those
-    stuck, until they die). Raises RuntimeError when another probe is running on this collector.
+    First each target's host-wide lock (``locks``; made here when None): one another gputui holds is waited
+    for until ``wait_until`` (monotonic; None: ``deadline_s`` from now), then that GPU is skipped (``BUSY``,
+    ``"busy": true``). Every child is gone within ``deadline_s`` plus ``KILL_GRACE_S`` of its start, or
+    reported stuck and left to a reaper. ``seen(index, pid)``: whether NVML lists ``pid`` on GPU ``index`` now
+    (called while the buffer lives); ``hide(pids)``: the probe children alive now, for the process sampler to
+    leave out (at the end: those stuck, until they die). Raises RuntimeError when another probe is running
+    on this collector.
     """
     if not _one_at_a_time.acquire(False):
         raise RuntimeError("another probe is running on this host")
     children: list[_Child] = []
     reports: dict[int, dict[str, Any]] = {}
+    locks = ProbeLocks() if locks is None else locks
     try:
+        wanted = [t["pci_bus_id"] for t in targets if not t.get("skip")]
+        busy = locks.acquire(wanted, time.monotonic() + deadline_s if wait_until is None else wait_until)
         started = time.monotonic()
         deadline = started + deadline_s
         for position, target in enumerate(targets):
             if target.get("skip"):
                 reports[position] = dict(target, result=PROBE_SKIPPED, steps=[], ms=0.0, visible=None)
                 continue
+            if target["pci_bus_id"] in busy:
+                reports[position] = dict(
+                    target, result=PROBE_SKIPPED, steps=[], ms=0.0, visible=None, skip=BUSY, busy=True
+                )
+                continue
             try:
-                children.append(_Child(target, buffer_mib, max(0.0, deadline - time.monotonic())))
+                lock_fd = locks.fd(target["pci_bus_id"])
+                children.append(_Child(target, buffer_mib, max(0.0, deadline - time.monotonic()), lock_fd))
             except OSError as exc:
                 reports[position] = dict(
                     target, result=PROBE_UNAVAILABLE, steps=[], ms=0.0, visible=None, detail=str(exc)[:200]
                 )
             hide(_hidden(children))  # before the next child starts: none is ever sampled unhidden
-        _read_until(children, deadline, seen)
+        _read_until(children, deadline, seen, locks, hide)
         for child in children:  # those that end in time
             try:
                 child.proc.wait(max(0.0, deadline - time.monotonic()))
@@ -421,5 +458,6 @@ def run_probes(
                         stream.close()
                 except OSError:
                     pass
+        locks.release()
         hide(_hidden([]))
         _one_at_a_time.release()

@@ -8,6 +8,7 @@ import time
 from gputui.agent.proc.details import CMDLINE_CACHE_S, ProcDetails
 from gputui.agent.proc.figures import CpuMeter, GpuUtilBook
 from gputui.agent.proc.owners import OwnerReader
+from gputui.agent.proc.probechild import recognised
 from gputui.agent.proc.procfs import (
     CLOCK_TICKS_PER_S,
     ProcStat,
@@ -86,6 +87,9 @@ class ProcessSampler:
         """The GPU processes and the rest of their trees, of the last process sample."""
         self.hidden_pids: frozenset[int] = frozenset()
         """The collector's own readiness-probe children (``gpu.probe``): never listed, never a job."""
+        self.probe_pids: frozenset[int] = frozenset()
+        """The probe children (this collector's, and another gputui's: ``probechild``) the last process
+        sample left out: neither listed nor counted in their GPU's used memory."""
         self.jobs: dict[int, list[int]] = {}
         """Each GPU job's root -> its tree's members, of the last process sample."""
         self.remembered: dict[int, int | None] = {}
@@ -142,7 +146,7 @@ class ProcessSampler:
             self._partial_sweeps_done += 1
         self.last_sweep_full = full
         self._gpu_util.take(gpus)
-        gpu_mib = self._note_gpu_processes(gpus, table)
+        gpu_mib = self._note_gpu_processes(gpus, table, now)
         self.remembered = {
             pid: table[pid].start_ticks if pid in table else None
             for pid in remembered
@@ -156,19 +160,51 @@ class ProcessSampler:
         self.omitted = omitted
         # A suspected ghost always makes a full sweep (above), so this scans every pid.
         holders = scan_device_holders(table) if full and ghost_suspected(gpus) else None
+        if holders is not None and self.probe_pids:
+            holders = [h for h in holders if h["pid"] not in self.probe_pids]
         self.device_holders = None if holders is None else holders[:WIRE_MAX_DEVICE_HOLDERS]
 
-    def _note_gpu_processes(
-        self, gpus: list[dict[str, Any]], table: dict[int, ProcStat]
-    ) -> dict[int, dict[int, int]]:
-        """Mark each GPU process visible or not; returns visible pid -> {GPU index: MiB}."""
-        gpu_mib: dict[int, dict[int, int]] = {}
-        self.gpu_processes = {}
+    def leave_out_probes(
+        self, gpus: list[dict[str, Any]], now: float, table: dict[int, ProcStat] | None = None
+    ) -> frozenset[int]:
+        """Take the readiness probes' children out of ``gpus``: this collector's (``hidden_pids``) and
+        another gputui's (``probechild.recognised``) leave the process lists, and the memory the driver lists
+        for them leaves their GPU's used memory (the probe's own, as a job's is not). Returns their pids."""
         hidden = self.hidden_pids
+        if not hidden and not any(gpu.get("processes") for gpu in gpus):
+            return frozenset()
+        foreign = recognised(
+            [
+                dict(g, processes=[p for p in g.get("processes") or () if p.get("pid") not in hidden])
+                for g in gpus
+            ],
+            table or {},
+            now,
+            self.boot_time,
+        )
+        probes = hidden | frozenset(foreign)
         for gpu in gpus:
             listed = gpu.get("processes") or []
-            if hidden:
-                listed = [p for p in listed if p["pid"] not in hidden]
+            kept = [p for p in listed if p.get("pid") not in probes]
+            if len(kept) == len(listed):
+                continue
+            gpu["processes"] = kept
+            held = sum(p.get("used_mib") or 0 for p in listed if p.get("pid") in probes)
+            used = gpu.get("memory_used_mib")
+            if isinstance(used, int):
+                gpu["memory_used_mib"] = max(0, used - held)
+        return probes
+
+    def _note_gpu_processes(
+        self, gpus: list[dict[str, Any]], table: dict[int, ProcStat], now: float
+    ) -> dict[int, dict[int, int]]:
+        """Mark each GPU process visible or not (the probes' children left out: ``leave_out_probes``);
+        returns visible pid -> {GPU index: MiB}."""
+        gpu_mib: dict[int, dict[int, int]] = {}
+        self.gpu_processes = {}
+        self.probe_pids = self.leave_out_probes(gpus, now, table)
+        for gpu in gpus:
+            listed = gpu.get("processes") or []
             for proc in listed:
                 proc["visible"] = self._is_local_gpu_pid(proc["pid"], table)
                 if proc["visible"]:
@@ -194,7 +230,11 @@ class ProcessSampler:
         remnants = [
             stat.pid
             for stat in table.values()
-            if stat.state in ("Z", "D") and stat.pid != 2 and stat.ppid != 2 and stat.pid not in trees
+            if stat.state in ("Z", "D")
+            and stat.pid != 2
+            and stat.ppid != 2
+            and stat.pid not in trees
+            and stat.pid not in self.probe_pids
         ]
         # So that the caps on the line (process count, command-line bytes) fall on the least important: GPU
         # holders, the rest of their trees, then zombie / D-state processes elsewhere.

@@ -122,14 +122,15 @@ def configure_command(
     memory_interval_s: float, process_interval_s: float, watch_exits: bool
 ) -> dict[str, Any]:
     """The ``configure`` command that sets a host's sampling: fast and watching the GPU holders' exits while
-    a clean-slate check waits (``watch_exits``), the GPUs' fitness then read with every process list (so a
-    GPU that turns unfit is seen within one), and the default fitness period again after it."""
+    a clean-slate check waits (``watch_exits``), the GPUs' fitness then read at once and with every memory
+    sample (so a GPU that turns unfit is seen within one memory interval), and the default fitness period
+    again after it."""
     return {
         "cmd": CMD_CONFIGURE,
         "memory_interval_s": memory_interval_s,
         "process_interval_s": process_interval_s,
         "watch_exits": watch_exits,
-        FITNESS_INTERVAL_KEY: process_interval_s if watch_exits else None,
+        FITNESS_INTERVAL_KEY: memory_interval_s if watch_exits else None,
     }
 
 
@@ -150,7 +151,8 @@ def probe_host(
         "buffer_mib": buffer_mib,
         "force": force,
     }
-    result = link.request(command, deadline_s + PROBE_REPLY_SLACK_S)
+    # Its wait for a kill under way or for another gputui's probe of a GPU, then the probe: a deadline each.
+    result = link.request(command, 2 * deadline_s + PROBE_REPLY_SLACK_S)
     report = ProbeReport.from_dict(result)
     if report is None or not isinstance(result.get("probes"), list):
         raise LinkError(f"{target}: the collector answered the probe without a report")

@@ -6,7 +6,7 @@ not one, a negative time, text over its cap: each is dropped or cut, never a tra
 
 from __future__ import annotations
 
-from gputui.agent.protocol import PROBE_RESULTS, PROBE_STEPS
+from gputui.agent.protocol import PROBE_RESULTS, PROBE_SKIPPED, PROBE_STEPS
 from gputui.core.model.record import Record
 from gputui.core.model.wire import opt_float, opt_int
 from gputui.core.text import SafeText, visible
@@ -47,6 +47,7 @@ class GpuProbe(Record):
         code: The CUDA error number.
         visible: Whether NVML listed the probe's allocation while it lived (None: not looked at).
         detail: Why it is unavailable or skipped, in words.
+        busy: Skipped because another gputui was probing it past the deadline (the host-wide lock).
     """
 
     index: int
@@ -60,6 +61,7 @@ class GpuProbe(Record):
     code: int | None = None
     visible: bool | None = None
     detail: SafeText | None = None
+    busy: bool = False
 
     @classmethod
     def from_dict(cls, data: Any) -> GpuProbe | None:
@@ -88,6 +90,7 @@ class GpuProbe(Record):
             code=opt_int(data.get("code")),
             visible=visible_flag if isinstance(visible_flag, bool) else None,
             detail=_text(data.get("skip") or data.get("detail"), 200),
+            busy=result == PROBE_SKIPPED and data.get("busy") is True,
         )
 
 
@@ -99,12 +102,18 @@ class ProbeReport(Record):
         buffer_mib: The buffer each GPU was asked to allocate, write and read back.
         deadline_s: The deadline every GPU's probe had.
         time: Epoch seconds the probe ended (the sample judged with it is taken after it).
+        kill_pending: A kill on the host was still under way when the probe ran (its wait for the kill is
+            bounded by the deadline).
+        lock_problem: Why the probe ran without the host-wide lock that keeps two gputui from probing one
+            GPU at once (None: it ran with it).
     """
 
     gpus: tuple[GpuProbe, ...] = ()
     buffer_mib: int | None = None
     deadline_s: float | None = None
     time: float | None = None
+    kill_pending: bool = False
+    lock_problem: SafeText | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> ProbeReport | None:
@@ -117,6 +126,8 @@ class ProbeReport(Record):
             buffer_mib=opt_int(data.get("buffer_mib")),
             deadline_s=_ms(data.get("deadline_s")),
             time=opt_float(data.get("time")),
+            kill_pending=data.get("kill_pending") is True,
+            lock_problem=_text(data.get("lock_problem"), 200),
         )
 
     def for_gpu(self, index: int) -> GpuProbe | None:

@@ -38,6 +38,12 @@ CUDA_ERROR_HINTS = {
     999: "an unknown error: reset the GPU, and reboot if it comes back",
 }
 """What a CUDA error number most often means for the next job, said beside its name."""
+BUSY_WORDS = "another gputui is probing it"
+"""Why a GPU was not probed when another gputui on the host held its probe lock past the deadline."""
+KILL_PENDING_WORDS = "probed while a kill was still under way"
+"""Said of a probe that waited its deadline for a kill on the host and ran before the kill ended."""
+UNLOCKED_WORDS = "not kept apart from other gputui probes"
+"""Said, with why, of a probe that ran without the host-wide lock (one probe of a GPU at a time)."""
 
 
 def _where(probe: GpuProbe) -> str:
@@ -72,10 +78,12 @@ def probe_reason(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
 
 
 def probe_unavailable(snapshot: HostSnapshot, gpu: Gpu) -> str | None:
-    """ "GPU3 cannot be probed: libcuda.so.1: cannot open shared object file …": the GPU fact cannot be
-    proven (the verdict cannot tell)."""
+    """ "GPU3 cannot be probed: libcuda.so.1: cannot open shared object file …", or "…: another gputui is
+    probing it" (past the deadline): the GPU fact cannot be proven (the verdict cannot tell)."""
     report = snapshot.probe
     probe = None if report is None else report.for_gpu(gpu.index)
+    if probe is not None and probe.busy:
+        return f"GPU{gpu.index} cannot be probed: {BUSY_WORDS}"
     if probe is None or probe.result != PROBE_UNAVAILABLE:
         return None
     return f"GPU{gpu.index} cannot be probed: {fit(probe.detail or probe.error or 'unavailable', 160)}"
@@ -100,7 +108,33 @@ def probe_line(report: ProbeReport | None) -> str | None:
     why_skipped: dict[str, list[int]] = {}
     for probe in report.gpus:
         if probe.result == PROBE_SKIPPED:
-            why_skipped.setdefault(str(fit(probe.detail or "skipped", 80)), []).append(probe.index)
+            why = BUSY_WORDS if probe.busy else str(fit(probe.detail or "skipped", 80))
+            why_skipped.setdefault(why, []).append(probe.index)
     for why, indexes in why_skipped.items():
         line += f"; {', '.join(f'GPU{i}' for i in indexes)} not probed: {why}"
-    return line
+    return "; ".join([line, *probe_notes(report)])
+
+
+def probe_notes(report: ProbeReport) -> list[str]:
+    """What the GPUs fact says of how the probe ran: while a kill was still under way; without the host-wide
+    lock (and why)."""
+    notes = [KILL_PENDING_WORDS] if report.kill_pending else []
+    if report.lock_problem:
+        notes.append(f"{UNLOCKED_WORDS} ({fit(report.lock_problem, 120)})")
+    return notes
+
+
+def only_the_probe(snapshot: HostSnapshot) -> bool:
+    """Whether the last probe's findings (a GPU that did not take work, or could not be probed) are all that
+    keeps ``snapshot``'s verdict from clean: a new probe is what can change it."""
+    verdict = snapshot.verdict
+    if verdict is None or verdict.clean:
+        return False
+    said = set(verdict.reasons) | set(verdict.not_ready)
+    from_probe = {
+        reason
+        for gpu in snapshot.gpus
+        for reason in (probe_reason(snapshot, gpu), probe_unavailable(snapshot, gpu))
+        if reason is not None
+    }
+    return bool(said) and said <= from_probe

@@ -16,7 +16,7 @@ from gputui.core.model import Finding, FindingFacts
 from gputui.core.servers import server_reason, spinning_words
 from gputui.core.store import leftovers
 from gputui.core.verdict import findings as finding_rules
-from gputui.core.verdict import fitness, profiling, readiness, remains, stuck
+from gputui.core.verdict import fitness, probing, profiling, readiness, remains, stuck
 from gputui.core.verdict import slate as verdict
 from gputui.core.verdict.cleanslate import busy_port_reason
 from gputui.core.verdict.engine import no_data_text
@@ -75,6 +75,8 @@ REASON_SENTENCES: dict[str, Callable[..., Any]] = {
     "gpu_health": fitness.unfit_reason,
     "lost_gpu": fitness.lost_gpu_reason,
     "gone_gpu": remains.gone_gpu_reason,
+    "probe": probing.probe_reason,
+    "probe_unprovable": probing.probe_unavailable,
     "no_data": no_data_text,
 }
 """Verdict reason -> the function that words it (a zombie or D-state remnant: its finding's sentence; the two

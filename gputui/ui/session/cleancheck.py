@@ -22,6 +22,7 @@ from gputui.core.actions import KillOutcome, final_outcomes
 from gputui.core.model import HostSnapshot, replace
 from gputui.core.text import clock_time, visible
 from gputui.core.verdict import cleanslate, memory_at_baseline
+from gputui.core.verdict.probing import only_the_probe
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import Hosts, HostState
 from gputui.ui.widgets.clean_slate import receipt_times
@@ -115,9 +116,18 @@ class CleanChecks:
         self._session.host_changed(host)
 
     def _finished(self, host: HostState, confirming: HostSnapshot) -> None:
-        """Say the receipt when ``confirming`` (an analysed sample) just made ``host``'s check clean."""
+        """Say the receipt when ``confirming`` (an analysed sample) just made ``host``'s check clean; a check
+        it ended otherwise (NOT READY: memory back, a GPU needing an action) brings the normal sampling back
+        too (the line says why)."""
         check = host.check
         verdict = confirming.verdict
+        if check is not None and check.finished_s is not None and not check.clean:
+            self._end(host)
+            if self._session.settings.probe_after_check and only_the_probe(confirming):
+                # The host keeps a failed probe until a probe proves otherwise: with everything else clean,
+                # that is now, or no check would ever end clean again.
+                self._session.probe(host)
+            return
         if check is not None and check.clean and check.finished_s is not None and verdict is not None:
             self._end(host)
             if self._session.settings.probe_after_check:
