@@ -34,7 +34,7 @@ from gputui.agent.protocol import (
     error_reply,
     reply,
 )
-from gputui.agent.servers.messages import health_config
+from gputui.agent.servers.messages import endpoint_config
 from gputui.agent.wire import PROCESS_TEXT_BYTES, wire_cmdline, wire_text
 
 TYPE_CHECKING = False
@@ -95,7 +95,7 @@ def health(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
         agent.discover_now()
     if agent.probing or not ENDPOINT_QUERY_KEYS.issuperset(command):
         try:
-            return agent.health.handle_command(dict(command, discover_now=False))
+            return agent.endpoints.handle_command(dict(command, discover_now=False))
         except ValueError as exc:
             raise CommandError(str(exc)) from None
     return {"config": idle_health_config(agent.discover_health), "samples": []}
@@ -109,7 +109,7 @@ def idle_health_config(discover: bool) -> dict[str, Any]:
         ENDPOINT_GENERATE_MIN_INTERVAL_S,
     )
 
-    return health_config(
+    return endpoint_config(
         [],
         [],
         False,
@@ -157,7 +157,7 @@ def configure(agent: Agent, command: dict[str, Any]) -> dict[str, Any]:
     if any(command.get(key) is not None for key in health_keys):
         try:
             # Validates everything before changing anything; the intervals are applied only after.
-            config = agent.health.configure(
+            config = agent.endpoints.configure(
                 urls=command.get("health_urls"),
                 metrics_urls=command.get("metrics_urls"),
                 discover=command.get("discover_health"),

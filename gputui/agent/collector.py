@@ -122,10 +122,10 @@ class Agent:
             bool(health_generate),
             list(metrics_urls),
         )
-        self._health: EndpointProber | None = None
-        self._health_lock = threading.Lock()
+        self._endpoints: EndpointProber | None = None
+        self._endpoints_lock = threading.Lock()
         if self._health_settings[0] or health_generate:
-            self.health  # noqa: B018 - configured endpoints are probed from the start
+            self.endpoints  # noqa: B018 - configured endpoints are probed from the start
         self.hostname = json_safe(os.uname().nodename)  # gethostname() without the socket module
         self.boot_id = read_boot_id()
         self.pid = os.getpid()
@@ -172,24 +172,24 @@ class Agent:
         return self._use_psutil
 
     @property
-    def health(self) -> EndpointProber:
-        """The health prober, made on first use with the settings the collector was started with."""
-        with self._health_lock:
-            if self._health is None:
+    def endpoints(self) -> EndpointProber:
+        """The endpoint prober, made on first use with the settings the collector was started with."""
+        with self._endpoints_lock:
+            if self._endpoints is None:
                 from gputui.agent.servers.prober import EndpointProber
 
                 urls, discover, generate, metrics_urls = self._health_settings
-                self._health = EndpointProber(
+                self._endpoints = EndpointProber(
                     urls, discover=discover, generate=generate, metrics_urls=metrics_urls
                 )
-                self._health.read_processes = self.launcher_processes
-                self.health_urls = tuple(self._health.config()["urls"])
-            return self._health
+                self._endpoints.read_processes = self.launcher_processes
+                self.health_urls = tuple(self._endpoints.config()["urls"])
+            return self._endpoints
 
     @property
     def probing(self) -> bool:
-        """Whether the health prober is running (something configured or a launcher found)."""
-        return self._health is not None
+        """Whether the endpoint prober is running (something configured or a launcher found)."""
+        return self._endpoints is not None
 
     def launcher_processes(self) -> list[dict[str, Any]]:
         """The processes that may be inference-server launchers, with their command lines (discovery's
@@ -200,20 +200,20 @@ class Agent:
     def _discover(self, processes: list[dict[str, Any]]) -> None:
         """Add (and retire) discovered health URLs. The prober, its thread and the HTTP modules are loaded
         once a launcher is found (or something is configured), not for a host that runs none."""
-        if self._health is None:
+        if self._endpoints is None:
             from gputui.agent.servers.discovery import discover_health_urls
 
             if not discover_health_urls(processes):
                 return
-        self.health.update_discovered(processes)
+        self.endpoints.update_discovered(processes)
 
     def discover_now(self) -> None:
         """Look for launchers now (a one-shot client's ``discover_now``), in the caller's thread."""
-        if self.discover_health or self._health is not None:
+        if self.discover_health or self._endpoints is not None:
             self._discover(self.launcher_processes())
 
     def _health_samples(self) -> list[dict[str, Any]]:
-        prober = self._health
+        prober = self._endpoints
         return [] if prober is None else prober.samples()
 
     def hello(self) -> dict[str, Any]:
@@ -274,7 +274,7 @@ class Agent:
                     for key, pids in memory.scans_due(now):
                         memory.add_leftovers(key, job_leftovers(pids, MAX_SEGMENTS))
                 self._remembered = memory.wire(sampler.remembered, listed, still_left)
-                if sampler.last_sweep_full and (self.discover_health or self._health is not None):
+                if sampler.last_sweep_full and (self.discover_health or self._endpoints is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every
                     # process intervals.
                     self._discover(sampler.launcher_cmdlines())
@@ -540,8 +540,8 @@ class Agent:
     def close(self) -> None:
         if self._kills is not None:
             self._kills.close()
-        if self._health is not None:
-            self._health.close()
+        if self._endpoints is not None:
+            self._endpoints.close()
         self._backend.close()
         self.fitness_monitor.close()
         with self._lock:

@@ -28,7 +28,7 @@ from gputui.commands.output.streams import link_error_line
 from gputui.commands.snapshot import format_table, take_snapshot
 from gputui.core.link import LinkError
 from gputui.core.model import HostSnapshot, plain, replace
-from gputui.core.record import Recording, RecordingError, recordings_folder, redact_line, write_excerpt
+from gputui.core.recording import Recording, RecordingError, recordings_folder, redact_line, write_excerpt
 from gputui.core.store import load_watched_ports, saved
 from gputui.core.text import clock_time, json_visible, visible
 from gputui.core.verdict import exit_code, fitness_summary, judge

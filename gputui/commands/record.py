@@ -21,7 +21,7 @@ from gputui.commands.inputs.baselines import accepted_xids, resolve_baselines, s
 from gputui.commands.inputs.targets import DEMO_TARGETS, LOCAL_TARGET, open_link, options_from_args
 from gputui.commands.output.streams import link_error_line
 from gputui.core.link import HostLink, LinkError, LinkOptions
-from gputui.core.record import EVENT_AUDIT, EVENT_ERROR, RecordingError, RecordingWriter
+from gputui.core.recording import EVENT_AUDIT, EVENT_ERROR, RecordingError, RecordingWriter
 from gputui.core.store import Config, saved
 from gputui.core.text import visible
 from gputui.core.verdict import judge

@@ -12,7 +12,7 @@ import re
 import sys
 import time
 
-from gputui.core.record import Recording, RecordingError
+from gputui.core.recording import Recording, RecordingError
 from gputui.core.text import clock_time, fit, json_visible, visible
 from gputui.transports.replay import SPEEDS, ReplayClock, ReplayControl, ReplayLink
 

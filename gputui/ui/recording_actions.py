@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gputui.core.record import ProcessMemory, RecordingError
+from gputui.core.recording import ProcessMemory, RecordingError
 from gputui.transports.replay import ReplayControl
 from gputui.ui import keymap
 from gputui.ui.session.recorder import SessionRecorder

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gputui.core.store import saved
-from gputui.ui.session.jobs import spawn
+from gputui.ui.session.tasks import spawn
 
 ANSI = "ansi"
 """The name that means "the terminal's own colours"."""

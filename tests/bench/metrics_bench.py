@@ -16,7 +16,7 @@ sglang ~49 KB). Each part runs in a fresh process:
   alone over the whole body (what parsing without the filter would cost).
 
 Also the bytes per sample on the wire: what the metrics add to the endpoint's entry of a snapshot line (the
-collector's ``health_messages.health_sample`` with the filtered text, against the same entry without metrics, as
+collector's ``endpoint_messages.endpoint_sample`` with the filtered text, against the same entry without metrics, as
 compact JSON), against the whole body.
 """
 
@@ -48,7 +48,7 @@ ENGINES = ("vllm", "sglang")
 # Runs under any Python >= 3.8 with the repository on sys.path: imports only the collector-side modules.
 COLLECTOR_WORKER = r"""
 import json, sys, time
-from gputui.agent.servers import messages as health_messages
+from gputui.agent.servers import messages as endpoint_messages
 from gputui.agent.servers.probe import fetch_metrics
 from gputui.agent.servers.metrics_filter import filter_metrics
 url, repeats = sys.argv[1], int(sys.argv[2])
@@ -114,7 +114,7 @@ def _client(args: argparse.Namespace) -> dict[str, Any]:
 def _entry_bytes(protocol: Any, text: str | None, dropped: list[str]) -> int:
     """Bytes of one endpoint's entry in a snapshot line (compact JSON, as the collector writes it)."""
     url = "http://127.0.0.1:8000"
-    entry = protocol.health_sample(
+    entry = protocol.endpoint_sample(
         url + "/health",
         "UP",
         code=200,

@@ -17,7 +17,7 @@ import pytest
 
 from gputui.agent import protocol
 from gputui.agent.kill import messages as kill_messages
-from gputui.agent.servers import messages as health_messages
+from gputui.agent.servers import messages as endpoint_messages
 from gputui.agent.wire import PROCESS_KEYS_LEFT_OUT_WHEN_EMPTY
 from gputui.core.actions import parse_outcomes
 from gputui.core.link import LinkOptions
@@ -133,7 +133,7 @@ def test_health_has_one_vocabulary_and_shape(real: dict[str, Any], simulated: di
         assert set(health) == {"config", "samples"}
         configs.append(set(health["config"]))
         for sample in health["samples"] + side["sample"]["health"]:
-            assert tuple(sample) == health_messages.ENDPOINT_SAMPLE_FIELDS
+            assert tuple(sample) == endpoint_messages.ENDPOINT_SAMPLE_FIELDS
             assert sample["state"] in protocol.ENDPOINT_STATES
     assert configs[0] == configs[1]
     (probed,) = real["health"]["samples"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gputui.commands.bundle import BUNDLE_FILES
-from gputui.core.record import Recording
-from gputui.core.record import format as fmt
+from gputui.core.recording import Recording
+from gputui.core.recording import format as fmt
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.procs import Worker, gputui_env, is_gone, launcher, run_gputui, wait_for
 

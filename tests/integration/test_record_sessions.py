@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from gputui.commands.inputs.targets import DEMO_TARGETS
-from gputui.core.record import EVENT_AUDIT, Recording
-from gputui.core.record import format as fmt
+from gputui.core.recording import EVENT_AUDIT, Recording
+from gputui.core.recording import format as fmt
 from gputui.transports.replay import REPLAY_REFUSAL
 from gputui.ui.screens.confirm_kill import ConfirmKillScreen
 from gputui.ui.widgets.process_table import ProcessTable
@@ -146,7 +146,7 @@ async def test_a_local_job_killed_while_recording(fake_nvml: FakeNvml, tmp_path:
 LOCAL_ROUND_TRIP = r"""
 import json, sys
 from gputui.core.link import LinkOptions
-from gputui.core.record import Recording, RecordingWriter
+from gputui.core.recording import Recording, RecordingWriter
 from gputui.core.servers import ServerWatch
 from gputui.core.verdict import Baselines, judge
 from gputui.transports.local import LocalLink

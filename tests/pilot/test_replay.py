@@ -11,8 +11,8 @@ import pytest
 from textual.widgets import Static
 
 from gputui.core.link import LinkError
-from gputui.core.record import EVENT_AUDIT, EVENT_KILL, Recording
-from gputui.core.record.reader import MOMENT_KILL
+from gputui.core.recording import EVENT_AUDIT, EVENT_KILL, Recording
+from gputui.core.recording.reader import MOMENT_KILL
 from gputui.transports.replay import REPLAY_REFUSAL, ReplayLink
 from gputui.transports.sim import ManualClock
 from gputui.ui.app import GpuTuiApp

@@ -85,7 +85,7 @@ async def test_x_y_is_one_notification_that_covers_neither_cursor_nor_receipt(
         assert any(text.startswith("sent (TERM)") for _, _, text in operation)
         # The server's state changes went to the health panel, not to a toast each.
         assert not any(title == "health" for _, title, _ in operation)
-        assert host.health_changes
+        assert host.endpoint_changes
         assert "→" in str(app.query_one(EndpointPanel).border_subtitle)
 
 

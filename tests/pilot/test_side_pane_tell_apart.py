@@ -130,7 +130,7 @@ async def test_an_unreachable_host_shows_no_other_hosts_health_change(make_app, 
     async with app.run_test(size=(120, 40)) as pilot:
         await _ready_first(pilot, app)
         health = app.query_one(EndpointPanel)
-        app.hosts[0].health_changes.append((clock(), "http://127.0.0.1:30000/health UP → UNHEALTHY (503)"))
+        app.hosts[0].endpoint_changes.append((clock(), "http://127.0.0.1:30000/health UP → UNHEALTHY (503)"))
         app.host_changed(app.hosts[0])
         await wait_for(pilot, lambda: "UNHEALTHY" in str(health.border_subtitle), "host 1's change")
         await pilot.press("2")

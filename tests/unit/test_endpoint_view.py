@@ -7,7 +7,7 @@ import sys
 import time
 
 from gputui.core.model import EndpointSample
-from gputui.core.servers import EndpointHistory, health_transitions, since_text, state_word, worst_state
+from gputui.core.servers import EndpointHistory, endpoint_transitions, since_text, state_word, worst_state
 from gputui.core.text import clock_time
 
 URL = "http://127.0.0.1:30000/health"
@@ -22,55 +22,55 @@ def sample(url: str = URL, state: str | None = "UP", **fields: object) -> Endpoi
 
 
 def test_up_to_unhealthy_names_the_code() -> None:
-    lines = health_transitions([sample()], [sample(state="UNHEALTHY", code=503)])
+    lines = endpoint_transitions([sample()], [sample(state="UNHEALTHY", code=503)])
     assert lines == [f"{URL} UP → UNHEALTHY (503)"]
 
 
 def test_failures_without_a_code_name_the_detail() -> None:
     prev = [sample(state="UNHEALTHY", code=503)]
-    assert health_transitions(prev, [sample(state="DOWN", detail="connection refused")]) == [
+    assert endpoint_transitions(prev, [sample(state="DOWN", detail="connection refused")]) == [
         f"{URL} UNHEALTHY → DOWN (connection refused)"
     ]
-    assert health_transitions([sample()], [sample(state="TIMEOUT", detail="no response within 30s")]) == [
+    assert endpoint_transitions([sample()], [sample(state="TIMEOUT", detail="no response within 30s")]) == [
         f"{URL} UP → TIMEOUT (no response within 30s)"
     ]
-    assert health_transitions([sample()], [sample(state="ERROR", code=404, detail="HTTP 404")]) == [
+    assert endpoint_transitions([sample()], [sample(state="ERROR", code=404, detail="HTTP 404")]) == [
         f"{URL} UP → ERROR (404)"
     ]
 
 
 def test_recovery_has_no_reason() -> None:
-    assert health_transitions([sample(state="DOWN")], [sample()]) == [f"{URL} DOWN → UP"]
+    assert endpoint_transitions([sample(state="DOWN")], [sample()]) == [f"{URL} DOWN → UP"]
 
 
 def test_same_state_is_silent_even_when_details_change() -> None:
     prev = [sample(state="UNHEALTHY", code=503, consecutive_failures=1)]
     cur = [sample(state="UNHEALTHY", code=500, consecutive_failures=2, checked_at=T0 + 5)]
-    assert health_transitions(prev, cur) == []
-    assert health_transitions([], []) == []
+    assert endpoint_transitions(prev, cur) == []
+    assert endpoint_transitions([], []) == []
 
 
 def test_first_results_only_speak_when_not_up() -> None:
     cur = [sample(), sample(OTHER, state="DOWN", detail="connection refused")]
-    assert health_transitions([], cur) == [f"{OTHER} is DOWN (connection refused)"]
+    assert endpoint_transitions([], cur) == [f"{OTHER} is DOWN (connection refused)"]
     # Not probed yet, then a first result: same rule.
-    assert health_transitions([sample(state=None)], [sample()]) == []
-    assert health_transitions([sample(state=None)], [sample(state="UNHEALTHY", code=503)]) == [
+    assert endpoint_transitions([sample(state=None)], [sample()]) == []
+    assert endpoint_transitions([sample(state=None)], [sample(state="UNHEALTHY", code=503)]) == [
         f"{URL} is UNHEALTHY (503)"
     ]
-    assert health_transitions([], [sample(state=None)]) == []
+    assert endpoint_transitions([], [sample(state=None)]) == []
 
 
 def test_removed_endpoints_are_reported_once() -> None:
     prev = [sample(), sample(OTHER, state="DOWN")]
-    assert health_transitions(prev, [sample()]) == [f"{OTHER} no longer probed (was DOWN)"]
-    assert health_transitions([sample(state=None)], []) == []
+    assert endpoint_transitions(prev, [sample()]) == [f"{OTHER} no longer probed (was DOWN)"]
+    assert endpoint_transitions([sample(state=None)], []) == []
 
 
 def test_several_changes_in_order() -> None:
     prev = [sample(), sample(OTHER)]
     cur = [sample(state="UNHEALTHY", code=503), sample(OTHER, state="TIMEOUT", detail="slow")]
-    assert health_transitions(prev, cur) == [
+    assert endpoint_transitions(prev, cur) == [
         f"{URL} UP → UNHEALTHY (503)",
         f"{OTHER} UP → TIMEOUT (slow)",
     ]
@@ -79,7 +79,7 @@ def test_several_changes_in_order() -> None:
 def test_hostile_strings_are_made_visible_and_short() -> None:
     url = "http://127.0.0.1:1/\x1b]0;pwned\x07[bold]x[/]\u202e" + "a" * 500
     detail = "\x1b[2J\x9bboom\nline" + "b" * 500
-    lines = health_transitions([sample(url)], [sample(url, state="TIMEOUT", detail=detail)])
+    lines = endpoint_transitions([sample(url)], [sample(url, state="TIMEOUT", detail=detail)])
     assert len(lines) == 1
     line = lines[0]
     assert "\x1b" not in line

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gputui.agent.servers import messages as health_messages
+from gputui.agent.servers import messages as endpoint_messages
 from gputui.core.model import (
     DeviceHolder,
     EndpointSample,
@@ -309,8 +309,8 @@ def test_the_model_has_the_protocols_fields_and_names_its_modes() -> None:
 
     keys = HostSnapshot.JSON_KEYS or {}
     assert tuple(keys.get(name, name) for name in fields(HostSnapshot)) == protocol.SNAPSHOT_FIELDS
-    assert fields(EndpointSample) == health_messages.ENDPOINT_SAMPLE_FIELDS
-    health = [health_messages.health_sample("u", None)]
+    assert fields(EndpointSample) == endpoint_messages.ENDPOINT_SAMPLE_FIELDS
+    health = [endpoint_messages.endpoint_sample("u", None)]
     built = protocol.snapshot("h", "host", "boot", 1.0, protocol.MODE_SMI, health=health)
     assert HostSnapshot.from_dict(built).to_dict() == built
     modes = ("nvml", "smi", "ps", "sim", None)
@@ -322,7 +322,7 @@ def test_renamed_fields_keep_the_keys_scripts_read() -> None:
     """A GPU's fitness and a host's endpoints are named for what they hold in the code; their JSON keys are
     the ones dashboards and scripts already read."""
     gpu = Gpu(index=0, fitness=GpuFitness(remap_pending=True))
-    sample = health_messages.health_sample("http://127.0.0.1:30000/health", None)
+    sample = endpoint_messages.endpoint_sample("http://127.0.0.1:30000/health", None)
     snapshot = HostSnapshot(target="h", gpus=(gpu,), endpoints=(EndpointSample.from_dict(sample),))
     document = json.loads(snapshot.to_json())
     assert document["health"][0]["url"] == "http://127.0.0.1:30000/health"

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gputui.core.record.delta import DEPTH_MAX, SAME, PatchError, diff, patch, same
+from gputui.core.recording.delta import DEPTH_MAX, SAME, PatchError, diff, patch, same
 
 
 def _exact(a: Any, b: Any) -> bool:

@@ -16,9 +16,9 @@ import pytest
 
 from gputui.core.link import LinkOptions
 from gputui.core.model import HostSnapshot, Proc, replace
-from gputui.core.record import EVENT_KILL, Recording, RecordingError, RecordingWriter
-from gputui.core.record import format as fmt
-from gputui.core.record import writer as writer_module
+from gputui.core.recording import EVENT_KILL, Recording, RecordingError, RecordingWriter
+from gputui.core.recording import format as fmt
+from gputui.core.recording import writer as writer_module
 from gputui.core.servers import ServerWatch
 from gputui.core.verdict import Baselines, judge
 from gputui.transports.sim import HEALTHY_TARGET, HOSTILE_TEXTS, ManualClock, SimLink
@@ -194,7 +194,7 @@ def test_a_planted_fifo_or_device_is_refused_without_blocking(tmp_path: Path) ->
 
 
 def test_a_file_over_the_cap_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gputui.core.record import reader
+    from gputui.core.recording import reader
 
     monkeypatch.setattr(reader, "READ_MAX_BYTES", 1 << 20)
     path = tmp_path / "huge.gtrec"

@@ -13,7 +13,7 @@ from gputui.cli import main
 from gputui.commands.replay import TimeError, parse_time
 from gputui.core.link import LinkError
 from gputui.core.model import HostSnapshot
-from gputui.core.record import Recording
+from gputui.core.recording import Recording
 from gputui.transports.replay import REPLAY_REFUSAL, ReplayClock, ReplayLink
 from tests.unit.test_record_format import WEDGED, record_sim
 

@@ -11,7 +11,7 @@ from gputui.agent.proc.procfs import (
 )
 from gputui.agent.protocol import ENDPOINT_STATE_DOWN, ENDPOINT_STATE_UP
 from gputui.agent.servers import ENDPOINT_MIN_GAP_S
-from gputui.agent.servers.messages import ENDPOINT_SAMPLE_FIELDS, health_sample
+from gputui.agent.servers.messages import ENDPOINT_SAMPLE_FIELDS, endpoint_sample
 from gputui.agent.servers.urls import health_is_generating_url, health_scrub, health_shown_url
 
 TYPE_CHECKING = False
@@ -102,7 +102,7 @@ class Endpoint:
         before the launcher died (a 503 while its workers were being killed) is never its state after."""
 
     def sample(self, generate: bool, now_s: float) -> dict[str, Any]:
-        """The endpoint's latest state as a health sample (``servers.messages.health_sample``).
+        """The endpoint's latest state as a health sample (``servers.messages.endpoint_sample``).
 
         Args:
             generate: Generating endpoints are probed (else one never probed says why).
@@ -126,7 +126,7 @@ class Endpoint:
         if self.launcher_gone is not None and state != ENDPOINT_STATE_UP and self.not_probed is None:
             since, gone_pid = self.launcher_gone
             state, detail = ENDPOINT_STATE_DOWN, ENDPOINT_LAUNCHER_GONE.format(pid=gone_pid)
-        return health_sample(
+        return endpoint_sample(
             health_shown_url(self.url),
             state,
             code=self.code,

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     from typing import Any, Iterable
 
 
-def health_sample(
+def endpoint_sample(
     url: str,
     state: str | None,
     code: int | None = None,
@@ -59,11 +59,11 @@ def health_sample(
     }
 
 
-ENDPOINT_SAMPLE_FIELDS = tuple(health_sample("", None))
-"""The keys of a health sample, in order (spelled once, by ``health_sample``)."""
+ENDPOINT_SAMPLE_FIELDS = tuple(endpoint_sample("", None))
+"""The keys of a health sample, in order (spelled once, by ``endpoint_sample``)."""
 
 
-def health_config(
+def endpoint_config(
     urls: list[str],
     discovered_urls: list[str],
     generate: bool,

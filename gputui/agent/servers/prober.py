@@ -23,7 +23,7 @@ from gputui.agent.servers.discovery import (
     health_read_proc_cmdlines,
 )
 from gputui.agent.servers.endpoint import Endpoint, launcher_start, url_list
-from gputui.agent.servers.messages import health_config
+from gputui.agent.servers.messages import endpoint_config
 from gputui.agent.servers.urls import health_shown_url, url_origin
 
 TYPE_CHECKING = False
@@ -235,7 +235,7 @@ class EndpointProber:
             self._sync_endpoints_locked()
 
     def _config_locked(self) -> dict[str, Any]:
-        return health_config(
+        return endpoint_config(
             [health_shown_url(u) for u in self._configured],
             sorted(health_shown_url(u) for u in self._discovered_seen if u not in self._configured),
             self._generate,

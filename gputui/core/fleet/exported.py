@@ -407,7 +407,7 @@ def exported_verdict(
     )
 
 
-def exported_health(exported: ExportedHost, now: float | None) -> tuple[EndpointSample, ...]:
+def exported_endpoints(exported: ExportedHost, now: float | None) -> tuple[EndpointSample, ...]:
     """The exporter's servers as health samples, named by port (their URLs never travel)."""
     return tuple(
         EndpointSample(

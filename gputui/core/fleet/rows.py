@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from gputui.core.fleet.exported import exported_findings, exported_fitness, exported_health, exported_verdict
+from gputui.core.fleet.exported import (
+    exported_endpoints,
+    exported_findings,
+    exported_fitness,
+    exported_verdict,
+)
 from gputui.core.fleet.owners import owner_labels, owners_match
 from gputui.core.fleet.sample import DEFAULT_STALE_AFTER_S, FleetHost, FleetSample
 from gputui.core.link import BadTarget, parse_target
@@ -54,7 +59,7 @@ def analyze_fleet(
         snapshot = exported_fitness(exported, snapshot)  # the exporter's own read of each GPU's fitness
         findings = exported_findings(exported, snapshot, sample.eval_time)
         verdict = exported_verdict(exported, snapshot, findings, stale_after_s)
-        endpoints = snapshot.endpoints + exported_health(exported, sample.eval_time)
+        endpoints = snapshot.endpoints + exported_endpoints(exported, sample.eval_time)
         judged = replace(snapshot, endpoints=endpoints)
         judged = judged.with_analysis((*snapshot.findings, *findings), verdict)
         hosts.append(replace(host, snapshot=judged))

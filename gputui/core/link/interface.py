@@ -190,14 +190,14 @@ def one_shot_sample(link: HostLink, target: str, timeout_s: float = 30.0) -> Hos
     """A full sample for a one-shot client (snapshot, check), with the first probe of every health endpoint.
 
     The sample comes first: its whole-host sweep is where the collector also finds launchers, so a host
-    without health endpoints has its process table read once. Where ``wait_for_health`` finds endpoints,
+    without health endpoints has its process table read once. Where ``wait_for_endpoints`` finds endpoints,
     the sample is taken again after their first probes, so that health and processes are read together.
 
     Raises:
         LinkError: as ``full_sample``.
     """
     snapshot = full_sample(link, target, timeout_s)
-    if wait_for_health(link):
+    if wait_for_endpoints(link):
         snapshot = full_sample(link, target, timeout_s)
     return snapshot
 
@@ -209,7 +209,7 @@ def _first_read_pending(sample: dict[str, Any]) -> bool:
     return bool(sample.get("metrics_url")) and sample.get("metrics_at") is None
 
 
-def wait_for_health(link: HostLink, timeout_s: float = ENDPOINT_WAIT_S) -> bool:
+def wait_for_endpoints(link: HostLink, timeout_s: float = ENDPOINT_WAIT_S) -> bool:
     """Have the agent look for launchers now, then wait until it probed each endpoint once (or ``timeout_s``).
 
     What the TUI's stream finds over its first seconds, a one-shot client must ask for: the agent discovers

@@ -90,7 +90,7 @@ def _reason(sample: EndpointSample) -> str:
     return ""
 
 
-def health_transitions(prev: Sequence[EndpointSample], cur: Sequence[EndpointSample]) -> list[str]:
+def endpoint_transitions(prev: Sequence[EndpointSample], cur: Sequence[EndpointSample]) -> list[str]:
     """One human line per state change between two sample lists of one host.
 
     * a state change: ``http://127.0.0.1:30000/health UP → UNHEALTHY (503)``

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 
-from gputui.core.record import Moment, Recording
+from gputui.core.recording import Moment, Recording
 from gputui.transports.replay.clock import ReplayClock
 
 STEP_SLACK_S = 1e-6

@@ -8,7 +8,7 @@ import time
 from gputui.agent import protocol
 from gputui.core.link import HostLink, LinkError
 from gputui.core.model import HostSnapshot
-from gputui.core.record import Recording
+from gputui.core.recording import Recording
 from gputui.transports.replay.clock import ReplayClock
 
 TYPE_CHECKING = False

@@ -12,7 +12,7 @@ from gputui.agent import protocol
 from gputui.agent.args import CommandError, optional_seconds
 from gputui.agent.proc.owners import OWNER_USER
 from gputui.agent.servers import ENDPOINT_DEFAULT_DEADLINE_S, ENDPOINT_GENERATE_MIN_INTERVAL_S
-from gputui.agent.servers import messages as health_messages
+from gputui.agent.servers import messages as endpoint_messages
 from gputui.core.link import HostLink, LinkError, LinkOptions
 from gputui.core.model import (
     EndpointSample,
@@ -209,9 +209,9 @@ class SimLink(SimKills, SimResets, HostLink):
             return self._reply(op, command.get("since"))
         if name == protocol.CMD_HEALTH:
             with self._lock:
-                samples = [sample.to_dict() for sample in self._health(self._clock())]
+                samples = [sample.to_dict() for sample in self._endpoints(self._clock())]
             found = [sample["url"] for sample in samples if sample["discovered"]]
-            config = health_messages.health_config(
+            config = endpoint_messages.endpoint_config(
                 [],
                 found,
                 False,
@@ -358,7 +358,7 @@ class SimLink(SimKills, SimResets, HostLink):
             fitness = replace(fitness, xids=shared.xids(index, self._start_s))
         return fitness
 
-    def _health(self, now_s: float) -> tuple[EndpointSample, ...]:
+    def _endpoints(self, now_s: float) -> tuple[EndpointSample, ...]:
         if self._shared:
             return ()  # no inference server there
         # The agent probes every few seconds, not on every sample: checked_at says which probe this is.
@@ -498,7 +498,7 @@ class SimLink(SimKills, SimResets, HostLink):
             gpus=tuple(self._gpu(i, now_s) for i in range(GPU_COUNT)),
             processes=procs,
             listening_ports=tuple(sorted(listening)),
-            endpoints=self._health(now_s),
+            endpoints=self._endpoints(now_s),
             kernel_log=shared.kernel_log() if self._shared else None,
             remembered=shared.remembered(self._start_s) if self._shared else None,
         )

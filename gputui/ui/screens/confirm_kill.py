@@ -25,7 +25,7 @@ from gputui.core.jobs import gpu_memory_by_pid
 from gputui.core.model import Proc
 from gputui.ui import keymap
 from gputui.ui.session.context import TextFetcher
-from gputui.ui.session.jobs import spawn
+from gputui.ui.session.tasks import spawn
 from gputui.ui.widgets.fmt import DASH, command_text, figure_text, pid_ranges, safe_text
 from gputui.ui.widths import NARROW_MAX_CELLS
 

@@ -29,7 +29,7 @@ from gputui.core.model import Gpu, GpuPoint, HostSnapshot, Proc
 from gputui.ui import keymap
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
-from gputui.ui.session.jobs import spawn
+from gputui.ui.session.tasks import spawn
 from gputui.ui.widgets.fitness_text import fitness_text
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, figure_text, safe_text
 from gputui.ui.widgets.history_chart import HistoryChart

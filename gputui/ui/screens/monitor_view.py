@@ -77,9 +77,9 @@ def table_nodes(snapshot: HostSnapshot) -> list[ProcNode]:
 def _last_change(host: HostState, endpoints: int) -> str:
     """The newest state change of the host's endpoints, with its time (the URL left out when there is only
     one endpoint: the panel shows it)."""
-    if not host.health_changes:
+    if not host.endpoint_changes:
         return ""
-    at_s, line = host.health_changes[-1]
+    at_s, line = host.endpoint_changes[-1]
     if endpoints == 1 and " " in line:
         line = line.split(" ", 1)[1]
     return f"{clock_time(at_s)} {line}"
@@ -89,7 +89,7 @@ def _looking(host: HostState, snapshot: HostSnapshot, now_s: float) -> bool:
     """Whether the host's collector may still be finding its endpoints: none reported yet, and either a
     launcher it will probe is in the process list (until ``DISCOVERY_FIND_MAX_S``) or the host's data is
     younger than ``DISCOVERY_SWEEP_S``."""
-    if snapshot.endpoints or host.first_data_s is None or host.health_changes:
+    if snapshot.endpoints or host.first_data_s is None or host.endpoint_changes:
         return False
     age_s = now_s - host.first_data_s
     if age_s < DISCOVERY_SWEEP_S:
@@ -376,9 +376,9 @@ class MonitorView(Screen[None]):
             set_border_subtitle(procs, "no GPU processes" if empty else "")
             health.show(
                 snapshot.endpoints,
-                host.health_history.as_dict(),
+                host.endpoint_history.as_dict(),
                 now_s=now_s,
-                tokens=host.health_history.tokens_per_s(),
+                tokens=host.endpoint_history.tokens_per_s(),
                 no_data=missing,
                 looking=_looking(host, snapshot, now_s),
             )

@@ -27,15 +27,15 @@ from gputui.agent.protocol import PROBE_BUFFER_MIB, PROBE_DEADLINE_S
 from gputui.core.actions import KillPlan, Pending
 from gputui.core.link import HostLink, LinkError, configure_command, full_sample, probe_host
 from gputui.core.model import GpuHistory, HostSnapshot, ProbeReport, replace
-from gputui.core.record import ProcessMemory
-from gputui.core.servers import EndpointHistory, ServerWatch, health_transitions
+from gputui.core.recording import ProcessMemory
+from gputui.core.servers import EndpointHistory, ServerWatch, endpoint_transitions
 from gputui.core.store import WatchedPort
 from gputui.core.text import visible
 from gputui.core.verdict import Baselines, CleanCheck, KilledJob, judge, ports_left
 from gputui.transports.freshness import LatestInbox, link_state, stale_after_s
 from gputui.transports.reconnect import Backoff, worth_retrying
 from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
-from gputui.ui.session.jobs import spawn
+from gputui.ui.session.tasks import spawn
 from gputui.ui.widgets.host_bar import HostStatus
 
 NEXT_SNAPSHOT_WAIT_S = 1.0
@@ -87,8 +87,8 @@ class HostState:
     history: GpuHistory = field(default_factory=GpuHistory)
     process_memory: ProcessMemory = field(default_factory=ProcessMemory)
     """What each process held on each GPU over the whole session (or the whole recording, in a replay)."""
-    health_history: EndpointHistory = field(default_factory=EndpointHistory)
-    health_changes: deque[tuple[float, str]] = field(
+    endpoint_history: EndpointHistory = field(default_factory=EndpointHistory)
+    endpoint_changes: deque[tuple[float, str]] = field(
         default_factory=lambda: deque(maxlen=ENDPOINT_CHANGES_KEPT)
     )
     """(epoch seconds, line) of the endpoints' state changes, newest last: the health panel shows them (a
@@ -124,7 +124,7 @@ class HostState:
     def apply(self, snapshot: HostSnapshot, now_s: float) -> list[Notice]:
         """Take ``snapshot`` (analysed, its servers judged: ``Hosts.analyze``) as the host's newest data;
         returns what the user should be told. The servers' state changes (STALLED and BUSY included) go to
-        ``health_changes``."""
+        ``endpoint_changes``."""
         notices: list[Notice] = []
         previous = self.snapshot
         name = visible(self.target, 40)
@@ -136,11 +136,11 @@ class HostState:
             self.first_data_s = now_s
         self.history.record(snapshot)
         self.process_memory.record(snapshot)
-        for line in health_transitions(
+        for line in endpoint_transitions(
             previous.endpoints if previous is not None else (), snapshot.endpoints
         ):
-            self.health_changes.append((now_s, line))
-        self.health_history.update(snapshot.endpoints)
+            self.endpoint_changes.append((now_s, line))
+        self.endpoint_history.update(snapshot.endpoints)
         self.fitness_due_s = fitness_due(previous, snapshot, self.fitness_due_s)
         self.snapshot = snapshot
         self.watched_ports = () if reboot else ports_left(snapshot, self.watched_ports)

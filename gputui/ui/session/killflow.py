@@ -48,7 +48,7 @@ from gputui.core.verdict import KilledJob, cleanslate
 from gputui.ui.session.cleancheck import CleanChecks, check_operation
 from gputui.ui.session.context import Session, TextFetcher
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState, PendingKill
-from gputui.ui.session.jobs import spawn
+from gputui.ui.session.tasks import spawn
 
 KILL_POLL_S = 0.25
 """Longest wait on a kill operation before its thread looks whether the user abandoned it."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gputui.core.model import HostSnapshot
-from gputui.core.record import (
+from gputui.core.recording import (
     EVENT_AUDIT,
     EVENT_ERROR,
     EVENT_KILL,

@@ -24,7 +24,7 @@ from gputui.core.store import StoreError
 from gputui.core.text import visible
 from gputui.ui.session.context import Session
 from gputui.ui.session.hosts import REQUEST_TIMEOUT_S, HostState
-from gputui.ui.session.jobs import spawn
+from gputui.ui.session.tasks import spawn
 
 RUN_SLACK_S = 60.0
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from gputui.core.record import MemorySeries
+from gputui.core.recording import MemorySeries
 from gputui.core.text import duration, fit
 from gputui.ui.widgets.fmt import SPARK_CHARS, resample
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from gputui.core.record.reader import (
+from gputui.core.recording.reader import (
     MOMENT_AUDIT,
     MOMENT_ERROR,
     MOMENT_FINDING,

@@ -13,8 +13,8 @@ from gputui.core import lazy_face
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gputui.core.record.excerpt import write_excerpt
-    from gputui.core.record.format import (
+    from gputui.core.recording.excerpt import write_excerpt
+    from gputui.core.recording.format import (
         EVENT_AUDIT,
         EVENT_ERROR,
         EVENT_KILL,
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
         VERSION,
         RecordingError,
     )
-    from gputui.core.record.memory import MemorySeries, ProcessMemory
-    from gputui.core.record.reader import Event, Moment, Recording
-    from gputui.core.record.writer import (
+    from gputui.core.recording.memory import MemorySeries, ProcessMemory
+    from gputui.core.recording.reader import Event, Moment, Recording
+    from gputui.core.recording.writer import (
         RecordingWriter,
         new_recording_path,
         recordings_folder,

@@ -23,8 +23,8 @@ from gputui import __version__
 from gputui.agent import safefile
 from gputui.agent.argv_secrets import redact_argv
 from gputui.core.model import replace
-from gputui.core.record import format as fmt
-from gputui.core.record.delta import SAME, diff
+from gputui.core.recording import format as fmt
+from gputui.core.recording.delta import SAME, diff
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ the redaction once more on the way out.
 
 from __future__ import annotations
 
-from gputui.core.record.reader import Recording
-from gputui.core.record.writer import RecordingWriter
+from gputui.core.recording.reader import Recording
+from gputui.core.recording.writer import RecordingWriter
 
 
 def write_excerpt(recording: Recording, path: str, targets: list[str], since_s: float) -> int:

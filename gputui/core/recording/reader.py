@@ -18,9 +18,9 @@ import os
 
 from gputui.agent.safefile import UnsafeFile, read_plain
 from gputui.core.model import WINDOW_S, Gpu, GpuHistory, HostSnapshot, Proc, ProcMemo, Record, replace
-from gputui.core.record import format as fmt
-from gputui.core.record.delta import PatchError, patch
-from gputui.core.record.memory import ProcessMemory
+from gputui.core.recording import format as fmt
+from gputui.core.recording.delta import PatchError, patch
+from gputui.core.recording.memory import ProcessMemory
 from gputui.core.text import visible
 
 TYPE_CHECKING = False
