@@ -1,8 +1,13 @@
 """The fleet overview: one row per host, keyed by host name, updated in place.
 
-A refresh of 500 hosts touches only the cells whose text changed; rows are added or removed only when hosts
-come, go or are filtered, and a new order is applied with ``DataTable.sort`` over the existing rows. The
-cursor stays on the same host through all of it.
+A refresh of 500 hosts touches only the rows whose text changed, and within them builds again only the
+cells whose inputs changed; rows are added or removed only when hosts come, go or are filtered, and a new
+order is applied with ``DataTable.sort`` over the existing rows. The cursor stays on the same host through
+all of it.
+
+Each row is one cell of the table: its columns' cells, each cut and padded to its column's width, joined into
+one line (and the header likewise). The table draws a cell through Rich's whole render path; a line of ten
+columns drawn as one cell costs a tenth of ten cells, and a new order or a refresh redraws every visible row.
 """
 
 from __future__ import annotations
@@ -160,6 +165,16 @@ def row_cells(row: FleetRow, columns: Sequence[tuple[str, str, int]]) -> tuple[T
     return tuple(_cell(key, row, width) for key, _, width in columns)
 
 
+def _line(cells: Sequence[Text], columns: Sequence[tuple[str, str, int]]) -> Text:
+    """``cells`` as one line: each cut and padded to its column's width, as the table would draw it."""
+    line = Text(no_wrap=True, end="")
+    for cell, (_, _, width) in zip(cells, columns, strict=True):
+        piece = cell.copy()
+        piece.truncate(width, pad=True)
+        line.append_text(piece)
+    return line
+
+
 class FleetTable(LeanTable):
     """Every host of the fleet, one row each, keyed by host name."""
 
@@ -168,11 +183,12 @@ class FleetTable(LeanTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, cell_padding=0)
         self._columns: tuple[tuple[str, str, int], ...] = ()
-        self._rows: dict[str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Text, ...]]] = {}
-        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``) and the cells themselves."""
+        self._rows: dict[str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Text, ...], Text]] = {}
+        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``), the cells themselves and the
+        line the table holds (``_line``)."""
         self._order: list[str] = []
         self._row_keys: dict[str, RowKey] = {}
-        self._column_keys: list[ColumnKey] = []
+        self._line_key: ColumnKey | None = None
         self._last_rows: Sequence[FleetRow] | None = None
 
     def on_resize(self) -> None:
@@ -194,14 +210,24 @@ class FleetTable(LeanTable):
             return False
         return True
 
+    def cells(self, name: str) -> tuple[Text, ...]:
+        """The cells of ``name``'s row, one per column (before they are cut to their widths); () when it is
+        not shown."""
+        shown = self._rows.get(name)
+        return () if shown is None else shown[2]
+
+    @property
+    def column_keys(self) -> tuple[str, ...]:
+        """The columns shown, in order (``host``, ``base``, ``memory``, …)."""
+        return tuple(key for key, _, _ in self._columns)
+
     def _set_columns(self, width: int, owners: bool = False) -> None:
         columns = _columns(width, owners)
         if columns == self._columns:
             return
         self.clear(columns=True)
-        self._column_keys = []
-        for key, label, cells in columns:
-            self._column_keys.append(self.add_column(label, key=key, width=cells))
+        header = _line([Text(label) for _, label, _ in columns], columns)
+        self._line_key = self.add_column(header, key="line", width=sum(cells for _, _, cells in columns))
         self._columns = columns
         self._rows = {}
         self._row_keys = {}
@@ -232,24 +258,30 @@ class FleetTable(LeanTable):
             inputs = tuple(_cell_inputs(key, row) for key, _, _ in columns)
             if shown is None:
                 cells = row_cells(row, columns)
-                self._row_keys[name] = self.add_row(*cells, key=name)
+                line = _line(cells, columns)
+                self._row_keys[name] = self.add_row(line, key=name)
                 current.append(name)
             else:
-                # Only the cells whose inputs changed are built and updated: a refresh usually changes the
-                # age of every host and the figures of a few.
+                # Only the cells whose inputs changed are built again: a refresh usually changes the age of
+                # every host and the figures of a few.
                 kept = list(shown[2])
+                changed = False
                 for i, (key, _, width) in enumerate(columns):
                     if inputs[i] != shown[1][i]:
                         kept[i] = _cell(key, row, width)
-                        # The table's own key objects: update_cell makes new ones from strings.
-                        self.update_cell(self._row_keys[name], self._column_keys[i], kept[i])
-                cells = tuple(kept)  # exactly the objects the table holds
-            self._rows[name] = (row, inputs, cells)
+                        changed = True
+                cells = tuple(kept)
+                line = shown[3]
+                if changed and self._line_key is not None:
+                    line = _line(cells, columns)
+                    # The table's own key objects: update_cell makes new ones from strings.
+                    self.update_cell(self._row_keys[name], self._line_key, line)
+            self._rows[name] = (row, inputs, cells, line)
         if order != current:
-            # DataTable.sort hands the key function cell values, not row keys: each row's host cell is an
-            # object of its own, held both here and in the table, so its identity names the row.
-            rank = {id(self._rows[name][2][0]): i for i, name in enumerate(order)}
-            self.sort("host", key=lambda cell: rank[id(cell)])
+            # DataTable.sort hands the key function cell values, not row keys: each row's line is an object of
+            # its own, held both here and in the table, so its identity names the row.
+            rank = {id(self._rows[name][3]): i for i, name in enumerate(order)}
+            self.sort("line", key=lambda cell: rank[id(cell)])
         self._order = order
         if selected is not None and selected in wanted:
             self.select_host(selected)
