@@ -27,7 +27,7 @@ from textual.widgets._toast import ToastRack
 
 from gputui.agent.servers.discovery import discover_health_urls
 from gputui.core.jobs import ProcNode, build_forest, finding_pids, flatten, outside_rows
-from gputui.core.model import HostSnapshot, Verdict
+from gputui.core.model import HostSnapshot, Proc, Verdict
 from gputui.core.text import clock_time, fit, visible
 from gputui.core.verdict import no_data_text
 from gputui.transports.freshness import LIVE
@@ -94,7 +94,22 @@ def _looking(host: HostState, snapshot: HostSnapshot, now_s: float) -> bool:
     age_s = now_s - host.first_data_s
     if age_s < DISCOVERY_SWEEP_S:
         return True
-    return age_s < DISCOVERY_FIND_MAX_S and bool(discover_health_urls(snapshot.processes))
+    return age_s < DISCOVERY_FIND_MAX_S and _has_launcher(snapshot.processes)
+
+
+_launcher_seen: list[tuple[tuple[Proc, ...], bool]] = []
+"""The last process list asked about and its answer: a list stays the same object over the memory samples
+between two process lists, and a job's hundreds of command lines are read once per list."""
+
+
+def _has_launcher(processes: tuple[Proc, ...]) -> bool:
+    """Whether an inference-server launcher the collector will probe is among ``processes``."""
+    for seen, answer in _launcher_seen:
+        if seen is processes:
+            return answer
+    answer = bool(discover_health_urls(processes))
+    _launcher_seen[:] = [(processes, answer)]
+    return answer
 
 
 class MonitorView(Screen[None]):
