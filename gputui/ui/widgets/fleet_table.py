@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.text import Text
+from rich.text import Span, Text
 from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
@@ -165,14 +165,27 @@ def row_cells(row: FleetRow, columns: Sequence[tuple[str, str, int]]) -> tuple[T
     return tuple(_cell(key, row, width) for key, _, width in columns)
 
 
-def _line(cells: Sequence[Text], columns: Sequence[tuple[str, str, int]]) -> Text:
-    """``cells`` as one line: each cut and padded to its column's width, as the table would draw it."""
-    line = Text(no_wrap=True, end="")
-    for cell, (_, _, width) in zip(cells, columns, strict=True):
-        piece = cell.copy()
-        piece.truncate(width, pad=True)
-        line.append_text(piece)
-    return line
+def _cut(cell: Text, width: int) -> Text:
+    """``cell`` cut and padded to ``width`` cells, as the table would draw it in a column that wide."""
+    piece = cell.copy()
+    piece.truncate(width, pad=True)
+    return piece
+
+
+def _line(pieces: Sequence[Text]) -> Text:
+    """Cut cells (``_cut``) as one line: their texts joined, each one's style and spans moved along."""
+    texts: list[str] = []
+    spans: list[Span] = []
+    at = 0
+    for piece in pieces:
+        text = piece.plain
+        end = at + len(text)
+        if piece.style:
+            spans.append(Span(at, end, piece.style))
+        spans.extend(Span(at + span.start, at + span.end, span.style) for span in piece.spans)
+        texts.append(text)
+        at = end
+    return Text("".join(texts), spans=spans, no_wrap=True, end="")
 
 
 class FleetTable(LeanTable):
@@ -183,9 +196,11 @@ class FleetTable(LeanTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, cell_padding=0)
         self._columns: tuple[tuple[str, str, int], ...] = ()
-        self._rows: dict[str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Text, ...], Text]] = {}
-        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``), the cells themselves and the
-        line the table holds (``_line``)."""
+        self._rows: dict[
+            str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Text, ...], tuple[Text, ...], Text]
+        ] = {}
+        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``), the cells themselves, the
+        cells cut to their widths (``_cut``) and the line the table holds (``_line``)."""
         self._order: list[str] = []
         self._row_keys: dict[str, RowKey] = {}
         self._line_key: ColumnKey | None = None
@@ -226,7 +241,7 @@ class FleetTable(LeanTable):
         if columns == self._columns:
             return
         self.clear(columns=True)
-        header = _line([Text(label) for _, label, _ in columns], columns)
+        header = _line([_cut(Text(label), cells) for _, label, cells in columns])
         self._line_key = self.add_column(header, key="line", width=sum(cells for _, _, cells in columns))
         self._columns = columns
         self._rows = {}
@@ -258,29 +273,31 @@ class FleetTable(LeanTable):
             inputs = tuple(_cell_inputs(key, row) for key, _, _ in columns)
             if shown is None:
                 cells = row_cells(row, columns)
-                line = _line(cells, columns)
+                pieces = tuple(_cut(cell, width) for cell, (_, _, width) in zip(cells, columns, strict=True))
+                line = _line(pieces)
                 self._row_keys[name] = self.add_row(line, key=name)
                 current.append(name)
             else:
                 # Only the cells whose inputs changed are built again: a refresh usually changes the age of
                 # every host and the figures of a few.
                 kept = list(shown[2])
+                cut = list(shown[3])
                 changed = False
                 for i, (key, _, width) in enumerate(columns):
                     if inputs[i] != shown[1][i]:
                         kept[i] = _cell(key, row, width)
+                        cut[i] = _cut(kept[i], width)
                         changed = True
-                cells = tuple(kept)
-                line = shown[3]
+                cells, pieces, line = tuple(kept), tuple(cut), shown[4]
                 if changed and self._line_key is not None:
-                    line = _line(cells, columns)
+                    line = _line(pieces)
                     # The table's own key objects: update_cell makes new ones from strings.
                     self.update_cell(self._row_keys[name], self._line_key, line)
-            self._rows[name] = (row, inputs, cells, line)
+            self._rows[name] = (row, inputs, cells, pieces, line)
         if order != current:
             # DataTable.sort hands the key function cell values, not row keys: each row's line is an object of
             # its own, held both here and in the table, so its identity names the row.
-            rank = {id(self._rows[name][3]): i for i, name in enumerate(order)}
+            rank = {id(self._rows[name][4]): i for i, name in enumerate(order)}
             self.sort("line", key=lambda cell: rank[id(cell)])
         self._order = order
         if selected is not None and selected in wanted:
