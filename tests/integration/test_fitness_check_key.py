@@ -22,6 +22,7 @@ from gputui.ui.widgets.clean_slate import CleanSlateLine
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.procs import is_gone
 from tests.integration.sshd import ClientHome, SshdFactory
+from tests.pilot.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,13 +34,8 @@ HELD_MIB = 4096
 REMAP_GPU = 3
 
 
-async def _until(pilot: Any, condition: Any, what: str, deadline_s: float = DEADLINE_S) -> None:
-    waited_s = 0.0
-    while not condition():
-        if waited_s > deadline_s:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.02)
-        waited_s += 0.02
+async def _until(pilot: Any, condition: Any, what: str, deadline_s: float = DEADLINE_S) -> float:
+    return await wait_for(pilot, condition, what, deadline_s=deadline_s, step_s=0.02)
 
 
 def _read_at(snapshot: HostSnapshot) -> float | None:

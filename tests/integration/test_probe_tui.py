@@ -21,19 +21,15 @@ from tests.fakecuda.plugin import FakeCuda
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration.procs import is_gone
 from tests.integration.sshd import ClientHome, SshdFactory
+from tests.pilot.conftest import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
 DEADLINE_S = 90.0
 
 
-async def _until(pilot: Any, condition: Any, what: str, deadline_s: float = DEADLINE_S) -> None:
-    waited_s = 0.0
-    while not condition():
-        if waited_s > deadline_s:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-        waited_s += 0.1
+async def _until(pilot: Any, condition: Any, what: str, deadline_s: float = DEADLINE_S) -> float:
+    return await wait_for(pilot, condition, what, deadline_s=deadline_s, step_s=0.1)
 
 
 def test_p_and_the_probe_after_x_over_ssh(

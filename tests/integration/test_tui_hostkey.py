@@ -7,6 +7,7 @@ records it (StrictHostKeyChecking=accept-new for that connection) and checks it 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -15,18 +16,14 @@ from gputui.commands.tui import build_app
 from gputui.core.store import Config
 from gputui.ui.screens.host_key import HostKeyScreen
 from tests.integration.sshd import ClientHome, SshdFactory, fingerprint_by_ssh_keygen
+from tests.pilot.conftest import wait_for
 
 DEADLINE_S = 60.0
 """Only a guard against hangs: sshd, the handshake and the shipped collector take a few seconds."""
 
 
-async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    waited_s = 0.0
-    while not condition():
-        if waited_s > DEADLINE_S:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-        waited_s += 0.1
+async def _until(pilot: Any, condition: Any, what: str) -> float:
+    return await wait_for(pilot, condition, what, deadline_s=DEADLINE_S, step_s=0.1)
 
 
 @pytest.fixture(params=["paramiko", "openssh"])

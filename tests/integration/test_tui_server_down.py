@@ -26,6 +26,7 @@ from tests.contract.wedged import free_port, install, wedged_launcher
 from tests.integration.defunct import build_defunct_leader
 from tests.integration.procs import is_gone, state_of, wait_for
 from tests.integration.sshd import ClientHome, SshdFactory
+from tests.pilot.conftest import wait_for as pilot_wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,15 +35,8 @@ DEADLINE_S = 90.0
 HELD_MIB = 2048
 
 
-async def _until(pilot, condition, what: str, deadline_s: float = DEADLINE_S) -> float:  # type: ignore[no-untyped-def]
-    """Wait until ``condition()``; returns the seconds it took."""
-    waited_s = 0.0
-    while not condition():
-        if waited_s > deadline_s:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.1)
-        waited_s += 0.1
-    return waited_s
+async def _until(pilot: Any, condition: Any, what: str, deadline_s: float = DEADLINE_S) -> float:
+    return await pilot_wait_for(pilot, condition, what, deadline_s=deadline_s, step_s=0.1)
 
 
 def _state(app: Any, url: str) -> tuple[str | None, str | None]:

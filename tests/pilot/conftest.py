@@ -18,15 +18,26 @@ WAIT_DEADLINE_S = 20.0
 """Only a guard against hangs: conditions normally hold within a few polls."""
 
 
-async def wait_for(pilot: Pilot, condition: Callable[[], Any], what: str = "condition") -> None:
-    """Let the app run until ``condition()`` is true; fail after a generous deadline."""
+async def wait_for(
+    pilot: Pilot,
+    condition: Callable[[], Any],
+    what: str = "condition",
+    *,
+    deadline_s: float = WAIT_DEADLINE_S,
+    step_s: float = 0.05,
+    settle_s: float | None = None,
+) -> float:
+    """Let the app run until ``condition()`` is true, polling every ``step_s``; fail after ``deadline_s``
+    (only a guard against hangs). Then let it handle what is pending (``settle_s``: run that much longer).
+    Returns the seconds it waited."""
     waited_s = 0.0
     while not condition():
-        if waited_s > WAIT_DEADLINE_S:
+        if waited_s > deadline_s:
             raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-        waited_s += 0.05
-    await pilot.pause()
+        await pilot.pause(step_s)
+        waited_s += step_s
+    await pilot.pause(settle_s)
+    return waited_s
 
 
 class CountingSimLink(SimLink):

@@ -21,6 +21,7 @@ from gputui.ui.screens.gpu_detail import GpuDetailScreen
 from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.widgets.clean_slate import CleanSlateLine
 from gputui.ui.widgets.process_table import ProcessTable
+from tests.pilot.conftest import wait_for
 
 DEADLINE_S = 20.0
 
@@ -50,14 +51,8 @@ def _app(
     )
 
 
-async def _until(pilot, condition, what: str) -> None:  # type: ignore[no-untyped-def]
-    waited_s = 0.0
-    while not condition():
-        if waited_s > DEADLINE_S:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
-        waited_s += 0.05
-    await pilot.pause(0.2)
+async def _until(pilot: Any, condition: Any, what: str) -> float:
+    return await wait_for(pilot, condition, what, deadline_s=DEADLINE_S, step_s=0.05, settle_s=0.2)
 
 
 async def _ready(pilot) -> None:  # type: ignore[no-untyped-def]
