@@ -458,8 +458,11 @@ class Agent:
             time.sleep(0.05)
         kill_pending = self.escalations_pending()
         gpus = self.sample(force_processes=True)["gpus"]
+        mig_devices = getattr(self._backend, "mig_devices", None)  # NVML's alone: a GPU's MIG devices
+        with self._lock:
+            mig = mig_devices() if mig_devices is not None else None
         try:
-            targets = readiness.probe_targets(gpus, words, force)
+            targets = readiness.probe_targets(gpus, words, force, mig)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
 

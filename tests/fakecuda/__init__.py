@@ -97,6 +97,12 @@ class FakeCudaGpu:
     """A fakenvml state file: a live allocation (or context with ``ctx_mib``) appears there as a
     ``holder <nvml_gpu> <pid> <MiB>`` line, removed again on free or a normal exit."""
     nvml_gpu: int | None = None
+    mig: str | None = None
+    """``MIG-<uuid>``: this line is a MIG device, not a GPU: no ordinal, no PCI id; a device only where
+    ``CUDA_VISIBLE_DEVICES`` names that UUID (as the driver makes one compute instance a device)."""
+    nvml_mig: int | None = None
+    """With ``nvml_state``: the holder line says ``mig=<n>``, so fakenvml lists it on that MIG device of
+    ``nvml_gpu`` (and on the GPU itself)."""
 
     def render(self, position: int) -> str:
         index = position if self.index is None else self.index
@@ -117,6 +123,8 @@ class FakeCudaGpu:
             "ctx_mib",
             "nvml_state",
             "nvml_gpu",
+            "mig",
+            "nvml_mig",
         ):
             value = getattr(self, key)
             if value is None or (key in ("slow_ms", "corrupt", "stuck") and not value):

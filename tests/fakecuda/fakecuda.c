@@ -55,6 +55,12 @@
  *                        and fakenvml counts it no more once the pid is dead. Writers take
  *                        flock(PATH.fakecuda-lock) and replace PATH atomically (a file next to it renamed
  *                        over it) with an mtime later than the previous one, so fakenvml notices each.
+ *   mig=MIG-<uuid>       the line is a MIG device (one compute instance of a GPU in MIG mode), not a GPU:
+ *                        it has no ordinal and no PCI id of its own; only CUDA_VISIBLE_DEVICES naming its
+ *                        UUID makes it a device (below). Every other key applies to it as to a GPU.
+ *   nvml_mig=N           with nvml_state: the holder line carries "mig=N" (fakenvml lists it on the MIG
+ *                        device N of GPU nvml_gpu as well as on that GPU), as NVML lists a process of a MIG
+ *                        device on the device and on its parent
  *
  * Semantics: every call but cuDriverGetVersion, cuGetErrorName and cuGetErrorString answers
  * CUDA_ERROR_NOT_INITIALIZED before a successful cuInit(0). An ordinal beyond the gpu lines, a malformed
@@ -63,10 +69,11 @@
  * current context: CUDA_ERROR_INVALID_CONTEXT; a device pointer (or range) outside a live allocation:
  * CUDA_ERROR_INVALID_VALUE. Device memory is host memory (calloc), at most 1 GiB per process in all
  * (beyond: CUDA_ERROR_OUT_OF_MEMORY); device addresses start at 0x302000000 and are never reused.
- * CUDA_VISIBLE_DEVICES, where set, is a comma list of positions among the gpu lines, as the driver reads
- * it: the devices are those, in that order (their ordinals), up to the first token that is not a position
- * or repeats one; a GPU not among them has no ordinal and its PCI id is CUDA_ERROR_INVALID_DEVICE; none
- * visible: cuInit returns CUDA_ERROR_NO_DEVICE. cuDeviceGetAttribute answers
+ * CUDA_VISIBLE_DEVICES, where set, is a comma list of positions among the gpu lines that are not MIG
+ * devices, or of MIG device UUIDs (MIG-...), as the driver reads it: the devices are those, in that order
+ * (their ordinals), up to the first token that is neither or repeats one; a GPU not among them has no
+ * ordinal and its PCI id is CUDA_ERROR_INVALID_DEVICE; none visible: cuInit returns CUDA_ERROR_NO_DEVICE.
+ * Unset, every gpu line but the MIG devices is a device. cuDeviceGetAttribute answers
  * CU_DEVICE_ATTRIBUTE_COMPUTE_MODE (20) alone; any other attribute is CUDA_ERROR_INVALID_VALUE.
  *
  * Builds for the fallback tests: each define hides a group of symbols from dlsym.
@@ -307,6 +314,8 @@ struct gpu {
     unsigned long long ctx_mib;
     char nvml_state[PATH_MAX];
     unsigned int nvml_gpu;
+    int nvml_mig; /* -1: none */
+    char mig[96]; /* "": a GPU; else the UUID of the MIG device this line is */
 };
 
 struct state {
@@ -329,8 +338,9 @@ struct nvml_slot {
     pid_t owner;
     char path[PATH_MAX];
     unsigned int gpu;
+    int mig;
     unsigned long long bytes;
-    char line[96];
+    char line[112];
 };
 
 struct CUctx_st {
@@ -512,6 +522,7 @@ static void gpu_defaults(struct gpu *g, unsigned int index)
     g->bus = (0x17 + index) & 0xFF;
     g->total_mib = 49152;
     g->nvml_gpu = index;
+    g->nvml_mig = -1;
 }
 
 static void parse_gpu_key(struct gpu *g, const char *key, const char *val, const char *path,
@@ -585,6 +596,17 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val, const
     } else if (!strcmp(key, "nvml_gpu")) {
         if (parse_uint(val, &g->nvml_gpu))
             warn(path, ln, "bad nvml_gpu", val);
+    } else if (!strcmp(key, "nvml_mig")) {
+        unsigned int m;
+        if (parse_uint(val, &m) || m > 7) /* fakenvml's MIG device indexes: 0-7 */
+            warn(path, ln, "bad nvml_mig", val);
+        else
+            g->nvml_mig = (int)m;
+    } else if (!strcmp(key, "mig")) {
+        if (strncmp(val, "MIG-", 4) || strlen(val) >= sizeof(g->mig) || strchr(val, ','))
+            warn(path, ln, "bad mig uuid", val);
+        else
+            snprintf(g->mig, sizeof(g->mig), "%s", val);
     } else {
         warn(path, ln, "unknown gpu key", key);
     }
@@ -684,10 +706,13 @@ static const struct gpu *gpu_by_index(unsigned int index)
 static unsigned int visible_positions(unsigned int *positions)
 {
     const char *env = getenv("CUDA_VISIBLE_DEVICES");
-    unsigned int n = 0;
+    unsigned int n = 0, gpus[MAX_GPUS], count = 0;
+    for (unsigned int i = 0; i < g_state.count; i++)
+        if (!g_state.gpus[i].mig[0])
+            gpus[count++] = i;
     if (!env) {
-        for (n = 0; n < g_state.count; n++)
-            positions[n] = n;
+        for (n = 0; n < count; n++)
+            positions[n] = gpus[n];
         return n;
     }
     char buf[1024];
@@ -695,9 +720,18 @@ static unsigned int visible_positions(unsigned int *positions)
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && n < MAX_GPUS; t = strtok_r(NULL, ",", &save)) {
         while (*t == ' ')
             t++;
-        unsigned int position;
-        if (parse_uint(t, &position) || position >= g_state.count)
+        unsigned int position = UINT_MAX;
+        if (!strncmp(t, "MIG-", 4)) {
+            for (unsigned int i = 0; i < g_state.count; i++)
+                if (!strcmp(g_state.gpus[i].mig, t))
+                    position = i;
+            if (position == UINT_MAX)
+                break;
+        } else if (parse_uint(t, &position) || position >= count) {
             break;
+        } else {
+            position = gpus[position];
+        }
         unsigned int seen = 0;
         for (unsigned int i = 0; i < n; i++)
             seen |= positions[i] == position;
@@ -978,6 +1012,8 @@ static void slot_update(struct nvml_slot *s, unsigned long long bytes)
     s->bytes = bytes;
     if (bytes)
         snprintf(line, sizeof(line), "holder %u %d %llu", s->gpu, (int)s->owner, (bytes + MIB - 1) / MIB);
+    if (bytes && s->mig >= 0)
+        snprintf(line + strlen(line), sizeof(line) - strlen(line), " mig=%d", s->mig);
     if (strcmp(line, s->line)) {
         rewrite_nvml(s->path, s->line[0] ? s->line : NULL, line[0] ? line : NULL);
         snprintf(s->line, sizeof(s->line), "%s", line);
@@ -999,7 +1035,7 @@ static void holder_add(struct holder *h, const struct gpu *g, unsigned long long
                 free_slot = i;
             continue;
         }
-        if (s->gpu == g->nvml_gpu && !strcmp(s->path, g->nvml_state)) {
+        if (s->gpu == g->nvml_gpu && s->mig == g->nvml_mig && !strcmp(s->path, g->nvml_state)) {
             h->slot = i;
             break;
         }
@@ -1011,6 +1047,7 @@ static void holder_add(struct holder *h, const struct gpu *g, unsigned long long
         memset(s, 0, sizeof(*s));
         s->owner = me;
         s->gpu = g->nvml_gpu;
+        s->mig = g->nvml_mig;
         snprintf(s->path, sizeof(s->path), "%s", g->nvml_state);
         h->slot = free_slot;
     }

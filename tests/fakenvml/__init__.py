@@ -21,6 +21,7 @@ __all__ = [
     "SOURCE",
     "FakeGpu",
     "FakeHolder",
+    "FakeMig",
     "FakeNvmlState",
     "build",
     "env_for",
@@ -100,6 +101,29 @@ _HEALTH_KEYS = (
 
 
 @dataclass
+class FakeMig:
+    """One MIG device of a GPU in MIG mode (a ``mig`` line after its GPU's): a GPU instance with its compute
+    instance, at MIG device index ``slot``. ``None`` leaves a key to the library's default (see
+    ``fakenvml.c``)."""
+
+    slot: int
+    uuid: str | None = None
+    profile: str | None = None
+    name: str | None = None
+    total_mib: int | None = None
+    gi: int | None = None
+    ci: int | None = None
+
+    def render(self, gpu: int) -> str:
+        parts = [f"mig {int(gpu)} {int(self.slot)}"]
+        for key in ("uuid", "profile", "name", "total_mib", "gi", "ci"):
+            value = getattr(self, key)
+            if value is not None:
+                parts.append(f"{key}={_quote(str(value))}")
+        return " ".join(parts)
+
+
+@dataclass
 class FakeGpu:
     """One GPU line. ``None`` leaves a key to the library's default; ``name`` may be bytes (any bytes)."""
 
@@ -150,6 +174,10 @@ class FakeGpu:
     display_active: bool | None = None
     mig_current: bool | None = None
     mig_pending: bool | None = None
+    mig_max: int | None = None
+    """What nvmlDeviceGetMaxMigDeviceCount answers in MIG mode (the library's default: 7)."""
+    migs: list[FakeMig] = field(default_factory=list)
+    """Its MIG devices (seen only while ``mig_current``)."""
     proc_util_error: str | None = None  # what nvmlDeviceGetProcessUtilization alone returns
 
     def render(self, index: int) -> str:
@@ -174,6 +202,7 @@ class FakeGpu:
             "display_active",
             "mig_current",
             "mig_pending",
+            "mig_max",
             "proc_util_error",
         ):
             value = getattr(self, key)
@@ -203,6 +232,8 @@ class FakeHolder:
     mem_pct: int | None = None
     enc_pct: int | None = None
     dec_pct: int | None = None
+    mig: int | None = None
+    """The MIG device (its slot) of ``gpu`` the process runs on: listed there as well as on the GPU."""
 
     def render(self) -> str:
         if self.kind not in HOLDER_KINDS:
@@ -215,6 +246,7 @@ class FakeHolder:
             ("mem", self.mem_pct),
             ("enc", self.enc_pct),
             ("dec", self.dec_pct),
+            ("mig", self.mig),
         ):
             if value is not None:
                 line = f"{line} {key}={int(value)}"
@@ -254,6 +286,7 @@ class FakeNvmlState:
         if self.init_error:
             lines.append(f"init_error {_check_value(self.init_error)}")
         lines.extend(gpu.render(i) for i, gpu in enumerate(self.gpus))
+        lines.extend(mig.render(i) for i, gpu in enumerate(self.gpus) for mig in gpu.migs)
         lines.extend(h.render() for h in self.holders)
         lines.extend(f"xid {int(gpu)} {int(code)}" for gpu, code in self.xids)
         lines.extend(f"recovery {int(gpu)} {int(action)}" for gpu, action in self.recoveries)

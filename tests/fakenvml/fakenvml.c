@@ -60,7 +60,28 @@
  *                         nvmlDeviceRegisterEvents asked for any other type
  *                         returns NOT_SUPPORTED and registers none, as nvml.h
  *                         says.
- * display_active (0/1), mig_current mig_pending (0/1).
+ * display_active (0/1), mig_current mig_pending (0/1), mig_max (what
+ * nvmlDeviceGetMaxMigDeviceCount answers while mig_current is 1: default 7,
+ * at most 8; 0 while MIG mode is off, as nvml.h says).
+ *
+ *   mig <gpu> <slot> key=value ...
+ *                         one MIG device of a GPU in MIG mode (after that GPU's
+ *                         line), at MIG device index <slot> (below mig_max):
+ *                         nvmlDeviceGetMigDeviceHandleByIndex answers its
+ *                         handle while mig_current is 1, NOT_FOUND for a slot
+ *                         without a line. Keys: uuid (default
+ *                         MIG-<gpu 8 hex>-0000-5000-8000-<slot 12 hex>),
+ *                         profile (default 1g.10gb), name (default the GPU's
+ *                         name, " MIG ", the profile), total_mib (default
+ *                         9984), gi, ci (nvmlDeviceGetGpuInstanceId and
+ *                         nvmlDeviceGetComputeInstanceId; default slot + 1, 0).
+ *                         On a MIG handle nvmlDeviceGetName, GetUUID, the
+ *                         memory info calls (no baseline: the holders with
+ *                         mig=<slot> alone), the process lists (those holders)
+ *                         and nvmlDeviceIsMigDeviceHandle answer for the MIG
+ *                         device; every other call answers as its GPU does. A
+ *                         holder line's mig=<slot> lists the process on that
+ *                         MIG device as well as on the GPU.
  *
  * FAKE_NVML_DEVICE (optional): a file kept open from the first nvmlInit to the last nvmlShutdown.
  * proc_util_error (an error nvmlDeviceGetProcessUtilization alone returns, e.g.
@@ -319,8 +340,18 @@ _Static_assert(nvmlGpuFabricInfo_v3 == 0x03000028u, "nvmlGpuFabricInfo_v3");
 /* ---- state ------------------------------------------------------------ */
 
 #define MAX_GPUS 64
+#define MAX_MIG 8
 #define MAX_HOLDERS 1024
 #define STR_LEN 96
+
+struct mig {
+    int present;
+    char uuid[STR_LEN];
+    char name[STR_LEN];
+    char profile[STR_LEN];
+    unsigned long long total_mib;
+    unsigned int gi, ci;
+};
 
 #define H_GRAPHICS 1u
 #define H_INVISIBLE 2u
@@ -343,7 +374,8 @@ struct gpu {
     long long clock_reasons; /* -1: idle when util_pct is 0, else none */
     int health_error;
     unsigned int unsupported; /* U_* bits */
-    unsigned int display_active, mig_current, mig_pending;
+    unsigned int display_active, mig_current, mig_pending, mig_max;
+    struct mig migs[MAX_MIG];
     int proc_util_error;
     int has_recovery; /* recovery_action given */
     unsigned int recovery_action;
@@ -378,6 +410,7 @@ struct holder {
     unsigned long long mib;
     unsigned int flags;
     int util[4]; /* sm, mem, enc, dec percent; -1: no sample */
+    int mig;     /* the MIG device (slot) it also shows on; -1: none */
 };
 
 struct state {
@@ -403,6 +436,7 @@ static int g_loaded;        /* g_state holds a successfully read file */
 static struct stat g_stat;  /* identity of the file g_state came from */
 static unsigned int g_init_count;
 static struct nvmlDevice_st g_devices[MAX_GPUS];
+static struct nvmlDevice_st g_mig_devices[MAX_GPUS * MAX_MIG];
 static struct timespec g_start;
 
 static const struct {
@@ -488,6 +522,7 @@ static void gpu_defaults(struct gpu *g, unsigned int i)
     g->ecc_mode = 1;
     g->persistence = 1;
     g->clock_reasons = -1;
+    g->mig_max = 7;
 }
 
 /* Copy one character of a token from *s to *w: "\xHH" is the byte HH (any byte a real driver could
@@ -644,6 +679,8 @@ static void parse_gpu_key(struct gpu *g, const char *key, const char *val,
         bad = parse_uint(val, &g->mig_current);
     else if (!strcmp(key, "mig_pending"))
         bad = parse_uint(val, &g->mig_pending);
+    else if (!strcmp(key, "mig_max"))
+        bad = parse_uint(val, &g->mig_max) || g->mig_max > MAX_MIG;
     else if (!strcmp(key, "proc_util_error")) {
         int c = error_code(val);
         bad = c < 0;
@@ -816,7 +853,7 @@ static int parse_file(const char *path, struct state *st)
             if (idx + 1 > st->gpu_count)
                 st->gpu_count = idx + 1;
         } else if (!strcmp(tok[0], "holder") && n >= 4) {
-            struct holder h = {0, 0, 0, 0, {-1, -1, -1, -1}};
+            struct holder h = {0, 0, 0, 0, {-1, -1, -1, -1}, -1};
             if (parse_uint(tok[1], &h.gpu) || parse_uint(tok[2], &h.pid) ||
                 parse_ull(tok[3], &h.mib)) {
                 warn(path, ln, "bad holder", tok[1]);
@@ -833,6 +870,13 @@ static int parse_file(const char *path, struct state *st)
                     ;
                 else if (util_token(tok[i], &h))
                     ;
+                else if (!strncmp(tok[i], "mig=", 4)) {
+                    unsigned int m;
+                    if (parse_uint(tok[i] + 4, &m) || m >= MAX_MIG)
+                        warn(path, ln, "bad holder mig", tok[i]);
+                    else
+                        h.mig = (int)m;
+                }
                 else
                     warn(path, ln, "unknown holder flag", tok[i]);
             }
@@ -840,6 +884,52 @@ static int parse_file(const char *path, struct state *st)
                 st->holders[st->holder_count++] = h;
             else
                 warn(path, ln, "too many holders", tok[2]);
+        } else if (!strcmp(tok[0], "mig") && n >= 3) {
+            unsigned int idx, slot;
+            if (parse_uint(tok[1], &idx) || idx >= st->gpu_count || !st->gpus[idx].present ||
+                parse_uint(tok[2], &slot) || slot >= MAX_MIG) {
+                warn(path, ln, "bad mig (after its gpu line, slot below 8)", tok[1]);
+                continue;
+            }
+            struct gpu *g = &st->gpus[idx];
+            struct mig *m = &g->migs[slot];
+            memset(m, 0, sizeof(*m));
+            m->present = 1;
+            snprintf(m->uuid, sizeof(m->uuid), "MIG-%08x-0000-5000-8000-%012x", idx, slot);
+            copy_str(m->profile, sizeof(m->profile), "1g.10gb");
+            m->total_mib = 9984;
+            m->gi = slot + 1;
+            for (int i = 3; i < n; i++) {
+                char *eq = strchr(tok[i], '=');
+                if (!eq) {
+                    warn(path, ln, "expected key=value", tok[i]);
+                    continue;
+                }
+                *eq = '\0';
+                const char *key = tok[i], *val = eq + 1;
+                int bad = 0;
+                if (!strcmp(key, "uuid"))
+                    copy_str(m->uuid, sizeof(m->uuid), val);
+                else if (!strcmp(key, "profile"))
+                    copy_str(m->profile, sizeof(m->profile), val);
+                else if (!strcmp(key, "name"))
+                    copy_str(m->name, sizeof(m->name), val);
+                else if (!strcmp(key, "total_mib"))
+                    bad = parse_ull(val, &m->total_mib);
+                else if (!strcmp(key, "gi"))
+                    bad = parse_uint(val, &m->gi);
+                else if (!strcmp(key, "ci"))
+                    bad = parse_uint(val, &m->ci);
+                else
+                    warn(path, ln, "unknown mig key", key);
+                if (bad)
+                    warn(path, ln, "bad value", val);
+            }
+            if (!m->name[0]) {
+                char name[STR_LEN];
+                snprintf(name, sizeof(name), "%.60s MIG %.30s", g->name, m->profile);
+                copy_str(m->name, sizeof(m->name), name);
+            }
         } else if ((!strcmp(tok[0], "xid") || !strcmp(tok[0], "recovery")) && n >= 3) {
             struct event_line e = {0, tok[0][0] == 'x' ? EV_XID : EV_RECOVERY, 0};
             unsigned int action;
@@ -958,9 +1048,11 @@ static void sleep_ms(unsigned int ms)
         ;
 }
 
-/* A consistent copy of one GPU and its holders, taken under the lock. */
+/* A consistent copy of one GPU and its holders, taken under the lock (a MIG device: its GPU's, with the
+ * MIG device's name, UUID and memory, and the holders shown on it). */
 struct dev_view {
     unsigned int index;
+    int mig; /* the MIG device's slot; -1: the GPU itself */
     struct gpu g;
     unsigned int nh;
     struct holder h[MAX_HOLDERS];
@@ -988,6 +1080,17 @@ static void system_leave(void)
     pthread_mutex_unlock(&g_lock);
 }
 
+/* A MIG device handle's GPU index and slot: 0, or -1 when dev is not one. */
+static int mig_handle(nvmlDevice_t dev, unsigned int *idx, unsigned int *slot)
+{
+    if (dev < &g_mig_devices[0] || dev >= &g_mig_devices[MAX_GPUS * MAX_MIG])
+        return -1;
+    unsigned int at = (unsigned int)(dev - &g_mig_devices[0]);
+    *idx = at / MAX_MIG;
+    *slot = at % MAX_MIG;
+    return 0;
+}
+
 static int handle_index(nvmlDevice_t dev, unsigned int *idx)
 {
     if (dev < &g_devices[0] || dev >= &g_devices[MAX_GPUS])
@@ -1000,18 +1103,34 @@ static int handle_index(nvmlDevice_t dev, unsigned int *idx)
  * device's state, then (outside the lock) applies hang_ms and error. */
 static nvmlReturn_t dev_enter(nvmlDevice_t dev, struct dev_view *v, int want_holders)
 {
-    unsigned int idx = 0;
+    unsigned int idx = 0, slot = 0;
+    int mig = -1;
     pthread_mutex_lock(&g_lock);
     nvmlReturn_t r = check_init_locked();
-    if (r == NVML_SUCCESS && (handle_index(dev, &idx) != 0 || idx >= g_state.gpu_count))
+    if (r == NVML_SUCCESS && mig_handle(dev, &idx, &slot) == 0) {
+        /* A MIG device exists while its line does and its GPU is in MIG mode. */
+        if (idx >= g_state.gpu_count || !g_state.gpus[idx].mig_current || !g_state.gpus[idx].migs[slot].present)
+            r = NVML_ERROR_INVALID_ARGUMENT;
+        mig = (int)slot;
+    } else if (r == NVML_SUCCESS && (handle_index(dev, &idx) != 0 || idx >= g_state.gpu_count)) {
         r = NVML_ERROR_INVALID_ARGUMENT;
+    }
     if (r == NVML_SUCCESS) {
         v->index = idx;
+        v->mig = mig;
         v->g = g_state.gpus[idx];
+        if (mig >= 0) {
+            const struct mig *m = &g_state.gpus[idx].migs[mig];
+            copy_str(v->g.name, sizeof(v->g.name), m->name);
+            copy_str(v->g.uuid, sizeof(v->g.uuid), m->uuid);
+            v->g.total_mib = m->total_mib;
+            v->g.baseline_mib = 0;
+            v->g.reserved_mib = 0;
+        }
         v->nh = 0;
         if (want_holders)
             for (unsigned int i = 0; i < g_state.holder_count; i++)
-                if (g_state.holders[i].gpu == idx)
+                if (g_state.holders[i].gpu == idx && (mig < 0 || g_state.holders[i].mig == mig))
                     v->h[v->nh++] = g_state.holders[i];
     }
     pthread_mutex_unlock(&g_lock);
@@ -1894,7 +2013,70 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, unsigned int *
 
 EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
 {
-    return get_const_uint(device, isMigDevice, 0);
+    if (!isMigDevice)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    *isMigDevice = v->mig >= 0;
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG devices (nvml.h's Multi Instance GPU management) ------------- */
+
+EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
+{
+    if (!count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    if (v->mig >= 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *count = v->g.mig_current ? v->g.mig_max : 0; /* "zero if MIG is not supported or enabled" */
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index,
+                                                        nvmlDevice_t *migDevice)
+{
+    if (!migDevice)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    if (v->mig >= 0 || index >= (v->g.mig_current ? v->g.mig_max : 0))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (!v->g.migs[index].present)
+        return NVML_ERROR_NOT_FOUND;
+    *migDevice = &g_mig_devices[v->index * MAX_MIG + index];
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device)
+{
+    if (!device)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(migDevice, v);
+    if (v->mig < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &g_devices[v->index];
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t instance_id(nvmlDevice_t device, unsigned int *id, int compute)
+{
+    if (!id)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    DEV_ENTER(device, v);
+    if (v->mig < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *id = compute ? v->g.migs[v->mig].ci : v->g.migs[v->mig].gi;
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    return instance_id(device, id, 0);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id)
+{
+    return instance_id(device, id, 1);
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *g)

@@ -18,6 +18,7 @@ from gputui.agent.gpu.nvmlapi import (
     nvml_library_missing,
     nvml_memory_v1,
     nvml_memory_v2,
+    nvml_mig_devices,
     nvml_pci_bus_id,
     nvml_processes_v1,
     nvml_text,
@@ -436,6 +437,39 @@ class NvmlBackend:
         for index, _job in jobs:
             out.setdefault(index, CallTimeout())
         return out
+
+    def mig_devices(self) -> dict[int, list[dict[str, Any]] | str]:
+        """The MIG devices of each GPU in MIG mode (``nvmlapi.nvml_mig_devices``, each with the pids NVML
+        lists on it), by GPU index; for a GPU whose MIG devices cannot be read, why (text); at -1, why none
+        could be read (which GPUs are in MIG mode is unknown). A GPU not in MIG mode, or not readable at all,
+        is not in it. Read on the system worker, bounded by the deadline."""
+        if not self._initialized:
+            return {}
+
+        def pids(mig: Any) -> list[int]:
+            found: list[int] = []
+            for _kind, process_list in self._process_lists:
+                found.extend(int(info.pid) for info in process_list(mig) or ())
+            return found
+
+        def read() -> dict[int, list[dict[str, Any]] | str]:
+            out: dict[int, list[dict[str, Any]] | str] = {}
+            for index, handle in enumerate(self._handles):
+                if isinstance(handle, BaseException) or self._workers[index] is not None:
+                    continue  # unreadable, or its own worker is stuck in a call: the sample says so
+                try:
+                    devices = nvml_mig_devices(handle, pids)
+                except Exception as exc:
+                    out[index] = nvml_error_text(exc)
+                    continue
+                if devices is not None:
+                    out[index] = devices
+            return out
+
+        try:
+            return self._system.call(read, self.deadline_s * max(1, len(self._handles)))
+        except Exception as exc:
+            return {-1: nvml_error_text(exc)}  # whether any GPU is in MIG mode is unknown
 
     def take_events(self) -> list[tuple[int, int, int]]:
         """The Xid and recovery-action events NVML delivered since the last call (``XidEvents.take``;

@@ -244,3 +244,84 @@ def nvml_memory_v2(handle: Any) -> tuple[int, int, int | None]:
 def nvml_memory_v1(handle: Any) -> tuple[int, int, int | None]:
     memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
     return memory.used, memory.total, None
+
+
+MIG_DEVICES_MAX = 16
+"""The most MIG device indexes read per GPU, whatever ``nvmlDeviceGetMaxMigDeviceCount`` says (7 on an
+A100 or H100): an answer past it is the driver's error, not a GPU cut into more."""
+
+
+def _mig_profile(name: str | None) -> str | None:
+    """``1g.10gb`` from a MIG device's name (``NVIDIA A100-SXM4-80GB MIG 1g.10gb``); None without one."""
+    if not name or " MIG " not in name:
+        return None
+    profile = name.rsplit(" MIG ", 1)[1].strip()
+    return profile[:40] or None
+
+
+def nvml_mig_devices(
+    handle: Any, processes: Callable[[Any], list[int]] | None = None
+) -> list[dict[str, Any]] | None:
+    """The MIG devices of a GPU in MIG mode (one per compute instance, as CUDA sees them); None when MIG mode
+    is off or not supported (``nvmlDeviceGetMigMode``).
+
+    Each: ``slot`` (its MIG device index), ``uuid`` (``MIG-…``, what ``CUDA_VISIBLE_DEVICES`` takes),
+    ``name``, ``profile`` (``1g.10gb``), ``memory_total_mib``, ``gi`` and ``ci`` (its GPU and compute instance
+    ids), ``pids`` (the processes NVML lists on it, through ``processes``; None: not read). A MIG device
+    index without one answers NOT_FOUND (``nvmlDeviceGetMigDeviceHandleByIndex``) and is passed over.
+    Raises NVMLError when the devices cannot be listed (the lost GPU included).
+    """
+    nv = pynvml
+    try:
+        current, _pending = nv.nvmlDeviceGetMigMode(handle)
+    except Exception as exc:
+        if nvml_is_lost(exc):
+            raise
+        return None  # not a MIG-capable GPU (NOT_SUPPORTED), or a driver or pynvml without MIG
+    if not current:
+        return None
+    count = min(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle)), MIG_DEVICES_MAX)
+    not_found = getattr(nv, "NVML_ERROR_NOT_FOUND", 6)
+    found: list[dict[str, Any]] = []
+    for slot in range(count):
+        try:
+            mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+        except Exception as exc:
+            if _nvml_code(exc) == not_found:
+                continue
+            raise
+        device = _mig_device(nv, slot, mig, processes)
+        if device is not None:
+            found.append(device)
+    return found
+
+
+def _mig_device(
+    nv: Any, slot: int, mig: Any, processes: Callable[[Any], list[int]] | None
+) -> dict[str, Any] | None:
+    """One MIG device's entry (``nvml_mig_devices``); None for one without a UUID (nothing can name it)."""
+    uuid = nvml_text(lambda: nv.nvmlDeviceGetUUID(mig))
+    if not uuid:
+        return None
+    name = _optional(lambda: nvml_text(lambda: nv.nvmlDeviceGetName(mig)))
+    memory = _optional(lambda: nv.nvmlDeviceGetMemoryInfo(mig))
+    return {
+        "slot": slot,
+        "uuid": uuid[:80],
+        "name": None if name is None else name[:96],
+        "profile": _mig_profile(name),
+        "memory_total_mib": None if memory is None else int(memory.total) >> 20,
+        "gi": _optional(lambda: int(nv.nvmlDeviceGetGpuInstanceId(mig))),
+        "ci": _optional(lambda: int(nv.nvmlDeviceGetComputeInstanceId(mig))),
+        "pids": None if processes is None else _optional(lambda: processes(mig)),
+    }
+
+
+def _optional(call: Callable[[], Any]) -> Any:
+    """A figure a MIG device (or this driver) may not give: None instead of an error, but for a lost GPU."""
+    try:
+        return call()
+    except Exception as exc:
+        if nvml_is_lost(exc):
+            raise
+        return None

@@ -4,7 +4,10 @@ For each GPU a child process of the collector, through ``ctypes`` on ``libcuda.s
 framework), initialises the driver, picks the device by its PCI bus id (the caller's ``CUDA_VISIBLE_DEVICES``
 is removed from its environment), creates a context, allocates a buffer, writes a pattern, reads it back and
 compares, frees it and destroys the context, printing one JSON line as it begins each step and one as it ends
-it. While the buffer lives the child waits (briefly) for the collector to look whether NVML lists it, so the
+it. A GPU in MIG mode is no CUDA device: CUDA sees its MIG devices (one per compute instance), one per
+process, chosen by ``CUDA_VISIBLE_DEVICES=MIG-<uuid>``; so each MIG device gets a child of its own with that
+variable set, which takes device 0 (``cuDeviceGet``), with the buffer capped to what the instance holds.
+While the buffer lives the child waits (briefly) for the collector to look whether NVML lists it, so the
 report says whether the driver's accounting sees work. The children run in parallel under one deadline; a
 child past it is killed (SIGKILL to its process group), and one that does not die within a second (stuck in
 the driver) is reported as such and never waited on: either is an answer ("the GPU did not take work").
@@ -12,15 +15,17 @@ the driver) is reported as such and never waited on: either is an answer ("the G
 The children are the collector's own: ``run_probes`` hands their pids to ``hide`` and the process sampler
 never lists them, so they are never a job, a survivor, a leftover or a kill target; whoever judges memory
 does it after ``run_probes`` returned (every child gone). Another gputui's collector knows them by their argv
-(``proc.probechild``). Only one probe runs at a time per collector, and one probe of a GPU at a time per host
-(``probelock``): a GPU another gputui is probing is waited for, then left out. The child program is a string
-(``CHILD_SOURCE``) run by ``sys.executable -I -S -c``: a shipped collector has no files on its host to run.
+(``proc.probechild``). Only one probe runs at a time per collector, and one probe of a GPU (of a MIG device:
+its GPU's bus id and its instance ids) at a time per host (``probelock``): a GPU another gputui is probing is
+waited for, then left out. The child program is a string (``CHILD_SOURCE``) run by ``sys.executable -I -S
+-c``: a shipped collector has no files on its host to run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,9 +33,10 @@ import threading
 import time
 
 from gputui.agent.gpu.probelock import ProbeLocks
-from gputui.agent.proc.probechild import child_argv
+from gputui.agent.proc.probechild import CONTEXT_ALLOWANCE_MIB, child_argv
 from gputui.agent.protocol import (
     PROBE_BUFFER_MIB,
+    PROBE_BUFFER_MIN_MIB,
     PROBE_DEADLINE_S,
     PROBE_FAILED,
     PROBE_HUNG,
@@ -64,20 +70,25 @@ def say(**fields):
     sys.stdout.flush()
 
 pci, size = sys.argv[2], int(sys.argv[3]) << 20
+# A MIG device is named by its UUID, made CUDA's only device by CUDA_VISIBLE_DEVICES: device 0.
+mig = pci.startswith("MIG-")
 say(begin="load")
 try:
     lib = ctypes.CDLL("libcuda.so.1")
 except OSError as exc:
     say(step="load", error="unavailable", detail=str(exc)[:200])
     sys.exit(3)
-need = ("cuInit", "cuDeviceGetByPCIBusId", "cuCtxCreate_v2", "cuMemAlloc_v2", "cuMemcpyHtoD_v2",
-        "cuMemcpyDtoH_v2", "cuMemFree_v2", "cuCtxDestroy_v2", "cuGetErrorName")
+need = ("cuInit", "cuDeviceGet" if mig else "cuDeviceGetByPCIBusId", "cuCtxCreate_v2", "cuMemAlloc_v2",
+        "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemFree_v2", "cuCtxDestroy_v2", "cuGetErrorName")
 missing = [name for name in need if not hasattr(lib, name)]
 if missing:
     say(step="load", error="unavailable", detail="libcuda.so.1 has no " + ", ".join(missing))
     sys.exit(3)
 lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-lib.cuDeviceGetByPCIBusId.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p]
+if mig:
+    lib.cuDeviceGet.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+else:
+    lib.cuDeviceGetByPCIBusId.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_char_p]
 lib.cuCtxCreate_v2.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint, ctypes.c_int]
 lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
 lib.cuMemcpyHtoD_v2.argtypes = [ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_size_t]
@@ -109,7 +120,10 @@ device = ctypes.c_int()
 context = ctypes.c_void_p()
 pointer = ctypes.c_ulonglong()
 step("init", lambda: lib.cuInit(0))
-step("device", lambda: lib.cuDeviceGetByPCIBusId(ctypes.byref(device), pci.encode("ascii")))
+if mig:
+    step("device", lambda: lib.cuDeviceGet(ctypes.byref(device), 0))
+else:
+    step("device", lambda: lib.cuDeviceGetByPCIBusId(ctypes.byref(device), pci.encode("ascii")))
 mode = ctypes.c_int(-1)
 if hasattr(lib, "cuDeviceGetAttribute"):  # CU_DEVICE_ATTRIBUTE_COMPUTE_MODE
     lib.cuDeviceGetAttribute.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_int]
@@ -154,36 +168,111 @@ step("free", lambda: lib.cuMemFree_v2(pointer.value))
 step("destroy", lambda: lib.cuCtxDestroy_v2(context))
 sys.exit(0)
 """
-"""The child: argv is ``proc.probechild.MARKER``, the PCI bus id, the buffer in MiB, the seconds it holds the
-buffer for a look and the seconds until its deadline (``probechild.child_argv``)."""
+"""The child: argv is ``proc.probechild.MARKER``, the PCI bus id (a MIG device's UUID), the buffer in MiB, the
+seconds it holds the buffer for a look and the seconds until its deadline (``probechild.child_argv``)."""
 BUSY = "another gputui is probing it"
 """The skip of a GPU whose host-wide lock another gputui held past the deadline (``probelock``)."""
+
+MIG_NONE = "mig_none"
+"""A target's flag: its GPU is in MIG mode with no MIG device, so nothing on it can take work."""
+LISTS_A_PROCESS = "it lists a process (--force probes it anyway)"
+_MIG_UUID_RE = re.compile(r"MIG-[0-9A-Za-z][0-9A-Za-z/.-]{0,76}")
+"""What ``CUDA_VISIBLE_DEVICES`` may be given of a MIG device's UUID (``MIG-<uuid>``, or the older
+``MIG-GPU-<uuid>/<gi>/<ci>``): nothing else of NVML's text reaches a child's environment."""
 
 _one_at_a_time = threading.Lock()
 
 
-def probe_targets(gpus: list[dict[str, Any]], words: list[str] | None, force: bool) -> list[dict[str, Any]]:
+def probe_targets(
+    gpus: list[dict[str, Any]],
+    words: list[str] | None,
+    force: bool,
+    mig: dict[int, list[dict[str, Any]] | str] | None = None,
+) -> list[dict[str, Any]]:
     """Each GPU to probe (all, or those named by index or UUID) with why it is skipped, if it is: a GPU that
-    lists a process (unless ``force``), one that could not be read, one without a PCI bus id."""
+    lists a process (unless ``force``), one that could not be read, one without a PCI bus id.
+
+    ``mig``: the MIG devices of the GPUs in MIG mode (``NvmlBackend.mig_devices``): such a GPU is one target
+    per MIG device (``"mig"``: its uuid, profile, instance ids, memory), each skipped when it lists a process
+    (unless ``force``); one with none is ``MIG_NONE``; one whose MIG devices cannot be read is
+    ``"unavailable"`` (why), as is every GPU where which are in MIG mode is unknown (``mig[-1]``).
+    """
     from gputui.agent.args import select_gpus
 
-    targets = []
+    mig = mig or {}
+    unknown = mig.get(-1)
+    targets: list[dict[str, Any]] = []
     chosen = select_gpus(gpus, words)
     for gpu in chosen:
         target = {"index": gpu.get("index"), "uuid": gpu.get("uuid"), "pci_bus_id": gpu.get("pci_bus_id")}
+        devices = mig.get(gpu["index"]) if isinstance(gpu.get("index"), int) else None
         if gpu.get("error"):
             target["skip"] = "the GPU could not be read: " + str(gpu["error"])[:120]
         elif not isinstance(gpu.get("pci_bus_id"), str):
             target["skip"] = "no PCI bus id to find it by"
+        elif isinstance(devices, str) or (devices is None and isinstance(unknown, str)):
+            target["unavailable"] = "its MIG devices could not be read: " + str(devices or unknown)[:120]
+        elif devices == []:
+            target[MIG_NONE] = True
+        elif devices:
+            targets.extend(_mig_targets(target, devices, force))
+            continue
         elif gpu.get("processes") and not force:
-            target["skip"] = "it lists a process (--force probes it anyway)"
+            target["skip"] = LISTS_A_PROCESS
         targets.append(target)
     return targets
 
 
-def _child_env() -> dict[str, str]:
+def _mig_targets(gpu: dict[str, Any], devices: list[dict[str, Any]], force: bool) -> list[dict[str, Any]]:
+    """One target per MIG device of a GPU (``gpu``: its target's index, uuid and bus id)."""
+    targets = []
+    for device in devices:
+        uuid = device.get("uuid")
+        about = {key: device.get(key) for key in ("slot", "profile", "gi", "ci")}
+        about["uuid"] = uuid
+        about["memory_mib"] = device.get("memory_total_mib")
+        target = dict(gpu, mig=about)
+        if not isinstance(uuid, str) or not _MIG_UUID_RE.fullmatch(uuid):
+            target["unavailable"] = "its MIG device has no UUID that CUDA takes"
+        elif device.get("pids") and not force:
+            target["skip"] = LISTS_A_PROCESS
+        targets.append(target)
+    return targets
+
+
+def _not_probed(target: dict[str, Any]) -> bool:
+    return bool(target.get("skip") or target.get("unavailable") or target.get(MIG_NONE))
+
+
+def lock_key(target: dict[str, Any]) -> str:
+    """What a target's host-wide lock is named by (``probelock.lock_name``): its GPU's PCI bus id, and for a
+    MIG device its GPU and compute instance ids (its MIG device index where NVML gave none)."""
+    pci = str(target["pci_bus_id"])
+    about = target.get("mig")
+    if not isinstance(about, dict):
+        return pci
+    gi, ci = about.get("gi"), about.get("ci")
+    if isinstance(gi, int) and isinstance(ci, int) and 0 <= gi < 10000 and 0 <= ci < 10000:
+        return f"{pci}/gi{gi}ci{ci}"
+    return f"{pci}/mig{about.get('slot')}"
+
+
+def buffer_for(target: dict[str, Any], buffer_mib: int) -> int:
+    """The buffer a target's child allocates: ``buffer_mib``, capped for a MIG device to what it holds beside
+    a context (``probechild.CONTEXT_ALLOWANCE_MIB``)."""
+    about = target.get("mig")
+    memory = about.get("memory_mib") if isinstance(about, dict) else None
+    if not isinstance(memory, int) or memory <= 0:
+        return buffer_mib
+    return max(PROBE_BUFFER_MIN_MIB, min(buffer_mib, memory - CONTEXT_ALLOWANCE_MIB))
+
+
+def _child_env(target: dict[str, Any]) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("CUDA_VISIBLE")}
     env.pop("CUDA_DEVICE_ORDER", None)
+    about = target.get("mig")
+    if isinstance(about, dict):
+        env["CUDA_VISIBLE_DEVICES"] = about["uuid"]  # checked by _mig_targets
     return env
 
 
@@ -203,10 +292,11 @@ class _Child:
         self.visible: bool | None = None
         self.abandoned = False
         self.partial = b""
+        about = target.get("mig")
         argv = child_argv(
             sys.executable,
             CHILD_SOURCE,
-            _cuda_bus_id(target["pci_bus_id"]),
+            about["uuid"] if isinstance(about, dict) else _cuda_bus_id(target["pci_bus_id"]),
             buffer_mib,
             VISIBLE_WAIT_S,
             left_s + SELF_END_AFTER_S,
@@ -218,7 +308,7 @@ class _Child:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=_child_env(),
+            env=_child_env(target),
             start_new_session=True,
             close_fds=True,
         )
@@ -352,7 +442,7 @@ def _read_until(
                 else:
                     selector.unregister(key.fileobj)
                     open_streams -= 1
-                    locks.release_one(child.target["pci_bus_id"])
+                    locks.release_one(lock_key(child.target))
                     ending.append(child)
     finally:
         selector.close()
@@ -384,21 +474,23 @@ def run_probes(
 ) -> list[dict[str, Any]]:
     """Probe every target not skipped, in parallel, within ``deadline_s``; one report per target, in order.
 
-    First each target's host-wide lock (``locks``; made here when None): one another gputui holds is waited
-    for until ``wait_until`` (monotonic; None: ``deadline_s`` from now), then that GPU is skipped (``BUSY``,
-    ``"busy": true``). Every child is gone within ``deadline_s`` plus ``KILL_GRACE_S`` of its start, or
-    reported stuck and left to a reaper. ``seen(index, pid)``: whether NVML lists ``pid`` on GPU ``index`` now
-    (called while the buffer lives); ``hide(pids)``: the probe children alive now, for the process sampler to
-    leave out (at the end: those stuck, until they die). Raises RuntimeError when another probe is running
-    on this collector.
+    First each target's host-wide lock (``locks``, by ``lock_key``; made here when None): one another gputui
+    holds is waited for until ``wait_until`` (monotonic; None: ``deadline_s`` from now), then that GPU is
+    skipped (``BUSY``, ``"busy": true``). A target that cannot be probed (``"unavailable"``, ``MIG_NONE``) is
+    reported unavailable; a MIG device's buffer is ``buffer_for`` it (``"buffer_mib"`` where less). Every
+    child is gone within ``deadline_s`` plus ``KILL_GRACE_S`` of its start, or reported stuck and left to a
+    reaper. ``seen(index, pid)``: whether NVML lists ``pid`` on GPU ``index`` now (called while the buffer
+    lives); ``hide(pids)``: the probe children alive now, for the process sampler to leave out (at the end:
+    those stuck, until they die). Raises RuntimeError when another probe is running on this collector.
     """
     if not _one_at_a_time.acquire(False):
         raise RuntimeError("another probe is running on this host")
     children: list[_Child] = []
     reports: dict[int, dict[str, Any]] = {}
+    targets = list(targets)
     locks = ProbeLocks() if locks is None else locks
     try:
-        wanted = [t["pci_bus_id"] for t in targets if not t.get("skip")]
+        wanted = [lock_key(t) for t in targets if not _not_probed(t)]
         busy = locks.acquire(wanted, time.monotonic() + deadline_s if wait_until is None else wait_until)
         started = time.monotonic()
         deadline = started + deadline_s
@@ -406,14 +498,28 @@ def run_probes(
             if target.get("skip"):
                 reports[position] = dict(target, result=PROBE_SKIPPED, steps=[], ms=0.0, visible=None)
                 continue
-            if target["pci_bus_id"] in busy:
+            if _not_probed(target):
+                said = {key: value for key, value in target.items() if key != "unavailable"}
+                reports[position] = dict(
+                    said,
+                    result=PROBE_UNAVAILABLE,
+                    steps=[],
+                    ms=0.0,
+                    visible=None,
+                    detail=target.get("unavailable"),
+                )
+                continue
+            if lock_key(target) in busy:
                 reports[position] = dict(
                     target, result=PROBE_SKIPPED, steps=[], ms=0.0, visible=None, skip=BUSY, busy=True
                 )
                 continue
             try:
-                lock_fd = locks.fd(target["pci_bus_id"])
-                children.append(_Child(target, buffer_mib, max(0.0, deadline - time.monotonic()), lock_fd))
+                lock_fd = locks.fd(lock_key(target))
+                size = buffer_for(target, buffer_mib)
+                if size != buffer_mib:
+                    target = targets[position] = dict(target, buffer_mib=size)
+                children.append(_Child(target, size, max(0.0, deadline - time.monotonic()), lock_fd))
             except OSError as exc:
                 reports[position] = dict(
                     target, result=PROBE_UNAVAILABLE, steps=[], ms=0.0, visible=None, detail=str(exc)[:200]

@@ -31,7 +31,9 @@ LOCK_FOLDER = "/dev/shm/gputui-probe"  # noqa: S108 - shared on purpose, opened 
 TEST_FOLDER_ENV = "GPUTUI_TEST_PROBE_LOCKS"
 """Tests only: the folder taken for ``LOCK_FOLDER`` (so that a test writes nothing outside its temp dir)."""
 POLL_S = 0.05
-_BUS_ID_RE = re.compile(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])")
+_BUS_ID_RE = re.compile(
+    r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})\.([0-7])(?:/(gi[0-9]{1,4}ci[0-9]{1,4}|mig[0-9]{1,2}))?"
+)
 
 
 def lock_folder() -> str:
@@ -39,13 +41,15 @@ def lock_folder() -> str:
 
 
 def lock_name(bus_id: str) -> str | None:
-    """``00000000:17:00.0`` and ``0000:17:00.0`` alike as ``gpu-00000000-17-00.0.lock``; None for text that
-    is no PCI bus id."""
+    """``00000000:17:00.0`` and ``0000:17:00.0`` alike as ``gpu-00000000-17-00.0.lock``; a MIG device, by its
+    GPU's bus id and instance (``00000000:17:00.0/gi1ci0``), as ``gpu-00000000-17-00.0-gi1ci0.lock``; None for
+    text that is neither."""
     match = _BUS_ID_RE.fullmatch(bus_id)
     if match is None:
         return None
-    domain, bus, device, function = match.groups()
-    return f"gpu-{domain.lower().zfill(8)}-{bus.lower()}-{device.lower()}.{function}.lock"
+    domain, bus, device, function, instance = match.groups()
+    suffix = f"-{instance}" if instance else ""
+    return f"gpu-{domain.lower().zfill(8)}-{bus.lower()}-{device.lower()}.{function}{suffix}.lock"
 
 
 class ProbeLocks:
