@@ -108,6 +108,24 @@ def _check_ancestors(folder: str) -> None:
         ancestor = above
 
 
+def _folder_descriptor(folder: str) -> int:
+    """A descriptor of ``folder`` itself, never of what a link there points to.
+
+    Raises:
+        FileNotFoundError: nothing is there.
+        UnsafeFile: a link, not a folder, or it cannot be opened (one line).
+    """
+    try:
+        return os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            kind = _kind_problem(os.lstat(folder).st_mode) or "not a folder"
+            raise UnsafeFile(f"folder {folder}: {kind.replace('regular file', 'folder')}") from None
+        raise UnsafeFile(f"folder {folder}: cannot open ({exc.strerror or exc})") from None
+
+
 def open_folder(folder: PathText, create: bool = False) -> int:
     """A descriptor of ``folder`` once it passes the checks (the caller closes it).
 
@@ -127,15 +145,7 @@ def open_folder(folder: PathText, create: bool = False) -> int:
             pass  # a non-directory there: said below
         except OSError as exc:
             raise UnsafeFile(f"cannot create folder {folder}: {exc.strerror or exc}") from None
-    try:
-        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            kind = _kind_problem(os.lstat(folder).st_mode) or "not a folder"
-            raise UnsafeFile(f"folder {folder}: {kind.replace('regular file', 'folder')}") from None
-        raise UnsafeFile(f"folder {folder}: cannot open ({exc.strerror or exc})") from None
+    fd = _folder_descriptor(folder)
     try:
         info = os.fstat(fd)
         problem = _owner_problem(info) or _mode_problem(info)
@@ -387,11 +397,8 @@ def open_shared_folder(folder: PathText) -> int:
     except OSError as exc:
         raise UnsafeFile(f"cannot create folder {folder}: {exc.strerror or exc}") from None
     try:
-        fd = os.open(folder, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            kind = _kind_problem(os.lstat(folder).st_mode) or "not a folder"
-            raise UnsafeFile(f"folder {folder}: {kind.replace('regular file', 'folder')}") from None
+        fd = _folder_descriptor(folder)
+    except FileNotFoundError as exc:  # removed since it was made or found
         raise UnsafeFile(f"folder {folder}: cannot open ({exc.strerror or exc})") from None
     try:
         if made:  # by descriptor: what was made, not what a link put there meanwhile would lead to
