@@ -20,7 +20,11 @@ from gputui.core.model import (
     GpuProcess,
     GpuVerdict,
     HostSnapshot,
+    LiveThreads,
+    Owner,
     Proc,
+    ProfilerMark,
+    ThreadWait,
     Verdict,
     snapshots_document,
 )
@@ -49,6 +53,8 @@ HOSTILE = (
 text = st.one_of(st.sampled_from(HOSTILE), st.text(max_size=40)).map(visible)
 opt_text = st.none() | text
 opt_int = st.none() | st.integers(min_value=0, max_value=2**40)
+# Short non-empty text: what an owner's fields hold (the reader cuts them and takes "" as absent).
+short_text = st.text(min_size=1, max_size=12).map(visible)
 opt_float = st.none() | st.floats(allow_nan=False, allow_infinity=False, width=64)
 
 gpu_processes = st.builds(
@@ -91,6 +97,38 @@ procs = st.builds(
     gpu_memory_mib=st.dictionaries(st.integers(0, 63), st.integers(0, 2**20), max_size=3),
     pgid=opt_int,
     sid=opt_int,
+    cgroup=opt_text,
+    live_threads=st.none()
+    | st.builds(
+        LiveThreads, live=st.integers(0, 9), states=st.dictionaries(text, st.integers(0, 9), max_size=2)
+    ),
+    listen_ports=st.lists(st.integers(1, 65535), max_size=3, unique=True).map(lambda p: tuple(sorted(p))),
+    owner=st.none()
+    | st.builds(
+        Owner,
+        kind=st.sampled_from(["user", "pod", "slurm"]),
+        id=st.none() | short_text,
+        name=st.none() | short_text,
+        details=st.sampled_from([(), (("job", "4242"),), (("job", "7"), ("namespace", "default"))]),
+    ),
+    cpu_pct=st.none() | st.floats(0, 1000),
+    gpu_sm_pct=st.dictionaries(st.integers(0, 63), st.integers(0, 100), max_size=2).map(
+        lambda d: dict(sorted(d.items()))
+    ),
+    gpu_dec_pct=st.dictionaries(st.integers(0, 63), st.integers(0, 100), max_size=2).map(
+        lambda d: dict(sorted(d.items()))
+    ),
+    waits=st.lists(
+        st.builds(
+            ThreadWait,
+            tid=st.integers(1, 2**22),
+            state=st.sampled_from(["D", "R"]),
+            symbol=st.none() | st.sampled_from(["uvm_gpu_fault", "nv_wait"]),
+        ),
+        max_size=2,
+    ).map(tuple),
+    profiler=st.none()
+    | st.builds(ProfilerMark, tool=st.just("nsys"), keys=st.sampled_from([(), ("CUDA_INJECTION64_PATH",)])),
 )
 findings = st.builds(
     Finding,
@@ -185,11 +223,16 @@ def test_the_json_form_is_every_field_of_every_record(snapshot: HostSnapshot) ->
 
     reference = deep(snapshot)
     for data, proc in zip(reference["processes"], snapshot.processes, strict=True):
-        data["gpu_memory_mib"] = {str(k): v for k, v in proc.gpu_memory_mib.items()}
+        # A process's GPU-keyed fields are keyed by strings; its owner is written flat (``Owner.to_dict``).
+        for key in ("gpu_memory_mib", "gpu_sm_pct", "gpu_mem_bw_pct", "gpu_enc_pct", "gpu_dec_pct"):
+            data[key] = {str(k): v for k, v in getattr(proc, key).items()}
+        data["owner"] = None if proc.owner is None else proc.owner.to_dict()
     if snapshot.verdict is not None:
         reference["verdict"]["level"] = snapshot.verdict.level  # the one key not a field: said with the facts
     assert json.loads(json.dumps(snapshot.to_dict())) == json.loads(json.dumps(reference))
     document = snapshot.to_dict()
+    # Processes are written field by field (a job lists hundreds): JSON's own types, lists not tuples.
+    assert document["processes"] == reference["processes"]
     if snapshot.endpoints and snapshot.endpoints[0].metrics is not None:
         assert document["health"][0]["metrics"] is not snapshot.endpoints[0].metrics  # a new container
 

@@ -278,6 +278,22 @@ def test_owner_record_round_trip_and_labels() -> None:
     assert user.to_dict()["uid"] == 1000
 
 
+def test_a_jobs_members_share_one_owner_read_once_and_alike_values_are_not_conflated() -> None:
+    entry = {"kind": "slurm", "id": "4242.0", "name": "train", "job": "4242", "uid": 1000}
+    first, second = Owner.from_dict(dict(entry)), Owner.from_dict(dict(entry))
+    assert first is second
+    # 1 == 1.0 == True as keys; each reads differently (a bool or a float is no uid text).
+    as_int = Owner.from_dict({"kind": "user", "id": "a", "uid": 1})
+    as_bool = Owner.from_dict({"kind": "user", "id": "a", "uid": True})
+    as_float = Owner.from_dict({"kind": "user", "id": "a", "uid": 1.0})
+    assert as_int is not None
+    assert as_bool is not None
+    assert as_float is not None
+    assert (as_int.detail("uid"), as_bool.detail("uid"), as_float.detail("uid")) == ("1", None, "1.0")
+    # An unhashable value is read, never kept.
+    assert Owner.from_dict({"kind": "pod", "id": ["x"]}) == Owner(kind="pod")
+
+
 @pytest.mark.parametrize(
     "bad", [None, 7, "pod", [], {}, {"kind": "root"}, {"kind": ["user"]}, {"kind": "pod", "id": {"x": 1}}]
 )

@@ -90,9 +90,27 @@ class Owner(Record):
 
     @classmethod
     def from_dict(cls, data: Any) -> Owner | None:
-        """The owner of a process entry; None when the entry has none (or not a valid one)."""
+        """The owner of a process entry; None when the entry has none (or not a valid one).
+
+        A job's members share one owner: an entry whose fields are the same plain texts and numbers as one
+        read before is that same ``Owner`` (``_OWNERS_READ``), not read again."""
         if not isinstance(data, dict) or data.get("kind") not in OWNER_KINDS:
             return None
+        key = tuple(data.get(name) for name in _OWNER_WIRE_KEYS)
+        # Only str, int and None are keys: equal values of those classes read to equal owners, where
+        # 1 == 1.0 == True would not (``_text`` words each differently).
+        if all(value is None or value.__class__ is str or value.__class__ is int for value in key):
+            known = _OWNERS_READ.get(key)
+            if known is None:
+                known = cls._read(data)
+                if len(_OWNERS_READ) >= OWNERS_READ_KEPT:
+                    _OWNERS_READ.clear()
+                _OWNERS_READ[key] = known
+            return known
+        return cls._read(data)
+
+    @classmethod
+    def _read(cls, data: dict[str, Any]) -> Owner:
         details = tuple(
             (key, text) for key in OWNER_DETAIL_KEYS for text in (_text(data.get(key)),) if text is not None
         )
@@ -111,6 +129,12 @@ class Owner(Record):
         if self.kind == OWNER_USER:
             found.append(self.detail("uid"))
         return tuple(word.lower() for word in found if word)
+
+
+_OWNER_WIRE_KEYS = ("kind", "id", "name", *OWNER_DETAIL_KEYS)
+OWNERS_READ_KEPT = 256
+"""Distinct owner entries kept read (``Owner.from_dict``): a host runs a few dozen jobs at once."""
+_OWNERS_READ: dict[tuple[Any, ...], Owner] = {}
 
 
 OWNER_FILTER_KINDS = OWNER_KINDS

@@ -42,7 +42,16 @@ from gputui.core.model.record import Record, field, fields, replace
 from gputui.core.model.remembered import Remembered
 from gputui.core.model.verdict import Finding, Verdict
 from gputui.core.model.waits import ThreadWait, thread_waits
-from gputui.core.model.wire import opt_float, opt_int, opt_safe, plain, ports_of, safe, safe_list
+from gputui.core.model.wire import (
+    opt_float,
+    opt_int,
+    opt_safe,
+    plain,
+    plain_value,
+    ports_of,
+    safe,
+    safe_list,
+)
 from gputui.core.text import SafeText
 
 TYPE_CHECKING = False
@@ -67,7 +76,7 @@ def _pct_float(value: Any) -> float | None:
 
 def _per_gpu_pct(value: Any) -> dict[int, int]:
     """GPU index -> percent from a collector: the entries that are one (0..100), others dropped."""
-    if not isinstance(value, dict):
+    if not value or not isinstance(value, dict):
         return {}
     out: dict[int, int] = {}
     for key, pct in value.items():
@@ -288,13 +297,19 @@ class Proc(Record):
         return sum(self.gpu_memory_mib.values())
 
     def to_dict(self) -> dict[str, Any]:
-        data = plain(self)
-        data["cmdline"] = list(self.cmdline)
-        data["listen_ports"] = list(self.listen_ports)
-        data["gpu_memory_mib"] = {str(k): v for k, v in self.gpu_memory_mib.items()}
-        data[PROCESS_OWNER] = None if self.owner is None else self.owner.to_dict()
-        for key in _PER_GPU_PCT:
-            data[key] = {str(k): v for k, v in getattr(self, key).items()}
+        """The wire entry (``plain``'s shape, keys in field order); a job lists hundreds of processes, so
+        the fields that are plain values already are copied, not converted."""
+        data: dict[str, Any] = {}
+        for name in _PROC_FIELDS:
+            value = getattr(self, name)
+            if name in _PROC_CONVERTED:
+                if name in _PER_GPU_KEYED:
+                    value = {str(k): v for k, v in value.items()}
+                elif name == PROCESS_OWNER:
+                    value = None if value is None else value.to_dict()
+                else:
+                    value = plain_value(value)
+            data[name] = value
         return data
 
     @classmethod
@@ -328,6 +343,15 @@ class Proc(Record):
             **{key: _per_gpu_pct(data.get(key)) for key in _PER_GPU_PCT},
             profiler=ProfilerMark.from_dict(data.get(PROCESS_PROFILER)),
         )
+
+
+_PROC_FIELDS = fields(Proc)
+_PER_GPU_KEYED = frozenset({"gpu_memory_mib", *_PER_GPU_PCT})
+"""``Proc`` fields keyed by GPU index: JSON keys are strings."""
+_PROC_CONVERTED = frozenset({"cmdline", "listen_ports", "live_threads", PROCESS_OWNER, "waits", "profiler"})
+_PROC_CONVERTED |= _PER_GPU_KEYED
+"""``Proc`` fields whose values are not JSON values as they are (tuples, records, int keys); every other field
+holds a str, a number, a bool or None (``tests/unit/test_model_wire.py`` holds that)."""
 
 
 class ProcMemo:

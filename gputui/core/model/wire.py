@@ -69,17 +69,19 @@ def plain(obj: Any) -> dict[str, Any]:
     (the model is frozen and its leaves immutable; lists and dicts are new containers)."""
     keys = obj.JSON_KEYS
     if keys is None:
-        return {name: _plain_value(getattr(obj, name)) for name in fields(obj)}
-    return {keys.get(name, name): _plain_value(getattr(obj, name)) for name in fields(obj)}
+        return {name: plain_value(getattr(obj, name)) for name in fields(obj)}
+    return {keys.get(name, name): plain_value(getattr(obj, name)) for name in fields(obj)}
 
 
-def _plain_value(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A field's value as a JSON-ready value: tuples as lists, records as dicts (``plain``), leaves as
+    they are."""
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     if isinstance(value, (tuple, list)):
-        return [_plain_value(item) for item in value]
+        return [plain_value(item) for item in value]
     if isinstance(value, dict):
-        return {key: _plain_value(item) for key, item in value.items()}
+        return {key: plain_value(item) for key, item in value.items()}
     if is_record(value):
         return plain(value)
     return value
