@@ -11,7 +11,16 @@ import sys
 import time
 
 from gputui.agent.argv_secrets import redact_argv
-from gputui.agent.proc.procfs import PAGE_SIZE, ProcStat, json_safe, read_cgroup, read_cmdline, read_real_uid
+from gputui.agent.proc.procfs import (
+    CGROUP_MAX_BYTES,
+    PAGE_SIZE,
+    ProcStat,
+    ProcTexts,
+    cgroup_of_text,
+    json_safe,
+    read_cmdline,
+    read_real_uid,
+)
 from gputui.agent.wire import WIRE_CMDLINE_BYTES, wire_cmdline, wire_text
 
 TYPE_CHECKING = False
@@ -54,8 +63,10 @@ class ProcDetails:
     (``wire_cmdline``), never the megabytes a process may carry.
     """
 
-    def __init__(self, use_psutil: bool) -> None:
+    def __init__(self, use_psutil: bool, texts: ProcTexts | None = None) -> None:
         self.use_psutil = bool(use_psutil) and psutil_installed()
+        self.texts = texts or ProcTexts()
+        """Where cgroup files are read: the owner reader's, so that a process's is read once for both."""
         self._psutil: Any = None
         self._users: dict[int, str | None] = {}
         # (pid, start ticks) -> (read at, uid, cmdline as sent, whether it was cut, its bytes on the wire)
@@ -78,7 +89,8 @@ class ProcDetails:
         cached = self._cgroups.get(key)
         if cached is not None and now - cached[0] < CMDLINE_CACHE_S:
             return cached[1]
-        value = read_cgroup(stat.pid)
+        data = self.texts.read(stat.pid, stat.start_ticks, "cgroup", CGROUP_MAX_BYTES)
+        value = None if data is None else cgroup_of_text(data)
         self._cgroups[key] = (now, value)
         return value
 

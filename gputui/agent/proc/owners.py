@@ -26,10 +26,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat as stat_module
 import time
 
-from gputui.agent.proc.procfs import ParsedBy
+from gputui.agent.proc.procfs import CGROUP_MAX_BYTES, ParsedBy, ProcTexts, read_capped
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
@@ -94,40 +93,12 @@ _USER_MANAGER = r"^user@[0-9]+\.service$"
 _POD_LOG_DIR = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_([0-9a-f-]{36}|[0-9a-f]{32})$"
 _CONTAINER_LOG = r"^([a-z0-9][-a-z0-9.]*)_([a-z0-9][-a-z0-9.]*)_(.+)-([0-9a-f]{64})\.log$"
 
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
-
 
 def _field(value: Any) -> str | None:
     """An owner field as it goes on the wire: cut to ``OWNER_TEXT_MAX_CHARS`` (the client makes it safe)."""
     if value is None:
         return None
     return wire_text(str(value), OWNER_TEXT_MAX_CHARS)
-
-
-def read_capped(path: str, cap_bytes: int) -> bytes | None:
-    """At most ``cap_bytes`` of a regular file, not following a final symlink, never blocking on a FIFO."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        # /proc files are regular with size 0; a FIFO, device or directory is never read.
-        if not stat_module.S_ISREG(info.st_mode):
-            return None
-        chunks: list[bytes] = []
-        left = cap_bytes
-        while left > 0:
-            data = os.read(fd, min(65536, left))
-            if not data:
-                break
-            chunks.append(data)
-            left -= len(data)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -448,6 +419,8 @@ class OwnerReader:
         self, proc_root: str = "/proc", host_root: str = "/", clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.proc_root = proc_root
+        self.texts = ProcTexts(proc_root)
+        """Its processes' cgroup and environment files, shared with the other readers of one sample."""
         self.clock = clock
         self.names = RuntimeNames(host_root, clock)
         self._env: dict[tuple[int, int], dict[str, str]] = {}
@@ -462,7 +435,7 @@ class OwnerReader:
         cached = self._facts.get(key)
         if cached is not None and now - cached[0] < CGROUP_CACHE_S:
             return cached[1]
-        data = read_capped(f"{self.proc_root}/{pid}/cgroup", 64 * 1024)
+        data = self.texts.read(pid, start_ticks, "cgroup", CGROUP_MAX_BYTES)
         facts = self._facts_of_text(data) if data else {}
         self._facts[key] = (now, facts)
         return facts
@@ -471,7 +444,7 @@ class OwnerReader:
         """The named variables of a live process's environment ({} where it cannot be read)."""
         key = (pid, start_ticks)
         if key not in self._env:
-            data = read_capped(f"{self.proc_root}/{pid}/environ", ENVIRON_MAX_BYTES)
+            data = self.texts.read(pid, start_ticks, "environ", ENVIRON_MAX_BYTES)
             self._env[key] = self._environ_of_text(data) if data else {}
         return self._env[key]
 

@@ -69,13 +69,13 @@ class ProcessSampler:
         self.may_be_launcher = may_be_launcher
         """Whether a process of this name may be an inference-server launcher (health discovery's rule)."""
         self.owners = owners or OwnerReader()
-        self.profilers = ProfilerMarks()
+        self.profilers = ProfilerMarks(texts=self.owners.texts)
         """Whether each process of a GPU job is a profiler or carries one's injection."""
         self._cpu = CpuMeter()
         self._waits = ThreadWaits()
         self._gpu_util = GpuUtilBook()
         self.full_sweep_every = max(1, int(full_sweep_every))
-        self.details = ProcDetails(use_psutil=False)
+        self.details = ProcDetails(use_psutil=False, texts=self.owners.texts)
         self.boot_time = read_boot_time()
         self.last_sweep_full: bool | None = None
         self.gpu_processes: dict[int, list[dict[str, Any]]] = {}
@@ -259,62 +259,19 @@ class ProcessSampler:
         self, chosen: list[int], table: dict[int, ProcStat], gpu_mib: dict[int, dict[int, int]], now: float
     ) -> list[dict[str, Any]]:
         """The listed processes as snapshot dicts, by pid; forgets what is no longer listed."""
-        processes: list[dict[str, Any]] = []
         live_keys: set[tuple[int, int]] = set()
         budget = WireBudget()
         now_mono = time.monotonic()
         self._waits.begin()
         jobs = self.job_pids | set(self.remembered)
-        for pid in chosen:
-            stat = table[pid]
-            key = (pid, stat.start_ticks)
-            live_keys.add(key)
-            seen = self._states.get(key)
-            if seen is None or seen[0] != stat.state:
-                seen = (stat.state, now)
-                self._states[key] = seen
-            details = self.details.details(stat, now)
-            cmdline, truncated = budget.take(
-                details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
-            )
-            entry: dict[str, Any] = {
-                "pid": pid,
-                "ppid": stat.ppid,
-                "user": details["user"],
-                "uid": details["uid"],
-                "state": stat.state,
-                "name": stat.name,
-                "cmdline": cmdline,
-                "cmdline_truncated": truncated,
-                "start_ticks": stat.start_ticks,
-                "create_time": (
-                    None
-                    if self.boot_time is None
-                    else self.boot_time + stat.start_ticks / float(CLOCK_TICKS_PER_S)
-                ),
-                "state_since": seen[1],
-                "rss_kib": details["rss_kib"],
-                "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
-                "pgid": stat.pgrp,
-                "sid": stat.session,
-                "cgroup": details["cgroup"],
-                PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
-            }
-            # The keys most processes have no value for are left out where they have none (the reader takes
-            # an absent key as null): a job of hundreds of idle members would carry them on every line.
-            for name, value in (
-                (PROCESS_LIVE_THREADS, _live_threads(stat)),
-                (PROCESS_CPU_PCT, self._cpu.percent(key, stat.cpu_ticks, now_mono)),
-                (PROCESS_WAITS, self._waits.waits(stat, now, pid in jobs)),
-                (PROCESS_PROFILER, self._profiler(pid, stat, details["cmdline"])),
-            ):
-                if value is not None:
-                    entry[name] = value
-            if pid in gpu_mib:
-                # A visible GPU process only: never a local pid that only shares the number. A GPU process
-                # has every per-GPU key, empty where no GPU has a sample of it.
-                entry.update(self._gpu_util.fields(pid))
-            processes.append(entry)
+        self.owners.texts.begin()
+        try:
+            processes = [
+                self._entry(table[pid], gpu_mib, now, now_mono, budget, pid in jobs, live_keys)
+                for pid in chosen
+            ]
+        finally:
+            self.owners.texts.end()
         processes.sort(key=lambda proc: proc["pid"])
         for key in [k for k in self._states if k not in live_keys]:
             del self._states[key]
@@ -324,6 +281,67 @@ class ProcessSampler:
         self._cpu.forget_except(live_keys)
         self._waits.forget_except(live_keys)
         return processes
+
+    def _entry(
+        self,
+        stat: ProcStat,
+        gpu_mib: dict[int, dict[int, int]],
+        now: float,
+        now_mono: float,
+        budget: WireBudget,
+        in_job: bool,
+        live_keys: set[tuple[int, int]],
+    ) -> dict[str, Any]:
+        """One listed process as a snapshot dict."""
+        pid = stat.pid
+        key = (pid, stat.start_ticks)
+        live_keys.add(key)
+        seen = self._states.get(key)
+        if seen is None or seen[0] != stat.state:
+            seen = (stat.state, now)
+            self._states[key] = seen
+        details = self.details.details(stat, now)
+        cmdline, truncated = budget.take(
+            details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
+        )
+        entry: dict[str, Any] = {
+            "pid": pid,
+            "ppid": stat.ppid,
+            "user": details["user"],
+            "uid": details["uid"],
+            "state": stat.state,
+            "name": stat.name,
+            "cmdline": cmdline,
+            "cmdline_truncated": truncated,
+            "start_ticks": stat.start_ticks,
+            "create_time": (
+                None
+                if self.boot_time is None
+                else self.boot_time + stat.start_ticks / float(CLOCK_TICKS_PER_S)
+            ),
+            "state_since": seen[1],
+            "rss_kib": details["rss_kib"],
+            "gpu_memory_mib": {str(k): v for k, v in sorted(gpu_mib.get(pid, {}).items())},
+            "pgid": stat.pgrp,
+            "sid": stat.session,
+            "cgroup": details["cgroup"],
+            PROCESS_OWNER: self.owners.owner(pid, stat.start_ticks, details["user"], details["uid"]),
+        }
+        # The keys most processes have no value for are left out where they have none (the reader takes
+        # an absent key as null): a job of hundreds of idle members would carry them on every line.
+        for name, value in (
+            (PROCESS_LIVE_THREADS, _live_threads(stat)),
+            (PROCESS_CPU_PCT, self._cpu.percent(key, stat.cpu_ticks, now_mono)),
+            (PROCESS_WAITS, self._waits.waits(stat, now, in_job)),
+            (PROCESS_PROFILER, self._profiler(pid, stat, details["cmdline"])),
+        ):
+            if value is not None:
+                entry[name] = value
+        if pid in gpu_mib:
+            # A visible GPU process only: never a local pid that only shares the number. A GPU process
+            # has every per-GPU key, empty where no GPU has a sample of it.
+            entry.update(self._gpu_util.fields(pid))
+        return entry
 
     def _profiler(self, pid: int, stat: ProcStat, cmdline: list[str]) -> dict[str, Any] | None:
         """``PROCESS_PROFILER`` of a process of a GPU job, or of a job whose memory is gone (its profiler

@@ -329,6 +329,81 @@ def parse_cgroup(data: bytes) -> str | None:
     return named if named is not None else unified
 
 
+_CAPPED_OPEN_FLAGS = _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+CGROUP_MAX_BYTES = 64 * 1024
+"""The most of a process's cgroup file read: a path per hierarchy, a few hundred bytes in practice."""
+
+
+def read_capped(path: str, cap_bytes: int) -> bytes | None:
+    """At most ``cap_bytes`` of a regular file, not following a final symlink, never blocking on a FIFO."""
+    try:
+        fd = os.open(path, _CAPPED_OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        # /proc files are regular with size 0; a FIFO, device or directory is never read.
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = cap_bytes
+        while left > 0:
+            data = os.read(fd, min(65536, left))
+            if not data:
+                break
+            chunks.append(data)
+            left -= len(data)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+class ProcTexts:
+    """The cgroup and environment files of the process read last, read once for all who ask (``read``).
+
+    Describing a process, its cgroup is read for the job rule and for its owner, and its environment for its
+    owner and for a profiler's injection, one reader after another. Between ``begin`` and ``end`` (one
+    sample's descriptions) the last process's files are kept, at most one process's in memory; outside,
+    every read is a read, so that no file is ever taken from an earlier sample.
+    """
+
+    def __init__(self, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self._keeping = False
+        self._key: tuple[int, int] | None = None
+        self._texts: dict[str, tuple[int, bytes | None]] = {}
+
+    def begin(self) -> None:
+        self._keeping = True
+        self._key = None
+        self._texts = {}
+
+    def end(self) -> None:
+        self._keeping = False
+        self._key = None
+        self._texts = {}
+
+    def read(self, pid: int, start_ticks: int, name: str, cap_bytes: int) -> bytes | None:
+        """``read_capped`` of /proc/PID/NAME, or what was read of it for this process already."""
+        if not self._keeping:
+            return read_capped(f"{self.proc_root}/{pid}/{name}", cap_bytes)
+        key = (pid, start_ticks)
+        if key != self._key:
+            self._key = key
+            self._texts = {}
+        kept = self._texts.get(name)
+        if kept is not None:
+            read_cap, data = kept
+            # A file read whole (shorter than its cap) or read with a cap at least this one answers.
+            if data is None or read_cap >= cap_bytes or len(data) < read_cap:
+                return None if data is None else data[:cap_bytes]
+        data = read_capped(f"{self.proc_root}/{pid}/{name}", cap_bytes)
+        self._texts[name] = (cap_bytes, data)
+        return data
+
+
 class ParsedBy:
     """A pure parser of /proc texts, with its results for the texts it was given lately.
 
@@ -360,13 +435,14 @@ class ParsedBy:
         return result
 
 
-_cgroup_of_text = ParsedBy(parse_cgroup)
+cgroup_of_text = ParsedBy(parse_cgroup)
+"""``parse_cgroup`` of a cgroup file's bytes, each distinct text parsed once."""
 
 
 def read_cgroup(pid: int) -> str | None:
     """``parse_cgroup`` of a live process (None when it is gone or unreadable)."""
     data = read_small(f"/proc/{pid}/cgroup")
-    return None if data is None else _cgroup_of_text(data)
+    return None if data is None else cgroup_of_text(data)
 
 
 def children_file_supported() -> bool:

@@ -8,7 +8,7 @@ carries a profiler's injection when its environment sets ``CUDA_INJECTION64_PATH
 (``LD_PRELOAD``): what ``nsys``/``ncu`` leave in every process they trace.
 
 The environment is hostile and may be huge: at most ``ENVIRON_MAX_BYTES`` of ``/proc/PID/environ`` are read
-(``owners.read_capped``), only the three keys above are looked at, and of their values nothing is kept but
+(``procfs.read_capped``), only the three keys above are looked at, and of their values nothing is kept but
 whether they name a profiler's library and, for a library of the fixed table ``LIBRARIES``, its basename.
 An environment that cannot be read (another user's process) is said as such, never guessed.
 
@@ -23,8 +23,7 @@ from __future__ import annotations
 import fnmatch
 import os
 
-from gputui.agent.proc.owners import read_capped
-from gputui.agent.proc.procfs import ParsedBy, file_identity
+from gputui.agent.proc.procfs import ParsedBy, ProcTexts, file_identity
 from gputui.agent.protocol import (
     CUPTI,
     DAEMON,
@@ -234,8 +233,10 @@ class ProfilerMarks:
     does not change. Not thread-safe: one owner (the collector's sampling).
     """
 
-    def __init__(self, proc_root: str = "/proc") -> None:
+    def __init__(self, proc_root: str = "/proc", texts: ProcTexts | None = None) -> None:
         self.proc_root = proc_root
+        self.texts = texts or ProcTexts(proc_root)
+        """Where environments are read: the owner reader's, so that a process's is read once for both."""
         self._environ: dict[tuple[int, int], dict[str, Any] | None] = {}
         self._injection_of_text = ParsedBy(injection_of_environ)
         self._unreadable: set[tuple[int, int]] = set()
@@ -252,7 +253,7 @@ class ProfilerMarks:
                 found["output"] = wire_text(_resolved(found["output"], self._cwd[key]), OPTION_CHARS)
             return found
         if key not in self._environ and key not in self._unreadable:
-            data = read_capped(f"{self.proc_root}/{pid}/environ", ENVIRON_MAX_BYTES)
+            data = self.texts.read(pid, start_ticks, "environ", ENVIRON_MAX_BYTES)
             if data is None:
                 self._unreadable.add(key)
             else:
