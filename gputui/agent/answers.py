@@ -282,7 +282,7 @@ def _dicts(command: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 
 def leftovers(agent: Agent, name: str, command: dict[str, Any]) -> dict[str, Any]:
-    """The leftovers of killed jobs in /dev/shm and their MPS daemons (``agent.leftovers``)."""
+    """The leftovers of killed jobs in /dev/shm and their MPS daemons (``agent.proc.leftovers``)."""
     from gputui.agent.proc import leftovers as found
 
     if name == LEFTOVERS_SCAN_COMMAND:

@@ -260,7 +260,7 @@ class Agent:
                     gpu.get("uuid") or gpu.get("index"): gpu.get("memory_used_mib") for gpu in gpus
                 }
                 # While watching, every list is a whole-host sweep: a sample whose list was read with it may
-                # be a clean-slate check's confirming sample (``core.cleanslate``).
+                # be a clean-slate check's confirming sample (``core.verdict.cleanslate``).
                 memory = self.job_memory
                 sampler.sample(
                     gpus, now, full=force_processes or self.watching, remembered=memory.remembered_pids()

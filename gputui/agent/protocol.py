@@ -69,7 +69,7 @@ bounded time, restore what was on, come back and verify: ``{"plan", "steps", "ve
 RESET_COMMANDS = (RESET_PLAN_COMMAND, RESET_RUN_COMMAND)
 LEFTOVERS_SCAN_COMMAND = "leftovers_scan"
 """``{"cmd": "leftovers_scan", "pids": [...]}``: what a job about to be killed has open or mapped in /dev/shm
-and its users' MPS control daemons (``agent.leftovers.scan``)."""
+and its users' MPS control daemons (``agent.proc.leftovers.scan``)."""
 LEFTOVERS_CHECK_COMMAND = "leftovers_check"
 """``{"cmd": "leftovers_check", "segments": [...], "mps": [...], "reports": [...]}``: which recorded leftovers
 still exist (``reports``: killed profilers' unfinished reports, ``agent.proc.profiler``)."""
@@ -222,7 +222,7 @@ BLOCK_CODES = (
     BLOCK_MODES_UNKNOWN,
     BLOCK_READ_ONLY,
 )
-"""What a reset plan's blockers say (``core.reset_plan`` words each one)."""
+"""What a reset plan's blockers say (``core.actions.reset_plan`` words each one)."""
 
 SIGNAL_NAMES = ("TERM", "INT", "KILL")
 """The signals a kill may ask for."""

@@ -1,9 +1,9 @@
 """``gputui check``: is every GPU back at its idle baseline? The scripted form of eight lines of "3 MiB".
 
-Exit status (``core.verdicts``): 0 CLEAN, 1 NOT CLEAN or NOT READY, 2 CANNOT TELL (no driver, unreachable
-host, a GPU that cannot be read, bad state file or refused GPUs for ``--calibrate``). With ``--wait`` it
-samples quickly until the host is clean or the deadline passes and says
-how long that took; ``--calibrate`` records the current per-GPU figures of an idle host as its baselines.
+Exit status (``core.verdict.levels``): 0 CLEAN, 1 NOT CLEAN or NOT READY, 2 CANNOT TELL (no driver,
+unreachable host, a GPU that cannot be read, bad state file or refused GPUs for ``--calibrate``). With
+``--wait`` it samples quickly until the host is clean or the deadline passes and says how long that took;
+``--calibrate`` records the current per-GPU figures of an idle host as its baselines.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def wait_until_clean(
     ports: tuple[WatchedPort, ...] = (),
 ) -> tuple[HostSnapshot, float | None, cleanslate.CleanCheck]:
     """Sample at 10+ per second until the host is clean or ``wait_s`` passed, by the rules of
-    ``core.cleanslate`` (the same machine as the TUI's ``c``).
+    ``core.verdict.cleanslate`` (the same machine as the TUI's ``c``).
 
     The fast stream (memory every 0.09 s, processes every 0.5 s) spots the moment memory is back, judged on
     memory alone; the machine then asks for a full sample (a fresh process list) to confirm it, so a stale
@@ -134,7 +134,7 @@ def _calibrate(
     snapshot: HostSnapshot, target: str, out: TextIO, err: TextIO, json_out: bool, force: bool
 ) -> int:
     """Record the GPUs' figures of an analysed one-shot sample as their baselines, only from idle evidence
-    (``core.calibration``): a refused GPU is named, and nothing is recorded unless ``force``."""
+    (``core.verdict.calibration``): a refused GPU is named, and nothing is recorded unless ``force``."""
     name = visible(target, 100)
     if snapshot.error is not None or not snapshot.gpus:
         cause = fit(snapshot.error or "no GPUs found", 300)

@@ -199,8 +199,8 @@ def run_fleet_snapshot(args: argparse.Namespace, out: TextIO | None = None, err:
 
 
 def host_status(snapshot: HostSnapshot) -> int:
-    """The exit status of the host's verdict (``core.verdicts``): 0 clean, 1 not clean or not ready, 2 cannot
-    tell (no current data, a GPU without figure)."""
+    """The exit status of the host's verdict (``core.verdict.levels``): 0 clean, 1 not clean or not ready,
+    2 cannot tell (no current data, a GPU without figure)."""
     return exit_code(snapshot.verdict)
 
 

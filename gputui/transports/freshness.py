@@ -7,7 +7,7 @@ newer one, and tells the producer when the reader needs waking (only when the in
 non-empty, so a slow reader is woken once per batch however many producers deliver). And data that stops
 coming must be called stale after a few missed intervals: ``stale_after_s`` is that rule, ``link_state``
 what a host is called from the times of its last data and its last error. The SSH stream
-(``ssh.stream``, limit from ``ssh.link``) and the TUI's hosts (``ui.hosts``) both use them.
+(``ssh.stream``, limit from ``ssh.link``) and the TUI's hosts (``ui.session.hosts``) both use them.
 
 Plain threading and arithmetic; no UI toolkit.
 """

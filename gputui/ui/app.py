@@ -2,9 +2,9 @@
 what the hosts' threads report to the screens.
 
 The parts live beside it: ``hosts`` (each host's state, its poller thread, the requests to its link),
-``cleancheck`` (the clean-slate check, over ``core.cleanslate``), ``killflow`` (plan → confirm → send →
-audit → results), ``keymap`` (every key), ``screens.monitor`` (the host view). Every string that came from
-a machine is shown as ``Text`` (never markup) with control characters visible.
+``cleancheck`` (the clean-slate check, over ``core.verdict.cleanslate``), ``killflow`` (plan → confirm → send
+→ audit → results), ``keymap`` (every key), ``screens.monitor`` (the host view). Every string that came from a
+machine is shown as ``Text`` (never markup) with control characters visible.
 """
 
 from __future__ import annotations

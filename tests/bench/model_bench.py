@@ -12,7 +12,7 @@ fresh process per kind (``python -X importtime`` is not used: the figure is CPU 
 
 msgspec goes into the peers virtualenv (it is not a project dependency). Its typed decoder
 (``msgspec.json.decode(type=...)``) is not measured as a reader: it would put the collector's raw text into
-the model, which holds visible text only (``core/textsafe.py``), so it would need a second pass over every
+the model, which holds visible text only (``core/text/safe.py``), so it would need a second pass over every
 string anyway.
 """
 

@@ -1,5 +1,5 @@
 """The TUI's reset key: the host's plan in a modal, a confirmed plan sent as shown and audited, read-only
-mode without the key. The plan comes from the real rule (``agent.reset.build_plan``) over facts the test
+mode without the key. The plan comes from the real rule (``agent.reset.plan.build_plan``) over facts the test
 sets; the run's outcomes are the link's (no GPU here is ever reset)."""
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def _snapshot(*gpus: Gpu) -> HostSnapshot:
 
 def test_not_ready_beats_memory_at_baseline_and_is_kept_beside_a_gpu_that_cannot_be_read() -> None:
     """GPU0 at its baseline needs a reset: not clean, and its reason is kept; GPU1 lost makes the host's
-    level CANNOT TELL, which outranks NOT READY (``core.levels``)."""
+    level CANNOT TELL, which outranks NOT READY (``core.verdict.levels``)."""
     snapshot = _snapshot(
         Gpu(index=0, memory_used_mib=3, memory_total_mib=100, fitness=GpuFitness(ecc_uncorrected_volatile=2)),
         Gpu(index=1, error="GPU is lost"),

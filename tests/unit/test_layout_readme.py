@@ -87,3 +87,58 @@ def test_the_layout_says_core_s_order_with_every_package() -> None:
     (sentence,) = [p for p in section.split("\n\n") if p.startswith("Inside core/")]
     said = set(re.findall(r"[a-z]+", sentence.split(":", 1)[1].split(".", 1)[0]))
     assert set(_packages(PACKAGE / "core")) <= said
+
+
+_DOTTED = re.compile(
+    r"``(?:gputui\.)?((?:core|agent|ui|transports|commands)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)(?:\(\))?``"
+)
+"""A module or a name in one, as a docstring or comment names it: ``core.verdict.judge``,
+``gputui.agent.proc.leftovers.scan`` (a file such as ``ui.json`` is not one)."""
+_FILE_SUFFIXES = (".json", ".tcss", ".py", ".toml", ".md", ".txt", ".sh")
+
+
+def _defined(module: Path) -> set[str]:
+    """The names a module defines or imports, and those its ``__all__`` lists (a face's lazy names)."""
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            names.add(node.value)  # the names of ``__all__``
+    return names
+
+
+def _names_something(dotted: str) -> bool:
+    """Whether ``dotted`` (below ``gputui``) is a package, a module, or a name defined in the last of them."""
+    here = PACKAGE
+    parts = dotted.split(".")
+    for i, part in enumerate(parts):
+        if (here / part / "__init__.py").is_file():
+            here = here / part
+        elif (here / f"{part}.py").is_file():
+            return len(parts) == i + 1 or parts[i + 1] in _defined(here / f"{part}.py")
+        else:
+            return part in _defined(here / "__init__.py")
+    return True
+
+
+def test_docstrings_name_modules_where_they_live() -> None:
+    """A name left from before ``core/`` became concept packages (core.cleanslate, gputui.core.owner.Owner)
+    sends a reader to a file that is not there: every dotted name of the package in double backticks, in the
+    code and the tests, names a package, a module or a name it defines."""
+    stale = []
+    named = 0
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py")]):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for match in _DOTTED.finditer(line):
+                named += 1
+                if not match.group(1).endswith(_FILE_SUFFIXES) and not _names_something(match.group(1)):
+                    stale.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0)}")
+    assert named > 100  # the walk found the references
+    assert stale == []

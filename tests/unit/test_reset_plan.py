@@ -1,4 +1,5 @@
-"""The reset rule (``agent.reset.build_plan``) and its one wording (``core.reset_plan``), on plain facts."""
+"""The reset rule (``agent.reset.plan.build_plan``) and its one wording (``core.actions.reset_plan``), on
+plain facts."""
 
 from __future__ import annotations
 

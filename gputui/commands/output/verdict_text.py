@@ -1,7 +1,7 @@
 """The verdict block ``check`` prints and ``snapshot`` prints after its table: the same lines for the same
 sample, from the one verdict the engine (``gputui.core.verdict.engine``) computed.
 
-One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``verdicts.headline``), its three
+One line per GPU (its figure and ✓, or ✗ and its reasons), the headline (``core.verdict.headline``), its three
 facts (workers, residue, GPUs: ``facts.fact_rows``), every other reason, then the findings with their
 actions. A reason that is word for word a finding listed below is not
 printed twice (eight defunct workers would take sixteen lines to say eight things); JSON keeps every reason.

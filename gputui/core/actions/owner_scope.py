@@ -59,7 +59,7 @@ def choose_roots(roots: list[Proc], owner: tuple[str, str] | None) -> list[Proc]
 
     Args:
         roots: Every GPU job's root.
-        owner: (kind, text) from ``gputui.core.owner.parse_owner_option``; ("all", "") for every owner;
+        owner: (kind, text) from ``gputui.core.model.owner.parse_owner_option``; ("all", "") for every owner;
             None: none named, which is only allowed where every job has the same owner.
 
     Raises:

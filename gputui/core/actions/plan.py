@@ -209,8 +209,8 @@ def plan_kill(
         wait_s: Without escalation, say after this many seconds whether each process is gone.
         include_graphics: With ``all_gpu``, take graphics-only holders (the display stack) too.
         owner: With ``all_gpu``, the jobs of this owner only ((kind, text) of
-            ``gputui.core.owner.parse_owner_option``; ("all", "") every owner's). None where every GPU job
-            has the same owner; on a host with several it raises ``OwnersError``.
+            ``gputui.core.model.owner.parse_owner_option``; ("all", "") every owner's). None where every GPU
+            job has the same owner; on a host with several it raises ``OwnersError``.
 
     Returns:
         The plan. A zombie is replaced by its parent (with a note): a zombie cannot be killed, reaping it is

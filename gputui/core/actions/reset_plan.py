@@ -2,8 +2,8 @@
 
 The collector reads the facts and applies the rule (``gputui.agent.reset.plan``); this module checks the shape
 of what came back and words it, once, for the CLI, JSON and the TUI's confirmation alike. Every string in a
-plan came from the host: ``ResetPlan.from_dict`` makes it visible (``textsafe``) as it is read, and it is
-never trusted as markup or a command. The steps sent back to be run are those visible words: a step whose
+plan came from the host: ``ResetPlan.from_dict`` makes it visible (``core.text.safe``) as it is read, and it
+is never trusted as markup or a command. The steps sent back to be run are those visible words: a step whose
 words had to be escaped no longer matches the collector's own plan, so it is refused, never run changed.
 """
 
@@ -152,7 +152,7 @@ def check_steps(plan: ResetPlan, asked: list[str] | None) -> None:
 
 
 class ResetPlan(Record):
-    """One host's reset plan (``agent.reset.build_plan``'s dict, checked).
+    """One host's reset plan (``agent.reset.plan.build_plan``'s dict, checked).
 
     Attributes:
         target: The host.

@@ -1,9 +1,10 @@
 """The process panel's ``/`` filter: plain words match pid, user or command; ``KIND:TEXT`` words an owner.
 
 ``pod:web-0``, ``slurm:4242`` (every step of job 4242; ``slurm:4242.0`` one step), ``container:trainer``,
-``unit:cron`` and ``user:alice`` each keep the processes of that owner (``gputui.core.owner.owner_matches``);
-several owner words keep what matches any of them, and the plain words must also appear, as one piece of
-text, in the process's pid, user, name or command. Case does not matter.
+``unit:cron`` and ``user:alice`` each keep the processes of that owner
+(``gputui.core.model.owner.owner_matches``); several owner words keep what matches any of them, and the plain
+words must also appear, as one piece of text, in the process's pid, user, name or command. Case does not
+matter.
 """
 
 from __future__ import annotations

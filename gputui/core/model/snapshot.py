@@ -236,7 +236,7 @@ class Proc(Record):
         live_threads: For a zombie-state process, its threads still alive (a defunct leader's); None for any
             other process, or when they could not be read.
         listen_ports: The TCP ports it has in LISTEN, sorted (read for the processes of GPU jobs only).
-        owner: Whose job it is (``gputui.core.owner.Owner``), None when the collector did not say.
+        owner: Whose job it is (``gputui.core.model.owner.Owner``), None when the collector did not say.
         cpu_pct: CPU % since the collector's last process sample (100 = one core), None when unknown.
         gpu_sm_pct: GPU index -> the SM utilisation of this process there, percent, over the driver's last
             sampling interval (``nvmlDeviceGetProcessUtilization``); only GPUs with a sample.

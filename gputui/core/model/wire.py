@@ -1,6 +1,6 @@
 """Typed values from what a collector sent, and the model's own objects back as JSON-ready values: every field
 of the model is read through these, so a value of the wrong type becomes a missing value (None), never an
-exception or a fake zero, and every string is made visible (``textsafe``) on its way into the model."""
+exception or a fake zero, and every string is made visible (``core.text.safe``) on its way into the model."""
 
 from __future__ import annotations
 

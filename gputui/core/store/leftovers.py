@@ -2,9 +2,9 @@
 and the reports their profilers left unfinished (a raw ``.qdstrm`` stream without its ``.nsys-rep``).
 
 ``gputui kill`` records, per host and boot, what the job's processes had open or mapped in /dev/shm and the
-MPS control daemons of their users (``agent.leftovers.scan``), in ``leftovers.json`` of the state
+MPS control daemons of their users (``agent.proc.leftovers.scan``), in ``leftovers.json`` of the state
 directory. The kill's receipt, ``gputui check`` and ``gputui leftovers`` ask the collector which still
-exist (``agent.leftovers.check``) and word them here, once, as findings of kind ``leftover``.
+exist (``agent.proc.leftovers.check``) and word them here, once, as findings of kind ``leftover``.
 
 The rule: a leftover is a finding and a reason line, and residue (one of the clean slate's three facts,
 ``gputui.core.verdict.facts``): the host is NOT clean until it is gone. A /dev/shm at ``SHM_FULL_PCT`` or

@@ -10,7 +10,7 @@ as markup).
 
 Text is made visible once, where it enters the client: the readers of what a collector, an exporter, an HTTP
 server or an ssh client sent (``from_dict``, the Prometheus parser, the link's errors) put ``SafeText`` into
-the model, and every view shows the model's text as it is (cut to width by ``gputui.core.display.fit``).
+the model, and every view shows the model's text as it is (cut to width by ``gputui.core.text.display.fit``).
 ``visible`` is called elsewhere only on text that does not come through the model: an OS error's message,
 a word the user typed, a path.
 """
@@ -56,7 +56,7 @@ def visible(text: object, max_len: int | None = None) -> str:
         text: The untrusted string. Anything that is not a ``str`` is converted with ``str()`` first.
         max_len: Longest result in characters; a longer result is cut at a character or escape boundary and
             ends with "…". None: no limit. Values below 1 give "". New code cuts text to a width with
-            ``gputui.core.display.fit`` instead, which takes the model's visible text as well.
+            ``gputui.core.text.display.fit`` instead, which takes the model's visible text as well.
 
     Returns:
         A string that is safe to write to a terminal as plain text. Visible text comes back unchanged, so

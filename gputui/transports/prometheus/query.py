@@ -85,7 +85,7 @@ SERVER_METRICS: dict[str, tuple[str, str]] = _server_metrics()
 
 GPUTUI_PREFIX = "gputui_"
 GPUTUI_MEMORY_USED = "gputui_gpu_memory_used_bytes"
-"""The gputui exporter's anchor series, as FB_USED is DCGM's (``core.export_schema``)."""
+"""The gputui exporter's anchor series, as FB_USED is DCGM's (``core.fleet.schema``)."""
 UP = "up"
 PART_LABEL = "gputui_part"
 """Marks the series of the answer's parts other than the values, with one of the ``*_PART`` values."""

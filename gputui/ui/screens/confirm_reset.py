@@ -1,6 +1,6 @@
 """The confirmation of a GPU reset: the plan as ``gputui reset`` prints it, run only when it can go ahead.
 
-Every line is the plan's one wording (``core.reset_plan.format_plan``); the host's text in it is made
+Every line is the plan's one wording (``core.actions.reset_plan.format_plan``); the host's text in it is made
 visible there and shown here as ``Text``, never as markup. A plan that is blocked, needs a reboot or
 cannot tell has nothing to confirm: Enter does nothing and the hint says so.
 """

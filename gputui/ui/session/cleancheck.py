@@ -1,4 +1,4 @@
-"""The TUI's side of the clean-slate check: it feeds ``core.cleanslate`` and does what the machine asks.
+"""The TUI's side of the clean-slate check: it feeds ``core.verdict.cleanslate``, does what the machine asks.
 
 ``c`` (or ``X``, once its kill is confirmed) starts a check: the host samples fast while memory drains, and
 its collector samples at once when a GPU holder exits (``Agent.pause``); every applied snapshot goes to

@@ -405,8 +405,9 @@ class Hosts:
             host.poller.start()
 
     def analyze(self, host: HostState, snapshot: HostSnapshot) -> HostSnapshot:
-        """Findings, verdict and server states of a snapshot, on the thread that took it (``core.judge``),
-        with the host's last probe where the sample has none and the host did not reboot since."""
+        """Findings, verdict and server states of a snapshot, on the thread that took it
+        (``core.verdict.judge``), with the host's last probe where the sample has none and the host did not
+        reboot since."""
         if self.judged:
             return snapshot
         probe = host.probe

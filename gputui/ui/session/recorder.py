@@ -1,8 +1,9 @@
 """The app's own recording (``--record FILE``, the ``w`` key): what it hands the writer, and where it goes.
 
 The app gives every sample it applies, every notification, every kill's outcomes and every audit line to
-``SessionRecorder``; each is one put in the writer's queue (``core.record.writer``), so the event loop never
-waits on the disk. A recording started with ``w`` goes to a new file in the state folder's ``recordings``.
+``SessionRecorder``; each is one put in the writer's queue (``core.recording.writer``), so the event loop
+never waits on the disk. A recording started with ``w`` goes to a new file in the state folder's
+``recordings``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Small formatting helpers shared by the widgets: dashes for missing values, bars, sparklines, safe text.
 
 Every string that came from a machine goes through ``safe_text``: control characters are made visible
-(``gputui.core.textsafe.visible``) and the result is a ``Text``, which Textual never parses as markup.
+(``gputui.core.text.safe.visible``) and the result is a ``Text``, which Textual never parses as markup.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def safe_text(value: str | None, max_len: int | None = None, style: str = "") ->
 
 
 command_text = command_display
-"""The one command-display function (``core.commandline.command_display``), as the widgets name it."""
+"""The one command-display function (``core.text.cmdline.command_display``), as the widgets name it."""
 
 
 def figure_text(value: float) -> str:

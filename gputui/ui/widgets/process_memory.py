@@ -2,7 +2,7 @@
 
 A slow leak is a few MiB a minute over hours, lost on a chart of the GPU's total: each process's line is
 scaled from its own lowest figure to its highest, with both said in MiB, so a rise shows as a slope whatever
-its size (``core.record.memory`` keeps the series).
+its size (``core.recording.memory`` keeps the series).
 """
 
 from __future__ import annotations

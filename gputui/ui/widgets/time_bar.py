@@ -3,7 +3,7 @@
 Two lines under the monitor's panels: the first says play or pause, the speed, the time shown, how far into
 the recording and the nearest moment; the second is the recording's span with a mark where a moment falls (a
 kill ``×``, a verdict ``◆``, a server state or a finding ``•``, an error ``!``) and the replay's place as a
-block. Every text from the recording is visible text already (``core.record.reader``), shown as ``Text``.
+block. Every text from the recording is visible text already (``core.recording.reader``), shown as ``Text``.
 """
 
 from __future__ import annotations
