@@ -371,3 +371,72 @@ def test_at_baseline_is_said_of_memory_alone() -> None:
     mixed = analyze(_host(unfit[0], held, lost, unfit[3]), Baselines()).verdict
     assert mixed is not None
     assert headline(mixed) == "NOT READY: 2/4 GPUs at baseline (3 MiB + 2)"
+
+
+def test_the_site_s_list_never_accepts_the_driver_s_recovery_action() -> None:
+    """Xid 154 is the driver's recovery action in its log form: listed in ``accepted_xids`` it still blocks
+    until the driver says None, a value gputui does not know included; the list still accepts real Xids."""
+    accepted = frozenset({154, 48})
+    reset = XidEvent(154, 1.0, "kernel log", "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset)")
+    judged = assess(GpuFitness(xids=(reset,)), accepted)
+    assert judged.action == ACTION_RESET
+    assert judged.causes == ("Xid 154: GPU recovery action changed to GPU Reset",)
+    unknown = XidEvent(
+        154, 2.0, "kernel log", "GPU recovery action changed from 0x1 (GPU Reset) to 0x9 (Later)"
+    )
+    assert assess(GpuFitness(xids=(reset, unknown)), accepted).action == ACTION_UNKNOWN_RECOVERY
+    back = XidEvent(154, 3.0, "kernel log", "GPU recovery action changed from 0x9 (Later) to 0x0 (None)")
+    assert assess(GpuFitness(xids=(reset, unknown, back)), accepted).action == ACTION_NONE
+    dbe = assess(GpuFitness(xids=(XidEvent(48, 1.0, "kernel log"),)), accepted)
+    assert (dbe.action, dbe.notes) == (
+        ACTION_NONE,
+        ("Xid 48: double-bit ECC error; accepted by the site's config",),
+    )
+
+
+def test_every_recovery_action_the_installed_bindings_name_is_known() -> None:
+    """The values of ``nvmlDeviceGpuRecoveryAction_t`` that pynvml names (``NVML_GPU_RECOVERY_ACTION_*``) are
+    each in the table under NVIDIA's name: a value added by a newer binding fails here, not in the field."""
+    import pynvml
+
+    named = {
+        value: key.removeprefix("NVML_GPU_RECOVERY_ACTION_")
+        for key, value in vars(pynvml).items()
+        if key.startswith("NVML_GPU_RECOVERY_ACTION_") and isinstance(value, int)
+    }
+    assert named, "the installed pynvml names no recovery action"
+    assert set(named) <= set(RECOVERY_ACTIONS), sorted(set(named) - set(RECOVERY_ACTIONS))
+    for value, key in named.items():
+        name, action = RECOVERY_ACTIONS[value]
+        words = {
+            "GPU_RESET": "GPU Reset",
+            "RECOVER_IMEX_DOMAIN": "Recover IMEX Domain",
+            "DRAIN_P2P": "Drain P2P",
+        }
+        assert name == words.get(key, key.replace("_", " ").title().replace(" And ", " and ")), (value, key)
+        assert (action == ACTION_NONE) is (key == "NONE"), (value, key)
+
+
+def test_each_driver_action_is_worded_as_nvidia_words_it_never_as_a_service_call() -> None:
+    """Drain P2P: stop peer-to-peer work and UVM persistence, then check again; Drain and Reset: no new work,
+    let the running work end, then reset. No value of the driver's asks for the GPU to be serviced."""
+    hints = {}
+    for code in RECOVERY_ACTIONS:
+        if code == 0:
+            continue
+        gpu = Gpu(index=5, memory_used_mib=3, fitness=GpuFitness(recovery_action=code))
+        (finding,) = fitness_findings(_host(gpu))
+        hints[RECOVERY_ACTIONS[code][0]] = finding.action
+        assert "serviced" not in finding.action, finding.action
+        assert "RMA" not in finding.action, finding.action
+        assert "serviced" not in finding.detail, finding.detail
+        assert "RMA" not in finding.detail, finding.detail
+    assert hints["Drain P2P"] == (
+        "stop peer-to-peer traffic and UVM persistence on GPU 5, then check again: the driver then names the"
+        " next step"
+    )
+    assert hints["Drain and Reset"] == (
+        "start no new work on GPU 5, let the running work end, then reset it (nvidia-smi -r -i 5)"
+    )
+    assert hints["GPU Reset"].startswith("reset the GPU (nvidia-smi -r -i 5")
+    assert hints["Node Reboot"].startswith("reboot the host")

@@ -18,11 +18,10 @@ service, CONTACT_SUPPORT, CHECK_UVM and UPDATE_SWFW a look before the next launc
 never blocks: the driver logs it whenever an application using the GPU is stopped (a kill, Ctrl-C) as well as
 after another Xid, which then decides; a GPU's NVLink fabric is judged from NVML's fabric state, never from
 Xid 45 (NVIDIA's k8s-device-plugin counts it among the application errors that leave the GPU healthy). An
-Xid the table does not know blocks
-("unclassified Xid N since boot"), unless the driver's recovery action is NONE or the site accepts it
-(``accepted_xids`` in the config). Row remaps and retirements pending, uncorrected ECC and RESET_REQUIRED
-are NVML's own states ("Dynamic Page Retirement", "Row Remapping":
-https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
+Xid the table does not know blocks ("unclassified Xid N since boot"), unless the driver's recovery action is
+NONE or the site accepts it (``accepted_xids`` in the config; never Xid 154, the driver's own action). Row
+remaps and retirements pending, uncorrected ECC and RESET_REQUIRED are NVML's own states ("Dynamic Page
+Retirement", "Row Remapping": https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/).
 
 **Resets clear what they clear.** An Xid stops counting after a later reset of its GPU (one the kernel log
 shows: the recovery action back to None; or one gputui performed and verified), a driver reload or a boot (the
@@ -330,7 +329,8 @@ def _when(event: XidEvent) -> str:
 
 def assess(fitness: GpuFitness | None, accepted_xids: frozenset[int] = frozenset()) -> FitnessAssessment:
     """What this GPU's fitness asks for (the one derivation every view shows); ``accepted_xids``: Xids the
-    site accepts (shown, never blocking)."""
+    site accepts (shown, never blocking), Xid 154 excepted: it is the driver's recovery action in its log
+    form, which blocks until the driver says None, whatever the site lists."""
     if fitness is None:
         return FitnessAssessment()
     found: list[tuple[str, str]] = []
@@ -369,7 +369,7 @@ def assess(fitness: GpuFitness | None, accepted_xids: frozenset[int] = frozenset
             text += "; recurred after a reset: investigate"
         if action not in BLOCKING_ACTIONS:
             note(f"{text}; {advice}" if advice else text)
-        elif event.xid in accepted_xids:
+        elif event.xid in accepted_xids and event.xid != XID_RECOVERY_ACTION:
             note(f"{text}; accepted by the site's config")
         elif driver is not None:
             explained.append(f"{text}{_when(event)}")
