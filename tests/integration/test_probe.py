@@ -8,14 +8,17 @@ plus a second; the probe's own memory never makes a clean host read NOT CLEAN.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gputui.agent.proc.probechild import MARKER
 from tests.fakecuda.plugin import FakeCuda
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
@@ -217,3 +220,153 @@ def test_the_probe_over_ssh_on_a_bare_python38(
     assert host["mode"] == "nvml"  # the shipped bundle carries pynvml: a bare python is enough
     assert [p["result"] for p in host["probe"]["gpus"]] == ["ok", "failed"] + ["ok"] * 6
     assert host["verdict"]["not_ready"][0].startswith("GPU1 did not take work: CUDA_ERROR_UNKNOWN (999)")
+
+
+def test_a_driver_that_is_not_initialised_fails_every_gpu_in_cuinit(
+    fake_nvml: FakeNvml, fake_cuda: FakeCuda, kernel_log: KernelLog
+) -> None:
+    fake_cuda.state.init_error = "SYSTEM_NOT_READY"
+    fake_cuda.write()
+    done = run_cli(fake_nvml, fake_cuda, "check", "--probe")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert (
+        "  GPUs:    ✗ GPU0 did not take work: CUDA_ERROR_SYSTEM_NOT_READY (802) in driver initialisation"
+        " (cuInit) — the system is not initialised: on an NVSwitch system, the NVLink fabric (fabric manager"
+        " up?)" in done.stdout.splitlines()
+    ), done.stdout
+    host = _host(run_cli(fake_nvml, fake_cuda, "check", "--probe", "--json"))
+    assert host["verdict"]["level"] == "NOT READY"
+    assert [(p["result"], p["step"], p["code"]) for p in host["probe"]["gpus"]] == [
+        ("failed", "init", 802)
+    ] * 8
+    assert len(host["verdict"]["not_ready"]) == GPUS
+
+
+def test_a_slow_gpu_takes_work_and_the_line_names_the_slowest_time(
+    fake_nvml: FakeNvml, fake_cuda: FakeCuda, kernel_log: KernelLog
+) -> None:
+    _shown(fake_nvml, fake_cuda)
+    fake_cuda.state.gpus[4].slow_ms = 400  # init, context, allocation, write, read and free: 2.4 s at least
+    fake_cuda.write()
+    done = run_cli(fake_nvml, fake_cuda, "check", "--probe", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    host = _host(done)
+    probes = host["probe"]["gpus"]
+    assert [p["result"] for p in probes] == ["ok"] * GPUS
+    slowest = max(probes, key=lambda p: p["ms"])
+    assert slowest["index"] == 4
+    assert slowest["ms"] >= 2400
+    assert {s["step"]: s["ms"] >= 400 for s in slowest["steps"]} == {
+        "load": False,
+        "init": True,
+        "device": False,
+        "context": True,
+        "alloc": True,
+        "write": True,
+        "read": True,
+        "compare": False,
+        "free": True,
+        "destroy": False,
+    }
+    assert f"slowest {slowest['ms'] / 1000.0:.2f} s)" in host["verdict"]["facts"]["proof"]
+
+
+def test_an_allocation_nvml_does_not_list_is_said_and_changes_no_verdict(
+    fake_nvml: FakeNvml, fake_cuda: FakeCuda, kernel_log: KernelLog
+) -> None:
+    # The fake libcuda's allocations are not written to the fake NVML: the driver's accounting misses them.
+    done = run_cli(fake_nvml, fake_cuda, "check", "--probe", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    host = _host(done)
+    assert [(p["result"], p["visible"]) for p in host["probe"]["gpus"]] == [("ok", False)] * GPUS
+    names = ", ".join(f"GPU{i}" for i in range(GPUS))
+    assert f"; NVML did not list the allocation on {names})" in host["verdict"]["facts"]["proof"]
+
+
+def test_a_libcuda_that_cannot_be_loaded_cannot_tell(
+    fake_nvml: FakeNvml, fake_cuda: FakeCuda, kernel_log: KernelLog, tmp_path: Any
+) -> None:
+    """A host (or a container given NVML alone) whose ``libcuda.so.1`` does not load: the GPU fact cannot be
+    proven, and says why."""
+    broken = tmp_path / "broken-lib"
+    broken.mkdir()
+    (broken / "libcuda.so.1").write_bytes(b"not a shared object\n" * 64)
+    unloadable = FakeCuda(lib_dir=broken, state_path=fake_cuda.state_path, state=fake_cuda.state)
+    done = run_cli(fake_nvml, unloadable, "check", "--probe", "--json")
+    assert done.returncode == 2, done.stdout + done.stderr
+    host = _host(done)
+    assert [(p["result"], p["step"]) for p in host["probe"]["gpus"]] == [("unavailable", "load")] * GPUS
+    assert host["verdict"]["known"] is False
+    reason = host["verdict"]["reasons"][0]
+    assert reason.startswith(f"GPU0 cannot be probed: {broken / 'libcuda.so.1'}: "), reason
+    assert not [p for p in host["processes"] if p["gpu_memory_mib"]]
+
+
+def test_each_mode_of_the_fake_over_ssh(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, fake_cuda: FakeCuda
+) -> None:
+    """One GPU per mode behind a real sshd, on a bare python3.8: each gets its own verdict, and no child of
+    the probe is left after its deadline and the kill's grace."""
+    _shown(fake_nvml, fake_cuda)
+    gpus = fake_cuda.state.gpus
+    gpus[1].ctx_error = "SYSTEM_NOT_READY"
+    gpus[2].alloc_error = "OUT_OF_MEMORY"
+    gpus[3].corrupt = True
+    gpus[4].hang = "ctx"
+    gpus[5].slow_ms = 300
+    gpus[7].nvml_state = None  # its allocation never shows in NVML
+    fake_cuda.write()
+    server = sshd_factory(python="py38", extra_env=fake_cuda.env({}))
+    ssh_client.add_host("host-m", server)
+    ssh_client.trust(server)
+    done = subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "check", "--probe", "--probe-deadline", "4", "--json", "host-m"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    host = _host(done)
+    probes = host["probe"]["gpus"]
+    assert [(p["result"], p.get("step"), p.get("code")) for p in probes] == [
+        ("ok", None, None),
+        ("failed", "context", 802),
+        ("failed", "alloc", 2),
+        ("failed", "compare", None),
+        ("hung", "context", None),
+        ("ok", None, None),
+        ("ok", None, None),
+        ("ok", None, None),
+    ]
+    # Looked at while the buffer lived: not where the context or the allocation failed, or it hung first.
+    assert [p["visible"] for p in probes] == [True, None, None, True, None, True, True, False]
+    assert max(probes, key=lambda p: p["ms"] if p["result"] == "ok" else 0)["index"] == 5
+    assert [reason.split(":")[0] for reason in host["verdict"]["not_ready"]] == [
+        "GPU1 did not take work",
+        "GPU2 did not take work",
+        "GPU3 did not take work",
+        "GPU4 did not take work within 4.00 s (hung in context creation)",
+    ]
+    proof = host["verdict"]["facts"]["proof"]
+    assert proof.startswith("4 of 8 took work (context + 64 MiB write/read, slowest "), proof
+    assert proof.endswith("; NVML did not list the allocation on GPU7)"), proof
+    # The probe's own memory is gone before the host is judged.
+    assert all(g["memory_used_mib"] == 3 for g in host["gpus"])
+    # The hung child was killed at its deadline: none is left once the check has answered.
+    assert _probe_children(fake_cuda.state_path) == []
+
+
+def _probe_children(state_path: Any) -> list[int]:
+    """Probe children, zombies too, that load this test's fake libcuda, wherever they were started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if MARKER.encode() in cmdline and f"FAKE_CUDA_STATE={state_path}".encode() in environ:
+            found.append(int(entry))
+    return found

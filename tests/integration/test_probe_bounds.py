@@ -232,3 +232,48 @@ def test_the_callers_cuda_visible_devices_changes_nothing(
         )
         assert code == 0, visible
         assert [p["result"] for p in host["probe"]["gpus"]] == ["ok"] * 8
+
+
+def test_a_stuck_child_through_check_is_not_ready_and_not_listed(
+    fake_nvml: FakeNvml, fake_cuda: FakeCuda, kernel_log: KernelLog
+) -> None:
+    fake_cuda.state.gpus[6].hang = "ctx"
+    fake_cuda.state.gpus[6].stuck = True
+    fake_cuda.write()
+    try:
+        started = time.monotonic()
+        code, host = _check_json(fake_nvml, fake_cuda, "--probe-deadline", "2")
+        assert time.monotonic() - started < 30
+        assert code == 1, host["verdict"]
+        stuck = host["probe"]["gpus"][6]
+        assert (stuck["result"], stuck["step"]) == ("stuck", "context")
+        assert host["verdict"]["not_ready"] == [
+            "GPU6 did not take work within 2.00 s, and its probe could not be killed (stuck in the driver in"
+            " context creation): needs a reboot of the host"
+        ]
+        # Killed and still not reaped when the check answered (never waited on): the fake library's tracer,
+        # which holds it, still runs. Meanwhile the sample judged left it out: no zombie, no residue.
+        assert _states_of_probe_processes(fake_cuda.state_path)
+        assert [p["pid"] for p in host["processes"] if p["state"] == "Z"] == []
+        assert [f for f in host["findings"] if f["kind"] == "zombie"] == []
+        assert host["verdict"]["reasons"] == host["verdict"]["not_ready"]
+    finally:
+        fake_cuda.state.gpus[6].stuck = False
+        fake_cuda.write()
+    assert _until(lambda: not _states_of_probe_processes(fake_cuda.state_path), 10) is not None
+
+
+def _states_of_probe_processes(state_path: Path) -> dict[int, str]:
+    """Pid -> state of every process running this test's probe program (a child, or the fake library's
+    tracer forked from it; a zombie has no command line to be known by)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if MARK.encode() in cmdline and f"FAKE_CUDA_STATE={state_path}".encode() in environ:
+            found[int(entry)] = state
+    return found

@@ -35,6 +35,13 @@ def test_the_site_s_accepted_xids(tmp_path: Path) -> None:
     assert Config().accepted_xids == frozenset()
 
 
+def test_probe_after_check_is_read_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("probe_after_check = true\n")
+    assert load_config(path).probe_after_check is True
+    assert Config().probe_after_check is False
+
+
 def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     path.write_text(
@@ -67,6 +74,7 @@ def test_per_host_urls_are_added_to_that_host_only(tmp_path: Path) -> None:
         ('accepted_xids = ["13"]', "accepted_xids must be a list of Xid numbers"),
         ("accepted_xids = [true]", "accepted_xids must be a list of Xid numbers"),
         ("accepted_xids = [0, 70000]", "accepted_xids must be a list of Xid numbers"),
+        ('probe_after_check = "yes"', "probe_after_check must be true or false"),
     ],
 )
 def test_bad_files_are_one_clear_error(tmp_path: Path, text: str, fragment: str) -> None:
