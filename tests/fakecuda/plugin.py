@@ -5,6 +5,7 @@ Enable with ``pytest_plugins = ["tests.fakecuda.plugin"]`` in a conftest, or ``-
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,26 @@ class FakeCuda:
         """Environment for a subprocess that should load the fake library (on top of ``base``, e.g. a
         fakenvml ``env()``)."""
         return env_for(self.lib_dir, self.state_path, base, self.locks_dir)
+
+    def probe_processes(self) -> dict[int, str]:
+        """Pid -> state letter of every process running gputui's probe program on this fake library (a
+        child, or the fake's tracer forked from one), wherever it was started. A zombie has no command line
+        left to be known by."""
+        from gputui.agent.proc.probechild import MARKER
+
+        found = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+                environ = Path(f"/proc/{entry}/environ").read_bytes()
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if MARKER.encode() in cmdline and f"FAKE_CUDA_STATE={self.state_path}".encode() in environ:
+                found[int(entry)] = state
+        return found
 
     @property
     def locks_dir(self) -> Path:

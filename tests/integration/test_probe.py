@@ -8,17 +8,14 @@ plus a second; the probe's own memory never makes a clean host read NOT CLEAN.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gputui.agent.proc.probechild import MARKER
 from tests.fakecuda.plugin import FakeCuda
 from tests.fakenvml.plugin import FakeNvml
 from tests.integration._procs import REPO
@@ -45,6 +42,24 @@ def run_cli(
             timeout=timeout,
             check=False,
         )
+
+
+def check_over_ssh(
+    sshd_factory: SshdFactory, ssh_client: ClientHome, fake_cuda: FakeCuda, host: str, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``gputui check --probe OPTIONS --json HOST`` through the real sshd, whose collector runs on a bare
+    python3.8 with this test's fake libcuda."""
+    server = sshd_factory(python="py38", extra_env=fake_cuda.env({}))
+    ssh_client.add_host(host, server)
+    ssh_client.trust(server)
+    return subprocess.run(
+        [sys.executable, "-m", "gputui.cli", "check", "--probe", *options, "--json", host],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def _host(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -203,17 +218,7 @@ def test_the_probe_over_ssh_on_a_bare_python38(
     """A shipped collector on a host with only a bare python3.8 runs the probe's children there."""
     fake_cuda.state.gpus[1].ctx_error = "UNKNOWN"
     fake_cuda.write()
-    server = sshd_factory(python="py38", extra_env=fake_cuda.env({}))
-    ssh_client.add_host("host-p", server)
-    ssh_client.trust(server)
-    done = subprocess.run(
-        [sys.executable, "-m", "gputui.cli", "check", "--probe", "--json", "host-p"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = check_over_ssh(sshd_factory, ssh_client, fake_cuda, "host-p")
     assert done.returncode == 1, done.stdout + done.stderr
     host = _host(done)
     assert host["agent_version"]
@@ -316,17 +321,7 @@ def test_each_mode_of_the_fake_over_ssh(
     gpus[5].slow_ms = 300
     gpus[7].nvml_state = None  # its allocation never shows in NVML
     fake_cuda.write()
-    server = sshd_factory(python="py38", extra_env=fake_cuda.env({}))
-    ssh_client.add_host("host-m", server)
-    ssh_client.trust(server)
-    done = subprocess.run(
-        [sys.executable, "-m", "gputui.cli", "check", "--probe", "--probe-deadline", "4", "--json", "host-m"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = check_over_ssh(sshd_factory, ssh_client, fake_cuda, "host-m", "--probe-deadline", "4")
     assert done.returncode == 1, done.stdout + done.stderr
     host = _host(done)
     probes = host["probe"]["gpus"]
@@ -355,18 +350,4 @@ def test_each_mode_of_the_fake_over_ssh(
     # The probe's own memory is gone before the host is judged.
     assert all(g["memory_used_mib"] == 3 for g in host["gpus"])
     # The hung child was killed at its deadline: none is left once the check has answered.
-    assert _probe_children(fake_cuda.state_path) == []
-
-
-def _probe_children(state_path: Any) -> list[int]:
-    """Probe children, zombies too, that load this test's fake libcuda, wherever they were started."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        if MARKER.encode() in cmdline and f"FAKE_CUDA_STATE={state_path}".encode() in environ:
-            found.append(int(entry))
-    return found
+    assert not fake_cuda.probe_processes()

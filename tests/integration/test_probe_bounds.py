@@ -27,25 +27,10 @@ from tests.kernellog import KernelLog
 
 pytestmark = pytest.mark.timeout(180)
 
-MARK = "import ctypes, json, os, select, signal"
-"""The start of the probe child's program, as it shows in its command line."""
 
-
-def _probe_children(state_path: Path) -> list[int]:
-    """Live probe children (not zombies) that load this test's fake libcuda (its state file)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if MARK.encode() in cmdline and f"FAKE_CUDA_STATE={state_path}".encode() in environ and state != "Z":
-            found.append(int(entry))
-    return found
+def _live_probe_processes(fake_cuda: FakeCuda) -> list[int]:
+    """This test's probe children and their tracers that are not zombies."""
+    return [pid for pid, state in fake_cuda.probe_processes().items() if state != "Z"]
 
 
 def _until(condition: Any, seconds: float) -> float | None:
@@ -77,11 +62,11 @@ def test_a_collector_killed_mid_probe_leaves_no_child_past_its_deadline(
             stderr=subprocess.DEVNULL,
         )
         try:
-            assert _until(lambda: _probe_children(fake_cuda.state_path), 30) is not None
+            assert _until(lambda: _live_probe_processes(fake_cuda), 30) is not None
             seen = time.monotonic()
             cli.send_signal(signal.SIGKILL)
             cli.wait()
-            gone = _until(lambda: not _probe_children(fake_cuda.state_path), deadline_s + 5)
+            gone = _until(lambda: not _live_probe_processes(fake_cuda), deadline_s + 5)
             assert gone is not None, "a probe child outlived its collector and its deadline"
             assert time.monotonic() - seen <= deadline_s + 1.0 + 0.5  # the grace, and this loop's poll
         finally:
@@ -116,11 +101,11 @@ def test_a_probe_cut_off_over_ssh_leaves_no_child_past_its_deadline(
         start_new_session=True,
     )
     try:
-        assert _until(lambda: _probe_children(fake_cuda.state_path), 60) is not None
+        assert _until(lambda: _live_probe_processes(fake_cuda), 60) is not None
         seen = time.monotonic()
         os.killpg(cli.pid, signal.SIGKILL)  # the client and its ssh: the session is cut
         cli.wait()
-        gone = _until(lambda: not _probe_children(fake_cuda.state_path), deadline_s + 5)
+        gone = _until(lambda: not _live_probe_processes(fake_cuda), deadline_s + 5)
         assert gone is not None, "a remote probe child outlived its session and its deadline"
         assert time.monotonic() - seen <= deadline_s + 1.0 + 0.5
     finally:
@@ -162,7 +147,7 @@ def test_children_that_cannot_be_killed_are_stuck_hidden_and_never_waited_on(
     # Once they can die, the reaper takes them and nothing stays hidden.
     assert _until(lambda: hidden[-1] == frozenset(), 10) is not None
     assert not _children_of(os.getpid())
-    assert _until(lambda: not _probe_children(fake_cuda.state_path), 5) is not None  # their tracers too
+    assert _until(lambda: not _live_probe_processes(fake_cuda), 5) is not None  # their tracers too
 
 
 def _children_of(parent: int) -> frozenset[int]:
@@ -253,27 +238,11 @@ def test_a_stuck_child_through_check_is_not_ready_and_not_listed(
         ]
         # Killed and still not reaped when the check answered (never waited on): the fake library's tracer,
         # which holds it, still runs. Meanwhile the sample judged left it out: no zombie, no residue.
-        assert _states_of_probe_processes(fake_cuda.state_path)
+        assert fake_cuda.probe_processes()
         assert [p["pid"] for p in host["processes"] if p["state"] == "Z"] == []
         assert [f for f in host["findings"] if f["kind"] == "zombie"] == []
         assert host["verdict"]["reasons"] == host["verdict"]["not_ready"]
     finally:
         fake_cuda.state.gpus[6].stuck = False
         fake_cuda.write()
-    assert _until(lambda: not _states_of_probe_processes(fake_cuda.state_path), 10) is not None
-
-
-def _states_of_probe_processes(state_path: Path) -> dict[int, str]:
-    """Pid -> state of every process running this test's probe program (a child, or the fake library's
-    tracer forked from it; a zombie has no command line to be known by)."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if MARK.encode() in cmdline and f"FAKE_CUDA_STATE={state_path}".encode() in environ:
-            found[int(entry)] = state
-    return found
+    assert _until(lambda: not fake_cuda.probe_processes(), 10) is not None

@@ -18,9 +18,8 @@ from tests.fakecuda import FakeCudaGpu
 from tests.fakecuda.plugin import FakeCuda
 from tests.fakenvml import FakeMig
 from tests.fakenvml.plugin import FakeNvml
-from tests.integration._procs import REPO
 from tests.integration.sshd import ClientHome, SshdFactory
-from tests.integration.test_probe import _host, run_cli
+from tests.integration.test_probe import _host, check_over_ssh, run_cli
 from tests.kernellog import KernelLog
 
 MIG_GPU = 2
@@ -154,17 +153,7 @@ def test_mig_instances_are_probed_over_ssh_on_a_bare_python38(
     sshd_factory: SshdFactory, ssh_client: ClientHome, fake_nvml: FakeNvml, fake_cuda: FakeCuda
 ) -> None:
     _mig_host(fake_nvml, fake_cuda, alloc_error="OUT_OF_MEMORY")
-    server = sshd_factory(python="py38", extra_env=fake_cuda.env({}))
-    ssh_client.add_host("host-m", server)
-    ssh_client.trust(server)
-    done = subprocess.run(
-        [sys.executable, "-m", "gputui.cli", "check", "--probe", "--json", "host-m"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
+    done = check_over_ssh(sshd_factory, ssh_client, fake_cuda, "host-m")
     assert done.returncode == 1, done.stdout + done.stderr
     host = _host(done)
     assert host["mode"] == "nvml"
