@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -131,3 +132,18 @@ def test_tree_members_follow_children_and_led_groups_only() -> None:
     # Never through init, the kernel's threads, or the shell's other jobs.
     assert not members & {1, 2, BASE + 1, BASE + 2, BASE + 8, BASE + 9}
     assert tree_members([BASE + 99], HOST) == set()  # gone meanwhile
+
+
+def test_mapped_paths_names_the_files_a_process_maps_under_a_folder(tmp_path: Path) -> None:
+    import mmap
+
+    from gputui.agent.proc.procfs import mapped_paths
+
+    segment = tmp_path / "seg one"
+    segment.write_bytes(b"\0" * 4096)
+    with segment.open("r+b") as handle, mmap.mmap(handle.fileno(), 4096):
+        assert mapped_paths(os.getpid(), f"{tmp_path}/") == {str(segment)}
+        segment.unlink()  # the kernel says " (deleted)": the name is what it was
+        assert mapped_paths(os.getpid(), f"{tmp_path}/") == {str(segment)}
+        assert mapped_paths(os.getpid(), "/nowhere/") == set()
+    assert mapped_paths(2**22 + 1, "/") == set()  # no such process

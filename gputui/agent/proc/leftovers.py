@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from gputui.agent.proc.procfs import fd_links, file_identity, read_real_uid, read_stat
+from gputui.agent.proc.procfs import fd_links, file_identity, mapped_paths, read_real_uid, read_stat
 from gputui.agent.proc.profiler import STREAM_SUFFIX, still_unfinished, unfinished_reports
 from gputui.agent.wire import wire_text
 
@@ -30,7 +30,6 @@ MPS_CONTROL = "nvidia-cuda-mps-control"
 MPS_COMM = MPS_CONTROL[:15]
 """The kernel keeps 15 characters of a process's name."""
 MAX_SEGMENTS = 512
-MAPS_MAX_BYTES = 8 << 20
 REMOVED = "removed"
 GONE = "gone"
 CHANGED = "changed"
@@ -42,25 +41,10 @@ def shm_dir() -> str:
     return os.environ.get(TEST_SHM_ENV) or SHM_DIR
 
 
-def _maps_paths(pid: int, folder: str) -> set[str]:
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as handle:
-            data = handle.read(MAPS_MAX_BYTES)
-    except OSError:
-        return set()
-    needle = (folder.rstrip("/") + "/").encode("utf-8", "surrogateescape")
-    found: set[str] = set()
-    for line in data.split(b"\n"):
-        at = line.find(needle)
-        if at > 0 and line[at - 1 : at] == b" ":
-            found.add(line[at:].decode("utf-8", "surrogateescape").replace(" (deleted)", ""))
-    return found
-
-
 def _held_paths(pid: int, folder: str) -> set[str]:
     prefix = folder.rstrip("/") + "/"
     paths = {link for link in fd_links(pid) if link.startswith(prefix)}
-    return {p for p in paths | _maps_paths(pid, folder) if not p.endswith(" (deleted)")}
+    return {p for p in paths | mapped_paths(pid, prefix) if not p.endswith(" (deleted)")}
 
 
 def _user_name(uid: int) -> str:

@@ -360,6 +360,25 @@ def read_capped(path: str, cap_bytes: int) -> bytes | None:
         os.close(fd)
 
 
+MAPS_MAX_BYTES = 8 << 20
+"""The most of one process's /proc/<pid>/maps read."""
+
+
+def mapped_paths(pid: int, prefix: str) -> set[str]:
+    """The paths under ``prefix`` that ``pid`` has mapped (a device node CUDA mapped and closed the fd of, a
+    shared-memory segment), " (deleted)" taken off; empty when its maps cannot be read."""
+    data = read_capped(f"/proc/{pid}/maps", MAPS_MAX_BYTES)
+    if not data:
+        return set()
+    needle = prefix.encode("utf-8", "surrogateescape")
+    found: set[str] = set()
+    for line in data.split(b"\n"):
+        at = line.find(needle)
+        if at > 0 and line[at - 1 : at] == b" ":
+            found.add(line[at:].decode("utf-8", "surrogateescape").replace(" (deleted)", ""))
+    return found
+
+
 class ProcTexts:
     """The cgroup and environment files of the process read last, read once for all who ask (``read``).
 

@@ -19,7 +19,14 @@ import re
 from gputui.agent.args import select_gpus
 from gputui.agent.calls import CallTimeout, Worker
 from gputui.agent.gpu.tools import which
-from gputui.agent.proc.procfs import fd_links, read_cgroup, read_cmdline, read_real_uid, read_stat
+from gputui.agent.proc.procfs import (
+    fd_links,
+    mapped_paths,
+    read_cgroup,
+    read_cmdline,
+    read_real_uid,
+    read_stat,
+)
 from gputui.agent.protocol import (
     BLOCK_DISPLAY,
     BLOCK_GPU_ERROR,
@@ -67,8 +74,6 @@ STOP_TIMEOUT_S = 60.0
 PERSISTENCE_TIMEOUT_S = 30.0
 RESET_TIMEOUT_S = 120.0
 HOLDER_CMDLINE_BYTES = 2048
-MAPS_MAX_BYTES = 8 << 20
-"""The most of one process's /proc/<pid>/maps read for mapped device nodes."""
 _SERVICE_CGROUP = re.compile(r"/system\.slice/(?:[^/]+\.slice/)*([^/]+\.service)(?:/.*)?$")
 SERVICE_ORDER = (
     "dcgm-exporter",
@@ -89,28 +94,6 @@ def device_prefix() -> str:
 
 # ----------------------------------------------------------------------------------------------------------
 # Who holds the device nodes
-
-
-def _read_capped(path: str, limit: int) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(limit)
-    except OSError:
-        return None
-
-
-def _mapped_nodes(pid: int, prefix: str) -> set[str]:
-    """Device nodes ``pid`` has mapped (CUDA maps /dev/nvidia* and may close the fd)."""
-    data = _read_capped(f"/proc/{pid}/maps", MAPS_MAX_BYTES)
-    if not data:
-        return set()
-    found: set[str] = set()
-    needle = prefix.encode("utf-8", "surrogateescape")
-    for line in data.split(b"\n"):
-        at = line.find(needle)
-        if at > 0 and line[at - 1 : at] == b" ":
-            found.add(line[at:].decode("utf-8", "surrogateescape").replace(" (deleted)", ""))
-    return found
 
 
 def _unit_of(cgroup: str | None) -> str | None:
@@ -167,7 +150,7 @@ def scan_holders(prefix: str, own_pid: int) -> tuple[list[dict[str, Any]], int]:
             continue
         except OSError:
             continue  # gone, or a kernel thread without a file table
-        nodes = {link for link in fd_links(pid) if link.startswith(prefix)} | _mapped_nodes(pid, prefix)
+        nodes = {link for link in fd_links(pid) if link.startswith(prefix)} | mapped_paths(pid, prefix)
         if not nodes:
             continue
         stat = read_stat(pid)
