@@ -84,20 +84,26 @@ class GpuPanel(Widget):
         """
         gpus = tuple(gpus)
         message = message or "waiting for the first sample…"
-        # The sparkline shows at most the last few samples: an older one leaving it changes nothing drawn.
-        recent = tuple(
-            (index, tuple(samples)[-HISTORY_MAX_CELLS:]) for index, samples in sorted(history_mib.items())
-        )
-        key = (gpus, recent, tuple(sorted(baseline_mib.items())), message)
-        if key == self._shown_key:
-            return  # the same figures again (an idle host): nothing to repaint
-        self._shown_key = key
         rows_changed = len(gpus) != len(self._gpus)
+        # Kept whatever is drawn: a wider panel after a resize draws more of the history.
         self._gpus = gpus
         self._history_mib = history_mib
         self._baseline_mib = baseline_mib
         self._message = message
+        # The sparkline draws the last few samples at this width: a sample leaving it, or a steady figure
+        # repeated, changes nothing drawn.
+        spark_cells = _columns(self._width())[3]
+        drawn = tuple(
+            (index, tuple(samples)[-spark_cells:]) for index, samples in sorted(history_mib.items())
+        )
+        key = (gpus, drawn, tuple(sorted(baseline_mib.items())), message)
+        if key == self._shown_key:
+            return  # the same figures again (an idle host): nothing to repaint
+        self._shown_key = key
         self.refresh(layout=rows_changed)
+
+    def _width(self) -> int:
+        return max(24, self.size.width)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         return 1 + max(1, len(self._gpus))
@@ -145,20 +151,14 @@ class GpuPanel(Widget):
         return "red" if pct >= 90 else "yellow" if pct >= 50 else "cyan"
 
     def render(self) -> Text:
-        width = max(24, self.size.width)
-        wide = width >= WIDE_MIN_CELLS
-        power = width >= POWER_MIN_CELLS
-        spark_cells = max(8, min(HISTORY_MAX_CELLS, (width - POWER_MIN_CELLS) // 2)) if power else 6
+        width = self._width()
+        wide, power, bar_cells, spark_cells = _columns(width)
         if wide:
-            # Fixed columns: "ii " + " used/total" + " mem%" + " util" + " temp" + " " = 31 cells, + " power".
-            bar_cells = max(4, width - 31 - (6 if power else 0) - spark_cells)
             header = (
                 f"{'#':>2} {'memory':<{bar_cells}} {'used/total':>11} {'mem':>4} {'util':>4} {'temp':>4}"
                 + (f" {'power':>5} history" if power else " hist")
             )
         else:
-            # Fixed columns: "i " + " MiB" + " mem%" + " util" + " temp " = 25 cells.
-            bar_cells = max(4, width - 25 - spark_cells)
             header = f"{'#':>1} {'memory':<{bar_cells}} {'MiB':>6} {'mem':>4} {'util':>4} {'°C':>4} hist"
         lines = [Text(header, style="dim")]
         if not self._gpus:
@@ -200,3 +200,16 @@ class GpuPanel(Widget):
         history = self._history_mib.get(gpu.index, ())
         line.append(sparkline(history, gpu.memory_total_mib or 0, spark_cells), style=style)
         return line
+
+
+def _columns(width: int) -> tuple[bool, bool, int, int]:
+    """For a panel ``width`` cells wide: whether it is wide (used/total), whether it shows power, the memory
+    bar's cells and the sparkline's."""
+    wide = width >= WIDE_MIN_CELLS
+    power = width >= POWER_MIN_CELLS
+    spark_cells = max(8, min(HISTORY_MAX_CELLS, (width - POWER_MIN_CELLS) // 2)) if power else 6
+    if wide:
+        # Fixed columns: "ii " + " used/total" + " mem%" + " util" + " temp" + " " = 31 cells, + " power".
+        return wide, power, max(4, width - 31 - (6 if power else 0) - spark_cells), spark_cells
+    # Fixed columns: "i " + " MiB" + " mem%" + " util" + " temp " = 25 cells.
+    return wide, power, max(4, width - 25 - spark_cells), spark_cells
