@@ -83,7 +83,8 @@ class ProcDetails:
         return self._psutil
 
     def cgroup(self, stat: ProcStat) -> str | None:
-        """``read_cgroup`` of a process, kept ``CMDLINE_CACHE_S`` (the job rule reads every ancestor's)."""
+        """``parse_cgroup`` of a process's cgroup file (read through ``texts``), kept ``CMDLINE_CACHE_S`` (the
+        job rule reads every ancestor's)."""
         key = (stat.pid, stat.start_ticks)
         now = time.monotonic()
         cached = self._cgroups.get(key)

@@ -395,12 +395,13 @@ class ProcTexts:
         self._texts: dict[str, tuple[int, bytes | None]] = {}
 
     def begin(self) -> None:
-        self._keeping = True
-        self._key = None
-        self._texts = {}
+        self._keep(True)
 
     def end(self) -> None:
-        self._keeping = False
+        self._keep(False)
+
+    def _keep(self, keeping: bool) -> None:
+        self._keeping = keeping
         self._key = None
         self._texts = {}
 
@@ -459,8 +460,9 @@ cgroup_of_text = ParsedBy(parse_cgroup)
 
 
 def read_cgroup(pid: int) -> str | None:
-    """``parse_cgroup`` of a live process (None when it is gone or unreadable)."""
-    data = read_small(f"/proc/{pid}/cgroup")
+    """``parse_cgroup`` of a live process (None when it is gone or unreadable), read as every reader of a
+    cgroup file reads it (``read_capped``, ``CGROUP_MAX_BYTES``)."""
+    data = read_capped(f"/proc/{pid}/cgroup", CGROUP_MAX_BYTES)
     return None if data is None else cgroup_of_text(data)
 
 

@@ -348,10 +348,16 @@ class Proc(Record):
 _PROC_FIELDS = fields(Proc)
 _PER_GPU_KEYED = frozenset({"gpu_memory_mib", *_PER_GPU_PCT})
 """``Proc`` fields keyed by GPU index: JSON keys are strings."""
-_PROC_CONVERTED = frozenset({"cmdline", "listen_ports", "live_threads", PROCESS_OWNER, "waits", "profiler"})
-_PROC_CONVERTED |= _PER_GPU_KEYED
+_PROC_CONVERTED = _PER_GPU_KEYED | {
+    "cmdline",
+    "listen_ports",
+    "live_threads",
+    PROCESS_OWNER,
+    "waits",
+    "profiler",
+}
 """``Proc`` fields whose values are not JSON values as they are (tuples, records, int keys); every other field
-holds a str, a number, a bool or None (``tests/unit/test_model_wire.py`` holds that)."""
+holds a str, a number, a bool or None (``tests/unit/test_model.py`` holds that)."""
 
 
 class ProcMemo:
