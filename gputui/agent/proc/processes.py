@@ -18,7 +18,14 @@ from gputui.agent.proc.procfs import (
     scan_device_holders,
     scan_proc,
 )
-from gputui.agent.proc.proctree import ancestors_of, job_trees, scan_trees, table_facts, tree_root
+from gputui.agent.proc.proctree import (
+    ChildrenBook,
+    ancestors_of,
+    job_trees,
+    scan_trees,
+    table_facts,
+    tree_root,
+)
 from gputui.agent.proc.profiler import ProfilerMarks
 from gputui.agent.proc.statfds import StatFds
 from gputui.agent.proc.waits import ThreadWaits
@@ -33,13 +40,19 @@ from gputui.agent.wire import WIRE_MAX_DEVICE_HOLDERS, WIRE_MAX_PROCESSES, WireB
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable
+    from typing import Any, Callable, Iterable, Tuple
+
+    KeptEntry = Tuple[float, ProcStat, bool, dict[str, Any], dict[str, Any]]
 
 FULL_SWEEP_EVERY = 3
 """Every Nth process sample (and every forced one) reads the stat of every pid on the host; the ones between
 read only the GPU trees (see ``ProcessSampler.sample`` for what they may miss, and for how long)."""
 GHOST_SLACK_MIB = 64
 """Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
+STILL_ENTRY_KEEP_S = 30.0
+"""A listed process that has not run since its entry was made (``ProcStat.unmoved_since``) keeps that entry
+this long: its command line, uid and environment change only by running, so only its cgroup (a move from
+outside) may be this old. A process that ran is described afresh (its details within ``CMDLINE_CACHE_S``)."""
 LAUNCHER_NAMES_KEPT = 4096
 """Process names whose launcher verdict is kept; beyond that (a host that renames processes at will) the memo
 starts again."""
@@ -96,6 +109,10 @@ class ProcessSampler:
         """Of the pids ``sample`` was asked to look for: pid -> start ticks of each that exists (None: it
         exists but cannot be read); the others are gone."""
         self._states: dict[tuple[int, int], tuple[str, float]] = {}
+        self._entries: dict[tuple[int, int], KeptEntry] = {}
+        """(pid, start ticks) -> (made at, monotonic; its stat; in a job; its details; its entry), of the
+        processes listed last: what ``_entry`` may hand out again for a process that has not run since."""
+        self._children = ChildrenBook()
         # Process samples since the last full sweep. A stream's first one lists the GPU trees alone, so that
         # its first snapshot comes before a whole-host sweep; its second one sweeps.
         self._partial_sweeps_done = max(0, self.full_sweep_every - 2)
@@ -142,7 +159,7 @@ class ProcessSampler:
             for gpu in gpus:
                 gpu_pids.update(proc["pid"] for proc in gpu.get("processes") or [] if proc["pid"] > 0)
             known = [p["pid"] for p in self.processes] + list(remembered)
-            table = scan_trees(sorted(gpu_pids), known, self.details.cgroup)
+            table = scan_trees(sorted(gpu_pids), known, self.details.cgroup, self._children)
             self._partial_sweeps_done += 1
         self.last_sweep_full = full
         self._gpu_util.take(gpus)
@@ -273,8 +290,9 @@ class ProcessSampler:
         finally:
             self.owners.texts.end()
         processes.sort(key=lambda proc: proc["pid"])
-        for key in [k for k in self._states if k not in live_keys]:
-            del self._states[key]
+        for book in (self._states, self._entries):
+            for key in [k for k in book if k not in live_keys]:
+                del book[key]
         self.details.forget_except(live_keys)
         self.owners.forget_except(live_keys)
         self.profilers.forget_except(live_keys)
@@ -292,19 +310,39 @@ class ProcessSampler:
         in_job: bool,
         live_keys: set[tuple[int, int]],
     ) -> dict[str, Any]:
-        """One listed process as a snapshot dict."""
+        """One listed process as a snapshot dict: the one made before where the process has not run since
+        (``STILL_ENTRY_KEEP_S``) and it would say the same, else a new one."""
         pid = stat.pid
         key = (pid, stat.start_ticks)
         live_keys.add(key)
+        # What may differ though the process did not run: its CPU share (the window moved), whether it waits.
+        cpu_pct = self._cpu.percent(key, stat.cpu_ticks, now_mono)
+        waits = self._waits.waits(stat, now, in_job)
+        kept = self._entries.get(key)
+        made_at = now_mono
+        if (
+            kept is not None
+            and pid not in gpu_mib
+            and kept[2] == in_job
+            and now_mono - kept[0] < STILL_ENTRY_KEEP_S
+            and stat.state not in ("D", "Z")
+            and stat.unmoved_since(kept[1])
+            and cpu_pct == kept[4].get(PROCESS_CPU_PCT)
+            and waits is None
+        ):
+            made_at, details, entry = kept[0], kept[3], kept[4]
+            taken = budget.take(details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"])
+            if taken == (entry["cmdline"], entry["cmdline_truncated"]):
+                return entry
+        else:
+            details = self.details.details(stat, now)
+            taken = budget.take(details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"])
         seen = self._states.get(key)
         if seen is None or seen[0] != stat.state:
             seen = (stat.state, now)
             self._states[key] = seen
-        details = self.details.details(stat, now)
-        cmdline, truncated = budget.take(
-            details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"]
-        )
-        entry: dict[str, Any] = {
+        cmdline, truncated = taken
+        entry = {
             "pid": pid,
             "ppid": stat.ppid,
             "user": details["user"],
@@ -331,8 +369,8 @@ class ProcessSampler:
         # an absent key as null): a job of hundreds of idle members would carry them on every line.
         for name, value in (
             (PROCESS_LIVE_THREADS, _live_threads(stat)),
-            (PROCESS_CPU_PCT, self._cpu.percent(key, stat.cpu_ticks, now_mono)),
-            (PROCESS_WAITS, self._waits.waits(stat, now, in_job)),
+            (PROCESS_CPU_PCT, cpu_pct),
+            (PROCESS_WAITS, waits),
             (PROCESS_PROFILER, self._profiler(pid, stat, details["cmdline"])),
         ):
             if value is not None:
@@ -341,6 +379,7 @@ class ProcessSampler:
             # A visible GPU process only: never a local pid that only shares the number. A GPU process
             # has every per-GPU key, empty where no GPU has a sample of it.
             entry.update(self._gpu_util.fields(pid))
+        self._entries[key] = (made_at, stat, in_job, details, entry)
         return entry
 
     def _profiler(self, pid: int, stat: ProcStat, cmdline: list[str]) -> dict[str, Any] | None:

@@ -68,6 +68,7 @@ class ProcStat:
         "rss_pages",
         "cpu_ticks",
         "user_ticks",
+        "faults",
     )
 
     def __init__(
@@ -82,6 +83,7 @@ class ProcStat:
         rss_pages: int,
         cpu_ticks: int | None = None,
         user_ticks: int | None = None,
+        faults: int | None = None,
     ) -> None:
         self.pid = pid
         self.name = name
@@ -96,6 +98,33 @@ class ProcStat:
         self.user_ticks = user_ticks
         """User CPU time alone in clock ticks (field 14), None where not read: a thread that runs in the
         kernel and never returns to its program leaves it still (``waits``)."""
+        self.faults = faults
+        """Page faults of all its threads (fields 10 and 12, minor and major), None where not read: counted
+        one by one, they move with a fork (every page the parent writes after it faults) however short."""
+
+    def unmoved_since(self, earlier: ProcStat) -> bool:
+        """Whether this stat line says what ``earlier`` (of the same process) said: no CPU time and no page
+        fault of any of its threads, the same state, name, parent, group, session and rss.
+
+        Such a process has not run in any way the kernel counted, so what only running changes (the
+        children it forks, its uid, environment and, short of a write that faults no page, its command
+        line) is as it was; what changes from outside without it running (its cgroup, an orphan
+        reparented to it) is not told by this.
+        """
+        return (
+            self.cpu_ticks is not None
+            and self.faults is not None
+            and self.faults == earlier.faults
+            and self.cpu_ticks == earlier.cpu_ticks
+            and self.user_ticks == earlier.user_ticks
+            and self.start_ticks == earlier.start_ticks
+            and self.state == earlier.state
+            and self.rss_pages == earlier.rss_pages
+            and self.ppid == earlier.ppid
+            and self.pgrp == earlier.pgrp
+            and self.session == earlier.session
+            and self.name == earlier.name
+        )
 
 
 def parse_stat(pid: int, data: bytes) -> ProcStat | None:
@@ -129,6 +158,7 @@ def parse_stat(pid: int, data: bytes) -> ProcStat | None:
             int(rest[21]),  # field 24: rss in pages
             user_ticks + int(rest[12]),  # fields 14 and 15: utime + stime
             user_ticks,
+            int(rest[7]) + int(rest[9]),  # fields 10 and 12: minflt + majflt
         )
     except ValueError:
         return None

@@ -353,18 +353,48 @@ def job_trees(roots: Iterable[int], table: dict[int, ProcStat]) -> dict[int, lis
     }
 
 
+class ChildrenBook:
+    """The children of each process a tree walk went below, kept with the stat line they were read after.
+
+    A process whose stat line has not moved since (``ProcStat.unmoved_since``: no thread of it took CPU time)
+    has forked nothing, so its children are not read again: a job of hundreds of idle members costs one
+    stat read each, not a read of every thread's children file as well. What comes below a process without
+    it running is not seen from here: an orphan reparented to it as a subreaper. A child that left is
+    dropped by the walk (its stat is gone or names another parent).
+    """
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[ProcStat, list[int]]] = {}
+
+    def children(self, stat: ProcStat) -> list[int]:
+        """The pids of ``stat``'s process's children (``read_children``, or as read while it was still)."""
+        kept = self._kept.get(stat.pid)
+        if kept is not None and stat.unmoved_since(kept[0]):
+            return kept[1]
+        found = read_children(stat.pid)
+        self._kept[stat.pid] = (stat, found)
+        return found
+
+    def keep_only(self, pids: Iterable[int]) -> None:
+        """Forget every process but ``pids``."""
+        live = set(pids)
+        self._kept = {pid: kept for pid, kept in self._kept.items() if pid in live}
+
+
 def scan_trees(
     tree_pids: Iterable[int],
     known_pids: Iterable[int] = (),
     cgroup_of: Callable[[ProcStat], str | None] | None = None,
+    book: ChildrenBook | None = None,
 ) -> dict[int, ProcStat]:
     """The part of the process table around some processes, without reading every pid on the host.
 
     Reads ``tree_pids`` and ``known_pids``, the parent chain of each up to pid 1, and everything below the
     tree root (``job_root``: the highest ancestor still part of the job) of each of ``tree_pids`` by
-    /proc/<pid>/task/*/children. Members of a process group that are not descendants (a double-forked
-    grandchild reparented away) are included only if they are among ``known_pids``. ``cgroup_of`` reads a
-    process's cgroup (default: from /proc, uncached).
+    /proc/<pid>/task/*/children (through ``book`` where one is given: those of a still process as read
+    before; ``book`` keeps only the processes of this table). Members of a process group that are not
+    descendants (a double-forked grandchild reparented away) are included only if they are among
+    ``known_pids``. ``cgroup_of`` reads a process's cgroup (default: from /proc, uncached).
     """
     table: dict[int, ProcStat] = {}
 
@@ -391,14 +421,18 @@ def scan_trees(
 
     def below(pid: int) -> list[int]:
         parent = table.get(pid)
+        if parent is None:
+            return []
         found = []
-        for child in read_children(pid):
+        for child in read_children(pid) if book is None else book.children(parent):
             stat = add(child)
-            if stat is None:
+            if stat is None or stat.ppid != pid:
                 continue
-            if not leads_own_session(child, stat.session, None if parent is None else parent.session):
+            if not leads_own_session(child, stat.session, parent.session):
                 found.append(child)
         return found
 
     walk(roots, below)
+    if book is not None:
+        book.keep_only(table)
     return table

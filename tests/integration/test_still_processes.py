@@ -1,0 +1,239 @@
+"""Processes that have not run since the last process sample are not described again.
+
+A GPU job of hundreds of idle members (data-loader helpers, a launcher's children) would otherwise cost every
+member's files on every process sample. A member whose stat line has not moved (``ProcStat.unmoved_since``:
+no CPU time, no page fault, the same state, rss and parents) keeps its entry, and its children as read last,
+for up to ``STILL_ENTRY_KEEP_S``; one that ran, forked or changed is read afresh. Real processes throughout:
+the "GPU process" is a real child that the test names as the holder of GPU 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from gputui.agent.proc import processes, proctree
+from gputui.agent.proc.processes import ProcessSampler
+from gputui.agent.proc.procfs import children_file_supported, read_stat
+from gputui.agent.proc.proctree import ChildrenBook, scan_trees
+from gputui.agent.protocol import PROCESS_CPU_PCT
+from tests.integration._procs import state_of, wait_for
+
+# A job's root: forks a child for every line on stdin (blocked in the read meanwhile: it takes no CPU time),
+# a busy child for a line "busy", and reports each child's pid on stdout.
+FORKER = r"""
+import os, sys, time
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    pid = os.fork()
+    if pid == 0:
+        if line.strip() == "busy":
+            while True:
+                sum(range(20000))
+                time.sleep(0.01)
+        time.sleep(600)
+        os._exit(0)
+    sys.stdout.write(f"{pid}\n")
+    sys.stdout.flush()
+"""
+
+
+class Forker:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.children: list[int] = []
+        self.busy: int | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def fork(self, kind: str = "idle") -> int:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.write(kind + "\n")
+        self.proc.stdin.flush()
+        child = int(self.proc.stdout.readline())
+        self.children.append(child)
+        wait_for(lambda: state_of(child) in ("S", "R"), "the child running")
+        return child
+
+    def still(self) -> None:
+        """Wait until the root and every child show a stat line twice the same (the forks settled)."""
+        quiet = [self.pid] + [c for c in self.children if c != self.busy]
+
+        def settled() -> bool:
+            first = {pid: read_stat(pid) for pid in quiet}
+            time.sleep(0.3)
+            return all(
+                (now := read_stat(pid)) is not None
+                and (was := first[pid]) is not None
+                and now.unmoved_since(was)
+                for pid in quiet
+            )
+
+        wait_for(settled, "the job's idle processes still")
+
+    def close(self) -> None:
+        for child in self.children:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.kill()
+        self.proc.wait()
+        for child in self.children:  # reparented to init (or a subreaper) once the root is gone
+            wait_for(lambda child=child: state_of(child) in (None, "Z"), "the child gone")
+
+
+@pytest.fixture
+def job() -> Iterator[Forker]:
+    assert children_file_supported(), "this kernel lacks /proc/<pid>/task/<tid>/children"
+    forker = Forker()
+    try:
+        yield forker
+    finally:
+        forker.close()
+
+
+def gpus_held_by(pid: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "index": 0,
+            "uuid": "GPU-still",
+            "memory_total_mib": 49152,
+            "memory_used_mib": 1003,
+            "memory_reserved_mib": 0,
+            "processes": [{"pid": pid, "used_mib": 1000, "type": "compute"}],
+        }
+    ]
+
+
+def listed(sampler: ProcessSampler, holder: int, full: bool) -> dict[int, dict[str, Any]]:
+    sampler.sample(gpus_held_by(holder), time.time(), full=full)
+    return {p["pid"]: p for p in sampler.processes}
+
+
+def test_a_still_member_keeps_its_entry_and_one_that_runs_gets_a_new_one(job: Forker) -> None:
+    idle = job.fork()
+    job.busy = job.fork("busy")
+    job.still()
+    sampler = ProcessSampler(child_pid_namespace=False)
+    try:
+        listed(sampler, job.pid, full=True)  # the first CPU share is unknown (None), the next 0.0
+        time.sleep(0.2)
+        first = listed(sampler, job.pid, full=True)
+        time.sleep(0.5)
+        second = listed(sampler, job.pid, full=False)
+        third = listed(sampler, job.pid, full=True)
+    finally:
+        sampler.close()
+    assert {idle, job.busy} <= set(first)
+    # The idle member: the very entry made first, through a partial and a full sweep.
+    assert second[idle] is first[idle]
+    assert third[idle] is first[idle]
+    # The busy one ran: described afresh, with the CPU it took.
+    assert second[job.busy] is not first[job.busy]
+    assert (second[job.busy].get(PROCESS_CPU_PCT) or 0) > 0
+    # The GPU process is always new: its GPU figures are this sample's.
+    assert second[job.pid] is not first[job.pid]
+    # What the kept entry says is what a new description says.
+    fresh = ProcessSampler(child_pid_namespace=False)
+    try:
+        again = listed(fresh, job.pid, full=True)[idle]
+    finally:
+        fresh.close()
+    same = ("ppid", "user", "uid", "state", "name", "cmdline", "start_ticks", "rss_kib", "cgroup", "owner")
+    for field in same:
+        assert again[field] == first[idle][field], field
+
+
+def test_an_entry_is_made_again_once_it_is_older_than_the_limit(
+    job: Forker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    idle = job.fork()
+    job.still()
+    monkeypatch.setattr(processes, "STILL_ENTRY_KEEP_S", 0.2)
+    sampler = ProcessSampler(child_pid_namespace=False)
+    try:
+        listed(sampler, job.pid, full=True)  # the first CPU share is unknown (None), the next 0.0
+        first = listed(sampler, job.pid, full=True)
+        second = listed(sampler, job.pid, full=True)
+        time.sleep(0.3)
+        third = listed(sampler, job.pid, full=True)
+    finally:
+        sampler.close()
+    assert second[idle] is first[idle]
+    assert third[idle] is not first[idle]
+    assert third[idle]["cmdline"] == first[idle]["cmdline"]
+
+
+def test_a_still_root_keeps_its_children_and_a_fork_is_seen(
+    job: Forker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first_child = job.fork()
+    job.still()
+    reads: list[int] = []
+    real = proctree.read_children
+
+    def counted(pid: int) -> list[int]:
+        reads.append(pid)
+        return real(pid)
+
+    monkeypatch.setattr(proctree, "read_children", counted)
+    book = ChildrenBook()
+    assert set(scan_trees([job.pid], book=book)) >= {job.pid, first_child}
+    assert job.pid in reads
+    reads.clear()
+    assert set(scan_trees([job.pid], book=book)) >= {job.pid, first_child}
+    # Both still: nothing read below them.
+    assert job.pid not in reads
+    assert first_child not in reads
+    # A fork makes the root run: its children are read again, and the new one is in the table.
+    second_child = job.fork()
+    reads.clear()
+    table = scan_trees([job.pid], book=book)
+    assert job.pid in reads
+    assert {first_child, second_child} <= set(table)
+    # A child that is gone (killed and reaped by no one: a zombie until its parent goes) is still below
+    # it; one whose pid names another parent now never is.
+    os.kill(first_child, signal.SIGKILL)
+    wait_for(lambda: state_of(first_child) in (None, "Z"), "the first child dead")
+    table = scan_trees([job.pid], book=book)
+    assert table[job.pid].pid == job.pid
+    assert all(stat.ppid == job.pid for pid, stat in table.items() if pid in (first_child, second_child))
+
+
+def test_the_book_forgets_processes_the_table_no_longer_has(
+    job: Forker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job.fork()
+    job.still()
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        book = ChildrenBook()
+        scan_trees([job.pid], book=book)
+        reads: list[int] = []
+        real = proctree.read_children
+        monkeypatch.setattr(proctree, "read_children", lambda pid: reads.append(pid) or real(pid))
+        root = read_stat(job.pid)
+        assert root is not None
+        book.children(root)
+        assert reads == []  # kept
+        scan_trees([other.pid], book=book)  # a walk that does not reach the job
+        book.children(root)
+        assert reads.count(job.pid) == 1  # forgotten, so read again
+    finally:
+        other.kill()
+        other.wait()
