@@ -18,7 +18,7 @@ from gputui.agent.gpu.fitness import FitnessMonitor
 from gputui.agent.proc.details import psutil_installed
 from gputui.agent.proc.exits import ExitWatch
 from gputui.agent.proc.jobmemory import MAX_SEGMENTS, JobMemory
-from gputui.agent.proc.leftovers import job_leftovers, still_left
+from gputui.agent.proc.leftovers import LiveLooks, still_left
 from gputui.agent.proc.ports import Listeners
 from gputui.agent.proc.processes import FULL_SWEEP_EVERY, ProcessSampler
 from gputui.agent.proc.procfs import in_child_pid_namespace, json_safe, read_boot_id
@@ -133,6 +133,8 @@ class Agent:
         self._lock = threading.RLock()
         self._use_psutil = bool(use_psutil) and psutil_installed()
         self.processes = ProcessSampler(self.child_pid_namespace, full_sweep_every, health_launcher_like_name)
+        self._looks = LiveLooks()
+        """What live jobs may leave behind, looked at every ``jobmemory.SEGMENT_SCAN_S``."""
         self._processes_time: float | None = None
         self._processes_mono = -1e18
         self.last_sample_mono: float | None = None
@@ -271,8 +273,11 @@ class Agent:
                 listed = None if self._backend.host_error is not None else gpus
                 if listed is not None:
                     memory.note(sampler.jobs, sampler.processes, gpus, now)
-                    for key, pids in memory.scans_due(now):
-                        memory.add_leftovers(key, job_leftovers(pids, MAX_SEGMENTS))
+                    looks_due = memory.scans_due(now)
+                    if looks_due:
+                        stats, uids, host = sampler.stats_read(), sampler.uids_listed(), sampler.host_table()
+                    for key, pids in looks_due:
+                        memory.add_leftovers(key, self._looks.look(pids, MAX_SEGMENTS, stats, uids, host))
                 self._remembered = memory.wire(sampler.remembered, listed, still_left)
                 if sampler.last_sweep_full and (self.discover_health or self._endpoints is not None):
                     # With the whole-host sweeps only: a new launcher is found within full_sweep_every

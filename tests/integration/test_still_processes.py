@@ -3,23 +3,27 @@
 A GPU job of hundreds of idle members (data-loader helpers, a launcher's children) would otherwise cost every
 member's files on every process sample. A member whose stat line has not moved (``ProcStat.unmoved_since``:
 no CPU time, no page fault, the same state, rss and parents) keeps its entry, and its children as read last,
-for up to ``STILL_ENTRY_KEEP_S``; one that ran, forked or changed is read afresh. Real processes throughout:
+for up to ``STILL_ENTRY_KEEP_S``, and one that held nothing in /dev/shm at the last live look
+(``leftovers.LiveLooks``) is not looked at again; one that ran, forked or changed is read afresh. Real
+processes throughout:
 the "GPU process" is a real child that the test names as the holder of GPU 0.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gputui.agent.proc import processes, proctree
+from gputui.agent.proc import leftovers, processes, proctree
 from gputui.agent.proc.processes import ProcessSampler
 from gputui.agent.proc.procfs import children_file_supported, read_stat
 from gputui.agent.proc.proctree import ChildrenBook, scan_trees
@@ -237,3 +241,74 @@ def test_the_book_forgets_processes_the_table_no_longer_has(
     finally:
         other.kill()
         other.wait()
+
+
+# A job member that opens a file in the shm folder (argv[1]) for each line on stdin and keeps it open.
+OPENER = r"""
+import os, sys
+kept = []
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    kept.append(open(os.path.join(sys.argv[1], line.strip()), "w"))
+    sys.stdout.write("ok\n")
+    sys.stdout.flush()
+"""
+
+
+def test_a_live_look_skips_still_members_that_held_nothing_and_sees_what_one_opens(
+    job: Forker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    monkeypatch.setenv(leftovers.TEST_SHM_ENV, str(shm))
+    idle = job.fork()
+    opener = subprocess.Popen(
+        [sys.executable, "-c", OPENER, str(shm)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    daemon_binary = tmp_path / leftovers.MPS_CONTROL
+    shutil.copy("/bin/sleep", daemon_binary)
+    daemon = subprocess.Popen([str(daemon_binary), "600"], start_new_session=True)  # noqa: S603
+    try:
+        assert opener.stdin is not None
+        assert opener.stdout is not None
+        job.still()
+        members = [job.pid, idle, opener.pid]
+        looked: list[int] = []
+        real = leftovers._held_paths
+        monkeypatch.setattr(
+            leftovers, "_held_paths", lambda pid, folder: looked.append(pid) or real(pid, folder)
+        )
+        looks = leftovers.LiveLooks()
+        uids = {os.getpid(): os.getuid()}
+
+        def look(host: dict[int, Any] | None = None) -> dict[str, Any]:
+            looked.clear()
+            stats = {pid: stat for pid in members if (stat := read_stat(pid)) is not None}
+            return looks.look(members, 16, stats, uids, host)
+
+        found = look()
+        assert sorted(looked) == sorted(members)
+        assert found["segments"] == []
+        assert [d["pid"] for d in found["mps"]] == [daemon.pid]  # every pid read: the daemon by its name
+        wait_for(lambda: (look(), not looked)[1], "no member looked at again once all are still")
+        opener.stdin.write("sgl_shm_0\n")
+        opener.stdin.flush()
+        assert opener.stdout.readline() == "ok\n"
+        found = look()
+        assert opener.pid in looked  # it ran
+        assert idle not in looked
+        assert [s["name"] for s in found["segments"]] == ["sgl_shm_0"]
+        found = look()
+        assert looked == [opener.pid]  # what is held is looked at every time
+        assert [s["name"] for s in found["segments"]] == ["sgl_shm_0"]
+        # The MPS daemons by name from a host table (each read again); one that table lacks is not found.
+        host = {pid: stat for pid in (daemon.pid, job.pid) if (stat := read_stat(pid)) is not None}
+        assert [d["pid"] for d in look(host)["mps"]] == [daemon.pid]
+        assert look({job.pid: host[job.pid]})["mps"] == []
+    finally:
+        opener.kill()
+        opener.wait()
+        daemon.kill()
+        daemon.wait()

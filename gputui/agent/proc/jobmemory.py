@@ -431,7 +431,7 @@ class JobMemory:
         return due
 
     def add_leftovers(self, key: tuple[int, int], found: dict[str, Any]) -> None:
-        """Keep what a job may leave behind (``leftovers.job_leftovers``): the /dev/shm segments its members
+        """Keep what a job may leave behind (``leftovers.LiveLooks.look``): the /dev/shm segments its members
         had open or mapped (by device and inode) and its users' MPS control daemons (by pid and start)."""
         job = self._jobs.get(key)
         if job is None:

@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import os
 
-from gputui.agent.proc.procfs import fd_links, file_identity, mapped_paths, read_real_uid, read_stat
+from gputui.agent.proc.procfs import (
+    ProcStat,
+    fd_links,
+    file_identity,
+    mapped_paths,
+    read_real_uid,
+    read_stat,
+)
 from gputui.agent.proc.profiler import STREAM_SUFFIX, still_unfinished, unfinished_reports
 from gputui.agent.wire import wire_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Iterable
+    from typing import Any, Iterable, Mapping
 
 SHM_DIR = "/dev/shm"  # noqa: S108 - read and checked here, never a place to create files
 TEST_SHM_ENV = "GPUTUI_TEST_SHM_DIR"
@@ -86,16 +93,18 @@ def usage() -> dict[str, Any] | None:
     return {"dir": shm_dir(), "total_bytes": total, "used_bytes": used}
 
 
-def _mps_daemons(uids: set[int]) -> list[dict[str, Any]]:
-    daemons = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in names:
-        if not name.isdigit():
-            continue
-        info = read_stat(int(name))
+def _mps_daemons(uids: set[int], host: Mapping[int, ProcStat] | None = None) -> list[dict[str, Any]]:
+    """The MPS control daemons run by ``uids``: every pid read, or those ``host`` names so, read again."""
+    daemons: list[dict[str, Any]] = []
+    if host is not None:
+        pids = [pid for pid, stat in host.items() if stat.name == MPS_COMM]
+    else:
+        try:
+            pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return daemons
+    for pid in pids:
+        info = read_stat(pid)
         if info is None or info.name != MPS_COMM:
             continue
         uid = read_real_uid(info.pid)
@@ -196,11 +205,55 @@ def daemons_alive(mps: Iterable[Any]) -> list[dict[str, Any]]:
     return alive
 
 
-def job_leftovers(pids: Iterable[int], max_segments: int) -> dict[str, Any]:
-    """What a live job may leave behind, looked at while it runs: ``{"segments": [...], "mps": [...]}``."""
-    pids = list(pids)
-    uids = {uid for uid in map(read_real_uid, pids) if uid is not None}
-    return {"segments": segments_held(pids, max_segments), "mps": _mps_daemons(uids)}
+class LiveLooks:
+    """Looks at what live jobs may leave behind (``look``), with what one look tells the next.
+
+    A member that had nothing open or mapped in /dev/shm at the last look and has not run since
+    (``ProcStat.unmoved_since``) still has nothing there: opening and mapping take running. So a job of
+    hundreds of idle members has only the members that ran, or that held something, looked at again; what
+    is held is always read afresh (the file at a path may have been replaced meanwhile). Not thread-safe: the
+    collector's sampling owns it.
+    """
+
+    def __init__(self) -> None:
+        self._held_nothing: dict[int, ProcStat] = {}
+
+    def look(
+        self,
+        pids: Iterable[int],
+        max_segments: int,
+        stats: Mapping[int, ProcStat],
+        uids: Mapping[int, int],
+        host: Mapping[int, ProcStat] | None,
+    ) -> dict[str, Any]:
+        """What a live job may leave behind, looked at while it runs: ``{"segments": [...], "mps": [...]}``.
+
+        Args:
+            pids: The job's members.
+            stats: Stat lines read this sample (a member without one is looked at in full).
+            uids: The real uid of members already read this sample (the others' are read here).
+            host: A recent stat line of every process on the host, where the MPS daemons are looked for by
+                name (each then read again); None: every pid is read.
+        """
+        folder = shm_dir()
+        paths: set[str] = set()
+        members = list(pids)
+        for pid in members:
+            stat = stats.get(pid)
+            was = self._held_nothing.get(pid)
+            if stat is not None and was is not None and stat.unmoved_since(was):
+                continue
+            held = _held_paths(pid, folder)
+            paths |= held
+            if held or stat is None:
+                self._held_nothing.pop(pid, None)
+            else:
+                self._held_nothing[pid] = stat
+        for pid in [p for p in self._held_nothing if p not in stats]:
+            del self._held_nothing[pid]
+        users = {uids[pid] if pid in uids else read_real_uid(pid) for pid in members}
+        segments = [d for d in (_describe(p) for p in sorted(paths)[:max_segments]) if d is not None]
+        return {"segments": segments, "mps": _mps_daemons({u for u in users if u is not None}, host)}
 
 
 def still_left(recorded: dict[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,8 @@ class ProcessSampler:
         """(pid, start ticks) -> (made at, monotonic; its stat; in a job; its details; its entry), of the
         processes listed last: what ``_entry`` may hand out again for a process that has not run since."""
         self._children = ChildrenBook()
+        self._table: dict[int, ProcStat] = {}
+        self._table_cached: set[int] = set()
         # Process samples since the last full sweep. A stream's first one lists the GPU trees alone, so that
         # its first snapshot comes before a whole-host sweep; its second one sweeps.
         self._partial_sweeps_done = max(0, self.full_sweep_every - 2)
@@ -173,6 +175,8 @@ class ProcessSampler:
         if full:  # what is listed is read fresh, not taken from the sweep's cache (rss changes unseen)
             self._stat_fds.refresh(chosen, table)
             chosen = [pid for pid in chosen if pid in table]
+        self._table = table
+        self._table_cached = set(self._stat_fds.from_cache) if full else set()
         self.processes = self._describe(chosen, table, gpu_mib, now)
         self.omitted = omitted
         # A suspected ghost always makes a full sweep (above), so this scans every pid.
@@ -180,6 +184,19 @@ class ProcessSampler:
         if holders is not None and self.probe_pids:
             holders = [h for h in holders if h["pid"] not in self.probe_pids]
         self.device_holders = None if holders is None else holders[:WIRE_MAX_DEVICE_HOLDERS]
+
+    def stats_read(self) -> dict[int, ProcStat]:
+        """The stat lines the last process sample read (a whole-host sweep's cached ones left out)."""
+        cached = self._table_cached
+        return {pid: stat for pid, stat in self._table.items() if pid not in cached}
+
+    def host_table(self) -> dict[int, ProcStat] | None:
+        """Every process of the last whole-host sweep (None before the first one)."""
+        return self._full_table
+
+    def uids_listed(self) -> dict[int, int]:
+        """pid -> real uid of each process the last list has one for."""
+        return {p["pid"]: p["uid"] for p in self.processes if isinstance(p.get("uid"), int)}
 
     def leave_out_probes(
         self, gpus: list[dict[str, Any]], now: float, table: dict[int, ProcStat] | None = None
