@@ -18,6 +18,7 @@ from typing import Any
 from rich.text import Text
 from textual import events
 from textual.app import App, SystemCommand
+from textual.driver import Driver
 from textual.notifications import Notification
 from textual.screen import Screen
 
@@ -187,6 +188,18 @@ class GpuTuiApp(RecordingActions, App[int]):
         self._theme = theme or (theme_store.load() if theme_store is not None else None)
 
     # -- life ------------------------------------------------------------------------------------------
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's driver, its Linux one with an input thread that sleeps until a key comes
+        (``quiet_input``)."""
+        driver_class = super().get_driver_class()
+        from textual.drivers.linux_driver import LinuxDriver
+
+        if driver_class is LinuxDriver:
+            from gputui.ui.quiet_input import QuietLinuxDriver
+
+            return QuietLinuxDriver
+        return driver_class
 
     def on_mount(self) -> None:
         if self._theme is not None and self._theme in self.available_themes:
