@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gputui.agent.proc import leftovers, processes, proctree
+from gputui.agent.proc import details, leftovers, owners, processes, proctree
 from gputui.agent.proc.processes import ProcessSampler
 from gputui.agent.proc.procfs import children_file_supported, read_stat
 from gputui.agent.proc.proctree import ChildrenBook, scan_trees
@@ -163,24 +163,41 @@ def test_a_still_member_keeps_its_entry_and_one_that_runs_gets_a_new_one(job: Fo
         assert again[field] == first[idle][field], field
 
 
-def test_an_entry_is_made_again_once_it_is_older_than_the_limit(
-    job: Forker, monkeypatch: pytest.MonkeyPatch
+def test_a_still_members_cgroup_is_read_again_after_the_limit_and_a_move_makes_a_new_entry(
+    job: Forker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A cgroup changes from outside, with no run of the process: what a still entry may not keep past the
+    limit. The cgroup and environment files are read from a planted /proc (stat lines from the real one)."""
     idle = job.fork()
     job.still()
-    monkeypatch.setattr(processes, "STILL_ENTRY_KEEP_S", 0.2)
-    sampler = ProcessSampler(child_pid_namespace=False)
+    planted = tmp_path / "proc"
+    for pid in (job.pid, idle):
+        (planted / str(pid)).mkdir(parents=True)
+        (planted / str(pid) / "environ").write_bytes(b"")
+        (planted / str(pid) / "cgroup").write_text("0::/job.slice/first.scope\n")
+    for module, name in (
+        (processes, "STILL_ENTRY_KEEP_S"),
+        (details, "CMDLINE_CACHE_S"),
+        (owners, "CGROUP_CACHE_S"),
+    ):
+        monkeypatch.setattr(module, name, 0.2)
+    sampler = ProcessSampler(child_pid_namespace=False, owners=owners.OwnerReader(proc_root=str(planted)))
     try:
         listed(sampler, job.pid, full=True)  # the first CPU share is unknown (None), the next 0.0
-        first = listed(sampler, job.pid, full=True)
-        second = listed(sampler, job.pid, full=True)
+        first = listed(sampler, job.pid, full=True)[idle]
+        assert first["cgroup"] == "/job.slice/first.scope"
+        (planted / str(idle) / "cgroup").write_text("0::/job.slice/moved.scope\n")
+        assert listed(sampler, job.pid, full=True)[idle] is first  # within the limit: not read
         time.sleep(0.3)
-        third = listed(sampler, job.pid, full=True)
+        moved = listed(sampler, job.pid, full=True)[idle]
+        assert moved is not first
+        assert moved["cgroup"] == "/job.slice/moved.scope"
+        assert moved["owner"]["kind"] == owners.OWNER_UNIT
+        assert moved["owner"]["id"] == "moved.scope"
+        time.sleep(0.3)
+        assert listed(sampler, job.pid, full=True)[idle] is moved  # read again, the same: kept
     finally:
         sampler.close()
-    assert second[idle] is first[idle]
-    assert third[idle] is not first[idle]
-    assert third[idle]["cmdline"] == first[idle]["cmdline"]
 
 
 def test_a_still_root_keeps_its_children_and_a_fork_is_seen(

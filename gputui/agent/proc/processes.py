@@ -50,9 +50,10 @@ read only the GPU trees (see ``ProcessSampler.sample`` for what they may miss, a
 GHOST_SLACK_MIB = 64
 """Used memory may exceed the sum of listed processes by this much before /dev/nvidia* holders are scanned."""
 STILL_ENTRY_KEEP_S = 30.0
-"""A listed process that has not run since its entry was made (``ProcStat.unmoved_since``) keeps that entry
-this long: its command line, uid and environment change only by running, so only its cgroup (a move from
-outside) may be this old. A process that ran is described afresh (its details within ``CMDLINE_CACHE_S``)."""
+"""A listed process that has not run since its entry was made (``ProcStat.unmoved_since``) keeps that entry:
+its command line, uid and environment change only by running. What changes from outside, its cgroup (and
+the owner it makes), is read again this often. A process that ran is described afresh (its details within
+``CMDLINE_CACHE_S``)."""
 LAUNCHER_NAMES_KEPT = 4096
 """Process names whose launcher verdict is kept; beyond that (a host that renames processes at will) the memo
 starts again."""
@@ -341,13 +342,14 @@ class ProcessSampler:
             kept is not None
             and pid not in gpu_mib
             and kept[2] == in_job
-            and now_mono - kept[0] < STILL_ENTRY_KEEP_S
             and stat.state not in ("D", "Z")
             and stat.unmoved_since(kept[1])
             and cpu_pct == kept[4].get(PROCESS_CPU_PCT)
             and waits is None
+            and self._still_described(kept, stat, now_mono)
         ):
-            made_at, details, entry = kept[0], kept[3], kept[4]
+            details, entry = kept[3], kept[4]
+            made_at = self._entries[key][0]  # as ``_still_described`` left it
             taken = budget.take(details["cmdline"], details["cmdline_truncated"], details["cmdline_bytes"])
             if taken == (entry["cmdline"], entry["cmdline_truncated"]):
                 return entry
@@ -398,6 +400,21 @@ class ProcessSampler:
             entry.update(self._gpu_util.fields(pid))
         self._entries[key] = (made_at, stat, in_job, details, entry)
         return entry
+
+    def _still_described(self, kept: KeptEntry, stat: ProcStat, now_mono: float) -> bool:
+        """Whether a still process's kept entry says what it would now: after ``STILL_ENTRY_KEEP_S`` its
+        cgroup (which changes from outside) is read again, and the entry's time starts again if it and the
+        owner it makes are the same."""
+        made_at, _stat, in_job, details, entry = kept
+        if now_mono - made_at < STILL_ENTRY_KEEP_S:
+            return True
+        if self.details.cgroup(stat) != entry["cgroup"]:
+            return False
+        owner = self.owners.owner(stat.pid, stat.start_ticks, details["user"], details["uid"])
+        if owner != entry[PROCESS_OWNER]:
+            return False
+        self._entries[(stat.pid, stat.start_ticks)] = (now_mono, stat, in_job, details, entry)
+        return True
 
     def _profiler(self, pid: int, stat: ProcStat, cmdline: list[str]) -> dict[str, Any] | None:
         """``PROCESS_PROFILER`` of a process of a GPU job, or of a job whose memory is gone (its profiler
