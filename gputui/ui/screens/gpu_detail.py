@@ -22,7 +22,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from gputui.core.link import HostLink, process_text
 from gputui.core.model import Gpu, GpuPoint, HostSnapshot, Proc
@@ -33,6 +33,7 @@ from gputui.ui.session.tasks import spawn
 from gputui.ui.widgets.fitness_text import fitness_text
 from gputui.ui.widgets.fmt import DASH, command_text, dash, duration, figure_text, safe_text
 from gputui.ui.widgets.history_chart import HistoryChart
+from gputui.ui.widgets.key_footer import KeyFooter
 from gputui.ui.widgets.process_memory import process_memory_text
 from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
@@ -151,7 +152,7 @@ class GpuDetailScreen(Screen[None]):
             yield Static(id="gpu-process-memory")
             with VerticalScroll(id="gpu-holders-box"):
                 yield Static(id="gpu-holders")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#gpu-holders-box").border_title = f"Processes on GPU {self.index}"

@@ -42,6 +42,7 @@ from gputui.ui.widgets.fmt import screen_rows
 from gputui.ui.widgets.gpu_panel import GpuPanel
 from gputui.ui.widgets.host_bar import HostBar
 from gputui.ui.widgets.hosts_overview import HostsOverview
+from gputui.ui.widgets.key_footer import KeyFooter
 from gputui.ui.widgets.process_table import SORT_MODES, ProcessTable
 from gputui.ui.widths import NARROW_MAX_CELLS, STACKED_BELOW_CELLS
 
@@ -170,7 +171,7 @@ class MonitorView(Screen[None]):
                     yield ProcessTable(id="procs")
             yield CleanSlateLine(id="clean")
             yield FilterBar(id="filter")
-        yield Footer(compact=self.app.size.width < FOOTER_ROOMY_CELLS)
+        yield KeyFooter(compact=self.app.size.width < FOOTER_ROOMY_CELLS)
 
     def on_mount(self) -> None:
         self.query_one(GpuPanel).border_title = "GPUs"
