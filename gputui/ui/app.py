@@ -34,11 +34,6 @@ from gputui.transports.ssh.hostkeys import trust as ssh_hostkeys
 from gputui.transports.ssh.hostkeys.knownhosts import UnknownHostKey
 from gputui.ui import keymap
 from gputui.ui.recording_actions import RecordingActions
-from gputui.ui.screens.choose_owner import ChooseOwnerScreen
-from gputui.ui.screens.confirm_kill import ConfirmKillScreen
-from gputui.ui.screens.confirm_reset import ConfirmResetScreen
-from gputui.ui.screens.fleet import FleetScreen
-from gputui.ui.screens.host_key import HostKeyScreen
 from gputui.ui.screens.monitor import MonitorScreen
 from gputui.ui.session.cleancheck import CleanChecks
 from gputui.ui.session.context import Session, Settings, Surface, TextFetcher
@@ -46,6 +41,13 @@ from gputui.ui.session.hosts import HostKeyAcceptor, Hosts, HostState
 from gputui.ui.session.killflow import KillFlow
 from gputui.ui.session.recorder import SessionRecorder
 from gputui.ui.theme import ThemeStore
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from gputui.ui.screens.fleet import FleetScreen
+
+# The dialogs are imported when one is first shown, the fleet view by whoever builds it: the first screen
+# needs none of them, and each module loaded is resident for the whole run.
 
 Clock = Callable[[], float]
 FLEET_SCREEN = "fleet"
@@ -272,14 +274,20 @@ class GpuTuiApp(RecordingActions, App[int]):
         fetch_text: TextFetcher,
         decided: Callable[[bool | None], None],
     ) -> None:
+        from gputui.ui.screens.confirm_kill import ConfirmKillScreen
+
         self.push_screen(ConfirmKillScreen(plan, snapshot, fetch_text), decided)
 
     def _choose_owner(
         self, target: str, owners: Sequence[Owner], picked: Callable[[tuple[str, str] | None], None]
     ) -> None:
+        from gputui.ui.screens.choose_owner import ChooseOwnerScreen
+
         self.push_screen(ChooseOwnerScreen(target, owners), picked)
 
     def _confirm_reset(self, plan: ResetPlan, decided: Callable[[bool | None], None]) -> None:
+        from gputui.ui.screens.confirm_reset import ConfirmResetScreen
+
         self.push_screen(ConfirmResetScreen(plan), decided)
 
     def _notify(self, message: str, severity: str, title: str, operation: str | None) -> None:
@@ -400,6 +408,8 @@ class GpuTuiApp(RecordingActions, App[int]):
                     severity="warning",
                     title="host key",
                 )
+
+        from gputui.ui.screens.host_key import HostKeyScreen
 
         self.push_screen(HostKeyScreen(target, error), decided)
 

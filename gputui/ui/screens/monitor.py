@@ -15,8 +15,6 @@ from textual.widgets import Footer, Input
 
 from gputui.core.text import visible
 from gputui.ui import keymap
-from gputui.ui.screens.gpu_detail import GpuDetailScreen
-from gputui.ui.screens.help import HelpScreen
 from gputui.ui.screens.monitor_view import MonitorView
 from gputui.ui.session.cleancheck import CleanChecks
 from gputui.ui.session.context import Session
@@ -269,6 +267,9 @@ class MonitorScreen(MonitorView):
             escalate_s=session.settings.escalate_s,
             replay=session.settings.replay,
         )
+        # Loaded when first shown, as the GPU view is: the first screen has no use for either.
+        from gputui.ui.screens.help import HelpScreen
+
         self.app.push_screen(HelpScreen(rows, session.settings.read_only))
 
     # -- messages from the widgets ---------------------------------------------------------------------
@@ -295,6 +296,8 @@ class MonitorScreen(MonitorView):
     def on_gpu_panel_opened(self, message: GpuPanel.Opened) -> None:
         host = self.active
         if host is not None:
+            from gputui.ui.screens.gpu_detail import GpuDetailScreen
+
             self.app.push_screen(GpuDetailScreen(self.session, host.target, message.index))
 
     def on_health_panel_rows_changed(self, _message: EndpointPanel.RowsChanged) -> None:
