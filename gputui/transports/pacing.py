@@ -9,14 +9,21 @@ any other thread, and in one-shot commands, ``pace()`` does nothing.
 
 ``loads`` is ``json.loads`` for large answers: the first levels of objects and arrays are walked here and
 every element below them is decoded by the C decoder on its own, with a ``pace()`` between slices.
+
+The cyclic garbage collector cannot be sliced: a full collection walks every object of the process, the UI's
+included, in one go while it holds the interpreter. A large answer's containers (a 500-host answer makes over
+a hundred thousand, alive until it is parsed) fill the young generations and set off such collections over
+and over while it is read; ``collector_paused`` keeps the collector out of that work.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -38,6 +45,37 @@ def pace() -> None:
 def paced_by(hook: Callable[[], None] | None) -> None:
     """Make ``pace()`` on this thread call ``hook`` (None: do nothing again)."""
     _local.hook = hook
+
+
+_collector_lock = threading.Lock()
+_collector_pauses = 0
+_collector_was_on = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while the block runs, then as it was.
+
+    For work that makes many objects that form no reference cycles (a Prometheus answer and what is parsed
+    from it): reference counting frees each of them when its last reference goes, so the collector has
+    nothing to find there, and paused it cannot run full collections over the whole process meanwhile.
+    There is one collector per process: the pause holds on every thread, pauses may overlap (on one thread
+    or several) and the collector comes back when the last one ends, unless it was off before the first.
+    Garbage that other threads make in cycles meanwhile waits for the next collection.
+    """
+    global _collector_pauses, _collector_was_on
+    with _collector_lock:
+        if _collector_pauses == 0:
+            _collector_was_on = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses -= 1
+            if _collector_pauses == 0 and _collector_was_on:
+                gc.enable()
 
 
 # --- JSON in slices ----------------------------------------------------------------------------------

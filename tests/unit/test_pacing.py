@@ -1,9 +1,11 @@
 """Long work in slices: ``pacing.loads`` is ``json.loads`` (the same values, the same errors) on real and
 generated answers, pauses only on the thread that asked for them, and the fleet poller's pause waits while
-keys are pressed, never longer than its budget."""
+keys are pressed, never longer than its budget; the collector is paused while the poller reads, and a read
+leaves nothing for it."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 import time
@@ -15,7 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gputui.core.fleet import analyze_fleet, summarize
+from gputui.core.verdict import Baselines
 from gputui.transports import pacing
+from gputui.transports.prometheus import FleetSettings, PrometheusSource
 from gputui.transports.prometheus.query import PrometheusError, fetch
 from gputui.ui.session import fleet_poller
 
@@ -186,3 +191,77 @@ def test_a_refresh_waits_while_keys_are_pressed_and_never_past_its_budget(
     for _ in range(10):
         held()
     assert 0.45 <= time.monotonic() - started < 1.0
+
+
+def test_the_collector_is_paused_until_the_last_overlapping_pause_ends() -> None:
+    assert gc.isenabled()
+    first_in = threading.Event()
+    second_done = threading.Event()
+    seen: list[bool] = []
+
+    def other_thread() -> None:
+        first_in.wait()
+        with pacing.collector_paused():
+            seen.append(gc.isenabled())
+        second_done.set()
+
+    elsewhere = threading.Thread(target=other_thread)
+    elsewhere.start()
+    with pacing.collector_paused():
+        first_in.set()
+        second_done.wait()
+        seen.append(gc.isenabled())  # the other thread's pause ended, this one holds
+        with pacing.collector_paused():
+            seen.append(gc.isenabled())
+        seen.append(gc.isenabled())
+    elsewhere.join()
+    assert seen == [False, False, False, False]
+    assert gc.isenabled()
+
+
+def test_a_collector_that_was_off_stays_off_after_a_pause() -> None:
+    gc.disable()
+    try:
+        with pacing.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_poller_reads_with_the_collector_paused_and_turns_it_back_on_when_a_read_fails() -> None:
+    during: list[bool] = []
+
+    def read() -> Any:
+        during.append(gc.isenabled())
+        if len(during) == 2:
+            raise ValueError("a bad answer")
+        return "sample"
+
+    poller = fleet_poller.FleetPoller(read, lambda _update: None)
+    assert poller.poll_once().sample == "sample"
+    assert gc.isenabled()
+    assert poller.poll_once().error == "prometheus: ValueError: a bad answer"
+    assert gc.isenabled()
+    assert during == [False, False]
+
+
+def test_reading_a_recorded_answer_makes_no_reference_cycles() -> None:
+    """What ``collector_paused`` relies on: a refresh's objects are all freed by reference counting."""
+    document = json.loads((DATA / "fleet.json").read_bytes())
+    source = PrometheusSource(FleetSettings(url="http://prometheus:9090"), fetcher=lambda *_: document)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds is kept in gc.garbage, to be named
+    try:
+        with pacing.collector_paused():
+            for _ in range(2):  # the second answer replaces what the source remembered of the first
+                sample = analyze_fleet(source.sample(), Baselines())
+                rows = [summarize(host, 1.0, 90.0) for host in sample.hosts]
+            assert rows
+            del sample, rows
+        gc.collect()
+        ours = [type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("gputui")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert ours == []
