@@ -32,6 +32,7 @@ from gputui.core.fleet import (
 from gputui.core.model import CLEAN, NOT_CLEAN, HostSnapshot, snapshots_document
 from gputui.core.text import fit, json_visible, visible
 from gputui.core.verdict import CANNOT_TELL_WORDS, Baselines, exit_code
+from gputui.transports.pacing import pace
 from gputui.transports.prometheus import PrometheusError, PrometheusSource, shown_url
 
 TYPE_CHECKING = False
@@ -159,7 +160,7 @@ def build_fleet_screen(args: argparse.Namespace, clock: Callable[[], float] | No
     source = PrometheusSource(choice.settings)
     baselines = _baselines(args, sys.stderr)
     return FleetScreen(
-        lambda: analyze_fleet(source.sample(), baselines, choice.settings.stale_after_s),
+        lambda: analyze_fleet(source.sample(), baselines, choice.settings.stale_after_s, pace),
         source_name=f"prometheus {shown_url(choice.settings.url)}",
         ssh_target=partial(ssh_target_for, choice.ssh_target),
         refresh_s=choice.refresh_s,

@@ -39,7 +39,10 @@ most memory held by dead processes or by nobody first (``FleetRow.dead_held_mib`
 
 
 def analyze_fleet(
-    sample: FleetSample, baselines: Baselines, stale_after_s: float | None = DEFAULT_STALE_AFTER_S
+    sample: FleetSample,
+    baselines: Baselines,
+    stale_after_s: float | None = DEFAULT_STALE_AFTER_S,
+    between_hosts: Callable[[], None] | None = None,
 ) -> FleetSample:
     """Every host's snapshot with its verdict and findings.
 
@@ -47,9 +50,14 @@ def analyze_fleet(
     findings worded as the monitor words them, each GPU's fitness as the exporter read it (DCGM's where it
     sent none), its servers beside the others; every other host the memory-only verdict
     (``verdict.memory_verdict``). XID findings are kept either way.
+
+    ``between_hosts`` is called after each host: a caller on a background thread pauses there while its UI
+    needs the interpreter (a fleet of 500 hosts takes tens of milliseconds of CPU).
     """
     hosts = []
     for host in sample.hosts:
+        if between_hosts is not None:
+            between_hosts()
         snapshot = with_assessment(host.snapshot, baselines.accepted_xids)  # each GPU's action, from DCGM
         exported = host.exported
         if exported is None or host.stale:
