@@ -167,9 +167,12 @@ def build_query(matcher: str = "") -> str:
         return f'label_replace({expression}, "{PART_LABEL}", "{value}", "", "")'
 
     ours = f'{{__name__="{GPUTUI_MEMORY_USED}"{extra}}}'
-    return " or ".join(
+    # ``a or b`` hashes the label set of every series of both sides, and a chain of ``or`` is evaluated from
+    # the left, so a series of its first term is hashed again at every link. DCGM's values are most of the
+    # answer: they stand alone on the left, the other parts are joined in parentheses on the right. The answer
+    # is the same series in the same order (a series matching one on its left is left out either way).
+    rest = " or ".join(
         [
-            f'{{__name__=~"{dcgm}"{extra}}}',
             part(f"({times})", TIME_PART),
             part(f"last_over_time({anchor}[{LOOKBACK}]) unless {anchor}", GONE_PART),
             f'{{__name__=~"{GPUTUI_PREFIX}.+"{extra}}}',
@@ -183,6 +186,7 @@ def build_query(matcher: str = "") -> str:
             f'{{__name__=~"{others}"}}',
         ]
     )
+    return f'{{__name__=~"{dcgm}"{extra}}} or ({rest})'
 
 
 def normalise_url(url: str) -> str:
