@@ -8,12 +8,19 @@ all of it.
 Each row is one cell of the table: its columns' cells, each cut and padded to its column's width, joined into
 one line (and the header likewise). The table draws a cell through Rich's whole render path; a line of ten
 columns drawn as one cell costs a tenth of ten cells, and a new order or a refresh redraws every visible row.
+
+What a row keeps to build its line again is plain: each cut cell as its characters and its spans as tuples
+of numbers and style names, values the cyclic garbage collector stops tracking. Kept as ``Text`` and ``Span``
+objects, every cell of every host would be walked by each full collection, which holds the interpreter while
+a key waits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
+from rich.style import Style
 from rich.text import Span, Text
 from textual.binding import Binding
 from textual.coordinate import Coordinate
@@ -165,26 +172,35 @@ def row_cells(row: FleetRow, columns: Sequence[tuple[str, str, int]]) -> tuple[T
     return tuple(_cell(key, row, width) for key, _, width in columns)
 
 
-def _cut(cell: Text, width: int) -> Text:
+Piece = tuple["str | int | Style", ...]
+"""A cell cut to its column's width: its characters, then its style and spans as ``start, end, style`` from
+its own start, all in one flat tuple of plain values (the collector stops tracking such a tuple at its first
+collection; nested tuples, or ``Span``, would stay tracked for several)."""
+
+
+def _cut(cell: Text, width: int) -> Piece:
     """``cell`` cut and padded to ``width`` cells, as the table would draw it in a column that wide."""
     piece = cell.copy()
     piece.truncate(width, pad=True)
-    return piece
+    text = piece.plain
+    spans: list[str | int | Style] = [0, len(text), piece.style] if piece.style else []
+    for span in piece.spans:
+        spans += (span.start, span.end, span.style)
+    return (text, *spans)
 
 
-def _line(pieces: Sequence[Text]) -> Text:
-    """Cut cells (``_cut``) as one line: their texts joined, each one's style and spans moved along."""
+def _line(pieces: Sequence[Piece]) -> Text:
+    """Cut cells (``_cut``) as one line: their texts joined, their spans moved along."""
     texts: list[str] = []
     spans: list[Span] = []
     at = 0
     for piece in pieces:
-        text = piece.plain
-        end = at + len(text)
-        if piece.style:
-            spans.append(Span(at, end, piece.style))
-        spans.extend(Span(at + span.start, at + span.end, span.style) for span in piece.spans)
+        text = cast(str, piece[0])
+        for i in range(1, len(piece), 3):
+            start, end, style = cast("tuple[int, int, str | Style]", piece[i : i + 3])
+            spans.append(Span(at + start, at + end, style))
         texts.append(text)
-        at = end
+        at += len(text)
     return Text("".join(texts), spans=spans, no_wrap=True, end="")
 
 
@@ -196,11 +212,9 @@ class FleetTable(LeanTable):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
         super().__init__(id=id, classes=classes, cursor_type="row", zebra_stripes=False, cell_padding=0)
         self._columns: tuple[tuple[str, str, int], ...] = ()
-        self._rows: dict[
-            str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Text, ...], tuple[Text, ...], Text]
-        ] = {}
-        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``), the cells themselves, the
-        cells cut to their widths (``_cut``) and the line the table holds (``_line``)."""
+        self._rows: dict[str, tuple[FleetRow, tuple[tuple[object, ...], ...], tuple[Piece, ...], Text]] = {}
+        """Host name -> the row it shows, each cell's inputs (``_cell_inputs``), the cells cut to their widths
+        (``_cut``) and the line the table holds (``_line``)."""
         self._order: list[str] = []
         self._row_keys: dict[str, RowKey] = {}
         self._line_key: ColumnKey | None = None
@@ -229,7 +243,7 @@ class FleetTable(LeanTable):
         """The cells of ``name``'s row, one per column (before they are cut to their widths); () when it is
         not shown."""
         shown = self._rows.get(name)
-        return () if shown is None else shown[2]
+        return () if shown is None else row_cells(shown[0], self._columns)
 
     @property
     def column_keys(self) -> tuple[str, ...]:
@@ -266,38 +280,40 @@ class FleetTable(LeanTable):
             del self._rows[name]
         current = [name for name in self._order if name in wanted]  # the rows' order in the table now
         columns = self._columns
+        lines: list[tuple[RowKey, Text]] = []
         for name, row in wanted.items():
             shown = self._rows.get(name)
-            if shown is not None and shown[0] == row:
-                continue  # nothing this row shows changed
+            if shown is not None and shown[0] is row:
+                continue  # the same row again (a new order or filter)
             inputs = tuple(_cell_inputs(key, row) for key, _, _ in columns)
+            if shown is not None and inputs == shown[1]:
+                self._rows[name] = (row, inputs, shown[2], shown[3])
+                continue  # nothing this row shows changed
             if shown is None:
-                cells = row_cells(row, columns)
-                pieces = tuple(_cut(cell, width) for cell, (_, _, width) in zip(cells, columns, strict=True))
+                pieces = tuple(_cut(_cell(key, row, width), width) for key, _, width in columns)
                 line = _line(pieces)
                 self._row_keys[name] = self.add_row(line, key=name)
                 current.append(name)
             else:
                 # Only the cells whose inputs changed are built again: a refresh usually changes the age of
                 # every host and the figures of a few.
-                kept = list(shown[2])
-                cut = list(shown[3])
+                cut = list(shown[2])
                 changed = False
                 for i, (key, _, width) in enumerate(columns):
                     if inputs[i] != shown[1][i]:
-                        kept[i] = _cell(key, row, width)
-                        cut[i] = _cut(kept[i], width)
+                        cut[i] = _cut(_cell(key, row, width), width)
                         changed = True
-                cells, pieces, line = tuple(kept), tuple(cut), shown[4]
-                if changed and self._line_key is not None:
+                pieces, line = tuple(cut), shown[3]
+                if changed:
                     line = _line(pieces)
-                    # The table's own key objects: update_cell makes new ones from strings.
-                    self.update_cell(self._row_keys[name], self._line_key, line)
-            self._rows[name] = (row, inputs, cells, pieces, line)
+                    lines.append((self._row_keys[name], line))
+            self._rows[name] = (row, inputs, pieces, line)
+        if lines and self._line_key is not None:
+            self.update_cells(self._line_key, lines)
         if order != current:
             # DataTable.sort hands the key function cell values, not row keys: each row's line is an object of
             # its own, held both here and in the table, so its identity names the row.
-            rank = {id(self._rows[name][4]): i for i, name in enumerate(order)}
+            rank = {id(self._rows[name][3]): i for i, name in enumerate(order)}
             self.sort("line", key=lambda cell: rank[id(cell)])
         self._order = order
         if selected is not None and selected in wanted:

@@ -12,13 +12,14 @@ first time; labels here are fixed words, so they go in as ``Text``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rich.text import Text
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
 GENERATION_CACHES = ("_row_render_cache", "_cell_render_cache", "_row_renderable_cache", "_line_cache")
 """DataTable's caches whose keys include ``_update_count`` (textual/widgets/_data_table.py)."""
@@ -34,6 +35,22 @@ class LeanTable(DataTable[Text]):
     ) -> ColumnKey:
         text = Text(label) if isinstance(label, str) else label
         return super().add_column(text, width=width, key=key, default=default)
+
+    def update_cells(self, column: ColumnKey, values: Iterable[tuple[RowKey, Text]]) -> None:
+        """``update_cell`` of ``column`` in many rows, with one repaint for all of them.
+
+        DataTable's own repaints the whole table for every cell it is given: a refresh that changes every
+        row would repaint the one screen once per row.
+        """
+        data = getattr(self, "_data", None)
+        if not isinstance(data, dict) or not isinstance(getattr(self, "_update_count", None), int):
+            for row, value in values:  # a DataTable laid out otherwise: one cell at a time
+                self.update_cell(row, column, value)
+            return
+        for row, value in values:
+            data[row][column] = value
+        self._update_count += 1
+        self.refresh()
 
     def drop_stale_renders(self) -> None:
         """Forget every render made before the latest update (nothing can read them again)."""
