@@ -246,6 +246,20 @@ def test_the_poller_reads_with_the_collector_paused_and_turns_it_back_on_when_a_
     assert during == [False, False]
 
 
+def test_the_fleet_source_decodes_and_parses_with_the_collector_paused() -> None:
+    document = json.loads((DATA / "fleet.json").read_bytes())
+    during: list[bool] = []
+
+    def fetcher(*_: Any) -> dict[str, Any]:
+        during.append(gc.isenabled())
+        return document
+
+    source = PrometheusSource(FleetSettings(url="http://prometheus:9090"), fetcher=fetcher)
+    assert source.sample().hosts
+    assert during == [False]
+    assert gc.isenabled()
+
+
 def test_reading_a_recorded_answer_makes_no_reference_cycles() -> None:
     """What ``collector_paused`` relies on: a refresh's objects are all freed by reference counting."""
     document = json.loads((DATA / "fleet.json").read_bytes())

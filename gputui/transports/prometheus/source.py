@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from gputui.core.fleet import FleetHost, FleetSample
 from gputui.core.model import Gpu, Record, replace
 from gputui.core.text import visible
+from gputui.transports.pacing import collector_paused
 from gputui.transports.prometheus.parse import last_is, parse_answer
 from gputui.transports.prometheus.query import (
     DEFAULT_HOST_LABEL,
@@ -61,23 +62,29 @@ class PrometheusSource:
     def sample(self) -> FleetSample:
         """Ask once and return every host, gone ones included.
 
+        The answer is decoded and parsed with the cyclic collector paused (``pacing.collector_paused``): its
+        decoded document and the series taken from it are containers by the hundred thousand for a large
+        fleet, none in a cycle, and while they live they would set off full collections of the whole process.
+
         Raises:
             PrometheusError: one line naming the server and the cause.
         """
-        document = self._fetch(self.settings.url, self.query, self.settings.timeout_s)
-        try:
-            sample = parse_answer(
-                document,
-                self.settings.host_label,
-                self.settings.stale_after_s,
-                self._servers,
-                list_down_targets=not self.settings.matcher,
-                # A host named by its address stays that host when its exporter is down.
-                claimed_instances=[i for h in self._known.values() for i in h.instances if i != h.name],
-            )
-        except PrometheusError as exc:
-            cause = str(exc).split(": ", 1)[-1]
-            raise PrometheusError(f"prometheus {shown_url(self.settings.url)}: {cause}") from None
+        with collector_paused():
+            document = self._fetch(self.settings.url, self.query, self.settings.timeout_s)
+            try:
+                sample = parse_answer(
+                    document,
+                    self.settings.host_label,
+                    self.settings.stale_after_s,
+                    self._servers,
+                    list_down_targets=not self.settings.matcher,
+                    # A host named by its address stays that host when its exporter is down.
+                    claimed_instances=[i for h in self._known.values() for i in h.instances if i != h.name],
+                )
+            except PrometheusError as exc:
+                cause = str(exc).split(": ", 1)[-1]
+                raise PrometheusError(f"prometheus {shown_url(self.settings.url)}: {cause}") from None
+            del document
         return self._remember(sample)
 
     def _remember(self, sample: FleetSample) -> FleetSample:
