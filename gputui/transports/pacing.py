@@ -78,6 +78,26 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+_frozen = False
+
+
+def freeze_settled() -> None:
+    """Collect once, then take every object the process has left out of all later collections (once per
+    process; ``gc.freeze``).
+
+    For a process that has built what it keeps until exit (modules, classes, an app and its screens): a full
+    collection walks every tracked object while it holds the interpreter, and most of them are those, so
+    without this each one costs the UI as much as all of them. Frozen objects are still freed by reference
+    counting; only a cycle among them that becomes garbage later is never collected.
+    """
+    global _frozen
+    if _frozen:
+        return
+    _frozen = True
+    gc.collect()
+    gc.freeze()
+
+
 # --- JSON in slices ----------------------------------------------------------------------------------
 
 _DECODER = json.JSONDecoder()

@@ -27,6 +27,7 @@ from gputui.core.fleet import SORT_MODES, FleetHost, FleetRow, FleetSample, matc
 from gputui.core.link import BadTarget
 from gputui.core.text import fit, visible
 from gputui.transports.freshness import LatestInbox
+from gputui.transports.pacing import freeze_settled
 from gputui.ui import keymap
 from gputui.ui.screens.help import HelpScreen
 from gputui.ui.session.fleet_poller import FleetPoller, FleetUpdate
@@ -159,6 +160,7 @@ class FleetScreen(Screen[None]):
         if update.sample is None:
             self._show()
             return
+        first = self._sample is None
         self._sample = update.sample
         self._sample_received_s = update.received_s
         self._hosts = {host.name: host for host in update.sample.hosts}
@@ -167,6 +169,10 @@ class FleetScreen(Screen[None]):
             self._show(resummarize=False)
         else:
             self._show()
+        if first:
+            # The app is up and the fleet drawn: what exists now lives on, and the collector's full
+            # collections, which stop every key while they run, need only walk what changes after it.
+            self.call_after_refresh(freeze_settled)
 
     def _tick(self) -> None:
         received = self._sample_received_s
