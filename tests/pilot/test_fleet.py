@@ -262,3 +262,17 @@ async def test_the_palette_offers_no_host_command_on_the_fleet(clock: ManualCloc
         await wait_for(pilot, lambda: app.screen is not fleet, "the host view")
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert "Clean-slate check" in titles
+
+
+async def test_the_first_answer_drawn_freezes_what_the_process_holds_once(
+    clock: ManualClock, state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gputui.ui.screens import fleet as fleet_module
+
+    frozen: list[int] = []
+    monkeypatch.setattr(fleet_module, "freeze_settled", lambda: frozen.append(fleet.answers))
+    app, fleet, _ = fleet_app(clock, state_dir)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(pilot, fleet)
+        await wait_for(pilot, lambda: fleet.answers >= 3, "three answers")
+    assert frozen == [1]

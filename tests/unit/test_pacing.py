@@ -279,3 +279,15 @@ def test_reading_a_recorded_answer_makes_no_reference_cycles() -> None:
         gc.set_debug(0)
         gc.garbage.clear()
     assert ours == []
+
+
+def test_settled_objects_are_frozen_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pacing, "_frozen", False)
+    try:
+        pacing.freeze_settled()
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        pacing.freeze_settled()  # once per process
+        assert gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
