@@ -91,6 +91,5 @@ async def test_what_the_table_keeps_to_build_a_row_again_is_not_tracked_by_the_c
         for _row_shown, _inputs, pieces, _line_shown in table._rows.values():
             assert not any(gc.is_tracked(piece) for piece in pieces)
         gc.collect()
-        for _row_shown, inputs, pieces, _line_shown in table._rows.values():
-            assert not gc.is_tracked(inputs)
+        for _row_shown, _inputs, pieces, _line_shown in table._rows.values():
             assert not gc.is_tracked(pieces)
