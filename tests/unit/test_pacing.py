@@ -1,7 +1,7 @@
 """Long work in slices: ``pacing.loads`` is ``json.loads`` (the same values, the same errors) on real and
 generated answers, pauses only on the thread that asked for them, and the fleet poller's pause waits while
-keys are pressed, never longer than its budget; the collector is paused while the poller reads, and a read
-leaves nothing for it."""
+keys are pressed, never longer than its budget; the collector is paused while the fleet source reads, and a
+read leaves nothing for it."""
 
 from __future__ import annotations
 
@@ -227,23 +227,6 @@ def test_a_collector_that_was_off_stays_off_after_a_pause() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
-
-
-def test_the_poller_reads_with_the_collector_paused_and_turns_it_back_on_when_a_read_fails() -> None:
-    during: list[bool] = []
-
-    def read() -> Any:
-        during.append(gc.isenabled())
-        if len(during) == 2:
-            raise ValueError("a bad answer")
-        return "sample"
-
-    poller = fleet_poller.FleetPoller(read, lambda _update: None)
-    assert poller.poll_once().sample == "sample"
-    assert gc.isenabled()
-    assert poller.poll_once().error == "prometheus: ValueError: a bad answer"
-    assert gc.isenabled()
-    assert during == [False, False]
 
 
 def test_the_fleet_source_decodes_and_parses_with_the_collector_paused() -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gputui.core.fleet import DEFAULT_REFRESH_S, FleetSample
 from gputui.core.link import LinkError
-from gputui.transports.pacing import collector_paused, paced_by
+from gputui.transports.pacing import paced_by
 
 QUIET_S = 0.3
 """A refresh pauses while a key was pressed within this long: a key's answer has the interpreter to itself."""
@@ -40,10 +40,7 @@ class FleetPoller:
 
     ``read`` is bounded by the source's own deadline, so ``stop`` takes effect within it; quitting never
     waits for it (daemon thread). It is paced (``transports.pacing``): while ``input_at`` (monotonic time of
-    the user's last key, set by the view) is recent, the read pauses between slices of its work. It runs with
-    the cyclic collector paused (``pacing.collector_paused``): the answer's short-lived containers would
-    otherwise set off several full collections per read, each holding the interpreter for longer than a key
-    may wait.
+    the user's last key, set by the view) is recent, the read pauses between slices of its work.
     """
 
     def __init__(
@@ -95,8 +92,7 @@ class FleetPoller:
         error: str | None = None
         paced_by(None if self.input_at is None else _MakeWay(self.input_at))
         try:
-            with collector_paused():
-                sample = self._read()
+            sample = self._read()
         except LinkError as exc:
             error = str(exc)
         except Exception as exc:  # noqa: BLE001 - a bad answer must not end the polling
