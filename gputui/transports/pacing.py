@@ -11,10 +11,10 @@ any other thread, and in one-shot commands, ``pace()`` does nothing.
 every element below them is decoded by the C decoder on its own, with a ``pace()`` between slices.
 
 The cyclic garbage collector cannot be sliced: a full collection walks every object of the process, the UI's
-included, in one go while it holds the interpreter. A large answer's containers (a 500-host answer makes over
-a hundred thousand, alive until it is parsed) fill the young generations and set off such collections over
-and over while it is read; ``collector_paused`` keeps the collector out of that work, and ``freeze_settled``
-takes what a long-running process keeps until exit out of the full collections that still come.
+included, in one go while it holds the interpreter. A large answer's containers, alive until it is parsed,
+fill the young generations and set off such collections over and over while it is read; ``collector_paused``
+keeps the collector out of that work, and ``freeze_settled`` takes what a long-running process keeps until
+exit out of the full collections that still come.
 """
 
 from __future__ import annotations

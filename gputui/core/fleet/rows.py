@@ -51,8 +51,8 @@ def analyze_fleet(
     sent none), its servers beside the others; every other host the memory-only verdict
     (``verdict.memory_verdict``). XID findings are kept either way.
 
-    ``between_hosts`` is called after each host: a caller on a background thread pauses there while its UI
-    needs the interpreter (a fleet of 500 hosts takes tens of milliseconds of CPU).
+    ``between_hosts`` is called before each host: a caller on a background thread pauses there while its UI
+    needs the interpreter, as a large fleet's analysis would otherwise keep it for a stretch a key notices.
     """
     hosts = []
     for host in sample.hosts:
