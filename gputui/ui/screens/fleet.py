@@ -21,7 +21,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input
+from textual.widgets import DataTable, Input
 
 from gputui.core.fleet import SORT_MODES, FleetHost, FleetRow, FleetSample, matches, sort_key, summarize
 from gputui.core.link import BadTarget
@@ -37,6 +37,7 @@ from gputui.ui.widgets.fleet_notes import FleetNotes, notes_text
 from gputui.ui.widgets.fleet_summary import FleetSummary, summary_text
 from gputui.ui.widgets.fleet_table import FleetTable
 from gputui.ui.widgets.gpu_panel import GpuPanel
+from gputui.ui.widgets.key_footer import KeyFooter
 
 FILTER_PLACEHOLDER = "filter: host, GPU model, server or state (Enter keeps, Esc clears)"
 TICK_S = 1.0
@@ -119,7 +120,7 @@ class FleetScreen(Screen[None]):
                 yield GpuPanel(id="fleet-gpus")
                 yield FleetNotes(id="fleet-notes")
             yield FilterBar(id="fleet-filter", placeholder=FILTER_PLACEHOLDER)
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         app = self.app
