@@ -150,8 +150,20 @@ def test_a_still_member_keeps_its_entry_and_one_that_runs_gets_a_new_one(job: Fo
     # The busy one ran: described afresh, with the CPU it took.
     assert second[job.busy] is not first[job.busy]
     assert (second[job.busy].get(PROCESS_CPU_PCT) or 0) > 0
-    # The GPU process is always new: its GPU figures are this sample's.
+    # The GPU process is always new: its GPU figures are this sample's, and once it holds nothing (still
+    # as it is) its entry says so.
     assert second[job.pid] is not first[job.pid]
+    assert first[job.pid]["gpu_memory_mib"] == {"0": 1000}
+    sampler = ProcessSampler(child_pid_namespace=False)
+    try:
+        listed(sampler, job.pid, full=True)
+        listed(sampler, job.pid, full=True)
+        sampler.sample(gpus_held_by(idle), time.time(), full=True)  # the memory moved to another member
+        after = {p["pid"]: p for p in sampler.processes}
+    finally:
+        sampler.close()
+    assert after[job.pid]["gpu_memory_mib"] == {}
+    assert after[idle]["gpu_memory_mib"] == {"0": 1000}
     # What the kept entry says is what a new description says.
     fresh = ProcessSampler(child_pid_namespace=False)
     try:

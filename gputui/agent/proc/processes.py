@@ -398,7 +398,11 @@ class ProcessSampler:
             # A visible GPU process only: never a local pid that only shares the number. A GPU process
             # has every per-GPU key, empty where no GPU has a sample of it.
             entry.update(self._gpu_util.fields(pid))
-        self._entries[key] = (made_at, stat, in_job, details, entry)
+            # Its GPU figures are this sample's, not its stat line's: never handed out again, even once it
+            # holds nothing.
+            self._entries.pop(key, None)
+        else:
+            self._entries[key] = (made_at, stat, in_job, details, entry)
         return entry
 
     def _still_described(self, kept: KeptEntry, stat: ProcStat, now_mono: float) -> bool:
